@@ -1,0 +1,15 @@
+"""distshap: exact SHAP values of tree ensembles on CPUs, GPUs and Dask clusters."""
+
+from distshap.explainer import TreeExplainer
+from distshap.models import Ensemble, UnsupportedModelError, load_model
+
+__all__ = ["TreeExplainer", "Ensemble", "UnsupportedModelError", "load_model", "start_cluster"]
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name == "start_cluster":
+        from distshap.cluster import start_cluster
+
+        return start_cluster
+    raise AttributeError(f"module 'distshap' has no attribute {name!r}")

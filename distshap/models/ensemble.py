@@ -1,0 +1,157 @@
+"""The canonical flat tree ensemble every loader produces and every later stage consumes.
+
+All trees are concatenated into one struct of node arrays (the shap / pynndescent style):
+node ``i`` is a leaf when ``left[i] == -1``. Child indices are *global* node indices.
+
+Split semantics (the one convention all loaders convert to):
+
+* numeric split on ``feature[i]``: a non-missing value ``x`` goes left when
+  ``x < threshold[i]`` (float32 comparison, as XGBoost does), right otherwise;
+* categorical split (``is_categorical[i]``): the categories
+  ``cat_values[cat_offsets[i]:cat_offsets[i + 1]]`` go **right**; every other non-missing value
+  (other categories, negative or out-of-range codes) goes left (XGBoost's convention; a loader
+  whose library sends the listed set left swaps the children and ``default_left``);
+* a missing value (NaN) goes left when ``default_left[i]``, right otherwise.
+
+Leaf values are in margin (raw score) space and already include the learning rate and any tree
+weight (DART); ``base_score`` is the per-group margin offset added to every prediction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["Ensemble", "UnsupportedModelError"]
+
+
+class UnsupportedModelError(ValueError):
+    """A model distshap cannot explain exactly (the message says why and what to do)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Ensemble:
+    """A tree ensemble as flat node arrays.
+
+    Attributes
+    ----------
+    left, right : int32 (n_nodes,)
+        Global index of the left / right child, ``-1`` at leaves.
+    feature : int32 (n_nodes,)
+        Split feature, ``-1`` at leaves.
+    threshold : float32 (n_nodes,)
+        Numeric split value: ``x < threshold`` goes left. Unused for categorical splits.
+    default_left : bool (n_nodes,)
+        Whether a missing value (NaN) goes left.
+    is_categorical : bool (n_nodes,)
+        Whether the split is categorical.
+    cat_offsets : int64 (n_nodes + 1,)
+        Offsets into ``cat_values``; empty ranges for numeric splits and leaves.
+    cat_values : int32 (n_cat_values,)
+        Category codes that go right at each categorical split.
+    value : float64 (n_nodes,)
+        Leaf value (margin space, learning rate and tree weight included); 0 at internal nodes.
+    cover : float64 (n_nodes,)
+        Training cover of each node (hessian sum or sample count); must be > 0 at every root.
+    tree_offsets : int64 (n_trees + 1,)
+        Node index range of each tree; the root of tree ``t`` is ``tree_offsets[t]``.
+    tree_group : int32 (n_trees,)
+        Output group (class) of each tree.
+    num_features : int
+        Number of input features the model expects.
+    num_groups : int
+        Number of outputs (1 for regression / binary, n_classes for multiclass).
+    base_score : float64 (num_groups,)
+        Margin offset of each group.
+    feature_names : tuple of str or None
+    feature_types : tuple of str or None
+        ``"q"`` numeric / ``"c"`` categorical per feature when known.
+    model_kind : str
+        Short description of the source (``"xgboost:binary:logistic"``, ...).
+    """
+
+    left: np.ndarray
+    right: np.ndarray
+    feature: np.ndarray
+    threshold: np.ndarray
+    default_left: np.ndarray
+    is_categorical: np.ndarray
+    cat_offsets: np.ndarray
+    cat_values: np.ndarray
+    value: np.ndarray
+    cover: np.ndarray
+    tree_offsets: np.ndarray
+    tree_group: np.ndarray
+    num_features: int
+    num_groups: int
+    base_score: np.ndarray
+    feature_names: tuple[str, ...] | None = None
+    feature_types: tuple[str, ...] | None = None
+    model_kind: str = "unknown"
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.left.shape[0])
+
+    @property
+    def num_trees(self) -> int:
+        return int(self.tree_offsets.shape[0] - 1)
+
+    def is_leaf(self) -> np.ndarray:
+        """Boolean mask of leaf nodes."""
+        return self.left < 0
+
+    def validate(self) -> Ensemble:
+        """Check array shapes, dtypes and tree structure; raise ``ValueError`` if broken."""
+        n = self.num_nodes
+        expected = {
+            "left": np.int32,
+            "right": np.int32,
+            "feature": np.int32,
+            "threshold": np.float32,
+            "default_left": np.bool_,
+            "is_categorical": np.bool_,
+            "value": np.float64,
+            "cover": np.float64,
+        }
+        for name, dtype in expected.items():
+            arr = getattr(self, name)
+            if arr.dtype != dtype or arr.shape != (n,):
+                raise ValueError(
+                    f"Ensemble.{name} must be {np.dtype(dtype).name} of shape ({n},), "
+                    f"got {arr.dtype} {arr.shape}"
+                )
+        if self.cat_offsets.shape != (n + 1,) or self.cat_offsets.dtype != np.int64:
+            raise ValueError("Ensemble.cat_offsets must be int64 of shape (n_nodes + 1,)")
+        if self.cat_values.dtype != np.int32:
+            raise ValueError("Ensemble.cat_values must be int32")
+        if self.tree_offsets.dtype != np.int64 or self.tree_offsets[0] != 0:
+            raise ValueError("Ensemble.tree_offsets must be int64 starting at 0")
+        if self.tree_offsets[-1] != n:
+            raise ValueError("Ensemble.tree_offsets must end at n_nodes")
+        if self.tree_group.shape != (self.num_trees,) or self.tree_group.dtype != np.int32:
+            raise ValueError("Ensemble.tree_group must be int32 of shape (n_trees,)")
+        if self.num_trees == 0:
+            raise ValueError("the model has no trees: nothing to explain")
+        if self.base_score.shape != (self.num_groups,):
+            raise ValueError("Ensemble.base_score must have shape (num_groups,)")
+        if np.any((self.tree_group < 0) | (self.tree_group >= self.num_groups)):
+            raise ValueError("Ensemble.tree_group holds a group outside [0, num_groups)")
+        internal = ~self.is_leaf()
+        if np.any((self.right[internal] < 0) | (self.feature[internal] < 0)):
+            raise ValueError("an internal node lacks a right child or a split feature")
+        if np.any(self.feature[internal] >= self.num_features):
+            bad = int(self.feature[internal].max())
+            raise ValueError(
+                f"a split uses feature {bad} but the model declares {self.num_features} features"
+            )
+        if np.any(~np.isfinite(self.cover)) or np.any(self.cover < 0):
+            raise ValueError("Ensemble.cover must be finite and non-negative")
+        if np.any(self.cover[self.tree_offsets[:-1]] <= 0):
+            raise ValueError(
+                "a tree root has zero cover: the model lacks the training statistics "
+                "(cover / hessian sums) that path-dependent SHAP needs"
+            )
+        return self

@@ -1,0 +1,231 @@
+"""Paths -> the bin-packed model every kernel consumes (CPU, CUDA, and Dask workers).
+
+Layout (struct of arrays, all NumPy, picklable, with a content digest):
+
+* **Lanes.** Paths are bin-packed into bins of at most ``capacity`` (32) lanes. Each path
+  occupies ``k + 1`` contiguous lanes: lane 0 of the path is the bias element (feature -1,
+  always followed, zero fraction 1), then its ``k`` merged feature elements sorted by feature.
+  Lanes of bin ``b`` are ``bin_offsets[b]:bin_offsets[b + 1]``. A path longer than
+  ``capacity - 1`` features sits alone in an *oversize* bin (``bin_offsets`` range > capacity).
+* **Paths** (packed order, only paths with k >= 1; paths without features only add to
+  ``expected_value``): ``path_offsets`` gives each path's lane range (first lane = bias).
+* **Pattern tables.** A path with ``table_offsets[p] >= 0`` has a table of ``2**k * k`` float32
+  values at ``tables[table_offsets[p]:]``: entry ``[pattern * k + i]`` is the SHAP contribution
+  ``unwound_sum * (o_i - z_i) * v`` of feature element ``i`` (0-based, excluding the bias lane)
+  when the row's one-fractions are the bits of ``pattern`` (bit ``i`` = element ``i`` follows).
+  Computed in float64 on the host. Paths without a table use the EXTEND/UNWOUND dynamic program.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from distshap.packing import pack
+from distshap.paths import Paths
+from distshap.tables import (
+    DEFAULT_MAX_TABLE_FEATURES,
+    DEFAULT_TABLE_BUDGET_BYTES,
+    choose_tables,
+    fill_tables,
+)
+
+__all__ = ["PackedModel", "build_packed_model"]
+
+
+@dataclass(frozen=True, eq=False)
+class PackedModel:
+    """A bin-packed model.
+
+    Attributes
+    ----------
+    bin_offsets : int64 (n_bins + 1,)
+        Lane range of each bin.
+    feature : int32 (n_lanes,)
+        Feature of each lane (-1 for a path's bias lane).
+    lower, upper : float32 (n_lanes,)
+    missing : bool (n_lanes,)
+    zero_fraction : float64 (n_lanes,)
+    cat_offsets : int64 (n_lanes,)
+    cat_nbits : int32 (n_lanes,)
+    cat_other : bool (n_lanes,)
+        Categorical tests, as in :class:`distshap.paths.Paths`.
+    lane_path : int32 (n_lanes,)
+        Packed path index of each lane.
+    path_offsets : int64 (n_paths + 1,)
+        Lane range of each packed path (first lane = bias lane).
+    path_value : float64 (n_paths,)
+    path_group : int32 (n_paths,)
+    table_offsets : int64 (n_paths,)
+        Start of each path's pattern table in ``tables``, -1 where the path uses the DP.
+    tables : float32 (n_table_values,)
+    cat_words : uint32 (n_words,)
+    num_features, num_groups : int
+    expected_value : float64 (num_groups,)
+        Bias column of SHAP outputs (base score + mean prediction).
+    capacity : int
+        Lanes per bin (32: one warp).
+    digest : str
+        SHA-256 of every array and scalar above; identifies the model on workers.
+    stats : dict
+        Packing and table statistics (algorithm, bins, utilisation, seconds, table bytes, ...).
+    feature_names : tuple of str or None
+    """
+
+    bin_offsets: np.ndarray
+    feature: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    missing: np.ndarray
+    zero_fraction: np.ndarray
+    cat_offsets: np.ndarray
+    cat_nbits: np.ndarray
+    cat_other: np.ndarray
+    lane_path: np.ndarray
+    path_offsets: np.ndarray
+    path_value: np.ndarray
+    path_group: np.ndarray
+    table_offsets: np.ndarray
+    tables: np.ndarray
+    cat_words: np.ndarray
+    num_features: int
+    num_groups: int
+    expected_value: np.ndarray
+    capacity: int = 32
+    digest: str = ""
+    stats: dict = field(default_factory=dict)
+    feature_names: tuple[str, ...] | None = None
+
+    @property
+    def num_bins(self) -> int:
+        return int(self.bin_offsets.shape[0] - 1)
+
+    @property
+    def num_paths(self) -> int:
+        return int(self.path_offsets.shape[0] - 1)
+
+
+_ARRAY_FIELDS = (
+    "bin_offsets", "feature", "lower", "upper", "missing", "zero_fraction", "cat_offsets",
+    "cat_nbits", "cat_other", "lane_path", "path_offsets", "path_value", "path_group",
+    "table_offsets", "tables", "cat_words", "expected_value",
+)  # fmt: skip
+
+
+def build_packed_model(
+    paths: Paths,
+    algorithm: str = "bfd",
+    capacity: int = 32,
+    table_budget_bytes: int = DEFAULT_TABLE_BUDGET_BYTES,
+    max_table_features: int = DEFAULT_MAX_TABLE_FEATURES,
+    feature_names: tuple[str, ...] | None = None,
+) -> PackedModel:
+    """Bin-pack ``paths`` into warps and precompute pattern tables.
+
+    Parameters
+    ----------
+    paths : Paths
+        Merged paths from :func:`distshap.paths.extract_paths`.
+    algorithm : {"bfd", "ffd", "nf", "none"}
+        Bin-packing heuristic (Best-Fit-Decreasing by default).
+    capacity : int
+        Lanes per bin (32 = one warp).
+    table_budget_bytes, max_table_features : int
+        Pattern-table cost model (see :mod:`distshap.tables`); ``table_budget_bytes=0``
+        disables tables (every path uses the DP).
+    feature_names : tuple of str, optional
+        Carried along for outputs.
+    """
+    t0 = time.perf_counter()
+    k_all = paths.lengths
+    keep = np.flatnonzero(k_all > 0)
+    k = k_all[keep]
+    packing = pack(k + 1, capacity=capacity, algorithm=algorithm)
+    order = keep[np.argsort(packing.bin_of_item, kind="stable")]
+    k = k_all[order]
+    bin_lanes = np.bincount(
+        packing.bin_of_item, weights=k_all[keep] + 1, minlength=packing.num_bins
+    )
+    bin_offsets = np.zeros(packing.num_bins + 1, dtype=np.int64)
+    np.cumsum(bin_lanes.astype(np.int64), out=bin_offsets[1:])
+    # lanes: per path one bias lane then its k elements
+    path_offsets = np.zeros(order.shape[0] + 1, dtype=np.int64)
+    np.cumsum(k + 1, out=path_offsets[1:])
+    n_lanes = int(path_offsets[-1])
+    lane_path = np.repeat(np.arange(order.shape[0], dtype=np.int32), k + 1)
+    is_bias = np.zeros(n_lanes, dtype=bool)
+    is_bias[path_offsets[:-1]] = True
+    # source element of each non-bias lane
+    src_start = paths.path_offsets[order]
+    src = np.repeat(src_start - (path_offsets[:-1] + 1), k) + np.flatnonzero(~is_bias)
+
+    def lanes(values: np.ndarray, bias_value, dtype) -> np.ndarray:
+        out = np.empty(n_lanes, dtype=dtype)
+        out[is_bias] = bias_value
+        out[~is_bias] = values[src]
+        return out
+
+    # pattern tables, indexed over feature elements of the packed paths
+    elem_offsets = path_offsets - np.arange(order.shape[0] + 1)
+    table_offsets = choose_tables(k, table_budget_bytes, max_table_features)
+    with_table = table_offsets >= 0
+    total = int((np.left_shift(1, k[with_table]) * k[with_table]).sum())
+    path_value = paths.path_value[order]
+    tables = fill_tables(elem_offsets, paths.zero_fraction[src], path_value, table_offsets, total)
+    fields = dict(
+        bin_offsets=bin_offsets,
+        feature=lanes(paths.feature, -1, np.int32),
+        lower=lanes(paths.lower, -np.inf, np.float32),
+        upper=lanes(paths.upper, np.inf, np.float32),
+        missing=lanes(paths.missing, True, np.bool_),
+        zero_fraction=lanes(paths.zero_fraction, 1.0, np.float64),
+        cat_offsets=lanes(paths.cat_offsets, -1, np.int64),
+        cat_nbits=lanes(paths.cat_nbits, 0, np.int32),
+        cat_other=lanes(paths.cat_other, True, np.bool_),
+        lane_path=lane_path,
+        path_offsets=path_offsets,
+        path_value=path_value,
+        path_group=paths.path_group[order],
+        table_offsets=table_offsets,
+        tables=tables,
+        cat_words=paths.cat_words,
+        expected_value=paths.expected_value,
+    )
+    lengths = k
+    stats = {
+        "algorithm": packing.algorithm,
+        "paths": int(order.shape[0]),
+        "lanes": n_lanes,
+        "bins": packing.num_bins,
+        "oversize_bins": packing.num_oversize,
+        "utilisation": packing.utilisation,
+        "packing_seconds": packing.seconds,
+        "max_path_features": int(lengths.max()) if lengths.size else 0,
+        "mean_path_features": float(lengths.mean()) if lengths.size else 0.0,
+        "table_paths": int(with_table.sum()),
+        "dp_paths": int((~with_table).sum()),
+        "table_bytes": int(tables.nbytes),
+        "build_seconds": time.perf_counter() - t0,
+    }
+    return PackedModel(
+        **fields,
+        num_features=paths.num_features,
+        num_groups=paths.num_groups,
+        capacity=capacity,
+        digest=_digest(fields, paths.num_features, paths.num_groups, capacity),
+        stats=stats,
+        feature_names=feature_names,
+    )
+
+
+def _digest(fields: dict, num_features: int, num_groups: int, capacity: int) -> str:
+    h = hashlib.sha256()
+    h.update(f"{num_features},{num_groups},{capacity}".encode())
+    for name in _ARRAY_FIELDS:
+        arr = np.ascontiguousarray(fields[name])
+        h.update(f"{name}:{arr.dtype.str}:{arr.shape}".encode())
+        h.update(memoryview(arr).cast("B"))
+    return h.hexdigest()

@@ -1,0 +1,74 @@
+"""Every kernel against the float64 oracles of tests/naive.py, on hand-built and random trees."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import to_host
+
+import naive
+import tiny
+from distshap.kernels import get_backend
+from distshap.packed import build_packed_model
+from distshap.paths import extract_paths
+
+BUDGETS = {"dp-only": 0, "tables": 1 << 30}
+
+
+def _run(ens, X, backend, budget, interactions=False):
+    packed = build_packed_model(extract_paths(ens), table_budget_bytes=budget)
+    kernels = get_backend(backend)
+    fn = kernels.interaction_values if interactions else kernels.shap_values
+    return to_host(fn(packed, X)).astype(np.float64)
+
+
+def _scale(ref: np.ndarray) -> float:
+    return max(1.0, float(np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("budget", BUDGETS.values(), ids=BUDGETS.keys())
+@pytest.mark.parametrize("name", sorted(tiny.tiny_ensembles()))
+def test_tiny_shap_matches_brute_force(name, budget, backend):
+    ens = tiny.tiny_ensembles()[name]
+    X = tiny.random_rows(1, ens, 25, 0.2)
+    got = _run(ens, X, backend, budget)
+    ref = naive.brute_force_shap_rows(ens, X).reshape(got.shape)
+    np.testing.assert_allclose(got, ref, atol=1e-6 * _scale(ref), rtol=0)
+
+
+@pytest.mark.parametrize("name", sorted(tiny.tiny_ensembles()))
+def test_tiny_interactions_match_brute_force(name, backend):
+    ens = tiny.tiny_ensembles()[name]
+    X = tiny.random_rows(2, ens, 15, 0.2)
+    got = _run(ens, X, backend, 0, interactions=True)
+    ref = naive.brute_force_interactions_rows(ens, X).reshape(got.shape)
+    np.testing.assert_allclose(got, ref, atol=1e-6 * _scale(ref), rtol=0)
+
+
+@pytest.mark.parametrize("budget", BUDGETS.values(), ids=BUDGETS.keys())
+@pytest.mark.parametrize("seed", range(4))
+def test_random_ensembles_match_recursive_treeshap(seed, budget, backend):
+    ens = tiny.random_ensemble(seed, n_features=7, n_trees=6, depth=5, n_groups=1 + seed % 3)
+    X = tiny.random_rows(seed, ens, 40, 0.1)
+    got = _run(ens, X, backend, budget)
+    ref = naive.treeshap_recursive_rows(ens, X).reshape(got.shape)
+    np.testing.assert_allclose(got, ref, atol=2e-6 * _scale(ref), rtol=0)
+    margin = naive.predict_margin(ens, X)
+    np.testing.assert_allclose(got.sum(axis=-1), margin, atol=1e-5 * _scale(margin), rtol=0)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_interactions_match_brute_force(seed, backend):
+    ens = tiny.random_ensemble(seed, n_features=5, n_trees=4, depth=4, n_groups=1 + seed % 2)
+    X = tiny.random_rows(seed, ens, 12, 0.1)
+    got = _run(ens, X, backend, 0, interactions=True)
+    ref = naive.brute_force_interactions_rows(ens, X).reshape(got.shape)
+    np.testing.assert_allclose(got, ref, atol=2e-6 * _scale(ref), rtol=0)
+
+
+def test_table_and_dp_agree_bitwise_close():
+    ens = tiny.random_ensemble(11, n_features=8, n_trees=10, depth=6, n_groups=2)
+    X = tiny.random_rows(11, ens, 200, 0.05)
+    dp = _run(ens, X, "cpu", 0)
+    tab = _run(ens, X, "cpu", 1 << 30)
+    np.testing.assert_allclose(dp, tab, atol=1e-6 * _scale(dp), rtol=0)
