@@ -47,7 +47,7 @@ def _one_fractions(row, m_feature, m_lower, m_upper, m_missing, m_cat_offsets, m
 @njit(parallel=True, nogil=True, cache=True)
 def _shap_kernel(X, feature, lower, upper, missing, zero_fraction, cat_offsets, cat_nbits,
                  cat_other, cat_words, path_offsets, path_value, path_group, table_offsets,
-                 tables, expected_value, out):  # fmt: skip
+                 tables, expected_value, block_rows, out):  # fmt: skip
     n_rows = X.shape[0]
     n_paths = path_offsets.shape[0] - 1
     n_groups = out.shape[1]
@@ -55,41 +55,48 @@ def _shap_kernel(X, feature, lower, upper, missing, zero_fraction, cat_offsets, 
     max_len = 1
     for p in range(n_paths):
         max_len = max(max_len, path_offsets[p + 1] - path_offsets[p])
-    for r in prange(n_rows):
-        row = X[r]
-        acc = np.zeros((n_groups, n_cols), np.float64)
+    n_blocks = (n_rows + block_rows - 1) // block_rows
+    # rows in blocks: each path's lanes are read once per block, not once per row
+    for b in prange(n_blocks):
+        r0 = b * block_rows
+        r1 = min(n_rows, r0 + block_rows)
+        acc = np.zeros((r1 - r0, n_groups, n_cols), np.float64)
         one = np.empty(max_len, np.float64)
         w = np.empty(max_len, np.float64)
         for p in range(n_paths):
             start = path_offsets[p]
             stop = path_offsets[p + 1]
-            g = path_group[p]
-            _one_fractions(row, feature, lower, upper, missing, cat_offsets, cat_nbits,
-                           cat_other, cat_words, start, stop, one)  # fmt: skip
-            off = table_offsets[p]
             k = stop - start - 1
-            if off >= 0:
-                pattern = 0
-                for i in range(k):
-                    if one[i + 1] != 0.0:
-                        pattern |= 1 << i
-                base = off + pattern * k
-                for i in range(k):
-                    acc[g, feature[start + 1 + i]] += tables[base + i]
-            else:
-                depth = path_weights(w, zero_fraction[start:stop], one, 1, k + 1, -1)
-                v = path_value[p]
-                for i in range(1, k + 1):
-                    z = zero_fraction[start + i]
-                    o = one[i]
-                    if o == z:
-                        continue
-                    s = unwound_sum(w, depth, z, o)
-                    acc[g, feature[start + i]] += s * (o - z) * v
-        for g in range(n_groups):
-            acc[g, n_cols - 1] = expected_value[g]
-            for c in range(n_cols):
-                out[r, g, c] = acc[g, c]
+            g = path_group[p]
+            off = table_offsets[p]
+            v = path_value[p]
+            zero = zero_fraction[start:stop]
+            for r in range(r0, r1):
+                row = X[r]
+                _one_fractions(row, feature, lower, upper, missing, cat_offsets, cat_nbits,
+                               cat_other, cat_words, start, stop, one)  # fmt: skip
+                a = acc[r - r0, g]
+                if off >= 0:
+                    pattern = 0
+                    for i in range(k):
+                        if one[i + 1] != 0.0:
+                            pattern |= 1 << i
+                    base = off + pattern * k
+                    for i in range(k):
+                        a[feature[start + 1 + i]] += tables[base + i]
+                else:
+                    depth = path_weights(w, zero, one, 1, k + 1, -1)
+                    for i in range(1, k + 1):
+                        z = zero[i]
+                        o = one[i]
+                        if o != z:
+                            s = unwound_sum(w, depth, z, o)
+                            a[feature[start + i]] += s * (o - z) * v
+        for r in range(r0, r1):
+            for g in range(n_groups):
+                acc[r - r0, g, n_cols - 1] = expected_value[g]
+                for c in range(n_cols):
+                    out[r, g, c] = acc[r - r0, g, c]
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -174,9 +181,12 @@ def shap_values(packed: PackedModel, X: np.ndarray) -> np.ndarray:
         Converted to C-contiguous float32 (XGBoost compares float32 values to its splits).
     """
     X = _as_rows(X, packed)
-    out = np.empty((X.shape[0], packed.num_groups, packed.num_features + 1), np.float32)
+    n_cols = packed.num_features + 1
+    out = np.empty((X.shape[0], packed.num_groups, n_cols), np.float32)
+    # a block's float64 accumulator stays around 256 KiB (cache-sized)
+    block_rows = int(np.clip((1 << 15) // (packed.num_groups * n_cols), 1, 64))
     _shap_kernel(X, *_model_args(packed), packed.table_offsets, packed.tables,
-                 packed.expected_value, out)  # fmt: skip
+                 packed.expected_value, block_rows, out)  # fmt: skip
     return out
 
 

@@ -1,0 +1,449 @@
+"""Plain float64 oracles (no Numba): every backend is tested against these.
+
+They work on the canonical :class:`distshap.models.ensemble.Ensemble`, one tree at a time, and
+follow the split semantics documented there (``goes_left``).
+
+Two independent references for path-dependent ("tree_path_dependent") SHAP values:
+
+* **Brute force** (:func:`brute_force_shap`, :func:`brute_force_interactions`): the value
+  function ``v(S) = E[f(x) | x_S]`` is computed for *every* subset ``S`` of the players by one
+  recursive descent per tree, vectorised over subsets: a node splitting on a feature in ``S``
+  follows ``x`` (NaN -> default direction, categorical -> :func:`goes_left`), any other node
+  averages its children weighted by ``cover(child) / cover(node)``. Shapley values and Shapley
+  interaction indices then follow from their definitions. Exponential in the number of
+  features the model uses: keep it to about 12.
+* **Recursive TreeShap** (:func:`treeshap_recursive`, :func:`treeshap_interactions_recursive`):
+  Algorithm 1 of the GPUTreeShap paper (Lundberg et al.'s TreeShap, with EXTEND, UNWIND and
+  UNWOUND_SUM and the undo/redo of a feature repeated on a path); interactions by conditioning
+  on each feature on / off, ``phi_ij = (phi_j | i on - phi_j | i off) / 2``.
+
+Output layout (XGBoost's ``pred_contribs`` / ``pred_interactions``, margin space): SHAP values
+``(G, F + 1)`` per row with the bias (expected value + base score) in the last column;
+interactions ``(G, F + 1, F + 1)`` with ``phi_ii = phi_i - sum_{j != i} phi_ij`` on the
+diagonal, the expected value at ``[F, F]`` and zeros elsewhere in the bias row and column.
+Features the model never splits on get zeros. The ``*_rows`` helpers stack rows into
+``(n, G, F + 1)`` / ``(n, G, F + 1, F + 1)``.
+
+Cover convention: the fraction of a child is ``cover(child) / cover(node)``, taken as 0 when
+``cover(node) == 0`` (a zero-cover subtree contributes nothing to any expectation).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from distshap.models.ensemble import Ensemble
+
+__all__ = [
+    "brute_force_interactions",
+    "brute_force_interactions_rows",
+    "brute_force_shap",
+    "brute_force_shap_rows",
+    "child_fraction",
+    "expected_value",
+    "goes_left",
+    "predict_margin",
+    "subset_values",
+    "tree_leaf",
+    "treeshap_interactions_recursive",
+    "treeshap_interactions_recursive_rows",
+    "treeshap_recursive",
+    "treeshap_recursive_rows",
+    "used_features",
+]
+
+
+def goes_left(ens: Ensemble, node: int, x: float) -> bool:
+    """Whether value ``x`` of the split feature goes to the left child of ``node``."""
+    if np.isnan(x):
+        return bool(ens.default_left[node])
+    if ens.is_categorical[node]:
+        cats = ens.cat_values[ens.cat_offsets[node] : ens.cat_offsets[node + 1]]
+        if x < 0:
+            return True
+        return int(x) not in set(cats.tolist())
+    return bool(np.float32(x) < ens.threshold[node])
+
+
+def tree_leaf(ens: Ensemble, tree: int, row: np.ndarray) -> int:
+    """Index of the leaf that ``row`` reaches in ``tree``."""
+    node = int(ens.tree_offsets[tree])
+    while ens.left[node] >= 0:
+        x = row[ens.feature[node]]
+        node = int(ens.left[node] if goes_left(ens, node, x) else ens.right[node])
+    return node
+
+
+def predict_margin(ens: Ensemble, X: np.ndarray) -> np.ndarray:
+    """Margin prediction of every row, shape ``(n, num_groups)``, float64."""
+    X = np.asarray(X, dtype=np.float32)
+    out = np.tile(ens.base_score.astype(np.float64), (X.shape[0], 1))
+    for t in range(ens.num_trees):
+        g = ens.tree_group[t]
+        for r in range(X.shape[0]):
+            out[r, g] += ens.value[tree_leaf(ens, t, X[r])]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# shared helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def child_fraction(ens: Ensemble, child: int, node: int) -> float:
+    """``cover(child) / cover(node)``, or 0 when ``node`` has zero cover."""
+    parent = float(ens.cover[node])
+    if parent == 0.0:
+        return 0.0
+    return float(ens.cover[child]) / parent
+
+
+def used_features(ens: Ensemble) -> list[int]:
+    """Sorted distinct features that some split of the model uses."""
+    internal = ens.left >= 0
+    return sorted(int(f) for f in np.unique(ens.feature[internal]))
+
+
+def _tree_mean(ens: Ensemble, node: int) -> float:
+    if ens.left[node] < 0:
+        return float(ens.value[node])
+    left, right = int(ens.left[node]), int(ens.right[node])
+    return child_fraction(ens, left, node) * _tree_mean(ens, left) + child_fraction(
+        ens, right, node
+    ) * _tree_mean(ens, right)
+
+
+def expected_value(ens: Ensemble) -> np.ndarray:
+    """Bias column: base score plus the cover-weighted mean prediction, shape ``(G,)``."""
+    out = ens.base_score.astype(np.float64).copy()
+    for t in range(ens.num_trees):
+        out[ens.tree_group[t]] += _tree_mean(ens, int(ens.tree_offsets[t]))
+    return out
+
+
+def _as_row(ens: Ensemble, x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 1 or x.shape[0] != ens.num_features:
+        raise ValueError(
+            f"expected one row of {ens.num_features} features (a 1-D array), got shape {x.shape}"
+        )
+    return x
+
+
+def _stack(fn, ens: Ensemble, X: np.ndarray) -> np.ndarray:
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2:
+        raise ValueError(f"expected a 2-D array of rows, got shape {X.shape}")
+    return np.stack([fn(ens, X[r]) for r in range(X.shape[0])])
+
+
+# ---------------------------------------------------------------------------------------------
+# brute force: enumerate every subset of the players
+# ---------------------------------------------------------------------------------------------
+
+
+def _players(ens: Ensemble, features: Sequence[int] | None) -> list[int]:
+    used = used_features(ens)
+    if features is None:
+        return used
+    players = sorted({int(f) for f in features})
+    missing = sorted(set(used) - set(players))
+    if missing:
+        raise ValueError(f"features {missing} are used by the model: add them to `features`")
+    if players and (players[0] < 0 or players[-1] >= ens.num_features):
+        raise ValueError(f"features must lie in [0, {ens.num_features}), got {players}")
+    return players
+
+
+def subset_values(ens: Ensemble, x: np.ndarray, players: Sequence[int]) -> np.ndarray:
+    """``v(S) = E[f(x) | x_S]`` (without base score) for every subset ``S`` of ``players``.
+
+    Returns ``(G, 2**M)``; bit ``k`` of the column index says whether ``players[k]`` is in
+    ``S``. Computed by one recursive descent per tree carrying a weight per subset.
+    """
+    x = _as_row(ens, x)
+    pos = {int(f): k for k, f in enumerate(players)}
+    n_sub = 1 << len(players)
+    masks = np.arange(n_sub, dtype=np.int64)
+    values = np.zeros((ens.num_groups, n_sub))
+    for t in range(ens.num_trees):
+        g = int(ens.tree_group[t])
+        stack = [(int(ens.tree_offsets[t]), np.ones(n_sub))]
+        while stack:
+            node, w = stack.pop()
+            left = int(ens.left[node])
+            if left < 0:
+                values[g] += w * float(ens.value[node])
+                continue
+            right = int(ens.right[node])
+            f = int(ens.feature[node])
+            in_s = ((masks >> pos[f]) & 1).astype(bool)
+            hot_left = goes_left(ens, node, float(x[f]))
+            w_left = w * np.where(in_s, float(hot_left), child_fraction(ens, left, node))
+            w_right = w * np.where(in_s, float(not hot_left), child_fraction(ens, right, node))
+            stack.append((left, w_left))
+            stack.append((right, w_right))
+    return values
+
+
+def _popcount(masks: np.ndarray) -> np.ndarray:
+    return np.array([bin(int(m)).count("1") for m in masks], dtype=np.int64)
+
+
+def brute_force_shap(
+    ens: Ensemble, x: np.ndarray, *, features: Sequence[int] | None = None
+) -> np.ndarray:
+    """Exact path-dependent SHAP values of one row by enumerating feature subsets.
+
+    Parameters
+    ----------
+    ens : Ensemble
+    x : float array (F,)
+        One row; NaN is missing.
+    features : sequence of int, optional
+        The players of the game; default the features the model uses (adding features the
+        model never uses changes nothing: they are dummy players).
+
+    Returns
+    -------
+    float64 array (G, F + 1)
+        SHAP values, bias (expected value + base score) in the last column.
+    """
+    players = _players(ens, features)
+    v = subset_values(ens, x, players)
+    m = len(players)
+    masks = np.arange(1 << m, dtype=np.int64)
+    sizes = _popcount(masks)
+    weight = np.array(
+        [math.factorial(s) * math.factorial(m - s - 1) / math.factorial(m) for s in range(m)]
+    )
+    out = np.zeros((ens.num_groups, ens.num_features + 1))
+    for k, f in enumerate(players):
+        without = masks[((masks >> k) & 1) == 0]
+        marginal = v[:, without | (1 << k)] - v[:, without]
+        out[:, f] = marginal @ weight[sizes[without]]
+    out[:, -1] = v[:, 0] + ens.base_score
+    return out
+
+
+def brute_force_interactions(
+    ens: Ensemble, x: np.ndarray, *, features: Sequence[int] | None = None
+) -> np.ndarray:
+    """Exact SHAP interaction values of one row from the Shapley interaction index.
+
+    ``phi_ij = sum_{S ⊆ N \\ {i, j}} |S|! (M - |S| - 2)! / (2 (M - 1)!) * delta_ij(S)`` with
+    ``delta_ij(S) = v(S ∪ {i, j}) - v(S ∪ {i}) - v(S ∪ {j}) + v(S)`` for ``i != j``, and
+    ``phi_ii = phi_i - sum_{j != i} phi_ij``. Parameters as in :func:`brute_force_shap`.
+
+    Returns
+    -------
+    float64 array (G, F + 1, F + 1)
+        Expected value + base score at ``[F, F]``, zeros elsewhere in the bias row / column.
+    """
+    players = _players(ens, features)
+    shap = brute_force_shap(ens, x, features=players)
+    v = subset_values(ens, x, players)
+    m = len(players)
+    masks = np.arange(1 << m, dtype=np.int64)
+    sizes = _popcount(masks)
+    f_total = ens.num_features
+    out = np.zeros((ens.num_groups, f_total + 1, f_total + 1))
+    if m >= 2:
+        weight = np.array(
+            [
+                math.factorial(s) * math.factorial(m - s - 2) / (2.0 * math.factorial(m - 1))
+                for s in range(m - 1)
+            ]
+        )
+        for a in range(m):
+            for b in range(a + 1, m):
+                both = (1 << a) | (1 << b)
+                rest = masks[(masks & both) == 0]
+                delta = (
+                    v[:, rest | both] - v[:, rest | (1 << a)] - v[:, rest | (1 << b)] + v[:, rest]
+                )
+                phi_ab = delta @ weight[sizes[rest]]
+                out[:, players[a], players[b]] = phi_ab
+                out[:, players[b], players[a]] = phi_ab
+    for f in players:
+        out[:, f, f] = shap[:, f] - (out[:, f, :f_total].sum(axis=1) - out[:, f, f])
+    out[:, f_total, f_total] = shap[:, f_total]
+    return out
+
+
+def brute_force_shap_rows(ens: Ensemble, X: np.ndarray) -> np.ndarray:
+    """:func:`brute_force_shap` of every row, shape ``(n, G, F + 1)``."""
+    return _stack(brute_force_shap, ens, X)
+
+
+def brute_force_interactions_rows(ens: Ensemble, X: np.ndarray) -> np.ndarray:
+    """:func:`brute_force_interactions` of every row, shape ``(n, G, F + 1, F + 1)``."""
+    return _stack(brute_force_interactions, ens, X)
+
+
+# ---------------------------------------------------------------------------------------------
+# recursive TreeShap (Algorithm 1)
+# ---------------------------------------------------------------------------------------------
+# A path ``m`` is a list of elements [d, z, o, w]: feature, zero fraction, one fraction and the
+# weight of the subsets of size equal to the element's position. m[0] is the bias element.
+
+
+def _extend(m: list[list], pz: float, po: float, pi: int) -> list[list]:
+    """EXTEND: a copy of ``m`` with feature ``pi`` (fractions ``pz``, ``po``) appended."""
+    depth = len(m)
+    m = [e[:] for e in m]
+    m.append([pi, pz, po, 1.0 if depth == 0 else 0.0])
+    for i in range(depth - 1, -1, -1):
+        m[i + 1][3] += po * m[i][3] * (i + 1) / (depth + 1)
+        m[i][3] = pz * m[i][3] * (depth - i) / (depth + 1)
+    return m
+
+
+def _unwind(m: list[list], i: int) -> list[list]:
+    """UNWIND: a copy of ``m`` with element ``i`` removed (undoes its EXTEND)."""
+    last = len(m) - 1
+    z, o = m[i][1], m[i][2]
+    m = [e[:] for e in m]
+    n = m[last][3]
+    for j in range(last - 1, -1, -1):
+        if o != 0.0:
+            t = m[j][3]
+            m[j][3] = n * (last + 1) / ((j + 1) * o)
+            n = t - m[j][3] * z * (last - j) / (last + 1)
+        else:
+            m[j][3] = m[j][3] * (last + 1) / (z * (last - j))
+    for j in range(i, last):
+        m[j][0:3] = m[j + 1][0:3]
+    m.pop()
+    return m
+
+
+def _unwound_sum(m: list[list], i: int) -> float:
+    """UNWOUND_SUM: ``sum(UNWIND(m, i).w)`` without building the unwound path."""
+    last = len(m) - 1
+    z, o = m[i][1], m[i][2]
+    n = m[last][3]
+    total = 0.0
+    for j in range(last - 1, -1, -1):
+        if o != 0.0:
+            tmp = n * (last + 1) / ((j + 1) * o)
+            total += tmp
+            n = m[j][3] - tmp * z * (last - j) / (last + 1)
+        else:
+            total += m[j][3] * (last + 1) / (z * (last - j))
+    return total
+
+
+def _tree_shap(
+    ens: Ensemble,
+    tree: int,
+    x: np.ndarray,
+    phi: np.ndarray,
+    condition: int = 0,
+    cond_feature: int = -1,
+) -> None:
+    """Add the SHAP values of one tree to ``phi`` (F + 1,), bias excluded.
+
+    ``condition`` +1 / -1 conditions on ``cond_feature`` being present / absent: splits on it
+    are not added to the path; present follows ``x``, absent weights both children by cover.
+    """
+
+    def recurse(node: int, m: list[list], pz: float, po: float, pi: int, cf: float) -> None:
+        if cf == 0.0 or (pz == 0.0 and po == 0.0):
+            return  # every subset's weight through this node is zero
+        if condition == 0 or pi != cond_feature:
+            m = _extend(m, pz, po, pi)
+        left = int(ens.left[node])
+        if left < 0:
+            v = float(ens.value[node])
+            for i in range(1, len(m)):
+                d, z, o, _ = m[i]
+                if o != z:
+                    phi[d] += _unwound_sum(m, i) * (o - z) * v * cf
+            return
+        right = int(ens.right[node])
+        d = int(ens.feature[node])
+        if goes_left(ens, node, float(x[d])):
+            hot, cold = left, right
+        else:
+            hot, cold = right, left
+        z_hot = child_fraction(ens, hot, node)
+        z_cold = child_fraction(ens, cold, node)
+        iz = io = 1.0
+        for k in range(1, len(m)):
+            if m[k][0] == d:
+                iz, io = m[k][1], m[k][2]
+                m = _unwind(m, k)
+                break
+        cf_hot = cf_cold = cf
+        if condition != 0 and d == cond_feature:
+            if condition > 0:
+                cf_cold = 0.0
+            else:
+                cf_hot *= z_hot
+                cf_cold *= z_cold
+        recurse(hot, m, iz * z_hot, io, d, cf_hot)
+        recurse(cold, m, iz * z_cold, 0.0, d, cf_cold)
+
+    recurse(int(ens.tree_offsets[tree]), [], 1.0, 1.0, -1, 1.0)
+
+
+def treeshap_recursive(ens: Ensemble, x: np.ndarray) -> np.ndarray:
+    """Path-dependent SHAP values of one row by recursive TreeShap (Algorithm 1).
+
+    Returns
+    -------
+    float64 array (G, F + 1)
+        Bias (expected value + base score) in the last column.
+    """
+    x = _as_row(ens, x)
+    out = np.zeros((ens.num_groups, ens.num_features + 1))
+    for t in range(ens.num_trees):
+        _tree_shap(ens, t, x, out[ens.tree_group[t]])
+    out[:, -1] = expected_value(ens)
+    return out
+
+
+def treeshap_interactions_recursive(ens: Ensemble, x: np.ndarray) -> np.ndarray:
+    """SHAP interaction values of one row by conditioned recursive TreeShap.
+
+    ``phi_ij = (phi_j | i present - phi_j | i absent) / 2`` for ``i != j`` (only trees that split
+    on ``i`` contribute), ``phi_ii = phi_i - sum_{j != i} phi_ij``.
+
+    Returns
+    -------
+    float64 array (G, F + 1, F + 1)
+        Expected value + base score at ``[F, F]``, zeros elsewhere in the bias row / column.
+    """
+    x = _as_row(ens, x)
+    f_total = ens.num_features
+    shap = treeshap_recursive(ens, x)
+    out = np.zeros((ens.num_groups, f_total + 1, f_total + 1))
+    for i in used_features(ens):
+        for t in range(ens.num_trees):
+            lo, hi = int(ens.tree_offsets[t]), int(ens.tree_offsets[t + 1])
+            splits = ens.feature[lo:hi][ens.left[lo:hi] >= 0]
+            if not np.any(splits == i):
+                continue
+            on = np.zeros(f_total + 1)
+            off = np.zeros(f_total + 1)
+            _tree_shap(ens, t, x, on, condition=1, cond_feature=i)
+            _tree_shap(ens, t, x, off, condition=-1, cond_feature=i)
+            out[ens.tree_group[t], i, :f_total] += (on[:f_total] - off[:f_total]) / 2.0
+        row = out[:, i, :f_total]
+        out[:, i, i] = shap[:, i] - (row.sum(axis=1) - row[:, i])
+    out[:, f_total, f_total] = shap[:, f_total]
+    return out
+
+
+def treeshap_recursive_rows(ens: Ensemble, X: np.ndarray) -> np.ndarray:
+    """:func:`treeshap_recursive` of every row, shape ``(n, G, F + 1)``."""
+    return _stack(treeshap_recursive, ens, X)
+
+
+def treeshap_interactions_recursive_rows(ens: Ensemble, X: np.ndarray) -> np.ndarray:
+    """:func:`treeshap_interactions_recursive` of every row, shape ``(n, G, F + 1, F + 1)``."""
+    return _stack(treeshap_interactions_recursive, ens, X)
