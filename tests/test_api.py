@@ -1,0 +1,111 @@
+"""The public surface: shapes, expected_value, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from xgb_models import MODEL_KINDS
+
+import distshap
+from distshap import TreeExplainer, UnsupportedModelError
+
+
+@pytest.fixture(scope="module")
+def regression():
+    booster, X = MODEL_KINDS["regression"]()
+    return TreeExplainer(booster, backend="cpu"), X
+
+
+def test_import_does_not_touch_cuda():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, distshap; "
+        "bad = [m for m in sys.modules if m.startswith(('numba.cuda', 'cupy', 'dask_cuda'))]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_shapes_and_expected_value():
+    booster, X = MODEL_KINDS["multiclass"]()
+    explainer = TreeExplainer(booster, backend="cpu")
+    assert explainer.shap_values(X).shape == (len(X), 3, X.shape[1] + 1)
+    assert explainer.expected_value.shape == (3,)
+    booster, X = MODEL_KINDS["binary"]()
+    explainer = TreeExplainer(booster, backend="cpu")
+    assert explainer.shap_values(X).shape == (len(X), X.shape[1] + 1)
+    assert isinstance(explainer.expected_value, float)
+
+
+def test_wrong_feature_count(regression):
+    explainer, X = regression
+    with pytest.raises(ValueError, match=f"{X.shape[1] + 1} features but the model expects"):
+        explainer.shap_values(np.hstack([X, X[:, :1]]))
+
+
+def test_one_dimensional_input(regression):
+    explainer, X = regression
+    with pytest.raises(ValueError, match="reshape"):
+        explainer.shap_values(X[0])
+
+
+def test_empty_input(regression):
+    explainer, X = regression
+    with pytest.raises(ValueError, match="no rows"):
+        explainer.shap_values(X[:0])
+
+
+def test_non_numeric_input(regression):
+    explainer, X = regression
+    with pytest.raises(TypeError, match="numeric"):
+        explainer.shap_values(X.astype(str))
+    frame = pd.DataFrame(X).astype({0: str})
+    with pytest.raises(TypeError, match="column"):
+        explainer.shap_values(frame)
+
+
+def test_unknown_model_type():
+    with pytest.raises(TypeError, match="cannot explain"):
+        TreeExplainer(object())
+
+
+def test_unknown_backend(regression):
+    booster, _ = MODEL_KINDS["regression"]()
+    with pytest.raises(ValueError, match="backend"):
+        TreeExplainer(booster, backend="tpu")
+
+
+def test_missing_model_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        TreeExplainer(str(tmp_path / "nope.json"))
+
+
+def test_gblinear_is_refused():
+    import xgboost as xgb
+
+    X = np.random.default_rng(0).normal(size=(50, 3)).astype(np.float32)
+    booster = xgb.train({"booster": "gblinear"}, xgb.DMatrix(X, X[:, 0]), 2)
+    with pytest.raises(UnsupportedModelError, match="gblinear"):
+        TreeExplainer(booster)
+
+
+def test_dataframe_columns_follow_model_names():
+    import xgboost as xgb
+
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame(rng.normal(size=(200, 3)), columns=["a", "b", "c"]).astype(np.float32)
+    booster = xgb.train({"max_depth": 3}, xgb.DMatrix(frame, frame["a"] * 2 + frame["c"]), 5)
+    explainer = TreeExplainer(booster, backend="cpu")
+    expected = explainer.shap_values(frame)
+    assert np.array_equal(explainer.shap_values(frame[["c", "a", "b"]]), expected)
+    with pytest.raises(ValueError, match="lacks the model's feature column"):
+        explainer.shap_values(frame[["a", "b"]].assign(d=1.0))
+
+
+def test_public_names():
+    for name in distshap.__all__:
+        assert getattr(distshap, name) is not None

@@ -1,0 +1,75 @@
+"""distshap against XGBoost's own pred_contribs / pred_interactions, every model kind and backend."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import to_host
+from xgb_models import MODEL_KINDS, as_array, dmatrix
+
+import distshap
+
+
+def _scale(ref: np.ndarray) -> float:
+    return max(1.0, float(np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("kind", sorted(MODEL_KINDS))
+def test_shap_values_match_pred_contribs(kind, backend):
+    booster, X = MODEL_KINDS[kind]()
+    explainer = distshap.TreeExplainer(booster, backend=backend)
+    got = to_host(explainer.shap_values(X))
+    ref = booster.predict(dmatrix(X), pred_contribs=True)
+    assert got.shape == ref.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, ref, atol=1e-4 * _scale(ref), rtol=0)
+    margin = booster.predict(dmatrix(X), output_margin=True)
+    np.testing.assert_allclose(got.sum(axis=-1), margin, atol=1e-4 * _scale(margin), rtol=0)
+    np.testing.assert_allclose(
+        got[..., -1], np.broadcast_to(explainer.expected_value, got.shape[:-1])
+    )
+
+
+@pytest.mark.parametrize("kind", sorted(MODEL_KINDS))
+def test_interactions_match_pred_interactions(kind, backend):
+    booster, X = MODEL_KINDS[kind]()
+    X = X.iloc[:60] if isinstance(X, pd.DataFrame) else X[:60]
+    explainer = distshap.TreeExplainer(booster, backend=backend)
+    got = to_host(explainer.shap_interaction_values(X))
+    ref = booster.predict(dmatrix(X), pred_interactions=True)
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, atol=1e-4 * _scale(ref), rtol=0)
+    shap = to_host(explainer.shap_values(X))
+    np.testing.assert_allclose(got.sum(axis=-1), shap, atol=1e-5 * _scale(shap), rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["regression", "multiclass", "categorical"])
+def test_saved_model_files_give_identical_values(kind, tmp_path):
+    booster, X = MODEL_KINDS[kind]()
+    expected = distshap.TreeExplainer(booster, backend="cpu").shap_values(X)
+    for suffix in ("json", "ubj"):
+        path = tmp_path / f"model.{suffix}"
+        booster.save_model(path)
+        got = distshap.TreeExplainer(str(path), backend="cpu").shap_values(X)
+        assert np.array_equal(got, expected)
+
+
+def test_packing_heuristic_does_not_change_values():
+    booster, X = MODEL_KINDS["multiclass"]()
+    X = as_array(X)
+    results = [
+        distshap.TreeExplainer(booster, backend="cpu", algorithm=a).shap_values(X)
+        for a in ("bfd", "ffd", "nf", "none")
+    ]
+    for other in results[1:]:
+        np.testing.assert_allclose(other, results[0], atol=1e-6)
+
+
+def test_input_layouts_give_identical_values():
+    booster, X = MODEL_KINDS["missing"]()
+    explainer = distshap.TreeExplainer(booster, backend="cpu")
+    expected = explainer.shap_values(X)
+    assert np.array_equal(explainer.shap_values(np.asfortranarray(X)), expected)
+    assert np.array_equal(explainer.shap_values(X.astype(np.float64)), expected)
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])])
+    assert np.array_equal(explainer.shap_values(frame), expected)
