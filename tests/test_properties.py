@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import naive
 import numpy as np
+import tiny
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import naive
-import tiny
 from distshap import TreeExplainer
 
 ensembles = st.builds(

@@ -1,4 +1,4 @@
-"""distshap against XGBoost's own pred_contribs / pred_interactions, every model kind and backend."""
+"""distshap against XGBoost's own pred_contribs / pred_interactions: every model kind, backend."""
 
 from __future__ import annotations
 
