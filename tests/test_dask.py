@@ -1,0 +1,336 @@
+"""Dask layer: results through a cluster equal the single-device kernel's, bit for bit.
+
+Runs on an in-process CPU ``LocalCluster`` (threads, fast to start); the worker-failure test
+uses worker processes. The model goes through the real pipeline: XGBoost booster ->
+``load_model`` -> ``extract_paths`` -> ``build_packed_model``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import dask.array as da
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+from distributed import futures_of, wait
+
+import distshap.cluster.dask_explain as dx
+from distshap import kernels
+from distshap.cluster import (
+    ClusterError,
+    clear_model_cache,
+    compute,
+    explain_dask,
+    frame_to_float32,
+    model_future,
+    start_cluster,
+    warm_up,
+)
+from distshap.models import load_model
+from distshap.packed import build_packed_model
+from distshap.paths import extract_paths
+
+xgb = pytest.importorskip("xgboost")
+
+N_FEATURES = 5
+
+
+def _packed(booster):
+    return build_packed_model(extract_paths(load_model(booster)))
+
+
+@pytest.fixture(scope="module")
+def data() -> np.ndarray:
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(600, N_FEATURES)).astype(np.float32)
+    X[rng.random(X.shape) < 0.05] = np.nan
+    return X
+
+
+@pytest.fixture(scope="module")
+def regression(data):
+    """Packed depth-4 regression model with missing values."""
+    X = np.nan_to_num(data[:400])
+    y = X[:, 0] * X[:, 1] + np.sin(X[:, 2]) + (X[:, 3] > 0)
+    booster = xgb.train(
+        {"max_depth": 4, "eta": 0.3, "base_score": 0.5},
+        xgb.DMatrix(data[:400], label=y),
+        num_boost_round=12,
+    )
+    return _packed(booster)
+
+
+@pytest.fixture(scope="module")
+def multiclass(data):
+    """Packed 3-class model (G = 3 output groups)."""
+    y = (np.nan_to_num(data[:400, 0]) > 0).astype(int) + (np.nan_to_num(data[:400, 1]) > 0.5)
+    booster = xgb.train(
+        {"max_depth": 3, "objective": "multi:softprob", "num_class": 3},
+        xgb.DMatrix(data[:400], label=y),
+        num_boost_round=4,
+    )
+    return _packed(booster)
+
+
+@pytest.fixture(scope="module")
+def frame_model():
+    """A pandas frame with a categorical and a nullable column, and an XGBoost model of it."""
+    rng = np.random.default_rng(3)
+    n = 300
+    colour = pd.Categorical(
+        rng.choice(["red", "green", "blue", None], size=n), categories=["red", "green", "blue"]
+    )
+    count = pd.array(rng.integers(0, 5, size=n), dtype="Int64")
+    count[rng.random(n) < 0.1] = pd.NA
+    frame = pd.DataFrame(
+        {
+            "a": rng.normal(size=n).astype(np.float32),
+            "colour": colour,
+            "count": count,
+            "flag": rng.random(n) < 0.5,
+        }
+    )
+    y = frame["a"].to_numpy() + (frame["colour"] == "red") * 2.0 + frame["flag"] * 0.5
+    booster = xgb.train(
+        {"max_depth": 3, "max_cat_to_onehot": 1},
+        xgb.DMatrix(frame, label=y, enable_categorical=True),
+        num_boost_round=6,
+    )
+    return frame, booster, _packed(booster)
+
+
+@pytest.fixture(scope="module")
+def client():
+    with start_cluster(
+        n_workers=2, processes=False, gpus=False, dashboard_address=":0"
+    ) as dask_client:
+        yield dask_client
+
+
+def _reference(packed, X, backend, interactions):
+    module = kernels.get_backend(backend)
+    out = (module.interaction_values if interactions else module.shap_values)(packed, X)
+    return out.get() if hasattr(out, "get") else np.asarray(out)
+
+
+CHUNKINGS = [(600, N_FEATURES), (97, 2), ((1, 250, 349), (3, 2)), (50, N_FEATURES)]
+
+
+@pytest.mark.parametrize("chunks", CHUNKINGS, ids=["one", "97x2", "ragged", "50"])
+@pytest.mark.parametrize("interactions", [False, True], ids=["shap", "interactions"])
+def test_array_equals_single_device(client, regression, data, chunks, interactions, backend):
+    expected = _reference(regression, data, backend, interactions)
+    result = explain_dask(
+        regression, da.from_array(data, chunks=chunks), interactions, backend, client=client
+    )
+    width = N_FEATURES + 1
+    tail = (1, width, width) if interactions else (1, width)
+    assert result.shape == (data.shape[0],) + tail
+    assert result.dtype == np.float32
+    assert result.chunks[0] == da.from_array(data, chunks=chunks).chunks[0]
+    out = result.compute()
+    assert isinstance(out, np.ndarray) and out.dtype == np.float32
+    np.testing.assert_array_equal(out, expected)  # both kernels are per-row deterministic
+
+
+@pytest.mark.parametrize("interactions", [False, True], ids=["shap", "interactions"])
+def test_multiclass_any_chunking_same_bits(client, multiclass, data, interactions):
+    expected = _reference(multiclass, data, "cpu", interactions)
+    assert expected.shape[1] == 3
+    for chunks in [(600, N_FEATURES), (64, N_FEATURES), (7, 1)]:
+        result = explain_dask(
+            multiclass, da.from_array(data, chunks=chunks), interactions, "cpu", client=client
+        )
+        np.testing.assert_array_equal(compute(result, client=client), expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not kernels.cuda_available(), reason="no CUDA GPU visible")
+@pytest.mark.parametrize("interactions", [False, True], ids=["shap", "interactions"])
+def test_cupy_chunks_stay_on_device(client, regression, data, interactions):
+    cupy = pytest.importorskip("cupy")
+    X = da.from_array(cupy.asarray(data), chunks=(97, 2))
+    result = explain_dask(regression, X, interactions, "auto", client=client)
+    assert type(result._meta).__module__.split(".")[0] == "cupy"
+    out = result.compute()
+    assert isinstance(out, cupy.ndarray) and out.dtype == cupy.float32
+    np.testing.assert_array_equal(out.get(), _reference(regression, data, "cuda", interactions))
+    with pytest.raises(TypeError, match="backend='cpu'"):
+        explain_dask(regression, X, backend="cpu", client=client)
+
+
+def test_same_bits_with_one_or_two_workers(regression, data):
+    results = []
+    for workers in (1, 2):
+        with start_cluster(
+            n_workers=workers, processes=False, gpus=False, dashboard_address=":0"
+        ) as c:
+            X = da.from_array(data, chunks=(41, N_FEATURES))
+            results.append(explain_dask(regression, X, backend="cpu", client=c).compute())
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_array_equal(results[0], _reference(regression, data, "cpu", False))
+
+
+@pytest.mark.parametrize("interactions", [False, True], ids=["shap", "interactions"])
+def test_dataframe_equals_single_device(client, frame_model, interactions):
+    frame, booster, packed = frame_model
+    dframe = dd.from_pandas(frame, npartitions=3)
+    result = explain_dask(packed, dframe, interactions, "cpu", client=client)
+    assert len(result.chunks[0]) == 3 and sum(result.chunks[0]) == len(frame)
+    out = result.compute()
+    expected = _reference(packed, frame_to_float32(frame), "cpu", interactions)
+    np.testing.assert_array_equal(out, expected)
+    # the conversion is the one XGBoost applies to the same frame
+    dmatrix = xgb.DMatrix(frame, enable_categorical=True)
+    if interactions:
+        theirs = booster.predict(dmatrix, pred_interactions=True)
+        np.testing.assert_allclose(out[:, 0], theirs, rtol=1e-4, atol=1e-4)
+    else:
+        theirs = booster.predict(dmatrix, pred_contribs=True)
+        np.testing.assert_allclose(out[:, 0], theirs, rtol=1e-4, atol=1e-4)
+
+
+def test_dataframe_columns_reordered_by_name(client, frame_model):
+    frame, _, packed = frame_model
+    names = tuple(str(c) for c in frame.columns)
+    named = build_packed_model(extract_paths(load_model(frame_model[1])), feature_names=names)
+    shuffled = dd.from_pandas(frame[["flag", "count", "a", "colour"]], npartitions=2)
+    out = explain_dask(named, shuffled, backend="cpu", client=client).compute()
+    np.testing.assert_array_equal(out, _reference(packed, frame_to_float32(frame), "cpu", False))
+
+
+def test_frame_to_float32_conversion():
+    frame = pd.DataFrame(
+        {
+            "cat": pd.Categorical(["b", None, "a"], categories=["a", "b"]),
+            "nullable": pd.array([1, pd.NA, 3], dtype="Int64"),
+            "flag": [True, False, True],
+            "x": np.array([0.5, np.nan, -2.0]),
+        }
+    )
+    out = frame_to_float32(frame)
+    assert out.dtype == np.float32 and out.flags.c_contiguous and out.shape == (3, 4)
+    np.testing.assert_array_equal(out[:, 0], [1.0, np.nan, 0.0])
+    np.testing.assert_array_equal(out[:, 1], [1.0, np.nan, 3.0])
+    np.testing.assert_array_equal(out[:, 2], [1.0, 0.0, 1.0])
+    np.testing.assert_array_equal(out[:, 3], [0.5, np.nan, -2.0])
+    with pytest.raises(TypeError, match="'name'.*category"):
+        frame_to_float32(pd.DataFrame({"name": ["x", "y"]}))
+
+
+def test_lazy_and_model_shipped_once(client, regression, data, monkeypatch):
+    clear_model_cache(client)
+    scatters = []
+    real_scatter = client.scatter
+
+    def counting_scatter(*args, **kwargs):
+        scatters.append(kwargs)
+        return real_scatter(*args, **kwargs)
+
+    kernel_blocks = []
+    real_get_backend = kernels.get_backend
+
+    def counting_get_backend(name):
+        kernel_blocks.append(name)
+        return real_get_backend(name)
+
+    monkeypatch.setattr(client, "scatter", counting_scatter)
+    monkeypatch.setattr(kernels, "get_backend", counting_get_backend)
+    X = da.from_array(data, chunks=(100, N_FEATURES))
+    first = explain_dask(regression, X, backend="cpu", client=client)
+    second = explain_dask(regression, X, backend="cpu", client=client)
+    third = explain_dask(regression, X, interactions=True, backend="cpu", client=client)
+    assert kernel_blocks == []  # lazy: nothing ran yet
+    assert len(scatters) == 1 and scatters[0].get("hash") is False
+    assert len({first.name, second.name, third.name}) == 3  # no reuse of a persisted result
+    np.testing.assert_array_equal(first.compute(), second.compute())
+    assert len(kernel_blocks) == 2 * X.numblocks[0]  # the second compute ran the kernels again
+    third.compute()
+    assert len(scatters) == 1
+    future = model_future(client, regression)
+    assert future.status == "finished"
+    assert dx._MODEL_FUTURES[client] == {regression.digest: future}
+
+
+def test_warm_up_runs_on_every_worker(client, regression):
+    seconds = warm_up(client, regression, backend="cpu", interactions=True)
+    assert sorted(seconds) == sorted(client.ncores())
+    assert all(s >= 0 for s in seconds.values())
+
+
+def test_bad_inputs(client, regression, data):
+    with pytest.raises(ValueError, match=r"4 columns.*5 features"):
+        explain_dask(regression, da.from_array(data[:, :4]), client=client)
+    with pytest.raises(ValueError, match="1 dimension"):
+        explain_dask(regression, da.from_array(data[:, 0]), client=client)
+    with pytest.raises(TypeError, match="MaskedArray"):
+        explain_dask(regression, da.ma.masked_invalid(da.from_array(data)), client=client)
+    with pytest.raises(TypeError, match="dask.array.Array"):
+        explain_dask(regression, data, client=client)
+    with pytest.raises(ValueError, match="backend"):
+        explain_dask(regression, da.from_array(data), backend="tpu", client=client)
+    frame = dd.from_pandas(pd.DataFrame(data[:, :3], columns=list("abc")), npartitions=2)
+    with pytest.raises(ValueError, match=r"3 columns.*5 features"):
+        explain_dask(regression, frame, client=client)
+    with pytest.raises(ValueError, match="1-D"):
+        explain_dask(regression, frame["a"], client=client)
+
+
+def test_start_cluster_arguments():
+    with pytest.raises(ClusterError, match="n_workers=0"):
+        start_cluster(n_workers=0, gpus=False)
+    with pytest.raises(ClusterError, match="dask cuda worker"):
+        start_cluster("tcp://127.0.0.1:1", n_workers=2)
+
+
+def test_client_closes_its_cluster():
+    c = start_cluster(n_workers=1, processes=False, gpus=False, dashboard_address=":0")
+    cluster = c.cluster
+    assert len(c.ncores()) == 1
+    c.close()
+    assert cluster.status.name == "closed"
+
+
+def test_count_gpus_respects_visible_devices(monkeypatch):
+    from distshap.cluster import local
+
+    monkeypatch.setattr(local, "_physical_gpu_count", lambda: 4)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
+    assert local.count_gpus() == 2
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert local.count_gpus() == 0
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,-1,2")
+    assert local.count_gpus() == 1
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert local.count_gpus() == 4
+    monkeypatch.setattr(local, "_physical_gpu_count", lambda: 0)
+    with pytest.raises(ClusterError, match="gpus=False"):
+        start_cluster(gpus=True)
+
+
+def test_worker_killed_mid_compute_result_complete(regression, data):
+    """A worker process dies after computing chunks: they are rerun, the result is whole."""
+    X = da.from_array(np.tile(data, (4, 1)), chunks=(60, N_FEATURES))
+    expected = _reference(regression, np.tile(data, (4, 1)), "cpu", True)
+    with start_cluster(n_workers=2, processes=True, gpus=False, dashboard_address=":0") as c:
+        warm_up(c, regression, backend="cpu", interactions=True)
+        holder = next(iter(c.who_has(model_future(c, regression)).values()))[0]
+        result = c.persist(explain_dask(regression, X, True, "cpu", client=c))
+        chunk_futures = futures_of(result)
+        victim = None
+        while victim is None:  # kill the other worker once it holds finished chunks
+            wait(chunk_futures, return_when="FIRST_COMPLETED")
+            holders = c.who_has(chunk_futures)
+            held = {w for ws in holders.values() for w in ws}
+            victim = next((w for w in held if w != holder), None)
+            if victim is None and all(f.done() for f in chunk_futures):
+                pytest.fail("every chunk ran on the model's worker: no second worker used")
+        lost = [k for k, ws in c.who_has(chunk_futures).items() if victim in ws]
+        assert lost, "the victim held no chunk"
+        pid = c.run(os.getpid, workers=[victim])[victim]
+        os.kill(pid, signal.SIGKILL)
+        out = result.compute()
+    np.testing.assert_array_equal(out, expected)
