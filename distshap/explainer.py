@@ -10,94 +10,14 @@ from typing import Any
 
 import numpy as np
 
+from distshap.inputs import is_cupy, is_dask, to_float32_matrix
 from distshap.kernels import cuda_available, get_backend
 from distshap.models import load_model
 from distshap.packed import PackedModel, build_packed_model
 from distshap.paths import extract_paths
 from distshap.tables import DEFAULT_MAX_TABLE_FEATURES, DEFAULT_TABLE_BUDGET_BYTES
 
-__all__ = ["TreeExplainer", "to_float32_matrix"]
-
-
-def _is_dask(X: Any) -> bool:
-    return type(X).__module__.split(".")[0] in ("dask", "dask_expr", "dask_cudf")
-
-
-def _is_cupy(X: Any) -> bool:
-    return type(X).__module__.split(".")[0] == "cupy"
-
-
-def to_float32_matrix(
-    X: Any, num_features: int, feature_names: tuple[str, ...] | None = None
-) -> np.ndarray:
-    """Validate ``X`` and return a C-contiguous float32 NumPy (or CuPy) matrix.
-
-    pandas DataFrames are reordered by the model's feature names when both are known;
-    category columns become their codes (missing -> NaN), as XGBoost reads them.
-
-    Raises
-    ------
-    TypeError
-        Non-numeric data.
-    ValueError
-        Not 2-D, no rows, or a feature count / names that do not match the model.
-    """
-    if hasattr(X, "dtypes") and hasattr(X, "columns"):
-        X = _frame_to_numpy(X, num_features, feature_names)
-    elif _is_cupy(X):
-        import cupy
-
-        if X.dtype.kind not in "biuf":
-            raise TypeError(f"X has dtype {X.dtype}; SHAP values need numeric input")
-        X = cupy.ascontiguousarray(X, dtype=cupy.float32)
-    else:
-        X = np.asarray(X)
-        if X.dtype.kind not in "biuf":
-            raise TypeError(
-                f"X has dtype {X.dtype}; SHAP values need numeric input: convert strings "
-                "to numbers, or pass a pandas DataFrame with category columns"
-            )
-        X = np.ascontiguousarray(X, dtype=np.float32)
-    if X.ndim != 2:
-        raise ValueError(
-            f"X must be 2-D (n_rows, n_features), got {X.ndim}-D shape {X.shape}; "
-            "for one row use X.reshape(1, -1)"
-        )
-    if X.shape[0] == 0:
-        raise ValueError("X has no rows: nothing to explain")
-    if X.shape[1] != num_features:
-        raise ValueError(
-            f"X has {X.shape[1]} features but the model expects {num_features}: pass the "
-            "columns the model was trained on, in the same order"
-        )
-    return X
-
-
-def _frame_to_numpy(df: Any, num_features: int, names: tuple[str, ...] | None) -> np.ndarray:
-    columns = [str(c) for c in df.columns]
-    if names is not None and len(names) == num_features and columns != list(names):
-        missing = [n for n in names if n not in columns]
-        if missing:
-            raise ValueError(
-                f"X lacks the model's feature column(s) {missing[:5]}: pass a DataFrame with "
-                f"the columns {list(names)[:10]}{'...' if len(names) > 10 else ''}"
-            )
-        df = df[list(names)]
-    out = np.empty((len(df), df.shape[1]), dtype=np.float32)
-    for j, (name, dtype) in enumerate(df.dtypes.items()):
-        col = df.iloc[:, j]
-        if str(dtype) == "category":
-            codes = col.cat.codes.to_numpy().astype(np.float32)
-            codes[codes < 0] = np.nan
-            out[:, j] = codes
-        elif getattr(dtype, "kind", "O") in "biuf":
-            out[:, j] = col.to_numpy(dtype=np.float32, na_value=np.nan)
-        else:
-            raise TypeError(
-                f"column {name!r} has dtype {dtype}: convert it to numbers or to a pandas "
-                "'category' column"
-            )
-    return out
+__all__ = ["TreeExplainer"]
 
 
 class TreeExplainer:
@@ -165,10 +85,10 @@ class TreeExplainer:
     def _local_backend(self, X: Any) -> str:
         if self.backend != "auto":
             return self.backend
-        return "cuda" if (_is_cupy(X) or cuda_available()) else "cpu"
+        return "cuda" if (is_cupy(X) or cuda_available()) else "cpu"
 
     def _explain(self, X: Any, interactions: bool) -> Any:
-        if _is_dask(X):
+        if is_dask(X):
             from distshap.cluster import explain_dask
 
             out = explain_dask(
@@ -180,7 +100,7 @@ class TreeExplainer:
             kernels = get_backend(backend)
             fn = kernels.interaction_values if interactions else kernels.shap_values
             out = fn(self.packed, X)
-            if backend == "cuda" and not _is_cupy(X):
+            if backend == "cuda" and not is_cupy(X):
                 out = out.get()
         return out[:, 0] if self.packed.num_groups == 1 else out
 

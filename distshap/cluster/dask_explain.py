@@ -25,6 +25,7 @@ import numpy as np
 from dask.array.utils import meta_from_array
 
 from distshap import kernels
+from distshap.inputs import frame_to_float32
 
 __all__ = [
     "clear_model_cache",
@@ -118,40 +119,6 @@ def clear_model_cache(client: Any = None) -> None:
             _MODEL_FUTURES.clear()
         else:
             _MODEL_FUTURES.pop(client, None)
-
-
-def frame_to_float32(frame: Any) -> np.ndarray:
-    """A pandas DataFrame (partition) -> C-contiguous float32 array of shape ``(n, F)``.
-
-    Numeric and boolean columns (nullable and Arrow-backed too) become float32 with NaN where
-    missing; ``category`` columns become their integer codes as float32, with NaN for a
-    missing value (code -1).
-
-    Raises
-    ------
-    TypeError
-        For a column of any other dtype (object, string, datetime, ...).
-    """
-    import pandas as pd
-    from pandas.api.types import is_bool_dtype, is_numeric_dtype
-
-    n_rows, n_cols = frame.shape
-    out = np.empty((n_rows, n_cols), dtype=np.float32)
-    for j, (name, column) in enumerate(frame.items()):
-        dtype = column.dtype
-        if isinstance(dtype, pd.CategoricalDtype):
-            codes = column.cat.codes.to_numpy()
-            values = codes.astype(np.float32)
-            values[codes < 0] = np.nan
-        elif is_numeric_dtype(dtype) or is_bool_dtype(dtype):
-            values = column.to_numpy(dtype=np.float32, na_value=np.nan)
-        else:
-            raise TypeError(
-                f"column {name!r} has dtype {dtype}: distshap needs numeric, boolean or "
-                "'category' columns; convert it, e.g. df[col].astype('category')"
-            )
-        out[:, j] = values
-    return out
 
 
 def _float32_partition(frame: Any) -> Any:
