@@ -17,6 +17,9 @@ from distshap.packed import PackedModel
 
 __all__ = ["shap_values", "interaction_values", "warm_up"]
 
+#: Paths with at most this many features get their 0/1 pattern as one int64 bit mask.
+_MAX_PATTERN_BITS = 62
+
 
 @njit(inline="always", nogil=True, cache=True)
 def _follows(x, lower, upper, missing, cat_offset, cat_nbits, cat_other, cat_words):
@@ -44,11 +47,36 @@ def _one_fractions(row, m_feature, m_lower, m_upper, m_missing, m_cat_offsets, m
                                       cat_words)  # fmt: skip
 
 
+@njit(inline="always", nogil=True, cache=True)
+def _path_patterns(XT, n, feature, lower, upper, missing, cat_offsets, cat_nbits, cat_other,
+                   cat_words, start, k, pattern):  # fmt: skip
+    """Bit ``i`` of ``pattern[r]``: does row ``r`` follow feature element ``i`` of the path."""
+    for r in range(n):
+        pattern[r] = 0
+    for i in range(k):
+        e = start + 1 + i
+        col = XT[feature[e]]
+        if cat_offsets[e] < 0:
+            lo = lower[e]
+            hi = upper[e]
+            miss = missing[e]
+            for r in range(n):
+                x = col[r]
+                bit = ((x >= lo) & (x < hi)) | (miss & (x != x))
+                pattern[r] |= np.int64(bit) << i
+        else:
+            for r in range(n):
+                o = _follows(col[r], lower[e], upper[e], missing[e], cat_offsets[e],
+                             cat_nbits[e], cat_other[e], cat_words)  # fmt: skip
+                pattern[r] |= np.int64(o != 0.0) << i
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def _shap_kernel(X, feature, lower, upper, missing, zero_fraction, cat_offsets, cat_nbits,
                  cat_other, cat_words, path_offsets, path_value, path_group, table_offsets,
                  tables, expected_value, block_rows, out):  # fmt: skip
     n_rows = X.shape[0]
+    n_features = X.shape[1]
     n_paths = path_offsets.shape[0] - 1
     n_groups = out.shape[1]
     n_cols = out.shape[2]
@@ -56,47 +84,56 @@ def _shap_kernel(X, feature, lower, upper, missing, zero_fraction, cat_offsets, 
     for p in range(n_paths):
         max_len = max(max_len, path_offsets[p + 1] - path_offsets[p])
     n_blocks = (n_rows + block_rows - 1) // block_rows
-    # rows in blocks: each path's lanes are read once per block, not once per row
+    # Rows in blocks, features-major within a block: each path's lanes are read once per
+    # block and each lane's interval test runs over a contiguous column of the block.
     for b in prange(n_blocks):
         r0 = b * block_rows
-        r1 = min(n_rows, r0 + block_rows)
-        acc = np.zeros((r1 - r0, n_groups, n_cols), np.float64)
+        n = min(n_rows, r0 + block_rows) - r0
+        XT = np.empty((n_features, n), np.float32)
+        for r in range(n):
+            for f in range(n_features):
+                XT[f, r] = X[r0 + r, f]
+        acc = np.zeros((n, n_groups, n_cols), np.float64)
+        pattern = np.empty(n, np.int64)
         one = np.empty(max_len, np.float64)
         w = np.empty(max_len, np.float64)
         for p in range(n_paths):
             start = path_offsets[p]
-            stop = path_offsets[p + 1]
-            k = stop - start - 1
+            k = path_offsets[p + 1] - start - 1
             g = path_group[p]
             off = table_offsets[p]
-            v = path_value[p]
-            zero = zero_fraction[start:stop]
-            for r in range(r0, r1):
-                row = X[r]
-                _one_fractions(row, feature, lower, upper, missing, cat_offsets, cat_nbits,
-                               cat_other, cat_words, start, stop, one)  # fmt: skip
-                a = acc[r - r0, g]
-                if off >= 0:
-                    pattern = 0
+            if k <= _MAX_PATTERN_BITS:
+                _path_patterns(XT, n, feature, lower, upper, missing, cat_offsets, cat_nbits,
+                               cat_other, cat_words, start, k, pattern)  # fmt: skip
+            if off >= 0:
+                for r in range(n):
+                    base = off + pattern[r] * k
                     for i in range(k):
-                        if one[i + 1] != 0.0:
-                            pattern |= 1 << i
-                    base = off + pattern * k
-                    for i in range(k):
-                        a[feature[start + 1 + i]] += tables[base + i]
-                else:
+                        acc[r, g, feature[start + 1 + i]] += tables[base + i]
+            else:
+                v = path_value[p]
+                zero = zero_fraction[start : start + k + 1]
+                one[0] = 1.0
+                for r in range(n):
+                    if k <= _MAX_PATTERN_BITS:
+                        for i in range(k):
+                            one[i + 1] = (pattern[r] >> i) & 1
+                    else:  # very long path (deep trees): test its lanes directly
+                        _one_fractions(X[r0 + r], feature, lower, upper, missing, cat_offsets,
+                                       cat_nbits, cat_other, cat_words, start, start + k + 1,
+                                       one)  # fmt: skip
                     depth = path_weights(w, zero, one, 1, k + 1, -1)
                     for i in range(1, k + 1):
                         z = zero[i]
                         o = one[i]
                         if o != z:
                             s = unwound_sum(w, depth, z, o)
-                            a[feature[start + i]] += s * (o - z) * v
-        for r in range(r0, r1):
+                            acc[r, g, feature[start + i]] += s * (o - z) * v
+        for r in range(n):
             for g in range(n_groups):
-                acc[r - r0, g, n_cols - 1] = expected_value[g]
+                acc[r, g, n_cols - 1] = expected_value[g]
                 for c in range(n_cols):
-                    out[r, g, c] = acc[r - r0, g, c]
+                    out[r0 + r, g, c] = acc[r, g, c]
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -184,7 +221,7 @@ def shap_values(packed: PackedModel, X: np.ndarray) -> np.ndarray:
     n_cols = packed.num_features + 1
     out = np.empty((X.shape[0], packed.num_groups, n_cols), np.float32)
     # a block's float64 accumulator stays around 256 KiB (cache-sized)
-    block_rows = int(np.clip((1 << 15) // (packed.num_groups * n_cols), 1, 64))
+    block_rows = int(np.clip((1 << 15) // (packed.num_groups * n_cols), 8, 256))
     _shap_kernel(X, *_model_args(packed), packed.table_offsets, packed.tables,
                  packed.expected_value, block_rows, out)  # fmt: skip
     return out
