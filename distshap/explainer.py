@@ -17,7 +17,7 @@ from distshap.packed import PackedModel, build_packed_model
 from distshap.paths import extract_paths
 from distshap.tables import DEFAULT_MAX_TABLE_FEATURES, DEFAULT_TABLE_BUDGET_BYTES
 
-__all__ = ["TreeExplainer"]
+__all__ = ["PROGRESS_BATCH_ROWS", "TreeExplainer"]
 
 
 class TreeExplainer:
@@ -87,7 +87,7 @@ class TreeExplainer:
             return self.backend
         return "cuda" if (is_cupy(X) or cuda_available()) else "cpu"
 
-    def _explain(self, X: Any, interactions: bool) -> Any:
+    def _explain(self, X: Any, interactions: bool, progress: bool = False) -> Any:
         if is_dask(X):
             from distshap.cluster import explain_dask
 
@@ -99,18 +99,26 @@ class TreeExplainer:
             backend = self._local_backend(X)
             kernels = get_backend(backend)
             fn = kernels.interaction_values if interactions else kernels.shap_values
-            out = fn(self.packed, X)
-            if backend == "cuda" and not is_cupy(X):
-                out = out.get()
+            if progress and not is_cupy(X) and X.shape[0] > PROGRESS_BATCH_ROWS:
+                out = _in_batches(fn, self.packed, X, backend, interactions)
+            else:
+                out = fn(self.packed, X)
+                if backend == "cuda" and not is_cupy(X):
+                    out = out.get()
         return out[:, 0] if self.packed.num_groups == 1 else out
 
-    def shap_values(self, X: Any) -> Any:
+    def shap_values(self, X: Any, progress: bool = False) -> Any:
         """SHAP values in margin space, XGBoost's ``pred_contribs`` layout.
 
         Parameters
         ----------
         X : ndarray, DataFrame, cupy.ndarray, dask Array or dask DataFrame
             ``(n, F)`` rows to explain. NaN is a missing value.
+        progress : bool
+            For in-memory (NumPy / pandas) input: run in batches of
+            :data:`PROGRESS_BATCH_ROWS` rows with a progress bar (``tqdm`` when installed, no
+            bar otherwise). The values are identical either way (rows are independent). Dask
+            input ignores it: use :func:`distshap.cluster.compute` with ``progress=True``.
 
         Returns
         -------
@@ -118,10 +126,17 @@ class TreeExplainer:
             float32 ``(n, F + 1)``, or ``(n, G, F + 1)`` for ``G > 1`` output groups; the bias
             is the last column. Same array family as ``X`` (lazy for Dask).
         """
-        return self._explain(X, interactions=False)
+        return self._explain(X, interactions=False, progress=progress)
 
-    def shap_interaction_values(self, X: Any) -> Any:
+    def shap_interaction_values(self, X: Any, progress: bool = False) -> Any:
         """SHAP interaction values, XGBoost's ``pred_interactions`` layout.
+
+        Parameters
+        ----------
+        X
+            As for :meth:`shap_values`.
+        progress : bool
+            As for :meth:`shap_values`.
 
         Returns
         -------
@@ -129,4 +144,102 @@ class TreeExplainer:
             float32 ``(n, F + 1, F + 1)``, or ``(n, G, F + 1, F + 1)`` for ``G > 1`` groups;
             row ``i`` sums to the SHAP value of feature ``i``; the bias is ``[F, F]``.
         """
-        return self._explain(X, interactions=True)
+        return self._explain(X, interactions=True, progress=progress)
+
+    def output_feature_names(self, X: Any = None) -> tuple[str, ...]:
+        """Names of the ``F`` feature columns of the outputs (the bias column excluded).
+
+        The model's feature names when it has them; else the columns of ``X`` when ``X`` is a
+        (pandas or Dask) DataFrame with ``F`` columns; else ``("f0", "f1", ...)``.
+        """
+        if self.feature_names is not None and len(self.feature_names) == self.num_features:
+            return tuple(self.feature_names)
+        columns = getattr(X, "columns", None)
+        if columns is not None and len(columns) == self.num_features:
+            return tuple(str(c) for c in columns)
+        return tuple(f"f{j}" for j in range(self.num_features))
+
+    def explain(self, X: Any, progress: bool = False) -> Any:
+        """SHAP values as a ``shap.Explanation``, for ``shap.plots.beeswarm`` / ``bar`` / ...
+
+        Parameters
+        ----------
+        X : ndarray, DataFrame or cupy.ndarray
+            ``(n, F)`` in-memory rows (for Dask collections use :meth:`shap_values`).
+        progress : bool
+            As for :meth:`shap_values`.
+
+        Returns
+        -------
+        shap.Explanation
+            ``values`` float32 ``(n, F)`` (``(n, F, G)`` for ``G > 1`` output groups, the layout
+            shap's own TreeExplainer uses), ``base_values`` ``(n,)`` (``(n, G)``), ``data`` the
+            float32 ``(n, F)`` input (category codes for category columns) and
+            ``feature_names`` from the model, else from the DataFrame columns.
+
+        Raises
+        ------
+        ImportError
+            When the ``shap`` package is not installed.
+        TypeError
+            For a Dask collection.
+        """
+        try:
+            import shap
+        except ImportError as err:
+            raise ImportError(
+                "TreeExplainer.explain() returns a shap.Explanation and needs the shap package: "
+                "`pip install shap`, or use shap_values(X) for a plain array"
+            ) from err
+        if is_dask(X):
+            raise TypeError(
+                "explain() takes in-memory data (NumPy, pandas, CuPy); for a Dask collection use "
+                "shap_values(X), or explain(X.compute()) when the rows fit in memory"
+            )
+        names = self.output_feature_names(X)
+        data = to_float32_matrix(X, self.num_features, self.feature_names)
+        phi = self.shap_values(data, progress=progress)
+        if is_cupy(data):
+            data, phi = data.get(), phi.get()
+        phi = np.asarray(phi)
+        if phi.ndim == 2:
+            values, base = phi[:, :-1], phi[:, -1]
+        else:
+            values = np.ascontiguousarray(phi[:, :, :-1].transpose(0, 2, 1))
+            base = phi[:, :, -1]
+        return shap.Explanation(
+            values=values, base_values=base, data=np.asarray(data), feature_names=list(names)
+        )
+
+
+#: Rows per batch when ``progress=True`` (a bar step; the values do not depend on it).
+PROGRESS_BATCH_ROWS = 65536
+
+
+def _in_batches(fn: Any, packed: PackedModel, X: np.ndarray, backend: str, interactions: bool):
+    """``fn(packed, X)`` over row batches into one preallocated output, with a progress bar."""
+    n = X.shape[0]
+    width = packed.num_features + 1
+    shape = (n, packed.num_groups, width) + ((width,) if interactions else ())
+    out = np.empty(shape, dtype=np.float32)
+    bar = _progress_bar(n, "interaction values" if interactions else "SHAP values")
+    try:
+        for start in range(0, n, PROGRESS_BATCH_ROWS):
+            stop = min(start + PROGRESS_BATCH_ROWS, n)
+            block = fn(packed, X[start:stop])
+            out[start:stop] = block.get() if backend == "cuda" else block
+            if bar is not None:
+                bar.update(stop - start)
+    finally:
+        if bar is not None:
+            bar.close()
+    return out
+
+
+def _progress_bar(total: int, desc: str) -> Any:
+    """A ``tqdm`` bar over rows, or ``None`` when tqdm is not installed."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=desc, unit="rows", unit_scale=True, leave=False)

@@ -1,0 +1,211 @@
+"""Summary plots of SHAP values with matplotlib alone (for users without the shap package).
+
+:func:`summary_plot` takes the arrays :meth:`distshap.TreeExplainer.shap_values` returns (bias
+in the last column) and draws either the mean |SHAP| per feature as a horizontal bar chart
+(stacked by class for multiclass models) or a beeswarm-like scatter: one row per feature, one
+dot per explained row at its SHAP value, coloured by the feature's value. It builds a
+:class:`matplotlib.figure.Figure` directly (no pyplot, no GUI backend), so it works headless;
+save it with ``fig.savefig("summary.png")``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["mean_abs_shap", "summary_plot"]
+
+
+def _as_groups(shap_values: Any) -> np.ndarray:
+    """``(n, F+1)`` / ``(n, G, F+1)`` -> float64 ``(n, G, F)`` without the bias column."""
+    phi = np.asarray(shap_values.get() if hasattr(shap_values, "get") else shap_values)
+    if phi.ndim == 2:
+        phi = phi[:, None, :]
+    if phi.ndim != 3 or phi.shape[2] < 2:
+        raise ValueError(
+            f"shap_values has shape {phi.shape}: pass the (n, F+1) or (n, G, F+1) array "
+            "TreeExplainer.shap_values returns (bias in the last column)"
+        )
+    return phi[:, :, :-1].astype(np.float64)
+
+
+def mean_abs_shap(shap_values: Any) -> np.ndarray:
+    """Mean |SHAP value| per output group and feature, ``(G, F)`` (bias column excluded)."""
+    return np.abs(_as_groups(shap_values)).mean(axis=0)
+
+
+def _swarm_offsets(x: np.ndarray, n_bins: int = 80, width: float = 0.4) -> np.ndarray:
+    """Vertical offsets spreading dots of similar x like a beeswarm (deterministic)."""
+    n = x.shape[0]
+    if n == 0:
+        return np.zeros(0)
+    lo, hi = float(np.min(x)), float(np.max(x))
+    span = hi - lo if hi > lo else 1.0
+    bins = np.minimum(((x - lo) / span * n_bins).astype(np.int64), n_bins - 1)
+    order = np.argsort(bins, kind="stable")
+    counts = np.bincount(bins, minlength=n_bins)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n) - starts[bins[order]]
+    # alternate above / below the centre line: 0, +1, -1, +2, -2, ...
+    signed = np.where(rank % 2 == 1, (rank + 1) // 2, -(rank // 2)).astype(np.float64)
+    scale = width / max(1.0, float(counts.max()) / 2)
+    return signed * scale
+
+
+def summary_plot(
+    shap_values: Any,
+    data: Any = None,
+    feature_names: Sequence[str] | None = None,
+    kind: str = "auto",
+    max_display: int = 20,
+    group: int | None = None,
+    class_names: Sequence[str] | None = None,
+    title: str | None = None,
+    max_points: int = 20_000,
+) -> Any:
+    """A summary plot of SHAP values.
+
+    Parameters
+    ----------
+    shap_values : ndarray
+        ``(n, F+1)`` or ``(n, G, F+1)`` as :meth:`TreeExplainer.shap_values` returns.
+    data : ndarray, optional
+        ``(n, F)`` feature values, colouring the beeswarm dots (grey where NaN).
+    feature_names : sequence of str, optional
+        Default ``f0, f1, ...``.
+    kind : {"auto", "bar", "beeswarm"}
+        ``"auto"``: beeswarm when ``data`` is given and there is one output group (or
+        ``group`` is chosen), bar chart otherwise.
+    max_display : int
+        Features shown, by decreasing mean |SHAP| (the rest are summed into one row).
+    group : int, optional
+        Output group (class) to show; default all groups (bar chart, stacked) or group 0.
+    class_names : sequence of str, optional
+        Legend labels of the groups (default ``class 0, class 1, ...``).
+    title : str, optional
+    max_points : int
+        The beeswarm draws at most this many rows (an evenly spaced subset).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as err:
+        raise ImportError(
+            "summary plots need matplotlib: `pip install matplotlib` (or distshap[plot])"
+        ) from err
+    if kind not in ("auto", "bar", "beeswarm"):
+        raise ValueError(f"unknown kind {kind!r}: use 'auto', 'bar' or 'beeswarm'")
+    if max_display < 1:
+        raise ValueError(f"max_display={max_display} must be >= 1")
+    phi = _as_groups(shap_values)
+    n, n_groups, n_features = phi.shape
+    names = [str(f) for f in feature_names] if feature_names is not None else None
+    if names is None:
+        names = [f"f{j}" for j in range(n_features)]
+    if len(names) != n_features:
+        raise ValueError(
+            f"{len(names)} feature names for {n_features} features: pass one name per column"
+        )
+    if group is not None and not 0 <= group < n_groups:
+        raise ValueError(f"group={group} but the values have {n_groups} output group(s)")
+    if kind == "auto":
+        kind = "beeswarm" if data is not None and (n_groups == 1 or group is not None) else "bar"
+    if kind == "beeswarm" and data is None:
+        raise ValueError("a beeswarm colours dots by feature value: pass data=X (or kind='bar')")
+
+    groups = [group] if group is not None else list(range(n_groups))
+    if kind == "beeswarm":
+        groups = groups[:1]
+    importance = np.abs(phi[:, groups, :]).mean(axis=0)  # (len(groups), F)
+    order = np.argsort(-importance.sum(axis=0), kind="stable")
+    shown = order[:max_display]
+    rest = order[max_display:]
+    rows = len(shown) + (1 if rest.size else 0)
+    labels = [names[j] for j in shown] + (
+        [f"sum of {rest.size} other features"] if rest.size else []
+    )
+    y = np.arange(rows)[::-1]  # most important on top
+
+    fig = Figure(figsize=(8, 0.4 * rows + 1.5))
+    ax = fig.add_subplot()
+    if kind == "bar":
+        left = np.zeros(rows)
+        cmap = _colormap("tab10")
+        for i, g in enumerate(groups):
+            vals = importance[i, shown]
+            if rest.size:
+                vals = np.append(vals, importance[i, rest].sum())
+            label = None
+            if len(groups) > 1:
+                label = class_names[g] if class_names is not None else f"class {g}"
+            ax.barh(y, vals, left=left, color=cmap(i % 10), label=label)
+            left += vals
+        ax.set_xlabel("mean |SHAP value| (margin)")
+        if len(groups) > 1:
+            ax.legend(loc="lower right", frameon=False)
+    else:
+        g = groups[0]
+        X = np.asarray(data.get() if hasattr(data, "get") else data, dtype=np.float64)
+        if X.shape != (n, n_features):
+            raise ValueError(
+                f"data has shape {X.shape} but the SHAP values need ({n}, {n_features})"
+            )
+        take = np.linspace(0, n - 1, min(n, max_points)).astype(np.int64)
+        cmap = _colormap("coolwarm")
+        points = None
+        for row, j in zip(y, list(shown) + ([None] if rest.size else []), strict=True):
+            if j is None:
+                x_vals = phi[take, g][:, rest].sum(axis=1)
+                colour = np.full(take.size, np.nan)
+            else:
+                x_vals = phi[take, g, j]
+                colour = _normalise(X[take, j])
+            offsets = _swarm_offsets(x_vals)
+            nan = np.isnan(colour)
+            ax.scatter(x_vals[nan], row + offsets[nan], s=6, color="#999999", linewidths=0)
+            points = ax.scatter(
+                x_vals[~nan], row + offsets[~nan], s=6, c=colour[~nan], cmap=cmap,
+                vmin=0.0, vmax=1.0, linewidths=0,
+            )  # fmt: skip
+        ax.axvline(0.0, color="#666666", linewidth=0.8, zorder=0)
+        ax.set_xlabel("SHAP value (impact on the margin)")
+        if points is not None:
+            bar = fig.colorbar(points, ax=ax, ticks=[0, 1], aspect=40, pad=0.02)
+            bar.ax.set_yticklabels(["low", "high"])
+            bar.set_label("feature value")
+    ax.set_yticks(y)
+    ax.set_yticklabels(labels)
+    ax.set_ylim(-0.7, rows - 0.3)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    if title is None and n_groups > 1 and kind == "beeswarm":
+        title = class_names[groups[0]] if class_names is not None else f"class {groups[0]}"
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def _colormap(name: str) -> Any:
+    from matplotlib import colormaps
+
+    return colormaps[name]
+
+
+def _normalise(values: np.ndarray) -> np.ndarray:
+    """Feature values -> [0, 1] between their 5th and 95th percentiles (NaN stays NaN)."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return np.full(values.shape, np.nan)
+    lo, hi = np.percentile(finite, [5, 95])
+    if hi <= lo:
+        lo, hi = float(finite.min()), float(finite.max())
+    if hi <= lo:
+        return np.where(np.isnan(values), np.nan, 0.5)
+    return np.clip((values - lo) / (hi - lo), 0.0, 1.0)
