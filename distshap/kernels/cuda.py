@@ -1,0 +1,952 @@
+"""CUDA kernels (Numba): one warp per bin of packed paths, deterministic fixed-point output.
+
+Imported lazily by :func:`distshap.kernels.get_backend` (``"cuda"``); importing :mod:`distshap`
+never touches CUDA. Same functions as :mod:`distshap.kernels.cpu`:
+``shap_values(packed, X)`` -> CuPy float32 ``(n, G, F+1)`` and ``interaction_values(packed, X)``
+-> CuPy float32 ``(n, G, F+1, F+1)``; ``X`` is a NumPy or CuPy 2-D array (copied to a
+C-contiguous float32 device array when it is not one).
+
+Kernel design
+-------------
+* **Warps.** One warp runs one bin of the :class:`~distshap.packed.PackedModel`; lane ``l`` holds
+  lane ``l`` of the bin (a path's lanes are contiguous, its first lane is the bias lane). Each
+  warp loops over a tile of rows (``grid = (bins / WARPS_PER_BLOCK, row tiles)``). All loops are
+  warp-uniform (trip counts are per-bin constants), so the full-mask shuffles and ballots are
+  always executed by all 32 lanes; lanes of shorter paths (and unused lanes) idle through them.
+* **One-fractions.** Per row, each lane tests its element (``lower <= x < upper``; NaN follows
+  when ``missing``; categorical: the bit ``int(x)`` of the category set for ``0 <= x < nbits``,
+  ``cat_other`` otherwise); the bias lane always follows. One ``ballot_sync`` gathers the 32
+  results, so every lane can read any element's one-fraction of its own path as a bit.
+* **Pattern-table paths** (``table_offsets[p] >= 0``): the path's ``k`` bits of the ballot form
+  the pattern; lane ``i`` loads ``tables[offset + pattern * k + i - 1]``.
+* **DP paths**: EXTEND with warp shuffles (paper Alg. 2; each lane needs the weight of its left
+  neighbour and the zero fraction of the element being added), then every lane computes its own
+  UNWOUND_SUM (Alg. 3) with one shuffle per step and adds ``sum * (o - z) * v``. The DP runs
+  in float32 for bins whose paths have at most :data:`DP32_MAX_FEATURES` features and in
+  float64 above (the UNWOUND_SUM recursion loses accuracy fast in float32: relative error 6e-5
+  at 20 features, 5e-3 at 28); reciprocals ``1/i`` come from a constant table and ``1/z`` is
+  hoisted out of the row loop. A bin may mix table and DP paths: the DP runs only when the
+  bin has a DP path (a per-bin constant) and table paths idle through it.
+* **Interactions** (paper §3.5): for every element ``c`` of a path the DP is run on the path
+  without ``c`` (``c`` is "swapped to the end": lanes after it shift one position left, it is
+  never added); lane ``i`` then adds ``phi_ic = sum_i * (o_i - z_i) * v * (o_c - z_c) / 2`` at
+  ``[feature_c, feature_i]``, and the diagonal gets ``phi_i - sum_c phi_ic`` with ``phi_i`` from
+  an unconditioned DP (``c = 0``); the ``[F, F]`` entry is the expected value, the rest of the
+  bias row and column is zero (XGBoost's convention). No tables are used for interactions.
+* **Oversize paths** (more than 31 features: a bin of more than 32 lanes) run in a simple
+  fallback kernel, one thread per (path, row), float64 DP in local memory, up to
+  :data:`MAX_FALLBACK_FEATURES` features (a longer path raises :class:`ValueError` naming the
+  CPU backend as the fix).
+
+Determinism
+-----------
+Results are bit-identical run to run and independent of batching: no float atomics. Every
+contribution ``c`` is rounded to a 64-bit fixed-point integer ``round(c * 2**s)`` and added with
+an integer ``atomic.add`` (integer addition is associative, so the order of the atomics does not
+matter); a final elementwise pass converts ``acc * 2**-s`` to float32 (in float64) and adds the
+expected value in the bias column. The shift ``s`` is chosen per model from a bound ``B`` on
+every contribution and every output element: a path's SHAP contribution is at most ``|v|``
+(Shapley weights sum to 1 and fractions are <= 1), an interaction entry (diagonal included) at
+most ``k |v|``, so ``B = max_g sum_p |v_p|`` (SHAP) or ``max_g sum_p k_p |v_p|``
+(interactions) and ``s = 62 - ceil(log2(B + 1)) - 1`` (clamped to ``[-60, 60]``): no sum can
+reach ``2**61`` and the resolution ``2**-s`` is far below float32 precision.
+
+Batching
+--------
+Rows are processed in batches of ``batch_rows`` so that the int64 accumulator stays bounded:
+``batch_rows = max(1, budget // (8 * G * W))`` with ``W = F + 1`` (SHAP) or ``(F + 1) ** 2``
+(interactions) and ``budget = min(1 GiB, free device memory / 4)``. (fashion_mnist, 785
+columns and 10 classes: 6.2M interaction values = 49 MB per row, 21 rows per batch.) The
+float32 output of all rows is allocated at once: chunking larger inputs is the caller's job.
+
+The packed model is copied to the device once per ``(digest, device)`` and cached
+(:func:`device_model`); :func:`clear_cache` drops the cache.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import warnings
+from collections import OrderedDict
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+import numpy as np
+from numba import cuda
+
+from distshap.packed import PackedModel
+
+__all__ = [
+    "MAX_FALLBACK_FEATURES",
+    "WARPS_PER_BLOCK",
+    "DeviceModel",
+    "clear_cache",
+    "compile_check",
+    "default_batch_rows",
+    "device_model",
+    "fixed_point_shift",
+    "interaction_values",
+    "shap_values",
+    "strategy_stats",
+    "warm_up",
+]
+
+#: Warps (bins) per thread block of the warp kernels.
+WARPS_PER_BLOCK = 4
+#: Longest path (features) the oversize fallback kernel handles.
+MAX_FALLBACK_FEATURES = 127
+#: Rows per warp of the warp kernels at most (fewer for small inputs, to fill the GPU).
+ROWS_PER_WARP = 1024
+#: Output accumulator budget per batch at most (bytes); see the module docstring.
+BATCH_BUDGET_BYTES = 1 << 30
+
+_FULL = 0xFFFFFFFF
+_MAXF1 = MAX_FALLBACK_FEATURES + 1
+_MAXF2 = MAX_FALLBACK_FEATURES + 2
+_SIM = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+#: Longest path (features) of a bin whose warp DP runs in float32; longer ones use float64
+#: (the UNWOUND_SUM recursion loses accuracy quickly with the path length in float32).
+DP32_MAX_FEATURES = 10
+# 1/i for i = 0..64 (entry 0 is unused and 0)
+_RECIP32 = np.array([0.0] + [1.0 / i for i in range(1, 65)], dtype=np.float32)
+_RECIP64 = np.array([0.0] + [1.0 / i for i in range(1, 65)], dtype=np.float64)
+
+# --------------------------------------------------------------------------------------------
+# Warp primitives. On a GPU these are Numba's intrinsics; the CUDA simulator has none, so there
+# they are emulated through block shared memory (every lane of a warp calls them in lockstep).
+# --------------------------------------------------------------------------------------------
+
+if _SIM:  # pragma: no cover - only under NUMBA_ENABLE_CUDASIM=1
+
+    def _shfl_f(mask, value, src):
+        buf = cuda.shared.array(1024, np.float64)
+        t = cuda.threadIdx.x
+        buf[t] = value
+        cuda.syncthreads()
+        r = buf[(t - (t & 31)) + (src & 31)]
+        cuda.syncthreads()
+        return type(value)(r)
+
+    def _shfl_i32(mask, value, src):
+        buf = cuda.shared.array(1024, np.int64)
+        t = cuda.threadIdx.x
+        buf[t] = value
+        cuda.syncthreads()
+        r = buf[(t - (t & 31)) + (src & 31)]
+        cuda.syncthreads()
+        return np.int32(r)
+
+    def _ballot(mask, predicate):
+        buf = cuda.shared.array(1024, np.int64)
+        t = cuda.threadIdx.x
+        buf[t] = 1 if predicate else 0
+        cuda.syncthreads()
+        w = t - (t & 31)
+        bits = 0
+        for i in range(32):
+            if buf[w + i] != 0:
+                bits |= 1 << i
+        cuda.syncthreads()
+        return np.uint32(bits)
+
+else:
+    _shfl_f = cuda.shfl_sync
+    _shfl_i32 = cuda.shfl_sync
+    _ballot = cuda.ballot_sync
+
+
+# --------------------------------------------------------------------------------------------
+# Device functions
+# --------------------------------------------------------------------------------------------
+
+
+@cuda.jit(device=True)
+def _follows(x, lower, upper, flags, cat_nbits, cat_offset, cat_words):
+    """Whether value ``x`` follows a feature element (bit 0 of flags: missing, 1: cat_other)."""
+    if math.isnan(x):
+        return (flags & 1) != 0
+    if cat_offset < 0:
+        return lower <= x and x < upper
+    if x < 0.0 or x >= cat_nbits:
+        return (flags & 2) != 0
+    c = np.int64(x)
+    return ((cat_words[cat_offset + (c >> 5)] >> np.uint32(c & 31)) & np.uint32(1)) != 0
+
+
+@cuda.jit(device=True)
+def _fixed(value, scale):
+    """``round(value * scale)`` as int64 (the fixed-point representation), float64 inputs."""
+    return np.int64(math.floor(value * scale + 0.5))
+
+
+@cuda.jit(device=True)
+def _warp_unwound(pos, start, kk, c, z, zinv, o, bal, nsteps, recip, one):
+    """Warp-cooperative EXTEND of each lane's path without element ``c``, then UNWOUND_SUM.
+
+    Every lane of the warp must call this with the same ``c`` and ``nsteps`` (the largest path
+    length taking part). ``pos`` is the lane's position in its path (0 = bias lane), ``start``
+    the warp lane of the path's bias lane, ``kk`` the path's number of features (0: the lane
+    takes no part), ``c`` the conditioned element (0: none; ``c > kk``: the path takes no
+    part). ``o``/``z``/``zinv`` are the lane's one fraction (0/1), zero fraction and ``1/z``
+    (0 where ``z == 0``); ``bal`` the ballot of all one fractions. The arithmetic is done in
+    the type of ``one`` (float32 or float64; ``z``, ``zinv`` and the reciprocal table ``recip``
+    must have that type). Returns the lane's unwound sum (meaningless for the bias lane and
+    for lane ``c``).
+    """
+    shift = 1 if c > 0 else 0
+    if c > kk:
+        length = -1
+    else:
+        length = kk - shift
+    p = pos
+    if c > 0:
+        if pos == c:
+            p = kk  # conditioned element: swapped to the end, never added
+        elif pos > c:
+            p = pos - 1
+    q = p - 1
+    src_left = start + q + (1 if (c > 0 and q >= c) else 0)
+    zero = one - one
+    w = one if p == 0 else zero
+    pf = one * np.float32(p)  # int -> float of the DP's type (exact)
+    for e in range(1, nsteps + 1):
+        le = start + e + (1 if (c > 0 and e >= c) else 0)
+        ze = _shfl_f(_FULL, z, le & 31)
+        wl = _shfl_f(_FULL, w, src_left & 31)
+        if e <= length:
+            re = recip[e + 1]
+            nw = w * ze * (one * np.float32(e) - pf) * re
+            if (bal >> le) & 1:
+                nw += wl * pf * re
+            w = nw
+    top = start + length + (1 if (c > 0 and length >= c) else 0)
+    n = _shfl_f(_FULL, w, top & 31)
+    total = zero
+    lp1 = one * np.float32(length + 1)
+    rl1 = recip[length + 1]
+    for j in range(nsteps - 1, -1, -1):
+        lj = start + j + (1 if (c > 0 and j >= c) else 0)
+        wj = _shfl_f(_FULL, w, lj & 31)
+        if j < length:
+            if o != 0:
+                tmp = n * lp1 * recip[j + 1]
+                total += tmp
+                n = wj - tmp * z * (one * np.float32(length - j)) * rl1
+            else:
+                total += wj * lp1 * zinv * recip[length - j]
+    return total
+
+
+@cuda.jit(device=True)
+def _seq_extend(w, length, z, o):
+    """Sequential EXTEND (float64, local memory) of a path of ``length`` elements."""
+    w[length] = 1.0 if length == 0 else 0.0
+    scale = 1.0 / (length + 1)
+    for i in range(length - 1, -1, -1):
+        w[i + 1] += o * w[i] * (i + 1) * scale
+        w[i] = z * w[i] * (length - i) * scale
+
+
+@cuda.jit(device=True)
+def _seq_unwound(w, depth, z, o):
+    """Sequential UNWOUND_SUM (float64) of an element with fractions ``z``, ``o``."""
+    total = 0.0
+    if o != 0.0:
+        n = w[depth]
+        for j in range(depth - 1, -1, -1):
+            tmp = n * (depth + 1) / ((j + 1) * o)
+            total += tmp
+            n = w[j] - tmp * z * (depth - j) / (depth + 1)
+    elif z != 0.0:
+        for j in range(depth - 1, -1, -1):
+            total += w[j] * (depth + 1) / (z * (depth - j))
+    return total
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels
+#
+# Lane arrays (built once per model by _lane_arrays):
+#   lane_f  float32 (n_lanes, 4): lower, upper, zero_fraction, path value
+#   lane_i  int32   (n_lanes, 8): feature, position in path, warp lane of the path's bias lane,
+#                                 path features k, group, flags (1 missing, 2 cat_other),
+#                                 cat_nbits, unused
+#   lane_l  int64   (n_lanes, 2): cat_offset, table_offset of the lane's path
+#   lane_d  float64 (n_lanes, 2): zero_fraction, path value
+#   bin_info int32  (n_bins, 2):  largest k of the bin's DP paths (0: none), largest k overall
+# --------------------------------------------------------------------------------------------
+
+
+@cuda.jit(device=True)
+def _lane_setup(lane_f, lane_i, lane_l, lane_d, bin_offsets, b, lane):
+    """Row-independent constants of this lane of bin ``b`` (unused lanes: no path)."""
+    base = bin_offsets[b]
+    valid = lane < bin_offsets[b + 1] - base
+    li = base + lane if valid else base
+    feat = lane_i[li, 0] if valid else -1
+    pos = lane_i[li, 1] if valid else 0
+    start = lane_i[li, 2] if valid else lane
+    k = lane_i[li, 3] if valid else 0
+    return li, valid, feat, pos, start, k
+
+
+@cuda.jit
+def _shap_warp_kernel(lane_f, lane_i, lane_l, lane_d, cat_words, tables, bin_offsets, bin_info,
+                      bins, X, acc, scale, rows_per_warp, n_cols):  # fmt: skip
+    lane = cuda.threadIdx.x & 31
+    bi = cuda.blockIdx.x * WARPS_PER_BLOCK + (cuda.threadIdx.x >> 5)
+    if bi >= bins.shape[0]:
+        return  # warp-uniform
+    b = bins[bi]
+    li, valid, feat, pos, start, k = _lane_setup(lane_f, lane_i, lane_l, lane_d, bin_offsets, b,
+                                                 lane)  # fmt: skip
+    group = lane_i[li, 4]
+    flags = lane_i[li, 5]
+    nbits = lane_i[li, 6]
+    lower = lane_f[li, 0]
+    upper = lane_f[li, 1]
+    z32 = lane_f[li, 2]
+    z64 = lane_d[li, 0]
+    v64 = lane_d[li, 1]
+    zinv32 = np.float32(1.0) / z32 if z32 > 0 else np.float32(0.0)
+    zinv64 = 1.0 / z64 if z64 > 0 else 0.0
+    cat_offset = lane_l[li, 0]
+    toff = lane_l[li, 1]
+    is_feat = valid and pos >= 1
+    use_table = is_feat and toff >= 0
+    kk_dp = k if (valid and toff < 0) else 0
+    mask_k = (np.int64(1) << k) - 1
+    col = group * n_cols + feat
+    maxk_dp = bin_info[b, 0]
+    r0 = cuda.blockIdx.y * rows_per_warp
+    r1 = r0 + rows_per_warp
+    if r1 > X.shape[0]:
+        r1 = X.shape[0]
+    for r in range(r0, r1):
+        o = 0
+        if is_feat:
+            if _follows(X[r, feat], lower, upper, flags, nbits, cat_offset, cat_words):
+                o = 1
+        elif valid:
+            o = 1
+        bal = np.int64(_ballot(_FULL, o != 0))
+        contrib = 0.0
+        if use_table:
+            pattern = (bal >> (start + 1)) & mask_k
+            contrib = np.float64(tables[toff + pattern * k + pos - 1])
+        if maxk_dp > 0:  # bin-uniform
+            if maxk_dp <= DP32_MAX_FEATURES:
+                total = np.float64(_warp_unwound(pos, start, kk_dp, 0, z32, zinv32, o, bal,
+                                                 maxk_dp, _RECIP32, np.float32(1.0)))  # fmt: skip
+            else:
+                total = _warp_unwound(pos, start, kk_dp, 0, z64, zinv64, o, bal, maxk_dp,
+                                      _RECIP64, 1.0)  # fmt: skip
+            if is_feat and not use_table:
+                contrib = total * (o - z64) * v64
+        if is_feat and contrib != 0.0:
+            ival = _fixed(contrib, scale)
+            if ival != 0:
+                cuda.atomic.add(acc, (r, col), ival)
+
+
+@cuda.jit
+def _interaction_warp_kernel(lane_f, lane_i, lane_l, lane_d, cat_words, bin_offsets, bin_info,
+                             bins, X, acc, scale, rows_per_warp, n_cols):  # fmt: skip
+    lane = cuda.threadIdx.x & 31
+    bi = cuda.blockIdx.x * WARPS_PER_BLOCK + (cuda.threadIdx.x >> 5)
+    if bi >= bins.shape[0]:
+        return  # warp-uniform
+    b = bins[bi]
+    li, valid, feat, pos, start, k = _lane_setup(lane_f, lane_i, lane_l, lane_d, bin_offsets, b,
+                                                 lane)  # fmt: skip
+    group = lane_i[li, 4]
+    flags = lane_i[li, 5]
+    nbits = lane_i[li, 6]
+    lower = lane_f[li, 0]
+    upper = lane_f[li, 1]
+    z32 = lane_f[li, 2]
+    z64 = lane_d[li, 0]
+    v64 = lane_d[li, 1]
+    zinv32 = np.float32(1.0) / z32 if z32 > 0 else np.float32(0.0)
+    zinv64 = 1.0 / z64 if z64 > 0 else 0.0
+    cat_offset = lane_l[li, 0]
+    is_feat = valid and pos >= 1
+    row_base = (group * n_cols + feat) * n_cols  # [group, feat, :]
+    maxk = bin_info[b, 1]
+    r0 = cuda.blockIdx.y * rows_per_warp
+    r1 = r0 + rows_per_warp
+    if r1 > X.shape[0]:
+        r1 = X.shape[0]
+    for r in range(r0, r1):
+        o = 0
+        if is_feat:
+            if _follows(X[r, feat], lower, upper, flags, nbits, cat_offset, cat_words):
+                o = 1
+        elif valid:
+            o = 1
+        bal = np.int64(_ballot(_FULL, o != 0))
+        diag = 0.0
+        for c in range(0, maxk + 1):
+            if maxk <= DP32_MAX_FEATURES:  # bin-uniform
+                total = np.float64(_warp_unwound(pos, start, k, c, z32, zinv32, o, bal, maxk,
+                                                 _RECIP32, np.float32(1.0)))  # fmt: skip
+            else:
+                total = _warp_unwound(pos, start, k, c, z64, zinv64, o, bal, maxk, _RECIP64, 1.0)
+            sc = (start + c) & 31
+            zc = _shfl_f(_FULL, z64, sc)
+            fc = _shfl_i32(_FULL, feat, sc)
+            if is_feat and c <= k and pos != c:
+                phi = total * (o - z64) * v64
+                if c == 0:
+                    diag += phi
+                else:
+                    half = phi * (((bal >> (start + c)) & 1) - zc) * 0.5
+                    diag -= half
+                    ival = _fixed(half, scale)
+                    if ival != 0:
+                        cuda.atomic.add(acc, (r, (group * n_cols + fc) * n_cols + feat), ival)
+        if is_feat:
+            ival = _fixed(diag, scale)
+            if ival != 0:
+                cuda.atomic.add(acc, (r, row_base + feat), ival)
+
+
+@cuda.jit
+def _oversize_kernel(lane_f, lane_i, lane_l, lane_d, cat_words, path_offsets, paths, X, acc, scale,
+                     n_cols, interactions):  # fmt: skip
+    """Fallback: one thread per (row, oversize path), float64 DP in local memory."""
+    r = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    if r >= X.shape[0]:
+        return
+    p = paths[cuda.blockIdx.y]
+    s0 = path_offsets[p]
+    k = path_offsets[p + 1] - s0 - 1
+    w = cuda.local.array(_MAXF2, np.float64)
+    one = cuda.local.array(_MAXF1, np.float64)
+    zero = cuda.local.array(_MAXF1, np.float64)
+    diag = cuda.local.array(_MAXF1, np.float64)
+    v = lane_d[s0, 1]
+    group = lane_i[s0, 4]
+    for i in range(1, k + 1):
+        li = s0 + i
+        zero[i] = lane_d[li, 0]
+        diag[i] = 0.0
+        one[i] = 0.0
+        if _follows(X[r, lane_i[li, 0]], lane_f[li, 0], lane_f[li, 1], lane_i[li, 5],
+                    lane_i[li, 6], lane_l[li, 0], cat_words):  # fmt: skip
+            one[i] = 1.0
+    n_cond = k if interactions else 0
+    for c in range(0, n_cond + 1):
+        scale_c = 1.0 if c == 0 else 0.5 * (one[c] - zero[c])
+        if scale_c == 0.0:
+            continue
+        _seq_extend(w, 0, 1.0, 1.0)
+        depth = 0
+        for e in range(1, k + 1):
+            if e != c:
+                depth += 1
+                _seq_extend(w, depth, zero[e], one[e])
+        fc = lane_i[s0 + c, 0]
+        for i in range(1, k + 1):
+            if i == c or one[i] == zero[i]:
+                continue
+            phi = _seq_unwound(w, depth, zero[i], one[i]) * (one[i] - zero[i]) * v * scale_c
+            fi = lane_i[s0 + i, 0]
+            if not interactions:
+                ival = _fixed(phi, scale)
+                if ival != 0:
+                    cuda.atomic.add(acc, (r, group * n_cols + fi), ival)
+            elif c == 0:
+                diag[i] += phi
+            else:
+                diag[i] -= phi
+                ival = _fixed(phi, scale)
+                if ival != 0:
+                    cuda.atomic.add(acc, (r, (group * n_cols + fc) * n_cols + fi), ival)
+    if interactions:
+        for i in range(1, k + 1):
+            fi = lane_i[s0 + i, 0]
+            ival = _fixed(diag[i], scale)
+            if ival != 0:
+                cuda.atomic.add(acc, (r, (group * n_cols + fi) * n_cols + fi), ival)
+
+
+@cuda.jit
+def _finish_kernel(acc, out, inv_scale, expected_value, group_size, bias_offset):
+    """``out = acc * inv_scale`` (+ expected value at the bias entries); resets ``acc`` to 0."""
+    start = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    stride = cuda.gridDim.x * cuda.blockDim.x
+    width = acc.shape[1]
+    n = acc.shape[0] * width
+    for t in range(start, n, stride):
+        r = t // width
+        e = t - r * width
+        value = np.float64(acc[r, e]) * inv_scale
+        g = e // group_size
+        if e - g * group_size == bias_offset:
+            value += expected_value[g]
+        out[r, e] = np.float32(value)
+        acc[r, e] = 0
+
+
+# --------------------------------------------------------------------------------------------
+# Host side
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class DeviceModel:
+    """A packed model's arrays on one device, plus the launch constants derived from it."""
+
+    lane_f: object
+    lane_i: object
+    lane_l: object
+    lane_d: object
+    cat_words: object
+    tables: object
+    bin_offsets: object
+    bin_info: object
+    path_offsets: object
+    bins: object  # regular bins (<= 32 lanes) the warp kernels run
+    oversize_paths: object  # paths of oversize bins, run by the fallback kernel
+    expected_value: object
+    n_bins: int
+    n_oversize: int
+    num_features: int
+    num_groups: int
+    shap_shift: int
+    interaction_shift: int
+
+
+_CACHE: OrderedDict = OrderedDict()
+_CACHE_SIZE = 8
+_LOCK = threading.Lock()
+
+
+def fixed_point_shift(bound: float) -> int:
+    """Fixed-point fraction bits ``s`` for outputs bounded by ``bound`` (see module docstring)."""
+    s = 62 - math.ceil(math.log2(float(bound) + 1.0)) - 1
+    return int(min(60, max(-60, s)))
+
+
+def _path_bounds(packed: PackedModel) -> tuple[float, float]:
+    k = np.diff(packed.path_offsets) - 1
+    v = np.abs(packed.path_value.astype(np.float64))
+    g = packed.path_group.astype(np.int64)
+    G = packed.num_groups
+    shap = np.bincount(g, weights=v, minlength=G) if g.size else np.zeros(1)
+    inter = np.bincount(g, weights=v * np.maximum(k, 1), minlength=G) if g.size else np.zeros(1)
+    return float(shap.max(initial=0.0)), float(inter.max(initial=0.0))
+
+
+def _lane_arrays(packed: PackedModel) -> dict:
+    """Host arrays of the device model (see the kernel section's comment)."""
+    n_lanes = int(packed.feature.shape[0])
+    bin_sizes = np.diff(packed.bin_offsets)
+    path_len = np.diff(packed.path_offsets)
+    k = path_len - 1
+    lane_path = packed.lane_path.astype(np.int64)
+    bin_of_lane = np.repeat(np.arange(packed.num_bins, dtype=np.int64), bin_sizes)
+    pos = np.arange(n_lanes, dtype=np.int64) - packed.path_offsets[lane_path]
+    start = packed.path_offsets[lane_path] - packed.bin_offsets[bin_of_lane]
+    flags = packed.missing.astype(np.int32) | (packed.cat_other.astype(np.int32) << 1)
+    lane_i = np.zeros((n_lanes, 8), np.int32)
+    lane_i[:, 0] = packed.feature
+    lane_i[:, 1] = pos
+    lane_i[:, 2] = start
+    lane_i[:, 3] = k[lane_path]
+    lane_i[:, 4] = packed.path_group[lane_path]
+    lane_i[:, 5] = flags
+    lane_i[:, 6] = packed.cat_nbits
+    lane_f = np.zeros((n_lanes, 4), np.float32)
+    lane_f[:, 0] = packed.lower
+    lane_f[:, 1] = packed.upper
+    lane_f[:, 2] = packed.zero_fraction
+    lane_f[:, 3] = packed.path_value[lane_path]
+    lane_l = np.zeros((n_lanes, 2), np.int64)
+    lane_l[:, 0] = packed.cat_offsets
+    lane_l[:, 1] = packed.table_offsets[lane_path]
+    lane_d = np.zeros((n_lanes, 2), np.float64)
+    lane_d[:, 0] = packed.zero_fraction
+    lane_d[:, 1] = packed.path_value[lane_path]
+    # per-bin largest k of DP paths / of all paths (first lane of each path carries k)
+    n_paths = packed.num_paths
+    path_bin = bin_of_lane[packed.path_offsets[:-1]] if n_paths else np.zeros(0, np.int64)
+    is_dp = packed.table_offsets < 0
+    bin_info = np.zeros((max(packed.num_bins, 1), 2), np.int32)
+    np.maximum.at(bin_info[:, 0], path_bin[is_dp], k[is_dp])
+    np.maximum.at(bin_info[:, 1], path_bin, k)
+    regular = bin_sizes <= 32
+    bins = np.flatnonzero(regular).astype(np.int32)
+    oversize_paths = np.flatnonzero(~regular[path_bin]).astype(np.int32)
+    if oversize_paths.size and int(k[oversize_paths].max()) > MAX_FALLBACK_FEATURES:
+        raise ValueError(
+            f"a path has {int(k[oversize_paths].max())} distinct features; the CUDA backend "
+            f"handles at most {MAX_FALLBACK_FEATURES}: use backend='cpu' for this model"
+        )
+    if packed.capacity != 32:
+        raise ValueError(
+            f"the CUDA kernels need a model packed with capacity=32 (one warp), got "
+            f"capacity={packed.capacity}: rebuild it with build_packed_model(paths, capacity=32)"
+        )
+    shap_bound, inter_bound = _path_bounds(packed)
+
+    def nonempty(a, dtype):
+        a = np.ascontiguousarray(a, dtype=dtype)
+        return a if a.size else np.zeros(1, dtype)
+
+    return dict(
+        lane_f=lane_f if n_lanes else np.zeros((1, 4), np.float32),
+        lane_i=lane_i if n_lanes else np.zeros((1, 8), np.int32),
+        lane_l=lane_l if n_lanes else np.zeros((1, 2), np.int64),
+        lane_d=lane_d if n_lanes else np.zeros((1, 2), np.float64),
+        cat_words=nonempty(packed.cat_words, np.uint32),
+        tables=nonempty(packed.tables, np.float32),
+        bin_offsets=np.ascontiguousarray(packed.bin_offsets, np.int64),
+        bin_info=bin_info,
+        path_offsets=np.ascontiguousarray(packed.path_offsets, np.int64),
+        bins=nonempty(bins, np.int32),
+        oversize_paths=nonempty(oversize_paths, np.int32),
+        expected_value=np.ascontiguousarray(packed.expected_value, np.float64),
+        n_bins=int(bins.size),
+        n_oversize=int(oversize_paths.size),
+        shap_shift=fixed_point_shift(shap_bound),
+        interaction_shift=fixed_point_shift(inter_bound),
+    )
+
+
+def _device_id() -> int:
+    if _SIM:
+        return 0
+    return int(cuda.get_current_device().id)
+
+
+def device_model(packed: PackedModel) -> DeviceModel:
+    """The device copy of ``packed`` on the current device (built once, then cached).
+
+    The cache is keyed by ``(packed.digest, device id)`` and keeps the last
+    ``_CACHE_SIZE`` models; a model without a digest is copied on every call.
+    """
+    if not isinstance(packed, PackedModel):
+        raise TypeError(f"expected a PackedModel, got {type(packed).__name__}")
+    key = (packed.digest, _device_id())
+    if packed.digest:
+        with _LOCK:
+            hit = _CACHE.get(key)
+            if hit is not None:
+                _CACHE.move_to_end(key)
+                return hit
+    host = _lane_arrays(packed)
+    dev = {
+        name: (cuda.to_device(a) if isinstance(a, np.ndarray) else a) for name, a in host.items()
+    }
+    model = DeviceModel(**dev, num_features=packed.num_features, num_groups=packed.num_groups)
+    if packed.digest:
+        with _LOCK:
+            _CACHE[key] = model
+            while len(_CACHE) > _CACHE_SIZE:
+                _CACHE.popitem(last=False)
+    return model
+
+
+def clear_cache() -> None:
+    """Drop every cached device model."""
+    with _LOCK:
+        _CACHE.clear()
+
+
+def _xp():
+    """CuPy on a GPU; NumPy under the CUDA simulator (which runs kernels on host arrays)."""
+    if _SIM:
+        return np
+    import cupy
+
+    return cupy
+
+
+def default_batch_rows(values_per_row: int) -> int:
+    """Rows per batch so the int64 accumulator stays within the budget (module docstring)."""
+    budget = BATCH_BUDGET_BYTES
+    if not _SIM:
+        free, _ = cuda.current_context().get_memory_info()
+        budget = min(budget, int(free) // 4)
+    return max(1, budget // (8 * max(1, values_per_row)))
+
+
+def _as_device_rows(X, num_features: int):
+    xp = _xp()
+    if X.ndim != 2 or X.shape[1] != num_features:
+        raise ValueError(f"X must have shape (n_rows, {num_features}), got {tuple(X.shape)}")
+    if _SIM:
+        return np.ascontiguousarray(np.asarray(X), dtype=np.float32)
+    if isinstance(X, np.ndarray):
+        return xp.asarray(np.ascontiguousarray(X, dtype=np.float32))
+    return xp.ascontiguousarray(xp.asarray(X), dtype=xp.float32)
+
+
+def _stream():
+    if _SIM:
+        return 0
+    import cupy
+
+    ptr = cupy.cuda.get_current_stream().ptr
+    return cuda.external_stream(ptr) if ptr else cuda.default_stream()
+
+
+def _rows_per_warp(n_rows: int, n_bins: int) -> int:
+    """Rows per warp: at most ROWS_PER_WARP, fewer when that leaves the GPU short of warps."""
+    target_warps = 16384
+    per = -(-n_rows * max(n_bins, 1) // target_warps)
+    return int(max(16, min(ROWS_PER_WARP, per)))
+
+
+def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool, fallback_only=False):
+    model = device_model(packed)
+    if fallback_only:  # debugging aid: every path through the float64 one-thread kernel
+        every = np.arange(packed.num_paths, dtype=np.int32)
+        model = replace(model, n_bins=0, n_oversize=int(every.size))
+        model.oversize_paths = cuda.to_device(every) if every.size else model.oversize_paths
+    xp = _xp()
+    X = _as_device_rows(X, packed.num_features)
+    n = int(X.shape[0])
+    G = packed.num_groups
+    F1 = packed.num_features + 1
+    group_size = F1 * F1 if interactions else F1
+    width = G * group_size
+    bias_offset = (F1 - 1) * F1 + (F1 - 1) if interactions else F1 - 1
+    shape = (n, G, F1, F1) if interactions else (n, G, F1)
+    out = xp.empty(shape, dtype=xp.float32)
+    if n == 0:
+        return out
+    if batch_rows is None:
+        batch_rows = default_batch_rows(width)
+    batch_rows = int(batch_rows)
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
+    batch_rows = min(batch_rows, n, 1 << 24)  # keeps the row-tile grid within 65535
+    shift = model.interaction_shift if interactions else model.shap_shift
+    acc_all = xp.zeros((batch_rows, width), dtype=xp.int64)
+    stream = _stream()
+    with warnings.catch_warnings():  # small inputs give small grids: not worth a warning
+        warnings.filterwarnings("ignore", message=".*under-utilization.*")
+        _launch_batches(model, X, out.reshape(n, width), acc_all, batch_rows, interactions,
+                        stream, 2.0**shift, F1, group_size, bias_offset)  # fmt: skip
+    return out
+
+
+def _launch_batches(model, X, out2, acc_all, batch_rows, interactions, stream, scale, F1,
+                    group_size, bias_offset):  # fmt: skip
+    n = int(X.shape[0])
+    width = out2.shape[1]
+    inv_scale = 1.0 / scale
+    block = 32 * WARPS_PER_BLOCK
+    for r0 in range(0, n, batch_rows):
+        r1 = min(n, r0 + batch_rows)
+        nb = r1 - r0
+        Xb = X[r0:r1]
+        acc = acc_all[:nb]
+        if model.n_bins:
+            rpw = _rows_per_warp(nb, model.n_bins)
+            grid = (-(-model.n_bins // WARPS_PER_BLOCK), -(-nb // rpw))
+            if interactions:
+                _interaction_warp_kernel[grid, block, stream](
+                    model.lane_f, model.lane_i, model.lane_l, model.lane_d, model.cat_words,
+                    model.bin_offsets, model.bin_info, model.bins, Xb, acc, scale, rpw, F1,
+                )  # fmt: skip
+            else:
+                _shap_warp_kernel[grid, block, stream](
+                    model.lane_f, model.lane_i, model.lane_l, model.lane_d, model.cat_words,
+                    model.tables, model.bin_offsets, model.bin_info, model.bins, Xb, acc, scale,
+                    rpw, F1,
+                )  # fmt: skip
+        for p0 in range(0, model.n_oversize, 65535):  # grid.y is at most 65535
+            paths = model.oversize_paths[p0 : min(model.n_oversize, p0 + 65535)]
+            tpb = 128
+            grid = (-(-nb // tpb), int(paths.shape[0]))
+            _oversize_kernel[grid, tpb, stream](
+                model.lane_f, model.lane_i, model.lane_l, model.lane_d, model.cat_words,
+                model.path_offsets, paths, Xb, acc, scale, F1, interactions,
+            )  # fmt: skip
+        total = nb * width
+        tpb = 256
+        blocks = int(min(-(-total // tpb), 65535))
+        _finish_kernel[blocks, tpb, stream](
+            acc, out2[r0:r1], inv_scale, model.expected_value, group_size, bias_offset
+        )
+
+
+def shap_values(packed: PackedModel, X, batch_rows: int | None = None):
+    """SHAP values of every row of ``X``: CuPy float32 ``(n, G, F + 1)``, bias last.
+
+    Parameters
+    ----------
+    packed : PackedModel
+        Copied to the current device once and cached by digest.
+    X : numpy.ndarray or cupy.ndarray (n, F)
+        Rows; converted to a C-contiguous float32 device array when needed.
+    batch_rows : int, optional
+        Rows per kernel batch (default: :func:`default_batch_rows`). Results do not depend
+        on it.
+    """
+    return _run(packed, X, batch_rows, interactions=False)
+
+
+def interaction_values(packed: PackedModel, X, batch_rows: int | None = None):
+    """SHAP interaction values: CuPy float32 ``(n, G, F + 1, F + 1)``, bias last.
+
+    Parameters are those of :func:`shap_values`.
+    """
+    return _run(packed, X, batch_rows, interactions=True)
+
+
+def strategy_stats(packed: PackedModel) -> dict:
+    """How the CUDA kernels will evaluate ``packed``: paths and lanes per strategy.
+
+    Returns a dict with ``table_paths``, ``table_lanes``, ``dp_paths``, ``dp_lanes``,
+    ``oversize_paths``, ``oversize_lanes`` (fallback kernel), ``table_bytes``,
+    ``warp_bins`` (bins run by the warp kernels), ``mixed_bins`` (bins holding both table and
+    DP paths) and ``fixed_point_shift`` (SHAP, interactions).
+    """
+    lanes = np.diff(packed.path_offsets)
+    n_paths = packed.num_paths
+    bin_sizes = np.diff(packed.bin_offsets)
+    bin_of_path = (
+        np.searchsorted(packed.bin_offsets, packed.path_offsets[:-1], side="right") - 1
+        if n_paths
+        else np.zeros(0, np.int64)
+    )
+    oversize = bin_sizes[bin_of_path] > 32 if n_paths else np.zeros(0, bool)
+    table = (packed.table_offsets >= 0) & ~oversize
+    dp = ~table & ~oversize
+    n_bins = packed.num_bins
+    has_t = np.bincount(bin_of_path[table], minlength=n_bins) > 0
+    has_d = np.bincount(bin_of_path[dp], minlength=n_bins) > 0
+    shap_bound, inter_bound = _path_bounds(packed)
+    return {
+        "table_paths": int(table.sum()),
+        "table_lanes": int(lanes[table].sum()),
+        "dp_paths": int(dp.sum()),
+        "dp_lanes": int(lanes[dp].sum()),
+        "oversize_paths": int(oversize.sum()),
+        "oversize_lanes": int(lanes[oversize].sum()),
+        "table_bytes": int(packed.tables.nbytes),
+        "warp_bins": int((bin_sizes <= 32).sum()),
+        "mixed_bins": int((has_t & has_d).sum()),
+        "fixed_point_shift": (fixed_point_shift(shap_bound), fixed_point_shift(inter_bound)),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Compilation checks
+# --------------------------------------------------------------------------------------------
+
+_LANES = "float32[:, ::1], int32[:, ::1], int64[:, ::1], float64[:, ::1], uint32[::1], "
+_SIGNATURES = {
+    "_shap_warp_kernel": "void("
+    + _LANES
+    + "float32[::1], int64[::1], int32[:, ::1], int32[::1], float32[:, ::1], int64[:, ::1], "
+    "float64, int64, int64)",
+    "_interaction_warp_kernel": "void("
+    + _LANES
+    + "int64[::1], int32[:, ::1], int32[::1], float32[:, ::1], int64[:, ::1], float64, int64, "
+    "int64)",
+    "_oversize_kernel": "void("
+    + _LANES
+    + "int64[::1], int32[::1], float32[:, ::1], int64[:, ::1], float64, int64, boolean)",
+    "_finish_kernel": "void(int64[:, ::1], float32[:, ::1], float64, float64[::1], int64, int64)",
+}
+
+
+@contextmanager
+def _device_free_compilation(cc: tuple[int, int]):
+    """Let Numba compile device functions for ``cc`` where no GPU is visible.
+
+    Both Numba's built-in CUDA target and ``numba-cuda`` ask the *current device* for its
+    compute capability when they compile a device function called from a kernel (even inside
+    ``compile_ptx``); without a GPU they are told ``cc`` for the duration of the compilation.
+    """
+    if cuda.is_available():
+        yield
+        return
+    from numba.cuda import dispatcher
+
+    class _Device:
+        compute_capability = cc
+
+    saved = dispatcher.get_current_device
+    dispatcher.get_current_device = lambda: _Device()
+    try:
+        yield
+    finally:
+        dispatcher.get_current_device = saved
+
+
+def _ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, str]:
+    """PTX of every kernel for compute capability ``cc`` (no GPU needed)."""
+    if _SIM:
+        raise RuntimeError("compile_check cannot run under NUMBA_ENABLE_CUDASIM=1")
+    kernels = {
+        "_shap_warp_kernel": _shap_warp_kernel,
+        "_interaction_warp_kernel": _interaction_warp_kernel,
+        "_oversize_kernel": _oversize_kernel,
+        "_finish_kernel": _finish_kernel,
+    }
+    out = {}
+    with _device_free_compilation(cc):
+        for name, kernel in kernels.items():
+            ptx, _ = cuda.compile_ptx(kernel.py_func, _SIGNATURES[name], cc=cc)
+            out[name] = ptx
+    return out
+
+
+def compile_check() -> None:
+    """Compile every kernel to PTX for compute capability 9.0 (needs NVVM, not a GPU)."""
+    _ptx((9, 0))
+
+
+def _chain_model(depth: int, n_features: int, table_budget_bytes: int = 1 << 30) -> PackedModel:
+    """A packed single-tree model: a chain of ``depth`` splits on features 0..depth-1."""
+    from distshap.models.ensemble import Ensemble
+    from distshap.packed import build_packed_model
+    from distshap.paths import extract_paths
+
+    n = 2 * depth + 1  # internal node i at 2i, its right leaf at 2i + 1, last leaf at 2 depth
+    left = np.full(n, -1, np.int32)
+    right = np.full(n, -1, np.int32)
+    feature = np.full(n, -1, np.int32)
+    threshold = np.zeros(n, np.float32)
+    value = np.zeros(n, np.float64)
+    cover = np.zeros(n, np.float64)
+    for i in range(depth):
+        node = 2 * i
+        left[node] = node + 2
+        right[node] = node + 1
+        feature[node] = i % n_features
+        threshold[node] = 0.5
+        value[node + 1] = (i % 3) - 1.0
+        cover[node] = float(depth - i + 1)
+        cover[node + 1] = 1.0
+    cover[2 * depth] = 1.0
+    value[2 * depth] = 2.0
+    ens = Ensemble(
+        left=left, right=right, feature=feature, threshold=threshold,
+        default_left=np.ones(n, bool), is_categorical=np.zeros(n, bool),
+        cat_offsets=np.zeros(n + 1, np.int64), cat_values=np.zeros(0, np.int32),
+        value=value, cover=cover, tree_offsets=np.array([0, n], np.int64),
+        tree_group=np.zeros(1, np.int32), num_features=n_features, num_groups=1,
+        base_score=np.zeros(1, np.float64),
+    )  # fmt: skip
+    return build_packed_model(extract_paths(ens), table_budget_bytes=table_budget_bytes)
+
+
+def warm_up() -> None:
+    """Compile every kernel for the current device by running it on tiny models."""
+    for depth in (3, 33):  # the second one has an oversize path (fallback kernel)
+        packed = _chain_model(depth, depth)
+        X = np.full((2, depth), 0.25, np.float32)
+        shap_values(packed, X)
+        interaction_values(packed, X)
+    if not _SIM:
+        cuda.synchronize()

@@ -1,0 +1,290 @@
+"""The CUDA backend (distshap.kernels.cuda).
+
+Three kinds of tests:
+
+* host-side and compilation tests that need no GPU (lane arrays, fixed-point shift, strategy
+  statistics, PTX for compute capability 9.0 where NVVM is present);
+* a CUDA-simulator run (``NUMBA_ENABLE_CUDASIM=1`` in a subprocess) of the real kernel code on
+  tiny models against the CPU kernel, so the logic is exercised without a GPU;
+* ``gpu``-marked tests against the CPU kernel and the naive oracles, determinism, batching
+  invariance and CuPy in/out, skipped where no GPU is visible.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import naive
+import numpy as np
+import pytest
+import tiny
+from conftest import to_host
+
+from distshap.kernels import cuda_available
+from distshap.packed import build_packed_model
+from distshap.paths import extract_paths
+
+
+def _packed(ens, budget=1 << 30):
+    return build_packed_model(extract_paths(ens), table_budget_bytes=budget)
+
+
+def _nvvm_available() -> bool:
+    try:
+        from numba.cuda.cudadrv.nvvm import NVVM
+
+        NVVM()
+        return True
+    except Exception:
+        return False
+
+
+def _kc():
+    from distshap.kernels import cuda as kc
+
+    return kc
+
+
+# ------------------------------------------------------------------------------------------
+# no GPU needed
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bound", [0.0, 1e-3, 0.7, 1.0, 3.0, 1e3, 1e9, 1e17])
+def test_fixed_point_shift_keeps_sums_in_int64(bound):
+    s = _kc().fixed_point_shift(bound)
+    assert bound * 2.0**s < 2.0**61  # every output and partial sum fits with headroom
+    if 1.0 <= bound < 1e15:  # below 1 the shift is clamped at 60
+        assert bound * 2.0**s >= 2.0**59  # and the shift uses the available bits
+
+
+def test_lane_arrays_describe_the_packing():
+    kc = _kc()
+    ens = tiny.random_ensemble(5, n_features=7, n_trees=6, depth=4, n_groups=2)
+    packed = _packed(ens, budget=3000)  # some paths with tables, some with the DP
+    host = kc._lane_arrays(packed)
+    lane_i = host["lane_i"]
+    k = np.diff(packed.path_offsets) - 1
+    for b in range(packed.num_bins):
+        lo, hi = packed.bin_offsets[b], packed.bin_offsets[b + 1]
+        for lane in range(lo, hi):
+            p = packed.lane_path[lane]
+            pos, start = lane_i[lane, 1], lane_i[lane, 2]
+            assert packed.path_offsets[p] + pos == lane
+            assert lo + start == packed.path_offsets[p]
+            assert lane_i[lane, 3] == k[p]
+            assert (pos == 0) == (packed.feature[lane] < 0)
+        in_bin = np.unique(packed.lane_path[lo:hi])
+        dp = in_bin[packed.table_offsets[in_bin] < 0]
+        assert host["bin_info"][b, 0] == (k[dp].max() if dp.size else 0)
+        assert host["bin_info"][b, 1] == k[in_bin].max()
+
+
+def test_strategy_stats_account_for_every_path():
+    kc = _kc()
+    ens = tiny.random_ensemble(6, n_features=6, n_trees=8, depth=4)
+    packed = _packed(ens, budget=2000)
+    st = kc.strategy_stats(packed)
+    assert st["table_paths"] + st["dp_paths"] + st["oversize_paths"] == packed.num_paths
+    assert st["table_lanes"] + st["dp_lanes"] + st["oversize_lanes"] == packed.feature.shape[0]
+    assert st["table_paths"] == int((packed.table_offsets >= 0).sum())
+    assert st["table_bytes"] == packed.tables.nbytes
+    chain = kc._chain_model(34, 34)  # one path of 34 features: an oversize bin
+    st = kc.strategy_stats(chain)
+    lanes = np.diff(chain.path_offsets)
+    assert st["oversize_paths"] == int((lanes > 32).sum()) >= 1
+    assert st["oversize_lanes"] == int(lanes[lanes > 32].sum())
+
+
+@pytest.mark.skipif(not _nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
+def test_compile_check_and_ptx():
+    kc = _kc()
+    assert kc.compile_check() is None
+    ptx = kc._ptx((9, 0))
+    for name in ("_shap_warp_kernel", "_interaction_warp_kernel"):
+        text = ptx[name]
+        assert "shfl.sync" in text and "vote.sync" in text, name
+        assert ".local" not in text, f"{name} spills to local memory"
+        assert "call.uni" not in text, f"{name} has a non-inlined call"
+    for name, text in ptx.items():
+        # determinism: integer atomics only, never float atomics
+        assert "atom.global.add.f32" not in text and "atom.global.add.f64" not in text, name
+        if name != "_finish_kernel":
+            assert "atom.global.add.u64" in text, name
+
+
+_SIM_SCRIPT = r"""
+import numpy as np
+import tiny
+from distshap.kernels import cpu
+from distshap.kernels import cuda as kc
+from distshap.packed import build_packed_model
+from distshap.paths import extract_paths
+
+def check(ens, X, budget, inter, batch_rows=None):
+    packed = build_packed_model(extract_paths(ens), table_budget_bytes=budget)
+    f = kc.interaction_values if inter else kc.shap_values
+    got = f(packed, X, batch_rows=batch_rows)
+    ref = (cpu.interaction_values if inter else cpu.shap_values)(packed, X)
+    assert isinstance(got, np.ndarray) and got.dtype == np.float32 and got.shape == ref.shape
+    err = float(np.abs(got.astype(np.float64) - ref).max())
+    assert err <= 2e-6 * max(1.0, float(np.abs(ref).max())), (budget, inter, err)
+    return got
+
+ens = tiny.random_ensemble(3, n_features=6, n_trees=3, depth=3, n_groups=2, n_categorical=1)
+X = tiny.random_rows(2, ens, 3, 0.15)
+for budget in (0, 1 << 30):  # DP only, tables only
+    check(ens, X, budget, False)
+a = check(ens, X, 700, False)  # bins mixing table and DP paths
+b = check(ens, X, 700, False, batch_rows=2)
+assert np.array_equal(a, b), "batching changed the bits"
+check(tiny.categorical_tree(), tiny.random_rows(4, tiny.categorical_tree(), 4, 0.2), 0, True)
+check(tiny.nan_default_tree(), tiny.random_rows(5, tiny.nan_default_tree(), 3, 0.3), 0, True)
+def against_cpu(packed, X, inter, **kw):
+    got = kc._run(packed, X, None, inter, **kw)
+    ref = (cpu.interaction_values if inter else cpu.shap_values)(packed, X)
+    assert np.abs(got - ref).max() <= 2e-6 * max(1.0, np.abs(ref).max()), (inter, kw)
+
+# paths of up to 12 features without tables: the float64 warp DP
+chain = kc._chain_model(12, 12, table_budget_bytes=0)
+Xc = np.full((1, 12), 0.25, np.float32)
+Xc[0, 3] = 0.75
+against_cpu(chain, Xc, False)
+against_cpu(chain, Xc, True)
+# oversize paths (> 31 features): the one-thread-per-path fallback kernel, here for every path
+chain = kc._chain_model(33, 33)
+Xc = np.full((2, 33), 0.25, np.float32)
+Xc[1, 5] = 0.75
+against_cpu(chain, Xc, False, fallback_only=True)
+against_cpu(chain, Xc, True, fallback_only=True)
+print("SIMULATOR-OK")
+"""
+
+
+def test_kernels_under_cuda_simulator():
+    """Runs the real kernel code in Numba's CUDA simulator (no GPU) against the CPU kernel."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env["PYTHONPATH"] = os.pathsep.join([here, os.path.dirname(here), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-c", _SIM_SCRIPT], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0 and "SIMULATOR-OK" in proc.stdout, proc.stderr[-4000:]
+
+
+# ------------------------------------------------------------------------------------------
+# GPU
+# ------------------------------------------------------------------------------------------
+
+
+def _cpu(packed, X, inter=False):
+    from distshap.kernels import cpu
+
+    return (cpu.interaction_values if inter else cpu.shap_values)(packed, X)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
+@pytest.mark.parametrize("budget", [0, 2000, 1 << 30], ids=["dp", "mixed", "tables"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_gpu_shap_matches_cpu(seed, budget):
+    kc = _kc()
+    ens = tiny.random_ensemble(seed, n_features=8, n_trees=12, depth=5, n_groups=1 + seed % 3,
+                               n_categorical=seed % 2)  # fmt: skip
+    X = tiny.random_rows(seed + 10, ens, 300, 0.1)
+    packed = _packed(ens, budget)
+    got = to_host(kc.shap_values(packed, X)).astype(np.float64)
+    ref = _cpu(packed, X)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=2e-6 * max(1.0, np.abs(ref).max()))
+    # additivity against the model's margin
+    margin = naive.predict_margin(ens, X)
+    np.testing.assert_allclose(got.sum(axis=-1), margin, rtol=0, atol=1e-5 * np.abs(margin).max())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
+@pytest.mark.parametrize("seed", [1, 3])
+def test_gpu_interactions_match_cpu(seed):
+    kc = _kc()
+    ens = tiny.random_ensemble(seed, n_features=6, n_trees=6, depth=4, n_groups=1 + seed,
+                               n_categorical=1)  # fmt: skip
+    X = tiny.random_rows(seed + 20, ens, 60, 0.1)
+    packed = _packed(ens)
+    got = to_host(kc.interaction_values(packed, X)).astype(np.float64)
+    ref = _cpu(packed, X, inter=True)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=2e-6 * max(1.0, np.abs(ref).max()))
+    shap = to_host(kc.shap_values(packed, X)).astype(np.float64)
+    np.testing.assert_allclose(got.sum(axis=-1), shap, rtol=0, atol=1e-5 * np.abs(shap).max())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
+def test_gpu_tiny_models_match_brute_force():
+    kc = _kc()
+    for name, ens in sorted(tiny.tiny_ensembles().items()):
+        X = tiny.random_rows(3, ens, 20, 0.2)
+        for budget in (0, 1 << 30):
+            got = to_host(kc.shap_values(_packed(ens, budget), X)).astype(np.float64)
+            ref = naive.brute_force_shap_rows(ens, X).reshape(got.shape)
+            np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6 * max(1, np.abs(ref).max()),
+                                       err_msg=name)  # fmt: skip
+        got = to_host(kc.interaction_values(_packed(ens), X)).astype(np.float64)
+        ref = naive.brute_force_interactions_rows(ens, X).reshape(got.shape)
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6 * max(1, np.abs(ref).max()),
+                                   err_msg=name)  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
+def test_gpu_oversize_paths_match_cpu():
+    kc = _kc()
+    packed = kc._chain_model(40, 45)
+    assert kc.strategy_stats(packed)["oversize_paths"] >= 1
+    rng = np.random.default_rng(0)
+    X = rng.choice(np.float32([0.25, 0.75, np.nan]), size=(50, 45), p=[0.9, 0.05, 0.05])
+    for inter in (False, True):
+        got = to_host((kc.interaction_values if inter else kc.shap_values)(packed, X))
+        ref = _cpu(packed, X, inter)
+        np.testing.assert_allclose(got, ref, rtol=0, atol=2e-6 * max(1, np.abs(ref).max()))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
+@pytest.mark.parametrize("inter", [False, True], ids=["shap", "interactions"])
+def test_gpu_deterministic_and_batch_invariant(inter):
+    kc = _kc()
+    ens = tiny.random_ensemble(7, n_features=7, n_trees=40, depth=5, n_groups=2)
+    X = tiny.random_rows(8, ens, 101, 0.1)
+    packed = _packed(ens, budget=4000)
+    fn = kc.interaction_values if inter else kc.shap_values
+    first = to_host(fn(packed, X))
+    again = to_host(fn(packed, X))
+    batched = to_host(fn(packed, X, batch_rows=7))
+    assert np.array_equal(first.view(np.uint32), again.view(np.uint32))
+    assert np.array_equal(first.view(np.uint32), batched.view(np.uint32))
+    # rows are independent: a row alone gives the same bits as inside the block
+    alone = to_host(fn(packed, X[13:14]))
+    assert np.array_equal(first[13:14].view(np.uint32), alone.view(np.uint32))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
+def test_gpu_cupy_in_cupy_out_and_model_cache():
+    cp = pytest.importorskip("cupy")
+    kc = _kc()
+    ens = tiny.random_ensemble(9, n_features=5, n_trees=4, depth=3)
+    packed = _packed(ens)
+    X = tiny.random_rows(9, ens, 33, 0.1)
+    from_numpy = kc.shap_values(packed, X)  # float64 NumPy in
+    Xd = cp.asfortranarray(cp.asarray(X))  # float64, not C-contiguous
+    from_cupy = kc.shap_values(packed, Xd)
+    assert isinstance(from_numpy, cp.ndarray) and isinstance(from_cupy, cp.ndarray)
+    assert from_cupy.dtype == cp.float32 and from_cupy.shape == (33, 1, 6)
+    assert bool(cp.all(from_numpy == from_cupy))
+    assert kc.device_model(packed) is kc.device_model(packed)
+    with pytest.raises(ValueError, match="shape"):
+        kc.shap_values(packed, X[:, :3])
+    empty = kc.interaction_values(packed, X[:0])
+    assert isinstance(empty, cp.ndarray) and empty.shape == (0, 1, 6, 6)
