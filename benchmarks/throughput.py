@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from benchmarks.shapes import SHAPES, make_data, train_model
+from benchmarks.shapes import SHAPES, SIZES, make_data, train_model
 from distshap import TreeExplainer
 
 
@@ -53,7 +53,7 @@ def _host(a) -> np.ndarray:
 
 
 def measure(name: str, size: str, rows: int, backend: str, interactions: bool, repeats: int,
-            peers: list[str]) -> dict:  # fmt: skip
+            peers: list[str], cpu_peer_rows: int | None = None) -> dict:  # fmt: skip
     """Time distshap and its peers on one shape; return a result record."""
     import xgboost as xgb
 
@@ -87,16 +87,20 @@ def measure(name: str, size: str, rows: int, backend: str, interactions: bool, r
             booster.set_param({"device": "cuda"})
             dm = xgb.DMatrix(cupy.asarray(X))
             peer_backend = "cuda"
+            n = rows
         else:
+            # the CPU peer may take minutes on big models: time it on the first rows only
+            n = min(rows, cpu_peer_rows or rows)
             booster.set_param({"device": "cpu", "nthread": os.cpu_count()})
-            dm = xgb.DMatrix(X)
+            dm = xgb.DMatrix(X[:n])
             peer_backend = "cpu"
         s, ref = _median_seconds(lambda dm=dm: booster.predict(dm, **kw), repeats, peer_backend)
-        ref = _host(ref).reshape(ours.shape)
+        ref = _host(ref).reshape((n,) + ours.shape[1:])
+        record[f"{peer}_rows"] = n
         record[f"{peer}_s"] = s
-        record[f"{peer}_rows_s"] = rows / s
-        record[f"speedup_vs_{peer}"] = s / seconds
-        record[f"max_abs_diff_vs_{peer}"] = float(np.abs(ref - ours).max())
+        record[f"{peer}_rows_s"] = n / s
+        record[f"speedup_vs_{peer}"] = (n / s) and record["distshap_rows_s"] / (n / s)
+        record[f"max_abs_diff_vs_{peer}"] = float(np.abs(ref - ours[:n]).max())
         record["output_scale"] = float(np.abs(ref).max())
     booster.set_param({"device": "cpu"})
     return record
@@ -106,6 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="distshap vs XGBoost throughput")
     parser.add_argument("--shapes", default="", help="comma list like cal_housing-med")
     parser.add_argument("--table", type=int, choices=[6, 7], help="paper table: all 12 shapes")
+    parser.add_argument("--sizes", help=f"keep only these sizes ({','.join(SIZES)})")
     parser.add_argument("--rows", type=int, help="rows to explain (default 10000 / 200)")
     parser.add_argument("--backend", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--interactions", action="store_true")
@@ -113,11 +118,14 @@ def main(argv: list[str] | None = None) -> None:
         "--peers", default=None, help="xgboost-cpu,xgboost-gpu (default by backend)"
     )
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cpu-peer-rows", type=int, help="time xgboost-cpu on this many rows")
     parser.add_argument("--json", help="append JSON lines of the results to this file")
     args = parser.parse_args(argv)
     interactions = args.interactions or args.table == 7
     rows = args.rows or (200 if interactions else 10_000)
     shapes = [tuple(s.rsplit("-", 1)) for s in args.shapes.split(",") if s] or list(SHAPES)
+    if args.sizes:
+        shapes = [(d, s) for d, s in shapes if s in args.sizes.split(",")]
     if args.peers is None:
         peers = ["xgboost-gpu", "xgboost-cpu"] if args.backend == "cuda" else ["xgboost-cpu"]
     else:
@@ -126,7 +134,9 @@ def main(argv: list[str] | None = None) -> None:
     header += "".join(f" {p + ' rows/s':>18} {'ratio':>7}" for p in peers) + "  max|diff|/scale"
     print(header, flush=True)
     for name, size in shapes:
-        rec = measure(name, size, rows, args.backend, interactions, args.repeats, peers)
+        rec = measure(
+            name, size, rows, args.backend, interactions, args.repeats, peers, args.cpu_peer_rows
+        )
         line = f"{rec['shape']:24} {rows:>9} {rec['distshap_rows_s']:>16,.0f}"
         for p in peers:
             line += f" {rec[f'{p}_rows_s']:>18,.0f} {rec[f'speedup_vs_{p}']:>6.2f}x"
