@@ -288,8 +288,8 @@ def default_rows(name: str, size: str) -> int:
     """Training rows used when none are given.
 
     ``DISTSHAP_BENCH_ROWS`` (an integer cap for every shape, or ``full``) overrides. Otherwise
-    on CPU the rows are capped by :data:`CPU_ROW_CAPS` (so each model trains in about two
-    minutes or less on two cores); with ``DISTSHAP_BENCH_DEVICE=cuda`` every shape uses the
+    on CPU the rows are capped by :data:`CPU_ROW_CAPS` (so each model trains in minutes,
+    not hours, on two cores); with ``DISTSHAP_BENCH_DEVICE=cuda`` every shape uses the
     paper's full row count.
     """
     _check_name(name)
