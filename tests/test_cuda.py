@@ -82,45 +82,6 @@ def test_lane_arrays_describe_the_packing():
         assert host["bin_info"][b, 1] == k[in_bin].max()
 
 
-def _run_plan(lane_r, steps, values, lo, hi):
-    """NumPy model of the kernel's in-warp reduction of one bin: {output key: sum}."""
-    n = hi - lo
-    src, seg_start, out_key = lane_r[lo:hi, 0], lane_r[lo:hi, 1], lane_r[lo:hi, 2]
-    v = values[lo:hi][src] if steps else values[lo:hi].copy()
-    pos = np.arange(n)
-    for d in 1 << np.arange(steps):
-        up = np.where(pos >= d, v[np.maximum(pos - d, 0)], v)  # shfl_up: low lanes keep theirs
-        v = np.where(pos - d >= seg_start, v + up, v)
-    return {int(key): int(v[i]) for i, key in enumerate(out_key) if key >= 0}
-
-
-def test_reduction_plan_sums_each_output_key_once():
-    kc = _kc()
-    ens = tiny.random_ensemble(11, n_features=3, n_trees=24, depth=4, n_groups=2)
-    packed = _packed(ens, budget=2000)
-    key = kc._output_keys(packed)
-    lane_r, steps = kc._reduction_arrays(key, packed.bin_offsets)
-    assert steps.max() >= 2  # few features: many lanes per key
-    values = np.random.default_rng(0).integers(-(2**40), 2**40, size=key.size)
-    for b in range(packed.num_bins):
-        lo, hi = packed.bin_offsets[b], packed.bin_offsets[b + 1]
-        keys, counts = np.unique(key[lo:hi][key[lo:hi] >= 0], return_counts=True)
-        longest = int(counts.max())
-        assert 2 ** steps[b] >= longest and (steps[b] == 0 or 2 ** (steps[b] - 1) < longest)
-        got = _run_plan(lane_r, steps[b], values, lo, hi)
-        assert sorted(got) == keys.tolist()  # one atomic per distinct key
-        for kv in keys:
-            assert got[int(kv)] == int(values[lo:hi][key[lo:hi] == kv].sum())
-    # bins whose keys are all distinct: no reduction, each lane writes its own column
-    key = np.array([-1, 0, 1, 2, -1, 3, 4, -1, 4, 5, -1, 1, 2], np.int64)
-    lane_r, steps = kc._reduction_arrays(key, np.array([0, 7, 13]))
-    assert steps.tolist() == [0, 0]
-    assert np.array_equal(lane_r[:, 0], np.r_[0:7, 0:6]) and np.array_equal(lane_r[:, 2], key)
-    host = kc._lane_arrays(packed)  # the device model carries the same plan
-    lane_r, steps = kc._reduction_arrays(kc._output_keys(packed), packed.bin_offsets)
-    assert np.array_equal(host["lane_r"], lane_r) and np.array_equal(host["bin_info"][:, 2], steps)
-
-
 def test_strategy_stats_account_for_every_path():
     kc = _kc()
     ens = tiny.random_ensemble(6, n_features=6, n_trees=8, depth=4)
@@ -130,9 +91,6 @@ def test_strategy_stats_account_for_every_path():
     assert st["table_lanes"] + st["dp_lanes"] + st["oversize_lanes"] == packed.feature.shape[0]
     assert st["table_paths"] == int((packed.table_offsets >= 0).sum())
     assert st["table_bytes"] == packed.tables.nbytes
-    lanes_out, atomics = st["shap_atomics_per_row"]
-    assert lanes_out == int((packed.feature >= 0).sum())  # one bin per path here: all warp bins
-    assert 0 < atomics < lanes_out and st["reduced_bins"] >= 1
     chain = kc._chain_model(34, 34)  # one path of 34 features: an oversize bin
     st = kc.strategy_stats(chain)
     lanes = np.diff(chain.path_offsets)
@@ -150,7 +108,6 @@ def test_compile_check_and_ptx():
         assert "shfl.sync" in text and "vote.sync" in text, name
         assert ".local" not in text, f"{name} spills to local memory"
         assert "call.uni" not in text, f"{name} has a non-inlined call"
-        assert "shfl.sync.up" in text, f"{name} lacks the in-warp reduction"
     for name, text in ptx.items():
         # determinism: integer atomics only, never float atomics
         assert "atom.global.add.f32" not in text and "atom.global.add.f64" not in text, name
@@ -183,13 +140,6 @@ for budget in (0, 1 << 30):  # DP only, tables only
 a = check(ens, X, 700, False)  # bins mixing table and DP paths
 b = check(ens, X, 700, False, batch_rows=2)
 assert np.array_equal(a, b), "batching changed the bits"
-# few features, many trees: many lanes of a bin share an output key (in-warp reduction)
-few = tiny.random_ensemble(4, n_features=3, n_trees=10, depth=3, n_groups=2)
-assert kc._lane_arrays(build_packed_model(extract_paths(few)))["bin_info"][:, 2].max() >= 2
-Xf = tiny.random_rows(6, few, 2, 0.1)
-for budget in (0, 500, 1 << 30):
-    check(few, Xf, budget, False)
-check(few, Xf, 0, True)
 check(tiny.categorical_tree(), tiny.random_rows(4, tiny.categorical_tree(), 4, 0.2), 0, True)
 check(tiny.nan_default_tree(), tiny.random_rows(5, tiny.nan_default_tree(), 3, 0.3), 0, True)
 def against_cpu(packed, X, inter, **kw):
@@ -317,25 +267,6 @@ def test_gpu_deterministic_and_batch_invariant(inter):
     # rows are independent: a row alone gives the same bits as inside the block
     alone = to_host(fn(packed, X[13:14]))
     assert np.array_equal(first[13:14].view(np.uint32), alone.view(np.uint32))
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
-@pytest.mark.parametrize("budget", [0, 3000, 1 << 30], ids=["dp", "mixed", "tables"])
-def test_gpu_few_features_reduced_in_warp(budget):
-    """Many lanes per output key: the in-warp reduction against the CPU, bits run to run."""
-    kc = _kc()
-    ens = tiny.random_ensemble(12, n_features=3, n_trees=60, depth=5, n_groups=2)
-    packed = _packed(ens, budget)
-    assert kc._lane_arrays(packed)["bin_info"][:, 2].max() >= 3  # runs of up to 8+ lanes
-    X = tiny.random_rows(13, ens, 257, 0.1)
-    for fn, inter in ((kc.shap_values, False), (kc.interaction_values, True)):
-        got = to_host(fn(packed, X))
-        ref = _cpu(packed, X, inter)
-        np.testing.assert_allclose(got.astype(np.float64), ref, rtol=0,
-                                   atol=2e-6 * max(1.0, np.abs(ref).max()))  # fmt: skip
-        again = to_host(fn(packed, X, batch_rows=50))
-        assert np.array_equal(got.view(np.uint32), again.view(np.uint32))
 
 
 @pytest.mark.gpu

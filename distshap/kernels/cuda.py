@@ -33,21 +33,6 @@ Kernel design
   ``[feature_c, feature_i]``, and the diagonal gets ``phi_i - sum_c phi_ic`` with ``phi_i`` from
   an unconditioned DP (``c = 0``); the ``[F, F]`` entry is the expected value, the rest of the
   bias row and column is zero (XGBoost's convention). No tables are used for interactions.
-* **In-warp reduction before the atomics.** With few features many lanes of a bin write the
-  same output column ``group * (F + 1) + feature`` (cal_housing-med: 8 features, ~25 feature
-  lanes per bin, ~6 distinct columns), and every warp of a row tile hits the same ``F + 1``
-  addresses, so the global atomics serialise in L2. So once per model
-  (:func:`_reduction_arrays`, kept in ``lane_r`` and ``bin_info[:, 2]``) the lanes of each bin
-  are sorted by output key, and per row each lane's int64 contribution is moved to its sorted
-  position with one shuffle, summed per key with a segmented inclusive scan of
-  ``ceil(log2(longest run of one key))`` ``shfl_up`` rounds (a position adds the partial sum
-  ``d`` positions below when that position has the same key), and only the last position of
-  each key does the atomic: one atomic per distinct key per warp and row instead of one per
-  lane (cal_housing-med: 103k -> 24k atomics per row; :func:`strategy_stats` reports both).
-  Bins whose keys are all distinct skip the reduction (0 rounds, each lane writes its own
-  column). The interaction kernel reduces its diagonal writes the same way (same keys); its
-  off-diagonal writes, whose keys change with the conditioned element, are not reduced. The
-  sums are integer sums, so the reduction does not change a single bit of the results.
 * **Oversize paths** (more than 31 features: a bin of more than 32 lanes) run in a simple
   fallback kernel, one thread per (path, row), float64 DP in local memory, up to
   :data:`MAX_FALLBACK_FEATURES` features (a longer path raises :class:`ValueError` naming the
@@ -57,9 +42,8 @@ Determinism
 -----------
 Results are bit-identical run to run and independent of batching: no float atomics. Every
 contribution ``c`` is rounded to a 64-bit fixed-point integer ``round(c * 2**s)`` and added with
-integer additions (in-warp sums, then an integer ``atomic.add``; integer addition is
-associative, so neither the order of the atomics nor the shape of the in-warp sums matters);
-a final elementwise pass converts ``acc * 2**-s`` to float32 (in float64) and adds the
+an integer ``atomic.add`` (integer addition is associative, so the order of the atomics does not
+matter); a final elementwise pass converts ``acc * 2**-s`` to float32 (in float64) and adds the
 expected value in the bias column. The shift ``s`` is chosen per model from a bound ``B`` on
 every contribution and every output element: a path's SHAP contribution is at most ``|v|``
 (Shapley weights sum to 1 and fractions are <= 1), an interaction entry (diagonal included) at
@@ -154,25 +138,6 @@ if _SIM:  # pragma: no cover - only under NUMBA_ENABLE_CUDASIM=1
         cuda.syncthreads()
         return np.int32(r)
 
-    def _shfl_i64(mask, value, src):
-        buf = cuda.shared.array(1024, np.int64)
-        t = cuda.threadIdx.x
-        buf[t] = value
-        cuda.syncthreads()
-        r = buf[(t - (t & 31)) + (src & 31)]
-        cuda.syncthreads()
-        return np.int64(r)
-
-    def _shfl_up_i64(mask, value, delta):
-        buf = cuda.shared.array(1024, np.int64)
-        t = cuda.threadIdx.x
-        buf[t] = value
-        cuda.syncthreads()
-        lane = t & 31
-        r = buf[t - delta] if lane >= delta else buf[t]  # lanes below delta keep their own
-        cuda.syncthreads()
-        return np.int64(r)
-
     def _ballot(mask, predicate):
         buf = cuda.shared.array(1024, np.int64)
         t = cuda.threadIdx.x
@@ -189,8 +154,6 @@ if _SIM:  # pragma: no cover - only under NUMBA_ENABLE_CUDASIM=1
 else:
     _shfl_f = cuda.shfl_sync
     _shfl_i32 = cuda.shfl_sync
-    _shfl_i64 = cuda.shfl_sync
-    _shfl_up_i64 = cuda.shfl_up_sync
     _ballot = cuda.ballot_sync
 
 
@@ -216,27 +179,6 @@ def _follows(x, lower, upper, flags, cat_nbits, cat_offset, cat_words):
 def _fixed(value, scale):
     """``round(value * scale)`` as int64 (the fixed-point representation), float64 inputs."""
     return np.int64(math.floor(value * scale + 0.5))
-
-
-@cuda.jit(device=True)
-def _segment_sums(value, lane, src, seg_start, steps):
-    """Warp-cooperative sums of int64 ``value`` over lanes that share an output key.
-
-    Lane ``lane`` (a position in key order) takes the value of lane ``src``, then a segmented
-    inclusive scan of ``steps`` rounds (``2**steps`` >= the longest segment) runs over positions:
-    in round ``d = 1, 2, 4, ...`` a position adds the partial sum ``d`` positions below it when
-    that position is in its segment (``>= seg_start``). The last position of each segment ends
-    with the segment's total. Every lane must call this with the same ``steps``. Integer adds
-    are exact, so the totals do not depend on the order of the additions.
-    """
-    v = _shfl_i64(_FULL, value, src)
-    d = 1
-    for _ in range(steps):
-        t = _shfl_up_i64(_FULL, v, d)
-        if lane - d >= seg_start:
-            v += t
-        d += d
-    return v
 
 
 @cuda.jit(device=True)
@@ -333,12 +275,7 @@ def _seq_unwound(w, depth, z, o):
 #                                 cat_nbits, unused
 #   lane_l  int64   (n_lanes, 2): cat_offset, table_offset of the lane's path
 #   lane_d  float64 (n_lanes, 2): zero_fraction, path value
-#   lane_r  int32   (n_lanes, 4): output-key reduction at the lane's *position* in the bin
-#                                 (see _reduction_arrays): source lane, first position of the
-#                                 segment, output key (group * (F+1) + feature) where the
-#                                 position ends its segment (-1 elsewhere), unused
-#   bin_info int32  (n_bins, 3):  largest k of the bin's DP paths (0: none), largest k overall,
-#                                 scan rounds of the reduction (0: keys distinct, no reduction)
+#   bin_info int32  (n_bins, 2):  largest k of the bin's DP paths (0: none), largest k overall
 # --------------------------------------------------------------------------------------------
 
 
@@ -355,18 +292,9 @@ def _lane_setup(lane_f, lane_i, lane_l, lane_d, bin_offsets, b, lane):
     return li, valid, feat, pos, start, k
 
 
-@cuda.jit(device=True)
-def _reduction_setup(lane_r, bin_info, b, li, valid, lane):
-    """This position's reduction constants: source lane, segment start, output key, rounds."""
-    src = lane_r[li, 0] if valid else lane
-    seg_start = lane_r[li, 1] if valid else lane
-    out_key = lane_r[li, 2] if valid else -1
-    return src, seg_start, out_key, bin_info[b, 2]
-
-
 @cuda.jit
-def _shap_warp_kernel(lane_f, lane_i, lane_l, lane_d, lane_r, cat_words, tables, bin_offsets,
-                      bin_info, bins, X, acc, scale, rows_per_warp, n_cols):  # fmt: skip
+def _shap_warp_kernel(lane_f, lane_i, lane_l, lane_d, cat_words, tables, bin_offsets, bin_info,
+                      bins, X, acc, scale, rows_per_warp, n_cols):  # fmt: skip
     lane = cuda.threadIdx.x & 31
     bi = cuda.blockIdx.x * WARPS_PER_BLOCK + (cuda.threadIdx.x >> 5)
     if bi >= bins.shape[0]:
@@ -374,6 +302,7 @@ def _shap_warp_kernel(lane_f, lane_i, lane_l, lane_d, lane_r, cat_words, tables,
     b = bins[bi]
     li, valid, feat, pos, start, k = _lane_setup(lane_f, lane_i, lane_l, lane_d, bin_offsets, b,
                                                  lane)  # fmt: skip
+    group = lane_i[li, 4]
     flags = lane_i[li, 5]
     nbits = lane_i[li, 6]
     lower = lane_f[li, 0]
@@ -389,9 +318,8 @@ def _shap_warp_kernel(lane_f, lane_i, lane_l, lane_d, lane_r, cat_words, tables,
     use_table = is_feat and toff >= 0
     kk_dp = k if (valid and toff < 0) else 0
     mask_k = (np.int64(1) << k) - 1
-    tbase = toff + pos - 1  # table entry of pattern 0 for this lane
+    col = group * n_cols + feat
     maxk_dp = bin_info[b, 0]
-    src, seg_start, out_key, steps = _reduction_setup(lane_r, bin_info, b, li, valid, lane)
     r0 = cuda.blockIdx.y * rows_per_warp
     r1 = r0 + rows_per_warp
     if r1 > X.shape[0]:
@@ -407,7 +335,7 @@ def _shap_warp_kernel(lane_f, lane_i, lane_l, lane_d, lane_r, cat_words, tables,
         contrib = 0.0
         if use_table:
             pattern = (bal >> (start + 1)) & mask_k
-            contrib = np.float64(tables[tbase + pattern * k])
+            contrib = np.float64(tables[toff + pattern * k + pos - 1])
         if maxk_dp > 0:  # bin-uniform
             if maxk_dp <= DP32_MAX_FEATURES:
                 total = np.float64(_warp_unwound(pos, start, kk_dp, 0, z32, zinv32, o, bal,
@@ -417,18 +345,15 @@ def _shap_warp_kernel(lane_f, lane_i, lane_l, lane_d, lane_r, cat_words, tables,
                                       _RECIP64, 1.0)  # fmt: skip
             if is_feat and not use_table:
                 contrib = total * (o - z64) * v64
-        ival = np.int64(0)
-        if contrib != 0.0:  # only feature lanes have contributions
+        if is_feat and contrib != 0.0:
             ival = _fixed(contrib, scale)
-        if steps > 0:  # bin-uniform: some output keys repeat in this bin
-            ival = _segment_sums(ival, lane, src, seg_start, steps)
-        if out_key >= 0 and ival != 0:
-            cuda.atomic.add(acc, (r, out_key), ival)
+            if ival != 0:
+                cuda.atomic.add(acc, (r, col), ival)
 
 
 @cuda.jit
-def _interaction_warp_kernel(lane_f, lane_i, lane_l, lane_d, lane_r, cat_words, bin_offsets,
-                             bin_info, bins, X, acc, scale, rows_per_warp, n_cols):  # fmt: skip
+def _interaction_warp_kernel(lane_f, lane_i, lane_l, lane_d, cat_words, bin_offsets, bin_info,
+                             bins, X, acc, scale, rows_per_warp, n_cols):  # fmt: skip
     lane = cuda.threadIdx.x & 31
     bi = cuda.blockIdx.x * WARPS_PER_BLOCK + (cuda.threadIdx.x >> 5)
     if bi >= bins.shape[0]:
@@ -448,10 +373,8 @@ def _interaction_warp_kernel(lane_f, lane_i, lane_l, lane_d, lane_r, cat_words, 
     zinv64 = 1.0 / z64 if z64 > 0 else 0.0
     cat_offset = lane_l[li, 0]
     is_feat = valid and pos >= 1
+    row_base = (group * n_cols + feat) * n_cols  # [group, feat, :]
     maxk = bin_info[b, 1]
-    src, seg_start, out_key, steps = _reduction_setup(lane_r, bin_info, b, li, valid, lane)
-    # the diagonal [group, f, f] of the key group * n_cols + f ends this position's segment
-    diag_at = out_key * n_cols + out_key % n_cols if out_key >= 0 else -1
     r0 = cuda.blockIdx.y * rows_per_warp
     r1 = r0 + rows_per_warp
     if r1 > X.shape[0]:
@@ -484,13 +407,10 @@ def _interaction_warp_kernel(lane_f, lane_i, lane_l, lane_d, lane_r, cat_words, 
                     ival = _fixed(half, scale)
                     if ival != 0:
                         cuda.atomic.add(acc, (r, (group * n_cols + fc) * n_cols + feat), ival)
-        ival = np.int64(0)
         if is_feat:
             ival = _fixed(diag, scale)
-        if steps > 0:  # bin-uniform
-            ival = _segment_sums(ival, lane, src, seg_start, steps)
-        if diag_at >= 0 and ival != 0:
-            cuda.atomic.add(acc, (r, diag_at), ival)
+            if ival != 0:
+                cuda.atomic.add(acc, (r, row_base + feat), ival)
 
 
 @cuda.jit
@@ -584,7 +504,6 @@ class DeviceModel:
     lane_i: object
     lane_l: object
     lane_d: object
-    lane_r: object
     cat_words: object
     tables: object
     bin_offsets: object
@@ -622,62 +541,6 @@ def _path_bounds(packed: PackedModel) -> tuple[float, float]:
     return float(shap.max(initial=0.0)), float(inter.max(initial=0.0))
 
 
-def _output_keys(packed: PackedModel) -> np.ndarray:
-    """Each lane's SHAP output column ``group * (F + 1) + feature`` (-1 for bias lanes)."""
-    feature = packed.feature.astype(np.int64)
-    group = packed.path_group[packed.lane_path].astype(np.int64)
-    return np.where(feature >= 0, group * (packed.num_features + 1) + feature, -1)
-
-
-def _reduction_arrays(key: np.ndarray, bin_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-bin plan for summing the lanes that share an output key inside the warp.
-
-    ``key`` is each lane's output key (``group * (F + 1) + feature``; -1 for lanes without
-    output: bias lanes). Within each bin the lanes are stably sorted by key (keyless lanes
-    last); position ``l`` of the sorted order gets (row ``bin_offsets[b] + l`` of the result)
-    the in-bin lane it takes its value from, the first position of its key's segment, and the
-    key where ``l`` is the last position of a segment (-1 elsewhere and for keyless lanes). The
-    scan rounds of a bin are ``ceil(log2(longest segment))``; a bin whose keys are all distinct
-    gets 0 rounds and the identity plan (each lane writes its own key, no shuffles).
-
-    Returns
-    -------
-    lane_r : int32 (n_lanes, 4)
-        Source lane, segment start, output key, 0 (see :func:`_segment_sums`).
-    steps : int32 (n_bins,)
-        Scan rounds of each bin.
-    """
-    n_lanes = int(key.shape[0])
-    n_bins = int(bin_offsets.shape[0] - 1)
-    sizes = np.diff(bin_offsets)
-    bin_of = np.repeat(np.arange(n_bins, dtype=np.int64), sizes)
-    idx = np.arange(n_lanes, dtype=np.int64)
-    in_bin = idx - bin_offsets[bin_of] if n_lanes else idx
-    # sort by (bin, keyless last, key, lane): stable within equal keys
-    order = np.lexsort((idx, key, key < 0, bin_of)) if n_lanes else idx
-    skey = key[order]
-    new_seg = np.ones(n_lanes, bool)
-    if n_lanes > 1:
-        same = (bin_of[1:] == bin_of[:-1]) & (skey[1:] == skey[:-1]) & (skey[1:] >= 0)
-        new_seg[1:] = ~same
-    seg_first = np.maximum.accumulate(np.where(new_seg, idx, 0)) if n_lanes else idx
-    last = np.ones(n_lanes, bool)
-    last[:-1] = new_seg[1:]
-    seg_len = idx - seg_first + 1
-    longest = np.zeros(n_bins, np.int64)
-    np.maximum.at(longest, bin_of, seg_len)
-    steps = np.ceil(np.log2(np.maximum(longest, 1))).astype(np.int32)
-    lane_r = np.zeros((n_lanes, 4), np.int32)
-    lane_r[:, 0] = order - bin_offsets[bin_of] if n_lanes else 0
-    lane_r[:, 1] = seg_first - bin_offsets[bin_of] if n_lanes else 0
-    lane_r[:, 2] = np.where(last & (skey >= 0), skey, -1)
-    identity = steps[bin_of] == 0 if n_lanes else np.zeros(0, bool)
-    lane_r[identity, 0] = in_bin[identity]
-    lane_r[identity, 1] = in_bin[identity]
-    lane_r[identity, 2] = key[identity]
-    return lane_r, steps
-
-
 def _lane_arrays(packed: PackedModel) -> dict:
     """Host arrays of the device model (see the kernel section's comment)."""
     n_lanes = int(packed.feature.shape[0])
@@ -712,11 +575,9 @@ def _lane_arrays(packed: PackedModel) -> dict:
     n_paths = packed.num_paths
     path_bin = bin_of_lane[packed.path_offsets[:-1]] if n_paths else np.zeros(0, np.int64)
     is_dp = packed.table_offsets < 0
-    bin_info = np.zeros((max(packed.num_bins, 1), 3), np.int32)
+    bin_info = np.zeros((max(packed.num_bins, 1), 2), np.int32)
     np.maximum.at(bin_info[:, 0], path_bin[is_dp], k[is_dp])
     np.maximum.at(bin_info[:, 1], path_bin, k)
-    lane_r, steps = _reduction_arrays(_output_keys(packed), packed.bin_offsets)
-    bin_info[: steps.size, 2] = steps
     regular = bin_sizes <= 32
     bins = np.flatnonzero(regular).astype(np.int32)
     oversize_paths = np.flatnonzero(~regular[path_bin]).astype(np.int32)
@@ -741,7 +602,6 @@ def _lane_arrays(packed: PackedModel) -> dict:
         lane_i=lane_i if n_lanes else np.zeros((1, 8), np.int32),
         lane_l=lane_l if n_lanes else np.zeros((1, 2), np.int64),
         lane_d=lane_d if n_lanes else np.zeros((1, 2), np.float64),
-        lane_r=lane_r if n_lanes else np.zeros((1, 4), np.int32),
         cat_words=nonempty(packed.cat_words, np.uint32),
         tables=nonempty(packed.tables, np.float32),
         bin_offsets=np.ascontiguousarray(packed.bin_offsets, np.int64),
@@ -892,15 +752,14 @@ def _launch_batches(model, X, out2, acc_all, batch_rows, interactions, stream, s
             grid = (-(-model.n_bins // WARPS_PER_BLOCK), -(-nb // rpw))
             if interactions:
                 _interaction_warp_kernel[grid, block, stream](
-                    model.lane_f, model.lane_i, model.lane_l, model.lane_d, model.lane_r,
-                    model.cat_words, model.bin_offsets, model.bin_info, model.bins, Xb, acc,
-                    scale, rpw, F1,
+                    model.lane_f, model.lane_i, model.lane_l, model.lane_d, model.cat_words,
+                    model.bin_offsets, model.bin_info, model.bins, Xb, acc, scale, rpw, F1,
                 )  # fmt: skip
             else:
                 _shap_warp_kernel[grid, block, stream](
-                    model.lane_f, model.lane_i, model.lane_l, model.lane_d, model.lane_r,
-                    model.cat_words, model.tables, model.bin_offsets, model.bin_info, model.bins,
-                    Xb, acc, scale, rpw, F1,
+                    model.lane_f, model.lane_i, model.lane_l, model.lane_d, model.cat_words,
+                    model.tables, model.bin_offsets, model.bin_info, model.bins, Xb, acc, scale,
+                    rpw, F1,
                 )  # fmt: skip
         for p0 in range(0, model.n_oversize, 65535):  # grid.y is at most 65535
             paths = model.oversize_paths[p0 : min(model.n_oversize, p0 + 65535)]
@@ -948,10 +807,7 @@ def strategy_stats(packed: PackedModel) -> dict:
     Returns a dict with ``table_paths``, ``table_lanes``, ``dp_paths``, ``dp_lanes``,
     ``oversize_paths``, ``oversize_lanes`` (fallback kernel), ``table_bytes``,
     ``warp_bins`` (bins run by the warp kernels), ``mixed_bins`` (bins holding both table and
-    DP paths), ``fixed_point_shift`` (SHAP, interactions), ``reduced_bins`` (warp bins whose
-    lanes share output keys, summed in the warp first) and ``shap_atomics_per_row``: the most
-    global atomics per row of the SHAP warp kernel without and with that reduction (feature
-    lanes, distinct keys per bin).
+    DP paths) and ``fixed_point_shift`` (SHAP, interactions).
     """
     lanes = np.diff(packed.path_offsets)
     n_paths = packed.num_paths
@@ -968,12 +824,6 @@ def strategy_stats(packed: PackedModel) -> dict:
     has_t = np.bincount(bin_of_path[table], minlength=n_bins) > 0
     has_d = np.bincount(bin_of_path[dp], minlength=n_bins) > 0
     shap_bound, inter_bound = _path_bounds(packed)
-    key = _output_keys(packed)
-    _, steps = _reduction_arrays(key, packed.bin_offsets)
-    warp = bin_sizes <= 32
-    lane_bin = np.repeat(np.arange(n_bins, dtype=np.int64), bin_sizes)
-    on_warp = (key >= 0) & warp[lane_bin]
-    distinct = np.unique(np.stack([lane_bin[on_warp], key[on_warp]]), axis=1).shape[1]
     return {
         "table_paths": int(table.sum()),
         "table_lanes": int(lanes[table].sum()),
@@ -985,8 +835,6 @@ def strategy_stats(packed: PackedModel) -> dict:
         "warp_bins": int((bin_sizes <= 32).sum()),
         "mixed_bins": int((has_t & has_d).sum()),
         "fixed_point_shift": (fixed_point_shift(shap_bound), fixed_point_shift(inter_bound)),
-        "reduced_bins": int(((steps > 0) & warp).sum()),
-        "shap_atomics_per_row": (int(on_warp.sum()), int(distinct)),
     }
 
 
@@ -995,14 +843,13 @@ def strategy_stats(packed: PackedModel) -> dict:
 # --------------------------------------------------------------------------------------------
 
 _LANES = "float32[:, ::1], int32[:, ::1], int64[:, ::1], float64[:, ::1], uint32[::1], "
-_LANES_R = _LANES.replace("uint32[::1], ", "int32[:, ::1], uint32[::1], ")  # + lane_r
 _SIGNATURES = {
     "_shap_warp_kernel": "void("
-    + _LANES_R
+    + _LANES
     + "float32[::1], int64[::1], int32[:, ::1], int32[::1], float32[:, ::1], int64[:, ::1], "
     "float64, int64, int64)",
     "_interaction_warp_kernel": "void("
-    + _LANES_R
+    + _LANES
     + "int64[::1], int32[:, ::1], int32[::1], float32[:, ::1], int64[:, ::1], float64, int64, "
     "int64)",
     "_oversize_kernel": "void("
