@@ -162,14 +162,25 @@ def test_categorical_string_categories():
         assert enc[1] == list(X["s"].cat.categories)
 
 
+def _dart_parts(doc: dict) -> tuple[np.ndarray, dict]:
+    """DART tree weights and gbtree model of a model document, in either saved layout.
+
+    XGBoost < 3.3 saves booster "dart" with ``weight_drop`` beside a nested "gbtree"; 3.3 and
+    later save booster "gbtree" with ``weight_drop`` inside its model.
+    """
+    gb = doc["learner"]["gradient_booster"]
+    if gb["name"] == "dart":
+        return np.asarray(gb["weight_drop"]), gb["gbtree"]["model"]
+    return np.asarray(gb["model"]["weight_drop"]), gb["model"]
+
+
 def test_dart_weights_are_folded_into_leaves():
     booster, X = MODEL_KINDS["dart"]()
     doc = model_doc(booster)
-    weights = np.asarray(doc["learner"]["gradient_booster"]["weight_drop"])
+    weights, model = _dart_parts(doc)
     assert not np.allclose(weights, 1.0), "the DART model should have dropped trees"
     ens = load_model(booster)
-    assert ens.extra["booster"] == "dart"
-    raw = doc["learner"]["gradient_booster"]["gbtree"]["model"]["trees"][0]
+    raw = model["trees"][0]
     leaves = np.asarray(raw["left_children"]) == -1
     np.testing.assert_allclose(
         ens.value[: ens.tree_offsets[1]][leaves],
@@ -177,6 +188,36 @@ def test_dart_weights_are_folded_into_leaves():
         rtol=1e-6,
     )
     assert_margin_matches(ens, booster, X)
+
+
+def test_dart_in_both_saved_layouts_gives_one_ensemble():
+    booster, _ = MODEL_KINDS["dart"]()
+    doc = model_doc(booster)
+    weights, model = _dart_parts(doc)
+    old = json.loads(json.dumps(doc))
+    old["learner"]["gradient_booster"] = {
+        "name": "dart",
+        "gbtree": {
+            "name": "gbtree",
+            "model": {k: v for k, v in model.items() if k != "weight_drop"},
+        },
+        "weight_drop": weights.tolist(),
+    }
+    new = json.loads(json.dumps(doc))
+    new["learner"]["gradient_booster"] = {
+        "name": "gbtree",
+        "model": {**model, "weight_drop": weights.tolist()},
+    }
+    a = ensemble_from_xgboost_document(old)
+    b = ensemble_from_xgboost_document(new)
+    np.testing.assert_array_equal(a.value, b.value)
+    assert not np.array_equal(a.value, ensemble_from_xgboost_document(_without_weights(new)).value)
+
+
+def _without_weights(doc: dict) -> dict:
+    doc = json.loads(json.dumps(doc))
+    doc["learner"]["gradient_booster"]["model"].pop("weight_drop")
+    return doc
 
 
 def test_random_forest_trees_per_round():

@@ -571,6 +571,9 @@ def ensemble_from_xgboost_document(
             f"unknown XGBoost booster {booster_name!r}: distshap supports 'gbtree' and 'dart'"
         )
     model = _get(booster, "model", "gbtree booster")
+    if weight_drop is None and "weight_drop" in model:
+        # XGBoost >= 3.3 saves DART models as booster "gbtree" with the tree weights inside
+        weight_drop = np.asarray(model["weight_drop"], dtype=np.float32).astype(np.float64)
     trees = _get(model, "trees", "gbtree model")
     num_trees = len(trees)
     tree_info = np.asarray(model.get("tree_info", np.zeros(num_trees)), dtype=np.int64)
@@ -735,7 +738,7 @@ def ensemble_from_xgboost_document(
 
     version = doc.get("version")
     extra = {
-        "booster": booster_name,
+        "booster": "dart" if weight_drop is not None else booster_name,
         "objective": objective,
         "num_parallel_tree": num_parallel_tree,
         "xgboost_version": tuple(int(v) for v in version) if version is not None else None,
