@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from xgb_models import MODEL_KINDS
 
 import distshap
 from distshap import TreeExplainer, UnsupportedModelError
+
+from xgb_models import MODEL_KINDS
 
 
 @pytest.fixture(scope="module")

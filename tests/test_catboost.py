@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import naive
 import numpy as np
 import pytest
 
 from distshap.models import UnsupportedModelError, load_model
+
+import naive
+from conftest import to_host
 
 cb = pytest.importorskip("catboost")
 
@@ -56,11 +58,11 @@ def test_catboost_margin_matches_raw_formula_val(case):
 
 
 @pytest.mark.parametrize("case", ["regression", "binary", "multiclass"])
-def test_catboost_shap_matches_catboost(case):
+def test_catboost_shap_matches_catboost(case, backend):
     from distshap import TreeExplainer
 
     model, Xt = _fit(case)
-    ours = np.asarray(TreeExplainer(model, backend="cpu").shap_values(Xt))
+    ours = to_host(TreeExplainer(model, backend=backend).shap_values(Xt))
     ref = np.asarray(model.get_feature_importance(cb.Pool(Xt), type="ShapValues"))
     ref = ref.reshape(ours.shape)
     scale = np.abs(model.predict(Xt, prediction_type="RawFormulaVal")).max()

@@ -14,11 +14,12 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from xgb_models import build_categorical, build_multiclass, build_regression
 
 import distshap
 from distshap.cli import main
 from distshap.explainer import TreeExplainer
+
+from xgb_models import build_categorical, build_multiclass, build_regression
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMES = ["age", "bmi", "bp", "s1", "s2", "s3"]

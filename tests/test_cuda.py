@@ -16,15 +16,16 @@ import os
 import subprocess
 import sys
 
-import naive
 import numpy as np
 import pytest
-import tiny
-from conftest import to_host
 
 from distshap.kernels import cuda_available
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
+
+import naive
+import tiny
+from conftest import to_host
 
 
 def _packed(ens, budget=1 << 30):

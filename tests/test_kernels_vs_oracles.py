@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import to_host
 
-import naive
-import tiny
 from distshap.kernels import get_backend
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
+
+import naive
+import tiny
+from conftest import to_host
 
 BUDGETS = {"dp-only": 0, "tables": 1 << 30}
 
@@ -72,7 +73,6 @@ def test_table_and_dp_agree_bitwise_close():
     dp = _run(ens, X, "cpu", 0)
     tab = _run(ens, X, "cpu", 1 << 30)
     np.testing.assert_allclose(dp, tab, atol=1e-6 * _scale(dp), rtol=0)
-
 
 
 def _chain(n: int, seed: int):

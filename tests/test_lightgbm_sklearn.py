@@ -7,12 +7,14 @@ import subprocess
 import sys
 import warnings
 
-import naive
 import numpy as np
 import pytest
 
 from distshap.models import UnsupportedModelError, load_model
 from distshap.models.lightgbm import le_threshold_to_lt_float32
+
+import naive
+from conftest import to_host
 
 lgb = pytest.importorskip("lightgbm")
 sk_ensemble = pytest.importorskip("sklearn.ensemble")
@@ -167,17 +169,17 @@ def test_lightgbm_treeshap_oracle_matches_pred_contrib(case):
 
 
 @pytest.mark.parametrize("case", ["regression", "zero_as_missing", "multiclass"])
-def test_lightgbm_tree_explainer_matches_pred_contrib(case):
+def test_lightgbm_tree_explainer_matches_pred_contrib(case, backend):
     from distshap import TreeExplainer
 
     booster, X = _lgb_train(LGB_CASES[case])
     Xt = _test_rows(X)
-    explainer = TreeExplainer(booster, backend="cpu")
-    phi = np.asarray(explainer.shap_values(Xt))
+    explainer = TreeExplainer(booster, backend=backend)
+    phi = to_host(explainer.shap_values(Xt))
     contrib = booster.predict(Xt, pred_contrib=True).reshape(phi.shape)
     scale = np.abs(booster.predict(Xt, raw_score=True)).max()
     np.testing.assert_allclose(phi, contrib, rtol=0, atol=1e-4 * scale)
-    inter = np.asarray(explainer.shap_interaction_values(Xt[:20]))
+    inter = to_host(explainer.shap_interaction_values(Xt[:20]))
     np.testing.assert_allclose(inter.sum(axis=-1), phi[:20], rtol=0, atol=1e-4 * scale)
 
 
@@ -346,13 +348,13 @@ def test_sklearn_margin_matches_predictions(case):
 @pytest.mark.parametrize(
     "case", ["tree_reg", "rf_binary", "et_multiclass", "gb_binary", "hgb_reg", "gb_multiclass"]
 )
-def test_sklearn_shap_matches_shap_package(case):
+def test_sklearn_shap_matches_shap_package(case, backend):
     shap = pytest.importorskip("shap")
     from distshap import TreeExplainer
 
     model, Xt, _ = _fit_sk(case)
     Xt = np.nan_to_num(Xt)  # shap's sklearn support predates NaN routing
-    ours = np.asarray(TreeExplainer(model, backend="cpu").shap_values(Xt))
+    ours = to_host(TreeExplainer(model, backend=backend).shap_values(Xt))
     ours = ours.reshape(len(Xt), -1, Xt.shape[1] + 1)
     if case == "gb_multiclass":  # shap supports GradientBoostingClassifier for binary only
         ens = load_model(model)

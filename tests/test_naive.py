@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
-import naive
 import numpy as np
 import pytest
-import tiny
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import naive
+import tiny
 
 TINY = tiny.tiny_ensembles()
 ATOL = 1e-12

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
-import naive
 import numpy as np
-import tiny
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distshap import TreeExplainer
+
+import naive
+import tiny
 
 ensembles = st.builds(
     lambda seed, f, t, d, g: (seed, tiny.random_ensemble(seed, f, t, d, g)),

@@ -7,14 +7,12 @@ import math
 import struct
 import sys
 
-import naive
 import numpy as np
 import pandas as pd
 import pytest
 import xgboost as xgb
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from xgb_models import MODEL_KINDS, as_array, build_objective, dmatrix
 
 from distshap.models import UnsupportedModelError, load_model
 from distshap.models.xgboost import (
@@ -24,6 +22,9 @@ from distshap.models.xgboost import (
     load_xgboost,
     load_xgboost_file,
 )
+
+import naive
+from xgb_models import MODEL_KINDS, as_array, build_objective, dmatrix
 
 KINDS = sorted(MODEL_KINDS)
 ARRAY_FIELDS = (

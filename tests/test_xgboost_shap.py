@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import to_host
-from xgb_models import MODEL_KINDS, as_array, dmatrix
 
 import distshap
+
+from conftest import to_host
+from xgb_models import MODEL_KINDS, as_array, dmatrix
 
 
 def _scale(ref: np.ndarray) -> float:

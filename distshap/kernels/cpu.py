@@ -47,6 +47,15 @@ def _one_fractions(row, m_feature, m_lower, m_upper, m_missing, m_cat_offsets, m
                                       cat_words)  # fmt: skip
 
 
+@njit(nogil=True, cache=True)
+def _max_lanes(path_offsets):
+    """Lanes of the longest path (at least 1): the size of per-row scratch arrays."""
+    longest = 1
+    for p in range(path_offsets.shape[0] - 1):
+        longest = max(longest, path_offsets[p + 1] - path_offsets[p])
+    return longest
+
+
 @njit(inline="always", nogil=True, cache=True)
 def _path_patterns(XT, n, feature, lower, upper, missing, cat_offsets, cat_nbits, cat_other,
                    cat_words, start, k, pattern):  # fmt: skip
@@ -80,9 +89,7 @@ def _shap_kernel(X, feature, lower, upper, missing, zero_fraction, cat_offsets, 
     n_paths = path_offsets.shape[0] - 1
     n_groups = out.shape[1]
     n_cols = out.shape[2]
-    max_len = 1
-    for p in range(n_paths):
-        max_len = max(max_len, path_offsets[p + 1] - path_offsets[p])
+    max_len = _max_lanes(path_offsets)
     n_blocks = (n_rows + block_rows - 1) // block_rows
     # Rows in blocks, features-major within a block: each path's lanes are read once per
     # block and each lane's interval test runs over a contiguous column of the block.
@@ -144,9 +151,7 @@ def _interaction_kernel(X, feature, lower, upper, missing, zero_fraction, cat_of
     n_paths = path_offsets.shape[0] - 1
     n_groups = out.shape[1]
     n_cols = out.shape[2]
-    max_len = 1
-    for p in range(n_paths):
-        max_len = max(max_len, path_offsets[p + 1] - path_offsets[p])
+    max_len = _max_lanes(path_offsets)
     for r in prange(n_rows):
         row = X[r]
         acc = np.zeros((n_groups, n_cols, n_cols), np.float64)
