@@ -97,6 +97,11 @@ class TreeExplainer:
         else:
             X = to_float32_matrix(X, self.num_features, self.feature_names)
             backend = self._local_backend(X)
+            if backend == "cpu" and is_cupy(X):
+                raise TypeError(
+                    "X is a CuPy array but the backend is 'cpu': pass X.get() (a NumPy copy) or "
+                    "use backend='cuda' / 'auto'"
+                )
             kernels = get_backend(backend)
             fn = kernels.interaction_values if interactions else kernels.shap_values
             if progress and not is_cupy(X) and X.shape[0] > PROGRESS_BATCH_ROWS:

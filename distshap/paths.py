@@ -179,6 +179,8 @@ def _walk_paths(
         while j >= 0:
             d += 1
             j = parent[j]
+            if d > n_nodes:
+                raise ValueError("the trees contain a cycle: a node is its own ancestor")
         depth[i] = d
         if left[i] < 0 and value[i] != 0.0:
             n_leaves += 1

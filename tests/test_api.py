@@ -110,3 +110,19 @@ def test_dataframe_columns_follow_model_names():
 def test_public_names():
     for name in distshap.__all__:
         assert getattr(distshap, name) is not None
+
+
+def test_broken_tree_structure_is_refused():
+    import dataclasses
+
+    import tiny
+
+    ens = tiny.repeated_feature_tree()
+    out_of_range = ens.left.copy()
+    out_of_range[0] = 10**6
+    with pytest.raises(ValueError, match="outside"):
+        TreeExplainer(dataclasses.replace(ens, left=out_of_range))
+    shared = ens.right.copy()
+    shared[0] = ens.left[0]  # two edges into one node
+    with pytest.raises(ValueError, match="exactly one parent"):
+        TreeExplainer(dataclasses.replace(ens, right=shared))

@@ -103,3 +103,18 @@ def test_path_longer_than_a_bit_mask():
     margin = naive.predict_margin(ens, X)
     np.testing.assert_allclose(got.sum(axis=-1), margin, atol=0.1, rtol=0)
     assert np.abs(got).max() < 10
+
+
+def test_infinite_and_huge_values_follow_the_open_branches(backend):
+    """+inf (and float64 values beyond float32's range, which become inf) go right of every
+    numeric split, -inf left, as the float32 comparison ``x < threshold`` says."""
+    ens = tiny.random_ensemble(3, n_features=5, n_trees=5, depth=4, n_groups=1)
+    X = tiny.random_rows(3, ens, 30, 0.0).astype(np.float64)
+    X[::3, 0] = np.inf
+    X[1::3, 1] = -np.inf
+    X[2::3, 2] = 1e39
+    got = _run(ens, X.astype(np.float32), backend, 1 << 30)
+    margin = naive.predict_margin(ens, X)
+    np.testing.assert_allclose(got.sum(axis=-1), margin, atol=1e-5 * _scale(margin), rtol=0)
+    ref = naive.treeshap_recursive_rows(ens, X.astype(np.float32)).reshape(got.shape)
+    np.testing.assert_allclose(got, ref, atol=1e-6 * _scale(ref), rtol=0)

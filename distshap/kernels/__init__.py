@@ -17,6 +17,10 @@ __all__ = ["cuda_available", "get_backend"]
 
 def cuda_available() -> bool:
     """Whether a CUDA GPU can be used (imports numba.cuda only when called)."""
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is None:  # the CUDA backend returns CuPy arrays
+        return False
     try:
         from numba import cuda
 
@@ -34,8 +38,9 @@ def get_backend(name: str):
     if name == "cuda":
         if not cuda_available():
             raise RuntimeError(
-                "backend='cuda' needs an NVIDIA GPU with a working driver and numba-cuda; "
-                "none is visible here: use backend='cpu' or backend='auto'"
+                "backend='cuda' needs an NVIDIA GPU with a working driver, numba-cuda and cupy "
+                "(pip install 'distshap[gpu]'); here one of them is missing: use "
+                "backend='cpu' or backend='auto'"
             )
         from distshap.kernels import cuda
 

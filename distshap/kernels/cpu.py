@@ -27,7 +27,8 @@ def _follows(x, lower, upper, missing, cat_offset, cat_nbits, cat_other, cat_wor
     if np.isnan(x):
         return 1.0 if missing else 0.0
     if cat_offset < 0:
-        return 1.0 if (lower <= x and x < upper) else 0.0
+        # an unbounded element (upper = +inf) also takes x = +inf
+        return 1.0 if (lower <= x and (x < upper or upper == np.inf)) else 0.0
     if x < 0.0 or x >= cat_nbits:
         return 1.0 if cat_other else 0.0
     c = np.int64(x)
@@ -69,9 +70,10 @@ def _path_patterns(XT, n, feature, lower, upper, missing, cat_offsets, cat_nbits
             lo = lower[e]
             hi = upper[e]
             miss = missing[e]
+            open_above = hi == np.inf  # then x = +inf follows too
             for r in range(n):
                 x = col[r]
-                bit = ((x >= lo) & (x < hi)) | (miss & (x != x))
+                bit = ((x >= lo) & ((x < hi) | open_above)) | (miss & (x != x))
                 pattern[r] |= np.int64(bit) << i
         else:
             for r in range(n):

@@ -168,7 +168,7 @@ def _follows(x, lower, upper, flags, cat_nbits, cat_offset, cat_words):
     if math.isnan(x):
         return (flags & 1) != 0
     if cat_offset < 0:
-        return lower <= x and x < upper
+        return lower <= x and (x < upper or upper == math.inf)  # +inf follows open ends
     if x < 0.0 or x >= cat_nbits:
         return (flags & 2) != 0
     c = np.int64(x)

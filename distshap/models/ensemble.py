@@ -142,6 +142,7 @@ class Ensemble:
         internal = ~self.is_leaf()
         if np.any((self.right[internal] < 0) | (self.feature[internal] < 0)):
             raise ValueError("an internal node lacks a right child or a split feature")
+        self._validate_structure(internal)
         if np.any(self.feature[internal] >= self.num_features):
             bad = int(self.feature[internal].max())
             raise ValueError(
@@ -155,3 +156,21 @@ class Ensemble:
                 "(cover / hessian sums) that path-dependent SHAP needs"
             )
         return self
+
+    def _validate_structure(self, internal: np.ndarray) -> None:
+        """Children inside their own tree; every node but the roots has exactly one parent."""
+        n = self.num_nodes
+        node_tree = np.repeat(np.arange(self.num_trees), np.diff(self.tree_offsets))
+        parents = np.flatnonzero(internal)
+        children = np.concatenate([self.left[parents], self.right[parents]]).astype(np.int64)
+        if children.size and (children.min() < 0 or children.max() >= n):
+            raise ValueError("a child index points outside the ensemble's nodes")
+        if np.any(node_tree[children] != np.tile(node_tree[parents], 2)):
+            raise ValueError("a child index points into another tree")
+        n_parents = np.bincount(children, minlength=n)
+        expected = np.ones(n, dtype=np.int64)
+        expected[self.tree_offsets[:-1]] = 0
+        if np.any(n_parents != expected):
+            raise ValueError(
+                "the trees are not trees: every node except a tree's root needs exactly one parent"
+            )
