@@ -6,6 +6,7 @@ runs kernels. Inputs may be NumPy, pandas, CuPy or Dask; the backend is chosen p
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,24 @@ from distshap.paths import extract_paths
 from distshap.tables import DEFAULT_MAX_TABLE_FEATURES, DEFAULT_TABLE_BUDGET_BYTES
 
 __all__ = ["PROGRESS_BATCH_ROWS", "TreeExplainer"]
+
+
+def _check_output_fits(n_rows: int, packed: PackedModel, interactions: bool) -> None:
+    """Refuse an in-memory result larger than half of this machine's memory, with a way out."""
+    width = packed.num_features + 1
+    per_row = packed.num_groups * width * (width if interactions else 1) * 4
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not available on this platform
+        return
+    if n_rows * per_row > memory // 2:
+        what = "interaction values" if interactions else "SHAP values"
+        raise ValueError(
+            f"{what} of {n_rows:,} rows need {n_rows * per_row / 2**30:.1f} GiB "
+            f"({per_row:,} bytes a row), more than half of this machine's "
+            f"{memory / 2**30:.0f} GiB: explain fewer rows at a time, or a Dask array "
+            "(distshap.start_cluster) and write the result with .to_zarr(...)"
+        )
 
 
 class TreeExplainer:
@@ -65,6 +84,7 @@ class TreeExplainer:
             table_budget_bytes=table_budget_bytes,
             max_table_features=max_table_features,
             feature_names=self.ensemble.feature_names,
+            feature_categories=self.ensemble.extra.get("category_values"),
         )
         self.backend = backend
         self.client = client
@@ -95,13 +115,16 @@ class TreeExplainer:
                 self.packed, X, interactions=interactions, backend=self.backend, client=self.client
             )
         else:
-            X = to_float32_matrix(X, self.num_features, self.feature_names)
+            X = to_float32_matrix(
+                X, self.num_features, self.feature_names, self.packed.feature_categories
+            )
             backend = self._local_backend(X)
             if backend == "cpu" and is_cupy(X):
                 raise TypeError(
                     "X is a CuPy array but the backend is 'cpu': pass X.get() (a NumPy copy) or "
                     "use backend='cuda' / 'auto'"
                 )
+            _check_output_fits(X.shape[0], self.packed, interactions)
             kernels = get_backend(backend)
             fn = kernels.interaction_values if interactions else kernels.shap_values
             if progress and not is_cupy(X) and X.shape[0] > PROGRESS_BATCH_ROWS:
@@ -202,7 +225,9 @@ class TreeExplainer:
                 "shap_values(X), or explain(X.compute()) when the rows fit in memory"
             )
         names = self.output_feature_names(X)
-        data = to_float32_matrix(X, self.num_features, self.feature_names)
+        data = to_float32_matrix(
+            X, self.num_features, self.feature_names, self.packed.feature_categories
+        )
         phi = self.shap_values(data, progress=progress)
         if is_cupy(data):
             data, phi = data.get(), phi.get()

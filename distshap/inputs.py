@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["frame_to_float32", "to_float32_matrix", "is_cupy", "is_dask"]
+__all__ = ["frame_to_float32", "is_cupy", "is_dask", "select_model_columns", "to_float32_matrix"]
 
 
 def is_dask(X: Any) -> bool:
@@ -22,12 +22,17 @@ def is_cupy(X: Any) -> bool:
 
 
 def to_float32_matrix(
-    X: Any, num_features: int, feature_names: tuple[str, ...] | None = None
+    X: Any,
+    num_features: int,
+    feature_names: tuple[str, ...] | None = None,
+    categories: dict[int, Any] | None = None,
 ) -> np.ndarray:
     """Validate ``X`` and return a C-contiguous float32 NumPy (or CuPy) matrix.
 
-    pandas DataFrames are reordered by the model's feature names when both are known;
-    category columns become their codes (missing -> NaN), as XGBoost reads them.
+    pandas DataFrames are selected and ordered by the model's feature names when both are
+    known (other columns are ignored); category columns become codes (missing -> NaN): codes of
+    the model's training categories when the model stores them (``categories``, XGBoost >= 3.1),
+    the DataFrame's own codes otherwise.
 
     Raises
     ------
@@ -37,7 +42,7 @@ def to_float32_matrix(
         Not 2-D, no rows, or a feature count / names that do not match the model.
     """
     if hasattr(X, "dtypes") and hasattr(X, "columns"):
-        X = _frame_to_numpy(X, num_features, feature_names)
+        X = frame_to_float32(X[select_model_columns(X, num_features, feature_names)], categories)
     elif is_cupy(X):
         import cupy
 
@@ -67,25 +72,38 @@ def to_float32_matrix(
     return X
 
 
-def _frame_to_numpy(df: Any, num_features: int, names: tuple[str, ...] | None) -> np.ndarray:
-    columns = [str(c) for c in df.columns]
-    if names is not None and len(names) == num_features and columns != list(names):
-        missing = [n for n in names if n not in columns]
-        if missing:
-            raise ValueError(
-                f"X lacks the model's feature column(s) {missing[:5]}: pass a DataFrame with "
-                f"the columns {list(names)[:10]}{'...' if len(names) > 10 else ''}"
-            )
-        df = df[list(names)]
-    return frame_to_float32(df)
+def select_model_columns(frame: Any, num_features: int, names: tuple[str, ...] | None) -> list[Any]:
+    """The DataFrame columns that feed the model, in the model's feature order.
+
+    By name when the model has feature names and the frame's columns differ from them (extra
+    columns, such as a label, are ignored); by position otherwise.
+
+    Raises
+    ------
+    ValueError
+        When a named feature is missing from the frame.
+    """
+    columns = list(frame.columns)
+    if names is None or len(names) != num_features or [str(c) for c in columns] == list(names):
+        return columns
+    by_name = {str(c): c for c in columns}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise ValueError(
+            f"X lacks the model's feature column(s) {missing[:5]}: pass a DataFrame with "
+            f"the columns {list(names)[:10]}{'...' if len(names) > 10 else ''}"
+        )
+    return [by_name[n] for n in names]
 
 
-def frame_to_float32(frame: Any) -> np.ndarray:
+def frame_to_float32(frame: Any, categories: dict[int, Any] | None = None) -> np.ndarray:
     """A pandas DataFrame (partition) -> C-contiguous float32 array of shape ``(n, F)``.
 
     Numeric and boolean columns (nullable and Arrow-backed too) become float32 with NaN where
     missing; ``category`` columns become their integer codes as float32, with NaN for a
-    missing value (code -1).
+    missing value (code -1). ``categories`` maps a column position to the model's training
+    categories: such a column is coded by them (a category the model never saw -> NaN,
+    i.e. missing), so the codes do not depend on the frame's own category order.
 
     Raises
     ------
@@ -100,6 +118,8 @@ def frame_to_float32(frame: Any) -> np.ndarray:
     for j, (name, column) in enumerate(frame.items()):
         dtype = column.dtype
         if isinstance(dtype, pd.CategoricalDtype):
+            if categories is not None and j in categories:
+                column = pd.Series(pd.Categorical(column, categories=list(categories[j])))
             codes = column.cat.codes.to_numpy()
             values = codes.astype(np.float32)
             values[codes < 0] = np.nan

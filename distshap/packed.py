@@ -73,6 +73,9 @@ class PackedModel:
     stats : dict
         Packing and table statistics (algorithm, bins, utilisation, seconds, table bytes, ...).
     feature_names : tuple of str or None
+    feature_categories : dict or None
+        Training categories per feature position, when the model stores them (XGBoost >= 3.1):
+        DataFrame category columns are coded by them.
     """
 
     bin_offsets: np.ndarray
@@ -98,6 +101,7 @@ class PackedModel:
     digest: str = ""
     stats: dict = field(default_factory=dict)
     feature_names: tuple[str, ...] | None = None
+    feature_categories: dict | None = None
 
     @property
     def num_bins(self) -> int:
@@ -122,6 +126,7 @@ def build_packed_model(
     table_budget_bytes: int = DEFAULT_TABLE_BUDGET_BYTES,
     max_table_features: int = DEFAULT_MAX_TABLE_FEATURES,
     feature_names: tuple[str, ...] | None = None,
+    feature_categories: dict | None = None,
 ) -> PackedModel:
     """Bin-pack ``paths`` into warps and precompute pattern tables.
 
@@ -138,6 +143,8 @@ def build_packed_model(
         disables tables (every path uses the DP).
     feature_names : tuple of str, optional
         Carried along for outputs.
+    feature_categories : dict, optional
+        Training categories per feature position, carried along for input conversion.
     """
     t0 = time.perf_counter()
     k_all = paths.lengths
@@ -218,6 +225,7 @@ def build_packed_model(
         digest=_digest(fields, paths.num_features, paths.num_groups, capacity),
         stats=stats,
         feature_names=feature_names,
+        feature_categories=feature_categories,
     )
 
 

@@ -126,3 +126,12 @@ def test_broken_tree_structure_is_refused():
     shared[0] = ens.left[0]  # two edges into one node
     with pytest.raises(ValueError, match="exactly one parent"):
         TreeExplainer(dataclasses.replace(ens, right=shared))
+
+
+def test_result_too_large_for_memory_is_refused(regression, monkeypatch):
+    import os
+
+    explainer, X = regression
+    monkeypatch.setattr(os, "sysconf", lambda name: 1 << 10 if name == "SC_PHYS_PAGES" else 4096)
+    with pytest.raises(ValueError, match="half of this machine's"):
+        explainer.shap_interaction_values(np.repeat(X, 100, axis=0))

@@ -197,9 +197,17 @@ def test_dataframe_columns_reordered_by_name(client, frame_model):
     frame, _, packed = frame_model
     names = tuple(str(c) for c in frame.columns)
     named = build_packed_model(extract_paths(load_model(frame_model[1])), feature_names=names)
+    expected = _reference(packed, frame_to_float32(frame), "cpu", False)
     shuffled = dd.from_pandas(frame[["flag", "count", "a", "colour"]], npartitions=2)
     out = explain_dask(named, shuffled, backend="cpu", client=client).compute()
-    np.testing.assert_array_equal(out, _reference(packed, frame_to_float32(frame), "cpu", False))
+    np.testing.assert_array_equal(out, expected)
+    # an extra column (a label) is ignored, as for pandas input
+    labelled = dd.from_pandas(frame.assign(label=1.0)[["label", *names[::-1]]], npartitions=2)
+    out = explain_dask(named, labelled, backend="cpu", client=client).compute()
+    np.testing.assert_array_equal(out, expected)
+    renamed = dd.from_pandas(frame.rename(columns={names[0]: "other"}), npartitions=2)
+    with pytest.raises(ValueError, match="lacks the model's feature column"):
+        explain_dask(named, renamed, backend="cpu", client=client)
 
 
 def test_frame_to_float32_conversion():
@@ -334,3 +342,15 @@ def test_worker_killed_mid_compute_result_complete(regression, data):
         os.kill(pid, signal.SIGKILL)
         out = result.compute()
     np.testing.assert_array_equal(out, expected)
+
+
+def test_interaction_output_chunks_are_bounded(client, regression, data, monkeypatch):
+    import distshap.cluster.dask_explain as dx
+
+    packed = regression
+    X = da.from_array(data, chunks=(len(data), -1))
+    width = packed.num_features + 1
+    monkeypatch.setattr(dx, "MAX_OUTPUT_CHUNK_BYTES", 7 * packed.num_groups * width * width * 4)
+    out = explain_dask(packed, X, interactions=True, backend="cpu", client=client)
+    assert max(out.chunks[0]) == 7 and sum(out.chunks[0]) == len(data)
+    np.testing.assert_array_equal(out.compute(), _reference(packed, data, "cpu", True))

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 import distshap
+from distshap import TreeExplainer
 
 from conftest import to_host
 from xgb_models import MODEL_KINDS, as_array, dmatrix
@@ -74,3 +75,37 @@ def test_input_layouts_give_identical_values():
     assert np.array_equal(explainer.shap_values(X.astype(np.float64)), expected)
     frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])])
     assert np.array_equal(explainer.shap_values(frame), expected)
+
+
+def _string_category_model():
+    import xgboost as xgb
+
+    rng = np.random.default_rng(7)
+    labels = np.array(["red", "green", "blue", "teal"])
+    frame = pd.DataFrame(
+        {
+            "x": rng.normal(size=400).astype(np.float32),
+            "colour": pd.Categorical(rng.choice(labels, 400), categories=labels),
+        }
+    )
+    y = frame["x"] + (frame["colour"] == "blue") * 2.0 - (frame["colour"] == "teal") * 1.0
+    params = {"max_depth": 3, "max_cat_to_onehot": 1, "nthread": 1}
+    booster = xgb.train(params, xgb.DMatrix(frame, y, enable_categorical=True), 8)
+    return booster, frame
+
+
+def test_categories_are_coded_by_the_training_categories():
+    """A DataFrame whose category order differs from training gets the model's codes."""
+    import xgboost as xgb
+
+    booster, frame = _string_category_model()
+    explainer = TreeExplainer(booster, backend="cpu")
+    if explainer.packed.feature_categories is None:
+        pytest.skip("this XGBoost does not store its training categories")
+    reordered = frame.assign(
+        colour=frame["colour"].cat.reorder_categories(["teal", "blue", "green", "red"])
+    )
+    got = explainer.shap_values(reordered.assign(label=1.0)[["label", "colour", "x"]])
+    ref = booster.predict(xgb.DMatrix(reordered, enable_categorical=True), pred_contribs=True)
+    np.testing.assert_allclose(got, ref, atol=1e-5 * _scale(ref), rtol=0)
+    assert np.array_equal(got, explainer.shap_values(frame))

@@ -25,7 +25,7 @@ import numpy as np
 from dask.array.utils import meta_from_array
 
 from distshap import kernels
-from distshap.inputs import frame_to_float32
+from distshap.inputs import frame_to_float32, select_model_columns
 
 __all__ = [
     "clear_model_cache",
@@ -58,7 +58,8 @@ class _ModelHandle:
         return f"_ModelHandle(digest={digest[:12]!r})"
 
 
-# client -> {digest: Future of _ModelHandle}; entries die with their client.
+# client -> {digest: Future of _ModelHandle}; a Future refers to its client, so entries of
+# closed clients are removed on the next call (or by clear_model_cache), not by the weak key.
 _MODEL_FUTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _CACHE_LOCK = threading.Lock()
 
@@ -100,6 +101,9 @@ def model_future(client: Any, packed: Any) -> Any:
             "distshap.packed.build_packed_model(paths)"
         )
     with _CACHE_LOCK:
+        # a cached Future holds its client, so closed clients are dropped here explicitly
+        for stale in [c for c in _MODEL_FUTURES if c.status in ("closed", "closing")]:
+            del _MODEL_FUTURES[stale]
         per_client = _MODEL_FUTURES.setdefault(client, {})
         future = per_client.get(digest)
         if future is not None and future.status == "finished":
@@ -121,10 +125,11 @@ def clear_model_cache(client: Any = None) -> None:
             _MODEL_FUTURES.pop(client, None)
 
 
-def _float32_partition(frame: Any) -> Any:
+def _float32_partition(frame: Any, categories: dict | None = None) -> Any:
     import pandas as pd
 
-    return pd.DataFrame(frame_to_float32(frame), index=frame.index, columns=frame.columns)
+    values = frame_to_float32(frame, categories)
+    return pd.DataFrame(values, index=frame.index, columns=frame.columns)
 
 
 def _is_dask_frame(X: Any) -> bool:
@@ -145,18 +150,13 @@ def _frame_to_array(X: Any, packed: Any) -> da.Array:
             "X is a 1-D dask Series: pass a DataFrame with one column per feature "
             f"({packed.num_features}), e.g. s.to_frame()"
         )
+    X = X[select_model_columns(X, packed.num_features, packed.feature_names)]
     columns = list(X.columns)
     if len(columns) != packed.num_features:
         raise ValueError(
             f"X has {len(columns)} columns but the model has {packed.num_features} features: "
             "pass the columns the model was trained on"
         )
-    names = packed.feature_names
-    if names is not None and [str(c) for c in columns] != list(names):
-        by_name = {str(c): c for c in columns}
-        if set(by_name) == set(names) and len(by_name) == len(columns):
-            X = X[[by_name[n] for n in names]]  # same features, other order: reorder by name
-            columns = list(X.columns)
     for column in columns:
         dtype = X.dtypes[column]
         if isinstance(dtype, pd.CategoricalDtype) and not X[column].cat.known:
@@ -166,7 +166,7 @@ def _frame_to_array(X: Any, packed: Any) -> da.Array:
             )
     meta = pd.DataFrame({c: pd.Series([], dtype=np.float32) for c in columns})
     meta.columns = columns
-    converted = X.map_partitions(_float32_partition, meta=meta)
+    converted = X.map_partitions(_float32_partition, packed.feature_categories, meta=meta)
     return converted.to_dask_array(lengths=True)
 
 
@@ -257,6 +257,25 @@ def _explain_block(
     return out
 
 
+#: Largest output chunk (bytes) of an interaction result; bigger row chunks are split.
+MAX_OUTPUT_CHUNK_BYTES = 1 << 30
+
+
+def _limit_output_chunks(X: da.Array, bytes_per_row: int) -> da.Array:
+    """Split row chunks whose output would exceed :data:`MAX_OUTPUT_CHUNK_BYTES`.
+
+    Interaction values grow as (F+1)**2 per row (fashion_mnist with 10 classes: 25 MB a row),
+    so a row chunk sized for the input can produce an output chunk no worker can hold.
+    """
+    rows = max(1, MAX_OUTPUT_CHUNK_BYTES // bytes_per_row)
+    if max(X.chunks[0], default=0) <= rows:
+        return X
+    split = []
+    for size in X.chunks[0]:
+        split.extend([rows] * (size // rows) + ([size % rows] if size % rows else []))
+    return X.rechunk({0: tuple(split)})
+
+
 def explain_dask(
     packed: Any,
     X: Any,
@@ -285,7 +304,8 @@ def explain_dask(
     Returns
     -------
     dask.array.Array
-        Lazy, float32, chunks ``(X.chunks[0], (G,), (F+1,)[, (F+1,)])``, chunk type that of
+        Lazy, float32, chunks ``(X.chunks[0], (G,), (F+1,)[, (F+1,)])`` (for interactions, row
+        chunks whose output would exceed :data:`MAX_OUTPUT_CHUNK_BYTES` are split), chunk type of
         ``X`` (NumPy or CuPy). Each call has its own graph name, so computing it always runs
         the kernels. Bias in the last column, margin space.
 
@@ -311,6 +331,7 @@ def explain_dask(
 
     groups, width = packed.num_groups, packed.num_features + 1
     if interactions:
+        X = _limit_output_chunks(X, groups * width * width * 4)
         chunks = (X.chunks[0], (groups,), (width,), (width,))
         new_axis = [2, 3]
     else:
