@@ -216,6 +216,24 @@ def _efficiencies(records: list[dict], key: str) -> None:
             rec[key.replace("rows_per_s", "efficiency")] = rec[key] / (per_worker * rec["workers"])
 
 
+def predict_rows_per_s(report: dict, workers: int) -> float:
+    """Throughput predicted for ``workers`` from the measured counts (a per-GPU cost model).
+
+    Each measured count ``n`` explained the same ``R`` rows in ``t(n)`` seconds; the model is
+    ``t(n) = a / n + b``: ``a`` the single-worker kernel time, ``b`` the part that does not
+    shrink with more workers (scheduling, the last chunk's tail, gathering), fitted by least
+    squares. Used to predict counts that could not be run (8 GPUs when no 8-GPU machine is
+    lent); at least two measured counts are needed.
+    """
+    recs = [r for r in report["results"] if r["distshap_rows_per_s"]]
+    if len(recs) < 2:
+        raise ValueError("the cost model needs measurements at two or more worker counts")
+    n = np.array([r["workers"] for r in recs], dtype=float)
+    t = np.array([r["rows"] / r["distshap_rows_per_s"] for r in recs])
+    (a, b), *_ = np.linalg.lstsq(np.column_stack([1 / n, np.ones_like(n)]), t, rcond=None)
+    return recs[0]["rows"] / (a / workers + max(b, 0.0))
+
+
 def _plot(report: dict, path: Path) -> None:
     import matplotlib
 
@@ -319,6 +337,15 @@ def _table(report: dict) -> str:
                 if theirs
                 else f"{'-':>15}  {'-':>5}  {'-':>8}"
             )
+        )
+    counts = [r["workers"] for r in report["results"]]
+    if len(counts) >= 2:
+        target = 2 * max(counts)
+        predicted = predict_rows_per_s(report, target)
+        per_one = report["results"][0]["distshap_rows_per_s"] / counts[0]
+        lines.append(
+            f"{target:>7}  {predicted:>16,.0f}  {predicted / (per_one * target):>5.0%}  "
+            "(predicted by the t(n) = a/n + b cost model, not measured)"
         )
     return "\n".join(lines)
 

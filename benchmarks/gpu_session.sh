@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Everything the GPU issues need, in one device call (see ../shared/device/README.md):
+#   bash ../shared/device/get-wheels.sh        # once, here
+#   run: bash benchmarks/gpu_session.sh [quick|tables|scaling]   (carry .whl)
+# Results land in $OUT (gpu_tests.txt, throughput.jsonl, scaling JSON + PNG).
+# Note --backend cuda on every throughput call: without it distshap runs on the CPU.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source .whl/prelude.sh
+export DISTSHAP_BENCH_DEVICE=cuda
+OUT=${OUT:-benchmarks/results}
+mkdir -p "$OUT"
+what=${1:-quick}
+tp() { python3 -m benchmarks.throughput --backend cuda --json "$OUT/throughput.jsonl" "$@"; }
+
+timeout 240 python3 -m pytest -m gpu -q -p no:cacheprovider > "$OUT/gpu_tests.txt" 2>&1
+tail -4 "$OUT/gpu_tests.txt"
+case "$what" in
+  quick)
+    tp --shapes cal_housing-med,adult-med,fashion_mnist-med --rows 1000000 --peers xgboost-gpu ;;
+  tables)
+    tp --table 6 --sizes small,med --cpu-peer-rows 2000
+    tp --table 7 --sizes small,med --repeats 1 --cpu-peer-rows 4
+    DISTSHAP_BENCH_ROWS=20000 tp --table 6 --sizes large --peers xgboost-gpu --repeats 1 ;;
+  scaling)
+    python3 benchmarks/scaling.py --workers 1,2,4 --rows 16000000 --repeats 2 --out "$OUT" ;;
+esac
