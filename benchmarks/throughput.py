@@ -112,7 +112,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--table", type=int, choices=[6, 7], help="paper table: all 12 shapes")
     parser.add_argument("--sizes", help=f"keep only these sizes ({','.join(SIZES)})")
     parser.add_argument("--rows", type=int, help="rows to explain (default 10000 / 200)")
-    parser.add_argument("--backend", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument(
+        "--backend", default="auto", choices=["auto", "cpu", "cuda"], help="auto: the GPU if any"
+    )
     parser.add_argument("--interactions", action="store_true")
     parser.add_argument(
         "--peers", default=None, help="xgboost-cpu,xgboost-gpu (default by backend)"
@@ -121,6 +123,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cpu-peer-rows", type=int, help="time xgboost-cpu on this many rows")
     parser.add_argument("--json", help="append JSON lines of the results to this file")
     args = parser.parse_args(argv)
+    if args.backend == "auto":
+        from distshap.kernels import cuda_available
+
+        args.backend = "cuda" if cuda_available() else "cpu"
     interactions = args.interactions or args.table == 7
     rows = args.rows or (200 if interactions else 10_000)
     shapes = [tuple(s.rsplit("-", 1)) for s in args.shapes.split(",") if s] or list(SHAPES)
