@@ -373,10 +373,7 @@ def _cmd_plot_summary(args: argparse.Namespace) -> int:
     names = explainer.output_feature_names(_Columns(ds.columns))
     if args.max_rows is not None and args.max_rows < 1:
         raise _UsageError(f"--max-rows {args.max_rows} must be >= 1")
-    X = io.to_float32_dask(ds)
-    if not np.isnan(X.shape[0]) and X.shape[0] > args.max_rows:
-        X = X[: args.max_rows]  # .npy: read only the rows shown
-    X = X.compute(scheduler="threads")[: args.max_rows]
+    X = _first_rows(io.to_float32_dask(ds), args.max_rows)
     phi = explainer.shap_values(X, progress=_progress_enabled(args))
     fig = summary_plot(
         phi, X, names, kind=args.kind, max_display=args.max_display, group=args.group
@@ -384,6 +381,20 @@ def _cmd_plot_summary(args: argparse.Namespace) -> int:
     fig.savefig(args.output, dpi=args.dpi, bbox_inches="tight")
     print(f"{X.shape[0]} rows -> {args.output}")
     return 0
+
+
+def _first_rows(X: Any, max_rows: int | None) -> np.ndarray:
+    """The first ``max_rows`` rows of a dask array, reading only the chunks that hold them."""
+    if max_rows is None:
+        return X.compute(scheduler="threads")
+    parts, count = [], 0
+    for block in X.to_delayed().ravel():
+        part = block.compute(scheduler="threads")
+        parts.append(part)
+        count += len(part)
+        if count >= max_rows:
+            break
+    return np.concatenate(parts)[:max_rows]
 
 
 # ------------------------------------------------------------------------------------------

@@ -280,3 +280,21 @@ def test_parquet_category_columns_read_as_values(files):
     run_cli("explain", model, str(data), "-o", out)
     want = TreeExplainer(model, backend="cpu").shap_values(frame)
     np.testing.assert_array_equal(np.load(out), want)
+
+
+def test_first_rows_reads_only_the_chunks_it_needs():
+    import dask.array as da
+
+    from distshap.cli import _first_rows
+
+    data = np.arange(100, dtype=np.float32).reshape(50, 2)
+    calls = []
+
+    def tracked(block, block_info=None):
+        calls.append(block_info[None]["chunk-location"][0])
+        return block
+
+    X = da.from_array(data, chunks=(10, 2)).map_blocks(tracked, dtype=np.float32)
+    np.testing.assert_array_equal(_first_rows(X, 15), data[:15])
+    assert sorted(set(calls)) == [0, 1]
+    np.testing.assert_array_equal(_first_rows(X, None), data)
