@@ -109,3 +109,17 @@ def test_categories_are_coded_by_the_training_categories():
     ref = booster.predict(xgb.DMatrix(reordered, enable_categorical=True), pred_contribs=True)
     np.testing.assert_allclose(got, ref, atol=1e-5 * _scale(ref), rtol=0)
     assert np.array_equal(got, explainer.shap_values(frame))
+
+
+def test_early_stopped_estimator_uses_its_best_iteration():
+    import xgboost as xgb
+
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(400, 4)).astype(np.float32)
+    y = X[:, 0] + rng.normal(0, 2.0, 400)  # noisy: early stopping stops early
+    model = xgb.XGBRegressor(n_estimators=200, early_stopping_rounds=3, max_depth=3, n_jobs=1)
+    model.fit(X[:300], y[:300], eval_set=[(X[300:], y[300:])], verbose=False)
+    assert model.best_iteration + 1 < model.get_booster().num_boosted_rounds()
+    phi = TreeExplainer(model, backend="cpu").shap_values(X)
+    margin = model.predict(X, output_margin=True)
+    np.testing.assert_allclose(phi.sum(axis=1), margin, atol=1e-4 * _scale(margin), rtol=0)

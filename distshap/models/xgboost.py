@@ -341,9 +341,9 @@ def load_xgboost(model: Any, *, iteration_range: tuple[int, int] | None = None) 
     """Convert an ``xgboost.Booster`` or XGBoost scikit-learn estimator into an Ensemble.
 
     The booster is serialised to UBJSON in memory and parsed by the same code as
-    :func:`load_xgboost_file`. All trees are kept unless ``iteration_range`` says otherwise
-    (a scikit-learn estimator's ``predict`` uses ``best_iteration`` after early stopping; pass
-    ``iteration_range=(0, est.best_iteration + 1)`` to match it).
+    :func:`load_xgboost_file`. All trees of a ``Booster`` are kept unless ``iteration_range``
+    says otherwise; a scikit-learn estimator fitted with early stopping keeps the rounds up to
+    its ``best_iteration``, as its ``predict`` does.
 
     Parameters
     ----------
@@ -387,6 +387,13 @@ def load_xgboost(model: Any, *, iteration_range: tuple[int, int] | None = None) 
                 f"{type(model).__name__}.get_booster() returned {type(booster).__name__}, "
                 "not an xgboost.Booster"
             )
+        if iteration_range is None:
+            try:  # set only after early stopping
+                best = int(model.best_iteration)
+            except (AttributeError, TypeError, ValueError):
+                best = None
+            if best is not None:
+                iteration_range = (0, best + 1)
     raw = booster.save_raw(raw_format="ubj")
     return ensemble_from_xgboost_document(decode_ubjson(raw), iteration_range=iteration_range)
 
