@@ -58,7 +58,7 @@ def _progress_enabled(args: argparse.Namespace) -> bool:
 def _run_local(args: argparse.Namespace, explainer: Any, ds: Any, fmt: str, names) -> int:
     from distshap import io
 
-    X = io.to_float32_dask(ds).compute(scheduler="threads")
+    X = io.to_float32_dask(ds, explainer.packed.feature_categories).compute(scheduler="threads")
     fn = explainer.shap_interaction_values if args.interactions else explainer.shap_values
     values = fn(X, progress=_progress_enabled(args))
     io.write_array(
@@ -78,7 +78,7 @@ def _run_dask(args: argparse.Namespace, explainer: Any, ds: Any, fmt: str, names
 
     from distshap import io
 
-    X = io.to_float32_dask(ds)
+    X = io.to_float32_dask(ds, explainer.packed.feature_categories)
     fn = explainer.shap_interaction_values if args.interactions else explainer.shap_values
     persisted = client.persist(fn(X))
     if _progress_enabled(args):
@@ -373,7 +373,7 @@ def _cmd_plot_summary(args: argparse.Namespace) -> int:
     names = explainer.output_feature_names(_Columns(ds.columns))
     if args.max_rows is not None and args.max_rows < 1:
         raise _UsageError(f"--max-rows {args.max_rows} must be >= 1")
-    X = _first_rows(io.to_float32_dask(ds), args.max_rows)
+    X = _first_rows(io.to_float32_dask(ds, explainer.packed.feature_categories), args.max_rows)
     phi = explainer.shap_values(X, progress=_progress_enabled(args))
     fig = summary_plot(
         phi, X, names, kind=args.kind, max_display=args.max_display, group=args.group

@@ -4,10 +4,11 @@ Inputs (:func:`read_data`) are Parquet, CSV or ``.npy`` files, given as one file
 or a glob, read lazily with Dask:
 
 * Parquet: :func:`dask.dataframe.read_parquet` (partitions follow files / row groups). A file
-  does not keep the category order of the frame it was written from, so category (dictionary)
-  columns with numeric categories are read as their *values* (as ``pandas.read_parquet``
-  returns them, and as XGBoost sees integer categories ``0..k-1``); category columns of
-  strings are refused: write the integer codes the model was trained with instead.
+  does not keep the category order of the frame it was written from, so categorical features
+  are coded by the model's stored training categories when it has them (XGBoost >= 3.1), by
+  label; otherwise category (dictionary) columns with numeric categories are read as their
+  *values*, used as the codes (right for integer categories ``0..k-1``), and category columns
+  of strings are refused: write the integer codes the model was trained with instead.
 * CSV: :func:`dask.dataframe.read_csv` with a header row; integer columns are read as floats
   so that a missing value in a later block does not break the parse.
 * ``.npy``: a 2-D numeric array per file, memory-mapped and read in row chunks by the workers
@@ -380,15 +381,23 @@ def _check_column_dtype(ds: Dataset, name: str, dtype: Any) -> None:
     )
 
 
-def _frame_block(frame: Any) -> np.ndarray:
-    """One partition -> float32 rows; numeric category columns become their values."""
+def _frame_block(frame: Any, categories: dict | None = None) -> np.ndarray:
+    """One partition -> float32 rows.
+
+    A feature whose training categories the model stores (XGBoost >= 3.1) is coded by them,
+    whatever the column's type (category, numbers or strings read from CSV). Other category
+    columns must hold numbers, which are used as the codes (what ``pandas.read_parquet``
+    returns and XGBoost reads for categories ``0..k-1``).
+    """
     import pandas as pd
 
     from distshap.inputs import frame_to_float32
 
     converted = {}
-    for name, column in frame.items():
-        if isinstance(column.dtype, pd.CategoricalDtype):
+    for j, (name, column) in enumerate(frame.items()):
+        if categories is not None and j in categories:
+            converted[name] = pd.Categorical(column, categories=list(categories[j]))
+        elif isinstance(column.dtype, pd.CategoricalDtype):
             if column.dtype.categories.dtype.kind not in "biuf":
                 raise TypeError(_string_category_message(name))
             converted[name] = column.astype(np.float64)
@@ -422,8 +431,11 @@ def _check_parquet_categories(ds: Dataset, names: Sequence[str]) -> None:
             raise InputError(f"{ds.files[0]!r}: " + _string_category_message(name))
 
 
-def to_float32_dask(ds: Dataset) -> Any:
+def to_float32_dask(ds: Dataset, categories: dict | None = None) -> Any:
     """The rows of ``ds`` as a float32 dask array with one column chunk.
+
+    ``categories``: the model's training categories per feature position
+    (``PackedModel.feature_categories``); those columns are coded by them.
 
     Row chunk sizes of DataFrame inputs stay unknown (NaN) until computed: no extra pass over
     the files is made here.
@@ -435,7 +447,7 @@ def to_float32_dask(ds: Dataset) -> Any:
     else:
         width = len(ds.columns)
         meta = np.empty((0, width), dtype=np.float32)
-        arr = ds.data.map_partitions(_frame_block, meta=meta)
+        arr = ds.data.map_partitions(_frame_block, categories, meta=meta)
         if not isinstance(arr, da.Array):  # older dask: convert explicitly
             arr = arr.to_dask_array()
     if arr.dtype != np.float32:

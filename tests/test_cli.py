@@ -298,3 +298,32 @@ def test_first_rows_reads_only_the_chunks_it_needs():
     np.testing.assert_array_equal(_first_rows(X, 15), data[:15])
     assert sorted(set(calls)) == [0, 1]
     np.testing.assert_array_equal(_first_rows(X, None), data)
+
+
+def test_categories_coded_by_the_models_training_categories(tmp_path):
+    """Categories 10/20/30/40 (not 0..k-1): the model's stored encoder gives the codes."""
+    import xgboost as xgb
+
+    rng = np.random.default_rng(5)
+    frame = pd.DataFrame(
+        {
+            "x": rng.normal(size=300).astype(np.float32),
+            "c": pd.Categorical(rng.choice([10, 20, 30, 40], 300), categories=[10, 20, 30, 40]),
+        }
+    )
+    y = frame["x"] + frame["c"].astype(float) / 10
+    model = xgb.XGBRegressor(n_estimators=10, max_depth=3, enable_categorical=True, n_jobs=1)
+    model.fit(frame, y)
+    explainer = TreeExplainer(model, backend="cpu")
+    if explainer.packed.feature_categories is None:
+        pytest.skip("this XGBoost does not store its training categories")
+    model_path = tmp_path / "m.json"
+    model.save_model(model_path)
+    frame.to_parquet(tmp_path / "d.parquet")
+    out = tmp_path / "o.npy"
+    result = run_cli("explain", str(model_path), str(tmp_path / "d.parquet"), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    phi = np.load(out)
+    margin = model.predict(frame, output_margin=True)
+    np.testing.assert_allclose(phi.sum(axis=1), margin, atol=1e-4, rtol=0)
+    np.testing.assert_array_equal(phi, explainer.shap_values(frame))
