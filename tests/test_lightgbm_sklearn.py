@@ -430,3 +430,25 @@ def test_sklearn_shap_matches_oracle(case, backend):
     ours = to_host(TreeExplainer(model, backend=backend).shap_values(Xt))
     ref = naive.treeshap_recursive_rows(load_model(model), Xt).reshape(ours.shape)
     np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-5 * max(1.0, np.abs(ref).max()))
+
+
+@needs_lightgbm
+def test_lightgbm_dataframe_categories_coded_by_training_categories():
+    import pandas as pd
+
+    from distshap import TreeExplainer
+
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame(
+        {
+            "x": rng.normal(size=400),
+            "c": pd.Categorical(rng.choice(list("abcd"), 400), categories=list("abcd")),
+        }
+    )
+    y = frame["x"] + frame["c"].cat.codes * 1.5
+    model = lgb.LGBMRegressor(n_estimators=10, num_leaves=8, min_child_samples=5, verbose=-1)
+    model.fit(frame, y)
+    test = frame.assign(c=frame["c"].cat.reorder_categories(list("dcba")))
+    phi = to_host(TreeExplainer(model, backend="cpu").shap_values(test))
+    contrib = model.predict(test, pred_contrib=True)
+    np.testing.assert_allclose(phi, contrib, rtol=0, atol=1e-4 * np.abs(contrib).max())

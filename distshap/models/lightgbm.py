@@ -457,6 +457,10 @@ def load_lightgbm_string(text: str, model_kind: str = "lightgbm") -> Ensemble:
             # the training frame's category lists, in order of the categorical columns:
             # inputs must carry the codes (positions in these lists), as LightGBM maps them
             extra["pandas_categorical"] = cats
+            cat_positions = [i for i, t in enumerate(feature_types or ()) if t == "c"]
+            if len(cat_positions) == len(cats):
+                # DataFrame inputs are coded by these lists (distshap.inputs), as LightGBM does
+                extra["category_values"] = dict(zip(cat_positions, cats, strict=True))
     objective = header.get("objective", "unknown").split()[0] if "objective" in header else "?"
     return Ensemble(
         **nodes,
