@@ -103,7 +103,9 @@ def frame_to_float32(frame: Any, categories: dict[int, Any] | None = None) -> np
     missing; ``category`` columns become their integer codes as float32, with NaN for a
     missing value (code -1). ``categories`` maps a column position to the model's training
     categories: such a column is coded by them (a category the model never saw -> NaN,
-    i.e. missing), so the codes do not depend on the frame's own category order.
+    i.e. missing), so the codes do not depend on the frame's own category order; or to the
+    string ``"values"``: the column's category values are used as numbers (scikit-learn's
+    HistGradientBoosting lists category values in its splits).
 
     Raises
     ------
@@ -117,7 +119,9 @@ def frame_to_float32(frame: Any, categories: dict[int, Any] | None = None) -> np
     out = np.empty((n_rows, n_cols), dtype=np.float32)
     for j, (name, column) in enumerate(frame.items()):
         dtype = column.dtype
-        if isinstance(dtype, pd.CategoricalDtype):
+        if isinstance(dtype, pd.CategoricalDtype) and _as_values(categories, j):
+            values = column.astype(np.float64).to_numpy(dtype=np.float32, na_value=np.nan)
+        elif isinstance(dtype, pd.CategoricalDtype):
             if categories is not None and j in categories:
                 column = pd.Series(pd.Categorical(column, categories=list(categories[j])))
             codes = column.cat.codes.to_numpy()
@@ -132,3 +136,7 @@ def frame_to_float32(frame: Any, categories: dict[int, Any] | None = None) -> np
             )
         out[:, j] = values
     return out
+
+
+def _as_values(categories: dict[int, Any] | None, j: int) -> bool:
+    return categories is not None and isinstance(categories.get(j), str)

@@ -395,7 +395,7 @@ def _frame_block(frame: Any, categories: dict | None = None) -> np.ndarray:
 
     converted = {}
     for j, (name, column) in enumerate(frame.items()):
-        if categories is not None and j in categories:
+        if categories is not None and not isinstance(categories.get(j, ""), str):
             converted[name] = pd.Categorical(column, categories=list(categories[j]))
         elif isinstance(column.dtype, pd.CategoricalDtype):
             if column.dtype.categories.dtype.kind not in "biuf":

@@ -452,3 +452,25 @@ def test_lightgbm_dataframe_categories_coded_by_training_categories():
     phi = to_host(TreeExplainer(model, backend="cpu").shap_values(test))
     contrib = model.predict(test, pred_contrib=True)
     np.testing.assert_allclose(phi, contrib, rtol=0, atol=1e-4 * np.abs(contrib).max())
+
+
+def test_hist_gradient_boosting_pandas_categories_enter_as_values(backend):
+    """Categories 11/5/7/9 (dtype order unlike sorted order): the splits list category values,
+    so the DataFrame's own codes must not be used."""
+    import pandas as pd
+
+    from distshap import TreeExplainer
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(
+        {
+            "x": rng.normal(size=1500).astype(np.float32).astype(np.float64),
+            "c": pd.Categorical(rng.choice([5, 7, 9, 11], 1500), categories=[11, 5, 7, 9]),
+        }
+    )
+    y = frame["x"] + (frame["c"].astype(int) == 9) * 3.0 + (frame["c"].astype(int) == 5) * 1.0
+    model = sk_ensemble.HistGradientBoostingRegressor(
+        max_iter=15, categorical_features="from_dtype"
+    ).fit(frame, y)
+    phi = to_host(TreeExplainer(model, backend=backend).shap_values(frame))
+    np.testing.assert_allclose(phi.sum(axis=1), model.predict(frame), rtol=0, atol=1e-5)

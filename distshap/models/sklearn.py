@@ -208,6 +208,7 @@ def _hist_gradient_boosting(model: Any) -> Ensemble:
     k = len(predictors[0]) if predictors else baseline.shape[0]
     parts = []
     groups = []
+    raw_value_features: set[int] = set()  # splits list category values, not encoder codes
     for stage in predictors:
         for g, pred in enumerate(stage):
             nodes = pred.nodes
@@ -243,6 +244,8 @@ def _hist_gradient_boosting(model: Any) -> Ensemble:
                 dl[j] = True
                 cat_lists[j] = np.sort(_raw_codes(categories[f] if categories else None,
                                                   codes, model, int(perm[f])))  # fmt: skip
+                if categories and categories[f] is not None:
+                    raw_value_features.add(int(perm[f]))
             parts.append(
                 {
                     "left": np.where(leaf, -1, left).astype(np.int32),
@@ -267,7 +270,12 @@ def _hist_gradient_boosting(model: Any) -> Ensemble:
     is_cat_in = getattr(model, "is_categorical_", None)
     if is_cat_in is not None:
         types = tuple("c" if c else "q" for c in np.asarray(is_cat_in, dtype=bool))
-    return _finish(model, parts, groups, k, baseline, f"sklearn:{name}", types)
+    ens = _finish(model, parts, groups, k, baseline, f"sklearn:{name}", types)
+    if raw_value_features:
+        # DataFrame category columns of these features enter as their values (the splits list
+        # values), not as the frame's codes: see distshap.inputs.frame_to_float32
+        ens.extra["category_values"] = dict.fromkeys(sorted(raw_value_features), "values")
+    return ens
 
 
 def _finish(
