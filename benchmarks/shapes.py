@@ -376,7 +376,7 @@ def train_model(
     return booster
 
 
-def _main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Train and cache the paper's 12 model shapes.")
     parser.add_argument("--only", nargs="*", help="shapes as name-size, e.g. adult-med")
     parser.add_argument("--rows", help="training rows: an integer, or 'full'")
@@ -399,4 +399,4 @@ def _main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    _main()
+    main()

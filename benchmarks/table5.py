@@ -166,7 +166,7 @@ def run(shapes=SHAPES, n_rows: int | None = None, repeat: int = 3, out: Path | N
     return results
 
 
-def _main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", help="shapes as name-size, e.g. adult-med")
     parser.add_argument("--rows", type=int, help="training rows for every shape")
@@ -185,4 +185,4 @@ def _main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    _main()
+    main()

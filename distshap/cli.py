@@ -344,7 +344,7 @@ def _import_benchmark(name: str) -> Any:
 
 def _cmd_bench(name: str, argv: list[str]) -> int:
     module = _import_benchmark(name)
-    entry = getattr(module, "main", None) or getattr(module, "_main", None)
+    entry = getattr(module, "main", None)
     if entry is None:
         raise _UsageError(f"benchmarks.{name} has no main(argv) function to run")
     saved, sys.argv[0] = sys.argv[0], f"distshap bench {name}"  # the benchmark's usage line

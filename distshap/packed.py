@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from distshap.packing import pack
+from distshap.packing import bin_order, pack
 from distshap.paths import Paths
 from distshap.tables import (
     DEFAULT_MAX_TABLE_FEATURES,
@@ -151,13 +151,9 @@ def build_packed_model(
     keep = np.flatnonzero(k_all > 0)
     k = k_all[keep]
     packing = pack(k + 1, capacity=capacity, algorithm=algorithm)
-    order = keep[np.argsort(packing.bin_of_item, kind="stable")]
+    item_order, bin_offsets = bin_order(packing, k + 1)
+    order = keep[item_order]
     k = k_all[order]
-    bin_lanes = np.bincount(
-        packing.bin_of_item, weights=k_all[keep] + 1, minlength=packing.num_bins
-    )
-    bin_offsets = np.zeros(packing.num_bins + 1, dtype=np.int64)
-    np.cumsum(bin_lanes.astype(np.int64), out=bin_offsets[1:])
     # lanes: per path one bias lane then its k elements
     path_offsets = np.zeros(order.shape[0] + 1, dtype=np.int64)
     np.cumsum(k + 1, out=path_offsets[1:])

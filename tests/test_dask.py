@@ -24,11 +24,11 @@ from distshap.cluster import (
     clear_model_cache,
     compute,
     explain_dask,
-    frame_to_float32,
     model_future,
     start_cluster,
     warm_up,
 )
+from distshap.inputs import frame_to_float32
 from distshap.models import load_model
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths

@@ -9,7 +9,6 @@ from distshap.cluster.dask_explain import (
     clear_model_cache,
     compute,
     explain_dask,
-    frame_to_float32,
     model_future,
     warm_up,
 )
@@ -21,7 +20,6 @@ __all__ = [
     "compute",
     "count_gpus",
     "explain_dask",
-    "frame_to_float32",
     "model_future",
     "start_cluster",
     "warm_up",

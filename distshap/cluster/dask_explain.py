@@ -31,7 +31,6 @@ __all__ = [
     "clear_model_cache",
     "compute",
     "explain_dask",
-    "frame_to_float32",
     "model_future",
     "warm_up",
 ]
