@@ -35,6 +35,7 @@ def choose_tables(
     lengths: np.ndarray,
     budget_bytes: int = DEFAULT_TABLE_BUDGET_BYTES,
     max_features: int = DEFAULT_MAX_TABLE_FEATURES,
+    values_per_pattern: str = "k",
 ) -> np.ndarray:
     """Start offset of each path's table (-1 = no table), shortest paths first within budget.
 
@@ -46,11 +47,17 @@ def choose_tables(
         Largest total size of the float32 tables.
     max_features : int
         Paths with more features than this always use the DP.
+    values_per_pattern : {"k", "k*k"}
+        Float32 values stored per pattern: ``k`` (SHAP values) or ``k * k`` (interaction
+        values; the CUDA backend's interaction tables).
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     if max_features > 24:
         raise ValueError(f"max_table_features={max_features} is too large: tables grow as 2**k")
-    size = np.where(lengths <= max_features, (1 << np.minimum(lengths, 62)) * lengths, 0)
+    if values_per_pattern not in ("k", "k*k"):
+        raise ValueError(f"values_per_pattern must be 'k' or 'k*k', got {values_per_pattern!r}")
+    per = lengths * lengths if values_per_pattern == "k*k" else lengths
+    size = np.where(lengths <= max_features, (1 << np.minimum(lengths, 62)) * per, 0)
     eligible = (lengths >= 1) & (lengths <= max_features)
     order = np.argsort(np.where(eligible, lengths, np.iinfo(np.int64).max), kind="stable")
     order = order[: int(eligible.sum())]

@@ -66,6 +66,7 @@ def test_lane_arrays_describe_the_packing():
     ens = tiny.random_ensemble(5, n_features=7, n_trees=6, depth=4, n_groups=2)
     packed = _packed(ens, budget=3000)  # some paths with tables, some with the DP
     host = kc._lane_arrays(packed)
+    plan = kc._plan_arrays(packed, packed.table_offsets)
     lane_i = host["lane_i"]
     k = np.diff(packed.path_offsets) - 1
     for b in range(packed.num_bins):
@@ -78,9 +79,31 @@ def test_lane_arrays_describe_the_packing():
             assert lane_i[lane, 3] == k[p]
             assert (pos == 0) == (packed.feature[lane] < 0)
         in_bin = np.unique(packed.lane_path[lo:hi])
+        table = in_bin[packed.table_offsets[in_bin] >= 0]
         dp = in_bin[packed.table_offsets[in_bin] < 0]
-        assert host["bin_info"][b, 0] == (k[dp].max() if dp.size else 0)
-        assert host["bin_info"][b, 1] == k[in_bin].max()
+        assert plan["table_maxk"][b] == (k[table].max() if table.size else 0)
+        assert plan["dp_maxk"][b] == (k[dp].max() if dp.size else 0)
+        assert (b in plan["table_bins"]) == bool(table.size)
+        assert (b in plan["dp_bins"]) == bool(dp.size)
+    assert plan["n_table_bins"] and plan["n_dp_bins"]
+    assert np.array_equal(plan["lane_table"], packed.table_offsets[packed.lane_path])
+
+
+def test_interaction_tables_chosen_within_budget():
+    kc = _kc()
+    ens = tiny.random_ensemble(5, n_features=7, n_trees=6, depth=4, n_groups=2)
+    packed = _packed(ens, budget=3000)
+    offsets = kc._interaction_table_offsets(packed)
+    k = np.diff(packed.path_offsets) - 1
+    chosen = offsets >= 0
+    assert chosen.any() and not chosen[packed.table_offsets < 0].any()  # only SHAP-table paths
+    assert (k[chosen] <= kc.INTERACTION_TABLE_MAX_FEATURES).all()
+    sizes = (1 << k[chosen]) * k[chosen] ** 2
+    order = np.argsort(offsets[chosen])
+    assert np.array_equal(offsets[chosen][order][1:], np.cumsum(sizes[order])[:-1])  # packed
+    st = kc.strategy_stats(packed)
+    assert st["interaction_table_paths"] == int(chosen.sum())
+    assert st["interaction_table_bytes"] == 4 * int(sizes.sum())
 
 
 def test_strategy_stats_account_for_every_path():
@@ -104,15 +127,19 @@ def test_compile_check_and_ptx():
     kc = _kc()
     assert kc.compile_check() is None
     ptx = kc._ptx((9, 0))
-    for name in ("_shap_warp_kernel", "_interaction_warp_kernel"):
-        text = ptx[name]
-        assert "shfl.sync" in text and "vote.sync" in text, name
-        assert ".local" not in text, f"{name} spills to local memory"
-        assert "call.uni" not in text, f"{name} has a non-inlined call"
+    for name in ("_shap_dp_kernel", "_interaction_dp_kernel"):
+        assert "shfl.sync" in ptx[name], name
+    for name, text in ptx.items():
+        if "table_kernel" in name or "dp_kernel" in name:
+            assert "vote.sync" in text, name
+            assert ".local" not in text, f"{name} spills to local memory"
+            assert "call.uni" not in text, f"{name} has a non-inlined call"
+        if "shared" in name:
+            assert "atom.shared.add.u64" in text, name
     for name, text in ptx.items():
         # determinism: integer atomics only, never float atomics
         assert "atom.global.add.f32" not in text and "atom.global.add.f64" not in text, name
-        if name != "_finish_kernel":
+        if name not in ("_finish_kernel", "_fill_interaction_tables_kernel"):
             assert "atom.global.add.u64" in text, name
 
 
@@ -143,6 +170,16 @@ b = check(ens, X, 700, False, batch_rows=2)
 assert np.array_equal(a, b), "batching changed the bits"
 check(tiny.categorical_tree(), tiny.random_rows(4, tiny.categorical_tree(), 4, 0.2), 0, True)
 check(tiny.nan_default_tree(), tiny.random_rows(5, tiny.nan_default_tree(), 3, 0.3), 0, True)
+# interaction tables (filled by a kernel), alone and beside the DP, shared-memory tiles
+for budget in (1 << 30, 700):
+    check(ens, X, budget, True)
+check(tiny.categorical_tree(), tiny.random_rows(4, tiny.categorical_tree(), 4, 0.2), 1 << 30, True)
+# the table kernels accumulating in global memory (the path taken for wide outputs)
+kc.MIN_TILE_ROWS = 1 << 30
+c = check(ens, X, 700, False)
+assert np.array_equal(a, c), "shared and global accumulation differ"
+check(ens, X, 1 << 30, True)
+kc.MIN_TILE_ROWS = 8
 def against_cpu(packed, X, inter, **kw):
     got = kc._run(packed, X, None, inter, **kw)
     ref = (cpu.interaction_values if inter else cpu.shap_values)(packed, X)
@@ -206,13 +243,14 @@ def test_gpu_shap_matches_cpu(seed, budget):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
+@pytest.mark.parametrize("budget", [0, 2000, 1 << 30], ids=["dp", "mixed", "tables"])
 @pytest.mark.parametrize("seed", [1, 3])
-def test_gpu_interactions_match_cpu(seed):
+def test_gpu_interactions_match_cpu(seed, budget):
     kc = _kc()
     ens = tiny.random_ensemble(seed, n_features=6, n_trees=6, depth=4, n_groups=1 + seed,
                                n_categorical=1)  # fmt: skip
     X = tiny.random_rows(seed + 20, ens, 60, 0.1)
-    packed = _packed(ens)
+    packed = _packed(ens, budget)
     got = to_host(kc.interaction_values(packed, X)).astype(np.float64)
     ref = _cpu(packed, X, inter=True)
     np.testing.assert_allclose(got, ref, rtol=0, atol=2e-6 * max(1.0, np.abs(ref).max()))
@@ -289,3 +327,37 @@ def test_gpu_cupy_in_cupy_out_and_model_cache():
         kc.shap_values(packed, X[:, :3])
     empty = kc.interaction_values(packed, X[:0])
     assert isinstance(empty, cp.ndarray) and empty.shape == (0, 1, 6, 6)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
+@pytest.mark.parametrize("inter", [False, True], ids=["shap", "interactions"])
+def test_gpu_shared_and_global_accumulation_agree(inter, monkeypatch):
+    kc = _kc()
+    ens = tiny.random_ensemble(11, n_features=9, n_trees=30, depth=5, n_groups=2)
+    X = tiny.random_rows(12, ens, 700, 0.1)
+    packed = _packed(ens)
+    fn = kc.interaction_values if inter else kc.shap_values
+    width = packed.num_groups * (packed.num_features + 1) ** (2 if inter else 1)
+    assert kc.shared_tile_rows(width) > 0
+    shared = to_host(fn(packed, X))
+    monkeypatch.setattr(kc, "MIN_TILE_ROWS", 1 << 30)  # table kernels accumulate globally
+    assert kc.shared_tile_rows(width) == 0
+    direct = to_host(fn(packed, X))
+    assert np.array_equal(shared.view(np.uint32), direct.view(np.uint32))
+    ref = _cpu(packed, X, inter)
+    np.testing.assert_allclose(shared, ref, rtol=0, atol=2e-6 * max(1, np.abs(ref).max()))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
+def test_gpu_wide_outputs_match_cpu():
+    kc = _kc()
+    ens = tiny.random_ensemble(13, n_features=60, n_trees=20, depth=6, n_groups=3)
+    X = tiny.random_rows(14, ens, 40, 0.1)
+    packed = _packed(ens)
+    assert kc.shared_tile_rows(3 * 61 * 61) == 0  # interactions: global accumulation
+    for inter in (False, True):
+        got = to_host((kc.interaction_values if inter else kc.shap_values)(packed, X))
+        ref = _cpu(packed, X, inter)
+        np.testing.assert_allclose(got, ref, rtol=0, atol=2e-6 * max(1, np.abs(ref).max()))

@@ -77,17 +77,24 @@ import numpy as np
 from numba import cuda
 
 from distshap.packed import PackedModel
+from distshap.tables import choose_tables
 
 __all__ = [
+    "INTERACTION_TABLE_BUDGET_BYTES",
+    "INTERACTION_TABLE_MAX_FEATURES",
     "MAX_FALLBACK_FEATURES",
+    "TABLE_WARPS_PER_BLOCK",
     "WARPS_PER_BLOCK",
     "DeviceModel",
+    "Plan",
     "clear_cache",
     "compile_check",
     "default_batch_rows",
     "device_model",
     "fixed_point_shift",
+    "interaction_plan",
     "interaction_values",
+    "shared_tile_rows",
     "shap_values",
     "strategy_stats",
     "warm_up",
@@ -101,10 +108,23 @@ MAX_FALLBACK_FEATURES = 127
 ROWS_PER_WARP = 1024
 #: Output accumulator budget per batch at most (bytes); see the module docstring.
 BATCH_BUDGET_BYTES = 1 << 30
+#: Warps (bins) per thread block of the pattern-table kernels (they share a row tile).
+TABLE_WARPS_PER_BLOCK = 8
+#: int64 values of the table kernels' shared-memory accumulator (32 KiB per block).
+SHARED_TILE_VALUES = 4096
+#: Rows of a shared-memory tile at most, and at least (narrower tiles: global atomics).
+TILE_ROWS = 128
+MIN_TILE_ROWS = 8
+#: Interaction tables (``2**k * k * k`` float32 per path, filled on the device): paths of at
+#: most this many features, shortest first, within this many bytes per model and device.
+INTERACTION_TABLE_MAX_FEATURES = 10
+INTERACTION_TABLE_BUDGET_BYTES = 1 << 30
 
 _FULL = 0xFFFFFFFF
 _MAXF1 = MAX_FALLBACK_FEATURES + 1
 _MAXF2 = MAX_FALLBACK_FEATURES + 2
+_ITAB_MAXF1 = INTERACTION_TABLE_MAX_FEATURES + 1
+_ITAB_MAXF2 = INTERACTION_TABLE_MAX_FEATURES + 2
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 #: Longest path (features) of a bin whose warp DP runs in float32; longer ones use float64
 #: (the UNWOUND_SUM recursion loses accuracy quickly with the path length in float32).
@@ -269,18 +289,20 @@ def _seq_unwound(w, depth, z, o):
 # Kernels
 #
 # Lane arrays (built once per model by _lane_arrays):
-#   lane_f  float32 (n_lanes, 4): lower, upper, zero_fraction, path value
-#   lane_i  int32   (n_lanes, 8): feature, position in path, warp lane of the path's bias lane,
-#                                 path features k, group, flags (1 missing, 2 cat_other),
-#                                 cat_nbits, unused
-#   lane_l  int64   (n_lanes, 2): cat_offset, table_offset of the lane's path
-#   lane_d  float64 (n_lanes, 2): zero_fraction, path value
-#   bin_info int32  (n_bins, 2):  largest k of the bin's DP paths (0: none), largest k overall
+#   lane_f   float32 (n_lanes, 4): lower, upper, zero_fraction, path value
+#   lane_i   int32   (n_lanes, 8): feature, position in path, warp lane of the path's bias
+#                                  lane, path features k, group, flags (1 missing,
+#                                  2 cat_other), cat_nbits, unused
+#   lane_cat int64   (n_lanes,):   cat_offset
+#   lane_d   float64 (n_lanes, 2): zero_fraction, path value
+# and per output kind (SHAP, interactions) a _Plan: the table offset of each lane's path
+# (lane_table, -1: DP), the tables, and for each strategy the bins holding at least one path of
+# it with the largest k of those paths per bin.
 # --------------------------------------------------------------------------------------------
 
 
 @cuda.jit(device=True)
-def _lane_setup(lane_f, lane_i, lane_l, lane_d, bin_offsets, b, lane):
+def _lane_setup(lane_i, bin_offsets, b, lane):
     """Row-independent constants of this lane of bin ``b`` (unused lanes: no path)."""
     base = bin_offsets[b]
     valid = lane < bin_offsets[b + 1] - base
@@ -292,16 +314,106 @@ def _lane_setup(lane_f, lane_i, lane_l, lane_d, bin_offsets, b, lane):
     return li, valid, feat, pos, start, k
 
 
+def _make_table_kernel(interactions: bool, shared: bool):
+    """The pattern-table kernel for SHAP or interaction values, accumulating in shared memory
+    (``shared``: one global atomic per output value and block per row tile) or directly in
+    global memory. ``interactions`` and ``shared`` are compile-time constants."""
+
+    @cuda.jit
+    def kernel(lane_f, lane_i, lane_cat, lane_table, cat_words, tables, bin_offsets, bin_maxk,
+               bins, X, acc, scale, rows_per_block, tile_rows, n_cols):  # fmt: skip
+        tid = cuda.threadIdx.x
+        lane = tid & 31
+        bi = cuda.blockIdx.x * TABLE_WARPS_PER_BLOCK + (tid >> 5)
+        live = bi < bins.shape[0]
+        if not shared and not live:
+            return  # warp-uniform; with a shared tile every warp takes part in the barriers
+        b = bins[bi] if live else bins[0]
+        li, valid, feat, pos, start, k = _lane_setup(lane_i, bin_offsets, b, lane)
+        valid = valid and live
+        group = lane_i[li, 4]
+        flags = lane_i[li, 5]
+        nbits = lane_i[li, 6]
+        lower = lane_f[li, 0]
+        upper = lane_f[li, 1]
+        cat_offset = lane_cat[li]
+        toff = lane_table[li]
+        active = valid and pos >= 1 and toff >= 0
+        maxk = bin_maxk[b] if live else 0
+        mask_k = (np.int64(1) << k) - 1
+        scale32 = np.float32(scale)
+        width = acc.shape[1]
+        col = group * n_cols + feat
+        r0 = cuda.blockIdx.y * rows_per_block
+        r1 = r0 + rows_per_block
+        if r1 > X.shape[0]:
+            r1 = X.shape[0]
+        if shared:
+            tile = cuda.shared.array(SHARED_TILE_VALUES, np.int64)
+        for t0 in range(r0, r1, tile_rows):
+            t1 = t0 + tile_rows
+            if t1 > r1:
+                t1 = r1
+            if shared:
+                for i in range(tid, (t1 - t0) * width, cuda.blockDim.x):
+                    tile[i] = 0
+                cuda.syncthreads()
+            for r in range(t0, t1):
+                o = False
+                if active:
+                    o = _follows(X[r, feat], lower, upper, flags, nbits, cat_offset, cat_words)
+                bal = np.int64(_ballot(_FULL, o))
+                pattern = (bal >> (start + 1)) & mask_k
+                if interactions:
+                    entry = toff + pattern * k * k + pos - 1
+                    first = li - pos + 1  # lane of the path's first feature element
+                    for c in range(maxk):  # the conditioned element
+                        if active and c < k:
+                            fc = lane_i[first + c, 0]
+                            iv = np.int64(tables[entry + c * k] * scale32)
+                            if iv != 0:
+                                e = (group * n_cols + fc) * n_cols + feat  # c == i: diagonal
+                                if shared:
+                                    cuda.atomic.add(tile, (r - t0) * width + e, iv)
+                                else:
+                                    cuda.atomic.add(acc, (r, e), iv)
+                elif active:
+                    iv = np.int64(tables[toff + pattern * k + pos - 1] * scale32)
+                    if iv != 0:
+                        if shared:
+                            cuda.atomic.add(tile, (r - t0) * width + col, iv)
+                        else:
+                            cuda.atomic.add(acc, (r, col), iv)
+            if shared:
+                cuda.syncthreads()
+                for i in range(tid, (t1 - t0) * width, cuda.blockDim.x):
+                    v = tile[i]
+                    if v != 0:
+                        q = i // width
+                        cuda.atomic.add(acc, (t0 + q, i - q * width), v)
+                cuda.syncthreads()
+
+    return kernel
+
+
+_shap_table_kernel = _make_table_kernel(interactions=False, shared=False)
+_shap_table_shared_kernel = _make_table_kernel(interactions=False, shared=True)
+_interaction_table_kernel = _make_table_kernel(interactions=True, shared=False)
+_interaction_table_shared_kernel = _make_table_kernel(interactions=True, shared=True)
+
+
 @cuda.jit
-def _shap_warp_kernel(lane_f, lane_i, lane_l, lane_d, cat_words, tables, bin_offsets, bin_info,
-                      bins, X, acc, scale, rows_per_warp, n_cols):  # fmt: skip
+def _shap_dp_kernel(lane_f, lane_i, lane_cat, lane_d, lane_table, cat_words, bin_offsets,
+                    bin_maxk, bins, X, acc, scale, rows_per_warp, n_cols):  # fmt: skip
     lane = cuda.threadIdx.x & 31
     bi = cuda.blockIdx.x * WARPS_PER_BLOCK + (cuda.threadIdx.x >> 5)
     if bi >= bins.shape[0]:
         return  # warp-uniform
     b = bins[bi]
-    li, valid, feat, pos, start, k = _lane_setup(lane_f, lane_i, lane_l, lane_d, bin_offsets, b,
-                                                 lane)  # fmt: skip
+    li, valid, feat, pos, start, k = _lane_setup(lane_i, bin_offsets, b, lane)
+    dp = valid and lane_table[li] < 0  # lanes of table paths idle here
+    kk = k if dp else 0
+    is_feat = dp and pos >= 1
     group = lane_i[li, 4]
     flags = lane_i[li, 5]
     nbits = lane_i[li, 6]
@@ -312,14 +424,9 @@ def _shap_warp_kernel(lane_f, lane_i, lane_l, lane_d, cat_words, tables, bin_off
     v64 = lane_d[li, 1]
     zinv32 = np.float32(1.0) / z32 if z32 > 0 else np.float32(0.0)
     zinv64 = 1.0 / z64 if z64 > 0 else 0.0
-    cat_offset = lane_l[li, 0]
-    toff = lane_l[li, 1]
-    is_feat = valid and pos >= 1
-    use_table = is_feat and toff >= 0
-    kk_dp = k if (valid and toff < 0) else 0
-    mask_k = (np.int64(1) << k) - 1
+    cat_offset = lane_cat[li]
     col = group * n_cols + feat
-    maxk_dp = bin_info[b, 0]
+    maxk = bin_maxk[b]
     r0 = cuda.blockIdx.y * rows_per_warp
     r1 = r0 + rows_per_warp
     if r1 > X.shape[0]:
@@ -329,38 +436,32 @@ def _shap_warp_kernel(lane_f, lane_i, lane_l, lane_d, cat_words, tables, bin_off
         if is_feat:
             if _follows(X[r, feat], lower, upper, flags, nbits, cat_offset, cat_words):
                 o = 1
-        elif valid:
+        elif dp:
             o = 1
         bal = np.int64(_ballot(_FULL, o != 0))
-        contrib = 0.0
-        if use_table:
-            pattern = (bal >> (start + 1)) & mask_k
-            contrib = np.float64(tables[toff + pattern * k + pos - 1])
-        if maxk_dp > 0:  # bin-uniform
-            if maxk_dp <= DP32_MAX_FEATURES:
-                total = np.float64(_warp_unwound(pos, start, kk_dp, 0, z32, zinv32, o, bal,
-                                                 maxk_dp, _RECIP32, np.float32(1.0)))  # fmt: skip
-            else:
-                total = _warp_unwound(pos, start, kk_dp, 0, z64, zinv64, o, bal, maxk_dp,
-                                      _RECIP64, 1.0)  # fmt: skip
-            if is_feat and not use_table:
-                contrib = total * (o - z64) * v64
-        if is_feat and contrib != 0.0:
-            ival = _fixed(contrib, scale)
+        if maxk <= DP32_MAX_FEATURES:  # bin-uniform
+            total = np.float64(_warp_unwound(pos, start, kk, 0, z32, zinv32, o, bal, maxk,
+                                             _RECIP32, np.float32(1.0)))  # fmt: skip
+        else:
+            total = _warp_unwound(pos, start, kk, 0, z64, zinv64, o, bal, maxk, _RECIP64, 1.0)
+        if is_feat:
+            ival = _fixed(total * (o - z64) * v64, scale)
             if ival != 0:
                 cuda.atomic.add(acc, (r, col), ival)
 
 
 @cuda.jit
-def _interaction_warp_kernel(lane_f, lane_i, lane_l, lane_d, cat_words, bin_offsets, bin_info,
-                             bins, X, acc, scale, rows_per_warp, n_cols):  # fmt: skip
+def _interaction_dp_kernel(lane_f, lane_i, lane_cat, lane_d, lane_table, cat_words, bin_offsets,
+                           bin_maxk, bins, X, acc, scale, rows_per_warp, n_cols):  # fmt: skip
     lane = cuda.threadIdx.x & 31
     bi = cuda.blockIdx.x * WARPS_PER_BLOCK + (cuda.threadIdx.x >> 5)
     if bi >= bins.shape[0]:
         return  # warp-uniform
     b = bins[bi]
-    li, valid, feat, pos, start, k = _lane_setup(lane_f, lane_i, lane_l, lane_d, bin_offsets, b,
-                                                 lane)  # fmt: skip
+    li, valid, feat, pos, start, k = _lane_setup(lane_i, bin_offsets, b, lane)
+    dp = valid and lane_table[li] < 0  # lanes of table paths idle here
+    kk = k if dp else 0
+    is_feat = dp and pos >= 1
     group = lane_i[li, 4]
     flags = lane_i[li, 5]
     nbits = lane_i[li, 6]
@@ -371,10 +472,9 @@ def _interaction_warp_kernel(lane_f, lane_i, lane_l, lane_d, cat_words, bin_offs
     v64 = lane_d[li, 1]
     zinv32 = np.float32(1.0) / z32 if z32 > 0 else np.float32(0.0)
     zinv64 = 1.0 / z64 if z64 > 0 else 0.0
-    cat_offset = lane_l[li, 0]
-    is_feat = valid and pos >= 1
+    cat_offset = lane_cat[li]
     row_base = (group * n_cols + feat) * n_cols  # [group, feat, :]
-    maxk = bin_info[b, 1]
+    maxk = bin_maxk[b]
     r0 = cuda.blockIdx.y * rows_per_warp
     r1 = r0 + rows_per_warp
     if r1 > X.shape[0]:
@@ -384,20 +484,21 @@ def _interaction_warp_kernel(lane_f, lane_i, lane_l, lane_d, cat_words, bin_offs
         if is_feat:
             if _follows(X[r, feat], lower, upper, flags, nbits, cat_offset, cat_words):
                 o = 1
-        elif valid:
+        elif dp:
             o = 1
         bal = np.int64(_ballot(_FULL, o != 0))
         diag = 0.0
         for c in range(0, maxk + 1):
             if maxk <= DP32_MAX_FEATURES:  # bin-uniform
-                total = np.float64(_warp_unwound(pos, start, k, c, z32, zinv32, o, bal, maxk,
+                total = np.float64(_warp_unwound(pos, start, kk, c, z32, zinv32, o, bal, maxk,
                                                  _RECIP32, np.float32(1.0)))  # fmt: skip
             else:
-                total = _warp_unwound(pos, start, k, c, z64, zinv64, o, bal, maxk, _RECIP64, 1.0)
+                total = _warp_unwound(pos, start, kk, c, z64, zinv64, o, bal, maxk, _RECIP64,
+                                      1.0)  # fmt: skip
             sc = (start + c) & 31
             zc = _shfl_f(_FULL, z64, sc)
             fc = _shfl_i32(_FULL, feat, sc)
-            if is_feat and c <= k and pos != c:
+            if is_feat and c <= kk and pos != c:
                 phi = total * (o - z64) * v64
                 if c == 0:
                     diag += phi
@@ -414,8 +515,58 @@ def _interaction_warp_kernel(lane_f, lane_i, lane_l, lane_d, cat_words, bin_offs
 
 
 @cuda.jit
-def _oversize_kernel(lane_f, lane_i, lane_l, lane_d, cat_words, path_offsets, paths, X, acc, scale,
-                     n_cols, interactions):  # fmt: skip
+def _fill_interaction_tables_kernel(lane_d, path_offsets, paths, offsets, tables):
+    """One thread per (table path, pattern): that pattern's ``k x k`` interaction entries.
+
+    Entry ``[(pattern * k + c) * k + i]`` (``c``, ``i`` 0-based feature elements): for
+    ``c != i`` half the interaction of ``i`` and ``c`` (added at ``[feature_c, feature_i]``),
+    for ``c == i`` the diagonal ``phi_i - sum_c`` of those halves. Float64, stored float32.
+    """
+    pattern = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    j = cuda.blockIdx.y
+    p = paths[j]
+    s0 = path_offsets[p]
+    k = path_offsets[p + 1] - s0 - 1
+    if pattern >= (1 << k):
+        return
+    base = offsets[j] + pattern * k * k
+    w = cuda.local.array(_ITAB_MAXF2, np.float64)
+    one = cuda.local.array(_ITAB_MAXF1, np.float64)
+    zero = cuda.local.array(_ITAB_MAXF1, np.float64)
+    diag = cuda.local.array(_ITAB_MAXF1, np.float64)
+    v = lane_d[s0, 1]
+    for i in range(1, k + 1):
+        zero[i] = lane_d[s0 + i, 0]
+        one[i] = np.float64((pattern >> (i - 1)) & 1)
+        diag[i] = 0.0
+    depth = 0
+    for c in range(0, k + 1):
+        scale_c = 1.0 if c == 0 else 0.5 * (one[c] - zero[c])
+        if scale_c != 0.0:
+            _seq_extend(w, 0, 1.0, 1.0)
+            depth = 0
+            for e in range(1, k + 1):
+                if e != c:
+                    depth += 1
+                    _seq_extend(w, depth, zero[e], one[e])
+        for i in range(1, k + 1):
+            if i == c:
+                continue
+            phi = 0.0
+            if scale_c != 0.0 and one[i] != zero[i]:
+                phi = _seq_unwound(w, depth, zero[i], one[i]) * (one[i] - zero[i]) * v * scale_c
+            if c == 0:
+                diag[i] += phi
+            else:
+                diag[i] -= phi
+                tables[base + (c - 1) * k + i - 1] = np.float32(phi)
+    for i in range(1, k + 1):
+        tables[base + (i - 1) * k + i - 1] = np.float32(diag[i])
+
+
+@cuda.jit
+def _oversize_kernel(lane_f, lane_i, lane_cat, lane_d, cat_words, path_offsets, paths, X, acc,
+                     scale, n_cols, interactions):  # fmt: skip
     """Fallback: one thread per (row, oversize path), float64 DP in local memory."""
     r = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     if r >= X.shape[0]:
@@ -435,7 +586,7 @@ def _oversize_kernel(lane_f, lane_i, lane_l, lane_d, cat_words, path_offsets, pa
         diag[i] = 0.0
         one[i] = 0.0
         if _follows(X[r, lane_i[li, 0]], lane_f[li, 0], lane_f[li, 1], lane_i[li, 5],
-                    lane_i[li, 6], lane_l[li, 0], cat_words):  # fmt: skip
+                    lane_i[li, 6], lane_cat[li], cat_words):  # fmt: skip
             one[i] = 1.0
     n_cond = k if interactions else 0
     for c in range(0, n_cond + 1):
@@ -497,27 +648,50 @@ def _finish_kernel(acc, out, inv_scale, expected_value, group_size, bias_offset)
 
 
 @dataclass(eq=False)
+class Plan:
+    """Device arrays of one output kind (SHAP or interactions): which path uses which strategy.
+
+    ``lane_table`` (int64, per lane) is the table offset of the lane's path (-1: DP);
+    ``table_bins`` / ``dp_bins`` are the regular bins holding at least one path of each
+    strategy and ``table_maxk`` / ``dp_maxk`` (per bin) the largest ``k`` of those paths.
+    """
+
+    lane_table: object
+    tables: object
+    table_bins: object
+    table_maxk: object
+    dp_bins: object
+    dp_maxk: object
+    n_table_bins: int
+    n_dp_bins: int
+    table_paths: int
+    table_bytes: int
+
+
+@dataclass(eq=False)
 class DeviceModel:
-    """A packed model's arrays on one device, plus the launch constants derived from it."""
+    """A packed model's arrays on one device, plus the launch constants derived from it.
+
+    ``shap`` is the SHAP :class:`Plan`; ``interactions`` the interaction plan, built (tables
+    filled on the device) on the first interaction call and kept.
+    """
 
     lane_f: object
     lane_i: object
-    lane_l: object
+    lane_cat: object
     lane_d: object
     cat_words: object
-    tables: object
     bin_offsets: object
-    bin_info: object
     path_offsets: object
-    bins: object  # regular bins (<= 32 lanes) the warp kernels run
     oversize_paths: object  # paths of oversize bins, run by the fallback kernel
     expected_value: object
-    n_bins: int
     n_oversize: int
     num_features: int
     num_groups: int
     shap_shift: int
     interaction_shift: int
+    shap: Plan
+    interactions: Plan | None = None
 
 
 _CACHE: OrderedDict = OrderedDict()
@@ -539,6 +713,54 @@ def _path_bounds(packed: PackedModel) -> tuple[float, float]:
     shap = np.bincount(g, weights=v, minlength=G) if g.size else np.zeros(1)
     inter = np.bincount(g, weights=v * np.maximum(k, 1), minlength=G) if g.size else np.zeros(1)
     return float(shap.max(initial=0.0)), float(inter.max(initial=0.0))
+
+
+def _path_bins(packed: PackedModel) -> tuple[np.ndarray, np.ndarray]:
+    """Bin of each path and whether that bin is regular (<= 32 lanes: a warp kernel runs it)."""
+    bin_sizes = np.diff(packed.bin_offsets)
+    if not packed.num_paths:
+        return np.zeros(0, np.int64), np.zeros(0, bool)
+    path_bin = np.searchsorted(packed.bin_offsets, packed.path_offsets[:-1], side="right") - 1
+    return path_bin, bin_sizes[path_bin] <= 32
+
+
+def _interaction_table_offsets(packed: PackedModel) -> np.ndarray:
+    """Interaction table offset of each path (-1: DP): shortest SHAP-table paths first."""
+    k = np.diff(packed.path_offsets) - 1
+    eligible = np.where(packed.table_offsets >= 0, k, 0)  # a path too long for a SHAP table
+    return choose_tables(eligible, INTERACTION_TABLE_BUDGET_BYTES,
+                         INTERACTION_TABLE_MAX_FEATURES, values_per_pattern="k*k")  # fmt: skip
+
+
+def _plan_arrays(packed: PackedModel, path_table: np.ndarray) -> dict:
+    """Host arrays of a :class:`Plan` for per-path table offsets ``path_table``."""
+    k = np.diff(packed.path_offsets) - 1
+    path_bin, regular = _path_bins(packed)
+    n_bins = max(packed.num_bins, 1)
+    is_t = (path_table >= 0) & regular
+    is_d = (path_table < 0) & regular
+    table_maxk = np.zeros(n_bins, np.int32)
+    dp_maxk = np.zeros(n_bins, np.int32)
+    np.maximum.at(table_maxk, path_bin[is_t], k[is_t])
+    np.maximum.at(dp_maxk, path_bin[is_d], k[is_d])
+    table_bins = np.flatnonzero(table_maxk > 0).astype(np.int32)
+    dp_bins = np.flatnonzero(dp_maxk > 0).astype(np.int32)
+    lane_table = path_table[packed.lane_path] if packed.num_paths else np.zeros(0, np.int64)
+    return dict(
+        lane_table=_nonempty(lane_table, np.int64),
+        table_bins=_nonempty(table_bins, np.int32),
+        table_maxk=table_maxk,
+        dp_bins=_nonempty(dp_bins, np.int32),
+        dp_maxk=dp_maxk,
+        n_table_bins=int(table_bins.size),
+        n_dp_bins=int(dp_bins.size),
+        table_paths=int(is_t.sum()),
+    )
+
+
+def _nonempty(a, dtype) -> np.ndarray:
+    a = np.ascontiguousarray(a, dtype=dtype)
+    return a if a.size else np.zeros(1, dtype)
 
 
 def _lane_arrays(packed: PackedModel) -> dict:
@@ -565,22 +787,11 @@ def _lane_arrays(packed: PackedModel) -> dict:
     lane_f[:, 1] = packed.upper
     lane_f[:, 2] = packed.zero_fraction
     lane_f[:, 3] = packed.path_value[lane_path]
-    lane_l = np.zeros((n_lanes, 2), np.int64)
-    lane_l[:, 0] = packed.cat_offsets
-    lane_l[:, 1] = packed.table_offsets[lane_path]
     lane_d = np.zeros((n_lanes, 2), np.float64)
     lane_d[:, 0] = packed.zero_fraction
     lane_d[:, 1] = packed.path_value[lane_path]
-    # per-bin largest k of DP paths / of all paths (first lane of each path carries k)
-    n_paths = packed.num_paths
-    path_bin = bin_of_lane[packed.path_offsets[:-1]] if n_paths else np.zeros(0, np.int64)
-    is_dp = packed.table_offsets < 0
-    bin_info = np.zeros((max(packed.num_bins, 1), 2), np.int32)
-    np.maximum.at(bin_info[:, 0], path_bin[is_dp], k[is_dp])
-    np.maximum.at(bin_info[:, 1], path_bin, k)
-    regular = bin_sizes <= 32
-    bins = np.flatnonzero(regular).astype(np.int32)
-    oversize_paths = np.flatnonzero(~regular[path_bin]).astype(np.int32)
+    path_bin, regular = _path_bins(packed)
+    oversize_paths = np.flatnonzero(~regular).astype(np.int32)
     if oversize_paths.size and int(k[oversize_paths].max()) > MAX_FALLBACK_FEATURES:
         raise ValueError(
             f"a path has {int(k[oversize_paths].max())} distinct features; the CUDA backend "
@@ -592,29 +803,26 @@ def _lane_arrays(packed: PackedModel) -> dict:
             f"capacity={packed.capacity}: rebuild it with build_packed_model(paths, capacity=32)"
         )
     shap_bound, inter_bound = _path_bounds(packed)
-
-    def nonempty(a, dtype):
-        a = np.ascontiguousarray(a, dtype=dtype)
-        return a if a.size else np.zeros(1, dtype)
-
     return dict(
         lane_f=lane_f if n_lanes else np.zeros((1, 4), np.float32),
         lane_i=lane_i if n_lanes else np.zeros((1, 8), np.int32),
-        lane_l=lane_l if n_lanes else np.zeros((1, 2), np.int64),
+        lane_cat=_nonempty(packed.cat_offsets, np.int64),
         lane_d=lane_d if n_lanes else np.zeros((1, 2), np.float64),
-        cat_words=nonempty(packed.cat_words, np.uint32),
-        tables=nonempty(packed.tables, np.float32),
+        cat_words=_nonempty(packed.cat_words, np.uint32),
         bin_offsets=np.ascontiguousarray(packed.bin_offsets, np.int64),
-        bin_info=bin_info,
         path_offsets=np.ascontiguousarray(packed.path_offsets, np.int64),
-        bins=nonempty(bins, np.int32),
-        oversize_paths=nonempty(oversize_paths, np.int32),
+        oversize_paths=_nonempty(oversize_paths, np.int32),
         expected_value=np.ascontiguousarray(packed.expected_value, np.float64),
-        n_bins=int(bins.size),
         n_oversize=int(oversize_paths.size),
         shap_shift=fixed_point_shift(shap_bound),
         interaction_shift=fixed_point_shift(inter_bound),
     )
+
+
+def _to_device(host: dict) -> dict:
+    return {
+        name: (cuda.to_device(a) if isinstance(a, np.ndarray) else a) for name, a in host.items()
+    }
 
 
 def _device_id() -> int:
@@ -638,17 +846,42 @@ def device_model(packed: PackedModel) -> DeviceModel:
             if hit is not None:
                 _CACHE.move_to_end(key)
                 return hit
-    host = _lane_arrays(packed)
-    dev = {
-        name: (cuda.to_device(a) if isinstance(a, np.ndarray) else a) for name, a in host.items()
-    }
-    model = DeviceModel(**dev, num_features=packed.num_features, num_groups=packed.num_groups)
+    plan = _plan_arrays(packed, packed.table_offsets)
+    plan["tables"] = _nonempty(packed.tables, np.float32)
+    plan["table_bytes"] = int(packed.tables.nbytes)
+    model = DeviceModel(**_to_device(_lane_arrays(packed)), num_features=packed.num_features,
+                        num_groups=packed.num_groups, shap=Plan(**_to_device(plan)))  # fmt: skip
     if packed.digest:
         with _LOCK:
             _CACHE[key] = model
             while len(_CACHE) > _CACHE_SIZE:
                 _CACHE.popitem(last=False)
     return model
+
+
+def interaction_plan(packed: PackedModel, model: DeviceModel) -> Plan:
+    """The interaction :class:`Plan` of ``model`` (tables filled on the device on first use)."""
+    with _LOCK:
+        if model.interactions is not None:
+            return model.interactions
+        offsets = _interaction_table_offsets(packed)
+        plan = _plan_arrays(packed, offsets)
+        chosen = np.flatnonzero(offsets >= 0)
+        k = (np.diff(packed.path_offsets) - 1)[chosen]
+        total = int(((np.int64(1) << k) * k * k).sum())
+        tables = _xp().zeros(max(total, 1), dtype=np.float32)
+        for j0 in range(0, chosen.size, 65535):  # grid.y is at most 65535
+            part = chosen[j0 : j0 + 65535]
+            tpb = 64
+            grid = (-(-(1 << int(k[j0 : j0 + 65535].max())) // tpb), int(part.size))
+            _fill_interaction_tables_kernel[grid, tpb, _stream()](
+                model.lane_d, model.path_offsets, cuda.to_device(part.astype(np.int32)),
+                cuda.to_device(offsets[part]), tables,
+            )  # fmt: skip
+        plan["tables"] = tables
+        plan["table_bytes"] = 4 * total
+        model.interactions = Plan(**_to_device(plan))
+        return model.interactions
 
 
 def clear_cache() -> None:
@@ -704,9 +937,11 @@ def _rows_per_warp(n_rows: int, n_bins: int) -> int:
 
 def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool, fallback_only=False):
     model = device_model(packed)
+    plan = interaction_plan(packed, model) if interactions else model.shap
     if fallback_only:  # debugging aid: every path through the float64 one-thread kernel
         every = np.arange(packed.num_paths, dtype=np.int32)
-        model = replace(model, n_bins=0, n_oversize=int(every.size))
+        plan = replace(plan, n_table_bins=0, n_dp_bins=0)
+        model = replace(model, n_oversize=int(every.size))
         model.oversize_paths = cuda.to_device(every) if every.size else model.oversize_paths
     xp = _xp()
     X = _as_device_rows(X, packed.num_features)
@@ -731,42 +966,56 @@ def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool, fal
     stream = _stream()
     with warnings.catch_warnings():  # small inputs give small grids: not worth a warning
         warnings.filterwarnings("ignore", message=".*under-utilization.*")
-        _launch_batches(model, X, out.reshape(n, width), acc_all, batch_rows, interactions,
-                        stream, 2.0**shift, F1, group_size, bias_offset)  # fmt: skip
+        _launch_batches(model, plan, X, out.reshape(n, width), acc_all, batch_rows,
+                        interactions, stream, 2.0**shift, F1, group_size, bias_offset)  # fmt: skip
     return out
 
 
-def _launch_batches(model, X, out2, acc_all, batch_rows, interactions, stream, scale, F1,
+def shared_tile_rows(width: int) -> int:
+    """Rows of the table kernels' shared-memory tile for ``width`` outputs per row (0: none)."""
+    rows = min(TILE_ROWS, SHARED_TILE_VALUES // max(width, 1))
+    return rows if rows >= MIN_TILE_ROWS else 0
+
+
+def _launch_batches(model, plan, X, out2, acc_all, batch_rows, interactions, stream, scale, F1,
                     group_size, bias_offset):  # fmt: skip
     n = int(X.shape[0])
     width = out2.shape[1]
     inv_scale = 1.0 / scale
-    block = 32 * WARPS_PER_BLOCK
+    tile_rows = shared_tile_rows(width)
+    if interactions:
+        table_kernel = _interaction_table_shared_kernel if tile_rows else _interaction_table_kernel
+        dp_kernel = _interaction_dp_kernel
+    else:
+        table_kernel = _shap_table_shared_kernel if tile_rows else _shap_table_kernel
+        dp_kernel = _shap_dp_kernel
     for r0 in range(0, n, batch_rows):
         r1 = min(n, r0 + batch_rows)
         nb = r1 - r0
         Xb = X[r0:r1]
         acc = acc_all[:nb]
-        if model.n_bins:
-            rpw = _rows_per_warp(nb, model.n_bins)
-            grid = (-(-model.n_bins // WARPS_PER_BLOCK), -(-nb // rpw))
-            if interactions:
-                _interaction_warp_kernel[grid, block, stream](
-                    model.lane_f, model.lane_i, model.lane_l, model.lane_d, model.cat_words,
-                    model.bin_offsets, model.bin_info, model.bins, Xb, acc, scale, rpw, F1,
-                )  # fmt: skip
-            else:
-                _shap_warp_kernel[grid, block, stream](
-                    model.lane_f, model.lane_i, model.lane_l, model.lane_d, model.cat_words,
-                    model.tables, model.bin_offsets, model.bin_info, model.bins, Xb, acc, scale,
-                    rpw, F1,
-                )  # fmt: skip
+        if plan.n_table_bins:
+            rpb = _rows_per_warp(nb, plan.n_table_bins)
+            grid = (-(-plan.n_table_bins // TABLE_WARPS_PER_BLOCK), -(-nb // rpb))
+            table_kernel[grid, 32 * TABLE_WARPS_PER_BLOCK, stream](
+                model.lane_f, model.lane_i, model.lane_cat, plan.lane_table, model.cat_words,
+                plan.tables, model.bin_offsets, plan.table_maxk, plan.table_bins, Xb, acc, scale,
+                rpb, tile_rows or rpb, F1,
+            )  # fmt: skip
+        if plan.n_dp_bins:
+            rpw = _rows_per_warp(nb, plan.n_dp_bins)
+            grid = (-(-plan.n_dp_bins // WARPS_PER_BLOCK), -(-nb // rpw))
+            dp_kernel[grid, 32 * WARPS_PER_BLOCK, stream](
+                model.lane_f, model.lane_i, model.lane_cat, model.lane_d, plan.lane_table,
+                model.cat_words, model.bin_offsets, plan.dp_maxk, plan.dp_bins, Xb, acc, scale,
+                rpw, F1,
+            )  # fmt: skip
         for p0 in range(0, model.n_oversize, 65535):  # grid.y is at most 65535
             paths = model.oversize_paths[p0 : min(model.n_oversize, p0 + 65535)]
             tpb = 128
             grid = (-(-nb // tpb), int(paths.shape[0]))
             _oversize_kernel[grid, tpb, stream](
-                model.lane_f, model.lane_i, model.lane_l, model.lane_d, model.cat_words,
+                model.lane_f, model.lane_i, model.lane_cat, model.lane_d, model.cat_words,
                 model.path_offsets, paths, Xb, acc, scale, F1, interactions,
             )  # fmt: skip
         total = nb * width
@@ -807,23 +1056,24 @@ def strategy_stats(packed: PackedModel) -> dict:
     Returns a dict with ``table_paths``, ``table_lanes``, ``dp_paths``, ``dp_lanes``,
     ``oversize_paths``, ``oversize_lanes`` (fallback kernel), ``table_bytes``,
     ``warp_bins`` (bins run by the warp kernels), ``mixed_bins`` (bins holding both table and
-    DP paths) and ``fixed_point_shift`` (SHAP, interactions).
+    DP paths), ``interaction_table_paths`` and ``interaction_table_bytes`` (tables of
+    interaction values, filled on the device on the first interaction call),
+    ``shared_tile_rows`` (SHAP, interactions: rows of the table kernels' shared-memory tile,
+    0 = accumulation in global memory) and ``fixed_point_shift`` (SHAP, interactions).
     """
     lanes = np.diff(packed.path_offsets)
-    n_paths = packed.num_paths
-    bin_sizes = np.diff(packed.bin_offsets)
-    bin_of_path = (
-        np.searchsorted(packed.bin_offsets, packed.path_offsets[:-1], side="right") - 1
-        if n_paths
-        else np.zeros(0, np.int64)
-    )
-    oversize = bin_sizes[bin_of_path] > 32 if n_paths else np.zeros(0, bool)
-    table = (packed.table_offsets >= 0) & ~oversize
-    dp = ~table & ~oversize
+    path_bin, regular = _path_bins(packed)
+    oversize = ~regular
+    table = (packed.table_offsets >= 0) & regular
+    dp = ~table & regular
     n_bins = packed.num_bins
-    has_t = np.bincount(bin_of_path[table], minlength=n_bins) > 0
-    has_d = np.bincount(bin_of_path[dp], minlength=n_bins) > 0
+    has_t = np.bincount(path_bin[table], minlength=n_bins) > 0
+    has_d = np.bincount(path_bin[dp], minlength=n_bins) > 0
+    itab = (_interaction_table_offsets(packed) >= 0) & regular
+    k = lanes - 1
     shap_bound, inter_bound = _path_bounds(packed)
+    F1 = packed.num_features + 1
+    G = packed.num_groups
     return {
         "table_paths": int(table.sum()),
         "table_lanes": int(lanes[table].sum()),
@@ -832,8 +1082,11 @@ def strategy_stats(packed: PackedModel) -> dict:
         "oversize_paths": int(oversize.sum()),
         "oversize_lanes": int(lanes[oversize].sum()),
         "table_bytes": int(packed.tables.nbytes),
-        "warp_bins": int((bin_sizes <= 32).sum()),
+        "warp_bins": int((np.diff(packed.bin_offsets) <= 32).sum()),
         "mixed_bins": int((has_t & has_d).sum()),
+        "interaction_table_paths": int(itab.sum()),
+        "interaction_table_bytes": int(4 * ((np.int64(1) << k[itab]) * k[itab] ** 2).sum()),
+        "shared_tile_rows": (shared_tile_rows(G * F1), shared_tile_rows(G * F1 * F1)),
         "fixed_point_shift": (fixed_point_shift(shap_bound), fixed_point_shift(inter_bound)),
     }
 
@@ -842,19 +1095,26 @@ def strategy_stats(packed: PackedModel) -> dict:
 # Compilation checks
 # --------------------------------------------------------------------------------------------
 
-_LANES = "float32[:, ::1], int32[:, ::1], int64[:, ::1], float64[:, ::1], uint32[::1], "
+_X_ACC = "float32[:, ::1], int64[:, ::1], float64, int64"
+_TABLE_SIG = (
+    "void(float32[:, ::1], int32[:, ::1], int64[::1], int64[::1], uint32[::1], float32[::1], "
+    f"int64[::1], int32[::1], int32[::1], {_X_ACC}, int64, int64)"
+)
+_DP_SIG = (
+    "void(float32[:, ::1], int32[:, ::1], int64[::1], float64[:, ::1], int64[::1], uint32[::1], "
+    f"int64[::1], int32[::1], int32[::1], {_X_ACC}, int64)"
+)
 _SIGNATURES = {
-    "_shap_warp_kernel": "void("
-    + _LANES
-    + "float32[::1], int64[::1], int32[:, ::1], int32[::1], float32[:, ::1], int64[:, ::1], "
-    "float64, int64, int64)",
-    "_interaction_warp_kernel": "void("
-    + _LANES
-    + "int64[::1], int32[:, ::1], int32[::1], float32[:, ::1], int64[:, ::1], float64, int64, "
-    "int64)",
-    "_oversize_kernel": "void("
-    + _LANES
-    + "int64[::1], int32[::1], float32[:, ::1], int64[:, ::1], float64, int64, boolean)",
+    "_shap_table_kernel": _TABLE_SIG,
+    "_shap_table_shared_kernel": _TABLE_SIG,
+    "_interaction_table_kernel": _TABLE_SIG,
+    "_interaction_table_shared_kernel": _TABLE_SIG,
+    "_shap_dp_kernel": _DP_SIG,
+    "_interaction_dp_kernel": _DP_SIG,
+    "_fill_interaction_tables_kernel": "void(float64[:, ::1], int64[::1], int32[::1], "
+    "int64[::1], float32[::1])",
+    "_oversize_kernel": "void(float32[:, ::1], int32[:, ::1], int64[::1], float64[:, ::1], "
+    f"uint32[::1], int64[::1], int32[::1], {_X_ACC}, boolean)",
     "_finish_kernel": "void(int64[:, ::1], float32[:, ::1], float64, float64[::1], int64, int64)",
 }
 
@@ -887,12 +1147,7 @@ def _ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, str]:
     """PTX of every kernel for compute capability ``cc`` (no GPU needed)."""
     if _SIM:
         raise RuntimeError("compile_check cannot run under NUMBA_ENABLE_CUDASIM=1")
-    kernels = {
-        "_shap_warp_kernel": _shap_warp_kernel,
-        "_interaction_warp_kernel": _interaction_warp_kernel,
-        "_oversize_kernel": _oversize_kernel,
-        "_finish_kernel": _finish_kernel,
-    }
+    kernels = {name: globals()[name] for name in _SIGNATURES}
     out = {}
     with _device_free_compilation(cc):
         for name, kernel in kernels.items():
