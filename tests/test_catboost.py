@@ -77,3 +77,18 @@ def test_catboost_categorical_features_are_refused():
     model.fit(data, y + (cats == "a"), cat_features=[2])
     with pytest.raises(UnsupportedModelError, match="categorical"):
         load_model(model)
+
+
+@pytest.mark.parametrize("case", ["depthwise", "lossguide_multiclass"])
+def test_catboost_nonsymmetric_shap_matches_catboost_on_the_export(case, backend, tmp_path):
+    """Non-symmetric trees: against CatBoost's ShapValues of the JSON export distshap reads."""
+    from test_catboost_gpu import exported_shap_values
+
+    from distshap import TreeExplainer
+
+    model, Xt = _fit(case)
+    model.save_model(str(tmp_path / "m.json"), format="json")
+    ours = to_host(TreeExplainer(model, backend=backend).shap_values(Xt))
+    ref = exported_shap_values(tmp_path / "m.json", Xt).reshape(ours.shape)
+    scale = np.abs(model.predict(Xt, prediction_type="RawFormulaVal")).max()
+    np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-4 * scale)
