@@ -259,7 +259,21 @@ def model_info(model: Any, algorithm: str = "bfd") -> dict:
             "lanes": int(stats.get("lanes", 0)),
             "build_seconds": float(stats.get("build_seconds", 0.0)),
         },
+        "cuda": _cuda_strategy(packed),
     }
+
+
+def _cuda_strategy(packed) -> dict:
+    """How the CUDA kernels would run ``packed`` (no GPU needed: host-side arithmetic only)."""
+    from distshap.kernels.cuda import strategy_stats
+
+    st = strategy_stats(packed)
+    keys = ("table_paths", "dp_paths", "oversize_paths", "mixed_bins", "interaction_table_paths",
+            "interaction_table_bytes")  # fmt: skip
+    out = {key: int(st[key]) for key in keys}
+    out["shared_tile_rows"] = {"shap": st["shared_tile_rows"][0],
+                               "interactions": st["shared_tile_rows"][1]}  # fmt: skip
+    return out
 
 
 def _human_bytes(n: int) -> str:
@@ -301,6 +315,16 @@ def _format_info(info: dict, path: str) -> str:
         f"pattern tables  {t['table_paths']:,} paths use tables, {t['dp_paths']:,} the DP; "
         f"tables {_human_bytes(t['table_bytes'])} ({t['algorithm'].upper()} packing, built in "
         f"{t['build_seconds']:.3f} s)"
+    )
+    c = info["cuda"]
+    tiles = c["shared_tile_rows"]
+    lines.append(
+        f"CUDA kernels    SHAP: {c['table_paths']:,} table / {c['dp_paths']:,} DP / "
+        f"{c['oversize_paths']:,} oversize paths, {c['mixed_bins']:,} mixed bins\n"
+        f"                interactions: {c['interaction_table_paths']:,} paths on tables of "
+        f"{_human_bytes(c['interaction_table_bytes'])} (filled on the GPU at first use)\n"
+        f"                shared-memory row tiles: {tiles['shap']} / {tiles['interactions']} rows "
+        "(0: global atomics)"
     )
     return "\n".join(lines)
 

@@ -8,31 +8,52 @@ C-contiguous float32 device array when it is not one).
 
 Kernel design
 -------------
+Each output kind (SHAP, interactions) has a :class:`Plan`: which paths are looked up in a pattern
+table and which run the dynamic program (DP). Two warp kernels run per batch, each over the bins
+holding at least one path of its strategy; lanes of the other strategy's paths idle in it (BFD
+packs paths by decreasing length and tables go to the shortest paths, so few bins mix the two).
+
 * **Warps.** One warp runs one bin of the :class:`~distshap.packed.PackedModel`; lane ``l`` holds
   lane ``l`` of the bin (a path's lanes are contiguous, its first lane is the bias lane). Each
-  warp loops over a tile of rows (``grid = (bins / WARPS_PER_BLOCK, row tiles)``). All loops are
-  warp-uniform (trip counts are per-bin constants), so the full-mask shuffles and ballots are
-  always executed by all 32 lanes; lanes of shorter paths (and unused lanes) idle through them.
+  warp loops over a range of rows (``grid = (bins / warps per block, row ranges)``). Loops
+  around shuffles are warp-uniform (trip counts are per-bin constants), so full-mask shuffles
+  and ballots are executed by all 32 lanes; lanes of shorter paths and unused lanes idle.
 * **One-fractions.** Per row, each lane tests its element (``lower <= x < upper``; NaN follows
   when ``missing``; categorical: the bit ``int(x)`` of the category set for ``0 <= x < nbits``,
   ``cat_other`` otherwise); the bias lane always follows. One ``ballot_sync`` gathers the 32
   results, so every lane can read any element's one-fraction of its own path as a bit.
-* **Pattern-table paths** (``table_offsets[p] >= 0``): the path's ``k`` bits of the ballot form
-  the pattern; lane ``i`` loads ``tables[offset + pattern * k + i - 1]``.
-* **DP paths**: EXTEND with warp shuffles (paper Alg. 2; each lane needs the weight of its left
+* **Table kernels** (paths with a table): the path's ``k`` ballot bits form the pattern; for SHAP
+  lane ``i`` loads ``tables[offset + pattern * k + i - 1]``, for interactions the ``k`` values
+  ``[(pattern * k + c) * k + i - 1]`` (one per conditioned element ``c``; ``c = i`` is the
+  diagonal) and adds them at ``[feature_c, feature_i]``. The kernel is bound by its atomics
+  (an H100 probe without them ran 3.8x faster, ``benchmarks/probe_table_kernel.py``), so a
+  block of :data:`TABLE_WARPS_PER_BLOCK` warps (bins) shares a tile of rows: contributions go
+  to an int64 tile in shared memory (:data:`SHARED_TILE_VALUES` values: up to
+  :data:`TILE_ROWS` rows of the output width) and each tile is flushed with one global atomic
+  per non-zero output value. Outputs too wide for :data:`MIN_TILE_ROWS` rows per tile (e.g.
+  fashion_mnist's 10 x 785 SHAP values) add to global memory directly (:func:`shared_tile_rows`).
+* **SHAP tables** are built on the host with the packed model (:mod:`distshap.tables`).
+  **Interaction tables** (``2**k * k * k`` values per path, 9 KB at ``k = 6``) are filled on the
+  device on the first interaction call, one thread per (path, pattern) running the float64 DP
+  of :func:`_seq_extend` / :func:`_seq_unwound` for every conditioned element; they are kept
+  with the device model. Paths that have a SHAP table and at most
+  :data:`INTERACTION_TABLE_MAX_FEATURES` features get one, shortest first, within
+  :data:`INTERACTION_TABLE_BUDGET_BYTES` per model and device (a fixed budget, not a share of
+  free memory, so the choice and thus the bits do not depend on the device).
+* **DP kernels**: EXTEND with warp shuffles (paper Alg. 2; each lane needs the weight of its left
   neighbour and the zero fraction of the element being added), then every lane computes its own
   UNWOUND_SUM (Alg. 3) with one shuffle per step and adds ``sum * (o - z) * v``. The DP runs
-  in float32 for bins whose paths have at most :data:`DP32_MAX_FEATURES` features and in
+  in float32 for bins whose DP paths have at most :data:`DP32_MAX_FEATURES` features and in
   float64 above (the UNWOUND_SUM recursion loses accuracy fast in float32: relative error 6e-5
   at 20 features, 5e-3 at 28); reciprocals ``1/i`` come from a constant table and ``1/z`` is
-  hoisted out of the row loop. A bin may mix table and DP paths: the DP runs only when the
-  bin has a DP path (a per-bin constant) and table paths idle through it.
-* **Interactions** (paper §3.5): for every element ``c`` of a path the DP is run on the path
+  hoisted out of the row loop.
+* **Interactions by DP** (paper §3.5): for every element ``c`` of a path the DP is run on the path
   without ``c`` (``c`` is "swapped to the end": lanes after it shift one position left, it is
   never added); lane ``i`` then adds ``phi_ic = sum_i * (o_i - z_i) * v * (o_c - z_c) / 2`` at
   ``[feature_c, feature_i]``, and the diagonal gets ``phi_i - sum_c phi_ic`` with ``phi_i`` from
   an unconditioned DP (``c = 0``); the ``[F, F]`` entry is the expected value, the rest of the
-  bias row and column is zero (XGBoost's convention). No tables are used for interactions.
+  bias row and column is zero (XGBoost's convention). Interaction tables hold exactly these
+  values per pattern.
 * **Oversize paths** (more than 31 features: a bin of more than 32 lanes) run in a simple
   fallback kernel, one thread per (path, row), float64 DP in local memory, up to
   :data:`MAX_FALLBACK_FEATURES` features (a longer path raises :class:`ValueError` naming the
@@ -41,9 +62,10 @@ Kernel design
 Determinism
 -----------
 Results are bit-identical run to run and independent of batching: no float atomics. Every
-contribution ``c`` is rounded to a 64-bit fixed-point integer ``round(c * 2**s)`` and added with
-an integer ``atomic.add`` (integer addition is associative, so the order of the atomics does not
-matter); a final elementwise pass converts ``acc * 2**-s`` to float32 (in float64) and adds the
+contribution ``c`` is rounded to a 64-bit fixed-point integer (``round(c * 2**s)`` in the DP
+kernels, ``trunc(c * 2**s)`` of the float32 table value in the table kernels: both are fixed
+functions of ``c``) and added with an integer ``atomic.add`` (integer addition is associative,
+so the order of the atomics does not matter); a final elementwise pass converts ``acc * 2**-s`` to float32 (in float64) and adds the
 expected value in the bias column. The shift ``s`` is chosen per model from a bound ``B`` on
 every contribution and every output element: a path's SHAP contribution is at most ``|v|``
 (Shapley weights sum to 1 and fractions are <= 1), an interaction entry (diagonal included) at
@@ -60,7 +82,9 @@ columns and 10 classes: 6.2M interaction values = 49 MB per row, 21 rows per bat
 float32 output of all rows is allocated at once: chunking larger inputs is the caller's job.
 
 The packed model is copied to the device once per ``(digest, device)`` and cached
-(:func:`device_model`); :func:`clear_cache` drops the cache.
+(:func:`device_model`, with its interaction tables once filled); :func:`clear_cache` drops the
+cache. Device memory per model: the lane arrays, the SHAP tables (<= 1 GiB by default) and,
+once interactions are asked for, the interaction tables (<= 1 GiB).
 """
 
 from __future__ import annotations
