@@ -64,14 +64,14 @@ Determinism
 Results are bit-identical run to run and independent of batching: no float atomics. Every
 contribution ``c`` is rounded to a 64-bit fixed-point integer (``round(c * 2**s)`` in the DP
 kernels, ``trunc(c * 2**s)`` of the float32 table value in the table kernels: both are fixed
-functions of ``c``) and added with an integer ``atomic.add`` (integer addition is associative,
-so the order of the atomics does not matter); a final elementwise pass converts ``acc * 2**-s`` to float32 (in float64) and adds the
-expected value in the bias column. The shift ``s`` is chosen per model from a bound ``B`` on
-every contribution and every output element: a path's SHAP contribution is at most ``|v|``
-(Shapley weights sum to 1 and fractions are <= 1), an interaction entry (diagonal included) at
-most ``k |v|``, so ``B = max_g sum_p |v_p|`` (SHAP) or ``max_g sum_p k_p |v_p|``
-(interactions) and ``s = 62 - ceil(log2(B + 1)) - 1`` (clamped to ``[-60, 60]``): no sum can
-reach ``2**61`` and the resolution ``2**-s`` is far below float32 precision.
+functions of ``c``) and added with an integer ``atomic.add`` (integer addition is associative, so
+the order of the atomics does not matter); a final elementwise pass converts ``acc * 2**-s`` to
+float32 (in float64) and adds the expected value in the bias column. The shift ``s`` is chosen per
+model from a bound ``B`` on every contribution and every output element: a path's SHAP contribution
+is at most ``|v|`` (Shapley weights sum to 1 and fractions are <= 1), an interaction entry
+(diagonal included) at most ``k |v|``, so ``B = max_g sum_p |v_p|`` (SHAP) or ``max_g sum_p k_p
+|v_p|`` (interactions) and ``s = 62 - ceil(log2(B + 1)) - 1`` (clamped to ``[-60, 60]``): no sum
+can reach ``2**61`` and the resolution ``2**-s`` is far below float32 precision.
 
 Batching
 --------
