@@ -309,6 +309,18 @@ def _seq_unwound(w, depth, z, o):
     return total
 
 
+@cuda.jit(device=True)
+def _seq_extend_without(w, k, c, zero, one):
+    """EXTEND over elements ``1..k`` of a path except ``c`` (0: none); returns the depth."""
+    _seq_extend(w, 0, 1.0, 1.0)
+    depth = 0
+    for e in range(1, k + 1):
+        if e != c:
+            depth += 1
+            _seq_extend(w, depth, zero[e], one[e])
+    return depth
+
+
 # --------------------------------------------------------------------------------------------
 # Kernels
 #
@@ -567,12 +579,7 @@ def _fill_interaction_tables_kernel(lane_d, path_offsets, paths, offsets, tables
     for c in range(0, k + 1):
         scale_c = 1.0 if c == 0 else 0.5 * (one[c] - zero[c])
         if scale_c != 0.0:
-            _seq_extend(w, 0, 1.0, 1.0)
-            depth = 0
-            for e in range(1, k + 1):
-                if e != c:
-                    depth += 1
-                    _seq_extend(w, depth, zero[e], one[e])
+            depth = _seq_extend_without(w, k, c, zero, one)
         for i in range(1, k + 1):
             if i == c:
                 continue
@@ -617,12 +624,7 @@ def _oversize_kernel(lane_f, lane_i, lane_cat, lane_d, cat_words, path_offsets, 
         scale_c = 1.0 if c == 0 else 0.5 * (one[c] - zero[c])
         if scale_c == 0.0:
             continue
-        _seq_extend(w, 0, 1.0, 1.0)
-        depth = 0
-        for e in range(1, k + 1):
-            if e != c:
-                depth += 1
-                _seq_extend(w, depth, zero[e], one[e])
+        depth = _seq_extend_without(w, k, c, zero, one)
         fc = lane_i[s0 + c, 0]
         for i in range(1, k + 1):
             if i == c or one[i] == zero[i]:
