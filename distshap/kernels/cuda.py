@@ -896,14 +896,18 @@ def interaction_plan(packed: PackedModel, model: DeviceModel) -> Plan:
         k = (np.diff(packed.path_offsets) - 1)[chosen]
         total = int(((np.int64(1) << k) * k * k).sum())
         tables = _xp().zeros(max(total, 1), dtype=np.float32)
+        stream = _stream()
+        keep = []  # device temporaries stay alive until the fill kernels are done
         for j0 in range(0, chosen.size, 65535):  # grid.y is at most 65535
             part = chosen[j0 : j0 + 65535]
+            keep.append((cuda.to_device(part.astype(np.int32)), cuda.to_device(offsets[part])))
             tpb = 64
             grid = (-(-(1 << int(k[j0 : j0 + 65535].max())) // tpb), int(part.size))
-            _fill_interaction_tables_kernel[grid, tpb, _stream()](
-                model.lane_d, model.path_offsets, cuda.to_device(part.astype(np.int32)),
-                cuda.to_device(offsets[part]), tables,
-            )  # fmt: skip
+            _fill_interaction_tables_kernel[grid, tpb, stream](
+                model.lane_d, model.path_offsets, keep[-1][0], keep[-1][1], tables
+            )
+        if not _SIM:
+            stream.synchronize()  # the tables serve later calls on any stream or thread
         plan["tables"] = tables
         plan["table_bytes"] = 4 * total
         model.interactions = Plan(**_to_device(plan))
