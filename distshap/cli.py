@@ -263,9 +263,15 @@ def model_info(model: Any, algorithm: str = "bfd") -> dict:
     }
 
 
-def _cuda_strategy(packed) -> dict:
-    """How the CUDA kernels would run ``packed`` (no GPU needed: host-side arithmetic only)."""
-    from distshap.kernels.cuda import strategy_stats
+def _cuda_strategy(packed) -> dict | None:
+    """How the CUDA kernels would run ``packed`` (no GPU needed: host-side arithmetic only).
+
+    ``None`` where Numba's CUDA target cannot be imported.
+    """
+    try:
+        from distshap.kernels.cuda import strategy_stats
+    except ImportError:
+        return None
 
     st = strategy_stats(packed)
     keys = ("table_paths", "dp_paths", "oversize_paths", "mixed_bins", "interaction_table_paths",
@@ -317,6 +323,8 @@ def _format_info(info: dict, path: str) -> str:
         f"{t['build_seconds']:.3f} s)"
     )
     c = info["cuda"]
+    if c is None:
+        return "\n".join(lines)
     tiles = c["shared_tile_rows"]
     lines.append(
         f"CUDA kernels    SHAP: {c['table_paths']:,} table / {c['dp_paths']:,} DP / "

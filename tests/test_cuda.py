@@ -106,6 +106,19 @@ def test_interaction_tables_chosen_within_budget():
     assert st["interaction_table_bytes"] == 4 * int(sizes.sum())
 
 
+def test_interaction_tables_shortest_first_under_a_small_budget(monkeypatch):
+    kc = _kc()
+    ens = tiny.random_ensemble(5, n_features=7, n_trees=6, depth=4, n_groups=2)
+    packed = _packed(ens)
+    k = np.diff(packed.path_offsets) - 1
+    budget = 4 * int(((1 << k) * k * k).sum()) // 3
+    monkeypatch.setattr(kc, "INTERACTION_TABLE_BUDGET_BYTES", budget)
+    chosen = kc._interaction_table_offsets(packed) >= 0
+    assert chosen.any() and not chosen.all()
+    assert 4 * int(((1 << k[chosen]) * k[chosen] ** 2).sum()) <= budget
+    assert k[chosen].max() <= k[~chosen].min()  # shortest paths first
+
+
 def test_strategy_stats_account_for_every_path():
     kc = _kc()
     ens = tiny.random_ensemble(6, n_features=6, n_trees=8, depth=4)
@@ -174,6 +187,12 @@ check(tiny.nan_default_tree(), tiny.random_rows(5, tiny.nan_default_tree(), 3, 0
 for budget in (1 << 30, 700):
     check(ens, X, budget, True)
 check(tiny.categorical_tree(), tiny.random_rows(4, tiny.categorical_tree(), 4, 0.2), 1 << 30, True)
+# shared tiles of 4 rows: several tiles per block (zeroing, flushing, re-zeroing)
+kc.TILE_ROWS, kc.MIN_TILE_ROWS = 4, 1
+d = check(ens, X, 700, False)
+assert np.array_equal(a, d), "small shared tiles changed the bits"
+check(ens, X, 1 << 30, True)
+kc.TILE_ROWS = 128
 # the table kernels accumulating in global memory (the path taken for wide outputs)
 kc.MIN_TILE_ROWS = 1 << 30
 c = check(ens, X, 700, False)
@@ -341,6 +360,10 @@ def test_gpu_shared_and_global_accumulation_agree(inter, monkeypatch):
     width = packed.num_groups * (packed.num_features + 1) ** (2 if inter else 1)
     assert kc.shared_tile_rows(width) > 0
     shared = to_host(fn(packed, X))
+    monkeypatch.setattr(kc, "TILE_ROWS", 3)  # several tiles per block
+    monkeypatch.setattr(kc, "MIN_TILE_ROWS", 1)
+    small = to_host(fn(packed, X))
+    assert np.array_equal(shared.view(np.uint32), small.view(np.uint32))
     monkeypatch.setattr(kc, "MIN_TILE_ROWS", 1 << 30)  # table kernels accumulate globally
     assert kc.shared_tile_rows(width) == 0
     direct = to_host(fn(packed, X))

@@ -147,8 +147,11 @@ INTERACTION_TABLE_BUDGET_BYTES = 1 << 30
 _FULL = 0xFFFFFFFF
 _MAXF1 = MAX_FALLBACK_FEATURES + 1
 _MAXF2 = MAX_FALLBACK_FEATURES + 2
+# Frozen at import: the kernels are compiled with these sizes, so the host side uses them too.
 _ITAB_MAXF1 = INTERACTION_TABLE_MAX_FEATURES + 1
 _ITAB_MAXF2 = INTERACTION_TABLE_MAX_FEATURES + 2
+_TILE_VALUES = SHARED_TILE_VALUES
+_TABLE_WARPS = TABLE_WARPS_PER_BLOCK
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 #: Longest path (features) of a bin whose warp DP runs in float32; longer ones use float64
 #: (the UNWOUND_SUM recursion loses accuracy quickly with the path length in float32).
@@ -360,7 +363,7 @@ def _make_table_kernel(interactions: bool, shared: bool):
                bins, X, acc, scale, rows_per_block, tile_rows, n_cols):  # fmt: skip
         tid = cuda.threadIdx.x
         lane = tid & 31
-        bi = cuda.blockIdx.x * TABLE_WARPS_PER_BLOCK + (tid >> 5)
+        bi = cuda.blockIdx.x * _TABLE_WARPS + (tid >> 5)
         live = bi < bins.shape[0]
         if not shared and not live:
             return  # warp-uniform; with a shared tile every warp takes part in the barriers
@@ -385,7 +388,7 @@ def _make_table_kernel(interactions: bool, shared: bool):
         if r1 > X.shape[0]:
             r1 = X.shape[0]
         if shared:
-            tile = cuda.shared.array(SHARED_TILE_VALUES, np.int64)
+            tile = cuda.shared.array(_TILE_VALUES, np.int64)
         for t0 in range(r0, r1, tile_rows):
             t1 = t0 + tile_rows
             if t1 > r1:
@@ -754,8 +757,9 @@ def _interaction_table_offsets(packed: PackedModel) -> np.ndarray:
     """Interaction table offset of each path (-1: DP): shortest SHAP-table paths first."""
     k = np.diff(packed.path_offsets) - 1
     eligible = np.where(packed.table_offsets >= 0, k, 0)  # a path too long for a SHAP table
-    return choose_tables(eligible, INTERACTION_TABLE_BUDGET_BYTES,
-                         INTERACTION_TABLE_MAX_FEATURES, values_per_pattern="k*k")  # fmt: skip
+    max_features = min(INTERACTION_TABLE_MAX_FEATURES, _ITAB_MAXF1 - 1)  # the compiled size
+    return choose_tables(eligible, INTERACTION_TABLE_BUDGET_BYTES, max_features,
+                         values_per_pattern="k*k")  # fmt: skip
 
 
 def _plan_arrays(packed: PackedModel, path_table: np.ndarray) -> dict:
@@ -771,9 +775,9 @@ def _plan_arrays(packed: PackedModel, path_table: np.ndarray) -> dict:
     np.maximum.at(dp_maxk, path_bin[is_d], k[is_d])
     table_bins = np.flatnonzero(table_maxk > 0).astype(np.int32)
     dp_bins = np.flatnonzero(dp_maxk > 0).astype(np.int32)
-    lane_table = path_table[packed.lane_path] if packed.num_paths else np.zeros(0, np.int64)
+    lane_table = path_table[packed.lane_path] if packed.num_paths else np.full(1, -1, np.int64)
     return dict(
-        lane_table=_nonempty(lane_table, np.int64),
+        lane_table=np.ascontiguousarray(lane_table, np.int64),
         table_bins=_nonempty(table_bins, np.int32),
         table_maxk=table_maxk,
         dp_bins=_nonempty(dp_bins, np.int32),
@@ -1003,7 +1007,7 @@ def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool, fal
 
 def shared_tile_rows(width: int) -> int:
     """Rows of the table kernels' shared-memory tile for ``width`` outputs per row (0: none)."""
-    rows = min(TILE_ROWS, SHARED_TILE_VALUES // max(width, 1))
+    rows = min(TILE_ROWS, _TILE_VALUES // max(width, 1))
     return rows if rows >= MIN_TILE_ROWS else 0
 
 
@@ -1026,8 +1030,8 @@ def _launch_batches(model, plan, X, out2, acc_all, batch_rows, interactions, str
         acc = acc_all[:nb]
         if plan.n_table_bins:
             rpb = _rows_per_warp(nb, plan.n_table_bins)
-            grid = (-(-plan.n_table_bins // TABLE_WARPS_PER_BLOCK), -(-nb // rpb))
-            table_kernel[grid, 32 * TABLE_WARPS_PER_BLOCK, stream](
+            grid = (-(-plan.n_table_bins // _TABLE_WARPS), -(-nb // rpb))
+            table_kernel[grid, 32 * _TABLE_WARPS, stream](
                 model.lane_f, model.lane_i, model.lane_cat, plan.lane_table, model.cat_words,
                 plan.tables, model.bin_offsets, plan.table_maxk, plan.table_bins, Xb, acc, scale,
                 rpb, tile_rows or rpb, F1,
