@@ -353,6 +353,34 @@ def _lane_setup(lane_i, bin_offsets, b, lane):
     return li, valid, feat, pos, start, k
 
 
+@cuda.jit(device=True)
+def _row_range(rows_per_block, n_rows):
+    """Rows ``[r0, r1)`` of this block's row range (``blockIdx.y``)."""
+    r0 = cuda.blockIdx.y * rows_per_block
+    r1 = r0 + rows_per_block
+    if r1 > n_rows:
+        r1 = n_rows
+    return r0, r1
+
+
+@cuda.jit(device=True)
+def _dp_lane(lane_f, lane_i, lane_cat, lane_d, lane_table, bin_offsets, b, lane):
+    """Row-independent constants of this lane of bin ``b`` for the DP kernels.
+
+    Lanes of table paths (``lane_table >= 0``) and unused lanes take no part (``dp`` false,
+    ``kk = 0``); ``is_feat``: a DP path's feature element (not its bias lane).
+    """
+    li, valid, feat, pos, start, k = _lane_setup(lane_i, bin_offsets, b, lane)
+    dp = valid and lane_table[li] < 0
+    z32 = lane_f[li, 2]
+    z64 = lane_d[li, 0]
+    zinv32 = np.float32(1.0) / z32 if z32 > 0 else np.float32(0.0)
+    zinv64 = 1.0 / z64 if z64 > 0 else 0.0
+    return (li, dp, k if dp else 0, dp and pos >= 1, feat, pos, start, lane_i[li, 4],
+            lane_i[li, 5], lane_i[li, 6], lane_f[li, 0], lane_f[li, 1], lane_cat[li], z32,
+            zinv32, z64, zinv64, lane_d[li, 1])  # fmt: skip
+
+
 def _make_table_kernel(interactions: bool, shared: bool):
     """The pattern-table kernel for SHAP or interaction values, accumulating in shared memory
     (``shared``: one global atomic per output value and block per row tile) or directly in
@@ -383,10 +411,7 @@ def _make_table_kernel(interactions: bool, shared: bool):
         scale32 = np.float32(scale)
         width = acc.shape[1]
         col = group * n_cols + feat
-        r0 = cuda.blockIdx.y * rows_per_block
-        r1 = r0 + rows_per_block
-        if r1 > X.shape[0]:
-            r1 = X.shape[0]
+        r0, r1 = _row_range(rows_per_block, X.shape[0])
         if shared:
             tile = cuda.shared.array(_TILE_VALUES, np.int64)
         for t0 in range(r0, r1, tile_rows):
@@ -449,27 +474,12 @@ def _shap_dp_kernel(lane_f, lane_i, lane_cat, lane_d, lane_table, cat_words, bin
     if bi >= bins.shape[0]:
         return  # warp-uniform
     b = bins[bi]
-    li, valid, feat, pos, start, k = _lane_setup(lane_i, bin_offsets, b, lane)
-    dp = valid and lane_table[li] < 0  # lanes of table paths idle here
-    kk = k if dp else 0
-    is_feat = dp and pos >= 1
-    group = lane_i[li, 4]
-    flags = lane_i[li, 5]
-    nbits = lane_i[li, 6]
-    lower = lane_f[li, 0]
-    upper = lane_f[li, 1]
-    z32 = lane_f[li, 2]
-    z64 = lane_d[li, 0]
-    v64 = lane_d[li, 1]
-    zinv32 = np.float32(1.0) / z32 if z32 > 0 else np.float32(0.0)
-    zinv64 = 1.0 / z64 if z64 > 0 else 0.0
-    cat_offset = lane_cat[li]
+    (li, dp, kk, is_feat, feat, pos, start, group, flags, nbits, lower, upper, cat_offset, z32,
+     zinv32, z64, zinv64, v64) = _dp_lane(lane_f, lane_i, lane_cat, lane_d, lane_table,
+                                          bin_offsets, b, lane)  # fmt: skip
     col = group * n_cols + feat
     maxk = bin_maxk[b]
-    r0 = cuda.blockIdx.y * rows_per_warp
-    r1 = r0 + rows_per_warp
-    if r1 > X.shape[0]:
-        r1 = X.shape[0]
+    r0, r1 = _row_range(rows_per_warp, X.shape[0])
     for r in range(r0, r1):
         o = 0
         if is_feat:
@@ -497,27 +507,12 @@ def _interaction_dp_kernel(lane_f, lane_i, lane_cat, lane_d, lane_table, cat_wor
     if bi >= bins.shape[0]:
         return  # warp-uniform
     b = bins[bi]
-    li, valid, feat, pos, start, k = _lane_setup(lane_i, bin_offsets, b, lane)
-    dp = valid and lane_table[li] < 0  # lanes of table paths idle here
-    kk = k if dp else 0
-    is_feat = dp and pos >= 1
-    group = lane_i[li, 4]
-    flags = lane_i[li, 5]
-    nbits = lane_i[li, 6]
-    lower = lane_f[li, 0]
-    upper = lane_f[li, 1]
-    z32 = lane_f[li, 2]
-    z64 = lane_d[li, 0]
-    v64 = lane_d[li, 1]
-    zinv32 = np.float32(1.0) / z32 if z32 > 0 else np.float32(0.0)
-    zinv64 = 1.0 / z64 if z64 > 0 else 0.0
-    cat_offset = lane_cat[li]
+    (li, dp, kk, is_feat, feat, pos, start, group, flags, nbits, lower, upper, cat_offset, z32,
+     zinv32, z64, zinv64, v64) = _dp_lane(lane_f, lane_i, lane_cat, lane_d, lane_table,
+                                          bin_offsets, b, lane)  # fmt: skip
     row_base = (group * n_cols + feat) * n_cols  # [group, feat, :]
     maxk = bin_maxk[b]
-    r0 = cuda.blockIdx.y * rows_per_warp
-    r1 = r0 + rows_per_warp
-    if r1 > X.shape[0]:
-        r1 = X.shape[0]
+    r0, r1 = _row_range(rows_per_warp, X.shape[0])
     for r in range(r0, r1):
         o = 0
         if is_feat:
