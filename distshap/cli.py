@@ -274,11 +274,12 @@ def _cuda_strategy(packed) -> dict | None:
         return None
 
     st = strategy_stats(packed)
-    keys = ("table_paths", "dp_paths", "oversize_paths", "mixed_bins", "interaction_table_paths",
-            "interaction_table_bytes")  # fmt: skip
+    keys = ("table_paths", "table_bytes", "quadrature_paths", "oversize_paths",
+            "interaction_table_paths", "interaction_table_bytes")  # fmt: skip
     out = {key: int(st[key]) for key in keys}
-    out["shared_tile_rows"] = {"shap": st["shared_tile_rows"][0],
-                               "interactions": st["shared_tile_rows"][1]}  # fmt: skip
+    out["quadrature_nodes"] = {str(n): c for n, c in st["quadrature_nodes"].items()}
+    out["quadrature_shared"] = {"shap": bool(st["quadrature_shared"][0]),
+                                "interactions": bool(st["quadrature_shared"][1])}  # fmt: skip
     return out
 
 
@@ -325,14 +326,18 @@ def _format_info(info: dict, path: str) -> str:
     c = info["cuda"]
     if c is None:
         return "\n".join(lines)
-    tiles = c["shared_tile_rows"]
+    shared = c["quadrature_shared"]
+    sums = {True: "shared memory", False: "global memory"}
+    nodes = ", ".join(f"{n} nodes: {count:,}" for n, count in c["quadrature_nodes"].items())
     lines.append(
-        f"CUDA kernels    SHAP: {c['table_paths']:,} table / {c['dp_paths']:,} DP / "
-        f"{c['oversize_paths']:,} oversize paths, {c['mixed_bins']:,} mixed bins\n"
+        f"CUDA kernels    SHAP: {c['table_paths']:,} paths on tables "
+        f"({_human_bytes(c['table_bytes'])}), {c['quadrature_paths']:,} by quadrature "
+        f"({nodes or 'none'}), {c['oversize_paths']:,} oversize (fallback kernel)\n"
         f"                interactions: {c['interaction_table_paths']:,} paths on tables of "
-        f"{_human_bytes(c['interaction_table_bytes'])} (filled on the GPU at first use)\n"
-        f"                shared-memory row tiles: {tiles['shap']} / {tiles['interactions']} rows "
-        "(0: global atomics)"
+        f"{_human_bytes(c['interaction_table_bytes'])} (filled on the GPU at first use), "
+        "the others by quadrature\n"
+        f"                quadrature sums in {sums[shared['shap']]} (SHAP), "
+        f"{sums[shared['interactions']]} (interactions)"
     )
     return "\n".join(lines)
 

@@ -66,7 +66,7 @@ def test_lane_arrays_describe_the_packing():
     ens = tiny.random_ensemble(5, n_features=7, n_trees=6, depth=4, n_groups=2)
     packed = _packed(ens, budget=3000)  # some paths with tables, some with the DP
     host = kc._lane_arrays(packed)
-    plan = kc._plan_arrays(packed, packed.table_offsets)
+    plan = kc._plan_arrays(packed, packed.table_offsets, quadrature=False)
     lane_i = host["lane_i"]
     k = np.diff(packed.path_offsets) - 1
     for b in range(packed.num_bins):
@@ -87,6 +87,43 @@ def test_lane_arrays_describe_the_packing():
         assert (b in plan["dp_bins"]) == bool(dp.size)
     assert plan["n_table_bins"] and plan["n_dp_bins"]
     assert np.array_equal(plan["lane_table"], packed.table_offsets[packed.lane_path])
+
+
+def test_quadrature_launches_cover_every_dp_path_once():
+    kc = _kc()
+    ens = tiny.random_ensemble(4, n_features=9, n_trees=40, depth=7, n_groups=3)
+    packed = _packed(ens, budget=20000)  # the shortest paths get tables
+    plan = kc._plan_arrays(packed, packed.table_offsets, quadrature=True)
+    k = np.diff(packed.path_offsets) - 1
+    dp = np.flatnonzero(packed.table_offsets < 0)
+    assert dp.size and plan["n_dp_bins"] == 0
+    seen = []
+    for launch in plan["quadrature"]:
+        paths, offsets, group = launch["paths"], launch["offsets"], launch["group"]
+        assert launch["n_chunks"] == group.size == offsets.size - 1
+        assert np.all(np.diff(offsets) >= 1) and np.all(
+            np.diff(offsets) <= kc.QUADRATURE_CHUNK_PATHS
+        )
+        for c in range(launch["n_chunks"]):
+            assert np.all(packed.path_group[paths[offsets[c] : offsets[c + 1]]] == group[c])
+        # exact (2 n - 1 >= k - 1) with the smallest compiled node count
+        n = launch["n_nodes"]
+        assert np.all(2 * n >= k[paths])
+        smaller = [m for m in kc.QUADRATURE_NODES if m < n]
+        assert not smaller or np.all(2 * max(smaller) < k[paths])
+        seen.append(paths)
+    seen = np.concatenate(seen)
+    assert np.array_equal(np.sort(seen), dp) and plan["quadrature_paths"] == dp.size
+
+
+@pytest.mark.parametrize("n_nodes", [1, 2, 5, 16])
+def test_gauss_legendre_integrates_path_polynomials_exactly(n_nodes):
+    kc = _kc()
+    t, w = kc.gauss_legendre(n_nodes)
+    rng = np.random.default_rng(n_nodes)
+    coef = rng.normal(size=2 * n_nodes)  # degree 2n - 1
+    exact = sum(c / (i + 1) for i, c in enumerate(coef))
+    assert abs(float(np.dot(w, np.polyval(coef[::-1], t))) - exact) < 1e-12
 
 
 def test_interaction_tables_chosen_within_budget():
@@ -124,10 +161,18 @@ def test_strategy_stats_account_for_every_path():
     ens = tiny.random_ensemble(6, n_features=6, n_trees=8, depth=4)
     packed = _packed(ens, budget=2000)
     st = kc.strategy_stats(packed)
-    assert st["table_paths"] + st["dp_paths"] + st["oversize_paths"] == packed.num_paths
-    assert st["table_lanes"] + st["dp_lanes"] + st["oversize_lanes"] == packed.feature.shape[0]
-    assert st["table_paths"] == int((packed.table_offsets >= 0).sum())
-    assert st["table_bytes"] == packed.tables.nbytes
+    assert st["table_paths"] + st["quadrature_paths"] + st["oversize_paths"] == packed.num_paths
+    lanes = st["table_lanes"] + st["quadrature_lanes"] + st["oversize_lanes"]
+    assert lanes == packed.feature.shape[0]
+    assert sum(st["quadrature_nodes"].values()) == st["quadrature_paths"]
+    # narrow outputs: the quadrature kernels take every path, no table goes to the GPU
+    assert kc.quadrature_warps(packed.num_features) > 0 and not kc.shap_uses_tables(packed)
+    assert st["table_paths"] == st["table_bytes"] == 0 and st["quadrature_shared"][0]
+    wide = _packed(tiny.random_ensemble(6, n_features=300, n_trees=8, depth=4), budget=2000)
+    st = kc.strategy_stats(wide)
+    assert kc.shap_uses_tables(wide) and not st["quadrature_shared"][0]
+    assert st["table_paths"] == int((wide.table_offsets >= 0).sum()) > 0
+    assert st["table_bytes"] == wide.tables.nbytes
     chain = kc._chain_model(34, 34)  # one path of 34 features: an oversize bin
     st = kc.strategy_stats(chain)
     lanes = np.diff(chain.path_offsets)
@@ -147,8 +192,12 @@ def test_compile_check_and_ptx():
             assert "vote.sync" in text, name
             assert ".local" not in text, f"{name} spills to local memory"
             assert "call.uni" not in text, f"{name} has a non-inlined call"
-        if "shared" in name:
+        if "shared" in name and "table" in name:
             assert "atom.shared.add.u64" in text, name
+        if "quadrature" in name:  # warp-uniform paths: no shuffles; per-row sums in registers
+            assert "shfl.sync" not in text and "vote.sync" not in text, name
+            assert ".local" not in text, f"{name} spills to local memory"
+            assert "div.approx" in text, name
     for name, text in ptx.items():
         # determinism: integer atomics only, never float atomics
         assert "atom.global.add.f32" not in text and "atom.global.add.f64" not in text, name
@@ -204,12 +253,21 @@ def against_cpu(packed, X, inter, **kw):
     ref = (cpu.interaction_values if inter else cpu.shap_values)(packed, X)
     assert np.abs(got - ref).max() <= 2e-6 * max(1.0, np.abs(ref).max()), (inter, kw)
 
-# paths of up to 12 features without tables: the float64 warp DP
+# paths of up to 12 features without tables: the quadrature kernels, and the warp DP (float32
+# up to 10 features, float64 above)
 chain = kc._chain_model(12, 12, table_budget_bytes=0)
-Xc = np.full((1, 12), 0.25, np.float32)
+Xc = np.full((2, 12), 0.25, np.float32)
 Xc[0, 3] = 0.75
-against_cpu(chain, Xc, False)
-against_cpu(chain, Xc, True)
+Xc[1, 7] = np.nan
+for inter in (False, True):
+    against_cpu(chain, Xc, inter)
+    against_cpu(chain, Xc, inter, warp_dp=True)
+against_cpu(build_packed_model(extract_paths(ens), table_budget_bytes=700), X, True, warp_dp=True)
+# the quadrature kernels adding to global memory (outputs too wide for shared memory)
+kc.QUADRATURE_SHARED_BYTES = 0
+check(ens, X, 0, False)
+check(ens, X, 0, True)
+kc.QUADRATURE_SHARED_BYTES = 48 * 1024
 # oversize paths (> 31 features): the one-thread-per-path fallback kernel, here for every path
 chain = kc._chain_model(33, 33)
 Xc = np.full((2, 33), 0.25, np.float32)
@@ -370,6 +428,62 @@ def test_gpu_shared_and_global_accumulation_agree(inter, monkeypatch):
     assert np.array_equal(shared.view(np.uint32), direct.view(np.uint32))
     ref = _cpu(packed, X, inter)
     np.testing.assert_allclose(shared, ref, rtol=0, atol=2e-6 * max(1, np.abs(ref).max()))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
+def test_gpu_quadrature_every_node_count_matches_warp_dp_and_cpu():
+    # SHAP and interaction values
+    kc = _kc()
+    rng = np.random.default_rng(5)
+    for depth in (1, 3, 4, 5, 8, 9, 12, 13, 16, 17, 24, 25, 31):  # every compiled node count
+        packed = kc._chain_model(depth, depth, table_budget_bytes=0)
+        X = rng.choice(np.float32([0.25, 0.75, np.nan]), size=(70, depth), p=[0.7, 0.25, 0.05])
+        for inter in (False, True):
+            quad = to_host(kc._run(packed, X, None, inter)).astype(np.float64)
+            warp = to_host(kc._run(packed, X, None, inter, warp_dp=True)).astype(np.float64)
+            ref = _cpu(packed, X, inter)
+            tol = 2e-6 * max(1.0, np.abs(ref).max())
+            msg = f"depth {depth}, interactions {inter}"
+            np.testing.assert_allclose(quad, ref, rtol=0, atol=tol, err_msg=msg)
+            np.testing.assert_allclose(warp, ref, rtol=0, atol=tol, err_msg=msg)
+    # deep random trees, several groups, categorical splits and missing values
+    ens = tiny.random_ensemble(21, n_features=14, n_trees=10, depth=10, n_groups=2,
+                               n_categorical=1)  # fmt: skip
+    X = tiny.random_rows(22, ens, 60, 0.1)
+    packed = _packed(ens, budget=0)
+    for inter in (False, True):
+        got = to_host(kc._run(packed, X, None, inter)).astype(np.float64)
+        warp = to_host(kc._run(packed, X, None, inter, warp_dp=True)).astype(np.float64)
+        ref = _cpu(packed, X, inter)
+        tol = 2e-6 * max(1.0, np.abs(ref).max())
+        np.testing.assert_allclose(got, ref, rtol=0, atol=tol, err_msg=f"inter={inter}")
+        np.testing.assert_allclose(warp, ref, rtol=0, atol=tol, err_msg=f"inter={inter}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
+@pytest.mark.parametrize("inter", [False, True], ids=["shap", "interactions"])
+def test_gpu_quadrature_bits_do_not_depend_on_chunks_or_accumulation(inter, monkeypatch):
+    kc = _kc()
+    ens = tiny.random_ensemble(23, n_features=10, n_trees=60, depth=7, n_groups=3)
+    X = tiny.random_rows(24, ens, 120 if inter else 300, 0.1)
+    packed = _packed(ens, budget=0)
+    first = to_host(kc._run(packed, X, None, inter))
+    monkeypatch.setattr(kc, "QUADRATURE_SHARED_BYTES", 0)  # sums in global memory
+    assert not any(kc.strategy_stats(packed)["quadrature_shared"])
+    direct = to_host(kc._run(packed, X, None, inter))
+    monkeypatch.setattr(kc, "QUADRATURE_CHUNK_PATHS", 7)  # many small chunks
+    kc.clear_cache()
+    chunked = to_host(kc._run(packed, X, None, inter))
+    model = kc.device_model(packed)
+    plan = kc.interaction_plan(packed, model) if inter else model.shap
+    assert len(plan.quadrature[0].group) > 10
+    kc.clear_cache()
+    assert np.array_equal(first.view(np.uint32), direct.view(np.uint32))
+    assert np.array_equal(first.view(np.uint32), chunked.view(np.uint32))
+    ref = _cpu(packed, X, inter)
+    np.testing.assert_allclose(first, ref, rtol=0, atol=2e-6 * max(1, np.abs(ref).max()))
 
 
 @pytest.mark.gpu

@@ -95,10 +95,10 @@ import threading
 import warnings
 from collections import OrderedDict
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
-from numba import cuda
+from numba import cuda, types
 
 from distshap.packed import PackedModel
 from distshap.tables import choose_tables
@@ -107,6 +107,9 @@ __all__ = [
     "INTERACTION_TABLE_BUDGET_BYTES",
     "INTERACTION_TABLE_MAX_FEATURES",
     "MAX_FALLBACK_FEATURES",
+    "QUADRATURE_CHUNK_PATHS",
+    "QUADRATURE_NODES",
+    "QUADRATURE_SHARED_BYTES",
     "TABLE_WARPS_PER_BLOCK",
     "WARPS_PER_BLOCK",
     "DeviceModel",
@@ -116,12 +119,16 @@ __all__ = [
     "default_batch_rows",
     "device_model",
     "fixed_point_shift",
+    "gauss_legendre",
     "interaction_plan",
     "interaction_values",
-    "shared_tile_rows",
+    "quadrature_warps",
+    "shap_uses_tables",
     "shap_values",
+    "shared_tile_rows",
     "strategy_stats",
     "warm_up",
+    "warp_dp_plan",
 ]
 
 #: Warps (bins) per thread block of the warp kernels.
@@ -159,6 +166,13 @@ DP32_MAX_FEATURES = 10
 # 1/i for i = 0..64 (entry 0 is unused and 0)
 _RECIP32 = np.array([0.0] + [1.0 / i for i in range(1, 65)], dtype=np.float32)
 _RECIP64 = np.array([0.0] + [1.0 / i for i in range(1, 65)], dtype=np.float64)
+#: Gauss-Legendre node counts of the SHAP quadrature kernels (one compiled kernel each). A path of
+#: ``k`` features needs ``ceil(k / 2)`` nodes and runs in the smallest kernel with enough.
+QUADRATURE_NODES = (2, 4, 6, 8, 12, 16)
+#: Paths per chunk of the quadrature kernels (one thread block runs one chunk on its rows).
+QUADRATURE_CHUNK_PATHS = 256
+#: Shared memory of a quadrature kernel's block at most (its per-row accumulators).
+QUADRATURE_SHARED_BYTES = 48 * 1024
 
 # --------------------------------------------------------------------------------------------
 # Warp primitives. On a GPU these are Numba's intrinsics; the CUDA simulator has none, so there
@@ -198,10 +212,16 @@ if _SIM:  # pragma: no cover - only under NUMBA_ENABLE_CUDASIM=1
         cuda.syncthreads()
         return np.uint32(bits)
 
+    def _fdiv(a, b):
+        return a / b
+
 else:
+    from numba.cuda import libdevice
+
     _shfl_f = cuda.shfl_sync
     _shfl_i32 = cuda.shfl_sync
     _ballot = cuda.ballot_sync
+    _fdiv = libdevice.fast_fdividef  # float32 a / b to 2 ulp (every divisor here is > 0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -548,6 +568,204 @@ def _interaction_dp_kernel(lane_f, lane_i, lane_cat, lane_d, lane_table, cat_wor
                 cuda.atomic.add(acc, (r, row_base + feat), ival)
 
 
+def gauss_legendre(n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and weights of the ``n_nodes``-point Gauss-Legendre rule on ``[0, 1]`` (float64).
+
+    Exact for polynomials of degree up to ``2 * n_nodes - 1``.
+    """
+    x, w = np.polynomial.legendre.leggauss(int(n_nodes))
+    return (x + 1.0) / 2.0, w / 2.0
+
+
+def _make_quadrature_kernel(n_nodes: int, shared: bool):
+    """The SHAP kernel of the paths without a table: one thread per row, ``n_nodes`` nodes.
+
+    A path's SHAP value of element ``i`` is ``v (o_i - z_i) * integral_0^1 prod_{j != i}
+    (z_j + t (o_j - z_j)) dt`` (the Shapley weights ``s! (k-1-s)! / k!`` are Beta integrals),
+    a polynomial of degree ``k - 1`` in ``t``: ``ceil(k / 2)`` Gauss-Legendre nodes give it
+    exactly. Per path and row the thread evaluates the ``k`` one-fractions while multiplying
+    the full product at every node, then divides element ``i``'s factor out again: all terms
+    are positive, so float32 keeps its relative precision at any path length (no cancellation,
+    unlike the DP's UNWOUND_SUM). A block runs one chunk of paths (one output group) on
+    ``blockDim`` rows; every thread adds to its own row's int64 accumulators in shared memory
+    (``shared``; flushed with one global atomic per non-zero value when the chunk is done) or
+    directly to global memory. No shuffles and no barriers: every path is warp-uniform.
+    """
+    nodes64, weights64 = gauss_legendre(n_nodes)
+    nodes = nodes64.astype(np.float32)
+    weights = weights64.astype(np.float32)
+
+    @cuda.jit
+    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
+               chunk_group, XT, acc, scale, n_cols, row0):  # fmt: skip
+        tid = cuda.threadIdx.x
+        r = row0 + cuda.blockIdx.y * cuda.blockDim.x + tid
+        if r >= XT.shape[1]:
+            return  # nothing below synchronises threads
+        ch = cuda.blockIdx.x  # chunks vary fastest: blocks running together share rows (L2)
+        base = chunk_group[ch] * n_cols
+        stride = cuda.blockDim.x
+        scale32 = np.float32(scale)
+        one = np.float32(1.0)
+        if shared:
+            tile = cuda.shared.array(0, types.int64)  # [feature * stride + thread]
+            for f in range(n_cols - 1):
+                tile[f * stride + tid] = 0
+        prod = cuda.local.array(n_nodes, np.float32)
+        for j in range(chunk_offsets[ch], chunk_offsets[ch + 1]):
+            p = chunk_paths[j]
+            s0 = path_offsets[p] + 1  # first feature element (after the bias lane)
+            s1 = path_offsets[p + 1]
+            value = lane_f[s0 - 1, 3]
+            for m in range(n_nodes):
+                prod[m] = value * weights[m]
+            bits = np.uint32(0)
+            for li in range(s0, s1):
+                z = lane_f[li, 2]
+                d = -z
+                if _follows(XT[lane_i[li, 0], r], lane_f[li, 0], lane_f[li, 1], lane_i[li, 5],
+                            lane_i[li, 6], lane_cat[li], cat_words):  # fmt: skip
+                    d = one - z
+                    bits |= np.uint32(1) << np.uint32(li - s0)
+                for m in range(n_nodes):
+                    prod[m] *= z + nodes[m] * d
+            for li in range(s0, s1):
+                z = lane_f[li, 2]
+                d = -z
+                if (bits >> np.uint32(li - s0)) & np.uint32(1):
+                    d = one - z
+                if d != 0:  # else the element's factor may be 0 and its value is 0
+                    total = np.float32(0.0)
+                    for m in range(n_nodes):
+                        total += _fdiv(prod[m], z + nodes[m] * d)
+                    iv = np.int64(total * d * scale32)
+                    if iv != 0:
+                        col = lane_i[li, 0]
+                        if shared:
+                            tile[col * stride + tid] += iv
+                        else:
+                            cuda.atomic.add(acc, (r, base + col), iv)
+        if shared:
+            for f in range(n_cols - 1):
+                iv = tile[f * stride + tid]
+                if iv != 0:
+                    cuda.atomic.add(acc, (r, base + f), iv)
+
+    return kernel
+
+
+def _make_interaction_quadrature_kernel(n_nodes: int, shared: bool):
+    """The interaction kernel of the paths without a table: one thread per path, one block per
+    (chunk of paths, row), ``n_nodes`` Gauss-Legendre nodes.
+
+    Half the interaction of elements ``i != c`` is ``v/2 (o_i - z_i) (o_c - z_c) integral_0^1
+    prod_{j != i, c} (z_j + t (o_j - z_j)) dt`` (degree ``k - 2``: the SHAP kernel's nodes are
+    exact), added at ``[feature_c, feature_i]``; the diagonal gets the element's SHAP value
+    minus those halves. As in the SHAP kernel the full product is formed once per path and row
+    and each factor divided out again. The block's threads take the chunk's paths in turn and
+    add to an int64 copy of the row's ``(F + 1) ** 2`` outputs of the chunk's group in shared
+    memory (``shared``; one global atomic per non-zero value at the end) or to global memory.
+    """
+    nodes64, weights64 = gauss_legendre(n_nodes)
+    nodes = nodes64.astype(np.float32)
+    weights = weights64.astype(np.float32)
+
+    @cuda.jit
+    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
+               chunk_group, X, acc, scale, n_cols, row0):  # fmt: skip
+        tid = cuda.threadIdx.x
+        ch = cuda.blockIdx.x
+        r = row0 + cuda.blockIdx.y
+        width = n_cols * n_cols
+        base = chunk_group[ch] * width
+        scale32 = np.float32(scale)
+        one = np.float32(1.0)
+        half32 = np.float32(0.5)
+        if shared:
+            tile = cuda.shared.array(0, types.int64)  # [feature_c * n_cols + feature_i]
+            for e in range(tid, width, cuda.blockDim.x):
+                tile[e] = 0
+            cuda.syncthreads()
+        prod = cuda.local.array(n_nodes, np.float32)
+        part = cuda.local.array(n_nodes, np.float32)
+        for j in range(chunk_offsets[ch] + tid, chunk_offsets[ch + 1], cuda.blockDim.x):
+            p = chunk_paths[j]
+            s0 = path_offsets[p] + 1
+            s1 = path_offsets[p + 1]
+            value = lane_f[s0 - 1, 3]
+            for m in range(n_nodes):
+                prod[m] = value * weights[m]
+            bits = np.uint32(0)
+            for li in range(s0, s1):
+                z = lane_f[li, 2]
+                d = -z
+                if _follows(X[r, lane_i[li, 0]], lane_f[li, 0], lane_f[li, 1], lane_i[li, 5],
+                            lane_i[li, 6], lane_cat[li], cat_words):  # fmt: skip
+                    d = one - z
+                    bits |= np.uint32(1) << np.uint32(li - s0)
+                for m in range(n_nodes):
+                    prod[m] *= z + nodes[m] * d
+            for li in range(s0, s1):
+                zi = lane_f[li, 2]
+                di = -zi
+                if (bits >> np.uint32(li - s0)) & np.uint32(1):
+                    di = one - zi
+                if di == 0:
+                    continue  # its row and column are 0
+                fi = lane_i[li, 0]
+                diag = np.float32(0.0)
+                for m in range(n_nodes):
+                    part[m] = _fdiv(prod[m], zi + nodes[m] * di)
+                    diag += part[m]
+                diag *= di  # the element's SHAP value, less the halves below
+                for lc in range(s0, s1):
+                    zc = lane_f[lc, 2]
+                    dc = -zc
+                    if (bits >> np.uint32(lc - s0)) & np.uint32(1):
+                        dc = one - zc
+                    if lc == li or dc == 0:
+                        continue
+                    total = np.float32(0.0)
+                    for m in range(n_nodes):
+                        total += _fdiv(part[m], zc + nodes[m] * dc)
+                    half = half32 * di * dc * total
+                    diag -= half
+                    iv = np.int64(half * scale32)
+                    if iv != 0:
+                        e = lane_i[lc, 0] * n_cols + fi
+                        if shared:
+                            cuda.atomic.add(tile, e, iv)
+                        else:
+                            cuda.atomic.add(acc, (r, base + e), iv)
+                iv = np.int64(diag * scale32)
+                if iv != 0:
+                    if shared:
+                        cuda.atomic.add(tile, fi * n_cols + fi, iv)
+                    else:
+                        cuda.atomic.add(acc, (r, base + fi * n_cols + fi), iv)
+        if shared:
+            cuda.syncthreads()
+            for e in range(tid, width, cuda.blockDim.x):
+                iv = tile[e]
+                if iv != 0:
+                    cuda.atomic.add(acc, (r, base + e), iv)
+
+    return kernel
+
+
+_QUADRATURE_KERNELS: dict = {}
+
+
+def _quadrature_kernel(n_nodes: int, shared: bool, interactions: bool = False):
+    """The quadrature kernel for ``n_nodes`` nodes (built on first use, compiled at launch)."""
+    key = (n_nodes, shared, interactions)
+    kernel = _QUADRATURE_KERNELS.get(key)
+    if kernel is None:
+        make = _make_interaction_quadrature_kernel if interactions else _make_quadrature_kernel
+        kernel = _QUADRATURE_KERNELS[key] = make(n_nodes, shared)
+    return kernel
+
+
 @cuda.jit
 def _fill_interaction_tables_kernel(lane_d, path_offsets, paths, offsets, tables):
     """One thread per (table path, pattern): that pattern's ``k x k`` interaction entries.
@@ -678,6 +896,8 @@ class Plan:
     ``lane_table`` (int64, per lane) is the table offset of the lane's path (-1: DP);
     ``table_bins`` / ``dp_bins`` are the regular bins holding at least one path of each
     strategy and ``table_maxk`` / ``dp_maxk`` (per bin) the largest ``k`` of those paths.
+    With ``quadrature`` (SHAP values) the DP paths run in the quadrature kernels instead of the
+    warp DP: one :class:`QuadratureLaunch` per node count.
     """
 
     lane_table: object
@@ -690,6 +910,67 @@ class Plan:
     n_dp_bins: int
     table_paths: int
     table_bytes: int
+    quadrature: tuple = ()
+    quadrature_paths: int = 0
+
+
+@dataclass(eq=False)
+class QuadratureLaunch:
+    """The paths of one quadrature kernel (``n_nodes`` nodes), in chunks of one output group.
+
+    Chunk ``c`` is ``paths[offsets[c]:offsets[c + 1]]``, all of group ``group[c]``.
+    """
+
+    n_nodes: int
+    paths: object
+    offsets: object
+    group: object
+    n_chunks: int
+
+
+def _quadrature_launches(packed: PackedModel, selected: np.ndarray) -> list[dict]:
+    """Host arrays of the :class:`QuadratureLaunch` es running the ``selected`` paths."""
+    k = np.diff(packed.path_offsets) - 1
+    nodes = np.asarray(QUADRATURE_NODES)
+    kernel_of = np.searchsorted(nodes, (k + 1) // 2)  # smallest node count that is exact
+    if selected.any() and int(kernel_of[selected].max()) >= nodes.size:
+        raise ValueError(f"paths of more than {2 * nodes[-1]} features need the fallback kernel")
+    launches = []
+    for q in np.unique(kernel_of[selected]):
+        ids = np.flatnonzero(selected & (kernel_of == q))
+        ids = ids[np.lexsort((k[ids], packed.path_group[ids]))]  # by group, then length
+        group = packed.path_group[ids].astype(np.int64)
+        seg_start = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+        seg_of = np.repeat(np.arange(seg_start.size), np.diff(np.r_[seg_start, ids.size]))
+        pos = np.arange(ids.size) - seg_start[seg_of]
+        starts = np.flatnonzero(pos % QUADRATURE_CHUNK_PATHS == 0)
+        launches.append(dict(
+            n_nodes=int(nodes[q]),
+            paths=ids.astype(np.int32),
+            offsets=np.r_[starts, ids.size].astype(np.int64),
+            group=group[starts].astype(np.int32),
+            n_chunks=int(starts.size),
+        ))  # fmt: skip
+    return launches
+
+
+def shap_uses_tables(packed: PackedModel) -> bool:
+    """Whether the CUDA SHAP kernels look the model's table paths up in its pattern tables.
+
+    The cost model, from the H100 measurements in ``benchmarks/RESULTS.md``: where every
+    row's SHAP values fit in shared memory beside the others of a block
+    (:func:`quadrature_warps` > 0), the quadrature kernel beats the table kernel on every
+    path (it spends a few multiplications per node where the table kernel spends a global
+    load and an atomic), so no table is uploaded; for wider outputs (fashion_mnist: 10 x 785)
+    the quadrature kernel adds to global memory and the tables win where they exist.
+    """
+    return quadrature_warps(packed.num_features) == 0 and bool(packed.tables.size)
+
+
+def quadrature_warps(num_features: int) -> int:
+    """Warps per block of the quadrature kernels for ``num_features`` columns (0: too wide
+    for per-row accumulators in shared memory; such models add to global memory)."""
+    return min(4, QUADRATURE_SHARED_BYTES // (8 * 32 * max(num_features, 1)))
 
 
 @dataclass(eq=False)
@@ -716,6 +997,7 @@ class DeviceModel:
     interaction_shift: int
     shap: Plan
     interactions: Plan | None = None
+    warp_dp: list = field(default_factory=lambda: [None, None])  # see warp_dp_plan
 
 
 _CACHE: OrderedDict = OrderedDict()
@@ -757,13 +1039,18 @@ def _interaction_table_offsets(packed: PackedModel) -> np.ndarray:
                          values_per_pattern="k*k")  # fmt: skip
 
 
-def _plan_arrays(packed: PackedModel, path_table: np.ndarray) -> dict:
-    """Host arrays of a :class:`Plan` for per-path table offsets ``path_table``."""
+def _plan_arrays(packed: PackedModel, path_table: np.ndarray, quadrature: bool) -> dict:
+    """Host arrays of a :class:`Plan` for per-path table offsets ``path_table``; with
+    ``quadrature`` the paths without a table go to the quadrature kernels, not the warp DP."""
     k = np.diff(packed.path_offsets) - 1
     path_bin, regular = _path_bins(packed)
     n_bins = max(packed.num_bins, 1)
     is_t = (path_table >= 0) & regular
     is_d = (path_table < 0) & regular
+    launches = []
+    if quadrature:
+        launches = _quadrature_launches(packed, is_d)
+        is_d = np.zeros_like(is_d)
     table_maxk = np.zeros(n_bins, np.int32)
     dp_maxk = np.zeros(n_bins, np.int32)
     np.maximum.at(table_maxk, path_bin[is_t], k[is_t])
@@ -780,6 +1067,8 @@ def _plan_arrays(packed: PackedModel, path_table: np.ndarray) -> dict:
         n_table_bins=int(table_bins.size),
         n_dp_bins=int(dp_bins.size),
         table_paths=int(is_t.sum()),
+        quadrature=launches,
+        quadrature_paths=int(sum(launch["paths"].size for launch in launches)),
     )
 
 
@@ -845,9 +1134,14 @@ def _lane_arrays(packed: PackedModel) -> dict:
 
 
 def _to_device(host: dict) -> dict:
-    return {
-        name: (cuda.to_device(a) if isinstance(a, np.ndarray) else a) for name, a in host.items()
-    }
+    out = {}
+    for name, a in host.items():
+        if isinstance(a, np.ndarray):
+            a = cuda.to_device(a)
+        elif name == "quadrature":
+            a = tuple(QuadratureLaunch(**_to_device(launch)) for launch in a)
+        out[name] = a
+    return out
 
 
 def _device_id() -> int:
@@ -871,9 +1165,11 @@ def device_model(packed: PackedModel) -> DeviceModel:
             if hit is not None:
                 _CACHE.move_to_end(key)
                 return hit
-    plan = _plan_arrays(packed, packed.table_offsets)
-    plan["tables"] = _nonempty(packed.tables, np.float32)
-    plan["table_bytes"] = int(packed.tables.nbytes)
+    use_tables = shap_uses_tables(packed)
+    path_table = packed.table_offsets if use_tables else np.full(packed.num_paths, -1, np.int64)
+    plan = _plan_arrays(packed, path_table, quadrature=True)
+    plan["tables"] = _nonempty(packed.tables if use_tables else np.zeros(0), np.float32)
+    plan["table_bytes"] = int(packed.tables.nbytes) if use_tables else 0
     model = DeviceModel(**_to_device(_lane_arrays(packed)), num_features=packed.num_features,
                         num_groups=packed.num_groups, shap=Plan(**_to_device(plan)))  # fmt: skip
     if packed.digest:
@@ -890,7 +1186,7 @@ def interaction_plan(packed: PackedModel, model: DeviceModel) -> Plan:
         if model.interactions is not None:
             return model.interactions
         offsets = _interaction_table_offsets(packed)
-        plan = _plan_arrays(packed, offsets)
+        plan = _plan_arrays(packed, offsets, quadrature=True)
         chosen = np.flatnonzero(offsets >= 0)
         k = (np.diff(packed.path_offsets) - 1)[chosen]
         total = int(((np.int64(1) << k) * k * k).sum())
@@ -911,6 +1207,25 @@ def interaction_plan(packed: PackedModel, model: DeviceModel) -> Plan:
         plan["table_bytes"] = 4 * total
         model.interactions = Plan(**_to_device(plan))
         return model.interactions
+
+
+def warp_dp_plan(packed: PackedModel, model: DeviceModel, interactions: bool) -> Plan:
+    """The plan of the previous kernels, for comparisons (benchmarks and tests): every path of
+    the model's SHAP tables (interactions: of the interaction plan's tables) in the table
+    kernel, the others in the warp DP instead of the quadrature kernels. Built once, kept."""
+    if interactions:
+        inter = interaction_plan(packed, model)
+    with _LOCK:
+        if model.warp_dp[interactions] is None:
+            if interactions:
+                host = _plan_arrays(packed, _interaction_table_offsets(packed), quadrature=False)
+                host.update(tables=inter.tables, table_bytes=inter.table_bytes)
+            else:
+                host = _plan_arrays(packed, packed.table_offsets, quadrature=False)
+                host["tables"] = _nonempty(packed.tables, np.float32)
+                host["table_bytes"] = int(packed.tables.nbytes)
+            model.warp_dp[interactions] = Plan(**_to_device(host))
+        return model.warp_dp[interactions]
 
 
 def clear_cache() -> None:
@@ -964,12 +1279,16 @@ def _rows_per_warp(n_rows: int, n_bins: int) -> int:
     return int(max(16, min(ROWS_PER_WARP, per)))
 
 
-def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool, fallback_only=False):
+def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool, fallback_only=False,
+         warp_dp=False):  # fmt: skip
     model = device_model(packed)
-    plan = interaction_plan(packed, model) if interactions else model.shap
+    if warp_dp:
+        plan = warp_dp_plan(packed, model, interactions)
+    else:
+        plan = interaction_plan(packed, model) if interactions else model.shap
     if fallback_only:  # debugging aid: every path through the float64 one-thread kernel
         every = np.arange(packed.num_paths, dtype=np.int32)
-        plan = replace(plan, n_table_bins=0, n_dp_bins=0)
+        plan = replace(plan, n_table_bins=0, n_dp_bins=0, quadrature=())
         model = replace(model, n_oversize=int(every.size))
         model.oversize_paths = cuda.to_device(every) if every.size else model.oversize_paths
     xp = _xp()
@@ -1039,6 +1358,8 @@ def _launch_batches(model, plan, X, out2, acc_all, batch_rows, interactions, str
                 model.cat_words, model.bin_offsets, plan.dp_maxk, plan.dp_bins, Xb, acc, scale,
                 rpw, F1,
             )  # fmt: skip
+        if plan.quadrature:
+            _launch_quadrature(model, plan, Xb, acc, scale, F1, stream, interactions)
         for p0 in range(0, model.n_oversize, 65535):  # grid.y is at most 65535
             paths = model.oversize_paths[p0 : min(model.n_oversize, p0 + 65535)]
             tpb = 128
@@ -1053,6 +1374,38 @@ def _launch_batches(model, plan, X, out2, acc_all, batch_rows, interactions, str
         _finish_kernel[blocks, tpb, stream](
             acc, out2[r0:r1], inv_scale, model.expected_value, group_size, bias_offset
         )
+
+
+def _launch_quadrature(model, plan, Xb, acc, scale, F1, stream, interactions):
+    """Run the quadrature kernels of ``plan`` on the batch ``Xb`` (adding to ``acc``)."""
+    nb = int(Xb.shape[0])
+    if interactions:  # one block per (chunk, row)
+        shared = F1 * F1 * 8 <= QUADRATURE_SHARED_BYTES
+        for launch in plan.quadrature:
+            kernel = _quadrature_kernel(launch.n_nodes, shared, interactions=True)
+            for row0 in range(0, nb, 65535):  # grid.y is at most 65535
+                grid = (launch.n_chunks, min(nb - row0, 65535))
+                kernel[grid, 128, stream, F1 * F1 * 8 if shared else 0](
+                    model.lane_f, model.lane_i, model.lane_cat, model.cat_words,
+                    model.path_offsets, launch.paths, launch.offsets, launch.group, Xb, acc,
+                    scale, F1, row0,
+                )  # fmt: skip
+        return
+    XT = _xp().ascontiguousarray(Xb.T)  # (features, rows): a warp reads 32 rows of a feature
+    n_features = F1 - 1
+    warps = quadrature_warps(n_features)
+    shared = warps > 0
+    tpb = 32 * (warps or 4)
+    shared_bytes = tpb * n_features * 8 if shared else 0
+    rows_per_launch = 65535 * tpb  # grid.y (row tiles) is at most 65535
+    for launch in plan.quadrature:
+        kernel = _quadrature_kernel(launch.n_nodes, shared)
+        for row0 in range(0, nb, rows_per_launch):
+            grid = (launch.n_chunks, -(-min(nb - row0, rows_per_launch) // tpb))
+            kernel[grid, tpb, stream, shared_bytes](
+                model.lane_f, model.lane_i, model.lane_cat, model.cat_words, model.path_offsets,
+                launch.paths, launch.offsets, launch.group, XT, acc, scale, F1, row0,
+            )  # fmt: skip
 
 
 def shap_values(packed: PackedModel, X, batch_rows: int | None = None):
@@ -1082,40 +1435,43 @@ def interaction_values(packed: PackedModel, X, batch_rows: int | None = None):
 def strategy_stats(packed: PackedModel) -> dict:
     """How the CUDA kernels will evaluate ``packed``: paths and lanes per strategy.
 
-    Returns a dict with ``table_paths``, ``table_lanes``, ``dp_paths``, ``dp_lanes``,
-    ``oversize_paths``, ``oversize_lanes`` (fallback kernel), ``table_bytes``,
-    ``warp_bins`` (bins run by the warp kernels), ``mixed_bins`` (bins holding both table and
-    DP paths), ``interaction_table_paths`` and ``interaction_table_bytes`` (tables of
-    interaction values, filled on the device on the first interaction call),
-    ``shared_tile_rows`` (SHAP, interactions: rows of the table kernels' shared-memory tile,
-    0 = accumulation in global memory) and ``fixed_point_shift`` (SHAP, interactions).
+    Returns a dict with ``table_paths``, ``table_lanes`` and ``table_bytes`` (SHAP paths looked
+    up in pattern tables on the GPU: none where :func:`shap_uses_tables` is false),
+    ``quadrature_paths`` and ``quadrature_lanes`` (SHAP paths in the quadrature kernels),
+    ``quadrature_nodes`` (node count -> SHAP paths), ``oversize_paths`` and ``oversize_lanes``
+    (fallback kernel), ``interaction_table_paths`` and ``interaction_table_bytes`` (tables of
+    interaction values, filled on the device on the first interaction call; the other paths
+    run the interaction quadrature kernels), ``shared_tile_rows`` (SHAP, interactions: rows of
+    the table kernels' shared-memory tile, 0 = accumulation in global memory),
+    ``quadrature_shared`` (SHAP, interactions: whether the quadrature kernels sum in shared
+    memory) and ``fixed_point_shift`` (SHAP, interactions).
     """
     lanes = np.diff(packed.path_offsets)
-    path_bin, regular = _path_bins(packed)
-    oversize = ~regular
-    table = (packed.table_offsets >= 0) & regular
-    dp = ~table & regular
-    n_bins = packed.num_bins
-    has_t = np.bincount(path_bin[table], minlength=n_bins) > 0
-    has_d = np.bincount(path_bin[dp], minlength=n_bins) > 0
+    _, regular = _path_bins(packed)
+    table = (packed.table_offsets >= 0) & regular & shap_uses_tables(packed)
+    quad = ~table & regular
     itab = (_interaction_table_offsets(packed) >= 0) & regular
     k = lanes - 1
     shap_bound, inter_bound = _path_bounds(packed)
     F1 = packed.num_features + 1
     G = packed.num_groups
+    nodes = np.asarray(QUADRATURE_NODES)
+    kernel_of = np.searchsorted(nodes, (k[quad] + 1) // 2)
     return {
         "table_paths": int(table.sum()),
         "table_lanes": int(lanes[table].sum()),
-        "dp_paths": int(dp.sum()),
-        "dp_lanes": int(lanes[dp].sum()),
-        "oversize_paths": int(oversize.sum()),
-        "oversize_lanes": int(lanes[oversize].sum()),
-        "table_bytes": int(packed.tables.nbytes),
-        "warp_bins": int((np.diff(packed.bin_offsets) <= 32).sum()),
-        "mixed_bins": int((has_t & has_d).sum()),
+        "table_bytes": int(packed.tables.nbytes) if table.any() else 0,
+        "quadrature_paths": int(quad.sum()),
+        "quadrature_lanes": int(lanes[quad].sum()),
+        "quadrature_nodes": {
+            int(nodes[q]): int((kernel_of == q).sum()) for q in np.unique(kernel_of)
+        },
+        "oversize_paths": int((~regular).sum()),
+        "oversize_lanes": int(lanes[~regular].sum()),
         "interaction_table_paths": int(itab.sum()),
         "interaction_table_bytes": int(4 * ((np.int64(1) << k[itab]) * k[itab] ** 2).sum()),
         "shared_tile_rows": (shared_tile_rows(G * F1), shared_tile_rows(G * F1 * F1)),
+        "quadrature_shared": (quadrature_warps(F1 - 1) > 0, F1 * F1 * 8 <= QUADRATURE_SHARED_BYTES),
         "fixed_point_shift": (fixed_point_shift(shap_bound), fixed_point_shift(inter_bound)),
     }
 
@@ -1132,6 +1488,10 @@ _TABLE_SIG = (
 _DP_SIG = (
     "void(float32[:, ::1], int32[:, ::1], int64[::1], float64[:, ::1], int64[::1], uint32[::1], "
     f"int64[::1], int32[::1], int32[::1], {_X_ACC}, int64)"
+)
+_QUADRATURE_SIG = (  # the interaction kernel takes X, the SHAP kernel its transpose
+    "void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], int32[::1], "
+    f"int64[::1], int32[::1], {_X_ACC}, int64)"
 )
 _SIGNATURES = {
     "_shap_table_kernel": _TABLE_SIG,
@@ -1176,11 +1536,17 @@ def _ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, str]:
     """PTX of every kernel for compute capability ``cc`` (no GPU needed)."""
     if _SIM:
         raise RuntimeError("compile_check cannot run under NUMBA_ENABLE_CUDASIM=1")
-    kernels = {name: globals()[name] for name in _SIGNATURES}
+    kernels = {name: (globals()[name], sig) for name, sig in _SIGNATURES.items()}
+    for n_nodes in QUADRATURE_NODES:
+        for shared in (False, True):
+            for inter in (False, True):
+                name = (f"_{'interaction' if inter else 'shap'}_quadrature_kernel_{n_nodes}"
+                        f"{'_shared' if shared else ''}")  # fmt: skip
+                kernels[name] = (_quadrature_kernel(n_nodes, shared, inter), _QUADRATURE_SIG)
     out = {}
     with _device_free_compilation(cc):
-        for name, kernel in kernels.items():
-            ptx, _ = cuda.compile_ptx(kernel.py_func, _SIGNATURES[name], cc=cc)
+        for name, (kernel, sig) in kernels.items():
+            ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=cc)
             out[name] = ptx
     return out
 

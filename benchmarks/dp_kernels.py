@@ -1,0 +1,114 @@
+"""The paths without a pattern table: quadrature kernels against the warp DP, side by side.
+
+For each model shape, SHAP values (or ``--interactions``), on the same CuPy rows in one process
+(median of ``--repeats`` timed calls after a warm-up call, synchronized):
+
+* ``library``      what the library runs: the quadrature kernels, beside the pattern tables where
+                   :func:`distshap.kernels.cuda.shap_uses_tables` says so (interactions: beside
+                   the interaction tables);
+* ``tables_warp``  the previous kernels: the model's tables + the warp DP (EXTEND /
+                   UNWOUND_SUM with shuffles) for the other paths;
+* ``quadrature``   no tables: every path in the quadrature kernels;
+* ``warp``         no tables: every path in the warp DP;
+* ``xgboost_gpu``  XGBoost's ``pred_contribs`` (``pred_interactions``) with ``device="cuda"`` on
+                   a CuPy DMatrix.
+
+Every variant's largest absolute difference to XGBoost is recorded too.
+
+Usage (GPU)::
+
+    DISTSHAP_BENCH_DEVICE=cuda python3 -m benchmarks.dp_kernels --shapes adult-large --rows 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from benchmarks.shapes import make_data, train_model
+from benchmarks.throughput import _host, _median_seconds
+from distshap.models import load_model
+from distshap.packed import build_packed_model
+from distshap.paths import extract_paths
+
+VARIANTS = ("library", "tables_warp", "quadrature", "warp")
+
+
+def measure(shape: str, rows: int, repeats: int, interactions: bool = False) -> dict:
+    """Time every variant and XGBoost on one shape; return a result record."""
+    import cupy
+    import xgboost as xgb
+
+    from distshap.kernels import cuda as kc
+
+    name, size = shape.rsplit("-", 1)
+    booster = train_model(name, size)
+    X, _ = make_data(name, rows, seed=1)
+    Xd = cupy.asarray(X)
+    paths = extract_paths(load_model(booster))
+    packed = {
+        "tables": build_packed_model(paths),
+        "none": build_packed_model(paths, table_budget_bytes=0),
+    }
+    fn = kc.interaction_values if interactions else kc.shap_values
+    calls = {
+        "library": lambda: fn(packed["tables"], Xd),
+        "tables_warp": lambda: kc._run(packed["tables"], Xd, None, interactions, warp_dp=True),
+        "quadrature": lambda: fn(packed["none"], Xd),
+        "warp": lambda: kc._run(packed["none"], Xd, None, interactions, warp_dp=True),
+    }
+    st = kc.strategy_stats(packed["tables"])
+    record = {"shape": shape, "rows": rows, "kind": "interactions" if interactions else "shap",
+              "paths": packed["tables"].num_paths, "table_paths": st["table_paths"],
+              "interaction_table_paths": st["interaction_table_paths"]}  # fmt: skip
+    booster.set_param({"device": "cuda"})
+    dm = xgb.DMatrix(Xd)
+    kw = {"pred_interactions": True} if interactions else {"pred_contribs": True}
+    s, ref, _ = _median_seconds(lambda: booster.predict(dm, **kw), repeats, "cuda")
+    record["xgboost_gpu_rows_s"] = rows / s
+    ref = _host(ref)
+    for variant in VARIANTS:
+        s, out, first = _median_seconds(calls[variant], repeats, "cuda")
+        out = _host(out).reshape(ref.shape)
+        record[f"{variant}_rows_s"] = rows / s
+        record[f"{variant}_first_s"] = first
+        record[f"{variant}_vs_xgboost"] = (
+            record["xgboost_gpu_rows_s"] and (rows / s) / record["xgboost_gpu_rows_s"]
+        )
+        record[f"{variant}_max_abs_diff"] = float(np.abs(out - ref).max())
+    record["output_scale"] = float(np.abs(ref).max())
+    booster.set_param({"device": "cpu"})
+    return record
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="quadrature kernels vs warp DP vs XGBoost")
+    parser.add_argument("--shapes", required=True, help="comma list like adult-large")
+    parser.add_argument("--rows", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--interactions", action="store_true")
+    parser.add_argument("--json", help="append JSON lines of the results to this file")
+    args = parser.parse_args(argv)
+    for shape in args.shapes.split(","):
+        record = measure(shape, args.rows, args.repeats, args.interactions)
+        line = "  ".join(
+            f"{v} {record[f'{v}_rows_s']:,.0f} ({record[f'{v}_vs_xgboost']:.2f}x)" for v in VARIANTS
+        )
+        tables = f"{record['table_paths']:,}/{record['interaction_table_paths']:,}"
+        head = (
+            f"{shape} {record['kind']} rows={args.rows} paths={record['paths']:,} tables={tables}"
+        )
+        print(f"{head}: xgboost {record['xgboost_gpu_rows_s']:,.0f}  {line}", flush=True)
+        diffs = ", ".join(f"{v} {record[f'{v}_max_abs_diff']:.2e}" for v in VARIANTS)
+        print(
+            f"  max abs diff vs xgboost: {diffs} (scale {record['output_scale']:.3g})", flush=True
+        )
+        if args.json:
+            with open(args.json, "a") as fh:
+                fh.write(json.dumps(record) + "\n")
+
+
+if __name__ == "__main__":
+    main()
