@@ -3,10 +3,11 @@
 For each model shape, SHAP values (or ``--interactions``), on the same CuPy rows in one process
 (median of ``--repeats`` timed calls after a warm-up call, synchronized):
 
-* ``library``      what the library runs: the quadrature kernels, beside the pattern tables where
-                   :func:`distshap.kernels.cuda.shap_uses_tables` says so (interactions: beside
-                   the interaction tables);
-* ``tables_warp``  the previous kernels: the model's tables + the warp DP (EXTEND /
+* ``library``      what the library runs: SHAP values by the quadrature kernels alone,
+                   interaction values by the interaction tables (short paths, 1 GiB) and the
+                   quadrature kernels for the other paths;
+* ``tables_warp``  the previous kernels: the model's pattern tables (SHAP: the host's 1 GiB;
+                   interactions: the same interaction tables) + the warp DP (EXTEND /
                    UNWOUND_SUM with shuffles) for the other paths;
 * ``quadrature``   no tables: every path in the quadrature kernels;
 * ``warp``         no tables: every path in the warp DP;
@@ -61,7 +62,8 @@ def measure(shape: str, rows: int, repeats: int, interactions: bool = False) -> 
     }
     st = kc.strategy_stats(packed["tables"])
     record = {"shape": shape, "rows": rows, "kind": "interactions" if interactions else "shap",
-              "paths": packed["tables"].num_paths, "table_paths": st["table_paths"],
+              "paths": packed["tables"].num_paths,
+              "table_paths": packed["tables"].stats["table_paths"],
               "interaction_table_paths": st["interaction_table_paths"]}  # fmt: skip
     booster.set_param({"device": "cuda"})
     dm = xgb.DMatrix(Xd)

@@ -274,8 +274,8 @@ def _cuda_strategy(packed) -> dict | None:
         return None
 
     st = strategy_stats(packed)
-    keys = ("table_paths", "table_bytes", "quadrature_paths", "oversize_paths",
-            "interaction_table_paths", "interaction_table_bytes")  # fmt: skip
+    keys = ("quadrature_paths", "oversize_paths", "interaction_table_paths",
+            "interaction_table_bytes")  # fmt: skip
     out = {key: int(st[key]) for key in keys}
     out["quadrature_nodes"] = {str(n): c for n, c in st["quadrature_nodes"].items()}
     out["quadrature_shared"] = {"shap": bool(st["quadrature_shared"][0]),
@@ -330,8 +330,7 @@ def _format_info(info: dict, path: str) -> str:
     sums = {True: "shared memory", False: "global memory"}
     nodes = ", ".join(f"{n} nodes: {count:,}" for n, count in c["quadrature_nodes"].items())
     lines.append(
-        f"CUDA kernels    SHAP: {c['table_paths']:,} paths on tables "
-        f"({_human_bytes(c['table_bytes'])}), {c['quadrature_paths']:,} by quadrature "
+        f"CUDA kernels    SHAP: {c['quadrature_paths']:,} paths by quadrature "
         f"({nodes or 'none'}), {c['oversize_paths']:,} oversize (fallback kernel)\n"
         f"                interactions: {c['interaction_table_paths']:,} paths on tables of "
         f"{_human_bytes(c['interaction_table_bytes'])} (filled on the GPU at first use), "

@@ -161,18 +161,16 @@ def test_strategy_stats_account_for_every_path():
     ens = tiny.random_ensemble(6, n_features=6, n_trees=8, depth=4)
     packed = _packed(ens, budget=2000)
     st = kc.strategy_stats(packed)
-    assert st["table_paths"] + st["quadrature_paths"] + st["oversize_paths"] == packed.num_paths
-    lanes = st["table_lanes"] + st["quadrature_lanes"] + st["oversize_lanes"]
-    assert lanes == packed.feature.shape[0]
+    assert st["quadrature_paths"] + st["oversize_paths"] == packed.num_paths
+    assert st["quadrature_lanes"] + st["oversize_lanes"] == packed.feature.shape[0]
     assert sum(st["quadrature_nodes"].values()) == st["quadrature_paths"]
-    # narrow outputs: the quadrature kernels take every path, no table goes to the GPU
-    assert kc.quadrature_warps(packed.num_features) > 0 and not kc.shap_uses_tables(packed)
-    assert st["table_paths"] == st["table_bytes"] == 0 and st["quadrature_shared"][0]
+    assert st["quadrature_shared"] == (True, True)
+    plan = kc._plan_arrays(packed, np.full(packed.num_paths, -1), quadrature=True)
+    assert {launch["n_nodes"]: launch["paths"].size for launch in plan["quadrature"]} == dict(
+        st["quadrature_nodes"]
+    )
     wide = _packed(tiny.random_ensemble(6, n_features=300, n_trees=8, depth=4), budget=2000)
-    st = kc.strategy_stats(wide)
-    assert kc.shap_uses_tables(wide) and not st["quadrature_shared"][0]
-    assert st["table_paths"] == int((wide.table_offsets >= 0).sum()) > 0
-    assert st["table_bytes"] == wide.tables.nbytes
+    assert kc.strategy_stats(wide)["quadrature_shared"] == (False, False)
     chain = kc._chain_model(34, 34)  # one path of 34 features: an oversize bin
     st = kc.strategy_stats(chain)
     lanes = np.diff(chain.path_offsets)

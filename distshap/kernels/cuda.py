@@ -123,7 +123,6 @@ __all__ = [
     "interaction_plan",
     "interaction_values",
     "quadrature_warps",
-    "shap_uses_tables",
     "shap_values",
     "shared_tile_rows",
     "strategy_stats",
@@ -954,19 +953,6 @@ def _quadrature_launches(packed: PackedModel, selected: np.ndarray) -> list[dict
     return launches
 
 
-def shap_uses_tables(packed: PackedModel) -> bool:
-    """Whether the CUDA SHAP kernels look the model's table paths up in its pattern tables.
-
-    The cost model, from the H100 measurements in ``benchmarks/RESULTS.md``: where every
-    row's SHAP values fit in shared memory beside the others of a block
-    (:func:`quadrature_warps` > 0), the quadrature kernel beats the table kernel on every
-    path (it spends a few multiplications per node where the table kernel spends a global
-    load and an atomic), so no table is uploaded; for wider outputs (fashion_mnist: 10 x 785)
-    the quadrature kernel adds to global memory and the tables win where they exist.
-    """
-    return quadrature_warps(packed.num_features) == 0 and bool(packed.tables.size)
-
-
 def quadrature_warps(num_features: int) -> int:
     """Warps per block of the quadrature kernels for ``num_features`` columns (0: too wide
     for per-row accumulators in shared memory; such models add to global memory)."""
@@ -1165,11 +1151,11 @@ def device_model(packed: PackedModel) -> DeviceModel:
             if hit is not None:
                 _CACHE.move_to_end(key)
                 return hit
-    use_tables = shap_uses_tables(packed)
-    path_table = packed.table_offsets if use_tables else np.full(packed.num_paths, -1, np.int64)
-    plan = _plan_arrays(packed, path_table, quadrature=True)
-    plan["tables"] = _nonempty(packed.tables if use_tables else np.zeros(0), np.float32)
-    plan["table_bytes"] = int(packed.tables.nbytes) if use_tables else 0
+    # SHAP values: every regular path in the quadrature kernels (faster than the pattern tables
+    # on every model measured, see the module docstring); the SHAP tables stay on the host
+    plan = _plan_arrays(packed, np.full(packed.num_paths, -1, np.int64), quadrature=True)
+    plan["tables"] = np.zeros(1, np.float32)
+    plan["table_bytes"] = 0
     model = DeviceModel(**_to_device(_lane_arrays(packed)), num_features=packed.num_features,
                         num_groups=packed.num_groups, shap=Plan(**_to_device(plan)))  # fmt: skip
     if packed.digest:
@@ -1435,9 +1421,8 @@ def interaction_values(packed: PackedModel, X, batch_rows: int | None = None):
 def strategy_stats(packed: PackedModel) -> dict:
     """How the CUDA kernels will evaluate ``packed``: paths and lanes per strategy.
 
-    Returns a dict with ``table_paths``, ``table_lanes`` and ``table_bytes`` (SHAP paths looked
-    up in pattern tables on the GPU: none where :func:`shap_uses_tables` is false),
-    ``quadrature_paths`` and ``quadrature_lanes`` (SHAP paths in the quadrature kernels),
+    Returns a dict with ``quadrature_paths`` and ``quadrature_lanes`` (SHAP values: every
+    path of a regular bin runs in the quadrature kernels),
     ``quadrature_nodes`` (node count -> SHAP paths), ``oversize_paths`` and ``oversize_lanes``
     (fallback kernel), ``interaction_table_paths`` and ``interaction_table_bytes`` (tables of
     interaction values, filled on the device on the first interaction call; the other paths
@@ -1448,8 +1433,7 @@ def strategy_stats(packed: PackedModel) -> dict:
     """
     lanes = np.diff(packed.path_offsets)
     _, regular = _path_bins(packed)
-    table = (packed.table_offsets >= 0) & regular & shap_uses_tables(packed)
-    quad = ~table & regular
+    quad = regular
     itab = (_interaction_table_offsets(packed) >= 0) & regular
     k = lanes - 1
     shap_bound, inter_bound = _path_bounds(packed)
@@ -1458,9 +1442,6 @@ def strategy_stats(packed: PackedModel) -> dict:
     nodes = np.asarray(QUADRATURE_NODES)
     kernel_of = np.searchsorted(nodes, (k[quad] + 1) // 2)
     return {
-        "table_paths": int(table.sum()),
-        "table_lanes": int(lanes[table].sum()),
-        "table_bytes": int(packed.tables.nbytes) if table.any() else 0,
         "quadrature_paths": int(quad.sum()),
         "quadrature_lanes": int(lanes[quad].sum()),
         "quadrature_nodes": {
