@@ -657,13 +657,16 @@ def _make_interaction_quadrature_kernel(n_nodes: int, shared: bool):
     """The interaction kernel of the paths without a table: one thread per path, one block per
     (chunk of paths, row), ``n_nodes`` Gauss-Legendre nodes.
 
-    Half the interaction of elements ``i != c`` is ``v/2 (o_i - z_i) (o_c - z_c) integral_0^1
-    prod_{j != i, c} (z_j + t (o_j - z_j)) dt`` (degree ``k - 2``: the SHAP kernel's nodes are
-    exact), added at ``[feature_c, feature_i]``; the diagonal gets the element's SHAP value
-    minus those halves. As in the SHAP kernel the full product is formed once per path and row
-    and each factor divided out again. The block's threads take the chunk's paths in turn and
-    add to an int64 copy of the row's ``(F + 1) ** 2`` outputs of the chunk's group in shared
-    memory (``shared``; one global atomic per non-zero value at the end) or to global memory.
+    With ``r_i(t) = (o_i - z_i) / (z_i + t (o_i - z_i))`` and ``P(t) = v prod_j (z_j + t (o_j -
+    z_j))``, half the interaction of elements ``i != c`` is ``1/2 integral_0^1 P r_i r_c dt``
+    (degree ``k - 2``: the SHAP kernel's nodes are exact) and the diagonal is the SHAP value
+    ``integral P r_i dt`` less the halves, ``integral P r_i (U - r_i) dt / 2`` with ``U = sum_j
+    r_j``. Elements are sorted by feature, so each pair ``i < c`` is evaluated once and kept
+    at ``[feature_i, feature_c]`` (upper triangle); it is written to both ``[f_i, f_c]`` and
+    ``[f_c, f_i]`` when the block's sums are flushed. The block's threads take the chunk's
+    paths in turn and add to an int64 copy of the row's ``(F + 1) ** 2`` outputs of the
+    chunk's group in shared memory (``shared``; one global atomic per non-zero value at the
+    end) or to global memory (both triangles at once).
     """
     nodes64, weights64 = gauss_legendre(n_nodes)
     nodes = nodes64.astype(np.float32)
@@ -681,11 +684,12 @@ def _make_interaction_quadrature_kernel(n_nodes: int, shared: bool):
         one = np.float32(1.0)
         half32 = np.float32(0.5)
         if shared:
-            tile = cuda.shared.array(0, types.int64)  # [feature_c * n_cols + feature_i]
+            tile = cuda.shared.array(0, types.int64)  # [f_i * n_cols + f_c], f_i <= f_c
             for e in range(tid, width, cuda.blockDim.x):
                 tile[e] = 0
             cuda.syncthreads()
         prod = cuda.local.array(n_nodes, np.float32)
+        usum = cuda.local.array(n_nodes, np.float32)
         part = cuda.local.array(n_nodes, np.float32)
         for j in range(chunk_offsets[ch] + tid, chunk_offsets[ch + 1], cuda.blockDim.x):
             p = chunk_paths[j]
@@ -694,6 +698,7 @@ def _make_interaction_quadrature_kernel(n_nodes: int, shared: bool):
             value = lane_f[s0 - 1, 3]
             for m in range(n_nodes):
                 prod[m] = value * weights[m]
+                usum[m] = 0
             bits = np.uint32(0)
             for li in range(s0, s1):
                 z = lane_f[li, 2]
@@ -703,7 +708,10 @@ def _make_interaction_quadrature_kernel(n_nodes: int, shared: bool):
                     d = one - z
                     bits |= np.uint32(1) << np.uint32(li - s0)
                 for m in range(n_nodes):
-                    prod[m] *= z + nodes[m] * d
+                    q = z + nodes[m] * d
+                    prod[m] *= q
+                    if d != 0:
+                        usum[m] += _fdiv(d, q)
             for li in range(s0, s1):
                 zi = lane_f[li, 2]
                 di = -zi
@@ -714,40 +722,43 @@ def _make_interaction_quadrature_kernel(n_nodes: int, shared: bool):
                 fi = lane_i[li, 0]
                 diag = np.float32(0.0)
                 for m in range(n_nodes):
-                    part[m] = _fdiv(prod[m], zi + nodes[m] * di)
-                    diag += part[m]
-                diag *= di  # the element's SHAP value, less the halves below
-                for lc in range(s0, s1):
-                    zc = lane_f[lc, 2]
-                    dc = -zc
-                    if (bits >> np.uint32(lc - s0)) & np.uint32(1):
-                        dc = one - zc
-                    if lc == li or dc == 0:
-                        continue
-                    total = np.float32(0.0)
-                    for m in range(n_nodes):
-                        total += _fdiv(part[m], zc + nodes[m] * dc)
-                    half = half32 * di * dc * total
-                    diag -= half
-                    iv = np.int64(half * scale32)
-                    if iv != 0:
-                        e = lane_i[lc, 0] * n_cols + fi
-                        if shared:
-                            cuda.atomic.add(tile, e, iv)
-                        else:
-                            cuda.atomic.add(acc, (r, base + e), iv)
+                    ri = _fdiv(di, zi + nodes[m] * di)
+                    part[m] = prod[m] * ri
+                    diag += part[m] * (one - half32 * (usum[m] - ri))
                 iv = np.int64(diag * scale32)
                 if iv != 0:
                     if shared:
                         cuda.atomic.add(tile, fi * n_cols + fi, iv)
                     else:
                         cuda.atomic.add(acc, (r, base + fi * n_cols + fi), iv)
+                for lc in range(li + 1, s1):
+                    zc = lane_f[lc, 2]
+                    dc = -zc
+                    if (bits >> np.uint32(lc - s0)) & np.uint32(1):
+                        dc = one - zc
+                    if dc == 0:
+                        continue
+                    total = np.float32(0.0)
+                    for m in range(n_nodes):
+                        total += part[m] * _fdiv(dc, zc + nodes[m] * dc)
+                    iv = np.int64(half32 * total * scale32)
+                    if iv != 0:
+                        fc = lane_i[lc, 0]  # > fi: a path's elements are sorted by feature
+                        if shared:
+                            cuda.atomic.add(tile, fi * n_cols + fc, iv)
+                        else:
+                            cuda.atomic.add(acc, (r, base + fi * n_cols + fc), iv)
+                            cuda.atomic.add(acc, (r, base + fc * n_cols + fi), iv)
         if shared:
             cuda.syncthreads()
             for e in range(tid, width, cuda.blockDim.x):
                 iv = tile[e]
                 if iv != 0:
                     cuda.atomic.add(acc, (r, base + e), iv)
+                    a = e // n_cols
+                    b = e - a * n_cols
+                    if a != b:
+                        cuda.atomic.add(acc, (r, base + b * n_cols + a), iv)
 
     return kernel
 
