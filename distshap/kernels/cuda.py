@@ -616,9 +616,7 @@ def _make_quadrature_kernel(n_nodes: int, shared: bool):
     (``shared``; flushed with one global atomic per non-zero value when the chunk is done) or
     directly to global memory. No shuffles and no barriers: every path is warp-uniform.
     """
-    nodes64, weights64 = gauss_legendre(n_nodes)
-    nodes = nodes64.astype(np.float32)
-    weights = weights64.astype(np.float32)
+    nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
 
     @cuda.jit
     def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
@@ -694,9 +692,7 @@ def _make_interaction_quadrature_kernel(n_nodes: int, shared: bool):
     chunk's group in shared memory (``shared``; one global atomic per non-zero value at the
     end) or to global memory (both triangles at once).
     """
-    nodes64, weights64 = gauss_legendre(n_nodes)
-    nodes = nodes64.astype(np.float32)
-    weights = weights64.astype(np.float32)
+    nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
 
     @cuda.jit
     def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
