@@ -943,7 +943,6 @@ class Plan:
     table_paths: int
     table_bytes: int
     quadrature: tuple = ()
-    quadrature_paths: int = 0
 
 
 @dataclass(eq=False)
@@ -1087,7 +1086,6 @@ def _plan_arrays(packed: PackedModel, path_table: np.ndarray, quadrature: bool) 
         n_dp_bins=int(dp_bins.size),
         table_paths=int(is_t.sum()),
         quadrature=launches,
-        quadrature_paths=int(sum(launch["paths"].size for launch in launches)),
     )
 
 
