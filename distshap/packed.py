@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from distshap.encoding import InputEncoding
 from distshap.packing import bin_order, pack
 from distshap.paths import Paths
 from distshap.tables import (
@@ -76,6 +77,9 @@ class PackedModel:
     feature_categories : dict or None
         Training categories per feature position, when the model stores them (XGBoost >= 3.1):
         DataFrame category columns are coded by them.
+    encoding : InputEncoding
+        How raw inputs become the float32 values the lanes compare (:mod:`distshap.encoding`):
+        the model's missing-value sentinel, and ranks for features compared in float64.
     """
 
     bin_offsets: np.ndarray
@@ -102,6 +106,7 @@ class PackedModel:
     stats: dict = field(default_factory=dict)
     feature_names: tuple[str, ...] | None = None
     feature_categories: dict | None = None
+    encoding: InputEncoding = field(default_factory=InputEncoding)
 
     @property
     def num_bins(self) -> int:
@@ -127,6 +132,7 @@ def build_packed_model(
     max_table_features: int = DEFAULT_MAX_TABLE_FEATURES,
     feature_names: tuple[str, ...] | None = None,
     feature_categories: dict | None = None,
+    encoding: InputEncoding | None = None,
 ) -> PackedModel:
     """Bin-pack ``paths`` into warps and precompute pattern tables.
 
@@ -145,7 +151,11 @@ def build_packed_model(
         Carried along for outputs.
     feature_categories : dict, optional
         Training categories per feature position, carried along for input conversion.
+    encoding : InputEncoding, optional
+        How inputs are encoded for this model's lanes (:func:`distshap.encoding.encode_ensemble`);
+        part of the digest.
     """
+    encoding = InputEncoding() if encoding is None else encoding
     t0 = time.perf_counter()
     k_all = paths.lengths
     keep = np.flatnonzero(k_all > 0)
@@ -218,17 +228,20 @@ def build_packed_model(
         num_features=paths.num_features,
         num_groups=paths.num_groups,
         capacity=capacity,
-        digest=_digest(fields, paths.num_features, paths.num_groups, capacity),
+        digest=_digest(
+            {**fields, **encoding.arrays()}, paths.num_features, paths.num_groups, capacity
+        ),
         stats=stats,
         feature_names=feature_names,
         feature_categories=feature_categories,
+        encoding=encoding,
     )
 
 
 def _digest(fields: dict, num_features: int, num_groups: int, capacity: int) -> str:
     h = hashlib.sha256()
     h.update(f"{num_features},{num_groups},{capacity}".encode())
-    for name in _ARRAY_FIELDS:
+    for name in (*_ARRAY_FIELDS, *InputEncoding().arrays()):
         arr = np.ascontiguousarray(fields[name])
         h.update(f"{name}:{arr.dtype.str}:{arr.shape}".encode())
         h.update(memoryview(arr).cast("B"))

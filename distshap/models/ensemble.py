@@ -13,6 +13,11 @@ Split semantics (the one convention all loaders convert to):
   whose library sends the listed set left swaps the children and ``default_left``);
 * a missing value (NaN) goes left when ``default_left[i]``, right otherwise.
 
+Comparison precision: XGBoost, CatBoost and scikit-learn's DecisionTree/forests compare float32
+inputs, and ``threshold`` (float32) is exact for them. LightGBM and HistGradientBoosting compare
+float64 inputs with float64 thresholds: their loaders also set ``threshold64`` (float64, same
+``x < t`` convention), and :mod:`distshap.encoding` then keeps their comparisons exact in float64.
+
 Leaf values are in margin (raw score) space and already include the learning rate and any tree
 weight (DART); ``base_score`` is the per-group margin offset added to every prediction.
 """
@@ -69,6 +74,13 @@ class Ensemble:
         ``"q"`` numeric / ``"c"`` categorical per feature when known.
     model_kind : str
         Short description of the source (``"xgboost:binary:logistic"``, ...).
+    threshold64 : float64 (n_nodes,) or None
+        For models that compare float64 inputs with float64 thresholds (LightGBM,
+        HistGradientBoosting): ``x < threshold64`` goes left, compared in float64. ``None`` for
+        models that compare in float32 (``threshold`` is then exact).
+    missing_value : float
+        An input value read as missing besides NaN (XGBoost's ``missing=`` parameter, compared
+        in float32 as XGBoost does); NaN when only NaN is missing.
     """
 
     left: np.ndarray
@@ -90,6 +102,8 @@ class Ensemble:
     feature_types: tuple[str, ...] | None = None
     model_kind: str = "unknown"
     extra: dict = field(default_factory=dict)
+    threshold64: np.ndarray | None = None
+    missing_value: float = float("nan")
 
     @property
     def num_nodes(self) -> int:
@@ -123,6 +137,10 @@ class Ensemble:
                     f"Ensemble.{name} must be {np.dtype(dtype).name} of shape ({n},), "
                     f"got {arr.dtype} {arr.shape}"
                 )
+        if self.threshold64 is not None and (
+            self.threshold64.dtype != np.float64 or self.threshold64.shape != (n,)
+        ):
+            raise ValueError(f"Ensemble.threshold64 must be float64 of shape ({n},) or None")
         if self.cat_offsets.shape != (n + 1,) or self.cat_offsets.dtype != np.int64:
             raise ValueError("Ensemble.cat_offsets must be int64 of shape (n_nodes + 1,)")
         if self.cat_values.dtype != np.int32:
