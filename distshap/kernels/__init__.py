@@ -12,7 +12,10 @@ these single-device functions, it never re-implements them):
 
 from __future__ import annotations
 
-__all__ = ["cuda_available", "get_backend"]
+__all__ = ["BACKENDS", "cuda_available", "get_backend", "resolve_backend"]
+
+#: Backend names a user may ask for.
+BACKENDS = ("auto", "cpu", "cuda")
 
 
 def cuda_available() -> bool:
@@ -46,3 +49,36 @@ def get_backend(name: str):
 
         return cuda
     raise ValueError(f"unknown backend {name!r}: use 'auto', 'cpu' or 'cuda'")
+
+
+def resolve_backend(requested: str, cupy_data: bool = False) -> str:
+    """The one place a requested backend becomes ``"cpu"`` or ``"cuda"``.
+
+    Parameters
+    ----------
+    requested : {"auto", "cpu", "cuda"}
+        ``"auto"`` picks CUDA for CuPy data, or when a GPU is visible here; the CPU otherwise.
+    cupy_data : bool
+        Whether the rows to explain are CuPy arrays (they need the CUDA backend).
+
+    Raises
+    ------
+    ValueError
+        An unknown name.
+    TypeError
+        CuPy data with ``"cpu"``.
+    RuntimeError
+        ``"cuda"`` where no usable GPU is (see :func:`get_backend`).
+    """
+    if requested not in BACKENDS:
+        raise ValueError(f"unknown backend {requested!r}: use 'auto', 'cpu' or 'cuda'")
+    if requested == "cpu" and cupy_data:
+        raise TypeError(
+            "X holds CuPy (GPU) data but the backend is 'cpu': pass NumPy data (X.get(), or "
+            "X.map_blocks(cupy.asnumpy) for a Dask array) or use backend='cuda' / 'auto'"
+        )
+    if requested == "auto":
+        return "cuda" if (cupy_data or cuda_available()) else "cpu"
+    if requested == "cuda":
+        get_backend("cuda")  # a clear error here when no GPU can be used
+    return requested
