@@ -13,7 +13,8 @@ float32 holds exactly: the float32 kernels then take every branch the float64 mo
 every backend, at the cost of one binary search per input value (:meth:`InputEncoding.apply`).
 
 The encoding also reads the model's missing-value sentinel (XGBoost's ``missing=``, compared in
-float32 as XGBoost does) as NaN.
+float32 as XGBoost does) as NaN, and records what the input side must know of the model's own
+conventions: which features are categorical, and how its library stores column names.
 """
 
 from __future__ import annotations
@@ -45,12 +46,18 @@ class InputEncoding:
     rank_offsets : int64 (m + 1,)
         Range of each rank feature's sorted distinct thresholds in ``rank_thresholds``.
     rank_thresholds : float64 (n_thresholds,)
+    categorical : int32 (c,)
+        Features the model treats as categorical (a pandas category column is refused elsewhere).
+    name_style : str
+        ``"exact"``, or ``"lightgbm"`` where the library stores whitespace in names as ``_``.
     """
 
     missing_value: float = math.nan
     rank_features: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     rank_offsets: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
     rank_thresholds: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
+    categorical: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    name_style: str = "exact"
 
     @property
     def float64(self) -> bool:
@@ -74,6 +81,8 @@ class InputEncoding:
             "rank_features": self.rank_features,
             "rank_offsets": self.rank_offsets,
             "rank_thresholds": self.rank_thresholds,
+            "categorical": self.categorical,
+            "name_style": np.frombuffer(self.name_style.encode(), np.uint8),
         }
 
     def apply(self, X: Any) -> Any:
@@ -84,6 +93,8 @@ class InputEncoding:
         model compares.
         """
         xp = _array_module(X)
+        if self.identity:
+            return xp.ascontiguousarray(X, dtype=np.float32)
         out = xp.array(X, dtype=np.float32, order="C", copy=True)
         if not math.isnan(self.missing_value):
             out[out == np.float32(self.missing_value)] = np.nan
@@ -115,9 +126,13 @@ def encode_ensemble(ensemble: Ensemble) -> tuple[Ensemble, InputEncoding]:
     UnsupportedModelError
         When a feature has more distinct thresholds than float32 ranks can hold (2**24 - 1).
     """
-    missing = float(ensemble.missing_value)
+    conventions = dict(
+        missing_value=float(ensemble.missing_value),
+        categorical=_categorical_features(ensemble),
+        name_style="lightgbm" if ensemble.model_kind.startswith("lightgbm") else "exact",
+    )
     if ensemble.threshold64 is None:
-        return ensemble, InputEncoding(missing_value=missing)
+        return ensemble, InputEncoding(**conventions)
     numeric = (ensemble.left >= 0) & ~ensemble.is_categorical
     nodes = np.flatnonzero(numeric)
     features = ensemble.feature[nodes].astype(np.int64)
@@ -142,9 +157,18 @@ def encode_ensemble(ensemble: Ensemble) -> tuple[Ensemble, InputEncoding]:
     threshold = ensemble.threshold.copy()
     threshold[nodes[order]] = (distinct - feature_start + 1).astype(np.float32)
     encoding = InputEncoding(
-        missing_value=missing,
+        **conventions,
         rank_features=rank_features.astype(np.int32),
         rank_offsets=rank_offsets,
         rank_thresholds=np.ascontiguousarray(v_sorted[new]),
     )
     return replace(ensemble, threshold=threshold), encoding
+
+
+def _categorical_features(ensemble: Ensemble) -> np.ndarray:
+    """Features split categorically, declared categorical, or with stored training categories."""
+    split = ensemble.feature[(ensemble.left >= 0) & ensemble.is_categorical]
+    declared = [j for j, t in enumerate(ensemble.feature_types or ()) if t == "c"]
+    stored = list((ensemble.extra.get("category_values") or {}).keys())
+    both = np.concatenate([split, np.asarray(declared + stored, dtype=np.int64)])
+    return np.unique(both).astype(np.int32)

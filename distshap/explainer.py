@@ -7,12 +7,16 @@ runs kernels. Inputs may be NumPy, pandas, CuPy or Dask; the backend is chosen p
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from distshap.inputs import is_cupy, is_dask, to_float32_matrix
-from distshap.kernels import cuda_available, get_backend
+from distshap.additivity import check_additivity as _check_additivity
+from distshap.encoding import encode_ensemble
+from distshap.inputs import is_cupy, is_dask, model_matrix
+from distshap.kernels import BACKENDS, get_backend, resolve_backend
+from distshap.kernels.margin import margin_model, predict_margin
 from distshap.models import load_model
 from distshap.packed import PackedModel, build_packed_model
 from distshap.paths import extract_paths
@@ -55,6 +59,10 @@ class TreeExplainer:
         Pattern-table cost model (:mod:`distshap.tables`); 0 bytes disables tables.
     client : distributed.Client, optional
         Client used for Dask inputs (default: the current client).
+    missing : float, optional
+        An input value to read as missing besides NaN, as ``xgboost.DMatrix(missing=...)``
+        does (compared in float32). Default: the model's own (XGBoost estimators and their
+        saved models record it), else NaN only.
 
     Attributes
     ----------
@@ -72,19 +80,26 @@ class TreeExplainer:
         table_budget_bytes: int = DEFAULT_TABLE_BUDGET_BYTES,
         max_table_features: int = DEFAULT_MAX_TABLE_FEATURES,
         client: Any = None,
+        *,
+        missing: float | None = None,
     ) -> None:
-        if backend not in ("auto", "cpu", "cuda"):
+        if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}: use 'auto', 'cpu' or 'cuda'")
         if backend == "cuda":
             get_backend("cuda")  # fail early with a clear message
         self.ensemble = load_model(model)
+        if missing is not None:
+            self.ensemble = replace(self.ensemble, missing_value=float(missing))
+        encoded, encoding = encode_ensemble(self.ensemble)
+        self._margin = margin_model(self.ensemble)
         self.packed: PackedModel = build_packed_model(
-            extract_paths(self.ensemble),
+            extract_paths(encoded),
             algorithm=algorithm,
             table_budget_bytes=table_budget_bytes,
             max_table_features=max_table_features,
             feature_names=self.ensemble.feature_names,
             feature_categories=self.ensemble.extra.get("category_values"),
+            encoding=encoding,
         )
         self.backend = backend
         self.client = client
@@ -102,40 +117,38 @@ class TreeExplainer:
     def feature_names(self) -> tuple[str, ...] | None:
         return self.packed.feature_names
 
-    def _local_backend(self, X: Any) -> str:
-        if self.backend != "auto":
-            return self.backend
-        return "cuda" if (is_cupy(X) or cuda_available()) else "cpu"
-
-    def _explain(self, X: Any, interactions: bool, progress: bool = False) -> Any:
+    def _explain(
+        self, X: Any, interactions: bool, progress: bool = False, check_additivity: bool = True
+    ) -> Any:
         if is_dask(X):
             from distshap.cluster import explain_dask
 
             out = explain_dask(
                 self.packed, X, interactions=interactions, backend=self.backend, client=self.client
             )
+            return out[:, 0] if self.packed.num_groups == 1 else out
+        raw = model_matrix(X, self.packed)  # the values the model compares
+        rows = self.packed.encoding.apply(raw)  # ... as the kernels compare them
+        backend = resolve_backend(self.backend, cupy_data=is_cupy(rows))
+        _check_output_fits(rows.shape[0], self.packed, interactions)
+        kernels = get_backend(backend)
+        fn = kernels.interaction_values if interactions else kernels.shap_values
+        if progress and not is_cupy(rows) and rows.shape[0] > PROGRESS_BATCH_ROWS:
+            out = _in_batches(fn, self.packed, rows, backend, interactions)
         else:
-            X = to_float32_matrix(
-                X, self.num_features, self.feature_names, self.packed.feature_categories
-            )
-            backend = self._local_backend(X)
-            if backend == "cpu" and is_cupy(X):
-                raise TypeError(
-                    "X is a CuPy array but the backend is 'cpu': pass X.get() (a NumPy copy) or "
-                    "use backend='cuda' / 'auto'"
-                )
-            _check_output_fits(X.shape[0], self.packed, interactions)
-            kernels = get_backend(backend)
-            fn = kernels.interaction_values if interactions else kernels.shap_values
-            if progress and not is_cupy(X) and X.shape[0] > PROGRESS_BATCH_ROWS:
-                out = _in_batches(fn, self.packed, X, backend, interactions)
-            else:
-                out = fn(self.packed, X)
-                if backend == "cuda" and not is_cupy(X):
-                    out = out.get()
+            out = fn(self.packed, rows)
+        if check_additivity:
+            if is_cupy(out) and not is_cupy(raw):
+                import cupy
+
+                raw = cupy.asarray(raw)  # the traversal runs where the values are
+            what = "interaction values" if interactions else "SHAP values"
+            _check_additivity(out, predict_margin(self._margin, raw), what)
+        if is_cupy(out) and not is_cupy(X):
+            out = out.get()
         return out[:, 0] if self.packed.num_groups == 1 else out
 
-    def shap_values(self, X: Any, progress: bool = False) -> Any:
+    def shap_values(self, X: Any, progress: bool = False, check_additivity: bool = True) -> Any:
         """SHAP values in margin space, XGBoost's ``pred_contribs`` layout.
 
         Parameters
@@ -147,6 +160,10 @@ class TreeExplainer:
             :data:`PROGRESS_BATCH_ROWS` rows with a progress bar (``tqdm`` when installed, no
             bar otherwise). The values are identical either way (rows are independent). Dask
             input ignores it: use :func:`distshap.cluster.compute` with ``progress=True``.
+        check_additivity : bool
+            Check that each row's values sum to the model's margin from an independent tree
+            traversal (:mod:`distshap.additivity`), raising ``AdditivityError`` otherwise, as
+            shap does. In-memory inputs only (a Dask result is lazy).
 
         Returns
         -------
@@ -154,17 +171,19 @@ class TreeExplainer:
             float32 ``(n, F + 1)``, or ``(n, G, F + 1)`` for ``G > 1`` output groups; the bias
             is the last column. Same array family as ``X`` (lazy for Dask).
         """
-        return self._explain(X, interactions=False, progress=progress)
+        return self._explain(X, False, progress, check_additivity)
 
-    def shap_interaction_values(self, X: Any, progress: bool = False) -> Any:
+    def shap_interaction_values(
+        self, X: Any, progress: bool = False, check_additivity: bool = True
+    ) -> Any:
         """SHAP interaction values, XGBoost's ``pred_interactions`` layout.
 
         Parameters
         ----------
         X
             As for :meth:`shap_values`.
-        progress : bool
-            As for :meth:`shap_values`.
+        progress, check_additivity : bool
+            As for :meth:`shap_values` (every entry of a row sums to its margin).
 
         Returns
         -------
@@ -172,7 +191,7 @@ class TreeExplainer:
             float32 ``(n, F + 1, F + 1)``, or ``(n, G, F + 1, F + 1)`` for ``G > 1`` groups;
             row ``i`` sums to the SHAP value of feature ``i``; the bias is ``[F, F]``.
         """
-        return self._explain(X, interactions=True, progress=progress)
+        return self._explain(X, True, progress, check_additivity)
 
     def output_feature_names(self, X: Any = None) -> tuple[str, ...]:
         """Names of the ``F`` feature columns of the outputs (the bias column excluded).
@@ -202,7 +221,8 @@ class TreeExplainer:
         shap.Explanation
             ``values`` float32 ``(n, F)`` (``(n, F, G)`` for ``G > 1`` output groups, the layout
             shap's own TreeExplainer uses), ``base_values`` ``(n,)`` (``(n, G)``), ``data`` the
-            float32 ``(n, F)`` input (category codes for category columns) and
+            ``(n, F)`` input as the model reads it (float32, or float64 for models that compare
+            in float64; category codes for category columns) and
             ``feature_names`` from the model, else from the DataFrame columns.
 
         Raises
@@ -225,9 +245,7 @@ class TreeExplainer:
                 "shap_values(X), or explain(X.compute()) when the rows fit in memory"
             )
         names = self.output_feature_names(X)
-        data = to_float32_matrix(
-            X, self.num_features, self.feature_names, self.packed.feature_categories
-        )
+        data = model_matrix(X, self.packed)
         phi = self.shap_values(data, progress=progress)
         if is_cupy(data):
             data, phi = data.get(), phi.get()

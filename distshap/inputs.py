@@ -1,7 +1,11 @@
-"""Input validation: user data -> a C-contiguous float32 row matrix the kernels take.
+"""Input validation: user rows -> the C-contiguous float32 matrix the kernels take.
 
-XGBoost compares float32 feature values with its float32 split values, so every input is
-converted to float32 first; pandas category columns become their integer codes (missing -> NaN).
+:func:`prepare_rows` is the one conversion every entry point uses (in memory, each Dask block,
+the CLI): it selects and orders DataFrame columns by the model's feature names, codes category
+columns, refuses what the model's own library would refuse (a category column on a numeric
+feature, a wrong feature count, no rows), and applies the model's
+:class:`~distshap.encoding.InputEncoding` (its missing-value sentinel; float64 comparisons kept
+exact for models that compare in float64). Values are never rounded to float32 before that.
 """
 
 from __future__ import annotations
@@ -10,7 +14,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["frame_to_float32", "is_cupy", "is_dask", "select_model_columns", "to_float32_matrix"]
+__all__ = [
+    "frame_to_matrix",
+    "is_cupy",
+    "is_dask",
+    "model_matrix",
+    "prepare_rows",
+    "select_model_columns",
+]
 
 
 def is_dask(X: Any) -> bool:
@@ -21,34 +32,57 @@ def is_cupy(X: Any) -> bool:
     return type(X).__module__.split(".")[0] == "cupy"
 
 
-def to_float32_matrix(
-    X: Any,
-    num_features: int,
-    feature_names: tuple[str, ...] | None = None,
-    categories: dict[int, Any] | None = None,
-) -> np.ndarray:
-    """Validate ``X`` and return a C-contiguous float32 NumPy (or CuPy) matrix.
+def is_frame(X: Any) -> bool:
+    """A pandas (or cuDF) DataFrame: has dtypes and columns."""
+    return hasattr(X, "dtypes") and hasattr(X, "columns")
 
-    pandas DataFrames are selected and ordered by the model's feature names when both are
-    known (other columns are ignored); category columns become codes (missing -> NaN): codes of
-    the model's training categories when the model stores them (``categories``, XGBoost >= 3.1),
-    the DataFrame's own codes otherwise.
+
+def prepare_rows(X: Any, packed: Any, allow_empty: bool = False) -> Any:
+    """User rows -> the C-contiguous float32 matrix ``packed``'s kernels compare.
+
+    Parameters
+    ----------
+    X : ndarray, cupy.ndarray or pandas DataFrame
+        ``(n, F)`` rows (a DataFrame may hold more columns: the model's are selected by name).
+    packed : PackedModel
+        The model; its ``encoding`` says how values are compared.
+    allow_empty : bool
+        Accept zero rows (a Dask block may be empty); user calls refuse them.
+
+    Returns
+    -------
+    ndarray or cupy.ndarray
+        float32 ``(n, F)``, C-contiguous, same array module as ``X`` (NumPy for DataFrames).
 
     Raises
     ------
     TypeError
-        Non-numeric data.
+        Non-numeric data, or a category column on a feature the model splits numerically.
     ValueError
         Not 2-D, no rows, or a feature count / names that do not match the model.
     """
-    if hasattr(X, "dtypes") and hasattr(X, "columns"):
-        X = frame_to_float32(X[select_model_columns(X, num_features, feature_names)], categories)
+    return packed.encoding.apply(model_matrix(X, packed, allow_empty))
+
+
+def model_matrix(X: Any, packed: Any, allow_empty: bool = False) -> Any:
+    """User rows -> a validated ``(n, F)`` matrix of the model's raw feature values.
+
+    Like :func:`prepare_rows` without the encoding: float64 when the model compares in float64
+    (else float32), columns in the model's order, category columns coded. Its values are the
+    ones the model's own library compares, which the additivity check traverses the trees with.
+    """
+    encoding = packed.encoding
+    dtype = encoding.input_dtype
+    F = packed.num_features
+    if is_frame(X):
+        columns = select_model_columns(X, F, packed.feature_names, encoding.name_style)
+        X = frame_to_matrix(X[columns], packed.feature_categories, encoding.categorical, dtype)
     elif is_cupy(X):
         import cupy
 
         if X.dtype.kind not in "biuf":
             raise TypeError(f"X has dtype {X.dtype}; SHAP values need numeric input")
-        X = cupy.ascontiguousarray(X, dtype=cupy.float32)
+        X = cupy.ascontiguousarray(X, dtype=dtype)
     else:
         X = np.asarray(X)
         if X.dtype.kind not in "biuf":
@@ -56,27 +90,31 @@ def to_float32_matrix(
                 f"X has dtype {X.dtype}; SHAP values need numeric input: convert strings "
                 "to numbers, or pass a pandas DataFrame with category columns"
             )
-        X = np.ascontiguousarray(X, dtype=np.float32)
+        X = np.ascontiguousarray(X, dtype=dtype)
     if X.ndim != 2:
         raise ValueError(
             f"X must be 2-D (n_rows, n_features), got {X.ndim}-D shape {X.shape}; "
             "for one row use X.reshape(1, -1)"
         )
-    if X.shape[0] == 0:
+    if X.shape[0] == 0 and not allow_empty:
         raise ValueError("X has no rows: nothing to explain")
-    if X.shape[1] != num_features:
+    if X.shape[1] != F:
         raise ValueError(
-            f"X has {X.shape[1]} features but the model expects {num_features}: pass the "
+            f"X has {X.shape[1]} features but the model expects {F}: pass the "
             "columns the model was trained on, in the same order"
         )
     return X
 
 
-def select_model_columns(frame: Any, num_features: int, names: tuple[str, ...] | None) -> list[Any]:
+def select_model_columns(
+    frame: Any, num_features: int, names: tuple[str, ...] | None, name_style: str = "exact"
+) -> list[Any]:
     """The DataFrame columns that feed the model, in the model's feature order.
 
     By name when the model has feature names and the frame's columns differ from them (extra
-    columns, such as a label, are ignored); by position otherwise.
+    columns, such as a label, are ignored); by position otherwise. With ``name_style
+    "lightgbm"`` a column also matches the name LightGBM stores for it (whitespace becomes
+    ``_``), so the frame a LightGBM model was trained on is accepted as LightGBM accepts it.
 
     Raises
     ------
@@ -87,6 +125,9 @@ def select_model_columns(frame: Any, num_features: int, names: tuple[str, ...] |
     if names is None or len(names) != num_features or [str(c) for c in columns] == list(names):
         return columns
     by_name = {str(c): c for c in columns}
+    if name_style == "lightgbm":
+        for c in columns:  # an exact name wins over a converted one
+            by_name.setdefault(lightgbm_stored_name(str(c)), c)
     missing = [n for n in names if n not in by_name]
     if missing:
         raise ValueError(
@@ -96,46 +137,73 @@ def select_model_columns(frame: Any, num_features: int, names: tuple[str, ...] |
     return [by_name[n] for n in names]
 
 
-def frame_to_float32(frame: Any, categories: dict[int, Any] | None = None) -> np.ndarray:
-    """A pandas DataFrame (partition) -> C-contiguous float32 array of shape ``(n, F)``.
+def lightgbm_stored_name(name: str) -> str:
+    """The feature name LightGBM stores for a column name (its spaces become ``_``)."""
+    return name.replace(" ", "_")
 
-    Numeric and boolean columns (nullable and Arrow-backed too) become float32 with NaN where
-    missing; ``category`` columns become their integer codes as float32, with NaN for a
-    missing value (code -1). ``categories`` maps a column position to the model's training
-    categories: such a column is coded by them (a category the model never saw -> NaN,
-    i.e. missing), so the codes do not depend on the frame's own category order; or to the
-    string ``"values"``: the column's category values are used as numbers (scikit-learn's
-    HistGradientBoosting lists category values in its splits).
+
+def frame_to_matrix(
+    frame: Any,
+    categories: dict[int, Any] | None = None,
+    categorical: Any = None,
+    dtype: Any = np.float32,
+) -> np.ndarray:
+    """A pandas DataFrame (partition) -> C-contiguous ``dtype`` array of shape ``(n, F)``.
+
+    Numeric and boolean columns (nullable and Arrow-backed too) become ``dtype`` with NaN where
+    missing; ``category`` columns become their integer codes, with NaN for a missing value
+    (code -1). ``categories`` maps a column position to the model's training categories: such
+    a column is coded by them (a category the model never saw -> NaN, i.e. missing), so the
+    codes do not depend on the frame's own category order; or to the string ``"values"``: the
+    column's category values are used as numbers (scikit-learn's HistGradientBoosting lists
+    category values in its splits). ``categorical`` (positions), when given, lists the features
+    the model treats as categorical: a category column elsewhere is refused, as XGBoost,
+    LightGBM and scikit-learn refuse it (its codes are not the values the model splits on).
 
     Raises
     ------
     TypeError
-        For a column of any other dtype (object, string, datetime, ...).
+        For a column of any other dtype (object, string, datetime, ...), or a category column
+        on a numeric feature.
     """
     import pandas as pd
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
+    allowed = None if categorical is None else {int(j) for j in np.asarray(categorical).ravel()}
     n_rows, n_cols = frame.shape
-    out = np.empty((n_rows, n_cols), dtype=np.float32)
+    out = np.empty((n_rows, n_cols), dtype=dtype)
     for j, (name, column) in enumerate(frame.items()):
-        dtype = column.dtype
-        if isinstance(dtype, pd.CategoricalDtype) and _as_values(categories, j):
-            values = column.astype(np.float64).to_numpy(dtype=np.float32, na_value=np.nan)
-        elif isinstance(dtype, pd.CategoricalDtype):
+        kind = column.dtype
+        is_category = isinstance(kind, pd.CategoricalDtype)
+        if is_category and allowed is not None and j not in allowed:
+            raise TypeError(
+                f"column {name!r} is a pandas 'category' column but the model splits feature "
+                f"{j} numerically: its category codes are not the values the model was trained "
+                f"on. Pass the numeric values (df[{name!r}].astype(float)) or a model trained "
+                "with this column as categorical"
+            )
+        if is_category and _as_values(categories, j):
+            values = column.astype(np.float64).to_numpy(dtype=dtype, na_value=np.nan)
+        elif is_category:
             if categories is not None and j in categories:
                 column = pd.Series(pd.Categorical(column, categories=list(categories[j])))
             codes = column.cat.codes.to_numpy()
-            values = codes.astype(np.float32)
+            values = codes.astype(dtype)
             values[codes < 0] = np.nan
-        elif is_numeric_dtype(dtype) or is_bool_dtype(dtype):
-            values = column.to_numpy(dtype=np.float32, na_value=np.nan)
+        elif is_numeric_dtype(kind) or is_bool_dtype(kind):
+            values = column.to_numpy(dtype=dtype, na_value=np.nan)
         else:
             raise TypeError(
-                f"column {name!r} has dtype {dtype}: distshap needs numeric, boolean or "
+                f"column {name!r} has dtype {kind}: distshap needs numeric, boolean or "
                 "'category' columns; convert it, e.g. df[col].astype('category')"
             )
         out[:, j] = values
     return out
+
+
+def frame_to_float32(frame: Any, categories: dict[int, Any] | None = None) -> np.ndarray:
+    """Deprecated alias kept while callers move to :func:`prepare_rows` (removed before landing)."""
+    return frame_to_matrix(frame, categories)
 
 
 def _as_values(categories: dict[int, Any] | None, j: int) -> bool:

@@ -1,0 +1,72 @@
+"""The additivity check: every row's values must sum to the model's own margin.
+
+SHAP values of a row (bias included) sum to the model's margin, and so do its interaction
+values. :func:`check_additivity` compares those sums with the margin an independent traversal
+of the trees gives (:mod:`distshap.kernels.margin`) and raises :class:`AdditivityError` naming
+the rows and the worst difference, so a wrong result never passes silently.
+
+Tolerance: float32 outputs hold each value to a relative ``2**-24``, and the kernels' own
+rounding is far below that, so a row passes when ``|sum - margin| <= RTOL * max(1, |margin| +
+sum |values|)``; a row that takes another branch in a tree misses by a difference of leaf
+values, which is far larger on any model whose leaves are not negligible.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["RTOL", "AdditivityError", "check_additivity"]
+
+#: Relative tolerance of the additivity check (see the module docstring).
+RTOL = 1e-4
+
+
+class AdditivityError(ValueError):
+    """SHAP values that do not sum to the model's margin (a distshap fault, never ignored)."""
+
+
+def check_additivity(values: Any, margin: Any, what: str = "SHAP values") -> None:
+    """Raise :class:`AdditivityError` unless each row's ``values`` sum to its ``margin``.
+
+    Parameters
+    ----------
+    values : ndarray or cupy.ndarray
+        ``(n, G, F+1)`` SHAP values or ``(n, G, F+1, F+1)`` interaction values.
+    margin : ndarray or cupy.ndarray
+        ``(n, G)`` float64 margins from :func:`distshap.kernels.margin.predict_margin`.
+    what : str
+        Named in the message.
+    """
+    xp = _array_module(values)
+    axes = tuple(range(2, values.ndim))
+    total = values.sum(axis=axes, dtype=xp.float64)
+    scale = xp.abs(values).sum(axis=axes, dtype=xp.float64) + xp.abs(margin)
+    diff = xp.abs(total - margin)
+    bad = diff > RTOL * xp.maximum(scale, 1.0)
+    if not bool(bad.any()):
+        return
+    diff, total, margin, bad = (_to_host(a) for a in (diff, total, margin, bad))
+    rows = np.flatnonzero(bad.any(axis=1))
+    worst = np.unravel_index(int(np.argmax(np.where(bad, diff, -1.0))), diff.shape)
+    group = f", output {worst[1]}" if diff.shape[1] > 1 else ""
+    raise AdditivityError(
+        f"{what} of {rows.size:,} of {diff.shape[0]:,} rows do not sum to the model's margin "
+        f"(rows {rows[:10].tolist()}{'...' if rows.size > 10 else ''}); worst: row {worst[0]}"
+        f"{group}: values sum to {total[worst]:.9g}, the trees give {margin[worst]:.9g} "
+        f"(difference {diff[worst]:.3g}). This is a distshap fault or a model feature it reads "
+        "wrongly: please report it with the model; check_additivity=False skips the check"
+    )
+
+
+def _array_module(a: Any) -> Any:
+    if type(a).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        return cupy
+    return np
+
+
+def _to_host(a: Any) -> np.ndarray:
+    return a.get() if hasattr(a, "get") else np.asarray(a)
