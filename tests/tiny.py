@@ -314,7 +314,7 @@ def random_ensemble(
             # right set: a non-empty subset of the reachable codes leaving the left side
             # something (another reachable code, or the unlisted codes)
             most = len(codes) - 1 if len(codes) > 1 else int(others)
-            if most < 1:
+            if most < 1 or not codes:
                 return Leaf(float(rng.normal()), float(rng.integers(1, 50)))
             size = int(rng.integers(1, most + 1))
             cats = sorted(int(c) for c in rng.choice(codes, size=size, replace=False))
