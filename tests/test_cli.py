@@ -223,13 +223,6 @@ def test_plot_summary_writes_png(files, model, kind, capsys):
     assert capsys.readouterr().out.startswith(f"{len(files['X'])} rows")
 
 
-def test_bench_forwards_argv(capsys):
-    with pytest.raises(SystemExit) as stop:
-        main(["bench", "table5", "--help"])
-    assert stop.value.code == 0
-    assert "usage: distshap bench table5" in capsys.readouterr().out
-
-
 def test_progress_batches_give_identical_values(files, monkeypatch):
     import distshap.explainer as explainer_module
 
@@ -258,16 +251,6 @@ def test_explain_returns_shap_explanation(files):
     assert list(named.feature_names) == NAMES and named.values.shape == files["X"].shape
 
 
-def test_bench_outside_a_source_checkout_says_so(monkeypatch, capsys):
-    import distshap.cli as cli
-
-    monkeypatch.setitem(sys.modules, "benchmarks", None)  # import benchmarks fails
-    monkeypatch.setattr(cli, "_source_root", lambda: None)
-    assert main(["bench", "throughput"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "source checkout" in err
-
-
 def test_parquet_category_columns_read_as_values(files):
     booster, frame = build_categorical()  # integer categories 0..k-1: value == training code
     model, data = str(files["dir"] / "cat.json"), files["dir"] / "cat.parquet"
@@ -285,7 +268,7 @@ def test_parquet_category_columns_read_as_values(files):
 def test_first_rows_reads_only_the_chunks_it_needs():
     import dask.array as da
 
-    from distshap.cli import _first_rows
+    from distshap.io import first_rows
 
     data = np.arange(100, dtype=np.float32).reshape(50, 2)
     calls = []
@@ -295,9 +278,9 @@ def test_first_rows_reads_only_the_chunks_it_needs():
         return block
 
     X = da.from_array(data, chunks=(10, 2)).map_blocks(tracked, dtype=np.float32)
-    np.testing.assert_array_equal(_first_rows(X, 15), data[:15])
+    np.testing.assert_array_equal(first_rows(X, 15), data[:15])
     assert sorted(set(calls)) == [0, 1]
-    np.testing.assert_array_equal(_first_rows(X, None), data)
+    np.testing.assert_array_equal(first_rows(X, None), data)
 
 
 def test_categories_coded_by_the_models_training_categories(tmp_path):

@@ -1,0 +1,184 @@
+"""Structure and preprocessing statistics of a model: what ``distshap info`` prints.
+
+:func:`model_info` loads a model and reports its trees, merged paths, bin packing per heuristic,
+pattern tables and (when Numba's CUDA target imports) how the CUDA kernels would run it, as a
+JSON-serialisable dict; :func:`format_info` renders that dict as the command's text. A library
+function of its own, so that notebooks and scripts get the same numbers as the command line.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+__all__ = ["format_info", "model_info"]
+
+
+def _max_depth(ens: Any) -> int:
+    """Deepest leaf (edges from the root) over all trees, by a level-by-level walk."""
+    depth = 0
+    frontier = ens.tree_offsets[:-1].astype(np.int64)
+    while True:
+        internal = frontier[ens.left[frontier] >= 0]
+        if internal.size == 0:
+            return depth
+        frontier = np.concatenate([ens.left[internal], ens.right[internal]]).astype(np.int64)
+        depth += 1
+
+
+def model_info(model: Any, algorithm: str = "bfd") -> dict:
+    """Structure, path and packing statistics of ``model`` (what ``distshap info`` prints).
+
+    Parameters
+    ----------
+    model
+        Anything :class:`distshap.TreeExplainer` accepts (a model file path, a Booster, ...).
+    algorithm : str
+        Packing heuristic of the :class:`~distshap.packed.PackedModel` whose table statistics
+        are reported.
+
+    Returns
+    -------
+    dict
+        JSON-serialisable: ``model`` (kind, trees, nodes, leaves, max_depth, output groups,
+        features, feature names, base score, expected value), ``paths`` (unique merged paths,
+        paths without features, histogram of merged path lengths), ``packing`` (bins,
+        utilisation, oversize bins and seconds per heuristic NF / FFD / BFD), ``tables``
+        (pattern-table vs DP path counts, table bytes).
+    """
+    from distshap.models import load_model
+    from distshap.packed import build_packed_model
+    from distshap.packing import pack
+    from distshap.paths import extract_paths
+
+    ens = load_model(model)
+    t0 = time.perf_counter()
+    paths = extract_paths(ens)
+    path_seconds = time.perf_counter() - t0
+    lengths = paths.lengths
+    packed = build_packed_model(paths, algorithm=algorithm, feature_names=ens.feature_names)
+    items = (lengths[lengths > 0] + 1).astype(np.int32)
+    packing = {}
+    for alg in ("nf", "ffd", "bfd"):
+        p = pack(items, capacity=packed.capacity, algorithm=alg)
+        packing[alg] = {
+            "bins": int(p.num_bins),
+            "utilisation": float(p.utilisation),
+            "oversize_bins": int(p.num_oversize),
+            "seconds": float(p.seconds),
+        }
+    hist = np.bincount(lengths) if lengths.size else np.zeros(1, dtype=np.int64)
+    stats = packed.stats
+    return {
+        "model": {
+            "kind": ens.model_kind,
+            "trees": ens.num_trees,
+            "nodes": ens.num_nodes,
+            "leaves": int(ens.is_leaf().sum()),
+            "max_depth": _max_depth(ens),
+            "output_groups": ens.num_groups,
+            "features": ens.num_features,
+            "feature_names": list(ens.feature_names) if ens.feature_names else None,
+            "base_score": [float(v) for v in ens.base_score],
+            "expected_value": [float(v) for v in packed.expected_value],
+        },
+        "paths": {
+            "unique_paths": paths.num_paths,
+            "featureless_paths": int((lengths == 0).sum()),
+            "max_length": int(lengths.max()) if lengths.size else 0,
+            "mean_length": float(lengths.mean()) if lengths.size else 0.0,
+            "length_histogram": {str(k): int(c) for k, c in enumerate(hist) if c},
+            "seconds": path_seconds,
+        },
+        "packing": packing,
+        "tables": {
+            "algorithm": stats.get("algorithm", algorithm),
+            "table_paths": int(stats.get("table_paths", 0)),
+            "dp_paths": int(stats.get("dp_paths", 0)),
+            "table_bytes": int(stats.get("table_bytes", 0)),
+            "lanes": int(stats.get("lanes", 0)),
+            "build_seconds": float(stats.get("build_seconds", 0.0)),
+        },
+        "cuda": _cuda_strategy(packed),
+    }
+
+
+def _cuda_strategy(packed) -> dict | None:
+    """How the CUDA kernels would run ``packed`` (no GPU needed: host-side arithmetic only).
+
+    ``None`` where Numba's CUDA target cannot be imported.
+    """
+    try:
+        from distshap.kernels.cuda import strategy_stats
+    except ImportError:
+        return None
+
+    st = strategy_stats(packed)
+    keys = ("quadrature_paths", "oversize_paths", "interaction_table_paths",
+            "interaction_table_bytes")  # fmt: skip
+    out = {key: int(st[key]) for key in keys}
+    out["quadrature_nodes"] = {str(n): c for n, c in st["quadrature_nodes"].items()}
+    out["quadrature_shared"] = {"shap": bool(st["quadrature_shared"][0]),
+                                "interactions": bool(st["quadrature_shared"][1])}  # fmt: skip
+    return out
+
+
+def _human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def format_info(info: dict, path: str) -> str:
+    """The text ``distshap info`` prints for a :func:`model_info` dict of the model at ``path``."""
+    m, p, t = info["model"], info["paths"], info["tables"]
+    names = m["feature_names"]
+    lines = [
+        f"model           {path} ({m['kind']})",
+        f"trees           {m['trees']:,}  (nodes {m['nodes']:,}, leaves {m['leaves']:,}, "
+        f"max depth {m['max_depth']})",
+        f"output groups   {m['output_groups']}",
+        f"features        {m['features']}"
+        + (f"  [{', '.join(names[:8])}{', ...' if len(names) > 8 else ''}]" if names else ""),
+        f"expected value  {', '.join(f'{v:.6g}' for v in m['expected_value'])}",
+        f"unique paths    {p['unique_paths']:,}  (featureless {p['featureless_paths']:,}, "
+        f"mean length {p['mean_length']:.2f}, max {p['max_length']})",
+        "path lengths    (merged features per path: count)",
+    ]
+    hist = p["length_histogram"]
+    peak = max(hist.values()) if hist else 1
+    for k, count in hist.items():
+        bar = "#" * max(1, round(40 * count / peak))
+        lines.append(f"  {int(k):>3}  {count:>10,}  {bar}")
+    lines.append("packing         heuristic      bins  utilisation  oversize        ms")
+    for alg, row in info["packing"].items():
+        lines.append(
+            f"                {alg.upper():<9} {row['bins']:>9,}  {row['utilisation']:>11.4f}"
+            f"  {row['oversize_bins']:>8}  {1e3 * row['seconds']:>8.3f}"
+        )
+    lines.append(
+        f"pattern tables  {t['table_paths']:,} paths use tables, {t['dp_paths']:,} the DP; "
+        f"tables {_human_bytes(t['table_bytes'])} ({t['algorithm'].upper()} packing, built in "
+        f"{t['build_seconds']:.3f} s)"
+    )
+    c = info["cuda"]
+    if c is None:
+        return "\n".join(lines)
+    shared = c["quadrature_shared"]
+    sums = {True: "shared memory", False: "global memory"}
+    nodes = ", ".join(f"{n} nodes: {count:,}" for n, count in c["quadrature_nodes"].items())
+    lines.append(
+        f"CUDA kernels    SHAP: {c['quadrature_paths']:,} paths by quadrature "
+        f"({nodes or 'none'}), {c['oversize_paths']:,} oversize (fallback kernel)\n"
+        f"                interactions: {c['interaction_table_paths']:,} paths on tables of "
+        f"{_human_bytes(c['interaction_table_bytes'])} (filled on the GPU at first use), "
+        "the others by quadrature\n"
+        f"                quadrature sums in {sums[shared['shap']]} (SHAP), "
+        f"{sums[shared['interactions']]} (interactions)"
+    )
+    return "\n".join(lines)
