@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from distshap.models import UnsupportedModelError, load_model
-from distshap.models.lightgbm import le_threshold_to_lt_float32
+from distshap.models._common import le_threshold_to_lt_float32
 
 import naive
 from conftest import to_host

@@ -15,9 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distshap.models import UnsupportedModelError, load_model
+from distshap.models._ubjson import UBJSONError, decode_ubjson
 from distshap.models.xgboost import (
-    UBJSONError,
-    decode_ubjson,
     ensemble_from_xgboost_document,
     load_xgboost,
     load_xgboost_file,
@@ -413,11 +412,11 @@ def test_unknown_booster_and_broken_documents():
         ensemble_from_xgboost_document({"version": [3, 2, 0]})
     doc = model_doc(booster)
     doc["learner"]["gradient_booster"]["model"]["trees"][0]["right_children"].pop()
-    with pytest.raises(UnsupportedModelError, match="right_children"):
+    with pytest.raises(ValueError, match="right_children"):
         ensemble_from_xgboost_document(doc)
     doc = model_doc(booster)
     doc["learner"]["gradient_booster"]["model"]["trees"][0]["left_children"][0] = 10**6
-    with pytest.raises(UnsupportedModelError, match="child index"):
+    with pytest.raises(ValueError, match="child index"):
         ensemble_from_xgboost_document(doc)
 
 

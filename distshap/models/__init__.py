@@ -1,4 +1,9 @@
-"""Model loaders: every supported library's model -> one canonical :class:`Ensemble`."""
+"""Model loaders: every supported library's model -> one canonical :class:`Ensemble`.
+
+One loader module per library (``xgboost``, ``lightgbm``, ``sklearn``, ``catboost``); format
+parsers (``_ubjson``), file sniffing (``_files``) and helpers the loaders share (``_common``)
+live apart. Nothing here imports the kernels, the cluster code or the front ends.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from typing import Any
 
 from distshap.models.ensemble import Ensemble, UnsupportedModelError
 
-__all__ = ["Ensemble", "UnsupportedModelError", "load_model"]
+__all__ = ["Ensemble", "UnsupportedModelError", "load_model", "load_model_file"]
 
 
 def load_model(model: Any) -> Ensemble:
@@ -16,37 +21,24 @@ def load_model(model: Any) -> Ensemble:
     Parameters
     ----------
     model
-        An ``xgboost.Booster`` or XGBoost sklearn estimator; a saved XGBoost model file
-        (``.json`` / ``.ubj``, parsed without xgboost); a LightGBM ``Booster``, sklearn
-        estimator or saved text model (``.txt``); a scikit-learn tree ensemble; a CatBoost
-        model; or an :class:`Ensemble` (returned unchanged).
+        An ``xgboost.Booster`` or XGBoost sklearn estimator; a LightGBM ``Booster`` or sklearn
+        estimator; a scikit-learn tree ensemble; a CatBoost model; a model file
+        (:func:`load_model_file`); or an :class:`Ensemble` (returned unchanged).
 
     Raises
     ------
     UnsupportedModelError
-        For a model kind distshap cannot explain exactly.
+        For a model kind distshap cannot explain exactly, or a file in a format distshap
+        does not read (a pickle, a compressed file, ...).
+    ValueError
+        For a truncated or inconsistent model file (the message names the file).
     TypeError
         For an object that is no known tree model.
     """
     if isinstance(model, Ensemble):
         return model.validate()
     if isinstance(model, (str, os.PathLike)):
-        path = os.fspath(model)
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"model file {path!r} does not exist")
-        lower = path.lower()
-        if lower.endswith((".json", ".ubj")):
-            from distshap.models.xgboost import load_xgboost_file
-
-            return load_xgboost_file(path).validate()
-        if lower.endswith((".txt", ".lgb", ".model")):
-            from distshap.models.lightgbm import load_lightgbm_file
-
-            return load_lightgbm_file(path).validate()
-        raise ValueError(
-            f"cannot tell the format of model file {path!r}: use an XGBoost .json/.ubj file "
-            "or a LightGBM .txt model file"
-        )
+        return load_model_file(model)
     module = type(model).__module__.split(".")[0]
     if module == "xgboost":
         from distshap.models.xgboost import load_xgboost
@@ -68,3 +60,77 @@ def load_model(model: Any) -> Ensemble:
         f"cannot explain a {type(model).__module__}.{type(model).__name__}: pass an XGBoost, "
         "LightGBM, scikit-learn or CatBoost tree model, or a saved XGBoost .json/.ubj file"
     )
+
+
+def load_model_file(path: str | os.PathLike[str]) -> Ensemble:
+    """Load a saved model file; its content, not its name, decides the format.
+
+    Read without the model's library: XGBoost JSON / UBJSON (``save_model('model.json')``),
+    LightGBM text (``save_model('model.txt')``) and CatBoost's JSON export
+    (``save_model('model.json', format='json')``). Files are parsed, never unpickled.
+
+    Parameters
+    ----------
+    path
+        The model file.
+
+    Returns
+    -------
+    Ensemble
+        Validated.
+
+    Raises
+    ------
+    FileNotFoundError
+        When ``path`` does not exist.
+    UnsupportedModelError
+        For a pickle, a compressed file, CatBoost's binary format, LightGBM's ``dump_model``
+        JSON or unknown content: the message says how to save the model instead.
+    ValueError
+        For a truncated, inconsistent or invalid file. Every message names the file.
+    """
+    from distshap.models._files import (
+        in_file,
+        parse_json,
+        read_model_bytes,
+        refusal,
+        sniff_model_bytes,
+    )
+
+    with in_file(path):
+        data = read_model_bytes(path)
+        kind = sniff_model_bytes(data)
+        if kind == "lightgbm":
+            from distshap.models.lightgbm import load_lightgbm_bytes
+
+            return load_lightgbm_bytes(data, model_kind="lightgbm:file").validate()
+        if kind == "ubjson":
+            from distshap.models._ubjson import UBJSONError, decode_ubjson
+
+            try:
+                doc = decode_ubjson(data)
+            except UBJSONError as exc:
+                raise ValueError(f"not a valid XGBoost UBJSON model: {exc}") from None
+        elif kind == "json":
+            doc = parse_json(data)
+        else:
+            raise UnsupportedModelError(refusal(kind, data))
+        if isinstance(doc, dict) and "learner" in doc:
+            from distshap.models.xgboost import ensemble_from_xgboost_document
+
+            return ensemble_from_xgboost_document(doc).validate()
+        from distshap.models.catboost import is_catboost_document, load_catboost_json
+
+        if is_catboost_document(doc):
+            return load_catboost_json(doc, model_kind="catboost:file")
+        if isinstance(doc, dict) and "tree_info" in doc and "feature_names" in doc:
+            raise UnsupportedModelError(
+                "this is LightGBM's dump_model() JSON, which distshap does not read: save the "
+                "model as text with booster.save_model('model.txt')"
+            )
+        keys = ", ".join(repr(k) for k in list(doc)[:5]) if isinstance(doc, dict) else ""
+        raise UnsupportedModelError(
+            f"this JSON is no model distshap reads (top-level keys {keys or 'none'}): expected "
+            "an XGBoost model (booster.save_model('model.json')) or CatBoost's JSON export "
+            "(model.save_model('model.json', format='json'))"
+        )

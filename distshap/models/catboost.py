@@ -5,8 +5,8 @@ symmetric (``oblivious_trees``) or, for ``grow_policy`` Depthwise/Lossguide, nes
 trees.
 
 * **Splits.** CatBoost sets a split's bit when ``x > border`` (float32 values and borders), so
-  ``x <= border`` goes left, converted to ``x < t`` exactly as for LightGBM
-  (:func:`~distshap.models.lightgbm.le_threshold_to_lt_float32`).
+  ``x <= border`` goes left, converted to ``x < t`` exactly on float32 inputs
+  (:func:`~distshap.models._common.le_threshold_to_lt_float32`); ``threshold64`` stays None.
 * **Missing values.** ``nan_value_treatment`` ``AsFalse`` (``nan_mode='Min'``) and ``AsIs``
   send NaN left (bit 0), ``AsTrue`` (``nan_mode='Max'``) sends it right.
 * **Oblivious trees.** Split ``i`` contributes bit ``i`` of the leaf index; the tree becomes a
@@ -18,7 +18,9 @@ trees.
   (MultiClass, MultiRMSE) has one group per dimension, each tree copied once per group.
 
 Categorical, text and embedding features (CTR / one-hot splits) are refused: their splits depend
-on statistics distshap does not model.
+on statistics distshap does not model. The counts the JSON implies are checked: every tree's
+leaf values and weights against its depth and the model's dimension (the length of the bias),
+every split's feature against ``features_info``; a truncated or edited file is refused.
 """
 
 from __future__ import annotations
@@ -30,12 +32,39 @@ from typing import Any
 
 import numpy as np
 
+from distshap.models._common import (
+    EMPTY_CATS,
+    assemble_trees,
+    check_num_features,
+    le_threshold_to_lt_float32,
+)
+from distshap.models._files import (
+    in_file,
+    parse_json,
+    read_model_bytes,
+    refusal,
+    sniff_model_bytes,
+)
 from distshap.models.ensemble import Ensemble, UnsupportedModelError
-from distshap.models.lightgbm import assemble_trees, le_threshold_to_lt_float32
 
-__all__ = ["load_catboost", "load_catboost_json"]
+__all__ = ["is_catboost_document", "load_catboost", "load_catboost_json"]
 
-_EMPTY_CATS = np.zeros(0, dtype=np.int32)
+#: Deepest tree accepted (CatBoost grows trees at most 16 deep).
+_MAX_DEPTH = 64
+_RESAVE = "save the model again with model.save_model('model.json', format='json')"
+
+
+def is_catboost_document(doc: Any) -> bool:
+    """Whether a parsed JSON document is CatBoost's JSON model export."""
+    return (
+        isinstance(doc, dict)
+        and "features_info" in doc
+        and ("oblivious_trees" in doc or "trees" in doc)
+    )
+
+
+def _fail(what: str) -> ValueError:
+    return ValueError(f"inconsistent CatBoost model: {what}; {_RESAVE}")
 
 
 def load_catboost(model: Any) -> Ensemble:
@@ -79,27 +108,51 @@ def _refuse_features(info: dict) -> None:
             )
 
 
-def _split_params(split: dict, float_features: dict[int, dict]) -> tuple[int, np.float32, bool]:
+def _split_params(split: Any, float_features: dict[int, dict]) -> tuple[int, np.float32, bool]:
+    if not isinstance(split, dict):
+        raise _fail(f"a split is a {type(split).__name__}, not an object")
     if split.get("split_type", "FloatFeature") != "FloatFeature":
         raise UnsupportedModelError(
             f"the CatBoost model has a {split.get('split_type')} split: only numeric "
             "(FloatFeature) splits can be explained exactly"
         )
-    ff = float_features[int(split["float_feature_index"])]
+    try:
+        index = int(split["float_feature_index"])
+        border = np.float32(split["border"])
+    except (KeyError, TypeError, ValueError):
+        raise _fail("a split lacks a numeric float_feature_index or border") from None
+    if index not in float_features:
+        raise _fail(f"a split uses float feature {index}, which features_info does not list")
+    ff = float_features[index]
     feature = int(ff.get("flat_feature_index", ff.get("feature_index")))
-    t = le_threshold_to_lt_float32(np.float64(np.float32(split["border"])))
+    t = le_threshold_to_lt_float32(np.float64(border))
     default_left = ff.get("nan_value_treatment", "AsIs") != "AsTrue"
     return feature, np.float32(t), default_left
 
 
-def _oblivious_part(tree: dict, ff: dict[int, dict], scale: float) -> tuple[list, int]:
+def _numbers(tree: dict, key: str, t: int) -> np.ndarray:
+    try:
+        return np.asarray(tree[key], dtype=np.float64).reshape(-1)
+    except KeyError:
+        raise _fail(f"tree {t} lacks {key!r}") from None
+    except (TypeError, ValueError):
+        raise _fail(f"tree {t}'s {key} holds values that are no numbers") from None
+
+
+def _oblivious_part(tree: dict, t: int, ff: dict[int, dict], scale: float, dim: int) -> list:
     splits = tree.get("splits") or []
     depth = len(splits)
+    if depth > _MAX_DEPTH:
+        raise _fail(f"tree {t} is {depth} splits deep (CatBoost grows at most 16)")
     n_leaves = 1 << depth
-    values = np.asarray(tree["leaf_values"], dtype=np.float64) * scale
-    dim = values.size // n_leaves
+    values = _numbers(tree, "leaf_values", t) * scale
+    weights = _numbers(tree, "leaf_weights", t)
+    if values.size != n_leaves * dim or weights.size != n_leaves:
+        raise _fail(
+            f"tree {t} has {depth} splits, so {n_leaves} leaves of {dim} values, but "
+            f"{values.size} leaf_values and {weights.size} leaf_weights"
+        )
     values = values.reshape(n_leaves, dim)
-    weights = np.asarray(tree["leaf_weights"], dtype=np.float64)
     n_inner = n_leaves - 1
     n = n_inner + n_leaves
     ids = np.arange(n)
@@ -109,10 +162,10 @@ def _oblivious_part(tree: dict, ff: dict[int, dict], scale: float) -> tuple[list
     thr = np.zeros(n, dtype=np.float32)
     dl = np.zeros(n, dtype=bool)
     for lv in range(depth):
-        f, t, d = _split_params(splits[depth - 1 - lv], ff)
+        f, th, d = _split_params(splits[depth - 1 - lv], ff)
         sel = inner & (level == lv)
         feature[sel] = f
-        thr[sel] = t
+        thr[sel] = th
         dl[sel] = d
     cover = np.zeros(n)
     cover[n_inner:] = weights
@@ -133,15 +186,16 @@ def _oblivious_part(tree: dict, ff: dict[int, dict], scale: float) -> tuple[list
                 "default_left": dl,
                 "is_categorical": np.zeros(n, dtype=bool),
                 "cat_sizes": np.zeros(n, dtype=np.int64),
-                "cat_values": _EMPTY_CATS,
+                "cat_values": EMPTY_CATS,
                 "value": val,
                 "cover": cover.copy(),
             }
         )
-    return parts, dim
+    return parts
 
 
-def _nested_part(tree: dict, ff: dict[int, dict], scale: float) -> tuple[list, int]:
+def _nested_part(tree: dict, t: int, ff: dict[int, dict], scale: float, dim: int) -> list:
+    """A nested (Depthwise / Lossguide) tree, walked with an explicit stack in pre-order."""
     feature: list[int] = []
     thr: list[float] = []
     dl: list[bool] = []
@@ -149,33 +203,44 @@ def _nested_part(tree: dict, ff: dict[int, dict], scale: float) -> tuple[list, i
     right: list[int] = []
     values: list[np.ndarray] = []
     cover: list[float] = []
-
-    def visit(node: dict) -> int:
+    inner: list[int] = []
+    stack: list[tuple[Any, int, int, str]] = [(tree, 0, -1, "")]  # node, depth, parent, side
+    while stack:
+        node, depth, parent, side = stack.pop()
+        if not isinstance(node, dict) or depth > _MAX_DEPTH:
+            raise _fail(f"tree {t} has a node that is no object, or is over {_MAX_DEPTH} deep")
         idx = len(feature)
         feature.append(-1)
         thr.append(0.0)
         dl.append(False)
         left.append(-1)
         right.append(-1)
-        values.append(np.zeros(0))
+        values.append(np.zeros(dim))
         cover.append(0.0)
+        if parent >= 0:
+            (left if side == "l" else right)[parent] = idx
         if "split" not in node:
-            values[idx] = np.atleast_1d(np.asarray(node["value"], dtype=np.float64)) * scale
-            cover[idx] = float(node.get("weight", 0.0))
-            return idx
-        f, t, d = _split_params(node["split"], ff)
-        feature[idx], thr[idx], dl[idx] = f, float(t), d
-        left[idx] = visit(node["left"])
-        right[idx] = visit(node["right"])
+            try:
+                value = np.asarray(node["value"], dtype=np.float64).reshape(-1) * scale
+                cover[idx] = float(node.get("weight", 0.0))
+            except (KeyError, TypeError, ValueError):
+                raise _fail(f"tree {t} has a leaf without a numeric value or weight") from None
+            if value.size != dim:
+                raise _fail(f"tree {t} has a leaf of {value.size} values, the model {dim}")
+            values[idx] = value
+            continue
+        if "left" not in node or "right" not in node:
+            raise _fail(f"tree {t} has a split without both children")
+        feature[idx], th, dl[idx] = _split_params(node["split"], ff)
+        thr[idx] = float(th)
+        inner.append(idx)
+        stack.append((node["right"], depth + 1, idx, "r"))
+        stack.append((node["left"], depth + 1, idx, "l"))
+    for idx in reversed(inner):  # children come after their parent
         cover[idx] = cover[left[idx]] + cover[right[idx]]
-        return idx
-
-    visit(tree)
-    dim = max(v.size for v in values)
     n = len(feature)
     parts = []
     for g in range(dim):
-        val = np.array([v[g] if v.size else 0.0 for v in values])
         parts.append(
             {
                 "left": np.array(left, dtype=np.int32),
@@ -185,12 +250,31 @@ def _nested_part(tree: dict, ff: dict[int, dict], scale: float) -> tuple[list, i
                 "default_left": np.array(dl, dtype=bool),
                 "is_categorical": np.zeros(n, dtype=bool),
                 "cat_sizes": np.zeros(n, dtype=np.int64),
-                "cat_values": _EMPTY_CATS,
-                "value": val,
+                "cat_values": EMPTY_CATS,
+                "value": np.array([v[g] for v in values]),
                 "cover": np.array(cover, dtype=np.float64),
             }
         )
-    return parts, dim
+    return parts
+
+
+def _dimension(bias: np.ndarray, trees: list, oblivious: bool) -> int:
+    """The model's dimension: the bias length, or (a scalar bias) what the first tree implies."""
+    if bias.size > 1 or not trees:
+        return max(bias.size, 1)
+    tree = trees[0]
+    if not isinstance(tree, dict):
+        raise _fail("tree 0 is no object")
+    if oblivious:
+        n_leaves = 1 << min(len(tree.get("splits") or []), _MAX_DEPTH + 1)
+        return max(_numbers(tree, "leaf_values", 0).size // n_leaves, 1)
+    node = tree
+    for _ in range(_MAX_DEPTH + 1):
+        if not isinstance(node, dict) or "split" not in node:
+            break
+        node = node.get("left")
+    value = node.get("value", 0.0) if isinstance(node, dict) else 0.0
+    return max(np.asarray(value).size, 1)
 
 
 def load_catboost_json(doc: dict | str | os.PathLike, model_kind: str = "catboost") -> Ensemble:
@@ -206,34 +290,55 @@ def load_catboost_json(doc: dict | str | os.PathLike, model_kind: str = "catboos
     Returns
     -------
     Ensemble
+
+    Raises
+    ------
+    ValueError
+        For a truncated or inconsistent document (a path is named in the message).
+    UnsupportedModelError
+        For categorical, text or embedding features, or a document that is no CatBoost model.
     """
     if not isinstance(doc, dict):
-        with open(os.fspath(doc), encoding="utf-8") as fh:
-            doc = json.load(fh)
-    info = doc.get("features_info", {})
-    _refuse_features(info)
-    float_features = {int(f["feature_index"]): f for f in info.get("float_features", [])}
-    num_features = 1 + max(
-        (int(f.get("flat_feature_index", f["feature_index"])) for f in float_features.values()),
-        default=-1,
-    )
-    sb = doc.get("scale_and_bias", [1.0, [0.0]])
-    scale = float(sb[0])
-    bias = np.atleast_1d(np.asarray(sb[1], dtype=np.float64))
-    if "oblivious_trees" in doc:
-        trees, convert = doc["oblivious_trees"], _oblivious_part
-    elif "trees" in doc:
-        trees, convert = doc["trees"], _nested_part
-    else:
+        path = os.fspath(doc)
+        with in_file(path):
+            data = read_model_bytes(path)
+            kind = sniff_model_bytes(data)
+            if kind != "json":
+                raise UnsupportedModelError(refusal(kind, data))
+            return load_catboost_json(parse_json(data), model_kind=model_kind)
+    if not is_catboost_document(doc):
         raise UnsupportedModelError(
-            "the CatBoost JSON has neither 'oblivious_trees' nor 'trees': unknown model layout"
+            "this JSON is no CatBoost model export (it lacks 'features_info' and "
+            f"'oblivious_trees' / 'trees'): {_RESAVE}"
         )
+    info = doc.get("features_info") or {}
+    _refuse_features(info)
+    try:
+        float_features = {int(f["feature_index"]): f for f in info.get("float_features", [])}
+        flat = [
+            int(f.get("flat_feature_index", f["feature_index"])) for f in float_features.values()
+        ]
+    except (KeyError, TypeError, ValueError):
+        raise _fail("features_info.float_features lacks feature indices") from None
+    num_features = check_num_features(1 + max(flat, default=-1), "the CatBoost features_info")
+    sb = doc.get("scale_and_bias", [1.0, [0.0]])
+    try:
+        scale = float(sb[0])
+        bias = np.atleast_1d(np.asarray(sb[1], dtype=np.float64)).reshape(-1)
+    except (TypeError, ValueError, IndexError):
+        raise _fail(f"scale_and_bias is {str(sb)[:80]}, not [scale, [bias, ...]]") from None
+    oblivious = "oblivious_trees" in doc
+    trees = doc["oblivious_trees"] if oblivious else doc["trees"]
+    if not isinstance(trees, list):
+        raise _fail("the trees are no list")
+    convert = _oblivious_part if oblivious else _nested_part
+    dim = _dimension(bias, trees, oblivious)
     parts: list = []
     groups: list[int] = []
-    dim = 1
-    for tree in trees:
-        tparts, dim = convert(tree, float_features, scale)
-        parts.extend(tparts)
+    for t, tree in enumerate(trees):
+        if not isinstance(tree, dict):
+            raise _fail(f"tree {t} is no object")
+        parts.extend(convert(tree, t, float_features, scale, dim))
         groups.extend(range(dim))
     if not parts:
         raise ValueError("the CatBoost model has no trees: nothing to explain")

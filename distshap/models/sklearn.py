@@ -21,13 +21,15 @@ prediction (``init='zero'`` or a ``DummyRegressor``/``DummyClassifier``; any oth
 estimator is refused, it is not a tree). Covers are ``weighted_n_node_samples`` (trees) and the
 node sample ``count`` (histogram gradient boosting), as shap uses.
 
-Split semantics: sklearn trees send ``x <= threshold`` left, comparing float32-cast inputs to a
-float64 threshold (histogram gradient boosting compares float64 inputs); thresholds become
-``x < t`` on float32 with :func:`~distshap.models.lightgbm.le_threshold_to_lt_float32`, exact for
-every float32 input. NaN follows ``missing_go_to_left``. Histogram gradient boosting's
-categorical splits are converted back to the raw category values of the input (its internal
-ordinal encoder is undone), which must be non-negative integers; unknown categories and NaN
-follow the missing direction, as sklearn's predictor does.
+Split semantics: sklearn trees send ``x <= threshold`` left. Decision trees, forests and
+``GradientBoosting*`` cast inputs to float32 and compare them with a float64 threshold: the
+threshold becomes ``x < t`` on float32 (exact for every float32 input) and ``threshold64`` stays
+``None``. Histogram gradient boosting compares float64 inputs with float64 thresholds: its
+loader also sets ``threshold64 = nextafter(threshold, +inf)`` (``x <= thr  <=>  x < t`` on
+doubles), which :mod:`distshap.encoding` keeps exact. NaN follows ``missing_go_to_left``.
+Histogram gradient boosting's categorical splits are converted back to the raw category values
+of the input (its internal ordinal encoder is undone), which must be non-negative integers;
+unknown categories and NaN follow the missing direction, as sklearn's predictor does.
 
 Histogram gradient boosting is read through private attributes (``_predictors``,
 ``_baseline_prediction``, ``_bin_mapper``, ``_preprocessor``); a scikit-learn release that
@@ -40,12 +42,16 @@ from typing import Any
 
 import numpy as np
 
+from distshap.models._common import (
+    EMPTY_CATS,
+    assemble_trees,
+    le_threshold_to_lt64,
+    le_threshold_to_lt_float32,
+    lt64_to_float32,
+)
 from distshap.models.ensemble import Ensemble, UnsupportedModelError
-from distshap.models.lightgbm import assemble_trees, le_threshold_to_lt_float32
 
 __all__ = ["load_sklearn"]
-
-_EMPTY_CATS = np.zeros(0, dtype=np.int32)
 
 
 def _tree_part(tree: Any, values: np.ndarray) -> dict[str, np.ndarray]:
@@ -67,7 +73,7 @@ def _tree_part(tree: Any, values: np.ndarray) -> dict[str, np.ndarray]:
         "default_left": dl & ~leaf,
         "is_categorical": np.zeros(n, dtype=bool),
         "cat_sizes": np.zeros(n, dtype=np.int64),
-        "cat_values": _EMPTY_CATS,
+        "cat_values": EMPTY_CATS,
         "value": np.where(leaf, values, 0.0).astype(np.float64),
         "cover": np.asarray(tree.weighted_n_node_samples, dtype=np.float64),
     }
@@ -220,8 +226,9 @@ def _hist_gradient_boosting(model: Any) -> Ensemble:
             is_cat = nodes["is_categorical"].astype(bool) & ~leaf
             feat_int = nodes["feature_idx"].astype(np.int64)
             thr = np.where(leaf | is_cat, 0.0, nodes["num_threshold"].astype(np.float64))
+            t64 = np.where(leaf | is_cat, 0.0, le_threshold_to_lt64(thr))
             dl = mgl.copy()
-            cat_lists = [_EMPTY_CATS] * n
+            cat_lists = [EMPTY_CATS] * n
             for j in np.flatnonzero(is_cat):
                 f = int(feat_int[j])
                 left_bits = np.unpackbits(
@@ -251,7 +258,8 @@ def _hist_gradient_boosting(model: Any) -> Ensemble:
                     "left": np.where(leaf, -1, left).astype(np.int32),
                     "right": np.where(leaf, -1, right).astype(np.int32),
                     "feature": np.where(leaf, -1, perm[feat_int]).astype(np.int32),
-                    "threshold": np.where(leaf, np.float32(0), le_threshold_to_lt_float32(thr)),
+                    "threshold": lt64_to_float32(t64),
+                    "threshold64": t64,
                     "default_left": dl & ~leaf,
                     "is_categorical": is_cat,
                     "cat_sizes": np.array([c.size for c in cat_lists], dtype=np.int64),

@@ -12,268 +12,52 @@ What is converted:
 * ``gbtree`` and ``dart`` boosters (DART tree weights ``weight_drop`` are folded into the leaf
   values), random forests (``num_parallel_tree > 1``), any number of output groups (tree ``t``
   belongs to group ``tree_info[t]``);
-* numeric splits (XGBoost sends ``x < split_condition`` left, as the Ensemble does), the default
-  direction of missing values, and categorical splits (XGBoost sends the listed categories
-  right, which is the Ensemble convention, so no children are swapped);
-* ``base_score``, converted from the objective's output space to margin space (logit for
-  logistic objectives, log for Poisson / gamma / Tweedie / Cox / AFT, identity otherwise). It
-  may be stored as a number, a numeric string, a bracketed string vector (``"[5E-1]"``, XGBoost
-  >= 3.1) or an array; one value is broadcast to every group.
+* numeric splits (XGBoost sends ``x < split_condition`` left, comparing float32 values, as the
+  Ensemble does), the default direction of missing values, and categorical splits (XGBoost
+  sends the listed categories right, the Ensemble convention, so no children are swapped);
+* ``base_score``, in margin space (see :mod:`distshap.models._xgboost_params`);
+* the missing-value sentinel (``missing=``): a scikit-learn estimator's parameter, or the one
+  an old scikit-learn wrapper recorded in a saved file; NaN otherwise.
 
-Refused with :class:`UnsupportedModelError`: ``gblinear``, vector-leaf trees
+Every count the document records is checked (:class:`~distshap.models._xgboost_params.Counts`):
+a truncated or edited file is refused with what disagrees. Refused with
+:class:`UnsupportedModelError`: ``gblinear``, vector-leaf trees
 (``multi_strategy="multi_output_tree"``), and boosters or documents of any other kind.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import os
-import struct
-import warnings
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from distshap.models._files import (
+    in_file,
+    parse_json,
+    read_model_bytes,
+    refusal,
+    sniff_model_bytes,
+)
+from distshap.models._ubjson import UBJSONError, decode_ubjson
+from distshap.models._xgboost_params import (
+    Counts,
+    base_margin,
+    category_values,
+    get,
+    int_param,
+    sklearn_missing,
+)
 from distshap.models.ensemble import Ensemble, UnsupportedModelError
 
 __all__ = [
-    "UBJSONError",
-    "decode_ubjson",
     "ensemble_from_xgboost_document",
     "load_xgboost",
     "load_xgboost_file",
     "read_xgboost_document",
 ]
-
-# Objectives whose base_score is stored in output space and reaches margin space through
-# logit / log. Every other known objective stores it in margin space already.
-_LOGIT_OBJECTIVES = frozenset({"binary:logistic", "reg:logistic"})
-_LOG_OBJECTIVES = frozenset(
-    {"count:poisson", "reg:gamma", "reg:tweedie", "survival:cox", "survival:aft"}
-)
-_IDENTITY_OBJECTIVES = frozenset(
-    {
-        "reg:squarederror",
-        "reg:linear",
-        "reg:squaredlogerror",
-        "reg:pseudohubererror",
-        "reg:absoluteerror",
-        "reg:quantileerror",
-        "reg:expectileerror",
-        "binary:logitraw",
-        "binary:hinge",
-        "multi:softmax",
-        "multi:softprob",
-        "rank:pairwise",
-        "rank:ndcg",
-        "rank:map",
-    }
-)
-
-
-# --------------------------------------------------------------------------------------------
-# UBJSON
-# --------------------------------------------------------------------------------------------
-
-
-class UBJSONError(ValueError):
-    """Bytes that are not valid (or not supported) Universal Binary JSON."""
-
-
-# Big-endian NumPy dtypes of the fixed-size UBJSON number markers.
-_UBJ_NUMBER = {
-    0x69: np.dtype(">i1"),  # i int8
-    0x55: np.dtype(">u1"),  # U uint8
-    0x49: np.dtype(">i2"),  # I int16
-    0x6C: np.dtype(">i4"),  # l int32
-    0x4C: np.dtype(">i8"),  # L int64
-    0x64: np.dtype(">f4"),  # d float32
-    0x44: np.dtype(">f8"),  # D float64
-}
-_UBJ_STRUCT = {
-    m: struct.Struct(">" + code)
-    for m, code in zip(_UBJ_NUMBER, "bBhiqfd", strict=True)  # same order as _UBJ_NUMBER
-}
-_UBJ_INTEGER = frozenset({0x69, 0x55, 0x49, 0x6C, 0x4C})
-_NOOP = 0x4E  # N
-
-
-class _UBJReader:
-    """Cursor over a UBJSON buffer. Typed numeric arrays become NumPy arrays (native order)."""
-
-    def __init__(self, data: bytes | bytearray | memoryview) -> None:
-        self.buf = bytes(data)
-        self.pos = 0
-
-    def fail(self, what: str) -> UBJSONError:
-        return UBJSONError(f"invalid UBJSON at byte {self.pos}: {what}")
-
-    def take(self, k: int) -> int:
-        start = self.pos
-        if k < 0 or start + k > len(self.buf):
-            raise self.fail(f"truncated input (needs {k} more bytes, {len(self.buf) - start} left)")
-        self.pos = start + k
-        return start
-
-    def byte(self) -> int:
-        return self.buf[self.take(1)]
-
-    def marker(self) -> int:
-        """Next type marker, skipping ``N`` no-ops."""
-        m = self.byte()
-        while m == _NOOP:
-            m = self.byte()
-        return m
-
-    def peek(self) -> int:
-        if self.pos >= len(self.buf):
-            raise self.fail("truncated input (container not closed)")
-        return self.buf[self.pos]
-
-    def integer(self, m: int) -> int:
-        if m not in _UBJ_INTEGER:
-            raise self.fail(f"expected an integer marker for a length or count, got {chr(m)!r}")
-        s = _UBJ_STRUCT[m]
-        return int(s.unpack_from(self.buf, self.take(s.size))[0])
-
-    def string_body(self) -> str:
-        n = self.integer(self.marker())
-        if n < 0:
-            raise self.fail(f"negative string length {n}")
-        start = self.take(n)
-        try:
-            return self.buf[start : start + n].decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise self.fail(f"string is not UTF-8 ({exc})") from None
-
-    def value(self, m: int) -> Any:
-        s = _UBJ_STRUCT.get(m)
-        if s is not None:
-            v = s.unpack_from(self.buf, self.take(s.size))[0]
-            return float(v) if m in (0x64, 0x44) else int(v)
-        if m == 0x53:  # S string
-            return self.string_body()
-        if m == 0x7B:  # {
-            return self.object()
-        if m == 0x5B:  # [
-            return self.array()
-        if m == 0x54:  # T
-            return True
-        if m == 0x46:  # F
-            return False
-        if m == 0x5A:  # Z null
-            return None
-        if m == 0x43:  # C char
-            return chr(self.byte())
-        if m == 0x48:  # H high-precision number, as a decimal string
-            text = self.string_body()
-            try:
-                return int(text)
-            except ValueError:
-                try:
-                    return float(text)
-                except ValueError:
-                    raise self.fail(f"high-precision number {text!r} is not a number") from None
-        raise self.fail(f"unknown type marker {chr(m)!r} (0x{m:02x})")
-
-    def container_header(self) -> tuple[int | None, int | None]:
-        """Optional ``$type`` and ``#count`` after ``[`` or ``{``."""
-        typ = None
-        count = None
-        if self.peek() == 0x24:  # $
-            self.pos += 1
-            typ = self.byte()
-            if typ in (0x5B, 0x7B, _NOOP):
-                raise self.fail(f"container element type {chr(typ)!r} is not allowed")
-            if self.peek() != 0x23:
-                raise self.fail("a '$' element type must be followed by a '#' count")
-        if self.peek() == 0x23:  # #
-            self.pos += 1
-            count = self.integer(self.marker())
-            if count < 0:
-                raise self.fail(f"negative container count {count}")
-        return typ, count
-
-    def array(self) -> Any:
-        typ, count = self.container_header()
-        if typ is not None:
-            assert count is not None
-            dt = _UBJ_NUMBER.get(typ)
-            if dt is not None:
-                start = self.take(count * dt.itemsize)
-                arr = np.frombuffer(self.buf, dtype=dt, count=count, offset=start)
-                return arr.astype(dt.newbyteorder("="))
-            return [self.value(typ) for _ in range(count)]
-        if count is not None:
-            return [self.value(self.marker()) for _ in range(count)]
-        out = []
-        while True:
-            m = self.marker()
-            if m == 0x5D:  # ]
-                return out
-            out.append(self.value(m))
-
-    def object(self) -> dict[str, Any]:
-        typ, count = self.container_header()
-        out: dict[str, Any] = {}
-        if count is not None:
-            for _ in range(count):
-                key = self.string_body()
-                out[key] = self.value(typ if typ is not None else self.marker())
-            return out
-        while True:
-            while self.peek() == _NOOP:
-                self.pos += 1
-            if self.peek() == 0x7D:  # }
-                self.pos += 1
-                return out
-            key = self.string_body()
-            out[key] = self.value(self.marker())
-
-
-def decode_ubjson(data: bytes | bytearray | memoryview) -> Any:
-    """Decode Universal Binary JSON (the subset XGBoost writes, and a little more).
-
-    Supported: objects and arrays, plain or optimised with ``$`` element type and ``#`` count;
-    ``i U I l L`` integers, ``d D`` floats, ``H`` high-precision numbers, ``S`` strings, ``C``
-    chars, ``T F Z`` and ``N`` no-ops. Numbers are big-endian, as the format requires.
-
-    Parameters
-    ----------
-    data
-        The encoded bytes of one value.
-
-    Returns
-    -------
-    Any
-        ``dict`` / ``list`` / ``str`` / ``int`` / ``float`` / ``bool`` / ``None``; an
-        optimised array of a fixed-size number type becomes a NumPy array in native byte order.
-
-    Raises
-    ------
-    UBJSONError
-        On truncated input, unknown markers or trailing bytes.
-    """
-    reader = _UBJReader(data)
-    value = reader.value(reader.marker())
-    while reader.pos < len(reader.buf) and reader.buf[reader.pos] == _NOOP:
-        reader.pos += 1
-    if reader.pos != len(reader.buf):
-        raise reader.fail(f"{len(reader.buf) - reader.pos} trailing bytes after the value")
-    return value
-
-
-# --------------------------------------------------------------------------------------------
-# Reading documents
-# --------------------------------------------------------------------------------------------
-
-
-def _looks_like_json(data: bytes) -> bool:
-    head = data[:64].lstrip()
-    if head[:1] != b"{":
-        return False
-    rest = head[1:].lstrip()
-    return rest[:1] in (b'"', b"}")
 
 
 def read_xgboost_document(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -292,28 +76,26 @@ def read_xgboost_document(path: str | os.PathLike[str]) -> dict[str, Any]:
     Raises
     ------
     UnsupportedModelError
-        For XGBoost's deprecated binary format (re-save the model as ``.json`` or ``.ubj``).
+        For content that is no XGBoost JSON / UBJSON document (a pickle, XGBoost's deprecated
+        binary format, ...); the message says how to save the model instead.
     ValueError
-        For a file that is neither JSON nor UBJSON.
+        For invalid JSON or UBJSON. Every message names the file.
     """
-    path = os.fspath(path)
-    with open(path, "rb") as fh:
-        data = fh.read()
-    if _looks_like_json(data):
-        try:
-            return json.loads(data)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path!r} is not a valid XGBoost JSON model: {exc}") from None
-    if data[:1] == b"{":
-        try:
-            return decode_ubjson(data)
-        except UBJSONError as exc:
-            raise ValueError(f"{path!r} is not a valid XGBoost UBJSON model: {exc}") from None
-    raise UnsupportedModelError(
-        f"{path!r} is neither an XGBoost JSON nor a UBJSON model (perhaps XGBoost's deprecated "
-        "binary format): load it with xgboost and save it again with "
-        "booster.save_model('model.json') or 'model.ubj'"
-    )
+    with in_file(path):
+        data = read_model_bytes(path)
+        kind = sniff_model_bytes(data)
+        if kind == "json":
+            doc = parse_json(data)
+        elif kind == "ubjson":
+            try:
+                doc = decode_ubjson(data)
+            except UBJSONError as exc:
+                raise ValueError(f"not a valid XGBoost UBJSON model: {exc}") from None
+        else:
+            raise UnsupportedModelError(refusal(kind, data))
+        if not isinstance(doc, dict):
+            raise UnsupportedModelError("the document is no JSON object: not an XGBoost model")
+        return doc
 
 
 def load_xgboost_file(
@@ -331,10 +113,17 @@ def load_xgboost_file(
     Returns
     -------
     Ensemble
+        With ``missing_value`` set when the file records the scikit-learn wrapper's
+        ``missing=`` (XGBoost < 1.6); NaN otherwise.
+
+    Raises
+    ------
+    ValueError
+        For a truncated or inconsistent file; the message names the file.
     """
-    return ensemble_from_xgboost_document(
-        read_xgboost_document(path), iteration_range=iteration_range
-    )
+    doc = read_xgboost_document(path)
+    with in_file(path):
+        return ensemble_from_xgboost_document(doc, iteration_range=iteration_range).validate()
 
 
 def load_xgboost(model: Any, *, iteration_range: tuple[int, int] | None = None) -> Ensemble:
@@ -343,7 +132,8 @@ def load_xgboost(model: Any, *, iteration_range: tuple[int, int] | None = None) 
     The booster is serialised to UBJSON in memory and parsed by the same code as
     :func:`load_xgboost_file`. All trees of a ``Booster`` are kept unless ``iteration_range``
     says otherwise; a scikit-learn estimator fitted with early stopping keeps the rounds up to
-    its ``best_iteration``, as its ``predict`` does.
+    its ``best_iteration``, as its ``predict`` does, and its ``missing`` parameter becomes
+    ``Ensemble.missing_value`` (a ``Booster`` does not know its missing value: NaN).
 
     Parameters
     ----------
@@ -369,6 +159,7 @@ def load_xgboost(model: Any, *, iteration_range: tuple[int, int] | None = None) 
     import xgboost
 
     booster = model
+    missing = math.nan
     if not isinstance(model, xgboost.Booster):
         get_booster = getattr(model, "get_booster", None)
         if get_booster is None:
@@ -394,76 +185,25 @@ def load_xgboost(model: Any, *, iteration_range: tuple[int, int] | None = None) 
                 best = None
             if best is not None:
                 iteration_range = (0, best + 1)
+        missing = _estimator_missing(model)
     raw = booster.save_raw(raw_format="ubj")
-    return ensemble_from_xgboost_document(decode_ubjson(raw), iteration_range=iteration_range)
+    ens = ensemble_from_xgboost_document(decode_ubjson(raw), iteration_range=iteration_range)
+    if not math.isnan(missing):
+        ens = replace(ens, missing_value=missing)
+    return ens
 
 
-# --------------------------------------------------------------------------------------------
-# Document -> Ensemble
-# --------------------------------------------------------------------------------------------
-
-
-def _get(obj: Any, key: str, where: str) -> Any:
-    if not isinstance(obj, dict) or key not in obj:
-        raise UnsupportedModelError(
-            f"not a recognised XGBoost model document: {where} lacks {key!r} (save the model "
-            "with booster.save_model('model.json') from XGBoost >= 1.0)"
-        )
-    return obj[key]
-
-
-def _parse_numbers(raw: Any) -> np.ndarray:
-    """base_score as stored: number, "0.5", "[5E-1]", "[a,b]", or an array of either."""
-    if isinstance(raw, str):
-        text = raw.strip()
-        if text.startswith("[") and text.endswith("]"):
-            parts = [p for p in text[1:-1].split(",") if p.strip()]
-        else:
-            parts = [text]
-        try:
-            return np.array([float(p) for p in parts], dtype=np.float64)
-        except ValueError:
-            raise UnsupportedModelError(f"cannot read base_score {raw!r} as numbers") from None
-    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
-        return np.array([float(raw)], dtype=np.float64)
-    if isinstance(raw, (list, tuple, np.ndarray)):
-        try:
-            return np.array([float(v) for v in raw], dtype=np.float64).reshape(-1)
-        except (TypeError, ValueError):
-            raise UnsupportedModelError(f"cannot read base_score {raw!r} as numbers") from None
-    raise UnsupportedModelError(f"cannot read base_score {raw!r} as numbers")
-
-
-def _base_margin(raw: Any, objective: str, num_groups: int) -> np.ndarray:
-    values = _parse_numbers(raw)
-    if values.size == 1:
-        values = np.repeat(values, num_groups)
-    elif values.size != num_groups:
-        raise UnsupportedModelError(
-            f"base_score holds {values.size} values but the model has {num_groups} output groups"
-        )
-    # XGBoost keeps base_score as float32.
-    values = values.astype(np.float32).astype(np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        if objective in _LOGIT_OBJECTIVES:
-            out = np.log(values) - np.log1p(-values)
-        elif objective in _LOG_OBJECTIVES:
-            out = np.log(values)
-        else:
-            if objective not in _IDENTITY_OBJECTIVES:
-                warnings.warn(
-                    f"unknown XGBoost objective {objective!r}: assuming its base_score is "
-                    "stored in margin space; check the bias column against "
-                    "predict(output_margin=True)",
-                    UserWarning,
-                    stacklevel=4,
-                )
-            out = values
-    if not np.all(np.isfinite(out)):
-        raise UnsupportedModelError(
-            f"base_score {raw!r} has no finite margin under objective {objective!r}"
-        )
-    return out
+def _estimator_missing(model: Any) -> float:
+    """The ``missing`` parameter of an XGBoost scikit-learn estimator (None and NaN: NaN)."""
+    raw = getattr(model, "missing", math.nan)
+    if raw is None:
+        return math.nan
+    try:
+        return float(raw)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{type(model).__name__}(missing={raw!r}) is not a number: XGBoost needs a float"
+        ) from None
 
 
 def _ragged_gather(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -476,50 +216,26 @@ def _ragged_gather(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) + shift
 
 
-def _int_param(obj: dict, key: str, default: int) -> int:
-    raw = obj.get(key, default)
+def _array(tree: dict, name: str, dtype: Any, t: int, n: int | None) -> np.ndarray:
+    """``tree[name]`` as a 1-D array of ``dtype`` with ``n`` entries (when given)."""
     try:
-        return int(raw)
-    except (TypeError, ValueError):
-        raise UnsupportedModelError(f"cannot read {key}={raw!r} as an integer") from None
+        arr = np.asarray(get(tree, name, f"tree {t}"), dtype=dtype)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValueError(f"XGBoost tree {t}: {name} holds values that are no {np.dtype(dtype)} "
+                         f"({exc})") from None  # fmt: skip
+    if arr.ndim != 1 or (n is not None and arr.shape != (n,)):
+        raise ValueError(
+            f"inconsistent XGBoost model: tree {t}'s {name} has shape {arr.shape}, expected "
+            f"({n},) like its left_children (truncated or edited)"
+        )
+    return arr
 
 
-def _category_values(cats: Any) -> dict[int, Any]:
-    """Training categories per feature (XGBoost >= 3.1 stores its category encoder)."""
-    out: dict[int, Any] = {}
-    if not isinstance(cats, dict):
-        return out
-    enc = cats.get("enc")
-    if not isinstance(enc, list):
-        return out
-    for f, entry in enumerate(enc):
-        if not isinstance(entry, dict):
-            continue
-        values = entry.get("values")
-        if values is None or len(values) == 0:
-            continue
-        offsets = entry.get("offsets")
-        if offsets is not None and len(offsets) > 0:
-            blob = bytes(np.asarray(values, dtype=np.uint8))
-            offs = np.asarray(offsets, dtype=np.int64)
-            out[f] = [blob[a:b].decode("utf-8") for a, b in zip(offs[:-1], offs[1:], strict=True)]
-        else:
-            out[f] = np.asarray(values)
-    return out
-
-
-def _iteration_trees(
-    model: dict, num_trees: int, trees_per_round: int, iteration_range: tuple[int, int] | None
-) -> np.ndarray:
+def _iteration_trees(indptr: np.ndarray, iteration_range: tuple[int, int] | None) -> np.ndarray:
     """Indices of the trees of boosting rounds ``[begin, end)``."""
     if iteration_range is None:
-        return np.arange(num_trees)
+        return np.arange(indptr[-1])
     begin, end = (int(v) for v in iteration_range)
-    indptr = model.get("iteration_indptr")
-    if indptr is not None and len(indptr) > 0:
-        indptr = np.asarray(indptr, dtype=np.int64)
-    else:
-        indptr = np.arange(0, num_trees + 1, max(trees_per_round, 1), dtype=np.int64)
     rounds = indptr.size - 1
     if end == 0:
         end = rounds
@@ -552,11 +268,13 @@ def ensemble_from_xgboost_document(
     ------
     UnsupportedModelError
         For gblinear, vector-leaf trees, or a document of an unknown shape.
+    ValueError
+        For a document whose counts disagree (truncated or edited).
     """
-    learner = _get(doc, "learner", "the document")
-    booster = _get(learner, "gradient_booster", "learner")
-    booster_name = _get(booster, "name", "gradient_booster")
-    mparam = _get(learner, "learner_model_param", "learner")
+    learner = get(doc, "learner", "the document")
+    booster = get(learner, "gradient_booster", "learner")
+    booster_name = get(booster, "name", "gradient_booster")
+    mparam = get(learner, "learner_model_param", "learner")
     objective_obj = learner.get("objective", {})
     objective = str(objective_obj.get("name", "reg:squarederror")) if objective_obj else ""
     objective = objective or "reg:squarederror"
@@ -569,41 +287,29 @@ def ensemble_from_xgboost_document(
         )
     weight_drop = None
     if booster_name == "dart":
-        weight_drop = np.asarray(
-            _get(booster, "weight_drop", "dart booster"), dtype=np.float32
-        ).astype(np.float64)
-        booster = _get(booster, "gbtree", "dart booster")
+        weight_drop = get(booster, "weight_drop", "dart booster")
+        booster = get(booster, "gbtree", "dart booster")
     elif booster_name != "gbtree":
         raise UnsupportedModelError(
             f"unknown XGBoost booster {booster_name!r}: distshap supports 'gbtree' and 'dart'"
         )
-    model = _get(booster, "model", "gbtree booster")
+    model = get(booster, "model", "gbtree booster")
     if weight_drop is None and "weight_drop" in model:
         # XGBoost >= 3.3 saves DART models as booster "gbtree" with the tree weights inside
-        weight_drop = np.asarray(model["weight_drop"], dtype=np.float32).astype(np.float64)
-    trees = _get(model, "trees", "gbtree model")
-    num_trees = len(trees)
-    tree_info = np.asarray(model.get("tree_info", np.zeros(num_trees)), dtype=np.int64)
-    if tree_info.shape != (num_trees,):
-        raise UnsupportedModelError(f"tree_info has {tree_info.size} entries for {num_trees} trees")
-    if weight_drop is not None and weight_drop.shape != (num_trees,):
-        raise UnsupportedModelError(
-            f"DART weight_drop has {weight_drop.size} entries for {num_trees} trees"
-        )
-
-    num_feature = _int_param(mparam, "num_feature", 0)
-    num_class = _int_param(mparam, "num_class", 0)
-    num_target = _int_param(mparam, "num_target", 1)
-    num_groups = num_class if num_class > 0 else max(num_target, 1)
-    if num_trees and int(tree_info.max()) >= num_groups:
-        raise UnsupportedModelError(
-            f"tree_info names output group {int(tree_info.max())} but the model declares "
-            f"{num_groups} outputs"
-        )
-    gbparam = model.get("gbtree_model_param", {})
-    num_parallel_tree = _int_param(gbparam, "num_parallel_tree", 1) if gbparam else 1
-
-    keep = _iteration_trees(model, num_trees, num_parallel_tree * num_groups, iteration_range)
+        weight_drop = model["weight_drop"]
+    counts = Counts(mparam, model, get(model, "trees", "gbtree model"))
+    trees = model["trees"]
+    num_feature, num_groups = counts.num_feature, counts.num_groups
+    if weight_drop is not None:
+        weight_drop = np.asarray(weight_drop, dtype=np.float32).astype(np.float64).reshape(-1)
+        if weight_drop.shape != (counts.num_trees,):
+            raise ValueError(
+                f"inconsistent XGBoost model: DART weight_drop has {weight_drop.size} entries "
+                f"for {counts.num_trees} trees"
+            )
+    for t, tree in enumerate(trees):  # every tree's own counts, kept or not
+        counts.check_tree(t, tree, len(get(tree, "left_children", f"tree {t}")))
+    keep = _iteration_trees(counts.indptr, iteration_range)
 
     # Per-tree arrays (one Python step per tree), then one concatenation per field.
     lefts, rights, feats, conds, dlefts, stypes, hess = [], [], [], [], [], [], []
@@ -613,61 +319,41 @@ def ensemble_from_xgboost_document(
     cat_base = 0
     for k, t in enumerate(keep.tolist()):
         tree = trees[t]
-        tparam = tree.get("tree_param", {})
-        leaf_size = _int_param(tparam, "size_leaf_vector", 1)
+        leaf_size = int_param(tree.get("tree_param") or {}, "size_leaf_vector", 1)
         if leaf_size > 1 or "leaf_weights" in tree:
             raise UnsupportedModelError(
                 f"XGBoost tree {t} has vector leaves (size_leaf_vector={leaf_size}, "
                 "multi_strategy='multi_output_tree'): distshap cannot explain multi-target "
                 "trees; retrain with multi_strategy='one_output_per_tree' (the default)"
             )
-        left = np.asarray(_get(tree, "left_children", f"tree {t}"), dtype=np.int32)
+        left = _array(tree, "left_children", np.int32, t, None)
         n = left.shape[0]
         if n == 0:
-            raise UnsupportedModelError(f"XGBoost tree {t} has no nodes")
-        fields = {
-            "right_children": np.int32,
-            "split_indices": np.int32,
-            "split_conditions": np.float32,
-            "default_left": np.bool_,
-            "sum_hessian": np.float32,  # stored as float32: JSON text and UBJ agree
-        }
-        arrays = {}
-        for name, dtype in fields.items():
-            arr = np.asarray(_get(tree, name, f"tree {t}"), dtype=dtype)
-            if arr.shape != (n,):
-                raise UnsupportedModelError(
-                    f"XGBoost tree {t}: {name} has shape {arr.shape}, expected ({n},)"
-                )
-            arrays[name] = arr
-        stype = tree.get("split_type")
-        stype = (
-            np.zeros(n, dtype=np.int8)
-            if stype is None or len(stype) == 0
-            else np.asarray(stype, dtype=np.int8)
-        )
-        if stype.shape != (n,):
-            raise UnsupportedModelError(
-                f"XGBoost tree {t}: split_type has shape {stype.shape}, expected ({n},)"
-            )
+            raise ValueError(f"XGBoost tree {t} has no nodes")
         lefts.append(left)
-        rights.append(arrays["right_children"])
-        feats.append(arrays["split_indices"])
-        conds.append(arrays["split_conditions"])
-        dlefts.append(arrays["default_left"])
-        stypes.append(stype)
-        hess.append(arrays["sum_hessian"])
+        rights.append(_array(tree, "right_children", np.int32, t, n))
+        feats.append(_array(tree, "split_indices", np.int32, t, n))
+        conds.append(_array(tree, "split_conditions", np.float32, t, n))
+        dlefts.append(_array(tree, "default_left", np.bool_, t, n))
+        # sum_hessian is stored as float32: JSON text and UBJ agree
+        hess.append(_array(tree, "sum_hessian", np.float32, t, n))
+        for name in ("parents", "loss_changes", "base_weights"):  # unused, but counted
+            if name in tree:
+                _array(tree, name, np.float64, t, n)
+        stype = tree.get("split_type")
+        if stype is None or len(stype) == 0:
+            stypes.append(np.zeros(n, dtype=np.int8))
+        else:
+            stypes.append(_array(tree, "split_type", np.int8, t, n))
         sizes[k] = n
         cnodes = tree.get("categories_nodes")
         if cnodes is not None and len(cnodes) > 0:
-            cnodes = np.asarray(cnodes, dtype=np.int64)
-            csegs = np.asarray(_get(tree, "categories_segments", f"tree {t}"), dtype=np.int64)
-            csizes = np.asarray(_get(tree, "categories_sizes", f"tree {t}"), dtype=np.int64)
-            cvals = np.asarray(_get(tree, "categories", f"tree {t}"), dtype=np.int64)
-            if not (cnodes.shape == csegs.shape == csizes.shape) or np.any(
-                csegs + csizes > cvals.size
-            ):
-                raise UnsupportedModelError(f"XGBoost tree {t}: inconsistent category arrays")
+            cnodes = _array(tree, "categories_nodes", np.int64, t, None)
+            csegs = _array(tree, "categories_segments", np.int64, t, cnodes.size)
+            csizes = _array(tree, "categories_sizes", np.int64, t, cnodes.size)
+            cvals = _array(tree, "categories", np.int64, t, None)
+            if np.any(csegs < 0) or np.any(csizes < 0) or np.any(csegs + csizes > cvals.size):
+                raise ValueError(f"XGBoost tree {t}: inconsistent category arrays")
             cat_nodes.append(cnodes + node_base)
             cat_segs.append(csegs + cat_base)
             cat_sizes.append(csizes)
@@ -692,7 +378,7 @@ def ensemble_from_xgboost_document(
     right = np.concatenate(rights)
     right += base
     if np.any(internal & ((left >= end) | (right < base) | (right >= end))):
-        raise UnsupportedModelError("an XGBoost tree has a child index outside the tree")
+        raise ValueError("an XGBoost tree has a child index outside the tree")
     left[leaf] = -1
     right[leaf] = -1
     del end
@@ -702,35 +388,37 @@ def ensemble_from_xgboost_document(
     feature = np.concatenate(feats)
     feature[leaf] = -1
     if np.any(internal & ((feature < 0) | (feature >= max(num_feature, 1)))):
-        raise UnsupportedModelError(f"an XGBoost split uses a feature outside [0, {num_feature})")
+        bad = int(feature[internal & ((feature < 0) | (feature >= num_feature))][0])
+        raise ValueError(
+            f"inconsistent XGBoost model: a split uses feature {bad} but num_feature is "
+            f"{num_feature}"
+        )
 
     value = np.where(leaf, cond.astype(np.float64), 0.0)
     if weight_drop is not None:
         value *= np.repeat(weight_drop[keep], sizes)
 
     # Category sets, ordered by global node index.
-    counts = np.zeros(num_nodes, dtype=np.int64)
+    cat_counts = np.zeros(num_nodes, dtype=np.int64)
     if cat_nodes:
         all_nodes = np.concatenate(cat_nodes)
         all_segs = np.concatenate(cat_segs)
         all_sizes = np.concatenate(cat_sizes)
         all_vals = np.concatenate(cat_vals)
         if np.any((all_nodes < 0) | (all_nodes >= num_nodes)) or not np.all(is_cat[all_nodes]):
-            raise UnsupportedModelError(
-                "XGBoost categories_nodes names a node that is no categorical split"
-            )
+            raise ValueError("XGBoost categories_nodes names a node that is no categorical split")
         order = np.argsort(all_nodes, kind="stable")
-        counts[all_nodes] = all_sizes
+        cat_counts[all_nodes] = all_sizes
         cat_values = all_vals[_ragged_gather(all_segs[order], all_sizes[order])]
     else:
         cat_values = np.zeros(0, dtype=np.int64)
     if np.any(cat_values < 0) or np.any(cat_values > np.iinfo(np.int32).max):
         raise UnsupportedModelError("an XGBoost categorical split lists a negative category")
     cat_offsets = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(counts, out=cat_offsets[1:])
+    np.cumsum(cat_counts, out=cat_offsets[1:])
 
-    base_score = _base_margin(
-        _get(mparam, "base_score", "learner_model_param"), objective, num_groups
+    base_score = base_margin(
+        get(mparam, "base_score", "learner_model_param"), objective, num_groups
     )
 
     names = learner.get("feature_names") or None
@@ -738,20 +426,20 @@ def ensemble_from_xgboost_document(
     feature_names = tuple(str(v) for v in names) if names is not None else None
     feature_types = tuple("c" if v == "c" else "q" for v in types) if types is not None else None
     for label, seq in (("feature_names", feature_names), ("feature_types", feature_types)):
-        if seq is not None and num_feature and len(seq) != num_feature:
-            raise UnsupportedModelError(
-                f"the model has {len(seq)} {label} for {num_feature} features"
+        if seq is not None and len(seq) != num_feature:
+            raise ValueError(
+                f"inconsistent XGBoost model: it has {len(seq)} {label} for {num_feature} features"
             )
 
     version = doc.get("version")
     extra = {
         "booster": "dart" if weight_drop is not None else booster_name,
         "objective": objective,
-        "num_parallel_tree": num_parallel_tree,
+        "num_parallel_tree": counts.num_parallel_tree,
         "xgboost_version": tuple(int(v) for v in version) if version is not None else None,
         "xgboost_feature_types": tuple(str(v) for v in types) if types is not None else None,
     }
-    categories = _category_values(model.get("cats"))
+    categories = category_values(model.get("cats"))
     if categories:
         extra["category_values"] = categories
 
@@ -767,7 +455,7 @@ def ensemble_from_xgboost_document(
         value=value,
         cover=np.concatenate(hess).astype(np.float64),
         tree_offsets=tree_offsets,
-        tree_group=tree_info[keep].astype(np.int32),
+        tree_group=counts.tree_info[keep].astype(np.int32),
         num_features=num_feature,
         num_groups=num_groups,
         base_score=base_score,
@@ -775,4 +463,5 @@ def ensemble_from_xgboost_document(
         feature_types=feature_types,
         model_kind=f"xgboost:{objective}",
         extra=extra,
+        missing_value=sklearn_missing(learner),
     )
