@@ -241,14 +241,14 @@ def parse_lightgbm_text(text: str) -> LightGBMText:
         per_iter = num_class
     if per_iter < 1 or (num_class >= 0 and num_class != per_iter):
         raise _fail(f"the header has num_class={num_class}, num_tree_per_iteration={per_iter}")
+    max_idx = _int(header, "max_feature_idx", "header")
+    num_features = check_num_features(max_idx + 1, "the LightGBM header (max_feature_idx)")
+    trees = [_parse_tree(b, i, num_features) for i, b in enumerate(blocks)]
     if len(blocks) % per_iter:
         raise _fail(
             f"{len(blocks)} trees do not make whole iterations of num_tree_per_iteration="
             f"{per_iter} (a tree is missing)"
         )
-    max_idx = _int(header, "max_feature_idx", "header")
-    num_features = check_num_features(max_idx + 1, "the LightGBM header (max_feature_idx)")
-    trees = [_parse_tree(b, i, num_features) for i, b in enumerate(blocks)]
 
     names = None
     if "feature_names" in header:

@@ -239,10 +239,16 @@ class Counts:
         per_round = self.num_parallel_tree * self.num_groups
         if raw is not None and len(raw) > 0:
             indptr = np.asarray(raw, dtype=np.int64).reshape(-1)
-            if indptr[0] != 0 or indptr[-1] != n or np.any(np.diff(indptr) < 0):
+            if indptr[0] != 0 or indptr[-1] != n:
                 raise ValueError(
                     f"inconsistent XGBoost model: iteration_indptr runs from {int(indptr[0])} to "
                     f"{int(indptr[-1])} for {n} trees (truncated or edited); save it again"
+                )
+            if np.any(np.diff(indptr) != per_round):
+                raise ValueError(
+                    "inconsistent XGBoost model: iteration_indptr has rounds of other than "
+                    f"{per_round} trees (num_parallel_tree={self.num_parallel_tree} x "
+                    f"{self.num_groups} outputs); the document is truncated or edited"
                 )
             return indptr
         if n % per_round:

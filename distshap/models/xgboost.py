@@ -297,8 +297,16 @@ def ensemble_from_xgboost_document(
     if weight_drop is None and "weight_drop" in model:
         # XGBoost >= 3.3 saves DART models as booster "gbtree" with the tree weights inside
         weight_drop = model["weight_drop"]
-    counts = Counts(mparam, model, get(model, "trees", "gbtree model"))
-    trees = model["trees"]
+    trees = get(model, "trees", "gbtree model")
+    for t, tree in enumerate(trees if isinstance(trees, list) else []):
+        leaf_size = int_param(tree.get("tree_param") or {}, "size_leaf_vector", 1)
+        if leaf_size > 1 or "leaf_weights" in tree:
+            raise UnsupportedModelError(
+                f"XGBoost tree {t} has vector leaves (size_leaf_vector={leaf_size}, "
+                "multi_strategy='multi_output_tree'): distshap cannot explain multi-target "
+                "trees; retrain with multi_strategy='one_output_per_tree' (the default)"
+            )
+    counts = Counts(mparam, model, trees)
     num_feature, num_groups = counts.num_feature, counts.num_groups
     if weight_drop is not None:
         weight_drop = np.asarray(weight_drop, dtype=np.float32).astype(np.float64).reshape(-1)
@@ -319,13 +327,6 @@ def ensemble_from_xgboost_document(
     cat_base = 0
     for k, t in enumerate(keep.tolist()):
         tree = trees[t]
-        leaf_size = int_param(tree.get("tree_param") or {}, "size_leaf_vector", 1)
-        if leaf_size > 1 or "leaf_weights" in tree:
-            raise UnsupportedModelError(
-                f"XGBoost tree {t} has vector leaves (size_leaf_vector={leaf_size}, "
-                "multi_strategy='multi_output_tree'): distshap cannot explain multi-target "
-                "trees; retrain with multi_strategy='one_output_per_tree' (the default)"
-            )
         left = _array(tree, "left_children", np.int32, t, None)
         n = left.shape[0]
         if n == 0:
