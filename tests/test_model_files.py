@@ -620,6 +620,63 @@ def test_ubjson_decoder_bounds():
         decode_ubjson(b"[#L" + (2**40).to_bytes(8, "big") + b"Z")
 
 
+def _mutations(doc, seed: int, n: int):
+    """``n`` copies of a JSON document, each with one or two values replaced or removed."""
+    import copy
+    import random
+
+    values = [None, -1, 0, 10**12, "x", "", [], {}, [[1]], 1.5, math.nan, math.inf, True, [None]]
+
+    def paths(obj, pre=()):
+        yield pre
+        if isinstance(obj, dict):
+            items = list(obj.items())
+        elif isinstance(obj, list):
+            items = list(enumerate(obj[:3]))
+        else:
+            items = []
+        for key, value in items:
+            yield from paths(value, (*pre, key))
+
+    rng = random.Random(seed)
+    all_paths = list(paths(doc))[1:]
+    for _ in range(n):
+        out = copy.deepcopy(doc)
+        for _ in range(rng.randint(1, 2)):
+            path = rng.choice(all_paths)
+            parent = out
+            try:
+                for key in path[:-1]:
+                    parent = parent[key]
+                if isinstance(parent, dict) and rng.random() < 0.25:
+                    del parent[path[-1]]
+                else:
+                    parent[path[-1]] = rng.choice(values)
+            except (KeyError, IndexError, TypeError):
+                pass  # an earlier edit removed the path
+        yield out
+
+
+def test_malformed_documents_raise_value_errors_only(tmp_path):
+    """Values of the wrong type or size anywhere: a ValueError, never another exception."""
+    from distshap.models.catboost import load_catboost_json
+    from distshap.models.xgboost import ensemble_from_xgboost_document
+
+    X, y = load_iris(return_X_y=True)
+    params = {"max_depth": 2, "objective": "multi:softprob", "num_class": 3}
+    xgb_doc = json.loads(xgb.train(params, xgb.DMatrix(X, y), 2).save_raw("json"))
+    docs = [(xgb_doc, lambda d: ensemble_from_xgboost_document(d).validate())]
+    docs.append((_catboost_doc(tmp_path, grow_policy="Lossguide"), load_catboost_json))
+    for doc, load in docs:
+        refused = 0
+        for bad in _mutations(doc, seed=0, n=300):
+            try:
+                load(bad)
+            except ValueError:
+                refused += 1
+        assert refused > 100  # the mutations do break documents
+
+
 def test_huge_num_feature_lightgbm_is_refused():
     text = _lgb_text()
     bad = re.sub(r"(?m)^max_feature_idx=\d+", f"max_feature_idx={MAX_FEATURES}", text)

@@ -9,12 +9,17 @@ conversions are exact, and they live here once so that every loader rounds the s
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 import numpy as np
 
 __all__ = [
     "EMPTY_CATS",
     "MAX_FEATURES",
     "assemble_trees",
+    "malformed_is_value_error",
     "check_num_features",
     "le_threshold_to_lt64",
     "le_threshold_to_lt_float32",
@@ -36,9 +41,35 @@ def check_num_features(num_features: int, what: str = "the model") -> int:
     if not 0 <= n <= MAX_FEATURES:
         raise ValueError(
             f"{what} declares {n:,} input features; distshap supports 0 to {MAX_FEATURES:,} "
-            "(the file is corrupt, or the model needs sparse inputs distshap does not take)"
+            "(a larger count is a corrupt file, or a model for sparse inputs, which distshap "
+            "does not take)"
         )
     return n
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def malformed_is_value_error(what: str, fix: str) -> Callable[[F], F]:
+    """Decorate a document converter: structure errors become one ``ValueError``.
+
+    A document of the right kind but the wrong shape (a number where a list belongs, a missing
+    key deep inside, an infinite count) raises ``TypeError`` / ``KeyError`` / ``IndexError`` /
+    ``AttributeError`` / ``OverflowError`` somewhere in a converter; the caller gets a
+    ``ValueError`` saying the ``what`` is malformed and the ``fix``, with the cause chained.
+    """
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except (TypeError, KeyError, IndexError, AttributeError, OverflowError) as exc:
+                raise ValueError(f"malformed {what} ({type(exc).__name__}: {exc}); {fix}") from exc
+
+        return inner  # type: ignore[return-value]
+
+    return wrap
 
 
 def le_threshold_to_lt64(threshold: np.ndarray | float) -> np.ndarray:

@@ -39,11 +39,17 @@ def in_file(path: str | os.PathLike[str]) -> Iterator[None]:
     """Re-raise a ``ValueError`` met while loading ``path`` with the file's name in front.
 
     The exception keeps its class (``UnsupportedModelError`` stays one) when that class takes
-    a single message; the original is chained for debugging.
+    a single message; the original is chained for debugging. A ``RecursionError`` (content
+    nested absurdly deep) becomes a ``ValueError`` too.
     """
     name = os.fspath(path)
     try:
         yield
+    except RecursionError:
+        raise ValueError(
+            f"model file {name!r}: the content nests deeper than any model does; the file is "
+            "corrupt or is no model"
+        ) from None
     except ValueError as exc:
         msg = str(exc)
         if name in msg:

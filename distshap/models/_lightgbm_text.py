@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from distshap.models._common import check_num_features
+from distshap.models._common import check_num_features, malformed_is_value_error
 from distshap.models.ensemble import UnsupportedModelError
 
 __all__ = ["LightGBMText", "TreeArrays", "parse_lightgbm_text"]
@@ -203,6 +203,7 @@ def _check_tree(tree: TreeArrays, num_cat: int, nf: int) -> None:
         raise _fail(f"tree {i} has a categorical split naming none of its {num_cat} category sets")
 
 
+@malformed_is_value_error("LightGBM model text", _RESAVE)
 def parse_lightgbm_text(text: str) -> LightGBMText:
     """Parse and check a LightGBM text model.
 

@@ -259,10 +259,14 @@ class Counts:
             )
         return np.arange(0, n + 1, per_round, dtype=np.int64)
 
-    def check_tree(self, t: int, tree: Any, num_nodes: int) -> None:
+    def check_tree(self, t: int, tree: Any) -> None:
         """A tree's own record (``id``, ``tree_param``) against its arrays and the model."""
         if not isinstance(tree, dict):
             raise ValueError(f"XGBoost tree {t} is a {type(tree).__name__}, not an object")
+        left = get(tree, "left_children", f"tree {t}")
+        if not hasattr(left, "__len__") or isinstance(left, (str, dict)):
+            raise ValueError(f"XGBoost tree {t}: left_children is no array")
+        num_nodes = len(left)
         tree_id = int_param(tree, "id", t)
         if tree_id != t:
             raise ValueError(

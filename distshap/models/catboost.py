@@ -37,6 +37,7 @@ from distshap.models._common import (
     assemble_trees,
     check_num_features,
     le_threshold_to_lt_float32,
+    malformed_is_value_error,
 )
 from distshap.models._files import (
     in_file,
@@ -305,7 +306,12 @@ def load_catboost_json(doc: dict | str | os.PathLike, model_kind: str = "catboos
             kind = sniff_model_bytes(data)
             if kind != "json":
                 raise UnsupportedModelError(refusal(kind, data))
-            return load_catboost_json(parse_json(data), model_kind=model_kind)
+            return _from_document(parse_json(data), model_kind)
+    return _from_document(doc, model_kind)
+
+
+@malformed_is_value_error("CatBoost JSON model", _RESAVE)
+def _from_document(doc: Any, model_kind: str) -> Ensemble:
     if not is_catboost_document(doc):
         raise UnsupportedModelError(
             "this JSON is no CatBoost model export (it lacks 'features_info' and "

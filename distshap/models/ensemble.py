@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from distshap.models._common import check_num_features
+
 __all__ = ["Ensemble", "UnsupportedModelError"]
 
 
@@ -119,6 +121,7 @@ class Ensemble:
 
     def validate(self) -> Ensemble:
         """Check array shapes, dtypes and tree structure; raise ``ValueError`` if broken."""
+        check_num_features(self.num_features, "the ensemble")
         n = self.num_nodes
         expected = {
             "left": np.int32,

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from distshap.models._common import malformed_is_value_error
 from distshap.models._files import (
     in_file,
     parse_json,
@@ -247,6 +248,9 @@ def _iteration_trees(indptr: np.ndarray, iteration_range: tuple[int, int] | None
     return np.arange(indptr[begin], indptr[end])
 
 
+@malformed_is_value_error(
+    "XGBoost model document", "save the model again with booster.save_model('model.json')"
+)
 def ensemble_from_xgboost_document(
     doc: dict[str, Any], *, iteration_range: tuple[int, int] | None = None
 ) -> Ensemble:
@@ -269,7 +273,8 @@ def ensemble_from_xgboost_document(
     UnsupportedModelError
         For gblinear, vector-leaf trees, or a document of an unknown shape.
     ValueError
-        For a document whose counts disagree (truncated or edited).
+        For a document whose counts disagree (truncated or edited) or whose structure is not
+        XGBoost's.
     """
     learner = get(doc, "learner", "the document")
     booster = get(learner, "gradient_booster", "learner")
@@ -299,6 +304,8 @@ def ensemble_from_xgboost_document(
         weight_drop = model["weight_drop"]
     trees = get(model, "trees", "gbtree model")
     for t, tree in enumerate(trees if isinstance(trees, list) else []):
+        if not isinstance(tree, dict):
+            continue  # Counts.check_tree says what is wrong
         leaf_size = int_param(tree.get("tree_param") or {}, "size_leaf_vector", 1)
         if leaf_size > 1 or "leaf_weights" in tree:
             raise UnsupportedModelError(
@@ -316,7 +323,7 @@ def ensemble_from_xgboost_document(
                 f"for {counts.num_trees} trees"
             )
     for t, tree in enumerate(trees):  # every tree's own counts, kept or not
-        counts.check_tree(t, tree, len(get(tree, "left_children", f"tree {t}")))
+        counts.check_tree(t, tree)
     keep = _iteration_trees(counts.indptr, iteration_range)
 
     # Per-tree arrays (one Python step per tree), then one concatenation per field.
