@@ -38,7 +38,7 @@ def _open(path: str) -> Any:
 
 
 def _head(path: str) -> tuple[bytes, list[bytes]]:
-    """The first line of ``path`` and up to :data:`_SAMPLE_LINES` non-blank lines after it."""
+    """The first line of ``path`` and up to :data:`_SAMPLE_LINES` lines after it."""
     try:
         with _open(path) as fh:
             header = fh.readline()
@@ -47,8 +47,7 @@ def _head(path: str) -> tuple[bytes, list[bytes]]:
                 line = fh.readline()
                 if not line:
                     break
-                if line.strip():
-                    sample.append(line)
+                sample.append(line)
     except OSError as err:
         raise InputError(f"cannot read {path!r} as CSV ({err}): check the file") from err
     return header, sample
@@ -99,12 +98,14 @@ def _check_header(path: str, header: bytes, sep: str) -> list[str]:
     return cells
 
 
-def _csv_meta(path: str, header: bytes, sample: list[bytes], sep: str) -> Any:
+def _csv_meta(path: str, header: bytes, sample: list[bytes], sep: str, width: int) -> Any:
     """Empty DataFrame with the columns and dtypes of the first rows (integers as float64)."""
     import pandas as pd
 
+    data = b"".join(sample)
+    _check_fields(data, sep, width, path, -1)  # the sample starts on line 2
     try:
-        frame = pd.read_csv(_bytes_io.BytesIO(header + b"".join(sample)), sep=sep)
+        frame = pd.read_csv(_bytes_io.BytesIO(header + data), sep=sep)
     except Exception as err:
         raise InputError(
             f"cannot read {path!r} as CSV ({_first_line(err)}): check the file"
@@ -148,7 +149,7 @@ def read_csv(files: list[str], chunk_rows: int | None = None) -> Any:
     sep = _separator(files[0])
     header, sample = _head(files[0])
     columns = _check_header(files[0], header, sep)
-    meta, meta_from = None, files[0]
+    meta = None
     blocks = []
     for path in files:
         first, rows = (header, sample) if path == files[0] else _head(path)
@@ -157,20 +158,14 @@ def read_csv(files: list[str], chunk_rows: int | None = None) -> Any:
                 f"{path!r} and {files[0]!r} have different header rows: every file must have "
                 "the same columns; point DATA at files of one table"
             )
-        if rows and meta is None:
-            meta, meta_from = _csv_meta(path, first, rows, sep), path
+        if any(line.strip() for line in rows) and meta is None:
+            meta = _csv_meta(path, first, rows, sep, len(columns))
         blocks.extend(_blocks(path, len(first), chunk_rows, rows))
     if meta is None:
         where = repr(files[0]) if len(files) == 1 else f"{len(files)} files ({files[0]!r}, ...)"
         raise InputError(
             f"{where} has a header row but no rows: nothing to explain; add rows of data "
             "under the header"
-        )
-    names = [str(c) for c in meta.columns]
-    if len(names) != len(columns):
-        raise InputError(
-            f"{meta_from!r}: its first rows have {len(names)} fields but the header has "
-            f"{len(columns)}: give every row one field per column"
         )
     paths, offsets, lengths = ([b[k] for b in blocks] for k in range(3))
     return dd.from_map(
@@ -268,13 +263,8 @@ def _field_counts(data: bytes, sep: str) -> tuple[np.ndarray, np.ndarray]:
     return counts[index], index
 
 
-def _parse_block(path: str, offset: int, length: int, sep: str, meta: Any) -> Any:
-    """One block -> a pandas DataFrame with ``meta``'s columns (runs in a Dask task)."""
-    import pandas as pd
-
-    start, data = _read_block(path, offset, length)
-    block_start = start if offset >= 0 else -1
-    width = len(meta.columns)
+def _check_fields(data: bytes, sep: str, width: int, path: str, block_start: int) -> np.ndarray:
+    """Refuse a line of ``data`` without ``width`` fields; return the non-blank lines' indices."""
     counts, lines = _field_counts(data, sep)
     bad = np.flatnonzero(counts != width)
     if bad.size:
@@ -286,7 +276,17 @@ def _parse_block(path: str, offset: int, length: int, sep: str, meta: Any) -> An
             f"{width}: every row needs one field per column (write an empty field for a "
             "missing value, e.g. '1.5,,2')"
         )
-    if not counts.size:
+    return lines
+
+
+def _parse_block(path: str, offset: int, length: int, sep: str, meta: Any) -> Any:
+    """One block -> a pandas DataFrame with ``meta``'s columns (runs in a Dask task)."""
+    import pandas as pd
+
+    start, data = _read_block(path, offset, length)
+    block_start = start if offset >= 0 else -1
+    lines = _check_fields(data, sep, len(meta.columns), path, block_start)
+    if not lines.size:
         return meta.copy()
     frame = pd.read_csv(
         _bytes_io.BytesIO(data), sep=sep, header=None, names=list(meta.columns), index_col=False
