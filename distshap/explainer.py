@@ -20,7 +20,7 @@ from distshap.kernels.margin import margin_model, predict_margin
 from distshap.models import load_model
 from distshap.packed import PackedModel, build_packed_model
 from distshap.paths import extract_paths
-from distshap.tables import DEFAULT_MAX_TABLE_FEATURES, DEFAULT_TABLE_BUDGET_BYTES
+from distshap.strategy import DEFAULT_MAX_TABLE_FEATURES, DEFAULT_TABLE_BUDGET_BYTES
 
 __all__ = ["PROGRESS_BATCH_ROWS", "TreeExplainer"]
 

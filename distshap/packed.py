@@ -9,11 +9,10 @@ Layout (struct of arrays, all NumPy, picklable, with a content digest):
   ``capacity - 1`` features sits alone in an *oversize* bin (``bin_offsets`` range > capacity).
 * **Paths** (packed order, only paths with k >= 1; paths without features only add to
   ``expected_value``): ``path_offsets`` gives each path's lane range (first lane = bias).
-* **Pattern tables.** A path with ``table_offsets[p] >= 0`` has a table of ``2**k * k`` float32
-  values at ``tables[table_offsets[p]:]``: entry ``[pattern * k + i]`` is the SHAP contribution
-  ``unwound_sum * (o_i - z_i) * v`` of feature element ``i`` (0-based, excluding the bias lane)
-  when the row's one-fractions are the bits of ``pattern`` (bit ``i`` = element ``i`` follows).
-  Computed in float64 on the host. Paths without a table use the EXTEND/UNWOUND dynamic program.
+* **Table policy.** ``table_budget_bytes`` and ``max_table_features`` say which paths get
+  pattern tables (:func:`distshap.strategy.choose_tables`); the tables themselves are built by
+  the backend that uses them, on first use (the CPU kernel's SHAP tables, the CUDA backend's
+  interaction tables), so a model explained on the GPU never fills host tables.
 """
 
 from __future__ import annotations
@@ -27,11 +26,11 @@ import numpy as np
 from distshap.encoding import InputEncoding
 from distshap.packing import bin_order, pack
 from distshap.paths import Paths
-from distshap.tables import (
+from distshap.strategy import (
     DEFAULT_MAX_TABLE_FEATURES,
     DEFAULT_TABLE_BUDGET_BYTES,
     choose_tables,
-    fill_tables,
+    table_values,
 )
 
 __all__ = ["PackedModel", "build_packed_model"]
@@ -60,15 +59,15 @@ class PackedModel:
         Lane range of each packed path (first lane = bias lane).
     path_value : float64 (n_paths,)
     path_group : int32 (n_paths,)
-    table_offsets : int64 (n_paths,)
-        Start of each path's pattern table in ``tables``, -1 where the path uses the DP.
-    tables : float32 (n_table_values,)
     cat_words : uint32 (n_words,)
     num_features, num_groups : int
     expected_value : float64 (num_groups,)
         Bias column of SHAP outputs (base score + mean prediction).
     capacity : int
         Lanes per bin (32: one warp).
+    table_budget_bytes, max_table_features : int
+        Pattern-table policy (:func:`distshap.strategy.choose_tables`): which paths the
+        backends give tables, once they build them.
     digest : str
         SHA-256 of every array and scalar above; identifies the model on workers.
     stats : dict
@@ -95,13 +94,13 @@ class PackedModel:
     path_offsets: np.ndarray
     path_value: np.ndarray
     path_group: np.ndarray
-    table_offsets: np.ndarray
-    tables: np.ndarray
     cat_words: np.ndarray
     num_features: int
     num_groups: int
     expected_value: np.ndarray
     capacity: int = 32
+    table_budget_bytes: int = DEFAULT_TABLE_BUDGET_BYTES
+    max_table_features: int = DEFAULT_MAX_TABLE_FEATURES
     digest: str = ""
     stats: dict = field(default_factory=dict)
     feature_names: tuple[str, ...] | None = None
@@ -120,7 +119,7 @@ class PackedModel:
 _ARRAY_FIELDS = (
     "bin_offsets", "feature", "lower", "upper", "missing", "zero_fraction", "cat_offsets",
     "cat_nbits", "cat_other", "lane_path", "path_offsets", "path_value", "path_group",
-    "table_offsets", "tables", "cat_words", "expected_value",
+    "cat_words", "expected_value",
 )  # fmt: skip
 
 
@@ -134,7 +133,7 @@ def build_packed_model(
     feature_categories: dict | None = None,
     encoding: InputEncoding | None = None,
 ) -> PackedModel:
-    """Bin-pack ``paths`` into warps and precompute pattern tables.
+    """Bin-pack ``paths`` into warps.
 
     Parameters
     ----------
@@ -145,8 +144,8 @@ def build_packed_model(
     capacity : int
         Lanes per bin (32 = one warp).
     table_budget_bytes, max_table_features : int
-        Pattern-table cost model (see :mod:`distshap.tables`); ``table_budget_bytes=0``
-        disables tables (every path uses the DP).
+        Pattern-table policy (:func:`distshap.strategy.choose_tables`); ``table_budget_bytes=0``
+        disables tables (every path uses the DP). The stats report the plan; no table is built.
     feature_names : tuple of str, optional
         Carried along for outputs.
     feature_categories : dict, optional
@@ -181,13 +180,9 @@ def build_packed_model(
         out[~is_bias] = values[src]
         return out
 
-    # pattern tables, indexed over feature elements of the packed paths
-    elem_offsets = path_offsets - np.arange(order.shape[0] + 1)
+    # the table plan, for the statistics (and to refuse a bad policy here, not in a kernel)
     table_offsets = choose_tables(k, table_budget_bytes, max_table_features)
     with_table = table_offsets >= 0
-    total = int((np.left_shift(1, k[with_table]) * k[with_table]).sum())
-    path_value = paths.path_value[order]
-    tables = fill_tables(elem_offsets, paths.zero_fraction[src], path_value, table_offsets, total)
     fields = dict(
         bin_offsets=bin_offsets,
         feature=lanes(paths.feature, -1, np.int32),
@@ -200,10 +195,8 @@ def build_packed_model(
         cat_other=lanes(paths.cat_other, True, np.bool_),
         lane_path=lane_path,
         path_offsets=path_offsets,
-        path_value=path_value,
+        path_value=paths.path_value[order],
         path_group=paths.path_group[order],
-        table_offsets=table_offsets,
-        tables=tables,
         cat_words=paths.cat_words,
         expected_value=paths.expected_value,
     )
@@ -220,7 +213,7 @@ def build_packed_model(
         "mean_path_features": float(lengths.mean()) if lengths.size else 0.0,
         "table_paths": int(with_table.sum()),
         "dp_paths": int((~with_table).sum()),
-        "table_bytes": int(tables.nbytes),
+        "table_bytes": 4 * table_values(k, table_offsets),
         "build_seconds": time.perf_counter() - t0,
     }
     return PackedModel(
@@ -228,8 +221,17 @@ def build_packed_model(
         num_features=paths.num_features,
         num_groups=paths.num_groups,
         capacity=capacity,
+        table_budget_bytes=int(table_budget_bytes),
+        max_table_features=int(max_table_features),
         digest=_digest(
-            {**fields, **encoding.arrays()}, paths.num_features, paths.num_groups, capacity
+            {**fields, **encoding.arrays()},
+            (
+                paths.num_features,
+                paths.num_groups,
+                capacity,
+                table_budget_bytes,
+                max_table_features,
+            ),
         ),
         stats=stats,
         feature_names=feature_names,
@@ -238,9 +240,9 @@ def build_packed_model(
     )
 
 
-def _digest(fields: dict, num_features: int, num_groups: int, capacity: int) -> str:
+def _digest(fields: dict, scalars: tuple[int, ...]) -> str:
     h = hashlib.sha256()
-    h.update(f"{num_features},{num_groups},{capacity}".encode())
+    h.update(",".join(str(int(v)) for v in scalars).encode())
     for name in (*_ARRAY_FIELDS, *InputEncoding().arrays()):
         arr = np.ascontiguousarray(fields[name])
         h.update(f"{name}:{arr.dtype.str}:{arr.shape}".encode())

@@ -19,9 +19,11 @@ import sys
 import numpy as np
 import pytest
 
+from distshap import strategy
 from distshap.kernels import cuda_available
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
+from distshap.warmup import chain_ensemble
 
 import naive
 import tiny
@@ -30,6 +32,10 @@ from conftest import to_host
 
 def _packed(ens, budget=1 << 30):
     return build_packed_model(extract_paths(ens), table_budget_bytes=budget)
+
+
+def _chain(depth, n_features, budget=1 << 30):
+    return _packed(chain_ensemble(depth, n_features), budget)
 
 
 def _nvvm_available() -> bool:
@@ -48,6 +54,17 @@ def _kc():
     return kc
 
 
+def _km():
+    from distshap.kernels.cuda import model
+
+    return model
+
+
+def _shap_table_offsets(packed):
+    k = strategy.path_features(packed.path_offsets)
+    return strategy.choose_tables(k, packed.table_budget_bytes, packed.max_table_features)
+
+
 # ------------------------------------------------------------------------------------------
 # no GPU needed
 # ------------------------------------------------------------------------------------------
@@ -62,58 +79,70 @@ def test_fixed_point_shift_keeps_sums_in_int64(bound):
 
 
 def test_lane_arrays_describe_the_packing():
-    kc = _kc()
-    ens = tiny.random_ensemble(5, n_features=7, n_trees=6, depth=4, n_groups=2)
-    packed = _packed(ens, budget=3000)  # some paths with tables, some with the DP
-    host = kc._lane_arrays(packed)
-    plan = kc._plan_arrays(packed, packed.table_offsets, quadrature=False)
-    lane_i = host["lane_i"]
+    from distshap.kernels.cuda import device as d
+
+    km = _km()
+    ens = tiny.random_ensemble(5, n_features=7, n_trees=6, depth=4, n_groups=2, n_categorical=1)
+    packed = _packed(ens, budget=3000)  # some paths with tables, some without
+    host = km.lane_arrays(packed)
+    offsets = km.interaction_table_offsets(packed)
+    plan = km.plan_arrays(packed, offsets)
+    lane_i, lane_f, lane_d = host["lane_i"], host["lane_f"], host["lane_d"]
     k = np.diff(packed.path_offsets) - 1
     for b in range(packed.num_bins):
         lo, hi = packed.bin_offsets[b], packed.bin_offsets[b + 1]
         for lane in range(lo, hi):
             p = packed.lane_path[lane]
-            pos, start = lane_i[lane, 1], lane_i[lane, 2]
+            pos, start = lane_i[lane, d.LI_POSITION], lane_i[lane, d.LI_START]
             assert packed.path_offsets[p] + pos == lane
             assert lo + start == packed.path_offsets[p]
-            assert lane_i[lane, 3] == k[p]
+            assert lane_i[lane, d.LI_FEATURES] == k[p]
+            assert lane_i[lane, d.LI_FEATURE] == packed.feature[lane]
+            assert lane_i[lane, d.LI_GROUP] == packed.path_group[p]
+            assert lane_i[lane, d.LI_NBITS] == packed.cat_nbits[lane]
+            flags = lane_i[lane, d.LI_FLAGS]
+            assert bool(flags & d.MISSING_FLAG) == packed.missing[lane]
+            assert bool(flags & d.CAT_OTHER_FLAG) == packed.cat_other[lane]
             assert (pos == 0) == (packed.feature[lane] < 0)
+            assert lane_f[lane, d.LF_LOWER] == packed.lower[lane]
+            assert lane_f[lane, d.LF_UPPER] == packed.upper[lane]
+            assert lane_d[lane, d.LD_ZERO] == packed.zero_fraction[lane]
+            assert lane_d[lane, d.LD_VALUE] == packed.path_value[p]
+            assert lane_f[lane, d.LF_VALUE] == np.float32(packed.path_value[p])
         in_bin = np.unique(packed.lane_path[lo:hi])
-        table = in_bin[packed.table_offsets[in_bin] >= 0]
-        dp = in_bin[packed.table_offsets[in_bin] < 0]
+        table = in_bin[offsets[in_bin] >= 0]
         assert plan["table_maxk"][b] == (k[table].max() if table.size else 0)
-        assert plan["dp_maxk"][b] == (k[dp].max() if dp.size else 0)
         assert (b in plan["table_bins"]) == bool(table.size)
-        assert (b in plan["dp_bins"]) == bool(dp.size)
-    assert plan["n_table_bins"] and plan["n_dp_bins"]
-    assert np.array_equal(plan["lane_table"], packed.table_offsets[packed.lane_path])
+    assert plan["n_table_bins"] and plan["table_paths"] < packed.num_paths
+    assert np.array_equal(plan["lane_table"], offsets[packed.lane_path])
 
 
-def test_quadrature_launches_cover_every_dp_path_once():
+def test_quadrature_launches_cover_every_path_without_a_table_once():
+    km = _km()
     kc = _kc()
     ens = tiny.random_ensemble(4, n_features=9, n_trees=40, depth=7, n_groups=3)
     packed = _packed(ens, budget=20000)  # the shortest paths get tables
-    plan = kc._plan_arrays(packed, packed.table_offsets, quadrature=True)
+    offsets = _shap_table_offsets(packed)
+    plan = km.plan_arrays(packed, offsets)
     k = np.diff(packed.path_offsets) - 1
-    dp = np.flatnonzero(packed.table_offsets < 0)
-    assert dp.size and plan["n_dp_bins"] == 0
+    rest = np.flatnonzero(offsets < 0)
+    assert rest.size and plan["table_paths"] == packed.num_paths - rest.size
     seen = []
     for launch in plan["quadrature"]:
-        paths, offsets, group = launch["paths"], launch["offsets"], launch["group"]
-        assert launch["n_chunks"] == group.size == offsets.size - 1
-        assert np.all(np.diff(offsets) >= 1) and np.all(
-            np.diff(offsets) <= kc.QUADRATURE_CHUNK_PATHS
-        )
+        paths, starts, group = launch["paths"], launch["offsets"], launch["group"]
+        assert launch["n_chunks"] == group.size == starts.size - 1
+        assert np.all(np.diff(starts) >= 1)
+        assert np.all(np.diff(starts) <= kc.config.QUADRATURE_CHUNK_PATHS)
         for c in range(launch["n_chunks"]):
-            assert np.all(packed.path_group[paths[offsets[c] : offsets[c + 1]]] == group[c])
+            assert np.all(packed.path_group[paths[starts[c] : starts[c + 1]]] == group[c])
         # exact (2 n - 1 >= k - 1) with the smallest compiled node count
         n = launch["n_nodes"]
         assert np.all(2 * n >= k[paths])
-        smaller = [m for m in kc.QUADRATURE_NODES if m < n]
+        smaller = [m for m in kc.config.QUADRATURE_NODES if m < n]
         assert not smaller or np.all(2 * max(smaller) < k[paths])
         seen.append(paths)
     seen = np.concatenate(seen)
-    assert np.array_equal(np.sort(seen), dp) and seen.size == dp.size
+    assert np.array_equal(np.sort(seen), rest) and seen.size == rest.size
 
 
 @pytest.mark.parametrize("n_nodes", [1, 2, 5, 16])
@@ -130,11 +159,12 @@ def test_interaction_tables_chosen_within_budget():
     kc = _kc()
     ens = tiny.random_ensemble(5, n_features=7, n_trees=6, depth=4, n_groups=2)
     packed = _packed(ens, budget=3000)
-    offsets = kc._interaction_table_offsets(packed)
+    offsets = _km().interaction_table_offsets(packed)
     k = np.diff(packed.path_offsets) - 1
     chosen = offsets >= 0
-    assert chosen.any() and not chosen[packed.table_offsets < 0].any()  # only SHAP-table paths
-    assert (k[chosen] <= kc.INTERACTION_TABLE_MAX_FEATURES).all()
+    no_shap_table = _shap_table_offsets(packed) < 0
+    assert chosen.any() and no_shap_table.any() and not chosen[no_shap_table].any()
+    assert (k[chosen] <= kc.config.INTERACTION_TABLE_MAX_FEATURES).all()
     sizes = (1 << k[chosen]) * k[chosen] ** 2
     order = np.argsort(offsets[chosen])
     assert np.array_equal(offsets[chosen][order][1:], np.cumsum(sizes[order])[:-1])  # packed
@@ -149,8 +179,8 @@ def test_interaction_tables_shortest_first_under_a_small_budget(monkeypatch):
     packed = _packed(ens)
     k = np.diff(packed.path_offsets) - 1
     budget = 4 * int(((1 << k) * k * k).sum()) // 3
-    monkeypatch.setattr(kc, "INTERACTION_TABLE_BUDGET_BYTES", budget)
-    chosen = kc._interaction_table_offsets(packed) >= 0
+    monkeypatch.setattr(kc.config, "INTERACTION_TABLE_BUDGET_BYTES", budget)
+    chosen = _km().interaction_table_offsets(packed) >= 0
     assert chosen.any() and not chosen.all()
     assert 4 * int(((1 << k[chosen]) * k[chosen] ** 2).sum()) <= budget
     assert k[chosen].max() <= k[~chosen].min()  # shortest paths first
@@ -165,13 +195,13 @@ def test_strategy_stats_account_for_every_path():
     assert st["quadrature_lanes"] + st["oversize_lanes"] == packed.feature.shape[0]
     assert sum(st["quadrature_nodes"].values()) == st["quadrature_paths"]
     assert st["quadrature_shared"] == (True, True)
-    plan = kc._plan_arrays(packed, np.full(packed.num_paths, -1), quadrature=True)
+    plan = _km().plan_arrays(packed, np.full(packed.num_paths, -1))
     assert {launch["n_nodes"]: launch["paths"].size for launch in plan["quadrature"]} == dict(
         st["quadrature_nodes"]
     )
     wide = _packed(tiny.random_ensemble(6, n_features=300, n_trees=8, depth=4), budget=2000)
     assert kc.strategy_stats(wide)["quadrature_shared"] == (False, False)
-    chain = kc._chain_model(34, 34)  # one path of 34 features: an oversize bin
+    chain = _chain(34, 34)  # paths of 32 to 34 features: oversize bins
     st = kc.strategy_stats(chain)
     lanes = np.diff(chain.path_offsets)
     assert st["oversize_paths"] == int((lanes > 32).sum()) >= 1
@@ -180,13 +210,13 @@ def test_strategy_stats_account_for_every_path():
 
 @pytest.mark.skipif(not _nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
 def test_compile_check_and_ptx():
+    from distshap.kernels.cuda.ptx import kernel_ptx
+
     kc = _kc()
     assert kc.compile_check() is None
-    ptx = kc._ptx((9, 0))
-    for name in ("_shap_dp_kernel", "_interaction_dp_kernel"):
-        assert "shfl.sync" in ptx[name], name
+    ptx = kernel_ptx((9, 0))
     for name, text in ptx.items():
-        if "table_kernel" in name or "dp_kernel" in name:
+        if "table_kernel" in name:
             assert "vote.sync" in text, name
             assert ".local" not in text, f"{name} spills to local memory"
             assert "call.uni" not in text, f"{name} has a non-inlined call"
@@ -199,17 +229,21 @@ def test_compile_check_and_ptx():
     for name, text in ptx.items():
         # determinism: integer atomics only, never float atomics
         assert "atom.global.add.f32" not in text and "atom.global.add.f64" not in text, name
-        if name not in ("_finish_kernel", "_fill_interaction_tables_kernel"):
+        if name not in ("finish_kernel", "fill_interaction_tables_kernel"):
             assert "atom.global.add.u64" in text, name
 
 
 _SIM_SCRIPT = r"""
 import numpy as np
 import tiny
+import naive
 from distshap.kernels import cpu
 from distshap.kernels import cuda as kc
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
+from distshap.warmup import chain_ensemble
+
+config = kc.config
 
 def check(ens, X, budget, inter, batch_rows=None):
     packed = build_packed_model(extract_paths(ens), table_budget_bytes=budget)
@@ -223,55 +257,52 @@ def check(ens, X, budget, inter, batch_rows=None):
 
 ens = tiny.random_ensemble(3, n_features=6, n_trees=3, depth=3, n_groups=2, n_categorical=1)
 X = tiny.random_rows(2, ens, 3, 0.15)
-for budget in (0, 1 << 30):  # DP only, tables only
-    check(ens, X, budget, False)
-a = check(ens, X, 700, False)  # bins mixing table and DP paths
+a = check(ens, X, 0, False)  # SHAP values: the quadrature kernel, whatever the table budget
+assert np.array_equal(a, check(ens, X, 1 << 30, False)), "SHAP values depend on the budget"
 b = check(ens, X, 700, False, batch_rows=2)
 assert np.array_equal(a, b), "batching changed the bits"
 check(tiny.categorical_tree(), tiny.random_rows(4, tiny.categorical_tree(), 4, 0.2), 0, True)
 check(tiny.nan_default_tree(), tiny.random_rows(5, tiny.nan_default_tree(), 3, 0.3), 0, True)
-# interaction tables (filled by a kernel), alone and beside the DP, shared-memory tiles
-for budget in (1 << 30, 700):
-    check(ens, X, budget, True)
+# interaction tables (filled by a kernel), alone and beside the quadrature kernel
+i_all = check(ens, X, 1 << 30, True)
+i_mixed = check(ens, X, 700, True)
 check(tiny.categorical_tree(), tiny.random_rows(4, tiny.categorical_tree(), 4, 0.2), 1 << 30, True)
 # shared tiles of 4 rows: several tiles per block (zeroing, flushing, re-zeroing)
-kc.TILE_ROWS, kc.MIN_TILE_ROWS = 4, 1
-d = check(ens, X, 700, False)
-assert np.array_equal(a, d), "small shared tiles changed the bits"
-check(ens, X, 1 << 30, True)
-kc.TILE_ROWS = 128
-# the table kernels accumulating in global memory (the path taken for wide outputs)
-kc.MIN_TILE_ROWS = 1 << 30
-c = check(ens, X, 700, False)
-assert np.array_equal(a, c), "shared and global accumulation differ"
-check(ens, X, 1 << 30, True)
-kc.MIN_TILE_ROWS = 8
-def against_cpu(packed, X, inter, **kw):
-    got = kc._run(packed, X, None, inter, **kw)
-    ref = (cpu.interaction_values if inter else cpu.shap_values)(packed, X)
-    assert np.abs(got - ref).max() <= 2e-6 * max(1.0, np.abs(ref).max()), (inter, kw)
+config.TILE_ROWS, config.MIN_TILE_ROWS = 4, 1
+assert np.array_equal(i_mixed, check(ens, X, 700, True)), "small shared tiles changed the bits"
+config.TILE_ROWS = 128
+# the table kernel accumulating in global memory (the path taken for wide outputs)
+config.MIN_TILE_ROWS = 1 << 30
+assert np.array_equal(i_all, check(ens, X, 1 << 30, True)), "shared and global tiles differ"
+config.MIN_TILE_ROWS = 8
+# the quadrature kernels adding to global memory (outputs too wide for shared memory)
+config.QUADRATURE_SHARED_BYTES = 0
+assert np.array_equal(a, check(ens, X, 0, False)), "shared and global quadrature sums differ"
+check(ens, X, 0, True)
+config.QUADRATURE_SHARED_BYTES = 48 * 1024
 
-# paths of up to 12 features without tables: the quadrature kernels, and the warp DP (float32
-# up to 10 features, float64 above)
-chain = kc._chain_model(12, 12, table_budget_bytes=0)
+def against_oracles(depth, X):
+    chain = chain_ensemble(depth, depth)
+    packed = build_packed_model(extract_paths(chain), table_budget_bytes=0)
+    for inter in (False, True):
+        got = (kc.interaction_values if inter else kc.shap_values)(packed, X)
+        ref = (cpu.interaction_values if inter else cpu.shap_values)(packed, X)
+        exact = (naive.treeshap_interactions_recursive_rows if inter
+                 else naive.treeshap_recursive_rows)(chain, X).reshape(ref.shape)
+        scale = max(1.0, np.abs(exact).max())
+        assert np.abs(got - ref).max() <= 2e-6 * scale, (depth, inter)
+        assert np.abs(got - exact).max() <= 2e-6 * scale, (depth, inter)
+
+# paths of up to 12 features: the quadrature kernels (3 node counts)
 Xc = np.full((2, 12), 0.25, np.float32)
 Xc[0, 3] = 0.75
 Xc[1, 7] = np.nan
-for inter in (False, True):
-    against_cpu(chain, Xc, inter)
-    against_cpu(chain, Xc, inter, warp_dp=True)
-against_cpu(build_packed_model(extract_paths(ens), table_budget_bytes=700), X, True, warp_dp=True)
-# the quadrature kernels adding to global memory (outputs too wide for shared memory)
-kc.QUADRATURE_SHARED_BYTES = 0
-check(ens, X, 0, False)
-check(ens, X, 0, True)
-kc.QUADRATURE_SHARED_BYTES = 48 * 1024
-# oversize paths (> 31 features): the one-thread-per-path fallback kernel, here for every path
-chain = kc._chain_model(33, 33)
+against_oracles(12, Xc)
+# paths of 32 and 33 features (longer than a warp): the fallback kernel
 Xc = np.full((2, 33), 0.25, np.float32)
 Xc[1, 5] = 0.75
-against_cpu(chain, Xc, False, fallback_only=True)
-against_cpu(chain, Xc, True, fallback_only=True)
+Xc[0, 30] = np.nan
+against_oracles(33, Xc)
 print("SIMULATOR-OK")
 """
 
@@ -354,7 +385,7 @@ def test_gpu_tiny_models_match_brute_force():
 @pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
 def test_gpu_oversize_paths_match_cpu():
     kc = _kc()
-    packed = kc._chain_model(40, 45)
+    packed = _chain(40, 45)
     assert kc.strategy_stats(packed)["oversize_paths"] >= 1
     rng = np.random.default_rng(0)
     X = rng.choice(np.float32([0.25, 0.75, np.nan]), size=(50, 45), p=[0.9, 0.05, 0.05])
@@ -416,11 +447,11 @@ def test_gpu_shared_and_global_accumulation_agree(inter, monkeypatch):
     width = packed.num_groups * (packed.num_features + 1) ** (2 if inter else 1)
     assert kc.shared_tile_rows(width) > 0
     shared = to_host(fn(packed, X))
-    monkeypatch.setattr(kc, "TILE_ROWS", 3)  # several tiles per block
-    monkeypatch.setattr(kc, "MIN_TILE_ROWS", 1)
+    monkeypatch.setattr(kc.config, "TILE_ROWS", 3)  # several tiles per block
+    monkeypatch.setattr(kc.config, "MIN_TILE_ROWS", 1)
     small = to_host(fn(packed, X))
     assert np.array_equal(shared.view(np.uint32), small.view(np.uint32))
-    monkeypatch.setattr(kc, "MIN_TILE_ROWS", 1 << 30)  # table kernels accumulate globally
+    monkeypatch.setattr(kc.config, "MIN_TILE_ROWS", 1 << 30)  # the table kernel adds globally
     assert kc.shared_tile_rows(width) == 0
     direct = to_host(fn(packed, X))
     assert np.array_equal(shared.view(np.uint32), direct.view(np.uint32))
@@ -430,33 +461,35 @@ def test_gpu_shared_and_global_accumulation_agree(inter, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
-def test_gpu_quadrature_every_node_count_matches_warp_dp_and_cpu():
-    # SHAP and interaction values
+def test_gpu_quadrature_every_node_count_matches_cpu_and_oracle():
+    # SHAP and interaction values against the CPU kernel and the float64 recursive oracles
     kc = _kc()
     rng = np.random.default_rng(5)
     for depth in (1, 3, 4, 5, 8, 9, 12, 13, 16, 17, 24, 25, 31):  # every compiled node count
-        packed = kc._chain_model(depth, depth, table_budget_bytes=0)
+        chain = chain_ensemble(depth, depth)
+        packed = _packed(chain, budget=0)
         X = rng.choice(np.float32([0.25, 0.75, np.nan]), size=(70, depth), p=[0.7, 0.25, 0.05])
         for inter in (False, True):
-            quad = to_host(kc._run(packed, X, None, inter)).astype(np.float64)
-            warp = to_host(kc._run(packed, X, None, inter, warp_dp=True)).astype(np.float64)
+            got = to_host((kc.interaction_values if inter else kc.shap_values)(packed, X))
             ref = _cpu(packed, X, inter)
-            tol = 2e-6 * max(1.0, np.abs(ref).max())
+            oracle = (naive.treeshap_interactions_recursive_rows if inter
+                      else naive.treeshap_recursive_rows)(chain, X).reshape(ref.shape)  # fmt: skip
+            tol = 2e-6 * max(1.0, np.abs(oracle).max())
             msg = f"depth {depth}, interactions {inter}"
-            np.testing.assert_allclose(quad, ref, rtol=0, atol=tol, err_msg=msg)
-            np.testing.assert_allclose(warp, ref, rtol=0, atol=tol, err_msg=msg)
+            np.testing.assert_allclose(got, ref, rtol=0, atol=tol, err_msg=msg)
+            np.testing.assert_allclose(got, oracle, rtol=0, atol=tol, err_msg=msg)
     # deep random trees, several groups, categorical splits and missing values
     ens = tiny.random_ensemble(21, n_features=14, n_trees=10, depth=10, n_groups=2,
                                n_categorical=1)  # fmt: skip
     X = tiny.random_rows(22, ens, 60, 0.1)
     packed = _packed(ens, budget=0)
     for inter in (False, True):
-        got = to_host(kc._run(packed, X, None, inter)).astype(np.float64)
-        warp = to_host(kc._run(packed, X, None, inter, warp_dp=True)).astype(np.float64)
+        got = to_host((kc.interaction_values if inter else kc.shap_values)(packed, X))
         ref = _cpu(packed, X, inter)
         tol = 2e-6 * max(1.0, np.abs(ref).max())
         np.testing.assert_allclose(got, ref, rtol=0, atol=tol, err_msg=f"inter={inter}")
-        np.testing.assert_allclose(warp, ref, rtol=0, atol=tol, err_msg=f"inter={inter}")
+    oracle = naive.treeshap_recursive_rows(ens, X).reshape(got.shape[:-1])
+    np.testing.assert_allclose(got.sum(axis=-1), oracle, rtol=0, atol=1e-5 * np.abs(oracle).max())
 
 
 @pytest.mark.gpu
@@ -467,13 +500,14 @@ def test_gpu_quadrature_bits_do_not_depend_on_chunks_or_accumulation(inter, monk
     ens = tiny.random_ensemble(23, n_features=10, n_trees=60, depth=7, n_groups=3)
     X = tiny.random_rows(24, ens, 120 if inter else 300, 0.1)
     packed = _packed(ens, budget=0)
-    first = to_host(kc._run(packed, X, None, inter))
-    monkeypatch.setattr(kc, "QUADRATURE_SHARED_BYTES", 0)  # sums in global memory
+    fn = kc.interaction_values if inter else kc.shap_values
+    first = to_host(fn(packed, X))
+    monkeypatch.setattr(kc.config, "QUADRATURE_SHARED_BYTES", 0)  # sums in global memory
     assert not any(kc.strategy_stats(packed)["quadrature_shared"])
-    direct = to_host(kc._run(packed, X, None, inter))
-    monkeypatch.setattr(kc, "QUADRATURE_CHUNK_PATHS", 7)  # many small chunks
+    direct = to_host(fn(packed, X))
+    monkeypatch.setattr(kc.config, "QUADRATURE_CHUNK_PATHS", 7)  # many small chunks
     kc.clear_cache()
-    chunked = to_host(kc._run(packed, X, None, inter))
+    chunked = to_host(fn(packed, X))
     model = kc.device_model(packed)
     plan = kc.interaction_plan(packed, model) if inter else model.shap
     assert len(plan.quadrature[0].group) > 10

@@ -2,37 +2,39 @@
 
 Each row is processed on its own, paths in packed order, contributions accumulated in float64
 and stored as float32: results do not depend on the thread count, the batch or the chunking.
-Paths with a pattern table (see :mod:`distshap.tables`) cost an interval test per element and
-one table row; the others run the EXTEND / UNWOUND_SUM dynamic program. Interaction values
-condition on every feature present in a path (paper §3.5), O(T·L·D³) per row.
+Paths with a SHAP pattern table cost an interval test per element and one table row; the others
+run the EXTEND / UNWOUND_SUM dynamic program (:mod:`distshap.kernels.treeshap`). The tables are
+this backend's own: which paths get one is the packed model's policy
+(:func:`distshap.strategy.choose_tables`), and they are filled in float64 on the first SHAP call
+and kept per model digest (:func:`shap_tables`). Interaction values condition on every feature
+present in a path (paper §3.5), O(T·L·D³) per row. Every parallel call goes through
+:func:`distshap.kernels.parallel.run_parallel` (safe from several threads under every layer).
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+
 import numpy as np
 from numba import njit, prange
 
-from distshap.kernels.dp import path_weights, unwound_sum
+from distshap.kernels import treeshap
+from distshap.kernels.parallel import run_parallel
 from distshap.packed import PackedModel
+from distshap.strategy import choose_tables, path_features, table_values
 
-__all__ = ["shap_values", "interaction_values", "warm_up"]
+__all__ = ["clear_cache", "interaction_values", "shap_tables", "shap_values"]
 
 #: Paths with at most this many features get their 0/1 pattern as one int64 bit mask.
 _MAX_PATTERN_BITS = 62
+#: Models whose SHAP tables are kept (each up to ``packed.table_budget_bytes``).
+TABLE_CACHE_SIZE = 4
 
-
-@njit(inline="always", nogil=True, cache=True)
-def _follows(x, lower, upper, missing, cat_offset, cat_nbits, cat_other, cat_words):
-    """One-fraction of a lane for feature value ``x``: 1.0 if ``x`` follows it, else 0.0."""
-    if np.isnan(x):
-        return 1.0 if missing else 0.0
-    if cat_offset < 0:
-        # an unbounded element (upper = +inf) also takes x = +inf
-        return 1.0 if (lower <= x and (x < upper or upper == np.inf)) else 0.0
-    if x < 0.0 or x >= cat_nbits:
-        return 1.0 if cat_other else 0.0
-    c = np.int64(x)
-    return float((cat_words[cat_offset + (c >> 5)] >> np.uint32(c & 31)) & np.uint32(1))
+_inline = njit(inline="always", nogil=True, cache=True)
+_follows = _inline(treeshap.follows)
+_extend_path = _inline(treeshap.extend_path)
+_unwound_sum = _inline(treeshap.unwound_sum)
 
 
 @njit(inline="always", nogil=True, cache=True)
@@ -43,9 +45,9 @@ def _one_fractions(row, m_feature, m_lower, m_upper, m_missing, m_cat_offsets, m
         if f < 0:
             one[e - start] = 1.0
         else:
-            one[e - start] = _follows(row[f], m_lower[e], m_upper[e], m_missing[e],
-                                      m_cat_offsets[e], m_cat_nbits[e], m_cat_other[e],
-                                      cat_words)  # fmt: skip
+            o = _follows(row[f], m_lower[e], m_upper[e], m_missing[e], m_cat_other[e],
+                         m_cat_offsets[e], m_cat_nbits[e], cat_words)  # fmt: skip
+            one[e - start] = 1.0 if o else 0.0
 
 
 @njit(nogil=True, cache=True)
@@ -66,20 +68,16 @@ def _path_patterns(XT, n, feature, lower, upper, missing, cat_offsets, cat_nbits
     for i in range(k):
         e = start + 1 + i
         col = XT[feature[e]]
-        if cat_offsets[e] < 0:
-            lo = lower[e]
-            hi = upper[e]
-            miss = missing[e]
-            open_above = hi == np.inf  # then x = +inf follows too
+        lo, hi, miss, other = lower[e], upper[e], missing[e], cat_other[e]
+        if cat_offsets[e] < 0:  # a constant -1: the numeric test alone, a loop that vectorises
             for r in range(n):
-                x = col[r]
-                bit = ((x >= lo) & ((x < hi) | open_above)) | (miss & (x != x))
-                pattern[r] |= np.int64(bit) << i
+                o = _follows(col[r], lo, hi, miss, other, -1, 0, cat_words)
+                pattern[r] |= np.int64(o) << i
         else:
+            off, nbits = cat_offsets[e], cat_nbits[e]
             for r in range(n):
-                o = _follows(col[r], lower[e], upper[e], missing[e], cat_offsets[e],
-                             cat_nbits[e], cat_other[e], cat_words)  # fmt: skip
-                pattern[r] |= np.int64(o != 0.0) << i
+                o = _follows(col[r], lo, hi, miss, other, off, nbits, cat_words)
+                pattern[r] |= np.int64(o) << i
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -131,12 +129,12 @@ def _shap_kernel(X, feature, lower, upper, missing, zero_fraction, cat_offsets, 
                         _one_fractions(X[r0 + r], feature, lower, upper, missing, cat_offsets,
                                        cat_nbits, cat_other, cat_words, start, start + k + 1,
                                        one)  # fmt: skip
-                    depth = path_weights(w, zero, one, 1, k + 1, -1)
+                    depth = _extend_path(w, zero, one, 1, k + 1, -1)
                     for i in range(1, k + 1):
                         z = zero[i]
                         o = one[i]
                         if o != z:
-                            s = unwound_sum(w, depth, z, o)
+                            s = _unwound_sum(w, depth, z, o)
                             acc[r, g, feature[start + i]] += s * (o - z) * v
         for r in range(n):
             for g in range(n_groups):
@@ -170,10 +168,10 @@ def _interaction_kernel(X, feature, lower, upper, missing, zero_fraction, cat_of
             _one_fractions(row, feature, lower, upper, missing, cat_offsets, cat_nbits,
                            cat_other, cat_words, start, stop, one)  # fmt: skip
             # plain SHAP values of the path (for the diagonal)
-            depth = path_weights(w, zero, one, 1, k + 1, -1)
+            depth = _extend_path(w, zero, one, 1, k + 1, -1)
             for i in range(1, k + 1):
                 if one[i] != zero[i]:
-                    s = unwound_sum(w, depth, zero[i], one[i])
+                    s = _unwound_sum(w, depth, zero[i], one[i])
                     phi[g, feature[start + i]] += s * (one[i] - zero[i]) * v
             # condition on each feature j of the path: on minus off, halved
             for j in range(1, k + 1):
@@ -181,11 +179,11 @@ def _interaction_kernel(X, feature, lower, upper, missing, zero_fraction, cat_of
                 if scale == 0.0:
                     continue
                 fj = feature[start + j]
-                depth = path_weights(w, zero, one, 1, k + 1, j)
+                depth = _extend_path(w, zero, one, 1, k + 1, j)
                 for i in range(1, k + 1):
                     if i == j or one[i] == zero[i]:
                         continue
-                    s = unwound_sum(w, depth, zero[i], one[i])
+                    s = _unwound_sum(w, depth, zero[i], one[i])
                     acc[g, fj, feature[start + i]] += s * (one[i] - zero[i]) * scale
         for g in range(n_groups):
             for i in range(n_cols - 1):
@@ -198,6 +196,69 @@ def _interaction_kernel(X, feature, lower, upper, missing, zero_fraction, cat_of
             for i in range(n_cols):
                 for j in range(n_cols):
                     out[r, g, i, j] = acc[g, i, j]
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _fill_tables(path_offsets, zero_fraction, path_value, table_offsets, total):
+    """Every pattern's SHAP contributions of every path with a table, in float64.
+
+    Entry ``[table_offsets[p] + pattern * k + i]`` is ``unwound_sum * (o_i - z_i) * v`` of
+    feature element ``i`` (0-based, after the bias lane) when the one-fractions are the bits of
+    ``pattern`` (bit ``i``: element ``i`` follows), stored as float32.
+    """
+    out = np.empty(total, np.float32)
+    n_paths = path_offsets.shape[0] - 1
+    for p in prange(n_paths):
+        off = table_offsets[p]
+        if off < 0:
+            continue
+        start = path_offsets[p] + 1  # the first feature element
+        k = path_offsets[p + 1] - start
+        zero = zero_fraction[start : start + k]
+        one = np.empty(k, np.float64)
+        w = np.empty(k + 1, np.float64)
+        v = path_value[p]
+        for pattern in range(1 << k):
+            for i in range(k):
+                one[i] = (pattern >> i) & 1
+            depth = _extend_path(w, zero, one, 0, k, -1)
+            for i in range(k):
+                s = _unwound_sum(w, depth, zero[i], one[i])
+                out[off + pattern * k + i] = s * (one[i] - zero[i]) * v
+    return out
+
+
+_TABLES: OrderedDict = OrderedDict()
+_TABLES_LOCK = threading.Lock()
+
+
+def shap_tables(packed: PackedModel) -> tuple[np.ndarray, np.ndarray]:
+    """The SHAP pattern tables of ``packed``: ``(table_offsets, tables)``, built on first use.
+
+    ``table_offsets`` (int64, per path, -1: no table) follows the model's table policy
+    (:func:`distshap.strategy.choose_tables`); ``tables`` holds the float32 values. Kept for the
+    last :data:`TABLE_CACHE_SIZE` model digests (a model without a digest: built every call).
+    """
+    with _TABLES_LOCK:
+        hit = _TABLES.get(packed.digest) if packed.digest else None
+        if hit is not None:
+            _TABLES.move_to_end(packed.digest)
+            return hit
+        k = path_features(packed.path_offsets)
+        offsets = choose_tables(k, packed.table_budget_bytes, packed.max_table_features)
+        tables = run_parallel(_fill_tables, packed.path_offsets, packed.zero_fraction,
+                              packed.path_value, offsets, table_values(k, offsets))  # fmt: skip
+        if packed.digest:
+            _TABLES[packed.digest] = (offsets, tables)
+            while len(_TABLES) > TABLE_CACHE_SIZE:
+                _TABLES.popitem(last=False)
+        return offsets, tables
+
+
+def clear_cache() -> None:
+    """Drop every cached SHAP table."""
+    with _TABLES_LOCK:
+        _TABLES.clear()
 
 
 def _model_args(packed: PackedModel) -> tuple:
@@ -221,6 +282,7 @@ def shap_values(packed: PackedModel, X: np.ndarray) -> np.ndarray:
     Parameters
     ----------
     packed : PackedModel
+        Its SHAP tables are filled on the first call (:func:`shap_tables`).
     X : array (n, F)
         Converted to C-contiguous float32 (XGBoost compares float32 values to its splits).
     """
@@ -229,7 +291,8 @@ def shap_values(packed: PackedModel, X: np.ndarray) -> np.ndarray:
     out = np.empty((X.shape[0], packed.num_groups, n_cols), np.float32)
     # a block's float64 accumulator stays around 256 KiB (cache-sized)
     block_rows = int(np.clip((1 << 15) // (packed.num_groups * n_cols), 8, 256))
-    _shap_kernel(X, *_model_args(packed), packed.table_offsets, packed.tables,
+    table_offsets, tables = shap_tables(packed)
+    run_parallel(_shap_kernel, X, *_model_args(packed), table_offsets, tables,
                  packed.expected_value, block_rows, out)  # fmt: skip
     return out
 
@@ -239,27 +302,5 @@ def interaction_values(packed: PackedModel, X: np.ndarray) -> np.ndarray:
     X = _as_rows(X, packed)
     f1 = packed.num_features + 1
     out = np.empty((X.shape[0], packed.num_groups, f1, f1), np.float32)
-    _interaction_kernel(X, *_model_args(packed), packed.expected_value, out)
+    run_parallel(_interaction_kernel, X, *_model_args(packed), packed.expected_value, out)
     return out
-
-
-def warm_up() -> None:
-    """Compile (or load from cache) both kernels before the first real call."""
-    from distshap.models.ensemble import Ensemble
-    from distshap.packed import build_packed_model
-    from distshap.paths import extract_paths
-
-    i32, f32, f64, b = np.int32, np.float32, np.float64, np.bool_
-    ens = Ensemble(
-        left=np.array([1, -1, -1], i32), right=np.array([2, -1, -1], i32),
-        feature=np.array([0, -1, -1], i32), threshold=np.array([0.5, 0, 0], f32),
-        default_left=np.array([True, False, False], b), is_categorical=np.zeros(3, b),
-        cat_offsets=np.zeros(4, np.int64), cat_values=np.zeros(0, i32),
-        value=np.array([0.0, -1.0, 1.0], f64), cover=np.array([2.0, 1.0, 1.0], f64),
-        tree_offsets=np.array([0, 3], np.int64), tree_group=np.zeros(1, i32),
-        num_features=1, num_groups=1, base_score=np.zeros(1, f64),
-    )  # fmt: skip
-    packed = build_packed_model(extract_paths(ens))
-    X = np.zeros((2, 1), np.float32)
-    shap_values(packed, X)
-    interaction_values(packed, X)

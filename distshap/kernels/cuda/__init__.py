@@ -1,0 +1,44 @@
+"""CUDA backend (Numba): SHAP and interaction values, deterministic fixed-point output.
+
+Imported lazily by :func:`distshap.kernels.get_backend` (``"cuda"``); importing :mod:`distshap`
+never touches CUDA. Same entry points as :mod:`distshap.kernels.cpu`: ``shap_values(packed, X)``
+-> CuPy float32 ``(n, G, F+1)`` and ``interaction_values(packed, X)`` -> CuPy float32
+``(n, G, F+1, F+1)``; ``X`` is a NumPy or CuPy 2-D array.
+
+Modules, by concern:
+
+* :mod:`.config` - tunables (tests patch them there);
+* :mod:`.device` - device helpers (split rule and DP compiled from
+  :mod:`distshap.kernels.treeshap`, intrinsics, simulator shims, fixed point, lane columns);
+* :mod:`.quadrature` - the quadrature kernels (SHAP values, interaction values);
+* :mod:`.tables` - interaction tables: the fill kernel and the table kernel;
+* :mod:`.fallback` - the kernel for paths longer than a warp;
+* :mod:`.model` - the device model, its plans and cache, :func:`strategy_stats`;
+* :mod:`.launch` - row batches, the finish pass, :func:`shap_values` / :func:`interaction_values`;
+* :mod:`.ptx` - :func:`compile_check` (PTX of every kernel, no GPU needed).
+"""
+
+from __future__ import annotations
+
+from distshap.kernels.cuda import config
+from distshap.kernels.cuda.launch import default_batch_rows, interaction_values, shap_values
+from distshap.kernels.cuda.model import (
+    DeviceModel,
+    Plan,
+    QuadratureLaunch,
+    clear_cache,
+    device_model,
+    fixed_point_shift,
+    interaction_plan,
+    strategy_stats,
+)  # fmt: skip
+from distshap.kernels.cuda.ptx import compile_check
+from distshap.kernels.cuda.quadrature import gauss_legendre, quadrature_warps
+from distshap.kernels.cuda.tables import shared_tile_rows
+
+__all__ = [
+    "DeviceModel", "Plan", "QuadratureLaunch", "clear_cache", "compile_check", "config",
+    "default_batch_rows", "device_model", "fixed_point_shift", "gauss_legendre",
+    "interaction_plan", "interaction_values", "quadrature_warps", "shap_values",
+    "shared_tile_rows", "strategy_stats",
+]  # fmt: skip

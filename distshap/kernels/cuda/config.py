@@ -1,0 +1,57 @@
+"""Tunables of the CUDA backend, in one place (tests patch them here).
+
+Values read at launch time take a patched value at once. Sizes compiled into a kernel
+(shared or local array sizes, warps per block of the table kernels) are frozen when the kernel
+module is imported; the host side reads the frozen copies kept beside those kernels, so host
+and device always agree. Why each value is what it is: ``benchmarks/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BATCH_BUDGET_BYTES",
+    "CACHE_SIZE",
+    "INTERACTION_TABLE_BUDGET_BYTES",
+    "INTERACTION_TABLE_MAX_FEATURES",
+    "MAX_FALLBACK_FEATURES",
+    "MIN_TILE_ROWS",
+    "QUADRATURE_CHUNK_PATHS",
+    "QUADRATURE_NODES",
+    "QUADRATURE_SHARED_BYTES",
+    "ROWS_PER_WARP",
+    "SHARED_TILE_VALUES",
+    "TABLE_WARPS_PER_BLOCK",
+    "TILE_ROWS",
+]
+
+#: Gauss-Legendre node counts of the quadrature kernels (one compiled kernel each). A path of
+#: ``k`` features needs ``ceil(k / 2)`` nodes and runs in the smallest kernel with enough.
+QUADRATURE_NODES = (2, 4, 6, 8, 12, 16)
+#: Paths per chunk of the quadrature kernels (one thread block runs one chunk on its rows).
+QUADRATURE_CHUNK_PATHS = 256
+#: Shared memory of a quadrature kernel's block at most (its per-row accumulators).
+QUADRATURE_SHARED_BYTES = 48 * 1024
+
+#: Interaction tables (``2**k * k * k`` float32 per path, filled on the device): paths of at
+#: most this many features (frozen: the fill kernel's local arrays), shortest first, within
+#: this many bytes per model and device (a fixed budget, so the choice and the bits do not
+#: depend on the device).
+INTERACTION_TABLE_MAX_FEATURES = 10
+INTERACTION_TABLE_BUDGET_BYTES = 1 << 30
+#: Warps (bins) per thread block of the interaction-table kernels (frozen; they share a tile).
+TABLE_WARPS_PER_BLOCK = 8
+#: int64 values of the table kernels' shared-memory tile (frozen; 32 KiB per block).
+SHARED_TILE_VALUES = 4096
+#: Rows of a shared-memory tile at most, and at least (narrower tiles: global atomics).
+TILE_ROWS = 128
+MIN_TILE_ROWS = 8
+#: Rows per warp of the table kernels at most (fewer for small inputs, to fill the GPU).
+ROWS_PER_WARP = 1024
+
+#: Longest path (features) of the oversize fallback kernel (frozen: its local arrays).
+MAX_FALLBACK_FEATURES = 127
+#: Output accumulator budget per batch at most (bytes): ``batch_rows = budget // (8 * width)``
+#: with ``budget = min(this, free device memory / 4)``.
+BATCH_BUDGET_BYTES = 1 << 30
+#: Device models kept per process (keyed by model digest and device).
+CACHE_SIZE = 8

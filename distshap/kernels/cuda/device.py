@@ -1,0 +1,115 @@
+"""Device helpers shared by the CUDA kernels, and the layout of the lane arrays they read.
+
+* The TreeSHAP building blocks of :mod:`distshap.kernels.treeshap` compiled as device
+  functions (the CPU kernel compiles the same Python functions with ``njit``).
+* Warp intrinsics and fast division; under the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``),
+  which has no warp intrinsics, ``ballot`` is emulated through block shared memory.
+* The fixed-point conversion every kernel adds with (integer atomics: deterministic sums).
+* Named columns of the device model's lane arrays (built by :mod:`.model`): a kernel reads
+  ``lane_i[li, LI_FEATURE]``, never a bare column number.
+* Host-side helpers: the array module (CuPy, NumPy under the simulator), the current stream
+  and device.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+from numba import cuda
+
+from distshap.kernels import treeshap
+
+__all__ = [
+    "CAT_OTHER_FLAG", "FULL_MASK", "LD_VALUE", "LD_ZERO", "LF_LOWER", "LF_UPPER", "LF_VALUE",
+    "LF_ZERO", "LI_COLUMNS", "LI_FEATURE", "LI_FEATURES", "LI_FLAGS", "LI_GROUP", "LI_NBITS",
+    "LI_POSITION", "LI_START", "MISSING_FLAG", "SIM", "ballot", "device_id", "extend_path",
+    "fdiv", "fixed", "follows", "lane_follows", "stream", "unwound_sum", "xp",
+]  # fmt: skip
+
+SIM = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+FULL_MASK = 0xFFFFFFFF
+
+# lane_f, float32 (n_lanes, 4): the interval and the values the float32 kernels use
+LF_LOWER, LF_UPPER, LF_ZERO, LF_VALUE = 0, 1, 2, 3
+# lane_i, int32 (n_lanes, LI_COLUMNS): feature (-1: a path's bias lane), position in the path
+# (0: bias lane), warp lane of the path's bias lane in its bin, features k of the path, output
+# group, flags, categories of a categorical element
+LI_FEATURE, LI_POSITION, LI_START, LI_FEATURES, LI_GROUP, LI_FLAGS, LI_NBITS = range(7)
+LI_COLUMNS = 8  # one spare column: rows of 32 bytes
+# lane_d, float64 (n_lanes, 2): what the float64 kernels (table fill, fallback) use
+LD_ZERO, LD_VALUE = 0, 1
+# bits of lane_i[:, LI_FLAGS]: NaN follows the element; other categories follow it
+MISSING_FLAG, CAT_OTHER_FLAG = 1, 2
+
+follows = cuda.jit(device=True)(treeshap.follows)
+extend_path = cuda.jit(device=True)(treeshap.extend_path)
+unwound_sum = cuda.jit(device=True)(treeshap.unwound_sum)
+
+if SIM:  # pragma: no cover - only under NUMBA_ENABLE_CUDASIM=1
+
+    @cuda.jit(device=True)  # a device function: the simulator lends it its thread context
+    def ballot(mask, predicate):
+        """Bit ``i``: the predicate of lane ``i`` of this warp (all lanes call in lockstep)."""
+        buf = cuda.shared.array(1024, np.int64)
+        t = cuda.threadIdx.x
+        buf[t] = 1 if predicate else 0
+        cuda.syncthreads()
+        w = t - (t & 31)
+        bits = 0
+        for i in range(32):
+            if buf[w + i] != 0:
+                bits |= 1 << i
+        cuda.syncthreads()
+        return np.uint32(bits)
+
+    def fdiv(a, b):
+        return a / b
+
+else:
+    from numba.cuda import libdevice
+
+    ballot = cuda.ballot_sync
+    fdiv = libdevice.fast_fdividef  # float32 a / b to 2 ulp (every divisor here is > 0)
+
+
+@cuda.jit(device=True)
+def lane_follows(x, lane_f, lane_i, lane_cat, cat_words, li):
+    """Whether value ``x`` follows the element of lane ``li`` (:func:`follows` on its fields)."""
+    flags = lane_i[li, LI_FLAGS]
+    return follows(x, lane_f[li, LF_LOWER], lane_f[li, LF_UPPER], (flags & MISSING_FLAG) != 0,
+                   (flags & CAT_OTHER_FLAG) != 0, lane_cat[li], lane_i[li, LI_NBITS],
+                   cat_words)  # fmt: skip
+
+
+@cuda.jit(device=True)
+def fixed(value, scale):
+    """``round(value * scale)`` as int64 (the fixed-point representation), float64 inputs."""
+    return np.int64(math.floor(value * scale + 0.5))
+
+
+def xp():
+    """CuPy on a GPU; NumPy under the CUDA simulator (which runs kernels on host arrays)."""
+    if SIM:
+        return np
+    import cupy
+
+    return cupy
+
+
+def stream():
+    """The current CuPy stream as a Numba stream (0 under the simulator)."""
+    if SIM:
+        return 0
+    import cupy
+
+    ptr = cupy.cuda.get_current_stream().ptr
+    return cuda.external_stream(ptr) if ptr else cuda.default_stream()
+
+
+def device_id() -> int:
+    """Id of the current device (0 under the simulator)."""
+    if SIM:
+        return 0
+    return int(cuda.get_current_device().id)

@@ -1,0 +1,99 @@
+"""The fallback kernel: paths longer than a warp (oversize bins), one thread per (row, path).
+
+A path of more than 31 features does not fit a bin of 32 lanes; the packing gives it a bin of
+its own and this kernel runs it with the float64 DP in local memory (EXTEND, then UNWOUND_SUM
+per element; for interaction values once more per conditioned element, paper §3.5), up to
+:data:`config.MAX_FALLBACK_FEATURES` features (a longer path is refused when the device model
+is built, naming the CPU backend as the fix). Such paths are rare (deep trees on many
+features), so simplicity wins over speed here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from distshap.kernels.cuda import config
+from distshap.kernels.cuda.device import (
+    LD_VALUE,
+    LD_ZERO,
+    LI_FEATURE,
+    LI_GROUP,
+    extend_path,
+    fixed,
+    lane_follows,
+    unwound_sum,
+)  # fmt: skip
+
+__all__ = ["launch_fallback", "oversize_kernel"]
+
+# Frozen at import: the kernel's local arrays have these sizes.
+_MAXF1 = config.MAX_FALLBACK_FEATURES + 1
+_MAXF2 = config.MAX_FALLBACK_FEATURES + 2
+
+
+@cuda.jit
+def oversize_kernel(lane_f, lane_i, lane_cat, lane_d, cat_words, path_offsets, paths, X, acc,
+                     scale, n_cols, interactions):  # fmt: skip
+    """One thread per (row, oversize path), float64 DP in local memory."""
+    r = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    if r >= X.shape[0]:
+        return
+    p = paths[cuda.blockIdx.y]
+    s0 = path_offsets[p]
+    k = path_offsets[p + 1] - s0 - 1
+    w = cuda.local.array(_MAXF2, np.float64)
+    one = cuda.local.array(_MAXF1, np.float64)
+    zero = cuda.local.array(_MAXF1, np.float64)
+    diag = cuda.local.array(_MAXF1, np.float64)
+    v = lane_d[s0, LD_VALUE]
+    group = lane_i[s0, LI_GROUP]
+    for i in range(1, k + 1):
+        li = s0 + i
+        zero[i] = lane_d[li, LD_ZERO]
+        diag[i] = 0.0
+        one[i] = 0.0
+        if lane_follows(X[r, lane_i[li, LI_FEATURE]], lane_f, lane_i, lane_cat, cat_words, li):
+            one[i] = 1.0
+    n_cond = k if interactions else 0
+    for c in range(0, n_cond + 1):
+        scale_c = 1.0 if c == 0 else 0.5 * (one[c] - zero[c])
+        if scale_c == 0.0:
+            continue
+        depth = extend_path(w, zero, one, 1, k + 1, c)
+        fc = lane_i[s0 + c, LI_FEATURE]
+        for i in range(1, k + 1):
+            if i == c or one[i] == zero[i]:
+                continue
+            phi = unwound_sum(w, depth, zero[i], one[i]) * (one[i] - zero[i]) * v * scale_c
+            fi = lane_i[s0 + i, LI_FEATURE]
+            if not interactions:
+                ival = fixed(phi, scale)
+                if ival != 0:
+                    cuda.atomic.add(acc, (r, group * n_cols + fi), ival)
+            elif c == 0:
+                diag[i] += phi
+            else:
+                diag[i] -= phi
+                ival = fixed(phi, scale)
+                if ival != 0:
+                    cuda.atomic.add(acc, (r, (group * n_cols + fc) * n_cols + fi), ival)
+    if interactions:
+        for i in range(1, k + 1):
+            fi = lane_i[s0 + i, LI_FEATURE]
+            ival = fixed(diag[i], scale)
+            if ival != 0:
+                cuda.atomic.add(acc, (r, (group * n_cols + fi) * n_cols + fi), ival)
+
+
+def launch_fallback(model, Xb, acc, scale, F1, stream, interactions):
+    """Run the fallback kernel over the model's oversize paths on the batch ``Xb``."""
+    nb = int(Xb.shape[0])
+    for p0 in range(0, model.n_oversize, 65535):  # grid.y is at most 65535
+        paths = model.oversize_paths[p0 : min(model.n_oversize, p0 + 65535)]
+        tpb = 128
+        grid = (-(-nb // tpb), int(paths.shape[0]))
+        oversize_kernel[grid, tpb, stream](
+            model.lane_f, model.lane_i, model.lane_cat, model.lane_d, model.cat_words,
+            model.path_offsets, paths, Xb, acc, scale, F1, interactions,
+        )  # fmt: skip

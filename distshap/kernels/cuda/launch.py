@@ -1,0 +1,129 @@
+"""Launching: row batches through the kernels, then the finish pass; the public entry points.
+
+Per batch of rows every kernel of the output kind adds its int64 fixed-point contributions to
+one accumulator (interaction tables, quadrature kernels, fallback kernel); the finish kernel
+then writes ``acc * 2**-s`` as float32 (converted in float64), adds the expected value in the
+bias column and zeroes the accumulator for the next batch. Results are bit-identical run to run
+and do not depend on the batching. ``batch_rows`` keeps the accumulator within
+:data:`config.BATCH_BUDGET_BYTES` (and a quarter of the free device memory); the float32
+output of all rows is allocated at once, so chunking larger inputs is the caller's job.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from numba import cuda
+
+from distshap.kernels.cuda import config
+from distshap.kernels.cuda.device import SIM, stream, xp
+from distshap.kernels.cuda.fallback import launch_fallback
+from distshap.kernels.cuda.model import device_model, interaction_plan
+from distshap.kernels.cuda.quadrature import launch_quadrature
+from distshap.kernels.cuda.tables import launch_tables
+from distshap.packed import PackedModel
+
+__all__ = ["default_batch_rows", "finish_kernel", "interaction_values", "shap_values"]
+
+
+@cuda.jit
+def finish_kernel(acc, out, inv_scale, expected_value, group_size, bias_offset):
+    """``out = acc * inv_scale`` (+ expected value at the bias entries); resets ``acc`` to 0."""
+    start = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    stride = cuda.gridDim.x * cuda.blockDim.x
+    width = acc.shape[1]
+    n = acc.shape[0] * width
+    for t in range(start, n, stride):
+        r = t // width
+        e = t - r * width
+        value = np.float64(acc[r, e]) * inv_scale
+        g = e // group_size
+        if e - g * group_size == bias_offset:
+            value += expected_value[g]
+        out[r, e] = np.float32(value)
+        acc[r, e] = 0
+
+
+def default_batch_rows(values_per_row: int) -> int:
+    """Rows per batch so the int64 accumulator stays within the budget (module docstring)."""
+    budget = config.BATCH_BUDGET_BYTES
+    if not SIM:
+        free, _ = cuda.current_context().get_memory_info()
+        budget = min(budget, int(free) // 4)
+    return max(1, budget // (8 * max(1, values_per_row)))
+
+
+def _as_device_rows(X, num_features: int):
+    if X.ndim != 2 or X.shape[1] != num_features:
+        raise ValueError(f"X must have shape (n_rows, {num_features}), got {tuple(X.shape)}")
+    if SIM:
+        return np.ascontiguousarray(np.asarray(X), dtype=np.float32)
+    cp = xp()
+    if isinstance(X, np.ndarray):
+        return cp.asarray(np.ascontiguousarray(X, dtype=np.float32))
+    return cp.ascontiguousarray(cp.asarray(X), dtype=cp.float32)
+
+
+def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool):
+    model = device_model(packed)
+    plan = interaction_plan(packed, model) if interactions else model.shap
+    X = _as_device_rows(X, packed.num_features)
+    n = int(X.shape[0])
+    G = packed.num_groups
+    F1 = packed.num_features + 1
+    group_size = F1 * F1 if interactions else F1
+    width = G * group_size
+    bias_offset = (F1 - 1) * F1 + (F1 - 1) if interactions else F1 - 1
+    shape = (n, G, F1, F1) if interactions else (n, G, F1)
+    out = xp().empty(shape, dtype=np.float32)
+    if n == 0:
+        return out
+    if batch_rows is None:
+        batch_rows = default_batch_rows(width)
+    batch_rows = int(batch_rows)
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
+    batch_rows = min(batch_rows, n, 1 << 24)  # keeps the row-tile grid within 65535
+    scale = 2.0 ** (model.interaction_shift if interactions else model.shap_shift)
+    acc_all = xp().zeros((batch_rows, width), dtype=np.int64)
+    out2 = out.reshape(n, width)
+    s = stream()
+    with warnings.catch_warnings():  # small inputs give small grids: not worth a warning
+        warnings.filterwarnings("ignore", message=".*under-utilization.*")
+        for r0 in range(0, n, batch_rows):
+            r1 = min(n, r0 + batch_rows)
+            Xb = X[r0:r1]
+            acc = acc_all[: r1 - r0]
+            launch_tables(model, plan, Xb, acc, scale, F1, s)
+            launch_quadrature(model, plan, Xb, acc, scale, F1, s, interactions)
+            launch_fallback(model, Xb, acc, scale, F1, s, interactions)
+            blocks = int(min(-(-((r1 - r0) * width) // 256), 65535))
+            finish_kernel[blocks, 256, s](
+                acc, out2[r0:r1], 1.0 / scale, model.expected_value, group_size, bias_offset
+            )
+    return out
+
+
+def shap_values(packed: PackedModel, X, batch_rows: int | None = None):
+    """SHAP values of every row of ``X``: CuPy float32 ``(n, G, F + 1)``, bias last.
+
+    Parameters
+    ----------
+    packed : PackedModel
+        Copied to the current device once and cached by digest.
+    X : numpy.ndarray or cupy.ndarray (n, F)
+        Rows; converted to a C-contiguous float32 device array when needed.
+    batch_rows : int, optional
+        Rows per kernel batch (default: :func:`default_batch_rows`). Results do not depend
+        on it.
+    """
+    return _run(packed, X, batch_rows, interactions=False)
+
+
+def interaction_values(packed: PackedModel, X, batch_rows: int | None = None):
+    """SHAP interaction values: CuPy float32 ``(n, G, F + 1, F + 1)``, bias last.
+
+    Parameters are those of :func:`shap_values`.
+    """
+    return _run(packed, X, batch_rows, interactions=True)

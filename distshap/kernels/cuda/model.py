@@ -1,0 +1,342 @@
+"""The device model: a packed model's arrays on one GPU, its plans, and the cache keeping them.
+
+:func:`device_model` copies a :class:`~distshap.packed.PackedModel` to the current device once
+per ``(digest, device)``: the lane arrays (columns named in :mod:`.device`), the paths of the
+oversize bins, the fixed-point shifts, and the SHAP :class:`Plan` (every regular path in the
+quadrature kernels). The interaction :class:`Plan` is built on the first interaction call
+(:func:`interaction_plan`): interaction tables for the short paths, filled on the device, the
+quadrature kernels for the others. Which path goes where is host policy
+(:mod:`distshap.strategy`); :func:`strategy_stats` reports it without a GPU.
+
+Fixed point: every contribution is rounded or truncated to int64 at ``2**s`` and added with
+integer atomics (associative, so bits do not depend on the order). A path's SHAP contribution
+is at most ``|v|`` and an interaction entry at most ``k |v|``, so with ``B`` the largest sum of
+those bounds over one output group, ``s = 62 - ceil(log2(B + 1)) - 1`` (clamped to ``[-60,
+60]``) keeps every sum below ``2**61`` (:func:`fixed_point_shift`).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+from numba import cuda
+
+from distshap import strategy
+from distshap.kernels.cuda import config
+from distshap.kernels.cuda.device import (
+    CAT_OTHER_FLAG,
+    LD_VALUE,
+    LD_ZERO,
+    LF_LOWER,
+    LF_UPPER,
+    LF_VALUE,
+    LF_ZERO,
+    LI_COLUMNS,
+    LI_FEATURE,
+    LI_FEATURES,
+    LI_FLAGS,
+    LI_GROUP,
+    LI_NBITS,
+    LI_POSITION,
+    LI_START,
+    MISSING_FLAG,
+    device_id,
+    stream,
+)  # fmt: skip
+from distshap.kernels.cuda.quadrature import quadrature_warps
+from distshap.kernels.cuda.tables import (
+    TABLE_MAX_FEATURES,
+    fill_interaction_tables,
+    shared_tile_rows,
+)  # fmt: skip
+from distshap.packed import PackedModel
+
+__all__ = [
+    "DeviceModel", "Plan", "QuadratureLaunch", "clear_cache", "device_model",
+    "fixed_point_shift", "interaction_plan", "interaction_table_offsets", "lane_arrays",
+    "plan_arrays", "strategy_stats",
+]  # fmt: skip
+
+
+@dataclass(eq=False)
+class QuadratureLaunch:
+    """The paths of one quadrature kernel (``n_nodes`` nodes), in chunks of one output group.
+
+    Chunk ``c`` is ``paths[offsets[c]:offsets[c + 1]]``, all of group ``group[c]``.
+    """
+
+    n_nodes: int
+    paths: object
+    offsets: object
+    group: object
+    n_chunks: int
+
+
+@dataclass(eq=False)
+class Plan:
+    """Device arrays of one output kind (SHAP or interactions): which path runs where.
+
+    ``lane_table`` (int64, per lane) is the table offset of the lane's path (-1: none);
+    ``table_bins`` are the regular bins holding a table path and ``table_maxk`` (per bin) the
+    largest ``k`` of those paths; ``quadrature`` the launches of the other regular paths.
+    """
+
+    lane_table: object
+    tables: object
+    table_bins: object
+    table_maxk: object
+    n_table_bins: int
+    table_paths: int
+    table_bytes: int
+    quadrature: tuple = ()
+
+
+@dataclass(eq=False)
+class DeviceModel:
+    """A packed model's arrays on one device, plus the launch constants derived from it.
+
+    ``shap`` is the SHAP :class:`Plan`; ``interactions`` the interaction plan, built (tables
+    filled on the device) on the first interaction call and kept.
+    """
+
+    lane_f: object
+    lane_i: object
+    lane_cat: object
+    lane_d: object
+    cat_words: object
+    bin_offsets: object
+    path_offsets: object
+    oversize_paths: object  # paths of oversize bins, run by the fallback kernel
+    expected_value: object
+    n_oversize: int
+    num_features: int
+    num_groups: int
+    shap_shift: int
+    interaction_shift: int
+    shap: Plan
+    interactions: Plan | None = None
+
+
+_CACHE: OrderedDict = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def fixed_point_shift(bound: float) -> int:
+    """Fixed-point fraction bits ``s`` for outputs bounded by ``bound`` (module docstring)."""
+    s = 62 - math.ceil(math.log2(float(bound) + 1.0)) - 1
+    return int(min(60, max(-60, s)))
+
+
+def _path_bounds(packed: PackedModel) -> tuple[float, float]:
+    k = strategy.path_features(packed.path_offsets)
+    v = np.abs(packed.path_value.astype(np.float64))
+    g = packed.path_group.astype(np.int64)
+    G = packed.num_groups
+    shap = np.bincount(g, weights=v, minlength=G) if g.size else np.zeros(1)
+    inter = np.bincount(g, weights=v * np.maximum(k, 1), minlength=G) if g.size else np.zeros(1)
+    return float(shap.max(initial=0.0)), float(inter.max(initial=0.0))
+
+
+def _regular(packed: PackedModel) -> tuple[np.ndarray, np.ndarray]:
+    return strategy.regular_paths(packed.bin_offsets, packed.path_offsets, lanes=32)
+
+
+def interaction_table_offsets(packed: PackedModel) -> np.ndarray:
+    """Interaction table offset of each path (-1: none), by the host policy and the budget of
+    :mod:`.config` (paths without a SHAP table under the model's table policy get none)."""
+    k = strategy.path_features(packed.path_offsets)
+    shap_offsets = strategy.choose_tables(k, packed.table_budget_bytes, packed.max_table_features)
+    max_features = min(config.INTERACTION_TABLE_MAX_FEATURES, TABLE_MAX_FEATURES)  # compiled
+    return strategy.interaction_table_offsets(
+        k, shap_offsets, config.INTERACTION_TABLE_BUDGET_BYTES, max_features
+    )
+
+
+def plan_arrays(packed: PackedModel, path_table: np.ndarray) -> dict:
+    """Host arrays of a :class:`Plan` (tables and ``table_bytes`` aside) for per-path table
+    offsets ``path_table``: the regular paths without a table go to the quadrature kernels."""
+    k = strategy.path_features(packed.path_offsets)
+    path_bin, regular = _regular(packed)
+    is_t = (path_table >= 0) & regular
+    launches = strategy.quadrature_launches(
+        k, packed.path_group, (path_table < 0) & regular, config.QUADRATURE_NODES,
+        config.QUADRATURE_CHUNK_PATHS,
+    )  # fmt: skip
+    table_maxk = np.zeros(max(packed.num_bins, 1), np.int32)
+    np.maximum.at(table_maxk, path_bin[is_t], k[is_t])
+    table_bins = np.flatnonzero(table_maxk > 0).astype(np.int32)
+    lane_table = path_table[packed.lane_path] if packed.num_paths else np.full(1, -1, np.int64)
+    return dict(
+        lane_table=np.ascontiguousarray(lane_table, np.int64),
+        table_bins=_nonempty(table_bins, np.int32),
+        table_maxk=table_maxk,
+        n_table_bins=int(table_bins.size),
+        table_paths=int(is_t.sum()),
+        quadrature=launches,
+    )
+
+
+def _nonempty(a, dtype) -> np.ndarray:
+    a = np.ascontiguousarray(a, dtype=dtype)
+    return a if a.size else np.zeros(1, dtype)
+
+
+def lane_arrays(packed: PackedModel) -> dict:
+    """Host arrays of the device model (lane columns: :mod:`.device`)."""
+    if packed.capacity != 32:
+        raise ValueError(
+            f"the CUDA kernels need a model packed with capacity=32 (one warp), got "
+            f"capacity={packed.capacity}: rebuild it with build_packed_model(paths, capacity=32)"
+        )
+    n_lanes = int(packed.feature.shape[0])
+    k = strategy.path_features(packed.path_offsets)
+    lane_path = packed.lane_path.astype(np.int64)
+    bin_of_lane = np.repeat(np.arange(packed.num_bins, dtype=np.int64), np.diff(packed.bin_offsets))
+    flags = (packed.missing.astype(np.int32) * MISSING_FLAG) | (
+        packed.cat_other.astype(np.int32) * CAT_OTHER_FLAG
+    )
+    lane_i = np.zeros((max(n_lanes, 1), LI_COLUMNS), np.int32)
+    lane_i[:n_lanes, LI_FEATURE] = packed.feature
+    lane_i[:n_lanes, LI_POSITION] = np.arange(n_lanes) - packed.path_offsets[lane_path]
+    lane_i[:n_lanes, LI_START] = packed.path_offsets[lane_path] - packed.bin_offsets[bin_of_lane]
+    lane_i[:n_lanes, LI_FEATURES] = k[lane_path]
+    lane_i[:n_lanes, LI_GROUP] = packed.path_group[lane_path]
+    lane_i[:n_lanes, LI_FLAGS] = flags
+    lane_i[:n_lanes, LI_NBITS] = packed.cat_nbits
+    lane_f = np.zeros((max(n_lanes, 1), 4), np.float32)
+    lane_f[:n_lanes, LF_LOWER] = packed.lower
+    lane_f[:n_lanes, LF_UPPER] = packed.upper
+    lane_f[:n_lanes, LF_ZERO] = packed.zero_fraction
+    lane_f[:n_lanes, LF_VALUE] = packed.path_value[lane_path]
+    lane_d = np.zeros((max(n_lanes, 1), 2), np.float64)
+    lane_d[:n_lanes, LD_ZERO] = packed.zero_fraction
+    lane_d[:n_lanes, LD_VALUE] = packed.path_value[lane_path]
+    _, regular = _regular(packed)
+    oversize_paths = np.flatnonzero(~regular).astype(np.int32)
+    if oversize_paths.size and int(k[oversize_paths].max()) > config.MAX_FALLBACK_FEATURES:
+        raise ValueError(
+            f"a path has {int(k[oversize_paths].max())} distinct features; the CUDA backend "
+            f"handles at most {config.MAX_FALLBACK_FEATURES}: use backend='cpu' for this model"
+        )
+    shap_bound, inter_bound = _path_bounds(packed)
+    return dict(
+        lane_f=lane_f,
+        lane_i=lane_i,
+        lane_cat=_nonempty(packed.cat_offsets, np.int64),
+        lane_d=lane_d,
+        cat_words=_nonempty(packed.cat_words, np.uint32),
+        bin_offsets=np.ascontiguousarray(packed.bin_offsets, np.int64),
+        path_offsets=np.ascontiguousarray(packed.path_offsets, np.int64),
+        oversize_paths=_nonempty(oversize_paths, np.int32),
+        expected_value=np.ascontiguousarray(packed.expected_value, np.float64),
+        n_oversize=int(oversize_paths.size),
+        shap_shift=fixed_point_shift(shap_bound),
+        interaction_shift=fixed_point_shift(inter_bound),
+    )
+
+
+def _to_device(host: dict) -> dict:
+    out = {}
+    for name, a in host.items():
+        if isinstance(a, np.ndarray):
+            a = cuda.to_device(a)
+        elif name == "quadrature":
+            a = tuple(QuadratureLaunch(**_to_device(launch)) for launch in a)
+        out[name] = a
+    return out
+
+
+def device_model(packed: PackedModel) -> DeviceModel:
+    """The device copy of ``packed`` on the current device (built once, then cached).
+
+    The cache is keyed by ``(packed.digest, device id)`` and keeps the last
+    :data:`config.CACHE_SIZE` models; a model without a digest is copied on every call.
+    """
+    if not isinstance(packed, PackedModel):
+        raise TypeError(f"expected a PackedModel, got {type(packed).__name__}")
+    key = (packed.digest, device_id())
+    if packed.digest:
+        with _LOCK:
+            hit = _CACHE.get(key)
+            if hit is not None:
+                _CACHE.move_to_end(key)
+                return hit
+    # SHAP values: every regular path in the quadrature kernels, no tables
+    plan = plan_arrays(packed, np.full(packed.num_paths, -1, np.int64))
+    plan["tables"] = np.zeros(1, np.float32)
+    plan["table_bytes"] = 0
+    model = DeviceModel(**_to_device(lane_arrays(packed)), num_features=packed.num_features,
+                        num_groups=packed.num_groups, shap=Plan(**_to_device(plan)))  # fmt: skip
+    if packed.digest:
+        with _LOCK:
+            _CACHE[key] = model
+            while len(_CACHE) > config.CACHE_SIZE:
+                _CACHE.popitem(last=False)
+    return model
+
+
+def interaction_plan(packed: PackedModel, model: DeviceModel) -> Plan:
+    """The interaction :class:`Plan` of ``model`` (tables filled on the device on first use)."""
+    with _LOCK:
+        if model.interactions is not None:
+            return model.interactions
+        offsets = interaction_table_offsets(packed)
+        plan = plan_arrays(packed, offsets)
+        tables, total = fill_interaction_tables(
+            model.lane_d, model.path_offsets, strategy.path_features(packed.path_offsets),
+            offsets, stream(),
+        )  # fmt: skip
+        plan["tables"] = tables
+        plan["table_bytes"] = 4 * total
+        model.interactions = Plan(**_to_device(plan))
+        return model.interactions
+
+
+def clear_cache() -> None:
+    """Drop every cached device model."""
+    with _LOCK:
+        _CACHE.clear()
+
+
+def strategy_stats(packed: PackedModel) -> dict:
+    """How the CUDA kernels will evaluate ``packed`` (host arithmetic only, no GPU needed).
+
+    Returns a dict with ``quadrature_paths`` and ``quadrature_lanes`` (SHAP values: every path
+    of a regular bin runs in the quadrature kernels), ``quadrature_nodes`` (node count -> SHAP
+    paths), ``oversize_paths`` and ``oversize_lanes`` (fallback kernel),
+    ``interaction_table_paths`` and ``interaction_table_bytes`` (tables of interaction values,
+    filled on the device on the first interaction call; the other paths run the interaction
+    quadrature kernel), ``shared_tile_rows`` (SHAP, interactions: rows of the table kernel's
+    shared-memory tile, 0 = accumulation in global memory), ``quadrature_shared`` (SHAP,
+    interactions: whether the quadrature kernels sum in shared memory) and
+    ``fixed_point_shift`` (SHAP, interactions).
+    """
+    lanes = np.diff(packed.path_offsets)
+    k = lanes - 1
+    _, regular = _regular(packed)
+    itab = (interaction_table_offsets(packed) >= 0) & regular
+    shap_bound, inter_bound = _path_bounds(packed)
+    F1 = packed.num_features + 1
+    G = packed.num_groups
+    nodes = config.QUADRATURE_NODES
+    kernel_of = strategy.quadrature_node_index(k[regular], nodes)
+    per_node = {int(nodes[q]): int((kernel_of == q).sum()) for q in np.unique(kernel_of)}
+    return {
+        "quadrature_paths": int(regular.sum()),
+        "quadrature_lanes": int(lanes[regular].sum()),
+        "quadrature_nodes": per_node,
+        "oversize_paths": int((~regular).sum()),
+        "oversize_lanes": int(lanes[~regular].sum()),
+        "interaction_table_paths": int(itab.sum()),
+        "interaction_table_bytes": 4 * strategy.table_values(k, np.where(itab, 0, -1), "k*k"),
+        "shared_tile_rows": (shared_tile_rows(G * F1), shared_tile_rows(G * F1 * F1)),
+        "quadrature_shared": (
+            quadrature_warps(F1 - 1) > 0,
+            F1 * F1 * 8 <= config.QUADRATURE_SHARED_BYTES,
+        ),
+        "fixed_point_shift": (fixed_point_shift(shap_bound), fixed_point_shift(inter_bound)),
+    }

@@ -1,0 +1,98 @@
+"""Compilation checks: every kernel compiled to PTX, where NVVM is installed (no GPU needed).
+
+:func:`compile_check` is what ``distshap`` runs to tell a broken CUDA setup from a missing GPU;
+the tests read the PTX (:func:`kernel_ptx`) to check properties the design relies on: integer
+atomics only (determinism), no spills to local memory in the hot kernels, warp votes where
+expected. Both Numba's built-in CUDA target and ``numba-cuda`` ask the current device for its
+compute capability while compiling a device function called from a kernel; where no GPU is
+visible they are told the target's capability for the duration of the compilation.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from numba import cuda
+
+from distshap.kernels.cuda import config
+from distshap.kernels.cuda.device import SIM
+from distshap.kernels.cuda.fallback import oversize_kernel
+from distshap.kernels.cuda.launch import finish_kernel
+from distshap.kernels.cuda.quadrature import quadrature_kernel
+from distshap.kernels.cuda.tables import fill_kernel, table_kernel
+
+__all__ = ["compile_check", "kernel_ptx"]
+
+_X_ACC = "float32[:, ::1], int64[:, ::1], float64, int64"
+_TABLE_SIG = (
+    "void(float32[:, ::1], int32[:, ::1], int64[::1], int64[::1], uint32[::1], float32[::1], "
+    f"int64[::1], int32[::1], int32[::1], {_X_ACC}, int64, int64)"
+)
+_QUADRATURE_SIG = (  # the interaction kernel takes X, the SHAP kernel its transpose
+    "void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], int32[::1], "
+    f"int64[::1], int32[::1], {_X_ACC}, int64)"
+)
+
+
+def _kernels() -> dict:
+    """Name -> (kernel, signature) of every kernel the backend launches."""
+    kernels = {
+        "interaction_table_kernel": (table_kernel(False), _TABLE_SIG),
+        "interaction_table_shared_kernel": (table_kernel(True), _TABLE_SIG),
+        "fill_interaction_tables_kernel": (
+            fill_kernel,
+            "void(float64[:, ::1], int64[::1], int32[::1], int64[::1], float32[::1])",
+        ),
+        "oversize_kernel": (
+            oversize_kernel,
+            "void(float32[:, ::1], int32[:, ::1], int64[::1], float64[:, ::1], uint32[::1], "
+            f"int64[::1], int32[::1], {_X_ACC}, boolean)",
+        ),
+        "finish_kernel": (
+            finish_kernel,
+            "void(int64[:, ::1], float32[:, ::1], float64, float64[::1], int64, int64)",
+        ),
+    }
+    for n_nodes in config.QUADRATURE_NODES:
+        for shared in (False, True):
+            for inter in (False, True):
+                name = (f"{'interaction' if inter else 'shap'}_quadrature_kernel_{n_nodes}"
+                        f"{'_shared' if shared else ''}")  # fmt: skip
+                kernels[name] = (quadrature_kernel(n_nodes, shared, inter), _QUADRATURE_SIG)
+    return kernels
+
+
+@contextmanager
+def _device_free_compilation(cc: tuple[int, int]):
+    """Let Numba compile device functions for ``cc`` where no GPU is visible."""
+    if cuda.is_available():
+        yield
+        return
+    from numba.cuda import dispatcher
+
+    class _Device:
+        compute_capability = cc
+
+    saved = dispatcher.get_current_device
+    dispatcher.get_current_device = lambda: _Device()
+    try:
+        yield
+    finally:
+        dispatcher.get_current_device = saved
+
+
+def kernel_ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, str]:
+    """PTX of every kernel for compute capability ``cc`` (no GPU needed), by kernel name."""
+    if SIM:
+        raise RuntimeError("compile_check cannot run under NUMBA_ENABLE_CUDASIM=1")
+    out = {}
+    with _device_free_compilation(cc):
+        for name, (kernel, sig) in _kernels().items():
+            ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=cc)
+            out[name] = ptx
+    return out
+
+
+def compile_check() -> None:
+    """Compile every kernel to PTX for compute capability 9.0 (needs NVVM, not a GPU)."""
+    kernel_ptx((9, 0))

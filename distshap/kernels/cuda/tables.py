@@ -1,0 +1,259 @@
+"""Interaction tables: every pattern's interaction values of a short path, filled on the device.
+
+A row enters a path only through the 0/1 pattern of its one-fractions, so a path of ``k``
+features has ``2**k`` possible results. For the paths the host policy picks
+(:func:`distshap.strategy.interaction_table_offsets`), one thread per (path, pattern) runs the
+float64 DP (paper §3.5: condition on each element ``c`` of the path, on minus off, halved) and
+stores the ``k x k`` entries as float32 (:func:`fill_interaction_tables`); the device model keeps
+them. Entry ``[(pattern * k + c) * k + i]`` (``c``, ``i``: 0-based feature elements) is, for
+``c != i``, half the interaction of ``i`` and ``c`` (added at ``[feature_c, feature_i]``) and,
+for ``c == i``, the diagonal ``phi_i - sum_c`` of those halves.
+
+The table kernel runs the bins that hold a table path: one warp per bin, one lane per path
+element; per row each lane tests its element, one ``ballot`` gathers the pattern, and each
+element lane adds its ``k`` entries. It is bound by its atomics, so a block of
+:data:`config.TABLE_WARPS_PER_BLOCK` bins shares a tile of rows in shared memory, flushed with
+one global atomic per non-zero value (:func:`shared_tile_rows`; outputs too wide for a tile add
+to global memory directly).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from distshap.kernels.cuda import config
+from distshap.kernels.cuda.device import (
+    CAT_OTHER_FLAG,
+    FULL_MASK,
+    LD_VALUE,
+    LD_ZERO,
+    LF_LOWER,
+    LF_UPPER,
+    LI_FEATURE,
+    LI_FEATURES,
+    LI_FLAGS,
+    LI_GROUP,
+    LI_NBITS,
+    LI_POSITION,
+    LI_START,
+    MISSING_FLAG,
+    SIM,
+    ballot,
+    extend_path,
+    follows,
+    unwound_sum,
+    xp,
+)  # fmt: skip
+
+__all__ = [
+    "fill_interaction_tables",
+    "fill_kernel",
+    "launch_tables",
+    "shared_tile_rows",
+    "table_kernel",
+]
+
+# Frozen at import: the kernels are compiled with these sizes, so the host side uses them too.
+TABLE_MAX_FEATURES = config.INTERACTION_TABLE_MAX_FEATURES
+_MAXF1 = TABLE_MAX_FEATURES + 1
+_MAXF2 = TABLE_MAX_FEATURES + 2
+_TILE_VALUES = config.SHARED_TILE_VALUES
+_TABLE_WARPS = config.TABLE_WARPS_PER_BLOCK
+
+
+@cuda.jit
+def fill_kernel(lane_d, path_offsets, paths, offsets, tables):
+    """One thread per (table path, pattern): that pattern's ``k x k`` interaction entries."""
+    pattern = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    j = cuda.blockIdx.y
+    p = paths[j]
+    s0 = path_offsets[p]
+    k = path_offsets[p + 1] - s0 - 1
+    if pattern >= (1 << k):
+        return
+    base = offsets[j] + pattern * k * k
+    w = cuda.local.array(_MAXF2, np.float64)
+    one = cuda.local.array(_MAXF1, np.float64)
+    zero = cuda.local.array(_MAXF1, np.float64)
+    diag = cuda.local.array(_MAXF1, np.float64)
+    v = lane_d[s0, LD_VALUE]
+    for i in range(1, k + 1):
+        zero[i] = lane_d[s0 + i, LD_ZERO]
+        one[i] = np.float64((pattern >> (i - 1)) & 1)
+        diag[i] = 0.0
+    depth = 0
+    for c in range(0, k + 1):
+        scale_c = 1.0 if c == 0 else 0.5 * (one[c] - zero[c])
+        if scale_c != 0.0:
+            depth = extend_path(w, zero, one, 1, k + 1, c)
+        for i in range(1, k + 1):
+            if i == c:
+                continue
+            phi = 0.0
+            if scale_c != 0.0 and one[i] != zero[i]:
+                phi = unwound_sum(w, depth, zero[i], one[i]) * (one[i] - zero[i]) * v * scale_c
+            if c == 0:
+                diag[i] += phi
+            else:
+                diag[i] -= phi
+                tables[base + (c - 1) * k + i - 1] = np.float32(phi)
+    for i in range(1, k + 1):
+        tables[base + (i - 1) * k + i - 1] = np.float32(diag[i])
+
+
+def fill_interaction_tables(lane_d, path_offsets, lengths: np.ndarray, offsets: np.ndarray,
+                            stream):  # fmt: skip
+    """Fill the interaction tables of the paths with ``offsets >= 0`` on the device.
+
+    ``lane_d`` and ``path_offsets`` are the device model's arrays; ``lengths`` (features per
+    path) and ``offsets`` (:func:`distshap.strategy.interaction_table_offsets`) host arrays.
+    Returns ``(tables, n_values)``. The stream is synchronized before returning: the tables
+    serve later calls on any stream or thread.
+    """
+    chosen = np.flatnonzero(offsets >= 0)
+    k = lengths[chosen]
+    total = int(((np.int64(1) << k) * k * k).sum())
+    tables = xp().zeros(max(total, 1), dtype=np.float32)
+    keep = []  # device temporaries stay alive until the fill kernels are done
+    for j0 in range(0, chosen.size, 65535):  # grid.y is at most 65535
+        part = chosen[j0 : j0 + 65535]
+        keep.append((cuda.to_device(part.astype(np.int32)), cuda.to_device(offsets[part])))
+        tpb = 64
+        grid = (-(-(1 << int(k[j0 : j0 + 65535].max())) // tpb), int(part.size))
+        fill_kernel[grid, tpb, stream](lane_d, path_offsets, keep[-1][0], keep[-1][1], tables)
+    if not SIM:
+        stream.synchronize()
+    return tables, total
+
+
+@cuda.jit(device=True)
+def _lane_setup(lane_i, bin_offsets, b, lane):
+    """Row-independent constants of this lane of bin ``b`` (unused lanes: no path)."""
+    base = bin_offsets[b]
+    valid = lane < bin_offsets[b + 1] - base
+    li = base + lane if valid else base
+    feat = lane_i[li, LI_FEATURE] if valid else -1
+    pos = lane_i[li, LI_POSITION] if valid else 0
+    start = lane_i[li, LI_START] if valid else lane
+    k = lane_i[li, LI_FEATURES] if valid else 0
+    return li, valid, feat, pos, start, k
+
+
+@cuda.jit(device=True)
+def _row_range(rows_per_block, n_rows):
+    """Rows ``[r0, r1)`` of this block's row range (``blockIdx.y``)."""
+    r0 = cuda.blockIdx.y * rows_per_block
+    r1 = r0 + rows_per_block
+    if r1 > n_rows:
+        r1 = n_rows
+    return r0, r1
+
+
+def _make_table_kernel(shared: bool):
+    """The interaction-table kernel, accumulating in a shared-memory tile of rows (``shared``:
+    one global atomic per output value and block per tile) or in global memory directly."""
+
+    @cuda.jit
+    def kernel(lane_f, lane_i, lane_cat, lane_table, cat_words, tables, bin_offsets, bin_maxk,
+               bins, X, acc, scale, rows_per_block, tile_rows, n_cols):  # fmt: skip
+        tid = cuda.threadIdx.x
+        lane = tid & 31
+        bi = cuda.blockIdx.x * _TABLE_WARPS + (tid >> 5)
+        live = bi < bins.shape[0]
+        if not shared and not live:
+            return  # warp-uniform; with a shared tile every warp takes part in the barriers
+        b = bins[bi] if live else bins[0]
+        li, valid, feat, pos, start, k = _lane_setup(lane_i, bin_offsets, b, lane)
+        valid = valid and live
+        group = lane_i[li, LI_GROUP]
+        flags = lane_i[li, LI_FLAGS]
+        missing = (flags & MISSING_FLAG) != 0
+        cat_other = (flags & CAT_OTHER_FLAG) != 0
+        nbits = lane_i[li, LI_NBITS]
+        lower = lane_f[li, LF_LOWER]
+        upper = lane_f[li, LF_UPPER]
+        cat_offset = lane_cat[li]
+        toff = lane_table[li]
+        active = valid and pos >= 1 and toff >= 0
+        maxk = bin_maxk[b] if live else 0
+        mask_k = (np.int64(1) << k) - 1
+        scale32 = np.float32(scale)
+        width = acc.shape[1]
+        r0, r1 = _row_range(rows_per_block, X.shape[0])
+        if shared:
+            tile = cuda.shared.array(_TILE_VALUES, np.int64)
+        for t0 in range(r0, r1, tile_rows):
+            t1 = t0 + tile_rows
+            if t1 > r1:
+                t1 = r1
+            if shared:
+                for i in range(tid, (t1 - t0) * width, cuda.blockDim.x):
+                    tile[i] = 0
+                cuda.syncthreads()
+            for r in range(t0, t1):
+                o = False
+                if active:
+                    o = follows(X[r, feat], lower, upper, missing, cat_other, cat_offset, nbits,
+                                cat_words)  # fmt: skip
+                bal = np.int64(ballot(FULL_MASK, o))
+                pattern = (bal >> (start + 1)) & mask_k
+                entry = toff + pattern * k * k + pos - 1
+                first = li - pos + 1  # lane of the path's first feature element
+                for c in range(maxk):  # the conditioned element
+                    if active and c < k:
+                        fc = lane_i[first + c, LI_FEATURE]
+                        iv = np.int64(tables[entry + c * k] * scale32)
+                        if iv != 0:
+                            e = (group * n_cols + fc) * n_cols + feat  # c == i: diagonal
+                            if shared:
+                                cuda.atomic.add(tile, (r - t0) * width + e, iv)
+                            else:
+                                cuda.atomic.add(acc, (r, e), iv)
+            if shared:
+                cuda.syncthreads()
+                for i in range(tid, (t1 - t0) * width, cuda.blockDim.x):
+                    v = tile[i]
+                    if v != 0:
+                        q = i // width
+                        cuda.atomic.add(acc, (t0 + q, i - q * width), v)
+                cuda.syncthreads()
+
+    return kernel
+
+
+_table_kernel = _make_table_kernel(shared=False)
+_table_shared_kernel = _make_table_kernel(shared=True)
+
+
+def table_kernel(shared: bool):
+    """The interaction-table kernel with a shared-memory tile or without."""
+    return _table_shared_kernel if shared else _table_kernel
+
+
+def shared_tile_rows(width: int) -> int:
+    """Rows of the table kernel's shared-memory tile for ``width`` outputs per row (0: none)."""
+    rows = min(config.TILE_ROWS, _TILE_VALUES // max(width, 1))
+    return rows if rows >= config.MIN_TILE_ROWS else 0
+
+
+def _rows_per_warp(n_rows: int, n_bins: int) -> int:
+    """Rows per warp: at most ROWS_PER_WARP, fewer when that leaves the GPU short of warps."""
+    target_warps = 16384
+    per = -(-n_rows * max(n_bins, 1) // target_warps)
+    return int(max(16, min(config.ROWS_PER_WARP, per)))
+
+
+def launch_tables(model, plan, Xb, acc, scale, F1, stream):
+    """Run the table kernel over the table bins of ``plan`` on the batch ``Xb``."""
+    if not plan.n_table_bins:
+        return
+    nb = int(Xb.shape[0])
+    tile_rows = shared_tile_rows(acc.shape[1])
+    rpb = _rows_per_warp(nb, plan.n_table_bins)
+    grid = (-(-plan.n_table_bins // _TABLE_WARPS), -(-nb // rpb))
+    table_kernel(tile_rows > 0)[grid, 32 * _TABLE_WARPS, stream](
+        model.lane_f, model.lane_i, model.lane_cat, plan.lane_table, model.cat_words,
+        plan.tables, model.bin_offsets, plan.table_maxk, plan.table_bins, Xb, acc, scale, rpb,
+        tile_rows or rpb, F1,
+    )  # fmt: skip
