@@ -1,4 +1,4 @@
-"""The paths without a pattern table: quadrature kernels against the warp DP, side by side.
+"""The CUDA kernels with and without interaction tables, beside XGBoost, side by side.
 
 For each model shape, SHAP values (or ``--interactions``), on the same CuPy rows in one process
 (median of ``--repeats`` timed calls after a warm-up call, synchronized):
@@ -6,15 +6,14 @@ For each model shape, SHAP values (or ``--interactions``), on the same CuPy rows
 * ``library``      what the library runs: SHAP values by the quadrature kernels alone,
                    interaction values by the interaction tables (short paths, 1 GiB) and the
                    quadrature kernels for the other paths;
-* ``tables_warp``  the previous kernels: the model's pattern tables (SHAP: the host's 1 GiB;
-                   interactions: the same interaction tables) + the warp DP (EXTEND /
-                   UNWOUND_SUM with shuffles) for the other paths;
-* ``quadrature``   no tables: every path in the quadrature kernels;
-* ``warp``         no tables: every path in the warp DP;
+* ``quadrature``   no tables (``table_budget_bytes=0``): every path in the quadrature kernels
+                   (for SHAP values the same kernels as ``library``);
 * ``xgboost_gpu``  XGBoost's ``pred_contribs`` (``pred_interactions``) with ``device="cuda"`` on
                    a CuPy DMatrix.
 
-Every variant's largest absolute difference to XGBoost is recorded too.
+Every variant's largest absolute difference to XGBoost is recorded too. The previous kernels
+measured here before (warp DP, SHAP table kernels) were removed from the package; their
+numbers stay in ``benchmarks/RESULTS.md`` and their code in the git history.
 
 Usage (GPU)::
 
@@ -34,7 +33,7 @@ from distshap.models import load_model
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 
-VARIANTS = ("library", "tables_warp", "quadrature", "warp")
+VARIANTS = ("library", "quadrature")
 
 
 def measure(shape: str, rows: int, repeats: int, interactions: bool = False) -> dict:
@@ -56,9 +55,7 @@ def measure(shape: str, rows: int, repeats: int, interactions: bool = False) -> 
     fn = kc.interaction_values if interactions else kc.shap_values
     calls = {
         "library": lambda: fn(packed["tables"], Xd),
-        "tables_warp": lambda: kc._run(packed["tables"], Xd, None, interactions, warp_dp=True),
         "quadrature": lambda: fn(packed["none"], Xd),
-        "warp": lambda: kc._run(packed["none"], Xd, None, interactions, warp_dp=True),
     }
     st = kc.strategy_stats(packed["tables"])
     record = {"shape": shape, "rows": rows, "kind": "interactions" if interactions else "shap",
@@ -86,7 +83,7 @@ def measure(shape: str, rows: int, repeats: int, interactions: bool = False) -> 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="quadrature kernels vs warp DP vs XGBoost")
+    parser = argparse.ArgumentParser(description="CUDA kernels with and without tables vs XGBoost")
     parser.add_argument("--shapes", required=True, help="comma list like adult-large")
     parser.add_argument("--rows", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=1)
