@@ -26,33 +26,14 @@ import numpy as np
 from numba import cuda
 
 from distshap import strategy
-from distshap.kernels.cuda import config
-from distshap.kernels.cuda.device import (
-    CAT_OTHER_FLAG,
-    LD_VALUE,
-    LD_ZERO,
-    LF_LOWER,
-    LF_UPPER,
-    LF_VALUE,
-    LF_ZERO,
-    LI_COLUMNS,
-    LI_FEATURE,
-    LI_FEATURES,
-    LI_FLAGS,
-    LI_GROUP,
-    LI_NBITS,
-    LI_POSITION,
-    LI_START,
-    MISSING_FLAG,
-    device_id,
-    stream,
-)  # fmt: skip
+from distshap.kernels.cuda import config, device
+from distshap.kernels.cuda.device import device_id, stream
 from distshap.kernels.cuda.quadrature import quadrature_warps
 from distshap.kernels.cuda.tables import (
     TABLE_MAX_FEATURES,
     fill_interaction_tables,
     shared_tile_rows,
-)  # fmt: skip
+)
 from distshap.packed import PackedModel
 
 __all__ = [
@@ -196,25 +177,27 @@ def lane_arrays(packed: PackedModel) -> dict:
     k = strategy.path_features(packed.path_offsets)
     lane_path = packed.lane_path.astype(np.int64)
     bin_of_lane = np.repeat(np.arange(packed.num_bins, dtype=np.int64), np.diff(packed.bin_offsets))
-    flags = (packed.missing.astype(np.int32) * MISSING_FLAG) | (
-        packed.cat_other.astype(np.int32) * CAT_OTHER_FLAG
+    flags = (packed.missing.astype(np.int32) * device.MISSING_FLAG) | (
+        packed.cat_other.astype(np.int32) * device.CAT_OTHER_FLAG
     )
-    lane_i = np.zeros((max(n_lanes, 1), LI_COLUMNS), np.int32)
-    lane_i[:n_lanes, LI_FEATURE] = packed.feature
-    lane_i[:n_lanes, LI_POSITION] = np.arange(n_lanes) - packed.path_offsets[lane_path]
-    lane_i[:n_lanes, LI_START] = packed.path_offsets[lane_path] - packed.bin_offsets[bin_of_lane]
-    lane_i[:n_lanes, LI_FEATURES] = k[lane_path]
-    lane_i[:n_lanes, LI_GROUP] = packed.path_group[lane_path]
-    lane_i[:n_lanes, LI_FLAGS] = flags
-    lane_i[:n_lanes, LI_NBITS] = packed.cat_nbits
+    lane_i = np.zeros((max(n_lanes, 1), device.LI_COLUMNS), np.int32)
+    lane_i[:n_lanes, device.LI_FEATURE] = packed.feature
+    lane_i[:n_lanes, device.LI_POSITION] = np.arange(n_lanes) - packed.path_offsets[lane_path]
+    lane_i[:n_lanes, device.LI_START] = (
+        packed.path_offsets[lane_path] - packed.bin_offsets[bin_of_lane]
+    )
+    lane_i[:n_lanes, device.LI_FEATURES] = k[lane_path]
+    lane_i[:n_lanes, device.LI_GROUP] = packed.path_group[lane_path]
+    lane_i[:n_lanes, device.LI_FLAGS] = flags
+    lane_i[:n_lanes, device.LI_NBITS] = packed.cat_nbits
     lane_f = np.zeros((max(n_lanes, 1), 4), np.float32)
-    lane_f[:n_lanes, LF_LOWER] = packed.lower
-    lane_f[:n_lanes, LF_UPPER] = packed.upper
-    lane_f[:n_lanes, LF_ZERO] = packed.zero_fraction
-    lane_f[:n_lanes, LF_VALUE] = packed.path_value[lane_path]
+    lane_f[:n_lanes, device.LF_LOWER] = packed.lower
+    lane_f[:n_lanes, device.LF_UPPER] = packed.upper
+    lane_f[:n_lanes, device.LF_ZERO] = packed.zero_fraction
+    lane_f[:n_lanes, device.LF_VALUE] = packed.path_value[lane_path]
     lane_d = np.zeros((max(n_lanes, 1), 2), np.float64)
-    lane_d[:n_lanes, LD_ZERO] = packed.zero_fraction
-    lane_d[:n_lanes, LD_VALUE] = packed.path_value[lane_path]
+    lane_d[:n_lanes, device.LD_ZERO] = packed.zero_fraction
+    lane_d[:n_lanes, device.LD_VALUE] = packed.path_value[lane_path]
     _, regular = _regular(packed)
     oversize_paths = np.flatnonzero(~regular).astype(np.int32)
     if oversize_paths.size and int(k[oversize_paths].max()) > config.MAX_FALLBACK_FEATURES:

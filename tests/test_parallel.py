@@ -1,0 +1,72 @@
+"""Concurrent calls into the CPU kernels are safe under every Numba threading layer.
+
+Numba's ``workqueue`` layer (used where neither TBB nor OpenMP is present) aborts the process
+when two threads enter parallel regions at once; :func:`distshap.kernels.parallel.run_parallel`
+serialises the calls under that layer. Each case runs in a subprocess, since the layer is
+chosen once per process.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+_SCRIPT = r"""
+import threading
+import numba
+import numpy as np
+import tiny
+from distshap.kernels import cpu, parallel
+from distshap.packed import build_packed_model
+from distshap.paths import extract_paths
+
+assert parallel._serialise()  # no layer launched yet: serialise until Numba has chosen one
+ens = tiny.random_ensemble(3, n_features=8, n_trees=30, depth=6, n_groups=2)
+X = tiny.random_rows(4, ens, 400, 0.1)
+models = [build_packed_model(extract_paths(ens), table_budget_bytes=b) for b in (0, 1 << 30)]
+# the tables of the second model are filled (a parallel call too) by the threads themselves
+expected = [cpu.shap_values(build_packed_model(extract_paths(ens)), X),
+            cpu.interaction_values(models[0], X[:40])]
+cpu.clear_cache()
+results, errors = [], []
+
+def work(i):
+    try:
+        for _ in range(20):
+            if i % 2:
+                results.append(np.array_equal(cpu.interaction_values(models[0], X[:40]),
+                                              expected[1]))
+            else:
+                results.append(np.array_equal(cpu.shap_values(models[1], X), expected[0]))
+    except Exception as exc:  # reported below; the test fails on it
+        errors.append(repr(exc))
+
+threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert not errors, errors
+assert len(results) == 80 and all(results), results
+print("LAYER", numba.threading_layer(), parallel._serialise())
+"""
+
+
+@pytest.mark.parametrize("layer", ["workqueue", "default"])
+def test_concurrent_cpu_calls_finish_with_correct_results(layer):
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, NUMBA_THREADING_LAYER=layer, NUMBA_NUM_THREADS="2")
+    env["PYTHONPATH"] = os.pathsep.join([here, os.path.dirname(here), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+    line = [x for x in proc.stdout.splitlines() if x.startswith("LAYER")][-1]
+    _, chosen, serialised = line.split()
+    if layer == "workqueue":
+        assert chosen == "workqueue" and serialised == "True"
+    else:  # TBB or OpenMP where present (then calls run concurrently), workqueue otherwise
+        assert serialised == str(chosen == "workqueue")
