@@ -283,7 +283,7 @@ def test_first_rows_reads_only_the_chunks_it_needs():
     np.testing.assert_array_equal(first_rows(X, None), data)
 
 
-def test_categories_coded_by_the_models_training_categories(tmp_path):
+def test_categories_coded_by_the_models_training_categories(tmp_path, scheduler):
     """Categories 10/20/30/40 (not 0..k-1): the model's stored encoder gives the codes."""
     import xgboost as xgb
 
@@ -310,3 +310,11 @@ def test_categories_coded_by_the_models_training_categories(tmp_path):
     margin = model.predict(frame, output_margin=True)
     np.testing.assert_allclose(phi.sum(axis=1), margin, atol=1e-4, rtol=0)
     np.testing.assert_array_equal(phi, explainer.shap_values(frame))
+    # the same file as CSV (labels as text) and on a Dask cluster: the same values
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    out = tmp_path / "o_dask.npy"
+    args = ["--scheduler", scheduler, "--chunk-rows", "100", "--no-progress"]
+    for data in ("d.parquet", "d.csv"):
+        assert main(["explain", str(model_path), str(tmp_path / data), "-o", str(out), *args,
+                     "--overwrite"]) == 0  # fmt: skip
+        np.testing.assert_array_equal(np.load(out), phi)

@@ -187,6 +187,32 @@ def test_category_column_on_numeric_feature_refused_like_the_api(models, tmp_pat
     assert not out.exists()
 
 
+def test_csv_labels_of_stored_string_categories_stay_text(tmp_path):
+    """Labels "01", "02", "10" (XGBoost >= 3.1 stores them): read as text, coded by label."""
+    xgb = pytest.importorskip("xgboost")
+    rng = np.random.default_rng(7)
+    labels = ["01", "02", "10"]
+    frame = pd.DataFrame(
+        {
+            "x": rng.normal(size=300),
+            "c": pd.Categorical(rng.choice(labels, 300), categories=labels),
+        }
+    )
+    y = frame["x"] + frame["c"].cat.codes.to_numpy()
+    model = xgb.XGBRegressor(n_estimators=8, max_depth=3, enable_categorical=True, n_jobs=1)
+    model.fit(frame, y)
+    explainer = TreeExplainer(model, backend="cpu")
+    if explainer.packed.feature_categories is None:
+        pytest.skip("this XGBoost does not store its training categories")
+    model_path = tmp_path / "m.json"
+    model.save_model(model_path)
+    data, out = tmp_path / "d.csv", tmp_path / "o.npy"
+    frame.to_csv(data, index=False)
+    assert "\n01," in data.read_text() or ",01\n" in data.read_text()
+    assert main(["explain", str(model_path), str(data), "-o", str(out), "--no-progress"]) == 0
+    np.testing.assert_array_equal(np.load(out), explainer.shap_values(frame))
+
+
 # ------------------------------------------------------------------------------------------
 # float64 models: rows reach prepare_rows unrounded (CSV, Parquet, .npy)
 # ------------------------------------------------------------------------------------------

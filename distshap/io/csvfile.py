@@ -14,6 +14,7 @@ import csv
 import gzip
 import io as _bytes_io
 import os
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -98,19 +99,25 @@ def _check_header(path: str, header: bytes, sep: str) -> list[str]:
     return cells
 
 
-def _csv_meta(path: str, header: bytes, sample: list[bytes], sep: str, width: int) -> Any:
+def _csv_meta(
+    path: str, header: bytes, sample: list[bytes], sep: str, width: int, text: list[str]
+) -> Any:
     """Empty DataFrame with the columns and dtypes of the first rows (integers as float64)."""
     import pandas as pd
 
     data = b"".join(sample)
     _check_fields(data, sep, width, path, -1)  # the sample starts on line 2
     try:
-        frame = pd.read_csv(_bytes_io.BytesIO(header + data), sep=sep)
+        frame = pd.read_csv(_bytes_io.BytesIO(header + data), sep=sep, dtype=_text(text))
     except Exception as err:
         raise InputError(
             f"cannot read {path!r} as CSV ({_first_line(err)}): check the file"
         ) from err
     return _as_float(frame).iloc[:0]
+
+
+def _text(columns: list[str]) -> dict[str, Any] | None:
+    return {c: str for c in columns} or None
 
 
 def _as_float(frame: Any) -> Any:
@@ -126,7 +133,9 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def read_csv(files: list[str], chunk_rows: int | None = None) -> Any:
+def read_csv(
+    files: list[str], chunk_rows: int | None = None, text_columns: Iterable[str] = ()
+) -> Any:
     """Open CSV / TSV ``files`` (same header each) as a lazy Dask DataFrame.
 
     Parameters
@@ -136,6 +145,9 @@ def read_csv(files: list[str], chunk_rows: int | None = None) -> Any:
     chunk_rows : int, optional
         Rows per block, roughly (from the bytes per line of the first file's first lines);
         default blocks of :data:`DEFAULT_CSV_BLOCK_BYTES`.
+    text_columns : iterable of str
+        Columns read as text whatever they hold (category labels such as ``"01"``, which a
+        number would not give back).
 
     Raises
     ------
@@ -149,6 +161,7 @@ def read_csv(files: list[str], chunk_rows: int | None = None) -> Any:
     sep = _separator(files[0])
     header, sample = _head(files[0])
     columns = _check_header(files[0], header, sep)
+    text = [str(c) for c in text_columns]
     meta = None
     blocks = []
     for path in files:
@@ -159,7 +172,7 @@ def read_csv(files: list[str], chunk_rows: int | None = None) -> Any:
                 "the same columns; point DATA at files of one table"
             )
         if any(line.strip() for line in rows) and meta is None:
-            meta = _csv_meta(path, first, rows, sep, len(columns))
+            meta = _csv_meta(path, first, rows, sep, len(columns), text)
         blocks.extend(_blocks(path, len(first), chunk_rows, rows))
     if meta is None:
         where = repr(files[0]) if len(files) == 1 else f"{len(files)} files ({files[0]!r}, ...)"
@@ -169,7 +182,7 @@ def read_csv(files: list[str], chunk_rows: int | None = None) -> Any:
         )
     paths, offsets, lengths = ([b[k] for b in blocks] for k in range(3))
     return dd.from_map(
-        _parse_block, paths, offsets, lengths, args=(sep, meta), meta=meta,
+        _parse_block, paths, offsets, lengths, args=(sep, meta, text), meta=meta,
         label="distshap-read-csv", enforce_metadata=False,
     )  # fmt: skip
 
@@ -279,7 +292,7 @@ def _check_fields(data: bytes, sep: str, width: int, path: str, block_start: int
     return lines
 
 
-def _parse_block(path: str, offset: int, length: int, sep: str, meta: Any) -> Any:
+def _parse_block(path: str, offset: int, length: int, sep: str, meta: Any, text: list[str]) -> Any:
     """One block -> a pandas DataFrame with ``meta``'s columns (runs in a Dask task)."""
     import pandas as pd
 
@@ -289,7 +302,12 @@ def _parse_block(path: str, offset: int, length: int, sep: str, meta: Any) -> An
     if not lines.size:
         return meta.copy()
     frame = pd.read_csv(
-        _bytes_io.BytesIO(data), sep=sep, header=None, names=list(meta.columns), index_col=False
+        _bytes_io.BytesIO(data),
+        sep=sep,
+        header=None,
+        names=list(meta.columns),
+        index_col=False,
+        dtype=_text(text),
     )
     frame = _as_float(frame)
     for name in meta.columns:

@@ -62,6 +62,8 @@ class Dataset:
         How to name the input in messages (the path or glob the user gave).
     dropped : tuple of str
         Columns left out by :func:`select_features`.
+    chunk_rows : int or None
+        As given to :func:`read_data`.
     """
 
     data: Any
@@ -71,6 +73,7 @@ class Dataset:
     nbytes: int
     label: str
     dropped: tuple[str, ...] = field(default_factory=tuple)
+    chunk_rows: int | None = None
 
     @property
     def where(self) -> str:
@@ -158,14 +161,15 @@ def read_data(spec: str, chunk_rows: int | None = None) -> Dataset:
     nbytes = sum(os.path.getsize(f) for f in files)
     if fmt == "npy":
         data = _read_npy(files, chunk_rows or DEFAULT_NPY_CHUNK_ROWS)
-        return Dataset(data, fmt, files, None, nbytes, spec)
+        return Dataset(data, fmt, files, None, nbytes, spec, chunk_rows=chunk_rows)
     if fmt == "parquet":
         data = _read_parquet(files)
     else:
         from distshap.io.csvfile import read_csv
 
         data = read_csv(files, chunk_rows)
-    return Dataset(data, fmt, files, tuple(str(c) for c in data.columns), nbytes, spec)
+    columns = tuple(str(c) for c in data.columns)
+    return Dataset(data, fmt, files, columns, nbytes, spec, chunk_rows=chunk_rows)
 
 
 def _npy_header(path: str) -> tuple[tuple[int, ...], np.dtype]:
@@ -319,9 +323,16 @@ def select_features(ds: Dataset, packed: Any, drop: Iterable[str] = ()) -> Datas
                 "on, in order, or leave others out with --drop COLUMN"
             )
         selected = kept
-    df = ds.data[selected] if selected != columns else ds.data
-    out = Dataset(df, ds.format, ds.files, tuple(selected), ds.nbytes, ds.label, drop)
-    plan = _category_plan(out, packed)
+    plan = _category_plan(tuple(selected), packed)
+    data = ds.data
+    text = [n for n, cats in plan.items() if cats and any(isinstance(c, str) for c in cats)]
+    if ds.format == "csv" and text:  # labels such as "01" must stay text
+        from distshap.io.csvfile import read_csv
+
+        data = read_csv(ds.files, ds.chunk_rows, text)
+    df = data[selected] if selected != columns else data
+    out = Dataset(df, ds.format, ds.files, tuple(selected), ds.nbytes, ds.label, drop,
+                  ds.chunk_rows)  # fmt: skip
     if ds.format == "parquet":
         _check_parquet_categories(out, [n for n, stored in plan.items() if stored is None])
     meta = _restore_types(df._meta, plan, "")
@@ -354,7 +365,7 @@ def _missing_columns_message(ds: Dataset, kept: list[str], names: list[str], sty
     )
 
 
-def _category_plan(ds: Dataset, packed: Any) -> dict[str, list | None]:
+def _category_plan(columns: tuple[str, ...], packed: Any) -> dict[str, list | None]:
     """Column -> the model's training categories (a list), or ``None`` (read category values).
 
     For the model's categorical features only. A file does not keep pandas types: a CSV
@@ -366,7 +377,7 @@ def _category_plan(ds: Dataset, packed: Any) -> dict[str, list | None]:
     stored = packed.feature_categories or {}
     categorical = {int(j) for j in np.asarray(packed.encoding.categorical).ravel()}
     plan: dict[str, list | None] = {}
-    for j, name in enumerate(ds.columns or ()):
+    for j, name in enumerate(columns):
         cats = stored.get(j)
         if cats is not None and not isinstance(cats, str):
             plan[name] = list(cats)
@@ -393,9 +404,8 @@ def _restore_types(frame: Any, plan: dict[str, list | None], where: str) -> Any:
     for name, cats in plan.items():
         column = frame[name]
         is_category = isinstance(column.dtype, pd.CategoricalDtype)
-        if cats is not None:
-            if not is_category:
-                frame[name] = pd.Categorical(column, categories=cats)
+        if cats is not None:  # coded by label, so every partition's dtype is the same
+            frame[name] = _recode(column, cats)
         elif is_category:
             if "__UNKNOWN_CATEGORIES__" in column.dtype.categories:  # Dask meta: no values
                 frame[name] = pd.Series(dtype=np.float64, index=column.index)
@@ -405,6 +415,24 @@ def _restore_types(frame: Any, plan: dict[str, list | None], where: str) -> Any:
                 raise InputError(prefix + _string_category_message(name))
             frame[name] = column.astype(np.float64)
     return frame
+
+
+def _recode(column: Any, cats: list) -> Any:
+    """``column`` (labels, or a category column) as a category column of exactly ``cats``.
+
+    By label; a label the model never saw, or a missing one, is missing (code -1), as
+    :func:`distshap.inputs.prepare_rows` codes it.
+    """
+    import pandas as pd
+
+    index = pd.Index(cats)
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        mapping = np.append(index.get_indexer(column.cat.categories), -1)
+        codes = mapping[column.cat.codes.to_numpy()]  # code -1 picks the appended -1
+    else:
+        codes = index.get_indexer(column)
+    values = pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(cats))
+    return pd.Series(values, index=column.index, name=column.name)
 
 
 def _check_parquet_categories(ds: Dataset, names: list[str]) -> None:
@@ -434,7 +462,7 @@ def model_rows(ds: Dataset, packed: Any) -> Any:
     """
     if ds.columns is None:
         return ds.data
-    plan = _category_plan(ds, packed)
+    plan = _category_plan(ds.columns, packed)
     if not plan:
         return ds.data
     meta = _restore_types(ds.data._meta, plan, "")
