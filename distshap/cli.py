@@ -148,7 +148,14 @@ def _start_client(args: argparse.Namespace) -> Any:
                 "--gpus/--workers configure a local cluster; with --scheduler start the "
                 f"workers yourself (`dask cuda worker {args.scheduler}`)"
             )
-        return start_cluster(address=args.scheduler)
+        try:
+            return start_cluster(address=args.scheduler)
+        except OSError as err:  # distributed raises OSError / TimeoutError when none answers
+            raise _UsageError(
+                f"cannot reach the Dask scheduler at --scheduler {args.scheduler!r} "
+                f"({_one_line(err)}): start one (`dask scheduler`) and its workers, or check "
+                "the address"
+            ) from err
     gpus: Any = None
     if args.gpus is not None:
         gpus = False if args.gpus == 0 else args.gpus

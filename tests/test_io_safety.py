@@ -243,7 +243,8 @@ def test_cli_failure_keeps_previous_output(model, tmp_path, capsys, monkeypatch)
 
     monkeypatch.setattr(io_write._ParquetWriter, "write", broken)
     assert main([*argv, "--overwrite"]) == 2
-    assert "Input/output error" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Input/output error" in err and "shap.parquet" in err
     assert _snapshot(out) == before
     assert _staged_names(tmp_path) == []
 

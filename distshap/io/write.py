@@ -322,6 +322,15 @@ def staged_output(path: str, fmt: str, overwrite: bool = False) -> Iterator[str]
         else:
             os.replace(tmp, final)
         _fsync_directory(directory)
+    except OSError as err:
+        _remove(tmp)
+        if path in str(err):
+            raise
+        raise OSError(
+            err.errno,
+            f"writing OUT {path!r} failed ({err.strerror or err}); the previous output, if any, "
+            "is untouched: free space or choose another directory",
+        ) from err
     except BaseException:
         _remove(tmp)
         raise
