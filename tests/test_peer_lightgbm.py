@@ -15,6 +15,9 @@ in raw-score space only:
   ``zero_as_missing`` and ``use_missing=False``; ``test_categorical_handle`` (and ``_na``,
   ``test_categorical_non_zero_inputs``): categorical splits, with categories never seen in
   training, negative or fractional values and NaN at prediction time.
+* ``test_sklearn.py::test_pandas_categorical``: string, integer, float, boolean and ordered
+  category columns, an unseen category, every ``categorical_feature`` choice, a saved model;
+  and a numeric column passed for a category column, which LightGBM refuses.
 * Early stopping: a booster that keeps its trees past ``best_iteration`` predicts with the
   best iteration; ``test_sklearn.py``'s estimators (``LGBMRegressor``, ``LGBMClassifier``) on
   DataFrames, binary and multiclass.
@@ -267,6 +270,92 @@ def test_booster_kept_past_its_best_iteration(backend):
     check_against_lightgbm(booster, X, backend)  # LightGBM predicts with the best iteration
     reloaded = lgb.Booster(model_str=booster.model_to_string())
     check_against_lightgbm(reloaded, X, backend)
+
+
+def _pandas_categorical_frames():
+    """Training and test frames as in LightGBM's ``test_pandas_categorical``."""
+    rs = np.random.RandomState(42)
+    train = pd.DataFrame(
+        {
+            "A": rs.permutation(["a", "b", "c", "d"] * 75),
+            "B": rs.permutation([1, 2, 3] * 100),
+            "C": rs.permutation([0.1, 0.2, -0.1, -0.1, 0.2] * 60),
+            "D": rs.permutation([True, False] * 150),
+            "E": pd.Categorical(rs.permutation(["z", "y", "x", "w", "v"] * 60), ordered=True),
+        }
+    )
+    y = rs.permutation([0, 1] * 150)
+    test = pd.DataFrame(
+        {
+            "A": rs.permutation(["a", "b", "e"] * 20),  # 'e' was never seen
+            "B": rs.permutation([1, 3] * 30),
+            "C": rs.permutation([0.1, -0.1, 0.2, 0.2] * 15),
+            "D": rs.permutation([True, False] * 30),
+            "E": pd.Categorical(rs.permutation(["z", "y"] * 30), ordered=True),
+        }
+    )
+    columns = ["A", "B", "C", "D"]
+    train[columns] = train[columns].astype("category")
+    test[columns] = test[columns].astype("category")
+    return train, y, test
+
+
+NUMERIC_CODES = pytest.mark.xfail(
+    strict=True,
+    raises=TypeError,
+    reason="finding: LightGBM codes every pandas category column by its stored "
+    "pandas_categorical, also on features it splits numerically (an ordered category under "
+    "'auto', or columns left out of categorical_feature), and explains such frames; distshap "
+    "refuses them ('category column but the model splits feature j numerically'), a valid "
+    "input refused with a wrong reason",
+)
+
+
+@pytest.mark.parametrize(
+    "categorical_feature",
+    [
+        pytest.param("auto", marks=NUMERIC_CODES),
+        pytest.param([0], marks=NUMERIC_CODES),
+        pytest.param(["A"], marks=NUMERIC_CODES),
+        pytest.param(["A", "B", "C", "D"], marks=NUMERIC_CODES),
+        ["A", "B", "C", "D", "E"],
+        pytest.param([], marks=NUMERIC_CODES),
+    ],
+    ids=["auto", "first", "A", "ABCD", "ABCDE", "none"],
+)
+def test_pandas_categorical(categorical_feature, tmp_path):
+    """``test_sklearn.py::test_pandas_categorical``: str, int, float, bool, ordered columns."""
+    train, y, test = _pandas_categorical_frames()
+    model = lgb.LGBMClassifier(n_estimators=10, verbose=-1)
+    model.fit(train, y, categorical_feature=categorical_feature)
+    check_against_lightgbm(model, test, "cpu")
+    path = tmp_path / "categorical.model"
+    model.booster_.save_model(path)
+    reloaded = lgb.Booster(model_file=str(path))
+    check_against_lightgbm(reloaded, test, "cpu")
+    from_file = TreeExplainer(str(path), backend="cpu").shap_values(test)
+    assert_close(from_file, pred_contrib(reloaded, test))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=pytest.fail.Exception,
+    reason="finding: a numeric column on a feature trained as a pandas category is read as "
+    "category codes (silently wrong values); LightGBM refuses it ('train and valid dataset "
+    "categorical_feature do not match')",
+)
+def test_numeric_column_on_a_pandas_categorical_feature_is_refused():
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(
+        {"a": rng.normal(size=300), "k": pd.Categorical(rng.choice([10, 20, 30], 300))}
+    )
+    model = lgb.LGBMRegressor(n_estimators=10, min_child_samples=5, verbose=-1)
+    model.fit(frame, frame["a"] + (frame["k"] == 20) * 2)
+    numeric = frame.assign(k=frame["k"].astype(np.int64))
+    with pytest.raises(ValueError, match="categorical_feature"):
+        model.predict(numeric)  # what LightGBM does
+    with pytest.raises((TypeError, ValueError)):
+        TreeExplainer(model, backend="cpu").shap_values(numeric)
 
 
 @pytest.mark.parametrize("n_classes", [0, 2, 3], ids=["regressor", "binary", "multiclass"])

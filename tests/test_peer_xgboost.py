@@ -11,7 +11,9 @@ space only):
   (depths 1..11, ``max_leaves``, ``num_parallel_tree`` 1 and 10, the cancer, sparse and
   L1-objective data sets, sample weights, an empty matrix) and ``test_shap_categorical``;
   we add the other objectives (Poisson, gamma, Tweedie, ranking, ...) the same way.
-* ``xgboost/testing/ordinal.py``: ``run_cat_shap`` (a frame whose categories are re-coded).
+* ``xgboost/testing/ordinal.py``: ``run_cat_shap`` (a frame whose categories are re-coded)
+  and ``run_cat_invalid`` (inputs XGBoost refuses: a numeric column on a categorical
+  feature, a category never seen in training).
 * ``tests/python/test_predict.py``: ``test_predict_shape`` (output layouts) and
   ``TestInplacePredict`` (a missing-value sentinel of 11, input dtypes, Fortran and pandas
   layouts, threaded prediction).
@@ -359,6 +361,47 @@ def test_recoded_categories_follow_the_training_categories(backend):
         )
         assert_close(got, ref)
         np.testing.assert_array_equal(got, to_host(fn(train.iloc[[2, 1]])))
+
+
+def _two_category_model():
+    frame = pd.DataFrame({"b": [2, 1, 3], "c": ["cdef", "abc", "def"]}, dtype="category")
+    booster = xgb.train(
+        {"nthread": 1}, xgb.DMatrix(frame, [0.0, 1.0, 2.0], enable_categorical=True), 4
+    )
+    return booster, frame
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=pytest.fail.Exception,
+    reason="finding: a numeric DataFrame column on a feature trained as a pandas category is "
+    "read as category codes (silently wrong: b=2 is explained as the category of code 2, "
+    "i.e. 3); XGBoost refuses it ('The data type doesn't match'), so should distshap",
+)
+def test_numeric_column_on_a_categorical_feature_is_refused():
+    """``run_cat_invalid``: the training frame's category column passed as integers."""
+    booster, frame = _two_category_model()
+    numeric = frame.assign(b=frame["b"].astype(np.int64))
+    with pytest.raises(ValueError, match="data type"):
+        booster.inplace_predict(numeric)  # what XGBoost does
+    with pytest.raises((TypeError, ValueError)):
+        TreeExplainer(booster, backend="cpu").shap_values(numeric)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=pytest.fail.Exception,
+    reason="finding: a category the model never saw is silently explained as a missing value; "
+    "XGBoost refuses it ('Found a category not in the training set')",
+)
+def test_category_not_seen_in_training_is_refused():
+    """``run_cat_invalid``: a frame with the category 'bbc' (and 4) the model never saw."""
+    booster, _ = _two_category_model()
+    unseen = pd.DataFrame({"b": [2, 1, 3, 4], "c": ["cdef", "abc", "def", "bbc"]}, dtype="category")
+    with pytest.raises(ValueError, match="not in the training"):
+        booster.inplace_predict(unseen)  # what XGBoost does
+    with pytest.raises((TypeError, ValueError)):
+        TreeExplainer(booster, backend="cpu").shap_values(unseen)
 
 
 # --- tests/python/test_predict.py ---------------------------------------------------------------
