@@ -213,6 +213,28 @@ def test_csv_labels_of_stored_string_categories_stay_text(tmp_path):
     np.testing.assert_array_equal(np.load(out), explainer.shap_values(frame))
 
 
+def test_csv_codes_and_labels_of_a_categorical_feature_without_stored_categories(tmp_path, capsys):
+    """Codes are read as the codes; text labels cannot be coded and are refused."""
+    xgb = pytest.importorskip("xgboost")
+    rng = np.random.default_rng(11)
+    X = np.column_stack([rng.normal(size=300), rng.integers(0, 4, size=300)]).astype(np.float64)
+    y = X[:, 0] + np.array([0.0, 2.0, -1.0, 0.5])[X[:, 1].astype(int)]
+    dm = xgb.DMatrix(X, y, feature_types=["q", "c"], enable_categorical=True)
+    booster = xgb.train({"max_depth": 3, "max_cat_to_onehot": 1, "nthread": 1}, dm, 6)
+    model = tmp_path / "m.json"
+    booster.save_model(model)
+    explainer = TreeExplainer(str(model), backend="cpu")
+    assert explainer.packed.feature_categories is None
+    data, out = tmp_path / "codes.csv", tmp_path / "o.npy"
+    pd.DataFrame(X, columns=["a", "b"]).to_csv(data, index=False)
+    assert main(["explain", str(model), str(data), "-o", str(out), "--no-progress"]) == 0
+    np.testing.assert_array_equal(np.load(out), explainer.shap_values(X))
+    labels = pd.DataFrame({"a": X[:, 0], "b": np.array(list("wxyz"))[X[:, 1].astype(int)]})
+    labels.to_csv(tmp_path / "labels.csv", index=False)
+    argv = ["explain", str(model), str(tmp_path / "labels.csv"), "-o", str(tmp_path / "p.npy")]
+    _refused(capsys, argv, "labels.csv", "'b'", "integer codes")
+
+
 # ------------------------------------------------------------------------------------------
 # float64 models: rows reach prepare_rows unrounded (CSV, Parquet, .npy)
 # ------------------------------------------------------------------------------------------

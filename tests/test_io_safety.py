@@ -145,8 +145,9 @@ def test_overwrite_never_replaces_what_distshap_did_not_write(model, tmp_path, c
         out.write_text("a text file the user keeps under this name\n")
         needle = "not a"
     before = _snapshot(out)
-    argv = ["explain", model["path"], str(data), "-o", str(out), "--overwrite"]
-    _refused(capsys, argv, f"notes.{fmt}", needle)
+    argv = ["explain", model["path"], str(data), "-o", str(out)]
+    for extra in ([], ["--overwrite"]):
+        _refused(capsys, [*argv, *extra], f"notes.{fmt}", needle)
     assert _snapshot(out) == before
 
 

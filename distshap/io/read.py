@@ -335,11 +335,10 @@ def select_features(ds: Dataset, packed: Any, drop: Iterable[str] = ()) -> Datas
                   ds.chunk_rows)  # fmt: skip
     if ds.format == "parquet":
         _check_parquet_categories(out, [n for n, stored in plan.items() if stored is None])
-    meta = _restore_types(df._meta, plan, "")
     try:
         from distshap.inputs import prepare_rows
 
-        prepare_rows(meta, packed, allow_empty=True)
+        prepare_rows(_restore_types(df._meta, plan, ""), packed, allow_empty=True)
     except (TypeError, ValueError) as err:
         raise InputError(f"{ds.where!r}: {err}") from err
     return out
@@ -414,6 +413,9 @@ def _restore_types(frame: Any, plan: dict[str, list | None], where: str) -> Any:
                 prefix = f"{where!r}: " if where else ""
                 raise InputError(prefix + _string_category_message(name))
             frame[name] = column.astype(np.float64)
+        elif column.dtype.kind not in "biuf":  # text in a CSV: labels without their codes
+            prefix = f"{where!r}: " if where else ""
+            raise InputError(prefix + _string_category_message(name))
     return frame
 
 

@@ -132,12 +132,12 @@ def check_output(path: str, fmt: str, inputs: Iterable[str] = (), overwrite: boo
     for spec in inputs:
         _check_not_input(path, out, spec)
     if os.path.lexists(path.rstrip("/\\") or path):
+        check_replaceable(path, fmt)
         if not overwrite:
             raise InputError(
                 f"OUT {path!r} already exists: pass --overwrite to replace it (the old output "
                 "stays until the new one is complete), or choose another name"
             )
-        check_replaceable(path, fmt)
 
 
 def _check_not_input(path: str, out: str, spec: str) -> None:
