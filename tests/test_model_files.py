@@ -392,6 +392,26 @@ def test_xgboost_round_structures_pass_the_checks(kind):
     np.testing.assert_allclose(margin(ens, X), want, rtol=1e-5, atol=1e-4)
 
 
+def test_xgboost_pruned_nodes_are_dropped_and_counted(tmp_path):
+    """``tree_method='exact'`` pruned by ``gamma`` keeps deleted nodes, unreachable, in place."""
+    X, y = load_diabetes(return_X_y=True)
+    params = {"tree_method": "exact", "max_depth": 6, "gamma": 3000.0, "nthread": 1}
+    booster = xgb.train(params, xgb.DMatrix(X, y), 8)
+    doc = json.loads(booster.save_raw("json"))
+    deleted = [int(t["tree_param"]["num_deleted"]) for t in _model(doc)["trees"]]
+    assert sum(deleted) > 0  # the case this test is about
+    ens = load_model(booster)
+    nodes = sum(int(t["tree_param"]["num_nodes"]) for t in _model(doc)["trees"])
+    assert ens.num_nodes == nodes - sum(deleted)
+    want = booster.predict(xgb.DMatrix(X), output_margin=True)
+    np.testing.assert_allclose(margin(ens, X)[:, 0], want, rtol=1e-6, atol=1e-3)
+    t = int(np.argmax(deleted))
+    _model(doc)["trees"][t]["tree_param"]["num_deleted"] = "0"
+    (tmp_path / "pruned.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=rf"tree {t} has {deleted[t]} nodes no path reaches"):
+        load_model(str(tmp_path / "pruned.json"))
+
+
 # --- counts of LightGBM texts --------------------------------------------------------------------
 
 

@@ -232,6 +232,49 @@ def _array(tree: dict, name: str, dtype: Any, t: int, n: int | None) -> np.ndarr
     return arr
 
 
+def _drop_deleted(nodes: dict, num_deleted: np.ndarray, trees: np.ndarray) -> dict:
+    """Remove the nodes no path reaches: pruned nodes XGBoost keeps in place (``num_deleted``).
+
+    A tree grown with ``tree_method='exact'`` and pruned (``gamma``) keeps its deleted nodes in
+    the arrays, unreachable; XGBoost's predictor never visits them. The count of unreachable
+    nodes in each tree must equal its recorded ``num_deleted``.
+    """
+    left, right, offsets = nodes["left"], nodes["right"], nodes["tree_offsets"]
+    roots = offsets[:-1]
+    reach = np.zeros(left.size, dtype=bool)
+    reach[roots] = True
+    frontier = roots
+    while frontier.size:
+        inner = frontier[left[frontier] >= 0]
+        children = np.concatenate([left[inner], right[inner]])
+        children = children[~reach[children]]
+        reach[children] = True
+        frontier = children
+    unreached = np.add.reduceat((~reach).astype(np.int64), roots)
+    bad = np.flatnonzero(unreached != num_deleted)
+    if bad.size:
+        k = int(bad[0])
+        raise ValueError(
+            f"inconsistent XGBoost model: tree {int(trees[k])} has {int(unreached[k])} nodes no "
+            f"path reaches but records num_deleted={int(num_deleted[k])} (edited); save it again"
+        )
+    if reach.all():
+        return nodes
+    new_index = np.cumsum(reach) - 1
+    per_node = ("left", "right", "feature", "threshold", "default_left", "is_categorical")
+    out = {k: nodes[k][reach] for k in (*per_node, "value", "cover")}
+    for key in ("left", "right"):
+        child = out[key]
+        out[key] = np.where(child >= 0, new_index[np.maximum(child, 0)], -1).astype(np.int32)
+    out["tree_offsets"] = np.concatenate([[0], np.cumsum(np.add.reduceat(reach, roots))])
+    cat_offsets = nodes["cat_offsets"]
+    counts = np.diff(cat_offsets)[reach]
+    out["cat_values"] = nodes["cat_values"][_ragged_gather(cat_offsets[:-1][reach], counts)]
+    out["cat_offsets"] = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    out["tree_offsets"] = out["tree_offsets"].astype(np.int64)
+    return out
+
+
 def _iteration_trees(indptr: np.ndarray, iteration_range: tuple[int, int] | None) -> np.ndarray:
     """Indices of the trees of boosting rounds ``[begin, end)``."""
     if iteration_range is None:
@@ -330,6 +373,7 @@ def ensemble_from_xgboost_document(
     lefts, rights, feats, conds, dlefts, stypes, hess = [], [], [], [], [], [], []
     cat_nodes, cat_segs, cat_sizes, cat_vals = [], [], [], []
     sizes = np.zeros(keep.size, dtype=np.int64)
+    num_deleted = np.zeros(keep.size, dtype=np.int64)
     node_base = 0
     cat_base = 0
     for k, t in enumerate(keep.tolist()):
@@ -354,6 +398,7 @@ def ensemble_from_xgboost_document(
         else:
             stypes.append(_array(tree, "split_type", np.int8, t, n))
         sizes[k] = n
+        num_deleted[k] = int_param(tree.get("tree_param") or {}, "num_deleted", 0)
         cnodes = tree.get("categories_nodes")
         if cnodes is not None and len(cnodes) > 0:
             cnodes = _array(tree, "categories_nodes", np.int64, t, None)
@@ -451,18 +496,21 @@ def ensemble_from_xgboost_document(
     if categories:
         extra["category_values"] = categories
 
+    nodes = {
+        "left": left,
+        "right": right,
+        "feature": feature,
+        "threshold": np.where(leaf | is_cat, np.float32(0.0), cond),
+        "default_left": internal & np.concatenate(dlefts),
+        "is_categorical": is_cat,
+        "value": value,
+        "cover": np.concatenate(hess).astype(np.float64),
+        "cat_offsets": cat_offsets,
+        "cat_values": cat_values.astype(np.int32),
+        "tree_offsets": tree_offsets,
+    }
     return Ensemble(
-        left=left,
-        right=right,
-        feature=feature,
-        threshold=np.where(leaf | is_cat, np.float32(0.0), cond),
-        default_left=internal & np.concatenate(dlefts),
-        is_categorical=is_cat,
-        cat_offsets=cat_offsets,
-        cat_values=cat_values.astype(np.int32),
-        value=value,
-        cover=np.concatenate(hess).astype(np.float64),
-        tree_offsets=tree_offsets,
+        **_drop_deleted(nodes, num_deleted, keep),
         tree_group=counts.tree_info[keep].astype(np.int32),
         num_features=num_feature,
         num_groups=num_groups,
