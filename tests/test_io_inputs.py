@@ -211,6 +211,19 @@ def test_csv_labels_of_stored_string_categories_stay_text(tmp_path):
     assert "\n01," in data.read_text() or ",01\n" in data.read_text()
     assert main(["explain", str(model_path), str(data), "-o", str(out), "--no-progress"]) == 0
     np.testing.assert_array_equal(np.load(out), explainer.shap_values(frame))
+    # a label the model never saw: the CLI does what the API does with it
+    unseen = frame.assign(c=frame["c"].cat.add_categories(["99"]))
+    unseen.loc[::10, "c"] = "99"
+    unseen.to_csv(data, index=False)
+    try:
+        want = explainer.shap_values(unseen)
+    except (TypeError, ValueError) as err:
+        code = main(["explain", str(model_path), str(data), "-o", str(out), "--overwrite"])
+        assert code == 2, f"the API refuses ({err}) but the CLI does not"
+    else:
+        argv = ["explain", str(model_path), str(data), "-o", str(out), "--overwrite"]
+        assert main([*argv, "--no-progress"]) == 0
+        np.testing.assert_array_equal(np.load(out), want)
 
 
 def test_csv_codes_and_labels_of_a_categorical_feature_without_stored_categories(tmp_path, capsys):

@@ -420,20 +420,29 @@ def _restore_types(frame: Any, plan: dict[str, list | None], where: str) -> Any:
 
 
 def _recode(column: Any, cats: list) -> Any:
-    """``column`` (labels, or a category column) as a category column of exactly ``cats``.
+    """``column`` (labels, or a category column) as a category column coded by label.
 
-    By label; a label the model never saw, or a missing one, is missing (code -1), as
-    :func:`distshap.inputs.prepare_rows` codes it.
+    Its categories are the model's ``cats`` first (so every partition codes them alike), then
+    any label the model never saw, left for :func:`distshap.inputs.prepare_rows` to treat as
+    the Python API treats it.
     """
     import pandas as pd
 
-    index = pd.Index(cats)
     if isinstance(column.dtype, pd.CategoricalDtype):
-        mapping = np.append(index.get_indexer(column.cat.categories), -1)
-        codes = mapping[column.cat.codes.to_numpy()]  # code -1 picks the appended -1
+        labels = column.cat.categories
+        if "__UNKNOWN_CATEGORIES__" in labels:  # Dask meta: no values
+            labels = labels[:0]
+        codes = column.cat.codes.to_numpy()
     else:
-        codes = index.get_indexer(column)
-    values = pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(cats))
+        labels, codes = pd.Index(column.dropna().unique()), None
+    index = pd.Index(cats)
+    extra = [label for label in labels if index.get_indexer([label])[0] < 0]
+    dtype = pd.CategoricalDtype(list(cats) + extra)
+    if codes is None:
+        new = dtype.categories.get_indexer(column)
+    else:  # a code of -1 (missing) picks the appended -1
+        new = np.append(dtype.categories.get_indexer(labels), -1)[codes]
+    values = pd.Categorical.from_codes(new, dtype=dtype)
     return pd.Series(values, index=column.index, name=column.name)
 
 
