@@ -126,8 +126,10 @@ def select_model_columns(
         return columns
     by_name = {str(c): c for c in columns}
     if name_style == "lightgbm":
+        from distshap.models.lightgbm import lightgbm_feature_name
+
         for c in columns:  # an exact name wins over a converted one
-            by_name.setdefault(lightgbm_stored_name(str(c)), c)
+            by_name.setdefault(lightgbm_feature_name(c), c)
     missing = [n for n in names if n not in by_name]
     if missing:
         raise ValueError(
@@ -135,11 +137,6 @@ def select_model_columns(
             f"the columns {list(names)[:10]}{'...' if len(names) > 10 else ''}"
         )
     return [by_name[n] for n in names]
-
-
-def lightgbm_stored_name(name: str) -> str:
-    """The feature name LightGBM stores for a column name (its spaces become ``_``)."""
-    return name.replace(" ", "_")
 
 
 def frame_to_matrix(
