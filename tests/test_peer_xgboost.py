@@ -190,22 +190,17 @@ def test_random_models_match_brute_force(params, n_rows, n_features, rounds, bac
     check_against_xgboost(booster, X, backend)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="finding: a tree_method='exact' model pruned by gamma keeps its deleted nodes "
-    "(tree_param num_deleted > 0) as orphans in the saved JSON; distshap refuses this valid "
-    "model with 'the trees are not trees: every node except a tree's root needs exactly one "
-    "parent' instead of ignoring the unreachable nodes",
-)
-def test_exact_method_with_pruned_nodes():
-    """XGBoost's larger random case, trained with the exact method its test was written for."""
+def test_exact_method_with_pruned_nodes(backend):
+    """XGBoost's larger random case with the exact method: pruning leaves deleted nodes."""
     rng = np.random.RandomState(1994)
     X = rng.randn(100, 5).astype(np.float32)
     y = rng.randn(100)
     params = {"tree_method": "exact", "max_depth": 5, "base_score": 1.0, "eta": 0.1}
     booster = xgb.train(dict(params, gamma=2.0, nthread=1), xgb.DMatrix(X, y), 10)
-    check_against_xgboost(booster, X, "cpu")
+    check_against_xgboost(booster, X, backend)
+    phi = to_host(TreeExplainer(booster, backend=backend).shap_values(X[:2]))
+    for r in range(2):
+        assert_close(phi[r], brute_force(xgboost_trees(booster), X[r], base=1.0)[0])
 
 
 @pytest.mark.parametrize("task", ["regression", "classification"])
