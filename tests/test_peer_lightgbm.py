@@ -326,7 +326,7 @@ NUMERIC_CODES = pytest.mark.xfail(
 def test_pandas_categorical(categorical_feature, tmp_path):
     """``test_sklearn.py::test_pandas_categorical``: str, int, float, bool, ordered columns."""
     train, y, test = _pandas_categorical_frames()
-    model = lgb.LGBMClassifier(n_estimators=10, verbose=-1)
+    model = lgb.LGBMClassifier(n_jobs=1, n_estimators=10, verbose=-1)
     model.fit(train, y, categorical_feature=categorical_feature)
     check_against_lightgbm(model, test, "cpu")
     path = tmp_path / "categorical.model"
@@ -349,7 +349,7 @@ def test_numeric_column_on_a_pandas_categorical_feature_is_refused():
     frame = pd.DataFrame(
         {"a": rng.normal(size=300), "k": pd.Categorical(rng.choice([10, 20, 30], 300))}
     )
-    model = lgb.LGBMRegressor(n_estimators=10, min_child_samples=5, verbose=-1)
+    model = lgb.LGBMRegressor(n_jobs=1, n_estimators=10, min_child_samples=5, verbose=-1)
     model.fit(frame, frame["a"] + (frame["k"] == 20) * 2)
     numeric = frame.assign(k=frame["k"].astype(np.int64))
     with pytest.raises(ValueError, match="categorical_feature"):
@@ -363,8 +363,8 @@ def test_sklearn_estimators_on_frames(n_classes, backend):
     X, y = _regression_data(n=300)
     frame = pd.DataFrame(X, columns=[f"feature {j}" for j in range(X.shape[1])])
     if n_classes:
-        model = lgb.LGBMClassifier(n_estimators=10, num_leaves=8, verbose=-1)
+        model = lgb.LGBMClassifier(n_jobs=1, n_estimators=10, num_leaves=8, verbose=-1)
         model.fit(frame, np.digitize(y, np.quantile(y, np.linspace(0, 1, n_classes + 1)[1:-1])))
     else:
-        model = lgb.LGBMRegressor(n_estimators=10, num_leaves=8, verbose=-1).fit(frame, y)
+        model = lgb.LGBMRegressor(n_jobs=1, n_estimators=10, num_leaves=8, verbose=-1).fit(frame, y)
     check_against_lightgbm(model, frame, backend)

@@ -59,6 +59,7 @@ import shap
 import xgboost as xgb
 from sklearn import ensemble, tree
 from sklearn.datasets import load_breast_cancer, load_diabetes, load_digits, load_iris
+from threadpoolctl import threadpool_limits
 
 from distshap import TreeExplainer, UnsupportedModelError
 
@@ -245,7 +246,8 @@ def test_sklearn_models(name, backend):
         "bin": (y > 0).astype(int),
         "3": np.digitize(y, [-1.0, 1.0]),
     }[task.split("-")[0]]
-    model = make().fit(X, target)
+    with threadpool_limits(1):  # one OpenMP thread: HistGradientBoosting trains fast
+        model = make().fit(X, target)
     explainer = TreeExplainer(model, backend=backend)
     phi = check_sums(explainer, X, raw_output(model, X))
     if name == "boosting-3-classes":  # shap explains binary GradientBoostingClassifiers only
@@ -328,7 +330,9 @@ def test_hist_gradient_boosting_categorical_splits(backend):
     target = (X[:, 0] + np.isin(X[:, 3], [2, 5]) - 0.5 > 0).astype(int)
     model = ensemble.HistGradientBoostingClassifier(
         max_iter=10, max_depth=4, categorical_features=[3], random_state=0
-    ).fit(X, target)
+    )
+    with threadpool_limits(1):
+        model.fit(X, target)
     explainer = TreeExplainer(model, backend=backend)
     phi = check_sums(explainer, X, model.decision_function(X))
     for r in (0, 1, 17, 34):
@@ -417,7 +421,7 @@ def _xgb_contribs(model, X, **kw) -> np.ndarray:
 @pytest.mark.parametrize("estimator", [xgb.XGBRegressor, xgb.XGBRFRegressor])
 def test_xgboost_regressors(estimator, backend):
     X, y = load_diabetes(return_X_y=True)
-    model = estimator(n_estimators=20, max_depth=4).fit(X, y)
+    model = estimator(n_estimators=20, max_depth=4, n_jobs=1).fit(X, y)
     explainer = TreeExplainer(model, backend=backend)
     check_sums(explainer, X, model.predict(X, output_margin=True))
     assert_close(explainer.shap_values(X), _xgb_contribs(model, X))
@@ -429,28 +433,29 @@ def test_xgboost_missing_sentinel_propagates(estimator, backend):
     rng = np.random.default_rng(42)
     X = X.copy()
     X[np.ix_(rng.random(len(X)) < 0.3, rng.random(X.shape[1]) < 0.5)] = 1e-8
-    model = estimator(n_estimators=10, max_depth=4, missing=1e-8, random_state=42).fit(X, y)
+    model = estimator(n_estimators=10, max_depth=4, missing=1e-8, n_jobs=1, random_state=42)
+    model.fit(X, y)
     check_sums(TreeExplainer(model, backend=backend), X, model.predict(X, output_margin=True))
 
 
 def test_xgboost_direct_against_shap(backend):
     rng = np.random.RandomState(0)
     X, y = rng.standard_normal(size=(100, 4)), rng.standard_normal(size=100)
-    model = xgb.XGBRegressor(n_estimators=20, random_state=0).fit(X, y)
+    model = xgb.XGBRegressor(n_jobs=1, n_estimators=20, random_state=0).fit(X, y)
     got = to_host(TreeExplainer(model, backend=backend).shap_values(X))
     assert_close(got, shap_reference(model, X))
 
 
 def test_xgboost_multiclass(backend):
     X, y = load_iris(return_X_y=True)
-    model = xgb.XGBClassifier(n_estimators=10, max_depth=4).fit(X, y)
+    model = xgb.XGBClassifier(n_jobs=1, n_estimators=10, max_depth=4).fit(X, y)
     explainer = TreeExplainer(model, backend=backend)
     check_sums(explainer, X, model.predict(X, output_margin=True))
     assert_close(explainer.shap_values(X), _xgb_contribs(model, X))
     # shap refuses multiclass forests; XGBoost has their contributions
-    forest = xgb.XGBRFClassifier(n_estimators=4, max_depth=3).fit(X, y)
+    forest = xgb.XGBRFClassifier(n_jobs=1, n_estimators=4, max_depth=3).fit(X, y)
     assert_close(TreeExplainer(forest, backend=backend).shap_values(X), _xgb_contribs(forest, X))
-    stacked = xgb.XGBClassifier(n_estimators=2, num_parallel_tree=3).fit(X, y)
+    stacked = xgb.XGBClassifier(n_jobs=1, n_estimators=2, num_parallel_tree=3).fit(X, y)
     assert_close(TreeExplainer(stacked, backend=backend).shap_values(X), _xgb_contribs(stacked, X))
 
 
@@ -458,7 +463,7 @@ def test_xgboost_ranking(backend):
     X, y = _data(n=200, seed=11)
     relevance = np.digitize(y, [-1.0, 0.0, 1.0])
     params = dict(objective="rank:pairwise", learning_rate=0.1, gamma=1.0, min_child_weight=0.1)
-    model = xgb.XGBRanker(**params, max_depth=5, n_estimators=4)
+    model = xgb.XGBRanker(n_jobs=1, **params, max_depth=5, n_estimators=4)
     model.fit(X, relevance, qid=np.repeat(np.arange(10), 20))
     check_sums(TreeExplainer(model, backend=backend), X, model.predict(X, output_margin=True))
 
@@ -478,7 +483,7 @@ def test_xgboost_tree_limit_after_early_stopping(backend):
     """Estimators explain up to their best iteration, as their predictions use it."""
     X, y = load_iris(return_X_y=True)
     for extra in ({}, {"num_parallel_tree": 3}):
-        model = xgb.XGBClassifier(n_estimators=500, early_stopping_rounds=1, **extra)
+        model = xgb.XGBClassifier(n_jobs=1, n_estimators=500, early_stopping_rounds=1, **extra)
         model.fit(X[::2], y[::2], eval_set=[(X[1::2], y[1::2])], verbose=False)
         assert model.best_iteration + 1 < model.get_booster().num_boosted_rounds()
         check_sums(TreeExplainer(model, backend=backend), X, model.predict(X, output_margin=True))
@@ -499,14 +504,14 @@ def test_xgboost_tree_limit_after_early_stopping(backend):
 def test_xgboost_tweedie_regression(backend):
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(100, 5)), rng.exponential(size=100)
-    model = xgb.XGBRegressor(objective="reg:tweedie", n_estimators=20).fit(X, y)
+    model = xgb.XGBRegressor(n_jobs=1, objective="reg:tweedie", n_estimators=20).fit(X, y)
     check_sums(TreeExplainer(model, backend=backend), X, np.log(model.predict(X)))
 
 
 def test_xgboost_dart_regression(backend):
     rng = np.random.default_rng(0)
     X, y = rng.random((10, 5)), np.array([0] * 5 + [1] * 5)
-    model = xgb.XGBRegressor(booster="dart", n_estimators=20, rate_drop=0.3).fit(X, y)
+    model = xgb.XGBRegressor(n_jobs=1, booster="dart", n_estimators=20, rate_drop=0.3).fit(X, y)
     explainer = TreeExplainer(model, backend=backend)
     check_sums(explainer, X, model.predict(X, output_margin=True))
     assert_close(explainer.shap_values(X), _xgb_contribs(model, X))
@@ -516,7 +521,7 @@ def test_xgboost_expected_value_does_not_change(backend):
     from sklearn.datasets import make_classification
 
     X, y = make_classification(n_samples=200, n_features=10, random_state=42)
-    model = xgb.XGBClassifier(n_estimators=50, random_state=42).fit(X[:150], y[:150])
+    model = xgb.XGBClassifier(n_jobs=1, n_estimators=50, random_state=42).fit(X[:150], y[:150])
     explainer = TreeExplainer(model, backend=backend)
     before = explainer.expected_value
     phi = to_host(explainer.shap_values(X[150:]))
@@ -526,6 +531,9 @@ def test_xgboost_expected_value_does_not_change(backend):
 
 
 # --- LightGBM -----------------------------------------------------------------------------------
+
+
+QUIET_LGB = {"verbose": -1, "num_threads": 1}
 
 
 def _lgb_contribs(model, X) -> np.ndarray:
@@ -551,12 +559,14 @@ def test_lightgbm_regression_with_a_categorical_feature(backend):
 
 def test_lightgbm_constant_target_gives_stumps(backend):
     X, y = _data()
-    booster = lgb.train({"verbose": -1}, lgb.Dataset(X, np.full(len(y), y.mean())), 50)
+    booster = lgb.train(QUIET_LGB, lgb.Dataset(X, np.full(len(y), y.mean())), 50)
     phi = to_host(TreeExplainer(booster, backend=backend).shap_values(X))
     np.testing.assert_array_equal(phi[:, :-1], 0.0)
     assert_close(phi[:, -1], booster.predict(X, raw_score=True))
     Xi, _ = load_iris(return_X_y=True)
-    model = lgb.LGBMClassifier(n_estimators=20, objective="multiclass", num_class=3, verbose=-1)
+    model = lgb.LGBMClassifier(
+        n_jobs=1, n_estimators=20, objective="multiclass", num_class=3, verbose=-1
+    )
     model.fit(Xi, np.ones(len(Xi), dtype=int))
     explainer = TreeExplainer(model, backend=backend)
     phi = check_sums(explainer, Xi, model.predict(Xi, raw_score=True))
@@ -566,7 +576,7 @@ def test_lightgbm_constant_target_gives_stumps(backend):
 @pytest.mark.parametrize("task", ["binary", "multiclass"])
 def test_lightgbm_classifiers(task, backend):
     X, y = load_breast_cancer(return_X_y=True) if task == "binary" else load_iris(return_X_y=True)
-    model = lgb.LGBMClassifier(n_estimators=50, verbose=-1).fit(X, y)
+    model = lgb.LGBMClassifier(n_jobs=1, n_estimators=50, verbose=-1).fit(X, y)
     explainer = TreeExplainer(model, backend=backend)
     assert_close(explainer.shap_values(X), _lgb_contribs(model, X))
     check_sums(explainer, X, model.predict(X, raw_score=True))
@@ -575,7 +585,9 @@ def test_lightgbm_classifiers(task, backend):
 def test_lightgbm_interactions_of_one_row(backend):
     X, y = _data(n=50)
     frame = pd.DataFrame(X, columns=[f"x{j}" for j in range(X.shape[1])])
-    model = lgb.LGBMRegressor(n_estimators=20, min_child_samples=5, verbose=-1).fit(frame, y)
+    model = lgb.LGBMRegressor(n_jobs=1, n_estimators=20, min_child_samples=5, verbose=-1).fit(
+        frame, y
+    )
     explainer = TreeExplainer(model, backend=backend)
     check_sums(explainer, frame, model.predict(frame, raw_score=True))
     one = to_host(explainer.shap_interaction_values(frame.iloc[[0]]))
@@ -587,7 +599,7 @@ def test_lightgbm_pandas_category_column(backend):
     frame = pd.DataFrame(X, columns=[f"x{j}" for j in range(X.shape[1])])
     frame["categ"] = pd.Categorical(np.repeat(["M", "F"], len(frame) // 2))
     label = (X[:, 0] + (frame["categ"] == "M") > 0).astype(int)
-    model = lgb.LGBMClassifier(n_estimators=7, verbose=-1).fit(frame, label)
+    model = lgb.LGBMClassifier(n_jobs=1, n_estimators=7, verbose=-1).fit(frame, label)
     explainer = TreeExplainer(model, backend=backend)
     assert_close(explainer.shap_values(frame), _lgb_contribs(model, frame))
     check_sums(explainer, frame, model.predict(frame, raw_score=True))
@@ -597,7 +609,7 @@ def test_lightgbm_categorical_split_interactions(backend):
     X, y = _data(n=2000)
     frame = pd.DataFrame(X, columns=[f"x{j}" for j in range(X.shape[1])])
     frame["group"] = _house_age_group(X).astype(int)
-    model = lgb.LGBMRegressor(n_estimators=100, max_cat_to_onehot=1, verbose=-1)
+    model = lgb.LGBMRegressor(n_jobs=1, n_estimators=100, max_cat_to_onehot=1, verbose=-1)
     model.fit(frame, y + frame["group"] % 2, categorical_feature=[frame.columns.get_loc("group")])
     explainer = TreeExplainer(model, backend=backend)
     check_sums(explainer, frame.iloc[:100], model.predict(frame.iloc[:100], raw_score=True))
@@ -605,7 +617,7 @@ def test_lightgbm_categorical_split_interactions(backend):
 
 def test_lightgbm_digits_interactions(backend):
     X, y = load_digits(return_X_y=True)
-    model = lgb.LGBMClassifier(n_estimators=10, max_depth=3, verbose=-1).fit(X, y)
+    model = lgb.LGBMClassifier(n_jobs=1, n_estimators=10, max_depth=3, verbose=-1).fit(X, y)
     explainer = TreeExplainer(model, backend=backend)
     check_sums(explainer, X[:200], model.predict(X[:200], raw_score=True), n_interaction_rows=4)
 
@@ -679,7 +691,7 @@ def test_lightgbm_mixed_categorical_and_numeric_trees(backend):
 
 # --- CatBoost and the cross-library consistency checks ------------------------------------------
 
-QUIET_CB = {"verbose": False, "allow_writing_files": False, "random_seed": 12}
+QUIET_CB = {"verbose": False, "allow_writing_files": False, "random_seed": 12, "thread_count": 1}
 
 
 def test_catboost_models(backend):
@@ -744,16 +756,16 @@ def test_consistent_outputs_across_libraries(task, backend):
     if task == "binary":
         label = (y > 0).astype(int)
         models = [
-            (lgb.LGBMClassifier(max_depth=1, min_child_samples=5, verbose=-1), "raw"),
-            (xgb.XGBClassifier(max_depth=1), "margin"),
+            (lgb.LGBMClassifier(n_jobs=1, max_depth=1, min_child_samples=5, verbose=-1), "raw"),
+            (xgb.XGBClassifier(n_jobs=1, max_depth=1), "margin"),
             (catboost.CatBoostClassifier(depth=1, iterations=10, **QUIET_CB), "formula"),
             (ensemble.RandomForestClassifier(n_estimators=10, random_state=0), "proba"),
         ]
     else:
         label = y
         models = [
-            (lgb.LGBMRegressor(max_depth=1, min_child_samples=5, verbose=-1), "raw"),
-            (xgb.XGBRegressor(max_depth=1), "margin"),
+            (lgb.LGBMRegressor(n_jobs=1, max_depth=1, min_child_samples=5, verbose=-1), "raw"),
+            (xgb.XGBRegressor(n_jobs=1, max_depth=1), "margin"),
             (catboost.CatBoostRegressor(depth=1, iterations=10, **QUIET_CB), "formula"),
             (ensemble.RandomForestRegressor(n_estimators=10, random_state=0), "predict"),
         ]
@@ -787,7 +799,7 @@ def _gpu_task(name):
     X, y = GPU_DATA["regression" if kind in ("base", "regressor") else kind]
     if library == "xgboost":
         estimator = xgb.XGBRegressor if kind in ("base", "regressor") else xgb.XGBClassifier
-        model = estimator(tree_method="hist").fit(X, y)
+        model = estimator(tree_method="hist", n_jobs=1).fit(X, y)
         raw = model.predict(X, output_margin=True)
         return (model.get_booster() if kind == "base" else model), X, raw
     if library == "lightgbm":

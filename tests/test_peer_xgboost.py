@@ -406,13 +406,13 @@ def test_output_layouts(backend):
     from sklearn.datasets import load_iris
 
     X, y = _diabetes()
-    one_tree = xgb.XGBRegressor(n_estimators=1).fit(X, y)
+    one_tree = xgb.XGBRegressor(n_jobs=1, n_estimators=1).fit(X, y)
     explainer = TreeExplainer(one_tree, backend=backend)
     assert explainer.shap_values(X).shape == (len(X), X.shape[1] + 1)
     assert explainer.shap_interaction_values(X[:5]).shape == (5, X.shape[1] + 1, X.shape[1] + 1)
     assert isinstance(explainer.expected_value, float)
     Xi, yi = load_iris(return_X_y=True)
-    multiclass = xgb.XGBClassifier(n_estimators=3).fit(Xi, yi)
+    multiclass = xgb.XGBClassifier(n_jobs=1, n_estimators=3).fit(Xi, yi)
     explainer = TreeExplainer(multiclass, backend=backend)
     assert explainer.shap_values(Xi).shape == (len(Xi), 3, Xi.shape[1] + 1)
     assert explainer.shap_interaction_values(Xi[:5]).shape == (5, 3, 5, 5)
@@ -431,7 +431,7 @@ def test_missing_value_sentinel(backend):
     X, y = _sentinel_data()
     booster = xgb.train({"tree_method": "hist", "nthread": 1}, xgb.DMatrix(X, y, missing=11), 10)
     check_against_xgboost(booster, X, backend, missing=11)
-    estimator = xgb.XGBRegressor(n_estimators=10, missing=11).fit(X, y)
+    estimator = xgb.XGBRegressor(n_jobs=1, n_estimators=10, missing=11).fit(X, y)
     phi = TreeExplainer(estimator, backend=backend).shap_values(X)  # the estimator records it
     assert_close(phi, contribs(estimator.get_booster(), X, missing=11))
 
