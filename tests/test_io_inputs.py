@@ -295,6 +295,26 @@ def test_float64_model_rows_are_not_rounded(lightgbm_model, tmp_path, fmt):
     np.testing.assert_allclose(got, contrib, rtol=0, atol=1e-5)
 
 
+def test_lightgbm_names_with_spaces_match_as_in_the_api(tmp_path, capsys):
+    """LightGBM stores ``"mean radius"`` as ``mean_radius``; the file's own header matches."""
+    lgb = pytest.importorskip("lightgbm")
+    from sklearn.datasets import load_breast_cancer
+
+    data = load_breast_cancer(as_frame=True)
+    frame = data.frame.drop(columns="target").iloc[:, :6]
+    assert all(" " in c for c in frame.columns)
+    params = {"objective": "binary", "verbose": -1, "num_threads": 1}
+    booster = lgb.train(params, lgb.Dataset(frame, data.target), num_boost_round=10)
+    model, csv, out = tmp_path / "m.txt", tmp_path / "d.csv", tmp_path / "o.npy"
+    booster.save_model(str(model))
+    frame.assign(label=data.target).to_csv(csv, index=False)
+    assert main(["explain", str(model), str(csv), "-o", str(out), "--no-progress"]) == 0
+    np.testing.assert_array_equal(np.load(out), TreeExplainer(str(model)).shap_values(frame))
+    frame.drop(columns="mean area").to_csv(csv, index=False)
+    argv = ["explain", str(model), str(csv), "-o", str(tmp_path / "p.npy")]
+    _refused(capsys, argv, "d.csv", "lacks the model's feature column 'mean_area'")
+
+
 # ------------------------------------------------------------------------------------------
 # interaction values on Dask from DataFrame inputs (item 11)
 # ------------------------------------------------------------------------------------------

@@ -345,12 +345,16 @@ def select_features(ds: Dataset, packed: Any, drop: Iterable[str] = ()) -> Datas
 
 
 def _missing_columns_message(ds: Dataset, kept: list[str], names: list[str], style: str) -> str:
-    from distshap.inputs import lightgbm_stored_name
+    from distshap.inputs import select_model_columns
 
-    found = set(kept)
-    if style == "lightgbm":
-        found |= {lightgbm_stored_name(c) for c in kept}
-    missing = [n for n in names if n not in found]
+    def found(name: str) -> bool:  # by the API's own matching rule (LightGBM's names too)
+        try:
+            select_model_columns(_Columns(kept), 1, (name,), style)
+        except ValueError:
+            return False
+        return True
+
+    missing = [n for n in names if not found(n)]
     if ds.format == "csv" and len(missing) == len(names):
         return (
             f"the header of {ds.where!r} ({_preview(kept, 5)}) matches none of the model's "
