@@ -1,24 +1,20 @@
 """Dask layer: results through a cluster equal the single-device kernel's, bit for bit.
 
-Runs on an in-process CPU ``LocalCluster`` (threads, fast to start); the worker-failure test
-uses worker processes. The model goes through the real pipeline: XGBoost booster ->
-``load_model`` -> ``extract_paths`` -> ``build_packed_model``.
+Runs on an in-process CPU ``LocalCluster`` (threads, fast to start); the worker-loss tests
+(worker processes) are in ``test_worker_loss.py``. The model goes through the real pipeline:
+``TreeExplainer(booster).packed`` (loader, input encoding, paths, packing).
 """
 
 from __future__ import annotations
-
-import os
-import signal
 
 import dask.array as da
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
-from distributed import futures_of, wait
 
 import distshap.cluster.dask_explain as dx
-from distshap import kernels
+from distshap import TreeExplainer, kernels
 from distshap.cluster import (
     ClusterError,
     clear_model_cache,
@@ -28,18 +24,15 @@ from distshap.cluster import (
     start_cluster,
     warm_up,
 )
-from distshap.inputs import frame_to_float32
-from distshap.models import load_model
-from distshap.packed import build_packed_model
-from distshap.paths import extract_paths
+from distshap.inputs import prepare_rows
 
 xgb = pytest.importorskip("xgboost")
 
 N_FEATURES = 5
 
 
-def _packed(booster):
-    return build_packed_model(extract_paths(load_model(booster)))
+def _packed(model):
+    return TreeExplainer(model, backend="cpu").packed
 
 
 @pytest.fixture(scope="module")
@@ -175,68 +168,106 @@ def test_same_bits_with_one_or_two_workers(regression, data):
 
 
 @pytest.mark.parametrize("interactions", [False, True], ids=["shap", "interactions"])
-def test_dataframe_equals_single_device(client, frame_model, interactions):
+def test_dataframe_equals_in_memory(client, frame_model, interactions):
+    """A categorical model: the Dask DataFrame gives the in-memory values, bit for bit."""
     frame, booster, packed = frame_model
     dframe = dd.from_pandas(frame, npartitions=3)
     result = explain_dask(packed, dframe, interactions, "cpu", client=client)
     assert len(result.chunks[0]) == 3 and sum(result.chunks[0]) == len(frame)
     out = result.compute()
-    expected = _reference(packed, frame_to_float32(frame), "cpu", interactions)
-    np.testing.assert_array_equal(out, expected)
+    explainer = TreeExplainer(booster, backend="cpu")
+    in_memory = (
+        explainer.shap_interaction_values(frame) if interactions else explainer.shap_values(frame)
+    )
+    np.testing.assert_array_equal(out[:, 0], in_memory)
+    np.testing.assert_array_equal(
+        out, _reference(packed, prepare_rows(frame, packed), "cpu", interactions)
+    )
     # the conversion is the one XGBoost applies to the same frame
     dmatrix = xgb.DMatrix(frame, enable_categorical=True)
     if interactions:
         theirs = booster.predict(dmatrix, pred_interactions=True)
-        np.testing.assert_allclose(out[:, 0], theirs, rtol=1e-4, atol=1e-4)
     else:
         theirs = booster.predict(dmatrix, pred_contribs=True)
-        np.testing.assert_allclose(out[:, 0], theirs, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out[:, 0], theirs, rtol=1e-4, atol=1e-4)
 
 
 def test_dataframe_columns_reordered_by_name(client, frame_model):
     frame, _, packed = frame_model
     names = tuple(str(c) for c in frame.columns)
-    named = build_packed_model(extract_paths(load_model(frame_model[1])), feature_names=names)
-    expected = _reference(packed, frame_to_float32(frame), "cpu", False)
+    assert packed.feature_names == names  # XGBoost kept the frame's column names
+    expected = _reference(packed, prepare_rows(frame, packed), "cpu", False)
     shuffled = dd.from_pandas(frame[["flag", "count", "a", "colour"]], npartitions=2)
-    out = explain_dask(named, shuffled, backend="cpu", client=client).compute()
+    out = explain_dask(packed, shuffled, backend="cpu", client=client).compute()
     np.testing.assert_array_equal(out, expected)
     # an extra column (a label) is ignored, as for pandas input
     labelled = dd.from_pandas(frame.assign(label=1.0)[["label", *names[::-1]]], npartitions=2)
-    out = explain_dask(named, labelled, backend="cpu", client=client).compute()
+    out = explain_dask(packed, labelled, backend="cpu", client=client).compute()
     np.testing.assert_array_equal(out, expected)
     renamed = dd.from_pandas(frame.rename(columns={names[0]: "other"}), npartitions=2)
     with pytest.raises(ValueError, match="lacks the model's feature column"):
-        explain_dask(named, renamed, backend="cpu", client=client)
+        explain_dask(packed, renamed, backend="cpu", client=client)
 
 
-def test_frame_to_float32_conversion():
-    frame = pd.DataFrame(
-        {
-            "cat": pd.Categorical(["b", None, "a"], categories=["a", "b"]),
-            "nullable": pd.array([1, pd.NA, 3], dtype="Int64"),
-            "flag": [True, False, True],
-            "x": np.array([0.5, np.nan, -2.0]),
-        }
+def test_dataframe_category_on_numeric_feature_refused_like_pandas(client, monkeypatch):
+    """A category column on a feature the model splits numerically: the in-memory error, early."""
+    rng = np.random.default_rng(5)
+    frame = pd.DataFrame({"a": rng.normal(size=200), "b": rng.integers(0, 4, 200).astype(float)})
+    booster = xgb.train(
+        {"max_depth": 3}, xgb.DMatrix(frame, label=frame["a"] + 2 * frame["b"]), num_boost_round=4
     )
-    out = frame_to_float32(frame)
-    assert out.dtype == np.float32 and out.flags.c_contiguous and out.shape == (3, 4)
-    np.testing.assert_array_equal(out[:, 0], [1.0, np.nan, 0.0])
-    np.testing.assert_array_equal(out[:, 1], [1.0, np.nan, 3.0])
-    np.testing.assert_array_equal(out[:, 2], [1.0, 0.0, 1.0])
-    np.testing.assert_array_equal(out[:, 3], [0.5, np.nan, -2.0])
-    with pytest.raises(TypeError, match="'name'.*category"):
-        frame_to_float32(pd.DataFrame({"name": ["x", "y"]}))
+    explainer = TreeExplainer(booster, backend="cpu", client=client)
+    # the numeric frame gives the in-memory values
+    out = explain_dask(explainer.packed, dd.from_pandas(frame, npartitions=2), client=client)
+    np.testing.assert_array_equal(out.compute()[:, 0], explainer.shap_values(frame))
+
+    coded = frame.assign(b=frame["b"].astype("category"))
+    with pytest.raises(TypeError, match="'b' is a pandas 'category' column") as in_memory:
+        explainer.shap_values(coded)
+    with pytest.raises(ValueError):  # XGBoost refuses it too
+        booster.predict(xgb.DMatrix(coded, enable_categorical=True))
+    ran = []
+    monkeypatch.setattr(client, "compute", lambda *args, **kwargs: ran.append(args))
+    dcoded = dd.from_pandas(coded, npartitions=2)
+    for call in (
+        lambda: explain_dask(explainer.packed, dcoded, client=client),
+        lambda: explainer.shap_values(dcoded),
+    ):
+        with pytest.raises(TypeError) as on_dask:
+            call()
+        assert str(on_dask.value) == str(in_memory.value)
+    assert ran == []  # refused before anything ran on the cluster
 
 
-def test_lazy_and_model_shipped_once(client, regression, data, monkeypatch):
+def test_float64_model_rows_never_rounded_to_float32(client):
+    """HistGradientBoosting compares float64 inputs: Dask rows reach the encoding unrounded."""
+    pytest.importorskip("sklearn")
+    from sklearn.datasets import load_diabetes
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    X, y = load_diabetes(return_X_y=True, as_frame=True)
+    model = HistGradientBoostingRegressor(max_iter=50, random_state=0).fit(X, y)
+    explainer = TreeExplainer(model, backend="cpu", client=client)
+    assert explainer.packed.encoding.float64
+    expected = explainer.shap_values(X)  # additivity-checked against the model
+    values = X.to_numpy()
+    for rows in (da.from_array(values, chunks=(100, 3)), dd.from_pandas(X, npartitions=4)):
+        out = explain_dask(explainer.packed, rows, backend="cpu", client=client).compute()
+        np.testing.assert_array_equal(out[:, 0], expected)
+    # a float32 copy of the same rows takes other branches: a cast would have been seen
+    rounded = da.from_array(values.astype(np.float32).astype(np.float64), chunks=(100, -1))
+    out = explain_dask(explainer.packed, rounded, backend="cpu", client=client).compute()
+    assert (out[:, 0] != expected).any(axis=1).sum() > 0
+
+
+def test_lazy_and_model_sent_once(client, regression, data, monkeypatch):
     clear_model_cache(client)
-    scatters = []
-    real_scatter = client.scatter
+    submitted = []
+    real_submit = client.submit
 
-    def counting_scatter(*args, **kwargs):
-        scatters.append(kwargs)
-        return real_scatter(*args, **kwargs)
+    def counting_submit(fn, *args, **kwargs):
+        submitted.append(fn)
+        return real_submit(fn, *args, **kwargs)
 
     kernel_blocks = []
     real_get_backend = kernels.get_backend
@@ -245,22 +276,32 @@ def test_lazy_and_model_shipped_once(client, regression, data, monkeypatch):
         kernel_blocks.append(name)
         return real_get_backend(name)
 
-    monkeypatch.setattr(client, "scatter", counting_scatter)
+    monkeypatch.setattr(client, "submit", counting_submit)
     monkeypatch.setattr(kernels, "get_backend", counting_get_backend)
     X = da.from_array(data, chunks=(100, N_FEATURES))
     first = explain_dask(regression, X, backend="cpu", client=client)
     second = explain_dask(regression, X, backend="cpu", client=client)
     third = explain_dask(regression, X, interactions=True, backend="cpu", client=client)
     assert kernel_blocks == []  # lazy: nothing ran yet
-    assert len(scatters) == 1 and scatters[0].get("hash") is False
+    assert submitted == [dx._unpickle_model]  # the model, once
     assert len({first.name, second.name, third.name}) == 3  # no reuse of a persisted result
-    np.testing.assert_array_equal(first.compute(), second.compute())
+    expected = first.compute()
+    np.testing.assert_array_equal(expected, second.compute())
     assert len(kernel_blocks) == 2 * X.numblocks[0]  # the second compute ran the kernels again
     third.compute()
-    assert len(scatters) == 1
+    assert submitted == [dx._unpickle_model]
     future = model_future(client, regression)
     assert future.status == "finished"
     assert dx._MODEL_FUTURES[client] == {regression.digest: future}
+    # a task the scheduler can run again (scattered data has nothing to rerun)
+    key = future.key
+    assert client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.tasks[key].run_spec)
+    # a cancelled model is replaced, not reused
+    client.cancel(future)
+    replaced = model_future(client, regression)
+    assert replaced.key != key and replaced.result().digest == regression.digest
+    again = explain_dask(regression, X, backend="cpu", client=client).compute()
+    np.testing.assert_array_equal(again, expected)
 
 
 def test_warm_up_runs_on_every_worker(client, regression):
@@ -281,10 +322,17 @@ def test_bad_inputs(client, regression, data):
     with pytest.raises(ValueError, match="backend"):
         explain_dask(regression, da.from_array(data), backend="tpu", client=client)
     frame = dd.from_pandas(pd.DataFrame(data[:, :3], columns=list("abc")), npartitions=2)
-    with pytest.raises(ValueError, match=r"3 columns.*5 features"):
+    with pytest.raises(ValueError, match=r"3 features.*expects 5"):
         explain_dask(regression, frame, client=client)
     with pytest.raises(ValueError, match="1-D"):
         explain_dask(regression, frame["a"], client=client)
+    with pytest.raises(TypeError, match="numeric"):
+        explain_dask(regression, da.from_array(np.full((4, N_FEATURES), "x")), client=client)
+    coded = pd.DataFrame(data[:20], columns=list("abcde")).assign(c=lambda f: f["c"] > 0)
+    unknown = dd.from_pandas(coded.astype({"c": "category"}), npartitions=2)
+    unknown["c"] = unknown["c"].cat.as_unknown()
+    with pytest.raises(ValueError, match=r"'c' has unknown categories.*categorize"):
+        explain_dask(regression, unknown, client=client)
 
 
 def test_start_cluster_arguments():
@@ -317,31 +365,6 @@ def test_count_gpus_respects_visible_devices(monkeypatch):
     monkeypatch.setattr(local, "_physical_gpu_count", lambda: 0)
     with pytest.raises(ClusterError, match="gpus=False"):
         start_cluster(gpus=True)
-
-
-def test_worker_killed_mid_compute_result_complete(regression, data):
-    """A worker process dies after computing chunks: they are rerun, the result is whole."""
-    X = da.from_array(np.tile(data, (4, 1)), chunks=(60, N_FEATURES))
-    expected = _reference(regression, np.tile(data, (4, 1)), "cpu", True)
-    with start_cluster(n_workers=2, processes=True, gpus=False, dashboard_address=":0") as c:
-        warm_up(c, regression, backend="cpu", interactions=True)
-        holder = next(iter(c.who_has(model_future(c, regression)).values()))[0]
-        result = c.persist(explain_dask(regression, X, True, "cpu", client=c))
-        chunk_futures = futures_of(result)
-        victim = None
-        while victim is None:  # kill the other worker once it holds finished chunks
-            wait(chunk_futures, return_when="FIRST_COMPLETED")
-            holders = c.who_has(chunk_futures)
-            held = {w for ws in holders.values() for w in ws}
-            victim = next((w for w in held if w != holder), None)
-            if victim is None and all(f.done() for f in chunk_futures):
-                pytest.fail("every chunk ran on the model's worker: no second worker used")
-        lost = [k for k, ws in c.who_has(chunk_futures).items() if victim in ws]
-        assert lost, "the victim held no chunk"
-        pid = c.run(os.getpid, workers=[victim])[victim]
-        os.kill(pid, signal.SIGKILL)
-        out = result.compute()
-    np.testing.assert_array_equal(out, expected)
 
 
 def test_interaction_output_chunks_are_bounded(client, regression, data, monkeypatch):

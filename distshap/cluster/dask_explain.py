@@ -1,22 +1,28 @@
 """SHAP values of Dask arrays and DataFrames: row chunks through the single-device kernels.
 
-The packed model is scattered to the cluster once per (client, model digest) — a Future of a
-small wrapper object, reused by every later call — and each row chunk of ``X`` (one column
-chunk) goes through ``distshap.kernels.get_backend(backend).shap_values`` (or
-``interaction_values``) on whichever worker holds it. On a GPU worker the CUDA kernel module
-caches the model's device arrays by digest, so the model crosses PCIe once per worker.
+The packed model enters the cluster once per (client, model digest) as a *task* whose input,
+the pickled model, the scheduler keeps: a worker that dies takes its copy with it, and the
+scheduler recomputes the model on a survivor (or on the worker its nanny restarts) like any
+lost result, so the job finishes. (A scattered model has no task to rerun: the job would fail.)
+Every later call reuses the task's Future; each row chunk's task depends on it, so a worker
+gets the model once, and the CUDA backend keeps its device arrays by digest.
 
-The result is a lazy Dask array, chunked like the rows of ``X``, of shape ``(n, G, F+1)`` (or
-``(n, G, F+1, F+1)`` for interactions), float32, with chunks of the same type as ``X``'s
-(NumPy chunks in, NumPy chunks out; CuPy in, CuPy out). The kernels compute each row on its
-own in a fixed order, so the values do not depend on the chunking or the number of workers.
+Each row chunk (one column chunk; a DataFrame partition becomes a block of the model's raw
+values, float64 for models that compare in float64) goes through
+:func:`distshap.inputs.prepare_rows` and the kernels of the backend the worker resolves
+(:func:`distshap.kernels.resolve_backend`: ``"auto"`` follows the worker's own GPU). The
+result is a lazy Dask array, chunked like the rows of ``X``, float32, with chunks of ``X``'s
+array type (NumPy in, NumPy out; CuPy in, CuPy out). Rows are computed one by one in a fixed
+order, so the values do not depend on the chunking or the number of workers.
 """
 
 from __future__ import annotations
 
+import pickle
 import sys
 import threading
 import uuid
+import warnings
 import weakref
 from typing import Any
 
@@ -25,9 +31,10 @@ import numpy as np
 from dask.array.utils import meta_from_array
 
 from distshap import kernels
-from distshap.inputs import frame_to_float32, select_model_columns
+from distshap.inputs import is_cupy, model_matrix, prepare_rows, select_model_columns
 
 __all__ = [
+    "MAX_OUTPUT_CHUNK_BYTES",
     "clear_model_cache",
     "compute",
     "explain_dask",
@@ -35,32 +42,15 @@ __all__ = [
     "warm_up",
 ]
 
-_BACKENDS = ("auto", "cpu", "cuda")
+#: Largest output chunk (bytes) of an interaction result; bigger row chunks are split.
+MAX_OUTPUT_CHUNK_BYTES = 1 << 30
 
-
-class _ModelHandle:
-    """The packed model behind one scattered Future (scattering a bare dict splits it)."""
-
-    __slots__ = ("packed",)
-
-    def __init__(self, packed: Any) -> None:
-        self.packed = packed
-
-    def __getstate__(self) -> Any:
-        return self.packed
-
-    def __setstate__(self, state: Any) -> None:
-        self.packed = state
-
-    def __repr__(self) -> str:
-        digest = getattr(self.packed, "digest", "")
-        return f"_ModelHandle(digest={digest[:12]!r})"
-
-
-# client -> {digest: Future of _ModelHandle}; a Future refers to its client, so entries of
+# client -> {digest: Future of the model task}; a Future refers to its client, so entries of
 # closed clients are removed on the next call (or by clear_model_cache), not by the weak key.
 _MODEL_FUTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _CACHE_LOCK = threading.Lock()
+# Future states in which the model is, or is being recomputed, on the cluster
+_LIVE = ("pending", "finished", "lost")
 
 
 def _get_client(client: Any = None) -> Any:
@@ -78,8 +68,16 @@ def _get_client(client: Any = None) -> Any:
         ) from err
 
 
+def _unpickle_model(blob: bytes) -> Any:
+    """The model task: the scheduler holds ``blob`` as its input, so it can run it again."""
+    return pickle.loads(blob)
+
+
 def model_future(client: Any, packed: Any) -> Any:
-    """The Future of ``packed`` on ``client``'s cluster, scattered on first use only.
+    """The Future of ``packed`` on ``client``'s cluster, submitted on first use only.
+
+    The model is a task (unpickling its bytes, which the scheduler keeps), not scattered data:
+    when the worker holding it dies, the scheduler reruns the task elsewhere.
 
     Parameters
     ----------
@@ -90,8 +88,7 @@ def model_future(client: Any, packed: Any) -> Any:
     Returns
     -------
     distributed.Future
-        Of a small wrapper object whose ``.packed`` is the model. A Future whose data were
-        lost (its worker died) is replaced by a fresh scatter.
+        Of the model. A Future that erred or was cancelled is replaced by a fresh task.
     """
     digest = getattr(packed, "digest", "")
     if not digest:
@@ -105,30 +102,30 @@ def model_future(client: Any, packed: Any) -> Any:
             del _MODEL_FUTURES[stale]
         per_client = _MODEL_FUTURES.setdefault(client, {})
         future = per_client.get(digest)
-        if future is not None and future.status == "finished":
+        if future is not None and future.status in _LIVE:
             return future
-        future = client.scatter(_ModelHandle(packed), hash=False)
+        blob = pickle.dumps(packed, protocol=pickle.HIGHEST_PROTOCOL)
+        with warnings.catch_warnings():
+            # the model is sent once per client and digest, not with every graph
+            warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+            future = client.submit(
+                _unpickle_model, blob, key=f"distshap-model-{digest[:32]}-{uuid.uuid4().hex[:8]}"
+            )
         per_client[digest] = future
         return future
 
 
 def clear_model_cache(client: Any = None) -> None:
-    """Forget the scattered models of ``client`` (of every client when ``None``).
+    """Forget the model Futures of ``client`` (of every client when ``None``).
 
-    The cluster frees a model's memory once no Future of it is held.
+    The cluster frees a model's memory (and the scheduler its pickled copy) once no Future of
+    it is held.
     """
     with _CACHE_LOCK:
         if client is None:
             _MODEL_FUTURES.clear()
         else:
             _MODEL_FUTURES.pop(client, None)
-
-
-def _float32_partition(frame: Any, categories: dict | None = None) -> Any:
-    import pandas as pd
-
-    values = frame_to_float32(frame, categories)
-    return pd.DataFrame(values, index=frame.index, columns=frame.columns)
 
 
 def _is_dask_frame(X: Any) -> bool:
@@ -139,41 +136,51 @@ def _is_dask_frame(X: Any) -> bool:
     return isinstance(X, (dd.DataFrame, dd.Series))
 
 
-def _frame_to_array(X: Any, packed: Any) -> da.Array:
-    """A dask DataFrame -> float32 dask array with known row chunks."""
+def _frame_block(partition: Any, packed: Any) -> np.ndarray:
+    """A pandas partition -> the model's raw feature values (runs on a worker)."""
+    return model_matrix(partition, packed, allow_empty=True)
+
+
+def _frame_rows(X: Any, packed: Any, model: Any, client: Any) -> da.Array:
+    """A dask DataFrame -> a dask array of the model's raw values, with known row chunks.
+
+    The in-memory rules (column selection by name, category columns, dtypes) are checked on the
+    frame's meta before anything runs; the row count of each partition is then computed.
+    """
     import dask.dataframe as dd
     import pandas as pd
 
+    F = packed.num_features
     if isinstance(X, dd.Series):
         raise ValueError(
-            "X is a 1-D dask Series: pass a DataFrame with one column per feature "
-            f"({packed.num_features}), e.g. s.to_frame()"
+            f"X is a 1-D dask Series: pass a DataFrame with one column per feature ({F}), "
+            "e.g. s.to_frame()"
         )
-    X = X[select_model_columns(X, packed.num_features, packed.feature_names)]
-    columns = list(X.columns)
-    if len(columns) != packed.num_features:
-        raise ValueError(
-            f"X has {len(columns)} columns but the model has {packed.num_features} features: "
-            "pass the columns the model was trained on"
-        )
-    for column in columns:
-        dtype = X.dtypes[column]
-        if isinstance(dtype, pd.CategoricalDtype) and not X[column].cat.known:
+    X = X[select_model_columns(X, F, packed.feature_names, packed.encoding.name_style)]
+    for column in X.columns:
+        if isinstance(X.dtypes[column], pd.CategoricalDtype) and not X[column].cat.known:
             raise ValueError(
                 f"column {column!r} has unknown categories, so its codes may differ between "
                 "partitions: call X = X.categorize() (or X[col].cat.as_known()) first"
             )
-    meta = pd.DataFrame({c: pd.Series([], dtype=np.float32) for c in columns})
-    meta.columns = columns
-    converted = X.map_partitions(_float32_partition, packed.feature_categories, meta=meta)
-    return converted.to_dask_array(lengths=True)
+    model_matrix(X._meta, packed, allow_empty=True)  # the same errors as for a pandas frame
+    lengths = tuple(int(n) for n in client.compute(X.map_partitions(len), sync=True))
+    meta = np.empty((0, F), dtype=packed.encoding.input_dtype)
+    values = X.map_partitions(
+        _frame_block,
+        model,
+        meta=meta,
+        enforce_metadata=False,
+        token=f"distshap-rows-{uuid.uuid4().hex}",
+    )
+    return da.Array(values.dask, values.name, (lengths, (F,)), meta=meta)
 
 
 def _chunk_kind(meta: Any) -> str:
     """``"numpy"`` or ``"cupy"`` from a dask array's meta; TypeError otherwise."""
     if isinstance(meta, np.ndarray) and type(meta) is np.ndarray:
         return "numpy"
-    if type(meta).__module__.split(".")[0] == "cupy":
+    if is_cupy(meta):
         return "cupy"
     raise TypeError(
         f"X has chunks of type {type(meta).__module__}.{type(meta).__name__}: distshap "
@@ -181,10 +188,11 @@ def _chunk_kind(meta: Any) -> str:
     )
 
 
-def _as_float32_array(X: Any, packed: Any) -> tuple[da.Array, str]:
-    """Validate and convert ``X`` to a float32 dask array with one column chunk."""
+def _rows_array(X: Any, packed: Any, model: Any, client: Any) -> tuple[da.Array, str]:
+    """Validate ``X`` (nothing computed but a DataFrame's row counts) -> one column chunk."""
+    F = packed.num_features
     if _is_dask_frame(X):
-        X = _frame_to_array(X, packed)
+        X = _frame_rows(X, packed, model, client)
     elif not isinstance(X, da.Array):
         raise TypeError(
             f"X is a {type(X).__name__}: explain_dask takes a dask.array.Array or a "
@@ -194,70 +202,53 @@ def _as_float32_array(X: Any, packed: Any) -> tuple[da.Array, str]:
     if X.ndim != 2:
         raise ValueError(
             f"X has {X.ndim} dimension(s), shape {X.shape}: pass a 2-D array of shape "
-            f"(n_rows, {packed.num_features}), e.g. X.reshape(-1, {packed.num_features})"
+            f"(n_rows, {F}), e.g. X.reshape(-1, {F})"
         )
-    if X.shape[1] != packed.num_features:
+    if X.shape[1] != F:
         raise ValueError(
-            f"X has {X.shape[1]} columns but the model has {packed.num_features} features: "
-            "pass the columns the model was trained on"
+            f"X has {X.shape[1]} columns but the model has {F} features: pass the columns "
+            "the model was trained on"
         )
-    if X.dtype != np.float32:
-        X = X.astype(np.float32)
+    prepare_rows(np.empty_like(X._meta, shape=(0, F)), packed, allow_empty=True)  # dtype
     if X.numblocks[1] != 1:
         X = X.rechunk({1: -1})
     return X, kind
 
 
-def _worker_backend(backend: str, kind: str) -> str:
-    if backend != "auto":
-        return backend
-    if kind == "cupy":
-        return "cuda"
-    return "cuda" if kernels.cuda_available() else "cpu"
-
-
-def _explain_block(
-    block: Any, handle: _ModelHandle, interactions: bool, backend: str, kind: str
-) -> Any:
+def _block_values(block: Any, packed: Any, interactions: bool, backend: str) -> Any:
     """One row chunk -> float32 SHAP (or interaction) values, same array type as the chunk.
 
-    Runs on a worker. Device work is finished before it returns (the CUDA kernel result is
-    synchronised, or copied to the host for NumPy chunks), so task timings are real.
+    Runs on a worker, which resolves ``backend`` (``"auto"``: its own GPU decides). Device work
+    is finished before it returns (the result is synchronised, or copied to the host for NumPy
+    chunks), so task timings are real.
     """
-    packed = handle.packed
-    n = block.shape[0]
+    rows = prepare_rows(block, packed, allow_empty=True)
+    n = rows.shape[0]
     width = packed.num_features + 1
     shape = (n, packed.num_groups, width) + ((width,) if interactions else ())
     if n == 0:
-        return meta_from_array(block, ndim=len(shape), dtype=np.float32).reshape(shape)
-    name = _worker_backend(backend, kind)
+        return meta_from_array(rows, ndim=len(shape), dtype=np.float32).reshape(shape)
+    on_device = is_cupy(rows)
+    name = kernels.resolve_backend(backend, cupy_data=on_device)
     module = kernels.get_backend(name)
-    kernel = module.interaction_values if interactions else module.shap_values
-    if kind == "numpy":
-        x = np.ascontiguousarray(block, dtype=np.float32)
-        out = kernel(packed, x)
+    out = (module.interaction_values if interactions else module.shap_values)(packed, rows)
+    if on_device:
+        import cupy
+
+        out = cupy.asarray(out, dtype=cupy.float32)
+        cupy.cuda.Device().synchronize()  # a launch returns at once: finish before returning
+    else:
         if name == "cuda":
             import cupy
 
             out = cupy.asnumpy(out)  # copies to the host: waits for the kernel
         out = np.asarray(out, dtype=np.float32)
-    else:
-        import cupy
-
-        x = cupy.ascontiguousarray(block, dtype=cupy.float32)
-        out = kernel(packed, x)
-        out = cupy.asarray(out, dtype=cupy.float32)
-        cupy.cuda.Device().synchronize()  # a launch returns at once: finish before returning
     if out.shape != shape:
         raise RuntimeError(
             f"the {name} kernel returned shape {out.shape} for a block of {n} rows; expected "
             f"{shape} (a distshap bug: please report it)"
         )
     return out
-
-
-#: Largest output chunk (bytes) of an interaction result; bigger row chunks are split.
-MAX_OUTPUT_CHUNK_BYTES = 1 << 30
 
 
 def _limit_output_chunks(X: da.Array, bytes_per_row: int) -> da.Array:
@@ -275,6 +266,17 @@ def _limit_output_chunks(X: da.Array, bytes_per_row: int) -> da.Array:
     return X.rechunk({0: tuple(split)})
 
 
+def _check_backend(backend: str, kind: str) -> None:
+    """What the client can tell: the name, and CuPy chunks with ``"cpu"``.
+
+    Workers resolve ``backend`` themselves (a client need not have a GPU to send work to GPU
+    workers); CuPy chunks mean this process has CuPy, and :func:`~distshap.kernels.resolve_backend`
+    then checks all.
+    """
+    if backend not in kernels.BACKENDS or kind == "cupy":
+        kernels.resolve_backend(backend, cupy_data=kind == "cupy")
+
+
 def explain_dask(
     packed: Any,
     X: Any,
@@ -287,11 +289,12 @@ def explain_dask(
     Parameters
     ----------
     packed : distshap.packed.PackedModel
-        The bin-packed model (scattered to the cluster once per client and digest).
+        The bin-packed model (sent to the cluster once per client and digest).
     X : dask.array.Array or dask.dataframe.DataFrame
         Rows to explain, ``(n, F)``; NumPy or CuPy chunks. Any column chunking (rechunked to
-        one column chunk); row chunks are kept. A DataFrame's category columns become their
-        codes (NaN where missing); its row chunk sizes are computed on conversion.
+        one column chunk); row chunks are kept. A DataFrame follows the rules of a pandas one
+        (:func:`distshap.inputs.prepare_rows`: columns by name, category columns only on the
+        model's categorical features); its partitions' row counts are computed here.
     interactions : bool
         Interaction values ``(n, G, F+1, F+1)`` instead of SHAP values ``(n, G, F+1)``.
     backend : {"auto", "cpu", "cuda"}
@@ -305,28 +308,23 @@ def explain_dask(
     dask.array.Array
         Lazy, float32, chunks ``(X.chunks[0], (G,), (F+1,)[, (F+1,)])`` (for interactions, row
         chunks whose output would exceed :data:`MAX_OUTPUT_CHUNK_BYTES` are split), chunk type of
-        ``X`` (NumPy or CuPy). Each call has its own graph name, so computing it always runs
-        the kernels. Bias in the last column, margin space.
+        ``X`` (NumPy for DataFrames). Each call has its own graph name, so computing it always
+        runs the kernels. Bias in the last column, margin space.
 
     Raises
     ------
     ValueError
-        ``X`` not 2-D, or its number of columns differs from the model's features; unknown
-        ``backend``; no client.
+        ``X`` not 2-D, or its columns do not match the model's features; unknown ``backend``;
+        no client.
     TypeError
-        ``X`` neither a dask array nor DataFrame, chunks neither NumPy nor CuPy, or CuPy chunks
-        with ``backend="cpu"``.
+        ``X`` neither a dask array nor DataFrame, chunks neither NumPy nor CuPy, non-numeric
+        data, a category column on a numeric feature, or CuPy chunks with ``backend="cpu"``.
     """
-    if backend not in _BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}: use 'auto', 'cpu' or 'cuda'")
-    X, kind = _as_float32_array(X, packed)
-    if kind == "cupy" and backend == "cpu":
-        raise TypeError(
-            "X has CuPy chunks but backend='cpu': use backend='cuda' (or 'auto'), or move the "
-            "chunks to the host with X.map_blocks(cupy.asnumpy)"
-        )
+    _check_backend(backend, "numpy")  # an unknown name, before anything is sent
     client = _get_client(client)
-    future = model_future(client, packed)
+    model = model_future(client, packed)
+    X, kind = _rows_array(X, packed, model, client)
+    _check_backend(backend, kind)
 
     groups, width = packed.num_groups, packed.num_features + 1
     if interactions:
@@ -339,12 +337,11 @@ def explain_dask(
     meta = meta_from_array(X._meta, ndim=len(chunks), dtype=np.float32)
     label = "interactions" if interactions else "shap"
     return da.map_blocks(
-        _explain_block,
+        _block_values,
         X,
-        future,
+        model,
         interactions,
         backend,
-        kind,
         chunks=chunks,
         new_axis=new_axis,
         dtype=np.float32,
@@ -369,7 +366,8 @@ def compute(result: da.Array, client: Any = None, progress: bool = False) -> Any
     -------
     numpy.ndarray or cupy.ndarray
         The whole result on the client. A failed task raises; a worker that dies mid-run has
-        its chunks rerun elsewhere, so a result is never partial.
+        its chunks (and the model, when it held the only copy) rerun elsewhere, so a result is
+        never partial.
     """
     from distributed import progress as show_progress
     from distributed import wait
@@ -383,7 +381,7 @@ def compute(result: da.Array, client: Any = None, progress: bool = False) -> Any
 
 
 def _warm_block(
-    block: np.ndarray, handle: _ModelHandle, interactions: bool, backend: str
+    block: np.ndarray, packed: Any, interactions: bool, backend: str
 ) -> tuple[str, float]:
     """Run one tiny block; return the worker's address and the seconds it took."""
     import time
@@ -391,7 +389,7 @@ def _warm_block(
     from distributed import get_worker
 
     start = time.perf_counter()
-    _explain_block(block, handle, interactions, backend, "numpy")
+    _block_values(block, packed, interactions, backend)
     return get_worker().address, time.perf_counter() - start
 
 
@@ -408,15 +406,14 @@ def warm_up(
     dict
         Worker address -> seconds its warm-up block took (JIT compilation included).
     """
-    if backend not in _BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}: use 'auto', 'cpu' or 'cuda'")
-    future = model_future(client, packed)
+    _check_backend(backend, "numpy")
+    model = model_future(client, packed)
     block = np.zeros((rows, packed.num_features), dtype=np.float32)
     futures = [
         client.submit(
             _warm_block,
             block,
-            future,
+            model,
             interactions,
             backend,
             workers=[worker],
