@@ -367,6 +367,18 @@ def test_count_gpus_respects_visible_devices(monkeypatch):
         start_cluster(gpus=True)
 
 
+def test_unknown_row_chunks_are_counted(client, regression, data, monkeypatch):
+    """An array of unknown chunk sizes (frame.to_dask_array()) gets known output chunks."""
+    unknown = dd.from_pandas(pd.DataFrame(data), npartitions=3).to_dask_array()
+    assert np.isnan(unknown.shape[0])
+    width = regression.num_features + 1
+    # small output chunks force the interaction split, which needs the row counts
+    monkeypatch.setattr(dx, "MAX_OUTPUT_CHUNK_BYTES", 90 * regression.num_groups * width**2 * 4)
+    out = explain_dask(regression, unknown, interactions=True, backend="cpu", client=client)
+    assert out.shape[0] == len(data) and max(out.chunks[0]) == 90
+    np.testing.assert_array_equal(out.compute(), _reference(regression, data, "cpu", True))
+
+
 def test_interaction_output_chunks_are_bounded(client, regression, data, monkeypatch):
     import distshap.cluster.dask_explain as dx
 

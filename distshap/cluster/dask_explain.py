@@ -18,6 +18,7 @@ order, so the values do not depend on the chunking or the number of workers.
 
 from __future__ import annotations
 
+import math
 import pickle
 import sys
 import threading
@@ -189,7 +190,11 @@ def _chunk_kind(meta: Any) -> str:
 
 
 def _rows_array(X: Any, packed: Any, model: Any, client: Any) -> tuple[da.Array, str]:
-    """Validate ``X`` (nothing computed but a DataFrame's row counts) -> one column chunk."""
+    """Validate ``X`` -> known row chunks, one column chunk.
+
+    Nothing is computed but the row counts of a DataFrame's partitions, or of an array's
+    chunks where they are unknown (the output chunks and interaction splits need them).
+    """
     F = packed.num_features
     if _is_dask_frame(X):
         X = _frame_rows(X, packed, model, client)
@@ -210,6 +215,12 @@ def _rows_array(X: Any, packed: Any, model: Any, client: Any) -> tuple[da.Array,
             "the model was trained on"
         )
     prepare_rows(np.empty_like(X._meta, shape=(0, F)), packed, allow_empty=True)  # dtype
+    if any(math.isnan(size) for size in X.chunks[0]):  # e.g. frame.to_dask_array()
+        import dask
+
+        first_columns = X.to_delayed()[:, 0]
+        lengths = client.compute([dask.delayed(len)(block) for block in first_columns], sync=True)
+        X = da.Array(X.dask, X.name, (tuple(lengths), X.chunks[1]), meta=X._meta)
     if X.numblocks[1] != 1:
         X = X.rechunk({1: -1})
     return X, kind
@@ -292,9 +303,10 @@ def explain_dask(
         The bin-packed model (sent to the cluster once per client and digest).
     X : dask.array.Array or dask.dataframe.DataFrame
         Rows to explain, ``(n, F)``; NumPy or CuPy chunks. Any column chunking (rechunked to
-        one column chunk); row chunks are kept. A DataFrame follows the rules of a pandas one
-        (:func:`distshap.inputs.prepare_rows`: columns by name, category columns only on the
-        model's categorical features); its partitions' row counts are computed here.
+        one column chunk); row chunks are kept (unknown sizes are computed here). A DataFrame
+        follows the rules of a pandas one (:func:`distshap.inputs.prepare_rows`: columns by name,
+        category columns only on the model's categorical features); its partitions' row counts
+        are computed here.
     interactions : bool
         Interaction values ``(n, G, F+1, F+1)`` instead of SHAP values ``(n, G, F+1)``.
     backend : {"auto", "cpu", "cuda"}
