@@ -1,13 +1,18 @@
-"""Kernels: the packed model and a float32 row block -> SHAP / interaction values.
+"""Kernels: the packed model and a row block -> SHAP / interaction values.
 
 One function pair per backend, same signature (the STUMPY pattern: the distributed layer calls
 these single-device functions, it never re-implements them):
 
 * :mod:`distshap.kernels.cpu` - ``shap_values(packed, X)``, ``interaction_values(packed, X)``
-  with ``X`` a C-contiguous float32 NumPy array; return NumPy float32 arrays of shape
-  ``(n, G, F+1)`` / ``(n, G, F+1, F+1)``.
-* :mod:`distshap.kernels.cuda` - the same names; ``X`` a NumPy or CuPy float32 array; return
-  CuPy arrays. Imported lazily: importing distshap never touches CUDA.
+  with ``X`` a float32 NumPy array; return NumPy float32 arrays of shape ``(n, G, F+1)`` /
+  ``(n, G, F+1, F+1)``.
+* :mod:`distshap.kernels.cuda` - the same names; ``X`` a NumPy or CuPy array; return CuPy
+  arrays. A package, imported lazily: importing distshap never touches CUDA.
+
+Shared by both: :mod:`~distshap.kernels.treeshap` (the split rule and the TreeSHAP recursions,
+plain Python compiled for each target) and :mod:`~distshap.kernels.parallel` (concurrent calls
+into parallel CPU code, safe under every Numba threading layer). :mod:`~distshap.kernels.margin`
+is the independent traversal behind the additivity check.
 """
 
 from __future__ import annotations
