@@ -145,6 +145,18 @@ def test_quadrature_launches_cover_every_path_without_a_table_once():
     assert np.array_equal(np.sort(seen), rest) and seen.size == rest.size
 
 
+def test_models_the_kernels_cannot_run_are_refused_with_the_fix(monkeypatch):
+    km = _km()
+    with pytest.raises(ValueError, match="130 distinct features.*at most 127.*backend='cpu'"):
+        km.lane_arrays(_chain(130, 130))
+    monkeypatch.setattr(_kc().config, "MAX_FALLBACK_FEATURES", 1000)  # beyond the compiled size
+    with pytest.raises(ValueError, match="at most 127"):
+        km.lane_arrays(_chain(130, 130))
+    packed = build_packed_model(extract_paths(chain_ensemble(3, 3)), capacity=16)
+    with pytest.raises(ValueError, match="capacity=32"):
+        km.lane_arrays(packed)
+
+
 @pytest.mark.parametrize("n_nodes", [1, 2, 5, 16])
 def test_gauss_legendre_integrates_path_polynomials_exactly(n_nodes):
     kc = _kc()

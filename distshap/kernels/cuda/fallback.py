@@ -25,11 +25,12 @@ from distshap.kernels.cuda.device import (
     unwound_sum,
 )  # fmt: skip
 
-__all__ = ["launch_fallback", "oversize_kernel"]
+__all__ = ["FALLBACK_MAX_FEATURES", "launch_fallback", "oversize_kernel"]
 
-# Frozen at import: the kernel's local arrays have these sizes.
-_MAXF1 = config.MAX_FALLBACK_FEATURES + 1
-_MAXF2 = config.MAX_FALLBACK_FEATURES + 2
+# Frozen at import: the kernel's local arrays have these sizes, so the host side uses them too.
+FALLBACK_MAX_FEATURES = config.MAX_FALLBACK_FEATURES
+_MAXF1 = FALLBACK_MAX_FEATURES + 1
+_MAXF2 = FALLBACK_MAX_FEATURES + 2
 
 
 @cuda.jit

@@ -28,6 +28,7 @@ from numba import cuda
 from distshap import strategy
 from distshap.kernels.cuda import config, device
 from distshap.kernels.cuda.device import device_id, stream
+from distshap.kernels.cuda.fallback import FALLBACK_MAX_FEATURES
 from distshap.kernels.cuda.quadrature import quadrature_warps
 from distshap.kernels.cuda.tables import (
     TABLE_MAX_FEATURES,
@@ -200,10 +201,11 @@ def lane_arrays(packed: PackedModel) -> dict:
     lane_d[:n_lanes, device.LD_VALUE] = packed.path_value[lane_path]
     _, regular = _regular(packed)
     oversize_paths = np.flatnonzero(~regular).astype(np.int32)
-    if oversize_paths.size and int(k[oversize_paths].max()) > config.MAX_FALLBACK_FEATURES:
+    longest = min(config.MAX_FALLBACK_FEATURES, FALLBACK_MAX_FEATURES)  # the compiled size
+    if oversize_paths.size and int(k[oversize_paths].max()) > longest:
         raise ValueError(
             f"a path has {int(k[oversize_paths].max())} distinct features; the CUDA backend "
-            f"handles at most {config.MAX_FALLBACK_FEATURES}: use backend='cpu' for this model"
+            f"handles at most {longest}: use backend='cpu' for this model"
         )
     shap_bound, inter_bound = _path_bounds(packed)
     return dict(
