@@ -115,3 +115,22 @@ def test_model_worker_dies_survivor_finishes(model_and_rows, tmp_path: Path):
         assert _times_computed(client, model.key) == 2  # the model task ran again
         assert holder not in client.who_has(model)[model.key]
     np.testing.assert_array_equal(out, _expected(packed, X, True))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not kernels.cuda_available(), reason="no CUDA GPU visible")
+def test_gpu_worker_dies_restarted(model_and_rows, tmp_path: Path):
+    """A GPU worker (dask-cuda) dies with the model on its device; its restart finishes."""
+    pytest.importorskip("dask_cuda")
+    packed, X = model_and_rows
+    flag = tmp_path / "killed"
+    with start_cluster(n_workers=1, gpus=True, dashboard_address=":0") as client:
+        model = model_future(client, packed)
+        wait(model)
+        client.run(_install_killer, str(flag))
+        result = explain_dask(packed, da.from_array(X, chunks=(50, -1)), True, "cuda", client)
+        out = compute(result, client=client)
+        assert flag.exists(), "no worker was killed"
+        assert _times_computed(client, model.key) == 2
+    expected = kernels.get_backend("cuda").interaction_values(packed, prepare_rows(X, packed))
+    np.testing.assert_array_equal(out, expected.get())

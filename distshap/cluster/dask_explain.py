@@ -5,7 +5,8 @@ the pickled model, the scheduler keeps: a worker that dies takes its copy with i
 scheduler recomputes the model on a survivor (or on the worker its nanny restarts) like any
 lost result, so the job finishes. (A scattered model has no task to rerun: the job would fail.)
 Every later call reuses the task's Future; each row chunk's task depends on it, so a worker
-gets the model once, and the CUDA backend keeps its device arrays by digest.
+gets the model once, and the CUDA backend keeps its device arrays by digest. The price is one
+pickled copy of the model on the scheduler while its Future is held; no call ships it again.
 
 Each row chunk (one column chunk; a DataFrame partition becomes a block of the model's raw
 values, float64 for models that compare in float64) goes through
