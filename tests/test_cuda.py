@@ -484,12 +484,14 @@ def test_gpu_quadrature_every_node_count_matches_cpu_and_oracle():
         for inter in (False, True):
             got = to_host((kc.interaction_values if inter else kc.shap_values)(packed, X))
             ref = _cpu(packed, X, inter)
-            oracle = (naive.treeshap_interactions_recursive_rows if inter
-                      else naive.treeshap_recursive_rows)(chain, X).reshape(ref.shape)  # fmt: skip
-            tol = 2e-6 * max(1.0, np.abs(oracle).max())
+            tol = 2e-6 * max(1.0, np.abs(ref).max())
             msg = f"depth {depth}, interactions {inter}"
             np.testing.assert_allclose(got, ref, rtol=0, atol=tol, err_msg=msg)
-            np.testing.assert_allclose(got, oracle, rtol=0, atol=tol, err_msg=msg)
+            rows = 10 if inter else len(X)  # the interaction oracle is slow Python
+            oracle = (naive.treeshap_interactions_recursive_rows if inter
+                      else naive.treeshap_recursive_rows)(chain, X[:rows])  # fmt: skip
+            np.testing.assert_allclose(got[:rows], oracle.reshape(got[:rows].shape), rtol=0,
+                                       atol=tol, err_msg=msg)  # fmt: skip
     # deep random trees, several groups, categorical splits and missing values
     ens = tiny.random_ensemble(21, n_features=14, n_trees=10, depth=10, n_groups=2,
                                n_categorical=1)  # fmt: skip
