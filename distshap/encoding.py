@@ -48,8 +48,13 @@ class InputEncoding:
     rank_thresholds : float64 (n_thresholds,)
     categorical : int32 (c,)
         Features the model treats as categorical (a pandas category column is refused elsewhere).
-    name_style : str
-        ``"exact"``, or ``"lightgbm"`` where the library stores whitespace in names as ``_``.
+    library : str
+        The model's library (``"xgboost"``, ``"lightgbm"``, ``"sklearn"``, ``"catboost"``, ...):
+        whose conventions DataFrame inputs follow (stored column names, unseen categories).
+    category_lists : tuple of tuple or None
+        LightGBM's ``pandas_categorical``: the category lists of the training frame's category
+        columns, in column order. LightGBM codes the ``k``-th category column of any frame by
+        the ``k``-th list, whatever feature it feeds; distshap does the same.
     """
 
     missing_value: float = math.nan
@@ -57,7 +62,13 @@ class InputEncoding:
     rank_offsets: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
     rank_thresholds: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
     categorical: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
-    name_style: str = "exact"
+    library: str = "other"
+    category_lists: tuple | None = None
+
+    @property
+    def name_style(self) -> str:
+        """``"lightgbm"`` where the library stores spaces in names as ``_``, else ``"exact"``."""
+        return "lightgbm" if self.library == "lightgbm" else "exact"
 
     @property
     def float64(self) -> bool:
@@ -82,7 +93,8 @@ class InputEncoding:
             "rank_offsets": self.rank_offsets,
             "rank_thresholds": self.rank_thresholds,
             "categorical": self.categorical,
-            "name_style": np.frombuffer(self.name_style.encode(), np.uint8),
+            "library": np.frombuffer(self.library.encode(), np.uint8),
+            "category_lists": np.frombuffer(repr(self.category_lists).encode(), np.uint8),
         }
 
     def apply(self, X: Any) -> Any:
@@ -129,7 +141,8 @@ def encode_ensemble(ensemble: Ensemble) -> tuple[Ensemble, InputEncoding]:
     conventions = dict(
         missing_value=float(ensemble.missing_value),
         categorical=_categorical_features(ensemble),
-        name_style="lightgbm" if ensemble.model_kind.startswith("lightgbm") else "exact",
+        library=ensemble.model_kind.split(":", 1)[0],
+        category_lists=_category_lists(ensemble),
     )
     if ensemble.threshold64 is None:
         return ensemble, InputEncoding(**conventions)
@@ -172,3 +185,10 @@ def _categorical_features(ensemble: Ensemble) -> np.ndarray:
     stored = list((ensemble.extra.get("category_values") or {}).keys())
     both = np.concatenate([split, np.asarray(declared + stored, dtype=np.int64)])
     return np.unique(both).astype(np.int32)
+
+
+def _category_lists(ensemble: Ensemble) -> tuple | None:
+    lists = ensemble.extra.get("pandas_categorical")
+    if not ensemble.model_kind.startswith("lightgbm") or not lists:
+        return None
+    return tuple(tuple(categories) for categories in lists)

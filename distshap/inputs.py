@@ -76,7 +76,9 @@ def model_matrix(X: Any, packed: Any, allow_empty: bool = False) -> Any:
     F = packed.num_features
     if is_frame(X):
         columns = select_model_columns(X, F, packed.feature_names, encoding.name_style)
-        X = frame_to_matrix(X[columns], packed.feature_categories, encoding.categorical, dtype)
+        X = _frame_matrix(X[columns], packed)
+    elif _is_sparse(X):
+        X = _sparse_matrix(X, encoding.library, dtype)
     elif is_cupy(X):
         import cupy
 
@@ -104,6 +106,44 @@ def model_matrix(X: Any, packed: Any, allow_empty: bool = False) -> Any:
             "columns the model was trained on, in the same order"
         )
     return X
+
+
+def _frame_matrix(frame: Any, packed: Any) -> np.ndarray:
+    """A frame in the model's column order -> its matrix, by the model library's conventions."""
+    encoding = packed.encoding
+    categories, categorical = packed.feature_categories, encoding.categorical
+    if encoding.category_lists is not None:
+        # LightGBM codes the k-th category column of a frame by its k-th stored list, whatever
+        # feature the column feeds, and refuses a frame with another number of them
+        import pandas as pd
+
+        positions = [
+            j for j, (_, c) in enumerate(frame.items()) if isinstance(c.dtype, pd.CategoricalDtype)
+        ]
+        if len(positions) != len(encoding.category_lists):
+            raise TypeError(
+                f"X has {len(positions)} pandas 'category' column(s) but the LightGBM model was "
+                f"trained on a frame with {len(encoding.category_lists)}: give the columns the "
+                "dtypes of the training frame (LightGBM refuses this frame too)"
+            )
+        categories, categorical = dict(zip(positions, encoding.category_lists, strict=True)), None
+    unseen = "error" if encoding.library == "xgboost" else "missing"
+    return frame_to_matrix(frame, categories, categorical, encoding.input_dtype, unseen)
+
+
+def _is_sparse(X: Any) -> bool:
+    return type(X).__module__.split(".")[0] == "scipy" and hasattr(X, "tocoo")
+
+
+def _sparse_matrix(X: Any, library: str, dtype: Any) -> np.ndarray:
+    """A scipy.sparse matrix, dense: unstored entries are missing for XGBoost (as its DMatrix
+    reads them), zeros for the other libraries (as LightGBM and scikit-learn read them)."""
+    coo = X.tocoo()
+    if coo.ndim != 2:
+        raise ValueError(f"X is a {coo.ndim}-D sparse array; pass a 2-D (n_rows, n_features) one")
+    dense = np.full(coo.shape, np.nan if library == "xgboost" else 0.0, dtype=dtype)
+    dense[coo.row, coo.col] = coo.data
+    return dense
 
 
 def select_model_columns(
@@ -144,6 +184,7 @@ def frame_to_matrix(
     categories: dict[int, Any] | None = None,
     categorical: Any = None,
     dtype: Any = np.float32,
+    unseen: str = "missing",
 ) -> np.ndarray:
     """A pandas DataFrame (partition) -> C-contiguous ``dtype`` array of shape ``(n, F)``.
 
@@ -155,13 +196,18 @@ def frame_to_matrix(
     column's category values are used as numbers (scikit-learn's HistGradientBoosting lists
     category values in its splits). ``categorical`` (positions), when given, lists the features
     the model treats as categorical: a category column elsewhere is refused, as XGBoost,
-    LightGBM and scikit-learn refuse it (its codes are not the values the model splits on).
+    LightGBM and scikit-learn refuse it (its codes are not the values the model splits on). A
+    numeric column on a feature with training categories is refused too (its numbers are not
+    the model's codes), and with ``unseen="error"`` a label the model never saw (XGBoost's
+    rule; ``"missing"``: such a label is a missing value, LightGBM's).
 
     Raises
     ------
     TypeError
-        For a column of any other dtype (object, string, datetime, ...), or a category column
-        on a numeric feature.
+        For a column of any other dtype (object, string, datetime, ...), a category column on a
+        numeric feature, or a numeric column on a feature with training categories.
+    ValueError
+        A label the model never saw, with ``unseen="error"``.
     """
     import pandas as pd
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
@@ -182,25 +228,45 @@ def frame_to_matrix(
         if is_category and _as_values(categories, j):
             values = column.astype(np.float64).to_numpy(dtype=dtype, na_value=np.nan)
         elif is_category:
-            if categories is not None and j in categories:
-                column = pd.Series(pd.Categorical(column, categories=list(categories[j])))
             codes = column.cat.codes.to_numpy()
+            if categories is not None and j in categories:
+                # the model's code of each of the frame's labels (-1: a label it never saw)
+                model_codes = pd.Index(list(categories[j])).get_indexer(column.cat.categories)
+                codes = np.where(codes >= 0, np.append(model_codes, -1)[codes], -1)
+                if unseen == "error" and np.any((codes < 0) & column.notna().to_numpy()):
+                    new = sorted({str(v) for v in column[(codes < 0) & column.notna()]})
+                    raise ValueError(
+                        f"column {name!r} holds categories the model never saw in training "
+                        f"{new[:5]}: XGBoost refuses them as well; map them to a known category "
+                        "or to a missing value (NaN) first"
+                    )
             values = codes.astype(dtype)
             values[codes < 0] = np.nan
+        elif (is_numeric_dtype(kind) or is_bool_dtype(kind)) and _has_labels(categories, j):
+            raise TypeError(
+                f"column {name!r} is numeric but the model was trained on it as a pandas "
+                "'category' column: its numbers are not the model's category codes. Pass it as "
+                f"a category column with the training labels (df[{name!r}].astype('category'))"
+            )
         elif is_numeric_dtype(kind) or is_bool_dtype(kind):
             values = column.to_numpy(dtype=dtype, na_value=np.nan)
         else:
+            what = (
+                "'category' column (df[col].astype('category'))"
+                if allowed is None or j in allowed
+                else "numeric column (the model splits this feature numerically)"
+            )
             raise TypeError(
                 f"column {name!r} has dtype {kind}: distshap needs numeric, boolean or "
-                "'category' columns; convert it, e.g. df[col].astype('category')"
+                f"'category' columns; convert it to a {what}"
             )
         out[:, j] = values
     return out
 
 
-def frame_to_float32(frame: Any, categories: dict[int, Any] | None = None) -> np.ndarray:
-    """Deprecated alias kept while callers move to :func:`prepare_rows` (removed before landing)."""
-    return frame_to_matrix(frame, categories)
+def _has_labels(categories: dict[int, Any] | None, j: int) -> bool:
+    """Whether the model stores training labels for feature ``j`` (codes must come from them)."""
+    return categories is not None and j in categories and not _as_values(categories, j)
 
 
 def _as_values(categories: dict[int, Any] | None, j: int) -> bool:

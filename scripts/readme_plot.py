@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
         out = os.path.join(tmp, "shap.parquet")
         print("$ distshap explain model.json rows.parquet -o shap.parquet")
         print(cli("explain", model, data, "-o", out).replace(out, "shap.parquet"))
-        cli("plot", "summary", model, data, "-o", str(args.out), "--kind", args.kind)
+        cli("plot", "summary", model, data, "-o", str(args.out), "--kind", args.kind, "--overwrite")
     print(f"wrote {args.out}")
 
 

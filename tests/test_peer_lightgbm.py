@@ -86,13 +86,6 @@ def test_breast_cancer_binary_held_out_rows(backend):
     check_against_lightgbm(booster, X_test, backend)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="finding: a scipy.sparse matrix is refused with 'X has dtype object; ... convert "
-    "strings to numbers', which names neither sparse input nor the fix (LightGBM reads "
-    "absent entries as zeros)",
-)
 @pytest.mark.parametrize("layout, n_classes", [("csr", 2), ("csc", 4)])
 def test_sparse_input_is_explained_as_lightgbm_reads_it_or_refused_clearly(layout, n_classes):
     from sklearn.datasets import make_multilabel_classification
@@ -300,26 +293,15 @@ def _pandas_categorical_frames():
     return train, y, test
 
 
-NUMERIC_CODES = pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="finding: LightGBM codes every pandas category column by its stored "
-    "pandas_categorical, also on features it splits numerically (an ordered category under "
-    "'auto', or columns left out of categorical_feature), and explains such frames; distshap "
-    "refuses them ('category column but the model splits feature j numerically'), a valid "
-    "input refused with a wrong reason",
-)
-
-
 @pytest.mark.parametrize(
     "categorical_feature",
     [
-        pytest.param("auto", marks=NUMERIC_CODES),
-        pytest.param([0], marks=NUMERIC_CODES),
-        pytest.param(["A"], marks=NUMERIC_CODES),
-        pytest.param(["A", "B", "C", "D"], marks=NUMERIC_CODES),
+        "auto",
+        [0],
+        ["A"],
+        ["A", "B", "C", "D"],
         ["A", "B", "C", "D", "E"],
-        pytest.param([], marks=NUMERIC_CODES),
+        [],
     ],
     ids=["auto", "first", "A", "ABCD", "ABCDE", "none"],
 )
@@ -337,13 +319,6 @@ def test_pandas_categorical(categorical_feature, tmp_path):
     assert_close(from_file, pred_contrib(reloaded, test))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,
-    reason="finding: a numeric column on a feature trained as a pandas category is read as "
-    "category codes (silently wrong values); LightGBM refuses it ('train and valid dataset "
-    "categorical_feature do not match')",
-)
 def test_numeric_column_on_a_pandas_categorical_feature_is_refused():
     rng = np.random.default_rng(0)
     frame = pd.DataFrame(

@@ -366,13 +366,6 @@ def _two_category_model():
     return booster, frame
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,
-    reason="finding: a numeric DataFrame column on a feature trained as a pandas category is "
-    "read as category codes (silently wrong: b=2 is explained as the category of code 2, "
-    "i.e. 3); XGBoost refuses it ('The data type doesn't match'), so should distshap",
-)
 def test_numeric_column_on_a_categorical_feature_is_refused():
     """``run_cat_invalid``: the training frame's category column passed as integers."""
     booster, frame = _two_category_model()
@@ -383,12 +376,6 @@ def test_numeric_column_on_a_categorical_feature_is_refused():
         TreeExplainer(booster, backend="cpu").shap_values(numeric)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,
-    reason="finding: a category the model never saw is silently explained as a missing value; "
-    "XGBoost refuses it ('Found a category not in the training set')",
-)
 def test_category_not_seen_in_training_is_refused():
     """``run_cat_invalid``: a frame with the category 'bbc' (and 4) the model never saw."""
     booster, _ = _two_category_model()
@@ -477,13 +464,6 @@ def test_threaded_calls_give_identical_values():
         np.testing.assert_array_equal(got, expected[i * 20 : i * 20 + 60])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="finding: a scipy.sparse matrix is refused with 'X has dtype object; ... convert "
-    "strings to numbers', which names neither sparse input nor the fix (XGBoost reads absent "
-    "entries as missing, not zero)",
-)
 def test_sparse_matrix_is_explained_as_xgboost_reads_it_or_refused_clearly():
     rng = np.random.default_rng(4)
     X = rng.normal(size=(200, 6))
