@@ -65,7 +65,6 @@ from distshap import TreeExplainer, UnsupportedModelError
 from conftest import to_host
 
 
-
 class _Absent:
     """An optional library that is not installed: a test touching it is skipped (the GPU
     machine has no catboost and no shap; CI has both)."""
