@@ -24,7 +24,7 @@ from distshap.cluster import (
     start_cluster,
     warm_up,
 )
-from distshap.inputs import prepare_rows
+from distshap.inputs import frame_to_matrix, prepare_rows
 
 xgb = pytest.importorskip("xgboost")
 
@@ -258,6 +258,27 @@ def test_float64_model_rows_never_rounded_to_float32(client):
     rounded = da.from_array(values.astype(np.float32).astype(np.float64), chunks=(100, -1))
     out = explain_dask(explainer.packed, rounded, backend="cpu", client=client).compute()
     assert (out[:, 0] != expected).any(axis=1).sum() > 0
+
+
+def test_frame_to_matrix_conversion():
+    """The partition conversion (inputs.frame_to_matrix; belongs with the inputs tests)."""
+    frame = pd.DataFrame(
+        {
+            "cat": pd.Categorical(["b", None, "a"], categories=["a", "b"]),
+            "nullable": pd.array([1, pd.NA, 3], dtype="Int64"),
+            "flag": [True, False, True],
+            "x": np.array([0.5, np.nan, -2.0]),
+        }
+    )
+    for dtype in (np.float32, np.float64):
+        out = frame_to_matrix(frame, dtype=dtype)
+        assert out.dtype == dtype and out.flags.c_contiguous and out.shape == (3, 4)
+        np.testing.assert_array_equal(out[:, 0], [1.0, np.nan, 0.0])
+        np.testing.assert_array_equal(out[:, 1], [1.0, np.nan, 3.0])
+        np.testing.assert_array_equal(out[:, 2], [1.0, 0.0, 1.0])
+        np.testing.assert_array_equal(out[:, 3], [0.5, np.nan, -2.0])
+    with pytest.raises(TypeError, match="'name'.*category"):
+        frame_to_matrix(pd.DataFrame({"name": ["x", "y"]}))
 
 
 def test_lazy_and_model_sent_once(client, regression, data, monkeypatch):
