@@ -27,7 +27,9 @@ class AdditivityError(ValueError):
     """SHAP values that do not sum to the model's margin (a distshap fault, never ignored)."""
 
 
-def check_additivity(values: Any, margin: Any, what: str = "SHAP values") -> None:
+def check_additivity(
+    values: Any, margin: Any, what: str = "SHAP values", first_row: int = 0
+) -> None:
     """Raise :class:`AdditivityError` unless each row's ``values`` sum to its ``margin``.
 
     Parameters
@@ -38,6 +40,9 @@ def check_additivity(values: Any, margin: Any, what: str = "SHAP values") -> Non
         ``(n, G)`` float64 margins from :func:`distshap.kernels.margin.predict_margin`.
     what : str
         Named in the message.
+    first_row : int
+        Index of ``values``' first row in the whole input (a Dask chunk's offset), for the
+        message.
     """
     xp = _array_module(values)
     axes = tuple(range(2, values.ndim))
@@ -48,16 +53,22 @@ def check_additivity(values: Any, margin: Any, what: str = "SHAP values") -> Non
     if not bool(bad.any()):
         return
     diff, total, margin, bad = (_to_host(a) for a in (diff, total, margin, bad))
-    rows = np.flatnonzero(bad.any(axis=1))
+    rows = np.flatnonzero(bad.any(axis=1)) + first_row
     worst = np.unravel_index(int(np.argmax(np.where(bad, diff, -1.0))), diff.shape)
     group = f", output {worst[1]}" if diff.shape[1] > 1 else ""
     raise AdditivityError(
-        f"{what} of {rows.size:,} of {diff.shape[0]:,} rows do not sum to the model's margin "
-        f"(rows {rows[:10].tolist()}{'...' if rows.size > 10 else ''}); worst: row {worst[0]}"
+        f"{what} of {rows.size:,} of {diff.shape[0]:,} rows{_chunk(first_row)} do not sum to "
+        "the model's margin "
+        f"(rows {rows[:10].tolist()}{'...' if rows.size > 10 else ''}); worst: row "
+        f"{worst[0] + first_row}"
         f"{group}: values sum to {total[worst]:.9g}, the trees give {margin[worst]:.9g} "
         f"(difference {diff[worst]:.3g}). This is a distshap fault or a model feature it reads "
         "wrongly: please report it with the model; check_additivity=False skips the check"
     )
+
+
+def _chunk(first_row: int) -> str:
+    return f" (a chunk from row {first_row:,})" if first_row else ""
 
 
 def _array_module(a: Any) -> Any:

@@ -91,7 +91,6 @@ class TreeExplainer:
         if missing is not None:
             self.ensemble = replace(self.ensemble, missing_value=float(missing))
         encoded, encoding = encode_ensemble(self.ensemble)
-        self._margin = margin_model(self.ensemble)
         self.packed: PackedModel = build_packed_model(
             extract_paths(encoded),
             algorithm=algorithm,
@@ -100,6 +99,7 @@ class TreeExplainer:
             feature_names=self.ensemble.feature_names,
             feature_categories=self.ensemble.extra.get("category_values"),
             encoding=encoding,
+            margin=margin_model(self.ensemble),
         )
         self.backend = backend
         self.client = client
@@ -124,7 +124,12 @@ class TreeExplainer:
             from distshap.cluster import explain_dask
 
             out = explain_dask(
-                self.packed, X, interactions=interactions, backend=self.backend, client=self.client
+                self.packed,
+                X,
+                interactions=interactions,
+                backend=self.backend,
+                client=self.client,
+                check_additivity=check_additivity,
             )
             return out[:, 0] if self.packed.num_groups == 1 else out
         raw = model_matrix(X, self.packed)  # the values the model compares
@@ -143,7 +148,7 @@ class TreeExplainer:
 
                 raw = cupy.asarray(raw)  # the traversal runs where the values are
             what = "interaction values" if interactions else "SHAP values"
-            _check_additivity(out, predict_margin(self._margin, raw), what)
+            _check_additivity(out, predict_margin(self.packed.margin, raw), what)
         if is_cupy(out) and not is_cupy(X):
             out = out.get()
         return out[:, 0] if self.packed.num_groups == 1 else out
@@ -163,7 +168,8 @@ class TreeExplainer:
         check_additivity : bool
             Check that each row's values sum to the model's margin from an independent tree
             traversal (:mod:`distshap.additivity`), raising ``AdditivityError`` otherwise, as
-            shap does. In-memory inputs only (a Dask result is lazy).
+            shap does. For Dask input each chunk is checked on its worker when the result is
+            computed (the error then surfaces from ``compute``).
 
         Returns
         -------

@@ -76,6 +76,10 @@ class PackedModel:
     feature_categories : dict or None
         Training categories per feature position, when the model stores them (XGBoost >= 3.1):
         DataFrame category columns are coded by them.
+    margin : dict of ndarray or None
+        The ensemble's node arrays for the additivity check's independent traversal
+        (:func:`distshap.kernels.margin.margin_model`), shipped with the model so that every
+        backend and Dask worker can check its rows.
     encoding : InputEncoding
         How raw inputs become the float32 values the lanes compare (:mod:`distshap.encoding`):
         the model's missing-value sentinel, and ranks for features compared in float64.
@@ -106,6 +110,7 @@ class PackedModel:
     feature_names: tuple[str, ...] | None = None
     feature_categories: dict | None = None
     encoding: InputEncoding = field(default_factory=InputEncoding)
+    margin: dict | None = None
 
     @property
     def num_bins(self) -> int:
@@ -132,6 +137,7 @@ def build_packed_model(
     feature_names: tuple[str, ...] | None = None,
     feature_categories: dict | None = None,
     encoding: InputEncoding | None = None,
+    margin: dict | None = None,
 ) -> PackedModel:
     """Bin-pack ``paths`` into warps.
 
@@ -153,6 +159,8 @@ def build_packed_model(
     encoding : InputEncoding, optional
         How inputs are encoded for this model's lanes (:func:`distshap.encoding.encode_ensemble`);
         part of the digest.
+    margin : dict of ndarray, optional
+        The node arrays of the additivity check (carried along; part of the digest).
     """
     encoding = InputEncoding() if encoding is None else encoding
     t0 = time.perf_counter()
@@ -224,7 +232,7 @@ def build_packed_model(
         table_budget_bytes=int(table_budget_bytes),
         max_table_features=int(max_table_features),
         digest=_digest(
-            {**fields, **encoding.arrays()},
+            {**fields, **encoding.arrays(), **_prefixed("margin.", margin or {})},
             (
                 paths.num_features,
                 paths.num_groups,
@@ -237,13 +245,19 @@ def build_packed_model(
         feature_names=feature_names,
         feature_categories=feature_categories,
         encoding=encoding,
+        margin=margin,
     )
+
+
+def _prefixed(prefix: str, arrays: dict) -> dict:
+    return {prefix + name: value for name, value in sorted(arrays.items())}
 
 
 def _digest(fields: dict, scalars: tuple[int, ...]) -> str:
     h = hashlib.sha256()
     h.update(",".join(str(int(v)) for v in scalars).encode())
-    for name in (*_ARRAY_FIELDS, *InputEncoding().arrays()):
+    margin = [name for name in fields if name.startswith("margin.")]
+    for name in (*_ARRAY_FIELDS, *InputEncoding().arrays(), *margin):
         arr = np.ascontiguousarray(fields[name])
         h.update(f"{name}:{arr.dtype.str}:{arr.shape}".encode())
         h.update(memoryview(arr).cast("B"))

@@ -235,3 +235,35 @@ def test_additivity_check_on_interactions(monkeypatch):
     monkeypatch.setattr(kernels, "interaction_values", wrong)
     with pytest.raises(AdditivityError, match=r"interaction values.*row 3, output 1"):
         explainer.shap_interaction_values(X)
+
+
+def test_additivity_check_of_dask_chunks(monkeypatch):
+    """Each Dask chunk is checked on its worker; the error names the row in the whole input."""
+    da = pytest.importorskip("dask.array")
+    distributed = pytest.importorskip("distributed")
+    ens = random_ensemble(7, n_features=4, n_trees=4, depth=3)
+    X = np.random.default_rng(7).random((100, 4))
+    with (
+        distributed.LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        explainer = distshap.TreeExplainer(ens, backend="cpu", client=client)
+        good = explainer.shap_values(X)
+        lazy = explainer.shap_values(da.from_array(X, chunks=30))
+        np.testing.assert_array_equal(lazy.compute(), good)
+        kernels = get_backend("cpu")
+        real = kernels.shap_values
+
+        def wrong_in_second_chunk(packed, rows):
+            out = real(packed, rows).copy()
+            if rows.shape[0] == 30 and np.array_equal(rows[0], packed.encoding.apply(X[30:31])[0]):
+                out[4, 0, 1] += 1.0
+            return out
+
+        monkeypatch.setattr(kernels, "shap_values", wrong_in_second_chunk)
+        with pytest.raises(AdditivityError, match=r"chunk from row 30.*rows \[34\]"):
+            explainer.shap_values(da.from_array(X, chunks=30)).compute()
+        unchecked = explainer.shap_values(da.from_array(X, chunks=30), check_additivity=False)
+        assert np.abs(unchecked.compute() - good).max() == pytest.approx(1.0)

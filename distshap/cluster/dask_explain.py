@@ -32,8 +32,9 @@ import dask.array as da
 import numpy as np
 from dask.array.utils import meta_from_array
 
-from distshap import kernels
+from distshap import additivity, kernels
 from distshap.inputs import is_cupy, model_matrix, prepare_rows, select_model_columns
+from distshap.kernels.margin import predict_margin
 
 __all__ = [
     "MAX_OUTPUT_CHUNK_BYTES",
@@ -227,14 +228,23 @@ def _rows_array(X: Any, packed: Any, model: Any, client: Any) -> tuple[da.Array,
     return X, kind
 
 
-def _block_values(block: Any, packed: Any, interactions: bool, backend: str) -> Any:
+def _block_values(
+    block: Any,
+    packed: Any,
+    interactions: bool,
+    backend: str,
+    check: bool = True,
+    block_info: dict | None = None,
+) -> Any:
     """One row chunk -> float32 SHAP (or interaction) values, same array type as the chunk.
 
-    Runs on a worker, which resolves ``backend`` (``"auto"``: its own GPU decides). Device work
-    is finished before it returns (the result is synchronised, or copied to the host for NumPy
-    chunks), so task timings are real.
+    Runs on a worker, which resolves ``backend`` (``"auto"``: its own GPU decides). With
+    ``check``, the chunk's rows must sum to the model's margin (:mod:`distshap.additivity`).
+    Device work is finished before it returns (the result is synchronised, or copied to the
+    host for NumPy chunks), so task timings are real.
     """
-    rows = prepare_rows(block, packed, allow_empty=True)
+    raw = model_matrix(block, packed, allow_empty=True)
+    rows = packed.encoding.apply(raw)
     n = rows.shape[0]
     width = packed.num_features + 1
     shape = (n, packed.num_groups, width) + ((width,) if interactions else ())
@@ -244,6 +254,8 @@ def _block_values(block: Any, packed: Any, interactions: bool, backend: str) -> 
     name = kernels.resolve_backend(backend, cupy_data=on_device)
     module = kernels.get_backend(name)
     out = (module.interaction_values if interactions else module.shap_values)(packed, rows)
+    if check and packed.margin is not None:
+        _check_block(out, raw, packed, interactions, block_info)
     if on_device:
         import cupy
 
@@ -289,12 +301,24 @@ def _check_backend(backend: str, kind: str) -> None:
         kernels.resolve_backend(backend, cupy_data=kind == "cupy")
 
 
+def _check_block(out: Any, raw: Any, packed: Any, interactions: bool, block_info: Any) -> None:
+    """The additivity check of one chunk, where its values are (GPU values: on the GPU)."""
+    if is_cupy(out) and not is_cupy(raw):
+        import cupy
+
+        raw = cupy.asarray(raw)
+    first_row = block_info[0]["array-location"][0][0] if block_info else 0
+    what = "interaction values" if interactions else "SHAP values"
+    additivity.check_additivity(out, predict_margin(packed.margin, raw), what, first_row)
+
+
 def explain_dask(
     packed: Any,
     X: Any,
     interactions: bool = False,
     backend: str = "auto",
     client: Any = None,
+    check_additivity: bool = True,
 ) -> da.Array:
     """SHAP values (or SHAP interaction values) of a Dask collection, lazily.
 
@@ -315,6 +339,9 @@ def explain_dask(
         worker that has a GPU; the CPU kernel otherwise.
     client : distributed.Client, optional
         Default: the current client (``distributed.get_client()``).
+    check_additivity : bool
+        Each chunk's rows must sum to the model's margin (an independent tree traversal on the
+        worker); a chunk that does not fails the computation with ``AdditivityError``.
 
     Returns
     -------
@@ -355,6 +382,7 @@ def explain_dask(
         model,
         interactions,
         backend,
+        check_additivity,
         chunks=chunks,
         new_axis=new_axis,
         dtype=np.float32,

@@ -12,6 +12,7 @@ first use, for the GPU (``cuda.jit``, one thread per row).
 from __future__ import annotations
 
 import math
+import weakref
 from functools import cache
 from typing import Any
 
@@ -20,7 +21,7 @@ from numba import njit, prange
 
 __all__ = ["MarginModel", "margin_model", "predict_margin"]
 
-MarginModel = dict  # name -> NumPy array (host) or device array (GPU copy)
+MarginModel = dict  # name -> NumPy array; plain data, pickled with the packed model
 
 
 def margin_model(ensemble: Any) -> MarginModel:
@@ -128,13 +129,16 @@ def _cuda_kernel():
     return kernel
 
 
+# model["left"] (an ndarray, weakly referenced) -> {device id: that model's device arrays}
+_DEVICE_COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _device_arrays(model: MarginModel) -> dict:
-    """The model's arrays on the current GPU, copied once per model dict and device."""
+    """The model's arrays on the current GPU, copied once per model and device."""
     import cupy
 
     device = cupy.cuda.Device().id
-    cached = model.get("_device")
-    if cached is None or cached[0] != device:
-        cached = (device, {a: cupy.asarray(model[a]) for a in _ARGS})
-        model["_device"] = cached
-    return cached[1]
+    per_device = _DEVICE_COPIES.setdefault(model["left"], {})
+    if device not in per_device:
+        per_device[device] = {a: cupy.asarray(model[a]) for a in _ARGS}
+    return per_device[device]
