@@ -56,7 +56,7 @@ class TreeExplainer:
     algorithm : {"bfd", "ffd", "nf", "none"}
         Bin-packing heuristic for the 32-lane warps.
     table_budget_bytes, max_table_features : int
-        Pattern-table cost model (:mod:`distshap.tables`); 0 bytes disables tables.
+        Pattern-table policy (:mod:`distshap.strategy`); 0 bytes disables tables.
     client : distributed.Client, optional
         Client used for Dask inputs (default: the current client).
     missing : float, optional

@@ -19,6 +19,7 @@ import threading
 import numba
 import numpy as np
 import tiny
+from distshap import TreeExplainer
 from distshap.kernels import cpu, parallel
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
@@ -30,13 +31,17 @@ models = [build_packed_model(extract_paths(ens), table_budget_bytes=b) for b in 
 # the tables of the second model are filled (a parallel call too) by the threads themselves
 expected = [cpu.shap_values(build_packed_model(extract_paths(ens)), X),
             cpu.interaction_values(models[0], X[:40])]
+explainer = TreeExplainer(ens, backend="cpu")  # its additivity check is a parallel call too
+expected.append(explainer.shap_values(X))
 cpu.clear_cache()
 results, errors = [], []
 
 def work(i):
     try:
         for _ in range(20):
-            if i % 2:
+            if i == 3:
+                results.append(np.array_equal(explainer.shap_values(X), expected[2]))
+            elif i % 2:
                 results.append(np.array_equal(cpu.interaction_values(models[0], X[:40]),
                                               expected[1]))
             else:

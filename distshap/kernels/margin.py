@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
+from distshap.kernels.parallel import run_parallel
+
 __all__ = ["MarginModel", "margin_model", "predict_margin"]
 
 MarginModel = dict  # name -> NumPy array; plain data, pickled with the packed model
@@ -69,7 +71,8 @@ def predict_margin(model: MarginModel, X: Any) -> Any:
             )
         return out
     out = np.zeros((n, groups), dtype=np.float64)
-    _cpu_margin(np.ascontiguousarray(X, dtype=np.float64), *(model[a] for a in _ARGS), out)
+    X64 = np.ascontiguousarray(X, dtype=np.float64)
+    run_parallel(_cpu_margin, X64, *(model[a] for a in _ARGS), out)
     return out
 
 
