@@ -12,6 +12,7 @@ first use, for the GPU (``cuda.jit``, one thread per row).
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from functools import cache
 from typing import Any
@@ -132,8 +133,10 @@ def _cuda_kernel():
     return kernel
 
 
-# model["left"] (an ndarray, weakly referenced) -> {device id: that model's device arrays}
-_DEVICE_COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# id(model["left"]) -> (weak reference to that array, {device id: the model's device arrays});
+# an entry leaves with its array (ndarrays are unhashable, so no WeakKeyDictionary)
+_DEVICE_COPIES: dict[int, tuple[weakref.ref, dict]] = {}
+_DEVICE_LOCK = threading.Lock()
 
 
 def _device_arrays(model: MarginModel) -> dict:
@@ -141,7 +144,14 @@ def _device_arrays(model: MarginModel) -> dict:
     import cupy
 
     device = cupy.cuda.Device().id
-    per_device = _DEVICE_COPIES.setdefault(model["left"], {})
-    if device not in per_device:
-        per_device[device] = {a: cupy.asarray(model[a]) for a in _ARGS}
-    return per_device[device]
+    anchor = model["left"]
+    with _DEVICE_LOCK:
+        entry = _DEVICE_COPIES.get(id(anchor))
+        if entry is None or entry[0]() is not anchor:
+            entry = (weakref.ref(anchor), {})
+            _DEVICE_COPIES[id(anchor)] = entry
+            weakref.finalize(anchor, _DEVICE_COPIES.pop, id(anchor), None)
+        per_device = entry[1]
+        if device not in per_device:
+            per_device[device] = {a: cupy.asarray(model[a]) for a in _ARGS}
+        return per_device[device]
