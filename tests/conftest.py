@@ -1,4 +1,4 @@
-"""Shared fixtures: the kernel backends every numeric test is parametrised over."""
+"""Shared fixtures: the kernel backends numeric tests run on, and a Dask scheduler."""
 
 from __future__ import annotations
 
@@ -33,3 +33,19 @@ def backend(request) -> str:
 def to_host(a) -> np.ndarray:
     """NumPy view of a NumPy or CuPy array."""
     return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+@pytest.fixture(scope="module")
+def scheduler():
+    """One in-process CPU Dask cluster (one worker) per module; yields its address."""
+    from distributed import LocalCluster
+
+    with LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=False,
+        protocol="tcp",
+        host="127.0.0.1",
+        dashboard_address=None,
+    ) as cluster:
+        yield cluster.scheduler_address

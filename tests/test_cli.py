@@ -77,21 +77,6 @@ def files(tmp_path_factory) -> dict:
     return out
 
 
-@pytest.fixture(scope="module")
-def scheduler():
-    """One in-process CPU Dask cluster (one worker) for the module; yields its address."""
-    from distributed import LocalCluster
-
-    with LocalCluster(
-        n_workers=1,
-        threads_per_worker=1,
-        processes=False,
-        protocol="tcp",
-        host="127.0.0.1",
-        dashboard_address=None,
-    ) as cluster:
-        yield cluster.scheduler_address
-
 
 def test_explain_npy_in_process_matches_explainer(files):
     out = str(files["dir"] / "reg_out.npy")

@@ -42,21 +42,6 @@ def models(tmp_path_factory) -> dict:
     return out
 
 
-@pytest.fixture(scope="module")
-def scheduler():
-    """One in-process CPU Dask cluster for the module; yields its address."""
-    from distributed import LocalCluster
-
-    with LocalCluster(
-        n_workers=1,
-        threads_per_worker=1,
-        processes=False,
-        protocol="tcp",
-        host="127.0.0.1",
-        dashboard_address=None,
-    ) as cluster:
-        yield cluster.scheduler_address
-
 
 def _refused(capsys, argv: list[str], *needles: str) -> str:
     """Run the CLI, expect exit 2 with one stderr line holding every needle; return it."""
