@@ -69,7 +69,8 @@ class PackedModel:
         Pattern-table policy (:func:`distshap.strategy.choose_tables`): which paths the
         backends give tables, once they build them.
     digest : str
-        SHA-256 of every array and scalar above; identifies the model on workers.
+        SHA-256 of every array and scalar above, the feature names and categories, the
+        encoding and the margin arrays; identifies the model on workers.
     stats : dict
         Packing and table statistics (algorithm, bins, utilisation, seconds, table bytes, ...).
     feature_names : tuple of str or None
@@ -240,6 +241,7 @@ def build_packed_model(
                 table_budget_bytes,
                 max_table_features,
             ),
+            _labels(feature_names, feature_categories),
         ),
         stats=stats,
         feature_names=feature_names,
@@ -253,9 +255,22 @@ def _prefixed(prefix: str, arrays: dict) -> dict:
     return {prefix + name: value for name, value in sorted(arrays.items())}
 
 
-def _digest(fields: dict, scalars: tuple[int, ...]) -> str:
+def _labels(feature_names: tuple[str, ...] | None, feature_categories: dict | None) -> bytes:
+    """Feature names and training categories, for the digest: they decide which column feeds
+    which feature and how labels are coded, so models differing only in them differ in digest
+    (a Dask worker reuses the model of a digest it has)."""
+    categories = sorted(
+        (int(j), v if isinstance(v, str) else np.asarray(v, dtype=object).tolist())
+        for j, v in (feature_categories or {}).items()
+    )
+    names = None if feature_names is None else tuple(feature_names)
+    return repr((names, categories)).encode()
+
+
+def _digest(fields: dict, scalars: tuple[int, ...], labels: bytes = b"") -> str:
     h = hashlib.sha256()
     h.update(",".join(str(int(v)) for v in scalars).encode())
+    h.update(labels)
     margin = [name for name in fields if name.startswith("margin.")]
     for name in (*_ARRAY_FIELDS, *InputEncoding().arrays(), *margin):
         arr = np.ascontiguousarray(fields[name])

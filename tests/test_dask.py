@@ -7,6 +7,8 @@ Runs on an in-process CPU ``LocalCluster`` (threads, fast to start); the worker-
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import dask.array as da
 import dask.dataframe as dd
 import numpy as np
@@ -25,6 +27,8 @@ from distshap.cluster import (
     warm_up,
 )
 from distshap.inputs import frame_to_matrix, prepare_rows
+from distshap.packed import build_packed_model
+from distshap.paths import extract_paths
 
 xgb = pytest.importorskip("xgboost")
 
@@ -258,6 +262,30 @@ def test_float64_model_rows_never_rounded_to_float32(client):
     rounded = da.from_array(values.astype(np.float32).astype(np.float64), chunks=(100, -1))
     out = explain_dask(explainer.packed, rounded, backend="cpu", client=client).compute()
     assert (out[:, 0] != expected).any(axis=1).sum() > 0
+
+
+def test_models_differing_only_in_names_or_categories_do_not_share_a_worker_copy(client):
+    """Workers reuse the model of a digest: feature names and categories must be part of it.
+
+    Two models with the same trees but other feature names read other columns of a frame; a
+    shared digest made the second explain the frame with the first's column order, silently.
+    """
+    rng = np.random.default_rng(11)
+    frame = pd.DataFrame(rng.normal(size=(200, 3)), columns=["a", "b", "c"])
+    booster = xgb.train({"max_depth": 3}, xgb.DMatrix(frame, label=frame["a"] - 2 * frame["c"]), 4)
+    first = TreeExplainer(booster, backend="cpu")
+    swapped = TreeExplainer(replace(first.ensemble, feature_names=("c", "b", "a")), backend="cpu")
+    assert swapped.packed.digest != first.packed.digest
+    categories = {1: ["x", "y"]}
+    coded = [
+        build_packed_model(extract_paths(first.ensemble), feature_categories=c).digest
+        for c in (categories, {1: ["y", "x"]}, {1: np.array([0.0, 1.0])}, None)
+    ]
+    assert len(set(coded)) == 4
+    rows = dd.from_pandas(frame, npartitions=2)
+    for explainer in (first, swapped):  # the first's model is on the workers when swapped runs
+        out = explain_dask(explainer.packed, rows, backend="cpu", client=client).compute()
+        np.testing.assert_array_equal(out[:, 0], explainer.shap_values(frame))
 
 
 def test_frame_to_matrix_conversion():
