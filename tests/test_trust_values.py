@@ -219,6 +219,24 @@ def test_additivity_check_catches_a_wrong_row(monkeypatch):
     assert np.abs(wrong - good).max() == pytest.approx(0.5)
 
 
+def test_additivity_check_fails_a_nan_value(monkeypatch):
+    """A NaN value makes its row's difference NaN: the check must fail it, not pass it."""
+    ens = random_ensemble(5, n_features=4, n_trees=4, depth=3)
+    X = np.random.default_rng(5).random((30, 4))
+    explainer = distshap.TreeExplainer(ens, backend="cpu")
+    kernels = get_backend("cpu")
+    real = kernels.shap_values
+
+    def one_nan(packed, rows):
+        out = real(packed, rows).copy()
+        out[4, 0, 2] = np.nan
+        return out
+
+    monkeypatch.setattr(kernels, "shap_values", one_nan)
+    with pytest.raises(AdditivityError, match=r"1 of 30 rows.*rows \[4\].*sum to nan"):
+        explainer.shap_values(X)
+
+
 def test_additivity_check_on_interactions(monkeypatch):
     ens = random_ensemble(6, n_features=3, n_trees=3, depth=3, n_groups=2)
     X = np.random.default_rng(6).random((10, 3))
