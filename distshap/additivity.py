@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from distshap.inputs import array_module
+
 __all__ = ["RTOL", "AdditivityError", "check_additivity"]
 
 #: Relative tolerance of the additivity check (see the module docstring).
@@ -44,7 +46,7 @@ def check_additivity(
         Index of ``values``' first row in the whole input (a Dask chunk's offset), for the
         message.
     """
-    xp = _array_module(values)
+    xp = array_module(values)
     axes = tuple(range(2, values.ndim))
     total = values.sum(axis=axes, dtype=xp.float64)
     scale = xp.abs(values).sum(axis=axes, dtype=xp.float64) + xp.abs(margin)
@@ -69,14 +71,6 @@ def check_additivity(
 
 def _chunk(first_row: int) -> str:
     return f" (a chunk from row {first_row:,})" if first_row else ""
-
-
-def _array_module(a: Any) -> Any:
-    if type(a).__module__.split(".")[0] == "cupy":
-        import cupy
-
-        return cupy
-    return np
 
 
 def _to_host(a: Any) -> np.ndarray:

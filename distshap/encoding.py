@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from distshap.inputs import array_module
 from distshap.models.ensemble import Ensemble, UnsupportedModelError
 
 __all__ = ["InputEncoding", "encode_ensemble"]
@@ -104,27 +105,20 @@ class InputEncoding:
         inputs of a model where :attr:`float64` holds: a float32 copy has already lost what the
         model compares.
         """
-        xp = _array_module(X)
+        xp = array_module(X)
         if self.identity:
             return xp.ascontiguousarray(X, dtype=np.float32)
         out = xp.array(X, dtype=np.float32, order="C", copy=True)
         if not math.isnan(self.missing_value):
             out[out == np.float32(self.missing_value)] = np.nan
+        every = xp.asarray(self.rank_thresholds)  # one copy per call (to the GPU for CuPy)
         for m, j in enumerate(self.rank_features.tolist()):
             lo, hi = int(self.rank_offsets[m]), int(self.rank_offsets[m + 1])
-            thresholds = xp.asarray(self.rank_thresholds[lo:hi])
+            thresholds = every[lo:hi]
             column = X[:, j].astype(np.float64, copy=False)
             ranks = xp.searchsorted(thresholds, column, side="right").astype(np.float32)
             out[:, j] = xp.where(xp.isnan(out[:, j]), np.float32(np.nan), ranks)
         return out
-
-
-def _array_module(X: Any) -> Any:
-    if type(X).__module__.split(".")[0] == "cupy":
-        import cupy
-
-        return cupy
-    return np
 
 
 def encode_ensemble(ensemble: Ensemble) -> tuple[Ensemble, InputEncoding]:

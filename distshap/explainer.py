@@ -15,7 +15,7 @@ import numpy as np
 from distshap.additivity import check_additivity as _check_additivity
 from distshap.encoding import encode_ensemble
 from distshap.inputs import is_cupy, is_dask, model_matrix
-from distshap.kernels import BACKENDS, get_backend, resolve_backend
+from distshap.kernels import get_backend, resolve_backend
 from distshap.kernels.margin import margin_model, predict_margin
 from distshap.models import load_model
 from distshap.packed import PackedModel, build_packed_model
@@ -83,10 +83,8 @@ class TreeExplainer:
         *,
         missing: float | None = None,
     ) -> None:
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}: use 'auto', 'cpu' or 'cuda'")
-        if backend == "cuda":
-            get_backend("cuda")  # fail early with a clear message
+        if backend != "auto":
+            resolve_backend(backend)  # an unknown name, or CUDA without a GPU: fail early
         self.ensemble = load_model(model)
         if missing is not None:
             self.ensemble = replace(self.ensemble, missing_value=float(missing))

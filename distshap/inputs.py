@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "array_module",
     "frame_to_matrix",
     "is_cupy",
     "is_dask",
@@ -30,6 +31,15 @@ def is_dask(X: Any) -> bool:
 
 def is_cupy(X: Any) -> bool:
     return type(X).__module__.split(".")[0] == "cupy"
+
+
+def array_module(X: Any) -> Any:
+    """``cupy`` for a CuPy array, ``numpy`` otherwise (imports CuPy only when given its data)."""
+    if is_cupy(X):
+        import cupy
+
+        return cupy
+    return np
 
 
 def is_frame(X: Any) -> bool:
@@ -139,6 +149,7 @@ def _sparse_matrix(X: Any, library: str, dtype: Any) -> np.ndarray:
     """A scipy.sparse matrix, dense: unstored entries are missing for XGBoost (as its DMatrix
     reads them), zeros for the other libraries (as LightGBM and scikit-learn read them)."""
     coo = X.tocoo()
+    coo.sum_duplicates()  # a non-canonical matrix's repeated entries add up, as in scipy
     if coo.ndim != 2:
         raise ValueError(f"X is a {coo.ndim}-D sparse array; pass a 2-D (n_rows, n_features) one")
     dense = np.full(coo.shape, np.nan if library == "xgboost" else 0.0, dtype=dtype)

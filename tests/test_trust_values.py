@@ -285,3 +285,18 @@ def test_additivity_check_of_dask_chunks(monkeypatch):
             explainer.shap_values(da.from_array(X, chunks=30)).compute()
         unchecked = explainer.shap_values(da.from_array(X, chunks=30), check_additivity=False)
         assert np.abs(unchecked.compute() - good).max() == pytest.approx(1.0)
+
+
+def test_sparse_input_with_repeated_entries_adds_them():
+    """A non-canonical scipy.sparse matrix means the sum of its repeated entries, as in scipy."""
+    sp = pytest.importorskip("scipy.sparse")
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(50, 4))
+    booster = xgb.train({"max_depth": 3, "nthread": 1}, xgb.DMatrix(X, X[:, 0]), 5)
+    rows, cols = np.repeat(np.arange(50), 4), np.tile(np.arange(4), 50)
+    halves = sp.coo_matrix(
+        (np.concatenate([X.ravel() / 2, X.ravel() / 2]), (np.tile(rows, 2), np.tile(cols, 2))),
+        shape=X.shape,
+    )
+    explainer = distshap.TreeExplainer(booster, backend="cpu")
+    np.testing.assert_array_equal(explainer.shap_values(halves), explainer.shap_values(X))

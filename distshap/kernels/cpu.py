@@ -284,7 +284,8 @@ def shap_values(packed: PackedModel, X: np.ndarray) -> np.ndarray:
     packed : PackedModel
         Its SHAP tables are filled on the first call (:func:`shap_tables`).
     X : array (n, F)
-        Converted to C-contiguous float32 (XGBoost compares float32 values to its splits).
+        Kernel input: :func:`distshap.inputs.prepare_rows` of the user's rows (it applies the
+        model's encoding: raw rows of a float64 model would take other branches).
     """
     X = _as_rows(X, packed)
     n_cols = packed.num_features + 1

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
+from distshap.inputs import array_module
 from distshap.kernels.parallel import run_parallel
 
 __all__ = ["MarginModel", "margin_model", "predict_margin"]
@@ -60,20 +61,21 @@ def predict_margin(model: MarginModel, X: Any) -> Any:
     for models that compare in float64, float32 otherwise.
     """
     n, groups = X.shape[0], model["base_score"].shape[0]
-    if type(X).__module__.split(".")[0] == "cupy":
-        import cupy
-
-        device = _device_arrays(model)
-        out = cupy.zeros((n, groups), dtype=cupy.float64)
-        if n:
-            threads = 128
-            _cuda_kernel()[(n + threads - 1) // threads, threads](
-                cupy.ascontiguousarray(X, dtype=cupy.float64), *(device[a] for a in _ARGS), out
-            )
+    xp = array_module(X)
+    X = xp.ascontiguousarray(X)  # float32 values compare exactly with the float64 thresholds
+    if xp is np:
+        out = np.zeros((n, groups), dtype=np.float64)
+        run_parallel(_cpu_margin, X, *(model[a] for a in _ARGS), out)
         return out
-    out = np.zeros((n, groups), dtype=np.float64)
-    X64 = np.ascontiguousarray(X, dtype=np.float64)
-    run_parallel(_cpu_margin, X64, *(model[a] for a in _ARGS), out)
+    from distshap.kernels.cuda.device import stream
+
+    device = _device_arrays(model)
+    out = xp.zeros((n, groups), dtype=xp.float64)
+    if n:
+        threads = 128  # on CuPy's current stream, where X and out were made
+        _cuda_kernel()[(n + threads - 1) // threads, threads, stream()](
+            X, *(device[a] for a in _ARGS), out
+        )
     return out
 
 

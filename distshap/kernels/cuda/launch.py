@@ -113,7 +113,8 @@ def shap_values(packed: PackedModel, X, batch_rows: int | None = None):
     packed : PackedModel
         Copied to the current device once and cached by digest.
     X : numpy.ndarray or cupy.ndarray (n, F)
-        Rows; converted to a C-contiguous float32 device array when needed.
+        Kernel input: :func:`distshap.inputs.prepare_rows` of the user's rows (it applies the
+        model's encoding); copied to the device when needed.
     batch_rows : int, optional
         Rows per kernel batch (default: :func:`default_batch_rows`). Results do not depend
         on it.
