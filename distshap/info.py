@@ -162,9 +162,9 @@ def format_info(info: dict, path: str) -> str:
             f"  {row['oversize_bins']:>8}  {1e3 * row['seconds']:>8.3f}"
         )
     lines.append(
-        f"pattern tables  {t['table_paths']:,} paths use tables, {t['dp_paths']:,} the DP; "
-        f"tables {_human_bytes(t['table_bytes'])} ({t['algorithm'].upper()} packing, built in "
-        f"{t['build_seconds']:.3f} s)"
+        f"pattern tables  {t['table_paths']:,} paths use tables, {t['dp_paths']:,} the DP (CPU "
+        f"kernel); tables {_human_bytes(t['table_bytes'])}, filled at its first call "
+        f"({t['algorithm'].upper()} packing in {t['build_seconds']:.3f} s)"
     )
     c = info["cuda"]
     if c is None:
