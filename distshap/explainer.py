@@ -6,17 +6,18 @@ runs kernels. Inputs may be NumPy, pandas, CuPy or Dask; the backend is chosen p
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from distshap.additivity import check_additivity as _check_additivity
+from distshap.dispatch import explain_rows
 from distshap.encoding import encode_ensemble
 from distshap.inputs import is_cupy, is_dask, model_matrix
-from distshap.kernels import get_backend, resolve_backend
-from distshap.kernels.margin import margin_model, predict_margin
+from distshap.kernels import resolve_backend
+from distshap.kernels.margin import margin_model
 from distshap.models import load_model
 from distshap.packed import PackedModel, build_packed_model
 from distshap.paths import extract_paths
@@ -130,25 +131,16 @@ class TreeExplainer:
                 check_additivity=check_additivity,
             )
             return out[:, 0] if self.packed.num_groups == 1 else out
-        raw = model_matrix(X, self.packed)  # the values the model compares
-        rows = self.packed.encoding.apply(raw)  # ... as the kernels compare them
-        backend = resolve_backend(self.backend, cupy_data=is_cupy(rows))
-        _check_output_fits(rows.shape[0], self.packed, interactions)
-        kernels = get_backend(backend)
-        fn = kernels.interaction_values if interactions else kernels.shap_values
-        if progress and not is_cupy(rows) and rows.shape[0] > PROGRESS_BATCH_ROWS:
-            out = _in_batches(fn, self.packed, rows, backend, interactions)
+        raw = model_matrix(X, self.packed)
+        _check_output_fits(raw.shape[0], self.packed, interactions)
+        run = functools.partial(
+            explain_rows, self.packed, interactions=interactions, backend=self.backend,
+            check=check_additivity,
+        )  # fmt: skip
+        if progress and not is_cupy(raw) and raw.shape[0] > PROGRESS_BATCH_ROWS:
+            out = _in_batches(run, raw, self.packed, interactions)
         else:
-            out = fn(self.packed, rows)
-        if check_additivity:
-            if is_cupy(out) and not is_cupy(raw):
-                import cupy
-
-                raw = cupy.asarray(raw)  # the traversal runs where the values are
-            what = "interaction values" if interactions else "SHAP values"
-            _check_additivity(out, predict_margin(self.packed.margin, raw), what)
-        if is_cupy(out) and not is_cupy(X):
-            out = out.get()
+            out = run(raw)
         return out[:, 0] if self.packed.num_groups == 1 else out
 
     def shap_values(self, X: Any, progress: bool = False, check_additivity: bool = True) -> Any:
@@ -268,8 +260,8 @@ class TreeExplainer:
 PROGRESS_BATCH_ROWS = 65536
 
 
-def _in_batches(fn: Any, packed: PackedModel, X: np.ndarray, backend: str, interactions: bool):
-    """``fn(packed, X)`` over row batches into one preallocated output, with a progress bar."""
+def _in_batches(run: Any, X: np.ndarray, packed: PackedModel, interactions: bool) -> np.ndarray:
+    """``run(X[start:stop], first_row=start)`` over row batches into one output, with a bar."""
     n = X.shape[0]
     width = packed.num_features + 1
     shape = (n, packed.num_groups, width) + ((width,) if interactions else ())
@@ -278,8 +270,7 @@ def _in_batches(fn: Any, packed: PackedModel, X: np.ndarray, backend: str, inter
     try:
         for start in range(0, n, PROGRESS_BATCH_ROWS):
             stop = min(start + PROGRESS_BATCH_ROWS, n)
-            block = fn(packed, X[start:stop])
-            out[start:stop] = block.get() if backend == "cuda" else block
+            out[start:stop] = run(X[start:stop], first_row=start)
             if bar is not None:
                 bar.update(stop - start)
     finally:

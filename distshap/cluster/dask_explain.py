@@ -32,9 +32,9 @@ import dask.array as da
 import numpy as np
 from dask.array.utils import meta_from_array
 
-from distshap import additivity, kernels
+from distshap import kernels
+from distshap.dispatch import explain_rows
 from distshap.inputs import is_cupy, model_matrix, prepare_rows, select_model_columns
-from distshap.kernels.margin import predict_margin
 
 __all__ = [
     "MAX_OUTPUT_CHUNK_BYTES",
@@ -243,33 +243,21 @@ def _block_values(
     Device work is finished before it returns (the result is synchronised, or copied to the
     host for NumPy chunks), so task timings are real.
     """
-    raw = model_matrix(block, packed, allow_empty=True)
-    rows = packed.encoding.apply(raw)
-    n = rows.shape[0]
+    n = block.shape[0]
     width = packed.num_features + 1
     shape = (n, packed.num_groups, width) + ((width,) if interactions else ())
     if n == 0:
-        return meta_from_array(rows, ndim=len(shape), dtype=np.float32).reshape(shape)
-    on_device = is_cupy(rows)
-    name = kernels.resolve_backend(backend, cupy_data=on_device)
-    module = kernels.get_backend(name)
-    out = (module.interaction_values if interactions else module.shap_values)(packed, rows)
-    if check and packed.margin is not None:
-        _check_block(out, raw, packed, interactions, block_info)
-    if on_device:
+        return meta_from_array(block, ndim=len(shape), dtype=np.float32).reshape(shape)
+    first_row = block_info[0]["array-location"][0][0] if block_info else 0
+    out = explain_rows(packed, block, interactions, backend, check, first_row, allow_empty=True)
+    if is_cupy(out):
         import cupy
 
-        out = cupy.asarray(out, dtype=cupy.float32)
         cupy.cuda.Device().synchronize()  # a launch returns at once: finish before returning
-    else:
-        if name == "cuda":
-            import cupy
-
-            out = cupy.asnumpy(out)  # copies to the host: waits for the kernel
-        out = np.asarray(out, dtype=np.float32)
+    out = out.astype(np.float32, copy=False)
     if out.shape != shape:
         raise RuntimeError(
-            f"the {name} kernel returned shape {out.shape} for a block of {n} rows; expected "
+            f"the kernel returned shape {out.shape} for a block of {n} rows; expected "
             f"{shape} (a distshap bug: please report it)"
         )
     return out
@@ -299,17 +287,6 @@ def _check_backend(backend: str, kind: str) -> None:
     """
     if backend not in kernels.BACKENDS or kind == "cupy":
         kernels.resolve_backend(backend, cupy_data=kind == "cupy")
-
-
-def _check_block(out: Any, raw: Any, packed: Any, interactions: bool, block_info: Any) -> None:
-    """The additivity check of one chunk, where its values are (GPU values: on the GPU)."""
-    if is_cupy(out) and not is_cupy(raw):
-        import cupy
-
-        raw = cupy.asarray(raw)
-    first_row = block_info[0]["array-location"][0][0] if block_info else 0
-    what = "interaction values" if interactions else "SHAP values"
-    additivity.check_additivity(out, predict_margin(packed.margin, raw), what, first_row)
 
 
 def explain_dask(
