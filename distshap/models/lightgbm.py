@@ -387,6 +387,11 @@ def load_lightgbm_string(text: str, model_kind: str = "lightgbm") -> Ensemble:
     num_groups = model.num_tree_per_iteration
     parts = [_convert_tree(tree) for tree in model.trees]
     objective = model.header.get("objective", "?").split(" ")[0] or "?"
+    # a binary objective with sigmoid:k != 1 has probability 1 / (1 + exp(-k m)): say so
+    objective += "".join(
+        f" {p}" for p in model.header.get("objective", "").split(" ")[1:]
+        if p.startswith("sigmoid:") and p != "sigmoid:1"
+    )  # fmt: skip
     return Ensemble(
         **assemble_trees(parts),
         tree_group=(np.arange(len(parts)) % num_groups).astype(np.int32),
