@@ -84,6 +84,10 @@ class PackedModel:
     encoding : InputEncoding
         How raw inputs become the float32 values the lanes compare (:mod:`distshap.encoding`):
         the model's missing-value sentinel, and ranks for features compared in float64.
+    model_kind : str
+        :attr:`distshap.models.Ensemble.model_kind` (library and objective): what the margin
+        means, which interventional ``model_output`` transforms need
+        (:func:`distshap.interventional.transform_id`); part of the digest.
     """
 
     bin_offsets: np.ndarray
@@ -112,6 +116,7 @@ class PackedModel:
     feature_categories: dict | None = None
     encoding: InputEncoding = field(default_factory=InputEncoding)
     margin: dict | None = None
+    model_kind: str = "unknown"
 
     @property
     def num_bins(self) -> int:
@@ -139,6 +144,7 @@ def build_packed_model(
     feature_categories: dict | None = None,
     encoding: InputEncoding | None = None,
     margin: dict | None = None,
+    model_kind: str = "unknown",
 ) -> PackedModel:
     """Bin-pack ``paths`` into warps.
 
@@ -162,6 +168,8 @@ def build_packed_model(
         part of the digest.
     margin : dict of ndarray, optional
         The node arrays of the additivity check (carried along; part of the digest).
+    model_kind : str
+        The ensemble's ``model_kind`` (carried along; part of the digest).
     """
     encoding = InputEncoding() if encoding is None else encoding
     t0 = time.perf_counter()
@@ -241,13 +249,14 @@ def build_packed_model(
                 table_budget_bytes,
                 max_table_features,
             ),
-            _labels(feature_names, feature_categories),
+            _labels(feature_names, feature_categories, model_kind),
         ),
         stats=stats,
         feature_names=feature_names,
         feature_categories=feature_categories,
         encoding=encoding,
         margin=margin,
+        model_kind=str(model_kind),
     )
 
 
@@ -255,16 +264,20 @@ def _prefixed(prefix: str, arrays: dict) -> dict:
     return {prefix + name: value for name, value in sorted(arrays.items())}
 
 
-def _labels(feature_names: tuple[str, ...] | None, feature_categories: dict | None) -> bytes:
-    """Feature names and training categories, for the digest: they decide which column feeds
-    which feature and how labels are coded, so models differing only in them differ in digest
-    (a Dask worker reuses the model of a digest it has)."""
+def _labels(
+    feature_names: tuple[str, ...] | None,
+    feature_categories: dict | None,
+    model_kind: str = "unknown",
+) -> bytes:
+    """Feature names, training categories and model kind, for the digest: they decide which
+    column feeds which feature, how labels are coded and what the margin means, so models
+    differing only in them differ in digest (a Dask worker reuses the model of a digest)."""
     categories = sorted(
         (int(j), v if isinstance(v, str) else np.asarray(v, dtype=object).tolist())
         for j, v in (feature_categories or {}).items()
     )
     names = None if feature_names is None else tuple(feature_names)
-    return repr((names, categories)).encode()
+    return repr((names, categories, str(model_kind))).encode()
 
 
 def _digest(fields: dict, scalars: tuple[int, ...], labels: bytes = b"") -> str:
