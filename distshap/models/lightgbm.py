@@ -56,6 +56,7 @@ from distshap.models._common import (
 from distshap.models._files import in_file, read_model_bytes, refusal, sniff_model_bytes
 from distshap.models._lightgbm_text import LightGBMText, TreeArrays, parse_lightgbm_text
 from distshap.models.ensemble import Ensemble, UnsupportedModelError
+from distshap.models.iterations import iterations_indptr
 
 __all__ = [
     "lightgbm_feature_name",
@@ -404,5 +405,12 @@ def load_lightgbm_string(text: str, model_kind: str = "lightgbm") -> Ensemble:
         extra={
             **_pandas_categorical(text, model.feature_types),
             "average_output": model.average_output,
+            # boosting rounds (none in random-forest mode: its leaves are divided by the
+            # number of trees, so a subset of rounds is no model LightGBM predicts)
+            **(
+                {}
+                if model.average_output
+                else {"iteration_indptr": iterations_indptr(len(parts), num_groups)}
+            ),
         },
     ).validate()

@@ -50,6 +50,7 @@ from distshap.models._common import (
     lt64_to_float32,
 )
 from distshap.models.ensemble import Ensemble, UnsupportedModelError
+from distshap.models.iterations import iterations_indptr
 
 __all__ = ["load_sklearn"]
 
@@ -143,7 +144,9 @@ def _gradient_boosting(model: Any) -> Ensemble:
             trees0[g] += lr * float(stages[i, g].predict(x0)[0])
     # the loss says what the margin is (exponential: probability 1 / (1 + exp(-2 m)))
     kind = f"sklearn:{name}:{getattr(model, 'loss', '?')}"
-    return _finish(model, parts, groups, k, raw0 - trees0, kind)
+    ens = _finish(model, parts, groups, k, raw0 - trees0, kind)
+    ens.extra["iteration_indptr"] = iterations_indptr(len(parts), k)  # k trees per stage
+    return ens
 
 
 def _hgb_feature_map(model: Any, n_features: int) -> tuple[np.ndarray, list | None]:
@@ -281,6 +284,7 @@ def _hist_gradient_boosting(model: Any) -> Ensemble:
     if is_cat_in is not None:
         types = tuple("c" if c else "q" for c in np.asarray(is_cat_in, dtype=bool))
     ens = _finish(model, parts, groups, k, baseline, f"sklearn:{name}", types)
+    ens.extra["iteration_indptr"] = iterations_indptr(len(parts), k)  # k trees per iteration
     if raw_value_features:
         # DataFrame category columns of these features enter as their values (the splits list
         # values), not as the frame's codes: see distshap.inputs.frame_to_float32

@@ -291,6 +291,15 @@ def _iteration_trees(indptr: np.ndarray, iteration_range: tuple[int, int] | None
     return np.arange(indptr[begin], indptr[end])
 
 
+def _kept_indptr(indptr: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """The round boundaries of the kept (contiguous, whole-round) trees, from 0."""
+    if keep.size == 0:
+        return np.zeros(1, dtype=np.int64)
+    first, stop = int(keep[0]), int(keep[-1]) + 1
+    inside = indptr[(indptr >= first) & (indptr <= stop)]
+    return (inside - first).astype(np.int64)
+
+
 @malformed_is_value_error(
     "XGBoost model document", "save the model again with booster.save_model('model.json')"
 )
@@ -489,6 +498,8 @@ def ensemble_from_xgboost_document(
         "booster": "dart" if weight_drop is not None else booster_name,
         "objective": objective,
         "num_parallel_tree": counts.num_parallel_tree,
+        # the boosting rounds of the kept trees (distshap.models.iterations)
+        "iteration_indptr": _kept_indptr(counts.indptr, keep),
         "xgboost_version": tuple(int(v) for v in version) if version is not None else None,
         "xgboost_feature_types": tuple(str(v) for v in types) if types is not None else None,
     }
