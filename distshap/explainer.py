@@ -1,29 +1,74 @@
-"""TreeExplainer: the public entry point tying loader, paths, packing and kernels together.
+"""TreeExplainer: the public entry point, a drop-in for ``shap.TreeExplainer``.
 
-The model is converted and bin-packed once, when the explainer is built; every call then only
-runs kernels. Inputs may be NumPy, pandas, CuPy or Dask; the backend is chosen per explainer.
+``TreeExplainer(model, data=None, model_output="raw", feature_perturbation="auto")`` takes
+shap's first four parameters in shap's order; distshap's own (``backend``, ``client``, ...) are
+keyword-only. The model is converted and bin-packed once, when the explainer is built (and once
+more per boosting-round range asked for, lazily); every call then only runs kernels.
+
+Two algorithms, chosen as shap chooses them:
+
+* ``"tree_path_dependent"`` (no background data): the training covers of the trees stand for
+  the data distribution (GPUTreeShap); values in margin space.
+* ``"interventional"`` (``data`` given): values averaged over the background rows
+  (:mod:`distshap.interventional`), of the margin (``model_output="raw"``), the probability
+  (``"probability"``) or the log loss for labels ``y`` (``"log_loss"``) of a binary logistic
+  model, as shap defines them.
+
+Outputs: :meth:`TreeExplainer.shap_values` / :meth:`~TreeExplainer.shap_interaction_values`
+keep XGBoost's ``pred_contribs`` / ``pred_interactions`` layout (bias in the last column);
+calling the explainer returns a ``shap.Explanation`` in shap's own layouts, which shap's plots
+take. Inputs may be NumPy, pandas (a Series is one row), CuPy, scipy.sparse, ``xgboost.DMatrix``
+or Dask (lazy values; :class:`DaskExplanation` for ``explainer(X)``).
 """
 
 from __future__ import annotations
 
-import functools
 import os
-from dataclasses import replace
+import time
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from distshap.dispatch import explain_rows
 from distshap.encoding import encode_ensemble
-from distshap.inputs import is_cupy, is_dask, model_matrix
+from distshap.inputs import (
+    ExplainInput,
+    background_input,
+    explain_input,
+    is_cupy,
+    is_dask,
+    is_frame,
+    model_matrix,
+    select_model_columns,
+)
 from distshap.kernels import resolve_backend
 from distshap.kernels.margin import margin_model
-from distshap.models import load_model
+from distshap.models import Ensemble, load_model
+from distshap.models.iterations import (
+    resolve_iteration_range,
+    select_iterations,
+    tree_limit_range,
+)
 from distshap.packed import PackedModel, build_packed_model
 from distshap.paths import extract_paths
 from distshap.strategy import DEFAULT_MAX_TABLE_FEATURES, DEFAULT_TABLE_BUDGET_BYTES
 
-__all__ = ["PROGRESS_BATCH_ROWS", "TreeExplainer"]
+__all__ = [
+    "FEATURE_PERTURBATIONS",
+    "MODEL_OUTPUTS",
+    "PROGRESS_BATCH_ROWS",
+    "DaskExplanation",
+    "TreeExplainer",
+]
+
+#: shap's ``feature_perturbation`` values.
+FEATURE_PERTURBATIONS = ("auto", "interventional", "tree_path_dependent")
+#: The ``model_output`` values distshap explains (shap's, less model method names).
+MODEL_OUTPUTS = ("raw", "probability", "log_loss")
+
+#: Rows per batch when ``progress=True`` (a bar step; the values do not depend on it).
+PROGRESS_BATCH_ROWS = 65536
 
 
 def _check_output_fits(n_rows: int, packed: PackedModel, interactions: bool) -> None:
@@ -44,14 +89,36 @@ def _check_output_fits(n_rows: int, packed: PackedModel, interactions: bool) -> 
         )
 
 
+@dataclass(frozen=True, eq=False)
+class _Model:
+    """The packed model of one range of boosting rounds, and its background."""
+
+    packed: PackedModel
+    background: Any = None  # distshap.interventional.Background, interventional only
+
+
 class TreeExplainer:
-    """Exact SHAP values and SHAP interaction values of a tree ensemble.
+    """Exact SHAP values and SHAP interaction values of a tree ensemble (shap's interface).
 
     Parameters
     ----------
     model
         An XGBoost ``Booster`` or sklearn estimator, a saved XGBoost ``.json`` / ``.ubj``
         file, a LightGBM / scikit-learn / CatBoost tree model, or an ``Ensemble``.
+    data : array-like, optional
+        Background rows for ``feature_perturbation="interventional"``: a NumPy / CuPy array,
+        pandas DataFrame (columns matched by name, as for the rows explained), scipy.sparse
+        matrix, ``xgboost.DMatrix``, ``shap.maskers.Independent`` (its rows) or a
+        ``shap.kmeans`` summary (its rows, unweighted, as shap's TreeExplainer takes them).
+        Every row is used: shap's TreeExplainer keeps a random 100 of a larger background
+        (``shap.utils.sample(data, 100)``); pass that sample (or the masker) for shap's numbers.
+    model_output : {"raw", "probability", "log_loss"}
+        What is explained: the margin (raw score); the probability ``1 / (1 + exp(-margin))``;
+        or the log loss ``log(1 + exp(m)) - y m`` for labels ``y``. The latter two need
+        ``data`` and a binary logistic model, as in shap (scikit-learn classification trees and
+        forests output probabilities already: their ``"probability"`` is their raw output).
+    feature_perturbation : {"auto", "interventional", "tree_path_dependent"}
+        ``"auto"``: interventional when ``data`` is given, tree-path-dependent otherwise.
     backend : {"auto", "cpu", "cuda"}
         Kernel backend. ``"auto"`` uses the GPU when one is visible, the CPU otherwise.
     algorithm : {"bfd", "ffd", "nf", "none"}
@@ -67,46 +134,186 @@ class TreeExplainer:
 
     Attributes
     ----------
-    expected_value : float or ndarray
-        The bias column: base score plus mean prediction (per output group).
+    expected_value : float, ndarray or callable
+        The bias: for tree-path-dependent values the base score plus the cover-weighted mean
+        prediction; for interventional values the mean model output (in ``model_output``'s
+        space) over the background rows; for ``"log_loss"`` a function of the label ``y``, as
+        in shap. A float for one output group, ``(G,)`` for ``G``.
+    feature_perturbation, model_output : str
+        As resolved (``"auto"`` replaced).
+    data : ndarray or None
+        The background rows as the model reads them (float, category codes), or ``None``.
     packed : PackedModel
-        The preprocessed, bin-packed model shared by every backend.
+        The preprocessed, bin-packed model shared by every backend (all boosting rounds
+        loaded).
+    background : distshap.interventional.Background or None
+        The background as the kernels read it (interventional only).
+
+    Raises
+    ------
+    ValueError
+        An unknown ``feature_perturbation`` or ``model_output``; ``"interventional"`` without
+        ``data``; ``"tree_path_dependent"`` with ``data`` or with a ``model_output`` other than
+        ``"raw"``; ``"probability"`` / ``"log_loss"`` for a model that is no binary logistic
+        one.
+    TypeError
+        An unsupported model or background (a shap ``Partition`` masker, a Dask collection).
     """
 
     def __init__(
         self,
         model: Any,
+        data: Any = None,
+        model_output: str = "raw",
+        feature_perturbation: str = "auto",
+        *,
         backend: str = "auto",
         algorithm: str = "bfd",
         table_budget_bytes: int = DEFAULT_TABLE_BUDGET_BYTES,
         max_table_features: int = DEFAULT_MAX_TABLE_FEATURES,
         client: Any = None,
-        *,
         missing: float | None = None,
     ) -> None:
         if backend != "auto":
             resolve_backend(backend)  # an unknown name, or CUDA without a GPU: fail early
-        self.ensemble = load_model(model)
+        _check_model_output(model_output)
+        if not isinstance(feature_perturbation, str) or (
+            feature_perturbation not in FEATURE_PERTURBATIONS
+        ):
+            raise ValueError(
+                f"feature_perturbation={feature_perturbation!r}: use one of "
+                f"{', '.join(map(repr, FEATURE_PERTURBATIONS))}"
+            )
+        background = None if data is None else background_input(data)
+        if feature_perturbation == "auto":
+            feature_perturbation = "tree_path_dependent" if data is None else "interventional"
+        if feature_perturbation == "interventional" and background is None:
+            raise ValueError(
+                "feature_perturbation='interventional' integrates over background rows: pass "
+                "them as data (TreeExplainer(model, X_background); 100 to 1,000 rows, e.g. "
+                "shap.utils.sample(X_train, 100)), or use 'tree_path_dependent'"
+            )
+        if feature_perturbation == "tree_path_dependent":
+            if background is not None:
+                raise ValueError(
+                    "feature_perturbation='tree_path_dependent' weights the trees by their "
+                    "training covers; distshap does not re-weight them by data (shap does, "
+                    "approximating leaves the data misses): drop data for tree-path-dependent "
+                    "values, or use feature_perturbation='interventional' with this data"
+                )
+            if model_output != "raw":
+                raise ValueError(
+                    f"model_output={model_output!r} needs feature_perturbation='interventional' "
+                    "and background data (shap refuses it for 'tree_path_dependent' too): "
+                    f"TreeExplainer(model, X_background, model_output={model_output!r})"
+                )
+        self.ensemble: Ensemble = load_model(model)
         if missing is not None:
             self.ensemble = replace(self.ensemble, missing_value=float(missing))
-        encoded, encoding = encode_ensemble(self.ensemble)
-        self.packed: PackedModel = build_packed_model(
-            extract_paths(encoded),
-            algorithm=algorithm,
-            table_budget_bytes=table_budget_bytes,
-            max_table_features=max_table_features,
-            feature_names=self.ensemble.feature_names,
-            feature_categories=self.ensemble.extra.get("category_values"),
-            encoding=encoding,
-            margin=margin_model(self.ensemble),
-        )
+        self._build_options = {
+            "algorithm": algorithm,
+            "table_budget_bytes": table_budget_bytes,
+            "max_table_features": max_table_features,
+        }
+        self.feature_perturbation = feature_perturbation
+        self.model_output = model_output
         self.backend = backend
         self.client = client
+        self._background_rows = background
+        self._models: dict[tuple[int, int] | None, _Model] = {}
+        self.packed: PackedModel = self._build_packed(self.ensemble)
+        self.background = None
+        self.data = None
+        self.data_feature_names = None
+        self._transform = 0
+        if background is not None:
+            from distshap.interventional import build_background, transform_id
+
+            self._transform = transform_id(model_output, self.packed)
+            self.background = build_background(self.packed, background)
+            data_matrix = model_matrix(background, self.packed)
+            self.data = data_matrix.get() if is_cupy(data_matrix) else data_matrix
+            if is_frame(background):
+                self.data_feature_names = [
+                    str(c)
+                    for c in select_model_columns(
+                        background,
+                        self.packed.num_features,
+                        self.packed.feature_names,
+                        self.packed.encoding.name_style,
+                    )
+                ]
+        self._models[None] = _Model(self.packed, self.background)
+
+    # --------------------------------------------------------------------------------------
+    # the model of a range of boosting rounds
+    # --------------------------------------------------------------------------------------
+
+    def _build_packed(self, ensemble: Ensemble) -> PackedModel:
+        encoded, encoding = encode_ensemble(ensemble)
+        return build_packed_model(
+            extract_paths(encoded),
+            feature_names=ensemble.feature_names,
+            feature_categories=ensemble.extra.get("category_values"),
+            encoding=encoding,
+            margin=margin_model(ensemble),
+            model_kind=ensemble.model_kind,
+            **self._build_options,
+        )
+
+    def _model(self, tree_limit: int | None, iteration_range: Any) -> _Model:
+        """The packed model (and background) of the rounds asked for, built once per range."""
+        if tree_limit is not None and iteration_range is not None:
+            raise ValueError(
+                f"tree_limit={tree_limit} and iteration_range={iteration_range!r} both select "
+                "trees: pass one"
+            )
+        if iteration_range is not None:
+            key = resolve_iteration_range(self.ensemble, iteration_range)
+        elif tree_limit is not None:
+            key = tree_limit_range(self.ensemble, tree_limit)
+        else:
+            return self._models[None]
+        rounds = self.ensemble.extra["iteration_indptr"].size - 1
+        if key == (0, rounds):
+            return self._models[None]
+        model = self._models.get(key)
+        if model is None:
+            packed = self._build_packed(select_iterations(self.ensemble, *key))
+            background = None
+            if self._background_rows is not None:
+                from distshap.interventional import build_background
+
+                background = build_background(packed, self._background_rows)
+            model = self._models[key] = _Model(packed, background)
+        return model
+
+    # --------------------------------------------------------------------------------------
+    # attributes
+    # --------------------------------------------------------------------------------------
 
     @property
-    def expected_value(self) -> float | np.ndarray:
-        ev = self.packed.expected_value
-        return float(ev[0]) if ev.shape[0] == 1 else ev.copy()
+    def expected_value(self) -> Any:
+        if self.background is None:
+            ev = self.packed.expected_value
+        elif self.model_output == "log_loss":
+            return self._log_loss_expected_value
+        else:
+            from distshap.interventional import bias_values
+
+            ev = bias_values(self.background, self._transform)[0]
+        return float(ev[0]) if ev.shape[0] == 1 else np.array(ev, dtype=np.float64)
+
+    def _log_loss_expected_value(self, y: Any) -> Any:
+        """Mean log loss of the background rows for label(s) ``y`` (shap's callable)."""
+        from distshap.interventional import bias_values
+
+        labels = np.asarray(y, dtype=np.float64)
+        ev = bias_values(self.background, self._transform, labels.reshape(-1))
+        if labels.ndim == 0:
+            ev = ev[0]
+            return float(ev[0]) if ev.shape[0] == 1 else ev
+        return ev[:, 0] if ev.shape[1] == 1 else ev
 
     @property
     def num_features(self) -> int:
@@ -115,79 +322,6 @@ class TreeExplainer:
     @property
     def feature_names(self) -> tuple[str, ...] | None:
         return self.packed.feature_names
-
-    def _explain(
-        self, X: Any, interactions: bool, progress: bool = False, check_additivity: bool = True
-    ) -> Any:
-        if is_dask(X):
-            from distshap.cluster import explain_dask
-
-            out = explain_dask(
-                self.packed,
-                X,
-                interactions=interactions,
-                backend=self.backend,
-                client=self.client,
-                check_additivity=check_additivity,
-            )
-            return out[:, 0] if self.packed.num_groups == 1 else out
-        raw = model_matrix(X, self.packed)
-        _check_output_fits(raw.shape[0], self.packed, interactions)
-        run = functools.partial(
-            explain_rows, self.packed, interactions=interactions, backend=self.backend,
-            check=check_additivity,
-        )  # fmt: skip
-        if progress and not is_cupy(raw) and raw.shape[0] > PROGRESS_BATCH_ROWS:
-            out = _in_batches(run, raw, self.packed, interactions)
-        else:
-            out = run(raw)
-        return out[:, 0] if self.packed.num_groups == 1 else out
-
-    def shap_values(self, X: Any, progress: bool = False, check_additivity: bool = True) -> Any:
-        """SHAP values in margin space, XGBoost's ``pred_contribs`` layout.
-
-        Parameters
-        ----------
-        X : ndarray, DataFrame, cupy.ndarray, dask Array or dask DataFrame
-            ``(n, F)`` rows to explain. NaN is a missing value.
-        progress : bool
-            For in-memory (NumPy / pandas) input: run in batches of
-            :data:`PROGRESS_BATCH_ROWS` rows with a progress bar (``tqdm`` when installed, no
-            bar otherwise). The values are identical either way (rows are independent). Dask
-            input ignores it: use :func:`distshap.cluster.compute` with ``progress=True``.
-        check_additivity : bool
-            Check that each row's values sum to the model's margin from an independent tree
-            traversal (:mod:`distshap.additivity`), raising ``AdditivityError`` otherwise, as
-            shap does. For Dask input each chunk is checked on its worker when the result is
-            computed (the error then surfaces from ``compute``).
-
-        Returns
-        -------
-        ndarray
-            float32 ``(n, F + 1)``, or ``(n, G, F + 1)`` for ``G > 1`` output groups; the bias
-            is the last column. Same array family as ``X`` (lazy for Dask).
-        """
-        return self._explain(X, False, progress, check_additivity)
-
-    def shap_interaction_values(
-        self, X: Any, progress: bool = False, check_additivity: bool = True
-    ) -> Any:
-        """SHAP interaction values, XGBoost's ``pred_interactions`` layout.
-
-        Parameters
-        ----------
-        X
-            As for :meth:`shap_values`.
-        progress, check_additivity : bool
-            As for :meth:`shap_values` (every entry of a row sums to its margin).
-
-        Returns
-        -------
-        ndarray
-            float32 ``(n, F + 1, F + 1)``, or ``(n, G, F + 1, F + 1)`` for ``G > 1`` groups;
-            row ``i`` sums to the SHAP value of feature ``i``; the bias is ``[F, F]``.
-        """
-        return self._explain(X, True, progress, check_additivity)
 
     def output_feature_names(self, X: Any = None) -> tuple[str, ...]:
         """Names of the ``F`` feature columns of the outputs (the bias column excluded).
@@ -202,67 +336,458 @@ class TreeExplainer:
             return tuple(str(c) for c in columns)
         return tuple(f"f{j}" for j in range(self.num_features))
 
-    def explain(self, X: Any, progress: bool = False) -> Any:
-        """SHAP values as a ``shap.Explanation``, for ``shap.plots.beeswarm`` / ``bar`` / ...
+    # --------------------------------------------------------------------------------------
+    # computing
+    # --------------------------------------------------------------------------------------
+
+    def _labels(self, y: Any, inp: ExplainInput, n_rows: int | None) -> Any:
+        """The labels of the log loss (``None`` for other outputs)."""
+        if self.model_output != "log_loss":
+            return None
+        if y is None:
+            y = inp.labels
+        if y is None:
+            raise ValueError(
+                "model_output='log_loss' explains each row's loss and needs its label: pass "
+                "explainer.shap_values(X, y) (or explainer(X, y)), one label in [0, 1] per row"
+            )
+        if is_dask(inp.rows):
+            return _dask_labels(y, inp.rows)
+        if is_dask(y):
+            raise TypeError("y is a Dask collection but X is in memory: pass y.compute()")
+        if hasattr(y, "to_numpy"):  # pandas Series
+            y = y.to_numpy()
+        y = y if is_cupy(y) else np.asarray(y)
+        if inp.one_row and y.ndim == 0:
+            y = y.reshape(1)
+        from distshap.interventional import check_labels
+
+        return check_labels(y, n_rows, self._transform)
+
+    def _compute(
+        self,
+        X: Any,
+        y: Any,
+        interactions: bool,
+        check_additivity: bool,
+        progress: bool,
+        tree_limit: int | None,
+        iteration_range: Any,
+    ) -> tuple[Any, ExplainInput, _Model]:
+        """Values ``(n, G, F+1)`` / ``(n, G, F+1, F+1)`` (lazy for Dask), the input, the model."""
+        if interactions and self.model_output != "raw":
+            raise ValueError(
+                f"SHAP interaction values explain the margin (model_output='raw'), not "
+                f"{self.model_output!r}: shap has none of the {self.model_output} either; "
+                "build a TreeExplainer with model_output='raw'"
+            )
+        inp = explain_input(X)
+        model = self._model(tree_limit, iteration_range)
+        packed = model.packed
+        options: dict[str, Any] = {}
+        if model.background is not None:
+            options = {"background": model.background, "model_output": self.model_output}
+        if is_dask(inp.rows):
+            from distshap.cluster import explain_dask
+
+            labels = self._labels(y, inp, None)
+            if labels is not None:
+                options["y"] = labels
+            out = explain_dask(
+                packed,
+                inp.rows,
+                interactions=interactions,
+                backend=self.backend,
+                client=self.client,
+                check_additivity=check_additivity,
+                **options,
+            )
+            return out, inp, model
+        raw = model_matrix(inp.rows, packed)
+        labels = self._labels(y, inp, raw.shape[0])
+        _check_output_fits(raw.shape[0], packed, interactions)
+
+        def run(start: int, stop: int) -> Any:
+            extra = dict(options)
+            if labels is not None:
+                extra["y"] = labels[start:stop]
+            return explain_rows(
+                packed,
+                raw[start:stop] if (start, stop) != (0, raw.shape[0]) else raw,
+                interactions=interactions,
+                backend=self.backend,
+                check=check_additivity,
+                first_row=start,
+                **extra,
+            )
+
+        if progress and not is_cupy(raw) and raw.shape[0] > PROGRESS_BATCH_ROWS:
+            out = _in_batches(run, raw.shape[0], packed, interactions)
+        else:
+            out = run(0, raw.shape[0])
+        return out, inp, model
+
+    def _xgboost_layout(self, out: Any, inp: ExplainInput) -> Any:
+        out = out[:, 0] if out.shape[1] == 1 else out
+        return out[0] if inp.one_row else out
+
+    def shap_values(
+        self,
+        X: Any,
+        y: Any = None,
+        tree_limit: int | None = None,
+        approximate: bool = False,
+        check_additivity: bool = True,
+        *,
+        progress: bool = False,
+        iteration_range: tuple[int, int] | None = None,
+    ) -> Any:
+        """SHAP values in XGBoost's ``pred_contribs`` layout (bias in the last column).
+
+        shap's parameters in shap's order; the layout is XGBoost's, not shap's (shap's
+        ``shap_values`` drops the bias and puts output groups last: ``explainer(X).values``
+        has shap's layout).
 
         Parameters
         ----------
-        X : ndarray, DataFrame or cupy.ndarray
-            ``(n, F)`` in-memory rows (for Dask collections use :meth:`shap_values`).
+        X : ndarray, DataFrame, Series, cupy.ndarray, scipy.sparse, xgboost.DMatrix, dask
+            ``(n, F)`` rows to explain, or one row (a 1-D array of ``F`` values or a pandas
+            Series): then the row axis is dropped from the output. NaN is a missing value;
+            so is an entry a scipy.sparse matrix or DMatrix does not store, for XGBoost models
+            (as XGBoost reads them). A DataFrame's columns are matched by name.
+        y : array-like, optional
+            Labels (0/1, or probabilities) for ``model_output="log_loss"``, one per row (a Dask
+            array for Dask ``X``); a DMatrix's own labels are used when ``y`` is None.
+            Ignored for other outputs, as in shap.
+        tree_limit : int, optional
+            Explain the first ``tree_limit`` trees, as shap counts them for XGBoost: whole
+            boosting rounds of ``groups x num_parallel_tree`` trees (``-1``: all). Boosted
+            XGBoost, LightGBM and scikit-learn gradient boosting models only.
+        approximate : bool
+            shap's Saabas approximation: not offered (distshap is exact); ``True`` raises.
+        check_additivity : bool
+            Check that each row's values sum to the model's output (margin, probability or
+            loss) from an independent tree traversal (:mod:`distshap.additivity`), raising
+            ``AdditivityError`` otherwise, as shap does. For Dask input each chunk is checked
+            on its worker when the result is computed.
         progress : bool
-            As for :meth:`shap_values`.
+            For in-memory (NumPy / pandas) input: run in batches of
+            :data:`PROGRESS_BATCH_ROWS` rows with a progress bar (``tqdm`` when installed, no
+            bar otherwise). The values are identical either way (rows are independent). Dask
+            input ignores it: use :func:`distshap.cluster.compute` with ``progress=True``.
+        iteration_range : (int, int), optional
+            Explain boosting rounds ``[begin, end)`` only, as XGBoost's
+            ``predict(iteration_range=...)`` (``(0, 0)``: all). Excludes ``tree_limit``.
 
         Returns
         -------
-        shap.Explanation
-            ``values`` float32 ``(n, F)`` (``(n, F, G)`` for ``G > 1`` output groups, the layout
-            shap's own TreeExplainer uses), ``base_values`` ``(n,)`` (``(n, G)``), ``data`` the
-            ``(n, F)`` input as the model reads it (float32, or float64 for models that compare
-            in float64; category codes for category columns) and
-            ``feature_names`` from the model, else from the DataFrame columns.
+        ndarray
+            float32 ``(n, F + 1)``, or ``(n, G, F + 1)`` for ``G > 1`` output groups; the bias
+            is the last column. ``(F + 1,)`` / ``(G, F + 1)`` for one row. Same array family
+            as ``X`` (lazy for Dask).
+        """
+        _check_approximate(approximate)
+        out, inp, _ = self._compute(
+            X, y, False, check_additivity, progress, tree_limit, iteration_range
+        )
+        return self._xgboost_layout(out, inp)
+
+    def shap_interaction_values(
+        self,
+        X: Any,
+        y: Any = None,
+        tree_limit: int | None = None,
+        *,
+        progress: bool = False,
+        check_additivity: bool = True,
+        iteration_range: tuple[int, int] | None = None,
+    ) -> Any:
+        """SHAP interaction values, XGBoost's ``pred_interactions`` layout.
+
+        Parameters
+        ----------
+        X, y, tree_limit, progress, iteration_range
+            As for :meth:`shap_values` (``y`` is unused: interaction values explain the raw
+            output only, as in shap).
+        check_additivity : bool
+            As for :meth:`shap_values` (every entry of a row sums to its margin).
+
+        Returns
+        -------
+        ndarray
+            float32 ``(n, F + 1, F + 1)``, or ``(n, G, F + 1, F + 1)`` for ``G > 1`` groups;
+            row ``i`` sums to the SHAP value of feature ``i``; the bias is ``[F, F]``. Without
+            the row axis for one row.
+        """
+        out, inp, _ = self._compute(
+            X, y, True, check_additivity, progress, tree_limit, iteration_range
+        )
+        return self._xgboost_layout(out, inp)
+
+    def __call__(
+        self,
+        X: Any,
+        y: Any = None,
+        interactions: bool = False,
+        check_additivity: bool = True,
+        approximate: bool = False,
+        *,
+        tree_limit: int | None = None,
+        iteration_range: tuple[int, int] | None = None,
+        progress: bool = False,
+    ) -> Any:
+        """Values as a ``shap.Explanation`` in shap's layouts, for ``shap.plots``.
+
+        Parameters
+        ----------
+        X, y, check_additivity, approximate, tree_limit, iteration_range, progress
+            As for :meth:`shap_values`.
+        interactions : bool
+            SHAP interaction values instead of SHAP values.
+
+        Returns
+        -------
+        shap.Explanation or DaskExplanation
+            ``values``: float32 ``(n, F)``, ``(n, F, G)`` for ``G`` output groups; interactions
+            ``(n, F, F)`` / ``(n, F, F, G)`` (shap's layouts). ``base_values``: ``(n,)`` /
+            ``(n, G)``, each row's bias. ``data``: the rows as a NumPy array (the input's own
+            values for NumPy and numeric pandas input; for category columns, scipy.sparse and
+            DMatrix input the values the model reads: category codes, NaN for missing).
+            ``feature_names``: the DataFrame's (or Series') columns, else the background
+            DataFrame's, else the model's (shap leaves them unset there), else unset. One row
+            (1-D input): no row axis. Dask input gives a :class:`DaskExplanation` (lazy;
+            ``.compute()`` is the ``shap.Explanation``).
 
         Raises
         ------
         ImportError
-            When the ``shap`` package is not installed.
-        TypeError
-            For a Dask collection.
+            When the ``shap`` package is not installed (Dask input needs it only to compute).
         """
-        try:
-            import shap
-        except ImportError as err:
-            raise ImportError(
-                "TreeExplainer.explain() returns a shap.Explanation and needs the shap package: "
-                "`pip install shap`, or use shap_values(X) for a plain array"
-            ) from err
-        if is_dask(X):
-            raise TypeError(
-                "explain() takes in-memory data (NumPy, pandas, CuPy); for a Dask collection use "
-                "shap_values(X), or explain(X.compute()) when the rows fit in memory"
-            )
-        names = self.output_feature_names(X)
-        data = model_matrix(X, self.packed)
-        phi = self.shap_values(data, progress=progress)
-        if is_cupy(data):
-            data, phi = data.get(), phi.get()
-        phi = np.asarray(phi)
-        if phi.ndim == 2:
-            values, base = phi[:, :-1], phi[:, -1]
-        else:
-            values = np.ascontiguousarray(phi[:, :, :-1].transpose(0, 2, 1))
-            base = phi[:, :, -1]
+        _check_approximate(approximate)
+        start = time.perf_counter()
+        if not is_dask(X):
+            _import_shap()
+        out, inp, model = self._compute(
+            X, y, interactions, check_additivity, progress, tree_limit, iteration_range
+        )
+        names = self._explanation_names(inp, model.packed)
+        values, base = _shap_layout(out, interactions)
+        if is_dask(inp.rows):
+            data = _dask_data(inp.rows, model.packed)
+            return DaskExplanation(values, base, data, names)
+        if is_cupy(values):
+            values, base = values.get(), base.get()
+        data = _explanation_data(inp, model.packed)
+        if inp.one_row:
+            values, base, data = values[0], base[0], data[0]
+        shap = _import_shap()
         return shap.Explanation(
-            values=values, base_values=base, data=np.asarray(data), feature_names=list(names)
+            values=values,
+            base_values=base,
+            data=data,
+            feature_names=names,
+            compute_time=time.perf_counter() - start,
+        )
+
+    def explain(self, X: Any, y: Any = None, interactions: bool = False, **kwargs: Any) -> Any:
+        """Alias of calling the explainer: ``explainer.explain(X)`` is ``explainer(X)``."""
+        return self(X, y, interactions, **kwargs)
+
+    def _explanation_names(self, inp: ExplainInput, packed: PackedModel) -> list[str] | None:
+        """shap's feature names: the input's columns, else the background frame's; then the
+        model's own names (where shap sets none)."""
+        F = packed.num_features
+        if inp.columns is not None:
+            if is_frame(inp.rows):
+                cols = select_model_columns(
+                    inp.rows, F, packed.feature_names, packed.encoding.name_style
+                )
+                return [str(c) for c in cols]
+            if len(inp.columns) == F:
+                return list(inp.columns)
+        if self.data_feature_names is not None:
+            return list(self.data_feature_names)
+        if packed.feature_names is not None and len(packed.feature_names) == F:
+            return list(packed.feature_names)
+        return None
+
+
+class DaskExplanation:
+    """The lazy ``explainer(X)`` of a Dask collection: shap's fields as Dask arrays.
+
+    ``shap.Explanation`` holds NumPy arrays (its slicing and plots index them eagerly), so a
+    Dask input's explanation stays this light container until it is computed.
+
+    Attributes
+    ----------
+    values, base_values, data : dask.array.Array
+        shap's layouts (see :meth:`TreeExplainer.__call__`).
+    feature_names : list of str or None
+    output_names : None
+        Unset, as shap's TreeExplainer leaves them (``shap.Explanation`` names multiple
+        outputs ``"Output 0"``, ... itself).
+    """
+
+    def __init__(self, values: Any, base_values: Any, data: Any, feature_names: Any) -> None:
+        self.values = values
+        self.base_values = base_values
+        self.data = data
+        self.feature_names = feature_names
+        self.output_names = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.values.shape)
+
+    def compute(self, **kwargs: Any) -> Any:
+        """Compute the arrays (``dask.compute(**kwargs)``) -> a ``shap.Explanation``."""
+        import dask
+
+        shap = _import_shap()
+        values, base, data = dask.compute(self.values, self.base_values, self.data, **kwargs)
+        values, base, data = (_host(a) for a in (values, base, data))
+        return shap.Explanation(
+            values=values, base_values=base, data=data, feature_names=self.feature_names
+        )
+
+    def persist(self, **kwargs: Any) -> DaskExplanation:
+        """The same explanation with its arrays persisted (``dask.persist(**kwargs)``)."""
+        import dask
+
+        values, base, data = dask.persist(self.values, self.base_values, self.data, **kwargs)
+        return DaskExplanation(values, base, data, self.feature_names)
+
+    def __repr__(self) -> str:
+        return f"DaskExplanation(values={self.values!r})"
+
+
+# ------------------------------------------------------------------------------------------
+# helpers
+# ------------------------------------------------------------------------------------------
+
+
+def _host(a: Any) -> np.ndarray:
+    return a.get() if is_cupy(a) else np.asarray(a)
+
+
+def _check_model_output(model_output: Any) -> None:
+    if isinstance(model_output, str) and model_output in MODEL_OUTPUTS:
+        return
+    hint = ""
+    if model_output in ("predict_proba", "predict"):
+        hint = (
+            ": for a binary classifier's predict_proba use 'probability' (with background "
+            "data), for predict 'raw'"
+        )
+    raise ValueError(
+        f"model_output={model_output!r} is not one distshap explains; use one of "
+        f"{', '.join(map(repr, MODEL_OUTPUTS))}{hint}"
+    )
+
+
+def _check_approximate(approximate: bool) -> None:
+    if approximate:
+        raise ValueError(
+            "approximate=True (shap's Saabas approximation) is not offered: distshap computes "
+            "exact values, fast; drop approximate"
         )
 
 
-#: Rows per batch when ``progress=True`` (a bar step; the values do not depend on it).
-PROGRESS_BATCH_ROWS = 65536
+def _import_shap() -> Any:
+    try:
+        import shap
+    except ImportError as err:
+        raise ImportError(
+            "calling a TreeExplainer returns a shap.Explanation and needs the shap package: "
+            "`pip install shap`, or use explainer.shap_values(X) for a plain array"
+        ) from err
+    return shap
 
 
-def _in_batches(run: Any, X: np.ndarray, packed: PackedModel, interactions: bool) -> np.ndarray:
-    """``run(X[start:stop], first_row=start)`` over row batches into one output, with a bar."""
-    n = X.shape[0]
+def _shap_layout(out: Any, interactions: bool) -> tuple[Any, Any]:
+    """``(n, G, F+1[, F+1])`` -> shap's ``values`` and ``base_values`` (NumPy, CuPy or Dask)."""
+    F = out.shape[2] - 1
+    groups = out.shape[1]
+    if interactions:
+        base = out[:, :, F, F]
+        values = out[:, :, :F, :F]
+        # shap's XGBoost layout: [n, j, i, g] = pred_interactions[n, g, i, j]
+        values = values[:, 0] if groups == 1 else values.swapaxes(1, 3)
+    else:
+        base = out[:, :, F]
+        values = out[:, :, :F]
+        values = values[:, 0] if groups == 1 else values.transpose(0, 2, 1)
+    base = base[:, 0] if groups == 1 else base
+    if not is_dask(values):
+        xp = np if not is_cupy(values) else __import__("cupy")
+        values = xp.ascontiguousarray(values)
+        base = xp.ascontiguousarray(base, dtype=xp.float64)
+    else:
+        base = base.astype(np.float64)
+    return values, base
+
+
+def _explanation_data(inp: ExplainInput, packed: PackedModel) -> np.ndarray:
+    """``Explanation.data``: the input's own values where it is plain numbers, else the values
+    the model reads (category codes; NaN for missing, sparse and DMatrix inputs)."""
+    rows = inp.rows
+    if isinstance(rows, np.ndarray) and rows.dtype.kind in "biuf":
+        return rows
+    if is_frame(rows):
+        cols = select_model_columns(
+            rows, packed.num_features, packed.feature_names, packed.encoding.name_style
+        )
+        frame = rows[cols]
+        from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+        if all(is_numeric_dtype(t) and not is_bool_dtype(t) for t in frame.dtypes):
+            values = frame.to_numpy()
+            if values.dtype.kind in "biuf":
+                return values
+    raw = model_matrix(rows, packed)
+    return raw.get() if is_cupy(raw) else np.asarray(raw)
+
+
+def _frame_block_values(partition: Any, packed: Any) -> Any:
+    """A Dask DataFrame partition -> the model's values of its rows (on a worker)."""
+    return model_matrix(partition, packed, allow_empty=True)
+
+
+def _dask_data(X: Any, packed: PackedModel) -> Any:
+    """The lazy ``data`` of a Dask input: an array as given, a frame's model values."""
+    import dask.array as da
+
+    if isinstance(X, da.Array):
+        return X
+    cols = select_model_columns(
+        X, packed.num_features, packed.feature_names, packed.encoding.name_style
+    )
+    meta = np.empty((0, packed.num_features), dtype=packed.encoding.input_dtype)
+    return X[cols].map_partitions(_frame_block_values, packed, meta=meta, enforce_metadata=False)
+
+
+def _dask_labels(y: Any, X: Any) -> Any:
+    """Labels for Dask rows: a Dask array (a Dask Series is converted; NumPy is chunked
+    like ``X``'s rows where they are known)."""
+    import dask.array as da
+
+    if is_dask(y):
+        if hasattr(y, "to_dask_array"):
+            y = y.to_dask_array(lengths=True)
+        return y
+    y = np.asarray(y.to_numpy() if hasattr(y, "to_numpy") else y)
+    chunks = getattr(X, "chunks", None)
+    if isinstance(X, da.Array) and chunks is not None and not any(np.isnan(chunks[0])):
+        if y.shape[0] != X.shape[0]:
+            raise ValueError(f"y has {y.shape[0]} labels for {X.shape[0]} rows")
+        return da.from_array(y, chunks=(chunks[0],))
+    raise TypeError(
+        "X is a Dask DataFrame: pass y as a Dask Series or array aligned with its partitions"
+    )
+
+
+def _in_batches(run: Any, n: int, packed: PackedModel, interactions: bool) -> np.ndarray:
+    """``run(start, stop)`` over row batches into one output, with a progress bar."""
     width = packed.num_features + 1
     shape = (n, packed.num_groups, width) + ((width,) if interactions else ())
     out = np.empty(shape, dtype=np.float32)
@@ -270,7 +795,7 @@ def _in_batches(run: Any, X: np.ndarray, packed: PackedModel, interactions: bool
     try:
         for start in range(0, n, PROGRESS_BATCH_ROWS):
             stop = min(start + PROGRESS_BATCH_ROWS, n)
-            out[start:stop] = run(X[start:stop], first_row=start)
+            out[start:stop] = run(start, stop)
             if bar is not None:
                 bar.update(stop - start)
     finally:

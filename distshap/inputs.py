@@ -6,16 +6,29 @@ columns, refuses what the model's own library would refuse (a category column on
 feature, a wrong feature count, no rows), and applies the model's
 :class:`~distshap.encoding.InputEncoding` (its missing-value sentinel; float64 comparisons kept
 exact for models that compare in float64). Values are never rounded to float32 before that.
+
+What users pass to ``shap.TreeExplainer`` is first brought to those forms here
+(:func:`explain_input`, :func:`background_input`): one row (a 1-D array or a pandas Series)
+becomes a one-row matrix whose outputs lose the row axis again; an ``xgboost.DMatrix`` becomes
+the rows it stores (unstored entries are missing, as XGBoost reads them), with its feature
+names, its category labels and its labels; a shap masker or ``shap.kmeans`` summary gives its
+rows.
 """
 
 from __future__ import annotations
 
+import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 __all__ = [
+    "ExplainInput",
     "array_module",
+    "background_input",
+    "dmatrix_input",
+    "explain_input",
     "frame_to_matrix",
     "is_cupy",
     "is_dask",
@@ -282,3 +295,197 @@ def _has_labels(categories: dict[int, Any] | None, j: int) -> bool:
 
 def _as_values(categories: dict[int, Any] | None, j: int) -> bool:
     return categories is not None and isinstance(categories.get(j), str)
+
+
+# ------------------------------------------------------------------------------------------
+# What users pass to shap.TreeExplainer -> the forms above
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExplainInput:
+    """Rows to explain, brought to a form :func:`model_matrix` (or the Dask path) takes.
+
+    Attributes
+    ----------
+    rows
+        A 2-D ndarray, CuPy array, pandas DataFrame, scipy.sparse matrix or Dask collection.
+    one_row : bool
+        The user passed one row (a 1-D array or a pandas Series): outputs drop the row axis.
+    labels : ndarray or None
+        float64 ``(n,)`` labels the input carries (an ``xgboost.DMatrix``'s), else ``None``.
+    columns : list of str or None
+        The input's column names (DataFrame columns, Series index, DMatrix feature names).
+    """
+
+    rows: Any
+    one_row: bool = False
+    labels: np.ndarray | None = None
+    columns: list[str] | None = None
+
+
+def explain_input(X: Any) -> ExplainInput:
+    """User rows, as shap's ``TreeExplainer`` takes them, -> :class:`ExplainInput`.
+
+    A 1-D NumPy / CuPy array of ``F`` values or a pandas Series (index = feature names) is one
+    row; an ``xgboost.DMatrix`` gives its stored rows (:func:`dmatrix_input`); anything else is
+    passed on unchanged (checked later by :func:`model_matrix`).
+
+    Raises
+    ------
+    TypeError
+        For an ``xgboost.QuantileDMatrix`` (it holds bins, not values) or a DMatrix whose data
+        cannot be read back.
+    """
+    if _is_dmatrix(X):
+        return dmatrix_input(X)
+    if is_dask(X):
+        return ExplainInput(X, columns=_column_names(X))
+    if _is_series(X):
+        frame = X.to_frame().T.infer_objects()
+        return ExplainInput(frame, one_row=True, columns=[str(c) for c in X.index])
+    if is_frame(X):
+        return ExplainInput(X, columns=_column_names(X))
+    if _is_sparse(X) or is_cupy(X):
+        if getattr(X, "ndim", 2) == 1 and is_cupy(X):
+            return ExplainInput(X.reshape(1, -1), one_row=True)
+        return ExplainInput(X)
+    if isinstance(X, np.ndarray) and X.ndim == 1:
+        return ExplainInput(X.reshape(1, -1), one_row=True)
+    return ExplainInput(X)
+
+
+def background_input(data: Any) -> Any:
+    """A background data set as shap's ``TreeExplainer(model, data)`` takes it -> rows.
+
+    NumPy / CuPy arrays, pandas DataFrames and scipy.sparse matrices pass unchanged (a 1-D
+    array or a Series is one row); ``shap.maskers.Independent`` gives its ``data`` (the rows
+    shap itself integrates over: at most its ``max_samples``); a ``shap.kmeans`` summary
+    (``DenseData``) its ``data`` rows, each counted once, as shap's TreeExplainer counts them
+    (a UserWarning says so when their weights differ); an ``xgboost.DMatrix`` its rows.
+
+    Raises
+    ------
+    TypeError
+        For other shap maskers (``Partition``, ...; shap's TreeExplainer refuses them too),
+        Dask collections (a background is held in memory: ``data.compute()``), a
+        ``QuantileDMatrix``, or anything that is no table.
+    """
+    module = type(data).__module__
+    name = type(data).__name__
+    if module.startswith("shap."):
+        if name == "Independent":
+            return data.data
+        if name == "DenseData":
+            weights = np.asarray(getattr(data, "weights", []), dtype=np.float64).ravel()
+            if weights.size and not np.allclose(weights, weights[0]):
+                warnings.warn(
+                    "the background is a weighted summary (shap.kmeans): TreeExplainer counts "
+                    "each of its rows once and ignores the weights, as shap's TreeExplainer "
+                    "does; pass the rows themselves (or shap.utils.sample(data, k)) for an "
+                    "unweighted background",
+                    UserWarning,
+                    stacklevel=3,
+                )
+            return data.data
+        raise TypeError(
+            f"data is a shap {name} masker: TreeExplainer integrates over background rows "
+            "(shap's TreeExplainer refuses this masker too); pass the rows (a NumPy array or "
+            "DataFrame) or shap.maskers.Independent(rows)"
+        )
+    if is_dask(data):
+        raise TypeError(
+            "data (the background) is a Dask collection: it is held in memory and sent to "
+            "every worker; pass data.compute() (typically 100 to 1,000 rows, e.g. "
+            "shap.utils.sample(rows, 100))"
+        )
+    if isinstance(data, (list, tuple)):
+        data = np.asarray(data)
+    rows = explain_input(data)
+    return rows.rows
+
+
+def dmatrix_input(dmatrix: Any) -> ExplainInput:
+    """An ``xgboost.DMatrix`` -> its rows, feature names and labels, as XGBoost reads them.
+
+    The stored entries are the values (``get_data()``); an entry the DMatrix does not store is
+    missing (the DMatrix left out NaN and its own ``missing`` value), as XGBoost predicts. With
+    feature names the rows become a DataFrame (columns then match the model's by name); a
+    categorical feature whose category labels the DMatrix exports (XGBoost >= 3.1, pyarrow)
+    becomes a pandas category column, so its codes are re-coded to the model's training
+    categories as XGBoost does. Labels (``get_label()``) are returned when there is one per row.
+
+    Raises
+    ------
+    TypeError
+        For a ``QuantileDMatrix`` or a DMatrix whose data cannot be read back.
+    """
+    import xgboost
+
+    if isinstance(dmatrix, getattr(xgboost, "QuantileDMatrix", ())):
+        raise TypeError(
+            f"X is an xgboost.{type(dmatrix).__name__}: it keeps quantile bins, not the "
+            "feature values SHAP values need; pass the data it was built from (array or "
+            "DataFrame), or an xgboost.DMatrix"
+        )
+    try:
+        csr = dmatrix.get_data()
+    except Exception as err:  # external-memory and other DMatrix kinds cannot export
+        raise TypeError(
+            f"cannot read the rows of this xgboost.DMatrix back ({err}); pass the data it was "
+            "built from (array or DataFrame)"
+        ) from err
+    dense = _sparse_matrix(csr, "xgboost", np.float32)  # unstored -> NaN (missing)
+    labels = np.asarray(dmatrix.get_label(), dtype=np.float64).ravel()
+    labels = labels if labels.size == dense.shape[0] and dense.shape[0] > 0 else None
+    names = dmatrix.feature_names
+    types = list(dmatrix.feature_types or [])
+    labels_of = _dmatrix_categories(dmatrix) if "c" in types else {}
+    if names is None and not labels_of:
+        return ExplainInput(dense, labels=labels)
+    import pandas as pd
+
+    columns = [str(n) for n in names] if names is not None else [str(j) for j in range(len(types))]
+    frame = pd.DataFrame(dense, columns=columns)
+    for j, cats in labels_of.items():
+        codes = dense[:, j]
+        known = ~np.isnan(codes)
+        if np.any(known & ((codes < 0) | (codes >= len(cats)) | (codes != np.round(codes)))):
+            raise ValueError(
+                f"DMatrix feature {columns[j]!r} holds category codes outside its {len(cats)} "
+                "categories: pass the DataFrame it was built from"
+            )
+        frame[columns[j]] = pd.Categorical.from_codes(
+            np.where(known, codes, -1).astype(np.int64), categories=list(cats)
+        )
+    return ExplainInput(frame, labels=labels, columns=columns if names is not None else None)
+
+
+def _dmatrix_categories(dmatrix: Any) -> dict[int, list]:
+    """Category labels of a DMatrix's categorical features, where it exports them."""
+    try:
+        exported = dmatrix.get_categories(export_to_arrow=True).to_arrow()
+    except Exception:  # older XGBoost, no pyarrow, or codes given as numbers: codes stay
+        return {}
+    out = {}
+    for j, (_, arr) in enumerate(exported or []):
+        if arr is not None:
+            out[j] = arr.to_pylist()
+    return out
+
+
+def _is_dmatrix(X: Any) -> bool:
+    if type(X).__module__.split(".")[0] != "xgboost":
+        return False
+    import xgboost
+
+    return isinstance(X, xgboost.DMatrix)
+
+
+def _is_series(X: Any) -> bool:
+    return type(X).__module__.split(".")[0] == "pandas" and type(X).__name__ == "Series"
+
+
+def _column_names(X: Any) -> list[str] | None:
+    columns = getattr(X, "columns", None)
+    return None if columns is None else [str(c) for c in columns]

@@ -49,9 +49,11 @@ def test_wrong_feature_count(regression):
 
 
 def test_one_dimensional_input(regression):
+    # one row, as shap takes it: the output has no row axis
     explainer, X = regression
-    with pytest.raises(ValueError, match="reshape"):
-        explainer.shap_values(X[0])
+    np.testing.assert_array_equal(explainer.shap_values(X[0]), explainer.shap_values(X[:1])[0])
+    with pytest.raises(ValueError, match="2-D"):
+        explainer.shap_values(X[None])
 
 
 def test_empty_input(regression):
