@@ -30,7 +30,11 @@ class AdditivityError(ValueError):
 
 
 def check_additivity(
-    values: Any, margin: Any, what: str = "SHAP values", first_row: int = 0
+    values: Any,
+    margin: Any,
+    what: str = "SHAP values",
+    first_row: int = 0,
+    target: str = "the model's margin",
 ) -> None:
     """Raise :class:`AdditivityError` unless each row's ``values`` sum to its ``margin``.
 
@@ -45,6 +49,9 @@ def check_additivity(
     first_row : int
         Index of ``values``' first row in the whole input (a Dask chunk's offset), for the
         message.
+    target : str
+        What ``margin`` is, for the message (interventional SHAP of a transformed output checks
+        against ``T(margin)``: :func:`distshap.interventional.apply_transform`).
     """
     xp = array_module(values)
     axes = tuple(range(2, values.ndim))
@@ -60,7 +67,7 @@ def check_additivity(
     group = f", output {worst[1]}" if diff.shape[1] > 1 else ""
     raise AdditivityError(
         f"{what} of {rows.size:,} of {diff.shape[0]:,} rows{_chunk(first_row)} do not sum to "
-        "the model's margin "
+        f"{target} "
         f"(rows {rows[:10].tolist()}{'...' if rows.size > 10 else ''}); worst: row "
         f"{worst[0] + first_row}"
         f"{group}: values sum to {total[worst]:.9g}, the trees give {margin[worst]:.9g} "

@@ -15,6 +15,11 @@ values, float64 for models that compare in float64) goes through
 result is a lazy Dask array, chunked like the rows of ``X``, float32, with chunks of ``X``'s
 array type (NumPy in, NumPy out; CuPy in, CuPy out). Rows are computed one by one in a fixed
 order, so the values do not depend on the chunking or the number of workers.
+
+Interventional SHAP: the :class:`~distshap.interventional.Background` enters the cluster like
+the model (a recoverable task of its pickled bytes, one per client and digest, so each worker
+holds one copy); labels ``y`` for ``model_output="log_loss"`` are chunked like the rows and
+travel with each row chunk.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from dask.array.utils import meta_from_array
 from distshap import kernels
 from distshap.dispatch import explain_rows
 from distshap.inputs import is_cupy, model_matrix, prepare_rows, select_model_columns
+from distshap.interventional import check_background, transform_id
+from distshap.kernels.interventional_math import LOG_LOSS, RAW
 
 __all__ = [
     "MAX_OUTPUT_CHUNK_BYTES",
@@ -234,14 +241,18 @@ def _block_values(
     interactions: bool,
     backend: str,
     check: bool = True,
+    background: Any = None,
+    model_output: str = "raw",
+    labels: Any = None,
     block_info: dict | None = None,
 ) -> Any:
     """One row chunk -> float32 SHAP (or interaction) values, same array type as the chunk.
 
     Runs on a worker, which resolves ``backend`` (``"auto"``: its own GPU decides). With
     ``check``, the chunk's rows must sum to the model's margin (:mod:`distshap.additivity`).
-    Device work is finished before it returns (the result is synchronised, or copied to the
-    host for NumPy chunks), so task timings are real.
+    With a ``background``, interventional values of ``model_output``; ``labels`` is the chunk's
+    ``(n, 1)`` block of ``y`` (or None). Device work is finished before it returns (the result
+    is synchronised, or copied to the host for NumPy chunks), so task timings are real.
     """
     n = block.shape[0]
     width = packed.num_features + 1
@@ -249,7 +260,9 @@ def _block_values(
     if n == 0:
         return meta_from_array(block, ndim=len(shape), dtype=np.float32).reshape(shape)
     first_row = block_info[0]["array-location"][0][0] if block_info else 0
-    out = explain_rows(packed, block, interactions, backend, check, first_row, allow_empty=True)
+    y = None if labels is None else labels[:, 0]
+    out = explain_rows(packed, block, interactions, backend, check, first_row, allow_empty=True,
+                       background=background, model_output=model_output, y=y)  # fmt: skip
     if is_cupy(out):
         import cupy
 
@@ -289,6 +302,26 @@ def _check_backend(backend: str, kind: str) -> None:
         kernels.resolve_backend(backend, cupy_data=kind == "cupy")
 
 
+def _labels_array(y: Any, X: da.Array) -> da.Array:
+    """``y`` (n,) -> a dask array ``(n, 1)`` chunked like the rows of ``X``."""
+    if _is_dask_frame(y):
+        y = y.to_dask_array(lengths=True)
+    elif not isinstance(y, da.Array):
+        y = np.asarray(y)
+        if y.ndim == 1 and y.shape[0] == X.shape[0]:
+            y = da.from_array(y, chunks=(X.chunks[0],))
+    if y.ndim != 1 or (not math.isnan(y.shape[0]) and y.shape[0] != X.shape[0]):
+        raise ValueError(
+            f"y has shape {y.shape} but X has {X.shape[0]:,} rows: pass one label per row, "
+            "a 1-D array (a Dask array, Series or in-memory array)"
+        )
+    if any(math.isnan(c) for c in y.chunks[0]):
+        raise ValueError("y has unknown chunk sizes: pass y.compute_chunk_sizes() or an array")
+    if y.chunks[0] != X.chunks[0]:
+        y = y.rechunk({0: X.chunks[0]})
+    return y.reshape(y.shape[0], 1)
+
+
 def explain_dask(
     packed: Any,
     X: Any,
@@ -296,6 +329,9 @@ def explain_dask(
     backend: str = "auto",
     client: Any = None,
     check_additivity: bool = True,
+    background: Any = None,
+    model_output: str = "raw",
+    y: Any = None,
 ) -> da.Array:
     """SHAP values (or SHAP interaction values) of a Dask collection, lazily.
 
@@ -319,6 +355,14 @@ def explain_dask(
     check_additivity : bool
         Each chunk's rows must sum to the model's margin (an independent tree traversal on the
         worker); a chunk that does not fails the computation with ``AdditivityError``.
+    background : distshap.interventional.Background, optional
+        Interventional SHAP over these background rows (built for ``packed``); sent to the
+        cluster once per client and digest, like the model.
+    model_output : {"raw", "probability", "log_loss"}
+        What interventional values explain (:func:`distshap.interventional.transform_id`).
+    y : dask array, dask Series or array (n,), optional
+        Labels for ``model_output="log_loss"``, one per row of ``X`` (rechunked like ``X``'s
+        rows); ignored otherwise.
 
     Returns
     -------
@@ -338,10 +382,29 @@ def explain_dask(
         data, a category column on a numeric feature, or CuPy chunks with ``backend="cpu"``.
     """
     _check_backend(backend, "numpy")  # an unknown name, before anything is sent
+    transform = RAW
+    if background is not None:  # what can be refused before anything is sent
+        check_background(background, packed)
+        transform = transform_id(model_output, packed)
+        if interactions and transform != RAW:
+            raise ValueError(
+                "interaction values explain the raw margin only, not "
+                f"model_output={model_output!r}: use model_output='raw'"
+            )
+        if transform == LOG_LOSS and y is None:
+            raise ValueError(
+                "model_output='log_loss' needs the label of each row: pass y (n_rows,)"
+            )
+    elif model_output != "raw":
+        raise ValueError(
+            f"model_output={model_output!r} is defined for interventional SHAP only: pass "
+            "background data, or use model_output='raw'"
+        )
     client = _get_client(client)
     model = model_future(client, packed)
     X, kind = _rows_array(X, packed, model, client)
     _check_backend(backend, kind)
+    shipped = None if background is None else model_future(client, background)
 
     groups, width = packed.num_groups, packed.num_features + 1
     if interactions:
@@ -351,8 +414,11 @@ def explain_dask(
     else:
         chunks = (X.chunks[0], (groups,), (width,))
         new_axis = [2]
+    labels = _labels_array(y, X) if transform == LOG_LOSS else None
     meta = meta_from_array(X._meta, ndim=len(chunks), dtype=np.float32)
     label = "interactions" if interactions else "shap"
+    if background is not None:
+        label = "interventional-" + label
     return da.map_blocks(
         _block_values,
         X,
@@ -360,6 +426,9 @@ def explain_dask(
         interactions,
         backend,
         check_additivity,
+        shipped,
+        model_output,
+        labels,
         chunks=chunks,
         new_axis=new_axis,
         dtype=np.float32,

@@ -20,11 +20,18 @@ import numpy as np
 from numba import njit, prange
 
 from distshap.kernels import treeshap
+from distshap.kernels.interventional_cpu import interventional_values
 from distshap.kernels.parallel import run_parallel
 from distshap.packed import PackedModel
 from distshap.strategy import choose_tables, path_features, table_values
 
-__all__ = ["clear_cache", "interaction_values", "shap_tables", "shap_values"]
+__all__ = [
+    "clear_cache",
+    "interaction_values",
+    "interventional_values",
+    "shap_tables",
+    "shap_values",
+]
 
 #: Paths with at most this many features get their 0/1 pattern as one int64 bit mask.
 _MAX_PATTERN_BITS = 62

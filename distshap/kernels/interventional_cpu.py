@@ -1,0 +1,412 @@
+"""Interventional SHAP values on the CPU: Numba ``njit(parallel=True)`` over explained rows.
+
+The game of one merged path for an explained row ``x`` and a background row ``r`` depends only
+on which of the path's elements each follows (:mod:`distshap.kernels.interventional_math`): let
+``xb`` / ``rb`` be those sets as bit masks. Because ``rb`` does not depend on ``x``, every
+path's background masks are computed once per call, sorted and grouped into distinct masks with
+their rows (:func:`_background_masks`); the kernel then tests each explained row's ``xb`` once
+per path and combines it with each distinct ``rb`` by bit operations. A pair contributes only
+when ``rb`` covers every element ``x`` does not follow (``nx = ~xb``): then ``R = nx`` (``b``
+elements) for every contributing group, and ``X = xb & ~rb`` (``a`` elements); the weights come
+from float64 tables indexed by ``(a, b)``.
+
+With the raw margin, a group of ``c`` background rows weighs ``c / B``; with a transform, the
+sum of its rows' rescale factors ``s(x, r)`` over ``B``. Each explained row is one thread's,
+accumulated in float64 over paths (packed order) and, per path, over the background groups
+(ascending mask, rows ascending within a group), then stored as float32: results depend on
+neither the thread count nor the chunking. Paths of more than :data:`MAX_MASK_BITS` features
+(deep trees on many features) test each background row's elements directly, in row order.
+
+Memory: the grouped masks take ``16`` bytes per (path, background row); they are built for
+blocks of paths of at most :data:`BLOCK_ENTRIES` entries, and the float64 accumulator covers
+row blocks of at most :data:`ACCUMULATOR_BYTES`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import njit, prange
+
+from distshap.interventional import check_background
+from distshap.kernels import interventional_math as im
+from distshap.kernels import treeshap
+from distshap.kernels.parallel import run_parallel
+from distshap.packed import PackedModel
+
+__all__ = ["ACCUMULATOR_BYTES", "BLOCK_ENTRIES", "MAX_MASK_BITS", "interventional_values"]
+
+#: Paths with at most this many features are combined by int64 bit masks.
+MAX_MASK_BITS = 62
+#: (path, background row) entries of grouped background masks built at a time.
+BLOCK_ENTRIES = 1 << 22
+#: Largest float64 accumulator of a row block.
+ACCUMULATOR_BYTES = 1 << 28
+
+_inline = njit(inline="always", nogil=True, cache=True)
+_follows = _inline(treeshap.follows)
+_rescale = _inline(im.rescale)
+_transformed = _inline(im.transformed)
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _popcount(v):
+    count = 0
+    while v:
+        v &= v - 1
+        count += 1
+    return count
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _element_follows(row, e, feature, lower, upper, missing, cat_offsets, cat_nbits, cat_other,
+                     cat_words):  # fmt: skip
+    return _follows(row[feature[e]], lower[e], upper[e], missing[e], cat_other[e],
+                    cat_offsets[e], cat_nbits[e], cat_words)  # fmt: skip
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _background_masks(R, feature, lower, upper, missing, cat_offsets, cat_nbits, cat_other,
+                      cat_words, path_offsets, p0, p1, max_bits, masks, counts, members,
+                      n_masks):  # fmt: skip
+    """Distinct background masks of paths ``p0..p1-1``, ascending, with their rows.
+
+    For block path ``q``: ``masks[q, :n_masks[q]]`` the distinct masks, ``counts`` their rows,
+    ``members[q]`` the rows grouped by mask (ascending within a group). ``n_masks[q] = -1``
+    for a path longer than ``max_bits`` (tested row by row in the kernel).
+    """
+    B = R.shape[0]
+    for q in prange(p1 - p0):
+        p = p0 + q
+        start = path_offsets[p]
+        k = path_offsets[p + 1] - start - 1
+        if k > max_bits:
+            n_masks[q] = -1
+            continue
+        rb = np.empty(B, np.int64)
+        for r in range(B):
+            bits = np.int64(0)
+            for i in range(k):
+                if _element_follows(R[r], start + 1 + i, feature, lower, upper, missing,
+                                    cat_offsets, cat_nbits, cat_other, cat_words):  # fmt: skip
+                    bits |= np.int64(1) << i
+            rb[r] = bits
+        order = np.argsort(rb, kind="mergesort")  # stable: rows ascending within a mask
+        u = -1
+        for j in range(B):
+            r = order[j]
+            if u < 0 or rb[r] != masks[q, u]:
+                u += 1
+                masks[q, u] = rb[r]
+                counts[q, u] = 0
+            counts[q, u] += 1
+            members[q, j] = r
+        n_masks[q] = u + 1
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _add_pair(w, a, b, xr, nx, k, weights, interactions, loc_phi, loc_int, cxr, totals):
+    """One contributing (x, group) pair of a path: ``X = xr`` (``a``), ``R = nx`` (``b``)."""
+    if b > 0:
+        totals[0] += w * weights[im.SHAP_R, a, b]
+    if a > 0:
+        wx = w * weights[im.SHAP_X, a, b]
+        for i in range(k):
+            if (xr >> i) & 1:
+                loc_phi[i] += wx
+    if interactions:
+        if b > 1:
+            totals[1] += w * weights[im.IR_RR, a, b]
+        if a > 0 and b > 0:
+            wxr = w * weights[im.IR_XR, a, b]
+            for i in range(k):
+                if (xr >> i) & 1:
+                    cxr[i] += wxr
+        if a > 1:
+            wxx = w * weights[im.IR_XX, a, b]
+            for i in range(k):
+                if (xr >> i) & 1:
+                    for j in range(k):
+                        if j != i and (xr >> j) & 1:
+                            loc_int[i, j] += wxx
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _kernel(X, x_margin, y, R, r_margin, transform, feature, lower, upper, missing,
+            cat_offsets, cat_nbits, cat_other, cat_words, path_offsets, path_value, path_group,
+            p0, p1, masks, counts, members, n_masks, weights, interactions, max_len, acc_phi,
+            acc_int):  # fmt: skip
+    n = X.shape[0]
+    B = R.shape[0]
+    G = acc_phi.shape[1]
+    for row in prange(n):
+        x = X[row]
+        scale = np.ones((G, B), np.float64)  # s(x, r) per group and background row
+        if transform != 0:
+            for g in range(G):
+                for r in range(B):
+                    scale[g, r] = _rescale(x_margin[row, g], r_margin[r, g], y[row], transform)
+        loc_phi = np.empty(max_len, np.float64)
+        cxr = np.empty(max_len, np.float64)
+        loc_int = np.empty((max_len, max_len) if interactions else (1, 1), np.float64)
+        xf = np.empty(max_len, np.bool_)
+        totals = np.empty(2, np.float64)  # SHAP of each R element, interaction of R pairs
+        for q in range(p1 - p0):
+            p = p0 + q
+            start = path_offsets[p]
+            k = path_offsets[p + 1] - start - 1
+            g = path_group[p]
+            v = path_value[p]
+            loc_phi[:k] = 0.0
+            cxr[:k] = 0.0
+            totals[:] = 0.0
+            if interactions:
+                loc_int[:k, :k] = 0.0
+            xb = np.int64(0)
+            for i in range(k):
+                xf[i] = _element_follows(x, start + 1 + i, feature, lower, upper, missing,
+                                         cat_offsets, cat_nbits, cat_other, cat_words)  # fmt: skip
+                if xf[i] and i < 63:
+                    xb |= np.int64(1) << i
+            b = 0
+            for i in range(k):
+                b += 0 if xf[i] else 1
+            if n_masks[q] >= 0:
+                nx = ((np.int64(1) << k) - 1) & ~xb
+                offset = 0
+                for u in range(n_masks[q]):
+                    rb = masks[q, u]
+                    c = counts[q, u]
+                    if (rb & nx) == nx:
+                        xr = xb & ~rb
+                        a = _popcount(xr)
+                        if a + b > 0:
+                            if transform == 0:
+                                w = c / B
+                            else:
+                                w = 0.0
+                                for j in range(offset, offset + c):
+                                    w += scale[g, members[q, j]]
+                                w /= B
+                            _add_pair(w, a, b, xr, nx, k, weights, interactions, loc_phi,
+                                      loc_int, cxr, totals)  # fmt: skip
+                    offset += c
+            else:  # a long path: every background row's elements tested here, in row order
+                for r in range(B):
+                    a = 0
+                    ok = True
+                    for i in range(k):
+                        rf = _element_follows(R[r], start + 1 + i, feature, lower, upper,
+                                              missing, cat_offsets, cat_nbits, cat_other,
+                                              cat_words)  # fmt: skip
+                        if not (xf[i] or rf):
+                            ok = False
+                            break
+                        if xf[i] and not rf:
+                            a += 1
+                    if not ok or a + b == 0:
+                        continue
+                    w = scale[g, r] / B if transform != 0 else 1.0 / B
+                    if b > 0:
+                        totals[0] += w * weights[im.SHAP_R, a, b]
+                    wx = w * weights[im.SHAP_X, a, b]
+                    wxr = w * weights[im.IR_XR, a, b]
+                    wxx = w * weights[im.IR_XX, a, b]
+                    if interactions and b > 1:
+                        totals[1] += w * weights[im.IR_RR, a, b]
+                    for i in range(k):
+                        if not xf[i]:
+                            continue
+                        if _element_follows(R[r], start + 1 + i, feature, lower, upper,
+                                            missing, cat_offsets, cat_nbits, cat_other,
+                                            cat_words):  # fmt: skip
+                            continue  # both follow: a dummy
+                        loc_phi[i] += wx
+                        if interactions:
+                            cxr[i] += wxr
+                            for j in range(k):
+                                if (
+                                    j != i
+                                    and xf[j]
+                                    and not _element_follows(
+                                        R[r],
+                                        start + 1 + j,
+                                        feature,
+                                        lower,
+                                        upper,
+                                        missing,
+                                        cat_offsets,
+                                        cat_nbits,
+                                        cat_other,
+                                        cat_words,
+                                    )
+                                ):
+                                    loc_int[i, j] += wxx
+            # scatter: X elements got loc_phi, every R element (x does not follow) -totals[0]
+            for i in range(k):
+                fi = feature[start + 1 + i]
+                phi_i = loc_phi[i] if xf[i] else -totals[0]
+                acc_phi[row, g, fi] += v * phi_i
+            if interactions:
+                half = 0.5 * v
+                for i in range(k):
+                    fi = feature[start + 1 + i]
+                    for j in range(k):
+                        if j == i:
+                            continue
+                        if xf[i] and xf[j]:
+                            val = loc_int[i, j]
+                        elif xf[i]:
+                            val = -cxr[i]
+                        elif xf[j]:
+                            val = -cxr[j]
+                        else:
+                            val = totals[1]
+                        acc_int[row, g, fi, feature[start + 1 + j]] += half * val
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _finish_shap(acc_phi, bias, out):
+    """float64 accumulator -> float32 SHAP values with the bias column."""
+    n, G, C = acc_phi.shape
+    for row in prange(n):
+        for g in range(G):
+            acc_phi[row, g, C - 1] = bias[row, g]
+            for c in range(C):
+                out[row, g, c] = acc_phi[row, g, c]
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _finish_interactions(acc_phi, acc_int, bias, out):
+    """float64 accumulators -> float32 interaction values: diagonal and bias entry."""
+    n, G, C = acc_phi.shape
+    for row in prange(n):
+        for g in range(G):
+            for i in range(C - 1):
+                diag = acc_phi[row, g, i]
+                for j in range(C - 1):
+                    if j != i:
+                        diag -= acc_int[row, g, i, j]
+                acc_int[row, g, i, i] = diag
+            acc_int[row, g, C - 1, C - 1] = bias[row, g]
+            for i in range(C):
+                for j in range(C):
+                    out[row, g, i, j] = acc_int[row, g, i, j]
+
+
+def _model_args(packed: PackedModel) -> tuple:
+    return (
+        packed.feature, packed.lower, packed.upper, packed.missing, packed.cat_offsets,
+        packed.cat_nbits, packed.cat_other, packed.cat_words,
+    )  # fmt: skip
+
+
+def _float64(a: Any, shape: tuple[int, ...], name: str) -> np.ndarray:
+    a = np.ascontiguousarray(a, dtype=np.float64)
+    if a.shape != shape:
+        raise ValueError(f"{name} has shape {a.shape}, expected {shape}")
+    return a
+
+
+def interventional_values(
+    packed: PackedModel,
+    background: Any,
+    X: np.ndarray,
+    *,
+    transform: int = 0,
+    x_margin: np.ndarray | None = None,
+    y: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    interactions: bool = False,
+    max_mask_bits: int = MAX_MASK_BITS,
+) -> np.ndarray:
+    """Interventional SHAP (or interaction) values of every row of ``X``.
+
+    Parameters
+    ----------
+    packed : PackedModel
+    background : distshap.interventional.Background
+        Built for ``packed`` (:func:`distshap.interventional.build_background`).
+    X : float32 (n, F)
+        :func:`distshap.inputs.prepare_rows` output.
+    transform : {0, 1, 2}
+        Raw margin, probability, log loss (:func:`distshap.interventional.transform_id`).
+    x_margin : float64 (n, G), optional
+        Margins of ``X`` (needed when ``transform != 0``).
+    y : float64 (n,), optional
+        Labels (needed when ``transform == 2``).
+    bias : float64 (n, G) or (1, G), optional
+        The bias entry (:func:`distshap.interventional.bias_values`); default zeros.
+    interactions : bool
+        Interaction values (``transform`` 0 only).
+    max_mask_bits : int
+        Paths with more features are tested row by row (a parameter so tests reach that code).
+
+    Returns
+    -------
+    ndarray
+        float32 ``(n, G, F + 1)`` or ``(n, G, F + 1, F + 1)``, bias last.
+    """
+    check_background(background, packed)
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    F, G = packed.num_features, packed.num_groups
+    if X.ndim != 2 or X.shape[1] != F:
+        raise ValueError(f"X must have shape (n_rows, {F}), got {X.shape}")
+    if transform not in (0, 1, 2):
+        raise ValueError(f"unknown transform {transform}: use 0 (raw), 1 or 2")
+    if interactions and transform != 0:
+        raise ValueError("interaction values explain the raw margin only (transform 0)")
+    n, C = X.shape[0], F + 1
+    x_margin = (
+        np.zeros((n, G)) if transform == 0 else _float64(x_margin, (n, G), "x_margin")
+    )  # fmt: skip
+    y = _float64(y, (n,), "y") if transform == 2 else np.zeros(n)
+    bias = np.zeros((1, G)) if bias is None else np.ascontiguousarray(bias, dtype=np.float64)
+    if bias.ndim != 2 or bias.shape[1] != G or bias.shape[0] not in (1, n):
+        raise ValueError(f"bias has shape {bias.shape}, expected (1, {G}) or ({n}, {G})")
+    out = np.empty((n, G, C) + ((C,) if interactions else ()), np.float32)
+    if n == 0:
+        return out
+    R, r_margin = background.rows, background.margin
+    B = R.shape[0]
+    lengths = np.diff(packed.path_offsets) - 1
+    max_len = int(lengths.max()) if lengths.size else 0
+    weights = im.weight_tables(max_len)
+    n_paths = packed.num_paths
+    path_block = max(1, BLOCK_ENTRIES // B)
+    blocks = [(p0, min(p0 + path_block, n_paths)) for p0 in range(0, n_paths, path_block)]
+    per_row = 8 * G * C * (C + 1 if interactions else 1)
+    row_block = max(1, ACCUMULATOR_BYTES // per_row)
+    model = _model_args(packed)
+    cached = None
+    for r0 in range(0, n, row_block):
+        r1 = min(n, r0 + row_block)
+        acc_phi = np.zeros((r1 - r0, G, C), np.float64)
+        acc_int = np.zeros((r1 - r0, G, C, C) if interactions else (1, 1, 1, 1), np.float64)
+        for p0, p1 in blocks:
+            if cached is not None:
+                tables = cached
+            else:
+                tables = (
+                    np.zeros((p1 - p0, B), np.int64),
+                    np.zeros((p1 - p0, B), np.int64),
+                    np.zeros((p1 - p0, B), np.int32),
+                    np.zeros(p1 - p0, np.int64),
+                )
+                run_parallel(_background_masks, R, *model, packed.path_offsets, p0, p1,
+                             max_mask_bits, *tables)  # fmt: skip
+                if len(blocks) == 1:
+                    cached = tables
+            run_parallel(_kernel, X[r0:r1], x_margin[r0:r1], y[r0:r1], R, r_margin, transform,
+                         *model, packed.path_offsets, packed.path_value, packed.path_group, p0,
+                         p1, *tables, weights, interactions, max(max_len, 1), acc_phi,
+                         acc_int)  # fmt: skip
+        row_bias = np.ascontiguousarray(
+            np.broadcast_to(bias if bias.shape[0] == 1 else bias[r0:r1], (r1 - r0, G))
+        )
+        if interactions:
+            run_parallel(_finish_interactions, acc_phi, acc_int, row_bias, out[r0:r1])
+        else:
+            run_parallel(_finish_shap, acc_phi, row_bias, out[r0:r1])
+    return out

@@ -1,0 +1,121 @@
+"""The interventional game's arithmetic, written once as plain Python for every backend.
+
+For an explained row ``x`` and one background row ``r``, a merged path (leaf value ``v``) is
+the game ``v * [X subset of S] * [S disjoint from R]``: ``X`` the elements only ``x`` follows,
+``R`` those only ``r`` follows (a path some element of which neither follows contributes
+nothing; elements both follow are dummies). Its Shapley values and interaction indices depend
+only on ``a = |X|`` and ``b = |R|``: :func:`weight_tables` holds them, exact float64 ratios of
+factorials, for every ``a + b <= max_k``.
+
+``model_output`` transforms (shap's ``dense_independent``): each ``(x, r)`` pair's values are
+scaled by :func:`rescale` of the two margins, so that they sum to ``T(m_x) - T(m_r)``.
+:func:`transformed` and :func:`rescale` use :mod:`math` only, so the CPU backend compiles them
+with ``njit`` and the CUDA backend with ``cuda.jit(device=True)`` (the
+:mod:`distshap.kernels.treeshap` pattern); :func:`weight_tables` runs on the host.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from functools import lru_cache
+
+import numpy as np
+
+__all__ = [
+    "IR_RR",
+    "IR_XR",
+    "IR_XX",
+    "LOG_LOSS",
+    "PROBABILITY",
+    "RAW",
+    "SHAP_R",
+    "SHAP_X",
+    "rescale",
+    "transformed",
+    "weight_tables",
+]
+
+#: Transform ids (:func:`distshap.interventional.transform_id`).
+RAW, PROBABILITY, LOG_LOSS = 0, 1, 2
+
+#: Rows of :func:`weight_tables`.
+SHAP_X, SHAP_R, IR_XX, IR_XR, IR_RR = 0, 1, 2, 3, 4
+
+
+def transformed(m, y, transform):
+    """``T(m, y)``: the margin (0), ``1 / (1 + exp(-m))`` (1) or ``log(1 + exp(m)) - y m`` (2).
+
+    Written without overflow for any finite ``m``.
+    """
+    if transform == 1:
+        if m >= 0.0:
+            return 1.0 / (1.0 + math.exp(-m))
+        e = math.exp(m)
+        return e / (1.0 + e)
+    if transform == 2:
+        return max(m, 0.0) + math.log1p(math.exp(-abs(m))) - y * m
+    return m
+
+
+def rescale(mx, mr, y, transform):
+    """``(T(m_x, y) - T(m_r, y)) / (m_x - m_r)``, and 1 for the margin or when ``m_x == m_r``.
+
+    :func:`transformed` written out (a compiled function calls no plain Python one).
+    """
+    if transform == 0 or mx == mr:
+        return 1.0
+    if transform == 1:
+        if mx >= 0.0:
+            tx = 1.0 / (1.0 + math.exp(-mx))
+        else:
+            tx = math.exp(mx) / (1.0 + math.exp(mx))
+        if mr >= 0.0:
+            tr = 1.0 / (1.0 + math.exp(-mr))
+        else:
+            tr = math.exp(mr) / (1.0 + math.exp(mr))
+    else:
+        tx = max(mx, 0.0) + math.log1p(math.exp(-abs(mx))) - y * mx
+        tr = max(mr, 0.0) + math.log1p(math.exp(-abs(mr))) - y * mr
+    return (tx - tr) / (mx - mr)
+
+
+def _ratio(num: tuple[int, int], den: int) -> float:
+    """``p! q! / d!`` as the nearest float64 (exact integer arithmetic)."""
+    return float(Fraction(math.factorial(num[0]) * math.factorial(num[1]), math.factorial(den)))
+
+
+@lru_cache(maxsize=8)
+def _tables(max_k: int) -> np.ndarray:
+    K = max_k + 1
+    out = np.zeros((5, K, K), np.float64)
+    for a in range(K):
+        for b in range(K - a):
+            if a >= 1:  # i in X: +v (a-1)! b! / (a+b)!
+                out[SHAP_X, a, b] = _ratio((a - 1, b), a + b)
+            if b >= 1:  # j in R: -v a! (b-1)! / (a+b)!
+                out[SHAP_R, a, b] = _ratio((a, b - 1), a + b)
+            if a >= 2:  # i, j in X: +v (a-2)! b! / (a+b-1)!
+                out[IR_XX, a, b] = _ratio((a - 2, b), a + b - 1)
+            if a >= 1 and b >= 1:  # i in X, j in R: -v (a-1)! (b-1)! / (a+b-1)!
+                out[IR_XR, a, b] = _ratio((a - 1, b - 1), a + b - 1)
+            if b >= 2:  # i, j in R: +v a! (b-2)! / (a+b-1)!
+                out[IR_RR, a, b] = _ratio((a, b - 2), a + b - 1)
+    out.setflags(write=False)
+    return out
+
+
+def weight_tables(max_k: int) -> np.ndarray:
+    """Float64 ``(5, max_k + 1, max_k + 1)``: the game's weights by ``(a, b)``.
+
+    Rows (unsigned; the sign is the caller's): :data:`SHAP_X` ``(a-1)! b! / (a+b)!`` (SHAP
+    value of each element of ``X``, +), :data:`SHAP_R` ``a! (b-1)! / (a+b)!`` (of each element
+    of ``R``, -), :data:`IR_XX` ``(a-2)! b! / (a+b-1)!`` (interaction index of two elements of
+    ``X``, +), :data:`IR_XR` ``(a-1)! (b-1)! / (a+b-1)!`` (one of ``X``, one of ``R``, -),
+    :data:`IR_RR` ``a! (b-2)! / (a+b-1)!`` (two of ``R``, +). Entries outside their domain
+    (``a < 1`` for :data:`SHAP_X`, ...) and with ``a + b > max_k`` are 0. Each entry is the
+    nearest float64 of the exact ratio. Read-only, cached.
+    """
+    if max_k < 0:
+        raise ValueError(f"max_k must be >= 0, got {max_k}")
+    return _tables(int(max_k))
