@@ -444,3 +444,32 @@ def test_gpu_entry_point_cupy_in_cupy_out(kind):
     dev = shap_taylor_values(packed, cupy.asarray(rows), backend="auto")
     assert isinstance(dev, cupy.ndarray)
     assert np.array_equal(dev.get(), shap_taylor_values(packed, rows, backend="cuda"))
+
+
+def _nvvm_available() -> bool:
+    try:
+        from numba.cuda.cudadrv.nvvm import NVVM
+
+        NVVM()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.mark.skipif(not _nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
+def test_gpu_kernel_compiles_to_ptx_with_integer_atomics_only():
+    """The real compiler (the simulator runs Python: it would not catch typing errors)."""
+    from numba import cuda
+
+    from distshap.kernels.cuda.ptx import _device_free_compilation
+    from distshap.kernels.cuda.taylor import taylor_kernel
+
+    sig = (
+        "void(float32[:, ::1], int32[:, ::1], int64[::1], float64[:, ::1], uint32[::1], "
+        "int64[::1], float64[::1], float64[::1], int64, float32[:, ::1], int64[:, ::1], float64, "
+        "int64)"
+    )
+    with _device_free_compilation((9, 0)):
+        ptx, _ = cuda.compile_ptx(taylor_kernel.py_func, sig, cc=(9, 0))
+    assert "atom.global.add.u64" in ptx
+    assert "atom.global.add.f32" not in ptx and "atom.global.add.f64" not in ptx

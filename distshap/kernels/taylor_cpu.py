@@ -106,11 +106,11 @@ def _taylor_kernel(X, feature, lower, upper, missing, zero_fraction, cat_offsets
         col = np.empty(kmax, np.int64)
         zpre = np.empty(kmax + 1, np.float64)
         zsuf = np.empty(kmax + 1, np.float64)
-        # per node m: q[m, e] = z_e + t_m d_e; pre[m, e] = c_m prod_{e' < e} q[m, e'] with
-        # c_m = w_m (1 - t_m); suf[m, e] = prod_{e' >= e} q[m, e']
-        q = np.empty((nmax, kmax), np.float64)
-        pre = np.empty((nmax, kmax + 1), np.float64)
-        suf = np.empty((nmax, kmax + 1), np.float64)
+        # per node m: q[e, m] = z_e + t_m d_e; pre[e, m] = c_m prod_{e' < e} q[e', m] with
+        # c_m = w_m (1 - t_m); suf[e, m] = prod_{e' >= e} q[e', m]
+        q = np.empty((kmax, nmax), np.float64)
+        pre = np.empty((kmax + 1, nmax), np.float64)
+        suf = np.empty((kmax + 1, nmax), np.float64)
         run = np.empty(nmax, np.float64)
         for p in range(n_paths):
             start = path_offsets[p] + 1  # the first feature element (after the bias lane)
@@ -146,28 +146,28 @@ def _taylor_kernel(X, feature, lower, upper, missing, zero_fraction, cat_offsets
             base = n_nodes * (n_nodes - 1) // 2
             for m in range(n_nodes):
                 t = gl_nodes[base + m]
-                pre[m, 0] = gl_weights[base + m] * (1.0 - t)
+                pre[0, m] = gl_weights[base + m] * (1.0 - t)
                 for i in range(k):
-                    q[m, i] = z[i] + t * d[i]
-                    pre[m, i + 1] = pre[m, i] * q[m, i]
-                suf[m, k] = 1.0
+                    q[i, m] = z[i] + t * d[i]
+                    pre[i + 1, m] = pre[i, m] * q[i, m]
+                suf[k, m] = 1.0
                 for i in range(k - 1, -1, -1):
-                    suf[m, i] = suf[m, i + 1] * q[m, i]
+                    suf[i, m] = suf[i + 1, m] * q[i, m]
             for i in range(k - 1):
                 if d[i] == 0.0:
                     continue
                 for m in range(n_nodes):
-                    run[m] = pre[m, i]  # c_m prod_{e < j, e != i} q_e as j moves right
+                    run[m] = pre[i, m]  # c_m prod_{e < j, e != i} q_e as j moves right
                 for j in range(i + 1, k):
                     if d[j] != 0.0:
                         s = 0.0
                         for m in range(n_nodes):
-                            s += run[m] * suf[m, j + 1]
+                            s += run[m] * suf[j + 1, m]
                         half = v * d[i] * d[j] * s
                         acc[g, col[i], col[j]] += half
                         acc[g, col[j], col[i]] += half
                     for m in range(n_nodes):
-                        run[m] *= q[m, j]
+                        run[m] *= q[j, m]
         for g in range(n_groups):
             acc[g, n_cols - 1, n_cols - 1] = expected_value[g]
             for i in range(n_cols):
