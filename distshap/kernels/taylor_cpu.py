@@ -8,8 +8,9 @@ sum over paths. With ``d_e = o_e - z_e`` and ``q_e(t) = z_e + t d_e``:
 
 * main effect (the discrete derivative at the empty set) ``I_i = v_p({i}) - v_p(∅) = v d_i
   prod_{e != i} z_e``;
-* pair ``I_ij = (2 / n) sum_{T ⊆ N \\ {i, j}} delta_ij(T) / C(n - 1, |T|)``. These weights are
-  the law of ``T`` = the players before the first of ``i``, ``j`` in a uniformly random order:
+* pair ``I_ij = (2 / n) sum_{T ⊆ N \\ {i, j}} delta_ij(T) / C(n - 1, |T|)`` over the ``n``
+  players ``N``. These weights are the law of ``T`` = the players before the first of ``i``,
+  ``j`` in a uniformly random order:
   with independent uniform arrival times, the first of the two arrives at ``t`` with density
   ``2 (1 - t)`` and every other player precedes it with probability ``t``. So players outside
   the path drop out and ``I_ij = 2 v d_i d_j integral_0^1 (1 - t) prod_{e != i, j} q_e(t) dt``,
@@ -29,12 +30,15 @@ thread count or the chunking).
 
 Cost per row, with ``T`` trees of ``L`` leaves and merged paths of at most ``D`` features: a path
 of ``k`` features has ``k`` main effects (``O(k)`` with prefix products) and ``k (k - 1) / 2``
-pairs of ``ceil(k / 2)`` node terms each, plus ``O(k ceil(k / 2))`` to form the node products:
-``O(T L D^2)`` pairs, ``O(T L D^2 ceil(D / 2)) ~ T L D^3 / 4`` multiply-adds, without divisions.
-The SHAP interaction values of :mod:`distshap.kernels.cpu` condition on each of the ``k``
-features of a path (paper §3.5) and run EXTEND (``~k^2 / 2`` steps) and ``k`` UNWOUND_SUMs
-(``k`` steps each, with divisions) each time: ``~1.5 k^3`` steps per path, ``O(T L D^3)`` per
-row. Both fill the same ``O(G F^2)`` output per row.
+pairs of ``ceil(k / 2)`` node terms each (a multiply-add for the sum and a multiply for the
+running product), plus ``3 k ceil(k / 2)`` to form the node products: ``O(T L D^2)`` pairs and
+``O(T L D^2 ceil(D / 2))`` work, ``~k^3 / 2`` multiplications per path, no division. The SHAP
+interaction values of :mod:`distshap.kernels.cpu` condition on each of the ``k`` features of a
+path (paper §3.5) and run EXTEND (``~k^2 / 2`` steps) and ``k - 1`` UNWOUND_SUMs (``k`` steps
+each, with divisions) each time: ``~1.5 k^3`` steps of several operations per path, ``O(T L
+D^3)`` per row. Both are cubic in the depth, Shapley-Taylor with the smaller constant; both
+fill the same ``O(G F^2)`` output per row (the full matrix: what dominates for wide models),
+and enumerating the definition would cost ``O(2^D D^2)`` per path.
 """
 
 from __future__ import annotations
