@@ -3,6 +3,8 @@
 Subcommands::
 
     distshap explain MODEL DATA -o OUT [--overwrite] [--interactions]
+                     [--background FILE [--model-output raw|probability|log_loss]
+                      [--labels COLUMN]]
                      [--scheduler ADDR | --gpus N] [--local | --cluster] [--backend B]
                      [--chunk-rows N] [--drop COL]
     distshap info MODEL [--json]
@@ -11,6 +13,10 @@ Subcommands::
 ``explain`` runs in this process when the input is small (under
 :data:`LOCAL_MAX_BYTES` on disk) and no cluster option is given; otherwise on a Dask cluster:
 the one at ``--scheduler``, or a local one started with :func:`distshap.start_cluster`.
+With ``--background`` the values are interventional (shap's ``feature_perturbation=
+"interventional"``) over the rows of that file, of the margin or, for a binary logistic model,
+the probability or the log loss (``--model-output``; the log loss takes each row's label from
+the ``--labels`` column of DATA, which is then no feature).
 Rows go to :class:`distshap.TreeExplainer` as the Python API takes them; files are read and
 written by :mod:`distshap.io` (an output never replaces an input, an existing output only with
 ``--overwrite``, and every output is renamed into place once complete). Benchmarks are run
@@ -85,33 +91,57 @@ def _explain_fn(explainer: Any, interactions: bool) -> Any:
     return explainer.shap_interaction_values if interactions else explainer.shap_values
 
 
-def _run_local(args: argparse.Namespace, explainer: Any, ds: Any, fmt: str, names) -> int:
+def _written_expected_value(explainer: Any) -> Any:
+    """The bias stored with the values (none for the log loss: it depends on each label)."""
+    return None if explainer.model_output == "log_loss" else explainer.expected_value
+
+
+def _space(explainer: Any) -> str:
+    """What the values add up to, for the output's metadata."""
+    if explainer.model_output == "probability":
+        return "probability (interventional)"
+    if explainer.model_output == "log_loss":
+        return "log loss (interventional)"
+    if explainer.feature_perturbation == "interventional":
+        return "margin (raw score, interventional)"
+    return "margin (raw score)"
+
+
+def _run_local(
+    args: argparse.Namespace, explainer: Any, ds: Any, fmt: str, names, labels: Any = None
+) -> int:
     from distshap import io
 
     with _about(ds):
         rows = io.model_rows(ds, explainer.packed).compute(scheduler="threads")
-        values = _explain_fn(explainer, args.interactions)(rows, progress=_progress_enabled(args))
+        y = None if labels is None else labels.compute(scheduler="threads").to_numpy()
+        values = _explain_fn(explainer, args.interactions)(
+            rows, y, progress=_progress_enabled(args)
+        )
     io.write_array(
         values,
         args.output,
         fmt,
         names,
         explainer.packed.num_groups,
-        expected_value=explainer.expected_value,
+        expected_value=_written_expected_value(explainer),
         interactions=args.interactions,
         overwrite=args.overwrite,
+        space=_space(explainer),
     )
     return int(values.shape[0])
 
 
-def _run_dask(args: argparse.Namespace, explainer: Any, ds: Any, fmt: str, names, client) -> int:
+def _run_dask(
+    args: argparse.Namespace, explainer: Any, ds: Any, fmt: str, names, client, labels: Any = None
+) -> int:
     from distributed import progress, wait
 
     from distshap import io
 
     with _about(ds):
         rows = io.model_rows(ds, explainer.packed)
-        persisted = client.persist(_explain_fn(explainer, args.interactions)(rows))
+        persisted = client.persist(_explain_fn(explainer, args.interactions)(rows, labels))
         if _progress_enabled(args):
             with contextlib.redirect_stdout(sys.stderr):
                 progress(persisted)
@@ -123,9 +153,10 @@ def _run_dask(args: argparse.Namespace, explainer: Any, ds: Any, fmt: str, names
             names,
             explainer.packed.num_groups,
             client,
-            expected_value=explainer.expected_value,
+            expected_value=_written_expected_value(explainer),
             interactions=args.interactions,
             overwrite=args.overwrite,
+            space=_space(explainer),
         )
 
 
@@ -162,23 +193,88 @@ def _start_client(args: argparse.Namespace) -> Any:
     return start_cluster(gpus=gpus, n_workers=args.workers, dashboard_address=None)
 
 
+def _check_output_options(args: argparse.Namespace) -> None:
+    """--background / --model-output / --labels / --interactions that cannot go together."""
+    output = args.model_output
+    if output != "raw" and args.background is None:
+        raise _UsageError(
+            f"--model-output {output} explains interventional values: give --background FILE "
+            "(rows to integrate over, e.g. 100 to 1,000 training rows)"
+        )
+    if output == "log_loss" and args.labels is None:
+        raise _UsageError(
+            "--model-output log_loss explains each row's loss: name the label column of DATA "
+            "with --labels COLUMN"
+        )
+    if args.labels is not None and output != "log_loss":
+        raise _UsageError("--labels COLUMN is read for --model-output log_loss only")
+    if args.interactions and output != "raw":
+        raise _UsageError(
+            f"--interactions explain the margin: drop --model-output {output} (shap has no "
+            "interaction values of a probability or loss either)"
+        )
+
+
+def _label_column(args: argparse.Namespace, ds: Any) -> Any:
+    """The ``--labels`` column of DATA (a lazy Series), checked to exist; ``None`` without."""
+    if args.labels is None:
+        return None
+    from distshap.io import InputError
+
+    if ds.columns is None:
+        raise InputError(
+            f"--labels {args.labels!r} needs named columns, but {ds.label!r} is a .npy array: "
+            "use a Parquet or CSV file holding the labels as a column"
+        )
+    if args.labels not in ds.columns:
+        raise InputError(
+            f"--labels {args.labels!r}: {ds.label!r} has no such column "
+            f"(columns: {', '.join(map(str, list(ds.columns)[:8]))})"
+        )
+    return ds.data[args.labels]
+
+
+def _with_background(args: argparse.Namespace, explainer: Any, bg: Any, drop: list[str]) -> Any:
+    """The explainer made interventional over the rows of ``--background`` (dataset ``bg``)."""
+    if bg is None:
+        return explainer
+    from distshap import io
+
+    present = [c for c in drop if bg.columns is not None and c in bg.columns]
+    bg = io.select_features(bg, explainer.packed, present)
+    with _about(bg):
+        rows = io.model_rows(bg, explainer.packed).compute(scheduler="threads")
+        if len(rows) == 0:
+            raise ValueError("the background has no rows: give at least one")
+    return explainer._with_background(rows, args.model_output)
+
+
 def _cmd_explain(args: argparse.Namespace) -> int:
     from distshap import io
     from distshap.explainer import TreeExplainer
 
+    _check_output_options(args)
     fmt = io.output_format(args.output, interactions=args.interactions)
     ds = io.read_data(args.data, chunk_rows=args.chunk_rows)
-    io.check_output(args.output, fmt, [args.data, *ds.files, args.model], args.overwrite)
+    bg = None if args.background is None else io.read_data(args.background)
+    inputs = [args.data, *ds.files, args.model]
+    if bg is not None:
+        inputs += [args.background, *bg.files]
+    io.check_output(args.output, fmt, inputs, args.overwrite)
+    labels = _label_column(args, ds)
+    drop = list(args.drop) + ([args.labels] if args.labels is not None else [])
     explainer = TreeExplainer(args.model, backend=args.backend)
-    ds = io.select_features(ds, explainer.packed, args.drop)
+    ds = io.select_features(ds, explainer.packed, drop)
+    explainer = _with_background(args, explainer, bg, drop)
     names = explainer.output_feature_names(_Columns(ds.columns))
     if not _use_cluster(args, ds.nbytes):
         # compile (JIT) and upload the model on one row first, so the timing is the real work
         _explain_fn(explainer, args.interactions)(
-            np.zeros((1, explainer.num_features), dtype=np.float32)
+            np.zeros((1, explainer.num_features), dtype=np.float32),
+            None if labels is None else np.zeros(1),
         )
         start = time.perf_counter()
-        rows = _run_local(args, explainer, ds, fmt, names)
+        rows = _run_local(args, explainer, ds, fmt, names, labels)
         where = "in-process"
     else:
         client = _start_client(args)
@@ -189,13 +285,15 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             # compile the kernels and ship the model first, so the timing is the real work
             warm_up(client, explainer.packed, backend=args.backend, interactions=args.interactions)
             start = time.perf_counter()
-            rows = _run_dask(args, explainer, ds, fmt, names, client)
+            rows = _run_dask(args, explainer, ds, fmt, names, client, labels)
             workers = len(client.scheduler_info(n_workers=-1).get("workers", {}))
         finally:
             client.close()
         where = f"on {workers} Dask worker(s)"
     seconds = time.perf_counter() - start
     what = "SHAP interaction values" if args.interactions else "SHAP values"
+    if explainer.feature_perturbation == "interventional":
+        what = f"interventional {what} ({explainer.model_output})"
     print(
         f"{rows} rows, {seconds:.3f} s, {rows / max(seconds, 1e-9):,.0f} rows/s "
         f"({what} {where}) -> {args.output}"
@@ -312,6 +410,21 @@ def _build_parser() -> argparse.ArgumentParser:
     ex.add_argument("-o", "--output", required=True, help="OUT: .npy, .parquet or .zarr")
     _overwrite_flag(ex)
     ex.add_argument("--interactions", action="store_true", help="SHAP interaction values")
+    ex.add_argument(
+        "--background", metavar="FILE",
+        help="interventional SHAP over the rows of FILE (Parquet / CSV / .npy, the model's "
+        "columns; 100 to 1,000 rows are typical); default: tree-path-dependent",
+    )  # fmt: skip
+    ex.add_argument(
+        "--model-output", choices=("raw", "probability", "log_loss"), default="raw",
+        help="what is explained (with --background): the margin (raw), or a binary logistic "
+        "model's probability or log loss (needs --labels)",
+    )  # fmt: skip
+    ex.add_argument(
+        "--labels", metavar="COLUMN",
+        help="column of DATA holding each row's label (0/1) for --model-output log_loss; it "
+        "is not a feature (left out of DATA and of the background)",
+    )  # fmt: skip
     ex.add_argument("--scheduler", metavar="ADDR", help="address of a running Dask scheduler")
     ex.add_argument("--gpus", type=int, help="local cluster with N GPU workers (0: CPU cluster)")
     ex.add_argument("--workers", type=int, help="local workers (GPUs: first N; CPU: default 1)")

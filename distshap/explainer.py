@@ -227,23 +227,42 @@ class TreeExplainer:
         self.data_feature_names = None
         self._transform = 0
         if background is not None:
-            from distshap.interventional import build_background, transform_id
-
-            self._transform = transform_id(model_output, self.packed)
-            self.background = build_background(self.packed, background)
-            data_matrix = model_matrix(background, self.packed)
-            self.data = data_matrix.get() if is_cupy(data_matrix) else data_matrix
-            if is_frame(background):
-                self.data_feature_names = [
-                    str(c)
-                    for c in select_model_columns(
-                        background,
-                        self.packed.num_features,
-                        self.packed.feature_names,
-                        self.packed.encoding.name_style,
-                    )
-                ]
+            self._attach_background(background)
         self._models[None] = _Model(self.packed, self.background)
+
+    def _attach_background(self, rows: Any) -> None:
+        """Interventional over ``rows`` (a :func:`~distshap.inputs.background_input` result)
+        for ``self.model_output``."""
+        from distshap.interventional import build_background, transform_id
+
+        self._transform = transform_id(self.model_output, self.packed)
+        self._background_rows = rows
+        self.background = build_background(self.packed, rows)
+        matrix = model_matrix(rows, self.packed)
+        self.data = matrix.get() if is_cupy(matrix) else matrix
+        self.data_feature_names = None
+        if is_frame(rows):
+            names = self.packed.feature_names
+            style = self.packed.encoding.name_style
+            cols = select_model_columns(rows, self.num_features, names, style)
+            self.data_feature_names = [str(c) for c in cols]
+
+    def _with_background(self, data: Any, model_output: str = "raw") -> TreeExplainer:
+        """This explainer made interventional over ``data`` (its packed model reused).
+
+        For callers that need the packed model to read the background (the CLI selects a
+        file's columns with it): the same as ``TreeExplainer(model, data, model_output)``
+        without converting and packing the model again.
+        """
+        import copy
+
+        _check_model_output(model_output)
+        other = copy.copy(self)
+        other.feature_perturbation = "interventional"
+        other.model_output = model_output
+        other._attach_background(background_input(data))
+        other._models = {None: _Model(self.packed, other.background)}
+        return other
 
     # --------------------------------------------------------------------------------------
     # the model of a range of boosting rounds

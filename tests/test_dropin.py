@@ -9,6 +9,7 @@ XGBoost's ``pred_contribs(iteration_range=...)`` and model slicing; inputs users
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -465,3 +466,97 @@ def test_dask_gives_a_lazy_explanation(setup, scheduler, output):
     np.testing.assert_array_equal(got.values, want.values)
     np.testing.assert_array_equal(got.base_values, want.base_values)
     np.testing.assert_array_equal(got.data, want.data)
+
+
+# ------------------------------------------------------------------------------------------
+# the command line: distshap explain --background FILE [--model-output ...] [--labels COLUMN]
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cli_files(setup, tmp_path_factory) -> dict:
+    """The binary model saved, a Parquet of its rows with a label column, backgrounds."""
+    d = tmp_path_factory.mktemp("dropin_cli")
+    model = setup["models"]["binary"]
+    out = {"dir": d, "model": str(d / "binary.json")}
+    model.save_model(out["model"])
+    frame = pd.DataFrame(setup["X"][:60], columns=[f"f{j}" for j in range(5)])
+    frame.insert(2, "label", setup["y"][:60].astype(np.float64))
+    out["data"] = str(d / "rows.parquet")
+    frame.to_parquet(out["data"])
+    out["csv"] = str(d / "rows.csv")
+    frame.to_csv(out["csv"], index=False)
+    out["bg_parquet"] = str(d / "bg.parquet")
+    frame.iloc[40:].to_parquet(out["bg_parquet"])  # holds the label column too: left out
+    out["bg_npy"] = str(d / "bg.npy")
+    np.save(out["bg_npy"], setup["X"][40:60])
+    out["X"], out["y"], out["bg"] = setup["X"][:60], setup["y"][:60], setup["X"][40:60]
+    return out
+
+
+def _explain(cli_files: dict, name: str, *args: str) -> str:
+    from distshap.cli import main
+
+    out = str(cli_files["dir"] / name)
+    code = main(["explain", cli_files["model"], cli_files["data"], "-o", out, "--no-progress",
+                 "--overwrite", *args])  # fmt: skip
+    assert code == 0
+    return out
+
+
+def test_cli_background_probability(cli_files):
+    out = _explain(cli_files, "prob.npy", "--background", cli_files["bg_parquet"],
+                   "--model-output", "probability", "--drop", "label")  # fmt: skip
+    want = TreeExplainer(cli_files["model"], cli_files["bg"], model_output="probability",
+                         backend="cpu").shap_values(cli_files["X"])  # fmt: skip
+    np.testing.assert_array_equal(np.load(out), want)
+    raw = _explain(cli_files, "raw.npy", "--background", cli_files["bg_npy"], "--drop", "label")
+    want = TreeExplainer(cli_files["model"], cli_files["bg"], backend="cpu")
+    np.testing.assert_array_equal(np.load(raw), want.shap_values(cli_files["X"]))
+
+
+def test_cli_log_loss_labels_column(cli_files, scheduler):
+    explainer = TreeExplainer(cli_files["model"], cli_files["bg"], model_output="log_loss",
+                              backend="cpu")  # fmt: skip
+    want = explainer.shap_values(cli_files["X"], cli_files["y"])
+    args = ["--background", cli_files["bg_parquet"], "--model-output", "log_loss",
+            "--labels", "label"]  # fmt: skip
+    local = _explain(cli_files, "loss.parquet", *args, "--local")
+    got = pd.read_parquet(local)
+    assert list(got.columns) == [f"f{j}" for j in range(5)] + ["bias"]
+    np.testing.assert_array_equal(got.to_numpy(), want)
+    zarr = pytest.importorskip("zarr")
+    on_cluster = _explain(cli_files, "loss.zarr", *args, "--scheduler", scheduler)
+    stored = zarr.open_array(on_cluster, mode="r")
+    np.testing.assert_array_equal(stored[:], want)
+    assert stored.attrs["expected_value"] is None  # the bias depends on each row's label
+    assert stored.attrs["space"] == "log loss (interventional)"
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--model-output", "probability"], "give --background FILE"),
+    (["--background", "BG", "--model-output", "log_loss"], "--labels COLUMN"),
+    (["--background", "BG", "--labels", "label"], "log_loss only"),
+    (["--background", "BG", "--model-output", "log_loss", "--labels", "nope"], "'nope'"),
+    (["--background", "BG", "--model-output", "probability", "--interactions"],
+     "--interactions explain the margin"),
+])  # fmt: skip
+def test_cli_output_option_errors(cli_files, capsys, args, needle):
+    from distshap.cli import main
+
+    args = [cli_files["bg_parquet"] if a == "BG" else a for a in args]
+    out = str(cli_files["dir"] / ("never.npy" if "--interactions" in args else "never.parquet"))
+    code = main(["explain", cli_files["model"], cli_files["data"], "-o", out, *args])
+    assert code == 2
+    assert needle in capsys.readouterr().err
+    assert not os.path.exists(out)
+
+
+def test_cli_labels_need_named_columns(cli_files, capsys):
+    from distshap.cli import main
+
+    npy = str(cli_files["dir"] / "rows.npy")
+    np.save(npy, cli_files["X"])
+    args = ["--background", cli_files["bg_npy"], "--model-output", "log_loss", "--labels", "y"]
+    assert main(["explain", cli_files["model"], npy, "-o", npy + ".out.npy", *args]) == 2
+    assert "needs named columns" in capsys.readouterr().err

@@ -454,14 +454,21 @@ def write_blocks(
 
 
 def _zarr_attrs(
-    feature_names: Sequence[str], expected_value: Any, num_groups: int, interactions: bool
+    feature_names: Sequence[str],
+    expected_value: Any,
+    num_groups: int,
+    interactions: bool,
+    space: str = "margin (raw score)",
 ) -> dict:
+    ev = None  # None: no one bias (a log loss's depends on each row's label)
+    if expected_value is not None:
+        ev = np.atleast_1d(np.asarray(expected_value, dtype=np.float64)).tolist()
     return {
         "feature_names": [str(n) for n in feature_names],
-        "expected_value": np.atleast_1d(np.asarray(expected_value, dtype=np.float64)).tolist(),
+        "expected_value": ev,
         "layout": _layout(num_groups, interactions),
         "values": "SHAP interaction values" if interactions else "SHAP values",
-        "space": "margin (raw score)",
+        "space": space,
         "producer": "distshap",
     }
 
@@ -496,6 +503,7 @@ def write_array(
     interactions: bool = False,
     block_rows: int = 65536,
     overwrite: bool = False,
+    space: str = "margin (raw score)",
 ) -> None:
     """Write in-memory SHAP (interaction) values in the layout of :mod:`distshap.io`.
 
@@ -507,7 +515,7 @@ def write_array(
     if fmt == "zarr":
         import dask.array as da
 
-        attrs = _zarr_attrs(feature_names, expected_value, num_groups, interactions)
+        attrs = _zarr_attrs(feature_names, expected_value, num_groups, interactions, space)
         chunks = (min(max(n, 1), block_rows),) + tail
         with staged_output(path, fmt, overwrite) as tmp:
             _to_zarr(da.from_array(values, chunks=chunks), tmp, attrs, lambda s: s.compute())
@@ -527,6 +535,7 @@ def write_dask(
     expected_value: Any = None,
     interactions: bool = False,
     overwrite: bool = False,
+    space: str = "margin (raw score)",
 ) -> int:
     """Write a *persisted* Dask result; returns the number of rows.
 
@@ -542,7 +551,7 @@ def write_dask(
         sizes = result.chunks[0]
         if len(set(sizes[:-1])) > 1 or (len(sizes) > 1 and sizes[-1] > sizes[0]):
             result = result.rechunk({0: max(sizes)})
-        attrs = _zarr_attrs(feature_names, expected_value, num_groups, interactions)
+        attrs = _zarr_attrs(feature_names, expected_value, num_groups, interactions, space)
         with staged_output(path, fmt, overwrite) as tmp:
             _to_zarr(result, tmp, attrs, lambda s: client.compute(s).result())
         return n
