@@ -184,6 +184,12 @@ def _margin_kind(kind: str, groups: int) -> tuple[str, str]:
     library = kind.split(":", 1)[0]
     if kind in _PROBABILITY_TREES:
         return "probability", ""
+    if groups > 1:
+        return "", (
+            f"it has {groups} outputs, a multiclass model: each class's probability depends on "
+            "every group's margin (a softmax), so no transform of one group's margin is its "
+            "probability"
+        )
     if library == "xgboost":
         logistic = kind.split(":", 1)[1] in _XGBOOST_LOGISTIC
     elif library == "lightgbm":
@@ -206,11 +212,6 @@ def _margin_kind(kind: str, groups: int) -> tuple[str, str]:
         logistic = True
     else:
         return "", "distshap does not know what its margin means"
-    if logistic and groups > 1:
-        return "", (
-            f"it has {groups} outputs (a softmax model: each class's probability depends on "
-            "every group's margin, so no transform of one group's margin is its probability)"
-        )
     if not logistic:
         return "", "its margin is not the log-odds of a binary logistic model"
     return "logistic", ""
