@@ -27,6 +27,7 @@ from distshap.strategy import choose_tables, path_features, table_values
 
 __all__ = [
     "clear_cache",
+    "interaction_slot_values",
     "interaction_values",
     "interventional_values",
     "shap_tables",
@@ -206,6 +207,65 @@ def _interaction_kernel(X, feature, lower, upper, missing, zero_fraction, cat_of
 
 
 @njit(parallel=True, nogil=True, cache=True)
+def _interaction_slot_kernel(X, feature, lower, upper, missing, zero_fraction, cat_offsets,
+                             cat_nbits, cat_other, cat_words, path_offsets, path_value,
+                             path_group, map_offsets, path_map, diag_slots, row_offsets,
+                             row_entries, out):  # fmt: skip
+    """:func:`_interaction_kernel` writing each row's slots (:mod:`distshap.pair_slots`).
+
+    The same terms are added in the same order to the same float64 sums, so every slot has the
+    bits of its matrix entry: ``acc[s]`` holds the upper entry ``[f_c, f_i]`` (c < i) or the
+    SHAP value of a diagonal slot, ``acc[S + s]`` the lower entry ``[f_i, f_c]``; a diagonal is
+    then ``phi_i - sum_j [i, j]`` over its row's non-zero entries in increasing ``j``.
+    """
+    n_rows = X.shape[0]
+    n_paths = path_offsets.shape[0] - 1
+    n_slots = out.shape[1]
+    max_len = _max_lanes(path_offsets)
+    for r in prange(n_rows):
+        row = X[r]
+        acc = np.zeros(2 * n_slots, np.float64)
+        one = np.empty(max_len, np.float64)
+        w = np.empty(max_len, np.float64)
+        for p in range(n_paths):
+            start = path_offsets[p]
+            stop = path_offsets[p + 1]
+            k = stop - start - 1
+            v = path_value[p]
+            m0 = map_offsets[p] - k - 1  # entry (c, i) of 1-based elements: m0 + c * k + i
+            zero = zero_fraction[start:stop]
+            _one_fractions(row, feature, lower, upper, missing, cat_offsets, cat_nbits,
+                           cat_other, cat_words, start, stop, one)  # fmt: skip
+            depth = _extend_path(w, zero, one, 1, k + 1, -1)
+            for i in range(1, k + 1):
+                if one[i] != zero[i]:
+                    s = _unwound_sum(w, depth, zero[i], one[i])
+                    acc[path_map[m0 + i * k + i]] += s * (one[i] - zero[i]) * v
+            for j in range(1, k + 1):
+                scale = 0.5 * (one[j] - zero[j]) * v
+                if scale == 0.0:
+                    continue
+                depth = _extend_path(w, zero, one, 1, k + 1, j)
+                for i in range(1, k + 1):
+                    if i == j or one[i] == zero[i]:
+                        continue
+                    s = _unwound_sum(w, depth, zero[i], one[i])
+                    if j < i:  # [f_j, f_i]: upper triangle
+                        at = path_map[m0 + j * k + i]
+                    else:  # lower triangle: scratch after the slots
+                        at = n_slots + path_map[m0 + i * k + j]
+                    acc[at] += s * (one[i] - zero[i]) * scale
+        for d in range(diag_slots.shape[0]):
+            t = diag_slots[d]
+            diag = acc[t]
+            for e in range(row_offsets[d], row_offsets[d + 1]):
+                diag -= acc[row_entries[e]]
+            acc[t] = diag
+        for t in range(n_slots):
+            out[r, t] = acc[t]
+
+
+@njit(parallel=True, nogil=True, cache=True)
 def _fill_tables(path_offsets, zero_fraction, path_value, table_offsets, total):
     """Every pattern's SHAP contributions of every path with a table, in float64.
 
@@ -311,4 +371,19 @@ def interaction_values(packed: PackedModel, X: np.ndarray) -> np.ndarray:
     f1 = packed.num_features + 1
     out = np.empty((X.shape[0], packed.num_groups, f1, f1), np.float32)
     run_parallel(_interaction_kernel, X, *_model_args(packed), packed.expected_value, out)
+    return out
+
+
+def interaction_slot_values(packed: PackedModel, X: np.ndarray, slots) -> np.ndarray:
+    """Interaction values of every row in slot form: float32 ``(n, S)``.
+
+    ``slots`` is the model's :class:`distshap.pair_slots.PairSlots`; slot ``s`` holds the bits of
+    the matrix entry ``[g, slot_i[s], slot_j[s]]`` that :func:`interaction_values` gives (the
+    bias entry ``[F, F]``, the expected value, is not a slot).
+    """
+    X = _as_rows(X, packed)
+    out = np.empty((X.shape[0], slots.num_slots), np.float32)
+    run_parallel(_interaction_slot_kernel, X, *_model_args(packed), slots.map_offsets,
+                 slots.path_map, slots.diag_slots, slots.row_offsets, slots.row_entries,
+                 out)  # fmt: skip
     return out

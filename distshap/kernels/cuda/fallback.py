@@ -25,7 +25,7 @@ from distshap.kernels.cuda.device import (
     unwound_sum,
 )  # fmt: skip
 
-__all__ = ["FALLBACK_MAX_FEATURES", "launch_fallback", "oversize_kernel"]
+__all__ = ["FALLBACK_MAX_FEATURES", "launch_fallback", "oversize_kernel", "oversize_slot_kernel"]
 
 # Frozen at import: the kernel's local arrays have these sizes, so the host side uses them too.
 FALLBACK_MAX_FEATURES = config.MAX_FALLBACK_FEATURES
@@ -33,68 +33,113 @@ _MAXF1 = FALLBACK_MAX_FEATURES + 1
 _MAXF2 = FALLBACK_MAX_FEATURES + 2
 
 
-@cuda.jit
-def oversize_kernel(lane_f, lane_i, lane_cat, lane_d, cat_words, path_offsets, paths, X, acc,
-                     scale, n_cols, interactions):  # fmt: skip
-    """One thread per (row, oversize path), float64 DP in local memory."""
-    r = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-    if r >= X.shape[0]:
-        return
-    p = paths[cuda.blockIdx.y]
-    s0 = path_offsets[p]
-    k = path_offsets[p + 1] - s0 - 1
-    w = cuda.local.array(_MAXF2, np.float64)
-    one = cuda.local.array(_MAXF1, np.float64)
-    zero = cuda.local.array(_MAXF1, np.float64)
-    diag = cuda.local.array(_MAXF1, np.float64)
-    v = lane_d[s0, LD_VALUE]
-    group = lane_i[s0, LI_GROUP]
-    for i in range(1, k + 1):
-        li = s0 + i
-        zero[i] = lane_d[li, LD_ZERO]
-        diag[i] = 0.0
-        one[i] = 0.0
-        if lane_follows(X[r, lane_i[li, LI_FEATURE]], lane_f, lane_i, lane_cat, cat_words, li):
-            one[i] = 1.0
-    n_cond = k if interactions else 0
-    for c in range(0, n_cond + 1):
-        scale_c = 1.0 if c == 0 else 0.5 * (one[c] - zero[c])
-        if scale_c == 0.0:
-            continue
-        depth = extend_path(w, zero, one, 1, k + 1, c)
-        fc = lane_i[s0 + c, LI_FEATURE]
+def _make_oversize_kernel(slots: bool):
+    """The fallback kernel; ``slots``: interaction values into pair slots (upper triangle)."""
+
+    @cuda.jit(device=True)
+    def body(lane_f, lane_i, lane_cat, lane_d, cat_words, path_offsets, paths, X, acc, scale,
+             n_cols, interactions, path_map, map_offsets):  # fmt: skip
+        r = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        if r >= X.shape[0]:
+            return
+        p = paths[cuda.blockIdx.y]
+        s0 = path_offsets[p]
+        k = path_offsets[p + 1] - s0 - 1
+        w = cuda.local.array(_MAXF2, np.float64)
+        one = cuda.local.array(_MAXF1, np.float64)
+        zero = cuda.local.array(_MAXF1, np.float64)
+        diag = cuda.local.array(_MAXF1, np.float64)
+        v = lane_d[s0, LD_VALUE]
+        group = lane_i[s0, LI_GROUP]
+        if slots:  # slot of 1-based elements (c, i), c <= i: path_map[m0 + c * k + i]
+            m0 = map_offsets[p] - k - 1
         for i in range(1, k + 1):
-            if i == c or one[i] == zero[i]:
+            li = s0 + i
+            zero[i] = lane_d[li, LD_ZERO]
+            diag[i] = 0.0
+            one[i] = 0.0
+            if lane_follows(X[r, lane_i[li, LI_FEATURE]], lane_f, lane_i, lane_cat, cat_words,
+                            li):  # fmt: skip
+                one[i] = 1.0
+        n_cond = k if interactions else 0
+        for c in range(0, n_cond + 1):
+            scale_c = 1.0 if c == 0 else 0.5 * (one[c] - zero[c])
+            if scale_c == 0.0:
                 continue
-            phi = unwound_sum(w, depth, zero[i], one[i]) * (one[i] - zero[i]) * v * scale_c
-            fi = lane_i[s0 + i, LI_FEATURE]
-            if not interactions:
-                ival = fixed(phi, scale)
+            depth = extend_path(w, zero, one, 1, k + 1, c)
+            fc = lane_i[s0 + c, LI_FEATURE]
+            for i in range(1, k + 1):
+                if i == c or one[i] == zero[i]:
+                    continue
+                phi = unwound_sum(w, depth, zero[i], one[i]) * (one[i] - zero[i]) * v * scale_c
+                fi = lane_i[s0 + i, LI_FEATURE]
+                if not interactions:
+                    ival = fixed(phi, scale)
+                    if ival != 0:
+                        cuda.atomic.add(acc, (r, group * n_cols + fi), ival)
+                elif c == 0:
+                    diag[i] += phi
+                else:
+                    diag[i] -= phi
+                    ival = fixed(phi, scale)
+                    if slots:
+                        if ival != 0 and c < i:  # [f_c, f_i]: the upper triangle only
+                            cuda.atomic.add(acc, (r, path_map[m0 + c * k + i]), ival)
+                    elif ival != 0:
+                        cuda.atomic.add(acc, (r, (group * n_cols + fc) * n_cols + fi), ival)
+        if interactions:
+            for i in range(1, k + 1):
+                fi = lane_i[s0 + i, LI_FEATURE]
+                ival = fixed(diag[i], scale)
                 if ival != 0:
-                    cuda.atomic.add(acc, (r, group * n_cols + fi), ival)
-            elif c == 0:
-                diag[i] += phi
-            else:
-                diag[i] -= phi
-                ival = fixed(phi, scale)
-                if ival != 0:
-                    cuda.atomic.add(acc, (r, (group * n_cols + fc) * n_cols + fi), ival)
-    if interactions:
-        for i in range(1, k + 1):
-            fi = lane_i[s0 + i, LI_FEATURE]
-            ival = fixed(diag[i], scale)
-            if ival != 0:
-                cuda.atomic.add(acc, (r, (group * n_cols + fi) * n_cols + fi), ival)
+                    if slots:
+                        cuda.atomic.add(acc, (r, path_map[m0 + i * k + i]), ival)
+                    else:
+                        cuda.atomic.add(acc, (r, (group * n_cols + fi) * n_cols + fi), ival)
+
+    if slots:
+
+        @cuda.jit
+        def slot_kernel(lane_f, lane_i, lane_cat, lane_d, cat_words, path_offsets, paths, X, acc,
+                        scale, path_map, map_offsets):  # fmt: skip
+            """One thread per (row, oversize path): interaction values into pair slots."""
+            body(lane_f, lane_i, lane_cat, lane_d, cat_words, path_offsets, paths, X, acc, scale,
+                 0, True, path_map, map_offsets)  # fmt: skip
+
+        return slot_kernel
+
+    @cuda.jit
+    def kernel(lane_f, lane_i, lane_cat, lane_d, cat_words, path_offsets, paths, X, acc, scale,
+               n_cols, interactions):  # fmt: skip
+        """One thread per (row, oversize path), float64 DP in local memory."""
+        body(lane_f, lane_i, lane_cat, lane_d, cat_words, path_offsets, paths, X, acc, scale,
+             n_cols, interactions, path_offsets, path_offsets)  # fmt: skip
+
+    return kernel
 
 
-def launch_fallback(model, Xb, acc, scale, F1, stream, interactions):
-    """Run the fallback kernel over the model's oversize paths on the batch ``Xb``."""
+oversize_kernel = _make_oversize_kernel(slots=False)
+_oversize_slot_kernel: list = []
+
+
+def oversize_slot_kernel():
+    """The fallback kernel writing pair slots (built on first use)."""
+    if not _oversize_slot_kernel:
+        _oversize_slot_kernel.append(_make_oversize_kernel(slots=True))
+    return _oversize_slot_kernel[0]
+
+
+def launch_fallback(model, Xb, acc, scale, F1, stream, interactions, slots=None):
+    """Run the fallback kernel over the model's oversize paths on the batch ``Xb``; ``slots``
+    (:class:`~distshap.kernels.cuda.model.SlotArrays`): interaction values into pair slots."""
     nb = int(Xb.shape[0])
     for p0 in range(0, model.n_oversize, 65535):  # grid.y is at most 65535
         paths = model.oversize_paths[p0 : min(model.n_oversize, p0 + 65535)]
         tpb = 128
         grid = (-(-nb // tpb), int(paths.shape[0]))
-        oversize_kernel[grid, tpb, stream](
-            model.lane_f, model.lane_i, model.lane_cat, model.lane_d, model.cat_words,
-            model.path_offsets, paths, Xb, acc, scale, F1, interactions,
-        )  # fmt: skip
+        args = (model.lane_f, model.lane_i, model.lane_cat, model.lane_d, model.cat_words,
+                model.path_offsets, paths, Xb, acc, scale)  # fmt: skip
+        if slots is None:
+            oversize_kernel[grid, tpb, stream](*args, F1, interactions)
+        else:
+            oversize_slot_kernel()[grid, tpb, stream](*args, slots.path_map, slots.map_offsets)

@@ -19,12 +19,15 @@ from numba import cuda
 from distshap.kernels.cuda import config
 from distshap.kernels.cuda.device import SIM, stream, xp
 from distshap.kernels.cuda.fallback import launch_fallback
-from distshap.kernels.cuda.model import device_model, interaction_plan
+from distshap.kernels.cuda.model import device_model, interaction_plan, slot_arrays
 from distshap.kernels.cuda.quadrature import launch_quadrature
 from distshap.kernels.cuda.tables import launch_tables
 from distshap.packed import PackedModel
 
-__all__ = ["default_batch_rows", "finish_kernel", "interaction_values", "shap_values"]
+__all__ = [
+    "default_batch_rows", "finish_kernel", "interaction_values", "run_slot_batches",
+    "shap_values",
+]  # fmt: skip
 
 
 @cuda.jit
@@ -103,6 +106,47 @@ def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool):
                 acc, out2[r0:r1], 1.0 / scale, model.expected_value, group_size, bias_offset
             )
     return out
+
+
+def run_slot_batches(packed: PackedModel, X, slots, consume, batch_rows: int | None = None):
+    """Interaction values in pair-slot form, batch by batch, handed to ``consume``.
+
+    For each row batch the table, quadrature and fallback kernels add the batch's upper-triangle
+    and diagonal contributions to an int64 accumulator ``(rows, S)`` of pair slots
+    (:mod:`distshap.pair_slots`; ``slots`` is the host :class:`~distshap.pair_slots.PairSlots`),
+    then ``consume(acc, first_row, model, device_slots, inv_scale, stream)`` launches whatever
+    reads it (:mod:`.pairs`) and must leave it zeroed. ``batch_rows`` (default: the budget of
+    :func:`default_batch_rows` for ``S`` values a row) does not change any result.
+    """
+    model = device_model(packed)
+    plan = interaction_plan(packed, model)
+    dev = slot_arrays(packed, model, slots)
+    X = _as_device_rows(X, packed.num_features)
+    n = int(X.shape[0])
+    if n == 0:
+        return
+    width = max(1, dev.num_slots)
+    if batch_rows is None:
+        batch_rows = default_batch_rows(width)
+    batch_rows = int(batch_rows)
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
+    batch_rows = min(batch_rows, n, 65535)  # the consumers' grids have one block row per row
+    scale = 2.0**model.interaction_shift
+    F1 = packed.num_features + 1
+    acc_all = xp().zeros((batch_rows, width), dtype=np.int64)
+    s = stream()
+    with warnings.catch_warnings():  # small inputs give small grids: not worth a warning
+        warnings.filterwarnings("ignore", message=".*under-utilization.*")
+        for r0 in range(0, n, batch_rows):
+            r1 = min(n, r0 + batch_rows)
+            Xb = X[r0:r1]
+            acc = acc_all[: r1 - r0]
+            if dev.num_slots:
+                launch_tables(model, plan, Xb, acc, scale, F1, s, slots=dev)
+                launch_quadrature(model, plan, Xb, acc, scale, F1, s, True, slots=dev)
+                launch_fallback(model, Xb, acc, scale, F1, s, True, slots=dev)
+            consume(acc, r0, model, dev, 1.0 / scale, s)
 
 
 def shap_values(packed: PackedModel, X, batch_rows: int | None = None):

@@ -38,9 +38,9 @@ from distshap.kernels.cuda.tables import (
 from distshap.packed import PackedModel
 
 __all__ = [
-    "DeviceModel", "Plan", "QuadratureLaunch", "clear_cache", "device_model",
+    "DeviceModel", "Plan", "QuadratureLaunch", "SlotArrays", "clear_cache", "device_model",
     "fixed_point_shift", "interaction_plan", "interaction_table_offsets", "lane_arrays",
-    "plan_arrays", "strategy_stats",
+    "plan_arrays", "slot_arrays", "strategy_stats",
 ]  # fmt: skip
 
 
@@ -78,11 +78,33 @@ class Plan:
 
 
 @dataclass(eq=False)
+class SlotArrays:
+    """A model's pair slots on the device (:mod:`distshap.pair_slots`), for the slot kernels.
+
+    ``path_map`` / ``map_offsets`` address the slots of each path's element pairs,
+    ``lane_map`` is the ``map_offsets`` entry of each lane's path, ``group_slots`` the slot
+    range of each group (``slot_offsets``), ``num_pairs`` its pair slots, ``slot_i`` /
+    ``slot_j`` the features of each slot.
+    """
+
+    path_map: object
+    map_offsets: object
+    lane_map: object
+    group_slots: object
+    num_pairs: object
+    slot_i: object
+    slot_j: object
+    num_slots: int
+    max_group_slots: int
+
+
+@dataclass(eq=False)
 class DeviceModel:
     """A packed model's arrays on one device, plus the launch constants derived from it.
 
     ``shap`` is the SHAP :class:`Plan`; ``interactions`` the interaction plan, built (tables
-    filled on the device) on the first interaction call and kept.
+    filled on the device) on the first interaction call and kept; ``slots`` the pair slots
+    (:func:`slot_arrays`), copied on the first call that needs them.
     """
 
     lane_f: object
@@ -101,6 +123,7 @@ class DeviceModel:
     interaction_shift: int
     shap: Plan
     interactions: Plan | None = None
+    slots: SlotArrays | None = None
 
 
 _CACHE: OrderedDict = OrderedDict()
@@ -279,6 +302,29 @@ def interaction_plan(packed: PackedModel, model: DeviceModel) -> Plan:
         plan["table_bytes"] = 4 * total
         model.interactions = Plan(**_to_device(plan))
         return model.interactions
+
+
+def slot_arrays(packed: PackedModel, model: DeviceModel, slots) -> SlotArrays:
+    """The :class:`SlotArrays` of ``model`` from the host ``slots``
+    (:func:`distshap.pair_slots.pair_slots` of ``packed``), copied on first use and kept."""
+    with _LOCK:
+        if model.slots is not None:
+            return model.slots
+        lane_path = packed.lane_path.astype(np.int64)
+        lane_map = slots.map_offsets[lane_path] if lane_path.size else np.zeros(1, np.int64)
+        host = dict(
+            path_map=_nonempty(slots.path_map, np.int32),
+            map_offsets=np.ascontiguousarray(slots.map_offsets, np.int64),
+            lane_map=np.ascontiguousarray(lane_map, np.int64),
+            group_slots=np.ascontiguousarray(slots.slot_offsets, np.int64),
+            num_pairs=np.ascontiguousarray(slots.num_pairs, np.int64),
+            slot_i=_nonempty(slots.slot_i, np.int32),
+            slot_j=_nonempty(slots.slot_j, np.int32),
+        )
+        model.slots = SlotArrays(
+            **_to_device(host), num_slots=slots.num_slots, max_group_slots=slots.max_group_slots
+        )
+        return model.slots
 
 
 def clear_cache() -> None:

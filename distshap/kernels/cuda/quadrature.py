@@ -117,20 +117,27 @@ def _make_shap_kernel(n_nodes: int, shared: bool):
     return kernel
 
 
-def _make_interaction_kernel(n_nodes: int, shared: bool):
+def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
     """The interaction kernel: one thread per path, one block per (chunk of paths, row of
     ``X``), ``n_nodes`` nodes; the row's ``(F + 1) ** 2`` sums of the chunk's group in shared
-    memory (``shared``: upper triangle, mirrored when flushed) or in global memory."""
+    memory (``shared``: upper triangle, mirrored when flushed) or in global memory. ``slots``:
+    into the row's pair slots (:mod:`distshap.pair_slots`; the upper triangle only, a shared
+    tile holds the slots of the chunk's group)."""
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
 
-    @cuda.jit
-    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
-               chunk_group, X, acc, scale, n_cols, row0):  # fmt: skip
+    @cuda.jit(device=True)
+    def body(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
+             chunk_group, X, acc, scale, n_cols, row0, path_map, map_offsets,
+             group_slots):  # fmt: skip
         tid = cuda.threadIdx.x
         ch = cuda.blockIdx.x
         r = row0 + cuda.blockIdx.y
-        width = n_cols * n_cols
-        base = chunk_group[ch] * width
+        if slots:  # the slots of the chunk's group: [base, base + width)
+            base = group_slots[chunk_group[ch]]
+            width = group_slots[chunk_group[ch] + 1] - base
+        else:
+            width = n_cols * n_cols
+            base = chunk_group[ch] * width
         scale32 = np.float32(scale)
         one = np.float32(1.0)
         half32 = np.float32(0.5)
@@ -146,6 +153,9 @@ def _make_interaction_kernel(n_nodes: int, shared: bool):
             p = chunk_paths[j]
             s0 = path_offsets[p] + 1
             s1 = path_offsets[p + 1]
+            if slots:  # slot of elements (a, c), a <= c: path_map[m0 + a * k + c] (0-based)
+                k = s1 - s0
+                m0 = map_offsets[p] - s0 * (k + 1)  # so that lanes index it: m0 + li * k + lc
             value = lane_f[s0 - 1, LF_VALUE]
             for m in range(n_nodes):
                 prod[m] = value * weights[m]
@@ -178,10 +188,14 @@ def _make_interaction_kernel(n_nodes: int, shared: bool):
                     diag += part[m] * (one - half32 * (usum[m] - ri))
                 iv = np.int64(diag * scale32)
                 if iv != 0:
-                    if shared:
-                        cuda.atomic.add(tile, fi * n_cols + fi, iv)
+                    if slots:
+                        e = path_map[m0 + li * k + li] - base
                     else:
-                        cuda.atomic.add(acc, (r, base + fi * n_cols + fi), iv)
+                        e = fi * n_cols + fi
+                    if shared:
+                        cuda.atomic.add(tile, e, iv)
+                    else:
+                        cuda.atomic.add(acc, (r, base + e), iv)
                 for lc in range(li + 1, s1):
                     zc = lane_f[lc, LF_ZERO]
                     dc = -zc
@@ -195,7 +209,13 @@ def _make_interaction_kernel(n_nodes: int, shared: bool):
                     iv = np.int64(half32 * total * scale32)
                     if iv != 0:
                         fc = lane_i[lc, LI_FEATURE]  # > fi: a path's elements sorted by feature
-                        if shared:
+                        if slots:
+                            e = path_map[m0 + li * k + lc] - base
+                            if shared:
+                                cuda.atomic.add(tile, e, iv)
+                            else:
+                                cuda.atomic.add(acc, (r, base + e), iv)
+                        elif shared:
                             cuda.atomic.add(tile, fi * n_cols + fc, iv)
                         else:
                             cuda.atomic.add(acc, (r, base + fi * n_cols + fc), iv)
@@ -206,10 +226,30 @@ def _make_interaction_kernel(n_nodes: int, shared: bool):
                 iv = tile[e]
                 if iv != 0:
                     cuda.atomic.add(acc, (r, base + e), iv)
-                    a = e // n_cols
-                    b = e - a * n_cols
-                    if a != b:
-                        cuda.atomic.add(acc, (r, base + b * n_cols + a), iv)
+                    if not slots:
+                        a = e // n_cols
+                        b = e - a * n_cols
+                        if a != b:
+                            cuda.atomic.add(acc, (r, base + b * n_cols + a), iv)
+
+    if slots:
+
+        @cuda.jit
+        def slot_kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths,
+                        chunk_offsets, chunk_group, X, acc, scale, row0, path_map, map_offsets,
+                        group_slots):  # fmt: skip
+            body(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
+                 chunk_group, X, acc, scale, 0, row0, path_map, map_offsets,
+                 group_slots)  # fmt: skip
+
+        return slot_kernel
+
+    @cuda.jit
+    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
+               chunk_group, X, acc, scale, n_cols, row0):  # fmt: skip
+        body(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
+             chunk_group, X, acc, scale, n_cols, row0, chunk_offsets, chunk_offsets,
+             chunk_offsets)  # fmt: skip
 
     return kernel
 
@@ -217,19 +257,41 @@ def _make_interaction_kernel(n_nodes: int, shared: bool):
 _KERNELS: dict = {}
 
 
-def quadrature_kernel(n_nodes: int, shared: bool, interactions: bool = False):
-    """The quadrature kernel for ``n_nodes`` nodes (built on first use, compiled at launch)."""
-    key = (n_nodes, shared, interactions)
+def quadrature_kernel(n_nodes: int, shared: bool, interactions: bool = False,
+                      slots: bool = False):  # fmt: skip
+    """The quadrature kernel for ``n_nodes`` nodes (built on first use, compiled at launch);
+    ``slots``: the interaction kernel writing pair slots."""
+    key = (n_nodes, shared, interactions, slots)
     kernel = _KERNELS.get(key)
     if kernel is None:
-        make = _make_interaction_kernel if interactions else _make_shap_kernel
-        kernel = _KERNELS[key] = make(n_nodes, shared)
+        if slots:
+            kernel = _make_interaction_kernel(n_nodes, shared, slots=True)
+        elif interactions:
+            kernel = _make_interaction_kernel(n_nodes, shared)
+        else:
+            kernel = _make_shap_kernel(n_nodes, shared)
+        _KERNELS[key] = kernel
     return kernel
 
 
-def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, interactions):
-    """Run the quadrature launches of ``plan`` on the row batch ``Xb`` (adding to ``acc``)."""
+def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, interactions, slots=None):
+    """Run the quadrature launches of ``plan`` on the row batch ``Xb`` (adding to ``acc``);
+    ``slots`` (:class:`~distshap.kernels.cuda.model.SlotArrays`): interaction values into pair
+    slots."""
     nb = int(Xb.shape[0])
+    if slots is not None:  # one block per (chunk, row); a group's slots in shared memory
+        group_bytes = slots.max_group_slots * 8
+        shared = 0 < group_bytes <= config.QUADRATURE_SHARED_BYTES
+        for launch in plan.quadrature:
+            kernel = quadrature_kernel(launch.n_nodes, shared, interactions=True, slots=True)
+            for row0 in range(0, nb, 65535):  # grid.y is at most 65535
+                grid = (launch.n_chunks, min(nb - row0, 65535))
+                kernel[grid, 128, stream, group_bytes if shared else 0](
+                    model.lane_f, model.lane_i, model.lane_cat, model.cat_words,
+                    model.path_offsets, launch.paths, launch.offsets, launch.group, Xb, acc,
+                    scale, row0, slots.path_map, slots.map_offsets, slots.group_slots,
+                )  # fmt: skip
+        return
     if interactions:  # one block per (chunk, row)
         shared = F1 * F1 * 8 <= config.QUADRATURE_SHARED_BYTES
         for launch in plan.quadrature:

@@ -150,13 +150,15 @@ def _row_range(rows_per_block, n_rows):
     return r0, r1
 
 
-def _make_table_kernel(shared: bool):
+def _make_table_kernel(shared: bool, slots: bool = False):
     """The interaction-table kernel, accumulating in a shared-memory tile of rows (``shared``:
-    one global atomic per output value and block per tile) or in global memory directly."""
+    one global atomic per output value and block per tile) or in global memory directly;
+    ``slots``: into a row's pair slots (:mod:`distshap.pair_slots`) instead of its matrices."""
 
-    @cuda.jit
-    def kernel(lane_f, lane_i, lane_cat, lane_table, cat_words, tables, bin_offsets, bin_maxk,
-               bins, X, acc, scale, rows_per_block, tile_rows, n_cols):  # fmt: skip
+    @cuda.jit(device=True)
+    def body(lane_f, lane_i, lane_cat, lane_table, cat_words, tables, bin_offsets, bin_maxk,
+             bins, X, acc, scale, rows_per_block, tile_rows, n_cols, path_map,
+             lane_map):  # fmt: skip
         tid = cuda.threadIdx.x
         lane = tid & 31
         bi = cuda.blockIdx.x * _TABLE_WARPS + (tid >> 5)
@@ -180,6 +182,8 @@ def _make_table_kernel(shared: bool):
         mask_k = (np.int64(1) << k) - 1
         scale32 = np.float32(scale)
         width = acc.shape[1]
+        if slots:  # slot of entry (c, pos - 1) of the lane's path: path_map[mbase + c * k]
+            mbase = lane_map[li] + pos - 1 if active else 0
         r0, r1 = _row_range(rows_per_block, X.shape[0])
         if shared:
             tile = cuda.shared.array(_TILE_VALUES, np.int64)
@@ -202,10 +206,15 @@ def _make_table_kernel(shared: bool):
                 first = li - pos + 1  # lane of the path's first feature element
                 for c in range(maxk):  # the conditioned element
                     if active and c < k:
-                        fc = lane_i[first + c, LI_FEATURE]
                         iv = np.int64(tables[entry + c * k] * scale32)
-                        if iv != 0:
+                        if slots:  # the upper triangle (c < pos - 1) and the diagonal only
+                            e = path_map[mbase + c * k] if c < pos else -1
+                            if e < 0:
+                                iv = 0
+                        else:
+                            fc = lane_i[first + c, LI_FEATURE]
                             e = (group * n_cols + fc) * n_cols + feat  # c == i: diagonal
+                        if iv != 0:
                             if shared:
                                 cuda.atomic.add(tile, (r - t0) * width + e, iv)
                             else:
@@ -219,15 +228,39 @@ def _make_table_kernel(shared: bool):
                         cuda.atomic.add(acc, (t0 + q, i - q * width), v)
                 cuda.syncthreads()
 
+    if slots:
+
+        @cuda.jit
+        def slot_kernel(lane_f, lane_i, lane_cat, lane_table, cat_words, tables, bin_offsets,
+                        bin_maxk, bins, X, acc, scale, rows_per_block, tile_rows, path_map,
+                        lane_map):  # fmt: skip
+            body(lane_f, lane_i, lane_cat, lane_table, cat_words, tables, bin_offsets, bin_maxk,
+                 bins, X, acc, scale, rows_per_block, tile_rows, 0, path_map, lane_map)  # fmt: skip
+
+        return slot_kernel
+
+    @cuda.jit
+    def kernel(lane_f, lane_i, lane_cat, lane_table, cat_words, tables, bin_offsets, bin_maxk,
+               bins, X, acc, scale, rows_per_block, tile_rows, n_cols):  # fmt: skip
+        body(lane_f, lane_i, lane_cat, lane_table, cat_words, tables, bin_offsets, bin_maxk,
+             bins, X, acc, scale, rows_per_block, tile_rows, n_cols, bins, bins)  # fmt: skip
+
     return kernel
 
 
 _table_kernel = _make_table_kernel(shared=False)
 _table_shared_kernel = _make_table_kernel(shared=True)
+_table_slot_kernels: dict = {}
 
 
-def table_kernel(shared: bool):
-    """The interaction-table kernel with a shared-memory tile or without."""
+def table_kernel(shared: bool, slots: bool = False):
+    """The interaction-table kernel with a shared-memory tile or without; ``slots``: the
+    variant writing pair slots (built on first use)."""
+    if slots:
+        kernel = _table_slot_kernels.get(shared)
+        if kernel is None:
+            kernel = _table_slot_kernels[shared] = _make_table_kernel(shared, slots=True)
+        return kernel
     return _table_shared_kernel if shared else _table_kernel
 
 
@@ -244,16 +277,22 @@ def _rows_per_warp(n_rows: int, n_bins: int) -> int:
     return int(max(16, min(config.ROWS_PER_WARP, per)))
 
 
-def launch_tables(model, plan, Xb, acc, scale, F1, stream):
-    """Run the table kernel over the table bins of ``plan`` on the batch ``Xb``."""
+def launch_tables(model, plan, Xb, acc, scale, F1, stream, slots=None):
+    """Run the table kernel over the table bins of ``plan`` on the batch ``Xb``; ``slots``
+    (the device model's :class:`~distshap.kernels.cuda.model.SlotArrays`): into pair slots."""
     if not plan.n_table_bins:
         return
     nb = int(Xb.shape[0])
     tile_rows = shared_tile_rows(acc.shape[1])
     rpb = _rows_per_warp(nb, plan.n_table_bins)
     grid = (-(-plan.n_table_bins // _TABLE_WARPS), -(-nb // rpb))
-    table_kernel(tile_rows > 0)[grid, 32 * _TABLE_WARPS, stream](
+    args = (
         model.lane_f, model.lane_i, model.lane_cat, plan.lane_table, model.cat_words,
         plan.tables, model.bin_offsets, plan.table_maxk, plan.table_bins, Xb, acc, scale, rpb,
-        tile_rows or rpb, F1,
+        tile_rows or rpb,
     )  # fmt: skip
+    kernel = table_kernel(tile_rows > 0, slots=slots is not None)
+    if slots is None:
+        kernel[grid, 32 * _TABLE_WARPS, stream](*args, F1)
+    else:
+        kernel[grid, 32 * _TABLE_WARPS, stream](*args, slots.path_map, slots.lane_map)
