@@ -15,12 +15,14 @@ Modules, by concern:
 * :mod:`.fallback` - the kernel for paths longer than a warp;
 * :mod:`.model` - the device model, its plans and cache, :func:`strategy_stats`;
 * :mod:`.launch` - row batches, the finish pass, :func:`shap_values` / :func:`interaction_values`;
+* :mod:`.interventional` - :func:`interventional_values` (against a background data set);
 * :mod:`.ptx` - :func:`compile_check` (PTX of every kernel, no GPU needed).
 """
 
 from __future__ import annotations
 
 from distshap.kernels.cuda import config
+from distshap.kernels.cuda.interventional import interventional_values
 from distshap.kernels.cuda.launch import default_batch_rows, interaction_values, shap_values
 from distshap.kernels.cuda.model import (
     DeviceModel,
@@ -39,6 +41,6 @@ from distshap.kernels.cuda.tables import shared_tile_rows
 __all__ = [
     "DeviceModel", "Plan", "QuadratureLaunch", "clear_cache", "compile_check", "config",
     "default_batch_rows", "device_model", "fixed_point_shift", "gauss_legendre",
-    "interaction_plan", "interaction_values", "quadrature_warps", "shap_values",
-    "shared_tile_rows", "strategy_stats",
+    "interaction_plan", "interaction_values", "interventional_values", "quadrature_warps",
+    "shap_values", "shared_tile_rows", "strategy_stats",
 ]  # fmt: skip

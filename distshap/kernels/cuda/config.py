@@ -13,6 +13,12 @@ __all__ = [
     "CACHE_SIZE",
     "INTERACTION_TABLE_BUDGET_BYTES",
     "INTERACTION_TABLE_MAX_FEATURES",
+    "INTERVENTIONAL_INTERACTION_TABLE_BUDGET_BYTES",
+    "INTERVENTIONAL_INTERACTION_TABLE_MAX_FEATURES",
+    "INTERVENTIONAL_MASK_BUDGET_BYTES",
+    "INTERVENTIONAL_TABLE_BUDGET_BYTES",
+    "INTERVENTIONAL_TABLE_MAX_FEATURES",
+    "INTERVENTIONAL_WARPS_PER_BLOCK",
     "MAX_FALLBACK_FEATURES",
     "MIN_TILE_ROWS",
     "QUADRATURE_CHUNK_PATHS",
@@ -55,3 +61,17 @@ MAX_FALLBACK_FEATURES = 127
 BATCH_BUDGET_BYTES = 1 << 30
 #: Device models kept per process (keyed by model digest and device).
 CACHE_SIZE = 8
+
+#: Interventional values (:mod:`.interventional`): background pattern tables (int64, ``2**k *
+#: k`` values per path for SHAP values, ``2**k * k * k`` for interaction values; model output
+#: "raw" only) for regular paths of at most this many features (frozen: the fill kernels'
+#: local arrays), shortest first within these budgets per model, background and device; the
+#: other paths run the direct kernels (``B`` iterations per row and element).
+INTERVENTIONAL_TABLE_MAX_FEATURES = 12
+INTERVENTIONAL_TABLE_BUDGET_BYTES = 1 << 30
+INTERVENTIONAL_INTERACTION_TABLE_MAX_FEATURES = 10
+INTERVENTIONAL_INTERACTION_TABLE_BUDGET_BYTES = 1 << 30
+#: Largest background masks (4 bytes per bin and background row) per model and background.
+INTERVENTIONAL_MASK_BUDGET_BYTES = 1 << 31
+#: Warps (bins) per thread block of the interventional mask and direct kernels (frozen).
+INTERVENTIONAL_WARPS_PER_BLOCK = 4
