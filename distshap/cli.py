@@ -9,6 +9,7 @@ Subcommands::
                      [--chunk-rows N] [--drop COL]
     distshap info MODEL [--json]
     distshap plot summary MODEL DATA -o out.png [--max-display 20] [--kind bar|beeswarm]
+    distshap plot interactions MODEL DATA -o out.png [--max-display 20] [--group G] [--signed]
 
 ``explain`` runs in this process when the input is small (under
 :data:`LOCAL_MAX_BYTES` on disk) and no cluster option is given; otherwise on a Dask cluster:
@@ -355,6 +356,34 @@ def _cmd_plot_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plot_interactions(args: argparse.Namespace) -> int:
+    from distshap import io
+    from distshap.explainer import TreeExplainer
+    from distshap.pair_interactions import interaction_summary, top_pairs
+    from distshap.plots import interaction_heatmap
+
+    fmt = io.image_format(args.output)
+    if args.max_rows is not None and args.max_rows < 1:
+        raise _UsageError(f"--max-rows {args.max_rows} must be >= 1")
+    if args.top < 0:
+        raise _UsageError(f"--top {args.top} must be >= 0")
+    ds = io.read_data(args.data)
+    io.check_output(args.output, fmt, [args.data, *ds.files, args.model], args.overwrite)
+    explainer = TreeExplainer(args.model, backend=args.backend)
+    ds = io.select_features(ds, explainer.packed, args.drop)
+    names = explainer.output_feature_names(_Columns(ds.columns))
+    with _about(ds):
+        rows = io.first_rows(io.model_rows(ds, explainer.packed), args.max_rows)
+        summary = interaction_summary(explainer.packed, rows, args.signed, args.backend)
+    fig = interaction_heatmap(summary, names, max_display=args.max_display, group=args.group)
+    io.save_figure(fig, args.output, fmt, args.overwrite, dpi=args.dpi, bbox_inches="tight")
+    if args.top:
+        table = top_pairs(summary, args.top, names, group=args.group)
+        print(table.to_string(index=False))
+    print(f"{len(rows)} rows -> {args.output}")
+    return 0
+
+
 # ------------------------------------------------------------------------------------------
 # argument parsing and error handling
 # ------------------------------------------------------------------------------------------
@@ -475,6 +504,27 @@ def _build_parser() -> argparse.ArgumentParser:
     _progress_flags(summary)
     _common(summary)
     summary.set_defaults(func=_cmd_plot_summary)
+    pairs = plots.add_parser(
+        "interactions",
+        help="heat map of the strongest interacting feature pairs of DATA",
+        description="Compute the mean |SHAP interaction value| of every feature pair over the "
+        "rows of DATA in this process, in one pass without the full interaction matrices, "
+        "draw the strongest pairs as a heat map and print them.",
+    )
+    pairs.add_argument("model")
+    pairs.add_argument("data")
+    pairs.add_argument("-o", "--output", required=True, help="image file (.png, .svg, .pdf)")
+    _overwrite_flag(pairs)
+    pairs.add_argument("--max-display", type=int, default=20, help="features shown")
+    pairs.add_argument("--group", type=int, default=None, help="class (default: summed)")
+    pairs.add_argument("--signed", action="store_true", help="mean value, not mean |value|")
+    pairs.add_argument("--top", type=int, default=10, help="strongest pairs printed (0: none)")
+    pairs.add_argument("--max-rows", type=int, default=100_000, help="rows used (first N)")
+    pairs.add_argument("--dpi", type=int, default=150)
+    pairs.add_argument("--backend", choices=("auto", "cpu", "cuda"), default="auto")
+    pairs.add_argument("--drop", action="append", default=[], metavar="COLUMN")
+    _common(pairs)
+    pairs.set_defaults(func=_cmd_plot_interactions)
     return parser
 
 

@@ -1,5 +1,8 @@
 """Summary plots of SHAP values with matplotlib alone (for users without the shap package).
 
+:func:`interaction_heatmap` draws the strongest feature pairs of an interaction summary
+(:func:`distshap.pair_interactions.interaction_summary`) as a heat map.
+
 :func:`summary_plot` takes the arrays :meth:`distshap.TreeExplainer.shap_values` returns (bias
 in the last column) and draws either the mean |SHAP| per feature as a horizontal bar chart
 (stacked by class for multiclass models) or a beeswarm-like scatter: one row per feature, one
@@ -15,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["mean_abs_shap", "summary_plot"]
+__all__ = ["interaction_heatmap", "mean_abs_shap", "summary_plot"]
 
 
 def _as_groups(shap_values: Any) -> np.ndarray:
@@ -186,6 +189,138 @@ def summary_plot(
         ax.spines[side].set_visible(False)
     if title is None and n_groups > 1 and kind == "beeswarm":
         title = class_names[groups[0]] if class_names is not None else f"class {groups[0]}"
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def _strongest_features(strength: np.ndarray, max_display: int) -> list[int]:
+    """Features of the strongest pairs (``strength`` symmetric, zero diagonal), in the order
+    their first pair appears (pairs by strength descending, ties by ``(i, j)``), at most
+    ``max_display``."""
+    iu, ju = np.triu_indices(strength.shape[0], 1)
+    vals = strength[iu, ju]
+    order = np.lexsort((ju, iu, -vals))
+    chosen: list[int] = []
+    for o in order[vals[order] > 0]:
+        for f in (int(iu[o]), int(ju[o])):
+            if f not in chosen and len(chosen) < max_display:
+                chosen.append(f)
+        if len(chosen) >= max_display:
+            break
+    return chosen
+
+
+def interaction_heatmap(
+    summary: Any,
+    feature_names: Sequence[str] | None = None,
+    max_display: int = 20,
+    group: int | None = None,
+    class_names: Sequence[str] | None = None,
+    title: str | None = None,
+    show_diagonal: bool = False,
+    annotate: bool | None = None,
+) -> Any:
+    """A heat map of the strongest feature pairs of an interaction summary.
+
+    Parameters
+    ----------
+    summary : ndarray
+        ``(F+1, F+1)`` or ``(G, F+1, F+1)`` as
+        :func:`distshap.pair_interactions.interaction_summary` returns (mean ``|phi_ij|``, or
+        mean ``phi_ij`` with ``signed=True``; bias last).
+    feature_names : sequence of str, optional
+        Default ``f0, f1, ...``.
+    max_display : int
+        Features shown at most: those of the strongest pairs (off-diagonal ``|value|``), taken
+        pair by pair; shown in order of their total interaction with the others shown.
+    group : int, optional
+        Output group (class); default the sum over groups.
+    class_names : sequence of str, optional
+        Name of the shown group in the title.
+    title : str, optional
+    show_diagonal : bool
+        Colour the diagonal (main effects ``phi_ii``, often far larger) too; default grey.
+    annotate : bool, optional
+        Write each value in its cell (default: when at most 12 features are shown).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as err:
+        raise ImportError(
+            "interaction plots need matplotlib: `pip install matplotlib` (or distshap[plot])"
+        ) from err
+    M = np.asarray(summary.get() if hasattr(summary, "get") else summary, dtype=np.float64)
+    if M.ndim == 2:
+        M = M[None]
+    if M.ndim != 3 or M.shape[1] != M.shape[2] or M.shape[1] < 3:
+        raise ValueError(
+            f"summary has shape {M.shape}: pass the (F+1, F+1) or (G, F+1, F+1) array "
+            "interaction_summary returns (bias last)"
+        )
+    if isinstance(max_display, bool) or not isinstance(max_display, (int, np.integer)):
+        raise TypeError(f"max_display must be an integer, got {type(max_display).__name__}")
+    if max_display < 2:
+        raise ValueError(f"max_display={max_display} must be >= 2 (a pair)")
+    n_groups, n_features = M.shape[0], M.shape[1] - 1
+    if group is not None and not 0 <= group < n_groups:
+        raise ValueError(f"group={group} but the summary has {n_groups} output group(s)")
+    names = [str(f) for f in feature_names] if feature_names is not None else None
+    if names is None:
+        names = [f"f{j}" for j in range(n_features)]
+    if len(names) != n_features:
+        raise ValueError(
+            f"{len(names)} feature names for {n_features} features: pass one name per column"
+        )
+    values = (M[group] if group is not None else M.sum(axis=0))[:-1, :-1]
+    strength = np.abs(values)
+    np.fill_diagonal(strength, 0.0)
+    chosen = _strongest_features(strength, int(max_display))
+    if len(chosen) < 2:
+        raise ValueError("the summary has no non-zero feature pair to show")
+    sub = strength[np.ix_(chosen, chosen)]
+    chosen = [chosen[i] for i in np.argsort(-sub.sum(axis=1), kind="stable")]
+    shown = values[np.ix_(chosen, chosen)].copy()
+    if not show_diagonal:
+        np.fill_diagonal(shown, np.nan)
+    signed = bool((values < 0).any())
+    finite = np.abs(shown[np.isfinite(shown)])
+    top = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+    cmap = _colormap("coolwarm" if signed else "Reds").copy()
+    cmap.set_bad("#dddddd")
+    m = len(chosen)
+    size = 1.6 + 0.38 * m
+    fig = Figure(figsize=(size + 1.4, size))
+    ax = fig.add_subplot()
+    image = ax.imshow(np.ma.masked_invalid(shown), cmap=cmap, vmin=-top if signed else 0.0,
+                      vmax=top, interpolation="nearest")  # fmt: skip
+    labels = [names[j] for j in chosen]
+    ax.set_xticks(range(m))
+    ax.set_yticks(range(m))
+    ax.set_xticklabels(labels, rotation=90)
+    ax.set_yticklabels(labels)
+    if annotate is None:
+        annotate = m <= 12
+    if annotate:
+        for a in range(m):
+            for b in range(m):
+                if np.isfinite(shown[a, b]):
+                    dark = abs(shown[a, b]) > 0.6 * top
+                    ax.text(b, a, f"{shown[a, b]:.3g}", ha="center", va="center", fontsize=7,
+                            color="white" if dark else "black")  # fmt: skip
+    bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    bar.set_label(("mean SHAP interaction value" if signed else "mean |SHAP interaction value|")
+                  + " (margin)")  # fmt: skip
+    if title is None:
+        if group is not None and n_groups > 1:
+            title = class_names[group] if class_names is not None else f"class {group}"
+        elif n_groups > 1:
+            title = f"summed over {n_groups} classes"
     if title:
         ax.set_title(title)
     fig.tight_layout()
