@@ -119,7 +119,7 @@ def model_matrix(X: Any, packed: Any, allow_empty: bool = False) -> Any:
     if X.ndim != 2:
         raise ValueError(
             f"X must be 2-D (n_rows, n_features), got {X.ndim}-D shape {X.shape}; "
-            "for one row use X.reshape(1, -1)"
+            "TreeExplainer also takes one row as a 1-D array or a pandas Series"
         )
     if X.shape[0] == 0 and not allow_empty:
         raise ValueError("X has no rows: nothing to explain")
@@ -337,6 +337,8 @@ def explain_input(X: Any) -> ExplainInput:
         For an ``xgboost.QuantileDMatrix`` (it holds bins, not values) or a DMatrix whose data
         cannot be read back.
     """
+    if isinstance(X, (list, tuple)):
+        X = np.asarray(X)
     if _is_dmatrix(X):
         return dmatrix_input(X)
     if is_dask(X):

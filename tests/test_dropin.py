@@ -201,6 +201,27 @@ def test_interventional_interactions(setup):
     np.testing.assert_allclose(inter.values, inter.values.swapaxes(1, 2), atol=1e-6)
 
 
+@pytest.mark.parametrize("output", ["raw", "probability", "log_loss"])
+def test_lightgbm_and_forest_match_shap(output):
+    lgb = pytest.importorskip("lightgbm")
+    from sklearn.ensemble import RandomForestClassifier
+
+    X = np.nan_to_num(_data(3, 200)).astype(np.float64)
+    y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(int)
+    bg, rows, labels = X[150:190], X[:20], y[:20]
+    models = [lgb.LGBMClassifier(n_estimators=5, num_leaves=6, verbose=-1).fit(X, y)]
+    if output != "log_loss":  # a forest's outputs are probabilities: no logistic loss
+        models.append(RandomForestClassifier(n_estimators=3, max_depth=3, random_state=0))
+        models[-1].fit(X, y)
+    for model in models:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            peer = shap.TreeExplainer(model, bg, model_output=output)
+            want = peer.shap_values(rows, labels)
+        got = TreeExplainer(model, bg, model_output=output, backend="cpu")(rows, labels)
+        rel_close(got.values, want)  # the forest: (n, F, 2), as shap's
+
+
 def test_shap_plots_take_the_explanation(setup):
     matplotlib = pytest.importorskip("matplotlib")
     matplotlib.use("Agg")
@@ -560,3 +581,31 @@ def test_cli_labels_need_named_columns(cli_files, capsys):
     args = ["--background", cli_files["bg_npy"], "--model-output", "log_loss", "--labels", "y"]
     assert main(["explain", cli_files["model"], npy, "-o", npy + ".out.npy", *args]) == 2
     assert "needs named columns" in capsys.readouterr().err
+
+
+def test_progress_batches_carry_the_labels(setup, monkeypatch):
+    import distshap.explainer as explainer_module
+
+    model, X, y = setup["models"]["binary"], setup["X"], setup["y"]
+    explainer = TreeExplainer(model, setup["bg"], model_output="log_loss", backend="cpu")
+    whole = explainer.shap_values(X, y)
+    monkeypatch.setattr(explainer_module, "PROGRESS_BATCH_ROWS", 32)
+    np.testing.assert_array_equal(explainer.shap_values(X, y, progress=True), whole)
+
+
+def test_dask_frame_explanation(setup, scheduler):
+    dd = pytest.importorskip("dask.dataframe")
+    from distributed import Client
+
+    model, frame = setup["models"]["regression"], setup["frame"].iloc[:40]
+    explainer = TreeExplainer(model, backend="cpu")
+    want = explainer(frame)
+    with Client(scheduler) as client:
+        explainer.client = client
+        lazy = explainer(dd.from_pandas(frame[NAMES[::-1]], npartitions=3), interactions=False)
+        got = lazy.compute()
+        inter = explainer(dd.from_pandas(frame, npartitions=2), interactions=True).compute()
+    np.testing.assert_array_equal(got.values, want.values)
+    np.testing.assert_array_equal(got.data, want.data)
+    assert got.feature_names == NAMES
+    np.testing.assert_array_equal(inter.values, explainer(frame, interactions=True).values)
