@@ -1,0 +1,275 @@
+"""Interventional SHAP throughput: distshap (CPU, CUDA, Dask) beside shap, in one run.
+
+For a model shape of :mod:`benchmarks.shapes` (default ``cal_housing-med``: 100 trees of depth
+8 on 8 features) and each background size (default 100 and 1,000 rows), in the same process on
+the same rows:
+
+* ``shap``: ``shap.TreeExplainer(model, masker, feature_perturbation="interventional")
+  .shap_values(X)`` on the first ``--shap-rows`` rows (its C++ loop over rows, background rows
+  and trees runs on one thread whatever the machine; it is slow, so it gets fewer rows). The
+  masker is ``shap.maskers.Independent(background, max_samples=B)``: given the rows
+  themselves, shap keeps a random 100 of them (``max_samples=100``), so above 100 rows it
+  would explain (and be timed on) another background than distshap;
+* ``distshap CPU``: ``distshap.TreeExplainer(model, background,
+  feature_perturbation="interventional", backend="cpu")`` on ``--cpu-rows`` rows (every core);
+* ``distshap CUDA``: the same with ``backend="cuda"`` on ``--rows`` CuPy rows;
+* ``Dask``: :func:`distshap.cluster.explain_dask` with the background on a local cluster of 1,
+  2, ... GPUs (``--dask-workers``; CuPy chunks made on the workers), with the efficiency
+  ``rows/s / (workers x rows/s of 1 worker)``. CPU workers where ``--backend cpu``.
+
+Every distshap timing is the median of ``--repeats`` runs after a warm-up call (compilation,
+model and background upload, pattern tables), with the additivity check on (as users run
+it); GPU work is synchronized before the clock stops. The values of each backend are compared
+with shap's on shap's rows (``max|diff| / max|shap|``).
+
+Usage::
+
+    python -m benchmarks.interventional                                  # GPU if any
+    python -m benchmarks.interventional --backend cpu --rows 2000 --shap-rows 50   # smoke
+    python -m benchmarks.interventional --backgrounds 100 --dask-workers 1,2,4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import time
+
+import numpy as np
+
+from benchmarks import shapes
+
+__all__ = ["main", "measure"]
+
+
+def _sync(gpu: bool) -> None:
+    if gpu:
+        import cupy
+
+        cupy.cuda.Device().synchronize()
+
+
+def _median(fn, repeats: int, gpu: bool) -> tuple[float, object, float]:
+    """Median seconds of ``repeats`` calls after a warm-up call; the last output; warm-up s."""
+    t0 = time.perf_counter()
+    out = fn()
+    _sync(gpu)
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        _sync(gpu)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out, first
+
+
+def _host(a) -> np.ndarray:
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+def _rel_diff(ours, theirs) -> float:
+    """``max|ours - shap| / max|shap|`` over the feature columns (bias aside)."""
+    ours = _host(ours).astype(np.float64)
+    ours = (ours[:, None, :] if ours.ndim == 2 else ours)[..., :-1]  # (n, G, F)
+    theirs = np.asarray(theirs, dtype=np.float64)  # shap: (n, F), or (n, F, G)
+    theirs = theirs.transpose(0, 2, 1) if theirs.ndim == 3 else theirs[:, None, :]
+    return float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), 1e-30))
+
+
+def _dask_rate(shape_name: str, booster, background, n_workers: int, gpu: bool, rows: int,
+               repeats: int, chunks_per_worker: int, threads: int) -> float:  # fmt: skip
+    """rows/s of explain_dask on a fresh local cluster of ``n_workers`` (GPUs or CPUs)."""
+    from distributed import wait
+
+    from benchmarks.scaling import _make_rows
+    from distshap import TreeExplainer
+    from distshap.cluster import explain_dask, start_cluster
+
+    explainer = TreeExplainer(booster, background, feature_perturbation="interventional",
+                              backend="cpu")  # fmt: skip  # the packed model and background
+    packed, bg = explainer.packed, explainer.background
+    backend = "cuda" if gpu else "cpu"
+    if gpu:
+        client = start_cluster(n_workers=n_workers, gpus=True, dashboard_address=":0")
+    else:
+        env = {"NUMBA_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+        client = start_cluster(n_workers=n_workers, gpus=False, dashboard_address=":0", env=env)
+    with client:
+        n_chunks = max(1, n_workers * chunks_per_worker)
+        X = client.persist(_make_rows(shape_name, packed.num_features, rows, n_chunks, 7, gpu))
+        wait(X)
+        few = X[: X.chunks[0][0] * min(n_workers, X.numblocks[0])]
+        explain_dask(packed, few, backend=backend, background=bg).compute()  # warm-up
+        seconds = []
+        for _ in range(repeats):
+            result = explain_dask(packed, X, backend=backend, background=bg)
+            t0 = time.perf_counter()
+            wait(client.persist(result))
+            seconds.append(time.perf_counter() - t0)
+            del result
+    return rows / min(seconds)
+
+
+def measure(shape: str, n_background: int, rows: int, cpu_rows: int, shap_rows: int,
+            backend: str, repeats: int, dask_workers: list[int], chunks_per_worker: int,
+            dask_rows: int | None) -> dict:  # fmt: skip
+    """One background size: every measurement of the module docstring, as a record."""
+    from distshap import TreeExplainer
+
+    name, size = shape.rsplit("-", 1)
+    booster = shapes.train_model(name, size)
+    background, _ = shapes.make_data(name, n_background, seed=2)
+    X, _ = shapes.make_data(name, max(rows, cpu_rows, shap_rows), seed=1)
+    gpu = backend == "cuda"
+    rec: dict = {"shape": shape, "background": n_background, "repeats": repeats}
+
+    # shap (one thread: its interventional loop is serial C++)
+    n_shap = min(shap_rows, X.shape[0])
+    rec["shap_rows"] = n_shap
+    theirs = None
+    try:
+        import shap
+
+        t0 = time.perf_counter()
+        # shap's default masker silently keeps 100 random rows of a larger background:
+        # give it every row, as distshap uses them all
+        masker = shap.maskers.Independent(background, max_samples=n_background)
+        explainer = shap.TreeExplainer(booster, masker, feature_perturbation="interventional")
+        rec["shap_setup_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        theirs = explainer.shap_values(X[:n_shap], check_additivity=False)
+        rec["shap_s"] = time.perf_counter() - t0
+        rec["shap_rows_s"] = n_shap / rec["shap_s"]
+    except ImportError:
+        rec["shap_rows_s"] = None
+
+    # distshap CPU
+    t0 = time.perf_counter()
+    cpu = TreeExplainer(booster, background, feature_perturbation="interventional", backend="cpu")
+    rec["prepare_s"] = time.perf_counter() - t0
+    rec["cpu_rows"] = cpu_rows
+    s, cpu_out, first = _median(lambda: cpu.shap_values(X[:cpu_rows]), repeats, False)
+    rec.update(cpu_s=s, cpu_first_s=first, cpu_rows_s=cpu_rows / s)
+    if theirs is not None:
+        rec["cpu_diff_vs_shap"] = _rel_diff(cpu_out[:n_shap], theirs)
+
+    # distshap CUDA
+    if gpu:
+        import cupy
+
+        cuda = TreeExplainer(booster, background, feature_perturbation="interventional",
+                             backend="cuda")  # fmt: skip
+        Xd = cupy.asarray(X[:rows])
+        s, out, first = _median(lambda: cuda.shap_values(Xd), repeats, True)
+        rec.update(cuda_rows=rows, cuda_s=s, cuda_first_s=first, cuda_rows_s=rows / s)
+        if theirs is not None:
+            rec["cuda_diff_vs_shap"] = _rel_diff(out[:n_shap], theirs)
+        n = min(cpu_rows, rows)
+        ref = np.asarray(cpu_out[:n], dtype=np.float64)
+        got = _host(out[:n]).astype(np.float64)
+        rec["cuda_diff_vs_cpu"] = float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+    # Dask
+    per_worker = dask_rows or (max(rows, 2_000_000) if gpu else cpu_rows)
+    base = None
+    for w in dask_workers:
+        total = per_worker * w
+        threads = max(1, (os.cpu_count() or 1) // max(dask_workers))
+        rate = _dask_rate(name, booster, background, w, gpu, total, repeats, chunks_per_worker,
+                          threads)  # fmt: skip
+        if base is None:
+            base = rate / w  # per worker, at the smallest count
+        rec[f"dask_{w}_rows"] = total
+        rec[f"dask_{w}_rows_s"] = rate
+        if base:
+            rec[f"dask_{w}_efficiency"] = rate / (w * base)
+    return rec
+
+
+def _fmt(x, digits: int = 0) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:,.{digits}f}"
+
+
+def table(records: list[dict], backend: str, dask_workers: list[int]) -> str:
+    """The markdown table of :func:`measure` records."""
+    head = ["background", "shap rows/s (rows)", "CPU rows/s", "CPU / shap"]
+    if backend == "cuda":
+        head += ["CUDA rows/s", "CUDA / shap"]
+    head += [f"Dask {w} {'GPU' if backend == 'cuda' else 'CPU worker'}{'s' if w > 1 else ''}"
+             for w in dask_workers]  # fmt: skip
+    head += ["max rel diff vs shap"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in records:
+        shap_rate = r.get("shap_rows_s")
+        row = [
+            str(r["background"]),
+            f"{_fmt(shap_rate, 1)} ({r['shap_rows']})",
+            _fmt(r["cpu_rows_s"]),
+            _fmt(shap_rate and r["cpu_rows_s"] / shap_rate) + "x",
+        ]
+        if backend == "cuda":
+            row += [_fmt(r["cuda_rows_s"]), _fmt(shap_rate and r["cuda_rows_s"] / shap_rate) + "x"]
+        for w in dask_workers:
+            eff = r.get(f"dask_{w}_efficiency")
+            row.append(_fmt(r.get(f"dask_{w}_rows_s"))
+                       + (f" ({100 * eff:.0f}%)" if eff and w > 1 else ""))  # fmt: skip
+        diffs = [r.get(k) for k in ("cpu_diff_vs_shap", "cuda_diff_vs_shap")]
+        row.append(", ".join(f"{d:.1e}" for d in diffs if d is not None) or "-")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="interventional SHAP: distshap vs shap")
+    parser.add_argument("--shape", default="cal_housing-med")
+    parser.add_argument("--backgrounds", default="100,1000", help="background sizes")
+    parser.add_argument("--rows", type=int, default=100_000, help="rows of the CUDA run")
+    parser.add_argument(
+        "--cpu-rows", type=int, help="rows of the distshap CPU run (default: --rows, 2,000 on GPU)"
+    )
+    parser.add_argument("--shap-rows", type=int, default=200, help="rows of the shap run")
+    parser.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--dask-workers", help="worker counts (default 1,2 GPUs; none on CPU)")
+    parser.add_argument(
+        "--dask-rows", type=int, help="rows per worker of the Dask runs (GPU default 2M)"
+    )
+    parser.add_argument("--chunks-per-worker", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", help="append JSON lines of the records to this file")
+    args = parser.parse_args(argv)
+    if args.backend == "auto":
+        from distshap.kernels import cuda_available
+
+        args.backend = "cuda" if cuda_available() else "cpu"
+    gpu = args.backend == "cuda"
+    if args.dask_workers is None:
+        workers = [1, 2] if gpu else []
+        if gpu:
+            from numba import cuda
+
+            workers = [w for w in workers if w <= len(cuda.gpus)]
+    else:
+        workers = [int(w) for w in args.dask_workers.split(",") if w]
+    cpu_rows = args.cpu_rows or (min(args.rows, 2_000) if gpu else args.rows)
+    records = []
+    for b in (int(v) for v in args.backgrounds.split(",") if v):
+        rec = measure(args.shape, b, args.rows, cpu_rows, args.shap_rows, args.backend,
+                      args.repeats, workers, args.chunks_per_worker, args.dask_rows)  # fmt: skip
+        records.append(rec)
+        print(json.dumps(rec), flush=True)
+        if args.json:
+            with open(args.json, "a") as fh:
+                fh.write(json.dumps(rec) + "\n")
+    device = "GPU" if gpu else f"{os.cpu_count()} CPU cores"
+    print(f"\n{args.shape}, interventional SHAP values, {device}; shap runs on one thread")
+    print(table(records, args.backend, workers))
+
+
+if __name__ == "__main__":
+    main()
