@@ -379,10 +379,9 @@ def test_single_rows(backend):
     np.testing.assert_array_equal(to_host(explainer.shap_values(frame.iloc[[7]])), full[[7]])
     np.testing.assert_array_equal(to_host(explainer.shap_values(X[7:8])), full[[7]])
     assert_close(full[7].sum(), model.predict(frame.iloc[[7]])[0])
-    # shap takes a 1-D row (array or Series); distshap asks for 2-D input, saying how
+    # a 1-D row (array or Series) is one row, as in shap: no row axis in the output
     for row in (X[7], frame.iloc[7]):
-        with pytest.raises(ValueError, match=r"reshape\(1, -1\)"):
-            explainer.shap_values(row)
+        np.testing.assert_array_equal(to_host(explainer.shap_values(row)), full[7])
 
 
 def test_unsupported_models_are_refused_clearly():
