@@ -403,6 +403,7 @@ class TreeExplainer:
         inp = explain_input(X)
         model = self._model(tree_limit, iteration_range)
         packed = model.packed
+        _check_dmatrix_sentinel(inp, packed)
         options: dict[str, Any] = {}
         if model.background is not None:
             options = {"background": model.background, "model_output": self.model_output}
@@ -702,6 +703,20 @@ def _check_model_output(model_output: Any) -> None:
         f"model_output={model_output!r} is not one distshap explains; use one of "
         f"{', '.join(map(repr, MODEL_OUTPUTS))}{hint}"
     )
+
+
+def _check_dmatrix_sentinel(inp: ExplainInput, packed: PackedModel) -> None:
+    """A DMatrix that stores the model's missing-value sentinel as a value: XGBoost predicts
+    with it as a number, the model's encoding would read it as missing; refuse, saying why."""
+    sentinel = packed.encoding.missing_value
+    if inp.stored is None or np.isnan(sentinel):
+        return
+    if np.any(inp.stored == np.float32(sentinel)):
+        raise ValueError(
+            f"the DMatrix stores the value {sentinel} as a number, which this model reads as "
+            f"missing (missing={sentinel}), while XGBoost's predict on that DMatrix reads it as "
+            f"a value: build the DMatrix with missing={sentinel}, or pass the array itself"
+        )
 
 
 def _check_approximate(approximate: bool) -> None:

@@ -316,12 +316,16 @@ class ExplainInput:
         float64 ``(n,)`` labels the input carries (an ``xgboost.DMatrix``'s), else ``None``.
     columns : list of str or None
         The input's column names (DataFrame columns, Series index, DMatrix feature names).
+    stored : ndarray or None
+        For a DMatrix: its stored values (float32), which XGBoost reads as values whatever
+        missing-value sentinel the model has.
     """
 
     rows: Any
     one_row: bool = False
     labels: np.ndarray | None = None
     columns: list[str] | None = None
+    stored: np.ndarray | None = None
 
 
 def explain_input(X: Any) -> ExplainInput:
@@ -443,8 +447,9 @@ def dmatrix_input(dmatrix: Any) -> ExplainInput:
     names = dmatrix.feature_names
     types = list(dmatrix.feature_types or [])
     labels_of = _dmatrix_categories(dmatrix) if "c" in types else {}
+    stored = np.asarray(csr.data, dtype=np.float32)
     if names is None and not labels_of:
-        return ExplainInput(dense, labels=labels)
+        return ExplainInput(dense, labels=labels, stored=stored)
     import pandas as pd
 
     columns = [str(n) for n in names] if names is not None else [str(j) for j in range(len(types))]
@@ -460,7 +465,8 @@ def dmatrix_input(dmatrix: Any) -> ExplainInput:
         frame[columns[j]] = pd.Categorical.from_codes(
             np.where(known, codes, -1).astype(np.int64), categories=list(cats)
         )
-    return ExplainInput(frame, labels=labels, columns=columns if names is not None else None)
+    columns = columns if names is not None else None
+    return ExplainInput(frame, labels=labels, columns=columns, stored=stored)
 
 
 def _dmatrix_categories(dmatrix: Any) -> dict[int, list]:

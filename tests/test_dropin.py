@@ -609,3 +609,18 @@ def test_dask_frame_explanation(setup, scheduler):
     np.testing.assert_array_equal(got.data, want.data)
     assert got.feature_names == NAMES
     np.testing.assert_array_equal(inter.values, explainer(frame, interactions=True).values)
+
+
+def test_dmatrix_missing_sentinel(setup):
+    rows = np.nan_to_num(setup["rows"])
+    rows[::4, 1] = -999.0
+    y = (rows[:, 0] > 0).astype(int)
+    model = xgb.XGBClassifier(n_estimators=3, max_depth=2, missing=-999.0).fit(rows, y)
+    explainer = TreeExplainer(model, backend="cpu")
+    dense = np.where(rows == -999.0, np.nan, rows)
+    stored_missing = xgb.DMatrix(rows, missing=-999.0)  # the sentinel is not stored
+    np.testing.assert_array_equal(
+        explainer.shap_values(stored_missing), explainer.shap_values(dense)
+    )
+    with pytest.raises(ValueError, match="missing=-999.0"):
+        explainer.shap_values(xgb.DMatrix(rows))  # stores -999 as a number
