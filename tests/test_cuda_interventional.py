@@ -294,6 +294,13 @@ for inter in (False, True):
 budgets(1 << 30, 1 << 30)
 zero_bias = run(packed, bg, X)
 assert (zero_bias[..., -1] == 0).all(), "the default bias is zero, as on the CPU"
+# the table kernel's shared tile of 2 rows (several tiles per block), and global atomics
+shared = run(packed, bg, X, interactions=True)
+config.TILE_ROWS, config.MIN_TILE_ROWS = 2, 1
+assert np.array_equal(shared, run(packed, bg, X, interactions=True)), "2-row tiles"
+config.TILE_ROWS, config.MIN_TILE_ROWS = 128, 1 << 30
+assert np.array_equal(shared, run(packed, bg, X, interactions=True)), "global atomics"
+config.MIN_TILE_ROWS = 8
 
 # 2. one group, 33 background rows (two rounds of the direct kernels): the three outputs
 ens = tiny.random_ensemble(7, n_features=4, n_trees=2, depth=3, n_groups=1)
