@@ -291,8 +291,7 @@ def interaction_heatmap(
     signed = bool((values < 0).any())
     finite = np.abs(shown[np.isfinite(shown)])
     top = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
-    cmap = _colormap("coolwarm" if signed else "Reds").copy()
-    cmap.set_bad("#dddddd")
+    cmap = _colormap("coolwarm" if signed else "Reds").with_extremes(bad="#dddddd")
     m = len(chosen)
     size = 1.6 + 0.38 * m
     fig = Figure(figsize=(size + 1.4, size))

@@ -32,6 +32,7 @@ from distshap.kernels.cuda.device import xp
 from distshap.kernels.cuda.launch import finish_kernel, run_slot_batches
 
 __all__ = [
+    "TOPK_MAX_THREADS",
     "TOPK_SHARED_BYTES",
     "interaction_slot_values",
     "slot_sums_kernel",
@@ -44,8 +45,10 @@ __all__ = [
 
 #: Dynamic shared memory of a top-k block at most: ``16 k`` bytes per thread.
 TOPK_SHARED_BYTES = 48 * 1024
+#: Threads of a top-k block at most (a power of two, at most the compiled 128).
+TOPK_MAX_THREADS = 128
 _SUM_THREADS = 128  # threads of a slot_sums_kernel block (its static shared arrays)
-_TOPK_MAX_THREADS = 128
+_TOPK_MAX_THREADS = 128  # size of the top-k kernel's static shared arrays
 
 
 @cuda.jit(device=True)
@@ -216,7 +219,7 @@ def topk_threads(k: int) -> int:
     """Threads of a :func:`topk_kernel` block for ``k`` (0: ``k`` too large for its shared
     memory; the caller then selects from the slot values)."""
     per_thread = 16 * max(1, int(k))
-    t = min(_TOPK_MAX_THREADS, TOPK_SHARED_BYTES // per_thread)
+    t = min(TOPK_MAX_THREADS, _TOPK_MAX_THREADS, TOPK_SHARED_BYTES // per_thread)
     return 1 << int(math.floor(math.log2(t))) if t >= 1 else 0
 
 
