@@ -987,7 +987,7 @@ def _launch_direct(model, bg, bins, maxk, n_bins, lane_on, Xb, rowargs, acc, sca
     nb = int(Xb.shape[0])
     rpb = _rows_per_block(nb, n_bins, 64)
     grid = (-(-n_bins // _DIRECT_WARPS), -(-nb // rpb))
-    t_bg = t_bg_of(bg, transform)
+    t_bg = _t_bg(bg, transform)
     kernels("direct", transform, interactions)[grid, 32 * _DIRECT_WARPS, s](
         model.lane_f, model.lane_i, model.lane_cat, model.lane_d, model.cat_words, lane_on,
         model.bin_offsets, maxk, bins, bg.masks, bg.weights, Xb, *rowargs, bg.m_bg, t_bg, acc,
@@ -995,7 +995,7 @@ def _launch_direct(model, bg, bins, maxk, n_bins, lane_on, Xb, rowargs, acc, sca
     )  # fmt: skip
 
 
-def t_bg_of(bg: DeviceBackground, transform: int):
+def _t_bg(bg: DeviceBackground, transform: int):
     """The background's ``T`` values the transform's kernels read (row 0 for "raw": unused)."""
     return bg.t_bg[max(transform, 1) - 1]
 
@@ -1011,7 +1011,7 @@ def _launch_oversize(model, bg, Xb, rowargs, acc, scale_b, F1, s, transform, int
         kernel[(-(-nb // tpb), e1 - e0), tpb, s](
             model.lane_f, model.lane_i, model.lane_cat, model.lane_d, model.cat_words,
             model.path_offsets, bg.elem_path[e0:e1], bg.elem_pos[e0:e1], bg.weights, Xb,
-            bg.rows, *rowargs, bg.m_bg, t_bg_of(bg, transform), acc, scale_b, F1,
+            bg.rows, *rowargs, bg.m_bg, _t_bg(bg, transform), acc, scale_b, F1,
         )  # fmt: skip
 
 
