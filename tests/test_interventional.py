@@ -195,6 +195,11 @@ def test_bits_do_not_depend_on_chunks_blocks_or_threads(multi, monkeypatch, inte
         explain_rows(packed, X, interactions, "cpu", background=background), whole
     )
     monkeypatch.undo()
+    monkeypatch.setattr(interventional_cpu, "MEMO_ROWS", 3)  # masks shared by 3 rows at most
+    np.testing.assert_array_equal(
+        explain_rows(packed, X, interactions, "cpu", background=background), whole
+    )
+    monkeypatch.undo()
     threads = numba.get_num_threads()
     numba.set_num_threads(1)
     try:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -35,7 +36,13 @@ from distshap.kernels import treeshap
 from distshap.kernels.parallel import run_parallel
 from distshap.packed import PackedModel
 
-__all__ = ["ACCUMULATOR_BYTES", "BLOCK_ENTRIES", "MAX_MASK_BITS", "interventional_values"]
+__all__ = [
+    "ACCUMULATOR_BYTES",
+    "BLOCK_ENTRIES",
+    "MAX_MASK_BITS",
+    "MEMO_ROWS",
+    "interventional_values",
+]
 
 #: Paths with at most this many features are combined by int64 bit masks.
 MAX_MASK_BITS = 62
@@ -43,6 +50,8 @@ MAX_MASK_BITS = 62
 BLOCK_ENTRIES = 1 << 22
 #: Largest float64 accumulator of a row block.
 ACCUMULATOR_BYTES = 1 << 28
+#: Most explained rows whose masks share a path's background pass (raw margin).
+MEMO_ROWS = 64
 
 _inline = njit(inline="always", nogil=True, cache=True)
 _follows = _inline(treeshap.follows)
@@ -106,7 +115,7 @@ def _background_masks(R, feature, lower, upper, missing, cat_offsets, cat_nbits,
 
 
 @njit(inline="always", nogil=True, cache=True)
-def _add_pair(w, a, b, xr, nx, k, weights, interactions, loc_phi, loc_int, cxr, totals):
+def _add_pair(w, a, b, xr, k, weights, interactions, loc_phi, loc_int, cxr, totals):
     """One contributing (x, group) pair of a path: ``X = xr`` (``a``), ``R = nx`` (``b``)."""
     if b > 0:
         totals[0] += w * weights[im.SHAP_R, a, b]
@@ -132,138 +141,212 @@ def _add_pair(w, a, b, xr, nx, k, weights, interactions, loc_phi, loc_int, cxr, 
                             loc_int[i, j] += wxx
 
 
+@njit(inline="always", nogil=True, cache=True)
+def _mask_pairs(q, xb, k, scale_row, B, transform, masks, counts, members, n_masks, weights,
+                interactions, loc_phi, loc_int, cxr, totals):  # fmt: skip
+    """A path's values for the explained mask ``xb`` over its grouped background masks.
+
+    ``loc_phi[i]`` (element ``i`` in ``X``), ``totals[0]`` (subtracted from every element of
+    ``R``), and for interactions ``loc_int`` (pairs in ``X``), ``cxr`` (an ``X`` element with
+    every ``R`` one), ``totals[1]`` (pairs in ``R``); all weighted, without the leaf value.
+    """
+    loc_phi[:k] = 0.0
+    cxr[:k] = 0.0
+    totals[:] = 0.0
+    if interactions:
+        loc_int[:k, :k] = 0.0
+    nx = ((np.int64(1) << k) - 1) & ~xb
+    b = _popcount(nx)
+    offset = 0
+    for u in range(n_masks[q]):
+        rb = masks[q, u]
+        c = counts[q, u]
+        if (rb & nx) == nx:  # r follows every element x does not: the pair contributes
+            xr = xb & ~rb
+            a = _popcount(xr)
+            if a + b > 0:
+                if transform == 0:
+                    w = c / B
+                else:
+                    w = 0.0
+                    for j in range(offset, offset + c):
+                        w += scale_row[members[q, j]]
+                    w /= B
+                _add_pair(w, a, b, xr, k, weights, interactions, loc_phi, loc_int, cxr,
+                          totals)  # fmt: skip
+        offset += c
+
+
+@njit(nogil=True, cache=True)
+def _long_path(x, R, start, k, scale_row, B, transform, feature, lower, upper, missing,
+               cat_offsets, cat_nbits, cat_other, cat_words, weights, interactions, xf,
+               loc_phi, loc_int, cxr, totals):  # fmt: skip
+    """:func:`_mask_pairs` for a path too long for a mask: every background row tested here,
+    in row order. Fills ``xf`` (does ``x`` follow element ``i``) too."""
+    loc_phi[:k] = 0.0
+    cxr[:k] = 0.0
+    totals[:] = 0.0
+    if interactions:
+        loc_int[:k, :k] = 0.0
+    b = 0
+    for i in range(k):
+        xf[i] = _element_follows(x, start + 1 + i, feature, lower, upper, missing, cat_offsets,
+                                 cat_nbits, cat_other, cat_words)  # fmt: skip
+        b += 0 if xf[i] else 1
+    for r in range(B):
+        a = 0
+        ok = True
+        for i in range(k):
+            rf = _element_follows(R[r], start + 1 + i, feature, lower, upper, missing,
+                                  cat_offsets, cat_nbits, cat_other, cat_words)  # fmt: skip
+            if not (xf[i] or rf):
+                ok = False
+                break
+            if xf[i] and not rf:
+                a += 1
+        if not ok or a + b == 0:
+            continue
+        w = scale_row[r] / B if transform != 0 else 1.0 / B
+        if b > 0:
+            totals[0] += w * weights[im.SHAP_R, a, b]
+        if interactions and b > 1:
+            totals[1] += w * weights[im.IR_RR, a, b]
+        wx = w * weights[im.SHAP_X, a, b]
+        wxr = w * weights[im.IR_XR, a, b]
+        wxx = w * weights[im.IR_XX, a, b]
+        for i in range(k):
+            if not xf[i] or _element_follows(R[r], start + 1 + i, feature, lower, upper,
+                                             missing, cat_offsets, cat_nbits, cat_other,
+                                             cat_words):  # fmt: skip
+                continue  # i is in R, or a dummy (both follow)
+            loc_phi[i] += wx
+            if interactions:
+                cxr[i] += wxr
+                for j in range(k):
+                    if (
+                        j != i
+                        and xf[j]
+                        and not _element_follows(
+                            R[r],
+                            start + 1 + j,
+                            feature,
+                            lower,
+                            upper,
+                            missing,
+                            cat_offsets,
+                            cat_nbits,
+                            cat_other,
+                            cat_words,
+                        )
+                    ):
+                        loc_int[i, j] += wxx
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _scatter(row, g, v, start, k, xf, feature, interactions, loc_phi, loc_int, cxr, totals,
+             acc_phi, acc_int):  # fmt: skip
+    """Add a path's values (times its leaf value) to the row's accumulators."""
+    for i in range(k):
+        acc_phi[row, g, feature[start + 1 + i]] += v * (loc_phi[i] if xf[i] else -totals[0])
+    if interactions:
+        half = 0.5 * v
+        for i in range(k):
+            fi = feature[start + 1 + i]
+            for j in range(k):
+                if j == i:
+                    continue
+                if xf[i] and xf[j]:
+                    val = loc_int[i, j]
+                elif xf[i]:
+                    val = -cxr[i]
+                elif xf[j]:
+                    val = -cxr[j]
+                else:
+                    val = totals[1]
+                acc_int[row, g, fi, feature[start + 1 + j]] += half * val
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def _kernel(X, x_margin, y, R, r_margin, transform, feature, lower, upper, missing,
             cat_offsets, cat_nbits, cat_other, cat_words, path_offsets, path_value, path_group,
-            p0, p1, masks, counts, members, n_masks, weights, interactions, max_len, acc_phi,
-            acc_int):  # fmt: skip
+            p0, p1, masks, counts, members, n_masks, weights, interactions, max_len, block_rows,
+            acc_phi, acc_int):  # fmt: skip
+    """Add paths ``p0..p1-1`` of every row of ``X`` to ``acc_phi`` (and ``acc_int``).
+
+    Rows in blocks: with the raw margin a path's values depend on ``x`` only through its
+    mask ``xb``, so each distinct mask of a block is combined with the background once
+    (a small hash table per path) and every row of the block with that mask adds the same
+    float64 values, the bits it would get alone.
+    """
     n = X.shape[0]
     B = R.shape[0]
-    G = acc_phi.shape[1]
-    for row in prange(n):
-        x = X[row]
-        scale = np.ones((G, B), np.float64)  # s(x, r) per group and background row
+    n_blocks = (n + block_rows - 1) // block_rows
+    memo = transform == 0
+    slots = 1
+    while slots < 2 * block_rows:
+        slots *= 2
+    for blk in prange(n_blocks):
+        r0 = blk * block_rows
+        nb = min(n, r0 + block_rows) - r0
+        scale = np.ones((nb, B), np.float64)  # s(x, r) (one output group: binary models)
         if transform != 0:
-            for g in range(G):
+            for i in range(nb):
                 for r in range(B):
-                    scale[g, r] = _rescale(x_margin[row, g], r_margin[r, g], y[row], transform)
-        loc_phi = np.empty(max_len, np.float64)
-        cxr = np.empty(max_len, np.float64)
-        loc_int = np.empty((max_len, max_len) if interactions else (1, 1), np.float64)
+                    scale[i, r] = _rescale(x_margin[r0 + i, 0], r_margin[r, 0], y[r0 + i],
+                                           transform)  # fmt: skip
+        n_buf = nb + 1 if memo else 1  # slot nb: scratch of rows not memoised
+        buf_phi = np.empty((n_buf, max_len), np.float64)
+        buf_cxr = np.empty((n_buf, max_len), np.float64)
+        buf_tot = np.empty((n_buf, 2), np.float64)
+        buf_int = np.empty((n_buf, max_len, max_len) if interactions else (1, 1, 1), np.float64)
+        keys = np.empty(slots, np.int64)
+        where = np.empty(slots, np.int64)
         xf = np.empty(max_len, np.bool_)
-        totals = np.empty(2, np.float64)  # SHAP of each R element, interaction of R pairs
         for q in range(p1 - p0):
             p = p0 + q
             start = path_offsets[p]
             k = path_offsets[p + 1] - start - 1
             g = path_group[p]
             v = path_value[p]
-            loc_phi[:k] = 0.0
-            cxr[:k] = 0.0
-            totals[:] = 0.0
-            if interactions:
-                loc_int[:k, :k] = 0.0
-            xb = np.int64(0)
-            for i in range(k):
-                xf[i] = _element_follows(x, start + 1 + i, feature, lower, upper, missing,
-                                         cat_offsets, cat_nbits, cat_other, cat_words)  # fmt: skip
-                if xf[i] and i < 63:
-                    xb |= np.int64(1) << i
-            b = 0
-            for i in range(k):
-                b += 0 if xf[i] else 1
-            if n_masks[q] >= 0:
-                nx = ((np.int64(1) << k) - 1) & ~xb
-                offset = 0
-                for u in range(n_masks[q]):
-                    rb = masks[q, u]
-                    c = counts[q, u]
-                    if (rb & nx) == nx:
-                        xr = xb & ~rb
-                        a = _popcount(xr)
-                        if a + b > 0:
-                            if transform == 0:
-                                w = c / B
-                            else:
-                                w = 0.0
-                                for j in range(offset, offset + c):
-                                    w += scale[g, members[q, j]]
-                                w /= B
-                            _add_pair(w, a, b, xr, nx, k, weights, interactions, loc_phi,
-                                      loc_int, cxr, totals)  # fmt: skip
-                    offset += c
-            else:  # a long path: every background row's elements tested here, in row order
-                for r in range(B):
-                    a = 0
-                    ok = True
-                    for i in range(k):
-                        rf = _element_follows(R[r], start + 1 + i, feature, lower, upper,
-                                              missing, cat_offsets, cat_nbits, cat_other,
-                                              cat_words)  # fmt: skip
-                        if not (xf[i] or rf):
-                            ok = False
-                            break
-                        if xf[i] and not rf:
-                            a += 1
-                    if not ok or a + b == 0:
-                        continue
-                    w = scale[g, r] / B if transform != 0 else 1.0 / B
-                    if b > 0:
-                        totals[0] += w * weights[im.SHAP_R, a, b]
-                    wx = w * weights[im.SHAP_X, a, b]
-                    wxr = w * weights[im.IR_XR, a, b]
-                    wxx = w * weights[im.IR_XX, a, b]
-                    if interactions and b > 1:
-                        totals[1] += w * weights[im.IR_RR, a, b]
-                    for i in range(k):
-                        if not xf[i]:
-                            continue
-                        if _element_follows(R[r], start + 1 + i, feature, lower, upper,
-                                            missing, cat_offsets, cat_nbits, cat_other,
-                                            cat_words):  # fmt: skip
-                            continue  # both follow: a dummy
-                        loc_phi[i] += wx
-                        if interactions:
-                            cxr[i] += wxr
-                            for j in range(k):
-                                if (
-                                    j != i
-                                    and xf[j]
-                                    and not _element_follows(
-                                        R[r],
-                                        start + 1 + j,
-                                        feature,
-                                        lower,
-                                        upper,
-                                        missing,
-                                        cat_offsets,
-                                        cat_nbits,
-                                        cat_other,
-                                        cat_words,
-                                    )
-                                ):
-                                    loc_int[i, j] += wxx
-            # scatter: X elements got loc_phi, every R element (x does not follow) -totals[0]
-            for i in range(k):
-                fi = feature[start + 1 + i]
-                phi_i = loc_phi[i] if xf[i] else -totals[0]
-                acc_phi[row, g, fi] += v * phi_i
-            if interactions:
-                half = 0.5 * v
-                for i in range(k):
-                    fi = feature[start + 1 + i]
-                    for j in range(k):
-                        if j == i:
-                            continue
-                        if xf[i] and xf[j]:
-                            val = loc_int[i, j]
-                        elif xf[i]:
-                            val = -cxr[i]
-                        elif xf[j]:
-                            val = -cxr[j]
+            keys[:] = -1
+            used = 0
+            for i in range(nb):
+                row = r0 + i
+                x = X[row]
+                t = n_buf - 1  # the scratch slot
+                if n_masks[q] < 0:
+                    _long_path(x, R, start, k, scale[i], B, transform, feature, lower, upper,
+                               missing, cat_offsets, cat_nbits, cat_other, cat_words, weights,
+                               interactions, xf, buf_phi[t], buf_int[t], buf_cxr[t],
+                               buf_tot[t])  # fmt: skip
+                else:
+                    xb = np.int64(0)
+                    for e in range(k):
+                        o = _element_follows(x, start + 1 + e, feature, lower, upper,
+                                             missing, cat_offsets, cat_nbits, cat_other,
+                                             cat_words)  # fmt: skip
+                        xf[e] = o
+                        if o:
+                            xb |= np.int64(1) << e
+                    fresh = True
+                    if memo:
+                        h = (xb * np.int64(0x9E3779B1)) & (slots - 1)
+                        while keys[h] != -1 and keys[h] != xb:
+                            h = (h + 1) & (slots - 1)
+                        if keys[h] == xb:
+                            t = where[h]
+                            fresh = False
                         else:
-                            val = totals[1]
-                        acc_int[row, g, fi, feature[start + 1 + j]] += half * val
+                            keys[h] = xb
+                            where[h] = used
+                            t = used
+                            used += 1
+                    if fresh:
+                        _mask_pairs(q, xb, k, scale[i], B, transform, masks, counts, members,
+                                    n_masks, weights, interactions, buf_phi[t], buf_int[t],
+                                    buf_cxr[t], buf_tot[t])  # fmt: skip
+                _scatter(row, g, v, start, k, xf, feature, interactions, buf_phi[t],
+                         buf_int[t], buf_cxr[t], buf_tot[t], acc_phi, acc_int)  # fmt: skip
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -376,8 +459,15 @@ def interventional_values(
     n_paths = packed.num_paths
     path_block = max(1, BLOCK_ENTRIES // B)
     blocks = [(p0, min(p0 + path_block, n_paths)) for p0 in range(0, n_paths, path_block)]
+    if transform != 0 and G != 1:
+        raise ValueError(f"transforms explain binary models (one output group), not {G}")
     per_row = 8 * G * C * (C + 1 if interactions else 1)
     row_block = max(1, ACCUMULATOR_BYTES // per_row)
+    # rows per parallel task (the bits do not depend on it): a few tasks per thread, and
+    # per-task buffers of a mask's values (k, or k * k for interactions) kept small
+    width = max(max_len, 1) ** (2 if interactions else 1)
+    block_rows = int(min(MEMO_ROWS, max(1, (1 << 19) // width),
+                         max(1, -(-n // (4 * numba.get_num_threads())))))  # fmt: skip
     model = _model_args(packed)
     cached = None
     for r0 in range(0, n, row_block):
@@ -400,8 +490,8 @@ def interventional_values(
                     cached = tables
             run_parallel(_kernel, X[r0:r1], x_margin[r0:r1], y[r0:r1], R, r_margin, transform,
                          *model, packed.path_offsets, packed.path_value, packed.path_group, p0,
-                         p1, *tables, weights, interactions, max(max_len, 1), acc_phi,
-                         acc_int)  # fmt: skip
+                         p1, *tables, weights, interactions, max(max_len, 1), block_rows,
+                         acc_phi, acc_int)  # fmt: skip
         row_bias = np.ascontiguousarray(
             np.broadcast_to(bias if bias.shape[0] == 1 else bias[r0:r1], (r1 - r0, G))
         )
