@@ -442,7 +442,7 @@ def slot_kernel_signatures() -> dict:
         ),
         "summary_kernel": (
             kp.summary_kernel,
-            "void(int64[:, ::1], float64, float64, boolean, int64[::1], int64[::1])",
+            "void(int64[:, ::1], float64, float64, boolean, int64[::1], int64[::1], int64)",
         ),
         "slot_sums_kernel": (
             kp.slot_sums_kernel,
@@ -467,7 +467,7 @@ def test_slot_kernels_compile_with_integer_atomics_only():
         for name, (kernel, sig) in slot_kernel_signatures().items():
             ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
             assert "atom.global.add.f32" not in ptx and "atom.global.add.f64" not in ptx, name
-            if "table" in name or "quadrature" in name:
+            if "table" in name or "quadrature" in name or "summary" in name:
                 assert "atom.global.add.u64" in ptx, name
                 assert ".local" not in ptx, f"{name} spills to local memory"
             if "table" in name:

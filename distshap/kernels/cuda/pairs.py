@@ -14,9 +14,10 @@ each row batch one of these kernels consumes the accumulator (and zeroes it):
   completed with the first zero pairs in ``(i, j)`` order, as sorting the whole matrix would.
   ``|value|`` is compared as the exact integer ``|value| * 2**s`` (every value is a multiple of
   ``2**-s``), so ties are ties of the float32 values.
-* :func:`summary_kernel` - one thread per slot: adds each row's float32 value (``|value|`` or
-  signed) as the exact integer ``value * 2**s``, split into 32-bit halves summed in two int64
-  arrays: exact, so the sums do not depend on batches, chunks or devices.
+* :func:`summary_kernel` - one thread per (slot, segment of rows): adds each row's float32
+  value (``|value|`` or signed) as the exact integer ``value * 2**s``, split into 32-bit halves
+  summed in two int64 arrays (integer atomics): exact, so the sums do not depend on the order,
+  batches, chunks or devices.
 * :func:`slot_sums_kernel` - per (row, group) the sum and absolute sum of the row's matrix
   entries (a pair counts twice), for the additivity check.
 """
@@ -47,6 +48,7 @@ __all__ = [
 TOPK_SHARED_BYTES = 48 * 1024
 #: Threads of a top-k block at most (a power of two, at most the compiled 128).
 TOPK_MAX_THREADS = 128
+_SUMMARY_SEGMENT_ROWS = 64  # rows per thread of summary_kernel
 _SUM_THREADS = 128  # threads of a slot_sums_kernel block (its static shared arrays)
 _TOPK_MAX_THREADS = 128  # size of the top-k kernel's static shared arrays
 
@@ -193,16 +195,21 @@ def topk_kernel(acc, group_slots, num_pairs, slot_i, slot_j, inv_scale, scale, k
 
 
 @cuda.jit
-def summary_kernel(acc, inv_scale, scale, signed, hi, lo):
+def summary_kernel(acc, inv_scale, scale, signed, hi, lo, segment_rows):
     """Per slot, add each row's value (``|value|`` unless ``signed``) as the exact integer
     ``value * 2**s``: its high 32 bits (arithmetic shift) to ``hi``, its low 32 bits to ``lo``;
-    zeroes the accumulator. One thread per slot, rows in order (no atomics)."""
+    zeroes the accumulator. One thread per (slot, segment of ``segment_rows`` rows), one integer
+    atomic per thread and array."""
     e = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     if e >= acc.shape[1]:
         return
+    r0 = cuda.blockIdx.y * segment_rows
+    r1 = r0 + segment_rows
+    if r1 > acc.shape[0]:
+        r1 = acc.shape[0]
     h = np.int64(0)
     low = np.int64(0)
-    for r in range(acc.shape[0]):
+    for r in range(r0, r1):
         x = acc[r, e]
         if x != 0:
             q = np.int64(np.float64(_slot_value(x, inv_scale)) * scale)  # exact integer
@@ -211,8 +218,10 @@ def summary_kernel(acc, inv_scale, scale, signed, hi, lo):
             h += q >> 32
             low += q & 0xFFFFFFFF
             acc[r, e] = 0
-    hi[e] += h
-    lo[e] += low
+    if h != 0:
+        cuda.atomic.add(hi, e, h)
+    if low != 0:
+        cuda.atomic.add(lo, e, low)
 
 
 def topk_threads(k: int) -> int:
@@ -324,8 +333,9 @@ def summary_sums(packed, X, slots, signed: bool = False, batch_rows: int | None 
 
     def consume(acc, r0, model, dev, inv_scale, stream):
         _sums_launcher(sums)(acc, r0, model, dev, inv_scale, stream)
-        summary_kernel[-(-width // 256), 256, stream](acc, inv_scale, 1.0 / inv_scale,
-                                                      bool(signed), hi, lo)  # fmt: skip
+        grid = (-(-width // 256), -(-int(acc.shape[0]) // _SUMMARY_SEGMENT_ROWS))
+        summary_kernel[grid, 256, stream](acc, inv_scale, 1.0 / inv_scale, bool(signed), hi, lo,
+                                          _SUMMARY_SEGMENT_ROWS)  # fmt: skip
 
     run_slot_batches(packed, X, slots, consume, batch_rows)
     hi, lo = hi[: slots.num_slots], lo[: slots.num_slots]
