@@ -120,6 +120,35 @@ def test_slot_map_names_each_element_pair():
                     assert (slots.slot_i[s], slots.slot_j[s]) == (feats[c], feats[i])
 
 
+def test_chunk_tiles_number_each_chunks_slots():
+    from distshap import strategy
+    from distshap.kernels.cuda.model import chunk_tiles
+
+    ens = tiny.random_ensemble(8, n_features=8, n_trees=12, depth=5, n_groups=2)
+    packed = _packed(ens)
+    slots = pair_slots(packed)
+    k = strategy.path_features(packed.path_offsets)
+    launches = strategy.quadrature_launches(k, packed.path_group, np.ones(k.size, bool),
+                                            (2, 4, 8), 5)  # fmt: skip
+    local_map, tiles, most = chunk_tiles(slots, [(q["paths"], q["offsets"]) for q in launches])
+    sizes = []
+    for q, (offsets, chunk_slots) in zip(launches, tiles, strict=True):
+        assert offsets.size == q["n_chunks"] + 1
+        for c in range(q["n_chunks"]):
+            mine = chunk_slots[offsets[c] : offsets[c + 1]]
+            assert (np.diff(mine) > 0).all()  # distinct, increasing
+            sizes.append(mine.size)
+            used = []
+            for p in q["paths"][q["offsets"][c] : q["offsets"][c + 1]]:
+                span = slice(slots.map_offsets[p], slots.map_offsets[p + 1])
+                glob, loc = slots.path_map[span], local_map[span]
+                assert ((glob < 0) == (loc < 0)).all()
+                assert np.array_equal(mine[loc[loc >= 0]], glob[glob >= 0])
+                used.extend(glob[glob >= 0])
+            assert set(used) == set(mine)
+    assert most == max(sizes)
+
+
 def test_interaction_shift_is_the_cuda_backends():
     from distshap.kernels.cuda import model as km
 
@@ -426,7 +455,7 @@ def slot_kernel_signatures() -> dict:
              "int64[::1])")  # fmt: skip
     quad = (f"void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], "
             f"int32[::1], int64[::1], int32[::1], {xa}, int64, int32[::1], int64[::1], "
-            "int64[::1])")  # fmt: skip
+            "int32[::1], int64[::1], int64[::1], int64)")  # fmt: skip
     sigs = {
         "table_slot_kernel": (table_kernel(False, slots=True), table),
         "table_slot_shared_kernel": (table_kernel(True, slots=True), table),
@@ -526,14 +555,21 @@ assert np.array_equal(got, pi.interaction_summary(packed, X, True, backend="cuda
 kp.TOPK_SHARED_BYTES = 16
 pairs, values = pi.top_interactions(packed, X, 4, backend="cuda")
 assert np.array_equal(pairs, sorted_pairs(full, 4)[0])
-kp.TOPK_SHARED_BYTES = 48 * 1024
+kp.TOPK_SHARED_BYTES = 44 * 1024
 # the table kernel adding to global memory, the quadrature kernel without a shared tile
 kc.config.MIN_TILE_ROWS = 1 << 30
 kc.config.QUADRATURE_SHARED_BYTES = 0
 kc.clear_cache()
 slots_match(_packed(ens, 700), X, "global")
 kc.config.MIN_TILE_ROWS = 8
+# small chunks, small tiles: some blocks sum in a tile, the others add to the row directly
+kc.config.QUADRATURE_CHUNK_PATHS = 3
+kc.config.QUADRATURE_SHARED_BYTES = 8 * 8
+kc.clear_cache()
+slots_match(_packed(ens, 0), X, "mixed tiles")
+kc.config.QUADRATURE_CHUNK_PATHS = 256
 kc.config.QUADRATURE_SHARED_BYTES = 48 * 1024
+kc.clear_cache()
 # paths of 32 features (longer than a warp): the fallback kernel
 Xc = np.full((1, 32), 0.25, np.float32)
 Xc[0, 5] = 0.75

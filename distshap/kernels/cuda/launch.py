@@ -120,7 +120,7 @@ def run_slot_batches(packed: PackedModel, X, slots, consume, batch_rows: int | N
     """
     model = device_model(packed)
     plan = interaction_plan(packed, model)
-    dev = slot_arrays(packed, model, slots)
+    dev = slot_arrays(packed, model, slots, plan)
     X = _as_device_rows(X, packed.num_features)
     n = int(X.shape[0])
     if n == 0:

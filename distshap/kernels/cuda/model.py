@@ -38,7 +38,8 @@ from distshap.kernels.cuda.tables import (
 from distshap.packed import PackedModel
 
 __all__ = [
-    "DeviceModel", "Plan", "QuadratureLaunch", "SlotArrays", "clear_cache", "device_model",
+    "DeviceModel", "Plan", "QuadratureLaunch", "SlotArrays", "chunk_tiles", "clear_cache",
+    "device_model",
     "fixed_point_shift", "interaction_plan", "interaction_table_offsets", "lane_arrays",
     "plan_arrays", "slot_arrays", "strategy_stats",
 ]  # fmt: skip
@@ -84,7 +85,10 @@ class SlotArrays:
     ``path_map`` / ``map_offsets`` address the slots of each path's element pairs,
     ``lane_map`` is the ``map_offsets`` entry of each lane's path, ``group_slots`` the slot
     range of each group (``slot_offsets``), ``num_pairs`` its pair slots, ``slot_i`` /
-    ``slot_j`` the features of each slot.
+    ``slot_j`` the features of each slot. Chunk tiles of the quadrature kernel
+    (:func:`chunk_tiles`): ``local_map`` (laid out as ``path_map``) numbers each quadrature
+    path's slots within its chunk; ``tiles[q] = (offsets, slots)`` of launch ``q`` of the
+    interaction plan: chunk ``c`` touches the slots ``slots[offsets[c]:offsets[c + 1]]``.
     """
 
     path_map: object
@@ -96,6 +100,9 @@ class SlotArrays:
     slot_j: object
     num_slots: int
     max_group_slots: int
+    local_map: object = None
+    tiles: tuple = ()
+    max_tile_slots: int = 0
 
 
 @dataclass(eq=False)
@@ -304,14 +311,48 @@ def interaction_plan(packed: PackedModel, model: DeviceModel) -> Plan:
         return model.interactions
 
 
-def slot_arrays(packed: PackedModel, model: DeviceModel, slots) -> SlotArrays:
+def chunk_tiles(slots, launches: list[tuple[np.ndarray, np.ndarray]]) -> tuple:
+    """Chunk-local slot numbers of the quadrature launches (host arrays).
+
+    ``launches`` holds ``(paths, offsets)`` of each quadrature launch. A chunk's paths touch few
+    distinct slots (the same feature pairs recur on many paths), so the interaction kernel sums
+    a block's contributions in a shared-memory tile of those slots and adds each to the row's
+    slots once. Returns ``local_map`` (int32, laid out as ``slots.path_map``: the chunk-local
+    number of each upper or diagonal entry of a quadrature path, -1 elsewhere), the ``(offsets,
+    chunk_slots)`` of each launch, and the most slots of one chunk.
+    """
+    local_map = np.full(max(slots.path_map.size, 1), -1, np.int32)
+    tiles, most = [], 0
+    S = max(slots.num_slots, 1)
+    for paths, offsets in launches:
+        paths = np.asarray(paths, np.int64)
+        chunk = np.repeat(np.arange(offsets.size - 1, dtype=np.int64), np.diff(offsets))
+        size = slots.map_offsets[paths + 1] - slots.map_offsets[paths]
+        at = np.repeat(slots.map_offsets[paths] - np.cumsum(size) + size, size)
+        at += np.arange(int(size.sum()), dtype=np.int64)  # every map entry of the paths
+        of = np.repeat(chunk, size)
+        slot = slots.path_map[at].astype(np.int64)
+        keep = slot >= 0
+        at, of, slot = at[keep], of[keep], slot[keep]
+        keys = np.unique(of * S + slot)  # per chunk, its distinct slots in increasing order
+        starts = np.searchsorted(keys, np.arange(offsets.size) * S)
+        local_map[at] = (np.searchsorted(keys, of * S + slot) - starts[of]).astype(np.int32)
+        tiles.append((starts.astype(np.int64), (keys % S).astype(np.int64)))
+        most = max(most, int(np.diff(starts).max(initial=0)))
+    return local_map, tuple(tiles), most
+
+
+def slot_arrays(packed: PackedModel, model: DeviceModel, slots, plan: Plan) -> SlotArrays:
     """The :class:`SlotArrays` of ``model`` from the host ``slots``
-    (:func:`distshap.pair_slots.pair_slots` of ``packed``), copied on first use and kept."""
+    (:func:`distshap.pair_slots.pair_slots` of ``packed``) and its interaction ``plan``, copied
+    on first use and kept."""
     with _LOCK:
         if model.slots is not None:
             return model.slots
         lane_path = packed.lane_path.astype(np.int64)
         lane_map = slots.map_offsets[lane_path] if lane_path.size else np.zeros(1, np.int64)
+        launches = [(_host(q.paths), _host(q.offsets)) for q in plan.quadrature]
+        local_map, tiles, most = chunk_tiles(slots, launches)
         host = dict(
             path_map=_nonempty(slots.path_map, np.int32),
             map_offsets=np.ascontiguousarray(slots.map_offsets, np.int64),
@@ -320,11 +361,19 @@ def slot_arrays(packed: PackedModel, model: DeviceModel, slots) -> SlotArrays:
             num_pairs=np.ascontiguousarray(slots.num_pairs, np.int64),
             slot_i=_nonempty(slots.slot_i, np.int32),
             slot_j=_nonempty(slots.slot_j, np.int32),
+            local_map=local_map,
         )
+        tiles = tuple((cuda.to_device(o), cuda.to_device(_nonempty(t, np.int64))) for o, t in tiles)
         model.slots = SlotArrays(
-            **_to_device(host), num_slots=slots.num_slots, max_group_slots=slots.max_group_slots
-        )
+            **_to_device(host), num_slots=slots.num_slots, max_group_slots=slots.max_group_slots,
+            tiles=tiles, max_tile_slots=most,
+        )  # fmt: skip
         return model.slots
+
+
+def _host(a) -> np.ndarray:
+    """A device (or host) array's values on the host."""
+    return a.copy_to_host() if hasattr(a, "copy_to_host") else np.asarray(a)
 
 
 def clear_cache() -> None:

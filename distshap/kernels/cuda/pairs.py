@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 #: Dynamic shared memory of a top-k block at most: ``16 k`` bytes per thread.
-TOPK_SHARED_BYTES = 48 * 1024
+TOPK_SHARED_BYTES = 44 * 1024  # beside 2.5 KiB of static shared arrays, within 48 KiB
 #: Threads of a top-k block at most (a power of two, at most the compiled 128).
 TOPK_MAX_THREADS = 128
 _SUMMARY_SEGMENT_ROWS = 64  # rows per thread of summary_kernel

@@ -121,27 +121,30 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
     """The interaction kernel: one thread per path, one block per (chunk of paths, row of
     ``X``), ``n_nodes`` nodes; the row's ``(F + 1) ** 2`` sums of the chunk's group in shared
     memory (``shared``: upper triangle, mirrored when flushed) or in global memory. ``slots``:
-    into the row's pair slots (:mod:`distshap.pair_slots`; the upper triangle only, a shared
-    tile holds the slots of the chunk's group)."""
+    into the row's pair slots (:mod:`distshap.pair_slots`; the upper triangle only); with
+    ``shared``, a block whose chunk touches at most ``tile_capacity`` slots sums in a tile of
+    them (:func:`~distshap.kernels.cuda.model.chunk_tiles`) and adds each to the row once."""
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
 
     @cuda.jit(device=True)
     def body(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
-             chunk_group, X, acc, scale, n_cols, row0, path_map, map_offsets,
-             group_slots):  # fmt: skip
+             chunk_group, X, acc, scale, n_cols, row0, path_map, map_offsets, local_map,
+             tile_offsets, tile_slots, tile_capacity):  # fmt: skip
         tid = cuda.threadIdx.x
         ch = cuda.blockIdx.x
         r = row0 + cuda.blockIdx.y
-        if slots:  # the slots of the chunk's group: [base, base + width)
-            base = group_slots[chunk_group[ch]]
-            width = group_slots[chunk_group[ch] + 1] - base
+        if slots:  # the chunk's tile: local slot e is the row's slot tile_slots[t0 + e]
+            t0 = tile_offsets[ch]
+            width = tile_offsets[ch + 1] - t0
+            use_tile = width <= tile_capacity  # the same for the whole block
         else:
             width = n_cols * n_cols
             base = chunk_group[ch] * width
+            use_tile = True
         scale32 = np.float32(scale)
         one = np.float32(1.0)
         half32 = np.float32(0.5)
-        if shared:
+        if shared and use_tile:  # (``shared``, a constant, prunes the branch at compile time)
             tile = cuda.shared.array(0, types.int64)  # [f_i * n_cols + f_c], f_i <= f_c
             for e in range(tid, width, cuda.blockDim.x):
                 tile[e] = 0
@@ -189,13 +192,15 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
                 iv = np.int64(diag * scale32)
                 if iv != 0:
                     if slots:
-                        e = path_map[m0 + li * k + li] - base
+                        at = m0 + li * k + li
+                        if shared and use_tile:
+                            cuda.atomic.add(tile, local_map[at], iv)
+                        else:
+                            cuda.atomic.add(acc, (r, path_map[at]), iv)
+                    elif shared:
+                        cuda.atomic.add(tile, fi * n_cols + fi, iv)
                     else:
-                        e = fi * n_cols + fi
-                    if shared:
-                        cuda.atomic.add(tile, e, iv)
-                    else:
-                        cuda.atomic.add(acc, (r, base + e), iv)
+                        cuda.atomic.add(acc, (r, base + fi * n_cols + fi), iv)
                 for lc in range(li + 1, s1):
                     zc = lane_f[lc, LF_ZERO]
                     dc = -zc
@@ -210,23 +215,25 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
                     if iv != 0:
                         fc = lane_i[lc, LI_FEATURE]  # > fi: a path's elements sorted by feature
                         if slots:
-                            e = path_map[m0 + li * k + lc] - base
-                            if shared:
-                                cuda.atomic.add(tile, e, iv)
+                            at = m0 + li * k + lc
+                            if shared and use_tile:
+                                cuda.atomic.add(tile, local_map[at], iv)
                             else:
-                                cuda.atomic.add(acc, (r, base + e), iv)
+                                cuda.atomic.add(acc, (r, path_map[at]), iv)
                         elif shared:
                             cuda.atomic.add(tile, fi * n_cols + fc, iv)
                         else:
                             cuda.atomic.add(acc, (r, base + fi * n_cols + fc), iv)
                             cuda.atomic.add(acc, (r, base + fc * n_cols + fi), iv)
-        if shared:
+        if shared and use_tile:
             cuda.syncthreads()
             for e in range(tid, width, cuda.blockDim.x):
                 iv = tile[e]
                 if iv != 0:
-                    cuda.atomic.add(acc, (r, base + e), iv)
-                    if not slots:
+                    if slots:
+                        cuda.atomic.add(acc, (r, tile_slots[t0 + e]), iv)
+                    else:
+                        cuda.atomic.add(acc, (r, base + e), iv)
                         a = e // n_cols
                         b = e - a * n_cols
                         if a != b:
@@ -237,10 +244,10 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
         @cuda.jit
         def slot_kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths,
                         chunk_offsets, chunk_group, X, acc, scale, row0, path_map, map_offsets,
-                        group_slots):  # fmt: skip
+                        local_map, tile_offsets, tile_slots, tile_capacity):  # fmt: skip
             body(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
-                 chunk_group, X, acc, scale, 0, row0, path_map, map_offsets,
-                 group_slots)  # fmt: skip
+                 chunk_group, X, acc, scale, 0, row0, path_map, map_offsets, local_map,
+                 tile_offsets, tile_slots, tile_capacity)  # fmt: skip
 
         return slot_kernel
 
@@ -248,8 +255,8 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
     def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
                chunk_group, X, acc, scale, n_cols, row0):  # fmt: skip
         body(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
-             chunk_group, X, acc, scale, n_cols, row0, chunk_offsets, chunk_offsets,
-             chunk_offsets)  # fmt: skip
+             chunk_group, X, acc, scale, n_cols, row0, chunk_paths, chunk_offsets, chunk_paths,
+             chunk_offsets, chunk_offsets, 0)  # fmt: skip
 
     return kernel
 
@@ -279,17 +286,18 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, interactions, slo
     ``slots`` (:class:`~distshap.kernels.cuda.model.SlotArrays`): interaction values into pair
     slots."""
     nb = int(Xb.shape[0])
-    if slots is not None:  # one block per (chunk, row); a group's slots in shared memory
-        group_bytes = slots.max_group_slots * 8
-        shared = 0 < group_bytes <= config.QUADRATURE_SHARED_BYTES
-        for launch in plan.quadrature:
+    if slots is not None:  # one block per (chunk, row); a chunk's slots in shared memory
+        capacity = min(slots.max_tile_slots, config.QUADRATURE_SHARED_BYTES // 8)
+        shared = capacity > 0
+        for launch, (tile_offsets, tile_slots) in zip(plan.quadrature, slots.tiles, strict=True):
             kernel = quadrature_kernel(launch.n_nodes, shared, interactions=True, slots=True)
             for row0 in range(0, nb, 65535):  # grid.y is at most 65535
                 grid = (launch.n_chunks, min(nb - row0, 65535))
-                kernel[grid, 128, stream, group_bytes if shared else 0](
+                kernel[grid, 128, stream, capacity * 8](
                     model.lane_f, model.lane_i, model.lane_cat, model.cat_words,
                     model.path_offsets, launch.paths, launch.offsets, launch.group, Xb, acc,
-                    scale, row0, slots.path_map, slots.map_offsets, slots.group_slots,
+                    scale, row0, slots.path_map, slots.map_offsets, slots.local_map,
+                    tile_offsets, tile_slots, capacity,
                 )  # fmt: skip
         return
     if interactions:  # one block per (chunk, row)

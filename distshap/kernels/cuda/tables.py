@@ -206,13 +206,14 @@ def _make_table_kernel(shared: bool, slots: bool = False):
                 first = li - pos + 1  # lane of the path's first feature element
                 for c in range(maxk):  # the conditioned element
                     if active and c < k:
+                        if not slots:
+                            fc = lane_i[first + c, LI_FEATURE]
                         iv = np.int64(tables[entry + c * k] * scale32)
                         if slots:  # the upper triangle (c < pos - 1) and the diagonal only
                             e = path_map[mbase + c * k] if c < pos else -1
                             if e < 0:
                                 iv = 0
                         else:
-                            fc = lane_i[first + c, LI_FEATURE]
                             e = (group * n_cols + fc) * n_cols + feat  # c == i: diagonal
                         if iv != 0:
                             if shared:
