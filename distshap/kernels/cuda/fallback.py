@@ -5,7 +5,8 @@ its own and this kernel runs it with the float64 DP in local memory (EXTEND, the
 per element; for interaction values once more per conditioned element, paper §3.5), up to
 :data:`config.MAX_FALLBACK_FEATURES` features (a longer path is refused when the device model
 is built, naming the CPU backend as the fix). Such paths are rare (deep trees on many
-features), so simplicity wins over speed here.
+features), so simplicity wins over speed here. :func:`oversize_slot_kernel` adds the upper
+triangle and the diagonal to a row's pair slots instead (:mod:`distshap.pair_slots`).
 """
 
 from __future__ import annotations

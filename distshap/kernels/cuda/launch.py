@@ -7,6 +7,8 @@ bias column and zeroes the accumulator for the next batch. Results are bit-ident
 and do not depend on the batching. ``batch_rows`` keeps the accumulator within
 :data:`config.BATCH_BUDGET_BYTES` (and a quarter of the free device memory); the float32
 output of all rows is allocated at once, so chunking larger inputs is the caller's job.
+:func:`run_slot_batches` runs the same kernels into a row's pair slots and hands each batch's
+accumulator to a consumer (:mod:`.pairs`), so no matrix is ever stored.
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ quadrature kernels). The interaction :class:`Plan` is built on the first interac
 quadrature kernels for the others. Which path goes where is host policy
 (:mod:`distshap.strategy`); :func:`strategy_stats` reports it without a GPU.
 
+Pair slots (:func:`slot_arrays`, on the first call that needs them): the host
+:class:`~distshap.pair_slots.PairSlots` maps and the quadrature kernel's chunk tiles
+(:func:`chunk_tiles`), kept on the device model.
+
 Fixed point: every contribution is rounded or truncated to int64 at ``2**s`` and added with
 integer atomics (associative, so bits do not depend on the order). A path's SHAP contribution
 is at most ``|v|`` and an interaction entry at most ``k |v|``, so with ``B`` the largest sum of

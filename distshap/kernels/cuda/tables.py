@@ -14,7 +14,8 @@ element; per row each lane tests its element, one ``ballot`` gathers the pattern
 element lane adds its ``k`` entries. It is bound by its atomics, so a block of
 :data:`config.TABLE_WARPS_PER_BLOCK` bins shares a tile of rows in shared memory, flushed with
 one global atomic per non-zero value (:func:`shared_tile_rows`; outputs too wide for a tile add
-to global memory directly).
+to global memory directly). With ``slots`` (:func:`table_kernel`) it adds a row's upper-triangle
+and diagonal entries to its pair slots instead (:mod:`distshap.pair_slots`).
 """
 
 from __future__ import annotations
