@@ -21,17 +21,21 @@ counts); a *bin* is one warp of ``capacity`` (32) lanes. Four algorithms are off
     item costs ``O(capacity)`` and the whole packing ``O(capacity * n)``. Among bins of equal
     residual the one that reached that residual most recently is taken (the stack top); this
     choice does not change the number of bins, only which bin gets which label. Same
-    ``11/9 OPT + 6/9`` guarantee as FFD.
+    ``11/9 OPT + 6/9`` guarantee as FFD. Implemented in NumPy, one run of equal sizes at a
+    time (a run fills whole bins in a row; see :func:`_best_fit_decreasing`), so the default
+    packing compiles nothing (a first call in a fresh environment saves a second of Numba
+    compilation); ``"nf"`` and ``"ffd"`` are compiled on their first use.
 
-The decreasing order is a stable counting sort by size, not a comparison sort. Items larger
-than ``capacity`` (possible only for paths of more than ``capacity - 1`` features) cannot share
-a warp: each gets an *oversize* bin of its own. For ``"nf"``, ``"ffd"`` and ``"bfd"`` the regular
-bins come first (numbered in the order they were opened) and the oversize bins after them, in
-item order.
+The decreasing order is a stable counting (or radix) sort by size, not a comparison sort.
+Items larger than ``capacity`` (possible only for paths of more than ``capacity - 1`` features)
+cannot share a warp: each gets an *oversize* bin of its own. For ``"nf"``, ``"ffd"`` and
+``"bfd"`` the regular bins come first (numbered in the order they were opened) and the
+oversize bins after them, in item order.
 """
 
 from __future__ import annotations
 
+import bisect
 import time
 from dataclasses import dataclass
 
@@ -180,65 +184,71 @@ def _first_fit_decreasing(sizes, capacity, out, tree):  # pragma: no cover - com
     return used
 
 
-@numba.njit(cache=True, nogil=True)
-def _best_fit_decreasing(sizes, capacity, out):  # pragma: no cover - compiled
-    order = _decreasing_order(sizes, capacity)
-    m = order.shape[0]
-    # head[r]: top bin of the stack of open bins with residual r (-1: empty);
-    # below[b]: the bin under b in its stack. A bin's residual is the index of its stack.
-    head = np.full(capacity + 1, -1, dtype=np.int32)
-    below = np.empty(m, dtype=np.int32)
+def _best_fit_decreasing(sizes: np.ndarray, capacity: int, out: np.ndarray) -> int:
+    """Best-Fit-Decreasing of the regular items, one run of equal sizes at a time (NumPy).
+
+    Item by item, BFD takes the top bin of the stack of the smallest residual ``r >= s`` that
+    has bins. Within a run of items of size ``s`` that bin then takes ``r // s`` items in a row
+    (after each one its residual ``r - j s``, if still ``>= s``, is the smallest non-empty one
+    and the bin sits on top of its stack), and the next item goes to the next bin of the same
+    stack, then of the next residual, then to new bins of ``capacity // s`` items each. So a
+    run is labelled with a few ``np.repeat`` and list slices per residual, and the result is,
+    bin for bin, the item-by-item algorithm's (``tests/test_packing.py`` checks it against a
+    plain reference). The stacks hold the bins' labels, top last.
+    """
+    regular = np.flatnonzero(sizes <= capacity)
+    # decreasing sizes, ties by index: a stable radix sort of 16-bit keys (capacity <= 65536)
+    order = regular[np.argsort((capacity - sizes[regular]).astype(np.uint16), kind="stable")]
+    run_counts = np.bincount(sizes[regular], minlength=capacity + 1)
+    run_sizes = np.flatnonzero(run_counts)
+    run_counts = run_counts[run_sizes]
+    stacks: dict[int, list[int]] = {}
+    residuals: list[int] = []  # residuals with a non-empty stack, increasing
     used = 0
-    for j in range(m):
-        i = order[j]
-        s = sizes[i]
-        r = s
-        while r <= capacity and head[r] < 0:
-            r += 1
-        if r <= capacity:
-            b = head[r]
-            head[r] = below[b]
-        else:
-            b = used
-            used += 1
-            r = capacity
-        out[i] = b
-        left = r - s
-        if left > 0:
-            below[b] = head[left]
-            head[left] = b
+    pos = 0
+    for s, need in zip(run_sizes[::-1].tolist(), run_counts[::-1].tolist(), strict=True):
+        pieces = []  # (bins in the order they take items, items per bin)
+        pushes = []  # (residual, bins) in the order the item-by-item algorithm pushes them
+        left = need
+        i = bisect.bisect_left(residuals, s)
+        while left > 0:
+            if i < len(residuals):  # the top bins of the smallest fitting residual
+                r = residuals[i]
+                stack = stacks[r]
+                nb = min(len(stack), -(-left // (r // s)))
+                bins = stack[: len(stack) - nb - 1 : -1] if nb < len(stack) else stack[::-1]
+                del stack[len(stack) - nb :]
+                if not stack:
+                    del residuals[i], stacks[r]
+            else:  # new bins
+                r = capacity
+                nb = -(-left // (r // s))
+                bins = list(range(used, used + nb))
+                used += nb
+            q = r // s
+            pieces.append((bins, q))
+            last = min(q, left - (nb - 1) * q)  # items of the last bin (q unless the run ends)
+            if r - q * s > 0 and nb > 1:
+                pushes.append((r - q * s, bins[:-1]))
+            if r - last * s > 0:
+                pushes.append((r - last * s, bins[-1:]))
+            left -= min(left, nb * q)
+        labels = np.concatenate([np.repeat(np.asarray(b, np.int64), q) for b, q in pieces])
+        out[order[pos : pos + need]] = labels[:need]
+        pos += need
+        for r, bins in pushes:
+            if r not in stacks:
+                stacks[r] = []
+                bisect.insort(residuals, r)
+            stacks[r].extend(bins)
     return used
 
 
-@numba.njit(cache=True, nogil=True)
-def _label_oversize(sizes, capacity, out, first):  # pragma: no cover - compiled
-    b = first
-    for i in range(sizes.shape[0]):
-        if sizes[i] > capacity:
-            out[i] = b
-            b += 1
-    return b - first
-
-
-@numba.njit(cache=True, nogil=True)
-def _group_by_bin(bin_of_item, sizes, num_bins):  # pragma: no cover - compiled
-    n = bin_of_item.shape[0]
-    starts = np.zeros(num_bins + 1, dtype=np.int64)
-    lanes = np.zeros(num_bins + 1, dtype=np.int64)
-    for i in range(n):
-        b = bin_of_item[i]
-        starts[b + 1] += 1
-        lanes[b + 1] += sizes[i]
-    for b in range(num_bins):
-        starts[b + 1] += starts[b]
-        lanes[b + 1] += lanes[b]
-    cursor = starts[:-1].copy()
-    order = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        b = bin_of_item[i]
-        order[cursor[b]] = i
-        cursor[b] += 1
-    return order, lanes
+def _label_oversize(sizes: np.ndarray, capacity: int, out: np.ndarray, first: int) -> int:
+    """Bins ``first, first + 1, ...`` for the oversize items, in item order; their count."""
+    oversize = np.flatnonzero(sizes > capacity)
+    out[oversize] = first + np.arange(oversize.shape[0])
+    return int(oversize.shape[0])
 
 
 def _tree_dtype(capacity: int) -> type:
@@ -259,18 +269,19 @@ _warm: set = set()
 
 
 def _warm_up(key: str, capacity: int = 32) -> None:
-    """Compile (or load from Numba's cache) what ``key`` needs once, so timings exclude it."""
+    """Compile (or load from Numba's cache) the kernel of ``key`` once, so timings exclude it.
+
+    Only the compiled ones ("nf", "ffd"); "bfd" and "none" are NumPy.
+    """
+    if key not in ("nf", "ffd"):
+        return
     if key == "ffd":
         key = f"ffd-{np.dtype(_tree_dtype(capacity)).name}"
     if key in _warm:
         return
     tiny = np.array([3, capacity + 1, 1, 2], dtype=np.int64)
     out = np.zeros(tiny.shape[0], dtype=np.int32)
-    if key == "order":
-        _group_by_bin(out, tiny, 1)
-    elif key != "none":
-        used = _KERNELS[key.split("-")[0]](tiny, capacity, out)
-        _label_oversize(tiny, capacity, out, used)
+    _KERNELS[key.split("-")[0]](tiny, capacity, out)
     _warm.add(key)
 
 
@@ -382,6 +393,13 @@ def bin_order(packing: Packing, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarr
             f"sizes has {arr.shape[0]} items but the packing has {packing.num_items}: "
             "pass the sizes the packing was made from"
         )
-    _warm_up("order")
-    bins = np.ascontiguousarray(packing.bin_of_item, dtype=np.int32)
-    return _group_by_bin(bins, arr, packing.num_bins)
+    bins = np.asarray(packing.bin_of_item, dtype=np.int64)
+    # by bin, then item index: two stable radix passes of 16 bits (low, then high)
+    order = np.argsort((bins & 0xFFFF).astype(np.uint16), kind="stable")
+    if packing.num_bins > 0xFFFF:
+        order = order[np.argsort((bins[order] >> 16).astype(np.uint16), kind="stable")]
+    lanes = np.zeros(packing.num_bins + 1, dtype=np.int64)
+    np.cumsum(np.bincount(bins, minlength=packing.num_bins), out=lanes[1:])
+    lane_ends = np.zeros(arr.shape[0] + 1, dtype=np.int64)
+    np.cumsum(arr[order], out=lane_ends[1:])
+    return order.astype(np.int64), lane_ends[lanes]

@@ -2,12 +2,13 @@
 
 Each row is processed on its own, paths in packed order, contributions accumulated in float64
 and stored as float32: results do not depend on the thread count, the batch or the chunking.
-Paths with a SHAP pattern table cost an interval test per element and one table row; the others
-run the EXTEND / UNWOUND_SUM dynamic program (:mod:`distshap.kernels.treeshap`). The tables are
-this backend's own: which paths get one is the packed model's policy
-(:func:`distshap.strategy.choose_tables`), and they are filled in float64 on the first SHAP call
-and kept per model digest (:func:`shap_tables`). Interaction values condition on every feature
-present in a path (paper §3.5), O(T·L·D³) per row. Every parallel call goes through
+SHAP values (:mod:`distshap.kernels.quadrature_cpu`): paths with a SHAP pattern table cost an
+interval test per element and one table row; the others are integrated exactly by
+Gauss-Legendre quadrature. The tables are this backend's own: which paths get one is the packed
+model's policy (:func:`distshap.strategy.choose_tables`), and they are filled in float64 on the
+first SHAP call and kept per model digest (:func:`shap_tables`). Interaction values run the
+EXTEND / UNWOUND_SUM dynamic program (:mod:`distshap.kernels.treeshap`), conditioned on every
+feature present in a path (paper §3.5), O(T·L·D³) per row. Every parallel call goes through
 :func:`distshap.kernels.parallel.run_parallel` (safe from several threads under every layer).
 """
 
@@ -19,7 +20,7 @@ from collections import OrderedDict
 import numpy as np
 from numba import njit, prange
 
-from distshap.kernels import treeshap
+from distshap.kernels import quadrature_cpu, treeshap
 from distshap.kernels.interventional_cpu import interventional_values
 from distshap.kernels.parallel import run_parallel
 from distshap.packed import PackedModel
@@ -34,8 +35,6 @@ __all__ = [
     "shap_values",
 ]
 
-#: Paths with at most this many features get their 0/1 pattern as one int64 bit mask.
-_MAX_PATTERN_BITS = 62
 #: Models whose SHAP tables are kept (each up to ``packed.table_budget_bytes``).
 TABLE_CACHE_SIZE = 4
 
@@ -65,90 +64,6 @@ def _max_lanes(path_offsets):
     for p in range(path_offsets.shape[0] - 1):
         longest = max(longest, path_offsets[p + 1] - path_offsets[p])
     return longest
-
-
-@njit(inline="always", nogil=True, cache=True)
-def _path_patterns(XT, n, feature, lower, upper, missing, cat_offsets, cat_nbits, cat_other,
-                   cat_words, start, k, pattern):  # fmt: skip
-    """Bit ``i`` of ``pattern[r]``: does row ``r`` follow feature element ``i`` of the path."""
-    for r in range(n):
-        pattern[r] = 0
-    for i in range(k):
-        e = start + 1 + i
-        col = XT[feature[e]]
-        lo, hi, miss, other = lower[e], upper[e], missing[e], cat_other[e]
-        if cat_offsets[e] < 0:  # a constant -1: the numeric test alone, a loop that vectorises
-            for r in range(n):
-                o = _follows(col[r], lo, hi, miss, other, -1, 0, cat_words)
-                pattern[r] |= np.int64(o) << i
-        else:
-            off, nbits = cat_offsets[e], cat_nbits[e]
-            for r in range(n):
-                o = _follows(col[r], lo, hi, miss, other, off, nbits, cat_words)
-                pattern[r] |= np.int64(o) << i
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def _shap_kernel(X, feature, lower, upper, missing, zero_fraction, cat_offsets, cat_nbits,
-                 cat_other, cat_words, path_offsets, path_value, path_group, table_offsets,
-                 tables, expected_value, block_rows, out):  # fmt: skip
-    n_rows = X.shape[0]
-    n_features = X.shape[1]
-    n_paths = path_offsets.shape[0] - 1
-    n_groups = out.shape[1]
-    n_cols = out.shape[2]
-    max_len = _max_lanes(path_offsets)
-    n_blocks = (n_rows + block_rows - 1) // block_rows
-    # Rows in blocks, features-major within a block: each path's lanes are read once per
-    # block and each lane's interval test runs over a contiguous column of the block.
-    for b in prange(n_blocks):
-        r0 = b * block_rows
-        n = min(n_rows, r0 + block_rows) - r0
-        XT = np.empty((n_features, n), np.float32)
-        for r in range(n):
-            for f in range(n_features):
-                XT[f, r] = X[r0 + r, f]
-        acc = np.zeros((n, n_groups, n_cols), np.float64)
-        pattern = np.empty(n, np.int64)
-        one = np.empty(max_len, np.float64)
-        w = np.empty(max_len, np.float64)
-        for p in range(n_paths):
-            start = path_offsets[p]
-            k = path_offsets[p + 1] - start - 1
-            g = path_group[p]
-            off = table_offsets[p]
-            if k <= _MAX_PATTERN_BITS:
-                _path_patterns(XT, n, feature, lower, upper, missing, cat_offsets, cat_nbits,
-                               cat_other, cat_words, start, k, pattern)  # fmt: skip
-            if off >= 0:
-                for r in range(n):
-                    base = off + pattern[r] * k
-                    for i in range(k):
-                        acc[r, g, feature[start + 1 + i]] += tables[base + i]
-            else:
-                v = path_value[p]
-                zero = zero_fraction[start : start + k + 1]
-                one[0] = 1.0
-                for r in range(n):
-                    if k <= _MAX_PATTERN_BITS:
-                        for i in range(k):
-                            one[i + 1] = (pattern[r] >> i) & 1
-                    else:  # very long path (deep trees): test its lanes directly
-                        _one_fractions(X[r0 + r], feature, lower, upper, missing, cat_offsets,
-                                       cat_nbits, cat_other, cat_words, start, start + k + 1,
-                                       one)  # fmt: skip
-                    depth = _extend_path(w, zero, one, 1, k + 1, -1)
-                    for i in range(1, k + 1):
-                        z = zero[i]
-                        o = one[i]
-                        if o != z:
-                            s = _unwound_sum(w, depth, z, o)
-                            acc[r, g, feature[start + i]] += s * (o - z) * v
-        for r in range(n):
-            for g in range(n_groups):
-                acc[r, g, n_cols - 1] = expected_value[g]
-                for c in range(n_cols):
-                    out[r0 + r, g, c] = acc[r, g, c]
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -265,36 +180,6 @@ def _interaction_slot_kernel(X, feature, lower, upper, missing, zero_fraction, c
             out[r, t] = acc[t]
 
 
-@njit(parallel=True, nogil=True, cache=True)
-def _fill_tables(path_offsets, zero_fraction, path_value, table_offsets, total):
-    """Every pattern's SHAP contributions of every path with a table, in float64.
-
-    Entry ``[table_offsets[p] + pattern * k + i]`` is ``unwound_sum * (o_i - z_i) * v`` of
-    feature element ``i`` (0-based, after the bias lane) when the one-fractions are the bits of
-    ``pattern`` (bit ``i``: element ``i`` follows), stored as float32.
-    """
-    out = np.empty(total, np.float32)
-    n_paths = path_offsets.shape[0] - 1
-    for p in prange(n_paths):
-        off = table_offsets[p]
-        if off < 0:
-            continue
-        start = path_offsets[p] + 1  # the first feature element
-        k = path_offsets[p + 1] - start
-        zero = zero_fraction[start : start + k]
-        one = np.empty(k, np.float64)
-        w = np.empty(k + 1, np.float64)
-        v = path_value[p]
-        for pattern in range(1 << k):
-            for i in range(k):
-                one[i] = (pattern >> i) & 1
-            depth = _extend_path(w, zero, one, 0, k, -1)
-            for i in range(k):
-                s = _unwound_sum(w, depth, zero[i], one[i])
-                out[off + pattern * k + i] = s * (one[i] - zero[i]) * v
-    return out
-
-
 _TABLES: OrderedDict = OrderedDict()
 _TABLES_LOCK = threading.Lock()
 
@@ -313,8 +198,8 @@ def shap_tables(packed: PackedModel) -> tuple[np.ndarray, np.ndarray]:
             return hit
         k = path_features(packed.path_offsets)
         offsets = choose_tables(k, packed.table_budget_bytes, packed.max_table_features)
-        tables = run_parallel(_fill_tables, packed.path_offsets, packed.zero_fraction,
-                              packed.path_value, offsets, table_values(k, offsets))  # fmt: skip
+        tables = quadrature_cpu.fill_tables(packed.path_offsets, packed.zero_fraction,
+                                            packed.path_value, offsets, table_values(k, offsets))
         if packed.digest:
             _TABLES[packed.digest] = (offsets, tables)
             while len(_TABLES) > TABLE_CACHE_SIZE:
@@ -355,14 +240,8 @@ def shap_values(packed: PackedModel, X: np.ndarray) -> np.ndarray:
         model's encoding: raw rows of a float64 model would take other branches).
     """
     X = _as_rows(X, packed)
-    n_cols = packed.num_features + 1
-    out = np.empty((X.shape[0], packed.num_groups, n_cols), np.float32)
-    # a block's float64 accumulator stays around 256 KiB (cache-sized)
-    block_rows = int(np.clip((1 << 15) // (packed.num_groups * n_cols), 8, 256))
-    table_offsets, tables = shap_tables(packed)
-    run_parallel(_shap_kernel, X, *_model_args(packed), table_offsets, tables,
-                 packed.expected_value, block_rows, out)  # fmt: skip
-    return out
+    table_offsets, tables = shap_tables(packed)  # paths without a table: quadrature
+    return quadrature_cpu.shap_values(packed, X, table_offsets, tables)
 
 
 def interaction_values(packed: PackedModel, X: np.ndarray) -> np.ndarray:

@@ -18,10 +18,10 @@ from functools import cache
 from typing import Any
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from distshap.inputs import array_module
-from distshap.kernels.parallel import run_parallel
+from distshap.kernels.parallel import run_ranges
 
 __all__ = ["MarginModel", "margin_model", "predict_margin"]
 
@@ -65,7 +65,7 @@ def predict_margin(model: MarginModel, X: Any) -> Any:
     X = xp.ascontiguousarray(X)  # float32 values compare exactly with the float64 thresholds
     if xp is np:
         out = np.zeros((n, groups), dtype=np.float64)
-        run_parallel(_cpu_margin, X, *(model[a] for a in _ARGS), out)
+        run_ranges(_cpu_margin, n, 16, X, *(model[a] for a in _ARGS), out)
         return out
     from distshap.kernels.cuda.device import stream
 
@@ -107,10 +107,11 @@ def _row_margin(X, r, left, right, feature, threshold, default_left, is_categori
 _row_margin_cpu = njit(inline="always", nogil=True, cache=True)(_row_margin)
 
 
-@njit(parallel=True, nogil=True, cache=True)
+@njit(nogil=True, cache=True)  # serial over rows lo..hi-1: run_ranges runs it in threads
 def _cpu_margin(X, left, right, feature, threshold, default_left, is_categorical, cat_offsets,
-                cat_values, value, roots, tree_group, base_score, missing, out):  # fmt: skip
-    for r in prange(X.shape[0]):
+                cat_values, value, roots, tree_group, base_score, missing, out, lo,
+                hi):  # fmt: skip
+    for r in range(lo, hi):
         _row_margin_cpu(X, r, left, right, feature, threshold, default_left, is_categorical,
                         cat_offsets, cat_values, value, roots, tree_group, base_score, missing,
                         out)  # fmt: skip

@@ -1,0 +1,162 @@
+"""distshap on the CPU against XGBoost's own CPU ``pred_contribs`` / ``pred_interactions``.
+
+XGBoost >= 3.3 computes CPU SHAP values by quadrature (and needs Python >= 3.12): the peer to
+beat. Both run in one process at the same thread count (``--threads``: XGBoost's ``nthread``,
+distshap's ``NUMBA_NUM_THREADS``, set before Numba is imported), on the same synthetic rows of
+the model shapes of :mod:`benchmarks.shapes`. Row counts are chosen per library so that each
+timed call takes about ``--seconds`` (a probe call on a few rows sets the rate), since the two
+differ by several times; rows/s are compared. Each timing is the median of ``--repeats`` calls
+after a warm-up call (compilation, tables). distshap is timed as users call it:
+``TreeExplainer.shap_values`` on a NumPy array, input conversion and the additivity check
+included; XGBoost's ``predict`` on a ``DMatrix`` built beforehand. The largest difference
+between the two results (on the rows both explained) is reported against the values' scale.
+
+Usage (Python 3.12 with XGBoost >= 3.3)::
+
+    python -m benchmarks.cpu_peer                                  # 3 shapes, SHAP + interactions
+    python -m benchmarks.cpu_peer --shapes cal_housing-med --kinds shap --seconds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+DEFAULT_SHAPES = ("cal_housing-med", "adult-med", "covtype-med")
+
+
+def _median(fn, repeats: int) -> tuple[float, object]:
+    out = fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def _rows_for(fn, probe_rows: int, seconds: float, cap: int) -> int:
+    """Rows so that ``fn(rows)`` takes about ``seconds``: one warm probe call sets the rate."""
+    fn(probe_rows)  # compilation, tables
+    t0 = time.perf_counter()
+    fn(probe_rows)
+    rate = probe_rows / max(time.perf_counter() - t0, 1e-6)
+    return int(min(cap, max(probe_rows, rate * seconds)))
+
+
+def measure(shape: str, kind: str, args: argparse.Namespace) -> dict:
+    """One shape and kind: rows, seconds and rows/s of both, their ratio and the difference."""
+    import numpy as np
+    import xgboost as xgb
+
+    from benchmarks.shapes import make_data, train_model
+    from distshap import TreeExplainer
+
+    name, size = shape.rsplit("-", 1)
+    booster = train_model(name, size)
+    booster.set_param({"nthread": args.threads})
+    explainer = TreeExplainer(booster, backend="cpu")
+    interactions = kind == "interactions"
+    cap = args.max_rows // (20 if interactions else 1)
+    X, _ = make_data(name, cap, seed=1)
+
+    def ours(n: int):
+        fn = explainer.shap_interaction_values if interactions else explainer.shap_values
+        return fn(X[:n])
+
+    matrices: dict[int, xgb.DMatrix] = {}
+
+    def theirs(n: int):
+        if n not in matrices:
+            matrices[n] = xgb.DMatrix(X[:n], nthread=args.threads)
+        flag = "pred_interactions" if interactions else "pred_contribs"
+        return booster.predict(matrices[n], **{flag: True})
+
+    probe = 20 if interactions else 200
+    n_ours = _rows_for(ours, probe, args.seconds, cap)
+    n_theirs = _rows_for(theirs, probe, args.seconds, cap)
+    t_ours, v_ours = _median(lambda: ours(n_ours), args.repeats)
+    t_theirs, v_theirs = _median(lambda: theirs(n_theirs), args.repeats)
+    common = min(n_ours, n_theirs)
+    a = np.asarray(v_ours)[:common].reshape(common, -1).astype(np.float64)
+    b = np.asarray(v_theirs)[:common].reshape(common, -1).astype(np.float64)
+    scale = max(1.0, float(np.abs(b).max()))
+    record = {
+        "shape": shape,
+        "kind": kind,
+        "threads": args.threads,
+        "paths": explainer.packed.num_paths,
+        "distshap_rows": n_ours,
+        "distshap_s": t_ours,
+        "distshap_rows_per_s": n_ours / t_ours,
+        "xgboost_rows": n_theirs,
+        "xgboost_s": t_theirs,
+        "xgboost_rows_per_s": n_theirs / t_theirs,
+        "ratio": (n_ours / t_ours) / (n_theirs / t_theirs),
+        "max_abs_diff_over_scale": float(np.abs(a - b).max()) / scale,
+    }
+    return record
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default=",".join(DEFAULT_SHAPES))
+    parser.add_argument("--kinds", default="shap,interactions")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=2.0, help="target seconds per call")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-rows", type=int, default=200_000)
+    parser.add_argument("--json", help="write the records to this file")
+    parser.add_argument("--allow-old-xgboost", action="store_true")
+    args = parser.parse_args(argv)
+    os.environ["NUMBA_NUM_THREADS"] = str(args.threads)  # before Numba is imported
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+
+    import platform
+
+    import numba
+    import xgboost as xgb
+
+    if numba.config.NUMBA_NUM_THREADS != args.threads:
+        raise RuntimeError(
+            f"Numba was imported with {numba.config.NUMBA_NUM_THREADS} threads before this "
+            f"benchmark could ask for {args.threads}: run it as its own process"
+        )
+    major, minor = (int(p) for p in xgb.__version__.split(".")[:2])
+    if (major, minor) < (3, 3) and not args.allow_old_xgboost:
+        raise SystemExit(
+            f"XGBoost {xgb.__version__} is older than 3.3 (the quadrature TreeSHAP peer): "
+            "install xgboost>=3.3 under Python >= 3.12, or pass --allow-old-xgboost"
+        )
+    print(
+        f"Python {platform.python_version()}, XGBoost {xgb.__version__}, Numba "
+        f"{numba.__version__}, {args.threads} threads",
+        flush=True,
+    )
+    header = (
+        f"{'shape':16s} {'kind':12s} {'distshap rows':>13s} {'rows/s':>9s} "
+        f"{'xgboost rows':>12s} {'rows/s':>9s} {'ratio':>7s} {'diff/scale':>10s}"
+    )
+    print(header, flush=True)
+    records = []
+    for kind in args.kinds.split(","):
+        for shape in args.shapes.split(","):
+            r = measure(shape, kind, args)
+            records.append(r)
+            print(
+                f"{shape:16s} {kind:12s} {r['distshap_rows']:13,d} "
+                f"{r['distshap_rows_per_s']:9,.0f} {r['xgboost_rows']:12,d} "
+                f"{r['xgboost_rows_per_s']:9,.0f} {r['ratio']:6.2f}x "
+                f"{r['max_abs_diff_over_scale']:10.1e}",
+                flush=True,
+            )
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(records, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,257 @@
+"""CPU SHAP values: pattern tables for short paths, Gauss-Legendre quadrature for the others.
+
+*Quadrature.* The SHAP value of feature element ``i`` of a path of ``k`` features with leaf
+value ``v``, zero fractions ``z`` and one fractions ``o`` (0 or 1) is
+
+    phi_i = v (o_i - z_i) integral_0^1 prod_{j != i} (z_j + t (o_j - z_j)) dt
+
+(the Shapley weights ``s! (k-1-s)! / k!`` are Beta integrals), a polynomial of degree ``k - 1``
+in ``t``: ``ceil(k / 2)`` Gauss-Legendre nodes give it exactly. At each node a block of rows
+forms the prefix products ``prod_{j < i}`` forwards and the suffix products ``prod_{j > i}``
+backwards, so every ``prod_{j != i}`` costs two multiplications, no division, and a factor of
+0 (``z = 0`` on a branch the row does not take) needs no special case. All terms are positive
+and the sums are float64, so the result keeps its accuracy at any path length, where the
+EXTEND / UNWOUND_SUM dynamic program cancels.
+
+*Tables.* A path with a SHAP pattern table (:func:`distshap.strategy.choose_tables`: the short
+paths, within a memory budget) costs one interval test per element and one table row per row.
+The table of a path of ``k`` features is its SHAP values at the ``2**k`` corners of its pattern
+cube: :func:`fill_tables` runs the kernel itself, by quadrature, on a model of such paths alone
+(element ``i`` on feature ``i``, followed when the value is 1) and the ``2**k`` 0/1 rows.
+
+*Rule* (:func:`shap_values`): a path with a table uses it, every other path the quadrature,
+which replaced the DP for SHAP values on the CPU (measured in ``benchmarks/RESULTS.md``: on
+cal_housing-med with no tables, 5.9x faster than the DP on two threads, the same float32 bits).
+
+*Layout.* Rows are processed in blocks, features-major within a block: each path's elements
+are read once per block, every inner loop runs over the block's rows (contiguous, vectorised),
+and the block's float64 sums are kept as ``acc[group * (F + 1) + feature, row]`` so a path's
+contribution to one feature is one contiguous add. Each row sums its paths in packed order, so
+the result does not depend on the thread count, the block size or the chunking.
+
+*Compilation.* One serial ``nogil`` function (:func:`_shap_rows`) does all of it, run over row
+ranges in threads by :func:`distshap.kernels.parallel.run_ranges`: a ``parallel=True`` loop
+would recompile the body in its parfor passes, and a separate table filler would be a second
+copy of the quadrature (``benchmarks/cold_start.py`` times the first call in a fresh
+environment).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import njit
+
+from distshap.kernels import treeshap
+from distshap.kernels.parallel import run_ranges
+from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
+
+__all__ = ["block_rows", "fill_tables", "shap_values"]
+
+#: Float64 sums of one row block: about 2 MiB, and at most 1,024 rows. Larger blocks read each
+#: path's lanes and table fewer times: on two cores (1 MiB L2 each) 256 KiB / 256 rows gave
+#: 10.0k / 9.4k / 1.7k rows/s on cal_housing / adult / covtype-med, 2 MiB / 1,024 rows
+#: 14.2k / 13.3k / 2.8k (one thread).
+_ACC_BYTES = 1 << 21
+_MAX_BLOCK_ROWS = 1024
+_MIN_BLOCK_ROWS = 16
+#: :func:`fill_tables`: corner rows per kernel call, and float32 values of one call's output.
+_FILL_ROWS = 1 << 12
+_FILL_VALUES = 1 << 23
+
+_follows = njit(inline="always", nogil=True, cache=True)(treeshap.follows)
+
+
+@njit(nogil=True, cache=True)
+def _shap_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, cat_nbits,
+               cat_other, cat_words, path_offsets, path_value, path_group, table_offsets,
+               tables, gl_t, gl_w, expected_value, max_k, block_rows, out, lo, hi):  # fmt: skip
+    """SHAP values of rows ``lo .. hi - 1`` of ``X`` into ``out``, ``block_rows`` at a time."""
+    n_features = X.shape[1]
+    n_paths = path_offsets.shape[0] - 1
+    n_groups = out.shape[1]
+    n_cols = out.shape[2]
+    size = min(block_rows, hi - lo)
+    XT = np.empty((n_features, size), np.float32)
+    acc = np.empty((n_groups * n_cols, size), np.float64)
+    ones = np.empty((max_k, size), np.bool_)  # does row r follow feature element i
+    index = np.empty(size, np.int64)  # a table path: the start of each row's table row
+    d = np.empty((max_k, size), np.float64)  # o - z
+    pre = np.empty((max_k, size), np.float64)
+    phi = np.empty((max_k, size), np.float64)
+    suf = np.empty(size, np.float64)
+    for r0 in range(lo, hi, size):
+        n = min(hi, r0 + size) - r0
+        for r in range(n):
+            for f in range(n_features):
+                XT[f, r] = X[r0 + r, f]
+        acc[:] = 0.0
+        for p in range(n_paths):
+            start = path_offsets[p] + 1  # the first feature element (after the bias lane)
+            k = path_offsets[p + 1] - start
+            base = path_group[p] * n_cols
+            for i in range(k):
+                e = start + i
+                col = XT[feature[e]]
+                oi = ones[i]
+                lo_, hi_, miss, other = lower[e], upper[e], missing[e], cat_other[e]
+                if cat_offsets[e] < 0:  # a numeric test alone: a loop that vectorises
+                    for r in range(n):
+                        oi[r] = _follows(col[r], lo_, hi_, miss, other, -1, 0, cat_words)
+                else:
+                    co, nbits = cat_offsets[e], cat_nbits[e]
+                    for r in range(n):
+                        oi[r] = _follows(col[r], lo_, hi_, miss, other, co, nbits, cat_words)
+            off = table_offsets[p]
+            if off >= 0:  # k <= 24 (choose_tables): the pattern is an int64 bit mask
+                for r in range(n):
+                    index[r] = 0
+                for i in range(k):
+                    oi = ones[i]
+                    for r in range(n):
+                        index[r] |= np.int64(oi[r]) << i
+                for r in range(n):
+                    index[r] = off + index[r] * k
+                for i in range(k):
+                    a = acc[base + feature[start + i]]
+                    for r in range(n):
+                        a[r] += tables[index[r] + i]
+                continue
+            # quadrature: phi_i = v d_i sum_q w_q prod_{j < i} f_j(t_q) prod_{j > i} f_j(t_q)
+            for i in range(k):
+                z = zero_fraction[start + i]
+                oi = ones[i]
+                for r in range(n):
+                    d[i, r] = (1.0 if oi[r] else 0.0) - z
+                    phi[i, r] = 0.0
+            m = (k + 1) // 2  # nodes: the rule of m nodes sits at m (m - 1) / 2
+            v = path_value[p]
+            for q in range(m * (m - 1) // 2, m * (m + 1) // 2):
+                t = gl_t[q]
+                wv = gl_w[q] * v
+                for r in range(n):
+                    pre[0, r] = wv
+                for i in range(1, k):  # pre[i] = w v prod_{j < i} (z_j + t d_j)
+                    z = zero_fraction[start + i - 1]
+                    for r in range(n):
+                        pre[i, r] = pre[i - 1, r] * (z + t * d[i - 1, r])
+                for r in range(n):
+                    suf[r] = 1.0
+                for i in range(k - 1, -1, -1):  # suf = prod_{j > i} (z_j + t d_j)
+                    z = zero_fraction[start + i]
+                    for r in range(n):
+                        phi[i, r] += pre[i, r] * suf[r]
+                        suf[r] *= z + t * d[i, r]
+            for i in range(k):
+                a = acc[base + feature[start + i]]
+                for r in range(n):
+                    a[r] += phi[i, r] * d[i, r]
+        for r in range(n):
+            for g in range(n_groups):
+                for c in range(n_cols - 1):
+                    out[r0 + r, g, c] = acc[g * n_cols + c, r]
+                out[r0 + r, g, n_cols - 1] = expected_value[g]
+
+
+def _run(
+    X: np.ndarray,
+    lanes: tuple,
+    path_offsets: np.ndarray,
+    path_value: np.ndarray,
+    path_group: np.ndarray,
+    table_offsets: np.ndarray,
+    tables: np.ndarray,
+    expected_value: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """:func:`_shap_rows` over every row of ``X``, in threads."""
+    k = np.diff(path_offsets) - 1
+    max_k = max(int(k.max()), 1) if k.size else 1
+    gl_t, gl_w = gauss_legendre_table(node_count(max_k))
+    rows = block_rows(out.shape[1], out.shape[2] - 1)
+    threads = numba.get_num_threads()  # ranges of whole blocks, a few per thread when many
+    pieces = max(threads, min(4 * threads, -(-X.shape[0] // rows)))
+    run_ranges(_shap_rows, X.shape[0], pieces, X, *lanes, path_offsets,
+               path_value, path_group, table_offsets, tables, gl_t, gl_w, expected_value,
+               max_k, rows, out)  # fmt: skip
+
+
+def block_rows(num_groups: int, num_features: int) -> int:
+    """Rows per block: the block's float64 sums ``(G * (F + 1), rows)`` stay cache-sized."""
+    per_row = 8 * num_groups * (num_features + 1)
+    return int(np.clip(_ACC_BYTES // per_row, _MIN_BLOCK_ROWS, _MAX_BLOCK_ROWS))
+
+
+def fill_tables(
+    path_offsets: np.ndarray,
+    zero_fraction: np.ndarray,
+    path_value: np.ndarray,
+    table_offsets: np.ndarray,
+    total: int,
+) -> np.ndarray:
+    """Every pattern's SHAP contributions of every path with a table: float32 ``(total,)``.
+
+    Entry ``[table_offsets[p] + pattern * k + i]`` is ``phi_i`` of feature element ``i``
+    (0-based, after the bias lane) of path ``p`` when the one fractions are the bits of
+    ``pattern`` (bit ``i``: element ``i`` follows), computed in float64 by quadrature.
+
+    Paths of ``k`` features are evaluated together, as one model of such paths alone, each in
+    its own output group: element ``i`` tests feature ``i`` for ``x >= 0.5``, and row ``b`` of
+    the input holds the bits of pattern ``b``.
+    """
+    tables = np.empty(int(total), np.float32)
+    lengths = np.diff(path_offsets) - 1
+    with_table = np.asarray(table_offsets) >= 0
+    no_words = np.zeros(0, np.uint32)
+    for k in np.unique(lengths[with_table]).tolist():
+        ids = np.flatnonzero(with_table & (lengths == k))
+        patterns = 1 << k
+        n_rows = min(patterns, _FILL_ROWS)
+        chunk = max(1, _FILL_VALUES // (n_rows * (k + 1)))
+        bits = np.arange(k)
+        for c in range(0, ids.shape[0], chunk):
+            part = ids[c : c + chunk]
+            n_paths = part.shape[0]
+            lanes = (path_offsets[part][:, None] + np.arange(k + 1)).ravel()
+            feature = np.tile(np.r_[-1, bits].astype(np.int32), n_paths)
+            model = (
+                feature, np.full(feature.shape, 0.5, np.float32),
+                np.full(feature.shape, np.inf, np.float32), np.zeros(feature.shape, np.bool_),
+                zero_fraction[lanes], np.full(feature.shape, -1, np.int64),
+                np.zeros(feature.shape, np.int32), np.ones(feature.shape, np.bool_), no_words,
+            )  # fmt: skip
+            offsets = np.arange(n_paths + 1, dtype=np.int64) * (k + 1)
+            for first in range(0, patterns, n_rows):
+                rows = first + np.arange(min(n_rows, patterns - first))
+                X = ((rows[:, None] >> bits) & 1).astype(np.float32)
+                out = np.empty((rows.shape[0], n_paths, k + 1), np.float32)
+                groups = np.arange(n_paths, dtype=np.int32)
+                _run(X, model, offsets, path_value[part], groups, np.full(n_paths, -1, np.int64),
+                     tables[:0], np.zeros(n_paths), out)  # fmt: skip
+                dest = table_offsets[part][:, None] + first * k + np.arange(rows.shape[0] * k)
+                tables[dest] = out[:, :, :k].transpose(1, 0, 2).reshape(n_paths, -1)
+    return tables
+
+
+def shap_values(packed, X: np.ndarray, table_offsets: np.ndarray, tables: np.ndarray) -> np.ndarray:
+    """SHAP values of the rows of ``X``: float32 ``(n, G, F + 1)``, bias last.
+
+    Parameters
+    ----------
+    packed : PackedModel
+    X : float32 array (n, F), C-contiguous
+        Kernel input (:func:`distshap.inputs.prepare_rows` of the user's rows).
+    table_offsets : int64 array (n_paths,)
+        Start of each path's table in ``tables``, -1 where the path has none (quadrature).
+    tables : float32 array
+        The tables (:func:`fill_tables`).
+    """
+    out = np.empty((X.shape[0], packed.num_groups, packed.num_features + 1), np.float32)
+    if X.shape[0]:
+        lanes = (
+            packed.feature, packed.lower, packed.upper, packed.missing, packed.zero_fraction,
+            packed.cat_offsets, packed.cat_nbits, packed.cat_other, packed.cat_words,
+        )  # fmt: skip
+        _run(X, lanes, packed.path_offsets, packed.path_value, packed.path_group, table_offsets,
+             tables, packed.expected_value, out)  # fmt: skip
+    return out
