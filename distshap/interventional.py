@@ -131,8 +131,6 @@ def build_background(packed: Any, data: Any) -> Background:
     for arr in (rows, margin):
         h.update(f"{arr.dtype.str}:{arr.shape}".encode())
         h.update(memoryview(arr).cast("B"))
-    for arr in (rows, margin):
-        arr.setflags(write=False)
     return Background(rows=rows, margin=margin, digest=h.hexdigest(), model_digest=packed.digest)
 
 
