@@ -81,7 +81,8 @@ def _rel_diff(ours, theirs) -> float:
 
 
 def _dask_rate(shape_name: str, booster, background, n_workers: int, gpu: bool, rows: int,
-               repeats: int, chunks_per_worker: int, threads: int) -> float:  # fmt: skip
+               repeats: int, chunks_per_worker: int, threads: int,
+               model_output: str = "raw") -> float:  # fmt: skip
     """rows/s of explain_dask on a fresh local cluster of ``n_workers`` (GPUs or CPUs)."""
     from distributed import wait
 
@@ -89,7 +90,7 @@ def _dask_rate(shape_name: str, booster, background, n_workers: int, gpu: bool, 
     from distshap import TreeExplainer
     from distshap.cluster import explain_dask, start_cluster
 
-    explainer = TreeExplainer(booster, background, feature_perturbation="interventional",
+    explainer = TreeExplainer(booster, background, model_output, "interventional",
                               backend="cpu")  # fmt: skip  # the packed model and background
     packed, bg = explainer.packed, explainer.background
     backend = "cuda" if gpu else "cpu"
@@ -103,10 +104,14 @@ def _dask_rate(shape_name: str, booster, background, n_workers: int, gpu: bool, 
         X = client.persist(_make_rows(shape_name, packed.num_features, rows, n_chunks, 7, gpu))
         wait(X)
         few = X[: X.chunks[0][0] * min(n_workers, X.numblocks[0])]
-        explain_dask(packed, few, backend=backend, background=bg).compute()  # warm-up
+        explain_dask(
+            packed, few, backend=backend, background=bg, model_output=model_output
+        ).compute()  # warm-up
         seconds = []
         for _ in range(repeats):
-            result = explain_dask(packed, X, backend=backend, background=bg)
+            result = explain_dask(
+                packed, X, backend=backend, background=bg, model_output=model_output
+            )
             t0 = time.perf_counter()
             wait(client.persist(result))
             seconds.append(time.perf_counter() - t0)
@@ -116,7 +121,7 @@ def _dask_rate(shape_name: str, booster, background, n_workers: int, gpu: bool, 
 
 def measure(shape: str, n_background: int, rows: int, cpu_rows: int, shap_rows: int,
             backend: str, repeats: int, dask_workers: list[int], chunks_per_worker: int,
-            dask_rows: int | None) -> dict:  # fmt: skip
+            dask_rows: int | None, model_output: str = "raw") -> dict:  # fmt: skip
     """One background size: every measurement of the module docstring, as a record."""
     from distshap import TreeExplainer
 
@@ -125,7 +130,12 @@ def measure(shape: str, n_background: int, rows: int, cpu_rows: int, shap_rows: 
     background, _ = shapes.make_data(name, n_background, seed=2)
     X, _ = shapes.make_data(name, max(rows, cpu_rows, shap_rows), seed=1)
     gpu = backend == "cuda"
-    rec: dict = {"shape": shape, "background": n_background, "repeats": repeats}
+    rec: dict = {
+        "shape": shape,
+        "background": n_background,
+        "repeats": repeats,
+        "model_output": model_output,
+    }
 
     # shap (one thread: its interventional loop is serial C++)
     n_shap = min(shap_rows, X.shape[0])
@@ -138,7 +148,9 @@ def measure(shape: str, n_background: int, rows: int, cpu_rows: int, shap_rows: 
         # shap's default masker silently keeps 100 random rows of a larger background:
         # give it every row, as distshap uses them all
         masker = shap.maskers.Independent(background, max_samples=n_background)
-        explainer = shap.TreeExplainer(booster, masker, feature_perturbation="interventional")
+        explainer = shap.TreeExplainer(
+            booster, masker, model_output=model_output, feature_perturbation="interventional"
+        )
         rec["shap_setup_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         theirs = explainer.shap_values(X[:n_shap], check_additivity=False)
@@ -149,7 +161,7 @@ def measure(shape: str, n_background: int, rows: int, cpu_rows: int, shap_rows: 
 
     # distshap CPU
     t0 = time.perf_counter()
-    cpu = TreeExplainer(booster, background, feature_perturbation="interventional", backend="cpu")
+    cpu = TreeExplainer(booster, background, model_output, "interventional", backend="cpu")
     rec["prepare_s"] = time.perf_counter() - t0
     rec["cpu_rows"] = cpu_rows
     s, cpu_out, first = _median(lambda: cpu.shap_values(X[:cpu_rows]), repeats, False)
@@ -161,7 +173,7 @@ def measure(shape: str, n_background: int, rows: int, cpu_rows: int, shap_rows: 
     if gpu:
         import cupy
 
-        cuda = TreeExplainer(booster, background, feature_perturbation="interventional",
+        cuda = TreeExplainer(booster, background, model_output, "interventional",
                              backend="cuda")  # fmt: skip
         Xd = cupy.asarray(X[:rows])
         s, out, first = _median(lambda: cuda.shap_values(Xd), repeats, True)
@@ -180,7 +192,7 @@ def measure(shape: str, n_background: int, rows: int, cpu_rows: int, shap_rows: 
         total = per_worker * w
         threads = max(1, (os.cpu_count() or 1) // max(dask_workers))
         rate = _dask_rate(name, booster, background, w, gpu, total, repeats, chunks_per_worker,
-                          threads)  # fmt: skip
+                          threads, model_output)  # fmt: skip
         if base is None:
             base = rate / w  # per worker, at the smallest count
         rec[f"dask_{w}_rows"] = total
@@ -228,6 +240,12 @@ def table(records: list[dict], backend: str, dask_workers: list[int]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="interventional SHAP: distshap vs shap")
     parser.add_argument("--shape", default="cal_housing-med")
+    parser.add_argument(
+        "--model-output",
+        default="raw",
+        choices=["raw", "probability"],
+        help="probability: a binary shape (adult-*)",
+    )
     parser.add_argument("--backgrounds", default="100,1000", help="background sizes")
     parser.add_argument("--rows", type=int, default=100_000, help="rows of the CUDA run")
     parser.add_argument(
@@ -260,14 +278,18 @@ def main(argv: list[str] | None = None) -> None:
     records = []
     for b in (int(v) for v in args.backgrounds.split(",") if v):
         rec = measure(args.shape, b, args.rows, cpu_rows, args.shap_rows, args.backend,
-                      args.repeats, workers, args.chunks_per_worker, args.dask_rows)  # fmt: skip
+                      args.repeats, workers, args.chunks_per_worker, args.dask_rows,
+                      args.model_output)  # fmt: skip
         records.append(rec)
         print(json.dumps(rec), flush=True)
         if args.json:
             with open(args.json, "a") as fh:
                 fh.write(json.dumps(rec) + "\n")
     device = "GPU" if gpu else f"{os.cpu_count()} CPU cores"
-    print(f"\n{args.shape}, interventional SHAP values, {device}; shap runs on one thread")
+    print(
+        f"\n{args.shape}, interventional SHAP values ({args.model_output}), {device}; "
+        "shap runs on one thread"
+    )
     print(table(records, args.backend, workers))
 
 
