@@ -1,0 +1,100 @@
+"""Path extraction: the NumPy implementation (small ensembles) equals the compiled walk (large).
+
+:func:`distshap.paths.extract_paths` takes NumPy up to ``NUMPY_MAX_NODES`` nodes (nothing to
+compile on a first call) and the compiled walk beyond; both must give the same arrays, bit for
+bit, so that the packed model and its digest do not depend on the model's size class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from distshap import paths
+
+import tiny
+from tiny import Leaf, Split, build_ensemble
+
+
+def _both(ens):
+    nbits = paths._category_bits_per_feature(ens)
+    return paths._paths_numpy(ens, nbits), paths._paths_compiled(ens, nbits)
+
+
+def _assert_same(a: paths.Paths, b: paths.Paths) -> None:
+    for f in dataclasses.fields(paths.Paths):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape, f.name
+            assert np.array_equal(x, y), f.name  # bit for bit (no NaN in these arrays)
+        else:
+            assert x == y, f.name
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_numpy_equals_compiled_on_random_ensembles(seed):
+    ens = tiny.random_ensemble(
+        seed,
+        n_features=3 + seed % 6,
+        n_trees=1 + seed % 5,
+        depth=2 + seed % 8,
+        n_groups=1 + seed % 3,
+        n_categorical=seed % 3,
+        n_categories=4 + 30 * (seed % 2),  # one and two words of category bits
+    )
+    _assert_same(*_both(ens))
+
+
+@pytest.mark.parametrize("name", sorted(tiny.tiny_ensembles()))
+def test_numpy_equals_compiled_on_tiny_models(name):
+    _assert_same(*_both(tiny.tiny_ensembles()[name]))
+    _assert_same(*_both(tiny.zero_cover_subtree()))
+
+
+def test_zero_leaves_make_no_paths_and_a_bare_leaf_an_empty_one():
+    tree = Split(0, 0.5, Leaf(0.0, 2.0), Split(1, 0.5, Leaf(1.0, 1.0), Leaf(0.0, 1.0)))
+    ens = build_ensemble([tree, Leaf(3.0)], num_features=2)
+    got = paths.extract_paths(ens)
+    _assert_same(got, _both(ens)[1])
+    assert got.lengths.tolist() == [2, 0] and got.path_value.tolist() == [1.0, 3.0]
+
+
+def test_size_decides_the_implementation(monkeypatch):
+    ens = tiny.random_ensemble(3, n_features=5, n_trees=4, depth=5, n_categorical=1)
+    calls = []
+
+    def spy(name):
+        real = getattr(paths, name)
+
+        def run(e, n):
+            calls.append(name)
+            return real(e, n)
+
+        monkeypatch.setattr(paths, name, run)
+
+    spy("_paths_numpy")
+    spy("_paths_compiled")
+    small = paths.extract_paths(ens)
+    monkeypatch.setattr(paths, "NUMPY_MAX_NODES", ens.num_nodes - 1)
+    large = paths.extract_paths(ens)
+    assert calls == ["_paths_numpy", "_paths_compiled"]
+    _assert_same(small, large)
+
+
+def test_mixed_categorical_and_numeric_splits_are_refused_by_both():
+    tree = Split(0, 0.5, Leaf(1.0), Split(0, 0.0, Leaf(2.0), Leaf(3.0), categories=[1]))
+    ens = build_ensemble([tree], num_features=1, feature_types=("c",))
+    with pytest.raises(ValueError, match="both categorical and numeric"):
+        paths.extract_paths(ens)
+
+
+def test_a_cycle_is_refused():
+    ens = tiny.stump()
+    # node 1 (a leaf) becomes a split whose children are 1 and 2: not a tree any more
+    left, right, feature = ens.left.copy(), ens.right.copy(), ens.feature.copy()
+    left[1], right[1], feature[1] = 1, 2, 0
+    bad = dataclasses.replace(ens, left=left, right=right, feature=feature)
+    with pytest.raises(ValueError, match="cycle"):
+        paths._paths_numpy(bad, paths._category_bits_per_feature(bad))
