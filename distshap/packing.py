@@ -21,10 +21,11 @@ counts); a *bin* is one warp of ``capacity`` (32) lanes. Four algorithms are off
     item costs ``O(capacity)`` and the whole packing ``O(capacity * n)``. Among bins of equal
     residual the one that reached that residual most recently is taken (the stack top); this
     choice does not change the number of bins, only which bin gets which label. Same
-    ``11/9 OPT + 6/9`` guarantee as FFD. Implemented in NumPy, one run of equal sizes at a
-    time (a run fills whole bins in a row; see :func:`_best_fit_decreasing`), so the default
-    packing compiles nothing (a first call in a fresh environment saves a second of Numba
-    compilation); ``"nf"`` and ``"ffd"`` are compiled on their first use.
+    ``11/9 OPT + 6/9`` guarantee as FFD. Up to :data:`NUMPY_MAX_ITEMS` items it runs in
+    NumPy, one run of equal sizes at a time (a run fills whole bins in a row; see
+    :func:`_best_fit_decreasing`), so packing a model of usual size compiles nothing (a first
+    call in a fresh environment saves about a second of Numba compilation); larger inputs, and
+    ``"nf"`` and ``"ffd"``, run compiled kernels, compiled on their first use.
 
 The decreasing order is a stable counting (or radix) sort by size, not a comparison sort.
 Items larger than ``capacity`` (possible only for paths of more than ``capacity - 1`` features)
@@ -42,13 +43,18 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-__all__ = ["ALGORITHMS", "MAX_CAPACITY", "Packing", "bin_order", "pack"]
+__all__ = ["ALGORITHMS", "MAX_CAPACITY", "NUMPY_MAX_ITEMS", "Packing", "bin_order", "pack"]
 
 #: Names accepted by :func:`pack`.
 ALGORITHMS: tuple[str, ...] = ("none", "nf", "ffd", "bfd")
 
 #: Largest bin capacity :func:`pack` accepts (BFD keeps one stack per residual capacity).
 MAX_CAPACITY = 65536
+
+#: BFD and :func:`bin_order` run in NumPy up to this many items (nothing to compile: a short
+#: first call) and compiled beyond, where they are a few times faster once compiled (4M items:
+#: 0.3 s and 0.1 s compiled against 0.5 s and 0.6 s in NumPy, ``benchmarks/RESULTS.md``).
+NUMPY_MAX_ITEMS = 1 << 18
 
 
 @dataclass(frozen=True, eq=False)
@@ -251,6 +257,57 @@ def _label_oversize(sizes: np.ndarray, capacity: int, out: np.ndarray, first: in
     return int(oversize.shape[0])
 
 
+@numba.njit(cache=True, nogil=True)
+def _bfd_compiled(sizes, capacity, out):  # pragma: no cover - compiled
+    order = _decreasing_order(sizes, capacity)
+    m = order.shape[0]
+    # head[r]: top bin of the stack of open bins with residual r (-1: empty);
+    # below[b]: the bin under b in its stack. A bin's residual is the index of its stack.
+    head = np.full(capacity + 1, -1, dtype=np.int32)
+    below = np.empty(m, dtype=np.int32)
+    used = 0
+    for j in range(m):
+        i = order[j]
+        s = sizes[i]
+        r = s
+        while r <= capacity and head[r] < 0:
+            r += 1
+        if r <= capacity:
+            b = head[r]
+            head[r] = below[b]
+        else:
+            b = used
+            used += 1
+            r = capacity
+        out[i] = b
+        left = r - s
+        if left > 0:
+            below[b] = head[left]
+            head[left] = b
+    return used
+
+
+@numba.njit(cache=True, nogil=True)
+def _group_by_bin_compiled(bin_of_item, sizes, num_bins):  # pragma: no cover - compiled
+    n = bin_of_item.shape[0]
+    starts = np.zeros(num_bins + 1, dtype=np.int64)
+    lanes = np.zeros(num_bins + 1, dtype=np.int64)
+    for i in range(n):
+        b = bin_of_item[i]
+        starts[b + 1] += 1
+        lanes[b + 1] += sizes[i]
+    for b in range(num_bins):
+        starts[b + 1] += starts[b]
+        lanes[b + 1] += lanes[b]
+    cursor = starts[:-1].copy()
+    order = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        b = bin_of_item[i]
+        order[cursor[b]] = i
+        cursor[b] += 1
+    return order, lanes
+
+
 def _tree_dtype(capacity: int) -> type:
     return np.int8 if capacity <= 127 else np.int16 if capacity <= 32767 else np.int32
 
@@ -264,24 +321,32 @@ def _ffd(sizes: np.ndarray, capacity: int, out: np.ndarray) -> int:
     return _first_fit_decreasing(sizes, capacity, out, tree)
 
 
-_KERNELS = {"nf": _next_fit, "ffd": _ffd, "bfd": _best_fit_decreasing}
+def _bfd(sizes: np.ndarray, capacity: int, out: np.ndarray) -> int:
+    if sizes.shape[0] <= NUMPY_MAX_ITEMS:
+        return _best_fit_decreasing(sizes, capacity, out)
+    return _bfd_compiled(sizes, capacity, out)
+
+
+_KERNELS = {"nf": _next_fit, "ffd": _ffd, "bfd": _bfd_compiled}
 _warm: set = set()
 
 
 def _warm_up(key: str, capacity: int = 32) -> None:
     """Compile (or load from Numba's cache) the kernel of ``key`` once, so timings exclude it.
 
-    Only the compiled ones ("nf", "ffd"); "bfd" and "none" are NumPy.
+    ``key``: "nf", "ffd", "bfd" (the compiled BFD, for more than :data:`NUMPY_MAX_ITEMS`
+    items) or "order" (the compiled grouping by bin).
     """
-    if key not in ("nf", "ffd"):
-        return
     if key == "ffd":
         key = f"ffd-{np.dtype(_tree_dtype(capacity)).name}"
     if key in _warm:
         return
-    tiny = np.array([3, capacity + 1, 1, 2], dtype=np.int64)
+    tiny = np.array([3, 1, 2], dtype=np.int64)
     out = np.zeros(tiny.shape[0], dtype=np.int32)
-    _KERNELS[key.split("-")[0]](tiny, capacity, out)
+    if key == "order":
+        _group_by_bin_compiled(out, tiny, 1)
+    else:
+        _KERNELS[key.split("-")[0]](tiny, capacity, out)
     _warm.add(key)
 
 
@@ -342,7 +407,8 @@ def pack(sizes: np.ndarray, capacity: int = 32, algorithm: str = "bfd") -> Packi
         )
     arr = _check_sizes(sizes)
     n = arr.shape[0]
-    _warm_up(algorithm, capacity)
+    if algorithm in ("nf", "ffd") or (algorithm == "bfd" and n > NUMPY_MAX_ITEMS):
+        _warm_up(algorithm, capacity)
 
     start = time.perf_counter()
     if algorithm == "none":
@@ -351,7 +417,8 @@ def pack(sizes: np.ndarray, capacity: int = 32, algorithm: str = "bfd") -> Packi
         num_oversize = int(np.count_nonzero(arr > capacity))
     else:
         bin_of_item = np.empty(n, dtype=np.int32)
-        regular = int(_KERNELS[algorithm](arr, capacity, bin_of_item))
+        kernel = _bfd if algorithm == "bfd" else _KERNELS[algorithm]
+        regular = int(kernel(arr, capacity, bin_of_item))
         num_oversize = int(_label_oversize(arr, capacity, bin_of_item, regular))
         num_bins = regular + num_oversize
     seconds = time.perf_counter() - start
@@ -393,6 +460,10 @@ def bin_order(packing: Packing, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarr
             f"sizes has {arr.shape[0]} items but the packing has {packing.num_items}: "
             "pass the sizes the packing was made from"
         )
+    if arr.shape[0] > NUMPY_MAX_ITEMS:
+        _warm_up("order")
+        bins = np.ascontiguousarray(packing.bin_of_item, dtype=np.int32)
+        return _group_by_bin_compiled(bins, arr, packing.num_bins)
     bins = np.asarray(packing.bin_of_item, dtype=np.int64)
     # by bin, then item index: two stable radix passes of 16 bits (low, then high)
     order = np.argsort((bins & 0xFFFF).astype(np.uint16), kind="stable")

@@ -1,7 +1,8 @@
-"""Path extraction: the NumPy implementation (small ensembles) equals the compiled walk (large).
+"""Model building in NumPy (small models) equals the compiled kernels (large models).
 
-:func:`distshap.paths.extract_paths` takes NumPy up to ``NUMPY_MAX_NODES`` nodes (nothing to
-compile on a first call) and the compiled walk beyond; both must give the same arrays, bit for
+:func:`distshap.paths.extract_paths` takes NumPy up to ``NUMPY_MAX_NODES`` nodes and BFD
+packing and :func:`distshap.packing.bin_order` up to ``NUMPY_MAX_ITEMS`` items (nothing to
+compile on a first call), compiled kernels beyond; both must give the same arrays, bit for
 bit, so that the packed model and its digest do not depend on the model's size class.
 """
 
@@ -12,7 +13,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from distshap import paths
+from distshap import packing, paths
 
 import tiny
 from tiny import Leaf, Split, build_ensemble
@@ -98,3 +99,34 @@ def test_a_cycle_is_refused():
     bad = dataclasses.replace(ens, left=left, right=right, feature=feature)
     with pytest.raises(ValueError, match="cycle"):
         paths._paths_numpy(bad, paths._category_bits_per_feature(bad))
+
+
+@pytest.mark.parametrize("capacity", [1, 5, 32, 300])
+@pytest.mark.parametrize("seed", range(3))
+def test_bfd_and_bin_order_in_numpy_equal_the_compiled_kernels(seed, capacity):
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, capacity + 1 + capacity // 4, size=int(rng.integers(0, 3000)))
+    sizes[rng.random(sizes.shape) < 0.3] = rng.integers(1, 4)  # long runs of one size
+    numpy_labels = np.full(sizes.shape, -1, np.int32)
+    compiled = np.full(sizes.shape, -1, np.int32)
+    n_numpy = packing._best_fit_decreasing(sizes, capacity, numpy_labels)
+    assert n_numpy == packing._bfd_compiled(sizes, capacity, compiled)
+    np.testing.assert_array_equal(numpy_labels, compiled)
+    p = packing.pack(sizes, capacity, "bfd")
+    order, lanes = packing.bin_order(p, sizes)
+    want = packing._group_by_bin_compiled(p.bin_of_item, sizes, p.num_bins)
+    assert order.dtype == want[0].dtype and lanes.dtype == want[1].dtype
+    np.testing.assert_array_equal(order, want[0])
+    np.testing.assert_array_equal(lanes, want[1])
+
+
+def test_item_count_decides_the_packing_implementation(monkeypatch):
+    sizes = np.random.default_rng(4).integers(1, 20, size=500)
+    small = packing.pack(sizes, 32, "bfd")
+    small_order = packing.bin_order(small, sizes)
+    monkeypatch.setattr(packing, "NUMPY_MAX_ITEMS", 10)
+    monkeypatch.setattr(packing, "_best_fit_decreasing", None)  # would fail if called
+    large = packing.pack(sizes, 32, "bfd")
+    np.testing.assert_array_equal(small.bin_of_item, large.bin_of_item)
+    for a, b in zip(small_order, packing.bin_order(large, sizes), strict=True):
+        np.testing.assert_array_equal(a, b)
