@@ -12,7 +12,12 @@ An element says which values of its feature follow the path:
   ``c`` is outside ``[0, cat_nbits[e])`` and ``cat_other[e]`` is true;
 * a missing value (NaN) follows when ``missing[e]`` is true.
 
-``zero_fraction`` is the product over the merged splits of cover(child) / cover(parent).
+``zero_fraction`` is the product over the merged splits of cover(child) / cover(parent), taken
+from the leaf upwards.
+
+Two implementations give the same arrays bit for bit: NumPy for ensembles of usual size (a
+first call in a fresh environment compiles nothing) and a compiled walk for very large ones
+(:data:`NUMPY_MAX_NODES`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ model's policy (:func:`distshap.strategy.choose_tables`), and they are filled in
 first SHAP call and kept per model digest (:func:`shap_tables`). Interaction values run the
 EXTEND / UNWOUND_SUM dynamic program (:mod:`distshap.kernels.treeshap`), conditioned on every
 feature present in a path (paper §3.5), O(T·L·D³) per row. Every parallel call goes through
-:func:`distshap.kernels.parallel.run_parallel` (safe from several threads under every layer).
+:mod:`distshap.kernels.parallel` (safe from several threads under every layer): ``run_parallel``
+for the ``parallel=True`` kernels, ``run_ranges`` for the serial SHAP kernel run in threads.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ value ``v``, zero fractions ``z`` and one fractions ``o`` (0 or 1) is
 in ``t``: ``ceil(k / 2)`` Gauss-Legendre nodes give it exactly. At each node a block of rows
 forms the prefix products ``prod_{j < i}`` forwards and the suffix products ``prod_{j > i}``
 backwards, so every ``prod_{j != i}`` costs two multiplications, no division, and a factor of
-0 (``z = 0`` on a branch the row does not take) needs no special case. All terms are positive
-and the sums are float64, so the result keeps its accuracy at any path length, where the
-EXTEND / UNWOUND_SUM dynamic program cancels.
+0 (``z = 0`` on a branch the row does not take) needs no special case. Every factor and
+weight is non-negative and the sums are float64, so nothing cancels and the result keeps its
+accuracy at any path length, where the EXTEND / UNWOUND_SUM dynamic program loses it.
 
 *Tables.* A path with a SHAP pattern table (:func:`distshap.strategy.choose_tables`: the short
 paths, within a memory budget) costs one interval test per element and one table row per row.
@@ -20,8 +20,8 @@ cube: :func:`fill_tables` runs the kernel itself, by quadrature, on a model of s
 (element ``i`` on feature ``i``, followed when the value is 1) and the ``2**k`` 0/1 rows.
 
 *Rule* (:func:`shap_values`): a path with a table uses it, every other path the quadrature,
-which replaced the DP for SHAP values on the CPU (measured in ``benchmarks/RESULTS.md``: on
-cal_housing-med with no tables, 5.9x faster than the DP on two threads, the same float32 bits).
+which replaced the DP for SHAP values on the CPU: several times faster, and a table row beats
+it up to the default table limit (``benchmarks/RESULTS.md``).
 
 *Layout.* Rows are processed in blocks, features-major within a block: each path's elements
 are read once per block, every inner loop runs over the block's rows (contiguous, vectorised),
