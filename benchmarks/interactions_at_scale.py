@@ -114,7 +114,9 @@ def select_top(xp, full, k: int) -> tuple:
     upper = full.reshape(n, G, F1 * F1)[:, :, flat]
     key = -xp.abs(upper)
     part = xp.argpartition(key, k - 1, axis=-1)[..., :k]
-    part.sort(axis=-1)  # index order: the stable sort below breaks ties by (i, j)
+    # index order (the stable sort below then breaks ties by (i, j)); CuPy sorts contiguous
+    # arrays only
+    part = xp.sort(xp.ascontiguousarray(part), axis=-1)
     order = xp.argsort(xp.take_along_axis(key, part, axis=-1), axis=-1, kind="stable")
     idx = xp.take_along_axis(part, order, axis=-1)
     values = xp.take_along_axis(upper, idx, axis=-1)
