@@ -1120,7 +1120,7 @@ def interventional_values(
         float32 ``(n, G, F + 1)``, or ``(n, G, F + 1, F + 1)`` with ``interactions`` (NumPy
         under the CUDA simulator).
     """
-    from distshap.kernels.cuda.launch import default_batch_rows
+    from distshap.kernels.cuda.launch import launch_finish, run_batches
 
     if not isinstance(packed, PackedModel):
         raise TypeError(f"expected a PackedModel, got {type(packed).__name__}")
@@ -1143,46 +1143,35 @@ def interventional_values(
     out = xp().empty(shape, dtype=np.float32)
     if n == 0:
         return out
-    batch_rows = default_batch_rows(width) if batch_rows is None else int(batch_rows)
-    if batch_rows < 1:
-        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
-    batch_rows = min(batch_rows, n, 1 << 24)
     shift = model.interaction_shift if interactions else model.shap_shift
     if transform == 2:
         shift -= _SHIFT_LOG_LOSS
     scale = 2.0**shift
     scale_b = scale / bg.n_rows
     tp = _table_plan(packed, model, bg, interactions) if transform == 0 else None
-    acc_all = xp().zeros((batch_rows, width), dtype=np.int64)
     out2 = out.reshape(n, width)
-    s = stream()
-    import warnings
 
-    with warnings.catch_warnings():  # small inputs give small grids: not worth a warning
-        warnings.filterwarnings("ignore", message=".*under-utilization.*")
-        for r0 in range(0, n, batch_rows):
-            r1 = min(n, r0 + batch_rows)
-            Xb = X[r0:r1]
-            acc = acc_all[: r1 - r0]
-            if transform == 0:
-                rowargs = (m_x, t_x, yv)
-            else:
-                rowargs = (m_x[r0:r1], t_x[r0:r1], yv[r0:r1] if transform == 2 else yv)
-            if tp is not None:
-                _launch_tables(model, tp, Xb, acc, F1, s, interactions)
-                _launch_direct(model, bg, tp.direct_bins, tp.direct_maxk, tp.n_direct_bins,
-                               tp.lane_direct, Xb, rowargs, acc, scale_b, F1, s, transform,
-                               interactions)  # fmt: skip
-            else:
-                _launch_direct(model, bg, bg.regular_bins, bg.regular_maxk, bg.n_regular_bins,
-                               bg.lane_all, Xb, rowargs, acc, scale_b, F1, s, transform,
-                               interactions)  # fmt: skip
-            _launch_oversize(model, bg, Xb, rowargs, acc, scale_b, F1, s, transform,
-                             interactions)  # fmt: skip
-            bias_b = bias_d[r0:r1] if bias_d.shape[0] > 1 else bias_d
-            blocks = int(min(-(-((r1 - r0) * width) // 256), 65535))
-            finish_kernel[blocks, 256, s](acc, out2[r0:r1], 1.0 / scale, bias_b, group_size,
-                                          bias_offset)  # fmt: skip
+    def batch(r0, r1, Xb, acc, s):
+        if transform == 0:
+            rowargs = (m_x, t_x, yv)
+        else:
+            rowargs = (m_x[r0:r1], t_x[r0:r1], yv[r0:r1] if transform == 2 else yv)
+        if tp is not None:
+            _launch_tables(model, tp, Xb, acc, F1, s, interactions)
+            _launch_direct(model, bg, tp.direct_bins, tp.direct_maxk, tp.n_direct_bins,
+                           tp.lane_direct, Xb, rowargs, acc, scale_b, F1, s, transform,
+                           interactions)  # fmt: skip
+        else:
+            _launch_direct(model, bg, bg.regular_bins, bg.regular_maxk, bg.n_regular_bins,
+                           bg.lane_all, Xb, rowargs, acc, scale_b, F1, s, transform,
+                           interactions)  # fmt: skip
+        _launch_oversize(model, bg, Xb, rowargs, acc, scale_b, F1, s, transform,
+                         interactions)  # fmt: skip
+        bias_b = bias_d[r0:r1] if bias_d.shape[0] > 1 else bias_d
+        launch_finish(finish_kernel, acc, out2[r0:r1], 1.0 / scale, bias_b, group_size,
+                      bias_offset, s)  # fmt: skip
+
+    run_batches(X, width, batch_rows, batch)
     return out
 
 

@@ -8,7 +8,8 @@ and do not depend on the batching. ``batch_rows`` keeps the accumulator within
 :data:`config.BATCH_BUDGET_BYTES` (and a quarter of the free device memory); the float32
 output of all rows is allocated at once, so chunking larger inputs is the caller's job.
 :func:`run_slot_batches` runs the same kernels into a row's pair slots and hands each batch's
-accumulator to a consumer (:mod:`.pairs`), so no matrix is ever stored.
+accumulator to a consumer (:mod:`.pairs`), so no matrix is ever stored. :func:`run_batches`
+(the batch loop) and :func:`launch_finish` also serve :mod:`.taylor` and :mod:`.interventional`.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from distshap.kernels.cuda.tables import launch_tables
 from distshap.packed import PackedModel
 
 __all__ = [
-    "default_batch_rows", "finish_kernel", "interaction_values", "run_slot_batches",
-    "shap_values",
+    "default_batch_rows", "device_rows", "finish_kernel", "interaction_values", "launch_finish",
+    "run_batches", "run_slot_batches", "shap_values",
 ]  # fmt: skip
 
 
@@ -59,7 +60,8 @@ def default_batch_rows(values_per_row: int) -> int:
     return max(1, budget // (8 * max(1, values_per_row)))
 
 
-def _as_device_rows(X, num_features: int):
+def device_rows(X, num_features: int):
+    """``X`` as C-contiguous float32 on the device (NumPy under the simulator); checks its shape."""
     if X.ndim != 2 or X.shape[1] != num_features:
         raise ValueError(f"X must have shape (n_rows, {num_features}), got {tuple(X.shape)}")
     if SIM:
@@ -70,10 +72,44 @@ def _as_device_rows(X, num_features: int):
     return cp.ascontiguousarray(cp.asarray(X), dtype=cp.float32)
 
 
+def run_batches(X, width: int, batch_rows: int | None, batch, cap: int | None = 1 << 24) -> None:
+    """Runs ``batch(r0, r1, Xb, acc, stream)`` over the rows of ``X`` in batches.
+
+    ``acc`` is the int64 accumulator ``(r1 - r0, width)`` shared by all batches (zero on entry;
+    ``batch`` must leave it zeroed, as :func:`finish_kernel` does) and ``Xb = X[r0:r1]``.
+    ``batch_rows`` (default: :func:`default_batch_rows` for ``width``) must be >= 1; it is
+    capped at the row count and at ``cap`` (the launches' grid limit, ``None``: none). Nothing
+    runs, and ``batch_rows`` is not checked, when ``X`` has no rows.
+    """
+    n = int(X.shape[0])
+    if n == 0:
+        return
+    if batch_rows is None:
+        batch_rows = default_batch_rows(width)
+    batch_rows = int(batch_rows)
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
+    batch_rows = min(batch_rows, n) if cap is None else min(batch_rows, n, cap)
+    acc_all = xp().zeros((batch_rows, width), dtype=np.int64)
+    s = stream()
+    with warnings.catch_warnings():  # small inputs give small grids: not worth a warning
+        warnings.filterwarnings("ignore", message=".*under-utilization.*")
+        for r0 in range(0, n, batch_rows):
+            r1 = min(n, r0 + batch_rows)
+            batch(r0, r1, X[r0:r1], acc_all[: r1 - r0], s)
+
+
+def launch_finish(kernel, acc, out, inv_scale, expected, group_size, bias_offset, s) -> None:
+    """Launches a finish kernel (:func:`finish_kernel` or its interventional form) on one batch:
+    ``kernel(acc, out, inv_scale, expected, group_size, bias_offset)``, 256 threads a block."""
+    blocks = int(min(-(-(acc.shape[0] * acc.shape[1]) // 256), 65535))
+    kernel[blocks, 256, s](acc, out, inv_scale, expected, group_size, bias_offset)
+
+
 def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool):
     model = device_model(packed)
     plan = interaction_plan(packed, model) if interactions else model.shap
-    X = _as_device_rows(X, packed.num_features)
+    X = device_rows(X, packed.num_features)
     n = int(X.shape[0])
     G = packed.num_groups
     F1 = packed.num_features + 1
@@ -84,29 +120,17 @@ def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool):
     out = xp().empty(shape, dtype=np.float32)
     if n == 0:
         return out
-    if batch_rows is None:
-        batch_rows = default_batch_rows(width)
-    batch_rows = int(batch_rows)
-    if batch_rows < 1:
-        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
-    batch_rows = min(batch_rows, n, 1 << 24)  # keeps the row-tile grid within 65535
     scale = 2.0 ** (model.interaction_shift if interactions else model.shap_shift)
-    acc_all = xp().zeros((batch_rows, width), dtype=np.int64)
     out2 = out.reshape(n, width)
-    s = stream()
-    with warnings.catch_warnings():  # small inputs give small grids: not worth a warning
-        warnings.filterwarnings("ignore", message=".*under-utilization.*")
-        for r0 in range(0, n, batch_rows):
-            r1 = min(n, r0 + batch_rows)
-            Xb = X[r0:r1]
-            acc = acc_all[: r1 - r0]
-            launch_tables(model, plan, Xb, acc, scale, F1, s)
-            launch_quadrature(model, plan, Xb, acc, scale, F1, s, interactions)
-            launch_fallback(model, Xb, acc, scale, F1, s, interactions)
-            blocks = int(min(-(-((r1 - r0) * width) // 256), 65535))
-            finish_kernel[blocks, 256, s](
-                acc, out2[r0:r1], 1.0 / scale, model.expected_value, group_size, bias_offset
-            )
+
+    def batch(r0, r1, Xb, acc, s):
+        launch_tables(model, plan, Xb, acc, scale, F1, s)
+        launch_quadrature(model, plan, Xb, acc, scale, F1, s, interactions)
+        launch_fallback(model, Xb, acc, scale, F1, s, interactions)
+        launch_finish(finish_kernel, acc, out2[r0:r1], 1.0 / scale, model.expected_value,
+                      group_size, bias_offset, s)  # fmt: skip
+
+    run_batches(X, width, batch_rows, batch)  # cap 1 << 24: keeps the row-tile grid in 65535
     return out
 
 
@@ -123,32 +147,20 @@ def run_slot_batches(packed: PackedModel, X, slots, consume, batch_rows: int | N
     model = device_model(packed)
     plan = interaction_plan(packed, model)
     dev = slot_arrays(packed, model, slots, plan)
-    X = _as_device_rows(X, packed.num_features)
-    n = int(X.shape[0])
-    if n == 0:
-        return
+    X = device_rows(X, packed.num_features)
     width = max(1, dev.num_slots)
-    if batch_rows is None:
-        batch_rows = default_batch_rows(width)
-    batch_rows = int(batch_rows)
-    if batch_rows < 1:
-        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
-    batch_rows = min(batch_rows, n, 65535)  # the consumers' grids have one block row per row
     scale = 2.0**model.interaction_shift
     F1 = packed.num_features + 1
-    acc_all = xp().zeros((batch_rows, width), dtype=np.int64)
-    s = stream()
-    with warnings.catch_warnings():  # small inputs give small grids: not worth a warning
-        warnings.filterwarnings("ignore", message=".*under-utilization.*")
-        for r0 in range(0, n, batch_rows):
-            r1 = min(n, r0 + batch_rows)
-            Xb = X[r0:r1]
-            acc = acc_all[: r1 - r0]
-            if dev.num_slots:
-                launch_tables(model, plan, Xb, acc, scale, F1, s, slots=dev)
-                launch_quadrature(model, plan, Xb, acc, scale, F1, s, True, slots=dev)
-                launch_fallback(model, Xb, acc, scale, F1, s, True, slots=dev)
-            consume(acc, r0, model, dev, 1.0 / scale, s)
+
+    def batch(r0, r1, Xb, acc, s):
+        if dev.num_slots:
+            launch_tables(model, plan, Xb, acc, scale, F1, s, slots=dev)
+            launch_quadrature(model, plan, Xb, acc, scale, F1, s, True, slots=dev)
+            launch_fallback(model, Xb, acc, scale, F1, s, True, slots=dev)
+        consume(acc, r0, model, dev, 1.0 / scale, s)
+
+    # the consumers' grids have one block row per row
+    run_batches(X, width, batch_rows, batch, cap=65535)
 
 
 def shap_values(packed: PackedModel, X, batch_rows: int | None = None):

@@ -21,7 +21,6 @@ of up to ``MAX_FALLBACK_FEATURES`` features, as the device model allows; cost pe
 from __future__ import annotations
 
 import threading
-import warnings
 
 import numpy as np
 from numba import cuda
@@ -35,11 +34,10 @@ from distshap.kernels.cuda.device import (
     device_id,
     fixed,
     lane_follows,
-    stream,
     xp,
 )  # fmt: skip
 from distshap.kernels.cuda.fallback import FALLBACK_MAX_FEATURES
-from distshap.kernels.cuda.launch import default_batch_rows, finish_kernel
+from distshap.kernels.cuda.launch import device_rows, finish_kernel, launch_finish, run_batches
 from distshap.kernels.cuda.model import device_model
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
 from distshap.packed import PackedModel
@@ -145,17 +143,6 @@ def _node_arrays():
         return hit
 
 
-def _device_rows(X, num_features: int):
-    if X.ndim != 2 or X.shape[1] != num_features:
-        raise ValueError(f"X must have shape (n_rows, {num_features}), got {tuple(X.shape)}")
-    if SIM:
-        return np.ascontiguousarray(np.asarray(X), dtype=np.float32)
-    cp = xp()
-    if isinstance(X, np.ndarray):
-        return cp.asarray(np.ascontiguousarray(X, dtype=np.float32))
-    return cp.ascontiguousarray(cp.asarray(X), dtype=cp.float32)
-
-
 def taylor_values(packed: PackedModel, X, batch_rows: int | None = None):
     """Order-2 Shapley-Taylor interaction index: CuPy float32 ``(n, G, F + 1, F + 1)``.
 
@@ -177,7 +164,7 @@ def taylor_values(packed: PackedModel, X, batch_rows: int | None = None):
         ``[j, i]``, the expected value at ``[F, F]``.
     """
     model = device_model(packed)
-    X = _device_rows(X, packed.num_features)
+    X = device_rows(X, packed.num_features)
     n = int(X.shape[0])
     G = packed.num_groups
     F1 = packed.num_features + 1
@@ -185,31 +172,21 @@ def taylor_values(packed: PackedModel, X, batch_rows: int | None = None):
     out = xp().empty((n, G, F1, F1), dtype=np.float32)
     if n == 0:
         return out
-    batch_rows = default_batch_rows(width) if batch_rows is None else int(batch_rows)
-    if batch_rows < 1:
-        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
-    batch_rows = min(batch_rows, n)
     scale = 2.0**model.interaction_shift
     nodes, weights = _node_arrays()
     n_paths = packed.num_paths
-    acc_all = xp().zeros((batch_rows, width), dtype=np.int64)
     out2 = out.reshape(n, width)
-    s = stream()
-    with warnings.catch_warnings():  # small inputs give small grids: not worth a warning
-        warnings.filterwarnings("ignore", message=".*under-utilization.*")
-        for r0 in range(0, n, batch_rows):
-            r1 = min(n, r0 + batch_rows)
-            Xb = X[r0:r1]
-            acc = acc_all[: r1 - r0]
-            tpb = min(_THREADS, 32 * -(-(r1 - r0) // 32))
-            for p0 in range(0, n_paths, 65535):  # grid.y is at most 65535
-                grid = (-(-(r1 - r0) // tpb), min(n_paths - p0, 65535))
-                taylor_kernel[grid, tpb, s](
-                    model.lane_f, model.lane_i, model.lane_cat, model.lane_d, model.cat_words,
-                    model.path_offsets, nodes, weights, p0, Xb, acc, scale, F1,
-                )  # fmt: skip
-            blocks = int(min(-(-((r1 - r0) * width) // 256), 65535))
-            finish_kernel[blocks, 256, s](
-                acc, out2[r0:r1], 1.0 / scale, model.expected_value, F1 * F1, F1 * F1 - 1
-            )
+
+    def batch(r0, r1, Xb, acc, s):
+        tpb = min(_THREADS, 32 * -(-(r1 - r0) // 32))
+        for p0 in range(0, n_paths, 65535):  # grid.y is at most 65535
+            grid = (-(-(r1 - r0) // tpb), min(n_paths - p0, 65535))
+            taylor_kernel[grid, tpb, s](
+                model.lane_f, model.lane_i, model.lane_cat, model.lane_d, model.cat_words,
+                model.path_offsets, nodes, weights, p0, Xb, acc, scale, F1,
+            )  # fmt: skip
+        launch_finish(finish_kernel, acc, out2[r0:r1], 1.0 / scale, model.expected_value,
+                      F1 * F1, F1 * F1 - 1, s)  # fmt: skip
+
+    run_batches(X, width, batch_rows, batch, cap=None)
     return out
