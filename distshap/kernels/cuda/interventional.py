@@ -1120,7 +1120,7 @@ def interventional_values(
         float32 ``(n, G, F + 1)``, or ``(n, G, F + 1, F + 1)`` with ``interactions`` (NumPy
         under the CUDA simulator).
     """
-    from distshap.kernels.cuda.launch import launch_finish, run_batches
+    from distshap.kernels.cuda.launch import launch_finish, new_output, run_batches
 
     if not isinstance(packed, PackedModel):
         raise TypeError(f"expected a PackedModel, got {type(packed).__name__}")
@@ -1134,13 +1134,8 @@ def interventional_values(
     m_x, t_x, yv, bias_d = _row_inputs(packed, n, transform, x_margin, y, bias)
     model = device_model(packed)
     bg = device_background(packed, background, model)
-    G = packed.num_groups
     F1 = packed.num_features + 1
-    group_size = F1 * F1 if interactions else F1
-    width = G * group_size
-    bias_offset = (F1 - 1) * F1 + (F1 - 1) if interactions else F1 - 1
-    shape = (n, G, F1, F1) if interactions else (n, G, F1)
-    out = xp().empty(shape, dtype=np.float32)
+    out, out2, group_size, bias_offset = new_output(packed, n, interactions)
     if n == 0:
         return out
     shift = model.interaction_shift if interactions else model.shap_shift
@@ -1149,7 +1144,6 @@ def interventional_values(
     scale = 2.0**shift
     scale_b = scale / bg.n_rows
     tp = _table_plan(packed, model, bg, interactions) if transform == 0 else None
-    out2 = out.reshape(n, width)
 
     def batch(r0, r1, Xb, acc, s):
         if transform == 0:
@@ -1171,7 +1165,7 @@ def interventional_values(
         launch_finish(finish_kernel, acc, out2[r0:r1], 1.0 / scale, bias_b, group_size,
                       bias_offset, s)  # fmt: skip
 
-    run_batches(X, width, batch_rows, batch)
+    run_batches(X, out2.shape[1], batch_rows, batch)
     return out
 
 

@@ -29,7 +29,7 @@ from distshap.packed import PackedModel
 
 __all__ = [
     "default_batch_rows", "device_rows", "finish_kernel", "interaction_values", "launch_finish",
-    "run_batches", "run_slot_batches", "shap_values",
+    "new_output", "run_batches", "run_slot_batches", "shap_values",
 ]  # fmt: skip
 
 
@@ -106,22 +106,29 @@ def launch_finish(kernel, acc, out, inv_scale, expected, group_size, bias_offset
     kernel[blocks, 256, s](acc, out, inv_scale, expected, group_size, bias_offset)
 
 
+def new_output(packed: PackedModel, n: int, interactions: bool):
+    """The float32 output of ``n`` rows, ``(n, G, F + 1)`` or with ``interactions``
+    ``(n, G, F + 1, F + 1)`` (uninitialised), its ``(n, width)`` view, and the finish kernel's
+    ``group_size`` (values a group) and ``bias_offset`` (the last entry of a group: bias or
+    ``[F, F]``)."""
+    G = packed.num_groups
+    F1 = packed.num_features + 1
+    group_size = F1 * F1 if interactions else F1
+    shape = (n, G, F1, F1) if interactions else (n, G, F1)
+    out = xp().empty(shape, dtype=np.float32)
+    return out, out.reshape(n, G * group_size), group_size, group_size - 1
+
+
 def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool):
     model = device_model(packed)
     plan = interaction_plan(packed, model) if interactions else model.shap
     X = device_rows(X, packed.num_features)
     n = int(X.shape[0])
-    G = packed.num_groups
     F1 = packed.num_features + 1
-    group_size = F1 * F1 if interactions else F1
-    width = G * group_size
-    bias_offset = (F1 - 1) * F1 + (F1 - 1) if interactions else F1 - 1
-    shape = (n, G, F1, F1) if interactions else (n, G, F1)
-    out = xp().empty(shape, dtype=np.float32)
+    out, out2, group_size, bias_offset = new_output(packed, n, interactions)
     if n == 0:
         return out
     scale = 2.0 ** (model.interaction_shift if interactions else model.shap_shift)
-    out2 = out.reshape(n, width)
 
     def batch(r0, r1, Xb, acc, s):
         launch_tables(model, plan, Xb, acc, scale, F1, s)
@@ -130,7 +137,7 @@ def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool):
         launch_finish(finish_kernel, acc, out2[r0:r1], 1.0 / scale, model.expected_value,
                       group_size, bias_offset, s)  # fmt: skip
 
-    run_batches(X, width, batch_rows, batch)  # cap 1 << 24: keeps the row-tile grid in 65535
+    run_batches(X, out2.shape[1], batch_rows, batch)  # cap 1 << 24: row-tile grid in 65535
     return out
 
 

@@ -34,10 +34,15 @@ from distshap.kernels.cuda.device import (
     device_id,
     fixed,
     lane_follows,
-    xp,
 )  # fmt: skip
 from distshap.kernels.cuda.fallback import FALLBACK_MAX_FEATURES
-from distshap.kernels.cuda.launch import device_rows, finish_kernel, launch_finish, run_batches
+from distshap.kernels.cuda.launch import (
+    device_rows,
+    finish_kernel,
+    launch_finish,
+    new_output,
+    run_batches,
+)
 from distshap.kernels.cuda.model import device_model
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
 from distshap.packed import PackedModel
@@ -166,16 +171,13 @@ def taylor_values(packed: PackedModel, X, batch_rows: int | None = None):
     model = device_model(packed)
     X = device_rows(X, packed.num_features)
     n = int(X.shape[0])
-    G = packed.num_groups
     F1 = packed.num_features + 1
-    width = G * F1 * F1
-    out = xp().empty((n, G, F1, F1), dtype=np.float32)
+    out, out2, group_size, bias_offset = new_output(packed, n, True)
     if n == 0:
         return out
     scale = 2.0**model.interaction_shift
     nodes, weights = _node_arrays()
     n_paths = packed.num_paths
-    out2 = out.reshape(n, width)
 
     def batch(r0, r1, Xb, acc, s):
         tpb = min(_THREADS, 32 * -(-(r1 - r0) // 32))
@@ -186,7 +188,7 @@ def taylor_values(packed: PackedModel, X, batch_rows: int | None = None):
                 model.path_offsets, nodes, weights, p0, Xb, acc, scale, F1,
             )  # fmt: skip
         launch_finish(finish_kernel, acc, out2[r0:r1], 1.0 / scale, model.expected_value,
-                      F1 * F1, F1 * F1 - 1, s)  # fmt: skip
+                      group_size, bias_offset, s)  # fmt: skip
 
-    run_batches(X, width, batch_rows, batch, cap=None)
+    run_batches(X, out2.shape[1], batch_rows, batch, cap=None)
     return out
