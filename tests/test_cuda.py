@@ -12,10 +12,6 @@ Three kinds of tests:
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -28,6 +24,7 @@ from distshap.warmup import chain_ensemble
 import naive
 import tiny
 from conftest import to_host
+from cudasim import assert_simulator_ok
 
 
 def _packed(ens, budget=1 << 30):
@@ -321,13 +318,7 @@ print("SIMULATOR-OK")
 
 def test_kernels_under_cuda_simulator():
     """Runs the real kernel code in Numba's CUDA simulator (no GPU) against the CPU kernel."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    env["PYTHONPATH"] = os.pathsep.join([here, os.path.dirname(here), env.get("PYTHONPATH", "")])
-    proc = subprocess.run(
-        [sys.executable, "-c", _SIM_SCRIPT], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0 and "SIMULATOR-OK" in proc.stdout, proc.stderr[-4000:]
+    assert_simulator_ok(_SIM_SCRIPT, timeout=600)
 
 
 # ------------------------------------------------------------------------------------------

@@ -14,9 +14,6 @@
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 from fractions import Fraction
 
 import numpy as np
@@ -31,6 +28,7 @@ from distshap.paths import extract_paths
 import naive
 import tiny
 from conftest import to_host
+from cudasim import assert_simulator_ok
 
 
 def make_packed(ens, **kw):
@@ -398,13 +396,7 @@ print("SIMULATOR-OK")
 
 def test_kernels_under_cuda_simulator():
     """The real kernel code in Numba's CUDA simulator (no GPU) against the oracles."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    env["PYTHONPATH"] = os.pathsep.join([here, os.path.dirname(here), env.get("PYTHONPATH", "")])
-    proc = subprocess.run(
-        [sys.executable, "-c", _SIM_SCRIPT], env=env, capture_output=True, text=True, timeout=900
-    )
-    assert proc.returncode == 0 and "SIMULATOR-OK" in proc.stdout, proc.stderr[-4000:]
+    assert_simulator_ok(_SIM_SCRIPT, timeout=900)
 
 
 # ------------------------------------------------------------------------------------------

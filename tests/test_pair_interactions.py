@@ -8,10 +8,6 @@ the full matrices. CPU here; the CUDA kernels in the simulator (subprocess) and,
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import dask
 import dask.array as da
 import numpy as np
@@ -30,8 +26,7 @@ from distshap.paths import extract_paths
 import tiny
 import xgb_models
 from conftest import to_host
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from cudasim import assert_simulator_ok
 
 
 def _packed(ens, budget=1 << 30):
@@ -582,13 +577,7 @@ print("SIMULATOR-OK")
 def test_pair_kernels_under_cuda_simulator():
     """The slot, top-k and summary kernels in Numba's CUDA simulator against the GPU's own
     full matrices (which the simulator runs too): same bits, same top pairs, exact sums."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    env["PYTHONPATH"] = os.pathsep.join([here, REPO, env.get("PYTHONPATH", "")])
-    proc = subprocess.run(
-        [sys.executable, "-c", _SIM_SCRIPT], env=env, capture_output=True, text=True, timeout=900
-    )
-    assert proc.returncode == 0 and "SIMULATOR-OK" in proc.stdout, proc.stderr[-4000:]
+    assert_simulator_ok(_SIM_SCRIPT, timeout=900)
 
 
 @pytest.mark.gpu

@@ -14,9 +14,6 @@
 from __future__ import annotations
 
 import inspect
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -34,6 +31,7 @@ import naive
 import tiny
 import xgb_models
 from conftest import to_host
+from cudasim import assert_simulator_ok
 from tiny import Leaf, Split, build_ensemble
 
 TINY = tiny.tiny_ensembles()
@@ -364,13 +362,7 @@ print("SIMULATOR-OK")
 
 def test_gpu_kernel_under_cuda_simulator():
     """The real GPU kernel code in Numba's CUDA simulator (no GPU) against the CPU kernel."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    env["PYTHONPATH"] = os.pathsep.join([here, os.path.dirname(here), env.get("PYTHONPATH", "")])
-    proc = subprocess.run(
-        [sys.executable, "-c", _SIM_SCRIPT], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0 and "SIMULATOR-OK" in proc.stdout, proc.stderr[-4000:]
+    assert_simulator_ok(_SIM_SCRIPT, timeout=600)
 
 
 # ------------------------------------------------------------------------------------------

@@ -1,0 +1,26 @@
+"""Runs a test script under Numba's CUDA simulator in a fresh Python (no GPU needed).
+
+``NUMBA_ENABLE_CUDASIM`` must be set before Numba is imported, so the simulator tests run their
+script in a subprocess with ``tests/`` and the repository root on ``PYTHONPATH``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+__all__ = ["assert_simulator_ok"]
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def assert_simulator_ok(script: str, timeout: float) -> None:
+    """Runs ``script`` with ``NUMBA_ENABLE_CUDASIM=1``; it must exit 0 and print
+    ``SIMULATOR-OK`` (the end of its stderr is the failure message)."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env["PYTHONPATH"] = os.pathsep.join([HERE, os.path.dirname(HERE), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0 and "SIMULATOR-OK" in proc.stdout, proc.stderr[-4000:]
