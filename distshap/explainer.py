@@ -227,13 +227,16 @@ class TreeExplainer:
         self.data_feature_names = None
         self._transform = 0
         if background is not None:
-            self._attach_background(background)
+            self._attach_background(background, data)
         self._models[None] = _Model(self.packed, self.background)
 
-    def _attach_background(self, rows: Any) -> None:
-        """Interventional over ``rows`` (a :func:`~distshap.inputs.background_input` result)
-        for ``self.model_output``."""
+    def _attach_background(self, rows: Any, data: Any = None) -> None:
+        """Interventional over ``rows`` (:func:`~distshap.inputs.background_input` of
+        ``data``) for ``self.model_output``."""
         from distshap.interventional import build_background, transform_id
+
+        if type(data).__name__ == "DMatrix":  # its stored values must not hit the sentinel
+            _check_dmatrix_sentinel(explain_input(data), self.packed)
 
         self._transform = transform_id(self.model_output, self.packed)
         self._background_rows = rows
@@ -260,7 +263,7 @@ class TreeExplainer:
         other = copy.copy(self)
         other.feature_perturbation = "interventional"
         other.model_output = model_output
-        other._attach_background(background_input(data))
+        other._attach_background(background_input(data), data)
         other._models = {None: _Model(self.packed, other.background)}
         return other
 
@@ -289,6 +292,8 @@ class TreeExplainer:
             )
         if iteration_range is not None:
             key = resolve_iteration_range(self.ensemble, iteration_range)
+        elif tree_limit is not None and self.ensemble.model_kind.startswith("lightgbm"):
+            key = _lightgbm_tree_limit(self.ensemble, tree_limit)
         elif tree_limit is not None:
             key = tree_limit_range(self.ensemble, tree_limit)
         else:
@@ -371,7 +376,7 @@ class TreeExplainer:
                 "explainer.shap_values(X, y) (or explainer(X, y)), one label in [0, 1] per row"
             )
         if is_dask(inp.rows):
-            return _dask_labels(y, inp.rows)
+            return y  # explain_dask aligns them with the rows' chunks once their sizes are known
         if is_dask(y):
             raise TypeError("y is a Dask collection but X is in memory: pass y.compute()")
         if hasattr(y, "to_numpy"):  # pandas Series
@@ -481,8 +486,10 @@ class TreeExplainer:
             Ignored for other outputs, as in shap.
         tree_limit : int, optional
             Explain the first ``tree_limit`` trees, as shap counts them for XGBoost: whole
-            boosting rounds of ``groups x num_parallel_tree`` trees (``-1``: all). Boosted
-            XGBoost, LightGBM and scikit-learn gradient boosting models only.
+            boosting rounds of ``groups x num_parallel_tree`` trees (``-1``: all); for
+            LightGBM, the first ``tree_limit`` boosting rounds (shap hands it to LightGBM's
+            ``num_iteration``). Boosted XGBoost, LightGBM and scikit-learn gradient boosting
+            models only.
         approximate : bool
             shap's Saabas approximation: not offered (distshap is exact); ``True`` raises.
         check_additivity : bool
@@ -784,7 +791,9 @@ class TreeExplainer:
                 "shap_taylor_interaction_values takes in-memory rows (NumPy, pandas, CuPy, "
                 "scipy.sparse): compute the Dask collection first, or map it block by block"
             )
-        out = shap_taylor_values(packed, inp.rows, self.backend, check=check_additivity)
+        raw = model_matrix(inp.rows, packed)
+        _check_output_fits(raw.shape[0], packed, True)
+        out = shap_taylor_values(packed, raw, self.backend, check=check_additivity)
         return self._xgboost_layout(out, inp)
 
     def _explanation_names(self, inp: ExplainInput, packed: PackedModel) -> list[str] | None:
@@ -893,6 +902,21 @@ def _check_dmatrix_sentinel(inp: ExplainInput, packed: PackedModel) -> None:
         )
 
 
+def _lightgbm_tree_limit(ensemble: Ensemble, tree_limit: int) -> tuple[int, int]:
+    """shap's ``tree_limit`` of a LightGBM model: boosting rounds (shap hands it to LightGBM's
+    ``predict(num_iteration=...)``), ``-1`` for all."""
+    if isinstance(tree_limit, (int, np.integer)) and not isinstance(tree_limit, bool):
+        if tree_limit == -1:
+            return resolve_iteration_range(ensemble, (0, 0))
+    try:
+        return resolve_iteration_range(ensemble, (0, tree_limit))
+    except (TypeError, ValueError) as err:
+        raise type(err)(
+            f"tree_limit={tree_limit!r}: for a LightGBM model it counts boosting rounds, as "
+            f"LightGBM's num_iteration does in shap ({err})"
+        ) from None
+
+
 def _check_approximate(approximate: bool) -> None:
     if approximate:
         raise ValueError(
@@ -972,26 +996,6 @@ def _dask_data(X: Any, packed: PackedModel) -> Any:
     )
     meta = np.empty((0, packed.num_features), dtype=packed.encoding.input_dtype)
     return X[cols].map_partitions(_frame_block_values, packed, meta=meta, enforce_metadata=False)
-
-
-def _dask_labels(y: Any, X: Any) -> Any:
-    """Labels for Dask rows: a Dask array (a Dask Series is converted; NumPy is chunked
-    like ``X``'s rows where they are known)."""
-    import dask.array as da
-
-    if is_dask(y):
-        if hasattr(y, "to_dask_array"):
-            y = y.to_dask_array(lengths=True)
-        return y
-    y = np.asarray(y.to_numpy() if hasattr(y, "to_numpy") else y)
-    chunks = getattr(X, "chunks", None)
-    if isinstance(X, da.Array) and chunks is not None and not any(np.isnan(chunks[0])):
-        if y.shape[0] != X.shape[0]:
-            raise ValueError(f"y has {y.shape[0]} labels for {X.shape[0]} rows")
-        return da.from_array(y, chunks=(chunks[0],))
-    raise TypeError(
-        "X is a Dask DataFrame: pass y as a Dask Series or array aligned with its partitions"
-    )
 
 
 def _in_batches(run: Any, n: int, packed: PackedModel, interactions: bool) -> np.ndarray:

@@ -336,6 +336,11 @@ def test_iteration_range_lightgbm():
     got = TreeExplainer(model, backend="cpu").shap_values(X[:20], iteration_range=(0, 2))
     want = model.booster_.predict(X[:20], num_iteration=2, pred_contrib=True)
     rel_close(got.reshape(20, -1), want)
+    # shap hands tree_limit to LightGBM's num_iteration: rounds, not trees (3 classes here)
+    limited = TreeExplainer(model, backend="cpu").shap_values(X[:20], tree_limit=2)
+    np.testing.assert_array_equal(limited, got)
+    with pytest.raises(ValueError, match="counts boosting rounds"):
+        TreeExplainer(model, backend="cpu").shap_values(X[:20], tree_limit=6)
 
 
 # ------------------------------------------------------------------------------------------
@@ -624,3 +629,31 @@ def test_dmatrix_missing_sentinel(setup):
     )
     with pytest.raises(ValueError, match="missing=-999.0"):
         explainer.shap_values(xgb.DMatrix(rows))  # stores -999 as a number
+
+
+# ------------------------------------------------------------------------------------------
+# review fixes: in-memory labels with Dask rows of unknown chunk sizes; DMatrix backgrounds
+# ------------------------------------------------------------------------------------------
+
+
+def test_log_loss_dask_rows_of_unknown_sizes_with_numpy_labels(setup, scheduler):
+    from distributed import Client
+
+    dd = pytest.importorskip("dask.dataframe")
+    model, X, y = setup["models"]["binary"], setup["X"][:60], setup["y"][:60]
+    frame = dd.from_pandas(pd.DataFrame(X, columns=[f"f{j}" for j in range(5)]), npartitions=3)
+    rows = frame.to_dask_array()  # chunk sizes unknown until computed
+    assert any(np.isnan(c) for c in rows.chunks[0])
+    with Client(scheduler) as client:
+        explainer = TreeExplainer(model, setup["bg"], "log_loss", backend="cpu", client=client)
+        got = explainer.shap_values(rows, y).compute()
+    np.testing.assert_array_equal(got, explainer.shap_values(X, y))
+
+
+def test_background_dmatrix_storing_the_missing_sentinel_is_refused(setup):
+    model = setup["models"]["binary"]
+    background = np.nan_to_num(setup["bg"])
+    background[0, 0] = 0.0
+    dmatrix = xgb.DMatrix(background, missing=np.nan)  # stores the zero as a value
+    with pytest.raises(ValueError, match="stores the value 0.0"):
+        TreeExplainer(model, dmatrix, missing=0.0, backend="cpu")
