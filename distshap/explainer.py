@@ -634,6 +634,8 @@ class TreeExplainer:
                 "TreeExplainer(model), for them"
             )
         inp = explain_input(X)
+        if not is_dask(inp.rows) and inp.rows.shape[0] == 0:
+            raise ValueError("X has no rows: nothing to explain")  # as shap_values says
         packed = self._model(tree_limit, iteration_range).packed
         _check_dmatrix_sentinel(inp, packed)
         return inp, packed

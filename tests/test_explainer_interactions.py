@@ -85,3 +85,16 @@ def test_interventional_explainers_refuse_them(model):
     ):
         with pytest.raises(ValueError, match="tree-path-dependent"):
             call(X[:3])
+
+
+def test_no_rows_are_refused_as_by_shap_values(model):
+    booster, X = model
+    explainer = distshap.TreeExplainer(booster, backend="cpu")
+    for call in (
+        explainer.shap_values,
+        explainer.top_interactions,
+        explainer.interaction_summary,
+        explainer.shap_taylor_interaction_values,
+    ):
+        with pytest.raises(ValueError, match="no rows"):
+            call(X[:0])
