@@ -41,3 +41,39 @@ def test_synthetic_data_has_the_paper_shape_and_is_reproducible(name):
     classes = DATASETS[name][3]
     if classes > 2:
         assert y.min() >= 0 and y.max() < classes
+
+
+def test_paper_table3_tree_counts_match_the_shapes():
+    from benchmarks.shapes import DATASETS, DEPTHS, PAPER_TABLE3, ROUNDS, SHAPES
+
+    assert set(PAPER_TABLE3) == set(SHAPES)
+    for (name, size), (trees, _, depth) in PAPER_TABLE3.items():
+        groups = DATASETS[name][3] if DATASETS[name][2].startswith("multi:") else 1
+        assert trees == ROUNDS[size] * groups and depth == DEPTHS[size], (name, size)
+
+
+def test_real_data_shapes_and_leaf_table(tmp_path, monkeypatch):
+    import numpy as np
+    from sklearn.datasets import load_diabetes
+
+    from benchmarks import shapes
+
+    X, y = shapes.make_data("diabetes")
+    X_ref, y_ref = load_diabetes(return_X_y=True)
+    assert np.array_equal(X, X_ref.astype(np.float32)) and np.array_equal(y, y_ref)
+    Xs, _ = shapes.make_data("diabetes", 50, seed=1)
+    assert Xs.shape == (50, 10) and not np.array_equal(Xs, X[:50])
+    with pytest.raises(ValueError, match="unknown data set"):
+        shapes.make_data("iris")
+
+    monkeypatch.setattr(shapes, "MODEL_DIR", tmp_path)
+    (row,) = shapes.leaf_table([("diabetes", "small")])
+    assert row["trees"] == 10 and row["leaves"] == row["paths"] <= 80
+    assert row["ratio"] is None and not row["estimated"]
+    table = shapes.format_leaf_table([row])
+    assert "| diabetes-small | 442 | 10 |" in table and "(real data)" in table
+    est = shapes.estimate_leaves("diabetes", "med", step=40, probe=2)
+    rounds = [r for r, _ in est["points"]]
+    assert est["trees"] == 100 and rounds[0] == 0 and len(rounds) >= 2
+    assert all(a < b < 100 for a, b in zip(rounds, rounds[1:], strict=False))
+    assert 0 < est["leaves"] <= 100 * 2**8
