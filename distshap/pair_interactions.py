@@ -236,6 +236,23 @@ def _check_margin(packed: Any, raw: Any, sums: Any, scales: Any, first_row: int)
     _check_sums(sums, scales, predict_margin(packed.margin, raw), first_row)
 
 
+def _cpu_slot_batches(packed: Any, raw: Any, rows: Any, slots: PairSlots,
+                      batch_rows: int | None, check: bool, first_row: int):  # fmt: skip
+    """``(r0, r1, slot values)`` of the CPU kernel batch by batch, each batch checked for
+    additivity first (when ``check``)."""
+    n = int(rows.shape[0])
+    step = _cpu_batches(n, slots, batch_rows)
+    cpu = get_backend("cpu")
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
+        slot_values = cpu.interaction_slot_values(packed, rows[r0:r1], slots)
+        if check:
+            _check_margin(packed, raw[r0:r1],
+                          *_row_sums(slot_values, slots, packed.expected_value),
+                          first_row + r0)  # fmt: skip
+        yield r0, r1, slot_values
+
+
 def _squeeze(a: Any, squeeze: bool, G: int, axis: int = 1) -> Any:
     return a.squeeze(axis) if squeeze and G == 1 else a
 
@@ -311,15 +328,8 @@ def top_interactions(
     else:
         pairs = np.empty((n, G, k, 2), np.int32)
         values = np.empty((n, G, k), np.float32)
-        step = _cpu_batches(n, slots, batch_rows)
-        cpu = get_backend("cpu")
-        for r0 in range(0, n, step):
-            r1 = min(n, r0 + step)
-            slot_values = cpu.interaction_slot_values(packed, rows[r0:r1], slots)
-            if check_additivity:
-                _check_margin(packed, raw[r0:r1],
-                              *_row_sums(slot_values, slots, packed.expected_value),
-                              first_row + r0)  # fmt: skip
+        for r0, r1, slot_values in _cpu_slot_batches(packed, raw, rows, slots, batch_rows,
+                                                     check_additivity, first_row):  # fmt: skip
             pairs[r0:r1], values[r0:r1] = select_top_pairs(slot_values, slots, k)
     return _squeeze(pairs, squeeze, G), _squeeze(values, squeeze, G)
 
@@ -366,15 +376,8 @@ def summary_partial(
         hi = np.zeros(S, np.int64)
         lo = np.zeros(S, np.int64)
         bad = np.zeros(1, np.int64)
-        step = _cpu_batches(n, slots, batch_rows)
-        cpu = get_backend("cpu")
-        for r0 in range(0, n, step):
-            r1 = min(n, r0 + step)
-            slot_values = cpu.interaction_slot_values(packed, rows[r0:r1], slots)
-            if check_additivity:
-                _check_margin(packed, raw[r0:r1],
-                              *_row_sums(slot_values, slots, packed.expected_value),
-                              first_row + r0)  # fmt: skip
+        for _, _, slot_values in _cpu_slot_batches(packed, raw, rows, slots, batch_rows,
+                                                   check_additivity, first_row):  # fmt: skip
             run_parallel(_summary_kernel, slot_values, scale, bool(signed), hi, lo, bad)
         if bad[0]:
             raise RuntimeError(
