@@ -7,7 +7,8 @@ Subcommands::
                       [--labels COLUMN]]
                      [--scheduler ADDR | --gpus N] [--local | --cluster] [--backend B]
                      [--chunk-rows N] [--drop COL]
-    distshap info MODEL [--json]
+    distshap info MODEL [--json] [--device-kind KIND] [--rows N]
+    distshap calibrate [--scale S] [--repeats N] [--dry-run] [--json]
     distshap plot summary MODEL DATA -o out.png [--max-display 20] [--kind bar|beeswarm]
     distshap plot interactions MODEL DATA -o out.png [--max-display 20] [--group G] [--signed]
 
@@ -317,11 +318,46 @@ class _Columns:
 def _cmd_info(args: argparse.Namespace) -> int:
     from distshap.info import format_info, model_info
 
-    info = model_info(args.model, algorithm=args.algorithm)
+    info = model_info(args.model, algorithm=args.algorithm, device_kind=args.device_kind,
+                      n_rows=args.rows)  # fmt: skip
     if args.json:
         print(json.dumps(info, indent=2))
     else:
         print(format_info(info, args.model))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# calibrate
+# ------------------------------------------------------------------------------------------
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from distshap import cost_model
+    from distshap.kernels.cuda.calibrate import calibrate
+
+    name = cost_model.current_device_name()
+    if not name:
+        raise RuntimeError("no CUDA GPU is available: calibration times the CUDA kernels")
+    say = None if args.json else (lambda line: print(line, flush=True))
+    if say:
+        print(f"calibrating the CUDA kernel costs on {name} ...", flush=True)
+    result = calibrate(scale=args.scale, repeats=args.repeats, write=not args.dry_run,
+                       progress=say)  # fmt: skip
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=1))
+        return 0
+    c = result.costs
+    print(f"fitted constants ({c.source}; per row in ps, per launch and call in us):")
+    for name_ in cost_model.COST_FIELDS:
+        print(f"  {name_:<18} {1e12 * getattr(c, name_):>10.4g}")
+    print(f"  {'launch':<18} {1e6 * c.launch:>10.4g}\n  {'call':<18} {1e6 * c.call:>10.4g}")
+    worst = max(abs(m["fit_error"]) for m in result.measurements)
+    print(f"largest relative error of the fit over {len(result.measurements)} models: {worst:.1%}")
+    for note in result.notes:
+        print(f"note: {note}")
+    where = f"written to {result.path}" if result.path else "not written (--dry-run)"
+    print(f"took {result.seconds:.1f} s; {where}")
     return 0
 
 
@@ -387,6 +423,16 @@ def _cmd_plot_interactions(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------
 # argument parsing and error handling
 # ------------------------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -479,8 +525,37 @@ def _build_parser() -> argparse.ArgumentParser:
     info.add_argument("model", help="model file (XGBoost .json/.ubj, LightGBM .txt)")
     info.add_argument("--json", action="store_true", help="machine-readable JSON output")
     info.add_argument("--algorithm", choices=("bfd", "ffd", "nf"), default="bfd")
+    info.add_argument(
+        "--device-kind", metavar="KIND",
+        help="predict the CUDA strategy for this device kind (H100, H200, generic) or device "
+        "name (default: the current GPU's; works without a GPU)",
+    )  # fmt: skip
+    info.add_argument(
+        "--rows",
+        type=_positive_int,
+        default=1_000_000,
+        metavar="N",
+        help="rows of the call whose speed is predicted (default 1,000,000)",
+    )
     _common(info)
     info.set_defaults(func=_cmd_info)
+
+    cal = sub.add_parser(
+        "calibrate",
+        help="measure the CUDA kernels' cost constants on this GPU (cached per device)",
+        description="Time the CUDA SHAP kernels on synthetic models (under a minute), fit the "
+        "cost model's constants and write them to the cost cache "
+        "($DISTSHAP_KERNEL_COSTS, default ~/.cache/distshap/kernel_costs.json) under the "
+        "device's name. The kernel strategy of later calls on this kind of device follows "
+        "them; nothing is calibrated implicitly.",
+    )  # fmt: skip
+    cal.add_argument("--scale", type=float, default=1.0,
+                     help="scale of the synthetic models and rows (default 1.0)")  # fmt: skip
+    cal.add_argument("--repeats", type=_positive_int, default=3, help="timed calls per size")
+    cal.add_argument("--dry-run", action="store_true", help="measure and print, write nothing")
+    cal.add_argument("--json", action="store_true", help="machine-readable JSON output")
+    _common(cal)
+    cal.set_defaults(func=_cmd_calibrate)
 
     plot = sub.add_parser("plot", help="plots without the shap package")
     plots = plot.add_subparsers(dest="plot", metavar="PLOT")

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["format_info", "model_info"]
+__all__ = ["cost_model_info", "format_info", "model_info"]
 
 
 def _max_depth(ens: Any) -> int:
@@ -28,7 +28,9 @@ def _max_depth(ens: Any) -> int:
         depth += 1
 
 
-def model_info(model: Any, algorithm: str = "bfd") -> dict:
+def model_info(
+    model: Any, algorithm: str = "bfd", device_kind: str | None = None, n_rows: int = 1_000_000
+) -> dict:
     """Structure, path and packing statistics of ``model`` (what ``distshap info`` prints).
 
     Parameters
@@ -38,6 +40,12 @@ def model_info(model: Any, algorithm: str = "bfd") -> dict:
     algorithm : str
         Packing heuristic of the :class:`~distshap.packed.PackedModel` whose table statistics
         are reported.
+    device_kind : str, optional
+        Device kind ("H100", "H200", "generic") or full device name whose cost constants
+        predict the CUDA strategy (:mod:`distshap.cost_model`); default: the current GPU's
+        (generic defaults where there is none). No GPU is needed for a named kind.
+    n_rows : int
+        Rows of the call whose speed is predicted.
 
     Returns
     -------
@@ -46,7 +54,10 @@ def model_info(model: Any, algorithm: str = "bfd") -> dict:
         features, feature names, base score, expected value), ``paths`` (unique merged paths,
         paths without features, histogram of merged path lengths), ``packing`` (bins,
         utilisation, oversize bins and seconds per heuristic NF / FFD / BFD), ``tables``
-        (pattern-table vs DP path counts, table bytes).
+        (pattern-table vs DP path counts, table bytes), ``cuda`` (how the CUDA kernels would
+        run it; None without Numba's CUDA target), ``cost_model`` (the cost model's choice of
+        SHAP kernels for the device kind and its predicted rows/s, beside all-quadrature and
+        all-tables; :func:`cost_model_info`).
     """
     from distshap.models import load_model
     from distshap.packed import build_packed_model
@@ -102,7 +113,37 @@ def model_info(model: Any, algorithm: str = "bfd") -> dict:
             "build_seconds": float(stats.get("build_seconds", 0.0)),
         },
         "cuda": _cuda_strategy(packed),
+        "cost_model": cost_model_info(packed, device_kind, n_rows),
     }
+
+
+def cost_model_info(packed: Any, device_kind: str | None = None, n_rows: int = 1_000_000) -> dict:
+    """The cost model's SHAP strategy for ``packed`` on a device kind, with predicted speeds.
+
+    ``device_kind`` (a kind or a device name) selects the constants (:func:`distshap.cost_model.
+    costs_for`: the user's calibration cache, else the shipped ones of the kind, else the
+    generic defaults); ``None``: the current GPU's, or the generic defaults without one.
+    Returns a JSON-serialisable dict: ``device`` (the name looked up; "" for none), ``kind``,
+    ``source`` of the constants, ``n_rows``, ``choice`` (:class:`~distshap.cost_model.Prediction`
+    of the chosen mix: paths per kernel, table bins and bytes, predicted rows/s and seconds
+    per kernel) and ``quadrature`` / ``tables`` (the same for every path in the quadrature
+    kernels, and every eligible path on a table).
+    """
+    from distshap import cost_model as cm
+
+    if device_kind is None:
+        try:
+            name = cm.current_device_name()
+        except Exception:  # no usable CUDA driver: the generic defaults
+            name = ""
+    else:
+        name = str(device_kind)
+    costs = cm.costs_for(name)
+    shape = cm.model_shape(packed)
+    out = {"device": name, "kind": costs.kind, "source": costs.source, "n_rows": int(n_rows)}
+    for key, choice in (("choice", "auto"), ("quadrature", "quadrature"), ("tables", "tables")):
+        out[key] = cm.predict(shape, choice, costs, n_rows).to_dict()
+    return out
 
 
 def _cuda_strategy(packed) -> dict | None:
@@ -132,6 +173,29 @@ def _human_bytes(n: int) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{n} B"
+
+
+def _format_cost_model(cm: dict) -> list[str]:
+    ch = cm["choice"]
+    device = cm["device"] or "no GPU"
+    named = f"{device}: {cm['kind']}" if cm["device"] != cm["kind"] else cm["kind"]
+    if cm["kind"] == "generic":
+        named = (
+            f"{device} (unknown kind: generic defaults)"
+            if cm["device"]
+            else device + (" (generic defaults)")
+        )
+    parts = ", ".join(f"{k} {v / ch['seconds']:.0%}" for k, v in ch["breakdown"].items()
+                      if ch["seconds"] > 0 and v / ch["seconds"] >= 0.005)  # fmt: skip
+    return [
+        f"SHAP strategy   {named}; constants {cm['source']}",
+        f"                {ch['table_paths']:,} paths on pattern tables ({ch['table_bins']:,} "
+        f"bins, {_human_bytes(ch['table_bytes'])}), {ch['quadrature_paths']:,} by quadrature, "
+        f"{ch['oversize_paths']:,} oversize (fallback)",
+        f"                predicted {ch['rows_per_second']:,.0f} rows/s at {cm['n_rows']:,} rows "
+        f"({parts}); all quadrature {cm['quadrature']['rows_per_second']:,.0f}, all tables "
+        f"{cm['tables']['rows_per_second']:,.0f}",
+    ]
 
 
 def format_info(info: dict, path: str) -> str:
@@ -166,6 +230,9 @@ def format_info(info: dict, path: str) -> str:
         f"kernel); tables {_human_bytes(t['table_bytes'])}, filled at its first call "
         f"({t['algorithm'].upper()} packing in {t['build_seconds']:.3f} s)"
     )
+    cm = info.get("cost_model")
+    if cm is not None:
+        lines.extend(_format_cost_model(cm))
     c = info["cuda"]
     if c is None:
         return "\n".join(lines)

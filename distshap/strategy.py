@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_MAX_TABLE_FEATURES",
     "DEFAULT_TABLE_BUDGET_BYTES",
     "choose_tables",
+    "gpu_shap_table_offsets",
     "interaction_table_offsets",
     "path_features",
     "quadrature_launches",
@@ -93,6 +94,122 @@ def choose_tables(
     np.cumsum(size[chosen][:-1], out=starts[1:])
     offsets[chosen] = starts
     return offsets
+
+
+def _layout(sizes: np.ndarray, chosen: np.ndarray, n: int) -> np.ndarray:
+    """Offsets of the ``chosen`` paths' tables (sizes in values), laid out in path order."""
+    chosen = np.sort(chosen)
+    offsets = np.full(n, -1, dtype=np.int64)
+    starts = np.zeros(chosen.shape[0], dtype=np.int64)
+    np.cumsum(sizes[chosen][:-1], out=starts[1:])
+    offsets[chosen] = starts
+    return offsets
+
+
+def gpu_shap_table_offsets(
+    lengths: np.ndarray,
+    path_group: np.ndarray,
+    budget_bytes: int,
+    max_features: int,
+    costs,
+    *,
+    num_features: int | None = None,
+    num_groups: int | None = None,
+    path_bin: np.ndarray | None = None,
+) -> np.ndarray:
+    """SHAP table offset of each path on the GPU (-1: quadrature), by the cost model.
+
+    Candidates are the paths of ``1..max_features`` features whose predicted table cost per
+    row is below their quadrature cost (:mod:`distshap.cost_model`). They are taken greedily by
+    saving per table byte (ties: lower path index first) while the tables fit ``budget_bytes``;
+    of those prefixes the one of least predicted time wins, counting the table bins it opens
+    and the L2 misses its total size brings. A pure function of its arguments, so every GPU of
+    one kind makes the same choice.
+
+    Parameters
+    ----------
+    lengths : int array (n_paths,)
+        Features ``k`` of each path (packed order).
+    path_group : int array (n_paths,)
+        Output group of each path.
+    budget_bytes : int
+        Largest total size of the float32 tables (``2**k * k`` values a path).
+    max_features : int
+        Paths with more features get no table (at most 24).
+    costs : KernelCosts
+        The device kind's constants (:func:`distshap.cost_model.costs_for`).
+    num_features, num_groups : int, optional
+        Output width ``num_groups * (num_features + 1)`` (whether sums fit shared memory);
+        default: the largest group + 1 and the largest feature count of any path.
+    path_bin : int array (n_paths,), optional
+        Bin of each path (:func:`regular_paths`): counts the table bins exactly; without it each
+        path is charged its share ``(k + 1) / 32`` of a bin.
+
+    Returns
+    -------
+    int64 array (n_paths,)
+        As :func:`choose_tables`: start of each path's table (in float32 values), tables laid
+        out in path order; -1 for the paths that run the quadrature kernels.
+    """
+    from distshap import cost_model
+
+    if not isinstance(costs, cost_model.KernelCosts):
+        raise TypeError(f"costs must be distshap.cost_model.KernelCosts, got {type(costs)!r}")
+    k = np.asarray(lengths)
+    if k.ndim != 1 or not np.issubdtype(k.dtype, np.integer):
+        raise ValueError(f"lengths must be a 1-D integer array, got {k.dtype} {k.shape}")
+    k = k.astype(np.int64)
+    group = np.asarray(path_group)
+    if group.shape != k.shape:
+        raise ValueError(f"path_group has shape {group.shape}, lengths {k.shape}")
+    if isinstance(budget_bytes, bool) or int(budget_bytes) != budget_bytes or budget_bytes < 0:
+        raise ValueError(f"budget_bytes must be an integer >= 0, got {budget_bytes!r}")
+    if isinstance(max_features, bool) or int(max_features) != max_features:
+        raise ValueError(f"max_features must be an integer, got {max_features!r}")
+    if max_features > 24:
+        raise ValueError(f"max_table_features={max_features} is too large: tables grow as 2**k")
+    if k.size and int(k.min()) < 0:
+        raise ValueError("lengths must be >= 0")
+    n = k.shape[0]
+    G = int(group.max()) + 1 if num_groups is None and n else int(num_groups or 1)
+    F = int(k.max(initial=0)) if num_features is None else int(num_features)
+    if path_bin is not None:
+        path_bin = np.asarray(path_bin, np.int64)
+        if path_bin.shape != k.shape:
+            raise ValueError(f"path_bin has shape {path_bin.shape}, lengths {k.shape}")
+    eligible = (k >= 1) & (k <= max_features)
+    size = np.where(eligible, _table_sizes(np.minimum(k, 24), "k"), 0)
+    quad = cost_model.quadrature_path_seconds(costs, k, F)
+    lane = cost_model.table_lane_seconds(costs, G * (F + 1))
+    gain = quad - k * lane  # per row, bins and misses aside
+    share = costs.table_bin * (k + 1) / 32.0
+    cand = np.flatnonzero(eligible & (gain - share > 0))
+    if cand.size == 0 or budget_bytes == 0:
+        return np.full(n, -1, dtype=np.int64)
+    density = (gain - share)[cand] / (4.0 * size[cand])
+    order = cand[np.lexsort((cand, -density))]  # best saving per byte first, then path index
+    cum_bytes = 4 * np.cumsum(size[order])
+    order = order[cum_bytes <= budget_bytes]
+    if order.size == 0:
+        return np.full(n, -1, dtype=np.int64)
+    cum_bytes = cum_bytes[: order.size].astype(np.float64)
+    if path_bin is None:
+        bins = np.cumsum(share[order]) / max(costs.table_bin, 1e-300)
+    else:  # a bin counts once, from its first table path on
+        b = path_bin[order]
+        first = np.zeros(order.size, bool)
+        first[np.unique(b, return_index=True)[1]] = True
+        bins = np.cumsum(first)
+    miss = np.maximum(0.0, 1.0 - costs.l2_bytes / cum_bytes)
+    total = (
+        -np.cumsum(gain[order])
+        + bins * costs.table_bin
+        + miss * costs.table_miss_lane * np.cumsum(k[order])
+    )
+    best = int(np.argmin(total))
+    if total[best] >= 0:  # no prefix beats the quadrature alone
+        return np.full(n, -1, dtype=np.int64)
+    return _layout(size, order[: best + 1], n)
 
 
 def table_values(lengths: np.ndarray, offsets: np.ndarray, values_per_pattern: str = "k") -> int:
