@@ -54,6 +54,12 @@ far too long on a few CPU cores, so on CPU :func:`default_rows` caps some of the
 rows deep trees reach fewer leaves, so **capped models have fewer leaves than the paper's**.
 With a GPU (``device="cuda"``, or ``DISTSHAP_BENCH_DEVICE=cuda``) every shape uses all rows.
 
+Covtype on the GPU. XGBoost 3.4.1 with ``device="cuda"`` grows about 90 times fewer leaves on
+the covtype data than the CPU's ``hist`` (1,210 against 108,759 for covtype-med; XGBoost 3.2
+and 3.4 agree on the CPU), so a GPU-trained covtype model is not the paper's shape. Train it on
+the CPU (``python -m benchmarks.shapes --only covtype-med --rows full --device cpu``) and bring
+the cached file to the GPU machine: the cache name does not depend on the training device.
+
 Trained models are cached as ``benchmarks/.models/<name>-<size>-<rows>-v<N>.ubj``
 (git-ignored; ``N`` is :data:`DATA_VERSION`).
 
