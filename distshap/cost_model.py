@@ -183,6 +183,9 @@ def _costs(kind: str, source: str, l2_mib: int, speed: float = 1.0, **per_row) -
 # * The H200 differs from the H100 mainly in memory bandwidth; the SHAP kernels measured the same
 #   on both within noise (RESULTS: cal_housing-med 1.22M / 1.23M), so the H200 uses the H100's
 #   constants. Unknown kinds ("generic") take them at half speed.
+# * Check against numbers not used above (RESULTS, fourth session, H200, version-3 models,
+#   through TreeExplainer): cal_housing-med 1,449,013 rows/s (predicted 1.45M), adult-med
+#   1,596,983 (1.63M), fashion_mnist-med 90,863 (95k).
 _BASE = dict(
     quad_path=2.0, quad_lane=7.0, quad_lane_node=0.12, quad_global_lane=2.6, quad_chunk_col=0.1,
     table_bin=230.0, table_lane=1.0, table_miss_lane=3.0, table_global_lane=3.0,
