@@ -17,6 +17,12 @@ side:
   matrix (pairs and value bits), the summary against the mean of the full matrices;
 * **complexity**: slots per row ``S`` (pairs sharing a path, and diagonals) against the
   ``G (F+1)**2`` entries of the full matrices, bytes a row of each output.
+* **slot kernel variants** (``--slot-variants``, CUDA): ranking and top-k timed again with
+  each variant of the slot quadrature kernel (:data:`distshap.kernels.cuda.config.
+  SLOT_QUADRATURE_VARIANT`), each checked exact, side by side; the first named is the one
+  the other rows use.
+* **breakdown** (``--breakdown``, CUDA): seconds of each slot kernel (tables, quadrature per
+  variant, fallback, top-k selection) over the top-k rows, each launch synchronized.
 
 Every timing is the median of ``--repeats`` runs after a warm-up call (compilation, model
 upload, tables, slots); GPU work is synchronized before the clock stops. Peak memory: device
@@ -27,6 +33,8 @@ model's arrays are Numba's and are reported apart) with ``--backend cuda``, host
 Usage::
 
     python -m benchmarks.interactions_at_scale --backend cuda            # 100k rows, H200
+    python -m benchmarks.interactions_at_scale --backend cuda --slot-variants gathered,lanes \
+        --breakdown                                                     # + old vs new kernel
     python -m benchmarks.interactions_at_scale --backend cpu --rows 64 --topk-rows 64 \\
         --full-rows 8 --xgb-rows 2 --check-rows 4 --repeats 1           # a quick CPU run
 """
@@ -133,6 +141,79 @@ def stable_top(full: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.stack([iu[idx], ju[idx]], axis=-1), np.take_along_axis(upper, idx, axis=-1)
 
 
+def _set_variant(backend: str, variant: str | None) -> None:
+    if backend == "cuda" and variant:
+        from distshap.kernels.cuda import config
+
+        config.SLOT_QUADRATURE_VARIANT = variant
+
+
+def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
+    """Seconds of each slot kernel over the rows of ``X`` (CUDA; module docstring), in the
+    batches :func:`distshap.kernels.cuda.launch.run_slot_batches` uses: ``tables``,
+    ``quadrature_<variant>`` (each variant on the same batches), ``fallback``, ``topk``."""
+    from distshap.kernels.cuda import config, launch
+    from distshap.kernels.cuda import pairs as kp
+    from distshap.kernels.cuda.device import SIM, stream, xp
+    from distshap.kernels.cuda.fallback import launch_fallback
+    from distshap.kernels.cuda.model import device_model, interaction_plan, slot_arrays
+    from distshap.kernels.cuda.quadrature import launch_quadrature
+    from distshap.kernels.cuda.tables import launch_tables
+
+    saved = config.SLOT_QUADRATURE_VARIANT
+    model = device_model(packed)
+    plan = interaction_plan(packed, model)
+    slots = pair_slots(packed)
+    dev = slot_arrays(packed, model, slots, plan)
+    X = launch.device_rows(X, packed.num_features)
+    n, width = int(X.shape[0]), max(1, dev.num_slots)
+    batch = min(n, 65535, launch.default_batch_rows(width))
+    scale = 2.0**model.interaction_shift
+    F1 = packed.num_features + 1
+    G = packed.num_groups
+    s = stream()
+    acc = xp().zeros((batch, width), np.int64)
+    pairs = xp().zeros((batch, G, k, 2), np.int32)
+    values = xp().zeros((batch, G, k), np.float32)
+    sync = (lambda: None) if SIM else (lambda: _sync("cuda"))
+    threads = kp.topk_threads(k)
+    out = {"tables": 0.0, "fallback": 0.0, "topk": 0.0, "batch_rows": batch}
+    out.update({f"quadrature_{v}": 0.0 for v in variants})
+
+    def timed(key, fn, *fn_args, **kwargs):
+        sync()
+        t0 = time.perf_counter()
+        fn(*fn_args, **kwargs)
+        sync()
+        out[key] += time.perf_counter() - t0
+
+    try:
+        for v in variants:  # warm-up: compile every variant, gather layouts
+            config.SLOT_QUADRATURE_VARIANT = v
+            launch_quadrature(model, plan, X[:2], acc[:2], scale, F1, s, True, slots=dev)
+        for r0 in range(0, n, batch):
+            Xb = X[r0 : min(n, r0 + batch)]
+            nb = int(Xb.shape[0])
+            a = acc[:nb]
+            for v in variants:
+                config.SLOT_QUADRATURE_VARIANT = v
+                a.fill(0)
+                timed(f"quadrature_{v}", launch_quadrature, model, plan, Xb, a, scale, F1, s,
+                      True, slots=dev)  # fmt: skip
+            timed("tables", launch_tables, model, plan, Xb, a, scale, F1, s, slots=dev)
+            timed("fallback", launch_fallback, model, Xb, a, scale, F1, s, True, slots=dev)
+            if threads:
+                timed("topk", kp.topk_kernel[(nb, G), threads, s, 16 * threads * k], a,
+                      dev.group_slots, dev.num_pairs, dev.slot_i, dev.slot_j, 1.0 / scale, scale,
+                      k, packed.num_features, pairs, values, 0)  # fmt: skip
+            else:
+                a.fill(0)
+    finally:
+        config.SLOT_QUADRATURE_VARIANT = saved
+    out["rows"] = n
+    return out
+
+
 def run(args: argparse.Namespace) -> dict:
     """All measurements of one shape; returns the record printed and saved."""
     import xgboost as xgb
@@ -153,6 +234,8 @@ def run(args: argparse.Namespace) -> dict:
     t_slots = time.perf_counter() - t0
     G, F = packed.num_groups, packed.num_features
     k = args.k
+    variants = [v for v in (args.slot_variants or "").split(",") if v] if backend == "cuda" else []
+    _set_variant(backend, variants[0] if variants else None)
     rec: dict = {
         "shape": args.shape, "backend": backend, "k": k, "paths": packed.num_paths,
         "features": F, "groups": G, "preprocess_s": t_prep, "slots_build_s": t_slots,
@@ -223,6 +306,28 @@ def run(args: argparse.Namespace) -> dict:
     rec["full_sort_rows_s"] = n / seconds
     rec["full_peak_bytes"] = _peak_bytes(full_and_sort, backend)
 
+    # the slot quadrature kernel's variants side by side (same rows, same selection)
+    for v in variants:
+        _set_variant(backend, v)
+        pi.top_interactions(packed, X[:8], k, backend)  # compile, gather the layouts
+        pairs, values = (_host(a) for a in pi.top_interactions(packed, X[:m], k, backend))
+        rec[f"topk_exact_{v}"] = bool(
+            np.array_equal(pairs, want_pairs)
+            and np.array_equal(values.view(np.uint32), want_values.view(np.uint32))
+        )
+        Xt, Xr = X[: args.topk_rows], X[: args.rows]
+        seconds, _ = _timed(lambda: pi.top_interactions(packed, Xt, k, backend),  # noqa: B023
+                            args.repeats, backend)  # fmt: skip
+        rec[f"topk_rows_s_{v}"] = args.topk_rows / seconds
+        rec[f"topk_vs_full_{v}"] = rec[f"topk_rows_s_{v}"] / rec["full_sort_rows_s"]
+        seconds, _ = _timed(lambda: pi.interaction_summary(packed, Xr, backend=backend),  # noqa: B023
+                            args.repeats, backend)  # fmt: skip
+        rec[f"ranking_s_{v}"] = seconds
+    _set_variant(backend, variants[0] if variants else None)
+    if args.breakdown and backend == "cuda":
+        rec["breakdown"] = kernel_breakdown(packed, X[: args.topk_rows], k,
+                                            variants or ["gathered"])  # fmt: skip
+
     # XGBoost pred_interactions + sort (on the host: predict returns NumPy)
     n = args.xgb_rows
     if n > 0:
@@ -287,6 +392,22 @@ def report(rec: dict) -> str:
             f"XGBoost pred_interactions + sort ({rec['xgb_rows']:,} rows): "
             f"{rec['xgb_sort_rows_s']:,.2f} rows/s -> top-k is {rec['topk_vs_xgb']:,.0f}x"
         )
+    for key in rec:
+        if key.startswith("topk_rows_s_"):
+            v = key[len("topk_rows_s_") :]
+            lines.append(
+                f"slot quadrature '{v}': top-{rec['k']} {rec[key]:,.0f} rows/s "
+                f"({rec['topk_vs_full_' + v]:,.1f}x full + sort), ranking "
+                f"{rec['ranking_s_' + v]:.2f} s; exact {rec['topk_exact_' + v]}"
+            )
+    if "breakdown" in rec:
+        b = rec["breakdown"]
+        lines.append(
+            f"breakdown ({b['rows']:,} rows, batches of {b['batch_rows']:,}): "
+            + ", ".join(
+                f"{key} {v:.3f} s" for key, v in b.items() if key not in ("rows", "batch_rows")
+            )  # fmt: skip
+        )
     lines.append(
         f"exact: top-k equals the full matrices' stable sort: {rec['topk_exact']}; summary max "
         f"relative error {rec['summary_max_rel_err']:.1e}"
@@ -309,6 +430,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--xgb-rows", type=int, help="XGBoost rows (100 / 4; 0: skip)")
     parser.add_argument("--check-rows", type=int, help="rows of the exactness check (20 / 8)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--slot-variants",
+        default="gathered,lanes",
+        help="CUDA slot quadrature kernels to time side by side (the first is "
+        "the one every other row uses; '' for the configured one)",
+    )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="CUDA: seconds of each slot kernel over the top-k rows",
+    )
     parser.add_argument("--json", help="append the record as a JSON line to this file")
     args = parser.parse_args(argv)
     if args.backend == "auto":

@@ -441,7 +441,7 @@ def slot_kernel_signatures() -> dict:
     from distshap.kernels.cuda import config
     from distshap.kernels.cuda import pairs as kp
     from distshap.kernels.cuda.fallback import oversize_slot_kernel
-    from distshap.kernels.cuda.quadrature import quadrature_kernel
+    from distshap.kernels.cuda.quadrature import quadrature_kernel, slot_rows_kernel
     from distshap.kernels.cuda.tables import table_kernel
 
     xa = "float32[:, ::1], int64[:, ::1], float64"
@@ -474,10 +474,16 @@ def slot_kernel_signatures() -> dict:
             "float64[:, ::1], float64[:, ::1], int64)",
         ),
     }
+    rows = (f"void(float32[:, ::1], int32[:, ::1], int64[:, ::1], int32[::1], float32[::1], "
+            f"uint32[::1], int64[::1], int32[:, ::1], int32[:, ::1], {xa}, int64, int64[::1], "
+            "int64[::1], int64)")  # fmt: skip
     for n in (config.QUADRATURE_NODES[0], config.QUADRATURE_NODES[-1]):  # (compile time)
         for shared in (False, True):
             name = f"quadrature_slot_kernel_{n}{'_shared' if shared else ''}"
             sigs[name] = (quadrature_kernel(n, shared, True, slots=True), quad)
+        for cache_x in (False, True) if n == config.QUADRATURE_NODES[0] else (True,):
+            name = f"quadrature_slot_rows_kernel_{n}{'_cache_x' if cache_x else ''}"
+            sigs[name] = (slot_rows_kernel(n, 2, cache_x), rows)
     return sigs
 
 
@@ -521,14 +527,19 @@ def slots_match(packed, X, what, **kw):
     slots = build_pair_slots(packed)
     full = kc.interaction_values(packed, X)
     group = np.repeat(np.arange(slots.num_groups), np.diff(slots.slot_offsets))
-    same(kp.interaction_slot_values(packed, X, slots, **kw),
-         full[:, group, slots.slot_i, slots.slot_j], what)
+    for variant in ("lanes", "gathered"):  # both slot quadrature kernels; the default last
+        kc.config.SLOT_QUADRATURE_VARIANT = variant
+        same(kp.interaction_slot_values(packed, X, slots, **kw),
+             full[:, group, slots.slot_i, slots.slot_j], (what, variant))
     return full
 
 kp.TOPK_MAX_THREADS = 8  # simulated threads are slow; 8 still merge across threads
 ens = tiny.random_ensemble(3, n_features=6, n_trees=3, depth=3, n_groups=2, n_categorical=1)
 X = tiny.random_rows(2, ens, 4, 0.15)
 slots_match(_packed(ens, 0), X, "quadrature", batch_rows=3)
+kc.config.SLOT_QUADRATURE_ROWS = 3  # blocks of 3 rows: one full, one of a single row
+slots_match(_packed(ens, 0), X, "three rows a block")
+kc.config.SLOT_QUADRATURE_ROWS = 2
 packed = _packed(ens, 700)  # tables beside quadrature
 full = slots_match(packed, X, "mixed")
 for k in (4, 15):  # 15: every pair, the zero ones last
@@ -558,10 +569,12 @@ kc.clear_cache()
 slots_match(_packed(ens, 700), X, "global")
 kc.config.MIN_TILE_ROWS = 8
 # small chunks, small tiles: some blocks sum in a tile, the others add to the row directly
+# (the gathered kernel: with the rows' features in shared memory, then without)
 kc.config.QUADRATURE_CHUNK_PATHS = 3
-kc.config.QUADRATURE_SHARED_BYTES = 8 * 8
-kc.clear_cache()
-slots_match(_packed(ens, 0), X, "mixed tiles")
+for shared_bytes in (8 * 8 + 2 * 6 * 4, 8 * 8):
+    kc.config.QUADRATURE_SHARED_BYTES = shared_bytes
+    kc.clear_cache()
+    slots_match(_packed(ens, 0), X, ("mixed tiles", shared_bytes))
 kc.config.QUADRATURE_CHUNK_PATHS = 256
 kc.config.QUADRATURE_SHARED_BYTES = 48 * 1024
 kc.clear_cache()
@@ -601,6 +614,38 @@ def test_gpu_top_pairs_and_summary_equal_the_full_matrices(kind, budget):
         assert (np.abs(got - ref)[nz] / np.abs(ref[nz])).max() <= 1e-5
         assert np.array_equal(got, pi.interaction_summary(packed, X, signed, "cuda",
                                                           batch_rows=7))  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
+@pytest.mark.parametrize("kind", ["regression", "multiclass", "missing", "categorical"])
+def test_gpu_slot_quadrature_variants_give_the_matrix_bits(kind, monkeypatch):
+    """Both slot quadrature kernels (``"lanes"``, ``"gathered"`` at 1-3 rows a block) give the
+    bits of the full matrices' entries (every regular path in the quadrature kernels)."""
+    from distshap.kernels.cuda import config
+    from distshap.kernels.cuda import pairs as kp
+
+    booster, X = xgb_models.MODEL_KINDS[kind]()
+    packed = distshap.TreeExplainer(booster, backend="cuda", table_budget_bytes=0).packed
+    full = to_host(explain_rows(packed, X, True, "cuda"))
+    slots = pair_slots(packed)
+    group = _slot_groups(slots)
+    want = full[:, group, slots.slot_i, slots.slot_j]
+    for variant, rows in (("lanes", 1), ("gathered", 1), ("gathered", 2), ("gathered", 3)):
+        monkeypatch.setattr(config, "SLOT_QUADRATURE_VARIANT", variant)
+        monkeypatch.setattr(config, "SLOT_QUADRATURE_ROWS", rows)
+        got = to_host(kp.interaction_slot_values(packed, X, slots, batch_rows=7))
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (variant, rows)
+
+
+def test_bad_slot_quadrature_variant_is_refused(monkeypatch):
+    from distshap.kernels.cuda import config
+    from distshap.kernels.cuda.quadrature import launch_quadrature
+
+    monkeypatch.setattr(config, "SLOT_QUADRATURE_VARIANT", "fast")
+    with pytest.raises(ValueError, match="SLOT_QUADRATURE_VARIANT.*'fast'"):
+        launch_quadrature(None, None, np.zeros((1, 2), np.float32), None, 1.0, 3, 0, True,
+                          slots=object())  # fmt: skip
 
 
 @pytest.mark.gpu

@@ -26,6 +26,8 @@ __all__ = [
     "QUADRATURE_SHARED_BYTES",
     "ROWS_PER_WARP",
     "SHARED_TILE_VALUES",
+    "SLOT_QUADRATURE_ROWS",
+    "SLOT_QUADRATURE_VARIANT",
     "TABLE_WARPS_PER_BLOCK",
     "TILE_ROWS",
 ]
@@ -37,6 +39,11 @@ QUADRATURE_NODES = (2, 4, 6, 8, 12, 16)
 QUADRATURE_CHUNK_PATHS = 256
 #: Shared memory of a quadrature kernel's block at most (its per-row accumulators).
 QUADRATURE_SHARED_BYTES = 48 * 1024
+#: Slot quadrature kernel (top pairs, summaries; same bits either way): ``"gathered"`` (paths
+#: gathered element-major, rows' features in shared memory, several rows a block) or
+#: ``"lanes"`` (each thread reads its path's lanes, one row a block); rows a block at most.
+SLOT_QUADRATURE_VARIANT = "gathered"
+SLOT_QUADRATURE_ROWS = 2
 
 #: Interaction tables (``2**k * k * k`` float32 per path, filled on the device): paths of at
 #: most this many features (frozen: the fill kernel's local arrays), shortest first, within

@@ -16,26 +16,50 @@ length (unlike the DP's UNWOUND_SUM, which cancels).
   r_j``; each pair ``i < c`` is evaluated once (elements are sorted by feature) and mirrored
   when the block's sums in shared memory are flushed.
 
+* Interaction values into pair slots (top pairs, summaries): the same kernel with ``slots``
+  (one block per (chunk, row), each thread reading its own path's lanes), or, with
+  :data:`config.SLOT_QUADRATURE_VARIANT` ``"gathered"``, :func:`slot_rows_kernel`: the launch's
+  lanes and slot numbers gathered once per device model into element-major arrays
+  (:func:`slot_layout`), so the threads of a warp, one path each, read element ``e`` of their
+  paths from consecutive addresses (one cache line a warp instead of one a thread); the rows'
+  values of the features in shared memory; several rows per block
+  (:data:`config.SLOT_QUADRATURE_ROWS`), each path's rows one after another while its data sit
+  in L1. The same float32 operations in the same order on the same values: the same int64
+  contributions, so the same slots, bit for bit.
+
 A kernel is compiled per node count (:data:`config.QUADRATURE_NODES`) on first use; contributions
 are truncated to int64 fixed point and added with integer atomics.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
+
 import numpy as np
 from numba import cuda, types
 
 from distshap.kernels.cuda import config
 from distshap.kernels.cuda.device import (
+    CAT_OTHER_FLAG,
+    LF_LOWER,
+    LF_UPPER,
     LF_VALUE,
     LF_ZERO,
     LI_FEATURE,
+    LI_FLAGS,
+    LI_NBITS,
+    MISSING_FLAG,
     fdiv,
+    follows,
     lane_follows,
     xp,
 )  # fmt: skip
 
-__all__ = ["gauss_legendre", "launch_quadrature", "quadrature_kernel", "quadrature_warps"]
+__all__ = [
+    "SlotLayout", "gauss_legendre", "launch_quadrature", "quadrature_kernel",
+    "quadrature_warps", "slot_layout", "slot_rows_kernel", "slot_rows_shape",
+]  # fmt: skip
 
 
 def gauss_legendre(n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -261,6 +285,269 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
     return kernel
 
 
+class SlotLayout:
+    """A quadrature launch's paths gathered element-major for :func:`slot_rows_kernel`.
+
+    Position ``j`` is the launch's ``j``-th path (``launch.paths[j]``, so chunk ``c`` holds
+    positions ``offsets[c]:offsets[c + 1]``) with ``pk[j]`` features and leaf value ``pv[j]``.
+    Element ``e`` (0-based, sorted by feature as in the lanes) is ``ef[3 e + 0/1/2, j]``
+    (lower, upper, zero fraction), ``ei[3 e + 0/1/2, j]`` (feature, flags, category bits) and
+    ``ecat[e, j]`` (category set offset). Upper-triangle entry ``(a, c)``, ``a <= c``, is number
+    ``u = a k - a (a - 1) / 2 + c - a``: ``tmap[u, j]`` its chunk-local tile slot (the
+    ``local_map`` of :func:`~distshap.kernels.cuda.model.chunk_tiles`), ``gmap[u, j]`` the
+    row's slot (``path_map``).
+    """
+
+    __slots__ = ("ef", "ei", "ecat", "pk", "pv", "tmap", "gmap", "kmax", "__weakref__")
+
+    def __init__(self, ef, ei, ecat, pk, pv, tmap, gmap, kmax: int):
+        self.ef, self.ei, self.ecat, self.pk, self.pv = ef, ei, ecat, pk, pv
+        self.tmap, self.gmap, self.kmax = tmap, gmap, kmax
+
+
+@cuda.jit
+def _gather_kernel(lane_f, lane_i, lane_cat, path_offsets, paths, path_map, map_offsets,
+                   local_map, ef, ei, ecat, pk, pv, tmap, gmap):  # fmt: skip
+    """One thread per position of a launch: its path's lanes and slot numbers, element-major."""
+    j = cuda.grid(1)
+    if j >= paths.shape[0]:
+        return
+    p = paths[j]
+    s0 = path_offsets[p] + 1
+    k = path_offsets[p + 1] - s0
+    pk[j] = k
+    pv[j] = lane_f[s0 - 1, LF_VALUE]
+    for e in range(k):
+        li = s0 + e
+        ef[3 * e, j] = lane_f[li, LF_LOWER]
+        ef[3 * e + 1, j] = lane_f[li, LF_UPPER]
+        ef[3 * e + 2, j] = lane_f[li, LF_ZERO]
+        ei[3 * e, j] = lane_i[li, LI_FEATURE]
+        ei[3 * e + 1, j] = lane_i[li, LI_FLAGS]
+        ei[3 * e + 2, j] = lane_i[li, LI_NBITS]
+        ecat[e, j] = lane_cat[li]
+    m = map_offsets[p]
+    u = 0
+    for a in range(k):
+        for c in range(a, k):
+            tmap[u, j] = local_map[m + a * k + c]
+            gmap[u, j] = path_map[m + a * k + c]
+            u += 1
+
+
+_LAYOUTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LAYOUT_LOCK = threading.Lock()
+
+
+def _host(a) -> np.ndarray:
+    return a.copy_to_host() if hasattr(a, "copy_to_host") else np.asarray(a)
+
+
+def slot_layout(model, plan, slots, stream) -> tuple:
+    """The :class:`SlotLayout` of each quadrature launch of ``plan`` (gathered on the device on
+    first use, kept as long as the device model's ``slots``)."""
+    with _LAYOUT_LOCK:
+        hit = _LAYOUTS.get(slots)
+        if hit is not None:
+            return hit
+        offsets = _host(model.path_offsets)
+        out = []
+        for launch in plan.quadrature:
+            paths = _host(launch.paths).astype(np.int64)
+            P = max(int(paths.size), 1)
+            k = offsets[paths + 1] - offsets[paths] - 1
+            kmax = max(int(k.max(initial=0)), 1)
+            npairs = kmax * (kmax + 1) // 2
+            lay = SlotLayout(
+                ef=cuda.to_device(np.zeros((3 * kmax, P), np.float32), stream=stream),
+                ei=cuda.to_device(np.zeros((3 * kmax, P), np.int32), stream=stream),
+                ecat=cuda.to_device(np.full((kmax, P), -1, np.int64), stream=stream),
+                pk=cuda.to_device(np.zeros(P, np.int32), stream=stream),
+                pv=cuda.to_device(np.zeros(P, np.float32), stream=stream),
+                tmap=cuda.to_device(np.zeros((npairs, P), np.int32), stream=stream),
+                gmap=cuda.to_device(np.zeros((npairs, P), np.int32), stream=stream),
+                kmax=kmax,
+            )  # fmt: skip
+            if paths.size:
+                _gather_kernel[-(-P // 128), 128, stream](
+                    model.lane_f, model.lane_i, model.lane_cat, model.path_offsets, launch.paths,
+                    slots.path_map, slots.map_offsets, slots.local_map, lay.ef, lay.ei,
+                    lay.ecat, lay.pk, lay.pv, lay.tmap, lay.gmap,
+                )  # fmt: skip
+            out.append(lay)
+        if stream:
+            stream.synchronize()  # the layouts serve later calls on any stream
+        out = tuple(out)
+        _LAYOUTS[slots] = out
+        return out
+
+
+def slot_rows_shape(num_features: int, max_tile_slots: int) -> tuple[int, bool, int]:
+    """``(rows, cache_x, tile_capacity)`` of :func:`slot_rows_kernel` blocks: rows per block
+    (at most :data:`config.SLOT_QUADRATURE_ROWS`, fewer where a row's tile of the largest chunk
+    would not fit beside the rows' features), whether the rows' features sit in shared memory
+    (when they take at most half of :data:`config.QUADRATURE_SHARED_BYTES`) and the slots of
+    a row's tile (chunks with more add to the rows' slots directly)."""
+    budget = int(config.QUADRATURE_SHARED_BYTES)
+    F = max(int(num_features), 1)
+    rows = max(1, int(config.SLOT_QUADRATURE_ROWS))
+    while True:
+        cache_x = rows * F * 4 <= budget // 2
+        left = budget - (rows * F * 4 if cache_x else 0)
+        capacity = min(int(max_tile_slots), left // (8 * rows))
+        if capacity >= max_tile_slots or rows == 1:
+            return rows, cache_x, max(capacity, 0)
+        rows -= 1
+
+
+def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool):
+    """:func:`slot_rows_kernel`: one thread per path of the chunk, ``rows`` rows a block."""
+    nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
+
+    @cuda.jit
+    def kernel(ef, ei, ecat, pk, pv, cat_words, chunk_offsets, tmap, gmap, X, acc, scale, row0,
+               tile_offsets, tile_slots, tile_capacity):  # fmt: skip
+        tid = cuda.threadIdx.x
+        nthreads = cuda.blockDim.x
+        ch = cuda.blockIdx.x  # chunks vary fastest: blocks running together share rows (L2)
+        r0 = row0 + cuda.blockIdx.y * rows
+        nr = X.shape[0] - r0
+        if nr > rows:
+            nr = rows
+        n_features = X.shape[1]
+        t0 = tile_offsets[ch]
+        width = tile_offsets[ch + 1] - t0
+        use_tile = width <= tile_capacity  # the same for the whole block
+        tile = cuda.shared.array(0, types.int64)  # [rr * width + e]: the rows' tiles
+        xs = cuda.shared.array(0, types.float32)  # [x0 + rr * F + f]: the rows, after them
+        x0 = 2 * rows * tile_capacity
+        if use_tile:
+            for e in range(tid, nr * width, nthreads):
+                tile[e] = 0
+        if cache_x:
+            for e in range(tid, nr * n_features, nthreads):
+                q = e // n_features
+                xs[x0 + e] = X[r0 + q, e - q * n_features]
+        cuda.syncthreads()
+        scale32 = np.float32(scale)
+        one = np.float32(1.0)
+        half32 = np.float32(0.5)
+        prod = cuda.local.array(n_nodes, np.float32)
+        usum = cuda.local.array(n_nodes, np.float32)
+        part = cuda.local.array(n_nodes, np.float32)
+        for j in range(chunk_offsets[ch] + tid, chunk_offsets[ch + 1], nthreads):
+            k = pk[j]
+            value = pv[j]
+            for rr in range(nr):  # the path's rows one after another: its data stay in L1
+                r = r0 + rr
+                for m in range(n_nodes):
+                    prod[m] = value * weights[m]
+                    usum[m] = 0
+                bits = np.uint32(0)
+                for e in range(k):
+                    z = ef[3 * e + 2, j]
+                    d = -z
+                    f = ei[3 * e, j]
+                    if cache_x:
+                        x = xs[x0 + rr * n_features + f]
+                    else:
+                        x = X[r, f]
+                    flags = ei[3 * e + 1, j]
+                    if follows(x, ef[3 * e, j], ef[3 * e + 1, j], (flags & MISSING_FLAG) != 0,
+                               (flags & CAT_OTHER_FLAG) != 0, ecat[e, j], ei[3 * e + 2, j],
+                               cat_words):  # fmt: skip
+                        d = one - z
+                        bits |= np.uint32(1) << np.uint32(e)
+                    for m in range(n_nodes):
+                        q = z + nodes[m] * d
+                        prod[m] *= q
+                        if d != 0:
+                            usum[m] += fdiv(d, q)
+                u0 = 0  # entry number of (a, a)
+                for a in range(k):
+                    zi = ef[3 * a + 2, j]
+                    di = -zi
+                    if (bits >> np.uint32(a)) & np.uint32(1):
+                        di = one - zi
+                    if di == 0:
+                        u0 += k - a
+                        continue  # its row and column are 0
+                    diag = np.float32(0.0)
+                    for m in range(n_nodes):
+                        ri = fdiv(di, zi + nodes[m] * di)
+                        part[m] = prod[m] * ri
+                        diag += part[m] * (one - half32 * (usum[m] - ri))
+                    iv = np.int64(diag * scale32)
+                    if iv != 0:
+                        if use_tile:
+                            cuda.atomic.add(tile, rr * width + tmap[u0, j], iv)
+                        else:
+                            cuda.atomic.add(acc, (r, gmap[u0, j]), iv)
+                    for c in range(a + 1, k):
+                        zc = ef[3 * c + 2, j]
+                        dc = -zc
+                        if (bits >> np.uint32(c)) & np.uint32(1):
+                            dc = one - zc
+                        if dc == 0:
+                            continue
+                        total = np.float32(0.0)
+                        for m in range(n_nodes):
+                            total += part[m] * fdiv(dc, zc + nodes[m] * dc)
+                        iv = np.int64(half32 * total * scale32)
+                        if iv != 0:
+                            u = u0 + c - a
+                            if use_tile:
+                                cuda.atomic.add(tile, rr * width + tmap[u, j], iv)
+                            else:
+                                cuda.atomic.add(acc, (r, gmap[u, j]), iv)
+                    u0 += k - a
+        cuda.syncthreads()
+        if use_tile:
+            for e in range(tid, nr * width, nthreads):
+                iv = tile[e]
+                if iv != 0:
+                    q = e // width
+                    cuda.atomic.add(acc, (r0 + q, tile_slots[t0 + e - q * width]), iv)
+
+    return kernel
+
+
+_ROWS_KERNELS: dict = {}
+
+
+def slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool):
+    """The ``"gathered"`` slot quadrature kernel (module docstring) for ``n_nodes`` nodes,
+    ``rows`` rows a block, the rows' features in shared memory (``cache_x``) or read from
+    ``X``; built on first use, compiled at launch.
+
+    Launch: grid ``(chunks, ceil(rows of X / rows))``, any number of threads, ``8 rows
+    tile_capacity`` bytes of dynamic shared memory (plus ``4 rows F`` with ``cache_x``).
+    """
+    key = (n_nodes, rows, cache_x)
+    kernel = _ROWS_KERNELS.get(key)
+    if kernel is None:
+        kernel = _ROWS_KERNELS[key] = _make_slot_rows_kernel(n_nodes, rows, cache_x)
+    return kernel
+
+
+def _launch_slot_rows(model, plan, Xb, acc, scale, stream, slots) -> None:
+    """The quadrature launches of ``plan`` into pair slots with :func:`slot_rows_kernel`."""
+    layouts = slot_layout(model, plan, slots, stream)
+    nb, n_features = int(Xb.shape[0]), int(Xb.shape[1])
+    rows, cache_x, capacity = slot_rows_shape(n_features, slots.max_tile_slots)
+    shared_bytes = 8 * rows * capacity + (4 * rows * n_features if cache_x else 0)
+    per_launch = 65535 * rows  # grid.y is at most 65535
+    for launch, (tile_offsets, tile_slots), lay in zip(plan.quadrature, slots.tiles, layouts,
+                                                        strict=True):  # fmt: skip
+        kernel = slot_rows_kernel(launch.n_nodes, rows, cache_x)
+        for row0 in range(0, nb, per_launch):
+            grid = (launch.n_chunks, -(-min(nb - row0, per_launch) // rows))
+            kernel[grid, 128, stream, shared_bytes](
+                lay.ef, lay.ei, lay.ecat, lay.pk, lay.pv, model.cat_words, launch.offsets,
+                lay.tmap, lay.gmap, Xb, acc, scale, row0, tile_offsets, tile_slots, capacity,
+            )  # fmt: skip
+
+
 _KERNELS: dict = {}
 
 
@@ -286,6 +573,14 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, interactions, slo
     ``slots`` (:class:`~distshap.kernels.cuda.model.SlotArrays`): interaction values into pair
     slots."""
     nb = int(Xb.shape[0])
+    variant = config.SLOT_QUADRATURE_VARIANT
+    if slots is not None and variant not in ("gathered", "lanes"):
+        raise ValueError(
+            f"config.SLOT_QUADRATURE_VARIANT must be 'gathered' or 'lanes', got {variant!r}"
+        )
+    if slots is not None and variant == "gathered":
+        _launch_slot_rows(model, plan, Xb, acc, scale, stream, slots)
+        return
     if slots is not None:  # one block per (chunk, row); a chunk's slots in shared memory
         capacity = min(slots.max_tile_slots, config.QUADRATURE_SHARED_BYTES // 8)
         shared = capacity > 0
