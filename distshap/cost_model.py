@@ -19,7 +19,9 @@ of its quadrature kernel, ``F`` features, ``G`` output groups)::
     fallback    sum over oversize paths of  k**2 fallback_lane2
     finish      G (F + 1) out_value
 
-plus ``launch`` per kernel launch and ``call`` per call. :class:`KernelCosts` holds the
+plus ``launch`` per kernel launch and ``call`` per call. Models small enough for the one-launch
+route (:func:`distshap.kernels.cuda.small.fits`) cost ``sum of k**2 * small_lane2`` a row and
+``small_call`` a call instead. :class:`KernelCosts` holds the
 constants; :func:`costs_for` gives those of a device: shipped defaults per device kind
 (:data:`SHIPPED`), overridden by the user's cache that ``distshap calibrate``
 (:mod:`distshap.kernels.cuda.calibrate`) writes (:func:`cache_file`). Nothing is ever
@@ -78,9 +80,9 @@ _CACHE_VERSION = 1
 COST_FIELDS = (
     "quad_path", "quad_lane", "quad_lane_node", "quad_global_lane", "quad_chunk_col",
     "table_bin", "table_lane", "table_miss_lane", "table_global_lane",
-    "fallback_lane2", "out_value",
+    "fallback_lane2", "out_value", "small_lane2",
 )  # fmt: skip
-CALL_FIELDS = ("launch", "call")
+CALL_FIELDS = ("launch", "call", "small_call")
 
 
 @dataclass(frozen=True)
@@ -106,8 +108,10 @@ class KernelCosts:
     table_global_lane: float
     fallback_lane2: float
     out_value: float
+    small_lane2: float
     launch: float
     call: float
+    small_call: float
     l2_bytes: int = 50 << 20
 
     def __post_init__(self) -> None:
@@ -180,6 +184,9 @@ def _costs(kind: str, source: str, l2_mib: int, speed: float = 1.0, **per_row) -
 #   the fixed-point finish pass (about 0.5 ms)"): 60 us a call + 20 us a launch assumed; the
 #   finish pass at ~1 TB/s for 16 bytes (int64 read + reset, float32 write) a value: 16 ps.
 # * Fallback (float64 DP, paths of 32+ features, rare): no measurement; ~10 ps per k**2 assumed.
+# * The one-launch small-model route (a warp per row, float64 DP): no measurement yet; 70 ps
+#   per k**2 a row (cal_housing-small, 80 paths of ~3 features: ~50 ns a row) and 30 us a call
+#   assumed.
 # * The H200 differs from the H100 mainly in memory bandwidth; the SHAP kernels measured the same
 #   on both within noise (RESULTS: cal_housing-med 1.22M / 1.23M), so the H200 uses the H100's
 #   constants. Unknown kinds ("generic") take them at half speed.
@@ -189,7 +196,8 @@ def _costs(kind: str, source: str, l2_mib: int, speed: float = 1.0, **per_row) -
 _BASE = dict(
     quad_path=2.0, quad_lane=7.0, quad_lane_node=0.12, quad_global_lane=2.6, quad_chunk_col=0.1,
     table_bin=230.0, table_lane=1.0, table_miss_lane=3.0, table_global_lane=3.0,
-    fallback_lane2=10.0, out_value=16.0, launch=20.0, call=60.0,
+    fallback_lane2=10.0, out_value=16.0, small_lane2=70.0, launch=20.0, call=60.0,
+    small_call=30.0,
 )  # fmt: skip
 
 #: Shipped constants per device kind (``benchmarks/RESULTS.md``; derivation in the source).
@@ -373,6 +381,7 @@ class ModelShape:
     num_groups: int
     max_table_features: int = 12
     table_budget_bytes: int = 1 << 30
+    small: bool = False
 
 
 def model_shape(model: Any) -> ModelShape:
@@ -390,8 +399,17 @@ def model_shape(model: Any) -> ModelShape:
         k=k, group=np.asarray(model.path_group, np.int64), path_bin=path_bin, regular=regular,
         num_features=int(model.num_features), num_groups=int(model.num_groups),
         max_table_features=int(model.max_table_features),
-        table_budget_bytes=int(model.table_budget_bytes),
+        table_budget_bytes=int(model.table_budget_bytes), small=_small_route(model),
     )  # fmt: skip
+
+
+def _small_route(packed: Any) -> bool:
+    """Whether SHAP calls of ``packed`` take the one-launch small-model route."""
+    try:
+        from distshap.kernels.cuda import small
+    except ImportError:  # no such route in this build
+        return False
+    return bool(small.fits(packed, False))
 
 
 def _quadrature_config() -> tuple[tuple[int, ...], int, int, int]:
@@ -448,9 +466,10 @@ class Prediction:
     """Predicted time of one SHAP call of ``n_rows`` rows, with a breakdown per kernel.
 
     ``seconds`` (total), ``rows_per_second``; ``breakdown`` seconds per part ("quadrature",
-    "tables", "fallback", "finish", "launches"); the plan: ``table_paths``, ``table_bins``,
-    ``table_bytes``, ``quadrature_paths``, ``oversize_paths``; ``kind`` and ``source`` of the
-    constants.
+    "tables", "fallback", "finish", "launches"; "small" on the one-launch route); the plan:
+    ``table_paths``, ``table_bins``, ``table_bytes``, ``quadrature_paths``, ``oversize_paths``
+    (all 0 on the small route); ``kind`` and ``source`` of the constants; ``route`` "regular"
+    or "small" (:func:`distshap.kernels.cuda.small.fits`).
     """
 
     n_rows: int
@@ -464,6 +483,7 @@ class Prediction:
     oversize_paths: int = 0
     kind: str = ""
     source: str = ""
+    route: str = "regular"
 
     def to_dict(self) -> dict:
         """JSON-serialisable."""
@@ -507,6 +527,7 @@ def row_terms(shape: ModelShape, table_offsets: np.ndarray, l2_bytes: int) -> di
         "table_global_lane": 0.0 if tshared else float(kt.sum()),
         "fallback_lane2": float((ko * ko).sum()),
         "out_value": float(G * (F + 1)),
+        "small_lane2": 0.0,
     }
 
 
@@ -580,9 +601,17 @@ def predict(
         raise ValueError(f"n_rows must be an integer >= 1, got {n_rows!r}")
     shape = model_shape(model)
     offsets = _choice_offsets(shape, choice, costs)
+    n = int(n_rows)
+    if shape.small:  # one launch, one warp a row: no tables, no quadrature
+        lane2 = float((shape.k.astype(np.float64) ** 2).sum())
+        breakdown = {"small": n * lane2 * costs.small_lane2, "launches": costs.small_call}
+        seconds = float(sum(breakdown.values()))
+        return Prediction(
+            n_rows=n, seconds=seconds, rows_per_second=n / seconds if seconds > 0 else math.inf,
+            breakdown=breakdown, kind=costs.kind, source=costs.source, route="small",
+        )  # fmt: skip
     terms = row_terms(shape, offsets, costs.l2_bytes)
     per = {name: terms[name] * getattr(costs, name) for name in COST_FIELDS}
-    n = int(n_rows)
     width = shape.num_groups * (shape.num_features + 1)
     batches = -(-n // batch_rows_for(width, n))
     launches = batches * launches_per_batch(shape, offsets)

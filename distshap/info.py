@@ -187,11 +187,17 @@ def _format_cost_model(cm: dict) -> list[str]:
         )
     parts = ", ".join(f"{k} {v / ch['seconds']:.0%}" for k, v in ch["breakdown"].items()
                       if ch["seconds"] > 0 and v / ch["seconds"] >= 0.005)  # fmt: skip
+    if ch.get("route") == "small":
+        plan = "                every path in the one-launch small-model kernel (a warp a row)"
+    else:
+        plan = (
+            f"                {ch['table_paths']:,} paths on pattern tables ({ch['table_bins']:,} "
+            f"bins, {_human_bytes(ch['table_bytes'])}), {ch['quadrature_paths']:,} by "
+            f"quadrature, {ch['oversize_paths']:,} oversize (fallback)"
+        )
     return [
         f"SHAP strategy   {named}; constants {cm['source']}",
-        f"                {ch['table_paths']:,} paths on pattern tables ({ch['table_bins']:,} "
-        f"bins, {_human_bytes(ch['table_bytes'])}), {ch['quadrature_paths']:,} by quadrature, "
-        f"{ch['oversize_paths']:,} oversize (fallback)",
+        plan,
         f"                predicted {ch['rows_per_second']:,.0f} rows/s at {cm['n_rows']:,} rows "
         f"({parts}); all quadrature {cm['quadrature']['rows_per_second']:,.0f}, all tables "
         f"{cm['tables']['rows_per_second']:,.0f}",

@@ -13,6 +13,7 @@ import pytest
 
 from distshap import cost_model as cm
 from distshap import strategy
+from distshap.kernels import cuda_available
 from distshap.kernels.cuda.calibrate import Experiment, synthetic_packed, synthetic_paths
 from distshap.packed import build_packed_model
 
@@ -32,7 +33,8 @@ def _shape(ks, num_features=16, num_groups=1, n_bins=None):
     )  # fmt: skip
 
 
-def _packed(n_paths=60, k=5, F=12, G=1, seed=0, **kw):
+def _packed(n_paths=300, k=5, F=12, G=1, seed=0, **kw):
+    """Synthetic packed model (300 paths and more: not the one-launch small route)."""
     return build_packed_model(synthetic_paths(n_paths, k, F, G, seed), **kw)
 
 
@@ -139,19 +141,27 @@ def test_choice_needs_kernel_costs():
 
 
 def test_prediction_is_the_linear_terms():
-    packed = _packed(80, 6)
+    packed = _packed(300, 6)
     p = cm.predict(packed, "quadrature", H100, 1000)
-    terms = cm.row_terms(cm.model_shape(packed), np.full(80, -1), H100.l2_bytes)
+    terms = cm.row_terms(cm.model_shape(packed), np.full(300, -1), H100.l2_bytes)
     per_row = sum(terms[f] * getattr(H100, f) for f in cm.COST_FIELDS)
-    launches = cm.launches_per_batch(cm.model_shape(packed), np.full(80, -1))
+    launches = cm.launches_per_batch(cm.model_shape(packed), np.full(300, -1))
     assert p.seconds == pytest.approx(1000 * per_row + launches * H100.launch + H100.call)
     assert p.rows_per_second == pytest.approx(1000 / p.seconds)
     assert sum(p.breakdown.values()) == pytest.approx(p.seconds)
-    assert p.quadrature_paths == 80 and p.table_paths == 0 and p.kind == "H100"
+    assert p.quadrature_paths == 300 and p.table_paths == 0 and p.kind == "H100"
+    assert p.route == "regular"
+
+
+def test_small_route_prediction():
+    packed = _packed(80, 3, 8)  # 10 trees of depth 3: the one-launch route
+    p = cm.predict(packed, "auto", H100, 10_000)
+    assert p.route == "small" and p.table_paths == p.quadrature_paths == 0
+    assert p.seconds == pytest.approx(10_000 * 80 * 9 * H100.small_lane2 + H100.small_call)
 
 
 def test_prediction_monotone():
-    small, large = _packed(50, 5), _packed(500, 5)
+    small, large = _packed(300, 5), _packed(3000, 5)
     for choice in ("quadrature", "tables", "auto"):
         assert cm.predict(large, choice, H100).rows_per_second < cm.predict(
             small, choice, H100).rows_per_second  # fmt: skip
@@ -160,11 +170,11 @@ def test_prediction_monotone():
     slow = replace(H100, **{f: 2 * getattr(H100, f) for f in cm.COST_FIELDS})
     assert cm.predict(large, "quadrature", slow).rows_per_second < cm.predict(
         large, "quadrature", H100).rows_per_second  # fmt: skip
-    longer = [cm.predict(_packed(200, k, 20), "quadrature", H100).rows_per_second
+    longer = [cm.predict(_packed(300, k, 20), "quadrature", H100).rows_per_second
               for k in (2, 6, 12, 20)]  # fmt: skip
     assert longer == sorted(longer, reverse=True)
-    narrow = cm.predict(_packed(200, 4, 8, 1), "quadrature", H100).rows_per_second
-    wide = cm.predict(_packed(200, 4, 400, 1), "quadrature", H100).rows_per_second
+    narrow = cm.predict(_packed(300, 4, 8, 1), "quadrature", H100).rows_per_second
+    wide = cm.predict(_packed(300, 4, 400, 1), "quadrature", H100).rows_per_second
     assert wide < narrow  # global sums and a wider finish pass
 
 
@@ -193,7 +203,7 @@ def test_prediction_counts_oversize_paths():
 )
 def test_prediction_bad_input(kw, err):
     with pytest.raises(err):
-        cm.predict(_packed(10, 3), **kw)
+        cm.predict(_packed(300, 3), **kw)
     with pytest.raises(TypeError, match="PackedModel"):
         cm.predict("model.json")
 
@@ -283,7 +293,7 @@ def _model_file(tmp_path):
     rng = np.random.default_rng(0)
     X = rng.random((300, 6))
     y = X[:, 0] + X[:, 1] * X[:, 2] + rng.normal(0, 0.1, 300)
-    booster = xgb.train({"max_depth": 4, "eta": 0.3}, xgb.DMatrix(X, label=y), 10)
+    booster = xgb.train({"max_depth": 5, "eta": 0.3}, xgb.DMatrix(X, label=y), 40)
     path = tmp_path / "m.json"
     booster.save_model(path)
     return path
@@ -302,6 +312,7 @@ def test_info_names_kind_and_prediction(tmp_path, monkeypatch):
         "unique_paths"] - info["paths"]["featureless_paths"]  # fmt: skip
     text = format_info(info, str(path))
     assert "SHAP strategy   H100" in text and "predicted" in text
+    assert c["choice"]["route"] == "regular" and info["paths"]["unique_paths"] > 256
     unknown = model_info(str(path), device_kind="Tesla T4")["cost_model"]
     assert unknown["kind"] == "generic" and unknown["device"] == "Tesla T4"
     text = format_info(model_info(str(path), device_kind="Tesla T4"), str(path))
@@ -381,6 +392,7 @@ def test_calibrate_bad_arguments():
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
 def test_calibrate_on_gpu(tmp_path):
     """The real calibration (<60 s): constants within sane bounds, the fit within 50%."""
     from distshap.kernels.cuda.calibrate import calibrate

@@ -6,7 +6,8 @@ chosen feature and group counts), times SHAP calls through the public entry poin
 the quadrature kernels (``table_budget_bytes=0``) and once with every eligible path on a
 pattern table (a large budget under :func:`distshap.cost_model.tables_everywhere`), and fits
 the per-row constants of :class:`~distshap.cost_model.KernelCosts` by non-negative least
-squares on the per-row slopes (relative errors), the per-call ones on the intercepts. The
+squares on the per-row slopes (relative errors, with a weak pull towards the shipped values), the
+per-call ones on the intercepts. The
 rounded constants are written to the user's cost cache (:func:`distshap.cost_model.save_costs`)
 under the device's name. It takes well under a minute; it never runs by itself during an
 explain call (the strategy must not change between calls or across GPUs of one kind).
@@ -14,7 +15,8 @@ explain call (the strategy must not change between calls or across GPUs of one k
 Experiments (:data:`EXPERIMENTS`) separate the terms: quadrature paths of 2-28 features
 (every compiled node count) on a narrow output, then a wide one (global sums); table paths of
 2-12 features with tables in L2, one set of tables several times the L2 size, one wide
-output; oversize paths (fallback kernel); a one-path model of a very wide output (finish pass).
+output; oversize paths (fallback kernel); a one-path model of a very wide output (finish pass);
+two models small enough for the one-launch route (:mod:`.small`).
 A constant that no experiment exercises keeps its shipped value.
 """
 
@@ -72,6 +74,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment("table-k10-big", "tables", 10, 12_000),  # 492 MB of tables: beyond L2
     Experiment("table-k8-wide", "tables", 8, 7_500, num_features=1024),
     Experiment("fallback-k40", "quadrature", 40, 200, num_features=64, rows=1 << 12),
+    Experiment("small-k3", "quadrature", 3, 80, num_features=8),  # the one-launch route
+    Experiment("small-k8", "quadrature", 8, 240, num_features=40),
     Experiment("finish-wide", "quadrature", 2, 1, num_features=4096, rows=1 << 12),
 )
 
@@ -264,12 +268,17 @@ def calibrate(
         slope = max((t2 - t1) / (n2 - n1), 1e-15)
         intercept = max(t1 - slope * n1, 0.0)
         shape = cm.model_shape(packed)
-        terms = cm.row_terms(shape, offsets, base.l2_bytes)
+        if shape.small:  # the one-launch route: its own two constants
+            terms = dict.fromkeys(cm.COST_FIELDS, 0.0)
+            terms["small_lane2"] = float((shape.k.astype(np.float64) ** 2).sum())
+            icept_A.append([0.0, 0.0, 1.0])
+        else:
+            terms = cm.row_terms(shape, offsets, base.l2_bytes)
+            icept_A.append([cm.launches_per_batch(shape, offsets), 1.0, 0.0])
         rows_A.append([terms[f] for f in cm.COST_FIELDS])
         slopes.append(slope)
-        icept_A.append([cm.launches_per_batch(shape, offsets), 1.0])
         icepts.append(intercept)
-        records.append({"name": e.name, "variant": e.variant, "k": e.k,
+        records.append({"name": e.name, "variant": e.variant, "k": e.k, "small": shape.small,
                         "paths": packed.num_paths, "features": e.num_features,
                         "groups": e.num_groups, "table_paths": int((offsets >= 0).sum()),
                         "rows": [n1, n2], "seconds": [t1, t2], "slope": slope,
@@ -298,11 +307,14 @@ def calibrate(
     for j, f in enumerate(cm.COST_FIELDS):
         if not used[j]:
             notes.append(f"{f}: not exercised; the shipped value is kept")
-    call = _nnls(np.asarray(icept_A), np.asarray(icepts))
+    IA = np.asarray(icept_A)
+    call = np.array([base.launch, base.call, base.small_call])
+    seen = IA.any(axis=0)
+    call[seen] = _nnls(IA[:, seen], np.asarray(icepts))
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     costs = cm.round_costs(replace(
         base, source=f"calibrated {stamp} on {name}", launch=float(call[0]), call=float(call[1]),
-        **fitted,
+        small_call=float(call[2]), **fitted,
     ))  # fmt: skip
     for rec in records:
         rec["fit_slope"] = sum(rec["terms"][f] * getattr(costs, f) for f in cm.COST_FIELDS)
