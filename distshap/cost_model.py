@@ -206,11 +206,20 @@ SHIPPED: dict[str, KernelCosts] = {
     "H200": _costs("H200", "shipped (derived from benchmarks/RESULTS.md)", 50, **_BASE),
     "generic": _costs("generic", "shipped generic defaults (unknown device)", 40, 0.5, **_BASE),
 }
+# The CUDA simulator (and host-side planning without a GPU) has no timings to go by: every
+# eligible path gets a table (the shortest-first budget policy), so tests exercise the tables.
+SHIPPED["simulator"] = replace(
+    SHIPPED["generic"], kind="simulator", quad_path=1.0, table_bin=0.0, table_lane=0.0,
+    table_miss_lane=0.0, table_global_lane=0.0,
+    source="simulator / no GPU: every eligible path on a table (no timings to go by)",
+)  # fmt: skip
 
 
 def device_kind(device_name: str) -> str:
-    """The device kind of a CUDA device name ("NVIDIA H100 80GB HBM3" -> "H100"); "generic"
-    for a device without shipped constants."""
+    """The device kind of a CUDA device name ("NVIDIA H100 80GB HBM3" -> "H100"); "simulator"
+    for the CUDA simulator; "generic" for a device without shipped constants."""
+    if _name(device_name).lower() == "simulator":
+        return "simulator"
     name = _name(device_name).upper()
     for kind in ("H200", "H100"):
         if kind in name:
@@ -340,13 +349,19 @@ def current_device_name() -> str:
 
 def device_costs() -> KernelCosts:
     """The constants that choose the strategy on the current device: those of
-    :func:`use_costs` inside such a block, else :func:`costs_for` of the device's name."""
+    :func:`use_costs` inside such a block, else :func:`costs_for` of the device's name (the
+    simulator's, every eligible path on a table, where no GPU is available)."""
     forced = _OVERRIDE.get()
-    return forced if forced is not None else costs_for(current_device_name())
+    if forced is not None:
+        return forced
+    name = current_device_name()
+    return costs_for(name) if name else SHIPPED["simulator"]
 
 
 def tables_everywhere(base: KernelCosts | None = None) -> KernelCosts:
-    """Constants under which every eligible path is worth a table (benchmarks, calibration)."""
+    """Constants under which every eligible path is worth a table (benchmarks, calibration,
+    tests of the table kernels): :func:`distshap.strategy.gpu_shap_table_offsets` then gives
+    :func:`distshap.strategy.choose_tables`' shortest-first choice within the budget."""
     base = SHIPPED["generic"] if base is None else base
     zero = {name: 0.0 for name in ("table_bin", "table_lane", "table_miss_lane",
                                    "table_global_lane")}  # fmt: skip

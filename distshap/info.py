@@ -112,9 +112,28 @@ def model_info(
             "lanes": int(stats.get("lanes", 0)),
             "build_seconds": float(stats.get("build_seconds", 0.0)),
         },
-        "cuda": _cuda_strategy(packed),
+        "cuda": _cuda_strategy(packed, _costs(device_kind)),
         "cost_model": cost_model_info(packed, device_kind, n_rows),
     }
+
+
+def _device_name(device_kind: str | None) -> str:
+    """The device name whose constants apply: ``device_kind`` as given, else the current
+    GPU's ("" without one)."""
+    if device_kind is not None:
+        return str(device_kind)
+    from distshap import cost_model as cm
+
+    try:
+        return cm.current_device_name()
+    except Exception:  # no usable CUDA driver: the generic defaults
+        return ""
+
+
+def _costs(device_kind: str | None):
+    from distshap import cost_model as cm
+
+    return cm.costs_for(_device_name(device_kind))
 
 
 def cost_model_info(packed: Any, device_kind: str | None = None, n_rows: int = 1_000_000) -> dict:
@@ -131,13 +150,7 @@ def cost_model_info(packed: Any, device_kind: str | None = None, n_rows: int = 1
     """
     from distshap import cost_model as cm
 
-    if device_kind is None:
-        try:
-            name = cm.current_device_name()
-        except Exception:  # no usable CUDA driver: the generic defaults
-            name = ""
-    else:
-        name = str(device_kind)
+    name = _device_name(device_kind)
     costs = cm.costs_for(name)
     shape = cm.model_shape(packed)
     out = {"device": name, "kind": costs.kind, "source": costs.source, "n_rows": int(n_rows)}
@@ -146,20 +159,28 @@ def cost_model_info(packed: Any, device_kind: str | None = None, n_rows: int = 1
     return out
 
 
-def _cuda_strategy(packed) -> dict | None:
-    """How the CUDA kernels would run ``packed`` (no GPU needed: host-side arithmetic only).
+def _cuda_strategy(packed, costs=None) -> dict | None:
+    """How the CUDA kernels would run ``packed`` (no GPU needed: host-side arithmetic only),
+    with the SHAP tables the cost model chooses under ``costs``.
 
     ``None`` where Numba's CUDA target cannot be imported.
     """
+    import inspect
+
     try:
         from distshap.kernels.cuda import strategy_stats
     except ImportError:
         return None
 
-    st = strategy_stats(packed)
+    if costs is not None and "costs" in inspect.signature(strategy_stats).parameters:
+        st = strategy_stats(packed, costs=costs)
+    else:
+        st = strategy_stats(packed)
     keys = ("quadrature_paths", "oversize_paths", "interaction_table_paths",
             "interaction_table_bytes")  # fmt: skip
     out = {key: int(st[key]) for key in keys}
+    for key in ("shap_table_paths", "shap_table_bytes"):  # the SHAP tables' kernel, if built
+        out[key] = int(st.get(key, 0))
     out["quadrature_nodes"] = {str(n): c for n, c in st["quadrature_nodes"].items()}
     out["quadrature_shared"] = {"shap": bool(st["quadrature_shared"][0]),
                                 "interactions": bool(st["quadrature_shared"][1])}  # fmt: skip
@@ -246,8 +267,10 @@ def format_info(info: dict, path: str) -> str:
     sums = {True: "shared memory", False: "global memory"}
     nodes = ", ".join(f"{n} nodes: {count:,}" for n, count in c["quadrature_nodes"].items())
     lines.append(
-        f"CUDA kernels    SHAP: {c['quadrature_paths']:,} paths by quadrature "
-        f"({nodes or 'none'}), {c['oversize_paths']:,} oversize (fallback kernel)\n"
+        f"CUDA kernels    SHAP: {c.get('shap_table_paths', 0):,} paths on tables of "
+        f"{_human_bytes(c.get('shap_table_bytes', 0))} (filled on the GPU at first use), "
+        f"{c['quadrature_paths']:,} by quadrature ({nodes or 'none'}), "
+        f"{c['oversize_paths']:,} oversize (fallback kernel)\n"
         f"                interactions: {c['interaction_table_paths']:,} paths on tables of "
         f"{_human_bytes(c['interaction_table_bytes'])} (filled on the GPU at first use), "
         "the others by quadrature\n"

@@ -401,3 +401,17 @@ def test_calibrate_on_gpu(tmp_path):
     assert r.seconds < 120 and r.path and r.costs.source.startswith("calibrated")
     assert 1e-13 < r.costs.quad_lane < 1e-9 and r.costs.table_bin > 0
     assert max(abs(m["fit_error"]) for m in r.measurements) < 0.5, r.measurements
+
+
+def test_simulator_and_no_gpu_put_every_eligible_path_on_a_table(monkeypatch):
+    assert cm.device_kind("simulator") == "simulator"
+    sim = cm.costs_for("simulator", cache="/nonexistent/costs.json")
+    assert sim is cm.SHIPPED["simulator"]
+    k = _mixed_lengths(4)
+    got = strategy.gpu_shap_table_offsets(k, np.zeros_like(k), 1 << 20, 12, sim)
+    assert np.array_equal(got, strategy.choose_tables(k, 1 << 20, 12))
+    monkeypatch.setattr(cm, "current_device_name", lambda: "")  # no GPU: host-side planning
+    assert cm.device_costs() is sim
+    monkeypatch.setattr(cm, "current_device_name", lambda: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setenv(cm.CACHE_ENV, "none")
+    assert cm.device_costs() is cm.SHIPPED["H100"]
