@@ -69,8 +69,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment("table-k2", "tables", 2, 30_000),
     Experiment("table-k4", "tables", 4, 15_000),
     Experiment("table-k6", "tables", 6, 10_000),
-    Experiment("table-k8", "tables", 8, 7_500),
-    Experiment("table-k12", "tables", 12, 2_000),
+    Experiment("table-k8", "tables", 8, 3_000),  # 25 MB of tables: in L2
+    Experiment("table-k12", "tables", 12, 200, rows=1 << 16),  # 39 MB
     Experiment("table-k10-big", "tables", 10, 12_000),  # 492 MB of tables: beyond L2
     Experiment("table-k8-wide", "tables", 8, 7_500, num_features=1024),
     Experiment("fallback-k40", "quadrature", 40, 200, num_features=64, rows=1 << 12),
