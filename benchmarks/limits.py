@@ -76,6 +76,7 @@ import numpy as np
 __all__ = [
     "DATASHEET",
     "KernelWork",
+    "ceiling_kernels",
     "device_peaks",
     "format_table",
     "measure_ceilings",
@@ -493,28 +494,21 @@ def _timer(sim: bool):
     return run
 
 
-def measure_ceilings(repeats: int = 5) -> dict:
-    """Measured ceilings on the current GPU (not under the simulator): device copy bytes/s
-    (read + write), FP32 FMA FLOP/s, MUFU reciprocals/s, int64 global atomics/s on a 1 GiB
-    array (``atomics_dram``) and a 16 MiB one (``atomics_l2``)."""
-    import cupy
-    from numba import cuda
+_ITERS = 1 << 16  # FMA / MUFU ceiling loop: milliseconds a launch, host costs stay out
+_PER = 1024  # atomics a thread in the atomic ceilings (8x that in shared memory)
+
+
+def ceiling_kernels() -> dict:
+    """The ceiling kernels (built on call; no CUDA at import): ``fma`` (8 independent FFMA
+    chains), ``rcp`` (4 chains of ``fast_fdividef``), ``atomic`` (int64 global atomics from
+    ``(t * first) & mask`` in steps of ``step``), ``shared_atomic`` (int64, a 4096-entry tile)."""
+    from numba import cuda, types
     from numba.cuda import libdevice
 
-    run = _timer(False)
-    dev = cuda.get_current_device()
-    sms = int(dev.MULTIPROCESSOR_COUNT)
-    out = {}
-    n = 1 << 28  # 1 GiB of float32, random (never time on zeros)
-    src = cupy.random.random(n, dtype=cupy.float32)
-    dst = cupy.empty_like(src)
-    out["copy_bytes_s"] = 2 * 4 * n / run(lambda: cupy.copyto(dst, src), repeats)
-    src = dst = None  # free 2 GiB
-
-    iters = 4096
+    iters, per = _ITERS, _PER
 
     @cuda.jit
-    def fma_kernel(x, out):
+    def fma(x, out):
         t = cuda.grid(1)
         a0 = x[t % x.size]
         d = np.float32(0.25)
@@ -533,7 +527,7 @@ def measure_ceilings(repeats: int = 5) -> dict:
         out[t] = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7
 
     @cuda.jit
-    def rcp_kernel(x, out):
+    def rcp(x, out):
         t = cuda.grid(1)
         a0 = x[t % x.size] + np.float32(1.5)
         one = np.float32(1.0)
@@ -545,31 +539,74 @@ def measure_ceilings(repeats: int = 5) -> dict:
             a3 = libdevice.fast_fdividef(one, a3) + one
         out[t] = a0 + a1 + a2 + a3
 
-    threads = sms * 2048
-    x = cupy.random.random(4096, dtype=cupy.float32)
-    y = cupy.empty(threads, dtype=cupy.float32)
-    s = cuda.default_stream()
-    t = run(lambda: fma_kernel[threads // 256, 256, s](x, y), repeats)
-    out["fma_flop_s"] = 2 * 8 * iters * threads / t
-    t = run(lambda: rcp_kernel[threads // 256, 256, s](x, y), repeats)
-    out["mufu_s"] = 4 * iters * threads / t
-
-    per = 64
-
     @cuda.jit
-    def atomic_kernel(acc, step):
+    def atomic(acc, first, step):
         t = cuda.grid(1)
-        m = acc.size
-        i = (t * 40503) % m
+        mask = acc.size - 1  # a power of two: no integer division in the loop
+        i = (t * first) & mask
         for _ in range(per):
             cuda.atomic.add(acc, i, np.int64(1))
-            i = (i + step) % m
+            i = (i + step) & mask
 
-    for label, size in (("atomics_dram", 1 << 27), ("atomics_l2", 1 << 21)):
+    @cuda.jit
+    def shared_atomic(out):
+        tile = cuda.shared.array(4096, types.int64)
+        tid = cuda.threadIdx.x
+        for e in range(tid, 4096, cuda.blockDim.x):
+            tile[e] = 0
+        cuda.syncthreads()
+        i = (tid * 33) & 4095
+        for _ in range(8 * per):
+            cuda.atomic.add(tile, i, np.int64(1))
+            i = (i + 97) & 4095
+        cuda.syncthreads()
+        out[cuda.grid(1)] = tile[tid]
+
+    return {"fma": fma, "rcp": rcp, "atomic": atomic, "shared_atomic": shared_atomic}
+
+
+def measure_ceilings(repeats: int = 5) -> dict:
+    """Measured ceilings on the current GPU (not under the simulator): device copy bytes/s
+    (read + write), FP32 FMA FLOP/s, MUFU reciprocals/s, int64 global atomics/s at scattered
+    addresses on a 1 GiB array (``atomics_dram``) and a 16 MiB one (``atomics_l2``) and
+    coalesced on 1 GiB (``atomics_coalesced``), int64 shared-memory atomics/s
+    (``atomics_shared``)."""
+    import cupy
+    from numba import cuda
+
+    run = _timer(False)
+    k = ceiling_kernels()
+    sms = int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
+    out = {}
+    n = 1 << 28  # 1 GiB of float32, random (never time on zeros)
+    src = cupy.random.random(n, dtype=cupy.float32)
+    dst = cupy.empty_like(src)
+    out["copy_bytes_s"] = 2 * 4 * n / run(lambda: cupy.copyto(dst, src), repeats)
+    src = dst = None  # free 2 GiB
+    threads = sms * 2048  # every SM full
+    grid = threads // 256
+    s = cuda.default_stream()
+    x = cupy.random.random(4096, dtype=cupy.float32)
+    y = cupy.empty(threads, dtype=cupy.float32)
+    out["fma_flop_s"] = (
+        2 * 8 * _ITERS * threads / run(lambda: k["fma"][grid, 256, s](x, y), repeats)
+    )
+    out["mufu_s"] = 4 * _ITERS * threads / run(lambda: k["rcp"][grid, 256, s](x, y), repeats)
+    # scattered: each thread its own 32-byte sector (the quadrature kernel's flush: a thread
+    # a row); coalesced: a warp's 32 atomics on 256 contiguous bytes (the table kernel's flush)
+    for label, size, first, step in (
+        ("atomics_dram", 1 << 27, 40503, 7919),
+        ("atomics_l2", 1 << 21, 40503, 7919),
+        ("atomics_coalesced", 1 << 27, 1, threads),
+    ):
         acc = cupy.zeros(size, dtype=cupy.int64)
-        t = run(lambda acc=acc: atomic_kernel[threads // 256, 256, s](acc, 7919), repeats)
-        out[label + "_s"] = per * threads / t
-        del acc
+        launch = k["atomic"][grid, 256, s]
+        t = run(lambda acc=acc, launch=launch, f=first, st=step: launch(acc, f, st), repeats)
+        out[label + "_s"] = _PER * threads / t
+        acc = None
+    z = cupy.empty(threads, dtype=cupy.int64)
+    t = run(lambda: k["shared_atomic"][grid, 256, s](z), repeats)
+    out["atomics_shared_s"] = 8 * _PER * threads / t
     out["sms"] = sms
     return out
 
@@ -662,7 +699,9 @@ def profile(packed, X, interactions: bool = False, repeats: int = 5, only: str |
     for w in works:  # the quadrature launch helper transposes the rows first
         if w.kind == "quadrature" and w.name in seconds:
             seconds[w.name] = max(seconds[w.name] - transpose, 0.0)
-    result = {"rows": n, "batch_rows": b, "batches": n_batches, "kernels": []}
+    result = {"rows": n, "batch_rows": b, "batches": n_batches, "paths": packed.num_paths,
+              "bins": packed.num_bins, "features": packed.num_features,
+              "groups": packed.num_groups, "kernels": []}  # fmt: skip
     if only is None:
         zero()
         for w in works:
@@ -746,9 +785,9 @@ def _fractions(rec: dict, peaks: dict, ceilings: dict | None) -> dict:
         f["dram_min_copy"] = frac(r.get("dram_min"), ceilings.get("copy_bytes_s"))
         f["flop_measured"] = frac(r.get("flop"), ceilings.get("fma_flop_s"))
         f["mufu_measured"] = frac(r.get("mufu"), ceilings.get("mufu_s"))
-        atom = ceilings.get("atomics_l2_s")
-        f["atomics_l2"] = frac(r.get("global_atomics"), atom)
-        f["atomics_dram"] = frac(r.get("global_atomics"), ceilings.get("atomics_dram_s"))
+        for label in ("atomics_l2", "atomics_dram", "atomics_coalesced"):
+            f[label] = frac(r.get("global_atomics"), ceilings.get(label + "_s"))
+        f["atomics_shared"] = frac(r.get("shared_atomics"), ceilings.get("atomics_shared_s"))
     return f
 
 
@@ -760,10 +799,11 @@ def format_table(shape: str, result: dict, peaks: dict) -> str:
     """The per-kernel table of one shape (rates per second, fractions of the peaks)."""
     whole = result.get("call_s")
     lines = [
-        f"{shape}: {result['rows']:,} rows ({result['batches']} batch(es) of "
-        f"{result['batch_rows']:,}) on {result['device']} [{peaks['sku']}]",
+        f"{shape} ({result.get('paths', 0):,} paths, {result.get('features', 0)} features, "
+        f"{result.get('groups', 0)} groups): {result['rows']:,} rows ({result['batches']} "
+        f"batch(es) of {result['batch_rows']:,}) on {result['device']} [{peaks['sku']}]",
         f"{'kernel':16} {'s/call':>9} {'share':>6} {'FP32 Gi/s':>10} {'%fp32':>6} "
-        f"{'MUFU G/s':>9} {'%mufu':>6} {'cvt64 %':>7} {'atom G/s':>9} {'%atomL2':>7} "
+        f"{'MUFU G/s':>9} {'%mufu':>6} {'cvt64 %':>7} {'atom G/s':>9} {'%atom':>6} {'%shatom':>7} "
         f"{'req GB/s':>9} {'%HBM':>6} {'minGB/s':>8} {'%HBM':>6} {'x floor':>7}",
     ]  # fmt: skip
     for rec in result["kernels"]:
@@ -775,12 +815,17 @@ def format_table(shape: str, result: dict, peaks: dict) -> str:
             return "-" if v is None else f"{v / 1e9:.1f}"
 
         req = _requested(r) if r else None
+        # the global atomics' ceiling of the kernel's pattern: a thread a row (scattered) in
+        # the quadrature and fallback kernels, a shared tile's flush (coalesced) in the tables
+        tiled = rec["name"] == "tables" and rec["info"].get("tile_rows")
+        atom = "atomics_coalesced" if tiled else "atomics_l2"
         floor = rec.get("floor_s")
         gap = f"{rec['seconds'] / floor:.1f}" if floor else "-"
         lines.append(
             f"{rec['name']:16} {rec['seconds']:9.5f} {_pct(share):>6} {g('fp32'):>10} "
             f"{_pct(f.get('fp32')):>6} {g('mufu'):>9} {_pct(f.get('mufu')):>6} "
-            f"{_pct(f.get('conv64')):>7} {g('global_atomics'):>9} {_pct(f.get('atomics_l2')):>7} "
+            f"{_pct(f.get('conv64')):>7} {g('global_atomics'):>9} {_pct(f.get(atom)):>6} "
+            f"{_pct(f.get('atomics_shared')):>7} "
             f"{'-' if req is None else f'{req / 1e9:.0f}':>9} {_pct(f.get('bytes_hbm')):>6} "
             f"{g('dram_min'):>8} {_pct(f.get('dram_min_hbm')):>6} {gap:>7}"
         )
@@ -905,8 +950,10 @@ def main(argv: list[str] | None = None) -> None:
             f"ceilings measured: copy {ceilings['copy_bytes_s'] / 1e12:.2f} TB/s, FP32 FMA "
             f"{ceilings['fma_flop_s'] / 1e12:.1f} TFLOP/s, "
             f"MUFU {ceilings['mufu_s'] / 1e12:.2f} T/s, "
-            f"int64 atomics {ceilings['atomics_l2_s'] / 1e9:.1f} G/s (16 MiB), "
-            f"{ceilings['atomics_dram_s'] / 1e9:.1f} G/s (1 GiB)"
+            f"int64 atomics: scattered {ceilings['atomics_l2_s'] / 1e9:.1f} G/s (16 MiB), "
+            f"{ceilings['atomics_dram_s'] / 1e9:.1f} G/s (1 GiB), coalesced "
+            f"{ceilings['atomics_coalesced_s'] / 1e9:.1f} G/s, shared "
+            f"{ceilings['atomics_shared_s'] / 1e9:.0f} G/s"
         )
     print(
         f"peaks ({peaks['source']}, {peaks['sku']}): FP32 {peaks['fp32'] / 1e12:.1f} T instr/s "
