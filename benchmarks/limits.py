@@ -35,6 +35,22 @@ instructions, so a warp instruction counts 32):
   issue slots; the count-based pipe fractions are lower bounds of the issue rate). For those,
   profile one launch (``--ncu`` prints the Nsight Compute command).
 
+Per path of ``k`` features and row (``n`` nodes; ``P = k (k - 1) / 2`` pairs), from the code:
+
+===================  ==================================  ============  =======  ===========
+kernel               FP32 instructions                   MUFU          conv.    int64 atomics
+===================  ==================================  ============  =======  ===========
+SHAP quadrature      ``n + k (9 + 5 n)``                 ``n k``       ``k``    chunk flush
+SHAP table           ``5 k`` (4 FSETP, 1 FMUL)           0             ``k``    ``k`` shared
+interaction quadr.   ``n + k (8 + 10 n) + P (4 + 3 n)``  ``n (2k+P)``  ``k+P``  ``k+P`` sh.
+interaction table    ``4 k + k^2``                       0             ``k^2``  ``k^2``
+finish (a value)     FP64 1 (+1 at the bias)             0             2        0
+===================  ==================================  ============  =======  ===========
+
+Bytes a row: SHAP quadrature ``4 k`` of ``X`` (transposed: 32 rows a warp, coalesced) and
+``(24 + 40 k) / 32`` of lane data (warp-uniform loads); tables ``4 k`` of ``X`` and ``4 k`` (SHAP)
+or ``4 k^2`` (interactions) of table entries; finish 8 read and 12 written per output value.
+
 Assumptions: every feature element of a path contributes (``d != 0``, true unless a zero
 fraction is 0 or 1: the tool reports how many lanes have one); numeric splits (a categorical
 element reads one more 4-byte word); the quadrature SHAP kernel's time is that of its launch
@@ -48,9 +64,11 @@ data sheet (2024): H200 SXM FP32 67, FP64 34 TFLOPS, 4.8 TB/s HBM3e; H200 NVL 60
 Guide* (arithmetic instruction throughput table): FP32 add/mul/FMA 128, FP64 64, MUFU
 (reciprocal) 16, conversions from/to 64-bit types 16; the clock is the one that turns 128
 FP32 FMA lanes per SM into the data sheet's FP32 rate (1.98 GHz on the SXM parts). No data
-sheet gives an atomic or L2 rate: ``--ceilings`` (on by default on a GPU) measures a device
-copy, FP32 FMA, MUFU and int64 global atomics on the machine (METHOD: measure the ceilings),
-and each rate is also given as a fraction of those.
+sheet gives an atomic or L2 rate: the ceilings (measured on a GPU unless ``--no-ceilings``)
+are a device copy, FP32 FMA, MUFU, int64 global atomics (scattered and coalesced) and int64
+shared atomics on the machine (METHOD: measure the ceilings); the JSON gives each rate as a
+fraction of those too, and the table's ``%atom`` is against the ceiling of the kernel's
+pattern (coalesced for a table kernel's tile flush, scattered otherwise).
 
 Usage::
 

@@ -106,8 +106,8 @@ from distshap.paths import extract_paths
 
 if hasattr(config, "SMALL_MAX_PATHS"):
     config.SMALL_MAX_PATHS = 0  # the regular route's kernels, not the one-launch route
-ens = tiny.random_ensemble(4, n_features=5, n_trees=3, depth=4, n_groups=2)
-X = tiny.random_rows(6, ens, 8, 0.1)
+ens = tiny.random_ensemble(4, n_features=5, n_trees=2, depth=4, n_groups=2)
+X = tiny.random_rows(6, ens, 4, 0.1)
 peaks = limits.device_peaks("NVIDIA H200", 132)
 for budget in (0, 1 << 30):
     packed = build_packed_model(extract_paths(ens), table_budget_bytes=budget)
