@@ -1,13 +1,16 @@
-"""The CUDA kernels with and without interaction tables, beside XGBoost, side by side.
+"""The CUDA kernels with and without pattern tables, beside XGBoost, side by side.
 
 For each model shape, SHAP values (or ``--interactions``), on the same CuPy rows in one process
 (median of ``--repeats`` timed calls after a warm-up call, synchronized):
 
-* ``library``      what the library runs: SHAP values by the quadrature kernels alone,
-                   interaction values by the interaction tables (short paths, 1 GiB) and the
-                   quadrature kernels for the other paths;
-* ``quadrature``   no tables (``table_budget_bytes=0``): every path in the quadrature kernels
-                   (for SHAP values the same kernels as ``library``);
+* ``library``      what the library runs: SHAP values by the SHAP tables that
+                   ``distshap.kernels.cuda.model._shap_table_offsets`` picks and the quadrature
+                   kernels for the other paths, interaction values by the interaction tables
+                   (short paths, 1 GiB) and the quadrature kernels for the other paths;
+* ``quadrature``   no tables (``table_budget_bytes=0``): every path in the quadrature kernels;
+* ``tables``       SHAP values only: a SHAP pattern table on every eligible path (regular, at
+                   most 12 features, within 2 GiB: the table policy alone, whatever
+                   ``model._shap_table_offsets`` picks), the quadrature kernels for the rest;
 * ``xgboost_gpu``  XGBoost's ``pred_contribs`` (``pred_interactions``) with ``device="cuda"`` on
                    a CuPy DMatrix.
 
@@ -18,12 +21,15 @@ numbers stay in ``benchmarks/RESULTS.md`` and their code in the git history.
 Usage (GPU)::
 
     DISTSHAP_BENCH_DEVICE=cuda python3 -m benchmarks.dp_kernels --shapes adult-large --rows 2000
+    DISTSHAP_BENCH_DEVICE=cuda python3 -m benchmarks.dp_kernels --repeats 3 --rows 100000 \
+        --shapes covtype-med,fashion_mnist-med,cal_housing-med
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from unittest import mock
 
 import numpy as np
 
@@ -33,7 +39,11 @@ from distshap.models import load_model
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 
-VARIANTS = ("library", "quadrature")
+VARIANTS = ("library", "quadrature", "tables")
+
+
+def _variants(interactions: bool) -> tuple[str, ...]:
+    return VARIANTS[:2] if interactions else VARIANTS
 
 
 def measure(shape: str, rows: int, repeats: int, interactions: bool = False) -> dict:
@@ -42,6 +52,7 @@ def measure(shape: str, rows: int, repeats: int, interactions: bool = False) -> 
     import xgboost as xgb
 
     from distshap.kernels import cuda as kc
+    from distshap.kernels.cuda import model as km
 
     name, size = shape.rsplit("-", 1)
     booster = train_model(name, size)
@@ -51,16 +62,25 @@ def measure(shape: str, rows: int, repeats: int, interactions: bool = False) -> 
     packed = {
         "tables": build_packed_model(paths),
         "none": build_packed_model(paths, table_budget_bytes=0),
+        "all": build_packed_model(paths, table_budget_bytes=2 << 30),  # its own device model
     }
     fn = kc.interaction_values if interactions else kc.shap_values
+
+    def every_table():
+        with mock.patch.object(km, "_shap_table_offsets", km.shap_table_policy):
+            return fn(packed["all"], Xd)
+
     calls = {
         "library": lambda: fn(packed["tables"], Xd),
         "quadrature": lambda: fn(packed["none"], Xd),
+        "tables": every_table,
     }
     st = kc.strategy_stats(packed["tables"])
     record = {"shape": shape, "rows": rows, "kind": "interactions" if interactions else "shap",
               "paths": packed["tables"].num_paths,
               "table_paths": packed["tables"].stats["table_paths"],
+              "library_shap_table_paths": st.get("shap_table_paths", 0),
+              "tables_shap_table_paths": int((km.shap_table_policy(packed["all"]) >= 0).sum()),
               "interaction_table_paths": st["interaction_table_paths"]}  # fmt: skip
     booster.set_param({"device": "cuda"})
     dm = xgb.DMatrix(Xd)
@@ -68,7 +88,7 @@ def measure(shape: str, rows: int, repeats: int, interactions: bool = False) -> 
     s, ref, _ = _median_seconds(lambda: booster.predict(dm, **kw), repeats, "cuda")
     record["xgboost_gpu_rows_s"] = rows / s
     ref = _host(ref)
-    for variant in VARIANTS:
+    for variant in _variants(interactions):
         s, out, first = _median_seconds(calls[variant], repeats, "cuda")
         out = _host(out).reshape(ref.shape)
         record[f"{variant}_rows_s"] = rows / s
@@ -92,15 +112,19 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     for shape in args.shapes.split(","):
         record = measure(shape, args.rows, args.repeats, args.interactions)
+        variants = _variants(args.interactions)
         line = "  ".join(
-            f"{v} {record[f'{v}_rows_s']:,.0f} ({record[f'{v}_vs_xgboost']:.2f}x)" for v in VARIANTS
+            f"{v} {record[f'{v}_rows_s']:,.0f} ({record[f'{v}_vs_xgboost']:.2f}x)" for v in variants
         )
         tables = f"{record['table_paths']:,}/{record['interaction_table_paths']:,}"
+        if not args.interactions:  # SHAP table paths of the library's plan and of "tables"
+            tables += (f" shap_tables={record['library_shap_table_paths']:,}"
+                       f"/{record['tables_shap_table_paths']:,}")  # fmt: skip
         head = (
             f"{shape} {record['kind']} rows={args.rows} paths={record['paths']:,} tables={tables}"
         )
         print(f"{head}: xgboost {record['xgboost_gpu_rows_s']:,.0f}  {line}", flush=True)
-        diffs = ", ".join(f"{v} {record[f'{v}_max_abs_diff']:.2e}" for v in VARIANTS)
+        diffs = ", ".join(f"{v} {record[f'{v}_max_abs_diff']:.2e}" for v in variants)
         print(
             f"  max abs diff vs xgboost: {diffs} (scale {record['output_scale']:.3g})", flush=True
         )

@@ -2,11 +2,19 @@
 
 :func:`device_model` copies a :class:`~distshap.packed.PackedModel` to the current device once
 per ``(digest, device)``: the lane arrays (columns named in :mod:`.device`), the paths of the
-oversize bins, the fixed-point shifts, and the SHAP :class:`Plan` (every regular path in the
-quadrature kernels). The interaction :class:`Plan` is built on the first interaction call
-(:func:`interaction_plan`): interaction tables for the short paths, filled on the device, the
-quadrature kernels for the others. Which path goes where is host policy
-(:mod:`distshap.strategy`); :func:`strategy_stats` reports it without a GPU.
+oversize bins and the fixed-point shifts. The two :class:`Plan` s are built on the first call
+that needs them, tables filled on the device:
+
+* SHAP values (:func:`shap_plan`, ``model.shap``): the regular paths that
+  :func:`_shap_table_offsets` gives a SHAP table run in the table kernel, the other regular
+  paths in the quadrature kernels, oversize paths in the fallback kernel. The choice is one
+  function, so a cost model can make it; with ``table_budget_bytes=0`` every regular path runs
+  in the quadrature kernels.
+* Interaction values (:func:`interaction_plan`): interaction tables for the short paths
+  (:func:`interaction_table_offsets`), the quadrature kernels for the others.
+
+Which path goes where is host policy (:mod:`distshap.strategy`); :func:`strategy_stats`
+reports it without a GPU.
 
 Pair slots (:func:`slot_arrays`, on the first call that needs them): the host
 :class:`~distshap.pair_slots.PairSlots` maps and the quadrature kernel's chunk tiles
@@ -35,8 +43,10 @@ from distshap.kernels.cuda.device import device_id, stream
 from distshap.kernels.cuda.fallback import FALLBACK_MAX_FEATURES
 from distshap.kernels.cuda.quadrature import quadrature_warps
 from distshap.kernels.cuda.tables import (
+    SHAP_TABLE_MAX_FEATURES,
     TABLE_MAX_FEATURES,
     fill_interaction_tables,
+    fill_shap_tables,
     shared_tile_rows,
 )
 from distshap.packed import PackedModel
@@ -45,7 +55,7 @@ __all__ = [
     "DeviceModel", "Plan", "QuadratureLaunch", "SlotArrays", "chunk_tiles", "clear_cache",
     "device_model",
     "fixed_point_shift", "interaction_plan", "interaction_table_offsets", "lane_arrays",
-    "plan_arrays", "slot_arrays", "strategy_stats",
+    "plan_arrays", "shap_plan", "shap_table_policy", "slot_arrays", "strategy_stats",
 ]  # fmt: skip
 
 
@@ -70,6 +80,8 @@ class Plan:
     ``lane_table`` (int64, per lane) is the table offset of the lane's path (-1: none);
     ``table_bins`` are the regular bins holding a table path and ``table_maxk`` (per bin) the
     largest ``k`` of those paths; ``quadrature`` the launches of the other regular paths.
+    ``per_pattern`` says what the tables hold a pattern (:func:`distshap.strategy.choose_tables`):
+    ``"k"`` SHAP values, ``"k*k"`` interaction values.
     """
 
     lane_table: object
@@ -80,6 +92,7 @@ class Plan:
     table_paths: int
     table_bytes: int
     quadrature: tuple = ()
+    per_pattern: str = "k*k"
 
 
 @dataclass(eq=False)
@@ -113,9 +126,11 @@ class SlotArrays:
 class DeviceModel:
     """A packed model's arrays on one device, plus the launch constants derived from it.
 
-    ``shap`` is the SHAP :class:`Plan`; ``interactions`` the interaction plan, built (tables
-    filled on the device) on the first interaction call and kept; ``slots`` the pair slots
-    (:func:`slot_arrays`), copied on the first call that needs them.
+    ``shap`` is the SHAP :class:`Plan` (:func:`shap_plan`: built, its tables filled on the
+    device, on first use and kept in ``shap_tables_plan``); ``interactions`` the interaction
+    plan, built on the first interaction call and kept; ``slots`` the pair slots
+    (:func:`slot_arrays`), copied on the first call that needs them. ``packed`` is the model
+    the arrays came from (the plans are built from it).
     """
 
     lane_f: object
@@ -132,9 +147,16 @@ class DeviceModel:
     num_groups: int
     shap_shift: int
     interaction_shift: int
-    shap: Plan
+    packed: PackedModel | None = None
+    shap_tables_plan: Plan | None = None
     interactions: Plan | None = None
     slots: SlotArrays | None = None
+
+    @property
+    def shap(self) -> Plan:
+        """The SHAP :class:`Plan` (built on first use: :func:`shap_plan`)."""
+        plan = self.shap_tables_plan
+        return plan if plan is not None else shap_plan(self.packed, self)
 
 
 _CACHE: OrderedDict = OrderedDict()
@@ -161,6 +183,34 @@ def _regular(packed: PackedModel) -> tuple[np.ndarray, np.ndarray]:
     return strategy.regular_paths(packed.bin_offsets, packed.path_offsets, lanes=32)
 
 
+def shap_table_policy(packed: PackedModel) -> np.ndarray:
+    """SHAP table offset of each path (-1: none) by the packed model's table policy alone.
+
+    :func:`distshap.strategy.choose_tables` (``"k"`` values a pattern) over the regular paths
+    (oversize paths never get one), within ``table_budget_bytes``, up to
+    ``max_table_features`` (capped at the fill kernel's :data:`~.tables.SHAP_TABLE_MAX_FEATURES`),
+    shortest paths first: a table on every eligible path that fits.
+    """
+    k = strategy.path_features(packed.path_offsets)
+    _, regular = _regular(packed)
+    lengths = np.where(regular, k, 0)  # k = 0: no table
+    max_features = min(int(packed.max_table_features), SHAP_TABLE_MAX_FEATURES)
+    return strategy.choose_tables(lengths, packed.table_budget_bytes, max_features, "k")
+
+
+def _shap_table_offsets(packed: PackedModel) -> np.ndarray:
+    """SHAP table offset of each path (-1: none), in the layout of
+    :func:`distshap.strategy.choose_tables` with ``"k"`` values a pattern.
+
+    The one place that decides which regular paths of the GPU's SHAP plan run on pattern tables
+    (the others run the quadrature kernels): for now :func:`shap_table_policy` (the packed
+    model's table policy; ``table_budget_bytes=0``: no table). It must stay a deterministic
+    function of the model and settings (the bits depend on the choice), give no table to an
+    oversize path, and keep within the policy's budget and feature limit.
+    """
+    return shap_table_policy(packed)
+
+
 def interaction_table_offsets(packed: PackedModel) -> np.ndarray:
     """Interaction table offset of each path (-1: none), by the host policy and the budget of
     :mod:`.config` (paths without a SHAP table under the model's table policy get none)."""
@@ -173,8 +223,9 @@ def interaction_table_offsets(packed: PackedModel) -> np.ndarray:
 
 
 def plan_arrays(packed: PackedModel, path_table: np.ndarray) -> dict:
-    """Host arrays of a :class:`Plan` (tables and ``table_bytes`` aside) for per-path table
-    offsets ``path_table``: the regular paths without a table go to the quadrature kernels."""
+    """Host arrays of a :class:`Plan` (tables, ``table_bytes`` and ``per_pattern`` aside) for
+    per-path table offsets ``path_table``: the regular paths without a table go to the
+    quadrature kernels (an oversize path's offset is ignored: the fallback kernel runs it)."""
     k = strategy.path_features(packed.path_offsets)
     path_bin, regular = _regular(packed)
     is_t = (path_table >= 0) & regular
@@ -284,18 +335,33 @@ def device_model(packed: PackedModel) -> DeviceModel:
             if hit is not None:
                 _CACHE.move_to_end(key)
                 return hit
-    # SHAP values: every regular path in the quadrature kernels, no tables
-    plan = plan_arrays(packed, np.full(packed.num_paths, -1, np.int64))
-    plan["tables"] = np.zeros(1, np.float32)
-    plan["table_bytes"] = 0
     model = DeviceModel(**_to_device(lane_arrays(packed)), num_features=packed.num_features,
-                        num_groups=packed.num_groups, shap=Plan(**_to_device(plan)))  # fmt: skip
+                        num_groups=packed.num_groups, packed=packed)  # fmt: skip
     if packed.digest:
         with _LOCK:
             _CACHE[key] = model
             while len(_CACHE) > config.CACHE_SIZE:
                 _CACHE.popitem(last=False)
     return model
+
+
+def shap_plan(packed: PackedModel, model: DeviceModel) -> Plan:
+    """The SHAP :class:`Plan` of ``model``: SHAP tables (:func:`_shap_table_offsets`, filled
+    on the device on first use) and the quadrature kernels for the other regular paths."""
+    with _LOCK:
+        if model.shap_tables_plan is not None:
+            return model.shap_tables_plan
+        offsets = _shap_table_offsets(packed)
+        plan = plan_arrays(packed, offsets)
+        tables, total = fill_shap_tables(
+            model.lane_d, model.path_offsets, strategy.path_features(packed.path_offsets),
+            offsets, stream(),
+        )  # fmt: skip
+        plan["tables"] = tables
+        plan["table_bytes"] = 4 * total
+        plan["per_pattern"] = "k"
+        model.shap_tables_plan = Plan(**_to_device(plan))
+        return model.shap_tables_plan
 
 
 def interaction_plan(packed: PackedModel, model: DeviceModel) -> Plan:
@@ -389,9 +455,11 @@ def clear_cache() -> None:
 def strategy_stats(packed: PackedModel) -> dict:
     """How the CUDA kernels will evaluate ``packed`` (host arithmetic only, no GPU needed).
 
-    Returns a dict with ``quadrature_paths`` and ``quadrature_lanes`` (SHAP values: every path
-    of a regular bin runs in the quadrature kernels), ``quadrature_nodes`` (node count -> SHAP
-    paths), ``oversize_paths`` and ``oversize_lanes`` (fallback kernel),
+    Returns a dict with ``shap_table_paths``, ``shap_table_lanes`` and ``shap_table_bytes``
+    (SHAP values: the regular paths on SHAP tables, :func:`_shap_table_offsets`, filled on the
+    device on the first SHAP call), ``quadrature_paths`` and ``quadrature_lanes`` (SHAP values:
+    the other paths of regular bins, run by the quadrature kernels), ``quadrature_nodes``
+    (node count -> those paths), ``oversize_paths`` and ``oversize_lanes`` (fallback kernel),
     ``interaction_table_paths`` and ``interaction_table_bytes`` (tables of interaction values,
     filled on the device on the first interaction call; the other paths run the interaction
     quadrature kernel), ``shared_tile_rows`` (SHAP, interactions: rows of the table kernel's
@@ -402,16 +470,22 @@ def strategy_stats(packed: PackedModel) -> dict:
     lanes = np.diff(packed.path_offsets)
     k = lanes - 1
     _, regular = _regular(packed)
+    shap_offsets = _shap_table_offsets(packed)
+    stab = (shap_offsets >= 0) & regular
+    quad = regular & ~stab
     itab = (interaction_table_offsets(packed) >= 0) & regular
     shap_bound, inter_bound = _path_bounds(packed)
     F1 = packed.num_features + 1
     G = packed.num_groups
     nodes = config.QUADRATURE_NODES
-    kernel_of = strategy.quadrature_node_index(k[regular], nodes)
+    kernel_of = strategy.quadrature_node_index(k[quad], nodes)
     per_node = {int(nodes[q]): int((kernel_of == q).sum()) for q in np.unique(kernel_of)}
     return {
-        "quadrature_paths": int(regular.sum()),
-        "quadrature_lanes": int(lanes[regular].sum()),
+        "shap_table_paths": int(stab.sum()),
+        "shap_table_lanes": int(lanes[stab].sum()),
+        "shap_table_bytes": 4 * strategy.table_values(k, np.where(stab, 0, -1), "k"),
+        "quadrature_paths": int(quad.sum()),
+        "quadrature_lanes": int(lanes[quad].sum()),
         "quadrature_nodes": per_node,
         "oversize_paths": int((~regular).sum()),
         "oversize_lanes": int(lanes[~regular].sum()),

@@ -19,7 +19,7 @@ from distshap.kernels.cuda.device import SIM
 from distshap.kernels.cuda.fallback import oversize_kernel
 from distshap.kernels.cuda.launch import finish_kernel
 from distshap.kernels.cuda.quadrature import quadrature_kernel
-from distshap.kernels.cuda.tables import fill_kernel, table_kernel
+from distshap.kernels.cuda.tables import fill_kernel, shap_fill_kernel, table_kernel
 
 __all__ = ["compile_check", "kernel_ptx"]
 
@@ -39,6 +39,13 @@ def _kernels() -> dict:
     kernels = {
         "interaction_table_kernel": (table_kernel(False), _TABLE_SIG),
         "interaction_table_shared_kernel": (table_kernel(True), _TABLE_SIG),
+        "shap_table_kernel": (table_kernel(False, shap=True), _TABLE_SIG),
+        "shap_table_shared_kernel": (table_kernel(True, shap=True), _TABLE_SIG),
+        "fill_shap_tables_kernel": (
+            shap_fill_kernel,
+            "void(float64[:, ::1], int64[::1], int32[::1], int64[::1], int64, float64[::1], "
+            "float64[::1], float32[::1])",
+        ),
         "fill_interaction_tables_kernel": (
             fill_kernel,
             "void(float64[:, ::1], int64[::1], int32[::1], int64[::1], float32[::1])",

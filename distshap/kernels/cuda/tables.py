@@ -1,21 +1,29 @@
-"""Interaction tables: every pattern's interaction values of a short path, filled on the device.
+"""Pattern tables: every pattern's SHAP or interaction values of a short path, on the device.
 
 A row enters a path only through the 0/1 pattern of its one-fractions, so a path of ``k``
-features has ``2**k`` possible results. For the paths the host policy picks
-(:func:`distshap.strategy.interaction_table_offsets`), one thread per (path, pattern) runs the
-float64 DP (paper §3.5: condition on each element ``c`` of the path, on minus off, halved) and
-stores the ``k x k`` entries as float32 (:func:`fill_interaction_tables`); the device model keeps
-them. Entry ``[(pattern * k + c) * k + i]`` (``c``, ``i``: 0-based feature elements) is, for
-``c != i``, half the interaction of ``i`` and ``c`` (added at ``[feature_c, feature_i]``) and,
-for ``c == i``, the diagonal ``phi_i - sum_c`` of those halves.
+features has ``2**k`` possible results. The tables hold them all, filled on the device by one
+thread per (path, pattern) in float64 and stored as float32; the device model keeps them.
+
+* SHAP tables (the paths of :func:`distshap.kernels.cuda.model._shap_table_offsets`): entry
+  ``[pattern * k + i]`` is ``phi_i`` of feature element ``i`` (0-based, after the bias lane)
+  when bit ``i`` of ``pattern`` says whether the row follows element ``i``, computed by
+  Gauss-Legendre quadrature (``ceil(k / 2)`` nodes, exact) in the order of the CPU backend's
+  :func:`distshap.kernels.quadrature_cpu.fill_tables` (:func:`fill_shap_tables`).
+* Interaction tables (:func:`distshap.strategy.interaction_table_offsets`): the float64 DP
+  (paper §3.5: condition on each element ``c`` of the path, on minus off, halved) stores ``k x
+  k`` entries (:func:`fill_interaction_tables`). Entry ``[(pattern * k + c) * k + i]`` is, for
+  ``c != i``, half the interaction of ``i`` and ``c`` (added at ``[feature_c, feature_i]``) and,
+  for ``c == i``, the diagonal ``phi_i - sum_c`` of those halves.
 
 The table kernel runs the bins that hold a table path: one warp per bin, one lane per path
 element; per row each lane tests its element, one ``ballot`` gathers the pattern, and each
-element lane adds its ``k`` entries. It is bound by its atomics, so a block of
-:data:`config.TABLE_WARPS_PER_BLOCK` bins shares a tile of rows in shared memory, flushed with
-one global atomic per non-zero value (:func:`shared_tile_rows`; outputs too wide for a tile add
-to global memory directly). With ``slots`` (:func:`table_kernel`) it adds a row's upper-triangle
-and diagonal entries to its pair slots instead (:mod:`distshap.pair_slots`).
+element lane adds its entry (SHAP values) or its ``k`` entries (interaction values). It is
+bound by its atomics, so a block of :data:`config.TABLE_WARPS_PER_BLOCK` bins shares a tile of
+rows in shared memory, flushed with one global atomic per non-zero value
+(:func:`shared_tile_rows`; outputs too wide for a tile add to global memory directly). With
+``slots`` (:func:`table_kernel`) it adds a row's upper-triangle and diagonal entries to its pair
+slots instead (:mod:`distshap.pair_slots`). Entries are truncated to int64 fixed point and
+added with integer atomics, so the bits do not depend on the order or the batching.
 """
 
 from __future__ import annotations
@@ -46,11 +54,15 @@ from distshap.kernels.cuda.device import (
     unwound_sum,
     xp,
 )  # fmt: skip
+from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
 
 __all__ = [
+    "SHAP_TABLE_MAX_FEATURES",
     "fill_interaction_tables",
     "fill_kernel",
+    "fill_shap_tables",
     "launch_tables",
+    "shap_fill_kernel",
     "shared_tile_rows",
     "table_kernel",
 ]
@@ -61,6 +73,10 @@ _MAXF1 = TABLE_MAX_FEATURES + 1
 _MAXF2 = TABLE_MAX_FEATURES + 2
 _TILE_VALUES = config.SHARED_TILE_VALUES
 _TABLE_WARPS = config.TABLE_WARPS_PER_BLOCK
+#: Longest path with a SHAP table: :func:`distshap.strategy.choose_tables` allows no more, and
+#: the SHAP fill kernel's local arrays have this size.
+SHAP_TABLE_MAX_FEATURES = 24
+_SHAP_MAXF = SHAP_TABLE_MAX_FEATURES
 
 
 @cuda.jit
@@ -128,6 +144,77 @@ def fill_interaction_tables(lane_d, path_offsets, lengths: np.ndarray, offsets: 
     return tables, total
 
 
+@cuda.jit
+def shap_fill_kernel(lane_d, path_offsets, paths, offsets, k, gl_t, gl_w, tables):
+    """One thread per (table path of ``k`` features, pattern): that pattern's ``k`` SHAP values.
+
+    ``phi_i = v d_i sum_q w_q prod_{j < i} (z_j + t_q d_j) prod_{j > i} (z_j + t_q d_j)`` with
+    ``d_j = o_j - z_j``, over the ``ceil(k / 2)``-node rule of ``gl_t`` / ``gl_w``
+    (:func:`distshap.kernels.taylor_cpu.gauss_legendre_table`), in float64.
+    """
+    n_patterns = np.int64(1) << k
+    total = paths.shape[0] * n_patterns
+    pre = cuda.local.array(_SHAP_MAXF, np.float64)
+    phi = cuda.local.array(_SHAP_MAXF, np.float64)
+    d = cuda.local.array(_SHAP_MAXF, np.float64)
+    m = (k + 1) // 2  # the m-node rule sits at [m (m - 1) / 2, m (m + 1) / 2)
+    start = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    for t in range(start, total, cuda.gridDim.x * cuda.blockDim.x):
+        j = t >> k
+        pattern = t - (j << k)
+        s0 = path_offsets[paths[j]] + 1  # the first feature element (after the bias lane)
+        v = lane_d[s0 - 1, LD_VALUE]
+        for i in range(k):
+            d[i] = np.float64((pattern >> i) & 1) - lane_d[s0 + i, LD_ZERO]
+            phi[i] = 0.0
+        for q in range(m * (m - 1) // 2, m * (m + 1) // 2):
+            tq = gl_t[q]
+            pre[0] = gl_w[q] * v
+            for i in range(1, k):  # pre[i] = w v prod_{j < i} (z_j + t d_j)
+                pre[i] = pre[i - 1] * (lane_d[s0 + i - 1, LD_ZERO] + tq * d[i - 1])
+            suf = 1.0
+            for i in range(k - 1, -1, -1):  # suf = prod_{j > i} (z_j + t d_j)
+                phi[i] += pre[i] * suf
+                suf *= lane_d[s0 + i, LD_ZERO] + tq * d[i]
+        base = offsets[j] + pattern * k
+        for i in range(k):
+            tables[base + i] = np.float32(phi[i] * d[i])
+
+
+def fill_shap_tables(lane_d, path_offsets, lengths: np.ndarray, offsets: np.ndarray, stream):
+    """Fill the SHAP tables of the paths with ``offsets >= 0`` on the device.
+
+    ``lane_d`` and ``path_offsets`` are the device model's arrays; ``lengths`` (features per
+    path) and ``offsets`` (:func:`distshap.strategy.choose_tables` with ``"k"`` values a
+    pattern) host arrays. Paths of one length run in one launch (a thread per (path, pattern),
+    none idle). Returns ``(tables, n_values)``; the stream is synchronized before returning.
+    """
+    chosen = np.flatnonzero(offsets >= 0)
+    k_all = lengths[chosen]
+    if k_all.size and int(k_all.max()) > SHAP_TABLE_MAX_FEATURES:
+        raise ValueError(
+            f"a SHAP table path has {int(k_all.max())} features; the fill kernel handles at "
+            f"most {SHAP_TABLE_MAX_FEATURES}: lower max_table_features"
+        )
+    total = int(((np.int64(1) << k_all) * k_all).sum())
+    tables = xp().zeros(max(total, 1), dtype=np.float32)
+    if not chosen.size:
+        return tables, total
+    gl_t, gl_w = (cuda.to_device(np.array(a, np.float64))  # a writable copy of the cached rules
+                  for a in gauss_legendre_table(node_count(int(k_all.max()))))  # fmt: skip
+    keep = [gl_t, gl_w]  # device temporaries stay alive until the fill kernels are done
+    tpb = 128
+    for k in np.unique(k_all).tolist():
+        part = chosen[k_all == k]
+        keep.append((cuda.to_device(part.astype(np.int32)), cuda.to_device(offsets[part])))
+        blocks = int(min(-(-(part.size << k) // tpb), 65535))
+        shap_fill_kernel[blocks, tpb, stream](lane_d, path_offsets, keep[-1][0], keep[-1][1],
+                                              k, gl_t, gl_w, tables)  # fmt: skip
+    if not SIM:
+        stream.synchronize()
+    return tables, total
+
+
 @cuda.jit(device=True)
 def _lane_setup(lane_i, bin_offsets, b, lane):
     """Row-independent constants of this lane of bin ``b`` (unused lanes: no path)."""
@@ -151,10 +238,11 @@ def _row_range(rows_per_block, n_rows):
     return r0, r1
 
 
-def _make_table_kernel(shared: bool, slots: bool = False):
-    """The interaction-table kernel, accumulating in a shared-memory tile of rows (``shared``:
-    one global atomic per output value and block per tile) or in global memory directly;
-    ``slots``: into a row's pair slots (:mod:`distshap.pair_slots`) instead of its matrices."""
+def _make_table_kernel(shared: bool, slots: bool = False, shap: bool = False):
+    """The table kernel, accumulating in a shared-memory tile of rows (``shared``: one global
+    atomic per output value and block per tile) or in global memory directly; ``shap``: SHAP
+    values (one entry a lane and row), else interaction values; ``slots``: interaction values
+    into a row's pair slots (:mod:`distshap.pair_slots`) instead of its matrices."""
 
     @cuda.jit(device=True)
     def body(lane_f, lane_i, lane_cat, lane_table, cat_words, tables, bin_offsets, bin_maxk,
@@ -203,6 +291,16 @@ def _make_table_kernel(shared: bool, slots: bool = False):
                                 cat_words)  # fmt: skip
                 bal = np.int64(ballot(FULL_MASK, o))
                 pattern = (bal >> (start + 1)) & mask_k
+                if shap:  # (a constant: the branch not taken is pruned at compile time)
+                    if active:
+                        iv = np.int64(tables[toff + pattern * k + pos - 1] * scale32)
+                        if iv != 0:
+                            e = group * n_cols + feat
+                            if shared:
+                                cuda.atomic.add(tile, (r - t0) * width + e, iv)
+                            else:
+                                cuda.atomic.add(acc, (r, e), iv)
+                    continue
                 entry = toff + pattern * k * k + pos - 1
                 first = li - pos + 1  # lane of the path's first feature element
                 for c in range(maxk):  # the conditioned element
@@ -252,12 +350,18 @@ def _make_table_kernel(shared: bool, slots: bool = False):
 
 _table_kernel = _make_table_kernel(shared=False)
 _table_shared_kernel = _make_table_kernel(shared=True)
+_shap_table_kernels = (_make_table_kernel(False, shap=True), _make_table_kernel(True, shap=True))
 _table_slot_kernels: dict = {}
 
 
-def table_kernel(shared: bool, slots: bool = False):
-    """The interaction-table kernel with a shared-memory tile or without; ``slots``: the
-    variant writing pair slots (built on first use)."""
+def table_kernel(shared: bool, slots: bool = False, shap: bool = False):
+    """The table kernel with a shared-memory tile or without: interaction values, or with
+    ``shap`` SHAP values; ``slots``: the interaction variant writing pair slots (built on first
+    use)."""
+    if shap:
+        if slots:
+            raise ValueError("pair slots hold interaction values: shap=True takes no slots")
+        return _shap_table_kernels[bool(shared)]
     if slots:
         kernel = _table_slot_kernels.get(shared)
         if kernel is None:
@@ -280,10 +384,12 @@ def _rows_per_warp(n_rows: int, n_bins: int) -> int:
 
 
 def launch_tables(model, plan, Xb, acc, scale, F1, stream, slots=None):
-    """Run the table kernel over the table bins of ``plan`` on the batch ``Xb``; ``slots``
-    (the device model's :class:`~distshap.kernels.cuda.model.SlotArrays`): into pair slots."""
+    """Run the table kernel over the table bins of ``plan`` on the batch ``Xb``: SHAP values
+    where ``plan.per_pattern == "k"``, else interaction values; ``slots`` (the device model's
+    :class:`~distshap.kernels.cuda.model.SlotArrays`): interaction values into pair slots."""
     if not plan.n_table_bins:
         return
+    shap = plan.per_pattern == "k"
     nb = int(Xb.shape[0])
     tile_rows = shared_tile_rows(acc.shape[1])
     rpb = _rows_per_warp(nb, plan.n_table_bins)
@@ -293,7 +399,7 @@ def launch_tables(model, plan, Xb, acc, scale, F1, stream, slots=None):
         plan.tables, model.bin_offsets, plan.table_maxk, plan.table_bins, Xb, acc, scale, rpb,
         tile_rows or rpb,
     )  # fmt: skip
-    kernel = table_kernel(tile_rows > 0, slots=slots is not None)
+    kernel = table_kernel(tile_rows > 0, slots=slots is not None, shap=shap)
     if slots is None:
         kernel[grid, 32 * _TABLE_WARPS, stream](*args, F1)
     else:
