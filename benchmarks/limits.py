@@ -87,6 +87,7 @@ import json
 import shutil
 import statistics
 import time
+import traceback
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -909,54 +910,33 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
-    from benchmarks.shapes import make_data, train_model
-    from distshap import TreeExplainer
-    from distshap.inputs import model_matrix
     from distshap.kernels.cuda.device import SIM
 
     rows = args.rows or (2000 if args.interactions else 200_000)
     name, sms, clock = _device_info()
     peaks = device_peaks(name, sms, clock)
-    ceilings = None
+    ceilings, failed = None, []
     if not SIM and not args.no_ceilings and args.only is None:
-        ceilings = measure_ceilings()
-    lines = []
+        try:
+            ceilings = measure_ceilings()
+        except Exception as exc:  # the kernels' numbers do not depend on the ceilings
+            traceback.print_exc()
+            failed.append(f"ceilings: {exc!r}")
+    lines = [{"peaks": peaks, "device": name}]
     if ceilings:
         lines.append({"ceilings": ceilings, "device": name})
-    lines.append({"peaks": peaks, "device": name})
     tables = []
     for shape in [s for s in args.shapes.split(",") if s]:
-        dname, size = shape.rsplit("-", 1)
-        booster = train_model(dname, size)
-        explainer = TreeExplainer(booster, backend="cpu" if SIM else "cuda")
-        X, _ = make_data(dname, rows, seed=1)
-        packed = explainer.packed
-        Xk = packed.encoding.apply(model_matrix(X, packed, False))  # as the library's dispatch
-        if args.ncu:
-            from distshap.kernels.cuda.model import device_model, interaction_plan
-
-            model = device_model(packed)
-            plan = interaction_plan(packed, model) if args.interactions else model.shap
-            have = shutil.which("ncu")
-            print(f"# ncu {'at ' + have if have else 'NOT on the PATH here'}; one launch each:")
-            for w in work_counts(packed, model, plan, args.interactions, rows):
-                if w.kind != "transpose":
-                    print(ncu_command(shape, rows, w.name, w.kind, args.interactions))
-        explainer_arg = rows_arg = None
-        if args.only is None and not args.no_explainer and not SIM:
-            import cupy
-
-            explainer_arg, rows_arg = explainer, cupy.asarray(X)
-        result = profile(packed, Xk, args.interactions, args.repeats, args.only, explainer_arg,
-                         rows_arg)  # fmt: skip
-        z = np.asarray(packed.zero_fraction)
-        feature_lanes = np.asarray(packed.feature) >= 0
-        result["lanes_z_0_or_1"] = int(((z[feature_lanes] == 0) | (z[feature_lanes] == 1)).sum())
-        for rec in result["kernels"]:
-            rec["fractions"] = _fractions(rec, peaks, ceilings)
-            rec["floor_s"] = _floor(rec, peaks, result["rows"])
-        tables.append(format_table(shape, result, peaks))
-        lines.append({"shape": shape, "interactions": args.interactions, **result})
+        t0 = time.perf_counter()
+        try:
+            table, line = _run_shape(shape, rows, args, peaks, ceilings)
+        except Exception as exc:  # go on with the other shapes; the exit status says so
+            traceback.print_exc()
+            failed.append(f"{shape}: {exc!r}")
+            continue
+        print(f"# {shape}: {time.perf_counter() - t0:.1f} s", flush=True)
+        tables.append(table)
+        lines.append(line)
     text = [json.dumps(line, default=float) for line in lines]
     for t in text:
         print(t)
@@ -981,6 +961,50 @@ def main(argv: list[str] | None = None) -> None:
     )
     for t in tables:
         print(t)
+    if failed:
+        print("FAILED: " + "; ".join(failed))
+        raise SystemExit(1)
+
+
+def _run_shape(shape: str, rows: int, args, peaks: dict, ceilings: dict | None):
+    """Profile one shape: ``(table text, JSON record)``."""
+    from benchmarks.shapes import make_data, train_model
+    from distshap import TreeExplainer
+    from distshap.inputs import model_matrix
+    from distshap.kernels.cuda.device import SIM
+
+    dname, size = shape.rsplit("-", 1)
+    booster = train_model(dname, size)
+    explainer = TreeExplainer(booster, backend="cpu" if SIM else "cuda")
+    X, _ = make_data(dname, rows, seed=1)
+    packed = explainer.packed
+    Xk = packed.encoding.apply(model_matrix(X, packed, False))  # as the library's dispatch
+    if args.ncu:
+        from distshap.kernels.cuda.model import device_model, interaction_plan
+
+        model = device_model(packed)
+        plan = interaction_plan(packed, model) if args.interactions else model.shap
+        have = shutil.which("ncu")
+        print(f"# ncu {'at ' + have if have else 'NOT on the PATH here'}; one launch each:")
+        for w in work_counts(packed, model, plan, args.interactions, rows):
+            if w.kind != "transpose":
+                print(ncu_command(shape, rows, w.name, w.kind, args.interactions))
+    explainer_arg = rows_arg = None
+    if args.only is None and not args.no_explainer and not SIM:
+        import cupy
+
+        explainer_arg, rows_arg = explainer, cupy.asarray(X)
+    result = profile(packed, Xk, args.interactions, args.repeats, args.only, explainer_arg,
+                     rows_arg)  # fmt: skip
+    z = np.asarray(packed.zero_fraction)
+    feature_lanes = np.asarray(packed.feature) >= 0
+    result["lanes_z_0_or_1"] = int(((z[feature_lanes] == 0) | (z[feature_lanes] == 1)).sum())
+    for rec in result["kernels"]:
+        rec["fractions"] = _fractions(rec, peaks, ceilings)
+        rec["floor_s"] = _floor(rec, peaks, result["rows"])
+    table = format_table(shape, result, peaks)
+    print(table, flush=True)
+    return table, {"shape": shape, "interactions": args.interactions, **result}
 
 
 if __name__ == "__main__":
