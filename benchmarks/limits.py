@@ -65,10 +65,11 @@ Guide* (arithmetic instruction throughput table): FP32 add/mul/FMA 128, FP64 64,
 (reciprocal) 16, conversions from/to 64-bit types 16; the clock is the one that turns 128
 FP32 FMA lanes per SM into the data sheet's FP32 rate (1.98 GHz on the SXM parts). No data
 sheet gives an atomic or L2 rate: the ceilings (measured on a GPU unless ``--no-ceilings``)
-are a device copy, FP32 FMA, MUFU, int64 global atomics (scattered and coalesced) and int64
-shared atomics on the machine (METHOD: measure the ceilings); the JSON gives each rate as a
-fraction of those too, and the table's ``%atom`` is against the ceiling of the kernel's
-pattern (coalesced for a table kernel's tile flush, scattered otherwise).
+are a device copy, FP32 FMA, MUFU, float32 -> int64 conversions, int64 global atomics
+(scattered and coalesced) and int64 shared atomics on the machine (METHOD: measure the
+ceilings); the JSON gives each rate as a fraction of those too, and the table's ``%atom`` is
+against the ceiling of the kernel's pattern (coalesced for a table kernel's tile flush,
+scattered otherwise).
 
 Usage::
 
@@ -519,8 +520,10 @@ _PER = 1024  # atomics a thread in the atomic ceilings (8x that in shared memory
 
 def ceiling_kernels() -> dict:
     """The ceiling kernels (built on call; no CUDA at import): ``fma`` (8 independent FFMA
-    chains), ``rcp`` (4 chains of ``fast_fdividef``), ``atomic`` (int64 global atomics from
-    ``(t * first) & mask`` in steps of ``step``), ``shared_atomic`` (int64, a 4096-entry tile)."""
+    chains), ``rcp`` (4 chains of ``fast_fdividef``), ``conv`` (4 float32 -> int64
+    conversions a step, beside 4 FFMA and 4 int64 adds), ``atomic`` (int64 global atomics from
+    ``(t * first) & mask`` in steps of ``step``), ``shared_atomic`` (int64, a 4096-entry
+    tile)."""
     from numba import cuda, types
     from numba.cuda import libdevice
 
@@ -559,6 +562,25 @@ def ceiling_kernels() -> dict:
         out[t] = a0 + a1 + a2 + a3
 
     @cuda.jit
+    def conv(x, out):
+        t = cuda.grid(1)
+        a0 = x[t % x.size]
+        one = np.float32(1.0)
+        m = np.float32(0.999)
+        a1, a2, a3 = a0 + one, a0 * m, a0 * a0
+        i0 = i1 = i2 = i3 = np.int64(0)
+        for _ in range(iters):  # float32 -> int64 (F2I.S64), as the kernels' fixed point
+            i0 += np.int64(a0 * np.float32(4096.0))
+            i1 += np.int64(a1 * np.float32(4096.0))
+            i2 += np.int64(a2 * np.float32(4096.0))
+            i3 += np.int64(a3 * np.float32(4096.0))
+            a0 = a0 * m + one
+            a1 = a1 * m + one
+            a2 = a2 * m + one
+            a3 = a3 * m + one
+        out[t] = np.float32(i0 + i1 + i2 + i3)
+
+    @cuda.jit
     def atomic(acc, first, step):
         t = cuda.grid(1)
         mask = acc.size - 1  # a power of two: no integer division in the loop
@@ -581,12 +603,14 @@ def ceiling_kernels() -> dict:
         cuda.syncthreads()
         out[cuda.grid(1)] = tile[tid]
 
-    return {"fma": fma, "rcp": rcp, "atomic": atomic, "shared_atomic": shared_atomic}
+    return {"fma": fma, "rcp": rcp, "conv": conv, "atomic": atomic, "shared_atomic": shared_atomic}
 
 
 def measure_ceilings(repeats: int = 5) -> dict:
     """Measured ceilings on the current GPU (not under the simulator): device copy bytes/s
-    (read + write), FP32 FMA FLOP/s, MUFU reciprocals/s, int64 global atomics/s at scattered
+    (read + write), FP32 FMA FLOP/s, MUFU reciprocals/s, float32 -> int64 conversions/s
+    (``conv64``, a lower bound: the loop adds FFMA and int64 adds), int64 global atomics/s at
+    scattered
     addresses on a 1 GiB array (``atomics_dram``) and a 16 MiB one (``atomics_l2``) and
     coalesced on 1 GiB (``atomics_coalesced``), int64 shared-memory atomics/s
     (``atomics_shared``)."""
@@ -611,6 +635,7 @@ def measure_ceilings(repeats: int = 5) -> dict:
         2 * 8 * _ITERS * threads / run(lambda: k["fma"][grid, 256, s](x, y), repeats)
     )
     out["mufu_s"] = 4 * _ITERS * threads / run(lambda: k["rcp"][grid, 256, s](x, y), repeats)
+    out["conv64_s"] = 4 * _ITERS * threads / run(lambda: k["conv"][grid, 256, s](x, y), repeats)
     # scattered: each thread its own 32-byte sector (the quadrature kernel's flush: a thread
     # a row); coalesced: a warp's 32 atomics on 256 contiguous bytes (the table kernel's flush)
     for label, size, first, step in (
@@ -804,6 +829,7 @@ def _fractions(rec: dict, peaks: dict, ceilings: dict | None) -> dict:
         f["dram_min_copy"] = frac(r.get("dram_min"), ceilings.get("copy_bytes_s"))
         f["flop_measured"] = frac(r.get("flop"), ceilings.get("fma_flop_s"))
         f["mufu_measured"] = frac(r.get("mufu"), ceilings.get("mufu_s"))
+        f["conv64_measured"] = frac(r.get("conv64"), ceilings.get("conv64_s"))
         for label in ("atomics_l2", "atomics_dram", "atomics_coalesced"):
             f[label] = frac(r.get("global_atomics"), ceilings.get(label + "_s"))
         f["atomics_shared"] = frac(r.get("shared_atomics"), ceilings.get("atomics_shared_s"))
@@ -948,6 +974,7 @@ def main(argv: list[str] | None = None) -> None:
             f"ceilings measured: copy {ceilings['copy_bytes_s'] / 1e12:.2f} TB/s, FP32 FMA "
             f"{ceilings['fma_flop_s'] / 1e12:.1f} TFLOP/s, "
             f"MUFU {ceilings['mufu_s'] / 1e12:.2f} T/s, "
+            f"float32->int64 {ceilings['conv64_s'] / 1e12:.2f} T/s, "
             f"int64 atomics: scattered {ceilings['atomics_l2_s'] / 1e9:.1f} G/s (16 MiB), "
             f"{ceilings['atomics_dram_s'] / 1e9:.1f} G/s (1 GiB), coalesced "
             f"{ceilings['atomics_coalesced_s'] / 1e9:.1f} G/s, shared "
