@@ -266,8 +266,13 @@ needs_gpu = pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible
 
 @pytest.fixture
 def plans_only(monkeypatch):
-    """The plans' kernels for every model (the one-launch route of small models off)."""
+    """The plans' kernels for every model (the one-launch route of small models off), every
+    eligible path on a table within the budget (not the device's cost-model choice)."""
+    from distshap import cost_model
+
     monkeypatch.setattr(_kc().config, "SMALL_MAX_PATHS", 0, raising=False)
+    with cost_model.use_costs(cost_model.tables_everywhere()):
+        yield
 
 
 def _cpu(packed, X):
@@ -322,7 +327,7 @@ def test_gpu_shap_tables_shared_and_global_accumulation_agree(monkeypatch, plans
 
 @pytest.mark.gpu
 @needs_gpu
-def test_gpu_filled_shap_tables_match_the_cpu_tables():
+def test_gpu_filled_shap_tables_match_the_cpu_tables(plans_only):
     from distshap.kernels import quadrature_cpu
 
     kc, km = _kc(), _km()

@@ -198,17 +198,32 @@ def shap_table_policy(packed: PackedModel) -> np.ndarray:
     return strategy.choose_tables(lengths, packed.table_budget_bytes, max_features, "k")
 
 
-def _shap_table_offsets(packed: PackedModel) -> np.ndarray:
+def _shap_table_offsets(packed: PackedModel, costs=None) -> np.ndarray:
     """SHAP table offset of each path (-1: none), in the layout of
     :func:`distshap.strategy.choose_tables` with ``"k"`` values a pattern.
 
     The one place that decides which regular paths of the GPU's SHAP plan run on pattern tables
-    (the others run the quadrature kernels): for now :func:`shap_table_policy` (the packed
-    model's table policy; ``table_budget_bytes=0``: no table). It must stay a deterministic
-    function of the model and settings (the bits depend on the choice), give no table to an
-    oversize path, and keep within the policy's budget and feature limit.
+    (the others run the quadrature kernels; oversize paths never get one): the cost model's
+    choice (:func:`distshap.strategy.gpu_shap_table_offsets`: tables where they are predicted
+    to save time) within the packed model's table policy (``table_budget_bytes``,
+    ``max_table_features`` capped at the fill kernel's :data:`~.tables.SHAP_TABLE_MAX_FEATURES`;
+    :func:`shap_table_policy` gives every eligible path a table), from the constants ``costs``
+    (default: the current device kind's, :func:`distshap.cost_model.device_costs`, never
+    calibrated here; under the simulator or without a GPU, every eligible path). A
+    deterministic function of the model, the device kind and settings: the bits depend on it.
     """
-    return shap_table_policy(packed)
+    from distshap import cost_model
+
+    k = strategy.path_features(packed.path_offsets)
+    path_bin, regular = _regular(packed)
+    lengths = np.where(regular, k, 0)  # k = 0: no table
+    max_features = min(int(packed.max_table_features), SHAP_TABLE_MAX_FEATURES)
+    if costs is None:
+        costs = cost_model.device_costs()
+    return strategy.gpu_shap_table_offsets(
+        lengths, packed.path_group, packed.table_budget_bytes, max_features, costs,
+        num_features=packed.num_features, num_groups=packed.num_groups, path_bin=path_bin,
+    )  # fmt: skip
 
 
 def interaction_table_offsets(packed: PackedModel) -> np.ndarray:
@@ -452,8 +467,11 @@ def clear_cache() -> None:
         _CACHE.clear()
 
 
-def strategy_stats(packed: PackedModel) -> dict:
+def strategy_stats(packed: PackedModel, costs=None) -> dict:
     """How the CUDA kernels will evaluate ``packed`` (host arithmetic only, no GPU needed).
+
+    ``costs`` (:class:`~distshap.cost_model.KernelCosts`) choose the SHAP tables
+    (:func:`_shap_table_offsets`; default: the current device kind's).
 
     Returns a dict with ``shap_table_paths``, ``shap_table_lanes`` and ``shap_table_bytes``
     (SHAP values: the regular paths on SHAP tables, :func:`_shap_table_offsets`, filled on the
@@ -470,7 +488,7 @@ def strategy_stats(packed: PackedModel) -> dict:
     lanes = np.diff(packed.path_offsets)
     k = lanes - 1
     _, regular = _regular(packed)
-    shap_offsets = _shap_table_offsets(packed)
+    shap_offsets = _shap_table_offsets(packed, costs)
     stab = (shap_offsets >= 0) & regular
     quad = regular & ~stab
     itab = (interaction_table_offsets(packed) >= 0) & regular
