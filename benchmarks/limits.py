@@ -120,7 +120,7 @@ DATASHEET: dict[str, dict[str, float | str]] = {
 }  # fmt: skip
 #: Per-SM results per clock, compute capability 9.0 (CUDA C++ Programming Guide).
 PER_SM_CLOCK = {"fp32": 128, "fp64": 64, "mufu": 16, "conv64": 16}
-#: The work counters (per row) and their peak key; see the module docstring.
+#: The work counters, per row (module docstring).
 COUNTERS = (
     "fp32", "flop", "mufu", "conv64", "fp64", "shared", "shared_atomics", "global_atomics",
     "bytes_x", "bytes_lane", "bytes_table", "bytes_atomic", "bytes_out", "dram_min",
@@ -261,6 +261,7 @@ def _quadrature_interactions(packed, launch: dict, shared: bool, rows: int) -> d
     diag = feat[a_idx] == feat[b_idx]
     if shared:
         c["shared_atomics"] = K + pairs
+        c["shared"] = 2 * F1 * F1 * float(offsets.size - 1)  # the tile's zeroing and flush
         keys = np.unique(chunk[a_idx] * F1 * F1 + entry)
         nd = int((keys % (F1 * F1) // F1 == keys % F1).sum())
         c["global_atomics"] = 2 * keys.size - nd  # off-diagonal entries mirrored
@@ -303,6 +304,8 @@ def _tables(packed, plan: dict, tile_rows: int, rows: int, shap: bool) -> dict:
     c["conv64"] = E
     c["bytes_x"] = 4 * A  # X[row, feature] per active lane
     c["bytes_table"] = 4 * E
+    if not shap:
+        c["bytes_lane"] = 4 * E  # the conditioned element's feature, a lane_i load an entry
     tpaths = np.unique(lane_path[active])
     lanes, owner = _lanes_of(po, tpaths)
     feat = np.asarray(packed.feature, np.int64)[lanes]
