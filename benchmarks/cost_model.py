@@ -92,6 +92,7 @@ def measure(shape: str, rows: int, repeats: int, xgboost: bool = True) -> dict:
             "measured_over_predicted": (rows / s) / pred.rows_per_second,
             "predicted_shipped_rows_s": cm.predict(packed, offsets, shipped, rows).rows_per_second,
             "first_call_s": first,
+            "route": pred.route,
             "table_paths": pred.table_paths,
             "table_bytes": pred.table_bytes,
             "quadrature_paths": pred.quadrature_paths,
