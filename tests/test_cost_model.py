@@ -415,3 +415,22 @@ def test_simulator_and_no_gpu_put_every_eligible_path_on_a_table(monkeypatch):
     monkeypatch.setattr(cm, "current_device_name", lambda: "NVIDIA H100 80GB HBM3")
     monkeypatch.setenv(cm.CACHE_ENV, "none")
     assert cm.device_costs() is cm.SHIPPED["H100"]
+
+
+BENCH_SCRIPT = r"""
+import json, sys
+from benchmarks import cost_model
+cost_model.main(["--shapes", "cal_housing-small", "--rows", "3", "--repeats", "1",
+                 "--no-xgboost", "--out", sys.argv[1] if len(sys.argv) > 1 else OUT])
+rec = json.loads(open(OUT).read().splitlines()[-1])
+assert "error" not in rec, rec
+for v in ("quadrature", "auto", "tables"):
+    assert rec[v]["measured_rows_s"] > 0 and rec[v]["predicted_rows_s"] > 0, rec
+assert rec["auto"]["plan_is_cost_model_choice"], rec
+print("SIMULATOR-OK")
+"""
+
+
+def test_benchmark_plumbing_under_simulator(tmp_path):
+    out = str(tmp_path / "bench.jsonl")
+    assert_simulator_ok(f"OUT = {out!r}\n" + BENCH_SCRIPT, timeout=600)
