@@ -354,6 +354,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     print(f"  {'launch':<18} {1e6 * c.launch:>10.4g}\n  {'call':<18} {1e6 * c.call:>10.4g}")
     worst = max(abs(m["fit_error"]) for m in result.measurements)
     print(f"largest relative error of the fit over {len(result.measurements)} models: {worst:.1%}")
+    print(f"as shipped constants: {cost_model.shipped_literal(c)}")
     for note in result.notes:
         print(f"note: {note}")
     where = f"written to {result.path}" if result.path else "not written (--dry-run)"

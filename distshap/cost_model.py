@@ -66,6 +66,7 @@ __all__ = [
     "quadrature_path_seconds",
     "round_costs",
     "save_costs",
+    "shipped_literal",
     "table_lane_seconds",
     "tables_everywhere",
     "use_costs",
@@ -366,6 +367,15 @@ def tables_everywhere(base: KernelCosts | None = None) -> KernelCosts:
     zero = {name: 0.0 for name in ("table_bin", "table_lane", "table_miss_lane",
                                    "table_global_lane")}  # fmt: skip
     return replace(base, source="forced: tables everywhere", quad_path=1.0, **zero)
+
+
+def shipped_literal(costs: KernelCosts) -> str:
+    """``costs`` in the units of the shipped table (:data:`SHIPPED`: per-row constants in
+    picoseconds, per-launch and per-call ones in microseconds), as a Python ``dict(...)``, to
+    ship measured constants for a device kind."""
+    parts = [f"{n}={getattr(costs, n) * 1e12:.4g}" for n in COST_FIELDS]
+    parts += [f"{n}={getattr(costs, n) * 1e6:.4g}" for n in CALL_FIELDS]
+    return f"dict({', '.join(parts)})  # l2_bytes={costs.l2_bytes}"
 
 
 def round_costs(costs: KernelCosts, digits: int = 3) -> KernelCosts:

@@ -275,6 +275,14 @@ def test_bad_cache_file_refused(tmp_path, text):
         cm.costs_for("x", cache=path)
 
 
+def test_shipped_literal_round_trip():
+    text = cm.shipped_literal(H100)
+    assert text.startswith("dict(") and "table_bin=230" in text
+    values = eval(text.split("  #")[0])  # noqa: S307 - our own output
+    again = cm._costs("H100", H100.source, H100.l2_bytes >> 20, **values)
+    assert again == H100
+
+
 def test_round_costs_and_override():
     r = cm.round_costs(replace(H100, quad_lane=1.23456789e-11), digits=3)
     assert r.quad_lane == 1.23e-11 and r.table_bin == H100.table_bin
