@@ -97,7 +97,13 @@ def explain_rows(
             "background data (e.g. a sample of the training rows), or use model_output='raw'"
         )
     module = kernels.get_backend(kernels.resolve_backend(backend, cupy_data=is_cupy(rows)))
-    out = (module.interaction_values if interactions else module.shap_values)(packed, rows)
+    fused = check and packed.margin is not None and hasattr(module, "checked_values")
+    # the backend may run the same check inside its kernel (None: not for this model)
+    out = module.checked_values(packed, rows, raw, interactions, first_row) if fused else None
+    if out is None:
+        out = (module.interaction_values if interactions else module.shap_values)(packed, rows)
+    else:
+        check = False  # checked
     if check and packed.margin is not None:
         if is_cupy(out) and not is_cupy(raw):
             import cupy

@@ -23,7 +23,12 @@ from __future__ import annotations
 
 from distshap.kernels.cuda import config
 from distshap.kernels.cuda.interventional import interventional_values
-from distshap.kernels.cuda.launch import default_batch_rows, interaction_values, shap_values
+from distshap.kernels.cuda.launch import (
+    checked_values,
+    default_batch_rows,
+    interaction_values,
+    shap_values,
+)
 from distshap.kernels.cuda.model import (
     DeviceModel,
     Plan,
@@ -39,7 +44,8 @@ from distshap.kernels.cuda.quadrature import gauss_legendre, quadrature_warps
 from distshap.kernels.cuda.tables import shared_tile_rows
 
 __all__ = [
-    "DeviceModel", "Plan", "QuadratureLaunch", "clear_cache", "compile_check", "config",
+    "DeviceModel", "Plan", "QuadratureLaunch", "checked_values", "clear_cache", "compile_check",
+    "config",
     "default_batch_rows", "device_model", "fixed_point_shift", "gauss_legendre",
     "interaction_plan", "interaction_values", "interventional_values", "quadrature_warps",
     "shap_values", "shared_tile_rows", "strategy_stats",

@@ -28,6 +28,11 @@ __all__ = [
     "SHARED_TILE_VALUES",
     "SLOT_QUADRATURE_ROWS",
     "SLOT_QUADRATURE_VARIANT",
+    "SMALL_MAX_GROUPS",
+    "SMALL_MAX_INTERACTION_COLUMNS",
+    "SMALL_MAX_PATHS",
+    "SMALL_MAX_PATH_FEATURES",
+    "SMALL_MAX_SHAP_COLUMNS",
     "TABLE_WARPS_PER_BLOCK",
     "TILE_ROWS",
 ]
@@ -60,6 +65,17 @@ TILE_ROWS = 128
 MIN_TILE_ROWS = 8
 #: Rows per warp of the table kernels at most (fewer for small inputs, to fill the GPU).
 ROWS_PER_WARP = 1024
+
+#: Small models (:mod:`.small`): one launch computes a row's whole output in one warp (the
+#: additivity check included) for models of at most this many paths (read at call time; 0
+#: turns the route off), ...
+SMALL_MAX_PATHS = 256
+#: ... paths of at most this many features, ``F + 1`` of at most these many columns for SHAP
+#: and for interaction values, and at most this many output groups (frozen: local arrays).
+SMALL_MAX_PATH_FEATURES = 8
+SMALL_MAX_SHAP_COLUMNS = 64
+SMALL_MAX_INTERACTION_COLUMNS = 16
+SMALL_MAX_GROUPS = 16
 
 #: Longest path (features) of the oversize fallback kernel (frozen: its local arrays).
 MAX_FALLBACK_FEATURES = 127

@@ -19,7 +19,7 @@ import warnings
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda import config
+from distshap.kernels.cuda import config, small
 from distshap.kernels.cuda.device import SIM, stream, xp
 from distshap.kernels.cuda.fallback import launch_fallback
 from distshap.kernels.cuda.model import device_model, interaction_plan, slot_arrays
@@ -28,8 +28,8 @@ from distshap.kernels.cuda.tables import launch_tables
 from distshap.packed import PackedModel
 
 __all__ = [
-    "default_batch_rows", "device_rows", "finish_kernel", "interaction_values", "launch_finish",
-    "new_output", "run_batches", "run_slot_batches", "shap_values",
+    "checked_values", "default_batch_rows", "device_rows", "finish_kernel", "interaction_values",
+    "launch_finish", "new_output", "run_batches", "run_slot_batches", "shap_values",
 ]  # fmt: skip
 
 
@@ -119,7 +119,83 @@ def new_output(packed: PackedModel, n: int, interactions: bool):
     return out, out.reshape(n, G * group_size), group_size, group_size - 1
 
 
+def _check_batch_rows(batch_rows: int | None) -> None:
+    if batch_rows is not None and int(batch_rows) < 1:
+        raise ValueError(f"batch_rows must be >= 1, got {int(batch_rows)}")
+
+
+def _run_small(packed: PackedModel, X, raw, interactions: bool, first_row: int = 0):
+    """The one-launch route (:mod:`.small`) on the rows ``X``; with ``raw`` (the model's raw
+    values of the same rows) the additivity check runs in the kernel, then on the host where
+    the kernel flags a row (raising :class:`~distshap.additivity.AdditivityError`)."""
+    sm = small.small_model(packed)
+    Xd = device_rows(X, packed.num_features)
+    n = int(Xd.shape[0])
+    G, F1 = packed.num_groups, packed.num_features + 1
+    out = xp().empty((n, G, F1, F1) if interactions else (n, G, F1), dtype=np.float32)
+    if n == 0:
+        return out
+    if raw is None:
+        small.launch_small(sm, Xd, Xd, out, interactions, False)
+        return out
+    Xraw = Xd if _same_values(raw, X) else _device_raw(raw, n, packed.num_features)
+    flag, s = small.launch_small(sm, Xd, Xraw, out, interactions, True)
+    if small.read_flag(flag, s):  # the full check decides, with its message
+        from distshap.additivity import check_additivity
+        from distshap.kernels.margin import predict_margin
+
+        what = "interaction values" if interactions else "SHAP values"
+        check_additivity(out, predict_margin(packed.margin, Xraw), what, first_row)
+    return out
+
+
+def _same_values(raw, X) -> bool:
+    """Whether ``raw`` is the float32 array ``X`` (an identity encoding: no second copy)."""
+    return raw is X or (
+        type(raw) is type(X) and raw.dtype == np.float32 and X.dtype == np.float32
+        and raw.shape == X.shape and _pointer(raw) == _pointer(X) and _pointer(X) is not None
+        and raw.flags.c_contiguous and X.flags.c_contiguous
+    )  # fmt: skip
+
+
+def _pointer(a):
+    if hasattr(a, "data") and hasattr(a.data, "ptr"):
+        return int(a.data.ptr)  # CuPy
+    if isinstance(a, np.ndarray):
+        return int(a.__array_interface__["data"][0])
+    return None
+
+
+def _device_raw(raw, n: int, num_features: int):
+    """The model's raw values (float32 or float64) as a C-contiguous device array."""
+    if tuple(raw.shape) != (n, num_features):
+        raise ValueError(f"raw rows must have shape ({n}, {num_features}), got {raw.shape}")
+    dtype = np.float64 if raw.dtype == np.float64 else np.float32
+    if SIM:
+        return np.ascontiguousarray(np.asarray(raw), dtype=dtype)
+    cp = xp()
+    return cp.ascontiguousarray(cp.asarray(raw), dtype=dtype)
+
+
+def checked_values(packed: PackedModel, rows, raw, interactions: bool, first_row: int = 0):
+    """Values of ``rows`` with the additivity check fused into the kernel, or ``None``.
+
+    For models that take the one-launch route (:func:`distshap.kernels.cuda.small.fits`) and
+    carry their margin arrays: the values of :func:`shap_values` / :func:`interaction_values`,
+    checked against the independent traversal of ``raw`` (the rows' raw values,
+    :func:`distshap.inputs.model_matrix`), as :func:`distshap.additivity.check_additivity`
+    checks them (it raises :class:`~distshap.additivity.AdditivityError`). ``None`` for other
+    models: the caller runs the kernels and the check itself.
+    """
+    if packed.margin is None or not small.fits(packed, interactions):
+        return None
+    return _run_small(packed, rows, raw, interactions, first_row)
+
+
 def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool):
+    if small.fits(packed, interactions):
+        _check_batch_rows(batch_rows)  # the bits do not depend on it: one launch
+        return _run_small(packed, X, None, interactions)
     model = device_model(packed)
     plan = interaction_plan(packed, model) if interactions else model.shap
     X = device_rows(X, packed.num_features)
@@ -158,9 +234,12 @@ def run_slot_batches(packed: PackedModel, X, slots, consume, batch_rows: int | N
     width = max(1, dev.num_slots)
     scale = 2.0**model.interaction_shift
     F1 = packed.num_features + 1
+    sm = small.small_model(packed) if small.fits(packed, True) else None
 
     def batch(r0, r1, Xb, acc, s):
-        if dev.num_slots:
+        if dev.num_slots and sm is not None:  # the integers of the one-launch route's matrices
+            small.launch_slots(sm, Xb, acc, dev, s)
+        elif dev.num_slots:
             launch_tables(model, plan, Xb, acc, scale, F1, s, slots=dev)
             launch_quadrature(model, plan, Xb, acc, scale, F1, s, True, slots=dev)
             launch_fallback(model, Xb, acc, scale, F1, s, True, slots=dev)

@@ -1,0 +1,562 @@
+"""Small models: a row's whole output from one warp, in one launch per call.
+
+A model of a few dozen paths (10 trees of depth 3: 80) leaves the GPU idle in the regular
+route: per row batch an int64 accumulator is allocated and zeroed, then several kernels add
+to it and a finish kernel converts it, and the additivity check runs its own traversal kernel
+and reductions, so a call is a dozen launches and allocations of a few microseconds of work
+each. For models that :func:`fits`, one kernel does it all:
+
+* one warp per row (rows in a grid-stride loop); lane ``l`` runs the paths ``l, l + 32, ...``
+  of each output group (the paths sorted by group on the host) with the float64 DP of the
+  fallback kernel (EXTEND, UNWOUND_SUM; for interaction values once more per conditioned
+  element, paper §3.5), summing into its own float64 accumulator ``(F + 1)`` or ``(F + 1)**2``
+  entries (local memory);
+* the 32 accumulators are summed with a butterfly of warp shuffles (``a + b == b + a``, so
+  every lane ends with the same bits), rounded once to the model's fixed point
+  (:func:`~distshap.kernels.cuda.model.fixed_point_shift`, the shift of the regular route) and
+  written as float32 by the finish kernel's conversion (the expected value added at the bias
+  entry). The values are multiples of ``2**-s`` as the regular route's are, and the pair-slot
+  variant (:func:`slot_kernel`, for :mod:`.pairs`) stores the same integers, so top pairs and
+  summaries keep the bits of the matrices;
+* the additivity check in the same pass: each lane walks the trees ``l, l + 32, ...`` with the
+  independent traversal of :mod:`distshap.kernels.margin` (its own function, on the model's raw
+  values), the lanes' sums are added by the butterfly, and a row whose float32 values miss
+  the margin by more than half the check's tolerance (:data:`distshap.additivity.RTOL`) sets a
+  flag in mapped host memory; the host reads it after one stream synchronisation and, when set,
+  runs the full check (:func:`~distshap.additivity.check_additivity` against
+  :func:`~distshap.kernels.margin.predict_margin`), which raises with its usual message.
+
+Each row is computed by one warp in a fixed order, so its bits depend on the row only: not on
+the batch, the grid or the number of GPUs. They are not those of the regular route (another
+summation), and :func:`fits` is a function of the packed model and :mod:`.config` only, so
+every GPU of a run takes the same route. Model constants (paths sorted by group, the margin
+arrays) sit in six device arrays with a header of section offsets (few kernel arguments: each
+costs host time at every launch), copied once per model and device.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+from numba import cuda
+
+from distshap.additivity import RTOL
+from distshap.kernels.cuda import config
+from distshap.kernels.cuda.device import (
+    FULL_MASK,
+    SIM,
+    device_id,
+    extend_path,
+    fixed,
+    follows,
+    stream,
+    unwound_sum,
+)
+from distshap.kernels.margin import _row_margin
+from distshap.packed import PackedModel
+
+__all__ = [
+    "SMALL_MAX_GROUPS", "SMALL_MAX_INTERACTION_COLUMNS", "SMALL_MAX_PATH_FEATURES",
+    "SMALL_MAX_SHAP_COLUMNS", "SmallModel", "clear_cache", "fits", "host_arrays", "launch_small",
+    "read_flag", "shap_kernel", "interaction_kernel", "slot_kernel", "small_model",
+]  # fmt: skip
+
+# Frozen at import: the kernels' local arrays have these sizes, so the host side uses them too.
+SMALL_MAX_PATH_FEATURES = config.SMALL_MAX_PATH_FEATURES
+SMALL_MAX_SHAP_COLUMNS = config.SMALL_MAX_SHAP_COLUMNS
+SMALL_MAX_INTERACTION_COLUMNS = config.SMALL_MAX_INTERACTION_COLUMNS
+SMALL_MAX_GROUPS = config.SMALL_MAX_GROUPS
+_MAXF1 = SMALL_MAX_PATH_FEATURES + 1
+_MAXF2 = SMALL_MAX_PATH_FEATURES + 2
+_SHAP_ACC = SMALL_MAX_SHAP_COLUMNS
+_INTER_ACC = SMALL_MAX_INTERACTION_COLUMNS * SMALL_MAX_INTERACTION_COLUMNS
+_HALF_RTOL = 0.5 * RTOL  # stricter than the host check: every row it fails is flagged
+_WARPS = 1 if SIM else 4  # warps a block (the simulator's shuffle syncs one warp's block)
+_MAX_BLOCKS = 4096  # grid cap: more rows loop (grid-stride), the bits do not change
+
+# Sections of the six constant arrays. ``longs`` starts with a header: for each array in the
+# order below, the start of each section and the array's end (offsets into that array).
+_SECTIONS = (
+    ("ints", np.int32, ("paths", "group_paths", "feature", "nbits", "left", "right",
+                        "node_feature", "cat_values", "tree_group")),
+    ("longs", np.int64, ("path_offsets", "cat_offsets", "node_cat_offsets", "roots")),
+    ("f32s", np.float32, ("lower", "upper", "missing_value")),
+    ("f64s", np.float64, ("zero", "value", "expected", "threshold", "leaf_value", "base_score",
+                          "zeros")),
+    ("bools", np.bool_, ("missing", "cat_other", "default_left", "is_categorical")),
+)  # fmt: skip
+
+
+def _header_layout() -> tuple[dict, int]:
+    at, pos = {}, 0
+    for name, _, sections in _SECTIONS:
+        for i, s in enumerate(sections):
+            at[(name, s)] = pos + i
+        pos += len(sections) + 1
+    return at, pos
+
+
+_AT, _HEADER = _header_layout()
+# header entries of each section's start (its end is the next entry), compile-time constants
+(H_PATHS, H_GROUP_PATHS, H_FEATURE, H_NBITS, H_LEFT, H_RIGHT, H_NODE_FEATURE, H_CAT_VALUES,
+ H_TREE_GROUP) = (_AT[("ints", s)] for s in _SECTIONS[0][2])  # fmt: skip
+H_PATH_OFFSETS, H_CAT_OFFSETS, H_NODE_CAT_OFFSETS, H_ROOTS = (
+    _AT[("longs", s)] for s in _SECTIONS[1][2]
+)
+H_LOWER, H_UPPER, H_MISSING_VALUE = (_AT[("f32s", s)] for s in _SECTIONS[2][2])
+H_ZERO, H_VALUE, H_EXPECTED, H_THRESHOLD, H_LEAF_VALUE, H_BASE_SCORE, H_ZEROS = (
+    _AT[("f64s", s)] for s in _SECTIONS[3][2]
+)
+H_MISSING, H_CAT_OTHER, H_DEFAULT_LEFT, H_IS_CATEGORICAL = (
+    _AT[("bools", s)] for s in _SECTIONS[4][2]
+)
+
+
+def fits(packed: PackedModel, interactions: bool) -> bool:
+    """Whether ``packed`` takes the one-launch route (host arithmetic on the packed arrays).
+
+    At most :data:`config.SMALL_MAX_PATHS` paths (read at call time; 0 turns the route off),
+    every path of at most :data:`SMALL_MAX_PATH_FEATURES` features, ``F + 1`` columns of at
+    most :data:`SMALL_MAX_SHAP_COLUMNS` (SHAP values) or :data:`SMALL_MAX_INTERACTION_COLUMNS`
+    (interaction values), at most :data:`SMALL_MAX_GROUPS` output groups (these four are the
+    kernels' compiled sizes), and a margin model, when there is one, of as many groups.
+    """
+    if not isinstance(packed, PackedModel):
+        raise TypeError(f"expected a PackedModel, got {type(packed).__name__}")
+    if packed.num_paths > config.SMALL_MAX_PATHS or config.SMALL_MAX_PATHS <= 0:
+        return False
+    columns = SMALL_MAX_INTERACTION_COLUMNS if interactions else SMALL_MAX_SHAP_COLUMNS
+    if packed.num_features + 1 > columns or not 1 <= packed.num_groups <= SMALL_MAX_GROUPS:
+        return False
+    if packed.margin is not None and packed.margin["base_score"].shape[0] != packed.num_groups:
+        return False
+    return _longest_path(packed) <= SMALL_MAX_PATH_FEATURES
+
+
+_LONGEST: dict = {}  # model digest -> its longest path (fits runs on every call)
+
+
+def _longest_path(packed: PackedModel) -> int:
+    k = _LONGEST.get(packed.digest) if packed.digest else None
+    if k is None:
+        offsets = np.asarray(packed.path_offsets)
+        k = int(np.diff(offsets).max()) - 1 if offsets.size > 1 else 0
+        if packed.digest:
+            if len(_LONGEST) > 256:
+                _LONGEST.clear()
+            _LONGEST[packed.digest] = k
+    return k
+
+
+def host_arrays(packed: PackedModel) -> dict:
+    """The six constant arrays of the small kernels (host), by name (module docstring)."""
+    P = packed.num_paths
+    order = np.argsort(np.asarray(packed.path_group, np.int64), kind="stable")
+    group_paths = np.searchsorted(np.asarray(packed.path_group)[order], np.arange(
+        packed.num_groups + 1))  # fmt: skip
+    G = packed.num_groups
+    m = packed.margin
+    if m is None:  # no traversal (the check is skipped): empty margin sections
+        m = {
+            "left": np.zeros(0, np.int32), "right": np.zeros(0, np.int32),
+            "feature": np.zeros(0, np.int32), "cat_values": np.zeros(0, np.int32),
+            "tree_group": np.zeros(0, np.int32), "cat_offsets": np.zeros(0, np.int64),
+            "roots": np.zeros(0, np.int64), "missing": np.full(1, np.nan, np.float32),
+            "threshold": np.zeros(0), "value": np.zeros(0), "base_score": np.zeros(G),
+            "default_left": np.zeros(0, bool), "is_categorical": np.zeros(0, bool),
+        }  # fmt: skip
+    parts = {
+        "ints": (order[:P], group_paths, packed.feature, packed.cat_nbits, m["left"],
+                 m["right"], m["feature"], m["cat_values"], m["tree_group"]),
+        "longs": (packed.path_offsets, packed.cat_offsets, m["cat_offsets"], m["roots"]),
+        "f32s": (packed.lower, packed.upper, m["missing"]),
+        "f64s": (packed.zero_fraction, packed.path_value, packed.expected_value,
+                 m["threshold"], m["value"], m["base_score"], np.zeros(G)),
+        "bools": (packed.missing, packed.cat_other, m["default_left"], m["is_categorical"]),
+    }  # fmt: skip
+    header = np.zeros(_HEADER, np.int64)
+    out = {}
+    for name, dtype, sections in _SECTIONS:
+        arrays = [np.asarray(a).reshape(-1).astype(dtype, copy=False) for a in parts[name]]
+        base = _HEADER if name == "longs" else 0
+        sizes = np.array([a.size for a in arrays], np.int64)
+        starts = base + np.concatenate(([0], np.cumsum(sizes)))
+        first = _AT[(name, sections[0])]
+        header[first : first + len(arrays) + 1] = starts
+        out[name] = arrays
+    for name, dtype, _ in _SECTIONS:
+        arrays = ([header] if name == "longs" else []) + out[name]
+        joined = np.concatenate(arrays).astype(dtype, copy=False)
+        out[name] = joined if joined.size else np.zeros(1, dtype)
+    words = np.ascontiguousarray(packed.cat_words, np.uint32)
+    out["words"] = words if words.size else np.zeros(1, np.uint32)
+    return out
+
+
+@dataclass(eq=False)
+class SmallModel:
+    """The small kernels' constants on one device (:func:`host_arrays`, copied), the fixed
+    point ``scale = 2**s`` of SHAP and interaction values, and the model's sizes."""
+
+    ints: object
+    longs: object
+    f32s: object
+    f64s: object
+    bools: object
+    words: object
+    shap_scale: float
+    interaction_scale: float
+    num_features: int
+    num_groups: int
+
+
+_CACHE: OrderedDict = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def small_model(packed: PackedModel) -> SmallModel:
+    """The :class:`SmallModel` of ``packed`` on the current device (built once per digest and
+    device; the last :data:`config.CACHE_SIZE` kept; a model without a digest: every call)."""
+    key = (packed.digest, device_id())
+    if packed.digest:
+        with _LOCK:
+            hit = _CACHE.get(key)
+            if hit is not None:
+                _CACHE.move_to_end(key)
+                return hit
+    from distshap.kernels.cuda.model import _path_bounds, fixed_point_shift
+
+    shap_bound, inter_bound = _path_bounds(packed)
+    host = host_arrays(packed)
+    to_device = (lambda a: a) if SIM else cuda.to_device
+    model = SmallModel(
+        **{name: to_device(a) for name, a in host.items()},
+        shap_scale=2.0 ** fixed_point_shift(shap_bound),
+        interaction_scale=2.0 ** fixed_point_shift(inter_bound),
+        num_features=packed.num_features,
+        num_groups=packed.num_groups,
+    )
+    if packed.digest:
+        with _LOCK:
+            _CACHE[key] = model
+            while len(_CACHE) > config.CACHE_SIZE:
+                _CACHE.popitem(last=False)
+    return model
+
+
+def clear_cache() -> None:
+    """Drop every cached small model (and the launch configurations)."""
+    with _LOCK:
+        _CACHE.clear()
+        _LAUNCHERS.clear()
+
+
+# ------------------------------------------------------------------------------------------
+# device code
+# ------------------------------------------------------------------------------------------
+
+_row_margin_device = cuda.jit(device=True)(_row_margin)
+
+if SIM:  # pragma: no cover - only under NUMBA_ENABLE_CUDASIM=1 (no warp intrinsics there)
+
+    @cuda.jit(device=True)  # a device function: the simulator lends it its thread context
+    def _warp_sum(value):
+        """The butterfly of the GPU version, replayed from shared memory (two barriers)."""
+        buf = cuda.shared.array(32, np.float64)
+        tree = cuda.local.array(32, np.float64)
+        buf[cuda.threadIdx.x & 31] = value
+        cuda.syncthreads()  # the simulator's block is one warp
+        for i in range(32):
+            tree[i] = buf[i]
+        cuda.syncthreads()
+        offset = 16
+        while offset > 0:
+            for i in range(32):
+                buf_i = tree[i] + tree[i ^ offset]
+                if i < (i ^ offset):
+                    tree[i ^ offset] = tree[i ^ offset] + tree[i]
+                    tree[i] = buf_i
+            offset >>= 1
+        return tree[cuda.threadIdx.x & 31]
+
+else:
+
+    @cuda.jit(device=True, inline=True)
+    def _warp_sum(value):
+        """The sum of ``value`` over the warp, the same bits in every lane (butterfly)."""
+        offset = 16
+        while offset > 0:
+            value += cuda.shfl_xor_sync(FULL_MASK, value, offset)
+            offset >>= 1
+        return value
+
+
+@cuda.jit(device=True)
+def _add_path(p, X, r, ints, longs, f32s, f64s, bools, words, acc, n_cols, interactions, w,
+              zero, one, diag):  # fmt: skip
+    """Add path ``p``'s float64 contributions for row ``r`` to this lane's ``acc``."""
+    s0 = longs[longs[H_PATH_OFFSETS] + p]
+    k = longs[longs[H_PATH_OFFSETS] + p + 1] - s0 - 1
+    v = f64s[longs[H_VALUE] + p]
+    for i in range(1, k + 1):
+        li = s0 + i
+        zero[i] = f64s[longs[H_ZERO] + li]
+        diag[i] = 0.0
+        one[i] = 0.0
+        if follows(X[r, ints[longs[H_FEATURE] + li]], f32s[longs[H_LOWER] + li],
+                   f32s[longs[H_UPPER] + li], bools[longs[H_MISSING] + li],
+                   bools[longs[H_CAT_OTHER] + li], longs[longs[H_CAT_OFFSETS] + li],
+                   ints[longs[H_NBITS] + li], words):  # fmt: skip
+            one[i] = 1.0
+    n_cond = k if interactions else 0
+    for c in range(0, n_cond + 1):
+        scale_c = 1.0 if c == 0 else 0.5 * (one[c] - zero[c])
+        if scale_c == 0.0:
+            continue
+        depth = extend_path(w, zero, one, 1, k + 1, c)
+        fc = ints[longs[H_FEATURE] + s0 + c]
+        for i in range(1, k + 1):
+            if i == c or one[i] == zero[i]:
+                continue
+            phi = unwound_sum(w, depth, zero[i], one[i]) * (one[i] - zero[i]) * v * scale_c
+            fi = ints[longs[H_FEATURE] + s0 + i]
+            if not interactions:
+                acc[fi] += phi
+            elif c == 0:
+                diag[i] += phi
+            else:
+                diag[i] -= phi
+                acc[fc * n_cols + fi] += phi
+    if interactions:
+        for i in range(1, k + 1):
+            fi = ints[longs[H_FEATURE] + s0 + i]
+            acc[fi * n_cols + fi] += diag[i]
+
+
+@cuda.jit(device=True)
+def _store_shap(out, r, g, e, n_cols, value):
+    out[r, g, e] = value
+
+
+@cuda.jit(device=True)
+def _store_interaction(out, r, g, e, n_cols, value):
+    i = e // n_cols
+    out[r, g, i, e - i * n_cols] = value
+
+
+def _make_emit(store, interactions: bool):
+    """The device function writing group ``g`` of row ``r`` (float32 values) and checking it."""
+
+    @cuda.jit(device=True)
+    def emit(acc, out, flag, r, g, lane, n_cols, scale, f64s, longs, check, margin, slot_i,
+             slot_j, group_slots):  # fmt: skip
+        width = n_cols * n_cols if interactions else n_cols
+        bias = width - 1
+        inv_scale = 1.0 / scale
+        total = 0.0
+        size = 0.0
+        for e in range(width):  # the same branches in every lane: the shuffles stay converged
+            i = e // n_cols
+            if e == bias or (interactions and (i == n_cols - 1 or e - i * n_cols == n_cols - 1)):
+                value = 0.0  # the bias column (row and column) holds the expected value only
+            else:
+                value = np.float64(fixed(_warp_sum(acc[e]), scale)) * inv_scale
+            if e == bias:
+                value += f64s[longs[H_EXPECTED] + g]
+            value32 = np.float32(value)
+            if (e & 31) == lane:
+                store(out, r, g, e, n_cols, value32)
+            total += np.float64(value32)
+            size += abs(np.float64(value32))
+        if check:
+            m = _warp_sum(margin[0, g])
+            bound = size + abs(m)
+            if not bound >= 1.0:  # the check's max(scale, 1); a NaN scale stays NaN
+                bound = 1.0 if bound == bound else bound
+            if lane == 0 and not abs(total - m) <= _HALF_RTOL * bound:
+                flag[0] = 1  # a NaN fails too
+
+    return emit
+
+
+@cuda.jit(device=True)
+def _emit_slots(acc, out, flag, r, g, lane, n_cols, scale, f64s, longs, check, margin, slot_i,
+                slot_j, group_slots):  # fmt: skip
+    """Group ``g``'s upper triangle and diagonal into row ``r``'s pair slots (int64 at the
+    fixed point: the integers the values above are made of)."""
+    for t in range(group_slots[g], group_slots[g + 1]):
+        value = _warp_sum(acc[slot_i[t] * n_cols + slot_j[t]])
+        if (t & 31) == lane:
+            out[r, t] = fixed(value, scale)
+
+
+def _make_kernel(kind: str):
+    """The small kernel of ``kind``: ``"shap"``, ``"interactions"`` or ``"slots"``."""
+    interactions = kind != "shap"
+    acc_size = _INTER_ACC if interactions else _SHAP_ACC
+    if kind == "slots":
+        emit = _emit_slots
+    else:
+        emit = _make_emit(_store_interaction if interactions else _store_shap, interactions)
+
+    @cuda.jit(device=True)
+    def body(X, Xraw, out, flag, ints, longs, f32s, f64s, bools, words, check, scale, slot_i,
+             slot_j, group_slots):  # fmt: skip
+        lane = cuda.threadIdx.x & 31
+        warp = (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) >> 5
+        n_warps = (cuda.gridDim.x * cuda.blockDim.x) >> 5
+        n_cols = X.shape[1] + 1
+        width = n_cols * n_cols if interactions else n_cols
+        acc = cuda.local.array(acc_size, np.float64)
+        w = cuda.local.array(_MAXF2, np.float64)
+        zero = cuda.local.array(_MAXF1, np.float64)
+        one = cuda.local.array(_MAXF1, np.float64)
+        diag = cuda.local.array(_MAXF1, np.float64)
+        margin = cuda.local.array((1, SMALL_MAX_GROUPS), np.float64)
+        paths = ints[longs[H_PATHS] : longs[H_PATHS + 1]]
+        group_paths = ints[longs[H_GROUP_PATHS] : longs[H_GROUP_PATHS + 1]]
+        for r in range(warp, X.shape[0], n_warps):  # the same rows in every lane of the warp
+            if check:  # this lane's trees, by the independent traversal of the raw values
+                base = H_BASE_SCORE if lane == 0 else H_ZEROS
+                _row_margin_device(
+                    Xraw[r : r + 1], 0,
+                    ints[longs[H_LEFT] : longs[H_LEFT + 1]],
+                    ints[longs[H_RIGHT] : longs[H_RIGHT + 1]],
+                    ints[longs[H_NODE_FEATURE] : longs[H_NODE_FEATURE + 1]],
+                    f64s[longs[H_THRESHOLD] : longs[H_THRESHOLD + 1]],
+                    bools[longs[H_DEFAULT_LEFT] : longs[H_DEFAULT_LEFT + 1]],
+                    bools[longs[H_IS_CATEGORICAL] : longs[H_IS_CATEGORICAL + 1]],
+                    longs[longs[H_NODE_CAT_OFFSETS] : longs[H_NODE_CAT_OFFSETS + 1]],
+                    ints[longs[H_CAT_VALUES] : longs[H_CAT_VALUES + 1]],
+                    f64s[longs[H_LEAF_VALUE] : longs[H_LEAF_VALUE + 1]],
+                    longs[longs[H_ROOTS] + lane : longs[H_ROOTS + 1] : 32],
+                    ints[longs[H_TREE_GROUP] + lane : longs[H_TREE_GROUP + 1] : 32],
+                    f64s[longs[base] : longs[base + 1]],
+                    f32s[longs[H_MISSING_VALUE] : longs[H_MISSING_VALUE + 1]],
+                    margin,
+                )  # fmt: skip
+            for g in range(group_paths.shape[0] - 1):
+                for e in range(width):
+                    acc[e] = 0.0
+                for j in range(group_paths[g] + lane, group_paths[g + 1], 32):
+                    _add_path(paths[j], X, r, ints, longs, f32s, f64s, bools, words, acc,
+                              n_cols, interactions, w, zero, one, diag)  # fmt: skip
+                emit(acc, out, flag, r, g, lane, n_cols, scale, f64s, longs, check, margin,
+                     slot_i, slot_j, group_slots)  # fmt: skip
+
+    if kind == "slots":
+
+        @cuda.jit
+        def kernel(X, acc, ints, longs, f32s, f64s, bools, words, scale, slot_i, slot_j,
+                   group_slots):  # fmt: skip
+            """One warp per row: interaction values into the row's pair slots (int64)."""
+            body(X, X, acc, slot_i, ints, longs, f32s, f64s, bools, words, False, scale, slot_i,
+                 slot_j, group_slots)  # fmt: skip
+
+    else:
+
+        @cuda.jit
+        def kernel(X, Xraw, out, flag, ints, longs, f32s, f64s, bools, words, check, scale):
+            """One warp per row: the row's values (float32, bias included) and its check."""
+            body(X, Xraw, out, flag, ints, longs, f32s, f64s, bools, words, check, scale, ints,
+                 ints, longs)  # fmt: skip
+
+    return kernel
+
+
+shap_kernel = _make_kernel("shap")
+interaction_kernel = _make_kernel("interactions")
+slot_kernel = _make_kernel("slots")
+
+
+# ------------------------------------------------------------------------------------------
+# launching
+# ------------------------------------------------------------------------------------------
+
+_LAUNCHERS: OrderedDict = OrderedDict()  # (kernel, grid, stream handle) -> configured kernel
+_STREAMS: dict = {}  # CuPy stream pointer -> its Numba stream
+_LOCAL = threading.local()  # per thread: {device id: the mapped check flag}
+
+
+def _stream():
+    """The current CuPy stream as a Numba stream, made once per stream pointer."""
+    if SIM:
+        return 0
+    import cupy
+
+    ptr = cupy.cuda.get_current_stream().ptr
+    s = _STREAMS.get(ptr)
+    if s is None:
+        s = _STREAMS[ptr] = stream()
+    return s
+
+
+def _launcher(kernel, n_rows: int, s):
+    """``kernel[grid, block, s]``, configured once per grid and stream (configuring costs host
+    time and warns about small grids, which small inputs have by nature)."""
+    block = 32 * _WARPS
+    grid = max(1, min(-(-n_rows // _WARPS), _MAX_BLOCKS))
+    key = (id(kernel), grid, getattr(s, "handle", s) if not SIM else 0)
+    hit = _LAUNCHERS.get(key)
+    if hit is None:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*under-utilization.*")
+            hit = kernel[grid, block, s]
+        with _LOCK:
+            _LAUNCHERS[key] = hit
+            while len(_LAUNCHERS) > 64:
+                _LAUNCHERS.popitem(last=False)
+    return hit
+
+
+def _flag():
+    """This thread's check flag on the current device (mapped host memory, zero between
+    calls): a call's kernel may set it, the same call reads and clears it."""
+    flags = getattr(_LOCAL, "flags", None)
+    if flags is None:
+        flags = _LOCAL.flags = {}
+    dev = device_id()
+    f = flags.get(dev)
+    if f is None:
+        f = np.zeros(1, np.int32) if SIM else cuda.mapped_array(1, np.int32)
+        f[0] = 0
+        flags[dev] = f
+    return f
+
+
+def launch_small(sm: SmallModel, X, Xraw, out, interactions: bool, check: bool):
+    """Run the SHAP or interaction small kernel on the device rows ``X`` (float32) into ``out``
+    (``(n, G, F + 1)`` / ``(n, G, F + 1, F + 1)`` float32); with ``check``, each row's
+    traversal of ``Xraw`` (the model's raw values, float32 or float64) too. Returns the flag
+    and the stream for :func:`read_flag`."""
+    kernel = interaction_kernel if interactions else shap_kernel
+    s = _stream()
+    flag = _flag()
+    scale = sm.interaction_scale if interactions else sm.shap_scale
+    _launcher(kernel, int(X.shape[0]), s)(X, Xraw, out, flag, sm.ints, sm.longs, sm.f32s,
+                                          sm.f64s, sm.bools, sm.words, check, scale)  # fmt: skip
+    return flag, s
+
+
+def read_flag(flag, s) -> bool:
+    """Whether a row of the launch failed the in-kernel check (waits for the stream); clears
+    the flag."""
+    if not SIM:
+        s.synchronize()
+    if flag[0] == 0:
+        return False
+    flag[0] = 0
+    return True
+
+
+def launch_slots(sm: SmallModel, X, acc, dev, s) -> None:
+    """Interaction values of the rows ``X`` into their pair slots ``acc`` (int64 ``(n, S)``,
+    zero on entry), for :func:`~distshap.kernels.cuda.launch.run_slot_batches`; ``dev`` is the
+    model's :class:`~distshap.kernels.cuda.model.SlotArrays`."""
+    _launcher(slot_kernel, int(X.shape[0]), s)(X, acc, sm.ints, sm.longs, sm.f32s, sm.f64s,
+                                               sm.bools, sm.words, sm.interaction_scale,
+                                               dev.slot_i, dev.slot_j, dev.group_slots)  # fmt: skip

@@ -1,0 +1,393 @@
+"""The one-launch route of small models (distshap.kernels.cuda.small).
+
+* host tests (no GPU): :func:`fits` at its boundaries, the constant arrays' layout, and PTX of
+  the three kernels where NVVM is present (no atomics, warp shuffles, the float64 DP);
+* a CUDA-simulator run of the real kernel code: against the CPU kernel, the float64 oracle
+  and XGBoost (regression, multiclass, missing values, categorical splits), bits identical
+  for any batching and grid, the check fused in the kernel (and its error), the dispatch and
+  the pair-slot route;
+* ``gpu``-marked tests: the same on a GPU, against the regular route.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from distshap.kernels import cuda_available
+from distshap.kernels.margin import margin_model
+from distshap.packed import build_packed_model
+from distshap.paths import extract_paths
+from distshap.warmup import chain_ensemble
+
+import tiny
+from cudasim import assert_simulator_ok
+
+
+def _small():
+    from distshap.kernels.cuda import small
+
+    return small
+
+
+def _packed(ens, budget=1 << 30):
+    return build_packed_model(
+        extract_paths(ens), table_budget_bytes=budget, margin=margin_model(ens)
+    )
+
+
+def _nvvm_available() -> bool:
+    try:
+        from numba.cuda.cudadrv.nvvm import NVVM
+
+        NVVM()
+        return True
+    except Exception:
+        return False
+
+
+# ------------------------------------------------------------------------------------------
+# no GPU needed
+# ------------------------------------------------------------------------------------------
+
+
+def test_fits_boundaries(monkeypatch):
+    small = _small()
+    from distshap.kernels.cuda import config
+
+    ens = tiny.random_ensemble(1, n_features=6, n_trees=10, depth=3, n_groups=2)
+    packed = _packed(ens)
+    assert small.fits(packed, False) and small.fits(packed, True)
+    monkeypatch.setattr(config, "SMALL_MAX_PATHS", packed.num_paths)
+    assert small.fits(packed, False)
+    monkeypatch.setattr(config, "SMALL_MAX_PATHS", packed.num_paths - 1)
+    assert not small.fits(packed, False) and not small.fits(packed, True)
+    monkeypatch.setattr(config, "SMALL_MAX_PATHS", 0)  # the route off
+    assert not small.fits(_packed(tiny.stump()), False)
+    monkeypatch.setattr(config, "SMALL_MAX_PATHS", 256)
+    # the longest path: SMALL_MAX_PATH_FEATURES features fit, one more does not
+    k = small.SMALL_MAX_PATH_FEATURES
+    assert small.fits(_packed(chain_ensemble(k, k)), True)
+    assert not small.fits(_packed(chain_ensemble(k + 1, k + 1)), False)
+    # columns: F + 1 within the compiled accumulators (interaction values: (F + 1)**2)
+    for interactions, columns in ((False, small.SMALL_MAX_SHAP_COLUMNS),
+                                  (True, small.SMALL_MAX_INTERACTION_COLUMNS)):  # fmt: skip
+        wide = _packed(tiny.random_ensemble(2, n_features=columns - 1, n_trees=2, depth=2))
+        wider = _packed(tiny.random_ensemble(2, n_features=columns, n_trees=2, depth=2))
+        assert small.fits(wide, interactions) and not small.fits(wider, interactions)
+    assert small.fits(_packed(tiny.random_ensemble(3, n_trees=32, depth=1, n_groups=16)), False)
+    assert not small.fits(_packed(tiny.random_ensemble(3, n_trees=34, depth=1, n_groups=17)), False)
+    # a model without margin arrays fits too (the check is then the caller's: none)
+    assert small.fits(dataclasses.replace(packed, margin=None), False)
+    with pytest.raises(TypeError, match="PackedModel"):
+        small.fits(ens, False)
+
+
+def test_host_arrays_sections_hold_the_model():
+    small = _small()
+    ens = tiny.random_ensemble(4, n_features=5, n_trees=6, depth=3, n_groups=3, n_categorical=1)
+    packed = _packed(ens)
+    host = small.host_arrays(packed)
+    longs = host["longs"]
+
+    def section(name, h):
+        return host[name][longs[h] : longs[h + 1]]
+
+    order = section("ints", small.H_PATHS)
+    groups = section("ints", small.H_GROUP_PATHS)
+    assert sorted(order.tolist()) == list(range(packed.num_paths))
+    for g in range(packed.num_groups):  # each group's paths, in packed order
+        paths = order[groups[g] : groups[g + 1]]
+        assert np.array_equal(paths, np.flatnonzero(packed.path_group == g))
+    assert np.array_equal(section("longs", small.H_PATH_OFFSETS), packed.path_offsets)
+    assert np.array_equal(section("ints", small.H_FEATURE), packed.feature)
+    assert np.array_equal(section("f32s", small.H_LOWER), packed.lower)
+    assert np.array_equal(section("f32s", small.H_UPPER), packed.upper)
+    assert np.array_equal(section("f64s", small.H_ZERO), packed.zero_fraction)
+    assert np.array_equal(section("f64s", small.H_VALUE), packed.path_value)
+    assert np.array_equal(section("f64s", small.H_EXPECTED), packed.expected_value)
+    assert np.array_equal(section("bools", small.H_MISSING), packed.missing)
+    assert np.array_equal(section("bools", small.H_CAT_OTHER), packed.cat_other)
+    assert np.array_equal(section("longs", small.H_CAT_OFFSETS), packed.cat_offsets)
+    m = packed.margin
+    assert np.array_equal(section("ints", small.H_LEFT), m["left"])
+    assert np.array_equal(section("ints", small.H_TREE_GROUP), m["tree_group"])
+    assert np.array_equal(section("longs", small.H_ROOTS), m["roots"])
+    assert np.array_equal(section("f64s", small.H_THRESHOLD), m["threshold"])
+    assert np.array_equal(section("f64s", small.H_BASE_SCORE), m["base_score"])
+    assert not section("f64s", small.H_ZEROS).any()
+    assert np.array_equal(section("bools", small.H_DEFAULT_LEFT), m["default_left"])
+    assert np.array_equal(host["words"][: packed.cat_words.size], packed.cat_words)
+
+
+def kernel_signatures() -> dict:
+    """Name -> (kernel, signature) of the small kernels (float32 and float64 raw values)."""
+    small = _small()
+    X = "float32[:, ::1]"
+    consts = "int32[::1], int64[::1], float32[::1], float64[::1], boolean[::1], uint32[::1]"
+    return {
+        "small_shap_kernel": (small.shap_kernel, f"void({X}, {X}, float32[:, :, ::1], "
+                              f"int32[::1], {consts}, boolean, float64)"),
+        "small_shap_kernel_raw64": (small.shap_kernel, f"void({X}, float64[:, ::1], "
+                                    f"float32[:, :, ::1], int32[::1], {consts}, boolean, float64)"),
+        "small_interaction_kernel": (small.interaction_kernel, f"void({X}, {X}, "
+                                     f"float32[:, :, :, ::1], int32[::1], {consts}, boolean, "
+                                     "float64)"),
+        "small_slot_kernel": (small.slot_kernel, f"void({X}, int64[:, ::1], {consts}, float64, "
+                              "int32[::1], int32[::1], int64[::1])"),
+    }  # fmt: skip
+
+
+@pytest.mark.skipif(not _nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
+def test_small_kernels_compile():
+    from numba import cuda
+
+    from distshap.kernels.cuda.ptx import _device_free_compilation
+
+    with _device_free_compilation((9, 0)):
+        for name, (kernel, sig) in kernel_signatures().items():
+            ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
+            assert "atom." not in ptx, f"{name}: one warp writes each row, no atomics"
+            assert "shfl.sync" in ptx, name  # the butterfly
+            assert "div.rn.f64" in ptx, name  # the float64 DP
+            assert "call.uni" not in ptx, f"{name} has a non-inlined call"
+
+
+# ------------------------------------------------------------------------------------------
+# the CUDA simulator
+# ------------------------------------------------------------------------------------------
+
+_SIM_SCRIPT = r"""
+import dataclasses
+import sys
+
+import numpy as np
+import xgboost as xgb
+
+import naive
+import tiny
+import distshap.kernels as kernels
+from distshap import TreeExplainer, dispatch
+from distshap.additivity import AdditivityError
+from distshap.kernels import cpu
+from distshap.kernels import cuda as kc
+from distshap.kernels.cuda import launch, small
+from distshap.kernels.margin import margin_model, predict_margin
+from distshap.packed import build_packed_model
+from distshap.paths import extract_paths
+
+sys.setswitchinterval(1e-4)  # simulated threads meet at barriers: hand over quickly
+
+def packed_of(ens):
+    return build_packed_model(extract_paths(ens), margin=margin_model(ens))
+
+def close(got, ref, what, rtol=2e-6):
+    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    assert got.shape == ref.shape, (what, got.shape, ref.shape)
+    err = float(np.abs(got - ref).max())
+    assert err <= rtol * max(1.0, float(np.abs(ref).max())), (what, err)
+
+def same(a, b, what):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32)), what
+
+def both(packed, X, what, oracle=None):
+    # SHAP and interaction values against the CPU kernel (and the oracle); checked == unchecked
+    out = []
+    for inter in (False, True):
+        assert small.fits(packed, inter), what
+        got = (kc.interaction_values if inter else kc.shap_values)(packed, X)
+        assert isinstance(got, np.ndarray) and got.dtype == np.float32
+        close(got, (cpu.interaction_values if inter else cpu.shap_values)(packed, X), what)
+        if oracle is not None:
+            ref = (naive.treeshap_interactions_recursive_rows if inter
+                   else naive.treeshap_recursive_rows)(oracle, X).reshape(got.shape)
+            close(got, ref, (what, "oracle"))
+        same(launch.checked_values(packed, X, X, inter), got, (what, "checked"))
+        out.append(got)
+    return out
+
+# random ensembles: regression, multiclass, categorical, NaN rows
+ens = tiny.random_ensemble(3, n_features=6, n_trees=4, depth=3, n_groups=2, n_categorical=1)
+X = tiny.random_rows(2, ens, 4, 0.2)
+packed = packed_of(ens)
+shap, inter = both(packed, X, "multiclass, categorical", oracle=ens)
+ens1 = tiny.random_ensemble(5, n_features=4, n_trees=4, depth=4)
+both(packed_of(ens1), tiny.random_rows(6, ens1, 2, 0.3), "regression", oracle=ens1)
+both(packed_of(tiny.nan_default_tree()), tiny.random_rows(5, tiny.nan_default_tree(), 2, 0.4),
+     "missing", oracle=tiny.nan_default_tree())
+both(packed_of(tiny.categorical_tree()), tiny.random_rows(4, tiny.categorical_tree(), 2, 0.2),
+     "categorical", oracle=tiny.categorical_tree())
+stump = tiny.stump()  # paths without features: the bias only
+both(packed_of(stump), tiny.random_rows(1, stump, 2, 0.0), "stump", oracle=stump)
+
+# bits: any batch, any grid (rows per warp), the same
+for i in range(X.shape[0]):
+    same(kc.shap_values(packed, X[i : i + 1])[0], shap[i], ("row", i))
+same(kc.interaction_values(packed, X[2:4]), inter[2:4], "two rows")
+small._MAX_BLOCKS = 2  # two warps loop over the four rows
+small.clear_cache()
+same(kc.shap_values(packed, X), shap, "grid-stride")
+same(kc.interaction_values(packed, X, batch_rows=1), inter, "grid-stride, batch_rows")
+small._MAX_BLOCKS = 4096
+try:
+    kc.shap_values(packed, X, batch_rows=0)
+    raise AssertionError("batch_rows=0 accepted")
+except ValueError as e:
+    assert "batch_rows" in str(e)
+assert kc.shap_values(packed, X[:0]).shape == (0, 2, 7)
+
+# the check in the kernel: a margin that misses every row's sum by 1 is flagged, and the host
+# check raises its error; a row the traversal sends elsewhere too
+bad = dict(packed.margin, base_score=packed.margin["base_score"] + 1.0)
+wrong = dataclasses.replace(packed, margin=bad, digest="")
+for kind in (False, True):
+    try:
+        launch.checked_values(wrong, X, X, kind, first_row=10)
+        raise AssertionError("a wrong margin passed")
+    except AdditivityError as e:
+        assert "do not sum to" in str(e) and "from row 10" in str(e), str(e)
+assert small.read_flag(small._flag(), 0) is False  # cleared for the next call
+same(launch.checked_values(packed, X, X, False), shap, "after a failure")
+
+# through the dispatch (the explainer's path): the fused check replaces the separate one
+kernels.get_backend = lambda name: kc
+kernels.resolve_backend = lambda name, cupy_data=False: "cuda"
+calls = []
+margin = dispatch.predict_margin
+dispatch.predict_margin = lambda *a: calls.append(1) or margin(*a)
+same(dispatch.explain_rows(packed, X, backend="cuda"), shap, "dispatch")
+same(dispatch.explain_rows(packed, X, True, backend="cuda"), inter, "dispatch interactions")
+assert not calls, "the separate traversal ran"
+try:
+    dispatch.explain_rows(wrong, X, backend="cuda")
+    raise AssertionError("dispatch: a wrong margin passed")
+except AdditivityError:
+    pass
+same(dispatch.explain_rows(wrong, X, backend="cuda", check=False), shap, "check off")
+
+# XGBoost: regression with missing values, multiclass, categorical; its margin as raw values
+rng = np.random.default_rng(0)
+Xt = rng.normal(size=(200, 5)).astype(np.float32)
+Xt[rng.random(Xt.shape) < 0.1] = np.nan
+y = np.nan_to_num(Xt[:, 0]) + np.nan_to_num(Xt[:, 1]) * np.nan_to_num(Xt[:, 2])
+for params in ({"objective": "reg:squarederror"},
+               {"objective": "multi:softprob", "num_class": 3}):
+    label = y if params["objective"].startswith("reg") else np.digitize(y, [-0.5, 0.5])
+    booster = xgb.train(dict(params, max_depth=3, eta=0.5), xgb.DMatrix(Xt, label=label),
+                        num_boost_round=4)
+    explainer = TreeExplainer(booster, backend="cpu")
+    assert small.fits(explainer.packed, True)
+    Xe = Xt[:2]
+    for inter in (False, True):
+        got = launch.checked_values(explainer.packed, Xe, Xe, inter)
+        kw = {"pred_interactions": True} if inter else {"pred_contribs": True}
+        ref = booster.predict(xgb.DMatrix(Xe), **kw).reshape(got.shape)
+        close(got, ref, (params["objective"], inter), rtol=1e-5)
+import pandas as pd
+frame = pd.DataFrame({"a": pd.Categorical(rng.integers(0, 5, 200)), "b": Xt[:, 1]})
+cat_y = (frame["a"].cat.codes.to_numpy() % 2) + np.nan_to_num(Xt[:, 1])
+booster = xgb.train({"max_depth": 3, "tree_method": "hist", "max_cat_to_onehot": 1},
+                    xgb.DMatrix(frame, cat_y, enable_categorical=True), num_boost_round=4)
+explainer = TreeExplainer(booster, backend="cpu")
+rows = np.ascontiguousarray(np.column_stack([frame["a"].cat.codes, frame["b"]])[:2], np.float32)
+for inter in (False, True):
+    got = launch.checked_values(explainer.packed, rows, rows, inter)
+    kw = {"pred_interactions": True} if inter else {"pred_contribs": True}
+    ref = booster.predict(xgb.DMatrix(frame[:2], enable_categorical=True), **kw)
+    close(got, ref.reshape(got.shape), ("categorical", inter), rtol=1e-5)
+print("SIMULATOR-OK")
+"""
+
+
+def test_small_route_under_cuda_simulator():
+    """The real kernel code in Numba's CUDA simulator (no GPU): values, bits, the check."""
+    assert_simulator_ok(_SIM_SCRIPT, timeout=600)
+
+
+_SIM_SLOTS = r"""
+import sys
+import numpy as np
+import tiny
+import distshap.kernels.cuda as kc
+from distshap.kernels.cuda import small
+from distshap.kernels.cuda import pairs as kp
+from distshap.kernels.margin import margin_model
+from distshap.packed import build_packed_model
+from distshap.pair_slots import build_pair_slots
+from distshap.paths import extract_paths
+
+sys.setswitchinterval(1e-4)
+ens = tiny.random_ensemble(3, n_features=6, n_trees=3, depth=3, n_groups=2, n_categorical=1)
+X = tiny.random_rows(2, ens, 3, 0.15)
+packed = build_packed_model(extract_paths(ens), table_budget_bytes=0, margin=margin_model(ens))
+assert small.fits(packed, True)
+slots = build_pair_slots(packed)
+full = kc.interaction_values(packed, X)
+group = np.repeat(np.arange(slots.num_groups), np.diff(slots.slot_offsets))
+got = kp.interaction_slot_values(packed, X, slots, batch_rows=2)
+want = full[:, group, slots.slot_i, slots.slot_j]
+assert np.array_equal(np.asarray(got).view(np.uint32), want.view(np.uint32))
+print("SIMULATOR-OK")
+"""
+
+
+def test_small_pair_slots_keep_the_matrix_bits_under_cuda_simulator():
+    """Pair slots of a small model (top pairs, summaries) hold the bits of its matrices."""
+    assert_simulator_ok(_SIM_SLOTS, timeout=600)
+
+
+# ------------------------------------------------------------------------------------------
+# on a GPU
+# ------------------------------------------------------------------------------------------
+
+gpu = pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible")
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_small_route_against_regular_route_and_xgboost(monkeypatch):
+    import cupy
+    import xgboost as xgb
+
+    from distshap import TreeExplainer
+    from distshap.kernels import cuda as kc
+    from distshap.kernels.cuda import config
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(3000, 8)).astype(np.float32)
+    X[rng.random(X.shape) < 0.05] = np.nan
+    y = np.nan_to_num(X[:, 0]) * 2 + np.nan_to_num(X[:, 3]) * np.nan_to_num(X[:, 5])
+    booster = xgb.train({"max_depth": 3}, xgb.DMatrix(X, label=y), num_boost_round=10)
+    explainer = TreeExplainer(booster, backend="cuda")
+    packed = explainer.packed
+    small = _small()
+    assert small.fits(packed, False) and small.fits(packed, True)
+    for inter, n in ((False, 3000), (True, 200)):
+        Xd = cupy.asarray(X[:n])
+        call = explainer.shap_interaction_values if inter else explainer.shap_values
+        got = call(Xd).get()
+        ref = booster.predict(
+            xgb.DMatrix(X[:n]),
+            **({"pred_interactions": True} if inter else {"pred_contribs": True}),
+        )
+        scale = max(1.0, float(np.abs(ref).max()))
+        assert np.abs(got - ref).max() <= 1e-5 * scale
+        f = kc.interaction_values if inter else kc.shap_values
+        rows = packed.encoding.apply(X[:n])
+        for batch in (1, 7, 1000):  # the bits of a row are its own
+            parts = [f(packed, rows[i : i + batch]).get() for i in range(0, n, batch)]
+            assert np.array_equal(np.concatenate(parts), got)
+        monkeypatch.setattr(config, "SMALL_MAX_PATHS", 0)  # the regular route
+        regular = f(packed, rows).get()
+        monkeypatch.setattr(config, "SMALL_MAX_PATHS", 256)
+        assert np.abs(regular - got).max() <= 2e-6 * scale
+    bad = dict(packed.margin, base_score=packed.margin["base_score"] + 1.0)
+    wrong = dataclasses.replace(packed, margin=bad, digest="")
+    from distshap.additivity import AdditivityError
+    from distshap.dispatch import explain_rows
+
+    with pytest.raises(AdditivityError, match="do not sum to"):
+        explain_rows(wrong, cupy.asarray(X[:100]), backend="cuda")
