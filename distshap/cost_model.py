@@ -444,21 +444,20 @@ def _quadrature_config() -> tuple[tuple[int, ...], int, int, int]:
             int(config.QUADRATURE_SHARED_BYTES), int(config.BATCH_BUDGET_BYTES))  # fmt: skip
 
 
-def quadrature_shared(num_features: int, shared_bytes: int | None = None) -> bool:
-    """Whether the SHAP quadrature kernels sum a row in shared memory (else global atomics);
-    the rule of :func:`distshap.kernels.cuda.quadrature.quadrature_warps`."""
-    if shared_bytes is None:
-        shared_bytes = _quadrature_config()[2]
-    return min(4, shared_bytes // (8 * 32 * max(num_features, 1))) > 0
+def quadrature_shared(num_features: int) -> bool:
+    """Whether the SHAP quadrature kernels sum a row in shared memory (else global atomics):
+    :func:`distshap.kernels.cuda.quadrature.quadrature_warps` > 0."""
+    from distshap.kernels.cuda.quadrature import quadrature_warps
+
+    return quadrature_warps(num_features) > 0
 
 
 def table_shared(width: int) -> bool:
     """Whether the table kernel sums a tile of rows in shared memory for ``width`` outputs per
-    row (:func:`distshap.kernels.cuda.tables.shared_tile_rows`)."""
-    from distshap.kernels.cuda import config
+    row (:func:`distshap.kernels.cuda.tables.shared_tile_rows` > 0)."""
+    from distshap.kernels.cuda.tables import shared_tile_rows
 
-    rows = min(config.TILE_ROWS, config.SHARED_TILE_VALUES // max(width, 1))
-    return rows >= config.MIN_TILE_ROWS
+    return shared_tile_rows(width) > 0
 
 
 def quadrature_path_seconds(
@@ -519,7 +518,7 @@ def row_terms(shape: ModelShape, table_offsets: np.ndarray, l2_bytes: int) -> di
     """Coefficients of each per-row constant: seconds per row = ``sum(terms[n] * costs.n)``
     (linear in the constants once ``l2_bytes`` fixes the miss share); calibration fits on these.
     """
-    nodes, chunk_paths, shared_bytes, _ = _quadrature_config()
+    nodes, chunk_paths, _, _ = _quadrature_config()
     k, F, G = shape.k, shape.num_features, shape.num_groups
     table_offsets = np.asarray(table_offsets, np.int64)
     if table_offsets.shape != k.shape:
@@ -531,7 +530,7 @@ def row_terms(shape: ModelShape, table_offsets: np.ndarray, l2_bytes: int) -> di
     if idx.size and int(idx.max()) >= len(nodes):
         raise ValueError(f"paths of more than {2 * nodes[-1]} features need the fallback kernel")
     n = np.asarray(nodes, np.float64)[idx]
-    qshared = quadrature_shared(F, shared_bytes)
+    qshared = quadrature_shared(F)
     tshared = table_shared(G * (F + 1))
     chunks = 0
     if is_q.any():  # chunks of each (node count, group): chunk_paths paths at most
