@@ -361,6 +361,13 @@ def test_synthetic_models():
     assert synthetic_packed(replace(e, variant="quadrature")).table_budget_bytes == 0
     with pytest.raises(ValueError, match="k <= num_features"):
         synthetic_paths(3, 10, 5)
+    mixed = synthetic_packed(Experiment("m", "tables", 2, 40, k_alt=25))
+    k = strategy.path_features(mixed.path_offsets)
+    assert sorted(np.unique(k)) == [2, 25] and (k == 2).sum() == (k == 25).sum() == 40
+    km = pytest.importorskip("distshap.kernels.cuda.model")
+    with cm.use_costs(cm.tables_everywhere()):
+        on = km._shap_table_offsets(mixed) >= 0
+    assert np.array_equal(on, k == 2)  # the long paths stay in the quadrature kernels
 
 
 CALIBRATE_SCRIPT = r"""

@@ -15,9 +15,10 @@ explain call (the strategy must not change between calls or across GPUs of one k
 Experiments (:data:`EXPERIMENTS`) separate the terms: quadrature paths of 2-28 features
 (every compiled node count) on a narrow output, then a wide one (global sums); table paths of
 2-12 features with tables in L2, one set of tables several times the L2 size, one wide
-output; oversize paths (fallback kernel); a one-path model of a very wide output (finish pass);
-two models small enough for the one-launch route (:mod:`.small`).
-A constant that no experiment exercises keeps its shipped value.
+output, bins shared by table and quadrature paths (and their all-quadrature twin); oversize
+paths (fallback kernel); a one-path model of a very wide output (finish pass); two models
+small enough for the one-launch route (:mod:`.small`). A constant that no experiment
+exercises keeps its shipped value.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ PRIOR_WEIGHT = 0.05
 class Experiment:
     """One synthetic model: ``n_paths`` paths of ``k`` features over ``num_features``
     features and ``num_groups`` groups, timed with ``variant`` "quadrature" or "tables" at
-    ``rows`` and ``4 * rows`` rows (scaled by the calibration's ``scale``)."""
+    ``rows`` and ``4 * rows`` rows (scaled by the calibration's ``scale``). With ``k_alt``, as
+    many paths again of ``k_alt`` features, which get no table (bins shared by table and
+    quadrature paths: the table kernel's cost per bin apart from its cost per lane)."""
 
     name: str
     variant: str
@@ -53,6 +56,7 @@ class Experiment:
     num_features: int = 32
     num_groups: int = 1
     rows: int = 1 << 14
+    k_alt: int = 0  # > k: as many paths again of k_alt features, never on a table
 
 
 #: The calibration set (about 60k feature lanes a model; see the module docstring).
@@ -73,6 +77,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment("table-k12", "tables", 12, 200, rows=1 << 16),  # 39 MB
     Experiment("table-k10-big", "tables", 10, 12_000),  # 492 MB of tables: beyond L2
     Experiment("table-k8-wide", "tables", 8, 7_500, num_features=1024),
+    Experiment("table-k2-mixed", "tables", 2, 4_000, k_alt=25),  # a k=25 path + 2 tables a bin
+    Experiment("quad-k2-mixed", "quadrature", 2, 4_000, k_alt=25),  # its quadrature twin
     Experiment("fallback-k40", "quadrature", 40, 200, num_features=64, rows=1 << 12),
     Experiment("small-k3", "quadrature", 3, 80, num_features=8),  # the one-launch route
     Experiment("small-k8", "quadrature", 8, 240, num_features=40),
@@ -119,9 +125,23 @@ def synthetic_packed(e: Experiment, scale: float = 1.0, seed: int = 0) -> Packed
     """The packed model of experiment ``e`` (``scale`` times its paths, at least one)."""
     n = max(1, int(round(e.n_paths * scale)))
     paths = synthetic_paths(n, e.k, e.num_features, e.num_groups, seed)
+    if e.k_alt:
+        paths = _concat(paths, synthetic_paths(n, e.k_alt, e.num_features, e.num_groups, seed + 1))
     if e.variant == "tables":
-        return build_packed_model(paths, table_budget_bytes=1 << 40, max_table_features=24)
+        return build_packed_model(paths, table_budget_bytes=1 << 40,
+                                  max_table_features=min(e.k, 24) if e.k_alt else 24)  # fmt: skip
     return build_packed_model(paths, table_budget_bytes=0)
+
+
+def _concat(a: Paths, b: Paths) -> Paths:
+    """The paths of ``a`` then those of ``b`` (same features and groups)."""
+    out = {}
+    for name in ("path_value", "path_group", "path_tree", "feature", "lower", "upper", "missing",
+                 "zero_fraction", "cat_offsets", "cat_nbits", "cat_other"):  # fmt: skip
+        out[name] = np.concatenate([getattr(a, name), getattr(b, name)])
+    out["path_offsets"] = np.concatenate([a.path_offsets, b.path_offsets[1:] + a.path_offsets[-1]])
+    return Paths(**out, cat_words=a.cat_words, num_features=a.num_features,
+                 num_groups=a.num_groups, expected_value=a.expected_value)  # fmt: skip
 
 
 @dataclass
