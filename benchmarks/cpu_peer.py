@@ -10,11 +10,16 @@ after a warm-up call (compilation, tables). distshap is timed as users call it:
 ``TreeExplainer.shap_values`` on a NumPy array, input conversion and the additivity check
 included; XGBoost's ``predict`` on a ``DMatrix`` built beforehand. The largest difference
 between the two results (on the rows both explained) is reported against the values' scale.
+Interaction values are timed on at most ``--interaction-rows`` rows (their output is
+``(F + 1)**2`` values a row and group). ``first s`` is distshap's first call in the process
+(on the probe's rows: compilation, or loading it from Numba's cache, and the pattern tables
+of that kind), which the warm timings leave out.
 
 Usage (Python 3.12 with XGBoost >= 3.3)::
 
     python -m benchmarks.cpu_peer                                  # 3 shapes, SHAP + interactions
     python -m benchmarks.cpu_peer --shapes cal_housing-med --kinds shap --seconds 2
+    python -m benchmarks.cpu_peer --kinds interactions --interaction-rows 1000
 """
 
 from __future__ import annotations
@@ -38,13 +43,16 @@ def _median(fn, repeats: int) -> tuple[float, object]:
     return statistics.median(times), out
 
 
-def _rows_for(fn, probe_rows: int, seconds: float, cap: int) -> int:
-    """Rows so that ``fn(rows)`` takes about ``seconds``: one warm probe call sets the rate."""
+def _rows_for(fn, probe_rows: int, seconds: float, cap: int) -> tuple[int, float]:
+    """Rows so that ``fn(rows)`` takes about ``seconds`` (one warm probe call sets the rate),
+    and the seconds of the first (cold) call."""
+    t0 = time.perf_counter()
     fn(probe_rows)  # compilation, tables
+    first = time.perf_counter() - t0
     t0 = time.perf_counter()
     fn(probe_rows)
     rate = probe_rows / max(time.perf_counter() - t0, 1e-6)
-    return int(min(cap, max(probe_rows, rate * seconds)))
+    return int(min(cap, max(probe_rows, rate * seconds))), first
 
 
 def measure(shape: str, kind: str, args: argparse.Namespace) -> dict:
@@ -60,7 +68,7 @@ def measure(shape: str, kind: str, args: argparse.Namespace) -> dict:
     booster.set_param({"nthread": args.threads})
     explainer = TreeExplainer(booster, backend="cpu")
     interactions = kind == "interactions"
-    cap = args.max_rows // (20 if interactions else 1)
+    cap = min(args.max_rows, args.interaction_rows) if interactions else args.max_rows
     X, _ = make_data(name, cap, seed=1)
 
     def ours(n: int):
@@ -76,8 +84,8 @@ def measure(shape: str, kind: str, args: argparse.Namespace) -> dict:
         return booster.predict(matrices[n], **{flag: True})
 
     probe = 20 if interactions else 200
-    n_ours = _rows_for(ours, probe, args.seconds, cap)
-    n_theirs = _rows_for(theirs, probe, args.seconds, cap)
+    n_ours, first_ours = _rows_for(ours, probe, args.seconds, cap)
+    n_theirs, _ = _rows_for(theirs, probe, args.seconds, cap)
     t_ours, v_ours = _median(lambda: ours(n_ours), args.repeats)
     t_theirs, v_theirs = _median(lambda: theirs(n_theirs), args.repeats)
     common = min(n_ours, n_theirs)
@@ -89,6 +97,7 @@ def measure(shape: str, kind: str, args: argparse.Namespace) -> dict:
         "kind": kind,
         "threads": args.threads,
         "paths": explainer.packed.num_paths,
+        "distshap_first_call_s": first_ours,
         "distshap_rows": n_ours,
         "distshap_s": t_ours,
         "distshap_rows_per_s": n_ours / t_ours,
@@ -109,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="target seconds per call")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-rows", type=int, default=200_000)
+    parser.add_argument("--interaction-rows", type=int, default=1_000, help="row cap")
     parser.add_argument("--json", help="write the records to this file")
     parser.add_argument("--allow-old-xgboost", action="store_true")
     args = parser.parse_args(argv)
@@ -138,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     header = (
         f"{'shape':16s} {'kind':12s} {'distshap rows':>13s} {'rows/s':>9s} "
-        f"{'xgboost rows':>12s} {'rows/s':>9s} {'ratio':>7s} {'diff/scale':>10s}"
+        f"{'xgboost rows':>12s} {'rows/s':>9s} {'ratio':>7s} {'diff/scale':>10s} {'first s':>7s}"
     )
     print(header, flush=True)
     records = []
@@ -150,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"{shape:16s} {kind:12s} {r['distshap_rows']:13,d} "
                 f"{r['distshap_rows_per_s']:9,.0f} {r['xgboost_rows']:12,d} "
                 f"{r['xgboost_rows_per_s']:9,.0f} {r['ratio']:6.2f}x "
-                f"{r['max_abs_diff_over_scale']:10.1e}",
+                f"{r['max_abs_diff_over_scale']:10.1e} {r['distshap_first_call_s']:7.2f}",
                 flush=True,
             )
     if args.json:

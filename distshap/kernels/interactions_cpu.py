@@ -62,8 +62,10 @@ __all__ = [
     "table_layout",
 ]
 
-#: Float64 sums and scratch of one row block: about 2 MiB, 16 to 1,024 rows.
-_ACC_BYTES = 1 << 21
+#: Float64 sums and scratch of one row block: about 8 MiB, 16 to 1,024 rows. Each block reads
+#: every path's table once, so larger blocks read them fewer times: covtype-med (550 MB of
+#: tables, 12 KiB of sums a row) gave one thread 477 rows/s with 2 MiB blocks, 660 with 8 MiB.
+_ACC_BYTES = 1 << 23
 _MAX_BLOCK_ROWS = 1024
 _MIN_BLOCK_ROWS = 16
 #: :func:`_fill_tables`: corner rows per kernel call, and float32 values of one call's output.
@@ -80,18 +82,24 @@ def _interaction_rows(X, feature, lower, upper, missing, zero_fraction, cat_offs
                       cat_other, cat_words, path_offsets, path_value, group_paths,
                       group_offsets, table_offsets, tables, gl_t, gl_w, max_k, block_rows,
                       acc_offsets, n_cols, map_offsets, path_map, diag_offsets, diag_at,
-                      entry_offsets, entries, out, lo, hi):  # fmt: skip
-    """Interaction values of rows ``lo .. hi - 1`` of ``X`` into ``out`` (float32, 2-D).
+                      entry_offsets, entries, out, out_offsets, row_stride, lo,
+                      hi):  # fmt: skip
+    """Interaction values of rows ``lo .. hi - 1`` of ``X`` into ``out`` (float32, flat).
+
+    Column ``j`` of group ``g`` of row ``r`` is ``out[out_offsets[g] + r * row_stride + j]``.
 
     Group ``g`` (paths ``group_paths[group_offsets[g]:group_offsets[g + 1]]``, in that order)
-    owns the sums ``acc_offsets[g] .. acc_offsets[g + 1] - 1``, which are also its columns of
-    ``out``. *Matrix mode* (``map_offsets`` empty): the group's ``n_cols**2`` entries
-    ``[a, b]``; pairs add to the upper entry, the diagonal becomes ``phi_a - sum_{b != a}``
-    of the row, and the lower triangle is the mirror. *Map mode*: element pair ``(i, c)``,
-    ``i <= c``, of path ``p`` adds to ``path_map[map_offsets[p] + i * k + c]``; diagonal
-    ``diag_at[d]`` (``d`` in ``diag_offsets[g] .. diag_offsets[g + 1] - 1``) then subtracts
-    ``entries[entry_offsets[d]:entry_offsets[d + 1]]`` (an entry past the last sum is the
-    mirror of ``entry - acc_offsets[-1]``).
+    owns ``acc_offsets[g + 1] - acc_offsets[g]`` sums.
+
+    * *Matrix mode* (``map_offsets`` empty): the sums are the upper triangle ``[a, b]``,
+      ``a <= b``, of the group's ``n_cols x n_cols`` matrix, packed row by row; the diagonal
+      becomes ``phi_a - sum_{b != a}`` of the row in increasing ``b``, and the matrix (the
+      lower triangle mirrored) is written row-major, ``n_cols**2`` columns.
+    * *Map mode*: element pair ``(i, c)``, ``i <= c``, of path ``p`` adds to sum
+      ``path_map[map_offsets[p] + i * k + c]`` (numbered from ``acc_offsets[0] = 0``); diagonal
+      ``diag_at[d]`` (``d`` in ``diag_offsets[g] .. diag_offsets[g + 1] - 1``) then subtracts
+      ``entries[entry_offsets[d]:entry_offsets[d + 1]]`` in that order (an entry past the last
+      sum is the mirror of ``entry - acc_offsets[-1]``); local sum ``j`` is column ``j``.
     """
     n_features = X.shape[1]
     n_groups = group_offsets.shape[0] - 1
@@ -129,8 +137,9 @@ def _interaction_rows(X, feature, lower, upper, missing, zero_fraction, cat_offs
                 e = 0
                 for i in range(k):
                     for c in range(i, k):
-                        if matrix:
-                            at[e] = feature[start + i] * n_cols + feature[start + c]
+                        if matrix:  # upper entry [a, b], a <= b, of the packed triangle
+                            fa = feature[start + i]
+                            at[e] = fa * n_cols - fa * (fa - 1) // 2 + feature[start + c] - fa
                         else:
                             at[e] = path_map[map_offsets[p] + i * k + c] - a0
                         e += 1
@@ -210,20 +219,26 @@ def _interaction_rows(X, feature, lower, upper, missing, zero_fraction, cat_offs
                             for r in range(n):
                                 a[r] += val[r] * (0.5 * d[i, r] * d[c, r])
                         j += 1
-            if matrix:
+            if matrix:  # row i of the triangle starts at tri[i]; [i, c] is tri[i] + c - i
                 for r in range(n):
                     for i in range(n_cols - 1):
-                        diag = acc[i * n_cols + i, r]
+                        ti = i * n_cols - i * (i - 1) // 2
+                        diag = acc[ti, r]
                         for c in range(n_cols - 1):
                             if c < i:
-                                diag -= acc[c * n_cols + i, r]
+                                diag -= acc[c * n_cols - c * (c - 1) // 2 + i - c, r]
                             elif c > i:
-                                diag -= acc[i * n_cols + c, r]
-                        acc[i * n_cols + i, r] = diag
+                                diag -= acc[ti + c - i, r]
+                        acc[ti, r] = diag
+                    base = out_offsets[g] + (r0 + r) * row_stride
                     for i in range(n_cols):
+                        ti = i * n_cols - i * (i - 1) // 2
                         for c in range(n_cols):
-                            lo_c, hi_c = min(i, c), max(i, c)
-                            out[r0 + r, a0 + i * n_cols + c] = acc[lo_c * n_cols + hi_c, r]
+                            if c < i:
+                                s = acc[c * n_cols - c * (c - 1) // 2 + i - c, r]
+                            else:
+                                s = acc[ti + c - i, r]
+                            out[base + i * n_cols + c] = s
             else:
                 for di in range(diag_offsets[g], diag_offsets[g + 1]):
                     t0 = diag_at[di] - a0
@@ -239,8 +254,9 @@ def _interaction_rows(X, feature, lower, upper, missing, zero_fraction, cat_offs
                     for r in range(n):
                         acc[t0, r] = mid[r]
                 for r in range(n):
-                    for s in range(wg):
-                        out[r0 + r, a0 + s] = acc[s, r]
+                    base = out_offsets[g] + (r0 + r) * row_stride
+                    for t in range(wg):
+                        out[base + t] = acc[t, r]
 
 
 def _block_rows(width: int, max_k: int) -> int:
@@ -255,7 +271,8 @@ _NO_INT64 = np.zeros(0, np.int64)
 
 def _run(X, lanes, path_offsets, path_value, path_group, table_offsets, tables, acc_offsets,
          n_cols, map_offsets=_NO_INT64, path_map=_NO_INT32, diag_offsets=None,
-         diag_at=_NO_INT64, entry_offsets=_NO_INT64, entries=_NO_INT64, out=None):  # fmt: skip
+         diag_at=_NO_INT64, entry_offsets=_NO_INT64, entries=_NO_INT64, out=None,
+         out_offsets=None, row_stride=0):  # fmt: skip
     """:func:`_interaction_rows` over every row of ``X``, in threads."""
     n_groups = acc_offsets.shape[0] - 1
     group = np.asarray(path_group, np.int64)
@@ -272,7 +289,7 @@ def _run(X, lanes, path_offsets, path_value, path_group, table_offsets, tables, 
     run_ranges(_interaction_rows, X.shape[0], pieces, X, *lanes, path_offsets, path_value,
                group_paths, group_offsets, table_offsets, tables, gl_t, gl_w, max_k, rows,
                acc_offsets, n_cols, map_offsets, path_map, diag_offsets, diag_at,
-               entry_offsets, entries, out)  # fmt: skip
+               entry_offsets, entries, out, out_offsets, row_stride)  # fmt: skip
 
 
 def _table_sizes(lengths: np.ndarray) -> np.ndarray:
@@ -341,13 +358,10 @@ def _fill_tables(path_offsets, zero_fraction, path_value, table_offsets) -> np.n
             for first in range(0, patterns, n_rows):
                 rows = first + np.arange(min(n_rows, patterns - first))
                 X = ((rows[:, None] >> bits) & 1).astype(np.float32)
-                out = np.empty((rows.shape[0], n_paths * W), np.float32)
                 _run(X, model, offsets, path_value[part], groups,
                      np.full(n_paths, -1, np.int64), tables[:0], acc_offsets, 0, map_offsets,
-                     path_map.ravel(), out=out)  # fmt: skip
-                base = int(table_offsets[part[0]])  # the chunk's tables are contiguous
-                dest = tables[base : base + n_paths * patterns * W].reshape(n_paths, patterns, W)
-                dest[:, first : first + rows.shape[0]] = out.reshape(-1, n_paths, W).swapaxes(0, 1)
+                     path_map.ravel(), out=tables, out_offsets=table_offsets[part] + first * W,
+                     row_stride=W)  # fmt: skip
     return tables
 
 
@@ -404,9 +418,11 @@ def interaction_values(packed, X: np.ndarray) -> np.ndarray:
     out = np.empty((X.shape[0], G, f1, f1), np.float32)
     if X.shape[0]:
         offsets, tables = interaction_tables(packed)
-        acc_offsets = np.arange(G + 1, dtype=np.int64) * (f1 * f1)
+        acc_offsets = np.arange(G + 1, dtype=np.int64) * (f1 * (f1 + 1) // 2)  # triangles
         _run(X, _lanes(packed), packed.path_offsets, packed.path_value, packed.path_group,
-             offsets, tables, acc_offsets, f1, out=out.reshape(X.shape[0], -1))  # fmt: skip
+             offsets, tables, acc_offsets, f1, out=out.reshape(-1),
+             out_offsets=np.arange(G, dtype=np.int64) * (f1 * f1),
+             row_stride=G * f1 * f1)  # fmt: skip
         out[:, :, f1 - 1, f1 - 1] = packed.expected_value.astype(np.float64)
     return out
 
@@ -424,5 +440,5 @@ def interaction_slot_values(packed, X: np.ndarray, slots) -> np.ndarray:
         _run(X, _lanes(packed), packed.path_offsets, packed.path_value, packed.path_group,
              offsets, tables, slots.slot_offsets, 0, slots.map_offsets, slots.path_map,
              diag_offsets, slots.diag_slots, slots.row_offsets, slots.row_entries,
-             out)  # fmt: skip
+             out.reshape(-1), slots.slot_offsets[:-1], slots.num_slots)  # fmt: skip
     return out
