@@ -9,6 +9,8 @@ synchronized), three SHAP strategies through :func:`distshap.kernels.cuda.shap_v
                   (:func:`distshap.strategy.gpu_shap_table_offsets`, default budget);
 * ``tables``      every path of at most 12 features on a pattern table (1 GiB budget, forced
                   with :func:`distshap.cost_model.tables_everywhere`);
+* ``auto_shipped`` (only when the device's constants are calibrated ones) the cost model's mix
+                  under the shipped constants of the kind: what calibrating changed;
 
 each with its rows/s predicted by :func:`distshap.cost_model.predict` (the device's constants:
 the calibration cache, else the shipped ones; ``predicted_shipped`` under the shipped
@@ -76,9 +78,11 @@ def measure(shape: str, rows: int, repeats: int, xgboost: bool = True) -> dict:
                                     backend)  # fmt: skip
         record["xgboost_gpu_rows_s"] = rows / s
         ref = _host(ref)
-    for variant in VARIANTS:
+    variants = VARIANTS + (("auto_shipped",) if costs != shipped else ())
+    for variant in variants:
         packed = _packed(paths, variant)
-        forced = cm.tables_everywhere(costs) if variant == "tables" else costs
+        forced = {"tables": cm.tables_everywhere(costs), "auto_shipped": shipped}
+        forced = forced.get(variant, costs)
         kc.clear_cache()
         with cm.use_costs(forced):
             s, out, first = _median_seconds(lambda p=packed: kc.shap_values(p, Xd), repeats,
@@ -99,8 +103,8 @@ def measure(shape: str, rows: int, repeats: int, xgboost: bool = True) -> dict:
             "oversize_paths": pred.oversize_paths,
             "predicted_breakdown_s": pred.breakdown,
         }
-        if variant == "auto":  # the plan built on the device is the cost model's choice
-            choice = cm.predict(packed, "auto", costs, rows)
+        if variant.startswith("auto"):  # the plan built on the device is the cost model's choice
+            choice = cm.predict(packed, "auto", forced, rows)
             rec["plan_is_cost_model_choice"] = bool(
                 choice.table_paths == pred.table_paths and choice.table_bytes == pred.table_bytes
             )
