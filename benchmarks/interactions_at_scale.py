@@ -18,10 +18,12 @@ side:
 * **complexity**: slots per row ``S`` (pairs sharing a path, and diagonals) against the
   ``G (F+1)**2`` entries of the full matrices, bytes a row of each output.
 * **slot kernel variants** (``--slot-variants``, CUDA): ranking and top-k timed again with
-  each variant of the slot quadrature kernel (:data:`distshap.kernels.cuda.config.
-  SLOT_QUADRATURE_VARIANT`), each checked exact, side by side; the first named is the one
-  the other rows use.
-* **breakdown** (``--breakdown``, CUDA): seconds of each slot kernel (tables, quadrature per
+  each pair ``<quadrature>+<table>`` of slot kernel variants
+  (:data:`distshap.kernels.cuda.config.SLOT_QUADRATURE_VARIANT` ``gathered`` / ``lanes``,
+  :data:`~distshap.kernels.cuda.config.SLOT_TABLE_VARIANT` ``tiled`` / ``plain``; ``lanes+plain``
+  are the previous kernels), each checked exact, side by side; the first named is the one the
+  other rows use.
+* **breakdown** (``--breakdown``, CUDA): seconds of each slot kernel (tables and quadrature per
   variant, fallback, top-k selection) over the top-k rows, each launch synchronized.
 
 Every timing is the median of ``--repeats`` runs after a warm-up call (compilation, model
@@ -33,8 +35,7 @@ model's arrays are Numba's and are reported apart) with ``--backend cuda``, host
 Usage::
 
     python -m benchmarks.interactions_at_scale --backend cuda            # 100k rows, H200
-    python -m benchmarks.interactions_at_scale --backend cuda --slot-variants gathered,lanes \
-        --breakdown                                                     # + old vs new kernel
+    python -m benchmarks.interactions_at_scale --backend cuda --breakdown  # + kernel seconds
     python -m benchmarks.interactions_at_scale --backend cpu --rows 64 --topk-rows 64 \\
         --full-rows 8 --xgb-rows 2 --check-rows 4 --repeats 1           # a quick CPU run
 """
@@ -141,26 +142,34 @@ def stable_top(full: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.stack([iu[idx], ju[idx]], axis=-1), np.take_along_axis(upper, idx, axis=-1)
 
 
-def _set_variant(backend: str, variant: str | None) -> None:
-    if backend == "cuda" and variant:
+def _set_variant(backend: str, spec: str | None) -> None:
+    """Select the CUDA slot kernels named by ``spec``: ``"<quadrature>+<table>"`` (e.g.
+    ``"gathered+tiled"``, ``"lanes+plain"``: :data:`~distshap.kernels.cuda.config.
+    SLOT_QUADRATURE_VARIANT`, :data:`~distshap.kernels.cuda.config.SLOT_TABLE_VARIANT`)."""
+    if backend == "cuda" and spec:
         from distshap.kernels.cuda import config
 
-        config.SLOT_QUADRATURE_VARIANT = variant
+        quadrature, _, table = spec.partition("+")
+        config.SLOT_QUADRATURE_VARIANT = quadrature
+        config.SLOT_TABLE_VARIANT = table or "tiled"
 
 
 def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
     """Seconds of each slot kernel over the rows of ``X`` (CUDA; module docstring), in the
-    batches :func:`distshap.kernels.cuda.launch.run_slot_batches` uses: ``tables``,
-    ``quadrature_<variant>`` (each variant on the same batches), ``fallback``, ``topk``."""
+    batches :func:`distshap.kernels.cuda.launch.run_slot_batches` uses:
+    ``quadrature_<variant>`` and ``tables_<variant>`` (each variant named in ``variants``, as
+    ``"<quadrature>+<table>"``, on the same batches), ``fallback``, ``topk``."""
     from distshap.kernels.cuda import config, launch
     from distshap.kernels.cuda import pairs as kp
     from distshap.kernels.cuda.device import SIM, stream, xp
     from distshap.kernels.cuda.fallback import launch_fallback
     from distshap.kernels.cuda.model import device_model, interaction_plan, slot_arrays
     from distshap.kernels.cuda.quadrature import launch_quadrature
-    from distshap.kernels.cuda.tables import launch_tables
+    from distshap.kernels.cuda.slot_tables import launch_slot_tables
 
-    saved = config.SLOT_QUADRATURE_VARIANT
+    saved = config.SLOT_QUADRATURE_VARIANT, config.SLOT_TABLE_VARIANT
+    quad_variants = list(dict.fromkeys(v.partition("+")[0] for v in variants))
+    table_variants = list(dict.fromkeys(v.partition("+")[2] or "tiled" for v in variants))
     model = device_model(packed)
     plan = interaction_plan(packed, model)
     slots = pair_slots(packed)
@@ -177,8 +186,9 @@ def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
     values = xp().zeros((batch, G, k), np.float32)
     sync = (lambda: None) if SIM else (lambda: _sync("cuda"))
     threads = kp.topk_threads(k)
-    out = {"tables": 0.0, "fallback": 0.0, "topk": 0.0, "batch_rows": batch}
-    out.update({f"quadrature_{v}": 0.0 for v in variants})
+    out = {"fallback": 0.0, "topk": 0.0, "batch_rows": batch}
+    out.update({f"quadrature_{v}": 0.0 for v in quad_variants})
+    out.update({f"tables_{v}": 0.0 for v in table_variants})
 
     def timed(key, fn, *fn_args, **kwargs):
         sync()
@@ -188,19 +198,26 @@ def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
         out[key] += time.perf_counter() - t0
 
     try:
-        for v in variants:  # warm-up: compile every variant, gather layouts
+        for v in quad_variants:  # warm-up: compile every variant, gather layouts
             config.SLOT_QUADRATURE_VARIANT = v
             launch_quadrature(model, plan, X[:2], acc[:2], scale, F1, s, True, slots=dev)
+        for v in table_variants:
+            config.SLOT_TABLE_VARIANT = v
+            launch_slot_tables(packed, slots, model, plan, X[:2], acc[:2], scale, F1, s, dev)
         for r0 in range(0, n, batch):
             Xb = X[r0 : min(n, r0 + batch)]
             nb = int(Xb.shape[0])
             a = acc[:nb]
-            for v in variants:
+            for v in table_variants:
+                config.SLOT_TABLE_VARIANT = v
+                a.fill(0)
+                timed(f"tables_{v}", launch_slot_tables, packed, slots, model, plan, Xb, a,
+                      scale, F1, s, dev)  # fmt: skip
+            for v in quad_variants:
                 config.SLOT_QUADRATURE_VARIANT = v
                 a.fill(0)
                 timed(f"quadrature_{v}", launch_quadrature, model, plan, Xb, a, scale, F1, s,
                       True, slots=dev)  # fmt: skip
-            timed("tables", launch_tables, model, plan, Xb, a, scale, F1, s, slots=dev)
             timed("fallback", launch_fallback, model, Xb, a, scale, F1, s, True, slots=dev)
             if threads:
                 timed("topk", kp.topk_kernel[(nb, G), threads, s, 16 * threads * k], a,
@@ -209,7 +226,7 @@ def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
             else:
                 a.fill(0)
     finally:
-        config.SLOT_QUADRATURE_VARIANT = saved
+        config.SLOT_QUADRATURE_VARIANT, config.SLOT_TABLE_VARIANT = saved
     out["rows"] = n
     return out
 
@@ -326,7 +343,7 @@ def run(args: argparse.Namespace) -> dict:
     _set_variant(backend, variants[0] if variants else None)
     if args.breakdown and backend == "cuda":
         rec["breakdown"] = kernel_breakdown(packed, X[: args.topk_rows], k,
-                                            variants or ["gathered"])  # fmt: skip
+                                            variants or ["gathered+tiled"])  # fmt: skip
 
     # XGBoost pred_interactions + sort (on the host: predict returns NumPy)
     n = args.xgb_rows
@@ -396,7 +413,7 @@ def report(rec: dict) -> str:
         if key.startswith("topk_rows_s_"):
             v = key[len("topk_rows_s_") :]
             lines.append(
-                f"slot quadrature '{v}': top-{rec['k']} {rec[key]:,.0f} rows/s "
+                f"slot kernels '{v}': top-{rec['k']} {rec[key]:,.0f} rows/s "
                 f"({rec['topk_vs_full_' + v]:,.1f}x full + sort), ranking "
                 f"{rec['ranking_s_' + v]:.2f} s; exact {rec['topk_exact_' + v]}"
             )
@@ -432,9 +449,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--slot-variants",
-        default="gathered,lanes",
-        help="CUDA slot quadrature kernels to time side by side (the first is "
-        "the one every other row uses; '' for the configured one)",
+        default="gathered+tiled,lanes+plain,gathered+plain",
+        help="CUDA slot kernels '<quadrature>+<table>' to time side by side (the first is "
+        "the one every other row uses; '' for the configured ones)",
     )
     parser.add_argument(
         "--breakdown",

@@ -451,7 +451,15 @@ def slot_kernel_signatures() -> dict:
     quad = (f"void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], "
             f"int32[::1], int64[::1], int32[::1], {xa}, int64, int32[::1], int64[::1], "
             "int32[::1], int64[::1], int64[::1], int64)")  # fmt: skip
+    from distshap.kernels.cuda.slot_tables import slot_table_kernel
+
     sigs = {
+        "tiled_table_slot_kernel": (
+            slot_table_kernel,
+            f"void(float32[:, ::1], int32[:, ::1], int64[::1], int64[::1], uint32[::1], "
+            f"float32[::1], int64[::1], int32[::1], {xa}, int64, int64, int64[::1], int32[::1], "
+            "int32[::1], int64[::1], int64[::1], int64)",
+        ),
         "table_slot_kernel": (table_kernel(False, slots=True), table),
         "table_slot_shared_kernel": (table_kernel(True, slots=True), table),
         "oversize_slot_kernel": (
@@ -527,13 +535,15 @@ def slots_match(packed, X, what, **kw):
     slots = build_pair_slots(packed)
     full = kc.interaction_values(packed, X)
     group = np.repeat(np.arange(slots.num_groups), np.diff(slots.slot_offsets))
-    for variant in ("lanes", "gathered"):  # both slot quadrature kernels; the default last
-        kc.config.SLOT_QUADRATURE_VARIANT = variant
+    # the previous slot kernels, then the defaults (quadrature "gathered", tables "tiled")
+    for variant in (("lanes", "plain"), ("gathered", "tiled")):
+        kc.config.SLOT_QUADRATURE_VARIANT, kc.config.SLOT_TABLE_VARIANT = variant
         same(kp.interaction_slot_values(packed, X, slots, **kw),
              full[:, group, slots.slot_i, slots.slot_j], (what, variant))
     return full
 
 kp.TOPK_MAX_THREADS = 8  # simulated threads are slow; 8 still merge across threads
+kc.config.SMALL_MAX_PATHS = 0  # no one-launch route for these tiny models: the slot kernels
 ens = tiny.random_ensemble(3, n_features=6, n_trees=3, depth=3, n_groups=2, n_categorical=1)
 X = tiny.random_rows(2, ens, 4, 0.15)
 slots_match(_packed(ens, 0), X, "quadrature", batch_rows=3)
@@ -577,6 +587,13 @@ for shared_bytes in (8 * 8 + 2 * 6 * 4, 8 * 8):
     slots_match(_packed(ens, 0), X, ("mixed tiles", shared_bytes))
 kc.config.QUADRATURE_CHUNK_PATHS = 256
 kc.config.QUADRATURE_SHARED_BYTES = 48 * 1024
+# tiled table kernel: one bin a block, tiles of 12 slots: some blocks sum in a tile, the
+# others add to the row directly
+import distshap.kernels.cuda.slot_tables as st
+st._TABLE_WARPS, st._TILE_BYTES = 1, 8 * 12
+kc.clear_cache()
+slots_match(_packed(ens, 1 << 30), X, "table tiles")
+st._TABLE_WARPS, st._TILE_BYTES = 8, 40 * 1024
 kc.clear_cache()
 # paths of 32 features (longer than a warp): the fallback kernel
 Xc = np.full((1, 32), 0.25, np.float32)

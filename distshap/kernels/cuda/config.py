@@ -28,6 +28,7 @@ __all__ = [
     "SHARED_TILE_VALUES",
     "SLOT_QUADRATURE_ROWS",
     "SLOT_QUADRATURE_VARIANT",
+    "SLOT_TABLE_VARIANT",
     "SMALL_MAX_GROUPS",
     "SMALL_MAX_INTERACTION_COLUMNS",
     "SMALL_MAX_PATHS",
@@ -49,6 +50,9 @@ QUADRATURE_SHARED_BYTES = 48 * 1024
 #: ``"lanes"`` (each thread reads its path's lanes, one row a block); rows a block at most.
 SLOT_QUADRATURE_VARIANT = "gathered"
 SLOT_QUADRATURE_ROWS = 2
+#: Table kernel into pair slots: ``"tiled"`` (each block's slots summed in shared memory,
+#: :mod:`.slot_tables`) or ``"plain"`` (the table kernel); same bits either way.
+SLOT_TABLE_VARIANT = "tiled"
 
 #: Interaction tables (``2**k * k * k`` float32 per path, filled on the device): paths of at
 #: most this many features (frozen: the fill kernel's local arrays), shortest first, within

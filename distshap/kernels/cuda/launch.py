@@ -24,6 +24,7 @@ from distshap.kernels.cuda.device import SIM, stream, xp
 from distshap.kernels.cuda.fallback import launch_fallback
 from distshap.kernels.cuda.model import device_model, interaction_plan, slot_arrays
 from distshap.kernels.cuda.quadrature import launch_quadrature
+from distshap.kernels.cuda.slot_tables import launch_slot_tables
 from distshap.kernels.cuda.tables import launch_tables
 from distshap.packed import PackedModel
 
@@ -240,7 +241,7 @@ def run_slot_batches(packed: PackedModel, X, slots, consume, batch_rows: int | N
         if dev.num_slots and sm is not None:  # the integers of the one-launch route's matrices
             small.launch_slots(sm, Xb, acc, dev, s)
         elif dev.num_slots:
-            launch_tables(model, plan, Xb, acc, scale, F1, s, slots=dev)
+            launch_slot_tables(packed, slots, model, plan, Xb, acc, scale, F1, s, dev)
             launch_quadrature(model, plan, Xb, acc, scale, F1, s, True, slots=dev)
             launch_fallback(model, Xb, acc, scale, F1, s, True, slots=dev)
         consume(acc, r0, model, dev, 1.0 / scale, s)
