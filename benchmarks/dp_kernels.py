@@ -11,6 +11,8 @@ For each model shape, SHAP values (or ``--interactions``), on the same CuPy rows
 * ``tables``       SHAP values only: a SHAP pattern table on every eligible path (regular, at
                    most 12 features, within 2 GiB: the table policy alone, whatever
                    ``model._shap_table_offsets`` picks), the quadrature kernels for the rest;
+* ``tables_global`` as ``tables``, the table kernel adding to global memory directly (no
+                   shared-memory row tile: ``config.MIN_TILE_ROWS`` patched);
 * ``xgboost_gpu``  XGBoost's ``pred_contribs`` (``pred_interactions``) with ``device="cuda"`` on
                    a CuPy DMatrix.
 
@@ -39,7 +41,7 @@ from distshap.models import load_model
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 
-VARIANTS = ("library", "quadrature", "tables")
+VARIANTS = ("library", "quadrature", "tables", "tables_global")
 
 
 def _variants(interactions: bool) -> tuple[str, ...]:
@@ -70,10 +72,15 @@ def measure(shape: str, rows: int, repeats: int, interactions: bool = False) -> 
         with mock.patch.object(km, "_shap_table_offsets", km.shap_table_policy):
             return fn(packed["all"], Xd)
 
+    def every_table_global():
+        with mock.patch.object(kc.config, "MIN_TILE_ROWS", 1 << 30):
+            return every_table()
+
     calls = {
         "library": lambda: fn(packed["tables"], Xd),
         "quadrature": lambda: fn(packed["none"], Xd),
         "tables": every_table,
+        "tables_global": every_table_global,
     }
     st = kc.strategy_stats(packed["tables"])
     record = {"shape": shape, "rows": rows, "kind": "interactions" if interactions else "shap",
