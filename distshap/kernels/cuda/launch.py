@@ -10,6 +10,12 @@ output of all rows is allocated at once, so chunking larger inputs is the caller
 :func:`run_slot_batches` runs the same kernels into a row's pair slots and hands each batch's
 accumulator to a consumer (:mod:`.pairs`), so no matrix is ever stored. :func:`run_batches`
 (the batch loop) and :func:`launch_finish` also serve :mod:`.taylor` and :mod:`.interventional`.
+
+Small models (:func:`distshap.kernels.cuda.small.fits`, a function of the packed model and
+:mod:`.config` only) take the one-launch route instead: one kernel writes every row's float32
+values (:mod:`.small`), with no accumulator, batches or finish pass; :func:`checked_values`
+runs it with the additivity check inside (what :func:`distshap.dispatch.explain_rows` calls
+first), and :func:`run_slot_batches` stores its integers into the pair slots.
 """
 
 from __future__ import annotations

@@ -263,25 +263,29 @@ _row_margin_device = cuda.jit(device=True)(_row_margin)
 
 if SIM:  # pragma: no cover - only under NUMBA_ENABLE_CUDASIM=1 (no warp intrinsics there)
 
-    @cuda.jit(device=True)  # a device function: the simulator lends it its thread context
-    def _warp_sum(value):
-        """The butterfly of the GPU version, replayed from shared memory (two barriers)."""
-        buf = cuda.shared.array(32, np.float64)
-        tree = cuda.local.array(32, np.float64)
-        buf[cuda.threadIdx.x & 31] = value
-        cuda.syncthreads()  # the simulator's block is one warp
-        for i in range(32):
-            tree[i] = buf[i]
-        cuda.syncthreads()
+    def _replay(buf, row):
+        """The butterfly of the GPU version over ``buf[row]`` (32 lanes), this lane's result."""
+        tree = buf[row].copy()
         offset = 16
         while offset > 0:
-            for i in range(32):
-                buf_i = tree[i] + tree[i ^ offset]
-                if i < (i ^ offset):
-                    tree[i ^ offset] = tree[i ^ offset] + tree[i]
-                    tree[i] = buf_i
+            tree = tree + tree[np.arange(32) ^ offset]  # lane i: v_i + v_(i ^ offset)
             offset >>= 1
         return tree[cuda.threadIdx.x & 31]
+
+    @cuda.jit(device=True)  # a device function: the simulator lends it its thread context
+    def _warp_sum4(a0, a1, a2, a3):
+        """Four warp sums, replayed from shared memory (two barriers for the four)."""
+        buf = cuda.shared.array((4, 32), np.float64)
+        lane = cuda.threadIdx.x & 31
+        buf[0, lane], buf[1, lane], buf[2, lane], buf[3, lane] = a0, a1, a2, a3
+        cuda.syncthreads()  # the simulator's block is one warp
+        sums = (_replay(buf, 0), _replay(buf, 1), _replay(buf, 2), _replay(buf, 3))
+        cuda.syncthreads()
+        return sums
+
+    @cuda.jit(device=True)
+    def _warp_sum(value):
+        return _warp_sum4(value, 0.0, 0.0, 0.0)[0]
 
 else:
 
@@ -293,6 +297,11 @@ else:
             value += cuda.shfl_xor_sync(FULL_MASK, value, offset)
             offset >>= 1
         return value
+
+    @cuda.jit(device=True, inline=True)
+    def _warp_sum4(a0, a1, a2, a3):
+        """Four independent warp sums (their shuffles overlap)."""
+        return _warp_sum(a0), _warp_sum(a1), _warp_sum(a2), _warp_sum(a3)
 
 
 @cuda.jit(device=True)
@@ -352,26 +361,45 @@ def _make_emit(store, interactions: bool):
     """The device function writing group ``g`` of row ``r`` (float32 values) and checking it."""
 
     @cuda.jit(device=True)
+    def put(out, r, g, e, width, lane, n_cols, summed, scale, inv_scale, expected):
+        """Store entry ``e`` (when ``e < width``) of its warp sum; return its float32 value."""
+        value = np.float64(fixed(summed, scale)) * inv_scale  # the finish kernel's conversion
+        if e == width - 1:
+            value += expected  # the bias entry (its sum is 0: no path has feature F)
+        value32 = np.float32(value)
+        if e < width and (e & 31) == lane:
+            store(out, r, g, e, n_cols, value32)
+        return np.float64(value32) if e < width else 0.0
+
+    @cuda.jit(device=True)
     def emit(acc, out, flag, r, g, lane, n_cols, scale, f64s, longs, check, margin, slot_i,
              slot_j, group_slots):  # fmt: skip
         width = n_cols * n_cols if interactions else n_cols
-        bias = width - 1
+        expected = f64s[longs[H_EXPECTED] + g]
         inv_scale = 1.0 / scale
         total = 0.0
         size = 0.0
-        for e in range(width):  # the same branches in every lane: the shuffles stay converged
-            i = e // n_cols
-            if e == bias or (interactions and (i == n_cols - 1 or e - i * n_cols == n_cols - 1)):
-                value = 0.0  # the bias column (row and column) holds the expected value only
-            else:
-                value = np.float64(fixed(_warp_sum(acc[e]), scale)) * inv_scale
-            if e == bias:
-                value += f64s[longs[H_EXPECTED] + g]
-            value32 = np.float32(value)
-            if (e & 31) == lane:
-                store(out, r, g, e, n_cols, value32)
-            total += np.float64(value32)
-            size += abs(np.float64(value32))
+        # four independent butterflies at a time (latency), the same in every lane (the
+        # shuffles stay converged); entries of the bias row and column sum to 0
+        for e in range(0, width, 4):
+            s0, s1, s2, s3 = _warp_sum4(
+                acc[e],
+                acc[e + 1] if e + 1 < width else 0.0,
+                acc[e + 2] if e + 2 < width else 0.0,
+                acc[e + 3] if e + 3 < width else 0.0,
+            )
+            v = put(out, r, g, e, width, lane, n_cols, s0, scale, inv_scale, expected)
+            total += v
+            size += abs(v)
+            v = put(out, r, g, e + 1, width, lane, n_cols, s1, scale, inv_scale, expected)
+            total += v
+            size += abs(v)
+            v = put(out, r, g, e + 2, width, lane, n_cols, s2, scale, inv_scale, expected)
+            total += v
+            size += abs(v)
+            v = put(out, r, g, e + 3, width, lane, n_cols, s3, scale, inv_scale, expected)
+            total += v
+            size += abs(v)
         if check:
             m = _warp_sum(margin[0, g])
             bound = size + abs(m)
