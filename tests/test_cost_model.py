@@ -373,16 +373,22 @@ def test_synthetic_models():
 CALIBRATE_SCRIPT = r"""
 import json, os, sys
 from distshap import cost_model as cm
+from distshap.kernels.cuda import config
 from distshap.kernels.cuda.calibrate import Experiment, calibrate
+config.SMALL_MAX_PATHS = 0  # the regular kernels (tables, quadrature) even for tiny models
 path = sys.argv[1] if len(sys.argv) > 1 else os.environ["COSTS_FILE"]
-exps = (Experiment("q4", "quadrature", 4, 3, num_features=6, rows=2),
+exps = (Experiment("q4", "quadrature", 4, 3, num_features=6, rows=128),  # a block a 128 rows
         Experiment("q9", "quadrature", 9, 2, num_features=10, rows=2),
         Experiment("t3", "tables", 3, 3, num_features=6, rows=2))
 r = calibrate(repeats=1, cache=path, experiments=exps)
 assert r.path == path and r.device == "simulator", r.path
 loaded = cm.load_cache(path)["simulator"]
 assert loaded == r.costs and loaded.source.startswith("calibrated"), loaded
-assert len(r.measurements) == 3 and all(m["slope"] > 0 for m in r.measurements)
+skipped = [n for n in r.notes if "skipped" in n]  # the simulator's rows cost little
+assert r.measurements and len(r.measurements) + len(skipped) == 3, (r.measurements, r.notes)
+assert all(m["slope"] > 0 for m in r.measurements)
+assert {m["name"] for m in r.measurements} >= {"q4", "t3"}, r.notes  # both kernels timed
+assert [m["table_paths"] for m in r.measurements if m["name"] == "t3"] == [3]
 assert cm.costs_for("simulator", cache=path) == r.costs
 with cm.use_costs(r.costs):
     assert cm.device_costs() == r.costs
