@@ -483,8 +483,8 @@ def slot_kernel_signatures() -> dict:
         ),
     }
     rows = (f"void(float32[:, ::1], int32[:, ::1], int64[:, ::1], int32[::1], float32[::1], "
-            f"uint32[::1], int64[::1], int32[:, ::1], int32[:, ::1], {xa}, int64, int64[::1], "
-            "int64[::1], int64)")  # fmt: skip
+            f"uint32[::1], int32[::1], int64[::1], int16[:, ::1], int64[::1], int32[::1], {xa}, "
+            "int64, int64[::1], int64[::1], int64)")  # fmt: skip
     for n in (config.QUADRATURE_NODES[0], config.QUADRATURE_NODES[-1]):  # (compile time)
         for shared in (False, True):
             name = f"quadrature_slot_kernel_{n}{'_shared' if shared else ''}"

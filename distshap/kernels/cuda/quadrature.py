@@ -293,21 +293,21 @@ class SlotLayout:
     Element ``e`` (0-based, sorted by feature as in the lanes) is ``ef[3 e + 0/1/2, j]``
     (lower, upper, zero fraction), ``ei[3 e + 0/1/2, j]`` (feature, flags, category bits) and
     ``ecat[e, j]`` (category set offset). Upper-triangle entry ``(a, c)``, ``a <= c``, is number
-    ``u = a k - a (a - 1) / 2 + c - a``: ``tmap[u, j]`` its chunk-local tile slot (the
-    ``local_map`` of :func:`~distshap.kernels.cuda.model.chunk_tiles`), ``gmap[u, j]`` the
-    row's slot (``path_map``).
+    ``u = a k - a (a - 1) / 2 + c - a``: ``tmap[u, j]`` (int16) its chunk-local tile slot (the
+    ``local_map`` of :func:`~distshap.kernels.cuda.model.chunk_tiles`; -1 beyond int16, where
+    the chunk has too many slots for a tile and adds to the row's slots through ``path_map``).
     """
 
-    __slots__ = ("ef", "ei", "ecat", "pk", "pv", "tmap", "gmap", "kmax", "__weakref__")
+    __slots__ = ("ef", "ei", "ecat", "pk", "pv", "tmap", "kmax", "__weakref__")
 
-    def __init__(self, ef, ei, ecat, pk, pv, tmap, gmap, kmax: int):
+    def __init__(self, ef, ei, ecat, pk, pv, tmap, kmax: int):
         self.ef, self.ei, self.ecat, self.pk, self.pv = ef, ei, ecat, pk, pv
-        self.tmap, self.gmap, self.kmax = tmap, gmap, kmax
+        self.tmap, self.kmax = tmap, kmax
 
 
 @cuda.jit
-def _gather_kernel(lane_f, lane_i, lane_cat, path_offsets, paths, path_map, map_offsets,
-                   local_map, ef, ei, ecat, pk, pv, tmap, gmap):  # fmt: skip
+def _gather_kernel(lane_f, lane_i, lane_cat, path_offsets, paths, map_offsets, local_map, ef, ei,
+                   ecat, pk, pv, tmap):  # fmt: skip
     """One thread per position of a launch: its path's lanes and slot numbers, element-major."""
     j = cuda.grid(1)
     if j >= paths.shape[0]:
@@ -330,8 +330,8 @@ def _gather_kernel(lane_f, lane_i, lane_cat, path_offsets, paths, path_map, map_
     u = 0
     for a in range(k):
         for c in range(a, k):
-            tmap[u, j] = local_map[m + a * k + c]
-            gmap[u, j] = path_map[m + a * k + c]
+            t = local_map[m + a * k + c]
+            tmap[u, j] = t if t < 32768 else -1
             u += 1
 
 
@@ -364,15 +364,14 @@ def slot_layout(model, plan, slots, stream) -> tuple:
                 ecat=cuda.to_device(np.full((kmax, P), -1, np.int64), stream=stream),
                 pk=cuda.to_device(np.zeros(P, np.int32), stream=stream),
                 pv=cuda.to_device(np.zeros(P, np.float32), stream=stream),
-                tmap=cuda.to_device(np.zeros((npairs, P), np.int32), stream=stream),
-                gmap=cuda.to_device(np.zeros((npairs, P), np.int32), stream=stream),
+                tmap=cuda.to_device(np.full((npairs, P), -1, np.int16), stream=stream),
                 kmax=kmax,
             )  # fmt: skip
             if paths.size:
                 _gather_kernel[-(-P // 128), 128, stream](
                     model.lane_f, model.lane_i, model.lane_cat, model.path_offsets, launch.paths,
-                    slots.path_map, slots.map_offsets, slots.local_map, lay.ef, lay.ei,
-                    lay.ecat, lay.pk, lay.pv, lay.tmap, lay.gmap,
+                    slots.map_offsets, slots.local_map, lay.ef, lay.ei, lay.ecat, lay.pk, lay.pv,
+                    lay.tmap,
                 )  # fmt: skip
             out.append(lay)
         if stream:
@@ -405,8 +404,8 @@ def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool):
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
 
     @cuda.jit
-    def kernel(ef, ei, ecat, pk, pv, cat_words, chunk_offsets, tmap, gmap, X, acc, scale, row0,
-               tile_offsets, tile_slots, tile_capacity):  # fmt: skip
+    def kernel(ef, ei, ecat, pk, pv, cat_words, chunk_paths, chunk_offsets, tmap, map_offsets,
+               path_map, X, acc, scale, row0, tile_offsets, tile_slots, tile_capacity):  # fmt: skip
         tid = cuda.threadIdx.x
         nthreads = cuda.blockDim.x
         ch = cuda.blockIdx.x  # chunks vary fastest: blocks running together share rows (L2)
@@ -438,6 +437,9 @@ def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool):
         for j in range(chunk_offsets[ch] + tid, chunk_offsets[ch + 1], nthreads):
             k = pk[j]
             value = pv[j]
+            m0 = 0  # without a tile, entry (a, c) of the path adds at path_map[m0 + a * k + c]
+            if not use_tile:
+                m0 = map_offsets[chunk_paths[j]]
             for rr in range(nr):  # the path's rows one after another: its data stay in L1
                 r = r0 + rr
                 for m in range(n_nodes):
@@ -482,7 +484,7 @@ def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool):
                         if use_tile:
                             cuda.atomic.add(tile, rr * width + tmap[u0, j], iv)
                         else:
-                            cuda.atomic.add(acc, (r, gmap[u0, j]), iv)
+                            cuda.atomic.add(acc, (r, path_map[m0 + a * k + a]), iv)
                     for c in range(a + 1, k):
                         zc = ef[3 * c + 2, j]
                         dc = -zc
@@ -499,7 +501,7 @@ def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool):
                             if use_tile:
                                 cuda.atomic.add(tile, rr * width + tmap[u, j], iv)
                             else:
-                                cuda.atomic.add(acc, (r, gmap[u, j]), iv)
+                                cuda.atomic.add(acc, (r, path_map[m0 + a * k + c]), iv)
                     u0 += k - a
         cuda.syncthreads()
         if use_tile:
@@ -543,8 +545,9 @@ def _launch_slot_rows(model, plan, Xb, acc, scale, stream, slots) -> None:
         for row0 in range(0, nb, per_launch):
             grid = (launch.n_chunks, -(-min(nb - row0, per_launch) // rows))
             kernel[grid, 128, stream, shared_bytes](
-                lay.ef, lay.ei, lay.ecat, lay.pk, lay.pv, model.cat_words, launch.offsets,
-                lay.tmap, lay.gmap, Xb, acc, scale, row0, tile_offsets, tile_slots, capacity,
+                lay.ef, lay.ei, lay.ecat, lay.pk, lay.pv, model.cat_words, launch.paths,
+                launch.offsets, lay.tmap, slots.map_offsets, slots.path_map, Xb, acc, scale, row0,
+                tile_offsets, tile_slots, capacity,
             )  # fmt: skip
 
 
