@@ -177,6 +177,7 @@ from distshap.kernels.cuda import launch, small
 from distshap.kernels.margin import margin_model, predict_margin
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
+from distshap.warmup import chain_ensemble
 
 sys.setswitchinterval(1e-4)  # simulated threads meet at barriers: hand over quickly
 
@@ -221,6 +222,10 @@ both(packed_of(tiny.nan_default_tree()), tiny.random_rows(5, tiny.nan_default_tr
      "missing", oracle=tiny.nan_default_tree())
 both(packed_of(tiny.categorical_tree()), tiny.random_rows(4, tiny.categorical_tree(), 2, 0.2),
      "categorical", oracle=tiny.categorical_tree())
+chain = chain_ensemble(small.SMALL_MAX_PATH_FEATURES, small.SMALL_MAX_PATH_FEATURES)
+Xc = np.full((2, small.SMALL_MAX_PATH_FEATURES), 0.25, np.float32)
+Xc[0, 3], Xc[1, 5] = 0.75, np.nan
+both(packed_of(chain), Xc, "longest path", oracle=chain)  # every local array full
 stump = tiny.stump()  # paths without features: the bias only
 both(packed_of(stump), tiny.random_rows(1, stump, 2, 0.0), "stump", oracle=stump)
 
