@@ -383,13 +383,15 @@ def test_gpu_small_route_against_regular_route_and_xgboost(monkeypatch):
         assert np.abs(got - ref).max() <= 1e-5 * scale
         f = kc.interaction_values if inter else kc.shap_values
         rows = packed.encoding.apply(X[:n])
+        full = f(packed, rows).get()  # without the check: the same bits
+        assert np.array_equal(full.reshape(got.shape), got)
         for batch in (1, 7, 1000):  # the bits of a row are its own
             parts = [f(packed, rows[i : i + batch]).get() for i in range(0, n, batch)]
-            assert np.array_equal(np.concatenate(parts), got)
+            assert np.array_equal(np.concatenate(parts), full)
         monkeypatch.setattr(config, "SMALL_MAX_PATHS", 0)  # the regular route
         regular = f(packed, rows).get()
         monkeypatch.setattr(config, "SMALL_MAX_PATHS", 256)
-        assert np.abs(regular - got).max() <= 2e-6 * scale
+        assert np.abs(regular - full).max() <= 2e-6 * scale
     bad = dict(packed.margin, base_score=packed.margin["base_score"] + 1.0)
     wrong = dataclasses.replace(packed, margin=bad, digest="")
     from distshap.additivity import AdditivityError

@@ -61,8 +61,9 @@ from distshap.packed import PackedModel
 
 __all__ = [
     "SMALL_MAX_GROUPS", "SMALL_MAX_INTERACTION_COLUMNS", "SMALL_MAX_PATH_FEATURES",
-    "SMALL_MAX_SHAP_COLUMNS", "SmallModel", "clear_cache", "fits", "host_arrays", "launch_small",
-    "read_flag", "shap_kernel", "interaction_kernel", "slot_kernel", "small_model",
+    "SMALL_MAX_SHAP_COLUMNS", "SmallModel", "clear_cache", "fits", "host_arrays",
+    "interaction_kernel", "launch_slots", "launch_small", "read_flag", "shap_kernel",
+    "slot_kernel", "small_model",
 ]  # fmt: skip
 
 # Frozen at import: the kernels' local arrays have these sizes, so the host side uses them too.
