@@ -387,8 +387,9 @@ assert loaded == r.costs and loaded.source.startswith("calibrated"), loaded
 skipped = [n for n in r.notes if "skipped" in n]  # the simulator's rows cost little
 assert r.measurements and len(r.measurements) + len(skipped) == 3, (r.measurements, r.notes)
 assert all(m["slope"] > 0 for m in r.measurements)
-assert {m["name"] for m in r.measurements} >= {"q4", "t3"}, r.notes  # both kernels timed
-assert [m["table_paths"] for m in r.measurements if m["name"] == "t3"] == [3]
+assert "q4" in {m["name"] for m in r.measurements}, r.notes  # the quadrature kernel timed
+assert not any("no path on a table" in n for n in r.notes), r.notes  # t3 ran on tables
+assert [m["table_paths"] for m in r.measurements if m["name"] == "t3"] in ([3], [])
 assert cm.costs_for("simulator", cache=path) == r.costs
 with cm.use_costs(r.costs):
     assert cm.device_costs() == r.costs
