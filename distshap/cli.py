@@ -528,8 +528,9 @@ def _build_parser() -> argparse.ArgumentParser:
     info.add_argument("--algorithm", choices=("bfd", "ffd", "nf"), default="bfd")
     info.add_argument(
         "--device-kind", metavar="KIND",
-        help="predict the CUDA strategy for this device kind (H100, H200, generic) or device "
-        "name (default: the current GPU's; works without a GPU)",
+        help="predict the CUDA strategy for this device kind (H100, H200, generic: shipped "
+        "constants) or device name (its calibrated constants where `distshap calibrate` "
+        "cached them; default: the current GPU's; works without a GPU)",
     )  # fmt: skip
     info.add_argument(
         "--rows",

@@ -30,6 +30,16 @@ so every GPU of one kind makes the same choice and gives the same bits.
 
 The shipped constants are rough, derived from the measurements in ``benchmarks/RESULTS.md``
 (see :data:`SHIPPED`); ``distshap calibrate`` replaces them with measured ones.
+
+Use::
+
+    distshap calibrate                          # once per machine (under a minute)
+    distshap info MODEL                         # the choice and predicted rows/s on this GPU
+    distshap info MODEL --device-kind H200      # ... for another kind, without a GPU
+    DISTSHAP_KERNEL_COSTS=/path/costs.json ...  # another cache file ("none": shipped only)
+
+The cache is keyed by the full device name: GPUs of one name share the constants, hence the
+choice and the bits; hosts of a multi-node cluster should share the file (or none).
 """
 
 from __future__ import annotations
