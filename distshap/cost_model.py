@@ -211,12 +211,19 @@ _BASE = dict(
     small_call=30.0,
 )  # fmt: skip
 
+# Per kind: (source, L2 MiB, constants in the units of `shipped_literal`, which prints a
+# calibration's constants in this form: to ship measured ones, paste its line here).
+_PER_KIND = {
+    "H100": ("shipped (derived from benchmarks/RESULTS.md)", 50, _BASE),
+    "H200": ("shipped (derived from benchmarks/RESULTS.md)", 50, _BASE),
+}
+
 #: Shipped constants per device kind (``benchmarks/RESULTS.md``; derivation in the source).
 SHIPPED: dict[str, KernelCosts] = {
-    "H100": _costs("H100", "shipped (derived from benchmarks/RESULTS.md)", 50, **_BASE),
-    "H200": _costs("H200", "shipped (derived from benchmarks/RESULTS.md)", 50, **_BASE),
-    "generic": _costs("generic", "shipped generic defaults (unknown device)", 40, 0.5, **_BASE),
+    kind: _costs(kind, source, l2, **values) for kind, (source, l2, values) in _PER_KIND.items()
 }
+SHIPPED["generic"] = _costs("generic", "shipped generic defaults (unknown device)", 40, 0.5,
+                            **_BASE)  # fmt: skip
 # The CUDA simulator (and host-side planning without a GPU) has no timings to go by: every
 # eligible path gets a table (the shortest-first budget policy), so tests exercise the tables.
 SHIPPED["simulator"] = replace(
