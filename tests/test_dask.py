@@ -438,3 +438,146 @@ def test_interaction_output_chunks_are_bounded(client, regression, data, monkeyp
     out = explain_dask(packed, X, interactions=True, backend="cpu", client=client)
     assert max(out.chunks[0]) == 7 and sum(out.chunks[0]) == len(data)
     np.testing.assert_array_equal(out.compute(), _reference(packed, data, "cpu", True))
+
+
+# --------------------------------------------------------------------------------------------
+# Uneven placement: persisted chunks that sit on one worker still spread over all of them
+# --------------------------------------------------------------------------------------------
+
+
+def _shares(pieces, sizes):
+    """Rows per worker of a balance_plan, after checking it covers every row once, in order."""
+    seen = []
+    for chunk, start, stop, _ in pieces:
+        seen.extend((chunk, r) for r in range(start, stop))
+    assert seen == [(c, r) for c, n in enumerate(sizes) for r in range(n)]
+    shares: dict = {}
+    for _, start, stop, worker in pieces:
+        shares[worker] = shares.get(worker, 0) + stop - start
+    return shares
+
+
+@pytest.mark.parametrize(
+    "sizes, holders",
+    [
+        ([150] * 8, ["a"] * 5 + ["b"] * 3),  # 5/3: one chunk moves, whole
+        ([150] * 8, ["a"] * 7 + ["b"]),  # 7/1: three chunks move
+        ([100, 250, 7, 0, 300, 99], ["b", "b", "b", "b", "b", "a"]),  # ragged, an empty chunk
+        ([90] * 6, ["a", "b", "c", "a", "a", "a"]),  # three workers
+    ],
+)
+def test_balance_plan_gives_equal_shares_moving_least(sizes, holders):
+    workers = sorted(set(holders) | {"a", "b"})
+    pieces = dx.balance_plan(sizes, [[h] for h in holders], workers, min_piece=1)
+    shares = _shares(pieces, sizes)
+    assert max(shares.values()) - min(shares.values()) <= 1
+    assert sum(shares.values()) == sum(sizes)
+    moved = sum(b - a for c, a, b, w in pieces if w != holders[c])
+    held = {w: sum(n for n, h in zip(sizes, holders, strict=True) if h == w) for w in workers}
+    assert moved == sum(max(0, held[w] - shares[w]) for w in workers)  # only the surplus moves
+
+
+def test_balance_plan_keeps_small_surplus_and_uses_replicas():
+    # a surplus under min_piece stays: no task for a handful of rows
+    pieces = dx.balance_plan([100, 104], [["a"], ["a"]], ["a", "b"], min_piece=10)
+    assert _shares(pieces, [100, 104]) == {"a": 102, "b": 102}
+    pieces = dx.balance_plan([100, 104], [["a"], ["b"]], ["a", "b"], min_piece=10)
+    assert pieces == [(0, 0, 100, "a"), (1, 0, 104, "b")]
+    # a chunk held by both counts for the worker with room: nothing moves
+    pieces = dx.balance_plan([50, 50, 50, 50], [["a"], ["a"], ["a", "b"], ["a", "b"]], ["a", "b"])
+    assert [w for *_, w in pieces] == ["a", "a", "b", "b"]
+    with pytest.raises(ValueError, match="at least one worker"):
+        dx.balance_plan([1], [["a"]], [])
+
+
+def _kernel_tasks(task_stream) -> dict:
+    """Worker -> rows explained there, from the kernel tasks of a task stream."""
+    rows: dict = {}
+    for event in task_stream.data:
+        key = event["key"]
+        if isinstance(key, tuple) and str(key[0]).startswith("distshap-"):
+            name = str(key[0])
+            if "shap" in name or "interactions" in name or "pair" in name:
+                rows[event["worker"]] = rows.get(event["worker"], 0) + 1
+    return rows
+
+
+@pytest.mark.parametrize("interactions", [False, True], ids=["shap", "interactions"])
+def test_uneven_placement_spreads_rows_and_keeps_bits(client, regression, data, interactions):
+    """Six chunks all on one worker: half the rows run on the other one, same bits, same chunks."""
+    from distributed import get_task_stream, wait
+
+    workers = sorted(client.ncores())
+    X = client.persist(da.from_array(data, chunks=(100, N_FEATURES)), workers=workers[:1])
+    wait(X)
+    assert {w for ws in client.who_has(X).values() for w in ws} == {workers[0]}
+    calls = []
+    real = kernels.get_backend
+
+    def spy(name):
+        calls.append(name)
+        return real(name)
+
+    kernels.get_backend = spy
+    try:
+        result = explain_dask(regression, X, interactions, "cpu", client=client)
+        assert calls == []  # still lazy: rows may move now, kernels run on compute only
+    finally:
+        kernels.get_backend = real
+    assert result.chunks[0] == X.chunks[0]  # pieces merged back
+    with get_task_stream(client) as stream:
+        out = result.compute()
+    np.testing.assert_array_equal(out, _reference(regression, data, "cpu", interactions))
+    per_worker = _kernel_tasks(stream)
+    assert sorted(per_worker) == workers and set(per_worker.values()) == {3}, per_worker
+    # the same without balancing: still the same bits
+    unbalanced = explain_dask(regression, X, interactions, "cpu", client=client, balance=False)
+    np.testing.assert_array_equal(unbalanced.compute(), out)
+
+
+def test_uneven_placement_splits_chunks_and_aligns_labels(client):
+    """5 chunks on one worker, 2 on the other: a chunk is cut in two; log-loss labels follow."""
+    from distributed import get_task_stream, wait
+
+    from distshap.dispatch import explain_rows
+    from distshap.interventional import build_background
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(350, 4)).astype(np.float32)
+    y = (X[:, 0] + X[:, 1] > 0).astype(np.float64)
+    booster = xgb.train(
+        {"max_depth": 3, "objective": "binary:logistic"}, xgb.DMatrix(X, label=y), 5
+    )
+    packed = _packed(booster)
+    background = build_background(packed, X[:20])
+    workers = sorted(client.ncores())
+    parts = [
+        client.persist(da.from_array(X[i * 50 : (i + 1) * 50]), workers=[workers[i >= 5]])
+        for i in range(7)
+    ]
+    Xd = client.persist(da.concatenate(parts))
+    wait(Xd)
+    labels = da.from_array(y, chunks=60)  # chunked otherwise than X
+    expected = explain_rows(packed, X, False, "cpu", background=background,
+                            model_output="log_loss", y=y)  # fmt: skip
+    with get_task_stream(client) as stream:
+        result = explain_dask(packed, Xd, False, "cpu", client=client, background=background,
+                              model_output="log_loss", y=labels)  # fmt: skip
+        out = result.compute()
+    assert result.chunks[0] == (50,) * 7
+    np.testing.assert_array_equal(out, expected)
+    per_worker = _kernel_tasks(stream)
+    assert sorted(per_worker) == workers and sum(per_worker.values()) == 8  # one chunk in two
+
+
+def test_unknown_chunk_sizes_persisted_unevenly(client, regression, data):
+    from distributed import get_task_stream, wait
+
+    workers = sorted(client.ncores())
+    unknown = dd.from_pandas(pd.DataFrame(data), npartitions=4).to_dask_array()
+    unknown = client.persist(unknown, workers=workers[1:])
+    wait(unknown)
+    with get_task_stream(client) as stream:
+        out = explain_dask(regression, unknown, backend="cpu", client=client).compute()
+    np.testing.assert_array_equal(out, _reference(regression, data, "cpu", False))
+    assert sorted(_kernel_tasks(stream)) == workers

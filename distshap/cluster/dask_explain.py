@@ -31,6 +31,7 @@ import threading
 import uuid
 import warnings
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import dask.array as da
@@ -45,11 +46,13 @@ from distshap.kernels.interventional_math import LOG_LOSS, RAW
 
 __all__ = [
     "MAX_OUTPUT_CHUNK_BYTES",
+    "balance_plan",
     "clear_model_cache",
     "compute",
     "explain_dask",
     "model_future",
     "warm_up",
+    "worker_copy",
 ]
 
 #: Largest output chunk (bytes) of an interaction result; bigger row chunks are split.
@@ -58,6 +61,8 @@ MAX_OUTPUT_CHUNK_BYTES = 1 << 30
 # client -> {digest: Future of the model task}; a Future refers to its client, so entries of
 # closed clients are removed on the next call (or by clear_model_cache), not by the weak key.
 _MODEL_FUTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# client -> {(key of a shipped Future, worker address): Future of its copy pinned there}
+_WORKER_COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _CACHE_LOCK = threading.Lock()
 # Future states in which the model is, or is being recomputed, on the cluster
 _LIVE = ("pending", "finished", "lost")
@@ -134,8 +139,259 @@ def clear_model_cache(client: Any = None) -> None:
     with _CACHE_LOCK:
         if client is None:
             _MODEL_FUTURES.clear()
+            _WORKER_COPIES.clear()
         else:
             _MODEL_FUTURES.pop(client, None)
+            _WORKER_COPIES.pop(client, None)
+
+
+def _identity(value: Any) -> Any:
+    """A copy task: the worker it runs on fetches ``value`` and keeps it under a new key."""
+    return value
+
+
+def worker_copy(client: Any, future: Any, worker: str) -> Any:
+    """A Future of ``future``'s value held on ``worker``, made on first use only.
+
+    A task pinned to ``worker`` (``allow_other_workers=True``) that returns its input: the
+    worker fetches the value once and keeps it for as long as the copy's Future is held, which
+    the Active Memory Manager would not do for a plain replica. If ``worker`` dies, the copy is
+    recomputed elsewhere from ``future`` (itself recoverable, see :func:`model_future`).
+
+    Parameters
+    ----------
+    client : distributed.Client
+    future : distributed.Future
+        E.g. the model's Future from :func:`model_future`.
+    worker : str
+        Worker address.
+
+    Returns
+    -------
+    distributed.Future
+    """
+    with _CACHE_LOCK:
+        per_client = _WORKER_COPIES.setdefault(client, {})
+        copy = per_client.get((future.key, worker))
+        if copy is not None and copy.status in _LIVE:
+            return copy
+        copy = client.submit(
+            _identity,
+            future,
+            key=f"{future.key}-copy-{uuid.uuid4().hex[:8]}",
+            workers=[worker],
+            allow_other_workers=True,
+            pure=False,
+        )
+        per_client[(future.key, worker)] = copy
+        return copy
+
+
+def balance_plan(
+    sizes: Sequence[int],
+    holders: Sequence[Sequence[str]],
+    workers: Sequence[str],
+    min_piece: int | None = None,
+) -> list[tuple[int, int, int, str]]:
+    """Row pieces that give every worker an equal share of the rows, moving as few as possible.
+
+    Each worker keeps its own chunks (in row order) up to its share; the rows beyond go, in
+    pieces, to the workers with the largest shortfall. A surplus smaller than ``min_piece``
+    rows stays where it is (a tiny task costs more than the imbalance it removes).
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        Rows of each chunk, in row order.
+    holders : sequence of sequence of str
+        Workers holding each chunk (a replicated chunk counts for the one with most room).
+    workers : sequence of str
+        The workers to share the rows between (equal shares: one worker per GPU).
+    min_piece : int, optional
+        Default ``total // (64 * len(workers))`` (at most ~1.6% of a share left uneven).
+
+    Returns
+    -------
+    list of (chunk, start, stop, worker)
+        In row order; ``start:stop`` are rows of chunk ``chunk``. A piece on a worker that does
+        not hold its chunk is a move. Empty chunks stay as empty pieces.
+    """
+    workers = sorted(workers)
+    if not workers:
+        raise ValueError("balance_plan needs at least one worker")
+    total = int(sum(sizes))
+    base, extra = divmod(total, len(workers))
+    quota = {w: base + (k < extra) for k, w in enumerate(workers)}
+    load = dict.fromkeys(workers, 0)
+    if min_piece is None:
+        min_piece = max(1, total // (64 * len(workers)))
+    kept = []
+    for size, chunk_holders in zip(sizes, holders, strict=True):
+        owner = min(chunk_holders, key=lambda w: (load[w] - quota[w], w))
+        keep = min(size, max(0, quota[owner] - load[owner]))
+        if size - keep < min_piece:
+            keep = size
+        kept.append((owner, keep))
+        load[owner] += keep
+
+    def short(k: int) -> int:
+        return quota[workers[k]] - load[workers[k]]
+
+    pieces = []
+    for chunk, (size, (owner, keep)) in enumerate(zip(sizes, kept, strict=True)):
+        if keep or size == 0:
+            pieces.append((chunk, 0, keep, owner))
+        start = keep
+        while start < size:
+            # the largest shortfall; ties to the first worker in sorted order
+            receiver = workers[max(range(len(workers)), key=lambda k: (short(k), -k))]
+            room = quota[receiver] - load[receiver]
+            take = size - start if room <= 0 else min(size - start, room)
+            if size - start - take < min_piece:
+                take = size - start
+            pieces.append((chunk, start, start + take, receiver))
+            load[receiver] += take
+            start += take
+    return pieces
+
+
+def _chunk_holders(client: Any, X: da.Array) -> list[list[str]] | None:
+    """Workers holding each row chunk of ``X`` (one column chunk); None unless all are held."""
+    keys = [(X.name, i, 0) for i in range(X.numblocks[0])]
+    try:
+        who_has = client.sync(client.scheduler.who_has, keys=keys)
+    except Exception:  # an older or foreign scheduler: no placement to correct
+        return None
+    holders = [sorted(who_has.get(key) or ()) for key in keys]
+    return holders if all(holders) else None
+
+
+def _rows_slice(block: Any, start: int, stop: int) -> Any:
+    return block[start:stop]
+
+
+def _planned_pieces(client: Any, X: da.Array, max_rows: int | None) -> list | None:
+    """``X`` (persisted) -> pieces ``(source, start, stop, worker, chunk, lo, hi)``, row order.
+
+    A piece is rows ``lo:hi`` of chunk ``chunk`` of ``X``, run on ``worker``. ``source`` is
+    what it reads: ``X``'s chunk key, or the Future of those rows copied to ``worker`` by the
+    moves submitted here (only the surplus rows travel, sliced on their holder);
+    ``start:stop`` are the rows to take of ``source`` (``None``: all of it). Pieces hold at
+    most ``max_rows`` rows. None when ``X``'s placement is unknown (not every chunk in
+    memory) or a single worker runs all.
+    """
+    workers = sorted(client.ncores())
+    holders = _chunk_holders(client, X) if len(workers) > 1 else None
+    if holders is None or any(h not in workers for hs in holders for h in hs):
+        return None
+    from distributed import Future
+
+    pieces = []
+    for chunk, a, b, worker in balance_plan(X.chunks[0], holders, workers):
+        step = b - a if max_rows is None else max_rows
+        cuts = list(range(a, b, max(1, step))) + [b] if b > a else [a, b]
+        for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+            if worker in holders[chunk]:
+                whole = lo == 0 and hi == X.chunks[0][chunk]
+                bounds = (None, None) if whole else (lo, hi)
+                pieces.append(((X.name, chunk, 0), *bounds, worker, chunk, lo, hi))
+                continue
+            # a move: slice the rows where the chunk is, copy only them to ``worker`` now
+            part = client.submit(
+                _rows_slice, Future((X.name, chunk, 0), client), lo, hi,
+                workers=holders[chunk][:1], allow_other_workers=True, pure=False,
+                key=f"distshap-rows-{uuid.uuid4().hex}",
+            )  # fmt: skip
+            moved = client.submit(
+                _identity, part, workers=[worker], allow_other_workers=True, pure=False,
+                key=f"distshap-moved-rows-{uuid.uuid4().hex}",
+            )  # fmt: skip
+            pieces.append((moved, None, None, worker, chunk, lo, hi))
+    return pieces
+
+
+def _piece_values(
+    func: Any, source: Any, start: int | None, stop: int | None, labels: Any, *args: Any
+) -> Any:
+    """One planned piece: its rows of ``source`` (``labels``: theirs, or None) -> ``func``."""
+    if start is not None:
+        source = source[start:stop]
+    *args, row_offset = args
+    if labels is not None:
+        return func(source, *args, labels, row_offset=row_offset)
+    return func(source, *args, row_offset=row_offset)
+
+
+def _map_rows(
+    client: Any,
+    X: da.Array,
+    func: Any,
+    args: tuple,
+    tail_chunks: tuple,
+    new_axis: list[int],
+    dtype: Any,
+    meta: Any,
+    name: str,
+    balance: bool,
+    labels: da.Array | None = None,
+    split_rows: Any = None,
+    per_chunk: tuple | None = None,
+) -> da.Array:
+    """``func(block, *args[, labels], row_offset=...)`` over the row chunks of ``X``, lazily.
+
+    With ``balance`` and ``X`` persisted, the rows run in the pieces of
+    :func:`_planned_pieces`, each task reading the :func:`worker_copy` of every Future in
+    ``args`` on its piece's worker, so that all its inputs sit on one worker (one hand-built
+    graph layer: no alias tasks in front of the kernels, so the scheduler sees each worker's
+    whole queue at once and has nothing to steal). The output is merged back to ``X``'s row
+    chunks (``split_rows(X)``'s when given: a function that splits row chunks, e.g. for output
+    size limits). ``per_chunk``: output chunks of one task instead of its rows (e.g. ``(1,)``
+    for a partial sum per task; no merge then). Otherwise one ``map_blocks`` over ``X``.
+    """
+    from distributed import Future
+
+    target = X if split_rows is None else split_rows(X)
+    max_rows = None if split_rows is None else max(target.chunks[0], default=None)
+    pieces = _planned_pieces(client, X, max_rows) if balance else None
+    if pieces is None:
+        extra = () if labels is None else (labels.rechunk({0: target.chunks[0]}),)
+        lead = per_chunk * target.numblocks[0] if per_chunk else target.chunks[0]
+        return da.map_blocks(
+            func, target, *args, *extra, chunks=(lead,) + tail_chunks, new_axis=new_axis,
+            dtype=dtype, meta=meta, name=name,
+        )  # fmt: skip
+    from dask.highlevelgraph import HighLevelGraph
+    from dask.utils import apply
+
+    starts = np.cumsum((0,) + X.chunks[0])
+    dsk: dict = {}
+    tail_index = (0,) * len(tail_chunks)
+    for p, (source, start, stop, worker, chunk, lo, hi) in enumerate(pieces):
+        copies = []
+        for arg in args:
+            if isinstance(arg, Future):
+                arg = worker_copy(client, arg, worker)
+                dsk[arg.key] = arg
+                arg = arg.key
+            copies.append(arg)
+        if isinstance(source, Future):
+            dsk[source.key] = source
+            source = source.key
+        label_rows = None
+        if labels is not None:
+            label_rows = (_rows_slice, (labels.name, chunk, 0), lo, hi)
+        first = int(starts[chunk]) + lo
+        dsk[(name, p) + tail_index] = (
+            apply, _piece_values, [func, source, start, stop, label_rows, *copies, first]
+        )  # fmt: skip
+    sizes = tuple(hi - lo for *_, lo, hi in pieces)
+    lead = per_chunk * len(pieces) if per_chunk else sizes
+    deps = [X] if labels is None else [X, labels]
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=deps)
+    out = da.Array(graph, name, (lead,) + tail_chunks, meta=meta)
+    if per_chunk is None and sizes != target.chunks[0]:
+        out = out.rechunk({0: target.chunks[0]})
+    return out
 
 
 def _is_dask_frame(X: Any) -> bool:
@@ -244,6 +500,7 @@ def _block_values(
     background: Any = None,
     model_output: str = "raw",
     labels: Any = None,
+    row_offset: int = 0,
     block_info: dict | None = None,
 ) -> Any:
     """One row chunk -> float32 SHAP (or interaction) values, same array type as the chunk.
@@ -251,15 +508,17 @@ def _block_values(
     Runs on a worker, which resolves ``backend`` (``"auto"``: its own GPU decides). With
     ``check``, the chunk's rows must sum to the model's margin (:mod:`distshap.additivity`).
     With a ``background``, interventional values of ``model_output``; ``labels`` is the chunk's
-    ``(n, 1)`` block of ``y`` (or None). Device work is finished before it returns (the result
-    is synchronised, or copied to the host for NumPy chunks), so task timings are real.
+    ``(n, 1)`` block of ``y`` (or None). ``row_offset`` + the block's position is the row
+    number of its first row (for error messages). Device work is finished before it returns
+    (the result is synchronised, or copied to the host for NumPy chunks), so task timings are
+    real.
     """
     n = block.shape[0]
     width = packed.num_features + 1
     shape = (n, packed.num_groups, width) + ((width,) if interactions else ())
     if n == 0:
         return meta_from_array(block, ndim=len(shape), dtype=np.float32).reshape(shape)
-    first_row = block_info[0]["array-location"][0][0] if block_info else 0
+    first_row = row_offset + (block_info[0]["array-location"][0][0] if block_info else 0)
     y = None if labels is None else labels[:, 0]
     out = explain_rows(packed, block, interactions, backend, check, first_row, allow_empty=True,
                        background=background, model_output=model_output, y=y)  # fmt: skip
@@ -332,6 +591,7 @@ def explain_dask(
     background: Any = None,
     model_output: str = "raw",
     y: Any = None,
+    balance: bool = True,
 ) -> da.Array:
     """SHAP values (or SHAP interaction values) of a Dask collection, lazily.
 
@@ -363,14 +623,20 @@ def explain_dask(
     y : dask array, dask Series or array (n,), optional
         Labels for ``model_output="log_loss"``, one per row of ``X`` (rechunked like ``X``'s
         rows); ignored otherwise.
+    balance : bool
+        When ``X``'s chunks are already in the cluster's memory (persisted), give every worker
+        an equal share of the rows whatever their placement (see the module docstring): the
+        surplus rows of over-full workers are copied now, in the background, to the others.
+        ``False``: every chunk runs where the scheduler puts it (usually where it sits).
 
     Returns
     -------
     dask.array.Array
         Lazy, float32, chunks ``(X.chunks[0], (G,), (F+1,)[, (F+1,)])`` (for interactions, row
         chunks whose output would exceed :data:`MAX_OUTPUT_CHUNK_BYTES` are split), chunk type of
-        ``X`` (NumPy for DataFrames). Each call has its own graph name, so computing it always
-        runs the kernels. Bias in the last column, margin space.
+        ``X`` (NumPy for DataFrames); pieces of a chunk that ran on several workers are merged
+        back. Each call has its own graph name, so computing it always runs the kernels. Bias in
+        the last column, margin space. The same bits whatever the placement or balancing.
 
     Raises
     ------
@@ -407,34 +673,26 @@ def explain_dask(
     shipped = None if background is None else model_future(client, background)
 
     groups, width = packed.num_groups, packed.num_features + 1
+    split_rows = None
     if interactions:
-        X = _limit_output_chunks(X, groups * width * width * 4)
-        chunks = (X.chunks[0], (groups,), (width,), (width,))
-        new_axis = [2, 3]
+
+        def split_rows(rows: da.Array) -> da.Array:
+            return _limit_output_chunks(rows, groups * width * width * 4)
+
+        tail, new_axis = ((groups,), (width,), (width,)), [2, 3]
     else:
-        chunks = (X.chunks[0], (groups,), (width,))
-        new_axis = [2]
+        tail, new_axis = ((groups,), (width,)), [2]
     labels = _labels_array(y, X) if transform == LOG_LOSS else None
-    meta = meta_from_array(X._meta, ndim=len(chunks), dtype=np.float32)
+    meta = meta_from_array(X._meta, ndim=len(tail) + 1, dtype=np.float32)
     label = "interactions" if interactions else "shap"
     if background is not None:
         label = "interventional-" + label
-    return da.map_blocks(
-        _block_values,
-        X,
-        model,
-        interactions,
-        backend,
-        check_additivity,
-        shipped,
-        model_output,
-        labels,
-        chunks=chunks,
-        new_axis=new_axis,
-        dtype=np.float32,
-        meta=meta,
-        name=f"distshap-{label}-{uuid.uuid4().hex}",
-    )
+    return _map_rows(
+        client, X, _block_values,
+        (model, interactions, backend, check_additivity, shipped, model_output),
+        tail, new_axis, np.float32, meta, f"distshap-{label}-{uuid.uuid4().hex}", balance,
+        labels=labels, split_rows=split_rows,
+    )  # fmt: skip
 
 
 def compute(result: da.Array, client: Any = None, progress: bool = False) -> Any:
