@@ -114,7 +114,8 @@ def test_shap_table_kernels_ptx():
     from distshap.kernels.cuda import ptx
 
     kernels = ptx._kernels()
-    names = ("shap_table_kernel", "shap_table_shared_kernel", "fill_shap_tables_kernel")
+    names = ("shap_table_kernel", "shap_table_shared_kernel", "shap_table_1row_kernel",
+             "shap_table_1row_shared_kernel", "fill_shap_tables_kernel")  # fmt: skip
     with ptx._device_free_compilation((9, 0)):
         text = {}
         for name in names:
@@ -124,12 +125,13 @@ def test_shap_table_kernels_ptx():
         # determinism: integer atomics only
         assert "atom.global.add.f32" not in t and "atom.global.add.f64" not in t, name
         assert "atom.shared.add.f" not in t, name
-    for name in names[:2]:
+    for name in names[:4]:
         assert "vote.sync" in text[name], name  # the ballot gathers the pattern
         assert "atom.global.add.u64" in text[name], name
         assert ".local" not in text[name], f"{name} spills to local memory"
         assert "call.uni" not in text[name], f"{name} has a non-inlined call"
-    assert "atom.shared.add.u64" in text["shap_table_shared_kernel"]
+        if "shared" in name:
+            assert "atom.shared.add.u64" in text[name], name
     assert "atom." not in text["fill_shap_tables_kernel"]  # one thread writes each entry
 
 
@@ -219,6 +221,16 @@ for name, packed in plans(ens).items():
         assert kc.shared_tile_rows(3 * 8) == 0
         assert np.array_equal(bits(got), bits(kc.shap_values(packed, X))), "global adds"
         config.MIN_TILE_ROWS = 8
+        # one row a step instead of four: the same int64 contributions
+        config.SHAP_TABLE_ROWS_A_STEP = 1
+        assert np.array_equal(bits(got), bits(kc.shap_values(packed, X))), "one row a step"
+        config.SHAP_TABLE_ROWS_A_STEP = 3
+        try:
+            kc.shap_values(packed, X)
+            raise AssertionError("SHAP_TABLE_ROWS_A_STEP = 3 accepted")
+        except ValueError as err:
+            assert "must be 1 or 4" in str(err), err
+        config.SHAP_TABLE_ROWS_A_STEP = 4
 
 # 2. tables, quadrature and the fallback kernel in one plan: paths of 1 to 33 features
 chain = chain_ensemble(33, 33)
@@ -311,7 +323,7 @@ def test_gpu_shap_plans_match_cpu_oracle_and_batching(seed, budget, plans_only):
 
 @pytest.mark.gpu
 @needs_gpu
-def test_gpu_shap_tables_shared_and_global_accumulation_agree(monkeypatch, plans_only):
+def test_gpu_shap_tables_shared_global_and_row_steps_agree(monkeypatch, plans_only):
     kc = _kc()
     ens = tiny.random_ensemble(11, n_features=9, n_trees=30, depth=5, n_groups=2)
     X = tiny.random_rows(12, ens, 700, 0.1)
@@ -322,6 +334,10 @@ def test_gpu_shap_tables_shared_and_global_accumulation_agree(monkeypatch, plans
     monkeypatch.setattr(kc.config, "MIN_TILE_ROWS", 1)
     assert np.array_equal(shared, _bits(kc.shap_values(packed, X)))
     monkeypatch.setattr(kc.config, "MIN_TILE_ROWS", 1 << 30)
+    assert np.array_equal(shared, _bits(kc.shap_values(packed, X)))
+    monkeypatch.setattr(kc.config, "SHAP_TABLE_ROWS_A_STEP", 1)  # one row a step
+    assert np.array_equal(shared, _bits(kc.shap_values(packed, X)))
+    monkeypatch.setattr(kc.config, "MIN_TILE_ROWS", 8)
     assert np.array_equal(shared, _bits(kc.shap_values(packed, X)))
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "QUADRATURE_NODES",
     "QUADRATURE_SHARED_BYTES",
     "ROWS_PER_WARP",
+    "SHAP_TABLE_ROWS_A_STEP",
     "SHARED_TILE_VALUES",
     "SLOT_QUADRATURE_ROWS",
     "SLOT_QUADRATURE_VARIANT",
@@ -46,8 +47,9 @@ QUADRATURE_CHUNK_PATHS = 256
 #: Shared memory of a quadrature kernel's block at most (its per-row accumulators).
 QUADRATURE_SHARED_BYTES = 48 * 1024
 #: Slot quadrature kernel (top pairs, summaries; same bits either way): ``"gathered"`` (paths
-#: gathered element-major, rows' features in shared memory, several rows a block) or
-#: ``"lanes"`` (each thread reads its path's lanes, one row a block); rows a block at most.
+#: gathered element-major, rows' features in shared memory, several rows a block),
+#: ``"ratios"`` (the same, each element's node ratios kept in shared memory for the pair loop)
+#: or ``"lanes"`` (each thread reads its path's lanes, one row a block); rows a block at most.
 SLOT_QUADRATURE_VARIANT = "gathered"
 SLOT_QUADRATURE_ROWS = 2
 #: Table kernel into pair slots: ``"tiled"`` (each block's slots summed in shared memory,
@@ -69,6 +71,8 @@ TILE_ROWS = 128
 MIN_TILE_ROWS = 8
 #: Rows per warp of the table kernels at most (fewer for small inputs, to fill the GPU).
 ROWS_PER_WARP = 1024
+#: Rows a step of the SHAP table kernel (1 or 4: four rows' loads and atomics issued together).
+SHAP_TABLE_ROWS_A_STEP = 4
 
 #: Small models (:mod:`.small`): one launch computes a row's whole output in one warp (the
 #: additivity check included) for models of at most this many paths (read at call time; 0

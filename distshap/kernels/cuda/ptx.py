@@ -39,8 +39,10 @@ def _kernels() -> dict:
     kernels = {
         "interaction_table_kernel": (table_kernel(False), _TABLE_SIG),
         "interaction_table_shared_kernel": (table_kernel(True), _TABLE_SIG),
-        "shap_table_kernel": (table_kernel(False, shap=True), _TABLE_SIG),
-        "shap_table_shared_kernel": (table_kernel(True, shap=True), _TABLE_SIG),
+        "shap_table_kernel": (table_kernel(False, shap=True, rows4=True), _TABLE_SIG),
+        "shap_table_shared_kernel": (table_kernel(True, shap=True, rows4=True), _TABLE_SIG),
+        "shap_table_1row_kernel": (table_kernel(False, shap=True), _TABLE_SIG),
+        "shap_table_1row_shared_kernel": (table_kernel(True, shap=True), _TABLE_SIG),
         "fill_shap_tables_kernel": (
             shap_fill_kernel,
             "void(float64[:, ::1], int64[::1], int32[::1], int64[::1], int64, float64[::1], "

@@ -238,11 +238,14 @@ def _row_range(rows_per_block, n_rows):
     return r0, r1
 
 
-def _make_table_kernel(shared: bool, slots: bool = False, shap: bool = False):
+def _make_table_kernel(shared: bool, slots: bool = False, shap: bool = False, rows4: bool = False):
     """The table kernel, accumulating in a shared-memory tile of rows (``shared``: one global
     atomic per output value and block per tile) or in global memory directly; ``shap``: SHAP
     values (one entry a lane and row), else interaction values; ``slots``: interaction values
-    into a row's pair slots (:mod:`distshap.pair_slots`) instead of its matrices."""
+    into a row's pair slots (:mod:`distshap.pair_slots`) instead of its matrices. ``rows4``
+    (SHAP values): four rows a step, their row loads, table loads and atomics issued together
+    (a row's steps depend on each other's loads: four independent chains hide their latency);
+    the same int64 contributions."""
 
     @cuda.jit(device=True)
     def body(lane_f, lane_i, lane_cat, lane_table, cat_words, tables, bin_offsets, bin_maxk,
@@ -284,7 +287,59 @@ def _make_table_kernel(shared: bool, slots: bool = False, shap: bool = False):
                 for i in range(tid, (t1 - t0) * width, cuda.blockDim.x):
                     tile[i] = 0
                 cuda.syncthreads()
-            for r in range(t0, t1):
+            if rows4:  # (a constant) SHAP values, rows t0 .. t1 - 1 four at a time
+                for r in range(t0, t1, 4):
+                    m = t1 - r  # rows left in the tile: the same for the whole block
+                    o0 = o1 = o2 = o3 = False
+                    if active:
+                        o0 = follows(X[r, feat], lower, upper, missing, cat_other, cat_offset,
+                                     nbits, cat_words)  # fmt: skip
+                        if m > 1:
+                            o1 = follows(X[r + 1, feat], lower, upper, missing, cat_other,
+                                         cat_offset, nbits, cat_words)  # fmt: skip
+                        if m > 2:
+                            o2 = follows(X[r + 2, feat], lower, upper, missing, cat_other,
+                                         cat_offset, nbits, cat_words)  # fmt: skip
+                        if m > 3:
+                            o3 = follows(X[r + 3, feat], lower, upper, missing, cat_other,
+                                         cat_offset, nbits, cat_words)  # fmt: skip
+                    b0 = np.int64(ballot(FULL_MASK, o0))
+                    b1 = np.int64(ballot(FULL_MASK, o1))
+                    b2 = np.int64(ballot(FULL_MASK, o2))
+                    b3 = np.int64(ballot(FULL_MASK, o3))
+                    if active:
+                        sh = start + 1
+                        at = toff + pos - 1
+                        zero32 = np.float32(0.0)
+                        v0 = tables[at + ((b0 >> sh) & mask_k) * k]
+                        v1 = tables[at + ((b1 >> sh) & mask_k) * k] if m > 1 else zero32
+                        v2 = tables[at + ((b2 >> sh) & mask_k) * k] if m > 2 else zero32
+                        v3 = tables[at + ((b3 >> sh) & mask_k) * k] if m > 3 else zero32
+                        i0 = np.int64(v0 * scale32)
+                        i1 = np.int64(v1 * scale32)
+                        i2 = np.int64(v2 * scale32)
+                        i3 = np.int64(v3 * scale32)
+                        e = group * n_cols + feat
+                        if shared:
+                            q = (r - t0) * width + e
+                            if i0 != 0:
+                                cuda.atomic.add(tile, q, i0)
+                            if i1 != 0:
+                                cuda.atomic.add(tile, q + width, i1)
+                            if i2 != 0:
+                                cuda.atomic.add(tile, q + 2 * width, i2)
+                            if i3 != 0:
+                                cuda.atomic.add(tile, q + 3 * width, i3)
+                        else:
+                            if i0 != 0:
+                                cuda.atomic.add(acc, (r, e), i0)
+                            if i1 != 0:
+                                cuda.atomic.add(acc, (r + 1, e), i1)
+                            if i2 != 0:
+                                cuda.atomic.add(acc, (r + 2, e), i2)
+                            if i3 != 0:
+                                cuda.atomic.add(acc, (r + 3, e), i3)
+            for r in range(t0, t0 if rows4 else t1):
                 o = False
                 if active:
                     o = follows(X[r, feat], lower, upper, missing, cat_other, cat_offset, nbits,
@@ -350,18 +405,22 @@ def _make_table_kernel(shared: bool, slots: bool = False, shap: bool = False):
 
 _table_kernel = _make_table_kernel(shared=False)
 _table_shared_kernel = _make_table_kernel(shared=True)
-_shap_table_kernels = (_make_table_kernel(False, shap=True), _make_table_kernel(True, shap=True))
+_shap_table_kernels = {
+    (shared, rows4): _make_table_kernel(shared, shap=True, rows4=rows4)
+    for shared in (False, True)
+    for rows4 in (False, True)
+}
 _table_slot_kernels: dict = {}
 
 
-def table_kernel(shared: bool, slots: bool = False, shap: bool = False):
+def table_kernel(shared: bool, slots: bool = False, shap: bool = False, rows4: bool = False):
     """The table kernel with a shared-memory tile or without: interaction values, or with
-    ``shap`` SHAP values; ``slots``: the interaction variant writing pair slots (built on first
-    use)."""
+    ``shap`` SHAP values (``rows4``: four rows a step); ``slots``: the interaction variant
+    writing pair slots (built on first use)."""
     if shap:
         if slots:
             raise ValueError("pair slots hold interaction values: shap=True takes no slots")
-        return _shap_table_kernels[bool(shared)]
+        return _shap_table_kernels[bool(shared), bool(rows4)]
     if slots:
         kernel = _table_slot_kernels.get(shared)
         if kernel is None:
@@ -399,7 +458,11 @@ def launch_tables(model, plan, Xb, acc, scale, F1, stream, slots=None):
         plan.tables, model.bin_offsets, plan.table_maxk, plan.table_bins, Xb, acc, scale, rpb,
         tile_rows or rpb,
     )  # fmt: skip
-    kernel = table_kernel(tile_rows > 0, slots=slots is not None, shap=shap)
+    step = config.SHAP_TABLE_ROWS_A_STEP
+    if step not in (1, 4):
+        raise ValueError(f"config.SHAP_TABLE_ROWS_A_STEP must be 1 or 4, got {step!r}")
+    rows4 = shap and step == 4
+    kernel = table_kernel(tile_rows > 0, slots=slots is not None, shap=shap, rows4=rows4)
     if slots is None:
         kernel[grid, 32 * _TABLE_WARPS, stream](*args, F1)
     else:
