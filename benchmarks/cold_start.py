@@ -17,11 +17,21 @@ cache the first one filled (what a second session pays). The child process times
 or loading it from the cache (time inside ``Dispatcher.compile``, nested compilations
 subtracted), the way to see where a first call's time goes.
 
+With ``--backend cuda`` the first call is split too: ``cuda import`` (importing the CUDA
+backend, timed before the build), ``device model`` (the packed model's device arrays: host
+lane columns and copies), ``cuda compile`` (seconds inside the CUDA dispatchers' ``compile``,
+with how many kernels were compiled and how many loaded from Numba's disk cache) and
+``margin`` (the additivity check's traversal). ``--cuda-cache`` is an experiment: every
+``cuda.jit`` kernel gets ``cache=True`` (and the warp ballot becomes a device function, so that
+numba-cuda's cache key of a kernel closing over a device function is the same in every
+process), to show what caching the CUDA kernels on disk gives the filled-cache run.
+
 Usage::
 
     python -m benchmarks.cold_start                                  # cal_housing-med, CPU
     python -m benchmarks.cold_start --profile --kinds shap
-    python -m benchmarks.cold_start --backend cuda --shape cal_housing-large   # GPU machine
+    python -m benchmarks.cold_start --backend cuda --kinds shap      # GPU: cal_housing-large
+    python -m benchmarks.cold_start --backend cuda --kinds shap --cuda-cache
 """
 
 from __future__ import annotations
@@ -107,6 +117,70 @@ def _timed(module, name: str, sink: dict, key: str) -> None:
     setattr(module, name, wrapper)
 
 
+def _timed_everywhere(module, name: str, sink: dict, key: str) -> None:
+    """Like :func:`_timed`, also where other distshap modules imported ``module.name``."""
+    original = getattr(module, name)
+    _timed(module, name, sink, key)
+    wrapper = getattr(module, name)
+    for mod in list(sys.modules.values()):
+        if (
+            getattr(mod, "__name__", "").startswith("distshap")
+            and getattr(mod, name, None) is original
+        ):
+            setattr(mod, name, wrapper)
+
+
+def _cuda_compile_profile(sink: dict) -> None:
+    """Seconds inside the CUDA dispatchers' ``compile`` (``sink["cuda_compile"]``), and how
+    many kernels were compiled (``cuda_compiled``) or loaded from the disk cache
+    (``cuda_cached``)."""
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    original = CUDADispatcher.compile
+
+    def compile(disp, sig):  # noqa: ANN001 - Numba's own signature
+        hits = sum(disp._cache_hits.values())
+        before = len(disp.overloads)
+        t0 = time.perf_counter()
+        try:
+            return original(disp, sig)
+        finally:
+            sink["cuda_compile"] = sink.get("cuda_compile", 0.0) + time.perf_counter() - t0
+            if len(disp.overloads) > before:
+                how = "cuda_cached" if sum(disp._cache_hits.values()) > hits else "cuda_compiled"
+                sink[how] = sink.get(how, 0) + 1
+
+    CUDADispatcher.compile = compile
+
+
+def _cuda_cache_experiment() -> None:
+    """``cache=True`` on every CUDA kernel, before the CUDA backend is imported; the warp
+    ballot as a device function (``cuda.ballot_sync`` is an intrinsic whose pickle carries a
+    per-process uuid: a kernel closing over a device function that calls it would get a new
+    cache key in every process)."""
+    from numba import cuda
+
+    jit = cuda.jit
+
+    def cached_jit(func_or_sig=None, *a, **kws):  # noqa: ANN001, ANN002, ANN003
+        if not kws.get("device", False):
+            kws.setdefault("cache", True)
+        return jit(func_or_sig, *a, **kws)
+
+    cuda.jit = cached_jit
+
+    @jit(device=True)
+    def ballot(mask, predicate):  # noqa: ANN001, ANN202
+        return cuda.ballot_sync(mask, predicate)
+
+    import distshap.kernels.cuda  # noqa: F401 - every kernel module, then their ballot
+
+    for mod in list(sys.modules.values()):
+        name = getattr(mod, "__name__", "")
+        if name.startswith("distshap") and getattr(mod, "ballot", None) is cuda.ballot_sync:
+            mod.ballot = ballot
+
+
 def _child(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     import numpy as np  # noqa: F401 - timed apart: every Python program using distshap has it
@@ -122,10 +196,23 @@ def _child(args: argparse.Namespace) -> dict:
 
     name, size = args.shape.rsplit("-", 1)
     X, _ = make_data(name, args.rows, seed=1)
+    first_stages: dict[str, float] = {}
+    t_cuda_import = 0.0
     if args.backend == "cuda":
         import cupy
 
         X = cupy.asarray(X)
+        cupy.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        if args.cuda_cache:
+            _cuda_cache_experiment()
+        import distshap.kernels.cuda.model as cuda_model
+        from distshap.kernels import margin
+
+        t_cuda_import = time.perf_counter() - t0
+        _timed_everywhere(cuda_model, "device_model", first_stages, "device_model")
+        _timed_everywhere(margin, "predict_margin", first_stages, "margin")
+        _cuda_compile_profile(first_stages)
     stages: dict[str, float] = {}
     for key, fn in _STAGES:
         if hasattr(explainer_module, fn):
@@ -139,6 +226,7 @@ def _child(args: argparse.Namespace) -> dict:
         "import_s": t_import,
         "build_s": t_build,
         "cpu_s": {"import": c_import, "build": c_build},
+        "cuda_import_s": t_cuda_import,
         "build_stages_s": {**stages, "packing": stats.get("packing_seconds", float("nan"))},
         "paths": stats.get("paths"),
         "lanes": stats.get("lanes"),
@@ -155,10 +243,12 @@ def _child(args: argparse.Namespace) -> dict:
         fn = explainer.shap_values if kind == "shap" else explainer.shap_interaction_values
         rows = X if kind == "shap" else X[: args.interaction_rows]
         n_compiled = len(profile.records) if profile else 0
+        first_stages.clear()
         t0, c0 = time.perf_counter(), time.process_time()
         fn(rows)
         sync()
         first, first_cpu = time.perf_counter() - t0, time.process_time() - c0
+        first_split = dict(first_stages)
         times = []
         for _ in range(args.repeats):
             t0 = time.perf_counter()
@@ -171,6 +261,7 @@ def _child(args: argparse.Namespace) -> dict:
             "first_cpu_s": first_cpu,
             "warm_s": statistics.median(times),
             "compiled_in_first_call": len(profile.records) - n_compiled if profile else None,
+            "first_stages_s": first_split,
         }
     if profile:
         record["compile_profile"] = profile.records
@@ -191,8 +282,9 @@ def _run_child(args: argparse.Namespace, model: str, cache_dir: str) -> tuple[di
         sys.executable, "-m", "benchmarks.cold_start", "--child", "--model", model,
         "--shape", args.shape, "--rows", str(args.rows), "--backend", args.backend,
         "--kinds", args.kinds, "--repeats", str(args.repeats),
-        "--interaction-rows", str(args.interaction_rows),
+        "--interaction-rows", str(args.interaction_rows), "--threads", str(args.threads),
     ] + (["--profile"] if args.profile else [])  # fmt: skip
+    cmd += ["--cuda-cache"] if args.cuda_cache else []
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True)
@@ -205,20 +297,33 @@ def _run_child(args: argparse.Namespace, model: str, cache_dir: str) -> tuple[di
 def _summary(label: str, rec: dict, wall: float) -> str:
     st = rec["build_stages_s"]
     stages = ", ".join(f"{k} {v:.2f}" for k, v in st.items())
+    cuda = rec.get("cuda_import_s", 0.0)
+    cuda_part = f"; import distshap.kernels.cuda {cuda:.2f} s" if cuda else ""
     lines = [
         f"[{label}] process wall {wall:.2f} s; import distshap {rec['import_s']:.2f} s "
-        f"(numpy {rec['numpy_import_s']:.2f}); build {rec['build_s']:.2f} s ({stages}; "
-        f"CPU {rec['cpu_s']['build']:.2f} s); {rec['paths']} paths, {rec['lanes']} lanes"
+        f"(numpy {rec['numpy_import_s']:.2f}){cuda_part}; build {rec['build_s']:.2f} s "
+        f"({stages}; CPU {rec['cpu_s']['build']:.2f} s); {rec['paths']} paths, "
+        f"{rec['lanes']} lanes"
     ]
     for kind, k in rec["kinds"].items():
-        to_first = rec["import_s"] + rec["build_s"] + k["first_s"]
+        to_first = rec["import_s"] + cuda + rec["build_s"] + k["first_s"]
         compiled = k["compiled_in_first_call"]
         extra = f", {compiled} specialisations in the first call" if compiled is not None else ""
         lines.append(
             f"  {kind:12s} {k['rows']:6d} rows: first call {k['first_s']:.2f} s (CPU "
             f"{k['first_cpu_s']:.2f} s), warm "
-            f"{k['warm_s']:.3f} s; import + build + first = {to_first:.2f} s{extra}"
+            f"{k['warm_s']:.3f} s; build + first = {rec['build_s'] + k['first_s']:.2f} s; "
+            f"import + build + first = {to_first:.2f} s{extra}"
         )
+        split = k.get("first_stages_s") or {}
+        if split:
+            lines.append(
+                f"  {'':12s} first call: device model {split.get('device_model', 0.0):.2f} s, "
+                f"cuda compile {split.get('cuda_compile', 0.0):.2f} s "
+                f"({split.get('cuda_compiled', 0)} kernels compiled, "
+                f"{split.get('cuda_cached', 0)} from the disk cache), "
+                f"margin {split.get('margin', 0.0):.2f} s (compilation included)"
+            )
     return "\n".join(lines)
 
 
@@ -244,7 +349,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--interaction-rows", type=int, default=200)
     parser.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--kinds", default="shap,interactions")
-    parser.add_argument("--threads", type=int, default=2, help="NUMBA_NUM_THREADS of the child")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="NUMBA_NUM_THREADS of the child (default: 2 for cpu, every core for cuda)",
+    )
+    parser.add_argument(
+        "--cuda-cache",
+        action="store_true",
+        help="experiment: cache=True on every CUDA kernel (numba-cuda's disk cache)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="per-function compile seconds")
     parser.add_argument("--top", type=int, default=25, help="functions listed by --profile")
@@ -254,6 +369,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.shape is None:
         args.shape = "cal_housing-large" if args.backend == "cuda" else "cal_housing-med"
+    if args.threads is None:
+        args.threads = (os.cpu_count() or 1) if args.backend == "cuda" else 2
     if args.child:
         print(json.dumps(_child(args)), flush=True)
         return

@@ -12,7 +12,12 @@ Layout (struct of arrays, all NumPy, picklable, with a content digest):
 * **Table policy.** ``table_budget_bytes`` and ``max_table_features`` say which paths get
   pattern tables (:func:`distshap.strategy.choose_tables`); the tables themselves are built by
   the backend that uses them, on first use (the CPU kernel's SHAP tables, the CUDA backend's
-  interaction tables), so a model explained on the GPU never fills host tables.
+  interaction tables), so a model explained on the GPU never fills host tables; the packed
+  model only counts the plan's paths and bytes for its statistics.
+
+Building is linear in the lanes: the lanes are laid out in NumPy for models of up to
+:data:`NUMPY_MAX_PATHS` paths (nothing to compile) and by a compiled loop in threads beyond,
+the digest hashes pieces of the arrays in threads.
 """
 
 from __future__ import annotations
@@ -21,16 +26,17 @@ import hashlib
 import time
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 
 from distshap.encoding import InputEncoding
+from distshap.kernels.parallel import run_ranges
 from distshap.packing import bin_order, pack
 from distshap.paths import Paths
 from distshap.strategy import (
     DEFAULT_MAX_TABLE_FEATURES,
     DEFAULT_TABLE_BUDGET_BYTES,
     choose_tables,
-    table_values,
 )
 
 __all__ = ["PackedModel", "build_packed_model"]
@@ -183,40 +189,20 @@ def build_packed_model(
     # lanes: per path one bias lane then its k elements
     path_offsets = np.zeros(order.shape[0] + 1, dtype=np.int64)
     np.cumsum(k + 1, out=path_offsets[1:])
-    n_lanes = int(path_offsets[-1])
-    lane_path = np.repeat(np.arange(order.shape[0], dtype=np.int32), k + 1)
-    is_bias = np.zeros(n_lanes, dtype=bool)
-    is_bias[path_offsets[:-1]] = True
-    # source element of each non-bias lane
-    src_start = paths.path_offsets[order]
-    src = np.repeat(src_start - (path_offsets[:-1] + 1), k) + np.flatnonzero(~is_bias)
+    lane_fields = _lanes(paths, order, path_offsets)
 
-    def lanes(values: np.ndarray, bias_value, dtype) -> np.ndarray:
-        out = np.empty(n_lanes, dtype=dtype)
-        out[is_bias] = bias_value
-        out[~is_bias] = values[src]
-        return out
-
-    # the table plan, for the statistics (and to refuse a bad policy here, not in a kernel)
-    table_offsets = choose_tables(k, table_budget_bytes, max_table_features)
-    with_table = table_offsets >= 0
+    # the table plan's size, for the statistics (and to refuse a bad policy here, not in a kernel)
+    table_paths, table_total = _table_plan_size(k, table_budget_bytes, max_table_features)
     fields = dict(
         bin_offsets=bin_offsets,
-        feature=lanes(paths.feature, -1, np.int32),
-        lower=lanes(paths.lower, -np.inf, np.float32),
-        upper=lanes(paths.upper, np.inf, np.float32),
-        missing=lanes(paths.missing, True, np.bool_),
-        zero_fraction=lanes(paths.zero_fraction, 1.0, np.float64),
-        cat_offsets=lanes(paths.cat_offsets, -1, np.int64),
-        cat_nbits=lanes(paths.cat_nbits, 0, np.int32),
-        cat_other=lanes(paths.cat_other, True, np.bool_),
-        lane_path=lane_path,
+        **lane_fields,
         path_offsets=path_offsets,
         path_value=paths.path_value[order],
         path_group=paths.path_group[order],
         cat_words=paths.cat_words,
         expected_value=paths.expected_value,
     )
+    n_lanes = int(path_offsets[-1])
     lengths = k
     stats = {
         "algorithm": packing.algorithm,
@@ -228,9 +214,9 @@ def build_packed_model(
         "packing_seconds": packing.seconds,
         "max_path_features": int(lengths.max()) if lengths.size else 0,
         "mean_path_features": float(lengths.mean()) if lengths.size else 0.0,
-        "table_paths": int(with_table.sum()),
-        "dp_paths": int((~with_table).sum()),
-        "table_bytes": 4 * table_values(k, table_offsets),
+        "table_paths": table_paths,
+        "dp_paths": int(order.shape[0]) - table_paths,
+        "table_bytes": 4 * table_total,
         "build_seconds": time.perf_counter() - t0,
     }
     return PackedModel(
@@ -260,6 +246,110 @@ def build_packed_model(
     )
 
 
+def _table_plan_size(k: np.ndarray, budget_bytes: int, max_features: int) -> tuple[int, int]:
+    """Paths with a table and the tables' float32 values under :func:`choose_tables`.
+
+    The same numbers as laying the tables out, by counting: tables go to the shortest paths
+    first (ties in path order) while the running total fits the budget, so the chosen paths
+    are every path of the shortest lengths and a prefix of one more length.
+    """
+    choose_tables(np.zeros(0, np.int64), budget_bytes, max_features)  # refuses a bad policy
+    counts = np.bincount(k, minlength=2)[1 : max_features + 1] if k.size else np.zeros(0, int)
+    paths = values = 0
+    for length, count in enumerate(counts.tolist(), start=1):
+        size = (1 << length) * length  # float32 values of one table
+        take = min(count, max(0, (budget_bytes - 4 * values) // (4 * size)))
+        paths += take
+        values += take * size
+        if take < count:
+            break
+    return int(paths), int(values)
+
+
+#: Models of up to this many packed paths lay out their lanes in NumPy (nothing to compile: a
+#: short first call), larger ones in a compiled loop over paths, in threads.
+NUMPY_MAX_PATHS = 1 << 18
+
+
+def _lanes(paths: Paths, order: np.ndarray, path_offsets: np.ndarray) -> dict:
+    """The lane arrays: path ``order[q]`` of ``paths`` at lanes ``path_offsets[q]:``, after
+    a bias lane (feature -1, always followed, zero fraction 1)."""
+    n_paths = order.shape[0]
+    n_lanes = int(path_offsets[-1])
+    out = {
+        "feature": np.empty(n_lanes, np.int32),
+        "lower": np.empty(n_lanes, np.float32),
+        "upper": np.empty(n_lanes, np.float32),
+        "missing": np.empty(n_lanes, np.bool_),
+        "zero_fraction": np.empty(n_lanes, np.float64),
+        "cat_offsets": np.empty(n_lanes, np.int64),
+        "cat_nbits": np.empty(n_lanes, np.int32),
+        "cat_other": np.empty(n_lanes, np.bool_),
+    }
+    source = [np.ascontiguousarray(getattr(paths, name), out[name].dtype) for name in out]
+    if n_paths > NUMPY_MAX_PATHS:
+        lane_path = np.empty(n_lanes, np.int32)
+        pieces = 8 * numba.get_num_threads()
+        run_ranges(_fill_lanes, n_paths, pieces, order, paths.path_offsets, path_offsets,
+                   *source, *out.values(), lane_path)  # fmt: skip
+        return {**out, "lane_path": lane_path}
+    starts = path_offsets[:-1]
+    k = np.diff(path_offsets) - 1
+    # source element of every lane (a bias lane's, one before its path's first, is overwritten)
+    src = np.repeat(paths.path_offsets[order] - starts - 1, k + 1) + np.arange(n_lanes)
+    for (name, lanes), values in zip(out.items(), source, strict=True):
+        if n_lanes:
+            np.take(values, src, out=lanes, mode="wrap")  # wrap: the first bias lane's -1
+        lanes[starts] = _BIAS[name]
+    lane_path = np.repeat(np.arange(n_paths, dtype=np.int32), k + 1)
+    return {**out, "lane_path": lane_path}
+
+
+#: A bias lane's value of each lane array.
+_BIAS = {
+    "feature": -1,
+    "lower": -np.inf,
+    "upper": np.inf,
+    "missing": True,
+    "zero_fraction": 1.0,
+    "cat_offsets": -1,
+    "cat_nbits": 0,
+    "cat_other": True,
+}
+
+
+@numba.njit(cache=True, nogil=True)
+def _fill_lanes(
+    order, src_offsets, path_offsets, feature, lower, upper, missing, zero_fraction,
+    cat_offsets, cat_nbits, cat_other, l_feature, l_lower, l_upper, l_missing, l_zero, l_cat,
+    l_nbits, l_other, lane_path, lo, hi,
+):  # fmt: skip
+    """The lanes of packed paths ``lo .. hi - 1`` (as :func:`_lanes` lays them out)."""
+    for q in range(lo, hi):
+        a = path_offsets[q]
+        l_feature[a] = -1
+        l_lower[a] = -np.inf
+        l_upper[a] = np.inf
+        l_missing[a] = True
+        l_zero[a] = 1.0
+        l_cat[a] = -1
+        l_nbits[a] = 0
+        l_other[a] = True
+        lane_path[a] = q
+        shift = src_offsets[order[q]] - a - 1
+        for i in range(a + 1, path_offsets[q + 1]):
+            s = shift + i
+            l_feature[i] = feature[s]
+            l_lower[i] = lower[s]
+            l_upper[i] = upper[s]
+            l_missing[i] = missing[s]
+            l_zero[i] = zero_fraction[s]
+            l_cat[i] = cat_offsets[s]
+            l_nbits[i] = cat_nbits[s]
+            l_other[i] = cat_other[s]
+            lane_path[i] = q
+
+
 def _prefixed(prefix: str, arrays: dict) -> dict:
     return {prefix + name: value for name, value in sorted(arrays.items())}
 
@@ -280,13 +370,40 @@ def _labels(
     return repr((names, categories, str(model_kind))).encode()
 
 
+#: Bytes hashed per piece of :func:`_digest` (pieces are hashed in threads).
+_DIGEST_PIECE = 1 << 24
+
+
 def _digest(fields: dict, scalars: tuple[int, ...], labels: bytes = b"") -> str:
+    """SHA-256 over the scalars, the labels, and each array's name, dtype, shape and bytes.
+
+    An array's bytes enter as the SHA-256 digests of their pieces of :data:`_DIGEST_PIECE`
+    bytes (a hash list), so that the pieces are hashed in threads (``hashlib`` releases the
+    GIL); the pieces do not depend on the thread count, nor does the digest.
+    """
+    margin = [name for name in fields if name.startswith("margin.")]
+    names = (*_ARRAY_FIELDS, *InputEncoding().arrays(), *margin)
+    arrays = [np.ascontiguousarray(fields[name]) for name in names]
+    pieces = []  # (array, its bytes lo .. lo + _DIGEST_PIECE)
+    for i, arr in enumerate(arrays):
+        raw = memoryview(arr).cast("B")
+        pieces += [
+            (i, raw[lo : lo + _DIGEST_PIECE]) for lo in range(0, max(len(raw), 1), _DIGEST_PIECE)
+        ]
+    digests: list[bytes] = [b""] * len(pieces)
+
+    def hash_pieces(lo: int, hi: int) -> None:
+        for j in range(lo, hi):
+            digests[j] = hashlib.sha256(pieces[j][1]).digest()
+
+    run_ranges(hash_pieces, len(pieces), len(pieces))
     h = hashlib.sha256()
     h.update(",".join(str(int(v)) for v in scalars).encode())
     h.update(labels)
-    margin = [name for name in fields if name.startswith("margin.")]
-    for name in (*_ARRAY_FIELDS, *InputEncoding().arrays(), *margin):
-        arr = np.ascontiguousarray(fields[name])
+    j = 0
+    for i, (name, arr) in enumerate(zip(names, arrays, strict=True)):
         h.update(f"{name}:{arr.dtype.str}:{arr.shape}".encode())
-        h.update(memoryview(arr).cast("B"))
+        while j < len(pieces) and pieces[j][0] == i:
+            h.update(digests[j])
+            j += 1
     return h.hexdigest()

@@ -16,17 +16,19 @@ An element says which values of its feature follow the path:
 from the leaf upwards.
 
 Two implementations give the same arrays bit for bit: NumPy for ensembles of usual size (a
-first call in a fresh environment compiles nothing) and a compiled walk for very large ones
-(:data:`NUMPY_MAX_NODES`).
+first call in a fresh environment compiles nothing) and a compiled depth-first walk, in
+threads over ranges of trees and cached by Numba, for very large ones (:data:`NUMPY_MAX_NODES`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 from numba import njit
 
+from distshap.kernels.parallel import run_ranges
 from distshap.models.ensemble import Ensemble
 
 __all__ = ["Paths", "extract_paths"]
@@ -91,8 +93,8 @@ class Paths:
 
 
 #: Ensembles of up to this many nodes take the NumPy path extraction (no compilation: a short
-#: first call), larger ones the compiled walk (about 5x faster once compiled; measured in
-#: ``benchmarks/RESULTS.md``, cold start).
+#: first call), larger ones the compiled walk (tens of times faster once compiled: 4.1M paths
+#: in about 1 CPU second against 26; ``benchmarks/RESULTS.md``, cold start).
 NUMPY_MAX_NODES = 1 << 19
 #: Cells (paths x levels) of the work arrays of one batch of paths in :func:`_paths_numpy`.
 _BATCH_CELLS = 1 << 20
@@ -122,7 +124,7 @@ def extract_paths(ensemble: Ensemble) -> Paths:
     -----
     Two implementations give the same arrays, bit for bit: NumPy (:func:`_paths_numpy`) for
     ensembles of at most :data:`NUMPY_MAX_NODES` nodes, where compiling the walk would cost
-    more than it saves, and a compiled walk (:func:`_walk_paths`) for larger ones.
+    more than it saves, and a compiled depth-first walk (:func:`_dfs_paths`) for larger ones.
     """
     ens = ensemble
     nbits = _category_bits_per_feature(ens)
@@ -135,38 +137,87 @@ def extract_paths(ensemble: Ensemble) -> Paths:
 
 
 def _paths_compiled(ens: Ensemble, nbits: np.ndarray) -> Paths:
-    """:func:`extract_paths` by the compiled walk (:func:`_walk_paths`)."""
+    """:func:`extract_paths` by the compiled depth-first walk (:func:`_dfs_paths`).
+
+    Two passes over the trees, each in threads over ranges of trees: the first counts each
+    path's elements and category words, the second writes them at offsets from those counts,
+    so the arrays (paths in node order) do not depend on the number of threads. ``nbits``
+    must be :func:`_category_bits_per_feature` of ``ens`` with categorical and numeric splits
+    never on one feature (:func:`extract_paths` checks).
+    """
     nwords = (nbits + 31) // 32
-    (counts, path_value, path_group, path_tree, mean_value, feature, lower, upper, missing,
-     zero_fraction, cat_offsets, cat_other, cat_words, n_elem, n_words) = _walk_paths(
+    is_path = (ens.left < 0) & (ens.value != 0.0)
+    path_of_node = np.cumsum(is_path, dtype=np.int64) - 1  # a leaf's path index (node order)
+    n_paths = int(path_of_node[-1]) + 1 if path_of_node.size else 0
+    counts = np.zeros(n_paths, np.int64)
+    word_counts = np.zeros(n_paths, np.int64)
+    bad = np.zeros(ens.num_trees, np.int8)
+    trees = (
         ens.left, ens.right, ens.feature, ens.threshold, ens.default_left, ens.is_categorical,
-        ens.cat_offsets, ens.cat_values, ens.value, ens.cover, ens.tree_offsets, ens.tree_group,
-        nbits, nwords,
+        ens.cat_offsets, ens.cat_values, ens.value, ens.cover, ens.tree_offsets,
+        nbits.astype(np.int64), nwords.astype(np.int64), path_of_node, counts, word_counts,
     )  # fmt: skip
-    path_offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    pieces = min(ens.num_trees, 8 * numba.get_num_threads())  # trees differ in size
+    i64, f64 = np.zeros(0, np.int64), np.zeros(0, np.float64)
+    bool_, f32 = np.zeros(0, np.bool_), np.zeros(0, np.float32)
+    i32 = np.zeros(0, np.int32)
+    unused = (i64, i64, i32, f32, f32, bool_, f64, i64, i32, bool_, np.zeros(0, np.uint32), f64)
+    run_ranges(_dfs_paths, ens.num_trees, pieces, *trees, *unused, bad, False)
+    _check_walk(bad)
+    path_offsets = np.zeros(n_paths + 1, dtype=np.int64)
     np.cumsum(counts, out=path_offsets[1:])
-    feature = feature[:n_elem]
-    cat_offsets = cat_offsets[:n_elem]
+    word_offsets = np.zeros(n_paths + 1, dtype=np.int64)
+    np.cumsum(word_counts, out=word_offsets[1:])
+    n_elem, n_words = int(path_offsets[-1]), int(word_offsets[-1])
+    feature = np.empty(n_elem, np.int32)
+    lower = np.empty(n_elem, np.float32)
+    upper = np.empty(n_elem, np.float32)
+    missing = np.empty(n_elem, np.bool_)
+    zero_fraction = np.empty(n_elem, np.float64)
+    cat_offsets = np.empty(n_elem, np.int64)
+    cat_nbits = np.empty(n_elem, np.int32)
+    cat_other = np.empty(n_elem, np.bool_)
+    cat_words = np.empty(n_words, np.uint32)
+    mean_value = np.empty(n_paths, np.float64)
+    out = (path_offsets, word_offsets, feature, lower, upper, missing, zero_fraction,
+           cat_offsets, cat_nbits, cat_other, cat_words, mean_value)  # fmt: skip
+    run_ranges(_dfs_paths, ens.num_trees, pieces, *trees, *out, bad, True)
+    _check_walk(bad)
+    leaves = np.flatnonzero(is_path)
+    node_tree = np.repeat(np.arange(ens.num_trees, dtype=np.int32), np.diff(ens.tree_offsets))
+    path_tree = node_tree[leaves]
+    path_group = ens.tree_group[path_tree].astype(np.int32)
     expected = ens.base_score.astype(np.float64)
     expected = expected + np.bincount(path_group, weights=mean_value, minlength=ens.num_groups)
     return Paths(
         path_offsets=path_offsets,
-        path_value=path_value,
+        path_value=ens.value[leaves],
         path_group=path_group,
         path_tree=path_tree,
         feature=feature,
-        lower=lower[:n_elem],
-        upper=upper[:n_elem],
-        missing=missing[:n_elem],
-        zero_fraction=zero_fraction[:n_elem],
+        lower=lower,
+        upper=upper,
+        missing=missing,
+        zero_fraction=zero_fraction,
         cat_offsets=cat_offsets,
-        cat_nbits=np.where(cat_offsets >= 0, nbits[feature], 0).astype(np.int32),
-        cat_other=cat_other[:n_elem],
-        cat_words=cat_words[:n_words],
+        cat_nbits=cat_nbits,
+        cat_other=cat_other,
+        cat_words=cat_words,
         num_features=ens.num_features,
         num_groups=ens.num_groups,
         expected_value=expected,
     )
+
+
+def _check_walk(bad: np.ndarray) -> None:
+    """Raise for the first tree the compiled walk flagged (1: a cycle, 2: a stray child)."""
+    flagged = np.flatnonzero(bad)
+    if flagged.size == 0:
+        return
+    t = int(flagged[0])
+    if bad[t] == 2:
+        raise ValueError(f"tree {t} has a child index outside its own nodes: not a tree")
+    raise ValueError(f"the trees contain a cycle: a node is its own ancestor (tree {t})")
 
 
 def _paths_numpy(ens: Ensemble, nbits: np.ndarray) -> Paths:
@@ -175,7 +226,7 @@ def _paths_numpy(ens: Ensemble, nbits: np.ndarray) -> Paths:
     Paths are handled in batches of (paths x levels) work arrays: one vector step per level
     walks every leaf of the batch up towards its root, a row sort by (feature, level) groups
     each path's splits by feature, and one vector step per column merges runs of equal
-    features. Products are taken one factor at a time, leaf upwards, as in :func:`_walk_paths`.
+    features. Products are taken one factor at a time, leaf upwards, as in :func:`_dfs_paths`.
     """
     left = ens.left.astype(np.int64)
     internal = np.flatnonzero(left >= 0)
@@ -401,156 +452,152 @@ def _category_words(ens, nwords, feature, cat_element, cat_node, cat_left):
 
 
 @njit(cache=True, nogil=True)
-def _walk_paths(
+def _dfs_paths(
     left, right, feature, threshold, default_left, is_cat, cat_offsets, cat_values, value,
-    cover, tree_offsets, tree_group, nbits, nwords,
+    cover, tree_offsets, nbits, nwords, path_of_node, counts, word_counts, path_offsets,
+    word_offsets, out_feature, out_lower, out_upper, out_missing, out_zero, out_cat, out_nbits,
+    out_other, words, mean_value, bad, fill, t_lo, t_hi,
 ):  # fmt: skip
-    n_nodes = left.shape[0]
-    n_trees = tree_offsets.shape[0] - 1
-    parent = np.full(n_nodes, -1, np.int64)
-    node_tree = np.empty(n_nodes, np.int64)
-    for t in range(n_trees):
-        for i in range(tree_offsets[t], tree_offsets[t + 1]):
-            node_tree[i] = t
-            if left[i] >= 0:
-                parent[left[i]] = i
-                parent[right[i]] = i
-    depth = np.zeros(n_nodes, np.int64)
-    n_leaves = 0
-    max_depth = 0
-    bound = 0
-    cat_bound = 0
-    max_words = 0
-    for f in range(nwords.shape[0]):
-        max_words = max(max_words, nwords[f])
-    for i in range(n_nodes):  # parents precede children in every supported format? not assumed
-        d = 0
-        j = parent[i]
-        while j >= 0:
-            d += 1
-            j = parent[j]
-            if d > n_nodes:
-                raise ValueError("the trees contain a cycle: a node is its own ancestor")
-        depth[i] = d
-        if left[i] < 0 and value[i] != 0.0:
-            n_leaves += 1
-            bound += d
-            cat_bound += d * max_words
-            max_depth = max(max_depth, d)
-    counts = np.zeros(n_leaves, np.int64)
-    path_value = np.empty(n_leaves, np.float64)
-    path_group = np.empty(n_leaves, np.int32)
-    path_tree = np.empty(n_leaves, np.int32)
-    mean_value = np.empty(n_leaves, np.float64)
-    out_feature = np.empty(bound, np.int32)
-    out_lower = np.empty(bound, np.float32)
-    out_upper = np.empty(bound, np.float32)
-    out_missing = np.empty(bound, np.bool_)
-    out_zero = np.empty(bound, np.float64)
-    out_cat = np.empty(bound, np.int64)
-    out_other = np.empty(bound, np.bool_)
-    words = np.empty(cat_bound, np.uint32)
-    # per-path scratch: one entry per split on the path
-    s_feat = np.empty(max_depth, np.int32)
-    s_node = np.empty(max_depth, np.int64)
-    s_left = np.empty(max_depth, np.bool_)
-    s_zero = np.empty(max_depth, np.float64)
-    n_elem = 0
-    n_words = 0
-    p = 0
-    for leaf in range(n_nodes):
-        if left[leaf] >= 0 or value[leaf] == 0.0:
-            continue
-        d = depth[leaf]
-        child = leaf
-        k = 0
-        prob = 1.0
-        while parent[child] >= 0:
-            node = parent[child]
-            s_feat[k] = feature[node]
-            s_node[k] = node
-            s_left[k] = left[node] == child
-            z = cover[child] / cover[node] if cover[node] > 0 else 0.0
-            s_zero[k] = z
-            prob *= z
-            k += 1
-            child = node
-        # insertion sort of the d splits by feature (stable)
-        for a in range(1, d):
-            fa = s_feat[a]
-            na = s_node[a]
-            la = s_left[a]
-            za = s_zero[a]
-            b = a - 1
-            while b >= 0 and s_feat[b] > fa:
-                s_feat[b + 1] = s_feat[b]
-                s_node[b + 1] = s_node[b]
-                s_left[b + 1] = s_left[b]
-                s_zero[b + 1] = s_zero[b]
-                b -= 1
-            s_feat[b + 1] = fa
-            s_node[b + 1] = na
-            s_left[b + 1] = la
-            s_zero[b + 1] = za
-        start = n_elem
-        a = 0
-        while a < d:
-            f = s_feat[a]
-            e = n_elem
-            n_elem += 1
-            out_feature[e] = f
-            out_lower[e] = -np.inf
-            out_upper[e] = np.inf
-            out_missing[e] = True
-            out_zero[e] = 1.0
-            out_cat[e] = -1
-            out_other[e] = True
-            if nbits[f] > 0:
-                out_cat[e] = n_words
-                for w in range(nwords[f]):
-                    words[n_words + w] = np.uint32(0xFFFFFFFF)
-                n_words += nwords[f]
-            while a < d and s_feat[a] == f:
-                node = s_node[a]
-                went_left = s_left[a]
-                out_zero[e] *= s_zero[a]
-                if went_left:
-                    out_missing[e] = out_missing[e] and default_left[node]
-                else:
-                    out_missing[e] = out_missing[e] and not default_left[node]
-                if is_cat[node]:
-                    if out_cat[e] < 0:
-                        raise ValueError("a feature has both categorical and numeric splits")
-                    base = out_cat[e]
-                    for w in range(nwords[f]):
-                        mask = np.uint32(0)
-                        lo = w * 32
-                        for c in range(cat_offsets[node], cat_offsets[node + 1]):
-                            code = cat_values[c]
-                            if lo <= code < lo + 32:
-                                mask |= np.uint32(1) << np.uint32(code - lo)
-                        if went_left:
-                            words[base + w] &= ~mask
-                        else:
-                            words[base + w] &= mask
-                    if not went_left:
-                        out_other[e] = False
-                else:
-                    if out_cat[e] >= 0:
-                        raise ValueError("a feature has both categorical and numeric splits")
-                    if went_left:
-                        out_upper[e] = min(out_upper[e], threshold[node])
+    """Depth-first walk of trees ``t_lo .. t_hi - 1``, serial (``run_ranges`` runs it in threads).
+
+    ``fill`` False: each path's element and category-word counts (``counts``,
+    ``word_counts``). ``fill`` True: its elements, written at ``path_offsets`` /
+    ``word_offsets``, and ``mean_value`` (leaf value times the cover product).
+
+    The stack holds the splits from the root to the current node; the split at depth ``j``
+    keeps its zero fraction towards the child being walked, and the next shallower split on
+    the same feature (``below``; ``deepest[f]`` starts each feature's chain). The features on
+    the stack are kept sorted (``present``), so a leaf's elements come out sorted by feature
+    and each folds its splits leaf upwards, with no sort per leaf: the products and folds of a
+    walk up from the leaf, in its order. A tree that is not a tree gets ``bad[t]`` (1: a cycle
+    or a node its root does not reach, 2: a child outside the tree) and ends the range.
+    """
+    most = 1
+    for t in range(t_lo, t_hi):
+        most = max(most, tree_offsets[t + 1] - tree_offsets[t])
+    n_features = nbits.shape[0]
+    node_at = np.empty(most + 1, np.int64)  # the stack
+    state = np.empty(most + 1, np.int64)  # of a split: 1 in its left subtree, 2 in its right
+    below = np.empty(most + 1, np.int64)
+    zero_at = np.empty(most + 1, np.float64)
+    deepest = np.full(n_features, -1, np.int64)
+    present = np.empty(n_features, np.int64)  # distinct features on the stack, increasing
+    for t in range(t_lo, t_hi):
+        first = tree_offsets[t]
+        end = tree_offsets[t + 1]
+        top = 0
+        node_at[0] = first
+        state[0] = 0
+        visits = 1
+        distinct = 0
+        n_words = 0
+        while top >= 0:
+            node = node_at[top]
+            if left[node] < 0:
+                if value[node] != 0.0:
+                    p = path_of_node[node]
+                    if not fill:
+                        counts[p] = distinct
+                        word_counts[p] = n_words
                     else:
-                        out_lower[e] = max(out_lower[e], threshold[node])
-                a += 1
-        counts[p] = n_elem - start
-        path_value[p] = value[leaf]
-        t = node_tree[leaf]
-        path_group[p] = tree_group[t]
-        path_tree[p] = t
-        mean_value[p] = value[leaf] * prob
-        p += 1
-    return (
-        counts, path_value, path_group, path_tree, mean_value, out_feature, out_lower, out_upper,
-        out_missing, out_zero, out_cat, out_other, words, n_elem, n_words,
-    )  # fmt: skip
+                        e = path_offsets[p]
+                        w0 = word_offsets[p]
+                        for i in range(distinct):
+                            f = present[i]
+                            out_feature[e] = f
+                            out_nbits[e] = nbits[f]
+                            upper = np.float32(np.inf)
+                            lower = np.float32(-np.inf)
+                            miss = True
+                            zero = 1.0
+                            other = True
+                            out_cat[e] = -1
+                            if nbits[f] > 0:
+                                out_cat[e] = w0
+                                for w in range(nwords[f]):
+                                    words[w0 + w] = np.uint32(0xFFFFFFFF)
+                            j = deepest[f]
+                            while j >= 0:  # this feature's splits, leaf upwards
+                                split = node_at[j]
+                                went_left = state[j] == 1
+                                zero *= zero_at[j]
+                                if went_left:
+                                    miss = miss and default_left[split]
+                                else:
+                                    miss = miss and not default_left[split]
+                                if is_cat[split]:
+                                    for w in range(nwords[f]):
+                                        mask = np.uint32(0)
+                                        lo = w * 32
+                                        for c in range(cat_offsets[split], cat_offsets[split + 1]):
+                                            code = cat_values[c]
+                                            if lo <= code < lo + 32:
+                                                mask |= np.uint32(1) << np.uint32(code - lo)
+                                        if went_left:
+                                            words[w0 + w] &= ~mask
+                                        else:
+                                            words[w0 + w] &= mask
+                                    if not went_left:
+                                        other = False
+                                elif went_left:
+                                    upper = min(upper, threshold[split])
+                                else:
+                                    lower = max(lower, threshold[split])
+                                j = below[j]
+                            if nbits[f] > 0:
+                                w0 += nwords[f]
+                            out_lower[e] = lower
+                            out_upper[e] = upper
+                            out_missing[e] = miss
+                            out_zero[e] = zero
+                            out_other[e] = other
+                            e += 1
+                        prob = 1.0
+                        for j in range(top - 1, -1, -1):  # leaf upwards
+                            prob *= zero_at[j]
+                        mean_value[p] = value[node] * prob
+                top -= 1
+                continue
+            f = feature[node]
+            s = state[top]
+            if s == 2:  # both subtrees done: the split leaves the stack
+                deepest[f] = below[top]
+                if deepest[f] < 0:
+                    distinct -= 1
+                    n_words -= nwords[f]
+                    at = 0
+                    while present[at] != f:
+                        at += 1
+                    for i in range(at, distinct):
+                        present[i] = present[i + 1]
+                top -= 1
+                continue
+            if s == 0:  # the split enters the stack
+                if deepest[f] < 0:
+                    i = distinct
+                    while i > 0 and present[i - 1] > f:
+                        present[i] = present[i - 1]
+                        i -= 1
+                    present[i] = f
+                    distinct += 1
+                    n_words += nwords[f]
+                below[top] = deepest[f]
+                deepest[f] = top
+                child = left[node]
+            else:
+                child = right[node]
+            state[top] = s + 1
+            if child < first or child >= end:
+                bad[t] = 2
+                return
+            visits += 1
+            if visits > end - first:  # a node reached twice: not a tree
+                bad[t] = 1
+                return
+            zero_at[top] = cover[child] / cover[node] if cover[node] > 0 else 0.0
+            top += 1
+            node_at[top] = child
+            state[top] = 0
+        if visits != end - first:  # nodes the root does not reach hang in a cycle
+            bad[t] = 1
+            return

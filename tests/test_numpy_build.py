@@ -1,9 +1,10 @@
 """Model building in NumPy (small models) equals the compiled kernels (large models).
 
-:func:`distshap.paths.extract_paths` takes NumPy up to ``NUMPY_MAX_NODES`` nodes and BFD
-packing and :func:`distshap.packing.bin_order` up to ``NUMPY_MAX_ITEMS`` items (nothing to
-compile on a first call), compiled kernels beyond; both must give the same arrays, bit for
-bit, so that the packed model and its digest do not depend on the model's size class.
+:func:`distshap.paths.extract_paths` takes NumPy up to ``NUMPY_MAX_NODES`` nodes, BFD
+packing and :func:`distshap.packing.bin_order` up to ``NUMPY_MAX_ITEMS`` items and the
+packed model's lanes up to ``packed.NUMPY_MAX_PATHS`` paths (nothing to compile on a first
+call), compiled kernels beyond; both must give the same arrays, bit for bit, so that the packed
+model and its digest do not depend on the model's size class (nor on the thread count).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from distshap import packing, paths
+from distshap import packed, packing, paths
+from distshap.kernels.parallel import run_ranges
 
 import tiny
 from tiny import Leaf, Split, build_ensemble
@@ -60,6 +62,86 @@ def test_zero_leaves_make_no_paths_and_a_bare_leaf_an_empty_one():
     got = paths.extract_paths(ens)
     _assert_same(got, _both(ens)[1])
     assert got.lengths.tolist() == [2, 0] and got.path_value.tolist() == [1.0, 3.0]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_numpy_equals_compiled_on_deep_and_wide_ensembles(seed):
+    # more than 64 features (several words of any per-feature bitset), deep paths that split
+    # on one feature many times, two-word category sets
+    ens = tiny.random_ensemble(
+        100 + seed,
+        n_features=70 + seed,
+        n_trees=3,
+        depth=11,
+        n_groups=1 + seed % 2,
+        n_categorical=2 * (seed % 2),
+        n_categories=40,
+        split_prob=0.95,
+        repeat_prob=0.6 if seed < 2 else 0.05,
+    )
+    _assert_same(*_both(ens))
+
+
+def test_compiled_walk_does_not_depend_on_the_tree_ranges(monkeypatch):
+    ens = tiny.random_ensemble(7, n_features=6, n_trees=9, depth=6, n_groups=2, n_categorical=1)
+    nbits = paths._category_bits_per_feature(ens)
+    serial = []
+
+    def one_range(function, n, pieces, *args):
+        serial.append(n)
+        function(*args, 0, n)
+
+    monkeypatch.setattr(paths, "run_ranges", one_range)
+    whole = paths._paths_compiled(ens, nbits)
+    assert serial == [ens.num_trees, ens.num_trees]  # two passes: count, then fill
+    monkeypatch.setattr(paths, "run_ranges", lambda f, n, pieces, *a: run_ranges(f, n, n, *a))
+    _assert_same(whole, paths._paths_compiled(ens, nbits))  # one tree per range, in threads
+
+
+def _bad(ens, **arrays):
+    return dataclasses.replace(ens, **arrays)
+
+
+def test_compiled_walk_refuses_what_is_not_a_tree():
+    ens = tiny.stump()  # node 0 splits into leaves 1 and 2
+    nbits = paths._category_bits_per_feature(ens)
+    left, right, feature = ens.left.copy(), ens.right.copy(), ens.feature.copy()
+    left[1], right[1], feature[1] = 1, 2, 0  # node 1 its own child: the walk would not end
+    with pytest.raises(ValueError, match="cycle"):
+        paths._paths_compiled(_bad(ens, left=left, right=right, feature=feature), nbits)
+    # every node has one parent, but nodes 2 and 4 hang in a cycle the root does not reach
+    tree = Split(0, 0.5, Leaf(1.0), Split(0, 0.7, Leaf(2.0), Leaf(3.0)))  # preorder 0..4
+    ens = build_ensemble([tree], num_features=1)
+    left = np.array([1, -1, 4, -1, -1], np.int32)
+    right = np.array([3, -1, 2, -1, -1], np.int32)
+    cyclic = _bad(ens, left=left, right=right).validate()
+    for build in (paths._paths_compiled, paths._paths_numpy):
+        with pytest.raises(ValueError, match="cycle"):
+            build(cyclic, paths._category_bits_per_feature(cyclic))
+    two = build_ensemble([tree, tree], num_features=1)
+    left = two.left.copy()
+    left[2] = 6  # a child in the next tree
+    with pytest.raises(ValueError, match="outside its own nodes"):
+        paths._paths_compiled(_bad(two, left=left), paths._category_bits_per_feature(two))
+
+
+def test_packed_lanes_in_numpy_equal_the_compiled_loop(monkeypatch):
+    ens = tiny.random_ensemble(5, n_features=6, n_trees=6, depth=6, n_groups=2, n_categorical=2)
+    p = paths.extract_paths(ens)
+    small = packed.build_packed_model(p)
+    monkeypatch.setattr(packed, "NUMPY_MAX_PATHS", 0)
+    large = packed.build_packed_model(p)
+    for f in dataclasses.fields(packed.PackedModel):
+        x, y = getattr(small, f.name), getattr(large, f.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape, f.name
+            assert np.array_equal(x, y), f.name
+    assert small.digest == large.digest
+    # lanes against their definition: a bias lane, then the path's elements
+    for q in range(small.num_paths):
+        lanes = slice(small.path_offsets[q], small.path_offsets[q + 1])
+        assert small.feature[lanes][0] == -1 and small.zero_fraction[lanes][0] == 1.0
+        assert np.all(small.lane_path[lanes] == q)
 
 
 def test_size_decides_the_implementation(monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -303,3 +304,44 @@ def test_errors_name_the_bad_value():
     p = pack(np.array([1, 2]), 32)
     with pytest.raises(ValueError, match="3 items"):
         bin_order(p, np.array([1, 2, 3]))
+
+
+# --------------------------------------------------------------------------------------------
+# The packed model: table statistics by counting, the digest's hash list
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_table_statistics_count_what_choose_tables_lays_out(seed):
+    from distshap.packed import _table_plan_size
+    from distshap.strategy import choose_tables, table_values
+
+    rng = np.random.default_rng(seed)
+    k = rng.integers(1, int(rng.integers(2, 20)), size=int(rng.integers(0, 400)))
+    budget = int(rng.choice([0, 3, 4, 64, 1000, 10**5, 1 << 30, -1])) + int(rng.integers(0, 9))
+    max_features = int(rng.integers(0, 25))
+    offsets = choose_tables(k, budget, max_features)
+    assert _table_plan_size(k, budget, max_features) == (
+        int((offsets >= 0).sum()),
+        table_values(k, offsets),
+    )
+    with pytest.raises(ValueError, match="too large"):
+        _table_plan_size(k, budget, 25)
+
+
+def test_digest_hashes_every_piece_and_not_the_threads(monkeypatch):
+    from distshap import packed
+    from distshap.paths import extract_paths
+
+    import tiny
+
+    p = extract_paths(tiny.random_ensemble(3, n_features=5, n_trees=4, depth=5))
+    monkeypatch.setattr(packed, "_DIGEST_PIECE", 64)  # many pieces per array
+    threaded = packed.build_packed_model(p)
+    monkeypatch.setattr(packed, "run_ranges", lambda f, n, pieces, *a: f(*a, 0, n))
+    assert packed.build_packed_model(p).digest == threaded.digest  # one thread: the same
+    upper = p.upper.copy()
+    last = np.flatnonzero(np.isfinite(upper))[-1]
+    upper[last] = np.nextafter(upper[last], np.float32(np.inf))  # one bit of one piece
+    moved = packed.build_packed_model(dataclasses.replace(p, upper=upper))
+    assert moved.digest != threaded.digest
