@@ -11,7 +11,7 @@ Modules, by concern:
 * :mod:`.device` - device helpers (split rule and DP compiled from
   :mod:`distshap.kernels.treeshap`, intrinsics, simulator shims, fixed point, lane columns);
 * :mod:`.quadrature` - the quadrature kernels (SHAP values, interaction values);
-* :mod:`.tables` - interaction tables: the fill kernel and the table kernel;
+* :mod:`.tables` - pattern tables (SHAP and interaction values): fill kernels, table kernel;
 * :mod:`.fallback` - the kernel for paths longer than a warp;
 * :mod:`.model` - the device model, its plans and cache, :func:`strategy_stats`;
 * :mod:`.launch` - row batches, the finish pass, :func:`shap_values` / :func:`interaction_values`;
