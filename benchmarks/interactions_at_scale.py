@@ -19,7 +19,8 @@ side:
   ``G (F+1)**2`` entries of the full matrices, bytes a row of each output.
 * **slot kernel variants** (``--slot-variants``, CUDA): ranking and top-k timed again with
   each pair ``<quadrature>+<table>`` of slot kernel variants
-  (:data:`distshap.kernels.cuda.config.SLOT_QUADRATURE_VARIANT` ``gathered`` / ``lanes``,
+  (:data:`distshap.kernels.cuda.config.SLOT_QUADRATURE_VARIANT` ``gathered`` / ``ratios`` /
+  ``lanes``,
   :data:`~distshap.kernels.cuda.config.SLOT_TABLE_VARIANT` ``tiled`` / ``plain``; ``lanes+plain``
   are the previous kernels), each checked exact, side by side; the first named is the one the
   other rows use.
@@ -449,7 +450,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--slot-variants",
-        default="gathered+tiled,lanes+plain,gathered+plain",
+        default="gathered+tiled,ratios+tiled,lanes+plain",
         help="CUDA slot kernels '<quadrature>+<table>' to time side by side (the first is "
         "the one every other row uses; '' for the configured ones)",
     )

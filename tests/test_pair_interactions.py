@@ -492,6 +492,7 @@ def slot_kernel_signatures() -> dict:
         for cache_x in (False, True) if n == config.QUADRATURE_NODES[0] else (True,):
             name = f"quadrature_slot_rows_kernel_{n}{'_cache_x' if cache_x else ''}"
             sigs[name] = (slot_rows_kernel(n, 2, cache_x), rows)
+        sigs[f"quadrature_slot_rows_kernel_{n}_ratios"] = (slot_rows_kernel(n, 1, True, True), rows)
     return sigs
 
 
@@ -535,8 +536,8 @@ def slots_match(packed, X, what, **kw):
     slots = build_pair_slots(packed)
     full = kc.interaction_values(packed, X)
     group = np.repeat(np.arange(slots.num_groups), np.diff(slots.slot_offsets))
-    # the previous slot kernels, then the defaults (quadrature "gathered", tables "tiled")
-    for variant in (("lanes", "plain"), ("gathered", "tiled")):
+    # the previous slot kernels, the ratios kept, then the defaults ("gathered", "tiled")
+    for variant in (("lanes", "plain"), ("ratios", "tiled"), ("gathered", "tiled")):
         kc.config.SLOT_QUADRATURE_VARIANT, kc.config.SLOT_TABLE_VARIANT = variant
         same(kp.interaction_slot_values(packed, X, slots, **kw),
              full[:, group, slots.slot_i, slots.slot_j], (what, variant))

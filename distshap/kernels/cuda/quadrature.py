@@ -25,7 +25,9 @@ length (unlike the DP's UNWOUND_SUM, which cancels).
   values of the features in shared memory; several rows per block
   (:data:`config.SLOT_QUADRATURE_ROWS`), each path's rows one after another while its data sit
   in L1. The same float32 operations in the same order on the same values: the same int64
-  contributions, so the same slots, bit for bit.
+  contributions, so the same slots, bit for bit. ``"ratios"``: the same kernel keeping each
+  element's node ratios (computed in the forward pass) in shared memory for the pair loop,
+  instead of dividing again for every pair (the same division of the same operands).
 
 A kernel is compiled per node count (:data:`config.QUADRATURE_NODES`) on first use; contributions
 are truncated to int64 fixed point and added with integer atomics.
@@ -381,13 +383,15 @@ def slot_layout(model, plan, slots, stream) -> tuple:
         return out
 
 
-def slot_rows_shape(num_features: int, max_tile_slots: int) -> tuple[int, bool, int]:
+def slot_rows_shape(num_features: int, max_tile_slots: int,
+                    reserved: int = 0) -> tuple[int, bool, int]:  # fmt: skip
     """``(rows, cache_x, tile_capacity)`` of :func:`slot_rows_kernel` blocks: rows per block
     (at most :data:`config.SLOT_QUADRATURE_ROWS`, fewer where a row's tile of the largest chunk
     would not fit beside the rows' features), whether the rows' features sit in shared memory
     (when they take at most half of :data:`config.QUADRATURE_SHARED_BYTES`) and the slots of
-    a row's tile (chunks with more add to the rows' slots directly)."""
-    budget = int(config.QUADRATURE_SHARED_BYTES)
+    a row's tile (chunks with more add to the rows' slots directly); ``reserved`` bytes of the
+    budget are taken (the ratios)."""
+    budget = max(0, int(config.QUADRATURE_SHARED_BYTES) - int(reserved))
     F = max(int(num_features), 1)
     rows = max(1, int(config.SLOT_QUADRATURE_ROWS))
     while True:
@@ -399,8 +403,12 @@ def slot_rows_shape(num_features: int, max_tile_slots: int) -> tuple[int, bool, 
         rows -= 1
 
 
-def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool):
-    """:func:`slot_rows_kernel`: one thread per path of the chunk, ``rows`` rows a block."""
+def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, ratios: bool = False):
+    """:func:`slot_rows_kernel`: one thread per path of the chunk, ``rows`` rows a block;
+    ``ratios``: each element's node ratios ``d / (z + t_m d)``, computed once per path and row
+    (the forward pass needs them for ``U``), kept in shared memory for the pair loop, which
+    otherwise computes them again for every pair (the same division of the same operands: the
+    same float32 value)."""
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
 
     @cuda.jit
@@ -420,6 +428,8 @@ def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool):
         tile = cuda.shared.array(0, types.int64)  # [rr * width + e]: the rows' tiles
         xs = cuda.shared.array(0, types.float32)  # [x0 + rr * F + f]: the rows, after them
         x0 = 2 * rows * tile_capacity
+        # ratios: [q0 + (e * n_nodes + m) * nthreads + tid], after the tiles and the rows
+        q0 = x0 + (rows * n_features if cache_x else 0)
         if use_tile:
             for e in range(tid, nr * width, nthreads):
                 tile[e] = 0
@@ -464,7 +474,10 @@ def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool):
                         q = z + nodes[m] * d
                         prod[m] *= q
                         if d != 0:
-                            usum[m] += fdiv(d, q)
+                            ratio = fdiv(d, q)
+                            usum[m] += ratio
+                            if ratios:
+                                xs[q0 + (e * n_nodes + m) * nthreads + tid] = ratio
                 u0 = 0  # entry number of (a, a)
                 for a in range(k):
                     zi = ef[3 * a + 2, j]
@@ -476,7 +489,10 @@ def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool):
                         continue  # its row and column are 0
                     diag = np.float32(0.0)
                     for m in range(n_nodes):
-                        ri = fdiv(di, zi + nodes[m] * di)
+                        if ratios:
+                            ri = xs[q0 + (a * n_nodes + m) * nthreads + tid]
+                        else:
+                            ri = fdiv(di, zi + nodes[m] * di)
                         part[m] = prod[m] * ri
                         diag += part[m] * (one - half32 * (usum[m] - ri))
                     iv = np.int64(diag * scale32)
@@ -494,7 +510,10 @@ def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool):
                             continue
                         total = np.float32(0.0)
                         for m in range(n_nodes):
-                            total += part[m] * fdiv(dc, zc + nodes[m] * dc)
+                            if ratios:
+                                total += part[m] * xs[q0 + (c * n_nodes + m) * nthreads + tid]
+                            else:
+                                total += part[m] * fdiv(dc, zc + nodes[m] * dc)
                         iv = np.int64(half32 * total * scale32)
                         if iv != 0:
                             u = u0 + c - a
@@ -517,34 +536,43 @@ def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool):
 _ROWS_KERNELS: dict = {}
 
 
-def slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool):
+def slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, ratios: bool = False):
     """The ``"gathered"`` slot quadrature kernel (module docstring) for ``n_nodes`` nodes,
     ``rows`` rows a block, the rows' features in shared memory (``cache_x``) or read from
-    ``X``; built on first use, compiled at launch.
+    ``X``; ``ratios``: the elements' node ratios kept in shared memory for the pair loop
+    (``"ratios"``); built on first use, compiled at launch.
 
-    Launch: grid ``(chunks, ceil(rows of X / rows))``, any number of threads, ``8 rows
-    tile_capacity`` bytes of dynamic shared memory (plus ``4 rows F`` with ``cache_x``).
+    Launch: grid ``(chunks, ceil(rows of X / rows))``, ``T`` threads, ``8 rows
+    tile_capacity`` bytes of dynamic shared memory, plus ``4 rows F`` with ``cache_x``, plus
+    ``4 k n_nodes T`` with ``ratios`` (``k``: the launch's longest path).
     """
-    key = (n_nodes, rows, cache_x)
+    key = (n_nodes, rows, cache_x, ratios)
     kernel = _ROWS_KERNELS.get(key)
     if kernel is None:
-        kernel = _ROWS_KERNELS[key] = _make_slot_rows_kernel(n_nodes, rows, cache_x)
+        kernel = _ROWS_KERNELS[key] = _make_slot_rows_kernel(n_nodes, rows, cache_x, ratios)
     return kernel
 
 
-def _launch_slot_rows(model, plan, Xb, acc, scale, stream, slots) -> None:
-    """The quadrature launches of ``plan`` into pair slots with :func:`slot_rows_kernel`."""
+_THREADS = 128  # threads of a slot_rows_kernel block
+
+
+def _launch_slot_rows(model, plan, Xb, acc, scale, stream, slots, ratios: bool) -> None:
+    """The quadrature launches of ``plan`` into pair slots with :func:`slot_rows_kernel`;
+    ``ratios`` where the ratios take at most a third of the shared-memory budget."""
     layouts = slot_layout(model, plan, slots, stream)
     nb, n_features = int(Xb.shape[0]), int(Xb.shape[1])
-    rows, cache_x, capacity = slot_rows_shape(n_features, slots.max_tile_slots)
-    shared_bytes = 8 * rows * capacity + (4 * rows * n_features if cache_x else 0)
-    per_launch = 65535 * rows  # grid.y is at most 65535
     for launch, (tile_offsets, tile_slots), lay in zip(plan.quadrature, slots.tiles, layouts,
                                                         strict=True):  # fmt: skip
-        kernel = slot_rows_kernel(launch.n_nodes, rows, cache_x)
+        ratio_bytes = 4 * lay.kmax * launch.n_nodes * _THREADS
+        use_ratios = ratios and ratio_bytes <= config.QUADRATURE_SHARED_BYTES // 3
+        reserved = ratio_bytes if use_ratios else 0
+        rows, cache_x, capacity = slot_rows_shape(n_features, slots.max_tile_slots, reserved)
+        shared_bytes = 8 * rows * capacity + (4 * rows * n_features if cache_x else 0) + reserved
+        per_launch = 65535 * rows  # grid.y is at most 65535
+        kernel = slot_rows_kernel(launch.n_nodes, rows, cache_x, use_ratios)
         for row0 in range(0, nb, per_launch):
             grid = (launch.n_chunks, -(-min(nb - row0, per_launch) // rows))
-            kernel[grid, 128, stream, shared_bytes](
+            kernel[grid, _THREADS, stream, shared_bytes](
                 lay.ef, lay.ei, lay.ecat, lay.pk, lay.pv, model.cat_words, launch.paths,
                 launch.offsets, lay.tmap, slots.map_offsets, slots.path_map, Xb, acc, scale, row0,
                 tile_offsets, tile_slots, capacity,
@@ -577,12 +605,13 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, interactions, slo
     slots."""
     nb = int(Xb.shape[0])
     variant = config.SLOT_QUADRATURE_VARIANT
-    if slots is not None and variant not in ("gathered", "lanes"):
+    if slots is not None and variant not in ("gathered", "ratios", "lanes"):
         raise ValueError(
-            f"config.SLOT_QUADRATURE_VARIANT must be 'gathered' or 'lanes', got {variant!r}"
+            "config.SLOT_QUADRATURE_VARIANT must be 'gathered', 'ratios' or 'lanes', got "
+            f"{variant!r}"
         )
-    if slots is not None and variant == "gathered":
-        _launch_slot_rows(model, plan, Xb, acc, scale, stream, slots)
+    if slots is not None and variant != "lanes":
+        _launch_slot_rows(model, plan, Xb, acc, scale, stream, slots, variant == "ratios")
         return
     if slots is not None:  # one block per (chunk, row); a chunk's slots in shared memory
         capacity = min(slots.max_tile_slots, config.QUADRATURE_SHARED_BYTES // 8)
