@@ -25,6 +25,7 @@ __all__ = [
     "QUADRATURE_NODES",
     "QUADRATURE_SHARED_BYTES",
     "ROWS_PER_WARP",
+    "SHAP_TABLE_ROWS_A_STEP",
     "SHARED_TILE_VALUES",
     "SLOT_QUADRATURE_ROWS",
     "SLOT_QUADRATURE_VARIANT",
@@ -70,6 +71,8 @@ TILE_ROWS = 128
 MIN_TILE_ROWS = 8
 #: Rows per warp of the table kernels at most (fewer for small inputs, to fill the GPU).
 ROWS_PER_WARP = 1024
+#: Rows a step of the SHAP table kernel (1 or 4: four rows' loads and atomics issued together).
+SHAP_TABLE_ROWS_A_STEP = 4
 
 #: Small models (:mod:`.small`): one launch computes a row's whole output in one warp (the
 #: additivity check included) for models of at most this many paths (read at call time; 0
