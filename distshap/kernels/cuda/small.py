@@ -290,7 +290,7 @@ if SIM:  # pragma: no cover - only under NUMBA_ENABLE_CUDASIM=1 (no warp intrins
 
 else:
 
-    @cuda.jit(device=True, inline=True)
+    @cuda.jit(device=True)
     def _warp_sum(value):
         """The sum of ``value`` over the warp, the same bits in every lane (butterfly)."""
         offset = 16
@@ -299,7 +299,7 @@ else:
             offset >>= 1
         return value
 
-    @cuda.jit(device=True, inline=True)
+    @cuda.jit(device=True)
     def _warp_sum4(a0, a1, a2, a3):
         """Four independent warp sums (their shuffles overlap)."""
         return _warp_sum(a0), _warp_sum(a1), _warp_sum(a2), _warp_sum(a3)
