@@ -139,22 +139,27 @@ def _parse_shapes(text: str | None) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shapes", help="comma-separated NAME-SIZE (default: all 12 shapes)")
-    parser.add_argument("--rows", type=int, help="rows per call (default: 100k; 10k for large)")
+    parser.add_argument("--rows", help="rows per call, or several: N,N,... (default: 100k; 10k "
+                        "for large shapes)")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-xgboost", action="store_true", help="skip XGBoost's GPU peer")
     parser.add_argument("--out", help="also append the JSON lines to this file")
     args = parser.parse_args(argv)
+    try:
+        row_counts = [int(r) for r in args.rows.split(",")] if args.rows else None
+    except ValueError:
+        raise SystemExit(f"--rows: expected integers N[,N...], got {args.rows!r}") from None
     for shape in _parse_shapes(args.shapes):
-        rows = args.rows or ROWS[shape.rsplit("-", 1)[1]]
-        try:
-            record = measure(shape, rows, args.repeats, xgboost=not args.no_xgboost)
-        except Exception as err:  # one shape failing must not lose the others' lines
-            record = {"shape": shape, "rows": rows, "error": f"{type(err).__name__}: {err}"}
-        line = json.dumps(record)
-        print(line, flush=True)
-        if args.out:
-            with open(args.out, "a") as f:
-                f.write(line + "\n")
+        for rows in row_counts or [ROWS[shape.rsplit("-", 1)[1]]]:
+            try:
+                record = measure(shape, rows, args.repeats, xgboost=not args.no_xgboost)
+            except Exception as err:  # one shape failing must not lose the others' lines
+                record = {"shape": shape, "rows": rows, "error": f"{type(err).__name__}: {err}"}
+            line = json.dumps(record)
+            print(line, flush=True)
+            if args.out:
+                with open(args.out, "a") as f:
+                    f.write(line + "\n")
     sys.stdout.flush()
 
 
