@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import dask
 import dask.array as da
 import dask.dataframe as dd
 import numpy as np
@@ -581,3 +582,26 @@ def test_unknown_chunk_sizes_persisted_unevenly(client, regression, data):
         out = explain_dask(regression, unknown, backend="cpu", client=client).compute()
     np.testing.assert_array_equal(out, _reference(regression, data, "cpu", False))
     assert sorted(_kernel_tasks(stream)) == workers
+
+
+def test_pairs_of_uneven_placement_spread_and_keep_bits(client, regression, data):
+    from distributed import get_task_stream, wait
+
+    from distshap import pair_interactions as pi
+    from distshap.cluster.dask_pairs import interaction_summary_dask, top_interactions_dask
+
+    workers = sorted(client.ncores())
+    X = client.persist(da.from_array(data, chunks=(150, N_FEATURES)), workers=workers[:1])
+    wait(X)
+    pairs, values = pi.top_interactions(regression, data, 3, "cpu")
+    summary = pi.interaction_summary(regression, data, backend="cpu")
+    with get_task_stream(client) as stream:
+        lazy = top_interactions_dask(regression, X, 3, "cpu", client=client)
+        got = dask.compute(*lazy)
+        lazy_summary = interaction_summary_dask(regression, X, backend="cpu", client=client)
+        got_summary = lazy_summary.compute()
+    assert lazy[0].chunks[0] == X.chunks[0]
+    assert np.array_equal(got[0], pairs) and np.array_equal(got[1], values)
+    assert np.array_equal(got_summary, summary)
+    per_worker = _kernel_tasks(stream)
+    assert sorted(per_worker) == workers and set(per_worker.values()) == {4}, per_worker

@@ -23,7 +23,13 @@ import dask.array as da
 import numpy as np
 from dask.array.utils import meta_from_array
 
-from distshap.cluster.dask_explain import _check_backend, _get_client, _rows_array, model_future
+from distshap.cluster.dask_explain import (
+    _check_backend,
+    _get_client,
+    _map_rows,
+    _rows_array,
+    model_future,
+)
 from distshap.inputs import is_cupy
 from distshap.pair_interactions import (
     _check_k,
@@ -35,8 +41,8 @@ from distshap.pair_interactions import (
 __all__ = ["interaction_summary_dask", "top_interactions_dask"]
 
 
-def _first_row(block_info: dict | None) -> int:
-    return block_info[0]["array-location"][0][0] if block_info else 0
+def _first_row(block_info: dict | None, row_offset: int = 0) -> int:
+    return row_offset + (block_info[0]["array-location"][0][0] if block_info else 0)
 
 
 def _block_top(
@@ -46,6 +52,7 @@ def _block_top(
     backend: str,
     check: bool,
     batch_rows: int | None,
+    row_offset: int = 0,
     block_info: dict | None = None,
 ) -> Any:
     """One row chunk -> float64 ``(n, G, k, 3)``: ``i, j, value`` of its top pairs."""
@@ -54,7 +61,7 @@ def _block_top(
         return meta_from_array(block, ndim=4, dtype=np.float64).reshape((0, G, k, 3))
     pairs, values = top_interactions(
         packed, block, k, backend, check_additivity=check, batch_rows=batch_rows,
-        first_row=_first_row(block_info),
+        first_row=_first_row(block_info, row_offset),
     )  # fmt: skip
     if is_cupy(pairs):
         import cupy as xp
@@ -86,11 +93,13 @@ def top_interactions_dask(
     client: Any = None,
     check_additivity: bool = True,
     batch_rows: int | None = None,
+    balance: bool = True,
 ) -> tuple[da.Array, da.Array]:
     """The ``k`` strongest pairs of every row and group of a Dask collection, lazily.
 
     Parameters are those of :func:`distshap.pair_interactions.top_interactions` (``X`` a Dask
-    array or DataFrame as :func:`~distshap.cluster.explain_dask` takes it).
+    array or DataFrame as :func:`~distshap.cluster.explain_dask` takes it); ``balance`` as
+    there: persisted rows are shared out evenly over the workers whatever their placement.
 
     Returns
     -------
@@ -106,10 +115,10 @@ def top_interactions_dask(
     _check_backend(backend, kind)
     G = packed.num_groups
     meta = meta_from_array(X._meta, ndim=4, dtype=np.float64)
-    both = da.map_blocks(
-        _block_top, X, model, k, backend, check_additivity, batch_rows,
-        chunks=(X.chunks[0], (G,), (k,), (3,)), new_axis=[2, 3], dtype=np.float64, meta=meta,
-        name=f"distshap-top-pairs-{uuid.uuid4().hex}",
+    both = _map_rows(
+        client, X, _block_top, (model, k, backend, check_additivity, batch_rows),
+        ((G,), (k,), (3,)), [2, 3], np.float64, meta,
+        f"distshap-top-pairs-{uuid.uuid4().hex}", balance,
     )  # fmt: skip
     pairs = both.map_blocks(
         _as_pairs, chunks=both.chunks[:3] + ((2,),), dtype=np.int32,
@@ -129,12 +138,13 @@ def _block_partial(
     backend: str,
     check: bool,
     batch_rows: int | None,
+    row_offset: int = 0,
     block_info: dict | None = None,
 ) -> np.ndarray:
     """One row chunk -> its partial sums, int64 ``(1, 2, S + 1)`` (NumPy, whatever the chunk)."""
     partial = summary_partial(
         packed, block, signed, backend, check_additivity=check, batch_rows=batch_rows,
-        first_row=_first_row(block_info),
+        first_row=_first_row(block_info, row_offset),
     )  # fmt: skip
     return partial[None]
 
@@ -152,10 +162,12 @@ def interaction_summary_dask(
     check_additivity: bool = True,
     batch_rows: int | None = None,
     split_every: int | None = None,
+    balance: bool = True,
 ) -> da.Array:
     """Mean ``|phi_ij|`` (``signed``: mean ``phi_ij``) over the rows of a Dask collection.
 
-    Parameters are those of :func:`distshap.pair_interactions.interaction_summary`.
+    Parameters are those of :func:`distshap.pair_interactions.interaction_summary`;
+    ``balance`` as in :func:`~distshap.cluster.explain_dask`.
 
     Returns
     -------
@@ -171,10 +183,10 @@ def interaction_summary_dask(
     X, kind = _rows_array(X, packed, model, client)
     _check_backend(backend, kind)
     width = pair_slots(packed).num_slots + 1
-    parts = da.map_blocks(
-        _block_partial, X, model, bool(signed), backend, check_additivity, batch_rows,
-        chunks=((1,) * X.numblocks[0], (2,), (width,)), new_axis=[2], dtype=np.int64,
-        meta=np.empty((0, 0, 0), np.int64), name=f"distshap-pair-sums-{uuid.uuid4().hex}",
+    parts = _map_rows(
+        client, X, _block_partial, (model, bool(signed), backend, check_additivity, batch_rows),
+        ((2,), (width,)), [2], np.int64, np.empty((0, 0, 0), np.int64),
+        f"distshap-pair-sums-{uuid.uuid4().hex}", balance, per_chunk=(1,),
     )  # fmt: skip
     total = parts.sum(axis=0, split_every=split_every, dtype=np.int64)
     G, F1 = packed.num_groups, packed.num_features + 1
