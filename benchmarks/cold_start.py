@@ -37,6 +37,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -183,7 +184,7 @@ def _cuda_cache_experiment() -> None:
 
 def _child(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
-    import numpy as np  # noqa: F401 - timed apart: every Python program using distshap has it
+    import numpy as np  # timed apart: every Python program using distshap has it
 
     t_numpy = time.perf_counter() - t0
     profile = _CompileProfile() if args.profile else None
@@ -245,10 +246,12 @@ def _child(args: argparse.Namespace) -> dict:
         n_compiled = len(profile.records) if profile else 0
         first_stages.clear()
         t0, c0 = time.perf_counter(), time.process_time()
-        fn(rows)
+        values = fn(rows)
         sync()
         first, first_cpu = time.perf_counter() - t0, time.process_time() - c0
         first_split = dict(first_stages)
+        host = values.get() if hasattr(values, "get") else np.asarray(values)
+        values_sha = hashlib.sha256(np.ascontiguousarray(host).tobytes()).hexdigest()[:16]
         times = []
         for _ in range(args.repeats):
             t0 = time.perf_counter()
@@ -262,6 +265,7 @@ def _child(args: argparse.Namespace) -> dict:
             "warm_s": statistics.median(times),
             "compiled_in_first_call": len(profile.records) - n_compiled if profile else None,
             "first_stages_s": first_split,
+            "values_sha256": values_sha,
         }
     if profile:
         record["compile_profile"] = profile.records
@@ -313,7 +317,7 @@ def _summary(label: str, rec: dict, wall: float) -> str:
             f"  {kind:12s} {k['rows']:6d} rows: first call {k['first_s']:.2f} s (CPU "
             f"{k['first_cpu_s']:.2f} s), warm "
             f"{k['warm_s']:.3f} s; build + first = {rec['build_s'] + k['first_s']:.2f} s; "
-            f"import + build + first = {to_first:.2f} s{extra}"
+            f"import + build + first = {to_first:.2f} s{extra}; values {k['values_sha256']}"
         )
         split = k.get("first_stages_s") or {}
         if split:
