@@ -52,6 +52,7 @@ from distshap.kernels.cuda.device import (
     LI_FLAGS,
     LI_NBITS,
     MISSING_FLAG,
+    SIM,
     fdiv,
     follows,
     lane_follows,
@@ -376,7 +377,7 @@ def slot_layout(model, plan, slots, stream) -> tuple:
                     lay.tmap,
                 )  # fmt: skip
             out.append(lay)
-        if stream:
+        if not SIM:
             stream.synchronize()  # the layouts serve later calls on any stream
         out = tuple(out)
         _LAYOUTS[slots] = out
