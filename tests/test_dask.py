@@ -605,3 +605,26 @@ def test_pairs_of_uneven_placement_spread_and_keep_bits(client, regression, data
     assert np.array_equal(got_summary, summary)
     per_worker = _kernel_tasks(stream)
     assert sorted(per_worker) == workers and set(per_worker.values()) == {4}, per_worker
+
+
+def test_uneven_placement_survives_the_loss_of_a_receiving_worker(regression, data, tmp_path):
+    """The worker that got moved rows and a model copy dies mid-kernel: the job still finishes.
+
+    Worker processes (the kill ends one); the moved rows and the copy are tasks the scheduler
+    reruns elsewhere from the persisted chunks and the model task.
+    """
+    from distributed import wait
+    from test_worker_loss import _install_killer
+
+    flag = tmp_path / "killed"
+    with start_cluster(
+        n_workers=2, processes=True, gpus=False, dashboard_address=":0", threads_per_worker=1
+    ) as c:
+        workers = sorted(c.ncores())
+        X = c.persist(da.from_array(data, chunks=(100, N_FEATURES)), workers=workers[:1])
+        wait(X)
+        result = explain_dask(regression, X, False, "cpu", client=c)
+        c.run(_install_killer, str(flag), workers=workers[1:])
+        out = compute(result, client=c)
+        assert flag.exists(), "no worker was killed"
+    np.testing.assert_array_equal(out, _reference(regression, data, "cpu", False))
