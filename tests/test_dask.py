@@ -531,6 +531,8 @@ def test_uneven_placement_spreads_rows_and_keeps_bits(client, regression, data, 
     np.testing.assert_array_equal(out, _reference(regression, data, "cpu", interactions))
     per_worker = _kernel_tasks(stream)
     assert sorted(per_worker) == workers and set(per_worker.values()) == {3}, per_worker
+    model_key = model_future(client, regression).key  # one model copy held on each worker
+    assert sorted(w for k, w in dx._WORKER_COPIES[client] if k == model_key) == workers
     # the same without balancing: still the same bits
     unbalanced = explain_dask(regression, X, interactions, "cpu", client=client, balance=False)
     np.testing.assert_array_equal(unbalanced.compute(), out)

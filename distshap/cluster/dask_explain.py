@@ -113,12 +113,17 @@ def model_future(client: Any, packed: Any) -> Any:
         )
     with _CACHE_LOCK:
         # a cached Future holds its client, so closed clients are dropped here explicitly
-        for stale in [c for c in _MODEL_FUTURES if c.status in ("closed", "closing")]:
-            del _MODEL_FUTURES[stale]
+        for cache in (_MODEL_FUTURES, _WORKER_COPIES):
+            for stale in [c for c in cache if c.status in ("closed", "closing")]:
+                del cache[stale]
         per_client = _MODEL_FUTURES.setdefault(client, {})
         future = per_client.get(digest)
         if future is not None and future.status in _LIVE:
             return future
+        if future is not None:  # its worker copies go with it
+            copies = _WORKER_COPIES.get(client, {})
+            for pair in [pair for pair in copies if pair[0] == future.key]:
+                del copies[pair]
         blob = pickle.dumps(packed, protocol=pickle.HIGHEST_PROTOCOL)
         with warnings.catch_warnings():
             # the model is sent once per client and digest, not with every graph
