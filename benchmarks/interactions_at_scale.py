@@ -25,7 +25,9 @@ side:
   are the previous kernels), each checked exact, side by side; the first named is the one the
   other rows use.
 * **breakdown** (``--breakdown``, CUDA): seconds of each slot kernel (tables and quadrature per
-  variant, fallback, top-k selection) over the top-k rows, each launch synchronized.
+  variant, fallback, top-k selection) over the top-k rows, each launch synchronized; and
+  ``quadrature_gathered_probe``, a diagnostic: the gathered kernel with its shared-memory
+  atomics dropped (values computed, not added), to tell the atomics' share of its time.
 
 Every timing is the median of ``--repeats`` runs after a warm-up call (compilation, model
 upload, tables, slots); GPU work is synchronized before the clock stops. Peak memory: device
@@ -165,7 +167,7 @@ def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
     from distshap.kernels.cuda.device import SIM, stream, xp
     from distshap.kernels.cuda.fallback import launch_fallback
     from distshap.kernels.cuda.model import device_model, interaction_plan, slot_arrays
-    from distshap.kernels.cuda.quadrature import launch_quadrature
+    from distshap.kernels.cuda.quadrature import _launch_slot_rows, launch_quadrature
     from distshap.kernels.cuda.slot_tables import launch_slot_tables
 
     saved = config.SLOT_QUADRATURE_VARIANT, config.SLOT_TABLE_VARIANT
@@ -190,6 +192,7 @@ def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
     out = {"fallback": 0.0, "topk": 0.0, "batch_rows": batch}
     out.update({f"quadrature_{v}": 0.0 for v in quad_variants})
     out.update({f"tables_{v}": 0.0 for v in table_variants})
+    out["quadrature_gathered_probe"] = 0.0  # diagnostic: without its shared atomics
 
     def timed(key, fn, *fn_args, **kwargs):
         sync()
@@ -205,6 +208,7 @@ def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
         for v in table_variants:
             config.SLOT_TABLE_VARIANT = v
             launch_slot_tables(packed, slots, model, plan, X[:2], acc[:2], scale, F1, s, dev)
+        _launch_slot_rows(model, plan, X[:2], acc[:2], scale, s, dev, False, probe=True)
         for r0 in range(0, n, batch):
             Xb = X[r0 : min(n, r0 + batch)]
             nb = int(Xb.shape[0])
@@ -214,6 +218,8 @@ def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
                 a.fill(0)
                 timed(f"tables_{v}", launch_slot_tables, packed, slots, model, plan, Xb, a,
                       scale, F1, s, dev)  # fmt: skip
+            timed("quadrature_gathered_probe", _launch_slot_rows, model, plan, Xb, a, scale, s,
+                  dev, False, probe=True)  # fmt: skip
             for v in quad_variants:
                 config.SLOT_QUADRATURE_VARIANT = v
                 a.fill(0)

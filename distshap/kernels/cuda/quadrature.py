@@ -404,12 +404,14 @@ def slot_rows_shape(num_features: int, max_tile_slots: int,
         rows -= 1
 
 
-def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, ratios: bool = False):
+def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, ratios: bool = False,
+                           probe: bool = False):  # fmt: skip
     """:func:`slot_rows_kernel`: one thread per path of the chunk, ``rows`` rows a block;
     ``ratios``: each element's node ratios ``d / (z + t_m d)``, computed once per path and row
     (the forward pass needs them for ``U``), kept in shared memory for the pair loop, which
     otherwise computes them again for every pair (the same division of the same operands: the
-    same float32 value)."""
+    same float32 value). ``probe``: a timing diagnostic without the tile's atomics (the values
+    are computed, then dropped: wrong slots; benchmarks only)."""
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
 
     @cuda.jit
@@ -498,7 +500,10 @@ def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, ratios: bool 
                         diag += part[m] * (one - half32 * (usum[m] - ri))
                     iv = np.int64(diag * scale32)
                     if iv != 0:
-                        if use_tile:
+                        if probe:
+                            if iv == _PROBE_NEVER:
+                                tile[rr * width + tmap[u0, j]] = iv
+                        elif use_tile:
                             cuda.atomic.add(tile, rr * width + tmap[u0, j], iv)
                         else:
                             cuda.atomic.add(acc, (r, path_map[m0 + a * k + a]), iv)
@@ -518,7 +523,10 @@ def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, ratios: bool 
                         iv = np.int64(half32 * total * scale32)
                         if iv != 0:
                             u = u0 + c - a
-                            if use_tile:
+                            if probe:
+                                if iv == _PROBE_NEVER:
+                                    tile[rr * width + tmap[u, j]] = iv
+                            elif use_tile:
                                 cuda.atomic.add(tile, rr * width + tmap[u, j], iv)
                             else:
                                 cuda.atomic.add(acc, (r, path_map[m0 + a * k + c]), iv)
@@ -535,9 +543,11 @@ def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, ratios: bool 
 
 
 _ROWS_KERNELS: dict = {}
+_PROBE_NEVER = np.int64(-(2**62) + 12345)  # no contribution equals it (|sums| < 2**61)
 
 
-def slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, ratios: bool = False):
+def slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, ratios: bool = False,
+                     probe: bool = False):  # fmt: skip
     """The ``"gathered"`` slot quadrature kernel (module docstring) for ``n_nodes`` nodes,
     ``rows`` rows a block, the rows' features in shared memory (``cache_x``) or read from
     ``X``; ``ratios``: the elements' node ratios kept in shared memory for the pair loop
@@ -547,19 +557,22 @@ def slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, ratios: bool = Fals
     tile_capacity`` bytes of dynamic shared memory, plus ``4 rows F`` with ``cache_x``, plus
     ``4 k n_nodes T`` with ``ratios`` (``k``: the launch's longest path).
     """
-    key = (n_nodes, rows, cache_x, ratios)
+    key = (n_nodes, rows, cache_x, ratios, probe)
     kernel = _ROWS_KERNELS.get(key)
     if kernel is None:
-        kernel = _ROWS_KERNELS[key] = _make_slot_rows_kernel(n_nodes, rows, cache_x, ratios)
+        kernel = _make_slot_rows_kernel(n_nodes, rows, cache_x, ratios, probe)
+        _ROWS_KERNELS[key] = kernel
     return kernel
 
 
 _THREADS = 128  # threads of a slot_rows_kernel block
 
 
-def _launch_slot_rows(model, plan, Xb, acc, scale, stream, slots, ratios: bool) -> None:
+def _launch_slot_rows(model, plan, Xb, acc, scale, stream, slots, ratios: bool,
+                      probe: bool = False) -> None:  # fmt: skip
     """The quadrature launches of ``plan`` into pair slots with :func:`slot_rows_kernel`;
-    ``ratios`` where the ratios take at most a third of the shared-memory budget."""
+    ``ratios`` where the ratios take at most a third of the shared-memory budget; ``probe``:
+    the timing diagnostic (wrong values)."""
     layouts = slot_layout(model, plan, slots, stream)
     nb, n_features = int(Xb.shape[0]), int(Xb.shape[1])
     for launch, (tile_offsets, tile_slots), lay in zip(plan.quadrature, slots.tiles, layouts,
@@ -570,7 +583,7 @@ def _launch_slot_rows(model, plan, Xb, acc, scale, stream, slots, ratios: bool) 
         rows, cache_x, capacity = slot_rows_shape(n_features, slots.max_tile_slots, reserved)
         shared_bytes = 8 * rows * capacity + (4 * rows * n_features if cache_x else 0) + reserved
         per_launch = 65535 * rows  # grid.y is at most 65535
-        kernel = slot_rows_kernel(launch.n_nodes, rows, cache_x, use_ratios)
+        kernel = slot_rows_kernel(launch.n_nodes, rows, cache_x, use_ratios, probe)
         for row0 in range(0, nb, per_launch):
             grid = (launch.n_chunks, -(-min(nb - row0, per_launch) // rows))
             kernel[grid, _THREADS, stream, shared_bytes](
