@@ -129,7 +129,10 @@ def _interaction_rows(X, feature, lower, upper, missing, zero_fraction, cat_offs
         for g in range(n_groups):
             a0 = acc_offsets[g]
             wg = acc_offsets[g + 1] - a0
-            acc[:wg, :n] = 0.0
+            for j in range(wg):  # (loops: a slice assignment compiles broadcasting code)
+                aj = acc[j]
+                for r in range(n):
+                    aj[r] = 0.0
             for gp in range(group_offsets[g], group_offsets[g + 1]):
                 p = group_paths[gp]
                 start = path_offsets[p] + 1  # the first feature element (after the bias lane)
@@ -171,53 +174,66 @@ def _interaction_rows(X, feature, lower, upper, missing, zero_fraction, cat_offs
                         for r in range(n):
                             a[r] += tables[index[r] + j]
                     continue
+                # 1-D row views keep the row loops simple (less code for LLVM to vectorise)
                 for i in range(k):
                     z = zero_fraction[start + i]
-                    oi = ones[i]
+                    oi, di = ones[i], d[i]
                     for r in range(n):
-                        d[i, r] = (1.0 if oi[r] else 0.0) - z
+                        di[r] = (1.0 if oi[r] else 0.0) - z
                 for j in range(e):
-                    vals[j, :n] = 0.0
+                    vj = vals[j]
+                    for r in range(n):
+                        vj[r] = 0.0
                 m = (k + 1) // 2  # nodes: the rule of m nodes sits at m (m - 1) / 2
                 v = path_value[p]
                 for q in range(m * (m - 1) // 2, m * (m + 1) // 2):
                     t = gl_t[q]
                     wv = gl_w[q] * v
-                    for i in range(k):
-                        z = zero_fraction[start + i]
-                        for r in range(n):
-                            f[i, r] = z + t * d[i, r]
+                    pi = pre[0]
                     for r in range(n):
-                        pre[0, r] = wv
-                        suf[k - 1, r] = 1.0
-                    for i in range(1, k):
-                        for r in range(n):
-                            pre[i, r] = pre[i - 1, r] * f[i - 1, r]
-                    for i in range(k - 2, -1, -1):
-                        for r in range(n):
-                            suf[i, r] = suf[i + 1, r] * f[i + 1, r]
-                    j = 0
-                    for i in range(k):
-                        for r in range(n):  # the SHAP value's integrand, then every c > i
-                            vals[j, r] += pre[i, r] * suf[i, r]
-                            mid[r] = pre[i, r]
-                        j += 1
-                        for c in range(i + 1, k):
+                        pi[r] = wv
+                    for i in range(k):  # f_i = z_i + t d_i; pre[i + 1] = pre[i] f_i
+                        z = zero_fraction[start + i]
+                        fi, di, pi = f[i], d[i], pre[i]
+                        if i + 1 < k:
+                            pn = pre[i + 1]
                             for r in range(n):
-                                vals[j, r] += mid[r] * suf[c, r]
-                                mid[r] *= f[c, r]
+                                fi[r] = z + t * di[r]
+                                pn[r] = pi[r] * fi[r]
+                        else:
+                            for r in range(n):
+                                fi[r] = z + t * di[r]
+                    si = suf[k - 1]
+                    for r in range(n):
+                        si[r] = 1.0
+                    for i in range(k - 2, -1, -1):  # suf[i] = prod_{j > i} f_j
+                        si, sn, fn = suf[i], suf[i + 1], f[i + 1]
+                        for r in range(n):
+                            si[r] = sn[r] * fn[r]
+                    j = 0
+                    for i in range(k):  # the SHAP value's integrand, then every c > i
+                        pi, si, vj = pre[i], suf[i], vals[j]
+                        for r in range(n):
+                            vj[r] += pi[r] * si[r]
+                            mid[r] = pi[r]
+                        j += 1
+                        for c in range(i + 1, k):  # mid = pre[i] prod_{i < j < c} f_j
+                            vj, sc, fc = vals[j], suf[c], f[c]
+                            for r in range(n):
+                                vj[r] += mid[r] * sc[r]
+                                mid[r] *= fc[r]
                             j += 1
                 j = 0
                 for i in range(k):
+                    di = d[i]
                     for c in range(i, k):
-                        a = acc[at[j]]
-                        val = vals[j]
+                        a, vj, dc = acc[at[j]], vals[j], d[c]
                         if c == i:
                             for r in range(n):
-                                a[r] += val[r] * d[i, r]
+                                a[r] += vj[r] * di[r]
                         else:
                             for r in range(n):
-                                a[r] += val[r] * (0.5 * d[i, r] * d[c, r])
+                                a[r] += vj[r] * (0.5 * di[r] * dc[r])
                         j += 1
             if matrix:  # row i of the triangle starts at tri[i]; [i, c] is tri[i] + c - i
                 for r in range(n):
