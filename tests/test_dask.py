@@ -630,3 +630,20 @@ def test_uneven_placement_survives_the_loss_of_a_receiving_worker(regression, da
         out = compute(result, client=c)
         assert flag.exists(), "no worker was killed"
     np.testing.assert_array_equal(out, _reference(regression, data, "cpu", False))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not kernels.cuda_available(), reason="no CUDA GPU visible")
+def test_cupy_chunks_on_one_worker_spread_and_stay_on_device(client, regression, data):
+    from distributed import get_task_stream, wait
+
+    cupy = pytest.importorskip("cupy")
+    workers = sorted(client.ncores())
+    X = client.persist(da.from_array(cupy.asarray(data), chunks=(70, -1)), workers=workers[:1])
+    wait(X)
+    with get_task_stream(client) as stream:
+        result = explain_dask(regression, X, False, "cuda", client=client)
+        out = result.compute()
+    assert isinstance(out, cupy.ndarray) and result.chunks[0] == X.chunks[0]
+    np.testing.assert_array_equal(out.get(), _reference(regression, data, "cuda", False))
+    assert sorted(_kernel_tasks(stream)) == workers
