@@ -17,8 +17,10 @@ thread per (path, pattern) in float64 and stored as float32; the device model ke
 
 The table kernel runs the bins that hold a table path: one warp per bin, one lane per path
 element; per row each lane tests its element, one ``ballot`` gathers the pattern, and each
-element lane adds its entry (SHAP values) or its ``k`` entries (interaction values). It is
-bound by its atomics, so a block of :data:`config.TABLE_WARPS_PER_BLOCK` bins shares a tile of
+element lane adds its entry (SHAP values) or its ``k`` entries (interaction values). For SHAP
+values a row's steps (row load, ballot, table load, atomic) depend on each other, so a warp
+takes :data:`config.SHAP_TABLE_ROWS_A_STEP` rows a step (four independent chains in flight).
+It is bound by its atomics, so a block of :data:`config.TABLE_WARPS_PER_BLOCK` bins shares a tile of
 rows in shared memory, flushed with one global atomic per non-zero value
 (:func:`shared_tile_rows`; outputs too wide for a tile add to global memory directly). With
 ``slots`` (:func:`table_kernel`) it adds a row's upper-triangle and diagonal entries to its pair
