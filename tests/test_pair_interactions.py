@@ -458,7 +458,7 @@ def slot_kernel_signatures() -> dict:
             slot_table_kernel,
             f"void(float32[:, ::1], int32[:, ::1], int64[::1], int64[::1], uint32[::1], "
             f"float32[::1], int64[::1], int32[::1], {xa}, int64, int64, int64[::1], int32[::1], "
-            "int32[::1], int64[::1], int64[::1], int64)",
+            "int32[::1], int64[::1], int64[::1], int64, boolean)",
         ),
         "table_slot_kernel": (table_kernel(False, slots=True), table),
         "table_slot_shared_kernel": (table_kernel(True, slots=True), table),

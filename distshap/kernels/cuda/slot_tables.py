@@ -102,10 +102,12 @@ def block_tiles(
 @cuda.jit
 def slot_table_kernel(lane_f, lane_i, lane_cat, lane_table, cat_words, tables, bin_offsets,
                       bins, X, acc, scale, rows_per_block, tile_rows, lane_map, path_map, tmap,
-                      tile_offsets, tile_slots, tile_capacity):  # fmt: skip
+                      tile_offsets, tile_slots, tile_capacity, cache_x):  # fmt: skip
     """One warp per table bin, :data:`_TABLE_WARPS` bins a block, ``rows_per_block`` rows in
     tiles of ``tile_rows``; a block whose bins touch at most ``tile_capacity`` slots sums them
-    in shared memory (``8 tile_rows tile_capacity`` dynamic bytes), the others add directly."""
+    in shared memory (``8 tile_rows tile_capacity`` dynamic bytes), the others add directly;
+    with ``cache_x`` the tile's rows of ``X`` sit in shared memory too (``4 tile_rows F`` more
+    bytes): a warp's lanes read 32 scattered features of a row."""
     tid = cuda.threadIdx.x
     lane = tid & 31
     bi = cuda.blockIdx.x * _TABLE_WARPS + (tid >> 5)
@@ -130,6 +132,9 @@ def slot_table_kernel(lane_f, lane_i, lane_cat, lane_table, cat_words, tables, b
     width = tile_offsets[cuda.blockIdx.x + 1] - t0s
     use_tile = width <= tile_capacity  # the same for the whole block
     tile = cuda.shared.array(0, types.int64)  # [(r - t0) * width + local slot]
+    xs = cuda.shared.array(0, types.float32)  # [x0 + (r - t0) * F + f], after the tile
+    x0 = 2 * tile_rows * tile_capacity
+    n_features = X.shape[1]
     r0, r1 = _row_range(rows_per_block, X.shape[0])
     for t0 in range(r0, r1, tile_rows):
         t1 = t0 + tile_rows
@@ -138,12 +143,19 @@ def slot_table_kernel(lane_f, lane_i, lane_cat, lane_table, cat_words, tables, b
         if use_tile:
             for i in range(tid, (t1 - t0) * width, cuda.blockDim.x):
                 tile[i] = 0
+        if cache_x:
+            for i in range(tid, (t1 - t0) * n_features, cuda.blockDim.x):
+                q = i // n_features
+                xs[x0 + i] = X[t0 + q, i - q * n_features]
         cuda.syncthreads()
         for r in range(t0, t1):
             o = False
             if active:
-                o = follows(X[r, feat], lower, upper, missing, cat_other, cat_offset, nbits,
-                            cat_words)  # fmt: skip
+                if cache_x:
+                    x = xs[x0 + (r - t0) * n_features + feat]
+                else:
+                    x = X[r, feat]
+                o = follows(x, lower, upper, missing, cat_other, cat_offset, nbits, cat_words)
             bal = np.int64(ballot(FULL_MASK, o))
             pattern = (bal >> (start + 1)) & mask_k
             entry = toff + pattern * k * k + pos - 1
@@ -205,12 +217,16 @@ def launch_slot_tables(packed, slots, model, plan, Xb, acc, scale, F1, stream, d
         return
     tiles = _device_tiles(packed, slots, plan, dev)
     nb = int(Xb.shape[0])
+    n_features = int(Xb.shape[1])
     capacity = min(tiles.most, _TILE_BYTES // 8)
-    tile_rows = max(1, min(config.TILE_ROWS, _TILE_BYTES // (8 * max(capacity, 1))))
+    cache_x = 8 * capacity + 4 * n_features <= _TILE_BYTES and 4 * n_features <= _TILE_BYTES // 2
+    per_row = 8 * capacity + (4 * n_features if cache_x else 0)
+    tile_rows = max(1, min(config.TILE_ROWS, _TILE_BYTES // max(per_row, 1)))
     rpb = _rows_per_warp(nb, plan.n_table_bins)
     grid = (-(-plan.n_table_bins // _TABLE_WARPS), -(-nb // rpb))
-    slot_table_kernel[grid, 32 * _TABLE_WARPS, stream, 8 * tile_rows * capacity](
+    slot_table_kernel[grid, 32 * _TABLE_WARPS, stream, tile_rows * per_row](
         model.lane_f, model.lane_i, model.lane_cat, plan.lane_table, model.cat_words,
         plan.tables, model.bin_offsets, plan.table_bins, Xb, acc, scale, rpb, tile_rows,
         dev.lane_map, dev.path_map, tiles.tmap, tiles.tile_offsets, tiles.tile_slots, capacity,
+        cache_x,
     )  # fmt: skip
