@@ -18,12 +18,13 @@ side:
 * **complexity**: slots per row ``S`` (pairs sharing a path, and diagonals) against the
   ``G (F+1)**2`` entries of the full matrices, bytes a row of each output.
 * **slot kernel variants** (``--slot-variants``, CUDA): ranking and top-k timed again with
-  each pair ``<quadrature>+<table>`` of slot kernel variants
+  each pair ``<quadrature>[:<chunks>]+<table>`` of slot kernel variants
   (:data:`distshap.kernels.cuda.config.SLOT_QUADRATURE_VARIANT` ``gathered`` / ``ratios`` /
   ``lanes``,
   :data:`~distshap.kernels.cuda.config.SLOT_TABLE_VARIANT` ``tiled`` / ``plain``; ``lanes+plain``
-  are the previous kernels), each checked exact, side by side; the first named is the one the
-  other rows use.
+  are the previous kernels; ``:<chunks>``: chunks a block of the gathered kernels,
+  :data:`~distshap.kernels.cuda.config.SLOT_QUADRATURE_CHUNKS`, default 4), each checked exact,
+  side by side; the first named is the one the other rows use.
 * **breakdown** (``--breakdown``, CUDA): seconds of each slot kernel (tables and quadrature per
   variant, fallback, top-k selection) over the top-k rows, each launch synchronized; and
   ``quadrature_gathered_probe``, a diagnostic: the gathered kernel with its shared-memory
@@ -145,15 +146,26 @@ def stable_top(full: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.stack([iu[idx], ju[idx]], axis=-1), np.take_along_axis(upper, idx, axis=-1)
 
 
+def _set_quadrature(spec: str) -> None:
+    """``"<variant>[:<chunks>]"``: :data:`~distshap.kernels.cuda.config.SLOT_QUADRATURE_VARIANT`
+    and :data:`~distshap.kernels.cuda.config.SLOT_QUADRATURE_CHUNKS` (default 4)."""
+    from distshap.kernels.cuda import config
+
+    variant, _, chunks = spec.partition(":")
+    config.SLOT_QUADRATURE_VARIANT = variant
+    config.SLOT_QUADRATURE_CHUNKS = int(chunks or 4)
+
+
 def _set_variant(backend: str, spec: str | None) -> None:
-    """Select the CUDA slot kernels named by ``spec``: ``"<quadrature>+<table>"`` (e.g.
-    ``"gathered+tiled"``, ``"lanes+plain"``: :data:`~distshap.kernels.cuda.config.
-    SLOT_QUADRATURE_VARIANT`, :data:`~distshap.kernels.cuda.config.SLOT_TABLE_VARIANT`)."""
+    """Select the CUDA slot kernels named by ``spec``: ``"<quadrature>[:<chunks>]+<table>"``
+    (e.g. ``"gathered+tiled"``, ``"gathered:1+tiled"``, ``"lanes+plain"``:
+    :data:`~distshap.kernels.cuda.config.SLOT_QUADRATURE_VARIANT`, blocks of ``chunks``
+    chunks, :data:`~distshap.kernels.cuda.config.SLOT_TABLE_VARIANT`)."""
     if backend == "cuda" and spec:
         from distshap.kernels.cuda import config
 
         quadrature, _, table = spec.partition("+")
-        config.SLOT_QUADRATURE_VARIANT = quadrature
+        _set_quadrature(quadrature)
         config.SLOT_TABLE_VARIANT = table or "tiled"
 
 
@@ -170,7 +182,8 @@ def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
     from distshap.kernels.cuda.quadrature import _launch_slot_rows, launch_quadrature
     from distshap.kernels.cuda.slot_tables import launch_slot_tables
 
-    saved = config.SLOT_QUADRATURE_VARIANT, config.SLOT_TABLE_VARIANT
+    saved = (config.SLOT_QUADRATURE_VARIANT, config.SLOT_QUADRATURE_CHUNKS,
+             config.SLOT_TABLE_VARIANT)  # fmt: skip
     quad_variants = list(dict.fromkeys(v.partition("+")[0] for v in variants))
     table_variants = list(dict.fromkeys(v.partition("+")[2] or "tiled" for v in variants))
     model = device_model(packed)
@@ -203,11 +216,12 @@ def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
 
     try:
         for v in quad_variants:  # warm-up: compile every variant, gather layouts
-            config.SLOT_QUADRATURE_VARIANT = v
+            _set_quadrature(v)
             launch_quadrature(model, plan, X[:2], acc[:2], scale, F1, s, True, slots=dev)
         for v in table_variants:
             config.SLOT_TABLE_VARIANT = v
             launch_slot_tables(packed, slots, model, plan, X[:2], acc[:2], scale, F1, s, dev)
+        _set_quadrature("gathered")
         _launch_slot_rows(model, plan, X[:2], acc[:2], scale, s, dev, False, probe=True)
         for r0 in range(0, n, batch):
             Xb = X[r0 : min(n, r0 + batch)]
@@ -218,10 +232,11 @@ def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
                 a.fill(0)
                 timed(f"tables_{v}", launch_slot_tables, packed, slots, model, plan, Xb, a,
                       scale, F1, s, dev)  # fmt: skip
+            _set_quadrature("gathered")
             timed("quadrature_gathered_probe", _launch_slot_rows, model, plan, Xb, a, scale, s,
                   dev, False, probe=True)  # fmt: skip
             for v in quad_variants:
-                config.SLOT_QUADRATURE_VARIANT = v
+                _set_quadrature(v)
                 a.fill(0)
                 timed(f"quadrature_{v}", launch_quadrature, model, plan, Xb, a, scale, F1, s,
                       True, slots=dev)  # fmt: skip
@@ -233,7 +248,8 @@ def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
             else:
                 a.fill(0)
     finally:
-        config.SLOT_QUADRATURE_VARIANT, config.SLOT_TABLE_VARIANT = saved
+        (config.SLOT_QUADRATURE_VARIANT, config.SLOT_QUADRATURE_CHUNKS,
+         config.SLOT_TABLE_VARIANT) = saved  # fmt: skip
     out["rows"] = n
     return out
 
@@ -456,7 +472,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--slot-variants",
-        default="gathered+tiled,ratios+tiled,lanes+plain",
+        default="gathered+tiled,gathered:1+tiled,ratios:1+tiled,lanes+plain",
         help="CUDA slot kernels '<quadrature>+<table>' to time side by side (the first is "
         "the one every other row uses; '' for the configured ones)",
     )

@@ -551,6 +551,15 @@ slots_match(_packed(ens, 0), X, "quadrature", batch_rows=3)
 kc.config.SLOT_QUADRATURE_ROWS = 3  # blocks of 3 rows: one full, one of a single row
 slots_match(_packed(ens, 0), X, "three rows a block")
 kc.config.SLOT_QUADRATURE_ROWS = 2
+# chunks of 3 paths, blocks of up to 4 chunks (one tile of their slots) or of one
+kc.config.QUADRATURE_CHUNK_PATHS = 3
+for merge in (4, 1):
+    kc.config.SLOT_QUADRATURE_CHUNKS = merge
+    kc.clear_cache()
+    slots_match(_packed(ens, 0), X, ("blocks of chunks", merge))
+kc.config.SLOT_QUADRATURE_CHUNKS = 4
+kc.config.QUADRATURE_CHUNK_PATHS = 256
+kc.clear_cache()
 packed = _packed(ens, 700)  # tables beside quadrature
 full = slots_match(packed, X, "mixed")
 for k in (4, 15):  # 15: every pair, the zero ones last

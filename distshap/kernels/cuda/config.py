@@ -27,6 +27,7 @@ __all__ = [
     "ROWS_PER_WARP",
     "SHAP_TABLE_ROWS_A_STEP",
     "SHARED_TILE_VALUES",
+    "SLOT_QUADRATURE_CHUNKS",
     "SLOT_QUADRATURE_ROWS",
     "SLOT_QUADRATURE_VARIANT",
     "SLOT_TABLE_VARIANT",
@@ -52,6 +53,9 @@ QUADRATURE_SHARED_BYTES = 48 * 1024
 #: or ``"lanes"`` (each thread reads its path's lanes, one row a block); rows a block at most.
 SLOT_QUADRATURE_VARIANT = "gathered"
 SLOT_QUADRATURE_ROWS = 2
+#: Chunks of the quadrature plan one block of the gathered kernels runs at most, summed in one
+#: tile of their slots (fewer where the tile would not fit): fewer global atomics a row.
+SLOT_QUADRATURE_CHUNKS = 4
 #: Table kernel into pair slots: ``"tiled"`` (each block's slots summed in shared memory,
 #: :mod:`.slot_tables`) or ``"plain"`` (the table kernel); same bits either way.
 SLOT_TABLE_VARIANT = "tiled"

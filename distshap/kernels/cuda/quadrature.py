@@ -291,21 +291,27 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
 class SlotLayout:
     """A quadrature launch's paths gathered element-major for :func:`slot_rows_kernel`.
 
-    Position ``j`` is the launch's ``j``-th path (``launch.paths[j]``, so chunk ``c`` holds
-    positions ``offsets[c]:offsets[c + 1]``) with ``pk[j]`` features and leaf value ``pv[j]``.
-    Element ``e`` (0-based, sorted by feature as in the lanes) is ``ef[3 e + 0/1/2, j]``
-    (lower, upper, zero fraction), ``ei[3 e + 0/1/2, j]`` (feature, flags, category bits) and
-    ``ecat[e, j]`` (category set offset). Upper-triangle entry ``(a, c)``, ``a <= c``, is number
-    ``u = a k - a (a - 1) / 2 + c - a``: ``tmap[u, j]`` (int16) its chunk-local tile slot (the
-    ``local_map`` of :func:`~distshap.kernels.cuda.model.chunk_tiles`; -1 beyond int16, where
-    the chunk has too many slots for a tile and adds to the row's slots through ``path_map``).
+    Position ``j`` is the launch's ``j``-th path (``launch.paths[j]``) with ``pk[j]`` features
+    and leaf value ``pv[j]``. Element ``e`` (0-based, sorted by feature as in the lanes) is
+    ``ef[3 e + 0/1/2, j]`` (lower, upper, zero fraction), ``ei[3 e + 0/1/2, j]`` (feature,
+    flags, category bits) and ``ecat[e, j]`` (category set offset). A block runs the positions
+    ``offsets[b]:offsets[b + 1]`` (``merge`` consecutive chunks of the launch; ``n_blocks``
+    blocks) and sums them in a tile of the slots ``tile_slots[tile_offsets[b]:tile_offsets[b +
+    1]]`` (``most``: the largest tile). Upper-triangle entry ``(a, c)``, ``a <= c``, is number
+    ``u = a k - a (a - 1) / 2 + c - a``: ``tmap[u, j]`` (int16) its block-local tile slot
+    (:func:`~distshap.kernels.cuda.model.chunk_tiles` of the blocks; -1 beyond int16, where the
+    block has too many slots for a tile and adds to the row's slots through ``path_map``).
     """
 
-    __slots__ = ("ef", "ei", "ecat", "pk", "pv", "tmap", "kmax", "__weakref__")
+    __slots__ = ("ef", "ei", "ecat", "pk", "pv", "tmap", "kmax", "offsets", "tile_offsets",
+                 "tile_slots", "n_blocks", "most", "__weakref__")  # fmt: skip
 
-    def __init__(self, ef, ei, ecat, pk, pv, tmap, kmax: int):
+    def __init__(self, ef, ei, ecat, pk, pv, tmap, kmax: int, offsets=None, tile_offsets=None,
+                 tile_slots=None, n_blocks: int = 0, most: int = 0):  # fmt: skip
         self.ef, self.ei, self.ecat, self.pk, self.pv = ef, ei, ecat, pk, pv
-        self.tmap, self.kmax = tmap, kmax
+        self.tmap, self.kmax, self.offsets = tmap, kmax, offsets
+        self.tile_offsets, self.tile_slots = tile_offsets, tile_slots
+        self.n_blocks, self.most = n_blocks, most
 
 
 @cuda.jit
@@ -346,16 +352,53 @@ def _host(a) -> np.ndarray:
     return a.copy_to_host() if hasattr(a, "copy_to_host") else np.asarray(a)
 
 
-def slot_layout(model, plan, slots, stream) -> tuple:
-    """The :class:`SlotLayout` of each quadrature launch of ``plan`` (gathered on the device on
-    first use, kept as long as the device model's ``slots``)."""
+def _merged_tiles(model, plan, slots, merge: int):
+    """Host ``(offsets, (local_map, tiles, most))`` of the launches' blocks of ``merge``
+    consecutive chunks (:func:`~distshap.kernels.cuda.model.chunk_tiles` of those blocks)."""
+    from types import SimpleNamespace
+
+    from distshap.kernels.cuda.model import chunk_tiles  # (model imports this module)
+
+    offsets = []
+    for launch in plan.quadrature:
+        o = _host(launch.offsets).astype(np.int64)
+        offsets.append(np.append(o[:-1:merge], o[-1]))
+    host = SimpleNamespace(path_map=_host(slots.path_map), map_offsets=_host(slots.map_offsets),
+                           num_slots=slots.num_slots)  # fmt: skip
+    launches = [(_host(q.paths), o) for q, o in zip(plan.quadrature, offsets, strict=True)]
+    return offsets, chunk_tiles(host, launches)
+
+
+def slot_layout(model, plan, slots, stream, merge: int = 1) -> tuple:
+    """The :class:`SlotLayout` of each quadrature launch of ``plan`` for blocks of at most
+    ``merge`` chunks (gathered on the device on first use, kept as long as the device model's
+    ``slots``). Blocks merge fewer chunks where the largest block's tile of slots would not
+    fit in shared memory beside a row of features."""
     with _LAYOUT_LOCK:
-        hit = _LAYOUTS.get(slots)
+        per_slots = _LAYOUTS.setdefault(slots, {})
+        hit = per_slots.get(merge)
         if hit is not None:
             return hit
         offsets = _host(model.path_offsets)
+        n_features = int(model.num_features)
+        m = max(1, int(merge))
+        while m > 1:
+            merged, (local_map, tiles, most) = _merged_tiles(model, plan, slots, m)
+            if 8 * most + 4 * n_features <= config.QUADRATURE_SHARED_BYTES:
+                local_map = cuda.to_device(local_map, stream=stream)
+                tiles = tuple((cuda.to_device(o, stream=stream),
+                               cuda.to_device(t if t.size else np.zeros(1, np.int64),
+                                              stream=stream)) for o, t in tiles)  # fmt: skip
+                blocks = [(cuda.to_device(o, stream=stream), o.size - 1) for o in merged]
+                break
+            m //= 2
+        if m == 1:  # the device model's chunk tiles
+            local_map, tiles, most = slots.local_map, slots.tiles, slots.max_tile_slots
+            blocks = [(q.offsets, q.n_chunks) for q in plan.quadrature]
         out = []
-        for launch in plan.quadrature:
+        for launch, (block_offsets, n_blocks), (tile_offsets, tile_slots) in zip(
+            plan.quadrature, blocks, tiles, strict=True
+        ):
             paths = _host(launch.paths).astype(np.int64)
             P = max(int(paths.size), 1)
             k = offsets[paths + 1] - offsets[paths] - 1
@@ -368,19 +411,20 @@ def slot_layout(model, plan, slots, stream) -> tuple:
                 pk=cuda.to_device(np.zeros(P, np.int32), stream=stream),
                 pv=cuda.to_device(np.zeros(P, np.float32), stream=stream),
                 tmap=cuda.to_device(np.full((npairs, P), -1, np.int16), stream=stream),
-                kmax=kmax,
+                kmax=kmax, offsets=block_offsets, tile_offsets=tile_offsets,
+                tile_slots=tile_slots, n_blocks=int(n_blocks), most=int(most),
             )  # fmt: skip
             if paths.size:
                 _gather_kernel[-(-P // 128), 128, stream](
                     model.lane_f, model.lane_i, model.lane_cat, model.path_offsets, launch.paths,
-                    slots.map_offsets, slots.local_map, lay.ef, lay.ei, lay.ecat, lay.pk, lay.pv,
+                    slots.map_offsets, local_map, lay.ef, lay.ei, lay.ecat, lay.pk, lay.pv,
                     lay.tmap,
                 )  # fmt: skip
             out.append(lay)
         if not SIM:
             stream.synchronize()  # the layouts serve later calls on any stream
         out = tuple(out)
-        _LAYOUTS[slots] = out
+        per_slots[merge] = out
         return out
 
 
@@ -573,23 +617,24 @@ def _launch_slot_rows(model, plan, Xb, acc, scale, stream, slots, ratios: bool,
     """The quadrature launches of ``plan`` into pair slots with :func:`slot_rows_kernel`;
     ``ratios`` where the ratios take at most a third of the shared-memory budget; ``probe``:
     the timing diagnostic (wrong values)."""
-    layouts = slot_layout(model, plan, slots, stream)
+    layouts = slot_layout(model, plan, slots, stream, config.SLOT_QUADRATURE_CHUNKS)
     nb, n_features = int(Xb.shape[0]), int(Xb.shape[1])
-    for launch, (tile_offsets, tile_slots), lay in zip(plan.quadrature, slots.tiles, layouts,
-                                                        strict=True):  # fmt: skip
+    for launch, lay in zip(plan.quadrature, layouts, strict=True):
         ratio_bytes = 4 * lay.kmax * launch.n_nodes * _THREADS
-        use_ratios = ratios and ratio_bytes <= config.QUADRATURE_SHARED_BYTES // 3
+        use_ratios = (ratios and ratio_bytes <= config.QUADRATURE_SHARED_BYTES // 3
+                      and 8 * lay.most + 4 * n_features + ratio_bytes
+                      <= config.QUADRATURE_SHARED_BYTES)  # fmt: skip
         reserved = ratio_bytes if use_ratios else 0
-        rows, cache_x, capacity = slot_rows_shape(n_features, slots.max_tile_slots, reserved)
+        rows, cache_x, capacity = slot_rows_shape(n_features, lay.most, reserved)
         shared_bytes = 8 * rows * capacity + (4 * rows * n_features if cache_x else 0) + reserved
         per_launch = 65535 * rows  # grid.y is at most 65535
         kernel = slot_rows_kernel(launch.n_nodes, rows, cache_x, use_ratios, probe)
         for row0 in range(0, nb, per_launch):
-            grid = (launch.n_chunks, -(-min(nb - row0, per_launch) // rows))
+            grid = (lay.n_blocks, -(-min(nb - row0, per_launch) // rows))
             kernel[grid, _THREADS, stream, shared_bytes](
                 lay.ef, lay.ei, lay.ecat, lay.pk, lay.pv, model.cat_words, launch.paths,
-                launch.offsets, lay.tmap, slots.map_offsets, slots.path_map, Xb, acc, scale, row0,
-                tile_offsets, tile_slots, capacity,
+                lay.offsets, lay.tmap, slots.map_offsets, slots.path_map, Xb, acc, scale, row0,
+                lay.tile_offsets, lay.tile_slots, capacity,
             )  # fmt: skip
 
 
