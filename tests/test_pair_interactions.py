@@ -646,23 +646,36 @@ def test_gpu_top_pairs_and_summary_equal_the_full_matrices(kind, budget):
 @pytest.mark.gpu
 @pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
 @pytest.mark.parametrize("kind", ["regression", "multiclass", "missing", "categorical"])
-def test_gpu_slot_quadrature_variants_give_the_matrix_bits(kind, monkeypatch):
-    """Both slot quadrature kernels (``"lanes"``, ``"gathered"`` at 1-3 rows a block) give the
-    bits of the full matrices' entries (every regular path in the quadrature kernels)."""
+@pytest.mark.parametrize("budget", [0, 1 << 30], ids=["quadrature", "tables"])
+def test_gpu_slot_kernel_variants_give_the_matrix_bits(kind, budget, monkeypatch):
+    """Every slot kernel variant (quadrature ``"lanes"``, ``"gathered"`` at 1-3 rows and 1-4
+    chunks a block, ``"ratios"``; tables ``"plain"``, ``"tiled"``) gives the bits of the full
+    matrices' entries."""
     from distshap.kernels.cuda import config
     from distshap.kernels.cuda import pairs as kp
 
     booster, X = xgb_models.MODEL_KINDS[kind]()
-    packed = distshap.TreeExplainer(booster, backend="cuda", table_budget_bytes=0).packed
+    packed = distshap.TreeExplainer(booster, backend="cuda", table_budget_bytes=budget).packed
     full = to_host(explain_rows(packed, X, True, "cuda"))
     slots = pair_slots(packed)
     group = _slot_groups(slots)
     want = full[:, group, slots.slot_i, slots.slot_j]
-    for variant, rows in (("lanes", 1), ("gathered", 1), ("gathered", 2), ("gathered", 3)):
-        monkeypatch.setattr(config, "SLOT_QUADRATURE_VARIANT", variant)
+    monkeypatch.setattr(config, "SMALL_MAX_PATHS", 0, raising=False)  # the kernels themselves
+    monkeypatch.setattr(config, "QUADRATURE_CHUNK_PATHS", 16)  # several chunks a block
+    from distshap.kernels.cuda.model import clear_cache
+
+    clear_cache()
+    variants = [("lanes", 1, 1, "plain"), ("gathered", 1, 1, "tiled"), ("gathered", 2, 4, "tiled"),
+                ("gathered", 3, 2, "plain"), ("ratios", 1, 1, "tiled")]  # fmt: skip
+    for variant in variants:
+        quadrature, rows, chunks, table = variant
+        monkeypatch.setattr(config, "SLOT_QUADRATURE_VARIANT", quadrature)
         monkeypatch.setattr(config, "SLOT_QUADRATURE_ROWS", rows)
+        monkeypatch.setattr(config, "SLOT_QUADRATURE_CHUNKS", chunks)
+        monkeypatch.setattr(config, "SLOT_TABLE_VARIANT", table)
         got = to_host(kp.interaction_slot_values(packed, X, slots, batch_rows=7))
-        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (variant, rows)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), variant
+    clear_cache()
 
 
 def test_bad_slot_quadrature_variant_is_refused(monkeypatch):
