@@ -654,13 +654,14 @@ def test_gpu_slot_kernel_variants_give_the_matrix_bits(kind, budget, monkeypatch
     from distshap.kernels.cuda import config
     from distshap.kernels.cuda import pairs as kp
 
+    # the regular kernels for both (small models otherwise take the one-launch route)
+    monkeypatch.setattr(config, "SMALL_MAX_PATHS", 0, raising=False)
     booster, X = xgb_models.MODEL_KINDS[kind]()
     packed = distshap.TreeExplainer(booster, backend="cuda", table_budget_bytes=budget).packed
     full = to_host(explain_rows(packed, X, True, "cuda"))
     slots = pair_slots(packed)
     group = _slot_groups(slots)
     want = full[:, group, slots.slot_i, slots.slot_j]
-    monkeypatch.setattr(config, "SMALL_MAX_PATHS", 0, raising=False)  # the kernels themselves
     monkeypatch.setattr(config, "QUADRATURE_CHUNK_PATHS", 16)  # several chunks a block
     from distshap.kernels.cuda.model import clear_cache
 
