@@ -6,10 +6,12 @@ distshap's ``NUMBA_NUM_THREADS``, set before Numba is imported), on the same syn
 the model shapes of :mod:`benchmarks.shapes`. Row counts are chosen per library so that each
 timed call takes about ``--seconds`` (a probe call on a few rows sets the rate), since the two
 differ by several times; rows/s are compared. Each timing is the median of ``--repeats`` calls
-after a warm-up call (compilation, tables). distshap is timed as users call it:
-``TreeExplainer.shap_values`` on a NumPy array, input conversion and the additivity check
-included; XGBoost's ``predict`` on a ``DMatrix`` built beforehand. The largest difference
-between the two results (on the rows both explained) is reported against the values' scale.
+after a warm-up call (compilation, tables); ``CPU ratio`` compares rows per process CPU second
+(all threads) instead, which other jobs on a shared machine disturb less. distshap is timed as
+users call it: ``TreeExplainer.shap_values`` on a NumPy array, input conversion and the
+additivity check included; XGBoost's ``predict`` on a ``DMatrix`` built beforehand. The
+largest difference between the two results (on the rows both explained) is reported against
+the values' scale.
 Interaction values are timed on at most ``--interaction-rows`` rows (their output is
 ``(F + 1)**2`` values a row and group). ``first s`` is distshap's first call in the process
 (on the probe's rows: compilation, or loading it from Numba's cache, and the pattern tables
@@ -33,14 +35,16 @@ import time
 DEFAULT_SHAPES = ("cal_housing-med", "adult-med", "covtype-med")
 
 
-def _median(fn, repeats: int) -> tuple[float, object]:
+def _median(fn, repeats: int) -> tuple[float, float, object]:
+    """Median wall seconds and median process CPU seconds (all threads) of ``fn()``."""
     out = fn()  # warm-up
-    times = []
+    times, cpu = [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
+        cpu.append(time.process_time() - c0)
+    return statistics.median(times), statistics.median(cpu), out
 
 
 def _rows_for(fn, probe_rows: int, seconds: float, cap: int) -> tuple[int, float]:
@@ -86,8 +90,8 @@ def measure(shape: str, kind: str, args: argparse.Namespace) -> dict:
     probe = 20 if interactions else 200
     n_ours, first_ours = _rows_for(ours, probe, args.seconds, cap)
     n_theirs, _ = _rows_for(theirs, probe, args.seconds, cap)
-    t_ours, v_ours = _median(lambda: ours(n_ours), args.repeats)
-    t_theirs, v_theirs = _median(lambda: theirs(n_theirs), args.repeats)
+    t_ours, c_ours, v_ours = _median(lambda: ours(n_ours), args.repeats)
+    t_theirs, c_theirs, v_theirs = _median(lambda: theirs(n_theirs), args.repeats)
     common = min(n_ours, n_theirs)
     a = np.asarray(v_ours)[:common].reshape(common, -1).astype(np.float64)
     b = np.asarray(v_theirs)[:common].reshape(common, -1).astype(np.float64)
@@ -105,6 +109,9 @@ def measure(shape: str, kind: str, args: argparse.Namespace) -> dict:
         "xgboost_s": t_theirs,
         "xgboost_rows_per_s": n_theirs / t_theirs,
         "ratio": (n_ours / t_ours) / (n_theirs / t_theirs),
+        "distshap_cpu_s": c_ours,
+        "xgboost_cpu_s": c_theirs,
+        "cpu_ratio": (n_ours / c_ours) / (n_theirs / c_theirs),
         "max_abs_diff_over_scale": float(np.abs(a - b).max()) / scale,
     }
     return record
@@ -148,7 +155,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     header = (
         f"{'shape':16s} {'kind':12s} {'distshap rows':>13s} {'rows/s':>9s} "
-        f"{'xgboost rows':>12s} {'rows/s':>9s} {'ratio':>7s} {'diff/scale':>10s} {'first s':>7s}"
+        f"{'xgboost rows':>12s} {'rows/s':>9s} {'ratio':>7s} {'diff/scale':>10s} {'first s':>7s} "
+        f"{'CPU ratio':>9s}"
     )
     print(header, flush=True)
     records = []
@@ -160,7 +168,8 @@ def main(argv: list[str] | None = None) -> None:
                 f"{shape:16s} {kind:12s} {r['distshap_rows']:13,d} "
                 f"{r['distshap_rows_per_s']:9,.0f} {r['xgboost_rows']:12,d} "
                 f"{r['xgboost_rows_per_s']:9,.0f} {r['ratio']:6.2f}x "
-                f"{r['max_abs_diff_over_scale']:10.1e} {r['distshap_first_call_s']:7.2f}",
+                f"{r['max_abs_diff_over_scale']:10.1e} {r['distshap_first_call_s']:7.2f} "
+                f"{r['cpu_ratio']:8.2f}x",
                 flush=True,
             )
     if args.json:
