@@ -25,15 +25,18 @@ pair values, and ``phi_i`` on the diagonal). Which paths get one follows the mod
 policy (:func:`distshap.strategy.choose_tables` with ``k * k`` values per pattern, a
 conservative size; the tables are then packed at ``k (k + 1) / 2``). They are filled by this
 kernel itself, on a model of such paths alone at the ``2**k`` corner rows (as the SHAP tables
-are), and cost an interval test per element and one table row per (path, row).
+are), and cost an interval test per element and one table row per (path, row). Against the
+quadrature they won at every length measured, 2 to 12 features (``benchmarks/RESULTS.md``);
+they take memory instead (covtype-med: 550 MB, filled in about 0.5 CPU s).
 
 *Accumulators.* Rows are processed in blocks and output groups one at a time (a path adds to
 its own group only), with the group's float64 sums laid out ``acc[entry, row]``: every inner
-loop runs over the block's rows. The entries are either the group's ``(F + 1)**2`` matrix
-(:func:`interaction_values`) or its pair slots (:func:`interaction_slot_values`,
-:mod:`distshap.pair_slots`): the same terms are added in the same order to the same float64
-sums, so a slot has the bits of its matrix entry. Each row sums the paths of a group in packed
-order, so the result does not depend on the thread count, the block size or the chunking.
+loop runs over the block's rows. The entries are either the upper triangle of the group's
+``(F + 1) x (F + 1)`` matrix (:func:`interaction_values`) or its pair slots
+(:func:`interaction_slot_values`, :mod:`distshap.pair_slots`): the same terms are added in the
+same order to the same float64 sums, so a slot has the bits of its matrix entry. Each row
+sums the paths of a group in packed order, so the result does not depend on the thread count,
+the block size or the chunking.
 
 *Compilation.* One serial ``nogil`` function (:func:`_interaction_rows`) does all three jobs
 (matrices, slots, table filling) with one specialisation, run over row ranges in threads by
