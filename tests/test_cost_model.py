@@ -41,6 +41,27 @@ def _packed(n_paths=300, k=5, F=12, G=1, seed=0, **kw):
 # --- the choice ---------------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def _any_saving(monkeypatch, request):
+    """The choice tests study the greedy prefix itself: any predicted saving counts (the
+    margin of strategy.TABLE_MIN_SAVING has its own test)."""
+    if "min_saving" not in request.node.name:
+        monkeypatch.setattr(strategy, "TABLE_MIN_SAVING", 0.0)
+
+
+def test_min_saving_keeps_quadrature_unless_tables_clearly_win(monkeypatch):
+    k = _mixed_lengths()
+    g = np.zeros_like(k)
+    monkeypatch.setattr(strategy, "TABLE_MIN_SAVING", 0.0)
+    mixed = strategy.gpu_shap_table_offsets(k, g, 1 << 24, 16, MIX, num_features=30)
+    assert (mixed >= 0).any()  # some saving is predicted
+    monkeypatch.setattr(strategy, "TABLE_MIN_SAVING", 0.25)
+    margin = strategy.gpu_shap_table_offsets(k, g, 1 << 24, 16, MIX, num_features=30)
+    assert (margin < 0).all()  # ... but less than a quarter of the quadrature's time
+    free = replace(MIX, table_bin=0.0, table_lane=0.0)  # tables cost nothing: a clear win
+    assert (strategy.gpu_shap_table_offsets(k, g, 1 << 24, 16, free, num_features=30) >= 0).any()
+
+
 def _mixed_lengths(seed=0, n=400):
     return np.random.default_rng(seed).integers(1, 20, n)
 
