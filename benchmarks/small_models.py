@@ -9,6 +9,11 @@ warm-up, GPU synchronized before the clock stops) of:
 * ``checked``: :func:`distshap.kernels.cuda.launch.checked_values` (the kernel with the fused
   check, no explainer);
 * ``kernel``: :func:`distshap.kernels.cuda.shap_values` / ``interaction_values`` (no check);
+* ``host``: the host's time in ``kernel`` (the GPU synchronized outside the clock: what the
+  call costs before the kernel runs, the rest of ``kernel`` being the GPU's);
+* ``numba`` and ``numba_host``: ``kernel`` and ``host`` with the kernel launched through
+  Numba's per-call argument handling (``config.SMALL_DIRECT_LAUNCH = False``; ``same`` says
+  whether its bits are the direct launch's);
 * ``regular``: the public call with the one-launch route off (``config.SMALL_MAX_PATHS = 0``);
 * ``xgboost``: XGBoost's GPU ``predict(pred_contribs / pred_interactions)`` on a CuPy DMatrix;
 
@@ -42,6 +47,21 @@ def _median_us(fn, repeats: int) -> float:
     return 1e6 * statistics.median(times)
 
 
+def _host_us(fn, repeats: int) -> float:
+    """Median host microseconds of ``fn`` alone (the GPU synchronized outside the clock)."""
+    import cupy
+
+    fn()
+    times = []
+    for _ in range(repeats):
+        cupy.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    cupy.cuda.Device().synchronize()
+    return 1e6 * statistics.median(times)
+
+
 def measure(name: str, size: str, rows: int, interactions: bool, repeats: int) -> dict:
     """Microseconds a call of each variant (module docstring) on one shape."""
     import cupy
@@ -67,6 +87,15 @@ def measure(name: str, size: str, rows: int, interactions: bool, repeats: int) -
                               repeats),
         "kernel": _median_us(lambda: kernel(packed, Xd), repeats),
     }  # fmt: skip
+    rec["host"] = _host_us(lambda: kernel(packed, Xd), repeats)
+    config.SMALL_DIRECT_LAUNCH = False  # the kernel launched through Numba's argument handling
+    try:
+        rec["numba"] = _median_us(lambda: kernel(packed, Xd), repeats)
+        rec["numba_host"] = _host_us(lambda: kernel(packed, Xd), repeats)
+        numba_bits = kernel(packed, Xd).get()
+    finally:
+        config.SMALL_DIRECT_LAUNCH = True
+    rec["direct_same_bits"] = bool(np.array_equal(numba_bits, kernel(packed, Xd).get()))
     saved = config.SMALL_MAX_PATHS
     config.SMALL_MAX_PATHS = 0
     try:
@@ -95,18 +124,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--interaction-rows", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=50)
     args = parser.parse_args(argv)
-    cols = ("public", "checked", "kernel", "regular", "xgboost")
+    cols = ("public", "checked", "kernel", "host", "numba", "numba_host", "regular", "xgboost")
     print(f"{'shape':20} {'kind':12} {'rows':>6} {'paths':>5} {'small':>5} "
-          + " ".join(f"{c + ' us':>10}" for c in cols)
-          + f" {'x XGBoost':>9} {'diff xgb':>9} {'diff reg':>9}", flush=True)  # fmt: skip
+          + " ".join(f"{c + ' us':>13}" for c in cols)
+          + f" {'x XGBoost':>9} {'diff xgb':>9} {'diff reg':>9} same", flush=True)  # fmt: skip
     for shape in args.shapes.split(","):
         name, size = shape.rsplit("-", 1)
         for interactions, rows in ((False, args.rows), (True, args.interaction_rows)):
             r = measure(name, size, rows, interactions, args.repeats)
             print(f"{r['shape']:20} {r['kind']:12} {rows:>6} {r['paths']:>5} {r['small']!s:>5} "
-                  + " ".join(f"{r[c]:>10.1f}" for c in cols)
+                  + " ".join(f"{r[c]:>13.1f}" for c in cols)
                   + f" {r['ratio']:>8.2f}x {r['max_diff_xgboost']:>9.1e}"
-                  f" {r['max_diff_regular']:>9.1e}", flush=True)  # fmt: skip
+                  f" {r['max_diff_regular']:>9.1e} {r['direct_same_bits']}",
+                  flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ __all__ = [
     "SLOT_QUADRATURE_ROWS",
     "SLOT_QUADRATURE_VARIANT",
     "SLOT_TABLE_VARIANT",
+    "SMALL_DIRECT_LAUNCH",
     "SMALL_MAX_GROUPS",
     "SMALL_MAX_INTERACTION_COLUMNS",
     "SMALL_MAX_PATHS",
@@ -88,6 +89,10 @@ SMALL_MAX_PATH_FEATURES = 8
 SMALL_MAX_SHAP_COLUMNS = 64
 SMALL_MAX_INTERACTION_COLUMNS = 16
 SMALL_MAX_GROUPS = 16
+#: Small models: launch the kernel with its arguments built by :mod:`.small` (Numba's compiled
+#: kernel, its argument layout checked against Numba's once) instead of through Numba's
+#: per-call argument handling (read at call time; the same bits either way).
+SMALL_DIRECT_LAUNCH = True
 
 #: Longest path (features) of the oversize fallback kernel (frozen: its local arrays).
 MAX_FALLBACK_FEATURES = 127
