@@ -14,6 +14,8 @@ warm-up, GPU synchronized before the clock stops) of:
 * ``numba`` and ``numba_host``: ``kernel`` and ``host`` with the kernel launched through
   Numba's per-call argument handling (``config.SMALL_DIRECT_LAUNCH = False``; ``same`` says
   whether its bits are the direct launch's);
+* ``r64``, ``r80`` (``--registers``): ``kernel`` with the small kernel compiled within that
+  many registers a thread (more warps resident), its bits compared after ``same``;
 * ``regular``: the public call with the one-launch route off (``config.SMALL_MAX_PATHS = 0``);
 * ``xgboost``: XGBoost's GPU ``predict(pred_contribs / pred_interactions)`` on a CuPy DMatrix;
 
@@ -47,6 +49,9 @@ def _median_us(fn, repeats: int) -> float:
     return 1e6 * statistics.median(times)
 
 
+_VARIANTS: dict = {}  # (kernel name, registers) -> the small kernel compiled within them
+
+
 def _host_us(fn, repeats: int) -> float:
     """Median host microseconds of ``fn`` alone (the GPU synchronized outside the clock)."""
     import cupy
@@ -62,7 +67,8 @@ def _host_us(fn, repeats: int) -> float:
     return 1e6 * statistics.median(times)
 
 
-def measure(name: str, size: str, rows: int, interactions: bool, repeats: int) -> dict:
+def measure(name: str, size: str, rows: int, interactions: bool, repeats: int,
+            registers: tuple = ()) -> dict:  # fmt: skip
     """Microseconds a call of each variant (module docstring) on one shape."""
     import cupy
     import xgboost as xgb
@@ -96,6 +102,20 @@ def measure(name: str, size: str, rows: int, interactions: bool, repeats: int) -
     finally:
         config.SMALL_DIRECT_LAUNCH = True
     rec["direct_same_bits"] = bool(np.array_equal(numba_bits, kernel(packed, Xd).get()))
+    name_k = "interaction_kernel" if interactions else "shap_kernel"
+    default_kernel = getattr(small, name_k)
+    for regs in registers:  # the same kernel within fewer registers a thread
+        variant = _VARIANTS.get((name_k, regs))
+        if variant is None:  # compiled once for all shapes
+            kind = "interactions" if interactions else "shap"
+            variant = _VARIANTS[(name_k, regs)] = small._make_kernel(kind, regs)
+        setattr(small, name_k, variant)
+        try:
+            rec[f"r{regs}"] = _median_us(lambda: kernel(packed, Xd), repeats)
+            rec[f"r{regs}_same"] = bool(np.array_equal(kernel(packed, Xd).get(), numba_bits))
+        finally:
+            setattr(small, name_k, default_kernel)
+            small.clear_cache()  # no launcher of the variant is kept
     saved = config.SMALL_MAX_PATHS
     config.SMALL_MAX_PATHS = 0
     try:
@@ -123,19 +143,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", type=int, default=10_000, help="rows of SHAP values")
     parser.add_argument("--interaction-rows", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--registers", default="64,80",
+                        help="also time the kernel compiled within these registers a thread "
+                        "(comma-separated; '' for none)")  # fmt: skip
     args = parser.parse_args(argv)
-    cols = ("public", "checked", "kernel", "host", "numba", "numba_host", "regular", "xgboost")
+    registers = tuple(int(r) for r in args.registers.split(",") if r.strip())
+    cols = ("public", "checked", "kernel", "host", "numba", "numba_host", "regular", "xgboost",
+            *(f"r{r}" for r in registers))  # fmt: skip
     print(f"{'shape':20} {'kind':12} {'rows':>6} {'paths':>5} {'small':>5} "
           + " ".join(f"{c + ' us':>13}" for c in cols)
           + f" {'x XGBoost':>9} {'diff xgb':>9} {'diff reg':>9} same", flush=True)  # fmt: skip
     for shape in args.shapes.split(","):
         name, size = shape.rsplit("-", 1)
         for interactions, rows in ((False, args.rows), (True, args.interaction_rows)):
-            r = measure(name, size, rows, interactions, args.repeats)
+            r = measure(name, size, rows, interactions, args.repeats, registers)
             print(f"{r['shape']:20} {r['kind']:12} {rows:>6} {r['paths']:>5} {r['small']!s:>5} "
                   + " ".join(f"{r[c]:>13.1f}" for c in cols)
                   + f" {r['ratio']:>8.2f}x {r['max_diff_xgboost']:>9.1e}"
-                  f" {r['max_diff_regular']:>9.1e} {r['direct_same_bits']}",
+                  f" {r['max_diff_regular']:>9.1e} {r['direct_same_bits']}"
+                  + "".join(f" r{g}:{r[f'r{g}_same']}" for g in registers),
                   flush=True)  # fmt: skip
 
 

@@ -31,7 +31,10 @@ the batch, the grid or the number of GPUs. They are not those of the regular rou
 summation), and :func:`fits` is a function of the packed model and :mod:`.config` only, so
 every GPU of a run takes the same route. Model constants (paths sorted by group, the margin
 arrays) sit in six device arrays with a header of section offsets (few kernel arguments: each
-costs host time at every launch), copied once per model and device.
+costs host time at every launch), copied once per model and device. With
+:data:`config.SMALL_DIRECT_LAUNCH` the kernels are launched with arguments built here rather
+than by Numba's per-call argument handling (the same compiled kernel, grid and bits; see the
+comment above :func:`_direct`).
 """
 
 from __future__ import annotations
@@ -426,8 +429,11 @@ def _emit_slots(acc, out, flag, r, g, lane, n_cols, scale, f64s, longs, check, m
             out[r, t] = fixed(value, scale)
 
 
-def _make_kernel(kind: str):
-    """The small kernel of ``kind``: ``"shap"``, ``"interactions"`` or ``"slots"``."""
+def _make_kernel(kind: str, max_registers: int = 0):
+    """The small kernel of ``kind``: ``"shap"``, ``"interactions"`` or ``"slots"``; with
+    ``max_registers``, compiled within that many registers a thread (more warps resident,
+    the same arithmetic; :mod:`benchmarks.small_models` ``--registers`` times it)."""
+    jit = cuda.jit(max_registers=max_registers) if max_registers else cuda.jit
     interactions = kind != "shap"
     acc_size = _INTER_ACC if interactions else _SHAP_ACC
     if kind == "slots":
@@ -482,7 +488,7 @@ def _make_kernel(kind: str):
 
     if kind == "slots":
 
-        @cuda.jit
+        @jit
         def kernel(X, acc, ints, longs, f32s, f64s, bools, words, scale, slot_i, slot_j,
                    group_slots):  # fmt: skip
             """One warp per row: interaction values into the row's pair slots (int64)."""
@@ -491,7 +497,7 @@ def _make_kernel(kind: str):
 
     else:
 
-        @cuda.jit
+        @jit
         def kernel(X, Xraw, out, flag, ints, longs, f32s, f64s, bools, words, check, scale):
             """One warp per row: the row's values (float32, bias included) and its check."""
             body(X, Xraw, out, flag, ints, longs, f32s, f64s, bools, words, check, scale, ints,
