@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-__all__ = ["assert_simulator_ok"]
+__all__ = ["assert_simulator_ok", "nvvm_available"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -24,3 +24,14 @@ def assert_simulator_ok(script: str, timeout: float) -> None:
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=timeout
     )
     assert proc.returncode == 0 and "SIMULATOR-OK" in proc.stdout, proc.stderr[-4000:]
+
+
+def nvvm_available() -> bool:
+    """Whether NVVM (the CUDA toolkit's compiler) loads: PTX checks need it, not a GPU."""
+    try:
+        from numba.cuda.cudadrv.nvvm import NVVM
+
+        NVVM()
+        return True
+    except Exception:
+        return False

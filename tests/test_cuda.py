@@ -24,7 +24,7 @@ from distshap.warmup import chain_ensemble
 import naive
 import tiny
 from conftest import to_host
-from cudasim import assert_simulator_ok
+from cudasim import assert_simulator_ok, nvvm_available
 
 
 def _packed(ens, budget=1 << 30):
@@ -33,16 +33,6 @@ def _packed(ens, budget=1 << 30):
 
 def _chain(depth, n_features, budget=1 << 30):
     return _packed(chain_ensemble(depth, n_features), budget)
-
-
-def _nvvm_available() -> bool:
-    try:
-        from numba.cuda.cudadrv.nvvm import NVVM
-
-        NVVM()
-        return True
-    except Exception:
-        return False
 
 
 def _kc():
@@ -222,7 +212,7 @@ def test_strategy_stats_account_for_every_path():
     assert st["oversize_lanes"] == int(lanes[lanes > 32].sum())
 
 
-@pytest.mark.skipif(not _nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
+@pytest.mark.skipif(not nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
 def test_compile_check_and_ptx():
     from distshap.kernels.cuda.ptx import kernel_ptx
 

@@ -28,7 +28,7 @@ from distshap.paths import extract_paths
 import naive
 import tiny
 from conftest import to_host
-from cudasim import assert_simulator_ok
+from cudasim import assert_simulator_ok, nvvm_available
 
 
 def make_packed(ens, **kw):
@@ -204,17 +204,7 @@ def test_path_reference_matches_the_brute_force_oracle(seed):
             np.testing.assert_allclose(ref, _without_bias(oracle, False), rtol=0, atol=1e-12)
 
 
-def _nvvm_available() -> bool:
-    try:
-        from numba.cuda.cudadrv.nvvm import NVVM
-
-        NVVM()
-        return True
-    except Exception:
-        return False
-
-
-@pytest.mark.skipif(not _nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
+@pytest.mark.skipif(not nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
 def test_every_kernel_compiles_with_integer_atomics_only():
     ptx = _iv().kernel_ptx((9, 0))
     assert len(ptx) == 16

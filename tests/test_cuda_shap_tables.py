@@ -27,7 +27,7 @@ from distshap.warmup import chain_ensemble
 import naive
 import tiny
 from conftest import to_host
-from cudasim import assert_simulator_ok
+from cudasim import assert_simulator_ok, nvvm_available
 
 
 def _packed(ens, budget=1 << 30, max_features=12):
@@ -46,16 +46,6 @@ def _kc():
     from distshap.kernels import cuda as kc
 
     return kc
-
-
-def _nvvm_available() -> bool:
-    try:
-        from numba.cuda.cudadrv.nvvm import NVVM
-
-        NVVM()
-        return True
-    except Exception:
-        return False
 
 
 # ------------------------------------------------------------------------------------------
@@ -107,7 +97,7 @@ def test_strategy_stats_report_the_shap_tables():
             assert st["quadrature_paths"] == 0  # every path has at most 12 features
 
 
-@pytest.mark.skipif(not _nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
+@pytest.mark.skipif(not nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
 def test_shap_table_kernels_ptx():
     from numba import cuda
 

@@ -23,7 +23,7 @@ from distshap.paths import extract_paths
 from distshap.warmup import chain_ensemble
 
 import tiny
-from cudasim import assert_simulator_ok
+from cudasim import assert_simulator_ok, nvvm_available
 
 
 def _small():
@@ -36,16 +36,6 @@ def _packed(ens, budget=1 << 30):
     return build_packed_model(
         extract_paths(ens), table_budget_bytes=budget, margin=margin_model(ens)
     )
-
-
-def _nvvm_available() -> bool:
-    try:
-        from numba.cuda.cudadrv.nvvm import NVVM
-
-        NVVM()
-        return True
-    except Exception:
-        return False
 
 
 # ------------------------------------------------------------------------------------------
@@ -196,7 +186,7 @@ def test_direct_launch_arguments_and_fallback(monkeypatch):
     assert not small._direct(cfg, host + full[3:], sm, 0)  # NumPy: Numba's launch
 
 
-@pytest.mark.skipif(not _nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
+@pytest.mark.skipif(not nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
 def test_small_kernels_compile():
     from numba import cuda
 

@@ -26,7 +26,7 @@ from distshap.paths import extract_paths
 import tiny
 import xgb_models
 from conftest import to_host
-from cudasim import assert_simulator_ok
+from cudasim import assert_simulator_ok, nvvm_available
 
 
 def _packed(ens, budget=1 << 30):
@@ -427,16 +427,6 @@ def test_cli_plot_interactions(tmp_path, capsys):
 # ------------------------------------------------------------------------------------------
 
 
-def _nvvm_available() -> bool:
-    try:
-        from numba.cuda.cudadrv.nvvm import NVVM
-
-        NVVM()
-        return True
-    except Exception:
-        return False
-
-
 def slot_kernel_signatures() -> dict:
     from distshap.kernels.cuda import config
     from distshap.kernels.cuda import pairs as kp
@@ -496,7 +486,7 @@ def slot_kernel_signatures() -> dict:
     return sigs
 
 
-@pytest.mark.skipif(not _nvvm_available(), reason="NVVM (CUDA toolkit) not installed")
+@pytest.mark.skipif(not nvvm_available(), reason="NVVM (CUDA toolkit) not installed")
 def test_slot_kernels_compile_with_integer_atomics_only():
     from numba import cuda
 

@@ -31,7 +31,7 @@ import naive
 import tiny
 import xgb_models
 from conftest import to_host
-from cudasim import assert_simulator_ok
+from cudasim import assert_simulator_ok, nvvm_available
 from tiny import Leaf, Split, build_ensemble
 
 TINY = tiny.tiny_ensembles()
@@ -438,17 +438,7 @@ def test_gpu_entry_point_cupy_in_cupy_out(kind):
     assert np.array_equal(dev.get(), shap_taylor_values(packed, rows, backend="cuda"))
 
 
-def _nvvm_available() -> bool:
-    try:
-        from numba.cuda.cudadrv.nvvm import NVVM
-
-        NVVM()
-        return True
-    except Exception:
-        return False
-
-
-@pytest.mark.skipif(not _nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
+@pytest.mark.skipif(not nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
 def test_gpu_kernel_compiles_to_ptx_with_integer_atomics_only():
     """The real compiler (the simulator runs Python: it would not catch typing errors)."""
     from numba import cuda
