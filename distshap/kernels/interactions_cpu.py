@@ -54,6 +54,7 @@ from numba import njit
 
 from distshap.kernels import treeshap
 from distshap.kernels.parallel import run_ranges
+from distshap.kernels.quadrature_cpu import pattern_model, pattern_rows
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
 from distshap.strategy import choose_tables, path_features
 
@@ -348,35 +349,24 @@ def _fill_tables(path_offsets, zero_fraction, path_value, table_offsets) -> np.n
     with_table = table_offsets >= 0
     ends = table_offsets + np.where(with_table, _table_sizes(lengths), 0)
     tables = np.empty(int(ends.max(initial=0)), np.float32)
-    no_words = np.zeros(0, np.uint32)
     for k in np.unique(lengths[with_table]).tolist():
         ids = np.flatnonzero(with_table & (lengths == k))
         patterns = 1 << k
         W = k * (k + 1) // 2
         n_rows = min(patterns, _FILL_ROWS)
         chunk = max(1, _FILL_VALUES // (n_rows * W))
-        bits = np.arange(k)
         ii, cc = np.triu_indices(k)  # row-major upper pairs: e = 0 .. W - 1
         for c0 in range(0, ids.shape[0], chunk):
             part = ids[c0 : c0 + chunk]
             n_paths = part.shape[0]
-            lanes = (path_offsets[part][:, None] + np.arange(k + 1)).ravel()
-            feature = np.tile(np.r_[-1, bits].astype(np.int32), n_paths)
-            model = (
-                feature, np.full(feature.shape, 0.5, np.float32),
-                np.full(feature.shape, np.inf, np.float32), np.zeros(feature.shape, np.bool_),
-                zero_fraction[lanes], np.full(feature.shape, -1, np.int64),
-                np.zeros(feature.shape, np.int32), np.ones(feature.shape, np.bool_), no_words,
-            )  # fmt: skip
-            offsets = np.arange(n_paths + 1, dtype=np.int64) * (k + 1)
+            model, offsets = pattern_model(path_offsets, zero_fraction, part, k)
             acc_offsets = np.arange(n_paths + 1, dtype=np.int64) * W
             map_offsets = np.arange(n_paths + 1, dtype=np.int64) * (k * k)
             path_map = np.full((n_paths, k, k), -1, np.int32)
             path_map[:, ii, cc] = acc_offsets[:-1, None] + np.arange(W)
             groups = np.arange(n_paths, dtype=np.int64)
             for first in range(0, patterns, n_rows):
-                rows = first + np.arange(min(n_rows, patterns - first))
-                X = ((rows[:, None] >> bits) & 1).astype(np.float32)
+                X = pattern_rows(first + np.arange(min(n_rows, patterns - first)), k)
                 _run(X, model, offsets, path_value[part], groups,
                      np.full(n_paths, -1, np.int64), tables[:0], acc_offsets, 0, map_offsets,
                      path_map.ravel(), out=tables, out_offsets=table_offsets[part] + first * W,

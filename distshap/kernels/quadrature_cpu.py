@@ -46,7 +46,7 @@ from distshap.kernels import treeshap
 from distshap.kernels.parallel import run_ranges
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
 
-__all__ = ["block_rows", "fill_tables", "shap_values"]
+__all__ = ["block_rows", "fill_tables", "pattern_model", "pattern_rows", "shap_values"]
 
 #: Float64 sums of one row block: about 2 MiB, and at most 1,024 rows. Larger blocks read each
 #: path's lanes and table fewer times: on two cores (1 MiB L2 each) 256 KiB / 256 rows gave
@@ -182,6 +182,31 @@ def block_rows(num_groups: int, num_features: int) -> int:
     return int(np.clip(_ACC_BYTES // per_row, _MIN_BLOCK_ROWS, _MAX_BLOCK_ROWS))
 
 
+def pattern_model(path_offsets: np.ndarray, zero_fraction: np.ndarray, part: np.ndarray, k: int):
+    """The paths ``part`` (``k`` features each) as a model of their own, for filling tables.
+
+    Element ``i`` of each path tests feature ``i`` for ``x >= 0.5`` and keeps its path's zero
+    fraction, so the input row of :func:`pattern_rows` for pattern ``b`` makes exactly the
+    elements of ``b``'s bits follow. Returns the kernels' lane arrays and the path offsets.
+    """
+    n_paths = part.shape[0]
+    lanes = (path_offsets[part][:, None] + np.arange(k + 1)).ravel()
+    feature = np.tile(np.r_[-1, np.arange(k)].astype(np.int32), n_paths)
+    model = (
+        feature, np.full(feature.shape, 0.5, np.float32),
+        np.full(feature.shape, np.inf, np.float32), np.zeros(feature.shape, np.bool_),
+        zero_fraction[lanes], np.full(feature.shape, -1, np.int64),
+        np.zeros(feature.shape, np.int32), np.ones(feature.shape, np.bool_),
+        np.zeros(0, np.uint32),
+    )  # fmt: skip
+    return model, np.arange(n_paths + 1, dtype=np.int64) * (k + 1)
+
+
+def pattern_rows(patterns: np.ndarray, k: int) -> np.ndarray:
+    """Input rows of :func:`pattern_model`: row ``r`` holds the ``k`` bits of ``patterns[r]``."""
+    return ((np.asarray(patterns)[:, None] >> np.arange(k)) & 1).astype(np.float32)
+
+
 def fill_tables(
     path_offsets: np.ndarray,
     zero_fraction: np.ndarray,
@@ -202,28 +227,18 @@ def fill_tables(
     tables = np.empty(int(total), np.float32)
     lengths = np.diff(path_offsets) - 1
     with_table = np.asarray(table_offsets) >= 0
-    no_words = np.zeros(0, np.uint32)
     for k in np.unique(lengths[with_table]).tolist():
         ids = np.flatnonzero(with_table & (lengths == k))
         patterns = 1 << k
         n_rows = min(patterns, _FILL_ROWS)
         chunk = max(1, _FILL_VALUES // (n_rows * (k + 1)))
-        bits = np.arange(k)
         for c in range(0, ids.shape[0], chunk):
             part = ids[c : c + chunk]
             n_paths = part.shape[0]
-            lanes = (path_offsets[part][:, None] + np.arange(k + 1)).ravel()
-            feature = np.tile(np.r_[-1, bits].astype(np.int32), n_paths)
-            model = (
-                feature, np.full(feature.shape, 0.5, np.float32),
-                np.full(feature.shape, np.inf, np.float32), np.zeros(feature.shape, np.bool_),
-                zero_fraction[lanes], np.full(feature.shape, -1, np.int64),
-                np.zeros(feature.shape, np.int32), np.ones(feature.shape, np.bool_), no_words,
-            )  # fmt: skip
-            offsets = np.arange(n_paths + 1, dtype=np.int64) * (k + 1)
+            model, offsets = pattern_model(path_offsets, zero_fraction, part, k)
             for first in range(0, patterns, n_rows):
                 rows = first + np.arange(min(n_rows, patterns - first))
-                X = ((rows[:, None] >> bits) & 1).astype(np.float32)
+                X = pattern_rows(rows, k)
                 out = np.empty((rows.shape[0], n_paths, k + 1), np.float32)
                 groups = np.arange(n_paths, dtype=np.int32)
                 _run(X, model, offsets, path_value[part], groups, np.full(n_paths, -1, np.int64),
