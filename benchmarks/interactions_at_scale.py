@@ -166,7 +166,7 @@ def _set_variant(backend: str, spec: str | None) -> None:
 
         quadrature, _, table = spec.partition("+")
         _set_quadrature(quadrature)
-        config.SLOT_TABLE_VARIANT = table or "tiled"
+        config.SLOT_TABLE_VARIANT = table or "plain"
 
 
 def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
@@ -185,7 +185,7 @@ def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
     saved = (config.SLOT_QUADRATURE_VARIANT, config.SLOT_QUADRATURE_CHUNKS,
              config.SLOT_TABLE_VARIANT)  # fmt: skip
     quad_variants = list(dict.fromkeys(v.partition("+")[0] for v in variants))
-    table_variants = list(dict.fromkeys(v.partition("+")[2] or "tiled" for v in variants))
+    table_variants = list(dict.fromkeys(v.partition("+")[2] or "plain" for v in variants))
     model = device_model(packed)
     plan = interaction_plan(packed, model)
     slots = pair_slots(packed)
@@ -472,7 +472,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--slot-variants",
-        default="gathered+tiled,gathered:1+tiled,ratios:1+tiled,lanes+plain",
+        default="gathered+plain,gathered+tiled,ratios:1+plain,lanes+plain",
         help="CUDA slot kernels '<quadrature>+<table>' to time side by side (the first is "
         "the one every other row uses; '' for the configured ones)",
     )

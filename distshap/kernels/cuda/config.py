@@ -58,8 +58,9 @@ SLOT_QUADRATURE_ROWS = 2
 #: tile of their slots (fewer where the tile would not fit): fewer global atomics a row.
 SLOT_QUADRATURE_CHUNKS = 4
 #: Table kernel into pair slots: ``"tiled"`` (each block's slots summed in shared memory,
-#: :mod:`.slot_tables`) or ``"plain"`` (the table kernel); same bits either way.
-SLOT_TABLE_VARIANT = "tiled"
+#: :mod:`.slot_tables`) or ``"plain"`` (the table kernel); same bits either way. On one H200,
+#: fashion_mnist-med, 20k rows: plain 0.576 s, tiled 0.771 s (benchmarks/RESULTS.md).
+SLOT_TABLE_VARIANT = "plain"
 
 #: Interaction tables (``2**k * k * k`` float32 per path, filled on the device): paths of at
 #: most this many features (frozen: the fill kernel's local arrays), shortest first, within
