@@ -19,7 +19,7 @@ side:
   ``G (F+1)**2`` entries of the full matrices, bytes a row of each output.
 * **slot kernel variants** (``--slot-variants``, CUDA): ranking and top-k timed again with
   each pair ``<quadrature>[:<chunks>]+<table>`` of slot kernel variants
-  (:data:`distshap.kernels.cuda.config.SLOT_QUADRATURE_VARIANT` ``gathered`` / ``ratios`` /
+  (:data:`distshap.kernels.cuda.config.SLOT_QUADRATURE_VARIANT` ``gathered`` /
   ``lanes``,
   :data:`~distshap.kernels.cuda.config.SLOT_TABLE_VARIANT` ``tiled`` / ``plain``; ``lanes+plain``
   are the previous kernels; ``:<chunks>``: chunks a block of the gathered kernels,
@@ -472,7 +472,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--slot-variants",
-        default="gathered+plain,gathered+tiled,ratios:1+plain,lanes+plain",
+        default="gathered+plain,gathered+tiled,lanes+plain",
         help="CUDA slot kernels '<quadrature>+<table>' to time side by side (the first is "
         "the one every other row uses; '' for the configured ones)",
     )

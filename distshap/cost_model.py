@@ -124,6 +124,9 @@ class KernelCosts:
     call: float
     small_call: float
     l2_bytes: int = 50 << 20
+    #: Least predicted saving (share of the all-quadrature time) for SHAP tables; None:
+    #: :data:`distshap.strategy.TABLE_MIN_SAVING`.
+    min_saving: float | None = None
 
     def __post_init__(self) -> None:
         for name in COST_FIELDS + CALL_FIELDS:
@@ -141,6 +144,8 @@ class KernelCosts:
         if int(self.l2_bytes) <= 0:
             raise ValueError(f"KernelCosts.l2_bytes must be > 0, got {self.l2_bytes!r}")
         object.__setattr__(self, "l2_bytes", int(self.l2_bytes))
+        if self.min_saving is not None and not 0.0 <= float(self.min_saving) < 1.0:
+            raise ValueError(f"KernelCosts.min_saving must be in [0, 1), got {self.min_saving!r}")
         for name in ("kind", "source"):
             if not isinstance(getattr(self, name), str):
                 raise TypeError(f"KernelCosts.{name} must be a str, got {getattr(self, name)!r}")
@@ -157,7 +162,7 @@ class KernelCosts:
             raise TypeError(f"kernel costs must be a dict, got {type(data).__name__}")
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - names)
-        missing = sorted(n for n in names - set(data) if n != "l2_bytes")
+        missing = sorted(n for n in names - set(data) if n not in ("l2_bytes", "min_saving"))
         if unknown or missing:
             raise ValueError(
                 f"kernel costs: unknown keys {unknown}, missing keys {missing}: re-run "
@@ -387,7 +392,8 @@ def tables_everywhere(base: KernelCosts | None = None) -> KernelCosts:
     base = SHIPPED["generic"] if base is None else base
     zero = {name: 0.0 for name in ("table_bin", "table_lane", "table_miss_lane",
                                    "table_global_lane")}  # fmt: skip
-    return replace(base, source="forced: tables everywhere", quad_path=1.0, **zero)
+    return replace(base, source="forced: tables everywhere", quad_path=1.0, min_saving=0.0,
+                   **zero)  # fmt: skip
 
 
 def shipped_literal(costs: KernelCosts) -> str:

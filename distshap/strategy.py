@@ -216,7 +216,8 @@ def gpu_shap_table_offsets(
     best = int(np.argmin(total))
     # Tables only where the predicted saving is clearly beyond the model's error: a smaller one
     # is as likely a loss (TABLE_MIN_SAVING).
-    if -total[best] <= TABLE_MIN_SAVING * float(quad[k >= 1].sum()):
+    margin = TABLE_MIN_SAVING if costs.min_saving is None else costs.min_saving
+    if -total[best] <= margin * float(quad[k >= 1].sum()):
         return np.full(n, -1, dtype=np.int64)
     return _layout(size, order[: best + 1], n)
 

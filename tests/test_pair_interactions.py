@@ -526,8 +526,8 @@ def slots_match(packed, X, what, **kw):
     slots = build_pair_slots(packed)
     full = kc.interaction_values(packed, X)
     group = np.repeat(np.arange(slots.num_groups), np.diff(slots.slot_offsets))
-    # the previous slot kernels, the ratios kept, then the defaults ("gathered", "tiled")
-    for variant in (("lanes", "plain"), ("ratios", "tiled"), ("gathered", "tiled")):
+    # the previous slot kernels, then the gathered quadrature with the tiled tables
+    for variant in (("lanes", "plain"), ("gathered", "tiled")):
         kc.config.SLOT_QUADRATURE_VARIANT, kc.config.SLOT_TABLE_VARIANT = variant
         same(kp.interaction_slot_values(packed, X, slots, **kw),
              full[:, group, slots.slot_i, slots.slot_j], (what, variant))
@@ -639,7 +639,7 @@ def test_gpu_top_pairs_and_summary_equal_the_full_matrices(kind, budget):
 @pytest.mark.parametrize("budget", [0, 1 << 30], ids=["quadrature", "tables"])
 def test_gpu_slot_kernel_variants_give_the_matrix_bits(kind, budget, monkeypatch):
     """Every slot kernel variant (quadrature ``"lanes"``, ``"gathered"`` at 1-3 rows and 1-4
-    chunks a block, ``"ratios"``; tables ``"plain"``, ``"tiled"``) gives the bits of the full
+    chunks a block; tables ``"plain"``, ``"tiled"``) gives the bits of the full
     matrices' entries."""
     from distshap.kernels.cuda import config
     from distshap.kernels.cuda import pairs as kp
@@ -657,7 +657,7 @@ def test_gpu_slot_kernel_variants_give_the_matrix_bits(kind, budget, monkeypatch
 
     clear_cache()
     variants = [("lanes", 1, 1, "plain"), ("gathered", 1, 1, "tiled"), ("gathered", 2, 4, "tiled"),
-                ("gathered", 3, 2, "plain"), ("ratios", 1, 1, "tiled")]  # fmt: skip
+                ("gathered", 3, 2, "plain")]  # fmt: skip
     for variant in variants:
         quadrature, rows, chunks, table = variant
         monkeypatch.setattr(config, "SLOT_QUADRATURE_VARIANT", quadrature)

@@ -49,9 +49,8 @@ QUADRATURE_CHUNK_PATHS = 256
 #: Shared memory of a quadrature kernel's block at most (its per-row accumulators).
 QUADRATURE_SHARED_BYTES = 48 * 1024
 #: Slot quadrature kernel (top pairs, summaries; same bits either way): ``"gathered"`` (paths
-#: gathered element-major, rows' features in shared memory, several rows a block),
-#: ``"ratios"`` (the same, each element's node ratios kept in shared memory for the pair loop)
-#: or ``"lanes"`` (each thread reads its path's lanes, one row a block); rows a block at most.
+#: gathered element-major, rows' features in shared memory, several rows a block) or
+#: ``"lanes"`` (each thread reads its path's lanes, one row a block); rows a block at most.
 SLOT_QUADRATURE_VARIANT = "gathered"
 SLOT_QUADRATURE_ROWS = 2
 #: Chunks of the quadrature plan one block of the gathered kernels runs at most, summed in one
@@ -92,8 +91,10 @@ SMALL_MAX_INTERACTION_COLUMNS = 16
 SMALL_MAX_GROUPS = 16
 #: Small models: launch the kernel with its arguments built by :mod:`.small` (Numba's compiled
 #: kernel, its argument layout checked against Numba's once) instead of through Numba's
-#: per-call argument handling (read at call time; the same bits either way).
-SMALL_DIRECT_LAUNCH = True
+#: per-call argument handling (read at call time; the same bits either way). Off: on the H200
+#: machine's numba-cuda 0.30 it fell back to Numba's launch at every call (its internals differ
+#: from numba 0.68's, which it was written against), and no host time was saved.
+SMALL_DIRECT_LAUNCH = False
 
 #: Longest path (features) of the oversize fallback kernel (frozen: its local arrays).
 MAX_FALLBACK_FEATURES = 127

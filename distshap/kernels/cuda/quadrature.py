@@ -25,9 +25,9 @@ length (unlike the DP's UNWOUND_SUM, which cancels).
   values of the features in shared memory; several rows per block
   (:data:`config.SLOT_QUADRATURE_ROWS`), each path's rows one after another while its data sit
   in L1. The same float32 operations in the same order on the same values: the same int64
-  contributions, so the same slots, bit for bit. ``"ratios"``: the same kernel keeping each
-  element's node ratios (computed in the forward pass) in shared memory for the pair loop,
-  instead of dividing again for every pair (the same division of the same operands).
+  contributions, so the same slots, bit for bit. (A ``"ratios"`` variant, keeping each
+  element's node ratios in shared memory for the pair loop, changed the last bits of some
+  slots on an H200 and was withdrawn; :func:`slot_rows_kernel` keeps its ``ratios`` switch.)
 
 A kernel is compiled per node count (:data:`config.QUADRATURE_NODES`) on first use; contributions
 are truncated to int64 fixed point and added with integer atomics.
@@ -664,13 +664,14 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, interactions, slo
     slots."""
     nb = int(Xb.shape[0])
     variant = config.SLOT_QUADRATURE_VARIANT
-    if slots is not None and variant not in ("gathered", "ratios", "lanes"):
+    if slots is not None and variant not in ("gathered", "lanes"):
         raise ValueError(
-            "config.SLOT_QUADRATURE_VARIANT must be 'gathered', 'ratios' or 'lanes', got "
-            f"{variant!r}"
+            "config.SLOT_QUADRATURE_VARIANT must be 'gathered' or 'lanes', got "
+            f"{variant!r} (the 'ratios' variant was withdrawn: on an H200 its node ratios kept "
+            "in shared memory changed the last bits of some slots)"
         )
     if slots is not None and variant != "lanes":
-        _launch_slot_rows(model, plan, Xb, acc, scale, stream, slots, variant == "ratios")
+        _launch_slot_rows(model, plan, Xb, acc, scale, stream, slots, False)
         return
     if slots is not None:  # one block per (chunk, row); a chunk's slots in shared memory
         capacity = min(slots.max_tile_slots, config.QUADRATURE_SHARED_BYTES // 8)
