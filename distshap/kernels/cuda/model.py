@@ -360,39 +360,35 @@ def device_model(packed: PackedModel) -> DeviceModel:
     return model
 
 
+def _filled_plan(packed: PackedModel, model: DeviceModel, offsets, fill, per_pattern: str):
+    """A :class:`Plan` whose tables (at ``offsets``) ``fill`` computes on the device."""
+    plan = plan_arrays(packed, offsets)
+    tables, total = fill(
+        model.lane_d, model.path_offsets, strategy.path_features(packed.path_offsets), offsets,
+        stream(),
+    )  # fmt: skip
+    plan.update(tables=tables, table_bytes=4 * total, per_pattern=per_pattern)
+    return Plan(**_to_device(plan))
+
+
 def shap_plan(packed: PackedModel, model: DeviceModel) -> Plan:
     """The SHAP :class:`Plan` of ``model``: SHAP tables (:func:`_shap_table_offsets`, filled
     on the device on first use) and the quadrature kernels for the other regular paths."""
     with _LOCK:
-        if model.shap_tables_plan is not None:
-            return model.shap_tables_plan
-        offsets = _shap_table_offsets(packed)
-        plan = plan_arrays(packed, offsets)
-        tables, total = fill_shap_tables(
-            model.lane_d, model.path_offsets, strategy.path_features(packed.path_offsets),
-            offsets, stream(),
-        )  # fmt: skip
-        plan["tables"] = tables
-        plan["table_bytes"] = 4 * total
-        plan["per_pattern"] = "k"
-        model.shap_tables_plan = Plan(**_to_device(plan))
+        if model.shap_tables_plan is None:
+            model.shap_tables_plan = _filled_plan(
+                packed, model, _shap_table_offsets(packed), fill_shap_tables, "k"
+            )
         return model.shap_tables_plan
 
 
 def interaction_plan(packed: PackedModel, model: DeviceModel) -> Plan:
     """The interaction :class:`Plan` of ``model`` (tables filled on the device on first use)."""
     with _LOCK:
-        if model.interactions is not None:
-            return model.interactions
-        offsets = interaction_table_offsets(packed)
-        plan = plan_arrays(packed, offsets)
-        tables, total = fill_interaction_tables(
-            model.lane_d, model.path_offsets, strategy.path_features(packed.path_offsets),
-            offsets, stream(),
-        )  # fmt: skip
-        plan["tables"] = tables
-        plan["table_bytes"] = 4 * total
-        model.interactions = Plan(**_to_device(plan))
+        if model.interactions is None:
+            model.interactions = _filled_plan(
+                packed, model, interaction_table_offsets(packed), fill_interaction_tables, "k*k"
+            )
         return model.interactions
 
 
