@@ -11,11 +11,8 @@ warm-up, GPU synchronized before the clock stops) of:
 * ``kernel``: :func:`distshap.kernels.cuda.shap_values` / ``interaction_values`` (no check);
 * ``host``: the host's time in ``kernel`` (the GPU synchronized outside the clock: what the
   call costs before the kernel runs, the rest of ``kernel`` being the GPU's);
-* ``numba`` and ``numba_host``: ``kernel`` and ``host`` with the kernel launched through
-  Numba's per-call argument handling (``config.SMALL_DIRECT_LAUNCH = False``; ``same`` says
-  whether its bits are the direct launch's);
 * ``r64``, ``r80`` (``--registers``): ``kernel`` with the small kernel compiled within that
-  many registers a thread (more warps resident), its bits compared after ``same``;
+  many registers a thread (more warps resident), its bits compared with the default's;
 * ``regular``: the public call with the one-launch route off (``config.SMALL_MAX_PATHS = 0``);
 * ``xgboost``: XGBoost's GPU ``predict(pred_contribs / pred_interactions)`` on a CuPy DMatrix;
 
@@ -94,14 +91,7 @@ def measure(name: str, size: str, rows: int, interactions: bool, repeats: int,
         "kernel": _median_us(lambda: kernel(packed, Xd), repeats),
     }  # fmt: skip
     rec["host"] = _host_us(lambda: kernel(packed, Xd), repeats)
-    config.SMALL_DIRECT_LAUNCH = False  # the kernel launched through Numba's argument handling
-    try:
-        rec["numba"] = _median_us(lambda: kernel(packed, Xd), repeats)
-        rec["numba_host"] = _host_us(lambda: kernel(packed, Xd), repeats)
-        numba_bits = kernel(packed, Xd).get()
-    finally:
-        config.SMALL_DIRECT_LAUNCH = True
-    rec["direct_same_bits"] = bool(np.array_equal(numba_bits, kernel(packed, Xd).get()))
+    default_bits = kernel(packed, Xd).get()
     name_k = "interaction_kernel" if interactions else "shap_kernel"
     default_kernel = getattr(small, name_k)
     for regs in registers:  # the same kernel within fewer registers a thread
@@ -112,7 +102,7 @@ def measure(name: str, size: str, rows: int, interactions: bool, repeats: int,
         setattr(small, name_k, variant)
         try:
             rec[f"r{regs}"] = _median_us(lambda: kernel(packed, Xd), repeats)
-            rec[f"r{regs}_same"] = bool(np.array_equal(kernel(packed, Xd).get(), numba_bits))
+            rec[f"r{regs}_same"] = bool(np.array_equal(kernel(packed, Xd).get(), default_bits))
         finally:
             setattr(small, name_k, default_kernel)
             small.clear_cache()  # no launcher of the variant is kept
@@ -148,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
                         "(comma-separated; '' for none)")  # fmt: skip
     args = parser.parse_args(argv)
     registers = tuple(int(r) for r in args.registers.split(",") if r.strip())
-    cols = ("public", "checked", "kernel", "host", "numba", "numba_host", "regular", "xgboost",
+    cols = ("public", "checked", "kernel", "host", "regular", "xgboost",
             *(f"r{r}" for r in registers))  # fmt: skip
     print(f"{'shape':20} {'kind':12} {'rows':>6} {'paths':>5} {'small':>5} "
           + " ".join(f"{c + ' us':>13}" for c in cols)
@@ -160,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{r['shape']:20} {r['kind']:12} {rows:>6} {r['paths']:>5} {r['small']!s:>5} "
                   + " ".join(f"{r[c]:>13.1f}" for c in cols)
                   + f" {r['ratio']:>8.2f}x {r['max_diff_xgboost']:>9.1e}"
-                  f" {r['max_diff_regular']:>9.1e} {r['direct_same_bits']}"
+                  f" {r['max_diff_regular']:>9.1e}"
                   + "".join(f" r{g}:{r[f'r{g}_same']}" for g in registers),
                   flush=True)  # fmt: skip
 

@@ -130,62 +130,6 @@ def kernel_signatures() -> dict:
     }  # fmt: skip
 
 
-class _FakeCupy:
-    """A C-contiguous CuPy-like array (the direct launch looks at these attributes only)."""
-
-    def __init__(self, shape, dtype, ptr):
-        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
-        self.ndim, self.itemsize = len(shape), self.dtype.itemsize
-        self.size = int(np.prod(shape))
-        self.strides = tuple(int(s) for s in np.empty(shape, self.dtype).strides)
-        self.flags = type("Flags", (), {"c_contiguous": True})()
-        self.data = type("Ptr", (), {"ptr": ptr})()
-
-
-_FakeCupy.__module__ = "cupy._fake"
-
-
-def test_direct_launch_arguments_and_fallback(monkeypatch):
-    """The direct launch builds Numba's layout for CuPy arrays, and where its check against
-    Numba fails (or the input is not CuPy) every call is Numba's."""
-    import ctypes
-
-    small = _small()
-    a = _FakeCupy((5, 3), np.float32, 4096)
-    args = small._cupy_array_args(a)
-    assert [type(x) for x in args] == [ctypes.c_void_p] * 2 + [ctypes.c_ssize_t] * 2 + [
-        ctypes.c_void_p] + [ctypes.c_ssize_t] * 4  # fmt: skip
-    assert [x.value for x in args] == [None, None, 15, 4, 4096, 5, 3, 12, 4]
-    assert small._same_args(args, small._cupy_array_args(_FakeCupy((5, 3), np.float32, 4096)))
-    assert not small._same_args(args, small._cupy_array_args(_FakeCupy((5, 3), np.float32, 8)))
-    assert not small._same_args(args, args[:-1])
-
-    calls = []
-
-    class Dispatcher:
-        def typeof_pyval(self, value):
-            raise ValueError("another Numba")
-
-    class Config:
-        dispatcher, griddim, blockdim, sharedmem, stream = Dispatcher(), (1, 1, 1), (32, 1, 1), 0, 0
-
-        def __call__(self, *args):
-            calls.append(args)
-
-    monkeypatch.setattr(small, "_DIRECT", {})
-    monkeypatch.setattr(small, "device_id", lambda: 0)
-    sm = small.SmallModel(*([None] * 6), 1.0, 1.0, 2, 1)
-    cfg = Config()
-    per_call = (a, a, _FakeCupy((5, 1, 3), np.float32, 8192))
-    full = per_call + (None,) * 7 + (True, 1.0)
-    assert small._direct(cfg, full, sm, 0)  # launched by Numba: the reference call
-    assert len(calls) == 1 and list(small._DIRECT.values()) == [False]
-    assert not small._direct(cfg, full, sm, 0)  # the caller launches through Numba
-    assert len(calls) == 1
-    host = (np.zeros((5, 3), np.float32),) + per_call[1:]
-    assert not small._direct(cfg, host + full[3:], sm, 0)  # NumPy: Numba's launch
-
-
 @pytest.mark.skipif(not nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
 def test_small_kernels_compile():
     from numba import cuda
@@ -434,10 +378,6 @@ def test_gpu_small_route_against_regular_route_and_xgboost(monkeypatch):
         for batch in (1, 7, 1000):  # the bits of a row are its own
             parts = [f(packed, rows[i : i + batch]).get() for i in range(0, n, batch)]
             assert np.array_equal(np.concatenate(parts), full)
-        monkeypatch.setattr(config, "SMALL_DIRECT_LAUNCH", False)  # Numba's launch
-        numba_launch = f(packed, rows).get()
-        monkeypatch.setattr(config, "SMALL_DIRECT_LAUNCH", True)
-        assert np.array_equal(numba_launch, full)
         monkeypatch.setattr(config, "SMALL_MAX_PATHS", 0)  # the regular route
         regular = f(packed, rows).get()
         monkeypatch.setattr(config, "SMALL_MAX_PATHS", 256)

@@ -31,7 +31,6 @@ __all__ = [
     "SLOT_QUADRATURE_ROWS",
     "SLOT_QUADRATURE_VARIANT",
     "SLOT_TABLE_VARIANT",
-    "SMALL_DIRECT_LAUNCH",
     "SMALL_MAX_GROUPS",
     "SMALL_MAX_INTERACTION_COLUMNS",
     "SMALL_MAX_PATHS",
@@ -89,12 +88,6 @@ SMALL_MAX_PATH_FEATURES = 8
 SMALL_MAX_SHAP_COLUMNS = 64
 SMALL_MAX_INTERACTION_COLUMNS = 16
 SMALL_MAX_GROUPS = 16
-#: Small models: launch the kernel with its arguments built by :mod:`.small` (Numba's compiled
-#: kernel, its argument layout checked against Numba's once) instead of through Numba's
-#: per-call argument handling (read at call time; the same bits either way). Off: on the H200
-#: machine's numba-cuda 0.30 it fell back to Numba's launch at every call (its internals differ
-#: from numba 0.68's, which it was written against), and no host time was saved.
-SMALL_DIRECT_LAUNCH = False
 
 #: Longest path (features) of the oversize fallback kernel (frozen: its local arrays).
 MAX_FALLBACK_FEATURES = 127

@@ -31,19 +31,15 @@ the batch, the grid or the number of GPUs. They are not those of the regular rou
 summation), and :func:`fits` is a function of the packed model and :mod:`.config` only, so
 every GPU of a run takes the same route. Model constants (paths sorted by group, the margin
 arrays) sit in six device arrays with a header of section offsets (few kernel arguments: each
-costs host time at every launch), copied once per model and device. With
-:data:`config.SMALL_DIRECT_LAUNCH` the kernels are launched with arguments built here rather
-than by Numba's per-call argument handling (the same compiled kernel, grid and bits; see the
-comment above :func:`_direct`).
+costs host time at every launch), copied once per model and device.
 """
 
 from __future__ import annotations
 
-import ctypes
 import threading
 import warnings
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from numba import cuda
@@ -217,7 +213,6 @@ class SmallModel:
     interaction_scale: float
     num_features: int
     num_groups: int
-    direct: dict = field(default_factory=dict)  # the direct launch's converted constants
 
 
 _CACHE: OrderedDict = OrderedDict()
@@ -259,7 +254,6 @@ def clear_cache() -> None:
     with _LOCK:
         _CACHE.clear()
         _LAUNCHERS.clear()
-        _DIRECT.clear()
 
 
 # ------------------------------------------------------------------------------------------
@@ -578,121 +572,8 @@ def launch_small(sm: SmallModel, X, Xraw, out, interactions: bool, check: bool):
     cfg = _launcher(kernel, int(X.shape[0]), s)
     args = (X, Xraw, out, flag, sm.ints, sm.longs, sm.f32s, sm.f64s, sm.bools, sm.words,
             bool(check), float(scale))  # fmt: skip
-    if SIM or not config.SMALL_DIRECT_LAUNCH or not _direct(cfg, args, sm, s):
-        cfg(*args)
+    cfg(*args)
     return flag, s
-
-
-# ------------------------------------------------------------------------------------------
-# the direct launch: Numba's own kernel, its arguments built without Numba's per-call work
-# ------------------------------------------------------------------------------------------
-# A Numba launch types every argument (a CuPy array through a caught exception and a CUDA
-# array interface import), imports each CuPy array once more with a stream synchronisation,
-# and converts every argument to ctypes: tens of microseconds for the twelve arguments, more
-# than the kernel of a small model takes. The direct launch runs the kernel Numba compiled,
-# on the same grid and stream (the same bits), with the arguments of the three per-call CuPy
-# arrays built here and those of the model's constants converted by Numba once per model.
-# Its layout is checked against Numba's own conversion of the first call of each argument
-# signature (that call is launched by Numba); where anything differs (another Numba
-# version, another array type) Numba launches every call, as with the switch off.
-
-_DIRECT: dict = {}  # (kernel, per-call array types) -> _Direct, or False: Numba launches
-
-
-@dataclass(eq=False)
-class _Direct:
-    handle: object  # the compiled kernel's CUfunction
-    kernel: object  # Numba's compiled kernel (its argument conversion, for the constants)
-    launched: bool = False  # a direct launch went through
-
-
-def _cupy_array_args(a) -> list:
-    """Numba's kernel arguments of a C-contiguous CuPy array (meminfo, parent, size, itemsize,
-    data, shape, strides)."""
-    c = ctypes.c_ssize_t
-    strides, step = [], a.itemsize  # C strides of the shape, as the array interface implies
-    for n in reversed(a.shape):
-        strides.append(step)
-        step *= n
-    return [ctypes.c_void_p(0), ctypes.c_void_p(0), c(a.size), c(a.itemsize),
-            ctypes.c_void_p(a.data.ptr), *(c(n) for n in a.shape),
-            *(c(n) for n in reversed(strides))]  # fmt: skip
-
-
-def _same_args(a: list, b: list) -> bool:
-    return len(a) == len(b) and all(
-        type(x) is type(y) and x.value == y.value for x, y in zip(a, b, strict=True)
-    )
-
-
-def _direct(cfg, args, sm: SmallModel, s) -> bool:
-    """Launch ``cfg(*args)`` directly (section comment); ``False``: not launched, the caller
-    launches through Numba. ``args[:3]`` are the per-call arrays, the rest the model's
-    constants, the flag and the two scalars."""
-    per_call = args[:3]
-    for a in per_call:
-        if type(a).__module__.partition(".")[0] != "cupy" or not a.flags.c_contiguous:
-            return False
-    key = (id(cfg.dispatcher), device_id(), tuple((a.dtype.str, a.ndim) for a in per_call))
-    entry = _DIRECT.get(key)
-    if entry is False:
-        return False
-    if entry is None:
-        cfg(*args)  # Numba compiles and launches this call; its conversion is the reference
-        _DIRECT[key] = _verify(cfg, args)
-        return True
-    # the constants' arguments, converted by Numba once per (model, kernel, flag, scalars);
-    # kept on the model with the flag they point to
-    ckey = (key, id(args[3]), args[10], args[11])
-    hit = sm.direct.get(ckey)
-    if hit is None or hit[0] is not args[3]:
-        fixed_args: list = []
-        types = entry.kernel.argument_types
-        for t, v in zip(types[3:], args[3:], strict=True):
-            entry.kernel._prepare_args(t, v, s, [], fixed_args)
-        hit = sm.direct[ckey] = (args[3], fixed_args)
-    kernel_args = []
-    for a in per_call:
-        kernel_args += _cupy_array_args(a)
-    kernel_args += hit[1]
-    from numba.cuda.cudadrv import driver
-
-    zero = driver.binding.CUstream(0) if driver.USE_NV_BINDING else None
-    handle = s and s.handle or zero
-    if entry.launched:
-        driver.launch_kernel(entry.handle, *cfg.griddim, *cfg.blockdim, cfg.sharedmem, handle,
-                             kernel_args)  # fmt: skip
-        return True
-    try:  # the first direct launch: a driver API of another Numba fails before launching
-        driver.launch_kernel(entry.handle, *cfg.griddim, *cfg.blockdim, cfg.sharedmem, handle,
-                             kernel_args)  # fmt: skip
-    except (TypeError, AttributeError, ValueError):
-        _DIRECT[key] = False
-        return False
-    entry.launched = True
-    return True
-
-
-def _verify(cfg, args):
-    """The :class:`_Direct` of the kernel ``cfg`` launched with ``args`` where its argument
-    layout is Numba's (section comment), else ``False``."""
-    try:
-        dispatcher = cfg.dispatcher
-        types = tuple(dispatcher.typeof_pyval(a) for a in args)
-        kernel = dispatcher.overloads[types]
-        if kernel.extensions or kernel.debug or getattr(kernel, "cooperative", False):
-            return False
-        reference: list = []
-        for t, v in zip(kernel.argument_types, args, strict=True):
-            kernel._prepare_args(t, v, cfg.stream, [], reference)
-        mine: list = []
-        for a in args[:3]:
-            mine += _cupy_array_args(a)
-        if not _same_args(mine, reference[: len(mine)]):
-            return False
-        return _Direct(handle=kernel._codelibrary.get_cufunc().handle, kernel=kernel)
-    except Exception:  # another Numba's internals: Numba launches
-        return False
 
 
 def read_flag(flag, s) -> bool:
