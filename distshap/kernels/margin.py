@@ -124,7 +124,7 @@ def _cuda_kernel():
 
     row_margin = cuda.jit(device=True)(_row_margin)
 
-    @cuda.jit
+    @cuda.jit(cache=True)
     def kernel(X, left, right, feature, threshold, default_left, is_categorical, cat_offsets,
                cat_values, value, roots, tree_group, base_score, missing, out):  # fmt: skip
         r = cuda.grid(1)

@@ -70,7 +70,12 @@ if SIM:  # pragma: no cover - only under NUMBA_ENABLE_CUDASIM=1
 else:
     from numba.cuda import libdevice
 
-    ballot = cuda.ballot_sync
+    @cuda.jit(device=True)
+    def ballot(mask, predicate):
+        """``cuda.ballot_sync`` as a device function (inlined): the intrinsic itself pickles
+        with a per-process id, which would give every kernel closing over a device function
+        that calls it a new disk-cache key (``cache=True``) in every process."""
+        return cuda.ballot_sync(mask, predicate)
     fdiv = libdevice.fast_fdividef  # float32 a / b to 2 ulp (every divisor here is > 0)
 
 

@@ -100,7 +100,7 @@ def _make_oversize_kernel(slots: bool):
 
     if slots:
 
-        @cuda.jit
+        @cuda.jit(cache=True)
         def slot_kernel(lane_f, lane_i, lane_cat, lane_d, cat_words, path_offsets, paths, X, acc,
                         scale, path_map, map_offsets):  # fmt: skip
             """One thread per (row, oversize path): interaction values into pair slots."""
@@ -109,7 +109,7 @@ def _make_oversize_kernel(slots: bool):
 
         return slot_kernel
 
-    @cuda.jit
+    @cuda.jit(cache=True)
     def kernel(lane_f, lane_i, lane_cat, lane_d, cat_words, path_offsets, paths, X, acc, scale,
                n_cols, interactions):  # fmt: skip
         """One thread per (row, oversize path), float64 DP in local memory."""

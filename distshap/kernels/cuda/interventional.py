@@ -210,7 +210,7 @@ def _row_range(rows_per_block, n_rows):
 # ------------------------------------------------------------------------------------------
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def mask_kernel(lane_f, lane_i, lane_cat, cat_words, bin_offsets, bins, rows, masks, count_off,
                 counts, rows_per_block):  # fmt: skip
     """One warp per (bin, background rows): ``masks[bin, r]`` and the pattern counts of the
@@ -238,7 +238,7 @@ def mask_kernel(lane_f, lane_i, lane_cat, cat_words, bin_offsets, bins, rows, ma
             cuda.atomic.add(counts, coff + ((bal >> (start + 1)) & mask_k), 1)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def shap_fill_kernel(lane_d, path_offsets, paths, table_off, count_off, counts, weights, tables,
                      scale_b):  # fmt: skip
     """One thread per (table path, pattern ``mx``): the background mean of each element's SHAP
@@ -281,7 +281,7 @@ def shap_fill_kernel(lane_d, path_offsets, paths, table_off, count_off, counts, 
         tables[base + e] = fixed(value * v, scale_b)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def interaction_fill_kernel(lane_d, path_offsets, paths, table_off, count_off, counts, weights,
                             tables, scale_b):  # fmt: skip
     """One thread per (table path, pattern ``mx``): entry ``[c, i]`` of the background mean of
@@ -357,7 +357,7 @@ def _make_table_kernel(shared: bool, interactions: bool):
     entry (``k`` for interactions) per element; sums in a shared-memory tile of rows
     (``shared``: one global atomic per output value and block) or in global memory."""
 
-    @cuda.jit
+    @cuda.jit(cache=True)
     def kernel(lane_f, lane_i, lane_cat, cat_words, lane_toff, tables, bin_offsets, bin_maxk,
                bins, X, acc, rows_per_block, tile_rows, n_cols):  # fmt: skip
         tid = cuda.threadIdx.x
@@ -440,7 +440,7 @@ def _make_direct_kernel(transform: int, interactions: bool):
     then the warp walks them with shuffles, so ``s`` costs one evaluation per 32 rows."""
     n_pair = 1024 if interactions else 1
 
-    @cuda.jit
+    @cuda.jit(cache=True)
     def kernel(lane_f, lane_i, lane_cat, lane_d, cat_words, lane_on, bin_offsets, bin_maxk, bins,
                masks, weights, X, m_x, t_x, y, m_bg, t_bg, acc, scale_b, rows_per_block,
                n_cols):  # fmt: skip
@@ -574,7 +574,7 @@ def _make_oversize_kernel(transform: int, interactions: bool):
     """Paths longer than a warp: one thread per (row, element), the path's tests of each
     background row in local memory (SHAP values, or the element's row of the matrix)."""
 
-    @cuda.jit
+    @cuda.jit(cache=True)
     def kernel(lane_f, lane_i, lane_cat, lane_d, cat_words, path_offsets, elem_path, elem_pos,
                weights, X, bg_rows, m_x, t_x, y, m_bg, t_bg, acc, scale_b, n_cols):  # fmt: skip
         r = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
@@ -664,7 +664,7 @@ def _make_oversize_kernel(transform: int, interactions: bool):
     return kernel
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def finish_kernel(acc, out, inv_scale, bias, group_size, bias_offset):
     """``out = acc * inv_scale``, ``bias[row or 0, g]`` at the bias entries; resets ``acc``."""
     start = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x

@@ -40,7 +40,7 @@ __all__ = [
 ]  # fmt: skip
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def finish_kernel(acc, out, inv_scale, expected_value, group_size, bias_offset):
     """``out = acc * inv_scale`` (+ expected value at the bias entries); resets ``acc`` to 0."""
     start = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x

@@ -61,7 +61,7 @@ def _slot_value(x, inv_scale):
     return np.float32(np.float64(x) * inv_scale)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def slot_sums_kernel(acc, group_slots, num_pairs, inv_scale, expected_value, sums, scales, row0):
     """``sums[row0 + r, g]``: the row's matrix entries summed (bias included), ``scales``: their
     absolute values summed; one block of 128 threads per (row, group), fixed-order reduction."""
@@ -102,7 +102,7 @@ def _better(u1, s1, u2, s2):
     return u1 > u2 or (u1 == u2 and s1 < s2)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def topk_kernel(acc, group_slots, num_pairs, slot_i, slot_j, inv_scale, scale, k, num_features,
                 pairs, values, row0):  # fmt: skip
     """The ``k`` pairs of largest ``|value|`` of each (row, group); zeroes the row's slots.
@@ -196,7 +196,7 @@ def topk_kernel(acc, group_slots, num_pairs, slot_i, slot_j, inv_scale, scale, k
         acc[r, e] = 0
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def summary_kernel(acc, inv_scale, scale, signed, hi, lo, segment_rows):
     """Per slot, add each row's value (``|value|`` unless ``signed``) as the exact integer
     ``value * 2**s``: its high 32 bits (arithmetic shift) to ``hi``, its low 32 bits to ``lo``;

@@ -85,7 +85,7 @@ def _make_shap_kernel(n_nodes: int, shared: bool):
     row sums in shared memory (``shared``) or added to global memory directly."""
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
 
-    @cuda.jit
+    @cuda.jit(cache=True)
     def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
                chunk_group, XT, acc, scale, n_cols, row0):  # fmt: skip
         tid = cuda.threadIdx.x
@@ -268,7 +268,7 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
 
     if slots:
 
-        @cuda.jit
+        @cuda.jit(cache=True)
         def slot_kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths,
                         chunk_offsets, chunk_group, X, acc, scale, row0, path_map, map_offsets,
                         local_map, tile_offsets, tile_slots, tile_capacity):  # fmt: skip
@@ -278,7 +278,7 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
 
         return slot_kernel
 
-    @cuda.jit
+    @cuda.jit(cache=True)
     def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
                chunk_group, X, acc, scale, n_cols, row0):  # fmt: skip
         body(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
@@ -314,7 +314,7 @@ class SlotLayout:
         self.n_blocks, self.most = n_blocks, most
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _gather_kernel(lane_f, lane_i, lane_cat, path_offsets, paths, map_offsets, local_map, ef, ei,
                    ecat, pk, pv, tmap):  # fmt: skip
     """One thread per position of a launch: its path's lanes and slot numbers, element-major."""
@@ -458,7 +458,7 @@ def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, ratios: bool 
     are computed, then dropped: wrong slots; benchmarks only)."""
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
 
-    @cuda.jit
+    @cuda.jit(cache=True)
     def kernel(ef, ei, ecat, pk, pv, cat_words, chunk_paths, chunk_offsets, tmap, map_offsets,
                path_map, X, acc, scale, row0, tile_offsets, tile_slots, tile_capacity):  # fmt: skip
         tid = cuda.threadIdx.x

@@ -99,7 +99,7 @@ def block_tiles(
     return tmap, starts.astype(np.int64), (keys % S).astype(np.int64), most
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def slot_table_kernel(lane_f, lane_i, lane_cat, lane_table, cat_words, tables, bin_offsets,
                       bins, X, acc, scale, rows_per_block, tile_rows, lane_map, path_map, tmap,
                       tile_offsets, tile_slots, tile_capacity, cache_x):  # fmt: skip

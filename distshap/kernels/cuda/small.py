@@ -427,7 +427,8 @@ def _make_kernel(kind: str, max_registers: int = 0):
     """The small kernel of ``kind``: ``"shap"``, ``"interactions"`` or ``"slots"``; with
     ``max_registers``, compiled within that many registers a thread (more warps resident,
     the same arithmetic; :mod:`benchmarks.small_models` ``--registers`` times it)."""
-    jit = cuda.jit(max_registers=max_registers) if max_registers else cuda.jit
+    options = {"max_registers": max_registers} if max_registers else {}
+    jit = cuda.jit(cache=True, **options)
     interactions = kind != "shap"
     acc_size = _INTER_ACC if interactions else _SHAP_ACC
     if kind == "slots":

@@ -81,7 +81,7 @@ SHAP_TABLE_MAX_FEATURES = 24
 _SHAP_MAXF = SHAP_TABLE_MAX_FEATURES
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def fill_kernel(lane_d, path_offsets, paths, offsets, tables):
     """One thread per (table path, pattern): that pattern's ``k x k`` interaction entries."""
     pattern = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
@@ -146,7 +146,7 @@ def fill_interaction_tables(lane_d, path_offsets, lengths: np.ndarray, offsets: 
     return tables, total
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def shap_fill_kernel(lane_d, path_offsets, paths, offsets, k, gl_t, gl_w, tables):
     """One thread per (table path of ``k`` features, pattern): that pattern's ``k`` SHAP values.
 
@@ -387,7 +387,7 @@ def _make_table_kernel(shared: bool, slots: bool = False, shap: bool = False, ro
 
     if slots:
 
-        @cuda.jit
+        @cuda.jit(cache=True)
         def slot_kernel(lane_f, lane_i, lane_cat, lane_table, cat_words, tables, bin_offsets,
                         bin_maxk, bins, X, acc, scale, rows_per_block, tile_rows, path_map,
                         lane_map):  # fmt: skip
@@ -396,7 +396,7 @@ def _make_table_kernel(shared: bool, slots: bool = False, shap: bool = False, ro
 
         return slot_kernel
 
-    @cuda.jit
+    @cuda.jit(cache=True)
     def kernel(lane_f, lane_i, lane_cat, lane_table, cat_words, tables, bin_offsets, bin_maxk,
                bins, X, acc, scale, rows_per_block, tile_rows, n_cols):  # fmt: skip
         body(lane_f, lane_i, lane_cat, lane_table, cat_words, tables, bin_offsets, bin_maxk,

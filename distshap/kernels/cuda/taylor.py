@@ -58,7 +58,7 @@ _DIVIDE_MIN = 1e-200
 _THREADS = 128
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def taylor_kernel(lane_f, lane_i, lane_cat, lane_d, cat_words, path_offsets, gl_nodes,
                   gl_weights, path0, X, acc, scale, n_cols):  # fmt: skip
     """One thread per (row ``r`` of ``X``, path ``path0 + blockIdx.y``), float64."""
