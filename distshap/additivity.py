@@ -19,7 +19,7 @@ import numpy as np
 
 from distshap.inputs import array_module
 
-__all__ = ["RTOL", "AdditivityError", "check_additivity"]
+__all__ = ["RTOL", "AdditivityError", "check_additivity", "check_margin"]
 
 #: Relative tolerance of the additivity check (see the module docstring).
 RTOL = 1e-4
@@ -54,6 +54,8 @@ def check_additivity(
         against ``T(margin)``: :func:`distshap.interventional.apply_transform`).
     """
     xp = array_module(values)
+    if xp is not np and GPU_KERNEL and _gpu_passes(values, margin):
+        return
     axes = tuple(range(2, values.ndim))
     total = values.sum(axis=axes, dtype=xp.float64)
     scale = xp.abs(values).sum(axis=axes, dtype=xp.float64) + xp.abs(margin)
@@ -74,6 +76,69 @@ def check_additivity(
         f"(difference {diff[worst]:.3g}). This is a distshap fault or a model feature it reads "
         "wrongly: please report it with the model; check_additivity=False skips the check"
     )
+
+
+def check_margin(
+    values: Any, model: Any, raw: Any, what: str = "SHAP values", first_row: int = 0
+) -> None:
+    """:func:`check_additivity` of ``values`` against the margin of the rows ``raw`` under the
+    margin arrays ``model`` (:func:`distshap.kernels.margin.predict_margin`).
+
+    On a GPU (CuPy ``values`` and ``raw``) the traversal and the check run in one launch
+    and the margins are computed again only where a row misses (for the error message).
+    """
+    if array_module(values) is not np and array_module(raw) is not np and GPU_KERNEL:
+        launched = _launch(values, lambda v: _traversal().check_rows(model, _rows(raw), v, _TIGHT))
+        if launched is not None and not _read(launched):
+            return
+    from distshap.kernels.margin import predict_margin
+
+    check_additivity(values, predict_margin(model, raw), what, first_row)
+
+
+#: Check CuPy values in one kernel (``False``: CuPy reductions only; for benchmarks).
+GPU_KERNEL = True
+_TIGHT = 0.5 * RTOL  # the kernel's tolerance: every row the full check fails is flagged
+
+
+def _traversal():
+    from distshap.kernels.cuda import traversal
+
+    return traversal
+
+
+def _rows(raw: Any) -> Any:
+    import cupy
+
+    return cupy.ascontiguousarray(raw)
+
+
+def _launch(values: Any, launch: Any):
+    """``launch(v)`` on ``v``, the ``(n, G, W)`` view of ``values``, or ``None`` where the
+    kernel does not take them (not float32, not C-contiguous)."""
+    if values.ndim < 3 or values.dtype != np.float32 or not values.flags.c_contiguous:
+        return None
+    if values.size == 0:
+        return None
+    n, groups = values.shape[:2]
+    return launch(values.reshape(n, groups, -1))
+
+
+def _read(launched) -> bool:
+    from distshap.kernels.cuda.small import read_flag
+
+    return read_flag(*launched)
+
+
+def _gpu_passes(values: Any, margin: Any) -> bool:
+    """Whether every row passes the in-kernel check (``False``: the full check decides)."""
+    import cupy
+
+    if not isinstance(margin, cupy.ndarray) or margin.shape != values.shape[:2]:
+        return False
+    margin = cupy.ascontiguousarray(margin, dtype=cupy.float64)
+    launched = _launch(values, lambda v: _traversal().check_values(v, margin, _TIGHT))
+    return launched is not None and not _read(launched)
 
 
 def _chunk(first_row: int) -> str:

@@ -5,8 +5,25 @@ of the SHAP machinery (no paths, packing, encoding or fixed point): each row wal
 of the :class:`~distshap.models.Ensemble` from its root, comparing the model's raw input values
 in the model's own precision (float64 thresholds where the model has them; float32 values and
 thresholds otherwise, held exactly in float64), so a fault anywhere upstream shows as a
-difference. One traversal function, compiled for the CPU (``njit``, parallel over rows) and, on
-first use, for the GPU (``cuda.jit``, one thread per row).
+difference. One traversal function (:func:`_leaf`: a row's leaf in one tree), compiled for the
+CPU (``njit``, parallel over rows) and, on first use, for the GPU (``cuda.jit``).
+
+Summation: a row's margin of output group ``g`` is ``base_score[g]`` plus the leaf values of
+the group's trees added one by one in tree order, in float64, on every target and launch, so
+CPU and GPU margins (and the interventional outputs made from them) have the same bits. On the
+GPU the traversals, which are what takes time, run in parallel and only that sum is serial:
+
+* few rows: a block of threads per row; its threads
+  walk a tile of trees at a time (one tree each) and put the leaf values in shared memory,
+  where one thread per group adds them in tree order while the block walks the next tile;
+* many rows: one thread per row walking every tree (rows fill the GPU).
+
+The two give the same bits, so the choice changes the time only. The GPU kernels, and the
+additivity check run in the traversal's launch, are in :mod:`distshap.kernels.cuda.traversal`.
+
+Device copies: the model's arrays go to each GPU once, packed in four arrays (32- and 64-bit
+integers, float64, bool; sections addressed by a header), as Numba device arrays: few kernel
+arguments, each cheap to pass (:mod:`distshap.kernels.cuda.args`).
 """
 
 from __future__ import annotations
@@ -14,7 +31,6 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from functools import cache
 from typing import Any
 
 import numpy as np
@@ -23,7 +39,7 @@ from numba import njit
 from distshap.inputs import array_module
 from distshap.kernels.parallel import run_ranges
 
-__all__ = ["MarginModel", "margin_model", "predict_margin"]
+__all__ = ["MarginModel", "device_arrays", "margin_model", "packed_arrays", "predict_margin"]
 
 MarginModel = dict  # name -> NumPy array; plain data, pickled with the packed model
 
@@ -50,10 +66,6 @@ def margin_model(ensemble: Any) -> MarginModel:
     }
 
 
-_ARGS = ("left", "right", "feature", "threshold", "default_left", "is_categorical", "cat_offsets",
-         "cat_values", "value", "roots", "tree_group", "base_score", "missing")  # fmt: skip
-
-
 def predict_margin(model: MarginModel, X: Any) -> Any:
     """Margin ``(n, G)`` float64 of the rows of ``X`` (NumPy: CPU; CuPy: GPU, CuPy out).
 
@@ -67,73 +79,89 @@ def predict_margin(model: MarginModel, X: Any) -> Any:
         out = np.zeros((n, groups), dtype=np.float64)
         run_ranges(_cpu_margin, n, 16, X, *(model[a] for a in _ARGS), out)
         return out
-    from distshap.kernels.cuda.device import stream
+    from distshap.kernels.cuda.traversal import gpu_margin
 
-    device = _device_arrays(model)
-    out = xp.zeros((n, groups), dtype=xp.float64)
-    if n:
-        threads = 128  # on CuPy's current stream, where X and out were made
-        _cuda_kernel()[(n + threads - 1) // threads, threads, stream()](
-            X, *(device[a] for a in _ARGS), out
-        )
+    out = xp.empty((n, groups), dtype=xp.float64)
+    gpu_margin(model, X, out)
     return out
 
 
-def _row_margin(X, r, left, right, feature, threshold, default_left, is_categorical, cat_offsets,
-                cat_values, value, roots, tree_group, base_score, missing, out):  # fmt: skip
-    """Walk every tree for row ``r`` and add the leaves' values to ``out[r]`` (both targets)."""
-    for g in range(base_score.shape[0]):
-        out[r, g] = base_score[g]
-    for t in range(roots.shape[0]):
-        node = roots[t]
-        while left[node] >= 0:
-            x = X[r, feature[node]]
-            if math.isnan(x) or np.float32(x) == missing[0]:
-                go_left = default_left[node]
-            elif is_categorical[node]:
-                # listed categories go right; other values (and negative codes) go left
-                go_left = True
-                if x >= 0.0:
-                    code = int(x)
-                    for i in range(cat_offsets[node], cat_offsets[node + 1]):
-                        if cat_values[i] == code:
-                            go_left = False
-            else:
-                go_left = x < threshold[node]
-            node = left[node] if go_left else right[node]
-        out[r, tree_group[t]] += value[node]
+_ARGS = ("left", "right", "feature", "threshold", "default_left", "is_categorical", "cat_offsets",
+         "cat_values", "value", "roots", "tree_group", "base_score", "missing")  # fmt: skip
 
 
-_row_margin_cpu = njit(inline="always", nogil=True, cache=True)(_row_margin)
+def _leaf(X, r, node, left, right, feature, threshold, default_left, is_categorical,
+          cat_offsets, cat_values, missing):  # fmt: skip
+    """The leaf row ``r`` of ``X`` reaches from ``node`` (a tree's root); ``missing`` is the
+    model's float32 missing value."""
+    while left[node] >= 0:
+        x = X[r, feature[node]]
+        if math.isnan(x) or np.float32(x) == missing:
+            go_left = default_left[node]
+        elif is_categorical[node]:
+            # listed categories go right; other values (and negative codes) go left
+            go_left = True
+            if x >= 0.0:
+                code = int(x)
+                for i in range(cat_offsets[node], cat_offsets[node + 1]):
+                    if cat_values[i] == code:
+                        go_left = False
+        else:
+            go_left = x < threshold[node]
+        node = left[node] if go_left else right[node]
+    return node
+
+
+_leaf_cpu = njit(inline="always", nogil=True, cache=True)(_leaf)
 
 
 @njit(nogil=True, cache=True)  # serial over rows lo..hi-1: run_ranges runs it in threads
 def _cpu_margin(X, left, right, feature, threshold, default_left, is_categorical, cat_offsets,
                 cat_values, value, roots, tree_group, base_score, missing, out, lo,
                 hi):  # fmt: skip
+    m = missing[0]
     for r in range(lo, hi):
-        _row_margin_cpu(X, r, left, right, feature, threshold, default_left, is_categorical,
-                        cat_offsets, cat_values, value, roots, tree_group, base_score, missing,
-                        out)  # fmt: skip
+        for g in range(base_score.shape[0]):
+            out[r, g] = base_score[g]
+        for t in range(roots.shape[0]):
+            node = _leaf_cpu(X, r, roots[t], left, right, feature, threshold, default_left,
+                             is_categorical, cat_offsets, cat_values, m)  # fmt: skip
+            out[r, tree_group[t]] += value[node]
 
 
-@cache
-def _cuda_kernel():
-    """The GPU traversal, compiled on first use (no CUDA at import time)."""
-    from numba import cuda
+# ------------------------------------------------------------------------------------------
+# device arrays: four packed arrays, sections addressed by a header at the start of ``longs``
+# ------------------------------------------------------------------------------------------
 
-    row_margin = cuda.jit(device=True)(_row_margin)
+_SECTIONS = (
+    ("ints", np.int32, ("left", "right", "feature", "cat_values", "tree_group")),
+    ("longs", np.int64, ("cat_offsets", "roots")),
+    ("f64s", np.float64, ("threshold", "value", "base_score", "missing")),
+    ("bools", np.bool_, ("default_left", "is_categorical")),
+)
+# header entry of each section's start (its end: the next entry)
+(H_LEFT, H_RIGHT, H_FEATURE, H_CAT_VALUES, H_TREE_GROUP, _, H_CAT_OFFSETS, H_ROOTS, _,
+ H_THRESHOLD, H_VALUE, H_BASE_SCORE, H_MISSING, _, H_DEFAULT_LEFT, H_IS_CATEGORICAL,
+ _) = range(17)  # fmt: skip
+_HEADER = 17
 
-    @cuda.jit(cache=True)
-    def kernel(X, left, right, feature, threshold, default_left, is_categorical, cat_offsets,
-               cat_values, value, roots, tree_group, base_score, missing, out):  # fmt: skip
-        r = cuda.grid(1)
-        if r < X.shape[0]:
-            row_margin(X, r, left, right, feature, threshold, default_left, is_categorical,
-                       cat_offsets, cat_values, value, roots, tree_group, base_score, missing,
-                       out)  # fmt: skip
 
-    return kernel
+def packed_arrays(model: MarginModel) -> dict:
+    """The four host arrays of the GPU traversal (``ints``, ``longs``, ``f64s``, ``bools``);
+    ``longs`` starts with the header: each section's start, then its array's end."""
+    header = np.zeros(_HEADER, np.int64)
+    out, pos = {}, 0
+    for name, dtype, sections in _SECTIONS:
+        parts = [np.asarray(model[s]).reshape(-1).astype(dtype) for s in sections]
+        base = _HEADER if name == "longs" else 0
+        starts = base + np.concatenate(([0], np.cumsum([p.size for p in parts])))
+        header[pos : pos + len(parts) + 1] = starts
+        pos += len(parts) + 1
+        out[name] = parts
+    for name, dtype, _ in _SECTIONS:
+        joined = np.concatenate(([header] if name == "longs" else []) + out[name]).astype(dtype)
+        out[name] = joined if joined.size else np.zeros(1, dtype)
+    return out
 
 
 # id(model["left"]) -> (weak reference to that array, {device id: the model's device arrays});
@@ -142,11 +170,15 @@ _DEVICE_COPIES: dict[int, tuple[weakref.ref, dict]] = {}
 _DEVICE_LOCK = threading.Lock()
 
 
-def _device_arrays(model: MarginModel) -> dict:
-    """The model's arrays on the current GPU, copied once per model and device."""
-    import cupy
+def device_arrays(model: MarginModel) -> tuple:
+    """``(ints, longs, f64s, bools)`` of :func:`packed_arrays` on the current GPU (Numba
+    device arrays; NumPy under the simulator), copied once per model and device."""
+    from distshap.kernels.cuda.device import SIM, device_id
 
-    device = cupy.cuda.Device().id
+    if SIM:
+        host = packed_arrays(model)
+        return tuple(host[name] for name, _, _ in _SECTIONS)
+    device = device_id()
     anchor = model["left"]
     with _DEVICE_LOCK:
         entry = _DEVICE_COPIES.get(id(anchor))
@@ -156,5 +188,8 @@ def _device_arrays(model: MarginModel) -> dict:
             weakref.finalize(anchor, _DEVICE_COPIES.pop, id(anchor), None)
         per_device = entry[1]
         if device not in per_device:
-            per_device[device] = {a: cupy.asarray(model[a]) for a in _ARGS}
+            from numba import cuda
+
+            host = packed_arrays(model)
+            per_device[device] = tuple(cuda.to_device(host[name]) for name, _, _ in _SECTIONS)
         return per_device[device]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda import config
+from distshap.kernels.cuda import args, config
 from distshap.kernels.cuda.device import (
     LD_VALUE,
     LD_ZERO,
@@ -138,9 +138,11 @@ def launch_fallback(model, Xb, acc, scale, F1, stream, interactions, slots=None)
         paths = model.oversize_paths[p0 : min(model.n_oversize, p0 + 65535)]
         tpb = 128
         grid = (-(-nb // tpb), int(paths.shape[0]))
-        args = (model.lane_f, model.lane_i, model.lane_cat, model.lane_d, model.cat_words,
-                model.path_offsets, paths, Xb, acc, scale)  # fmt: skip
+        kernel_args = (model.lane_f, model.lane_i, model.lane_cat, model.lane_d,
+                       model.cat_words, model.path_offsets, paths, Xb, acc, scale)  # fmt: skip
         if slots is None:
-            oversize_kernel[grid, tpb, stream](*args, F1, interactions)
+            args.configured(oversize_kernel, grid, tpb, stream)(*kernel_args, F1, interactions)
         else:
-            oversize_slot_kernel()[grid, tpb, stream](*args, slots.path_map, slots.map_offsets)
+            args.configured(oversize_slot_kernel(), grid, tpb, stream)(
+                *kernel_args, slots.path_map, slots.map_offsets
+            )

@@ -25,11 +25,12 @@ import warnings
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda import config, small
-from distshap.kernels.cuda.device import SIM, stream, xp
+from distshap.kernels.cuda import args, config, small
+from distshap.kernels.cuda.device import SIM, xp
 from distshap.kernels.cuda.fallback import launch_fallback
 from distshap.kernels.cuda.model import device_model, interaction_plan, slot_arrays
 from distshap.kernels.cuda.quadrature import launch_quadrature
+from distshap.kernels.cuda.slot_quadrature import launch_slot_quadrature
 from distshap.kernels.cuda.slot_tables import launch_slot_tables
 from distshap.kernels.cuda.tables import launch_tables
 from distshap.packed import PackedModel
@@ -56,6 +57,10 @@ def finish_kernel(acc, out, inv_scale, expected_value, group_size, bias_offset):
             value += expected_value[g]
         out[r, e] = np.float32(value)
         acc[r, e] = 0
+
+
+#: Accumulators up to this size (all rows in one batch) skip the free-memory query.
+_SMALL_ACC_BYTES = 1 << 24
 
 
 def default_batch_rows(values_per_row: int) -> int:
@@ -91,26 +96,32 @@ def run_batches(X, width: int, batch_rows: int | None, batch, cap: int | None = 
     n = int(X.shape[0])
     if n == 0:
         return
-    if batch_rows is None:
+    if batch_rows is None and 8 * max(1, width) * n <= _SMALL_ACC_BYTES:
+        batch_rows = n  # one small batch: no free-memory query (the bits do not depend on it)
+    elif batch_rows is None:
         batch_rows = default_batch_rows(width)
     batch_rows = int(batch_rows)
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
     batch_rows = min(batch_rows, n) if cap is None else min(batch_rows, n, cap)
     acc_all = xp().zeros((batch_rows, width), dtype=np.int64)
-    s = stream()
+    s = args.current_stream()
     with warnings.catch_warnings():  # small inputs give small grids: not worth a warning
         warnings.filterwarnings("ignore", message=".*under-utilization.*")
         for r0 in range(0, n, batch_rows):
             r1 = min(n, r0 + batch_rows)
-            batch(r0, r1, X[r0:r1], acc_all[: r1 - r0], s)
+            # one view of the accumulator for all the batch's launches (.args); the rows stay
+            # CuPy (a launcher may run CuPy on them)
+            acc = acc_all if r1 - r0 == batch_rows else acc_all[: r1 - r0]
+            batch(r0, r1, X[r0:r1], args.view(acc), s)
 
 
 def launch_finish(kernel, acc, out, inv_scale, expected, group_size, bias_offset, s) -> None:
     """Launches a finish kernel (:func:`finish_kernel` or its interventional form) on one batch:
     ``kernel(acc, out, inv_scale, expected, group_size, bias_offset)``, 256 threads a block."""
     blocks = int(min(-(-(acc.shape[0] * acc.shape[1]) // 256), 65535))
-    kernel[blocks, 256, s](acc, out, inv_scale, expected, group_size, bias_offset)
+    args.configured(kernel, blocks, 256, s)(acc, out, inv_scale, expected, group_size,
+                                            bias_offset)  # fmt: skip
 
 
 def new_output(packed: PackedModel, n: int, interactions: bool):
@@ -248,7 +259,7 @@ def run_slot_batches(packed: PackedModel, X, slots, consume, batch_rows: int | N
             small.launch_slots(sm, Xb, acc, dev, s)
         elif dev.num_slots:
             launch_slot_tables(packed, slots, model, plan, Xb, acc, scale, F1, s, dev)
-            launch_quadrature(model, plan, Xb, acc, scale, F1, s, True, slots=dev)
+            launch_slot_quadrature(model, plan, Xb, acc, scale, F1, s, dev)
             launch_fallback(model, Xb, acc, scale, F1, s, True, slots=dev)
         consume(acc, r0, model, dev, 1.0 / scale, s)
 

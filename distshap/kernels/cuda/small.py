@@ -56,7 +56,7 @@ from distshap.kernels.cuda.device import (
     stream,
     unwound_sum,
 )
-from distshap.kernels.margin import _row_margin
+from distshap.kernels.margin import _leaf
 from distshap.packed import PackedModel
 
 __all__ = [
@@ -260,7 +260,7 @@ def clear_cache() -> None:
 # device code
 # ------------------------------------------------------------------------------------------
 
-_row_margin_device = cuda.jit(device=True)(_row_margin)
+_leaf_device = cuda.jit(device=True)(_leaf)
 
 if SIM:  # pragma: no cover - only under NUMBA_ENABLE_CUDASIM=1 (no warp intrinsics there)
 
@@ -454,24 +454,27 @@ def _make_kernel(kind: str, max_registers: int = 0):
         group_paths = ints[longs[H_GROUP_PATHS] : longs[H_GROUP_PATHS + 1]]
         for r in range(warp, X.shape[0], n_warps):  # the same rows in every lane of the warp
             if check:  # this lane's trees, by the independent traversal of the raw values
+                roots = longs[longs[H_ROOTS] : longs[H_ROOTS + 1]]
+                tree_group = ints[longs[H_TREE_GROUP] : longs[H_TREE_GROUP + 1]]
+                leaf_value = f64s[longs[H_LEAF_VALUE] : longs[H_LEAF_VALUE + 1]]
                 base = H_BASE_SCORE if lane == 0 else H_ZEROS
-                _row_margin_device(
-                    Xraw[r : r + 1], 0,
-                    ints[longs[H_LEFT] : longs[H_LEFT + 1]],
-                    ints[longs[H_RIGHT] : longs[H_RIGHT + 1]],
-                    ints[longs[H_NODE_FEATURE] : longs[H_NODE_FEATURE + 1]],
-                    f64s[longs[H_THRESHOLD] : longs[H_THRESHOLD + 1]],
-                    bools[longs[H_DEFAULT_LEFT] : longs[H_DEFAULT_LEFT + 1]],
-                    bools[longs[H_IS_CATEGORICAL] : longs[H_IS_CATEGORICAL + 1]],
-                    longs[longs[H_NODE_CAT_OFFSETS] : longs[H_NODE_CAT_OFFSETS + 1]],
-                    ints[longs[H_CAT_VALUES] : longs[H_CAT_VALUES + 1]],
-                    f64s[longs[H_LEAF_VALUE] : longs[H_LEAF_VALUE + 1]],
-                    longs[longs[H_ROOTS] + lane : longs[H_ROOTS + 1] : 32],
-                    ints[longs[H_TREE_GROUP] + lane : longs[H_TREE_GROUP + 1] : 32],
-                    f64s[longs[base] : longs[base + 1]],
-                    f32s[longs[H_MISSING_VALUE] : longs[H_MISSING_VALUE + 1]],
-                    margin,
-                )  # fmt: skip
+                for g in range(group_paths.shape[0] - 1):
+                    margin[0, g] = f64s[longs[base] + g]
+                missing = f32s[longs[H_MISSING_VALUE]]
+                for t in range(lane, roots.shape[0], 32):
+                    node = _leaf_device(
+                        Xraw, r, roots[t],
+                        ints[longs[H_LEFT] : longs[H_LEFT + 1]],
+                        ints[longs[H_RIGHT] : longs[H_RIGHT + 1]],
+                        ints[longs[H_NODE_FEATURE] : longs[H_NODE_FEATURE + 1]],
+                        f64s[longs[H_THRESHOLD] : longs[H_THRESHOLD + 1]],
+                        bools[longs[H_DEFAULT_LEFT] : longs[H_DEFAULT_LEFT + 1]],
+                        bools[longs[H_IS_CATEGORICAL] : longs[H_IS_CATEGORICAL + 1]],
+                        longs[longs[H_NODE_CAT_OFFSETS] : longs[H_NODE_CAT_OFFSETS + 1]],
+                        ints[longs[H_CAT_VALUES] : longs[H_CAT_VALUES + 1]],
+                        missing,
+                    )  # fmt: skip
+                    margin[0, tree_group[t]] += leaf_value[node]
             for g in range(group_paths.shape[0] - 1):
                 for e in range(width):
                     acc[e] = 0.0

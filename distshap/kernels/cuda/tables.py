@@ -34,6 +34,7 @@ import numpy as np
 from numba import cuda
 
 from distshap.kernels.cuda import config
+from distshap.kernels.cuda.args import configured
 from distshap.kernels.cuda.device import (
     CAT_OTHER_FLAG,
     FULL_MASK,
@@ -465,7 +466,8 @@ def launch_tables(model, plan, Xb, acc, scale, F1, stream, slots=None):
         raise ValueError(f"config.SHAP_TABLE_ROWS_A_STEP must be 1 or 4, got {step!r}")
     rows4 = shap and step == 4
     kernel = table_kernel(tile_rows > 0, slots=slots is not None, shap=shap, rows4=rows4)
+    launch = configured(kernel, grid, 32 * _TABLE_WARPS, stream)
     if slots is None:
-        kernel[grid, 32 * _TABLE_WARPS, stream](*args, F1)
+        launch(*args, F1)
     else:
-        kernel[grid, 32 * _TABLE_WARPS, stream](*args, slots.path_map, slots.lane_map)
+        launch(*args, slots.path_map, slots.lane_map)

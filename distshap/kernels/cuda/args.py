@@ -1,0 +1,115 @@
+"""What a kernel launch costs the host, made small: cached streams, launch configurations and
+argument views (public Numba APIs only).
+
+Every Numba launch ``kernel[grid, block, stream](*args)`` costs host time in three places:
+
+* ``kernel[grid, block, stream]`` builds a launch configuration (and checks the grid size,
+  warning about small grids, which small inputs have by nature): :func:`configured` keeps one
+  per ``(kernel, grid, block, stream handle)``;
+* the stream: :func:`distshap.kernels.cuda.device.stream` wraps CuPy's current stream in a new
+  Numba stream object on every call; :func:`current_stream` keeps one per stream pointer;
+* each array argument is typed and converted at every launch. A CuPy array is exported through
+  DLPack twice (once to type it, once to read its pointer and strides); a Numba
+  ``DeviceNDArray`` keeps both its type and its pointer view (cached on the object), so device
+  arrays made once (the device model's: ``cuda.to_device``) cost least. :func:`view` turns a
+  CuPy array that several launches read (a batch's rows and accumulator) into one
+  ``DeviceNDArray`` (``cuda.as_cuda_array``, no copy, no synchronisation), paid once for all
+  of them.
+
+:data:`CACHE` and :data:`VIEWS` switch the caching and the views off (``False``: every launch
+as before), for :mod:`benchmarks.call_profile`'s before/after columns; results do not depend
+on them. Nothing here touches CUDA at import time.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections import OrderedDict
+
+from distshap.kernels.cuda.device import SIM
+
+__all__ = ["CACHE", "VIEWS", "clear", "configured", "current_stream", "stream_key", "view"]
+
+#: Keep launch configurations and Numba streams (``False``: build them at every launch).
+CACHE = True
+#: Hand kernels ``DeviceNDArray`` views of CuPy arrays (``False``: the CuPy arrays themselves).
+VIEWS = True
+
+_CONFIGS: OrderedDict = OrderedDict()  # (id(kernel), grid, block, shared, stream key) -> config
+_KERNELS: dict = {}  # id(kernel) -> kernel: an id in a key stays that kernel's
+_STREAMS: dict = {}  # CuPy stream pointer -> its Numba stream
+_LOCK = threading.Lock()
+_MAX_CONFIGS = 512
+
+
+def current_stream():
+    """CuPy's current stream as a Numba stream, made once per stream pointer (0 under the
+    simulator)."""
+    if SIM:
+        return 0
+    import cupy
+
+    from distshap.kernels.cuda.device import stream
+
+    if not CACHE:
+        return stream()
+    ptr = cupy.cuda.get_current_stream().ptr
+    s = _STREAMS.get(ptr)
+    if s is None:
+        s = stream()
+        with _LOCK:
+            _STREAMS[ptr] = s
+    return s
+
+
+def stream_key(s) -> int:
+    """An integer naming the stream ``s`` (a Numba stream or 0): its handle."""
+    handle = getattr(s, "handle", s)
+    try:
+        return int(handle or 0)
+    except TypeError:  # a handle object without __int__: its value
+        return int(getattr(handle, "value", 0) or 0)
+
+
+def configured(kernel, grid, block, s, shared: int = 0):
+    """``kernel[grid, block, s, shared]``, built once per grid, block, shared memory size and
+    stream and kept (the last 512), with no warning about small grids."""
+    if not CACHE:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*under-utilization.*")
+            return kernel[grid, block, s, shared]
+    key = (id(kernel), grid, block, shared, 0 if SIM else stream_key(s))
+    hit = _CONFIGS.get(key)
+    if hit is not None:
+        return hit
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*under-utilization.*")
+        hit = kernel[grid, block, s, shared]
+    with _LOCK:
+        _KERNELS[id(kernel)] = kernel  # the id cannot be reused while the key lives
+        _CONFIGS[key] = hit
+        while len(_CONFIGS) > _MAX_CONFIGS:
+            _CONFIGS.popitem(last=False)
+    return hit
+
+
+def view(a):
+    """A ``DeviceNDArray`` view of the CuPy array ``a`` (no copy, no stream synchronisation),
+    for several launches to share; anything else (NumPy under the simulator, Numba device
+    arrays) as it is."""
+    if SIM or not VIEWS or not hasattr(a, "__cuda_array_interface__"):
+        return a
+    if hasattr(a, "__cuda_memory__"):  # a Numba device array already
+        return a
+    from numba import cuda
+
+    return cuda.as_cuda_array(a, sync=False)
+
+
+def clear() -> None:
+    """Drop the kept launch configurations and streams."""
+    with _LOCK:
+        _CONFIGS.clear()
+        _KERNELS.clear()
+        _STREAMS.clear()

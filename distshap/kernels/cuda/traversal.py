@@ -1,0 +1,293 @@
+"""The GPU side of :mod:`distshap.kernels.margin`: the margin traversal and the additivity
+check in one launch.
+
+Kernels (a row's margin of group ``g``: ``base_score[g]`` plus the group's leaf values added one
+by one in tree order in float64, as the CPU adds them, so every kernel here gives the CPU's
+bits):
+
+* :func:`gpu_margin` with few rows (:data:`BLOCK_ROWS_MAX`): a block of :data:`_THREADS` threads
+  per row walks the trees a tile (:data:`_TILE` trees) at a time, one tree a thread, into shared
+  memory, where thread ``g`` adds group ``g``'s leaves in tree order while the block walks the
+  next tile (two buffers). Many rows: one thread per row walking every tree. :data:`MODE`
+  picks one for benchmarks; the bits are the same.
+* :func:`check_rows`: the block traversal, then the row's values of each group summed by the
+  block in float64 (a fixed reduction tree) and compared with its margin with the tolerance of
+  :func:`distshap.additivity.check_additivity` (its caller passes half of it); a row that misses
+  sets a flag in mapped host memory (:func:`distshap.kernels.cuda.small.read_flag`).
+* :func:`check_values`: that check against given margins.
+
+The model's arrays come from :func:`distshap.kernels.margin.device_arrays` (four packed Numba
+device arrays); launches go through :mod:`.args` (kept configurations and streams).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+from distshap.kernels.margin import (
+    H_BASE_SCORE,
+    H_CAT_OFFSETS,
+    H_CAT_VALUES,
+    H_DEFAULT_LEFT,
+    H_FEATURE,
+    H_IS_CATEGORICAL,
+    H_LEFT,
+    H_MISSING,
+    H_RIGHT,
+    H_ROOTS,
+    H_THRESHOLD,
+    H_TREE_GROUP,
+    H_VALUE,
+    MarginModel,
+    _leaf,
+    device_arrays,
+)
+
+__all__ = ["BLOCK_ROWS_MAX", "MODE", "check_rows", "check_values", "gpu_margin"]
+
+#: GPU traversal: "auto" (block per row up to :data:`BLOCK_ROWS_MAX` rows), "block" or "rows"
+#: (thread per row); the same bits for each (:mod:`benchmarks.call_profile` compares them).
+MODE = "auto"
+#: Above this many rows the GPU walks one thread per row (they fill the GPU by themselves).
+BLOCK_ROWS_MAX = 1 << 16
+_THREADS = 128  # threads of the block traversal; at most this many groups take it
+_TILE = 512  # trees a tile (two tiles of leaf values and groups in shared memory: 12 KiB)
+_MAX_BLOCKS = 1 << 15  # grid cap of the block traversal (more rows loop; same bits)
+
+
+# ------------------------------------------------------------------------------------------
+# GPU kernels (compiled on first use: no CUDA at import time)
+# ------------------------------------------------------------------------------------------
+
+
+@cache
+def _kernels():
+    """The kernels: thread per row, block per row, block per row with the additivity check,
+    and the check alone (against given margins)."""
+    leaf = cuda.jit(device=True)(_leaf)
+    threads, tile = _THREADS, _TILE
+
+    @cuda.jit(device=True)
+    def sections(ints, longs, f64s, bools):
+        return (
+            ints[longs[H_LEFT] : longs[H_LEFT + 1]],
+            ints[longs[H_RIGHT] : longs[H_RIGHT + 1]],
+            ints[longs[H_FEATURE] : longs[H_FEATURE + 1]],
+            f64s[longs[H_THRESHOLD] : longs[H_THRESHOLD + 1]],
+            bools[longs[H_DEFAULT_LEFT] : longs[H_DEFAULT_LEFT + 1]],
+            bools[longs[H_IS_CATEGORICAL] : longs[H_IS_CATEGORICAL + 1]],
+            longs[longs[H_CAT_OFFSETS] : longs[H_CAT_OFFSETS + 1]],
+            ints[longs[H_CAT_VALUES] : longs[H_CAT_VALUES + 1]],
+            f64s[longs[H_VALUE] : longs[H_VALUE + 1]],
+            longs[longs[H_ROOTS] : longs[H_ROOTS + 1]],
+            ints[longs[H_TREE_GROUP] : longs[H_TREE_GROUP + 1]],
+            f64s[longs[H_BASE_SCORE] : longs[H_BASE_SCORE + 1]],
+            np.float32(f64s[longs[H_MISSING]]),
+        )
+
+    @cuda.jit(cache=True)
+    def rows_kernel(X, ints, longs, f64s, bools, out):
+        """One thread per row, every tree in order (the CPU's loop)."""
+        r = cuda.grid(1)
+        if r >= X.shape[0]:
+            return
+        (
+            left,
+            right,
+            feature,
+            threshold,
+            default_left,
+            is_categorical,
+            cat_offsets,
+            cat_values,
+            value,
+            roots,
+            tree_group,
+            base_score,
+            missing,
+        ) = sections(ints, longs, f64s, bools)
+        for g in range(base_score.shape[0]):
+            out[r, g] = base_score[g]
+        for t in range(roots.shape[0]):
+            node = leaf(X, r, roots[t], left, right, feature, threshold, default_left,
+                        is_categorical, cat_offsets, cat_values, missing)  # fmt: skip
+            out[r, tree_group[t]] += value[node]
+
+    @cuda.jit(device=True)
+    def block_margin(X, r, ints, longs, f64s, bools, leaves, groups):
+        """Row ``r``'s margin of group ``threadIdx.x`` (threads ``< G``; 0.0 in the others),
+        the block walking the trees a tile at a time (module docstring). Every thread of the
+        block calls it (barriers inside)."""
+        (
+            left,
+            right,
+            feature,
+            threshold,
+            default_left,
+            is_categorical,
+            cat_offsets,
+            cat_values,
+            value,
+            roots,
+            tree_group,
+            base_score,
+            missing,
+        ) = sections(ints, longs, f64s, bools)
+        tid = cuda.threadIdx.x
+        n_trees = roots.shape[0]
+        G = base_score.shape[0]
+        acc = base_score[tid] if tid < G else 0.0
+        n_tiles = (n_trees + tile - 1) // tile
+        for k in range(n_tiles + 1):
+            if k < n_tiles:  # walk tile k into buffer k % 2
+                b = k & 1
+                t0 = k * tile
+                for j in range(tid, min(tile, n_trees - t0), threads):
+                    t = t0 + j
+                    node = leaf(X, r, roots[t], left, right, feature, threshold, default_left,
+                                is_categorical, cat_offsets, cat_values, missing)  # fmt: skip
+                    leaves[b, j] = value[node]
+                    groups[b, j] = tree_group[t]
+            if k > 0 and tid < G:  # add tile k - 1, in tree order
+                b = (k - 1) & 1
+                t0 = (k - 1) * tile
+                for j in range(min(tile, n_trees - t0)):
+                    if groups[b, j] == tid:
+                        acc += leaves[b, j]
+            cuda.syncthreads()
+        return acc
+
+    @cuda.jit(cache=True)
+    def block_kernel(X, ints, longs, f64s, bools, out):
+        """A block per row (grid-stride over rows): :func:`block_margin` into ``out``."""
+        leaves = cuda.shared.array((2, tile), np.float64)
+        groups = cuda.shared.array((2, tile), np.int32)
+        tid = cuda.threadIdx.x
+        for r in range(cuda.blockIdx.x, X.shape[0], cuda.gridDim.x):
+            acc = block_margin(X, r, ints, longs, f64s, bools, leaves, groups)
+            if tid < out.shape[1]:
+                out[r, tid] = acc
+
+    @cuda.jit(device=True)
+    def row_check(values, r, margins, sums, sizes, flag, rtol):
+        """Whether row ``r``'s ``values`` of each group sum to ``margins[g]``: the block adds
+        them in float64 (fixed reduction tree), ``flag[0] = 1`` where a group misses."""
+        tid = cuda.threadIdx.x
+        W = values.shape[2]
+        for g in range(values.shape[1]):
+            total = 0.0
+            size = 0.0
+            for e in range(tid, W, threads):
+                v = np.float64(values[r, g, e])
+                total += v
+                size += abs(v)
+            sums[tid] = total
+            sizes[tid] = size
+            cuda.syncthreads()
+            step = threads // 2
+            while step > 0:
+                if tid < step:
+                    sums[tid] += sums[tid + step]
+                    sizes[tid] += sizes[tid + step]
+                cuda.syncthreads()
+                step //= 2
+            if tid == 0:
+                m = margins[g]
+                bound = sizes[0] + abs(m)
+                if not bound >= 1.0:  # the check's max(scale, 1); a NaN stays NaN
+                    bound = 1.0 if bound == bound else bound
+                if not abs(sums[0] - m) <= rtol * bound:
+                    flag[0] = 1  # a NaN fails too
+            cuda.syncthreads()
+
+    @cuda.jit(cache=True)
+    def check_kernel(values, X, ints, longs, f64s, bools, flag, rtol):
+        """A block per row: the row's margins (:func:`block_margin`) and the additivity check
+        of its ``values`` ``(n, G, W)`` (float32) against them (:func:`row_check`)."""
+        leaves = cuda.shared.array((2, tile), np.float64)
+        groups = cuda.shared.array((2, tile), np.int32)
+        margins = cuda.shared.array(threads, np.float64)
+        sums = cuda.shared.array(threads, np.float64)
+        sizes = cuda.shared.array(threads, np.float64)
+        for r in range(cuda.blockIdx.x, X.shape[0], cuda.gridDim.x):
+            margins[cuda.threadIdx.x] = block_margin(X, r, ints, longs, f64s, bools, leaves,
+                                                     groups)  # fmt: skip
+            cuda.syncthreads()
+            row_check(values, r, margins, sums, sizes, flag, rtol)
+
+    @cuda.jit(cache=True)
+    def values_kernel(values, margin, flag, rtol):
+        """A block per row: the additivity check of ``values`` ``(n, G, W)`` (float32)
+        against the given ``margin`` ``(n, G)`` (float64)."""
+        sums = cuda.shared.array(threads, np.float64)
+        sizes = cuda.shared.array(threads, np.float64)
+        for r in range(cuda.blockIdx.x, values.shape[0], cuda.gridDim.x):
+            row_check(values, r, margin[r], sums, sizes, flag, rtol)
+
+    return rows_kernel, block_kernel, check_kernel, values_kernel
+
+
+def _block_grid(n: int) -> int:
+    return max(1, min(n, _MAX_BLOCKS))
+
+
+def gpu_margin(model: MarginModel, X: Any, out: Any) -> None:
+    """The GPU traversal of the device rows ``X`` (C-contiguous; NumPy under the simulator)
+    into ``out`` ``(n, G)`` float64, on CuPy's current stream (:data:`MODE`)."""
+    from distshap.kernels.cuda import args
+
+    n = int(X.shape[0])
+    if n == 0:
+        return
+    rows_kernel, block_kernel, _, _ = _kernels()
+    arrays = device_arrays(model)
+    s = args.current_stream()
+    groups = int(model["base_score"].shape[0])
+    block = MODE == "block" or (MODE == "auto" and n <= BLOCK_ROWS_MAX)
+    if block and groups <= _THREADS:
+        args.configured(block_kernel, _block_grid(n), _THREADS, s)(X, *arrays, out)
+    else:
+        threads = 128
+        args.configured(rows_kernel, -(-n // threads), threads, s)(X, *arrays, out)
+
+
+def check_rows(model: MarginModel, X: Any, values: Any, rtol: float):
+    """Launch the traversal of the device rows ``X`` with the additivity check of ``values``
+    (C-contiguous float32 ``(n, G, W)``) against it, on CuPy's current stream; returns
+    ``(flag, stream)`` for :func:`distshap.kernels.cuda.small.read_flag` (set where a row
+    misses by more than ``rtol`` of its scale), or ``None`` where the model has more groups
+    than the block has threads (the caller checks as before)."""
+    from distshap.kernels.cuda import args, small
+
+    groups = int(model["base_score"].shape[0])
+    if groups > _THREADS:
+        return None
+    check_kernel = _kernels()[2]
+    s = args.current_stream()
+    flag = small._flag()
+    n = int(X.shape[0])
+    if n:
+        args.configured(check_kernel, _block_grid(n), _THREADS, s)(
+            values, X, *device_arrays(model), flag, float(rtol)
+        )
+    return flag, s
+
+
+def check_values(values: Any, margin: Any, rtol: float):
+    """Launch the additivity check of ``values`` (C-contiguous float32 ``(n, G, W)``, on the
+    device) against ``margin`` (C-contiguous float64 ``(n, G)``) on CuPy's current stream;
+    returns ``(flag, stream)`` as :func:`check_rows` does."""
+    from distshap.kernels.cuda import args, small
+
+    values_kernel = _kernels()[3]
+    s = args.current_stream()
+    flag = small._flag()
+    n = int(values.shape[0])
+    if n:
+        args.configured(values_kernel, _block_grid(n), _THREADS, s)(values, margin, flag,
+                                                                    float(rtol))  # fmt: skip
+    return flag, s
