@@ -20,15 +20,21 @@ side:
 * **slot kernel variants** (``--slot-variants``, CUDA): ranking and top-k timed again with
   each pair ``<quadrature>[:<chunks>]+<table>`` of slot kernel variants
   (:data:`distshap.kernels.cuda.config.SLOT_QUADRATURE_VARIANT` ``gathered`` /
-  ``lanes``,
-  :data:`~distshap.kernels.cuda.config.SLOT_TABLE_VARIANT` ``tiled`` / ``plain``; ``lanes+plain``
-  are the previous kernels; ``:<chunks>``: chunks a block of the gathered kernels,
+  ``lanes`` / ``split`` / ``spread`` / ``spread64`` (:mod:`distshap.kernels.cuda.
+  slot_quadrature`: 32-bit split shared sums, paths spread over a warp),
+  :data:`~distshap.kernels.cuda.config.SLOT_TABLE_VARIANT` ``tiled`` / ``split`` / ``plain``;
+  ``lanes+plain`` are the kernels before the fourth session; ``:<chunks>``: chunks a block of
+  the gathered kernels,
   :data:`~distshap.kernels.cuda.config.SLOT_QUADRATURE_CHUNKS`, default 4), each checked exact,
   side by side; the first named is the one the other rows use.
 * **breakdown** (``--breakdown``, CUDA): seconds of each slot kernel (tables and quadrature per
   variant, fallback, top-k selection) over the top-k rows, each launch synchronized; and
-  ``quadrature_gathered_probe``, a diagnostic: the gathered kernel with its shared-memory
-  atomics dropped (values computed, not added), to tell the atomics' share of its time.
+  two diagnostics of the atomics' share: ``quadrature_gathered_probe``, the gathered kernel
+  with its shared-memory atomics and their tile-slot loads dropped (each value still computed
+  and compared with a constant, so the arithmetic stays), and ``quadrature_split_probe``,
+  :mod:`distshap.kernels.cuda.slot_quadrature`'s kernel folding every contribution and its
+  tile slot number into one register written once (all the work, loads included, but the
+  atomics).
 
 Every timing is the median of ``--repeats`` runs after a warm-up call (compilation, model
 upload, tables, slots); GPU work is synchronized before the clock stops. Peak memory: device
@@ -179,7 +185,8 @@ def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
     from distshap.kernels.cuda.device import SIM, stream, xp
     from distshap.kernels.cuda.fallback import launch_fallback
     from distshap.kernels.cuda.model import device_model, interaction_plan, slot_arrays
-    from distshap.kernels.cuda.quadrature import _launch_slot_rows, launch_quadrature
+    from distshap.kernels.cuda.quadrature import _launch_slot_rows
+    from distshap.kernels.cuda.slot_quadrature import launch_slot_quadrature
     from distshap.kernels.cuda.slot_tables import launch_slot_tables
 
     saved = (config.SLOT_QUADRATURE_VARIANT, config.SLOT_QUADRATURE_CHUNKS,
@@ -206,6 +213,7 @@ def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
     out.update({f"quadrature_{v}": 0.0 for v in quad_variants})
     out.update({f"tables_{v}": 0.0 for v in table_variants})
     out["quadrature_gathered_probe"] = 0.0  # diagnostic: without its shared atomics
+    out["quadrature_split_probe"] = 0.0  # the same, every contribution folded in a register
 
     def timed(key, fn, *fn_args, **kwargs):
         sync()
@@ -217,12 +225,14 @@ def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
     try:
         for v in quad_variants:  # warm-up: compile every variant, gather layouts
             _set_quadrature(v)
-            launch_quadrature(model, plan, X[:2], acc[:2], scale, F1, s, True, slots=dev)
+            launch_slot_quadrature(model, plan, X[:2], acc[:2], scale, F1, s, dev)
         for v in table_variants:
             config.SLOT_TABLE_VARIANT = v
             launch_slot_tables(packed, slots, model, plan, X[:2], acc[:2], scale, F1, s, dev)
         _set_quadrature("gathered")
         _launch_slot_rows(model, plan, X[:2], acc[:2], scale, s, dev, False, probe=True)
+        _set_quadrature("split")
+        launch_slot_quadrature(model, plan, X[:2], acc[:2], scale, F1, s, dev, probe=True)
         for r0 in range(0, n, batch):
             Xb = X[r0 : min(n, r0 + batch)]
             nb = int(Xb.shape[0])
@@ -235,11 +245,14 @@ def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
             _set_quadrature("gathered")
             timed("quadrature_gathered_probe", _launch_slot_rows, model, plan, Xb, a, scale, s,
                   dev, False, probe=True)  # fmt: skip
+            _set_quadrature("split")
+            timed("quadrature_split_probe", launch_slot_quadrature, model, plan, Xb, a, scale, F1,
+                  s, dev, probe=True)  # fmt: skip
             for v in quad_variants:
                 _set_quadrature(v)
                 a.fill(0)
-                timed(f"quadrature_{v}", launch_quadrature, model, plan, Xb, a, scale, F1, s,
-                      True, slots=dev)  # fmt: skip
+                timed(f"quadrature_{v}", launch_slot_quadrature, model, plan, Xb, a, scale, F1,
+                      s, dev)  # fmt: skip
             timed("fallback", launch_fallback, model, Xb, a, scale, F1, s, True, slots=dev)
             if threads:
                 timed("topk", kp.topk_kernel[(nb, G), threads, s, 16 * threads * k], a,

@@ -9,8 +9,10 @@ feature pairs recur on the paths of one block), the block sums its rows' entries
 those slots and adds each non-zero sum to the row once. The entries are the table kernel's own
 (``int64(table entry * 2**s)``, the same loads and the same float32 product), so the slots hold
 the same integers, bit for bit; only their grouping before the integer additions differs.
-:data:`config.SLOT_TABLE_VARIANT` picks this kernel (``"tiled"``) or the table kernel
-(``"plain"``).
+:data:`config.SLOT_TABLE_VARIANT` picks this kernel (``"tiled"``), the same with each
+tile slot kept as two uint32 words (``"split"``: native 32-bit shared atomics instead of the
+int64 ones, a compare-and-swap loop; :mod:`.slot_quadrature` says how the words hold the exact
+int64 sum), or the table kernel (``"plain"``).
 """
 
 from __future__ import annotations
@@ -41,7 +43,13 @@ from distshap.kernels.cuda.tables import (
     launch_tables,
 )  # fmt: skip
 
-__all__ = ["BlockTiles", "block_tiles", "launch_slot_tables", "slot_table_kernel"]
+__all__ = [
+    "VARIANTS", "BlockTiles", "block_tiles", "launch_slot_tables", "slot_table_kernel",
+    "split_slot_table_kernel",
+]  # fmt: skip
+
+#: Values of :data:`config.SLOT_TABLE_VARIANT` (module docstring).
+VARIANTS = ("tiled", "split", "plain")
 
 #: Shared memory of a block's tile of rows at most (bytes).
 _TILE_BYTES = 40 * 1024
@@ -99,81 +107,132 @@ def block_tiles(
     return tmap, starts.astype(np.int64), (keys % S).astype(np.int64), most
 
 
-@cuda.jit(cache=True)
-def slot_table_kernel(lane_f, lane_i, lane_cat, lane_table, cat_words, tables, bin_offsets,
-                      bins, X, acc, scale, rows_per_block, tile_rows, lane_map, path_map, tmap,
-                      tile_offsets, tile_slots, tile_capacity, cache_x):  # fmt: skip
-    """One warp per table bin, :data:`_TABLE_WARPS` bins a block, ``rows_per_block`` rows in
+_LOW = np.int64(0xFFFFFFFF)
+_TWO32 = np.int64(1 << 32)
+_SIGN32 = np.int64(1 << 31)
+
+
+# :func:`~distshap.kernels.cuda.slot_quadrature.add_split` and ``read_split`` again: under the
+# CUDA simulator a device function may only use ``cuda.*`` from its kernel's own module (the
+# simulator swaps that module's ``cuda`` per call, which races between simulated threads).
+@cuda.jit(device=True)
+def _add_split(words, i, hi_offset, iv):
+    """Adds ``iv`` to slot ``i`` kept as uint32 words ``lo = words[i]``, ``hi = words[hi_offset
+    + i]`` (:mod:`.slot_quadrature`)."""
+    lo = np.uint32(iv & _LOW)
+    old = cuda.atomic.add(words, i, lo)
+    carry = (np.int64(old) + np.int64(lo)) >> 32  # 1 where this add wrapped lo around
+    cuda.atomic.add(words, hi_offset + i, np.uint32(((iv >> 32) + carry) & _LOW))
+
+
+@cuda.jit(device=True)
+def _read_split(words, i, hi_offset):
+    """The int64 sum of slot ``i`` kept by :func:`_add_split`."""
+    hi = np.int64(words[hi_offset + i])
+    if hi >= _SIGN32:
+        hi -= _TWO32
+    return hi * _TWO32 + np.int64(words[i])
+
+
+def _make_slot_table_kernel(split: bool):
+    """:func:`slot_table_kernel` (``split``: the tile's slots as two uint32 words each,
+    :func:`~distshap.kernels.cuda.slot_quadrature.add_split`; else int64 words)..
+
+    One warp per table bin, :data:`_TABLE_WARPS` bins a block, ``rows_per_block`` rows in
     tiles of ``tile_rows``; a block whose bins touch at most ``tile_capacity`` slots sums them
     in shared memory (``8 tile_rows tile_capacity`` dynamic bytes), the others add directly;
     with ``cache_x`` the tile's rows of ``X`` sit in shared memory too (``4 tile_rows F`` more
     bytes): a warp's lanes read 32 scattered features of a row."""
-    tid = cuda.threadIdx.x
-    lane = tid & 31
-    bi = cuda.blockIdx.x * _TABLE_WARPS + (tid >> 5)
-    live = bi < bins.shape[0]  # dead warps still take part in the barriers
-    b = bins[bi] if live else bins[0]
-    li, valid, feat, pos, start, k = _lane_setup(lane_i, bin_offsets, b, lane)
-    valid = valid and live
-    flags = lane_i[li, LI_FLAGS]
-    missing = (flags & MISSING_FLAG) != 0
-    cat_other = (flags & CAT_OTHER_FLAG) != 0
-    nbits = lane_i[li, LI_NBITS]
-    lower = lane_f[li, LF_LOWER]
-    upper = lane_f[li, LF_UPPER]
-    cat_offset = lane_cat[li]
-    toff = lane_table[li]
-    active = valid and pos >= 1 and toff >= 0
-    n_entries = pos if active else 0  # entries (c, pos - 1), c < pos: upper triangle + diagonal
-    mask_k = (np.int64(1) << k) - 1
-    scale32 = np.float32(scale)
-    mbase = lane_map[li] + pos - 1 if active else 0  # entry (c, pos - 1): mbase + c * k
-    t0s = tile_offsets[cuda.blockIdx.x]
-    width = tile_offsets[cuda.blockIdx.x + 1] - t0s
-    use_tile = width <= tile_capacity  # the same for the whole block
-    tile = cuda.shared.array(0, types.int64)  # [(r - t0) * width + local slot]
-    xs = cuda.shared.array(0, types.float32)  # [x0 + (r - t0) * F + f], after the tile
-    x0 = 2 * tile_rows * tile_capacity
-    n_features = X.shape[1]
-    r0, r1 = _row_range(rows_per_block, X.shape[0])
-    for t0 in range(r0, r1, tile_rows):
-        t1 = t0 + tile_rows
-        if t1 > r1:
-            t1 = r1
-        if use_tile:
-            for i in range(tid, (t1 - t0) * width, cuda.blockDim.x):
-                tile[i] = 0
-        if cache_x:
-            for i in range(tid, (t1 - t0) * n_features, cuda.blockDim.x):
-                q = i // n_features
-                xs[x0 + i] = X[t0 + q, i - q * n_features]
-        cuda.syncthreads()
-        for r in range(t0, t1):
-            o = False
-            if active:
-                if cache_x:
-                    x = xs[x0 + (r - t0) * n_features + feat]
-                else:
-                    x = X[r, feat]
-                o = follows(x, lower, upper, missing, cat_other, cat_offset, nbits, cat_words)
-            bal = np.int64(ballot(FULL_MASK, o))
-            pattern = (bal >> (start + 1)) & mask_k
-            entry = toff + pattern * k * k + pos - 1
-            for c in range(n_entries):  # the conditioned element
-                iv = np.int64(tables[entry + c * k] * scale32)
-                if iv != 0:
-                    if use_tile:
-                        cuda.atomic.add(tile, (r - t0) * width + tmap[mbase + c * k], iv)
+
+    @cuda.jit(cache=True)
+    def kernel(lane_f, lane_i, lane_cat, lane_table, cat_words, tables, bin_offsets, bins, X,
+               acc, scale, rows_per_block, tile_rows, lane_map, path_map, tmap, tile_offsets,
+               tile_slots, tile_capacity, cache_x):  # fmt: skip
+        tid = cuda.threadIdx.x
+        lane = tid & 31
+        bi = cuda.blockIdx.x * _TABLE_WARPS + (tid >> 5)
+        live = bi < bins.shape[0]  # dead warps still take part in the barriers
+        b = bins[bi] if live else bins[0]
+        li, valid, feat, pos, start, k = _lane_setup(lane_i, bin_offsets, b, lane)
+        valid = valid and live
+        flags = lane_i[li, LI_FLAGS]
+        missing = (flags & MISSING_FLAG) != 0
+        cat_other = (flags & CAT_OTHER_FLAG) != 0
+        nbits = lane_i[li, LI_NBITS]
+        lower = lane_f[li, LF_LOWER]
+        upper = lane_f[li, LF_UPPER]
+        cat_offset = lane_cat[li]
+        toff = lane_table[li]
+        active = valid and pos >= 1 and toff >= 0
+        n_entries = pos if active else 0  # entries (c, pos - 1), c < pos: upper triangle + diagonal
+        mask_k = (np.int64(1) << k) - 1
+        scale32 = np.float32(scale)
+        mbase = lane_map[li] + pos - 1 if active else 0  # entry (c, pos - 1): mbase + c * k
+        t0s = tile_offsets[cuda.blockIdx.x]
+        width = tile_offsets[cuda.blockIdx.x + 1] - t0s
+        use_tile = width <= tile_capacity  # the same for the whole block
+        tile = cuda.shared.array(0, types.int64)  # [(r - t0) * width + local slot]
+        words = cuda.shared.array(0, types.uint32)  # split: lo [(r - t0) * width + e], then hi
+        hi_offset = tile_rows * tile_capacity  # in uint32 words
+        xs = cuda.shared.array(0, types.float32)  # [x0 + (r - t0) * F + f], after the tile
+        x0 = 2 * tile_rows * tile_capacity
+        n_features = X.shape[1]
+        r0, r1 = _row_range(rows_per_block, X.shape[0])
+        for t0 in range(r0, r1, tile_rows):
+            t1 = t0 + tile_rows
+            if t1 > r1:
+                t1 = r1
+            if use_tile:
+                for i in range(tid, (t1 - t0) * width, cuda.blockDim.x):
+                    if split:
+                        words[i] = 0
+                        words[hi_offset + i] = 0
                     else:
-                        cuda.atomic.add(acc, (r, path_map[mbase + c * k]), iv)
-        cuda.syncthreads()
-        if use_tile:
-            for i in range(tid, (t1 - t0) * width, cuda.blockDim.x):
-                v = tile[i]
-                if v != 0:
-                    q = i // width
-                    cuda.atomic.add(acc, (t0 + q, tile_slots[t0s + i - q * width]), v)
-        cuda.syncthreads()
+                        tile[i] = 0
+            if cache_x:
+                for i in range(tid, (t1 - t0) * n_features, cuda.blockDim.x):
+                    q = i // n_features
+                    xs[x0 + i] = X[t0 + q, i - q * n_features]
+            cuda.syncthreads()
+            for r in range(t0, t1):
+                o = False
+                if active:
+                    if cache_x:
+                        x = xs[x0 + (r - t0) * n_features + feat]
+                    else:
+                        x = X[r, feat]
+                    o = follows(x, lower, upper, missing, cat_other, cat_offset, nbits, cat_words)
+                bal = np.int64(ballot(FULL_MASK, o))
+                pattern = (bal >> (start + 1)) & mask_k
+                entry = toff + pattern * k * k + pos - 1
+                for c in range(n_entries):  # the conditioned element
+                    iv = np.int64(tables[entry + c * k] * scale32)
+                    if iv != 0:
+                        if use_tile and split:
+                            _add_split(words, (r - t0) * width + tmap[mbase + c * k], hi_offset,
+                                       iv)  # fmt: skip
+                        elif use_tile:
+                            cuda.atomic.add(tile, (r - t0) * width + tmap[mbase + c * k], iv)
+                        else:
+                            cuda.atomic.add(acc, (r, path_map[mbase + c * k]), iv)
+            cuda.syncthreads()
+            if use_tile:
+                for i in range(tid, (t1 - t0) * width, cuda.blockDim.x):
+                    if split:
+                        v = _read_split(words, i, hi_offset)
+                    else:
+                        v = tile[i]
+                    if v != 0:
+                        q = i // width
+                        cuda.atomic.add(acc, (t0 + q, tile_slots[t0s + i - q * width]), v)
+            cuda.syncthreads()
+
+    return kernel
+
+
+#: The tiled table kernel into pair slots (int64 words), and with split uint32 words.
+slot_table_kernel = _make_slot_table_kernel(False)
+split_slot_table_kernel = _make_slot_table_kernel(True)
 
 
 _TILES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -202,14 +261,15 @@ def _device_tiles(packed, slots, plan, dev) -> BlockTiles:
 
 def launch_slot_tables(packed, slots, model, plan, Xb, acc, scale, F1, stream, dev) -> None:
     """The table paths of ``plan`` into pair slots on the batch ``Xb``: this module's kernel
-    with :data:`config.SLOT_TABLE_VARIANT` ``"tiled"``, the table kernel with ``"plain"``.
+    with :data:`config.SLOT_TABLE_VARIANT` ``"tiled"`` (int64 words) or ``"split"`` (split
+    uint32 words), the table kernel with ``"plain"``.
 
     ``slots`` is the host :class:`~distshap.pair_slots.PairSlots`, ``dev`` the device model's
     :class:`~distshap.kernels.cuda.model.SlotArrays`.
     """
     variant = config.SLOT_TABLE_VARIANT
-    if variant not in ("tiled", "plain"):
-        raise ValueError(f"config.SLOT_TABLE_VARIANT must be 'tiled' or 'plain', got {variant!r}")
+    if variant not in VARIANTS:
+        raise ValueError(f"config.SLOT_TABLE_VARIANT must be one of {VARIANTS}, got {variant!r}")
     if variant == "plain":
         launch_tables(model, plan, Xb, acc, scale, F1, stream, slots=dev)
         return
@@ -224,7 +284,8 @@ def launch_slot_tables(packed, slots, model, plan, Xb, acc, scale, F1, stream, d
     tile_rows = max(1, min(config.TILE_ROWS, _TILE_BYTES // max(per_row, 1)))
     rpb = _rows_per_warp(nb, plan.n_table_bins)
     grid = (-(-plan.n_table_bins // _TABLE_WARPS), -(-nb // rpb))
-    slot_table_kernel[grid, 32 * _TABLE_WARPS, stream, tile_rows * per_row](
+    kernel = split_slot_table_kernel if variant == "split" else slot_table_kernel
+    kernel[grid, 32 * _TABLE_WARPS, stream, tile_rows * per_row](
         model.lane_f, model.lane_i, model.lane_cat, plan.lane_table, model.cat_words,
         plan.tables, model.bin_offsets, plan.table_bins, Xb, acc, scale, rpb, tile_rows,
         dev.lane_map, dev.path_map, tiles.tmap, tiles.tile_offsets, tiles.tile_slots, capacity,

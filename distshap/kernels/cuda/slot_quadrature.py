@@ -1,0 +1,361 @@
+"""Slot quadrature kernels with 32-bit shared-memory sums, and paths spread over a warp.
+
+The gathered slot kernel (:func:`distshap.kernels.cuda.quadrature.slot_rows_kernel`) sums a
+block's contributions in a shared-memory tile of int64 words. Two things there cost more than
+the arithmetic, and this module's kernels change only those (the float32 operations are the
+gathered kernel's, in the same order on the same values, so every int64 contribution is the
+same and, integer addition being associative, so is every slot, bit for bit):
+
+* **64-bit shared atomics.** The GPU adds 32-bit words in shared memory natively; an int64
+  add there is a compare-and-swap loop, retried once for every other lane of the warp that
+  hit the same word. Here (``"split"``, ``"spread"``) a slot is two uint32 words, ``lo`` and
+  ``hi``: a contribution ``v = h 2**32 + l`` (``h = v >> 32``, ``0 <= l < 2**32``) adds ``l``
+  to ``lo`` (a native 32-bit atomic returning the old word) and ``h + carry`` to ``hi``, where
+  ``carry`` is 1 when that add wrapped ``lo`` around. The carries count exactly the wraps of
+  ``lo``, so ``hi 2**32 + lo`` equals the int64 sum modulo ``2**64`` whatever the order, and
+  since every sum is below ``2**61`` in magnitude (:mod:`distshap.kernels.cuda.model`) the
+  flush reads it back exactly: ``hi`` as a signed 32-bit number times ``2**32``, plus ``lo``.
+  Same bytes a slot (8), same tiles.
+* **Lanes that hit the same slot.** A launch's paths are in tree order, so the 32 paths of a
+  warp are mostly sibling leaves sharing all but their last feature: at a given element pair
+  many lanes add to the same slot (fashion_mnist-med: the largest number of lanes on one slot
+  averages 7.4 over a warp's pair steps). ``"spread"`` (and ``"spread64"``, with the int64
+  words, to tell the two effects apart) reorders each block's positions so that the lanes of a
+  warp take paths ``n / 32`` apart in the block (``n``: its paths; 4.2 lanes on a slot on
+  that model). Each block keeps its paths and its tile; only which thread runs a path changes.
+
+Switch with :data:`distshap.kernels.cuda.config.SLOT_QUADRATURE_VARIANT` (one of
+:data:`VARIANTS`); :func:`launch_slot_quadrature` runs these and hands every other value to
+:func:`~distshap.kernels.cuda.quadrature.launch_quadrature`. The blocks, tiles and gathered
+arrays are the gathered kernel's (:func:`~distshap.kernels.cuda.quadrature.slot_layout`).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+from numba import cuda, types
+
+from distshap.kernels.cuda import config
+from distshap.kernels.cuda.device import CAT_OTHER_FLAG, MISSING_FLAG, SIM, fdiv, follows
+from distshap.kernels.cuda.quadrature import (
+    SlotLayout,
+    gauss_legendre,
+    launch_quadrature,
+    slot_layout,
+    slot_rows_shape,
+)  # fmt: skip
+
+__all__ = [
+    "MODES", "VARIANTS", "add_split", "launch_slot_quadrature", "read_split", "spread_layout",
+    "spread_order", "split_slot_kernel",
+]  # fmt: skip
+
+#: Values of :data:`config.SLOT_QUADRATURE_VARIANT` this module runs (module docstring).
+VARIANTS = ("split", "spread", "spread64")
+#: Accumulation modes of :func:`split_slot_kernel`: int64 words, split uint32 words, or the
+#: probe (every contribution and tile slot number folded into one register, written once:
+#: all the work but the atomics; wrong slots, benchmarks only).
+MODES = ("int64", "split", "probe")
+
+_LOW = np.int64(0xFFFFFFFF)
+_TWO32 = np.int64(1 << 32)
+_SIGN32 = np.int64(1 << 31)
+_THREADS = 128  # threads a block (as the gathered kernel)
+_PROBE_NEVER = np.int64(-(2**62) + 54321)  # no fold of contributions is expected to equal it
+
+
+@cuda.jit(device=True)
+def add_split(words, i, hi_offset, iv):
+    """Adds the int64 ``iv`` to slot ``i`` kept as ``words[i]`` (lo) and ``words[hi_offset +
+    i]`` (hi), two uint32 words (module docstring)."""
+    lo = np.uint32(iv & _LOW)
+    old = cuda.atomic.add(words, i, lo)
+    carry = (np.int64(old) + np.int64(lo)) >> 32  # 1 where this add wrapped lo around
+    cuda.atomic.add(words, hi_offset + i, np.uint32(((iv >> 32) + carry) & _LOW))
+
+
+@cuda.jit(device=True)
+def read_split(words, i, hi_offset):
+    """The int64 sum of slot ``i`` kept by :func:`add_split`."""
+    hi = np.int64(words[hi_offset + i])
+    if hi >= _SIGN32:
+        hi -= _TWO32
+    return hi * _TWO32 + np.int64(words[i])
+
+
+def _make_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str):
+    """:func:`split_slot_kernel`. The arithmetic is the gathered kernel's
+    (:func:`distshap.kernels.cuda.quadrature.slot_rows_kernel`, ``ratios`` off), written out
+    again expression for expression; only the adds to the tile differ (``mode``)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
+    split = mode == "split"
+    probe = mode == "probe"
+
+    @cuda.jit(cache=True)
+    def kernel(ef, ei, ecat, pk, pv, cat_words, chunk_paths, chunk_offsets, tmap, map_offsets,
+               path_map, X, acc, scale, row0, tile_offsets, tile_slots, tile_capacity):  # fmt: skip
+        tid = cuda.threadIdx.x
+        nthreads = cuda.blockDim.x
+        ch = cuda.blockIdx.x  # blocks of chunks vary fastest: blocks running together share rows
+        r0 = row0 + cuda.blockIdx.y * rows
+        nr = X.shape[0] - r0
+        if nr > rows:
+            nr = rows
+        n_features = X.shape[1]
+        t0 = tile_offsets[ch]
+        width = tile_offsets[ch + 1] - t0
+        use_tile = width <= tile_capacity  # the same for the whole block
+        tile = cuda.shared.array(0, types.int64)  # [rr * width + e] (int64 words)
+        words = cuda.shared.array(0, types.uint32)  # lo [rr * width + e], hi after them
+        hi_offset = rows * tile_capacity  # in uint32 words
+        xs = cuda.shared.array(0, types.float32)  # [x0 + rr * F + f]: the rows, after the tile
+        x0 = 2 * rows * tile_capacity
+        if use_tile:
+            for e in range(tid, nr * width, nthreads):
+                if split:
+                    words[e] = 0
+                    words[hi_offset + e] = 0
+                else:
+                    tile[e] = 0
+        if cache_x:
+            for e in range(tid, nr * n_features, nthreads):
+                q = e // n_features
+                xs[x0 + e] = X[r0 + q, e - q * n_features]
+        cuda.syncthreads()
+        scale32 = np.float32(scale)
+        one = np.float32(1.0)
+        half32 = np.float32(0.5)
+        prod = cuda.local.array(n_nodes, np.float32)
+        usum = cuda.local.array(n_nodes, np.float32)
+        part = cuda.local.array(n_nodes, np.float32)
+        fold = np.int64(0)  # probe only
+        for j in range(chunk_offsets[ch] + tid, chunk_offsets[ch + 1], nthreads):
+            k = pk[j]
+            value = pv[j]
+            m0 = 0  # without a tile, entry (a, c) of the path adds at path_map[m0 + a * k + c]
+            if not use_tile:
+                m0 = map_offsets[chunk_paths[j]]
+            for rr in range(nr):  # the path's rows one after another: its data stay in L1
+                r = r0 + rr
+                for m in range(n_nodes):
+                    prod[m] = value * weights[m]
+                    usum[m] = 0
+                bits = np.uint32(0)
+                for e in range(k):
+                    z = ef[3 * e + 2, j]
+                    d = -z
+                    f = ei[3 * e, j]
+                    if cache_x:
+                        x = xs[x0 + rr * n_features + f]
+                    else:
+                        x = X[r, f]
+                    flags = ei[3 * e + 1, j]
+                    if follows(x, ef[3 * e, j], ef[3 * e + 1, j], (flags & MISSING_FLAG) != 0,
+                               (flags & CAT_OTHER_FLAG) != 0, ecat[e, j], ei[3 * e + 2, j],
+                               cat_words):  # fmt: skip
+                        d = one - z
+                        bits |= np.uint32(1) << np.uint32(e)
+                    for m in range(n_nodes):
+                        q = z + nodes[m] * d
+                        prod[m] *= q
+                        if d != 0:
+                            ratio = fdiv(d, q)
+                            usum[m] += ratio
+                u0 = 0  # entry number of (a, a)
+                for a in range(k):
+                    zi = ef[3 * a + 2, j]
+                    di = -zi
+                    if (bits >> np.uint32(a)) & np.uint32(1):
+                        di = one - zi
+                    if di == 0:
+                        u0 += k - a
+                        continue  # its row and column are 0
+                    diag = np.float32(0.0)
+                    for m in range(n_nodes):
+                        ri = fdiv(di, zi + nodes[m] * di)
+                        part[m] = prod[m] * ri
+                        diag += part[m] * (one - half32 * (usum[m] - ri))
+                    iv = np.int64(diag * scale32)
+                    if iv != 0:
+                        if probe:
+                            fold += iv + tmap[u0, j]
+                        elif not use_tile:
+                            cuda.atomic.add(acc, (r, path_map[m0 + a * k + a]), iv)
+                        elif split:
+                            add_split(words, rr * width + tmap[u0, j], hi_offset, iv)
+                        else:
+                            cuda.atomic.add(tile, rr * width + tmap[u0, j], iv)
+                    for c in range(a + 1, k):
+                        zc = ef[3 * c + 2, j]
+                        dc = -zc
+                        if (bits >> np.uint32(c)) & np.uint32(1):
+                            dc = one - zc
+                        if dc == 0:
+                            continue
+                        total = np.float32(0.0)
+                        for m in range(n_nodes):
+                            total += part[m] * fdiv(dc, zc + nodes[m] * dc)
+                        iv = np.int64(half32 * total * scale32)
+                        if iv != 0:
+                            u = u0 + c - a
+                            if probe:
+                                fold += iv + tmap[u, j]
+                            elif not use_tile:
+                                cuda.atomic.add(acc, (r, path_map[m0 + a * k + c]), iv)
+                            elif split:
+                                add_split(words, rr * width + tmap[u, j], hi_offset, iv)
+                            else:
+                                cuda.atomic.add(tile, rr * width + tmap[u, j], iv)
+                    u0 += k - a
+        if probe and fold == _PROBE_NEVER:
+            tile[0] = fold  # never taken, but the compiler cannot know: all the work stays
+        cuda.syncthreads()
+        if use_tile and not probe:
+            for e in range(tid, nr * width, nthreads):
+                if split:
+                    iv = read_split(words, e, hi_offset)
+                else:
+                    iv = tile[e]
+                if iv != 0:
+                    q = e // width
+                    cuda.atomic.add(acc, (r0 + q, tile_slots[t0 + e - q * width]), iv)
+
+    return kernel
+
+
+_KERNELS: dict = {}
+
+
+def split_slot_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str = "split"):
+    """The slot quadrature kernel of this module for ``n_nodes`` nodes, ``rows`` rows a block,
+    the rows' features in shared memory (``cache_x``) or read from ``X``, adding in ``mode``
+    (:data:`MODES`); built on first use, compiled at launch.
+
+    Launch as the gathered kernel: grid ``(blocks, ceil(rows of X / rows))``, 128 threads,
+    ``8 rows tile_capacity`` bytes of dynamic shared memory (plus ``4 rows F`` with
+    ``cache_x``), on a :class:`~distshap.kernels.cuda.quadrature.SlotLayout`'s arrays.
+    """
+    key = (int(n_nodes), int(rows), bool(cache_x), mode)
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        kernel = _KERNELS[key] = _make_kernel(int(n_nodes), int(rows), bool(cache_x), mode)
+    return kernel
+
+
+def spread_order(n: int, lanes: int = 32) -> np.ndarray:
+    """The order of a block's ``n`` positions for ``"spread"``: position ``q`` of the result
+    runs the block's original position ``order[q]``; the ``lanes`` consecutive positions of a
+    warp take originals ``ceil(n / lanes)`` apart (original ``l G + g``, ``G = ceil(n /
+    lanes)``, goes to place ``g lanes + l``, gaps closed). A permutation of ``0..n-1``."""
+    n = int(n)
+    if n <= 0:
+        return np.zeros(0, np.int64)
+    G = -(-n // lanes)
+    orig = np.arange(n, dtype=np.int64)
+    key = (orig % G) * lanes + orig // G
+    return np.argsort(key, kind="stable")
+
+
+class _Spread:
+    """A launch's :class:`SlotLayout` with positions reordered within each block, and the
+    launch's paths in that order."""
+
+    __slots__ = ("layout", "paths")
+
+    def __init__(self, layout: SlotLayout, paths):
+        self.layout, self.paths = layout, paths
+
+
+_SPREAD: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+
+def _host(a) -> np.ndarray:
+    return a.copy_to_host() if hasattr(a, "copy_to_host") else np.asarray(a)
+
+
+def spread_layout(model, plan, slots, stream, merge: int) -> tuple:
+    """The gathered layouts (:func:`~distshap.kernels.cuda.quadrature.slot_layout`) of the
+    launches of ``plan``, each block's positions in :func:`spread_order`, with each launch's
+    paths in the new order (kept as long as the device model's ``slots``)."""
+    base = slot_layout(model, plan, slots, stream, merge)
+    with _LOCK:
+        per_slots = _SPREAD.setdefault(slots, {})
+        hit = per_slots.get(merge)
+        if hit is not None:
+            return hit
+        out = []
+        for launch, lay in zip(plan.quadrature, base, strict=True):
+            offsets = _host(lay.offsets).astype(np.int64)
+            perm = np.arange(int(_host(lay.pk).size), dtype=np.int64)
+            for b in range(offsets.size - 1):
+                o0, o1 = int(offsets[b]), int(offsets[b + 1])
+                perm[o0:o1] = o0 + spread_order(o1 - o0)
+            paths = _host(launch.paths)
+            new_paths = paths[perm[: paths.size]] if paths.size else paths
+
+            def moved(a, perm=perm):
+                h = _host(a)
+                return cuda.to_device(np.ascontiguousarray(h[..., perm]), stream=stream)
+
+            new = SlotLayout(
+                ef=moved(lay.ef), ei=moved(lay.ei), ecat=moved(lay.ecat), pk=moved(lay.pk),
+                pv=moved(lay.pv), tmap=moved(lay.tmap), kmax=lay.kmax, offsets=lay.offsets,
+                tile_offsets=lay.tile_offsets, tile_slots=lay.tile_slots,
+                n_blocks=lay.n_blocks, most=lay.most,
+            )  # fmt: skip
+            paths_dev = cuda.to_device(
+                np.ascontiguousarray(new_paths if new_paths.size else np.zeros(1, paths.dtype)),
+                stream=stream,
+            )
+            out.append(_Spread(new, paths_dev))
+        if not SIM:
+            stream.synchronize()  # the layouts serve later calls on any stream
+        out = tuple(out)
+        per_slots[merge] = out
+        return out
+
+
+def launch_slot_quadrature(model, plan, Xb, acc, scale, F1, stream, slots,
+                           probe: bool = False) -> None:  # fmt: skip
+    """The quadrature launches of ``plan`` into pair slots (``slots``: the device model's
+    :class:`~distshap.kernels.cuda.model.SlotArrays`) on the batch ``Xb``, adding to ``acc``.
+
+    With :data:`config.SLOT_QUADRATURE_VARIANT` in :data:`VARIANTS` this module's kernel runs
+    (``"split"``: gathered order, split words; ``"spread"``: spread order, split words;
+    ``"spread64"``: spread order, int64 words); any other value goes to
+    :func:`~distshap.kernels.cuda.quadrature.launch_quadrature`, which checks it. ``probe``:
+    the timing diagnostic (wrong values; this module's variants only).
+    """
+    variant = config.SLOT_QUADRATURE_VARIANT
+    if variant not in VARIANTS:
+        if probe:
+            raise ValueError(f"probe runs the variants {VARIANTS} only, not {variant!r}")
+        launch_quadrature(model, plan, Xb, acc, scale, F1, stream, True, slots=slots)
+        return
+    merge = config.SLOT_QUADRATURE_CHUNKS
+    if variant == "split":
+        runs = [(lay, launch.paths) for launch, lay in
+                zip(plan.quadrature, slot_layout(model, plan, slots, stream, merge),
+                    strict=True)]  # fmt: skip
+    else:
+        runs = [(s.layout, s.paths) for s in spread_layout(model, plan, slots, stream, merge)]
+    mode = "probe" if probe else ("int64" if variant == "spread64" else "split")
+    nb, n_features = int(Xb.shape[0]), int(Xb.shape[1])
+    for launch, (lay, paths) in zip(plan.quadrature, runs, strict=True):
+        rows, cache_x, capacity = slot_rows_shape(n_features, lay.most)
+        shared_bytes = 8 * rows * capacity + (4 * rows * n_features if cache_x else 0)
+        kernel = split_slot_kernel(launch.n_nodes, rows, cache_x, mode)
+        per_launch = 65535 * rows  # grid.y is at most 65535
+        for row0 in range(0, nb, per_launch):
+            grid = (lay.n_blocks, -(-min(nb - row0, per_launch) // rows))
+            kernel[grid, _THREADS, stream, shared_bytes](
+                lay.ef, lay.ei, lay.ecat, lay.pk, lay.pv, model.cat_words, paths, lay.offsets,
+                lay.tmap, slots.map_offsets, slots.path_map, Xb, acc, scale, row0,
+                lay.tile_offsets, lay.tile_slots, capacity,
+            )  # fmt: skip
