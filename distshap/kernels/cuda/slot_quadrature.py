@@ -7,15 +7,16 @@ gathered kernel's, in the same order on the same values, so every int64 contribu
 same and, integer addition being associative, so is every slot, bit for bit):
 
 * **64-bit shared atomics.** The GPU adds 32-bit words in shared memory natively; an int64
-  add there is a compare-and-swap loop, retried once for every other lane of the warp that
-  hit the same word. Here (``"split"``, ``"spread"``) a slot is two uint32 words, ``lo`` and
-  ``hi``: a contribution ``v = h 2**32 + l`` (``h = v >> 32``, ``0 <= l < 2**32``) adds ``l``
-  to ``lo`` (a native 32-bit atomic returning the old word) and ``h + carry`` to ``hi``, where
-  ``carry`` is 1 when that add wrapped ``lo`` around. The carries count exactly the wraps of
-  ``lo``, so ``hi 2**32 + lo`` equals the int64 sum modulo ``2**64`` whatever the order, and
-  since every sum is below ``2**61`` in magnitude (:mod:`distshap.kernels.cuda.model`) the
-  flush reads it back exactly: ``hi`` as a signed 32-bit number times ``2**32``, plus ``lo``.
-  Same bytes a slot (8), same tiles.
+  add there is, as far as we know (not checked in SASS here), a compare-and-swap loop, retried
+  once for every other lane of the warp that hit the same word. Here (``"split"``,
+  ``"spread"``) a slot is two uint32 words, ``lo`` and ``hi``: a contribution ``v = h 2**32 +
+  l`` (``h = v >> 32``, ``0 <= l < 2**32``) adds ``l`` to ``lo`` (a native 32-bit atomic
+  returning the old word) and ``h + carry`` to ``hi``, where ``carry`` is 1 when that add
+  wrapped ``lo`` around. The carries count exactly the wraps of ``lo``, so ``hi 2**32 + lo``
+  equals the int64 sum modulo ``2**64`` whatever the order, and since every sum is below
+  ``2**61`` in magnitude (:mod:`distshap.kernels.cuda.model`) the flush reads it back
+  exactly: ``hi`` as a signed 32-bit number times ``2**32``, plus ``lo``. Same bytes a slot
+  (8), same tiles.
 * **Lanes that hit the same slot.** A launch's paths are in tree order, so the 32 paths of a
   warp are mostly sibling leaves sharing all but their last feature: at a given element pair
   many lanes add to the same slot (fashion_mnist-med: the largest number of lanes on one slot
