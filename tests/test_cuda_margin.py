@@ -21,7 +21,7 @@ from distshap.kernels.margin import margin_model, packed_arrays, predict_margin
 
 import naive
 import tiny
-from cudasim import assert_simulator_ok
+from cudasim import assert_simulator_ok, nvvm_available
 
 
 def _same(a, b) -> bool:
@@ -196,3 +196,30 @@ def test_gpu_public_call_bits_do_not_depend_on_host_switches():
     traversal.MODE = "auto"
     for a, b in zip(*outs, strict=True):
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.skipif(not nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
+def test_traversal_kernels_compile():
+    from numba import cuda
+
+    from distshap.kernels.cuda import traversal
+    from distshap.kernels.cuda.ptx import _device_free_compilation
+
+    rows, block, check, values = traversal._kernels()
+    consts = "int32[::1], int64[::1], float64[::1], boolean[::1]"
+    sigs = []
+    for X in ("float32[:, ::1]", "float64[:, ::1]"):
+        sigs += [
+            ("rows", rows, f"void({X}, {consts}, float64[:, ::1])"),
+            ("block", block, f"void({X}, {consts}, float64[:, ::1])"),
+            ("check", check, f"void(float32[:, :, ::1], {X}, {consts}, int32[::1], float64)"),
+        ]
+    sigs.append(("values", values, "void(float32[:, :, ::1], float64[:, ::1], int32[::1], "
+                                   "float64)"))  # fmt: skip
+    with _device_free_compilation((9, 0)):
+        for name, kernel, sig in sigs:
+            ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
+            assert "call.uni" not in ptx, f"{name} has a non-inlined call"
+            assert "atom." not in ptx, f"{name}: no atomics"
+            if name != "rows":
+                assert "bar.sync" in ptx, name  # the block's barriers

@@ -146,7 +146,8 @@ def _kernels():
             if k < n_tiles:  # walk tile k into buffer k % 2
                 b = k & 1
                 t0 = k * tile
-                for j in range(tid, min(tile, n_trees - t0), threads):
+                count = n_trees - t0 if n_trees - t0 < tile else tile
+                for j in range(tid, count, threads):
                     t = t0 + j
                     node = leaf(X, r, roots[t], left, right, feature, threshold, default_left,
                                 is_categorical, cat_offsets, cat_values, missing)  # fmt: skip
@@ -155,7 +156,8 @@ def _kernels():
             if k > 0 and tid < G:  # add tile k - 1, in tree order
                 b = (k - 1) & 1
                 t0 = (k - 1) * tile
-                for j in range(min(tile, n_trees - t0)):
+                count = n_trees - t0 if n_trees - t0 < tile else tile
+                for j in range(count):
                     if groups[b, j] == tid:
                         acc += leaves[b, j]
             cuda.syncthreads()
