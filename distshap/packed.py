@@ -29,9 +29,11 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
+from distshap import paths as paths_module
 from distshap.encoding import InputEncoding
 from distshap.kernels.parallel import run_ranges
-from distshap.packing import bin_order, pack
+from distshap.models.ensemble import Ensemble
+from distshap.packing import Packing, bin_order, pack
 from distshap.paths import Paths
 from distshap.strategy import (
     DEFAULT_MAX_TABLE_FEATURES,
@@ -39,7 +41,7 @@ from distshap.strategy import (
     choose_tables,
 )
 
-__all__ = ["PackedModel", "build_packed_model"]
+__all__ = ["PackedModel", "build_packed_model", "pack_ensemble"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -177,37 +179,128 @@ def build_packed_model(
     model_kind : str
         The ensemble's ``model_kind`` (carried along; part of the digest).
     """
-    encoding = InputEncoding() if encoding is None else encoding
     t0 = time.perf_counter()
-    k_all = paths.lengths
-    keep = np.flatnonzero(k_all > 0)
-    k = k_all[keep]
-    packing = pack(k + 1, capacity=capacity, algorithm=algorithm)
-    item_order, bin_offsets = bin_order(packing, k + 1)
-    order = keep[item_order]
-    k = k_all[order]
-    # lanes: per path one bias lane then its k elements
-    path_offsets = np.zeros(order.shape[0] + 1, dtype=np.int64)
-    np.cumsum(k + 1, out=path_offsets[1:])
-    lane_fields = _lanes(paths, order, path_offsets)
-
-    # the table plan's size, for the statistics (and to refuse a bad policy here, not in a kernel)
-    table_paths, table_total = _table_plan_size(k, table_budget_bytes, max_table_features)
+    packing, order, bin_offsets, path_offsets = _packed_order(paths.lengths, capacity, algorithm)
     fields = dict(
         bin_offsets=bin_offsets,
-        **lane_fields,
+        **_lanes(paths, order, path_offsets),
         path_offsets=path_offsets,
         path_value=paths.path_value[order],
         path_group=paths.path_group[order],
         cat_words=paths.cat_words,
         expected_value=paths.expected_value,
     )
-    n_lanes = int(path_offsets[-1])
-    lengths = k
+    return _packed_model(
+        fields, packing, t0, paths.num_features, paths.num_groups, capacity,
+        table_budget_bytes, max_table_features, feature_names, feature_categories, encoding,
+        margin, model_kind,
+    )  # fmt: skip
+
+
+def pack_ensemble(
+    ensemble: Ensemble,
+    algorithm: str = "bfd",
+    capacity: int = 32,
+    table_budget_bytes: int = DEFAULT_TABLE_BUDGET_BYTES,
+    max_table_features: int = DEFAULT_MAX_TABLE_FEATURES,
+    feature_names: tuple[str, ...] | None = None,
+    feature_categories: dict | None = None,
+    encoding: InputEncoding | None = None,
+    margin: dict | None = None,
+    model_kind: str = "unknown",
+) -> PackedModel:
+    """``build_packed_model(extract_paths(ensemble), ...)``, the same model bit for bit.
+
+    Ensembles of up to :data:`distshap.paths.NUMPY_MAX_NODES` nodes take exactly that route
+    (NumPy, nothing compiled). Larger ones take the compiled walk's two passes
+    (:class:`~distshap.paths.PathWalk`) with the packing between them: the first pass counts
+    each path's elements, which is all the packing needs, and the second writes every path
+    straight into its packed lanes, bias lane and ``lane_path`` included. The paths' element
+    arrays in node order, and the gather of the lanes from them (random reads of every array
+    for every path), are never made.
+
+    Parameters
+    ----------
+    ensemble : Ensemble
+        A validated (and encoded: :func:`distshap.encoding.encode_ensemble`) ensemble.
+    algorithm, capacity, table_budget_bytes, max_table_features, feature_names,
+    feature_categories, encoding, margin, model_kind
+        As :func:`build_packed_model`.
+
+    Raises
+    ------
+    ValueError
+        As :func:`~distshap.paths.extract_paths` and :func:`build_packed_model`.
+    """
+    options = dict(
+        algorithm=algorithm, capacity=capacity, table_budget_bytes=table_budget_bytes,
+        max_table_features=max_table_features, feature_names=feature_names,
+        feature_categories=feature_categories, encoding=encoding, margin=margin,
+        model_kind=model_kind,
+    )  # fmt: skip
+    if ensemble.num_nodes <= paths_module.NUMPY_MAX_NODES:
+        return build_packed_model(paths_module.extract_paths(ensemble), **options)
+    walk = paths_module.walk_paths(ensemble)  # first pass: each path's element count
+    t0 = time.perf_counter()
+    packing, order, bin_offsets, path_offsets = _packed_order(walk.lengths, capacity, algorithm)
+    starts = np.zeros(walk.num_paths, np.int64)  # each packed path's first element lane
+    starts[order] = path_offsets[:-1] + 1
+    rank = np.full(walk.num_paths, -1, np.int32)
+    rank[order] = np.arange(order.shape[0], dtype=np.int32)
+    filled = walk.fill(starts, int(path_offsets[-1]), rank)  # second pass: the lanes
+    per_path = walk.path_arrays()
+    fields = dict(
+        bin_offsets=bin_offsets,
+        **{name: filled[name] for name in _LANE_FIELDS},
+        path_offsets=path_offsets,
+        path_value=per_path["path_value"][order],
+        path_group=per_path["path_group"][order],
+        cat_words=filled["cat_words"],
+        expected_value=walk.expected_value(per_path["path_group"], filled["mean_value"]),
+    )
+    return _packed_model(
+        fields, packing, t0, ensemble.num_features, ensemble.num_groups, capacity,
+        table_budget_bytes, max_table_features, feature_names, feature_categories, encoding,
+        margin, model_kind,
+    )  # fmt: skip
+
+
+#: The lane arrays, in the order of :class:`PackedModel`.
+_LANE_FIELDS = ("feature", "lower", "upper", "missing", "zero_fraction", "cat_offsets",
+                "cat_nbits", "cat_other", "lane_path")  # fmt: skip
+
+
+def _packed_order(
+    k_all: np.ndarray, capacity: int, algorithm: str
+) -> tuple[Packing, np.ndarray, np.ndarray, np.ndarray]:
+    """The packing of the paths with features, their packed order (path indices), the bins'
+    and the packed paths' lane offsets (a bias lane then ``k`` lanes a path)."""
+    keep = np.flatnonzero(k_all > 0)
+    k = k_all[keep]
+    packing = pack(k + 1, capacity=capacity, algorithm=algorithm)
+    item_order, bin_offsets = bin_order(packing, k + 1)
+    order = keep[item_order]
+    path_offsets = np.zeros(order.shape[0] + 1, dtype=np.int64)
+    np.cumsum(k_all[order] + 1, out=path_offsets[1:])
+    return packing, order, bin_offsets, path_offsets
+
+
+def _packed_model(
+    fields: dict, packing: Packing, t0: float, num_features: int, num_groups: int,
+    capacity: int, table_budget_bytes: int, max_table_features: int,
+    feature_names: tuple[str, ...] | None, feature_categories: dict | None,
+    encoding: InputEncoding | None, margin: dict | None, model_kind: str,
+) -> PackedModel:  # fmt: skip
+    """The :class:`PackedModel` of the packed arrays ``fields``: statistics and digest."""
+    encoding = InputEncoding() if encoding is None else encoding
+    lengths = np.diff(fields["path_offsets"]) - 1
+    # the table plan's size, for the statistics (and to refuse a bad policy here, not in a kernel)
+    table_paths, table_total = _table_plan_size(lengths, table_budget_bytes, max_table_features)
+    n_paths = int(lengths.shape[0])
     stats = {
         "algorithm": packing.algorithm,
-        "paths": int(order.shape[0]),
-        "lanes": n_lanes,
+        "paths": n_paths,
+        "lanes": int(fields["path_offsets"][-1]),
         "bins": packing.num_bins,
         "oversize_bins": packing.num_oversize,
         "utilisation": packing.utilisation,
@@ -215,26 +308,20 @@ def build_packed_model(
         "max_path_features": int(lengths.max()) if lengths.size else 0,
         "mean_path_features": float(lengths.mean()) if lengths.size else 0.0,
         "table_paths": table_paths,
-        "dp_paths": int(order.shape[0]) - table_paths,
+        "dp_paths": n_paths - table_paths,
         "table_bytes": 4 * table_total,
         "build_seconds": time.perf_counter() - t0,
     }
     return PackedModel(
         **fields,
-        num_features=paths.num_features,
-        num_groups=paths.num_groups,
+        num_features=num_features,
+        num_groups=num_groups,
         capacity=capacity,
         table_budget_bytes=int(table_budget_bytes),
         max_table_features=int(max_table_features),
         digest=_digest(
             {**fields, **encoding.arrays(), **_prefixed("margin.", margin or {})},
-            (
-                paths.num_features,
-                paths.num_groups,
-                capacity,
-                table_budget_bytes,
-                max_table_features,
-            ),
+            (num_features, num_groups, capacity, table_budget_bytes, max_table_features),
             _labels(feature_names, feature_categories, model_kind),
         ),
         stats=stats,

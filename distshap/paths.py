@@ -31,7 +31,7 @@ from numba import njit
 from distshap.kernels.parallel import run_ranges
 from distshap.models.ensemble import Ensemble
 
-__all__ = ["Paths", "extract_paths"]
+__all__ = ["PathWalk", "Paths", "extract_paths", "walk_paths"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,13 +127,148 @@ def extract_paths(ensemble: Ensemble) -> Paths:
     more than it saves, and a compiled depth-first walk (:func:`_dfs_paths`) for larger ones.
     """
     ens = ensemble
+    nbits = _checked_category_bits(ens)
+    if ens.num_nodes <= NUMPY_MAX_NODES:
+        return _paths_numpy(ens, nbits)
+    return _paths_compiled(ens, nbits)
+
+
+def _checked_category_bits(ens: Ensemble) -> np.ndarray:
+    """:func:`_category_bits_per_feature`, refusing a feature split both ways."""
     nbits = _category_bits_per_feature(ens)
     internal = ens.left >= 0
     if np.any(ens.is_categorical[internal] != (nbits[ens.feature[internal]] > 0)):
         raise ValueError("a feature has both categorical and numeric splits")
-    if ens.num_nodes <= NUMPY_MAX_NODES:
-        return _paths_numpy(ens, nbits)
-    return _paths_compiled(ens, nbits)
+    return nbits
+
+
+class PathWalk:
+    """The compiled walk's first pass over an ensemble: each path's element and word counts.
+
+    :func:`walk_paths` makes it; :meth:`fill` (the second pass) writes the elements at any
+    offsets, so the same two passes give :func:`extract_paths`'s arrays (elements in path
+    order) or a packed model's lanes directly (:func:`distshap.packed.pack_ensemble`: each
+    path at its lanes after a bias lane, no intermediate arrays). Paths are numbered in node
+    order (the order of :func:`extract_paths`).
+
+    Attributes
+    ----------
+    lengths : int64 (n_paths,)
+        Merged feature elements of each path.
+    word_counts : int64 (n_paths,)
+        Category words of each path.
+    """
+
+    def __init__(self, ens: Ensemble, nbits: np.ndarray) -> None:
+        nwords = (nbits + 31) // 32
+        self.ensemble = ens
+        self.is_path = (ens.left < 0) & (ens.value != 0.0)
+        # a leaf's path index (node order)
+        self.path_of_node = np.cumsum(self.is_path, dtype=np.int64) - 1
+        n_paths = int(self.path_of_node[-1]) + 1 if self.path_of_node.size else 0
+        self.lengths = np.zeros(n_paths, np.int64)
+        self.word_counts = np.zeros(n_paths, np.int64)
+        self._trees = (
+            ens.left, ens.right, ens.feature, ens.threshold, ens.default_left,
+            ens.is_categorical, ens.cat_offsets, ens.cat_values, ens.value, ens.cover,
+            ens.tree_offsets, nbits.astype(np.int64), nwords.astype(np.int64),
+            self.path_of_node, self.lengths, self.word_counts,
+        )  # fmt: skip
+        self._pieces = min(ens.num_trees, 8 * numba.get_num_threads())  # trees differ in size
+        i64, f64 = np.zeros(0, np.int64), np.zeros(0, np.float64)
+        bool_, f32 = np.zeros(0, np.bool_), np.zeros(0, np.float32)
+        i32 = np.zeros(0, np.int32)
+        unused = (i64, i64, i32, f32, f32, bool_, f64, i64, i32, bool_, np.zeros(0, np.uint32),
+                  f64, i32, i32)  # fmt: skip
+        self._run(*unused, False)
+
+    @property
+    def num_paths(self) -> int:
+        return int(self.lengths.shape[0])
+
+    def _run(self, *args: object) -> None:
+        bad = np.zeros(self.ensemble.num_trees, np.int8)
+        run_ranges(_dfs_paths, self.ensemble.num_trees, self._pieces, *self._trees, *args[:-1],
+                   bad, args[-1])  # fmt: skip
+        _check_walk(bad)
+
+    def fill(self, starts: np.ndarray, n_elements: int, rank: np.ndarray | None = None) -> dict:
+        """The second pass: every path's elements written from ``starts[p]``.
+
+        Parameters
+        ----------
+        starts : int64 (n_paths,)
+            First element of each path in the output arrays (ignored for a path of no
+            elements, or of ``rank[p] < 0``).
+        n_elements : int
+            Length of the output arrays.
+        rank : int32 (n_paths,), optional
+            Packed index of each path (``-1``: not packed, nothing written): each packed path
+            also gets a bias lane at ``starts[p] - 1`` (feature -1, always followed, zero
+            fraction 1) and ``lane_path`` (its packed index) on its lanes.
+
+        Returns
+        -------
+        dict
+            ``feature, lower, upper, missing, zero_fraction, cat_offsets, cat_nbits,
+            cat_other`` (``n_elements``), ``lane_path`` (``n_elements`` with ``rank``),
+            ``cat_words`` (category words in path order) and ``mean_value`` (each path's leaf
+            value times its cover product).
+        """
+        word_offsets = np.zeros(self.num_paths + 1, dtype=np.int64)
+        np.cumsum(self.word_counts, out=word_offsets[1:])
+        out = {
+            "feature": np.empty(n_elements, np.int32),
+            "lower": np.empty(n_elements, np.float32),
+            "upper": np.empty(n_elements, np.float32),
+            "missing": np.empty(n_elements, np.bool_),
+            "zero_fraction": np.empty(n_elements, np.float64),
+            "cat_offsets": np.empty(n_elements, np.int64),
+            "cat_nbits": np.empty(n_elements, np.int32),
+            "cat_other": np.empty(n_elements, np.bool_),
+        }
+        cat_words = np.empty(int(word_offsets[-1]), np.uint32)
+        mean_value = np.empty(self.num_paths, np.float64)
+        if rank is None:
+            rank, lane_path = np.zeros(0, np.int32), np.zeros(0, np.int32)
+        else:
+            rank = np.ascontiguousarray(rank, np.int32)
+            lane_path = np.empty(n_elements, np.int32)
+        starts = np.ascontiguousarray(starts, np.int64)
+        self._run(starts, word_offsets, *out.values(), cat_words, mean_value, rank, lane_path,
+                  True)  # fmt: skip
+        if lane_path.shape[0]:
+            out["lane_path"] = lane_path
+        return {**out, "cat_words": cat_words, "mean_value": mean_value}
+
+    def path_arrays(self) -> dict:
+        """``path_value``, ``path_group`` (int32), ``path_tree`` (int32) in node order."""
+        ens = self.ensemble
+        leaves = np.flatnonzero(self.is_path)
+        node_tree = np.repeat(np.arange(ens.num_trees, dtype=np.int32), np.diff(ens.tree_offsets))
+        path_tree = node_tree[leaves]
+        return {
+            "path_value": ens.value[leaves],
+            "path_group": ens.tree_group[path_tree].astype(np.int32),
+            "path_tree": path_tree,
+        }
+
+    def expected_value(self, path_group: np.ndarray, mean_value: np.ndarray) -> np.ndarray:
+        """Base score plus the cover-weighted mean prediction of each group."""
+        ens = self.ensemble
+        expected = ens.base_score.astype(np.float64)
+        return expected + np.bincount(path_group, weights=mean_value, minlength=ens.num_groups)
+
+
+def walk_paths(ensemble: Ensemble) -> PathWalk:
+    """The compiled walk's first pass over ``ensemble`` (checked as :func:`extract_paths`).
+
+    Raises
+    ------
+    ValueError
+        As :func:`extract_paths`.
+    """
+    return PathWalk(ensemble, _checked_category_bits(ensemble))
 
 
 def _paths_compiled(ens: Ensemble, nbits: np.ndarray) -> Paths:
@@ -145,67 +280,28 @@ def _paths_compiled(ens: Ensemble, nbits: np.ndarray) -> Paths:
     must be :func:`_category_bits_per_feature` of ``ens`` with categorical and numeric splits
     never on one feature (:func:`extract_paths` checks).
     """
-    nwords = (nbits + 31) // 32
-    is_path = (ens.left < 0) & (ens.value != 0.0)
-    path_of_node = np.cumsum(is_path, dtype=np.int64) - 1  # a leaf's path index (node order)
-    n_paths = int(path_of_node[-1]) + 1 if path_of_node.size else 0
-    counts = np.zeros(n_paths, np.int64)
-    word_counts = np.zeros(n_paths, np.int64)
-    bad = np.zeros(ens.num_trees, np.int8)
-    trees = (
-        ens.left, ens.right, ens.feature, ens.threshold, ens.default_left, ens.is_categorical,
-        ens.cat_offsets, ens.cat_values, ens.value, ens.cover, ens.tree_offsets,
-        nbits.astype(np.int64), nwords.astype(np.int64), path_of_node, counts, word_counts,
-    )  # fmt: skip
-    pieces = min(ens.num_trees, 8 * numba.get_num_threads())  # trees differ in size
-    i64, f64 = np.zeros(0, np.int64), np.zeros(0, np.float64)
-    bool_, f32 = np.zeros(0, np.bool_), np.zeros(0, np.float32)
-    i32 = np.zeros(0, np.int32)
-    unused = (i64, i64, i32, f32, f32, bool_, f64, i64, i32, bool_, np.zeros(0, np.uint32), f64)
-    run_ranges(_dfs_paths, ens.num_trees, pieces, *trees, *unused, bad, False)
-    _check_walk(bad)
-    path_offsets = np.zeros(n_paths + 1, dtype=np.int64)
-    np.cumsum(counts, out=path_offsets[1:])
-    word_offsets = np.zeros(n_paths + 1, dtype=np.int64)
-    np.cumsum(word_counts, out=word_offsets[1:])
-    n_elem, n_words = int(path_offsets[-1]), int(word_offsets[-1])
-    feature = np.empty(n_elem, np.int32)
-    lower = np.empty(n_elem, np.float32)
-    upper = np.empty(n_elem, np.float32)
-    missing = np.empty(n_elem, np.bool_)
-    zero_fraction = np.empty(n_elem, np.float64)
-    cat_offsets = np.empty(n_elem, np.int64)
-    cat_nbits = np.empty(n_elem, np.int32)
-    cat_other = np.empty(n_elem, np.bool_)
-    cat_words = np.empty(n_words, np.uint32)
-    mean_value = np.empty(n_paths, np.float64)
-    out = (path_offsets, word_offsets, feature, lower, upper, missing, zero_fraction,
-           cat_offsets, cat_nbits, cat_other, cat_words, mean_value)  # fmt: skip
-    run_ranges(_dfs_paths, ens.num_trees, pieces, *trees, *out, bad, True)
-    _check_walk(bad)
-    leaves = np.flatnonzero(is_path)
-    node_tree = np.repeat(np.arange(ens.num_trees, dtype=np.int32), np.diff(ens.tree_offsets))
-    path_tree = node_tree[leaves]
-    path_group = ens.tree_group[path_tree].astype(np.int32)
-    expected = ens.base_score.astype(np.float64)
-    expected = expected + np.bincount(path_group, weights=mean_value, minlength=ens.num_groups)
+    walk = PathWalk(ens, nbits)
+    path_offsets = np.zeros(walk.num_paths + 1, dtype=np.int64)
+    np.cumsum(walk.lengths, out=path_offsets[1:])
+    filled = walk.fill(path_offsets[:-1], int(path_offsets[-1]))
+    per_path = walk.path_arrays()
     return Paths(
         path_offsets=path_offsets,
-        path_value=ens.value[leaves],
-        path_group=path_group,
-        path_tree=path_tree,
-        feature=feature,
-        lower=lower,
-        upper=upper,
-        missing=missing,
-        zero_fraction=zero_fraction,
-        cat_offsets=cat_offsets,
-        cat_nbits=cat_nbits,
-        cat_other=cat_other,
-        cat_words=cat_words,
+        path_value=per_path["path_value"],
+        path_group=per_path["path_group"],
+        path_tree=per_path["path_tree"],
+        feature=filled["feature"],
+        lower=filled["lower"],
+        upper=filled["upper"],
+        missing=filled["missing"],
+        zero_fraction=filled["zero_fraction"],
+        cat_offsets=filled["cat_offsets"],
+        cat_nbits=filled["cat_nbits"],
+        cat_other=filled["cat_other"],
+        cat_words=filled["cat_words"],
         num_features=ens.num_features,
         num_groups=ens.num_groups,
-        expected_value=expected,
+        expected_value=walk.expected_value(per_path["path_group"], filled["mean_value"]),
     )
 
 
@@ -456,13 +552,16 @@ def _dfs_paths(
     left, right, feature, threshold, default_left, is_cat, cat_offsets, cat_values, value,
     cover, tree_offsets, nbits, nwords, path_of_node, counts, word_counts, path_offsets,
     word_offsets, out_feature, out_lower, out_upper, out_missing, out_zero, out_cat, out_nbits,
-    out_other, words, mean_value, bad, fill, t_lo, t_hi,
+    out_other, words, mean_value, rank, lane_path, bad, fill, t_lo, t_hi,
 ):  # fmt: skip
     """Depth-first walk of trees ``t_lo .. t_hi - 1``, serial (``run_ranges`` runs it in threads).
 
     ``fill`` False: each path's element and category-word counts (``counts``,
     ``word_counts``). ``fill`` True: its elements, written at ``path_offsets`` /
-    ``word_offsets``, and ``mean_value`` (leaf value times the cover product).
+    ``word_offsets``, and ``mean_value`` (leaf value times the cover product); with a
+    non-empty ``rank`` (packed lanes, :meth:`PathWalk.fill`), a path of ``rank[p] >= 0`` also
+    gets its bias lane at ``path_offsets[p] - 1`` and ``lane_path`` on its lanes, and a path of
+    ``rank[p] < 0`` no elements.
 
     The stack holds the splits from the root to the current node; the split at depth ``j``
     keeps its zero fraction towards the child being walked, and the next shallower split on
@@ -502,7 +601,24 @@ def _dfs_paths(
                     else:
                         e = path_offsets[p]
                         w0 = word_offsets[p]
-                        for i in range(distinct):
+                        write = distinct
+                        if rank.shape[0] > 0:
+                            q = rank[p]
+                            if q < 0:
+                                write = 0
+                            else:
+                                a = e - 1  # the bias lane
+                                out_feature[a] = -1
+                                out_lower[a] = -np.inf
+                                out_upper[a] = np.inf
+                                out_missing[a] = True
+                                out_zero[a] = 1.0
+                                out_cat[a] = -1
+                                out_nbits[a] = 0
+                                out_other[a] = True
+                                for i in range(a, e + distinct):
+                                    lane_path[i] = q
+                        for i in range(write):
                             f = present[i]
                             out_feature[e] = f
                             out_nbits[e] = nbits[f]

@@ -212,3 +212,37 @@ def test_item_count_decides_the_packing_implementation(monkeypatch):
     np.testing.assert_array_equal(small.bin_of_item, large.bin_of_item)
     for a, b in zip(small_order, packing.bin_order(large, sizes), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def _assert_same_packed(a: packed.PackedModel, b: packed.PackedModel) -> None:
+    for f in dataclasses.fields(packed.PackedModel):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape, f.name
+            assert np.array_equal(x, y), f.name
+    assert a.digest == b.digest
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pack_ensemble_walks_into_the_lanes_as_paths_then_packing(seed, monkeypatch):
+    # the large-model route (the walk writes each path into its packed lanes) against
+    # build_packed_model(extract_paths(...)): categorical (one and two words), multi-group,
+    # a bare leaf (a path of no features) and a zero leaf (no path)
+    ens = tiny.random_ensemble(
+        200 + seed, n_features=5 + seed, n_trees=3 + seed, depth=3 + 2 * seed,
+        n_groups=1 + seed % 3, n_categorical=seed % 3, n_categories=4 + 30 * (seed % 2),
+    )  # fmt: skip
+    if seed == 0:
+        ens = build_ensemble(
+            [Split(0, 0.5, Leaf(0.0, 2.0), Split(1, 0.5, Leaf(1.0), Leaf(-2.0))), Leaf(3.0)],
+            num_features=2,
+        )
+    want = packed.build_packed_model(paths.extract_paths(ens), table_budget_bytes=300)
+    monkeypatch.setattr(paths, "NUMPY_MAX_NODES", 0)
+    spied = []
+    monkeypatch.setattr(packed, "build_packed_model", lambda *a, **k: spied.append(1))
+    got = packed.pack_ensemble(ens, table_budget_bytes=300)
+    assert not spied  # the walk's own route, not paths then packing
+    _assert_same_packed(want, got)
+    assert got.stats["paths"] == want.stats["paths"] and got.stats["bins"] == want.stats["bins"]
+    assert got.stats["table_paths"] == want.stats["table_paths"]
