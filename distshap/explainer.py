@@ -50,8 +50,7 @@ from distshap.models.iterations import (
     select_iterations,
     tree_limit_range,
 )
-from distshap.packed import PackedModel, build_packed_model
-from distshap.paths import extract_paths
+from distshap.packed import PackedModel, pack_ensemble
 from distshap.strategy import DEFAULT_MAX_TABLE_FEATURES, DEFAULT_TABLE_BUDGET_BYTES
 
 __all__ = [
@@ -273,8 +272,8 @@ class TreeExplainer:
 
     def _build_packed(self, ensemble: Ensemble) -> PackedModel:
         encoded, encoding = encode_ensemble(ensemble)
-        return build_packed_model(
-            extract_paths(encoded),
+        return pack_ensemble(  # build_packed_model(extract_paths(encoded), ...), bit for bit
+            encoded,
             feature_names=ensemble.feature_names,
             feature_categories=ensemble.extra.get("category_values"),
             encoding=encoding,
