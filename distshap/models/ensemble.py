@@ -181,17 +181,19 @@ class Ensemble:
     def _validate_structure(self, internal: np.ndarray) -> None:
         """Children inside their own tree; every node but the roots has exactly one parent."""
         n = self.num_nodes
-        node_tree = np.repeat(np.arange(self.num_trees), np.diff(self.tree_offsets))
+        node_tree = np.repeat(np.arange(self.num_trees, dtype=np.int32), np.diff(self.tree_offsets))
         parents = np.flatnonzero(internal)
-        children = np.concatenate([self.left[parents], self.right[parents]]).astype(np.int64)
-        if children.size and (children.min() < 0 or children.max() >= n):
-            raise ValueError("a child index points outside the ensemble's nodes")
-        if np.any(node_tree[children] != np.tile(node_tree[parents], 2)):
+        left, right = self.left[parents], self.right[parents]
+        for children in (left, right):
+            if children.size and (children.min() < 0 or children.max() >= n):
+                raise ValueError("a child index points outside the ensemble's nodes")
+        own = node_tree[parents]
+        if np.any(node_tree[left] != own) or np.any(node_tree[right] != own):
             raise ValueError("a child index points into another tree")
-        n_parents = np.bincount(children, minlength=n)
-        expected = np.ones(n, dtype=np.int64)
-        expected[self.tree_offsets[:-1]] = 0
-        if np.any(n_parents != expected):
+        n_parents = np.bincount(left, minlength=n)
+        n_parents += np.bincount(right, minlength=n)
+        n_parents[self.tree_offsets[:-1]] += 1  # a root has none: count it as one
+        if np.any(n_parents != 1):
             raise ValueError(
                 "the trees are not trees: every node except a tree's root needs exactly one parent"
             )

@@ -232,6 +232,23 @@ def _array(tree: dict, name: str, dtype: Any, t: int, n: int | None) -> np.ndarr
     return arr
 
 
+def _counted(tree: dict, name: str, t: int, n: int) -> None:
+    """Check that ``tree[name]`` (an array the conversion does not use) has ``n`` numbers.
+
+    A decoded UBJSON array is checked by its shape alone (it holds numbers by construction);
+    anything else goes through :func:`_array`'s conversion.
+    """
+    value = tree[name]
+    if isinstance(value, np.ndarray) and value.dtype.kind in "iuf":
+        if value.shape != (n,):
+            raise ValueError(
+                f"inconsistent XGBoost model: tree {t}'s {name} has shape {value.shape}, "
+                f"expected ({n},) like its left_children (truncated or edited)"
+            )
+        return
+    _array(tree, name, np.float64, t, n)
+
+
 def _drop_deleted(nodes: dict, num_deleted: np.ndarray, trees: np.ndarray) -> dict:
     """Remove the nodes no path reaches: pruned nodes XGBoost keeps in place (``num_deleted``).
 
@@ -241,6 +258,17 @@ def _drop_deleted(nodes: dict, num_deleted: np.ndarray, trees: np.ndarray) -> di
     """
     left, right, offsets = nodes["left"], nodes["right"], nodes["tree_offsets"]
     roots = offsets[:-1]
+    if not num_deleted.any():
+        # nothing deleted: when every node but the roots is a child, every node is reached
+        # (a node of one parent whose chain of parents does not end at the root hangs in a
+        # cycle, which Ensemble.validate and the path extraction refuse)
+        inner = left >= 0
+        child = np.zeros(left.size, dtype=bool)
+        child[left[inner]] = True
+        child[right[inner]] = True
+        child[roots] = True
+        if child.all():
+            return nodes
     reach = np.zeros(left.size, dtype=bool)
     reach[roots] = True
     frontier = roots
@@ -400,7 +428,7 @@ def ensemble_from_xgboost_document(
         hess.append(_array(tree, "sum_hessian", np.float32, t, n))
         for name in ("parents", "loss_changes", "base_weights"):  # unused, but counted
             if name in tree:
-                _array(tree, name, np.float64, t, n)
+                _counted(tree, name, t, n)
         stype = tree.get("split_type")
         if stype is None or len(stype) == 0:
             stypes.append(np.zeros(n, dtype=np.int8))
