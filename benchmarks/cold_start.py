@@ -6,9 +6,12 @@ cache the first one filled (what a second session pays). The child process times
 
 * ``import``: ``import distshap``;
 * ``build``: :class:`distshap.TreeExplainer` on the saved model file, split into its stages
-  (``load`` the file, ``encode``, ``paths`` extraction, ``margin`` arrays and ``packed``: bin
-  packing and the packed model, with ``packing`` the packing algorithm alone from
-  ``packed.stats``; Numba compilation falls into the stage that triggers it);
+  (``load`` the file, ``encode``, ``margin`` arrays and ``packed``: paths and packed model, by
+  :func:`distshap.packed.pack_ensemble`), ``packed`` split further into ``paths`` (the NumPy
+  path extraction of models of usual size) or ``walk`` and ``lanes`` (the compiled walk's
+  counting pass, and its second pass writing the packed lanes, for large models), ``packing``
+  (the packing algorithm alone, from ``packed.stats``) and ``digest``; Numba compilation falls
+  into the stage that triggers it;
 * ``first``: the first ``shap_values`` call (compilation, tables, additivity check included),
   ``warm``: the median of ``--repeats`` later calls; then the same for
   ``shap_interaction_values`` (``--kinds``).
@@ -20,18 +23,16 @@ subtracted), the way to see where a first call's time goes.
 With ``--backend cuda`` the first call is split too: ``cuda import`` (importing the CUDA
 backend, timed before the build), ``device model`` (the packed model's device arrays: host
 lane columns and copies), ``cuda compile`` (seconds inside the CUDA dispatchers' ``compile``,
-with how many kernels were compiled and how many loaded from Numba's disk cache) and
-``margin`` (the additivity check's traversal). ``--cuda-cache`` is an experiment: every
-``cuda.jit`` kernel gets ``cache=True`` (and the warp ballot becomes a device function, so that
-numba-cuda's cache key of a kernel closing over a device function is the same in every
-process), to show what caching the CUDA kernels on disk gives the filled-cache run.
+with how many kernels were compiled and how many loaded from Numba's disk cache: the CUDA
+kernels are ``cuda.jit(cache=True)``, so the filled-cache run should load every one) and
+``margin`` (the additivity check's traversal). After each run the parent counts the index
+files in the Numba cache directory (CPU and CUDA functions), the disk cache's state.
 
 Usage::
 
     python -m benchmarks.cold_start                                  # cal_housing-med, CPU
     python -m benchmarks.cold_start --profile --kinds shap
     python -m benchmarks.cold_start --backend cuda --kinds shap      # GPU: cal_housing-large
-    python -m benchmarks.cold_start --backend cuda --kinds shap --cuda-cache
 """
 
 from __future__ import annotations
@@ -50,9 +51,8 @@ import time
 _STAGES = (
     ("load", "load_model"),
     ("encode", "encode_ensemble"),
-    ("paths", "extract_paths"),
     ("margin", "margin_model"),
-    ("packed", "build_packed_model"),
+    ("packed", "pack_ensemble"),
 )
 
 
@@ -154,34 +154,6 @@ def _cuda_compile_profile(sink: dict) -> None:
     CUDADispatcher.compile = compile
 
 
-def _cuda_cache_experiment() -> None:
-    """``cache=True`` on every CUDA kernel, before the CUDA backend is imported; the warp
-    ballot as a device function (``cuda.ballot_sync`` is an intrinsic whose pickle carries a
-    per-process uuid: a kernel closing over a device function that calls it would get a new
-    cache key in every process)."""
-    from numba import cuda
-
-    jit = cuda.jit
-
-    def cached_jit(func_or_sig=None, *a, **kws):  # noqa: ANN001, ANN002, ANN003
-        if not kws.get("device", False):
-            kws.setdefault("cache", True)
-        return jit(func_or_sig, *a, **kws)
-
-    cuda.jit = cached_jit
-
-    @jit(device=True)
-    def ballot(mask, predicate):  # noqa: ANN001, ANN202
-        return cuda.ballot_sync(mask, predicate)
-
-    import distshap.kernels.cuda  # noqa: F401 - every kernel module, then their ballot
-
-    for mod in list(sys.modules.values()):
-        name = getattr(mod, "__name__", "")
-        if name.startswith("distshap") and getattr(mod, "ballot", None) is cuda.ballot_sync:
-            mod.ballot = ballot
-
-
 def _child(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     import numpy as np  # timed apart: every Python program using distshap has it
@@ -205,8 +177,6 @@ def _child(args: argparse.Namespace) -> dict:
         X = cupy.asarray(X)
         cupy.cuda.Device().synchronize()
         t0 = time.perf_counter()
-        if args.cuda_cache:
-            _cuda_cache_experiment()
         import distshap.kernels.cuda.model as cuda_model
         from distshap.kernels import margin
 
@@ -214,10 +184,18 @@ def _child(args: argparse.Namespace) -> dict:
         _timed_everywhere(cuda_model, "device_model", first_stages, "device_model")
         _timed_everywhere(margin, "predict_margin", first_stages, "margin")
         _cuda_compile_profile(first_stages)
+    from distshap import packed as packed_module
+    from distshap import paths as paths_module
+
     stages: dict[str, float] = {}
     for key, fn in _STAGES:
         if hasattr(explainer_module, fn):
             _timed(explainer_module, fn, stages, key)
+    parts: dict[str, float] = {}  # inside "packed"
+    _timed(paths_module, "extract_paths", parts, "paths")
+    _timed(paths_module, "walk_paths", parts, "walk")
+    _timed(paths_module.PathWalk, "fill", parts, "lanes")
+    _timed(packed_module, "_digest", parts, "digest")
     t0, c0 = time.perf_counter(), time.process_time()
     explainer = distshap.TreeExplainer(args.model, backend=args.backend)
     t_build, c_build = time.perf_counter() - t0, time.process_time() - c0
@@ -228,7 +206,7 @@ def _child(args: argparse.Namespace) -> dict:
         "build_s": t_build,
         "cpu_s": {"import": c_import, "build": c_build},
         "cuda_import_s": t_cuda_import,
-        "build_stages_s": {**stages, "packing": stats.get("packing_seconds", float("nan"))},
+        "build_stages_s": {**stages, **parts, "packing": stats.get("packing_seconds", 0.0)},
         "paths": stats.get("paths"),
         "lanes": stats.get("lanes"),
         "kinds": {},
@@ -288,7 +266,6 @@ def _run_child(args: argparse.Namespace, model: str, cache_dir: str) -> tuple[di
         "--kinds", args.kinds, "--repeats", str(args.repeats),
         "--interaction-rows", str(args.interaction_rows), "--threads", str(args.threads),
     ] + (["--profile"] if args.profile else [])  # fmt: skip
-    cmd += ["--cuda-cache"] if args.cuda_cache else []
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True)
@@ -296,6 +273,21 @@ def _run_child(args: argparse.Namespace, model: str, cache_dir: str) -> tuple[di
     if proc.returncode != 0:
         raise RuntimeError(f"child failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1]), wall
+
+
+def _cache_index_files(cache_dir: str) -> str:
+    """The Numba cache directory's state: index files (one per cached function, CPU or CUDA;
+    those of ``distshap/kernels/cuda`` counted apart) and data files (one per signature)."""
+    index = cuda_dir = data = 0
+    for root, _dirs, files in os.walk(cache_dir):
+        for name in files:
+            index += name.endswith(".nbi")
+            data += name.endswith(".nbc")
+            cuda_dir += name.endswith(".nbi") and "kernels_cuda" in root.replace(os.sep, "_")
+    return (
+        f"{index} index files ({cuda_dir} of distshap/kernels/cuda), {data} data files in "
+        f"{cache_dir}"
+    )
 
 
 def _summary(label: str, rec: dict, wall: float) -> str:
@@ -359,11 +351,6 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="NUMBA_NUM_THREADS of the child (default: 2 for cpu, every core for cuda)",
     )
-    parser.add_argument(
-        "--cuda-cache",
-        action="store_true",
-        help="experiment: cache=True on every CUDA kernel (numba-cuda's disk cache)",
-    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="per-function compile seconds")
     parser.add_argument("--top", type=int, default=25, help="functions listed by --profile")
@@ -388,8 +375,10 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="distshap-numba-") as cache_dir:
         for label in ("fresh cache", "filled cache"):
             rec, wall = _run_child(args, model, cache_dir)
+            rec["disk_cache_index_files"] = _cache_index_files(cache_dir)
             results[label] = rec
             print(_summary(label, rec, wall), flush=True)
+            print(f"  Numba disk cache after the run: {rec['disk_cache_index_files']}", flush=True)
             if args.profile:
                 print(_profile_table(rec["compile_profile"], args.top), flush=True)
     if args.json:
