@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from distshap import kernels
-from distshap.additivity import check_additivity
+from distshap.additivity import check_additivity, check_margin
 from distshap.inputs import is_cupy, model_matrix
 from distshap.interventional import (
     apply_transform,
@@ -110,7 +110,7 @@ def explain_rows(
 
             raw = cupy.asarray(raw)  # the traversal runs where the values are
         what = "interaction values" if interactions else "SHAP values"
-        check_additivity(out, predict_margin(packed.margin, raw), what, first_row)
+        check_margin(out, packed.margin, raw, what, first_row)
     if is_cupy(out) and not is_cupy(rows):
         out = out.get()
     return out
