@@ -15,9 +15,12 @@ Layout (struct of arrays, all NumPy, picklable, with a content digest):
   interaction tables), so a model explained on the GPU never fills host tables; the packed
   model only counts the plan's paths and bytes for its statistics.
 
-Building is linear in the lanes: the lanes are laid out in NumPy for models of up to
-:data:`NUMPY_MAX_PATHS` paths (nothing to compile) and by a compiled loop in threads beyond,
-the digest hashes pieces of the arrays in threads.
+Building is linear in the lanes: :func:`build_packed_model` lays the lanes out from
+:class:`~distshap.paths.Paths` in NumPy for models of up to :data:`NUMPY_MAX_PATHS` paths
+(nothing to compile) and by a compiled loop in threads beyond; :func:`pack_ensemble` (what the
+explainer calls) gives the same model from an ensemble, and for large ensembles has the
+compiled path walk write the lanes itself, in threads, after packing on its counts. The digest
+hashes pieces of the arrays in threads.
 """
 
 from __future__ import annotations
