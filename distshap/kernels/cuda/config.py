@@ -24,8 +24,10 @@ __all__ = [
     "QUADRATURE_CHUNK_PATHS",
     "QUADRATURE_NODES",
     "QUADRATURE_SHARED_BYTES",
+    "QUADRATURE_TILE_FEATURES",
     "ROWS_PER_WARP",
     "SHAP_TABLE_ROWS_A_STEP",
+    "SHAP_QUADRATURE_TILES",
     "SHARED_TILE_VALUES",
     "SLOT_QUADRATURE_CHUNKS",
     "SLOT_QUADRATURE_ROWS",
@@ -47,6 +49,22 @@ QUADRATURE_NODES = (2, 4, 6, 8, 12, 16)
 QUADRATURE_CHUNK_PATHS = 256
 #: Shared memory of a quadrature kernel's block at most (its per-row accumulators).
 QUADRATURE_SHARED_BYTES = 48 * 1024
+#: SHAP quadrature kernel's per-row sums (same bits either way): ``"local"`` (chunk-local
+#: feature tiles: a chunk's paths touch at most :data:`QUADRATURE_TILE_FEATURES` distinct
+#: features, and each thread sums its row in that many int64 columns of shared memory) or
+#: ``"all"`` (a column per feature of the model, or global atomics where those do not fit: the
+#: kernel before chunk-local tiles). Read at launch time.
+SHAP_QUADRATURE_TILES = "local"
+#: Distinct features of one chunk of the SHAP quadrature kernel at most (its tile's columns;
+#: models with at most this many features keep the all-features tile). Read when a device
+#: model's SHAP plan is built (``clear_cache()`` after changing it). The kernel uses about 30
+#: registers, so shared memory sets its occupancy: ``8 C`` bytes a thread, 16 columns about
+#: 56 warps an SM against 16 for covtype-med's 54 columns. Chunk statistics of the benchmark
+#: models (C = 16 / 24 / 32): covtype-med 3,016 / 455 / 364 chunks of up to 256 paths
+#: (flush atomics a row 47k / 10k / 8k beside 2.1M lane-nodes); fashion_mnist-med 17,965 /
+#: 9,955 / 6,674 chunks, 265k / 226k / 205k flush atomics a row where the all-features kernel
+#: adds about 1M contributions to global memory. ``benchmarks.quadrature_tiles`` times them.
+QUADRATURE_TILE_FEATURES = 16
 #: Slot quadrature kernel (top pairs, summaries; same bits either way): ``"gathered"`` (paths
 #: gathered element-major, rows' features in shared memory, several rows a block) or
 #: ``"lanes"`` (each thread reads its path's lanes, one row a block); rows a block at most.

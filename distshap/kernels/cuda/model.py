@@ -9,7 +9,10 @@ that needs them, tables filled on the device:
   :func:`_shap_table_offsets` gives a SHAP table run in the table kernel, the other regular
   paths in the quadrature kernels, oversize paths in the fallback kernel. The choice is one
   function, so a cost model can make it; with ``table_budget_bytes=0`` every regular path runs
-  in the quadrature kernels.
+  in the quadrature kernels. Models of more than :data:`config.QUADRATURE_TILE_FEATURES`
+  features also get chunk-local feature tiles (:func:`local_chunks`): the quadrature paths
+  chunked again so that a chunk touches at most that many distinct features, for the SHAP
+  kernel's per-row sums in shared memory.
 * Interaction values (:func:`interaction_plan`): interaction tables for the short paths
   (:func:`interaction_table_offsets`), the quadrature kernels for the others.
 
@@ -35,7 +38,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
-from numba import cuda
+from numba import cuda, njit
 
 from distshap import strategy
 from distshap.kernels.cuda import config, device
@@ -53,7 +56,7 @@ from distshap.packed import PackedModel
 
 __all__ = [
     "DeviceModel", "Plan", "QuadratureLaunch", "SlotArrays", "chunk_tiles", "clear_cache",
-    "device_model",
+    "device_model", "local_chunks",
     "fixed_point_shift", "interaction_plan", "interaction_table_offsets", "lane_arrays",
     "plan_arrays", "shap_plan", "shap_table_policy", "slot_arrays", "strategy_stats",
 ]  # fmt: skip
@@ -64,6 +67,14 @@ class QuadratureLaunch:
     """The paths of one quadrature kernel (``n_nodes`` nodes), in chunks of one output group.
 
     Chunk ``c`` is ``paths[offsets[c]:offsets[c + 1]]``, all of group ``group[c]``.
+
+    Chunk-local feature tiles (SHAP plans of models wider than
+    :data:`config.QUADRATURE_TILE_FEATURES`, else ``None``; :func:`local_chunks`): the same
+    ``paths`` chunked again, local chunk ``c`` is ``paths[local_offsets[c]:local_offsets[c +
+    1]]`` of group ``local_group[c]``, touching the features
+    ``local_features[local_feature_offsets[c]:local_feature_offsets[c + 1]]`` (increasing);
+    ``local_columns`` is the most features of one local chunk (the tile's columns) and the
+    plan's ``lane_column`` gives each lane its feature's position in its chunk's list.
     """
 
     n_nodes: int
@@ -71,6 +82,12 @@ class QuadratureLaunch:
     offsets: object
     group: object
     n_chunks: int
+    local_offsets: object = None
+    local_group: object = None
+    local_features: object = None
+    local_feature_offsets: object = None
+    n_local: int = 0
+    local_columns: int = 0
 
 
 @dataclass(eq=False)
@@ -81,7 +98,9 @@ class Plan:
     ``table_bins`` are the regular bins holding a table path and ``table_maxk`` (per bin) the
     largest ``k`` of those paths; ``quadrature`` the launches of the other regular paths.
     ``per_pattern`` says what the tables hold a pattern (:func:`distshap.strategy.choose_tables`):
-    ``"k"`` SHAP values, ``"k*k"`` interaction values.
+    ``"k"`` SHAP values, ``"k*k"`` interaction values. ``lane_column`` (int16 per lane, SHAP
+    plans with chunk-local feature tiles, else ``None``): the column of a quadrature lane's
+    feature in its local chunk's tile (:class:`QuadratureLaunch`), -1 for other lanes.
     """
 
     lane_table: object
@@ -93,6 +112,7 @@ class Plan:
     table_bytes: int
     quadrature: tuple = ()
     per_pattern: str = "k*k"
+    lane_column: object = None
 
 
 @dataclass(eq=False)
@@ -237,10 +257,12 @@ def interaction_table_offsets(packed: PackedModel) -> np.ndarray:
     )
 
 
-def plan_arrays(packed: PackedModel, path_table: np.ndarray) -> dict:
+def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False) -> dict:
     """Host arrays of a :class:`Plan` (tables, ``table_bytes`` and ``per_pattern`` aside) for
     per-path table offsets ``path_table``: the regular paths without a table go to the
-    quadrature kernels (an oversize path's offset is ignored: the fallback kernel runs it)."""
+    quadrature kernels (an oversize path's offset is ignored: the fallback kernel runs it).
+    ``local``: with chunk-local feature tiles (:func:`local_chunks`, of at most
+    :data:`config.QUADRATURE_TILE_FEATURES` features) where the model has more features."""
     k = strategy.path_features(packed.path_offsets)
     path_bin, regular = _regular(packed)
     is_t = (path_table >= 0) & regular
@@ -252,6 +274,13 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray) -> dict:
     np.maximum.at(table_maxk, path_bin[is_t], k[is_t])
     table_bins = np.flatnonzero(table_maxk > 0).astype(np.int32)
     lane_table = path_table[packed.lane_path] if packed.num_paths else np.full(1, -1, np.int64)
+    lane_column = None
+    max_features = int(config.QUADRATURE_TILE_FEATURES)
+    if local and packed.num_features > max_features and launches:
+        lane_column = np.full(max(int(packed.feature.shape[0]), 1), -1, np.int16)
+        for launch in launches:
+            launch.update(local_chunks(packed, launch["paths"], max_features,
+                                       config.QUADRATURE_CHUNK_PATHS, lane_column))  # fmt: skip
     return dict(
         lane_table=np.ascontiguousarray(lane_table, np.int64),
         table_bins=_nonempty(table_bins, np.int32),
@@ -259,6 +288,102 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray) -> dict:
         n_table_bins=int(table_bins.size),
         table_paths=int(is_t.sum()),
         quadrature=launches,
+        lane_column=lane_column,
+    )
+
+
+@njit(nogil=True, cache=True)
+def _greedy_chunks(paths, path_offsets, feature, path_group, max_features, chunk_paths,
+                   num_features, lane_column):  # fmt: skip
+    """:func:`local_chunks` (``lane_column`` written in place): ``(offsets, features,
+    feature_offsets)``."""
+    P = paths.size
+    stamp = np.full(max(num_features, 1), -1, np.int64)  # the last chunk holding a feature
+    offsets = np.zeros(P + 1, np.int64)
+    c = 0
+    start = 0
+    distinct = 0
+    for j in range(P):
+        p = paths[j]
+        new = 0
+        for li in range(path_offsets[p] + 1, path_offsets[p + 1]):
+            if stamp[feature[li]] != c:
+                new += 1
+        if j > start and (path_group[p] != path_group[paths[start]] or j - start >= chunk_paths
+                          or distinct + new > max_features):  # fmt: skip
+            c += 1
+            offsets[c] = j
+            start = j
+            distinct = 0
+            new = path_offsets[p + 1] - path_offsets[p] - 1  # a path's features are distinct
+        for li in range(path_offsets[p] + 1, path_offsets[p + 1]):
+            stamp[feature[li]] = c
+        distinct += new
+    n = c + 1 if P else 0
+    offsets[n] = P
+    # each chunk's features in increasing order, and each lane's position among them
+    total = 0
+    for j in range(P):
+        total += path_offsets[paths[j] + 1] - path_offsets[paths[j]] - 1
+    features = np.empty(total, np.int32)
+    feature_offsets = np.zeros(n + 1, np.int64)
+    column = np.zeros(max(num_features, 1), np.int64)
+    stamp[:] = -1
+    at = 0
+    for c in range(n):
+        first = at
+        for j in range(offsets[c], offsets[c + 1]):
+            p = paths[j]
+            for li in range(path_offsets[p] + 1, path_offsets[p + 1]):
+                f = feature[li]
+                if stamp[f] != c:
+                    stamp[f] = c
+                    features[at] = f
+                    at += 1
+        features[first:at].sort()
+        for e in range(first, at):
+            column[features[e]] = e - first
+        for j in range(offsets[c], offsets[c + 1]):
+            p = paths[j]
+            for li in range(path_offsets[p] + 1, path_offsets[p + 1]):
+                lane_column[li] = column[feature[li]]
+        feature_offsets[c + 1] = at
+    return offsets[: n + 1], features[:at], feature_offsets
+
+
+def local_chunks(packed: PackedModel, paths: np.ndarray, max_features: int, chunk_paths: int,
+                 lane_column: np.ndarray) -> dict:  # fmt: skip
+    """Chunk-local feature tiles of one quadrature launch's ``paths`` (host arrays).
+
+    Greedy over ``paths`` in their order (by group, then length): a chunk is closed where the
+    next path is of another group, where it has ``chunk_paths`` paths, or where the next path
+    would take its distinct features beyond ``max_features`` (a path of more features than
+    that gets a chunk of its own). Returns the :class:`QuadratureLaunch` fields
+    ``local_offsets``, ``local_group``, ``local_features``, ``local_feature_offsets``,
+    ``n_local`` and ``local_columns``, and writes each of the paths' feature lanes' column
+    (its feature's position in its chunk's increasing list) into ``lane_column`` (int16, per
+    lane of ``packed``).
+
+    Which chunk sums a contribution does not change its value (each is truncated to int64 on
+    its own and integer addition is associative), so the SHAP values keep their bits.
+    """
+    if int(max_features) < 1:
+        raise ValueError(f"config.QUADRATURE_TILE_FEATURES must be at least 1, got {max_features}")
+    paths = np.ascontiguousarray(paths, np.int64)
+    offsets, features, feature_offsets = _greedy_chunks(
+        paths, np.ascontiguousarray(packed.path_offsets, np.int64),
+        np.ascontiguousarray(packed.feature, np.int64),
+        np.ascontiguousarray(packed.path_group, np.int64), int(max_features), int(chunk_paths),
+        int(packed.num_features), lane_column,
+    )  # fmt: skip
+    group = packed.path_group[paths[offsets[:-1]]] if paths.size else np.zeros(0, np.int64)
+    return dict(
+        local_offsets=offsets,
+        local_group=_nonempty(group, np.int32),
+        local_features=_nonempty(features, np.int32),
+        local_feature_offsets=feature_offsets,
+        n_local=int(offsets.size - 1),
+        local_columns=int(np.diff(feature_offsets).max(initial=0)),
     )
 
 
@@ -361,8 +486,9 @@ def device_model(packed: PackedModel) -> DeviceModel:
 
 
 def _filled_plan(packed: PackedModel, model: DeviceModel, offsets, fill, per_pattern: str):
-    """A :class:`Plan` whose tables (at ``offsets``) ``fill`` computes on the device."""
-    plan = plan_arrays(packed, offsets)
+    """A :class:`Plan` whose tables (at ``offsets``) ``fill`` computes on the device (SHAP
+    plans, ``per_pattern`` ``"k"``, with chunk-local feature tiles: :func:`plan_arrays`)."""
+    plan = plan_arrays(packed, offsets, local=per_pattern == "k")
     tables, total = fill(
         model.lane_d, model.path_offsets, strategy.path_features(packed.path_offsets), offsets,
         stream(),

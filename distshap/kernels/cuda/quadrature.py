@@ -9,7 +9,15 @@ length (unlike the DP's UNWOUND_SUM, which cancels).
 
 * SHAP values: one thread per row; a block runs one chunk of paths of one output group on its
   rows, so every path is warp-uniform (no shuffles, no ballots) and each thread's row sums stay
-  in shared memory (:func:`quadrature_warps`) until the chunk is done.
+  in shared memory (:func:`quadrature_warps`) until the chunk is done. With chunk-local
+  feature tiles (:data:`config.SHAP_QUADRATURE_TILES` ``"local"``, models of more than
+  :data:`config.QUADRATURE_TILE_FEATURES` features) the chunks are formed so that each touches
+  at most that many distinct features (:func:`~distshap.kernels.cuda.model.local_chunks`): a
+  thread's sums take that many int64 columns (the lane's ``lane_column``) instead of one per
+  feature of the model, so more warps fit an SM, and models too wide for a column per feature
+  sum in shared memory instead of adding every contribution to global memory. Column ``c``
+  is flushed to the chunk's ``c``-th feature. Every contribution is truncated to int64 on its
+  own and integer addition is associative: the same bits as the all-features tile.
 * Interaction values: one thread per path, one block per (chunk, row). With ``r_i`` the
   element's ratio ``(o_i - z_i) / (z_i + t (o_i - z_i))``, half the interaction of ``i != c`` is
   ``1/2 integral P r_i r_c`` and the diagonal ``integral P r_i (1 - (U - r_i) / 2)``, ``U = sum_j
@@ -60,7 +68,7 @@ from distshap.kernels.cuda.device import (
 )  # fmt: skip
 
 __all__ = [
-    "SlotLayout", "gauss_legendre", "launch_quadrature", "quadrature_kernel",
+    "SlotLayout", "gauss_legendre", "launch_quadrature", "local_tiles", "quadrature_kernel",
     "quadrature_warps", "slot_layout", "slot_rows_kernel", "slot_rows_shape",
 ]  # fmt: skip
 
@@ -82,7 +90,8 @@ def quadrature_warps(num_features: int) -> int:
 
 def _make_shap_kernel(n_nodes: int, shared: bool):
     """The SHAP kernel: one thread per row of ``XT`` (features x rows), ``n_nodes`` nodes;
-    row sums in shared memory (``shared``) or added to global memory directly."""
+    row sums of every feature in shared memory (``shared``) or added to global memory
+    directly (see :func:`_make_local_shap_kernel` for chunk-local tiles)."""
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
 
     @cuda.jit(cache=True)
@@ -140,6 +149,70 @@ def _make_shap_kernel(n_nodes: int, shared: bool):
                 iv = tile[f * stride + tid]
                 if iv != 0:
                     cuda.atomic.add(acc, (r, base + f), iv)
+
+    return kernel
+
+
+def _make_local_shap_kernel(n_nodes: int):
+    """The SHAP kernel with chunk-local feature tiles: as :func:`_make_shap_kernel` with
+    ``shared``, a thread's row sums in shared memory, one int64 column per feature of the
+    block's chunk (``features[feature_offsets[ch]:feature_offsets[ch + 1]]``; a lane adds at
+    its ``lane_column``); the same float32 operations in the same order, so the same int64
+    contributions."""
+    nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
+
+    @cuda.jit(cache=True)
+    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
+               chunk_group, lane_column, features, feature_offsets, XT, acc, scale, n_cols,
+               row0):  # fmt: skip
+        tid = cuda.threadIdx.x
+        r = row0 + cuda.blockIdx.y * cuda.blockDim.x + tid
+        if r >= XT.shape[1]:
+            return  # nothing below synchronises threads
+        ch = cuda.blockIdx.x  # chunks vary fastest: blocks running together share rows (L2)
+        base = chunk_group[ch] * n_cols
+        f0 = feature_offsets[ch]
+        width = feature_offsets[ch + 1] - f0
+        stride = cuda.blockDim.x
+        scale32 = np.float32(scale)
+        one = np.float32(1.0)
+        tile = cuda.shared.array(0, types.int64)  # [column * stride + thread]
+        for c in range(width):
+            tile[c * stride + tid] = 0
+        prod = cuda.local.array(n_nodes, np.float32)
+        for j in range(chunk_offsets[ch], chunk_offsets[ch + 1]):
+            p = chunk_paths[j]
+            s0 = path_offsets[p] + 1  # first feature element (after the bias lane)
+            s1 = path_offsets[p + 1]
+            value = lane_f[s0 - 1, LF_VALUE]
+            for m in range(n_nodes):
+                prod[m] = value * weights[m]
+            bits = np.uint32(0)
+            for li in range(s0, s1):
+                z = lane_f[li, LF_ZERO]
+                d = -z
+                if lane_follows(XT[lane_i[li, LI_FEATURE], r], lane_f, lane_i, lane_cat,
+                                cat_words, li):  # fmt: skip
+                    d = one - z
+                    bits |= np.uint32(1) << np.uint32(li - s0)
+                for m in range(n_nodes):
+                    prod[m] *= z + nodes[m] * d
+            for li in range(s0, s1):
+                z = lane_f[li, LF_ZERO]
+                d = -z
+                if (bits >> np.uint32(li - s0)) & np.uint32(1):
+                    d = one - z
+                if d != 0:  # else the element's factor may be 0 and its value is 0
+                    total = np.float32(0.0)
+                    for m in range(n_nodes):
+                        total += fdiv(prod[m], z + nodes[m] * d)
+                    iv = np.int64(total * d * scale32)
+                    if iv != 0:
+                        tile[np.int32(lane_column[li]) * stride + tid] += iv
+        for c in range(width):
+            iv = tile[c * stride + tid]
+            if iv != 0:
+                cuda.atomic.add(acc, (r, base + features[f0 + c]), iv)
 
     return kernel
 
@@ -642,13 +715,16 @@ _KERNELS: dict = {}
 
 
 def quadrature_kernel(n_nodes: int, shared: bool, interactions: bool = False,
-                      slots: bool = False):  # fmt: skip
+                      slots: bool = False, local: bool = False):  # fmt: skip
     """The quadrature kernel for ``n_nodes`` nodes (built on first use, compiled at launch);
-    ``slots``: the interaction kernel writing pair slots."""
-    key = (n_nodes, shared, interactions, slots)
+    ``slots``: the interaction kernel writing pair slots; ``local``: the SHAP kernel with
+    chunk-local feature tiles (``shared`` and ``interactions`` ignored)."""
+    key = (n_nodes, shared, interactions, slots, local)
     kernel = _KERNELS.get(key)
     if kernel is None:
-        if slots:
+        if local:
+            kernel = _make_local_shap_kernel(n_nodes)
+        elif slots:
             kernel = _make_interaction_kernel(n_nodes, shared, slots=True)
         elif interactions:
             kernel = _make_interaction_kernel(n_nodes, shared)
@@ -658,10 +734,21 @@ def quadrature_kernel(n_nodes: int, shared: bool, interactions: bool = False,
     return kernel
 
 
+def local_tiles(plan) -> bool:
+    """Whether the SHAP quadrature launches of ``plan`` run with chunk-local feature tiles:
+    :data:`config.SHAP_QUADRATURE_TILES` is ``"local"`` and the plan has them (models of more
+    than :data:`config.QUADRATURE_TILE_FEATURES` features when it was built)."""
+    variant = config.SHAP_QUADRATURE_TILES
+    if variant not in ("local", "all"):
+        raise ValueError(f"config.SHAP_QUADRATURE_TILES must be 'local' or 'all', got {variant!r}")
+    return variant == "local" and getattr(plan, "lane_column", None) is not None
+
+
 def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, interactions, slots=None):
     """Run the quadrature launches of ``plan`` on the row batch ``Xb`` (adding to ``acc``);
     ``slots`` (:class:`~distshap.kernels.cuda.model.SlotArrays`): interaction values into pair
-    slots."""
+    slots. SHAP values: chunk-local feature tiles where :func:`local_tiles` (per launch, where
+    its widest tile fits :data:`config.QUADRATURE_SHARED_BYTES`), else a column per feature."""
     nb = int(Xb.shape[0])
     variant = config.SLOT_QUADRATURE_VARIANT
     if slots is not None and variant not in ("gathered", "lanes"):
@@ -706,7 +793,12 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, interactions, slo
     tpb = 32 * (warps or 4)
     shared_bytes = tpb * n_features * 8 if shared else 0
     rows_per_launch = 65535 * tpb  # grid.y (row tiles) is at most 65535
+    local = local_tiles(plan)
     for launch in plan.quadrature:
+        local_warps = quadrature_warps(launch.local_columns) if local else 0
+        if local_warps > 0:
+            _launch_local(model, plan, launch, XT, acc, scale, F1, stream, local_warps)
+            continue
         kernel = quadrature_kernel(launch.n_nodes, shared)
         for row0 in range(0, nb, rows_per_launch):
             grid = (launch.n_chunks, -(-min(nb - row0, rows_per_launch) // tpb))
@@ -714,3 +806,19 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, interactions, slo
                 model.lane_f, model.lane_i, model.lane_cat, model.cat_words, model.path_offsets,
                 launch.paths, launch.offsets, launch.group, XT, acc, scale, F1, row0,
             )  # fmt: skip
+
+
+def _launch_local(model, plan, launch, XT, acc, scale, F1, stream, warps: int) -> None:
+    """One SHAP quadrature launch with chunk-local feature tiles (``warps`` warps a block)."""
+    nb = int(XT.shape[1])
+    tpb = 32 * warps
+    shared_bytes = tpb * launch.local_columns * 8
+    rows_per_launch = 65535 * tpb  # grid.y (row tiles) is at most 65535
+    kernel = quadrature_kernel(launch.n_nodes, True, local=True)
+    for row0 in range(0, nb, rows_per_launch):
+        grid = (launch.n_local, -(-min(nb - row0, rows_per_launch) // tpb))
+        kernel[grid, tpb, stream, shared_bytes](
+            model.lane_f, model.lane_i, model.lane_cat, model.cat_words, model.path_offsets,
+            launch.paths, launch.local_offsets, launch.local_group, plan.lane_column,
+            launch.local_features, launch.local_feature_offsets, XT, acc, scale, F1, row0,
+        )  # fmt: skip

@@ -1,0 +1,273 @@
+"""Chunk-local feature tiles of the SHAP quadrature kernel (issue #15).
+
+The SHAP quadrature kernel sums a row's contributions in shared memory until its block's chunk
+of paths is done. With chunk-local tiles (``config.SHAP_QUADRATURE_TILES = "local"``) the
+chunks are formed so that each touches at most ``config.QUADRATURE_TILE_FEATURES`` distinct
+features, and a thread keeps that many columns instead of one per feature of the model.
+
+* host tests of the chunking (:func:`distshap.kernels.cuda.model.local_chunks`): every chunk
+  within its feature bound, group and path limit, closed only where it had to be, each lane's
+  column naming its feature;
+* a CUDA-simulator run: the local kernel's SHAP values bit-identical to the all-features
+  kernel's (shared and global sums) on wide multi-class, categorical and missing-value models,
+  and against the CPU kernel, the float64 recursive oracle and XGBoost's ``pred_contribs``;
+* ``gpu``-marked tests of the same on a real GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from distshap import strategy
+from distshap.kernels import cuda_available
+from distshap.packed import build_packed_model
+from distshap.paths import extract_paths
+
+import tiny
+from conftest import to_host
+from cudasim import assert_simulator_ok
+
+needs_gpu = pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (GPU host)")
+
+
+def _packed(ens, budget=0):
+    return build_packed_model(extract_paths(ens), table_budget_bytes=budget)
+
+
+def _km():
+    from distshap.kernels.cuda import model
+
+    return model
+
+
+def _config():
+    from distshap.kernels.cuda import config
+
+    return config
+
+
+def _check_local_plan(packed, plan, max_features, chunk_paths):
+    """Every property the local kernel relies on; returns (local chunks, old chunks)."""
+    po = packed.path_offsets
+    feature = packed.feature
+    group = packed.path_group
+    lane_column = plan["lane_column"]
+    assert lane_column is not None and lane_column.dtype == np.int16
+    covered = np.zeros(lane_column.size, bool)
+    n_local = n_old = 0
+    for q in plan["quadrature"]:
+        paths, off = q["paths"], q["local_offsets"]
+        fo, feats = q["local_feature_offsets"], q["local_features"]
+        assert q["n_local"] == off.size - 1 == fo.size - 1 == q["local_group"][: q["n_local"]].size
+        assert off[0] == 0 and off[-1] == paths.size and np.all(np.diff(off) >= 1)
+        assert np.all(np.diff(off) <= chunk_paths)
+        widest = 0
+        for c in range(q["n_local"]):
+            ps = paths[off[c] : off[c + 1]]
+            assert np.all(group[ps] == q["local_group"][c])
+            lanes = np.concatenate([np.arange(po[p] + 1, po[p + 1]) for p in ps])
+            mine = feats[fo[c] : fo[c + 1]]
+            assert np.array_equal(mine, np.unique(feature[lanes]))  # distinct, increasing
+            assert mine.size <= max_features or ps.size == 1  # a long path: a chunk of its own
+            assert np.array_equal(mine[lane_column[lanes]], feature[lanes])  # columns name them
+            assert not covered[lanes].any()
+            covered[lanes] = True
+            widest = max(widest, mine.size)
+            if off[c + 1] < paths.size:  # closed only where the next path had to go elsewhere
+                nxt = paths[off[c + 1]]
+                more = np.union1d(mine, feature[po[nxt] + 1 : po[nxt + 1]]).size
+                assert (group[nxt] != group[ps[0]] or ps.size == chunk_paths
+                        or more > max_features)  # fmt: skip
+        assert q["local_columns"] == widest
+        n_local += q["n_local"]
+        n_old += q["n_chunks"]
+    assert np.all(lane_column[~covered] == -1)  # bias lanes, table and oversize paths
+    return n_local, n_old
+
+
+def test_local_chunks_bound_features_and_name_each_lanes_column(monkeypatch):
+    km = _km()
+    monkeypatch.setattr(_config(), "QUADRATURE_TILE_FEATURES", 7)
+    monkeypatch.setattr(_config(), "QUADRATURE_CHUNK_PATHS", 40)
+    ens = tiny.random_ensemble(31, n_features=40, n_trees=24, depth=6, n_groups=3,
+                               n_categorical=2)  # fmt: skip
+    packed = _packed(ens, budget=20000)  # some paths on tables: not in the quadrature launches
+    k = strategy.path_features(packed.path_offsets)
+    offsets = strategy.choose_tables(k, packed.table_budget_bytes, packed.max_table_features)
+    assert (offsets >= 0).any() and (offsets < 0).any()
+    plan = km.plan_arrays(packed, offsets, local=True)
+    n_local, n_old = _check_local_plan(packed, plan, 7, 40)
+    assert n_local > n_old  # the feature bound closed chunks
+    old = km.plan_arrays(packed, offsets)  # interaction plans: no local tiles, same chunks
+    assert old["lane_column"] is None
+    for a, b in zip(old["quadrature"], plan["quadrature"], strict=True):
+        assert "local_offsets" not in a
+        assert np.array_equal(a["paths"], b["paths"]) and np.array_equal(a["offsets"], b["offsets"])
+
+
+def test_paths_longer_than_the_bound_get_a_chunk_of_their_own(monkeypatch):
+    from distshap.warmup import chain_ensemble
+
+    monkeypatch.setattr(_config(), "QUADRATURE_TILE_FEATURES", 3)
+    packed = _packed(chain_ensemble(9, 9))
+    plan = _km().plan_arrays(packed, np.full(packed.num_paths, -1, np.int64), local=True)
+    _check_local_plan(packed, plan, 3, _config().QUADRATURE_CHUNK_PATHS)
+    assert max(q["local_columns"] for q in plan["quadrature"]) == 9
+
+
+def test_narrow_models_keep_the_all_features_tile_and_bad_settings_are_refused(monkeypatch):
+    km = _km()
+    from distshap.kernels.cuda.quadrature import local_tiles
+
+    packed = _packed(tiny.random_ensemble(2, n_features=8, n_trees=5, depth=4))
+    none = np.full(packed.num_paths, -1, np.int64)
+    assert km.plan_arrays(packed, none, local=True)["lane_column"] is None  # 8 <= 16 columns
+    monkeypatch.setattr(_config(), "QUADRATURE_TILE_FEATURES", 0)
+    with pytest.raises(ValueError, match="QUADRATURE_TILE_FEATURES must be at least 1, got 0"):
+        km.plan_arrays(packed, none, local=True)
+    monkeypatch.setattr(_config(), "SHAP_QUADRATURE_TILES", "some")
+    with pytest.raises(ValueError, match="SHAP_QUADRATURE_TILES must be 'local' or 'all'"):
+        local_tiles(None)
+
+
+_SIM_SCRIPT = r"""
+import numpy as np
+import tiny
+import naive
+import xgb_models
+import distshap
+from distshap.inputs import prepare_rows
+from distshap.kernels import cpu
+from distshap.kernels import cuda as kc
+from distshap.packed import build_packed_model
+from distshap.paths import extract_paths
+
+config = kc.config
+config.SMALL_MAX_PATHS = 0  # the plans' kernels, not the one-launch route of small models
+
+def variants(packed, X, tile_features, shared_bytes=48 * 1024, batch=False):
+    # SHAP values by the all-features kernel and by the chunk-local kernel, bit for bit
+    kc.clear_cache()
+    config.QUADRATURE_TILE_FEATURES = tile_features
+    config.QUADRATURE_SHARED_BYTES = shared_bytes
+    config.SHAP_QUADRATURE_TILES = "all"
+    old = kc.shap_values(packed, X)
+    config.SHAP_QUADRATURE_TILES = "local"
+    new = kc.shap_values(packed, X)
+    plan = kc.device_model(packed).shap
+    assert plan.lane_column is not None and kc.quadrature.local_tiles(plan)
+    assert sum(q.n_local for q in plan.quadrature) > 0
+    assert np.array_equal(old.view(np.uint32), new.view(np.uint32)), "local tiles changed bits"
+    if batch:
+        batched = kc.shap_values(packed, X, batch_rows=3)
+        assert np.array_equal(new.view(np.uint32), batched.view(np.uint32)), "batching: bits"
+    config.QUADRATURE_SHARED_BYTES = 48 * 1024
+    return new, plan
+
+def close(got, ref, tol=2e-6):
+    err = float(np.abs(got.astype(np.float64) - ref.reshape(got.shape)).max())
+    assert err <= tol * max(1.0, float(np.abs(ref).max())), err
+
+# a wide multi-class model (120 features, 3 groups), categorical splits and missing values
+wide = tiny.random_ensemble(41, n_features=120, n_trees=6, depth=5, n_groups=3, n_categorical=3)
+X = tiny.random_rows(42, wide, 5, 0.15)
+packed = build_packed_model(extract_paths(wide), table_budget_bytes=0)
+got, plan = variants(packed, X, 16, batch=True)
+assert max(q.local_columns for q in plan.quadrature) <= 16
+close(got, cpu.shap_values(packed, X))
+close(got, naive.treeshap_recursive_rows(wide, X))
+# too wide for a column per feature (global atomics), a 1-warp local tile (16 columns)
+variants(packed, X, 16, shared_bytes=8 * 32 * 16)
+# a small bound: many chunks, paths longer than the bound in chunks of their own
+deep = tiny.random_ensemble(43, n_features=10, n_trees=2, depth=7, n_groups=2, n_categorical=1)
+Xd = tiny.random_rows(44, deep, 4, 0.2)
+packed = build_packed_model(extract_paths(deep), table_budget_bytes=0)
+got, plan = variants(packed, Xd, 3)
+assert max(q.local_columns for q in plan.quadrature) > 3
+close(got, naive.treeshap_recursive_rows(deep, Xd))
+# beside SHAP tables (the quadrature kernel runs the paths without one)
+packed = build_packed_model(extract_paths(deep), table_budget_bytes=6000)
+assert kc.strategy_stats(packed)["shap_table_paths"] > 0
+got, _ = variants(packed, Xd, 6)
+close(got, cpu.shap_values(packed, Xd))
+# XGBoost models: pred_contribs (multi-class, missing values, categorical splits)
+for kind in ("multiclass", "missing", "categorical"):
+    booster, Xx = xgb_models.MODEL_KINDS[kind]()
+    Xx = Xx[:3]
+    ref = booster.predict(xgb_models.dmatrix(Xx), pred_contribs=True)
+    packed = distshap.TreeExplainer(booster, backend="cpu", table_budget_bytes=0).packed
+    got, _ = variants(packed, prepare_rows(Xx, packed), packed.num_features - 2)
+    close(got.reshape(ref.shape), ref, 1e-4)
+print("SIMULATOR-OK")
+"""
+
+
+def test_local_tiles_under_cuda_simulator():
+    """The chunk-local kernel's bits equal the all-features kernel's (CUDA simulator)."""
+    assert_simulator_ok(_SIM_SCRIPT, timeout=900)
+
+
+# ------------------------------------------------------------------------------------------
+# GPU
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("tile_features", [4, 16, 32])
+def test_gpu_local_tiles_keep_the_bits(tile_features, monkeypatch):
+    from distshap.kernels import cpu
+    from distshap.kernels import cuda as kc
+
+    config = kc.config
+    monkeypatch.setattr(config, "SMALL_MAX_PATHS", 0)
+    monkeypatch.setattr(config, "QUADRATURE_TILE_FEATURES", tile_features)
+    ens = tiny.random_ensemble(51, n_features=150, n_trees=60, depth=8, n_groups=4,
+                               n_categorical=4)  # fmt: skip
+    X = tiny.random_rows(52, ens, 3000, 0.1)
+    packed = _packed(ens)
+    kc.clear_cache()
+    try:
+        monkeypatch.setattr(config, "SHAP_QUADRATURE_TILES", "all")
+        old = to_host(kc.shap_values(packed, X))
+        monkeypatch.setattr(config, "SHAP_QUADRATURE_TILES", "local")
+        new = to_host(kc.shap_values(packed, X))
+        plan = kc.device_model(packed).shap
+        assert plan.lane_column is not None
+        assert max(q.local_columns for q in plan.quadrature) <= max(tile_features, 8)
+        batched = to_host(kc.shap_values(packed, X, batch_rows=777))
+        monkeypatch.setattr(config, "QUADRATURE_SHARED_BYTES", 8 * 32 * max(tile_features, 8))
+        narrow = to_host(kc.shap_values(packed, X))  # all-features sums: global atomics
+        monkeypatch.setattr(config, "SHAP_QUADRATURE_TILES", "all")
+        direct = to_host(kc.shap_values(packed, X))
+    finally:
+        kc.clear_cache()
+    for other in (new, batched, narrow, direct):
+        assert np.array_equal(old.view(np.uint32), other.view(np.uint32))
+    ref = cpu.shap_values(packed, X)
+    np.testing.assert_allclose(new, ref, rtol=0, atol=2e-6 * max(1.0, np.abs(ref).max()))
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("kind", ["multiclass", "missing", "categorical"])
+def test_gpu_local_tiles_match_pred_contribs(kind, monkeypatch):
+    import distshap
+    from distshap.inputs import prepare_rows
+    from distshap.kernels import cuda as kc
+
+    import xgb_models
+
+    monkeypatch.setattr(kc.config, "SMALL_MAX_PATHS", 0)
+    monkeypatch.setattr(kc.config, "QUADRATURE_TILE_FEATURES", 2)
+    booster, X = xgb_models.MODEL_KINDS[kind]()
+    ref = booster.predict(xgb_models.dmatrix(X), pred_contribs=True)
+    packed = distshap.TreeExplainer(booster, backend="cpu", table_budget_bytes=0).packed
+    kc.clear_cache()
+    try:
+        got = to_host(kc.shap_values(packed, prepare_rows(X, packed))).reshape(ref.shape)
+        assert kc.device_model(packed).shap.lane_column is not None
+    finally:
+        kc.clear_cache()
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-4 * max(1.0, np.abs(ref).max()))
