@@ -133,6 +133,7 @@ def compare_case(shape: str, kind: str, rows: int, calls: int) -> None:
     import cupy
 
     from distshap import TreeExplainer, additivity
+    from distshap.dispatch import explain_rows
     from distshap.inputs import model_matrix
     from distshap.kernels.cuda import traversal
     from distshap.kernels.margin import predict_margin
@@ -178,7 +179,8 @@ def compare_case(shape: str, kind: str, rows: int, calls: int) -> None:
     values_only = nocheck.shap_interaction_values if inter else nocheck.shap_values
     values_only(Xd, check_additivity=False)
     raw = cupy.asarray(model_matrix(Xd, packed))
-    values = call(Xd)
+    # the kernels' layout (n, G, F+1[, F+1]), not the explainer's (shap's) squeezed one
+    values = explain_rows(packed, Xd, inter, backend="cuda", check=False)
     model = packed.margin
     part = {"values alone (check off)": lambda: values_only(Xd, check_additivity=False)}
     margins = {}

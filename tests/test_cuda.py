@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distshap import strategy
+from distshap import cost_model, strategy
 from distshap.kernels import cuda_available
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
@@ -189,7 +189,9 @@ def test_strategy_stats_account_for_every_path():
     kc = _kc()
     ens = tiny.random_ensemble(6, n_features=6, n_trees=8, depth=4)
     packed = _packed(ens, budget=2000)
-    st = kc.strategy_stats(packed)
+    # every eligible path a table within the budget, whatever this machine's device kind
+    everywhere = cost_model.tables_everywhere()
+    st = kc.strategy_stats(packed, everywhere)
     assert st["shap_table_paths"] and st["quadrature_paths"]  # SHAP: tables and quadrature
     assert st["shap_table_paths"] + st["quadrature_paths"] + st["oversize_paths"] == (
         packed.num_paths
@@ -199,7 +201,7 @@ def test_strategy_stats_account_for_every_path():
     )
     assert sum(st["quadrature_nodes"].values()) == st["quadrature_paths"]
     assert st["quadrature_shared"] == (True, True)
-    plan = _km().plan_arrays(packed, _km()._shap_table_offsets(packed))
+    plan = _km().plan_arrays(packed, _km()._shap_table_offsets(packed, everywhere))
     assert {launch["n_nodes"]: launch["paths"].size for launch in plan["quadrature"]} == dict(
         st["quadrature_nodes"]
     )
