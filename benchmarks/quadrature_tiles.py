@@ -1,0 +1,148 @@
+"""The SHAP quadrature kernel with chunk-local feature tiles against the all-features kernel.
+
+For each model shape, SHAP values on the same CuPy rows in one process, through
+:func:`distshap.kernels.cuda.shap_values` (the library's plan: SHAP tables where the cost
+model puts them, the quadrature kernels for the other regular paths; no additivity check),
+median of ``--repeats`` synchronized calls after a warm-up call:
+
+* ``all``      ``config.SHAP_QUADRATURE_TILES = "all"``: a column per feature of the model in
+               shared memory (global atomics where those do not fit): the kernel before
+               chunk-local tiles;
+* ``local-C``  ``"local"`` with ``config.QUADRATURE_TILE_FEATURES = C`` (the device model
+               rebuilt for each ``C``): chunks of at most ``C`` distinct features, ``C``
+               columns a thread (models of at most ``C`` features keep the all-features tile:
+               the same kernel as ``all``);
+* ``xgboost_gpu`` (``--xgboost``) XGBoost's ``pred_contribs`` with ``device="cuda"``.
+
+Every variant's output is compared bit for bit with ``all`` (``bits``: ``same`` or the number
+of differing values). Printed per shape: rows/s of each variant, its ratio to ``all`` and to
+XGBoost, and the SHAP plan's quadrature chunks (all-features / local), the widest local tile
+and the warps a block.
+
+Usage (GPU)::
+
+    DISTSHAP_BENCH_DEVICE=cuda python3 -m benchmarks.quadrature_tiles --tiles 8,16,24,32 \\
+        --shapes cal_housing-med:1000000,adult-med:1000000,covtype-med:100000 --xgboost
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from benchmarks.shapes import make_data, train_model
+from benchmarks.throughput import _median_seconds
+from distshap.models import load_model
+from distshap.packed import build_packed_model
+from distshap.paths import extract_paths
+
+__all__ = ["main", "measure"]
+
+
+def _plan_info(kc, packed) -> dict:
+    """Chunks of the SHAP plan's quadrature launches: all-features and local (those the
+    kernel runs), widest tile, warps a block."""
+    from distshap.kernels.cuda.quadrature import local_tiles, quadrature_warps
+
+    plan = kc.device_model(packed).shap
+    widest = max((int(q.local_columns) for q in plan.quadrature), default=0)
+    local = local_tiles(plan)
+    return {
+        "chunks": sum(int(q.n_chunks) for q in plan.quadrature),
+        "local_chunks": sum(int(q.n_local) for q in plan.quadrature) if local else 0,
+        "local_columns": widest if local else 0,
+        "warps": quadrature_warps(widest if local else packed.num_features),
+    }
+
+
+def measure(shape: str, rows: int, repeats: int, tiles: list[int], xgboost: bool) -> dict:
+    """Time the all-features kernel and the local tiles of each ``tiles`` bound on one shape."""
+    import cupy
+
+    from distshap.kernels import cuda as kc
+
+    config = kc.config
+    name, size = shape.rsplit("-", 1)
+    booster = train_model(name, size)
+    X, _ = make_data(name, rows, seed=1)
+    Xd = cupy.asarray(X, dtype=cupy.float32)
+    packed = build_packed_model(extract_paths(load_model(booster)))
+    saved = (config.SHAP_QUADRATURE_TILES, config.QUADRATURE_TILE_FEATURES)
+    record = {"shape": shape, "rows": rows, "paths": packed.num_paths,
+              "features": packed.num_features, "groups": packed.num_groups,
+              "variants": {}}  # fmt: skip
+    try:
+        kc.clear_cache()
+        config.SHAP_QUADRATURE_TILES = "all"
+        s, ref, first = _median_seconds(lambda: kc.shap_values(packed, Xd), repeats, "cuda")
+        info = _plan_info(kc, packed)
+        record["variants"]["all"] = {"rows_s": rows / s, "first_s": first, "bits": "same", **info}
+        config.SHAP_QUADRATURE_TILES = "local"
+        for c in tiles:
+            config.QUADRATURE_TILE_FEATURES = int(c)
+            kc.clear_cache()
+            s, out, first = _median_seconds(lambda: kc.shap_values(packed, Xd), repeats, "cuda")
+            diff = int(cupy.count_nonzero(out.view(cupy.uint32) != ref.view(cupy.uint32)))
+            record["variants"][f"local-{c}"] = {
+                "rows_s": rows / s, "first_s": first, "bits": "same" if diff == 0 else diff,
+                **_plan_info(kc, packed),
+            }  # fmt: skip
+            del out
+    finally:
+        config.SHAP_QUADRATURE_TILES, config.QUADRATURE_TILE_FEATURES = saved
+        kc.clear_cache()
+    if xgboost:
+        import xgboost as xgb
+
+        booster.set_param({"device": "cuda"})
+        dm = xgb.DMatrix(Xd)
+        s, contribs, _ = _median_seconds(lambda: booster.predict(dm, pred_contribs=True),
+                                         repeats, "cuda")  # fmt: skip
+        record["xgboost_gpu_rows_s"] = rows / s
+        got = cupy.asnumpy(ref).reshape(np.shape(contribs))
+        record["max_abs_diff_xgboost"] = float(np.abs(got - cupy.asnumpy(contribs)).max())
+        booster.set_param({"device": "cpu"})
+    return record
+
+
+def _print(record: dict) -> None:
+    base = record["variants"]["all"]["rows_s"]
+    xgb_rows = record.get("xgboost_gpu_rows_s")
+    head = (f"{record['shape']} ({record['rows']:,} rows, {record['paths']:,} paths, "
+            f"{record['features']} features, {record['groups']} groups)")  # fmt: skip
+    if xgb_rows:
+        head += (f"  xgboost_gpu {xgb_rows:,.0f} rows/s, max |diff| "
+                 f"{record['max_abs_diff_xgboost']:.2e}")  # fmt: skip
+    print(head)
+    for name, v in record["variants"].items():
+        line = (f"  {name:9s} {v['rows_s']:>12,.0f} rows/s  x{v['rows_s'] / base:5.2f} of all"
+                + (f"  {v['rows_s'] / xgb_rows:5.2f}x xgboost" if xgb_rows else "")
+                + f"  bits {v['bits']}  chunks {v['chunks']}/{v['local_chunks']}"
+                f"  columns {v['local_columns']}  warps {v['warps']}"
+                f"  first {v['first_s']:.2f}s")  # fmt: skip
+        print(line, flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="SHAP quadrature: local vs all-features tiles")
+    parser.add_argument("--shapes", required=True,
+                        help="comma list of SHAPE:ROWS, e.g. covtype-med:100000")  # fmt: skip
+    parser.add_argument("--tiles", default="8,16,24,32", help="comma list of tile bounds C")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--xgboost", action="store_true", help="time pred_contribs too")
+    parser.add_argument("--json", help="append JSON lines of the results to this file")
+    args = parser.parse_args(argv)
+    tiles = [int(c) for c in args.tiles.split(",") if c]
+    for item in args.shapes.split(","):
+        shape, _, rows = item.partition(":")
+        record = measure(shape, int(rows or 100_000), args.repeats, tiles, args.xgboost)
+        _print(record)
+        if args.json:
+            with open(args.json, "a") as fh:
+                fh.write(json.dumps(record) + "\n")
+
+
+if __name__ == "__main__":
+    main()
