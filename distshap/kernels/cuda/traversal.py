@@ -10,9 +10,10 @@ bits):
   memory, where thread ``g`` adds group ``g``'s leaves in tree order while the block walks the
   next tile (two buffers). Many rows: one thread per row walking every tree. :data:`MODE`
   picks one for benchmarks; the bits are the same.
-* :func:`check_rows`: the block traversal, then the row's values of each group summed by the
-  block in float64 (a fixed reduction tree) and compared with its margin with the tolerance of
-  :func:`distshap.additivity.check_additivity` (its caller passes half of it); a row that misses
+* :func:`check_rows` (up to :data:`BLOCK_ROWS_MAX` rows): the block traversal, then the row's
+  values of each group summed by the block in float64 (a fixed reduction tree) and compared
+  with its margin with the tolerance of :func:`distshap.additivity.check_additivity` (its
+  caller passes half of it); a row that misses
   sets a flag in mapped host memory (:func:`distshap.kernels.cuda.small.read_flag`).
 * :func:`check_values`: that check against given margins.
 
@@ -53,7 +54,7 @@ __all__ = ["BLOCK_ROWS_MAX", "MODE", "check_rows", "check_values", "gpu_margin"]
 #: (thread per row); the same bits for each (:mod:`benchmarks.call_profile` compares them).
 MODE = "auto"
 #: Above this many rows the GPU walks one thread per row (they fill the GPU by themselves).
-BLOCK_ROWS_MAX = 1 << 16
+BLOCK_ROWS_MAX = 1 << 12  # on an H200, 100 trees: 200 rows 159 vs 831 us; 100k rows 1,735 vs 851 us
 _THREADS = 128  # threads of the block traversal; at most this many groups take it
 _TILE = 512  # trees a tile (two tiles of leaf values and groups in shared memory: 12 KiB)
 _MAX_BLOCKS = 1 << 15  # grid cap of the block traversal (more rows loop; same bits)
@@ -262,16 +263,17 @@ def check_rows(model: MarginModel, X: Any, values: Any, rtol: float):
     (C-contiguous float32 ``(n, G, W)``) against it, on CuPy's current stream; returns
     ``(flag, stream)`` for :func:`distshap.kernels.cuda.small.read_flag` (set where a row
     misses by more than ``rtol`` of its scale), or ``None`` where the model has more groups
-    than the block has threads (the caller checks as before)."""
+    than the block has threads, or for more rows than :data:`BLOCK_ROWS_MAX` (the caller then
+    runs :func:`gpu_margin`, thread per row, and :func:`check_values`)."""
     from distshap.kernels.cuda import args, small
 
     groups = int(model["base_score"].shape[0])
-    if groups > _THREADS:
-        return None
+    n = int(X.shape[0])
+    if groups > _THREADS or (MODE == "rows" or (MODE == "auto" and n > BLOCK_ROWS_MAX)):
+        return None  # many rows: the thread-per-row traversal, then the check
     check_kernel = _kernels()[2]
     s = args.current_stream()
     flag = small._flag()
-    n = int(X.shape[0])
     if n:
         args.configured(check_kernel, _block_grid(n), _THREADS, s)(
             values, X, *device_arrays(model), flag, float(rtol)
