@@ -65,17 +65,22 @@ SHAP_QUADRATURE_TILES = "local"
 #: 9,955 / 6,674 chunks, 265k / 226k / 205k flush atomics a row where the all-features kernel
 #: adds about 1M contributions to global memory. ``benchmarks.quadrature_tiles`` times them.
 QUADRATURE_TILE_FEATURES = 16
-#: Slot quadrature kernel (top pairs, summaries; same bits either way): ``"gathered"`` (paths
-#: gathered element-major, rows' features in shared memory, several rows a block) or
-#: ``"lanes"`` (each thread reads its path's lanes, one row a block); rows a block at most.
-SLOT_QUADRATURE_VARIANT = "gathered"
+#: Slot quadrature kernel (top pairs, summaries; same bits either way): ``"split"`` (the
+#: gathered kernel adding each slot as two 32-bit words with native 32-bit shared atomics,
+#: :mod:`.slot_quadrature`), ``"spread"`` / ``"spread64"`` (paths spread over a warp's lanes,
+#: split or int64 words), ``"gathered"`` (paths gathered element-major, rows' features in
+#: shared memory, several rows a block, int64 shared atomics) or ``"lanes"`` (each thread
+#: reads its path's lanes, one row a block). On one H200, fashion_mnist-med, 20k rows: split
+#: 0.505 s, spread 0.506 s, gathered 0.885 s (benchmarks/RESULTS.md).
+SLOT_QUADRATURE_VARIANT = "split"
 SLOT_QUADRATURE_ROWS = 2
 #: Chunks of the quadrature plan one block of the gathered kernels runs at most, summed in one
 #: tile of their slots (fewer where the tile would not fit): fewer global atomics a row.
 SLOT_QUADRATURE_CHUNKS = 4
 #: Table kernel into pair slots: ``"tiled"`` (each block's slots summed in shared memory,
-#: :mod:`.slot_tables`) or ``"plain"`` (the table kernel); same bits either way. On one H200,
-#: fashion_mnist-med, 20k rows: plain 0.576 s, tiled 0.771 s (benchmarks/RESULTS.md).
+#: :mod:`.slot_tables`), ``"split"`` (tiled, 32-bit words) or ``"plain"`` (the table kernel);
+#: same bits either way. On one H200, fashion_mnist-med, 20k rows: plain 0.565-0.576 s,
+#: split 0.669 s, tiled 0.771 s (benchmarks/RESULTS.md).
 SLOT_TABLE_VARIANT = "plain"
 
 #: Interaction tables (``2**k * k * k`` float32 per path, filled on the device): paths of at
