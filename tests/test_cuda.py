@@ -221,6 +221,8 @@ def test_compile_check_and_ptx():
     kc = _kc()
     assert kc.compile_check() is None
     ptx = kernel_ptx((9, 0))
+    local = [name for name in ptx if name.endswith("_local")]  # chunk-local feature tiles
+    assert len(local) == len(kc.config.QUADRATURE_NODES), sorted(ptx)
     for name, text in ptx.items():
         if "table_kernel" in name:
             assert "vote.sync" in text, name

@@ -32,6 +32,10 @@ _QUADRATURE_SIG = (  # the interaction kernel takes X, the SHAP kernel its trans
     "void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], int32[::1], "
     f"int64[::1], int32[::1], {_X_ACC}, int64)"
 )
+_LOCAL_QUADRATURE_SIG = (  # the SHAP kernel with chunk-local feature tiles: XT, lane_column...
+    "void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], int32[::1], "
+    f"int64[::1], int32[::1], int16[::1], int32[::1], int64[::1], {_X_ACC}, int64)"
+)
 
 
 def _kernels() -> dict:
@@ -68,6 +72,9 @@ def _kernels() -> dict:
                 name = (f"{'interaction' if inter else 'shap'}_quadrature_kernel_{n_nodes}"
                         f"{'_shared' if shared else ''}")  # fmt: skip
                 kernels[name] = (quadrature_kernel(n_nodes, shared, inter), _QUADRATURE_SIG)
+        kernels[f"shap_quadrature_kernel_{n_nodes}_local"] = (
+            quadrature_kernel(n_nodes, True, local=True), _LOCAL_QUADRATURE_SIG,
+        )  # fmt: skip
     return kernels
 
 
