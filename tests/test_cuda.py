@@ -185,7 +185,7 @@ def test_interaction_tables_shortest_first_under_a_small_budget(monkeypatch):
     assert k[chosen].max() <= k[~chosen].min()  # shortest paths first
 
 
-def test_strategy_stats_account_for_every_path():
+def test_strategy_stats_account_for_every_path(monkeypatch):
     kc = _kc()
     ens = tiny.random_ensemble(6, n_features=6, n_trees=8, depth=4)
     packed = _packed(ens, budget=2000)
@@ -205,8 +205,28 @@ def test_strategy_stats_account_for_every_path():
     assert {launch["n_nodes"]: launch["paths"].size for launch in plan["quadrature"]} == dict(
         st["quadrature_nodes"]
     )
-    wide = _packed(tiny.random_ensemble(6, n_features=300, n_trees=8, depth=4), budget=2000)
-    assert kc.strategy_stats(wide)["quadrature_shared"] == (False, False)
+    # 6 features: the all-features tile, one column a feature, the launches' chunks
+    assert st["quadrature_tiles"] == "all" and st["quadrature_tile_columns"] == 6
+    assert st["quadrature_chunks"] == sum(launch["n_chunks"] for launch in plan["quadrature"])
+    assert st["quadrature_warps"] == 4
+    # 300 features: too wide for a column a feature; chunk-local feature tiles sum in shared
+    # memory (config.SHAP_QUADRATURE_TILES "local"), the all-features kernel in global memory
+    wide = _packed(tiny.random_ensemble(6, n_features=300, n_trees=8, depth=4), budget=0)
+    st = kc.strategy_stats(wide)
+    assert st["quadrature_shared"] == (True, False)
+    local = _km().plan_arrays(wide, np.full(wide.num_paths, -1, np.int64), local=True)
+    assert st["quadrature_tiles"] == "local"
+    assert st["quadrature_chunks"] == sum(launch["n_local"] for launch in local["quadrature"])
+    assert st["quadrature_chunks"] > sum(launch["n_chunks"] for launch in local["quadrature"])
+    assert 1 <= st["quadrature_tile_columns"] <= kc.config.QUADRATURE_TILE_FEATURES
+    assert st["quadrature_tile_columns"] == max(q["local_columns"] for q in local["quadrature"])
+    assert st["quadrature_warps"] == 4
+    monkeypatch.setattr(kc.config, "SHAP_QUADRATURE_TILES", "all")
+    st = kc.strategy_stats(wide)
+    assert st["quadrature_shared"] == (False, False) and st["quadrature_tiles"] == "all"
+    assert st["quadrature_tile_columns"] == 0 and st["quadrature_warps"] == 0
+    assert st["quadrature_chunks"] == sum(launch["n_chunks"] for launch in local["quadrature"])
+    monkeypatch.undo()
     chain = _chain(34, 34)  # paths of 32 to 34 features: oversize bins
     st = kc.strategy_stats(chain)
     lanes = np.diff(chain.path_offsets)

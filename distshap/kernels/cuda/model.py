@@ -36,6 +36,7 @@ import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 from numba import cuda, njit
@@ -44,7 +45,7 @@ from distshap import strategy
 from distshap.kernels.cuda import config, device
 from distshap.kernels.cuda.device import device_id, stream
 from distshap.kernels.cuda.fallback import FALLBACK_MAX_FEATURES
-from distshap.kernels.cuda.quadrature import quadrature_warps
+from distshap.kernels.cuda.quadrature import local_tiles, quadrature_warps
 from distshap.kernels.cuda.tables import (
     SHAP_TABLE_MAX_FEATURES,
     TABLE_MAX_FEATURES,
@@ -603,8 +604,17 @@ def strategy_stats(packed: PackedModel, costs=None) -> dict:
     ``interaction_table_paths`` and ``interaction_table_bytes`` (tables of interaction values,
     filled on the device on the first interaction call; the other paths run the interaction
     quadrature kernel), ``shared_tile_rows`` (SHAP, interactions: rows of the table kernel's
-    shared-memory tile, 0 = accumulation in global memory), ``quadrature_shared`` (SHAP,
-    interactions: whether the quadrature kernels sum in shared memory) and
+    shared-memory tile, 0 = accumulation in global memory), ``quadrature_shared`` (SHAP:
+    whether every SHAP quadrature launch sums its rows in shared memory, with chunk-local
+    feature tiles or a column per feature; interactions: whether the interaction quadrature
+    kernel does), the SHAP quadrature kernel's tiles as launched (:func:`.quadrature.
+    launch_quadrature`): ``quadrature_tiles`` (``"local"``: every launch with chunk-local
+    feature tiles, :func:`local_chunks`; ``"all"``: none, a column per feature or global
+    atomics; ``"mixed"``; ``"none"``: no quadrature paths), ``quadrature_chunks`` (blocks of
+    a row tile, over the launches: local chunks where they run), ``quadrature_tile_columns``
+    (int64 sums a thread in the widest tile, 0 where every launch adds to global memory),
+    ``quadrature_warps`` (the fewest warps a block over the launches, 0: a launch adds to
+    global memory), and
     ``fixed_point_shift`` (SHAP, interactions).
     """
     lanes = np.diff(packed.path_offsets)
@@ -620,6 +630,7 @@ def strategy_stats(packed: PackedModel, costs=None) -> dict:
     nodes = config.QUADRATURE_NODES
     kernel_of = strategy.quadrature_node_index(k[quad], nodes)
     per_node = {int(nodes[q]): int((kernel_of == q).sum()) for q in np.unique(kernel_of)}
+    tiles = _shap_tiles(packed, shap_offsets)
     return {
         "shap_table_paths": int(stab.sum()),
         "shap_table_lanes": int(lanes[stab].sum()),
@@ -632,9 +643,36 @@ def strategy_stats(packed: PackedModel, costs=None) -> dict:
         "interaction_table_paths": int(itab.sum()),
         "interaction_table_bytes": 4 * strategy.table_values(k, np.where(itab, 0, -1), "k*k"),
         "shared_tile_rows": (shared_tile_rows(G * F1), shared_tile_rows(G * F1 * F1)),
-        "quadrature_shared": (
-            quadrature_warps(F1 - 1) > 0,
-            F1 * F1 * 8 <= config.QUADRATURE_SHARED_BYTES,
-        ),
+        "quadrature_shared": (tiles.pop("shared"), F1 * F1 * 8 <= config.QUADRATURE_SHARED_BYTES),
+        **tiles,
         "fixed_point_shift": (fixed_point_shift(shap_bound), fixed_point_shift(inter_bound)),
+    }
+
+
+def _shap_tiles(packed: PackedModel, shap_offsets: np.ndarray) -> dict:
+    """The SHAP quadrature launches' tiles as :func:`.quadrature.launch_quadrature` runs them
+    (host arithmetic): a launch takes chunk-local feature tiles where :func:`local_tiles` and
+    its widest tile fits shared memory, else a column per feature (or global atomics)."""
+    plan = plan_arrays(packed, shap_offsets, local=True)
+    local = local_tiles(SimpleNamespace(lane_column=plan["lane_column"]))
+    n_features = int(packed.num_features)
+    kinds, chunks, columns, warps = set(), 0, 0, []
+    for launch in plan["quadrature"]:
+        w = quadrature_warps(launch["local_columns"]) if local else 0
+        if w > 0:
+            kinds.add("local")
+            chunks += int(launch["n_local"])
+            columns = max(columns, int(launch["local_columns"]))
+        else:
+            kinds.add("all")
+            chunks += int(launch["n_chunks"])
+            w = quadrature_warps(n_features)
+            columns = max(columns, n_features if w > 0 else 0)
+        warps.append(w)
+    return {
+        "shared": min(warps) > 0 if warps else quadrature_warps(n_features) > 0,
+        "quadrature_tiles": kinds.pop() if len(kinds) == 1 else "mixed" if kinds else "none",
+        "quadrature_chunks": chunks,
+        "quadrature_tile_columns": columns,
+        "quadrature_warps": min(warps) if warps else 0,
     }
