@@ -184,6 +184,13 @@ def _cuda_strategy(packed, costs=None) -> dict | None:
     out["quadrature_nodes"] = {str(n): c for n, c in st["quadrature_nodes"].items()}
     out["quadrature_shared"] = {"shap": bool(st["quadrature_shared"][0]),
                                 "interactions": bool(st["quadrature_shared"][1])}  # fmt: skip
+    if "quadrature_tiles" in st:  # the SHAP quadrature kernel's per-row sums as launched
+        out["quadrature_tiles"] = {
+            "tiles": str(st["quadrature_tiles"]),
+            "chunks": int(st["quadrature_chunks"]),
+            "columns": int(st["quadrature_tile_columns"]),
+            "warps": int(st["quadrature_warps"]),
+        }
     return out
 
 
@@ -277,4 +284,26 @@ def format_info(info: dict, path: str) -> str:
         f"                quadrature sums in {sums[shared['shap']]} (SHAP), "
         f"{sums[shared['interactions']]} (interactions)"
     )
+    tiles = c.get("quadrature_tiles")
+    if tiles is not None and tiles["tiles"] != "none":
+        lines.append("                " + _format_tiles(tiles))
     return "\n".join(lines)
+
+
+def _format_tiles(tiles: dict) -> str:
+    """The SHAP quadrature kernel's tiles (:func:`_cuda_strategy` ``quadrature_tiles``)."""
+    kind = {
+        "local": "chunk-local feature tiles",
+        "all": "a column per feature",
+        "mixed": "chunk-local feature tiles where they fit, else a column per feature",
+    }.get(tiles["tiles"], tiles["tiles"])
+    if tiles["warps"] == 0:  # some launch adds every contribution to global memory
+        where = "global memory atomics" + (
+            f" (tiles of up to {tiles['columns']} columns elsewhere)" if tiles["columns"] else ""
+        )
+    else:
+        where = (
+            f"up to {tiles['columns']} int64 columns a row in shared memory, "
+            f"{tiles['warps']} warps a block"
+        )
+    return f"SHAP quadrature: {kind}; {tiles['chunks']:,} chunks, {where}"
