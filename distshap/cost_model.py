@@ -13,13 +13,20 @@ of its quadrature kernel, ``F`` features, ``G`` output groups)::
 
     quadrature  sum over its paths of  quad_path + k (quad_lane + n quad_lane_node
                                        + [no shared sums] quad_global_lane)
-                + chunks * F * quad_chunk_col                  (shared sums: zeroed, flushed)
+                + tile columns * quad_chunk_col                (shared sums: zeroed, flushed)
     tables      table_bins * table_bin + table_lanes * (table_lane + miss * table_miss_lane
                 + [no shared tile] table_global_lane),  miss = max(0, 1 - l2_bytes / table_bytes)
     fallback    sum over oversize paths of  k**2 fallback_lane2
     finish      G (F + 1) out_value
 
-plus ``launch`` per kernel launch and ``call`` per call. Models small enough for the one-launch
+plus ``launch`` per kernel launch and ``call`` per call. The SHAP quadrature kernel sums a row in
+shared memory, one int64 column per feature of the model (``tile columns = chunks * F``), or,
+for models of more than :data:`~distshap.kernels.cuda.config.QUADRATURE_TILE_FEATURES` features
+with chunk-local feature tiles (:data:`~distshap.kernels.cuda.config.SHAP_QUADRATURE_TILES`
+``"local"``), one per feature of each chunk (``tile columns`` = the chunks' features, summed:
+:func:`distshap.kernels.cuda.model.local_chunks`); it adds to global memory (``quad_global_lane``)
+only where the tile does not fit :data:`~distshap.kernels.cuda.config.QUADRATURE_SHARED_BYTES`
+(:func:`quadrature_tile_columns`). Models small enough for the one-launch
 route (:func:`distshap.kernels.cuda.small.fits`) cost ``sum of k**2 * small_lane2`` a row and
 ``small_call`` a call instead. :class:`KernelCosts` holds the
 constants; :func:`costs_for` gives those of a device: shipped defaults per device kind
@@ -74,6 +81,7 @@ __all__ = [
     "model_shape",
     "predict",
     "quadrature_path_seconds",
+    "quadrature_tile_columns",
     "round_costs",
     "save_costs",
     "shipped_literal",
@@ -189,7 +197,10 @@ def _costs(kind: str, source: str, l2_mib: int, speed: float = 1.0, **per_row) -
 #   gives ~7.0 ps a lane and ~0.12 ps a lane-node. (H200, 1M rows: 1.23M and 1.18M: the same.)
 # * Quadrature, GLOBAL sums: fashion_mnist-med (784 features, 129,571 paths, ~0.99M lanes,
 #   ~3.9M lane-nodes) 99,285 rows/s on the H200 (10.1 us a row): ~2.6 ps a lane above the
-#   shared-sum constants.
+#   shared-sum constants. With chunk-local feature tiles (fifth session) such models sum in
+#   shared memory and no longer pay it: fashion_mnist-med 118.4k rows/s on the H200 (8.4 us a
+#   row, predicted 126k), covtype-med 210.6k (its 54 columns a thread took 143k before,
+#   occupancy the model does not price; predicted 214k).
 # * Tables (the previous table kernel, second session, H100, 1M rows, tables in L2, shared
 #   tile): cal_housing-med 1,052,959 rows/s (4,132 bins), adult-med 1,075,141 (4,188 bins):
 #   ~0.23 ns a bin-row; the lane term cannot be told apart from it (equal lanes): 1 ps assumed.
@@ -423,7 +434,9 @@ def round_costs(costs: KernelCosts, digits: int = 3) -> KernelCosts:
 @dataclass(frozen=True, eq=False)
 class ModelShape:
     """What the cost model needs of a packed model: per-path features ``k`` (int64), output
-    group and bin, whether the bin is regular (one warp), ``num_features``, ``num_groups``."""
+    group and bin, whether the bin is regular (one warp), ``num_features``, ``num_groups``;
+    optionally each lane's feature (``lane_feature``, ``path_offsets``: the chunk-local feature
+    tiles' flushes counted exactly)."""
 
     k: np.ndarray
     group: np.ndarray
@@ -434,6 +447,11 @@ class ModelShape:
     max_table_features: int = 12
     table_budget_bytes: int = 1 << 30
     small: bool = False
+    #: Feature of each lane and lane offsets of each path (``PackedModel.feature`` /
+    #: ``path_offsets``), for the chunk-local feature tiles' exact flush count; ``None``: the
+    #: count is estimated (:func:`row_terms`).
+    lane_feature: np.ndarray | None = None
+    path_offsets: np.ndarray | None = None
 
 
 def model_shape(model: Any) -> ModelShape:
@@ -452,6 +470,7 @@ def model_shape(model: Any) -> ModelShape:
         num_features=int(model.num_features), num_groups=int(model.num_groups),
         max_table_features=int(model.max_table_features),
         table_budget_bytes=int(model.table_budget_bytes), small=_small_route(model),
+        lane_feature=np.asarray(model.feature), path_offsets=np.asarray(model.path_offsets),
     )  # fmt: skip
 
 
@@ -471,12 +490,41 @@ def _quadrature_config() -> tuple[tuple[int, ...], int, int, int]:
             int(config.QUADRATURE_SHARED_BYTES), int(config.BATCH_BUDGET_BYTES))  # fmt: skip
 
 
+#: Most features of a path in a regular bin (one warp of 32 lanes, the bias lane included).
+_REGULAR_MAX_K = 31
+
+
+def _local_tiles(num_features: int) -> bool:
+    """Whether SHAP plans of a model of ``num_features`` features get chunk-local feature tiles
+    (:func:`distshap.kernels.cuda.model.plan_arrays`, launched where
+    :func:`distshap.kernels.cuda.quadrature.local_tiles`)."""
+    from distshap.kernels.cuda import config
+
+    return (config.SHAP_QUADRATURE_TILES == "local"
+            and int(num_features) > int(config.QUADRATURE_TILE_FEATURES))  # fmt: skip
+
+
+def quadrature_tile_columns(num_features: int) -> int:
+    """Int64 columns a thread of the SHAP quadrature kernel sums a row in at most: the model's
+    features, or with chunk-local feature tiles (more features than
+    :data:`~distshap.kernels.cuda.config.QUADRATURE_TILE_FEATURES`, tiles ``"local"``) that
+    bound, or the longest regular path's features where they exceed it (such a path gets a
+    chunk of its own), whichever is fewer than the model's."""
+    from distshap.kernels.cuda import config
+
+    F = int(num_features)
+    if not _local_tiles(F):
+        return F
+    return min(F, max(int(config.QUADRATURE_TILE_FEATURES), _REGULAR_MAX_K))
+
+
 def quadrature_shared(num_features: int) -> bool:
     """Whether the SHAP quadrature kernels sum a row in shared memory (else global atomics):
-    :func:`distshap.kernels.cuda.quadrature.quadrature_warps` > 0."""
+    :func:`distshap.kernels.cuda.quadrature.quadrature_warps` of the widest tile
+    (:func:`quadrature_tile_columns`) > 0."""
     from distshap.kernels.cuda.quadrature import quadrature_warps
 
-    return quadrature_warps(num_features) > 0
+    return quadrature_warps(quadrature_tile_columns(num_features)) > 0
 
 
 def table_shared(width: int) -> bool:
@@ -557,21 +605,16 @@ def row_terms(shape: ModelShape, table_offsets: np.ndarray, l2_bytes: int) -> di
     if idx.size and int(idx.max()) >= len(nodes):
         raise ValueError(f"paths of more than {2 * nodes[-1]} features need the fallback kernel")
     n = np.asarray(nodes, np.float64)[idx]
-    qshared = quadrature_shared(F)
     tshared = table_shared(G * (F + 1))
-    chunks = 0
-    if is_q.any():  # chunks of each (node count, group): chunk_paths paths at most
-        key = idx.astype(np.int64) * (G + 1) + shape.group[is_q]
-        counts = np.unique(key, return_counts=True)[1]
-        chunks = int((-(-counts // chunk_paths)).sum())
     kq, kt, ko = k[is_q].astype(np.float64), k[is_t].astype(np.float64), k[over].astype(float)
+    global_lanes, tile_columns = _quadrature_sums(shape, is_q, idx, nodes, chunk_paths)
     table_bytes = 4.0 * float((np.ldexp(1.0, k[is_t]) * kt).sum())
     return {
         "quad_path": float(is_q.sum()),
         "quad_lane": float(kq.sum()),
         "quad_lane_node": float((kq * n).sum()),
-        "quad_global_lane": 0.0 if qshared else float(kq.sum()),
-        "quad_chunk_col": float(chunks * F) if qshared else 0.0,
+        "quad_global_lane": global_lanes,
+        "quad_chunk_col": tile_columns,
         "table_bin": float(np.unique(shape.path_bin[is_t]).size),
         "table_lane": float(kt.sum()),
         "table_miss_lane": miss_fraction(table_bytes, l2_bytes) * float(kt.sum()),
@@ -580,6 +623,67 @@ def row_terms(shape: ModelShape, table_offsets: np.ndarray, l2_bytes: int) -> di
         "out_value": float(G * (F + 1)),
         "small_lane2": 0.0,
     }
+
+
+def _quadrature_sums(shape: ModelShape, is_q: np.ndarray, idx: np.ndarray,
+                     nodes: tuple[int, ...], chunk_paths: int) -> tuple[float, float]:  # fmt: skip
+    """``(global lanes, tile columns)`` of the SHAP quadrature paths ``is_q`` (node index
+    ``idx`` each) a row: the feature lanes whose contributions go to global memory, and the
+    int64 columns of shared memory zeroed and flushed (module docstring), as
+    :func:`distshap.kernels.cuda.quadrature.launch_quadrature` runs them."""
+    from distshap.kernels.cuda.quadrature import quadrature_warps
+
+    k, F, G = shape.k, int(shape.num_features), int(shape.num_groups)
+    if not is_q.any():
+        return 0.0, 0.0
+    lanes = float(k[is_q].sum())
+    # chunks of each (node count, group): chunk_paths paths at most
+    key = idx.astype(np.int64) * (G + 1) + shape.group[is_q]
+    counts = np.unique(key, return_counts=True)[1]
+    chunks = int((-(-counts // chunk_paths)).sum())
+    wide_shared = quadrature_warps(F) > 0  # the all-features tile fits
+    all_features = (0.0, float(chunks * F)) if wide_shared else (lanes, 0.0)
+    if not _local_tiles(F):
+        return all_features
+    if shape.lane_feature is None or shape.path_offsets is None:
+        # no lane features, an estimate: a column a feature of each all-features chunk (the
+        # local chunks flush more where a feature recurs in several), at most one a lane
+        if not quadrature_shared(F):
+            return all_features
+        return 0.0, float(min(chunks * F, lanes))
+    return _local_sums(shape, is_q, nodes, chunk_paths, wide_shared)
+
+
+def _local_sums(shape: ModelShape, is_q: np.ndarray, nodes: tuple[int, ...], chunk_paths: int,
+                wide_shared: bool) -> tuple[float, float]:  # fmt: skip
+    """:func:`_quadrature_sums` with chunk-local feature tiles, from the lanes' features: the
+    chunks :func:`~distshap.kernels.cuda.model.local_chunks` forms, launch by launch (one
+    whose widest tile does not fit shared memory runs the all-features kernel)."""
+    from types import SimpleNamespace
+
+    from distshap import strategy
+    from distshap.kernels.cuda import config
+    from distshap.kernels.cuda.model import local_chunks
+    from distshap.kernels.cuda.quadrature import quadrature_warps
+
+    F = int(shape.num_features)
+    lanes = SimpleNamespace(
+        path_offsets=np.asarray(shape.path_offsets, np.int64),
+        feature=np.asarray(shape.lane_feature, np.int64), path_group=shape.group,
+        num_features=F,
+    )  # fmt: skip
+    column = np.full(max(lanes.feature.size, 1), -1, np.int16)  # scratch
+    global_lanes = tile_columns = 0.0
+    for launch in strategy.quadrature_launches(shape.k, shape.group, is_q, nodes, chunk_paths):
+        tiles = local_chunks(lanes, launch["paths"], int(config.QUADRATURE_TILE_FEATURES),
+                             chunk_paths, column)  # fmt: skip
+        if quadrature_warps(tiles["local_columns"]) > 0:
+            tile_columns += float(tiles["local_feature_offsets"][-1])
+        elif wide_shared:
+            tile_columns += float(launch["n_chunks"] * F)
+        else:
+            global_lanes += float(shape.k[launch["paths"]].sum())
+    return global_lanes, tile_columns
 
 
 def launches_per_batch(shape: ModelShape, table_offsets: np.ndarray) -> int:

@@ -196,7 +196,65 @@ def test_prediction_monotone():
     assert longer == sorted(longer, reverse=True)
     narrow = cm.predict(_packed(300, 4, 8, 1), "quadrature", H100).rows_per_second
     wide = cm.predict(_packed(300, 4, 400, 1), "quadrature", H100).rows_per_second
-    assert wide < narrow  # global sums and a wider finish pass
+    assert wide < narrow  # more tile columns to flush and a wider finish pass
+
+
+def _tiles(monkeypatch, tiles="local", bound=16):
+    from distshap.kernels.cuda import config
+
+    monkeypatch.setattr(config, "SHAP_QUADRATURE_TILES", tiles)
+    monkeypatch.setattr(config, "QUADRATURE_TILE_FEATURES", bound)
+
+
+def test_local_tiles_price_shared_sums_and_the_chunks_features(monkeypatch):
+    from distshap.kernels.cuda import model
+
+    packed = _packed(600, 8, 300, 2, seed=3)  # 300 features: no column a feature fits
+    shape = cm.model_shape(packed)
+    none = np.full(packed.num_paths, -1)
+    lanes = float(shape.k.sum())
+    _tiles(monkeypatch, "all")
+    terms = cm.row_terms(shape, none, H100.l2_bytes)
+    assert terms["quad_global_lane"] == lanes and terms["quad_chunk_col"] == 0
+    assert not cm.quadrature_shared(300) and cm.quadrature_tile_columns(300) == 300
+    all_features = cm.predict(shape, "quadrature", H100).rows_per_second
+    _tiles(monkeypatch, "local")
+    assert cm.quadrature_shared(300) and cm.quadrature_tile_columns(300) == 31
+    terms = cm.row_terms(shape, none, H100.l2_bytes)
+    plan = model.plan_arrays(packed, none, local=True)  # what the kernel launches
+    flushed = sum(int(q["local_feature_offsets"][-1]) for q in plan["quadrature"])
+    assert terms["quad_global_lane"] == 0 and terms["quad_chunk_col"] == flushed
+    assert sum(q["n_local"] for q in plan["quadrature"]) * 8 <= flushed <= lanes
+    assert cm.predict(shape, "quadrature", H100).rows_per_second > all_features
+    seconds = cm.quadrature_path_seconds(H100, shape.k, 300)
+    assert np.allclose(
+        seconds, H100.quad_path + shape.k * (H100.quad_lane + 4 * H100.quad_lane_node)
+    )
+    # without the lanes' features: estimated, a column a feature of each all-features chunk
+    bare = replace(shape, lane_feature=None, path_offsets=None)
+    chunks = sum(q["n_chunks"] for q in plan["quadrature"])
+    terms = cm.row_terms(bare, none, H100.l2_bytes)
+    assert terms["quad_global_lane"] == 0
+    assert terms["quad_chunk_col"] == min(chunks * 300, lanes)
+    # a bound whose tiles do not fit shared memory: the all-features kernel, global sums
+    _tiles(monkeypatch, "local", 250)
+    assert not cm.quadrature_shared(300)
+    terms = cm.row_terms(shape, none, H100.l2_bytes)
+    assert terms["quad_global_lane"] == lanes and terms["quad_chunk_col"] == 0
+
+
+def test_local_tiles_leave_narrow_models_alone(monkeypatch):
+    packed = _packed(600, 5, 12, 1, seed=4)  # 12 features: within the bound
+    shape = cm.model_shape(packed)
+    none = np.full(packed.num_paths, -1)
+    got = {}
+    for tiles in ("local", "all"):
+        _tiles(monkeypatch, tiles)
+        got[tiles] = cm.row_terms(shape, none, H100.l2_bytes)
+        assert cm.quadrature_tile_columns(12) == 12
+    assert got["local"] == got["all"]
+    chunks = -(-packed.num_paths // 256)  # one group, one node count (k = 5: 4 nodes)
+    assert got["local"]["quad_chunk_col"] == chunks * 12
 
 
 def test_auto_never_predicted_slower_than_either_extreme():
