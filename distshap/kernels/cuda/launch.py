@@ -16,11 +16,21 @@ Small models (:func:`distshap.kernels.cuda.small.fits`, a function of the packed
 values (:mod:`.small`), with no accumulator, batches or finish pass; :func:`checked_values`
 runs it with the additivity check inside (what :func:`distshap.dispatch.explain_rows` calls
 first), and :func:`run_slot_batches` stores its integers into the pair slots.
+
+Per-call host costs (:func:`_run`): the accumulator of a small call (at most
+:data:`KEPT_ACC_BYTES`) is kept between calls (:func:`kept_accumulator`: one per device,
+stream, row count and width, zero between calls since the finish kernel zeroes it, handed out
+to one call at a time, with its Numba view made once), launchers with no work are not called,
+the rows are handed to the kernels as one Numba view where three or more launches read them,
+and the output is not sliced when one batch covers it. :data:`KEEP` switches all of that off
+(for :mod:`benchmarks.call_profile`'s before/after); results do not depend on it.
 """
 
 from __future__ import annotations
 
+import threading
 import warnings
+from collections import OrderedDict
 
 import numpy as np
 from numba import cuda
@@ -36,8 +46,9 @@ from distshap.kernels.cuda.tables import launch_tables
 from distshap.packed import PackedModel
 
 __all__ = [
-    "checked_values", "default_batch_rows", "device_rows", "finish_kernel", "interaction_values",
-    "launch_finish", "new_output", "run_batches", "run_slot_batches", "shap_values",
+    "KEEP", "KEPT_ACC_BYTES", "checked_values", "clear_kept", "default_batch_rows",
+    "device_rows", "finish_kernel", "interaction_values", "kept_accumulator", "launch_finish",
+    "new_output", "run_batches", "run_slot_batches", "shap_values",
 ]  # fmt: skip
 
 
@@ -62,6 +73,58 @@ def finish_kernel(acc, out, inv_scale, expected_value, group_size, bias_offset):
 #: Accumulators up to this size (all rows in one batch) skip the free-memory query.
 _SMALL_ACC_BYTES = 1 << 24
 
+#: Keep the per-call host work small (module docstring); ``False``: allocate, slice and launch
+#: as before (for :mod:`benchmarks.call_profile`; the bits do not depend on it).
+KEEP = True
+#: Accumulators up to this many bytes are kept between calls (:func:`kept_accumulator`).
+KEPT_ACC_BYTES = 1 << 24
+_KEPT_TOTAL_BYTES = 1 << 26  # all kept accumulators together (least recently used dropped)
+_KEPT: OrderedDict = OrderedDict()  # (device, stream, rows, width) -> (array, its view)
+_KEPT_LOCK = threading.Lock()
+
+
+def _current_device() -> int:
+    """CuPy's current device (where ``xp().zeros`` allocates); 0 under the simulator."""
+    if SIM:
+        return 0
+    import cupy
+
+    return int(cupy.cuda.runtime.getDevice())
+
+
+def kept_accumulator(rows: int, width: int, s):
+    """A zero int64 accumulator ``(rows, width)`` for the stream ``s``, kept between calls.
+
+    Returns ``(key, array, view)``: the array (CuPy, NumPy under the simulator) and the view
+    the kernels take (:func:`.args.view`, made once). The caller hands it back with
+    :func:`_give_back` once its last launch that leaves it zeroed (the finish kernel) is
+    queued on ``s``: later calls on that stream run after it, so they find it zero. One call
+    holds it at a time (a concurrent call makes its own); a call that fails before giving it
+    back drops it.
+    """
+    key = (_current_device(), 0 if SIM else args.stream_key(s), int(rows), int(width))
+    with _KEPT_LOCK:
+        hit = _KEPT.pop(key, None)
+    if hit is not None:
+        return (key, *hit)
+    a = xp().zeros((rows, width), dtype=np.int64)
+    return key, a, args.view(a)
+
+
+def _give_back(key, a, view) -> None:
+    with _KEPT_LOCK:
+        _KEPT[key] = (a, view)
+        total = sum(8 * k[2] * k[3] for k in _KEPT)
+        while total > _KEPT_TOTAL_BYTES and len(_KEPT) > 1:
+            old, _ = _KEPT.popitem(last=False)
+            total -= 8 * old[2] * old[3]
+
+
+def clear_kept() -> None:
+    """Drop the kept accumulators."""
+    with _KEPT_LOCK:
+        _KEPT.clear()
+
 
 def default_batch_rows(values_per_row: int) -> int:
     """Rows per batch so the int64 accumulator stays within the budget (module docstring)."""
@@ -84,14 +147,18 @@ def device_rows(X, num_features: int):
     return cp.ascontiguousarray(cp.asarray(X), dtype=cp.float32)
 
 
-def run_batches(X, width: int, batch_rows: int | None, batch, cap: int | None = 1 << 24) -> None:
+def run_batches(
+    X, width: int, batch_rows: int | None, batch, cap: int | None = 1 << 24, keep: bool = False
+) -> None:
     """Runs ``batch(r0, r1, Xb, acc, stream)`` over the rows of ``X`` in batches.
 
     ``acc`` is the int64 accumulator ``(r1 - r0, width)`` shared by all batches (zero on entry;
     ``batch`` must leave it zeroed, as :func:`finish_kernel` does) and ``Xb = X[r0:r1]``.
     ``batch_rows`` (default: :func:`default_batch_rows` for ``width``) must be >= 1; it is
     capped at the row count and at ``cap`` (the launches' grid limit, ``None``: none). Nothing
-    runs, and ``batch_rows`` is not checked, when ``X`` has no rows.
+    runs, and ``batch_rows`` is not checked, when ``X`` has no rows. With ``keep`` (and
+    :data:`KEEP`) an accumulator of at most :data:`KEPT_ACC_BYTES` is kept for the next call
+    (:func:`kept_accumulator`), and one batch of all rows gets ``X`` itself.
     """
     n = int(X.shape[0])
     if n == 0:
@@ -104,8 +171,11 @@ def run_batches(X, width: int, batch_rows: int | None, batch, cap: int | None = 
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
     batch_rows = min(batch_rows, n) if cap is None else min(batch_rows, n, cap)
-    acc_all = xp().zeros((batch_rows, width), dtype=np.int64)
     s = args.current_stream()
+    if keep and KEEP:
+        _kept_batches(X, n, width, batch_rows, batch, s)
+        return
+    acc_all = xp().zeros((batch_rows, width), dtype=np.int64)
     with warnings.catch_warnings():  # small inputs give small grids: not worth a warning
         warnings.filterwarnings("ignore", message=".*under-utilization.*")
         for r0 in range(0, n, batch_rows):
@@ -114,6 +184,28 @@ def run_batches(X, width: int, batch_rows: int | None, batch, cap: int | None = 
             # CuPy (a launcher may run CuPy on them)
             acc = acc_all if r1 - r0 == batch_rows else acc_all[: r1 - r0]
             batch(r0, r1, X[r0:r1], args.view(acc), s)
+
+
+def _kept_batches(X, n: int, width: int, batch_rows: int, batch, s) -> None:
+    """:func:`run_batches` with ``keep``: a kept accumulator where it is small, its view made
+    once (sliced for a last short batch), ``X`` unsliced when one batch holds every row."""
+    key = None
+    if 8 * max(1, width) * batch_rows <= KEPT_ACC_BYTES:
+        key, acc_all, acc_view = kept_accumulator(batch_rows, width, s)
+    else:
+        acc_all = xp().zeros((batch_rows, width), dtype=np.int64)
+        acc_view = args.view(acc_all)
+    with warnings.catch_warnings():  # small inputs give small grids: not worth a warning
+        warnings.filterwarnings("ignore", message=".*under-utilization.*")
+        if batch_rows == n:
+            batch(0, n, X, acc_view, s)
+        else:
+            for r0 in range(0, n, batch_rows):
+                r1 = min(n, r0 + batch_rows)
+                acc = acc_view if r1 - r0 == batch_rows else acc_view[: r1 - r0]
+                batch(r0, r1, X[r0:r1], acc, s)
+    if key is not None:
+        _give_back(key, acc_all, acc_view)
 
 
 def launch_finish(kernel, acc, out, inv_scale, expected, group_size, bias_offset, s) -> None:
@@ -224,14 +316,39 @@ def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool):
         return out
     scale = 2.0 ** (model.interaction_shift if interactions else model.shap_shift)
 
-    def batch(r0, r1, Xb, acc, s):
-        launch_tables(model, plan, Xb, acc, scale, F1, s)
-        launch_quadrature(model, plan, Xb, acc, scale, F1, s, interactions)
-        launch_fallback(model, Xb, acc, scale, F1, s, interactions)
-        launch_finish(finish_kernel, acc, out2[r0:r1], 1.0 / scale, model.expected_value,
+    if not KEEP:
+
+        def batch(r0, r1, Xb, acc, s):
+            launch_tables(model, plan, Xb, acc, scale, F1, s)
+            launch_quadrature(model, plan, Xb, acc, scale, F1, s, interactions)
+            launch_fallback(model, Xb, acc, scale, F1, s, interactions)
+            launch_finish(finish_kernel, acc, out2[r0:r1], 1.0 / scale, model.expected_value,
+                          group_size, bias_offset, s)  # fmt: skip
+
+        run_batches(X, out2.shape[1], batch_rows, batch)  # cap 1 << 24: row-tile grid in 65535
+        return out
+    # only the launchers with work; the rows as one Numba view where three or more launches
+    # read them (a view costs about two CuPy arguments; the SHAP quadrature reads a transposed
+    # CuPy copy of the rows instead)
+    quadrature = bool(plan.quadrature)
+    readers = (plan.n_table_bins > 0) + -(-model.n_oversize // 65535)
+    readers += len(plan.quadrature) * -(-n // 65535) if interactions else 0
+    shared_rows = readers >= 3 and (interactions or not quadrature)
+
+    def kept_batch(r0, r1, Xb, acc, s):
+        if shared_rows:
+            Xb = args.view(Xb)
+        if plan.n_table_bins:
+            launch_tables(model, plan, Xb, acc, scale, F1, s)
+        if quadrature:
+            launch_quadrature(model, plan, Xb, acc, scale, F1, s, interactions)
+        if model.n_oversize:
+            launch_fallback(model, Xb, acc, scale, F1, s, interactions)
+        rows_out = out2 if r0 == 0 and r1 == n else out2[r0:r1]
+        launch_finish(finish_kernel, acc, rows_out, 1.0 / scale, model.expected_value,
                       group_size, bias_offset, s)  # fmt: skip
 
-    run_batches(X, out2.shape[1], batch_rows, batch)  # cap 1 << 24: row-tile grid in 65535
+    run_batches(X, out2.shape[1], batch_rows, kept_batch, keep=True)  # cap 1 << 24, as above
     return out
 
 
