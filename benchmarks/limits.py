@@ -23,7 +23,10 @@ instructions, so a warp instruction counts 32):
   interaction kernels); ``global_atomics``: int64 atomics on the output accumulator. Where a
   block sums in shared memory and flushes non-zero sums, the flush count is the number of
   distinct output entries the block's paths touch (an upper bound: a sum that cancels to 0 is
-  not flushed).
+  not flushed). The SHAP quadrature kernel with chunk-local feature tiles (kind
+  ``local-quadrature``, :data:`distshap.kernels.cuda.config.SHAP_QUADRATURE_TILES`) is counted
+  over its own chunks (``local_offsets``): its tile has a column per feature of the chunk, so
+  its init and flush cost the chunk's features, not the model's.
 * ``bytes``: bytes the load and atomic instructions ask for (rows of ``X``, lane data, tables,
   8 per atomic), each warp-uniform load counted once per warp (``bytes_lane`` / 32 per row
   where one thread runs one row); ``dram_min``: the fewest bytes through device memory if
@@ -130,6 +133,7 @@ _LANE_BYTES = 16 + 32 + 8
 # ncu --kernel-name patterns (mangled names hold the Python function's qualified name)
 _NCU_PATTERN = {
     "quadrature": "_make_shap_kernel",
+    "local-quadrature": "_make_local_shap_kernel",
     "inter-quadrature": "_make_interaction_kernel",
     "tables": "_make_table_kernel",
     "fallback": "_make_oversize_kernel",
@@ -177,12 +181,15 @@ def _distinct(keys: np.ndarray) -> int:
 # --------------------------------------------------------------------------------------------
 # Counts (host arithmetic on the packed model and the plan)
 # --------------------------------------------------------------------------------------------
-def _quadrature_shap(packed, launch: dict, shared: bool, rows: int) -> dict:
+def _quadrature_shap(packed, launch: dict, shared: bool, rows: int, local: bool = False) -> dict:
     """Per-row work of one SHAP quadrature launch (:mod:`distshap.kernels.cuda.quadrature`):
-    one thread per row, every path of a chunk in turn, ``n`` Gauss-Legendre nodes."""
+    one thread per row, every path of a chunk in turn, ``n`` Gauss-Legendre nodes; ``local``:
+    the kernel with chunk-local feature tiles (its chunks ``local_offsets``, a tile column per
+    feature of the chunk, ``local_feature_offsets``), else a column per feature of the model
+    (``shared``) or global atomics."""
     po = np.asarray(packed.path_offsets, np.int64)
     paths = np.asarray(launch["paths"], np.int64)
-    offsets = np.asarray(launch["offsets"], np.int64)
+    offsets = np.asarray(launch["local_offsets" if local else "offsets"], np.int64)
     n = int(launch["n_nodes"])
     k = po[paths + 1] - po[paths] - 1
     K = float(k.sum())
@@ -207,16 +214,24 @@ def _quadrature_shap(packed, launch: dict, shared: bool, rows: int) -> dict:
     group = np.asarray(packed.path_group, np.int64)[paths][owner]
     touched = _distinct(group * (F + 1) + feat)
     n_chunks = offsets.size - 1
-    if shared:
+    columns = F  # int64 columns of a thread's tile
+    if local:  # tile init and flush over each chunk's features (its tile's columns)
+        widths = np.diff(np.asarray(launch["local_feature_offsets"], np.int64))
+        columns = int(widths.max(initial=0))
+        c["shared"] = 2 * K + 2 * float(widths.sum())
+        c["global_atomics"] = float(widths.sum())  # a chunk's features: distinct per chunk
+    elif shared:
         c["shared"] = 2 * K + 2 * F * n_chunks  # load + store per element; tile init, flush
         c["global_atomics"] = _distinct(chunk[owner] * (F + 1) + feat)
     else:
+        columns = 0
         c["global_atomics"] = K
     c["bytes_atomic"] = 8 * c["global_atomics"]
     model_bytes = _LANE_BYTES * float(lanes.size + P) + 4 * P
     c["dram_min"] = 4 * F + 16 * touched + model_bytes / max(rows, 1)
     info = {"paths": int(P), "elements": int(K), "n_nodes": n, "chunks": int(n_chunks),
-            "mean_k": K / max(P, 1), "shared": bool(shared)}  # fmt: skip
+            "mean_k": K / max(P, 1), "shared": bool(shared or local),
+            "tiles": "local" if local else "all", "tile_columns": columns}  # fmt: skip
     return {"counts": c, "info": info}
 
 
@@ -385,10 +400,19 @@ def _plan_host(plan) -> dict:
         "per_pattern": getattr(plan, "per_pattern", "k*k"),
         "quadrature": [
             {"n_nodes": int(q.n_nodes), "paths": _host(q.paths), "offsets": _host(q.offsets),
-             "n_chunks": int(q.n_chunks)}
+             "n_chunks": int(q.n_chunks), **_local_host(q)}
             for q in plan.quadrature
         ],
     }  # fmt: skip
+
+
+def _local_host(q) -> dict:
+    """A quadrature launch's chunk-local feature tiles on the host (``{}`` without them)."""
+    if getattr(q, "local_offsets", None) is None:
+        return {}
+    return {"local_offsets": _host(q.local_offsets),
+            "local_feature_offsets": _host(q.local_feature_offsets),
+            "n_local": int(q.n_local), "local_columns": int(q.local_columns)}  # fmt: skip
 
 
 def work_counts(packed, model, plan, interactions: bool, rows: int) -> list[KernelWork]:
@@ -400,10 +424,11 @@ def work_counts(packed, model, plan, interactions: bool, rows: int) -> list[Kern
     the host, so the counts follow whatever the library's policy put where.
     """
     from distshap.kernels.cuda import config
-    from distshap.kernels.cuda.quadrature import quadrature_warps
+    from distshap.kernels.cuda.quadrature import local_tiles, quadrature_warps
     from distshap.kernels.cuda.tables import shared_tile_rows
 
     host = _plan_host(plan)
+    local = not interactions and local_tiles(plan)
     F = packed.num_features
     F1 = F + 1
     G = packed.num_groups
@@ -423,9 +448,10 @@ def work_counts(packed, model, plan, interactions: bool, rows: int) -> list[Kern
             shared = F1 * F1 * 8 <= config.QUADRATURE_SHARED_BYTES
             w = _quadrature_interactions(packed, q, shared, rows)
             kind = "inter-quadrature"
-        else:
-            w = _quadrature_shap(packed, q, quadrature_warps(F) > 0, rows)
-            kind = "quadrature"
+        else:  # as launch_quadrature: local tiles where they apply and the widest one fits
+            tiled = local and quadrature_warps(q.get("local_columns", 0)) > 0
+            w = _quadrature_shap(packed, q, quadrature_warps(F) > 0, rows, tiled)
+            kind = "local-quadrature" if tiled else "quadrature"
         name = f"quadrature-n{q['n_nodes']}"
         out.append(KernelWork(name, kind, 1, w["counts"], {**w["info"], "launch": i}))
     if model.n_oversize:
@@ -744,7 +770,7 @@ def profile(packed, X, interactions: bool = False, repeats: int = 5, only: str |
         seconds[w.name] = timer(lambda w=w: w.run(Xb, acc, ob, s), repeats, zero)
     transpose = seconds.get("transpose", 0.0)
     for w in works:  # the quadrature launch helper transposes the rows first
-        if w.kind == "quadrature" and w.name in seconds:
+        if w.kind in ("quadrature", "local-quadrature") and w.name in seconds:
             seconds[w.name] = max(seconds[w.name] - transpose, 0.0)
     result = {"rows": n, "batch_rows": b, "batches": n_batches, "paths": packed.num_paths,
               "bins": packed.num_bins, "features": packed.num_features,
@@ -776,7 +802,7 @@ def profile(packed, X, interactions: bool = False, repeats: int = 5, only: str |
     for w in works:
         if w.name not in seconds:
             continue
-        rec = {"name": w.name, "launches": w.launches * n_batches, "info": w.info,
+        rec = {"name": w.name, "kind": w.kind, "launches": w.launches * n_batches, "info": w.info,
                "seconds": seconds[w.name] * n / b, "counts": w.counts}  # fmt: skip
         t = seconds[w.name] / b  # seconds per row
         rec["rates"] = {key: (v / t if t > 0 else None) for key, v in w.counts.items()}

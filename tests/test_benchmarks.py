@@ -138,6 +138,27 @@ for budget in (0, 1 << 30):
         text = limits.format_table("tiny", res, peaks)
         assert all(name in text for name in names)
         json.dumps(res, default=float)
+# chunk-local feature tiles (a bound of 2 features: every path of 3+ features a chunk alone):
+# the local kernel's own chunks and flushes counted, the parts still the call's bits
+from distshap.kernels import cuda as kc
+from distshap.kernels.cuda.model import device_model
+
+config.QUADRATURE_TILE_FEATURES = 2
+kc.clear_cache()
+packed = build_packed_model(extract_paths(ens), table_budget_bytes=0)
+stats = strategy_stats(packed)
+assert stats["quadrature_tiles"] == "local", stats
+res = limits.profile(packed, X, repeats=1)
+assert res["parts_match"]
+quad = [r for r in res["kernels"] if r["name"].startswith("quadrature")]
+assert quad and all(r["kind"] == "local-quadrature" for r in quad), quad
+assert sum(r["info"]["chunks"] for r in quad) == stats["quadrature_chunks"]
+plan = device_model(packed).shap
+flushes = sum(int(limits._host(q.local_feature_offsets)[-1]) for q in plan.quadrature)
+assert sum(r["counts"]["global_atomics"] for r in quad) == flushes
+assert max(r["info"]["tile_columns"] for r in quad) == stats["quadrature_tile_columns"]
+assert "_make_local_shap_kernel" in limits.ncu_command("tiny", 4, quad[0]["name"],
+                                                       quad[0]["kind"], False)
 print("SIMULATOR-OK")
 """
 
