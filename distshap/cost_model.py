@@ -673,10 +673,12 @@ def _local_sums(shape: ModelShape, is_q: np.ndarray, nodes: tuple[int, ...], chu
         num_features=F,
     )  # fmt: skip
     column = np.full(max(lanes.feature.size, 1), -1, np.int16)  # scratch
+    window = int(getattr(config, "QUADRATURE_TILE_WINDOW", 0))  # as plan_arrays chunks them
+    extra = {"window": window} if window else {}
     global_lanes = tile_columns = 0.0
     for launch in strategy.quadrature_launches(shape.k, shape.group, is_q, nodes, chunk_paths):
         tiles = local_chunks(lanes, launch["paths"], int(config.QUADRATURE_TILE_FEATURES),
-                             chunk_paths, column)  # fmt: skip
+                             chunk_paths, column, **extra)  # fmt: skip
         if quadrature_warps(tiles["local_columns"]) > 0:
             tile_columns += float(tiles["local_feature_offsets"][-1])
         elif wide_shared:
