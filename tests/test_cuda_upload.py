@@ -13,7 +13,7 @@ import pytest
 
 from distshap.kernels import cuda_available
 
-from cudasim import assert_simulator_ok
+from cudasim import assert_simulator_ok, nvvm_available
 
 _SIM_SCRIPT = r"""
 import dataclasses
@@ -61,6 +61,20 @@ print("SIMULATOR-OK")
 
 def test_lane_columns_match_the_host_build_under_cuda_simulator():
     assert_simulator_ok(_SIM_SCRIPT, timeout=600)
+
+
+@pytest.mark.skipif(not nvvm_available(), reason="NVVM (CUDA toolkit) not installed")
+def test_lane_fill_kernel_ptx_rounds_to_nearest():
+    from numba import cuda
+
+    from distshap.kernels.cuda.ptx import _device_free_compilation
+    from distshap.kernels.cuda.upload import LANE_FILL_SIGNATURE, lane_fill_kernel
+
+    with _device_free_compilation((9, 0)):
+        ptx, _ = cuda.compile_ptx(lane_fill_kernel.py_func, LANE_FILL_SIGNATURE, cc=(9, 0))
+    cvt = [line for line in ptx.splitlines() if "cvt." in line and ".f32.f64" in line]
+    assert cvt and all("cvt.rn.f32.f64" in line for line in cvt), cvt  # as NumPy, no flush
+    assert "atom." not in ptx and ".local" not in ptx
 
 
 @pytest.mark.gpu
