@@ -208,6 +208,113 @@ def test_local_tiles_under_cuda_simulator():
     assert_simulator_ok(_SIM_SCRIPT, timeout=900)
 
 
+def test_windowed_chunks_regroup_paths_within_their_group(monkeypatch):
+    km = _km()
+    monkeypatch.setattr(_config(), "QUADRATURE_TILE_FEATURES", 7)
+    monkeypatch.setattr(_config(), "QUADRATURE_CHUNK_PATHS", 40)
+    ens = tiny.random_ensemble(31, n_features=40, n_trees=24, depth=6, n_groups=3,
+                               n_categorical=2)  # fmt: skip
+    packed = _packed(ens)
+    none = np.full(packed.num_paths, -1, np.int64)
+    plain = km.plan_arrays(packed, none, local=True)
+    monkeypatch.setattr(_config(), "QUADRATURE_TILE_WINDOW", 64)
+    plan = km.plan_arrays(packed, none, local=True)
+    n_local, _ = _check_local_plan(packed, plan, 7, 40)  # the greedy's rules in the new order
+    assert n_local < sum(q["n_local"] for q in plain["quadrature"])
+    for a, b in zip(plain["quadrature"], plan["quadrature"], strict=True):
+        assert np.array_equal(a["offsets"], b["offsets"])  # all-features chunks: one group each
+        assert not np.array_equal(a["paths"], b["paths"])
+        group = packed.path_group
+        for c in range(a["n_chunks"]):  # the same paths in each group, reordered
+            lo, hi = a["offsets"][c], a["offsets"][c + 1]
+            assert np.all(group[b["paths"][lo:hi]] == a["group"][c])
+        assert np.array_equal(np.sort(a["paths"]), np.sort(b["paths"]))
+
+
+_SIM_VARIANTS = r"""
+import numpy as np
+import tiny
+import naive
+import xgb_models
+import distshap
+from distshap.inputs import prepare_rows
+from distshap.kernels import cpu
+from distshap.kernels import cuda as kc
+from distshap.packed import build_packed_model
+from distshap.paths import extract_paths
+
+config = kc.config
+config.SMALL_MAX_PATHS = 0  # the plans' kernels, not the one-launch route of small models
+
+def run(packed, X, tiles="local", tile_features=16, window=0, rows=1, warps=4,
+        shared_bytes=48 * 1024, batch_rows=None):
+    kc.clear_cache()
+    config.SHAP_QUADRATURE_TILES = tiles
+    config.QUADRATURE_TILE_FEATURES = tile_features
+    config.QUADRATURE_TILE_WINDOW = window
+    config.SHAP_QUADRATURE_ROWS = rows
+    config.SHAP_QUADRATURE_WARPS = warps
+    config.QUADRATURE_SHARED_BYTES = shared_bytes
+    try:
+        out = kc.shap_values(packed, X, batch_rows=batch_rows)
+        plan = kc.device_model(packed).shap
+    finally:
+        config.SHAP_QUADRATURE_TILES, config.QUADRATURE_TILE_FEATURES = "local", 16
+        config.QUADRATURE_TILE_WINDOW, config.SHAP_QUADRATURE_ROWS = 0, 1
+        config.SHAP_QUADRATURE_WARPS, config.QUADRATURE_SHARED_BYTES = 4, 48 * 1024
+    return out, plan
+
+def same(a, b, what):
+    assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), what
+
+def close(got, ref, tol=2e-6):
+    err = float(np.abs(got.astype(np.float64) - ref.reshape(got.shape)).max())
+    assert err <= tol * max(1.0, float(np.abs(ref).max())), err
+
+# wide multi-class (40 features, 2 groups), categorical splits and missing values; 70 rows with
+# one warp a block: two-row blocks of 64 rows, the second block with rows a only
+wide = tiny.random_ensemble(61, n_features=40, n_trees=4, depth=5, n_groups=2, n_categorical=3)
+X = tiny.random_rows(62, wide, 70, 0.15)
+packed = build_packed_model(extract_paths(wide), table_budget_bytes=0)
+ref, _ = run(packed, X, tiles="all", warps=1)
+close(ref, naive.treeshap_recursive_rows(wide, X))
+for kw in (dict(tiles="all", rows=2, warps=1),                       # all-features, 2 rows
+           dict(tiles="all", rows=2, warps=1, shared_bytes=8 * 32 * 20),  # global atomics
+           dict(tiles="all", rows=1, warps=8),                       # 8 warps (too wide: 4)
+           dict(tile_features=6, rows=2, warps=1),                   # local tiles, 2 rows
+           dict(tile_features=6, rows=1, warps=1, window=8),         # windowed chunks
+           dict(tile_features=6, rows=2, warps=2, window=64),        # both, 2 warps
+           dict(tile_features=6, rows=2, warps=1, batch_rows=37)):   # batches
+    got, plan = run(packed, X, **kw)
+    same(ref, got, kw)
+    if kw.get("tiles") != "all":
+        assert plan.lane_column is not None and kc.quadrature.local_tiles(plan)
+chunks = [sum(q.n_local for q in run(packed, X[:1], tile_features=6, window=w)[1].quadrature)
+          for w in (0, 64)]
+assert chunks[1] < chunks[0], chunks  # the window regroups paths: fewer chunks
+# XGBoost models: pred_contribs (multi-class, missing values, categorical splits)
+for kind in ("multiclass", "missing", "categorical"):
+    booster, Xx = xgb_models.MODEL_KINDS[kind]()
+    Xx = Xx[:40]
+    ref = booster.predict(xgb_models.dmatrix(Xx), pred_contribs=True)
+    packed = distshap.TreeExplainer(booster, backend="cpu", table_budget_bytes=0).packed
+    Xp = prepare_rows(Xx, packed)
+    base, _ = run(packed, Xp, tiles="all", warps=1)
+    got, _ = run(packed, Xp, tile_features=max(packed.num_features - 2, 1), rows=2, warps=1,
+                 window=16)
+    same(base, got, kind)
+    got2, _ = run(packed, Xp, tiles="all", rows=2, warps=1)
+    same(base, got2, kind + " all 2 rows")
+    close(got.reshape(ref.shape), ref, 1e-4)
+print("SIMULATOR-OK")
+"""
+
+
+def test_two_rows_windows_and_warps_under_cuda_simulator():
+    """Two rows a thread, windowed chunks and warps a block keep the bits (CUDA simulator)."""
+    assert_simulator_ok(_SIM_VARIANTS, timeout=900)
+
+
 # ------------------------------------------------------------------------------------------
 # GPU
 # ------------------------------------------------------------------------------------------
@@ -271,3 +378,38 @@ def test_gpu_local_tiles_match_pred_contribs(kind, monkeypatch):
     finally:
         kc.clear_cache()
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-4 * max(1.0, np.abs(ref).max()))
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_two_rows_windows_and_warps_keep_the_bits(monkeypatch):
+    from distshap.kernels import cuda as kc
+
+    config = kc.config
+    monkeypatch.setattr(config, "SMALL_MAX_PATHS", 0)
+    ens = tiny.random_ensemble(53, n_features=150, n_trees=60, depth=8, n_groups=4,
+                               n_categorical=4)  # fmt: skip
+    X = tiny.random_rows(54, ens, 3001, 0.1)
+    narrow = tiny.random_ensemble(55, n_features=12, n_trees=40, depth=7, n_categorical=2)
+    Xn = tiny.random_rows(56, narrow, 3001, 0.1)
+    settings = [("SHAP_QUADRATURE_TILES", "all")]
+    variants = [
+        [("SHAP_QUADRATURE_ROWS", 2)], [("SHAP_QUADRATURE_WARPS", 8)],
+        [("SHAP_QUADRATURE_TILES", "all"), ("SHAP_QUADRATURE_ROWS", 2)],
+        [("QUADRATURE_TILE_WINDOW", 256)],
+        [("QUADRATURE_TILE_WINDOW", 256), ("SHAP_QUADRATURE_ROWS", 2),
+         ("SHAP_QUADRATURE_WARPS", 8)],
+        [("SHAP_QUADRATURE_ROWS", 2), ("QUADRATURE_SHARED_BYTES", 8 * 32 * 16)],
+    ]  # fmt: skip
+    for ensemble, rows in ((ens, X), (narrow, Xn)):
+        packed = _packed(ensemble)
+        outs = []
+        for chosen in [settings, *variants]:
+            kc.clear_cache()
+            with monkeypatch.context() as m:
+                for name, value in chosen:
+                    m.setattr(config, name, value)
+                outs.append(to_host(kc.shap_values(packed, rows)))
+        kc.clear_cache()
+        for other in outs[1:]:
+            assert np.array_equal(outs[0].view(np.uint32), other.view(np.uint32))

@@ -25,9 +25,12 @@ __all__ = [
     "QUADRATURE_NODES",
     "QUADRATURE_SHARED_BYTES",
     "QUADRATURE_TILE_FEATURES",
+    "QUADRATURE_TILE_WINDOW",
     "ROWS_PER_WARP",
     "SHAP_TABLE_ROWS_A_STEP",
+    "SHAP_QUADRATURE_ROWS",
     "SHAP_QUADRATURE_TILES",
+    "SHAP_QUADRATURE_WARPS",
     "SHARED_TILE_VALUES",
     "SLOT_QUADRATURE_CHUNKS",
     "SLOT_QUADRATURE_ROWS",
@@ -65,6 +68,19 @@ SHAP_QUADRATURE_TILES = "local"
 #: 9,955 / 6,674 chunks, 265k / 226k / 205k flush atomics a row where the all-features kernel
 #: adds about 1M contributions to global memory. ``benchmarks.quadrature_tiles`` times them.
 QUADRATURE_TILE_FEATURES = 16
+#: Chunk-local tiles' path window (read when a SHAP plan is built; ``clear_cache()`` after a
+#: change): 0 chunks the paths greedily in plan order; ``W > 0`` lets each chunk take, while
+#: one fits, the path of the next ``W`` of its group adding the fewest new features to it
+#: (:func:`~distshap.kernels.cuda.model.local_chunks`): paths sharing features share a chunk,
+#: so fewer chunks and flushes (same bits: only which chunk sums a contribution changes).
+QUADRATURE_TILE_WINDOW = 0
+#: Rows a thread of the SHAP quadrature kernels (1 or 2; same bits either way): with 2 each
+#: path's lane data are loaded once for two rows (``t`` and ``t + blockDim``), two independent
+#: products in flight (ILP), each row with its own columns of shared memory. Read at launch.
+SHAP_QUADRATURE_ROWS = 1
+#: Warps a block of the SHAP quadrature kernels at most (fewer where the per-row sums do not
+#: fit :data:`QUADRATURE_SHARED_BYTES`; same bits either way). Read at launch time.
+SHAP_QUADRATURE_WARPS = 4
 #: Slot quadrature kernel (top pairs, summaries; same bits either way): ``"split"`` (the
 #: gathered kernel adding each slot as two 32-bit words with native 32-bit shared atomics,
 #: :mod:`.slot_quadrature`), ``"spread"`` / ``"spread64"`` (paths spread over a warp's lanes,

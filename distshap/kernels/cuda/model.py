@@ -281,7 +281,8 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
         lane_column = np.full(max(int(packed.feature.shape[0]), 1), -1, np.int16)
         for launch in launches:
             launch.update(local_chunks(packed, launch["paths"], max_features,
-                                       config.QUADRATURE_CHUNK_PATHS, lane_column))  # fmt: skip
+                                       config.QUADRATURE_CHUNK_PATHS, lane_column,
+                                       config.QUADRATURE_TILE_WINDOW))  # fmt: skip
     return dict(
         lane_table=np.ascontiguousarray(lane_table, np.int64),
         table_bins=_nonempty(table_bins, np.int32),
@@ -352,8 +353,65 @@ def _greedy_chunks(paths, path_offsets, feature, path_group, max_features, chunk
     return offsets[: n + 1], features[:at], feature_offsets
 
 
+@njit(nogil=True, cache=True)
+def _window_order(paths, path_offsets, feature, path_group, max_features, chunk_paths,
+                  num_features, window):  # fmt: skip
+    """:func:`local_chunks` with a ``window``: ``paths`` reordered within each group so that
+    the greedy chunking takes, for each chunk, the path of the next ``window`` ones (of its
+    group, not yet taken) adding the fewest new features to it (the first of those on a tie)
+    while one fits."""
+    P = paths.size
+    order = np.empty(P, np.int64)
+    nxt = np.arange(1, P + 1)  # the next path not yet taken (P: none)
+    stamp = np.full(max(num_features, 1), -1, np.int64)
+    head = 0  # the first path not yet taken
+    at = 0
+    c = 0
+    while head < P:
+        g = path_group[paths[head]]
+        distinct = 0
+        size = 0
+        while size < chunk_paths:
+            best = -1
+            best_new = 1 << 30
+            prev_best = -1
+            prev = -1
+            j = head
+            seen = 0
+            while j < P and seen < window and path_group[paths[j]] == g:
+                p = paths[j]
+                new = 0
+                for li in range(path_offsets[p] + 1, path_offsets[p + 1]):
+                    if stamp[feature[li]] != c:
+                        new += 1
+                if new < best_new and (distinct + new <= max_features or size == 0):
+                    best, best_new, prev_best = j, new, prev
+                    if new == 0:
+                        break
+                prev = j
+                j = nxt[j]
+                seen += 1
+            if best < 0:
+                break
+            p = paths[best]
+            for li in range(path_offsets[p] + 1, path_offsets[p + 1]):
+                stamp[feature[li]] = c
+            distinct += best_new
+            size += 1
+            order[at] = p
+            at += 1
+            if prev_best < 0:
+                head = nxt[best]
+            else:
+                nxt[prev_best] = nxt[best]
+            if head >= P:
+                break
+        c += 1
+    return order
+
+
 def local_chunks(packed: PackedModel, paths: np.ndarray, max_features: int, chunk_paths: int,
-                 lane_column: np.ndarray) -> dict:  # fmt: skip
+                 lane_column: np.ndarray, window: int = 0) -> dict:  # fmt: skip
     """Chunk-local feature tiles of one quadrature launch's ``paths`` (host arrays).
 
     Greedy over ``paths`` in their order (by group, then length): a chunk is closed where the
@@ -365,12 +423,27 @@ def local_chunks(packed: PackedModel, paths: np.ndarray, max_features: int, chun
     (its feature's position in its chunk's increasing list) into ``lane_column`` (int16, per
     lane of ``packed``).
 
+    ``window`` > 0 (:data:`config.QUADRATURE_TILE_WINDOW`): the paths are first reordered
+    within each group (:func:`_window_order`): each chunk takes, while one fits, the path of
+    the next ``window`` not yet taken adding the fewest new features, so paths sharing
+    features share a chunk (fewer chunks, fewer flushes); the result then holds ``paths`` too,
+    the launch's paths in that order (the launch's all-features chunks stay within a group).
+
     Which chunk sums a contribution does not change its value (each is truncated to int64 on
     its own and integer addition is associative), so the SHAP values keep their bits.
     """
     if int(max_features) < 1:
         raise ValueError(f"config.QUADRATURE_TILE_FEATURES must be at least 1, got {max_features}")
     paths = np.ascontiguousarray(paths, np.int64)
+    out = {}
+    if int(window) > 0 and paths.size:
+        paths = _window_order(
+            paths, np.ascontiguousarray(packed.path_offsets, np.int64),
+            np.ascontiguousarray(packed.feature, np.int64),
+            np.ascontiguousarray(packed.path_group, np.int64), int(max_features),
+            int(chunk_paths), int(packed.num_features), int(window),
+        )  # fmt: skip
+        out["paths"] = paths.astype(np.int32)
     offsets, features, feature_offsets = _greedy_chunks(
         paths, np.ascontiguousarray(packed.path_offsets, np.int64),
         np.ascontiguousarray(packed.feature, np.int64),
@@ -379,6 +452,7 @@ def local_chunks(packed: PackedModel, paths: np.ndarray, max_features: int, chun
     )  # fmt: skip
     group = packed.path_group[paths[offsets[:-1]]] if paths.size else np.zeros(0, np.int64)
     return dict(
+        out,
         local_offsets=offsets,
         local_group=_nonempty(group, np.int32),
         local_features=_nonempty(features, np.int32),

@@ -69,7 +69,7 @@ from distshap.kernels.cuda.device import (
 
 __all__ = [
     "SlotLayout", "gauss_legendre", "launch_quadrature", "local_tiles", "quadrature_kernel",
-    "quadrature_warps", "slot_layout", "slot_rows_kernel", "slot_rows_shape",
+    "quadrature_warps", "shap_rows", "slot_layout", "slot_rows_kernel", "slot_rows_shape",
 ]  # fmt: skip
 
 
@@ -82,10 +82,23 @@ def gauss_legendre(n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     return (x + 1.0) / 2.0, w / 2.0
 
 
-def quadrature_warps(num_features: int) -> int:
-    """Warps per block of the SHAP quadrature kernels for ``num_features`` columns (0: too wide
-    for per-row accumulators in shared memory; such models add to global memory)."""
-    return min(4, config.QUADRATURE_SHARED_BYTES // (8 * 32 * max(num_features, 1)))
+def quadrature_warps(num_features: int, rows: int = 1) -> int:
+    """Warps per block of the SHAP quadrature kernels for ``num_features`` columns and ``rows``
+    rows a thread (0: too wide for per-row accumulators in shared memory; such models add to
+    global memory); at most :data:`config.SHAP_QUADRATURE_WARPS`."""
+    most = int(config.SHAP_QUADRATURE_WARPS)
+    if not 1 <= most <= 32:
+        raise ValueError(f"config.SHAP_QUADRATURE_WARPS must be in 1..32, got {most}")
+    per_warp = 8 * 32 * max(num_features, 1) * max(int(rows), 1)
+    return min(most, config.QUADRATURE_SHARED_BYTES // per_warp)
+
+
+def shap_rows() -> int:
+    """Rows a thread of the SHAP quadrature kernels (:data:`config.SHAP_QUADRATURE_ROWS`)."""
+    rows = config.SHAP_QUADRATURE_ROWS
+    if rows not in (1, 2):
+        raise ValueError(f"config.SHAP_QUADRATURE_ROWS must be 1 or 2, got {rows!r}")
+    return int(rows)
 
 
 def _make_shap_kernel(n_nodes: int, shared: bool):
@@ -213,6 +226,130 @@ def _make_local_shap_kernel(n_nodes: int):
             iv = tile[c * stride + tid]
             if iv != 0:
                 cuda.atomic.add(acc, (r, base + features[f0 + c]), iv)
+
+    return kernel
+
+
+def _make_two_row_shap_kernel(n_nodes: int, mode: str):
+    """The SHAP kernel with two rows a thread (:data:`config.SHAP_QUADRATURE_ROWS` 2): thread
+    ``t`` of a block runs rows ``t`` and ``t + blockDim`` of its row tile, each path's lane
+    data loaded once for both, two independent products in flight. ``mode``: ``"local"``
+    (chunk-local tiles, as :func:`_make_local_shap_kernel`), ``"shared"`` (a column per
+    feature, as :func:`_make_shap_kernel` with ``shared``) or ``"global"`` (global atomics).
+    Each row's contributions are the same float32 operations in the same order as the
+    one-row kernels', so the same int64 values; a row sums in its own columns of shared
+    memory (``[column * 2 blockDim + t]`` and ``[... + blockDim + t]``)."""
+    nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
+    local = mode == "local"
+    shared = mode != "global"
+
+    @cuda.jit(cache=True)
+    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
+               chunk_group, lane_column, features, feature_offsets, XT, acc, scale, n_cols,
+               row0):  # fmt: skip
+        tid = cuda.threadIdx.x
+        stride = cuda.blockDim.x
+        n_rows = XT.shape[1]
+        ra = row0 + cuda.blockIdx.y * (2 * stride) + tid
+        if ra >= n_rows:
+            return  # nothing below synchronises threads
+        rb = ra + stride
+        has_b = rb < n_rows
+        if not has_b:
+            rb = ra  # computed again, never added
+        ch = cuda.blockIdx.x  # chunks vary fastest: blocks running together share rows (L2)
+        base = chunk_group[ch] * n_cols
+        if local:
+            f0 = feature_offsets[ch]
+            width = feature_offsets[ch + 1] - f0
+        else:
+            f0 = 0
+            width = n_cols - 1
+        rs = 2 * stride
+        scale32 = np.float32(scale)
+        one = np.float32(1.0)
+        if shared:
+            tile = cuda.shared.array(0, types.int64)  # [column * rs + (row b) * stride + tid]
+            for c in range(width):
+                tile[c * rs + tid] = 0
+                tile[c * rs + stride + tid] = 0
+        pa = cuda.local.array(n_nodes, np.float32)
+        pb = cuda.local.array(n_nodes, np.float32)
+        for j in range(chunk_offsets[ch], chunk_offsets[ch + 1]):
+            p = chunk_paths[j]
+            s0 = path_offsets[p] + 1  # first feature element (after the bias lane)
+            s1 = path_offsets[p + 1]
+            value = lane_f[s0 - 1, LF_VALUE]
+            for m in range(n_nodes):
+                pa[m] = value * weights[m]
+                pb[m] = value * weights[m]
+            bits_a = np.uint32(0)
+            bits_b = np.uint32(0)
+            for li in range(s0, s1):
+                z = lane_f[li, LF_ZERO]
+                lower = lane_f[li, LF_LOWER]
+                upper = lane_f[li, LF_UPPER]
+                f = lane_i[li, LI_FEATURE]
+                flags = lane_i[li, LI_FLAGS]
+                nbits = lane_i[li, LI_NBITS]
+                cat = lane_cat[li]
+                missing = (flags & MISSING_FLAG) != 0
+                other = (flags & CAT_OTHER_FLAG) != 0
+                da = -z
+                db = -z
+                if follows(XT[f, ra], lower, upper, missing, other, cat, nbits, cat_words):
+                    da = one - z
+                    bits_a |= np.uint32(1) << np.uint32(li - s0)
+                if follows(XT[f, rb], lower, upper, missing, other, cat, nbits, cat_words):
+                    db = one - z
+                    bits_b |= np.uint32(1) << np.uint32(li - s0)
+                for m in range(n_nodes):
+                    pa[m] *= z + nodes[m] * da
+                    pb[m] *= z + nodes[m] * db
+            for li in range(s0, s1):
+                z = lane_f[li, LF_ZERO]
+                if local:
+                    col = np.int32(lane_column[li])
+                else:
+                    col = lane_i[li, LI_FEATURE]
+                da = -z
+                if (bits_a >> np.uint32(li - s0)) & np.uint32(1):
+                    da = one - z
+                db = -z
+                if (bits_b >> np.uint32(li - s0)) & np.uint32(1):
+                    db = one - z
+                if da != 0:  # else the element's factor may be 0 and its value is 0
+                    total = np.float32(0.0)
+                    for m in range(n_nodes):
+                        total += fdiv(pa[m], z + nodes[m] * da)
+                    iv = np.int64(total * da * scale32)
+                    if iv != 0:
+                        if shared:
+                            tile[col * rs + tid] += iv
+                        else:
+                            cuda.atomic.add(acc, (ra, base + col), iv)
+                if db != 0:
+                    total = np.float32(0.0)
+                    for m in range(n_nodes):
+                        total += fdiv(pb[m], z + nodes[m] * db)
+                    iv = np.int64(total * db * scale32)
+                    if iv != 0:
+                        if shared:
+                            tile[col * rs + stride + tid] += iv
+                        elif has_b:
+                            cuda.atomic.add(acc, (rb, base + col), iv)
+        if shared:
+            for c in range(width):
+                if local:
+                    f = features[f0 + c]
+                else:
+                    f = c
+                iv = tile[c * rs + tid]
+                if iv != 0:
+                    cuda.atomic.add(acc, (ra, base + f), iv)
+                iv = tile[c * rs + stride + tid]
+                if iv != 0 and has_b:
+                    cuda.atomic.add(acc, (rb, base + f), iv)
 
     return kernel
 
@@ -715,14 +852,18 @@ _KERNELS: dict = {}
 
 
 def quadrature_kernel(n_nodes: int, shared: bool, interactions: bool = False,
-                      slots: bool = False, local: bool = False):  # fmt: skip
+                      slots: bool = False, local: bool = False, rows: int = 1):  # fmt: skip
     """The quadrature kernel for ``n_nodes`` nodes (built on first use, compiled at launch);
     ``slots``: the interaction kernel writing pair slots; ``local``: the SHAP kernel with
-    chunk-local feature tiles (``shared`` and ``interactions`` ignored)."""
-    key = (n_nodes, shared, interactions, slots, local)
+    chunk-local feature tiles (``shared`` and ``interactions`` ignored); ``rows`` 2: the SHAP
+    kernel with two rows a thread (:func:`_make_two_row_shap_kernel`)."""
+    key = (n_nodes, shared, interactions, slots, local, rows)
     kernel = _KERNELS.get(key)
     if kernel is None:
-        if local:
+        if rows == 2 and not interactions and not slots:
+            mode = "local" if local else ("shared" if shared else "global")
+            kernel = _make_two_row_shap_kernel(n_nodes, mode)
+        elif local:
             kernel = _make_local_shap_kernel(n_nodes)
         elif slots:
             kernel = _make_interaction_kernel(n_nodes, shared, slots=True)
@@ -788,35 +929,48 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, interactions, slo
         return
     XT = xp().ascontiguousarray(Xb.T)  # (features, rows): a warp reads 32 rows of a feature
     n_features = F1 - 1
-    warps = quadrature_warps(n_features)
+    rows = shap_rows()
+    if rows == 2 and quadrature_warps(n_features, 2) == 0 < quadrature_warps(n_features):
+        rows = 1  # two rows' sums would not fit shared memory where one row's do
+    warps = quadrature_warps(n_features, rows)
     shared = warps > 0
-    tpb = 32 * (warps or 4)
-    shared_bytes = tpb * n_features * 8 if shared else 0
-    rows_per_launch = 65535 * tpb  # grid.y (row tiles) is at most 65535
+    tpb = 32 * (warps or min(4, int(config.SHAP_QUADRATURE_WARPS)))
+    shared_bytes = tpb * n_features * 8 * rows if shared else 0
+    rows_per_launch = 65535 * tpb * rows  # grid.y (row tiles) is at most 65535
     local = local_tiles(plan)
     for launch in plan.quadrature:
-        local_warps = quadrature_warps(launch.local_columns) if local else 0
-        if local_warps > 0:
-            _launch_local(model, plan, launch, XT, acc, scale, F1, stream, local_warps)
-            continue
-        kernel = quadrature_kernel(launch.n_nodes, shared)
+        if local:
+            local_rows = shap_rows()
+            local_warps = quadrature_warps(launch.local_columns, local_rows)
+            if local_warps == 0 and local_rows == 2:
+                local_rows, local_warps = 1, quadrature_warps(launch.local_columns)
+            if local_warps > 0:
+                _launch_local(model, plan, launch, XT, acc, scale, F1, stream, local_warps,
+                              local_rows)  # fmt: skip
+                continue
+        kernel = quadrature_kernel(launch.n_nodes, shared, rows=rows)
+        extra = ()
+        if rows == 2:  # the two-row kernel's signature: local-tile arrays unused
+            extra = (launch.offsets, launch.offsets, launch.offsets)
         for row0 in range(0, nb, rows_per_launch):
-            grid = (launch.n_chunks, -(-min(nb - row0, rows_per_launch) // tpb))
+            grid = (launch.n_chunks, -(-min(nb - row0, rows_per_launch) // (tpb * rows)))
             kernel[grid, tpb, stream, shared_bytes](
                 model.lane_f, model.lane_i, model.lane_cat, model.cat_words, model.path_offsets,
-                launch.paths, launch.offsets, launch.group, XT, acc, scale, F1, row0,
+                launch.paths, launch.offsets, launch.group, *extra, XT, acc, scale, F1, row0,
             )  # fmt: skip
 
 
-def _launch_local(model, plan, launch, XT, acc, scale, F1, stream, warps: int) -> None:
-    """One SHAP quadrature launch with chunk-local feature tiles (``warps`` warps a block)."""
+def _launch_local(model, plan, launch, XT, acc, scale, F1, stream, warps: int,
+                  rows: int = 1) -> None:  # fmt: skip
+    """One SHAP quadrature launch with chunk-local feature tiles (``warps`` warps a block,
+    ``rows`` rows a thread)."""
     nb = int(XT.shape[1])
     tpb = 32 * warps
-    shared_bytes = tpb * launch.local_columns * 8
-    rows_per_launch = 65535 * tpb  # grid.y (row tiles) is at most 65535
-    kernel = quadrature_kernel(launch.n_nodes, True, local=True)
+    shared_bytes = tpb * launch.local_columns * 8 * rows
+    rows_per_launch = 65535 * tpb * rows  # grid.y (row tiles) is at most 65535
+    kernel = quadrature_kernel(launch.n_nodes, True, local=True, rows=rows)
     for row0 in range(0, nb, rows_per_launch):
-        grid = (launch.n_local, -(-min(nb - row0, rows_per_launch) // tpb))
+        grid = (launch.n_local, -(-min(nb - row0, rows_per_launch) // (tpb * rows)))
         kernel[grid, tpb, stream, shared_bytes](
             model.lane_f, model.lane_i, model.lane_cat, model.cat_words, model.path_offsets,
             launch.paths, launch.local_offsets, launch.local_group, plan.lane_column,
