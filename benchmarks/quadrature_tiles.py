@@ -12,10 +12,18 @@ median of ``--repeats`` synchronized calls after a warm-up call:
                rebuilt for each ``C``): chunks of at most ``C`` distinct features, ``C``
                columns a thread (models of at most ``C`` features keep the all-features tile:
                the same kernel as ``all``);
+* ``--variants`` (instead of ``--tiles``): a comma list of variants, each ``+``-joined
+  tokens: ``all`` (the all-features tile), ``cN`` (local tiles, ``C = N``), ``wN``
+  (``config.QUADRATURE_TILE_WINDOW = N``: windowed chunks), ``rN``
+  (``config.SHAP_QUADRATURE_ROWS = N``: rows a thread), ``kN``
+  (``config.SHAP_QUADRATURE_WARPS = N``), e.g. ``c16,c16+w256,c16+r2,c16+w256+r2+k8``; the
+  first is the baseline (``x ... of base``). On a model of at most ``C`` features ``cN`` and
+  ``wN`` change nothing: such repeats of an earlier variant are skipped;
 * ``xgboost_gpu`` (``--xgboost``) XGBoost's ``pred_contribs`` with ``device="cuda"``.
 
 Every variant's output is compared bit for bit with ``all`` (``bits``: ``same`` or the number
-of differing values). Printed per shape: rows/s of each variant, its ratio to ``all`` and to
+of differing values; with ``--variants``, with the all-features kernel at one row a thread and
+4 warps, always run first). Printed per shape: rows/s of each variant, its ratio to ``all`` and to
 XGBoost, and the SHAP plan's quadrature chunks (all-features / local), the widest local tile
 and the warps a block.
 
@@ -38,7 +46,7 @@ from distshap.models import load_model
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 
-__all__ = ["main", "measure"]
+__all__ = ["main", "measure", "measure_variants", "parse_variant"]
 
 
 def _plan_info(kc, packed) -> dict:
@@ -53,7 +61,10 @@ def _plan_info(kc, packed) -> dict:
         "chunks": sum(int(q.n_chunks) for q in plan.quadrature),
         "local_chunks": sum(int(q.n_local) for q in plan.quadrature) if local else 0,
         "local_columns": widest if local else 0,
-        "warps": quadrature_warps(widest if local else packed.num_features),
+        "warps": quadrature_warps(
+            widest if local else packed.num_features, kc.config.SHAP_QUADRATURE_ROWS
+        ),
+        "rows_a_thread": kc.config.SHAP_QUADRATURE_ROWS,
     }
 
 
@@ -107,8 +118,107 @@ def measure(shape: str, rows: int, repeats: int, tiles: list[int], xgboost: bool
     return record
 
 
+_TOKENS = {"c": "QUADRATURE_TILE_FEATURES", "w": "QUADRATURE_TILE_WINDOW",
+           "r": "SHAP_QUADRATURE_ROWS", "k": "SHAP_QUADRATURE_WARPS"}  # fmt: skip
+_DEFAULTS = {"SHAP_QUADRATURE_TILES": "local", "QUADRATURE_TILE_FEATURES": 16,
+             "QUADRATURE_TILE_WINDOW": 0, "SHAP_QUADRATURE_ROWS": 1,
+             "SHAP_QUADRATURE_WARPS": 4}  # fmt: skip
+
+
+def parse_variant(spec: str) -> dict:
+    """The config settings of one ``--variants`` entry (module docstring)."""
+    settings = dict(_DEFAULTS)
+    for token in spec.split("+"):
+        if token == "all":
+            settings["SHAP_QUADRATURE_TILES"] = "all"
+        elif token[:1] in _TOKENS and token[1:].isdigit():
+            settings[_TOKENS[token[0]]] = int(token[1:])
+        else:
+            raise ValueError(f"bad variant token {token!r} in {spec!r}: use all, cN, wN, rN, kN")
+    return settings
+
+
+def _effective(settings: dict, num_features: int) -> tuple:
+    """The settings that change anything on a model of ``num_features`` features."""
+    local = (settings["SHAP_QUADRATURE_TILES"] == "local"
+             and num_features > settings["QUADRATURE_TILE_FEATURES"])  # fmt: skip
+    tile = (settings["QUADRATURE_TILE_FEATURES"], settings["QUADRATURE_TILE_WINDOW"])
+    return (local, tile if local else None, settings["SHAP_QUADRATURE_ROWS"],
+            settings["SHAP_QUADRATURE_WARPS"])  # fmt: skip
+
+
+def measure_variants(shape: str, rows: int, repeats: int, specs: list[str],
+                     xgboost: bool) -> dict:  # fmt: skip
+    """Time each ``--variants`` entry (the first: the baseline) against the all-features
+    reference, bit for bit, on one shape."""
+    import time
+
+    import cupy
+
+    from distshap.kernels import cuda as kc
+
+    config = kc.config
+    name, size = shape.rsplit("-", 1)
+    booster = train_model(name, size)
+    X, _ = make_data(name, rows, seed=1)
+    Xd = cupy.asarray(X, dtype=cupy.float32)
+    packed = build_packed_model(extract_paths(load_model(booster)))
+    saved = {key: getattr(config, key) for key in _DEFAULTS}
+    record = {"shape": shape, "rows": rows, "paths": packed.num_paths,
+              "features": packed.num_features, "groups": packed.num_groups,
+              "variants": {}, "base": specs[0]}  # fmt: skip
+    seen = {}
+    try:
+        ref = None
+        for spec in ["reference", *specs]:
+            settings = parse_variant("all" if spec == "reference" else spec)
+            key = _effective(settings, packed.num_features)
+            if spec != "reference" and key in seen:
+                record["variants"][spec] = dict(record["variants"][seen[key]], same_as=seen[key])
+                continue
+            seen.setdefault(key, spec)
+            for k, v in settings.items():
+                setattr(config, k, v)
+            kc.clear_cache()
+            start = time.perf_counter()
+            kc.device_model(packed).shap  # noqa: B018 - the plan (windowed chunks) built
+            plan_s = time.perf_counter() - start
+            s, out, first = _median_seconds(lambda: kc.shap_values(packed, Xd), repeats, "cuda")
+            if ref is None:
+                ref = out
+            diff = int(cupy.count_nonzero(out.view(cupy.uint32) != ref.view(cupy.uint32)))
+            record["variants"][spec] = {
+                "rows_s": rows / s, "first_s": first, "plan_s": plan_s,
+                "bits": "same" if diff == 0 else diff, **_plan_info(kc, packed),
+            }  # fmt: skip
+            if out is not ref:
+                del out
+    finally:
+        for k, v in saved.items():
+            setattr(config, k, v)
+        kc.clear_cache()
+    if xgboost:
+        _xgboost(record, booster, Xd, ref, repeats, rows)
+    return record
+
+
+def _xgboost(record, booster, Xd, ref, repeats, rows) -> None:
+    import cupy
+    import xgboost as xgb
+
+    booster.set_param({"device": "cuda"})
+    dm = xgb.DMatrix(Xd)
+    s, contribs, _ = _median_seconds(lambda: booster.predict(dm, pred_contribs=True),
+                                     repeats, "cuda")  # fmt: skip
+    record["xgboost_gpu_rows_s"] = rows / s
+    got = cupy.asnumpy(ref).reshape(np.shape(contribs))
+    record["max_abs_diff_xgboost"] = float(np.abs(got - cupy.asnumpy(contribs)).max())
+    booster.set_param({"device": "cpu"})
+
+
 def _print(record: dict) -> None:
-    base = record["variants"]["all"]["rows_s"]
+    base_name = record.get("base", "all")
+    base = record["variants"][base_name]["rows_s"]
     xgb_rows = record.get("xgboost_gpu_rows_s")
     head = (f"{record['shape']} ({record['rows']:,} rows, {record['paths']:,} paths, "
             f"{record['features']} features, {record['groups']} groups)")  # fmt: skip
@@ -117,11 +227,17 @@ def _print(record: dict) -> None:
                  f"{record['max_abs_diff_xgboost']:.2e}")  # fmt: skip
     print(head)
     for name, v in record["variants"].items():
-        line = (f"  {name:9s} {v['rows_s']:>12,.0f} rows/s  x{v['rows_s'] / base:5.2f} of all"
+        if "same_as" in v:
+            print(f"  {name:18s} (the same kernels and plan as {v['same_as']} here)")
+            continue
+        line = (f"  {name:18s} {v['rows_s']:>12,.0f} rows/s  x{v['rows_s'] / base:5.2f} of "
+                f"{base_name}"
                 + (f"  {v['rows_s'] / xgb_rows:5.2f}x xgboost" if xgb_rows else "")
                 + f"  bits {v['bits']}  chunks {v['chunks']}/{v['local_chunks']}"
                 f"  columns {v['local_columns']}  warps {v['warps']}"
-                f"  first {v['first_s']:.2f}s")  # fmt: skip
+                f"  rows/thread {v.get('rows_a_thread', 1)}"
+                f"  first {v['first_s']:.2f}s"
+                + (f"  plan {v['plan_s']:.2f}s" if "plan_s" in v else ""))  # fmt: skip
         print(line, flush=True)
 
 
@@ -130,6 +246,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shapes", required=True,
                         help="comma list of SHAPE:ROWS, e.g. covtype-med:100000")  # fmt: skip
     parser.add_argument("--tiles", default="8,16,24,32", help="comma list of tile bounds C")
+    parser.add_argument("--variants", help="comma list of variants (module docstring); "
+                        "replaces --tiles")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--xgboost", action="store_true", help="time pred_contribs too")
     parser.add_argument("--json", help="append JSON lines of the results to this file")
@@ -137,7 +255,14 @@ def main(argv: list[str] | None = None) -> None:
     tiles = [int(c) for c in args.tiles.split(",") if c]
     for item in args.shapes.split(","):
         shape, _, rows = item.partition(":")
-        record = measure(shape, int(rows or 100_000), args.repeats, tiles, args.xgboost)
+        if args.variants:
+            specs = [v for v in args.variants.split(",") if v]
+            for spec in specs:
+                parse_variant(spec)  # bad tokens refused before any work
+            record = measure_variants(shape, int(rows or 100_000), args.repeats, specs,
+                                      args.xgboost)  # fmt: skip
+        else:
+            record = measure(shape, int(rows or 100_000), args.repeats, tiles, args.xgboost)
         _print(record)
         if args.json:
             with open(args.json, "a") as fh:
