@@ -73,11 +73,15 @@ QUADRATURE_TILE_FEATURES = 16
 #: one fits, the path of the next ``W`` of its group adding the fewest new features to it
 #: (:func:`~distshap.kernels.cuda.model.local_chunks`): paths sharing features share a chunk,
 #: so fewer chunks and flushes (same bits: only which chunk sums a contribution changes).
-QUADRATURE_TILE_WINDOW = 0
+#: On one H200 (C = 16, two rows a thread) W = 256 ran covtype-med 271k against 270k rows/s
+#: and fashion_mnist-med 140k against 133k; the plan took 0.21-0.34 s against 0.07-0.12 s.
+QUADRATURE_TILE_WINDOW = 256
 #: Rows a thread of the SHAP quadrature kernels (1 or 2; same bits either way): with 2 each
 #: path's lane data are loaded once for two rows (``t`` and ``t + blockDim``), two independent
 #: products in flight (ILP), each row with its own columns of shared memory. Read at launch.
-SHAP_QUADRATURE_ROWS = 1
+#: On one H200 against one row: adult-med 2.24M against 1.61M rows/s (1.39x), covtype-med
+#: 1.28x, fashion_mnist-med 1.12x (``benchmarks.quadrature_tiles --variants``, RESULTS.md).
+SHAP_QUADRATURE_ROWS = 2
 #: Warps a block of the SHAP quadrature kernels at most (fewer where the per-row sums do not
 #: fit :data:`QUADRATURE_SHARED_BYTES`; same bits either way). Read at launch time.
 SHAP_QUADRATURE_WARPS = 4
