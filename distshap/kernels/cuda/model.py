@@ -1,7 +1,8 @@
 """The device model: a packed model's arrays on one GPU, its plans, and the cache keeping them.
 
 :func:`device_model` copies a :class:`~distshap.packed.PackedModel` to the current device once
-per ``(digest, device)``: the lane arrays (columns named in :mod:`.device`), the paths of the
+per ``(digest, device)``: the lane arrays (columns named in :mod:`.device`, assembled on the
+device from the packed model's own arrays by :func:`.upload.lane_columns`), the paths of the
 oversize bins and the fixed-point shifts. The two :class:`Plan` s are built on the first call
 that needs them, tables filled on the device:
 
@@ -53,6 +54,7 @@ from distshap.kernels.cuda.tables import (
     fill_shap_tables,
     shared_tile_rows,
 )
+from distshap.kernels.cuda.upload import lane_columns
 from distshap.packed import PackedModel
 
 __all__ = [
@@ -467,15 +469,46 @@ def _nonempty(a, dtype) -> np.ndarray:
     return a if a.size else np.zeros(1, dtype)
 
 
-def lane_arrays(packed: PackedModel) -> dict:
-    """Host arrays of the device model (lane columns: :mod:`.device`)."""
+def lane_arrays(packed: PackedModel, columns: bool = True) -> dict:
+    """Host arrays of the device model (lane columns: :mod:`.device`).
+
+    ``columns=False``: all but the lane columns ``lane_f``, ``lane_i``, ``lane_d`` and
+    ``lane_cat``, which :func:`.upload.lane_columns` assembles on the device, bit for bit
+    (:func:`device_model`).
+    """
     if packed.capacity != 32:
         raise ValueError(
             f"the CUDA kernels need a model packed with capacity=32 (one warp), got "
             f"capacity={packed.capacity}: rebuild it with build_packed_model(paths, capacity=32)"
         )
-    n_lanes = int(packed.feature.shape[0])
     k = strategy.path_features(packed.path_offsets)
+    lanes = _host_lane_columns(packed, k) if columns else {}
+    _, regular = _regular(packed)
+    oversize_paths = np.flatnonzero(~regular).astype(np.int32)
+    longest = min(config.MAX_FALLBACK_FEATURES, FALLBACK_MAX_FEATURES)  # the compiled size
+    if oversize_paths.size and int(k[oversize_paths].max()) > longest:
+        raise ValueError(
+            f"a path has {int(k[oversize_paths].max())} distinct features; the CUDA backend "
+            f"handles at most {longest}: use backend='cpu' for this model"
+        )
+    shap_bound, inter_bound = _path_bounds(packed)
+    return dict(
+        **lanes,
+        cat_words=_nonempty(packed.cat_words, np.uint32),
+        bin_offsets=np.ascontiguousarray(packed.bin_offsets, np.int64),
+        path_offsets=np.ascontiguousarray(packed.path_offsets, np.int64),
+        oversize_paths=_nonempty(oversize_paths, np.int32),
+        expected_value=np.ascontiguousarray(packed.expected_value, np.float64),
+        n_oversize=int(oversize_paths.size),
+        shap_shift=fixed_point_shift(shap_bound),
+        interaction_shift=fixed_point_shift(inter_bound),
+    )
+
+
+def _host_lane_columns(packed: PackedModel, k: np.ndarray) -> dict:
+    """``lane_f``, ``lane_i``, ``lane_d`` and ``lane_cat`` built on the host (``k``: features
+    of each path)."""
+    n_lanes = int(packed.feature.shape[0])
     lane_path = packed.lane_path.astype(np.int64)
     bin_of_lane = np.repeat(np.arange(packed.num_bins, dtype=np.int64), np.diff(packed.bin_offsets))
     flags = (packed.missing.astype(np.int32) * device.MISSING_FLAG) | (
@@ -499,28 +532,11 @@ def lane_arrays(packed: PackedModel) -> dict:
     lane_d = np.zeros((max(n_lanes, 1), 2), np.float64)
     lane_d[:n_lanes, device.LD_ZERO] = packed.zero_fraction
     lane_d[:n_lanes, device.LD_VALUE] = packed.path_value[lane_path]
-    _, regular = _regular(packed)
-    oversize_paths = np.flatnonzero(~regular).astype(np.int32)
-    longest = min(config.MAX_FALLBACK_FEATURES, FALLBACK_MAX_FEATURES)  # the compiled size
-    if oversize_paths.size and int(k[oversize_paths].max()) > longest:
-        raise ValueError(
-            f"a path has {int(k[oversize_paths].max())} distinct features; the CUDA backend "
-            f"handles at most {longest}: use backend='cpu' for this model"
-        )
-    shap_bound, inter_bound = _path_bounds(packed)
     return dict(
         lane_f=lane_f,
         lane_i=lane_i,
         lane_cat=_nonempty(packed.cat_offsets, np.int64),
         lane_d=lane_d,
-        cat_words=_nonempty(packed.cat_words, np.uint32),
-        bin_offsets=np.ascontiguousarray(packed.bin_offsets, np.int64),
-        path_offsets=np.ascontiguousarray(packed.path_offsets, np.int64),
-        oversize_paths=_nonempty(oversize_paths, np.int32),
-        expected_value=np.ascontiguousarray(packed.expected_value, np.float64),
-        n_oversize=int(oversize_paths.size),
-        shap_shift=fixed_point_shift(shap_bound),
-        interaction_shift=fixed_point_shift(inter_bound),
     )
 
 
@@ -550,8 +566,10 @@ def device_model(packed: PackedModel) -> DeviceModel:
             if hit is not None:
                 _CACHE.move_to_end(key)
                 return hit
-    model = DeviceModel(**_to_device(lane_arrays(packed)), num_features=packed.num_features,
-                        num_groups=packed.num_groups, packed=packed)  # fmt: skip
+    host = lane_arrays(packed, columns=False)  # checks the model before any copy
+    model = DeviceModel(**_to_device(host), **lane_columns(packed),
+                        num_features=packed.num_features, num_groups=packed.num_groups,
+                        packed=packed)  # fmt: skip
     if packed.digest:
         with _LOCK:
             _CACHE[key] = model

@@ -20,6 +20,7 @@ from distshap.kernels.cuda.fallback import oversize_kernel
 from distshap.kernels.cuda.launch import finish_kernel
 from distshap.kernels.cuda.quadrature import quadrature_kernel
 from distshap.kernels.cuda.tables import fill_kernel, shap_fill_kernel, table_kernel
+from distshap.kernels.cuda.upload import LANE_FILL_SIGNATURE, lane_fill_kernel
 
 __all__ = ["compile_check", "kernel_ptx"]
 
@@ -61,6 +62,7 @@ def _kernels() -> dict:
             "void(float32[:, ::1], int32[:, ::1], int64[::1], float64[:, ::1], uint32[::1], "
             f"int64[::1], int32[::1], {_X_ACC}, boolean)",
         ),
+        "lane_fill_kernel": (lane_fill_kernel, LANE_FILL_SIGNATURE),
         "finish_kernel": (
             finish_kernel,
             "void(int64[:, ::1], float32[:, ::1], float64, float64[::1], int64, int64)",
