@@ -27,6 +27,8 @@ thread per row, the check CuPy reductions, as before); ``after`` is the default.
   alone``: the host's own time of a call with the check off (the GPU synchronized before the
   call, not after), so wall minus host is the GPU's tail;
 * ``--switches keep``: before / after of :data:`distshap.kernels.cuda.launch.KEEP` alone;
+* ``--switches tables``: before / after of :data:`distshap.kernels.cuda.config.TABLE_TILE_WORDS`
+  alone (``"int64"`` / ``"split"``: the table kernels' shared tile; the others stay on);
 * ``--launch-micro``: host microseconds of one launch of a trivial kernel with four array
   arguments: CuPy arrays, Numba device arrays made once, views made at each launch
   (``cuda.as_cuda_array``), and each with the configuration built at each launch / kept.
@@ -111,10 +113,16 @@ def profile_case(shape: str, kind: str, rows: int, calls: int, top: int) -> None
 def switches(after: bool, which: str = "all") -> None:
     """The host-cost switches on (``after``) or off (``before``; module docstring): ``which``
     ``"all"`` of them, or ``"keep"`` only :data:`distshap.kernels.cuda.launch.KEEP` (kept
-    accumulators, no empty launchers, shared row views; the others stay on)."""
+    accumulators, no empty launchers, shared row views; the others stay on), or ``"tables"``
+    only :data:`distshap.kernels.cuda.config.TABLE_TILE_WORDS` (``"split"`` after)."""
     from distshap import additivity
     from distshap.kernels.cuda import args, launch, traversal
 
+    if which == "tables":
+        from distshap.kernels.cuda import config
+
+        config.TABLE_TILE_WORDS = "split" if after else "int64"
+        return
     launch.KEEP = after
     if not after:
         launch.clear_kept()
@@ -337,7 +345,7 @@ def main(argv=None) -> None:
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--compare", action="store_true", help="before / after, no profile")
     parser.add_argument("--launch-micro", action="store_true", help="one launch's host cost")
-    parser.add_argument("--switches", default="all", choices=("all", "keep"),
+    parser.add_argument("--switches", default="all", choices=("all", "keep", "tables"),
                         help="--compare: all host-cost switches, or launch.KEEP alone")  # fmt: skip
     args = parser.parse_args(argv)
     if args.launch_micro:

@@ -41,6 +41,7 @@ __all__ = [
     "SMALL_MAX_PATHS",
     "SMALL_MAX_PATH_FEATURES",
     "SMALL_MAX_SHAP_COLUMNS",
+    "TABLE_TILE_WORDS",
     "TABLE_WARPS_PER_BLOCK",
     "TILE_ROWS",
 ]
@@ -113,6 +114,10 @@ INTERACTION_TABLE_BUDGET_BYTES = 1 << 30
 TABLE_WARPS_PER_BLOCK = 8
 #: int64 values of the table kernels' shared-memory tile (frozen; 32 KiB per block).
 SHARED_TILE_VALUES = 4096
+#: How the table kernels' shared tile sums (read at launch): ``"split"``, two uint32 words an
+#: entry with native 32-bit shared atomics and exact carries; ``"int64"``, int64 words (64-bit
+#: shared atomics). The same bits either way.
+TABLE_TILE_WORDS = "split"
 #: Rows of a shared-memory tile at most, and at least (narrower tiles: global atomics).
 TILE_ROWS = 128
 MIN_TILE_ROWS = 8

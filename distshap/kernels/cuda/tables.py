@@ -68,6 +68,7 @@ __all__ = [
     "shap_fill_kernel",
     "shared_tile_rows",
     "table_kernel",
+    "TILE_WORDS",
 ]
 
 # Frozen at import: the kernels are compiled with these sizes, so the host side uses them too.
@@ -75,6 +76,7 @@ TABLE_MAX_FEATURES = config.INTERACTION_TABLE_MAX_FEATURES
 _MAXF1 = TABLE_MAX_FEATURES + 1
 _MAXF2 = TABLE_MAX_FEATURES + 2
 _TILE_VALUES = config.SHARED_TILE_VALUES
+_TILE_WORDS = 2 * _TILE_VALUES  # uint32 words of a split tile (the same bytes)
 _TABLE_WARPS = config.TABLE_WARPS_PER_BLOCK
 #: Longest path with a SHAP table: :func:`distshap.strategy.choose_tables` allows no more, and
 #: the SHAP fill kernel's local arrays have this size.
@@ -218,6 +220,41 @@ def fill_shap_tables(lane_d, path_offsets, lengths: np.ndarray, offsets: np.ndar
     return tables, total
 
 
+_LOW = np.int64(0xFFFFFFFF)
+_TWO32 = np.int64(1 << 32)
+_SIGN32 = np.int64(1 << 31)
+#: Values of :data:`config.TABLE_TILE_WORDS` (read at launch time).
+TILE_WORDS = ("int64", "split")
+
+
+@cuda.jit(device=True)
+def _add_split(words, i, iv):
+    """Adds the int64 ``iv`` to tile entry ``i`` kept as two uint32 words: ``words[i]`` (lo)
+    and ``words[_TILE_VALUES + i]`` (hi). The lo add is a native 32-bit shared atomic that
+    returns the old word; the hi word takes ``iv``'s high half plus 1 where that add wrapped lo
+    around, so ``hi * 2**32 + lo`` is the int64 sum modulo ``2**64`` in any order."""
+    lo = np.uint32(iv & _LOW)
+    old = cuda.atomic.add(words, i, lo)
+    carry = (np.int64(old) + np.int64(lo)) >> 32
+    cuda.atomic.add(words, _TILE_VALUES + i, np.uint32(((iv >> 32) + carry) & _LOW))
+
+
+@cuda.jit(device=True)
+def _read_split(words, i):
+    """The int64 sum of tile entry ``i`` kept by :func:`_add_split` (hi read as signed)."""
+    hi = np.int64(words[_TILE_VALUES + i])
+    if hi >= _SIGN32:
+        hi -= _TWO32
+    return hi * _TWO32 + np.int64(words[i])
+
+
+@cuda.jit(device=True)
+def _shfl(value, src):
+    """``cuda.shfl_sync`` over the full warp, as a device function (see ``ballot``). Not under
+    the simulator, whose warps do not run in step: there the kernels load the same value."""
+    return cuda.shfl_sync(FULL_MASK, value, src)
+
+
 @cuda.jit(device=True)
 def _lane_setup(lane_i, bin_offsets, b, lane):
     """Row-independent constants of this lane of bin ``b`` (unused lanes: no path)."""
@@ -241,14 +278,28 @@ def _row_range(rows_per_block, n_rows):
     return r0, r1
 
 
-def _make_table_kernel(shared: bool, slots: bool = False, shap: bool = False, rows4: bool = False):
+def _make_table_kernel(shared: bool, slots: bool = False, shap: bool = False, rows4: bool = False,
+                       split: bool = False):  # fmt: skip
     """The table kernel, accumulating in a shared-memory tile of rows (``shared``: one global
     atomic per output value and block per tile) or in global memory directly; ``shap``: SHAP
     values (one entry a lane and row), else interaction values; ``slots``: interaction values
     into a row's pair slots (:mod:`distshap.pair_slots`) instead of its matrices. ``rows4``
     (SHAP values): four rows a step, their row loads, table loads and atomics issued together
     (a row's steps depend on each other's loads: four independent chains hide their latency);
-    the same int64 contributions."""
+    the same int64 contributions. ``split`` (:data:`config.TABLE_TILE_WORDS` ``"split"``): the
+    tile's sums as two uint32 words (:func:`_add_split`), flushed by row and column counters
+    instead of an int64 division, and the conditioned element's feature (interaction values)
+    shuffled from its lane instead of loaded; the same int64 contributions and sums."""
+    split = bool(split and shared)
+    shuffle = split and not slots and not SIM  # the conditioned element's feature by shfl
+
+    if split:
+        _tile_add = _add_split
+    else:
+
+        @cuda.jit(device=True)
+        def _tile_add(tile, i, iv):
+            cuda.atomic.add(tile, i, iv)
 
     @cuda.jit(device=True)
     def body(lane_f, lane_i, lane_cat, lane_table, cat_words, tables, bin_offsets, bin_maxk,
@@ -280,13 +331,20 @@ def _make_table_kernel(shared: bool, slots: bool = False, shap: bool = False, ro
         if slots:  # slot of entry (c, pos - 1) of the lane's path: path_map[mbase + c * k]
             mbase = lane_map[li] + pos - 1 if active else 0
         r0, r1 = _row_range(rows_per_block, X.shape[0])
-        if shared:
+        if split:  # lo words [0, _TILE_VALUES), hi words after them: the same 32 KiB
+            tile = cuda.shared.array(_TILE_WORDS, np.uint32)
+        elif shared:
             tile = cuda.shared.array(_TILE_VALUES, np.int64)
         for t0 in range(r0, r1, tile_rows):
             t1 = t0 + tile_rows
             if t1 > r1:
                 t1 = r1
-            if shared:
+            if split:
+                for i in range(tid, (t1 - t0) * width, cuda.blockDim.x):
+                    tile[i] = 0
+                    tile[_TILE_VALUES + i] = 0
+                cuda.syncthreads()
+            elif shared:
                 for i in range(tid, (t1 - t0) * width, cuda.blockDim.x):
                     tile[i] = 0
                 cuda.syncthreads()
@@ -326,13 +384,13 @@ def _make_table_kernel(shared: bool, slots: bool = False, shap: bool = False, ro
                         if shared:
                             q = (r - t0) * width + e
                             if i0 != 0:
-                                cuda.atomic.add(tile, q, i0)
+                                _tile_add(tile, q, i0)
                             if i1 != 0:
-                                cuda.atomic.add(tile, q + width, i1)
+                                _tile_add(tile, q + width, i1)
                             if i2 != 0:
-                                cuda.atomic.add(tile, q + 2 * width, i2)
+                                _tile_add(tile, q + 2 * width, i2)
                             if i3 != 0:
-                                cuda.atomic.add(tile, q + 3 * width, i3)
+                                _tile_add(tile, q + 3 * width, i3)
                         else:
                             if i0 != 0:
                                 cuda.atomic.add(acc, (r, e), i0)
@@ -355,15 +413,17 @@ def _make_table_kernel(shared: bool, slots: bool = False, shap: bool = False, ro
                         if iv != 0:
                             e = group * n_cols + feat
                             if shared:
-                                cuda.atomic.add(tile, (r - t0) * width + e, iv)
+                                _tile_add(tile, (r - t0) * width + e, iv)
                             else:
                                 cuda.atomic.add(acc, (r, e), iv)
                     continue
                 entry = toff + pattern * k * k + pos - 1
                 first = li - pos + 1  # lane of the path's first feature element
                 for c in range(maxk):  # the conditioned element
+                    if shuffle:  # (every lane: maxk is the same for the warp)
+                        fc = _shfl(feat, lane - pos + 1 + c if active and c < k else lane)
                     if active and c < k:
-                        if not slots:
+                        if not slots and not shuffle:
                             fc = lane_i[first + c, LI_FEATURE]
                         iv = np.int64(tables[entry + c * k] * scale32)
                         if slots:  # the upper triangle (c < pos - 1) and the diagonal only
@@ -374,10 +434,27 @@ def _make_table_kernel(shared: bool, slots: bool = False, shap: bool = False, ro
                             e = (group * n_cols + fc) * n_cols + feat  # c == i: diagonal
                         if iv != 0:
                             if shared:
-                                cuda.atomic.add(tile, (r - t0) * width + e, iv)
+                                _tile_add(tile, (r - t0) * width + e, iv)
                             else:
                                 cuda.atomic.add(acc, (r, e), iv)
-            if shared:
+            if split:
+                cuda.syncthreads()
+                nthreads = cuda.blockDim.x
+                q = tid // width  # entry i = q * width + j, stepped without a division
+                j = tid - q * width
+                dq = nthreads // width
+                dj = nthreads - dq * width
+                for i in range(tid, (t1 - t0) * width, nthreads):
+                    v = _read_split(tile, i)
+                    if v != 0:
+                        cuda.atomic.add(acc, (t0 + q, j), v)
+                    j += dj
+                    q += dq
+                    if j >= width:
+                        j -= width
+                        q += 1
+                cuda.syncthreads()
+            elif shared:
                 cuda.syncthreads()
                 for i in range(tid, (t1 - t0) * width, cuda.blockDim.x):
                     v = tile[i]
@@ -406,30 +483,22 @@ def _make_table_kernel(shared: bool, slots: bool = False, shap: bool = False, ro
     return kernel
 
 
-_table_kernel = _make_table_kernel(shared=False)
-_table_shared_kernel = _make_table_kernel(shared=True)
-_shap_table_kernels = {
-    (shared, rows4): _make_table_kernel(shared, shap=True, rows4=rows4)
-    for shared in (False, True)
-    for rows4 in (False, True)
-}
-_table_slot_kernels: dict = {}
+_table_kernels: dict = {}
 
 
-def table_kernel(shared: bool, slots: bool = False, shap: bool = False, rows4: bool = False):
+def table_kernel(shared: bool, slots: bool = False, shap: bool = False, rows4: bool = False,
+                 split: bool = False):  # fmt: skip
     """The table kernel with a shared-memory tile or without: interaction values, or with
     ``shap`` SHAP values (``rows4``: four rows a step); ``slots``: the interaction variant
-    writing pair slots (built on first use)."""
-    if shap:
-        if slots:
-            raise ValueError("pair slots hold interaction values: shap=True takes no slots")
-        return _shap_table_kernels[bool(shared), bool(rows4)]
-    if slots:
-        kernel = _table_slot_kernels.get(shared)
-        if kernel is None:
-            kernel = _table_slot_kernels[shared] = _make_table_kernel(shared, slots=True)
-        return kernel
-    return _table_shared_kernel if shared else _table_kernel
+    writing pair slots; ``split``: the tile as split uint32 words (:func:`_make_table_kernel`;
+    no effect without a tile). Built on first use."""
+    if shap and slots:
+        raise ValueError("pair slots hold interaction values: shap=True takes no slots")
+    key = (bool(shared), bool(slots), bool(shap), bool(shap and rows4), bool(split and shared))
+    kernel = _table_kernels.get(key)
+    if kernel is None:
+        kernel = _table_kernels[key] = _make_table_kernel(*key)
+    return kernel
 
 
 def shared_tile_rows(width: int) -> int:
@@ -465,7 +534,11 @@ def launch_tables(model, plan, Xb, acc, scale, F1, stream, slots=None):
     if step not in (1, 4):
         raise ValueError(f"config.SHAP_TABLE_ROWS_A_STEP must be 1 or 4, got {step!r}")
     rows4 = shap and step == 4
-    kernel = table_kernel(tile_rows > 0, slots=slots is not None, shap=shap, rows4=rows4)
+    words = config.TABLE_TILE_WORDS
+    if words not in TILE_WORDS:
+        raise ValueError(f"config.TABLE_TILE_WORDS must be one of {TILE_WORDS}, got {words!r}")
+    kernel = table_kernel(tile_rows > 0, slots=slots is not None, shap=shap, rows4=rows4,
+                          split=words == "split")  # fmt: skip
     launch = configured(kernel, grid, 32 * _TABLE_WARPS, stream)
     if slots is None:
         launch(*args, F1)
