@@ -485,7 +485,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--slot-variants",
-        default="gathered+plain,gathered+tiled,lanes+plain",
+        default="split+plain,gathered+plain,spread+plain",
         help="CUDA slot kernels '<quadrature>+<table>' to time side by side (the first is "
         "the one every other row uses; '' for the configured ones)",
     )
