@@ -104,13 +104,34 @@ def choose_tables(
 
 
 def _layout(sizes: np.ndarray, chosen: np.ndarray, n: int) -> np.ndarray:
-    """Offsets of the ``chosen`` paths' tables (sizes in values), laid out in path order."""
-    chosen = np.sort(chosen)
+    """Offsets of the ``chosen`` paths' tables (sizes in values, distinct paths), laid out in
+    path order."""
+    mask = np.zeros(n, bool)
+    mask[chosen] = True
+    chosen = np.flatnonzero(mask)  # sorted, without a sort
     offsets = np.full(n, -1, dtype=np.int64)
     starts = np.zeros(chosen.shape[0], dtype=np.int64)
     np.cumsum(sizes[chosen][:-1], out=starts[1:])
     offsets[chosen] = starts
     return offsets
+
+
+def _first_in_order(path_bin: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Whether ``order[j]`` is the first path of its bin in ``order`` (``order``: distinct
+    paths). As ``np.unique(path_bin[order], return_index=True)``, without its sort where the
+    bins are nondecreasing in path order (packed models): each bin's paths are then one run,
+    and the least position in ``order`` of a run's paths is its bin's first."""
+    first = np.zeros(order.size, bool)
+    n = path_bin.shape[0]
+    if n and bool(np.all(path_bin[1:] >= path_bin[:-1])):
+        pos = np.full(n, order.size, np.int64)
+        pos[order] = np.arange(order.size)
+        runs = np.flatnonzero(np.r_[True, path_bin[1:] != path_bin[:-1]])
+        least = np.minimum.reduceat(pos, runs)
+        first[least[least < order.size]] = True
+    else:
+        first[np.unique(path_bin[order], return_index=True)[1]] = True
+    return first
 
 
 def gpu_shap_table_offsets(
@@ -184,42 +205,51 @@ def gpu_shap_table_offsets(
         path_bin = np.asarray(path_bin, np.int64)
         if path_bin.shape != k.shape:
             raise ValueError(f"path_bin has shape {path_bin.shape}, lengths {k.shape}")
-    eligible = (k >= 1) & (k <= max_features)
-    size = np.where(eligible, _table_sizes(np.minimum(k, 24), "k"), 0)
-    quad = cost_model.quadrature_path_seconds(costs, k, F)
+    # Every per-path quantity below but the bin is a function of k alone: computed once a
+    # length (the same float64 operations a value as on a per-path array) and gathered.
+    kv = np.arange(int(k.max(initial=0)) + 1, dtype=np.int64)
+    eligible = (kv >= 1) & (kv <= max_features)
+    size = np.where(eligible, _table_sizes(np.minimum(kv, 24), "k"), 0)
+    quad = cost_model.quadrature_path_seconds(costs, kv, F)
     lane = cost_model.table_lane_seconds(costs, G * (F + 1))
-    gain = quad - k * lane  # per row, bins and misses aside
-    share = costs.table_bin * (k + 1) / 32.0
-    cand = np.flatnonzero(eligible & (gain - share > 0))
-    if cand.size == 0 or budget_bytes == 0:
+    gain = quad - kv * lane  # per row, bins and misses aside
+    share = costs.table_bin * (kv + 1) / 32.0
+    is_cand = eligible & (gain - share > 0)
+    if budget_bytes == 0 or not is_cand.any():
         return np.full(n, -1, dtype=np.int64)
-    density = (gain - share)[cand] / (4.0 * size[cand])
-    order = cand[np.lexsort((cand, -density))]  # best saving per byte first, then path index
-    cum_bytes = 4 * np.cumsum(size[order])
-    order = order[cum_bytes <= budget_bytes]
+    cand = np.flatnonzero(is_cand[k])
+    if cand.size == 0:
+        return np.full(n, -1, dtype=np.int64)
+    density = np.zeros(kv.size)
+    density[is_cand] = (gain - share)[is_cand] / (4.0 * size[is_cand])
+    # best saving per byte first, then path index: a stable sort of the (few) density ranks
+    ranks = np.unique(-density[is_cand])
+    rank = np.searchsorted(ranks, -density).astype(np.uint8 if ranks.size < 256 else np.int64)
+    order = cand[np.argsort(rank[k[cand]], kind="stable")]
+    k_order = k[order]
+    cum_bytes = 4 * np.cumsum(size[k_order])
+    keep = cum_bytes <= budget_bytes
+    order, k_order = order[keep], k_order[keep]
     if order.size == 0:
         return np.full(n, -1, dtype=np.int64)
     cum_bytes = cum_bytes[: order.size].astype(np.float64)
     if path_bin is None:
-        bins = np.cumsum(share[order]) / max(costs.table_bin, 1e-300)
+        bins = np.cumsum(share[k_order]) / max(costs.table_bin, 1e-300)
     else:  # a bin counts once, from its first table path on
-        b = path_bin[order]
-        first = np.zeros(order.size, bool)
-        first[np.unique(b, return_index=True)[1]] = True
-        bins = np.cumsum(first)
+        bins = np.cumsum(_first_in_order(path_bin, order))
     miss = np.maximum(0.0, 1.0 - costs.l2_bytes / cum_bytes)
     total = (
-        -np.cumsum(gain[order])
+        -np.cumsum(gain[k_order])
         + bins * costs.table_bin
-        + miss * costs.table_miss_lane * np.cumsum(k[order])
+        + miss * costs.table_miss_lane * np.cumsum(k_order)
     )
     best = int(np.argmin(total))
     # Tables only where the predicted saving is clearly beyond the model's error: a smaller one
     # is as likely a loss (TABLE_MIN_SAVING).
     margin = TABLE_MIN_SAVING if costs.min_saving is None else costs.min_saving
-    if -total[best] <= margin * float(quad[k >= 1].sum()):
+    if -total[best] <= margin * float(quad[k[k >= 1]].sum()):
         return np.full(n, -1, dtype=np.int64)
-    return _layout(size, order[: best + 1], n)
+    return _layout(size[k], order[: best + 1], n)
 
 
 def table_values(lengths: np.ndarray, offsets: np.ndarray, values_per_pattern: str = "k") -> int:
@@ -242,13 +272,21 @@ def regular_paths(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Bin of each path, and whether that bin is regular (at most ``lanes`` lanes: one warp).
 
-    A path longer than a warp sits alone in an *oversize* bin.
+    A path longer than a warp sits alone in an *oversize* bin. The bin of a path is the last one
+    starting at or before the path's first lane (both offset arrays increase): the paths are
+    counted bin by bin and the bins repeated, without a search a path.
     """
     if path_offsets.shape[0] <= 1:
         return np.zeros(0, np.int64), np.zeros(0, bool)
+    n = path_offsets.shape[0] - 1
     bin_sizes = np.diff(bin_offsets)
-    path_bin = np.searchsorted(bin_offsets, path_offsets[:-1], side="right") - 1
-    return path_bin, bin_sizes[path_bin] <= lanes
+    # paths starting before each bin offset; count[0]: before bin 0, count[-1]: after the end
+    at = np.searchsorted(path_offsets[:-1], bin_offsets, side="left")
+    count = np.diff(at, prepend=0, append=n)
+    path_bin = np.repeat(np.arange(-1, bin_sizes.shape[0] + 1, dtype=np.int64), count)
+    if count[0] or count[-1]:  # paths outside the bins: as a gather would index
+        return path_bin, bin_sizes[path_bin] <= lanes
+    return path_bin, np.repeat(bin_sizes <= lanes, count[1:-1])
 
 
 def quadrature_node_index(lengths: np.ndarray, nodes: tuple[int, ...]) -> np.ndarray:
@@ -273,14 +311,34 @@ def quadrature_launches(
     length); ``offsets`` (int64, chunk ``c`` is ``paths[offsets[c]:offsets[c + 1]]``, at most
     ``chunk_paths`` paths); ``group`` (int32, the group of each chunk); ``n_chunks``.
     """
-    kernel_of = quadrature_node_index(lengths, nodes)
-    if selected.any() and int(kernel_of[selected].max()) >= len(nodes):
+    lengths = np.asarray(lengths)
+    path_group = np.asarray(path_group)
+    ids_all = np.flatnonzero(selected)
+    sel_len = lengths[ids_all].astype(np.int64)
+    sel_group = path_group[ids_all].astype(np.int64)
+    if sel_len.size and int(sel_len.min()) >= 0:  # node index a length, gathered
+        kernel_of = quadrature_node_index(np.arange(int(sel_len.max()) + 1), nodes)[sel_len]
+    else:
+        kernel_of = quadrature_node_index(sel_len, nodes)
+    if kernel_of.size and int(kernel_of.max()) >= len(nodes):
         raise ValueError(f"paths of more than {2 * nodes[-1]} features need the fallback kernel")
+    # by group, then length, then path index: one stable sort of a combined key where the
+    # group and length are >= 0 (a radix sort where the key fits 16 bits), else np.lexsort
+    span = int(sel_len.max(initial=0)) + 1
+    combined = sel_len.size and int(sel_len.min()) >= 0 and int(sel_group.min()) >= 0
+    if combined:
+        key = sel_group * span + sel_len
+        top = int(key.max())
+        key = key.astype(np.uint16 if top < 1 << 16 else np.int64)
     launches = []
-    for q in np.unique(kernel_of[selected]):
-        ids = np.flatnonzero(selected & (kernel_of == q))
-        ids = ids[np.lexsort((lengths[ids], path_group[ids]))]  # by group, then length
-        group = path_group[ids].astype(np.int64)
+    for q in np.unique(kernel_of):
+        at = np.flatnonzero(kernel_of == q)
+        if combined:
+            at = at[np.argsort(key[at], kind="stable")]
+        else:
+            at = at[np.lexsort((sel_len[at], sel_group[at]))]
+        ids = ids_all[at]
+        group = sel_group[at]
         seg_start = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
         seg_of = np.repeat(np.arange(seg_start.size), np.diff(np.r_[seg_start, ids.size]))
         pos = np.arange(ids.size) - seg_start[seg_of]

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -193,7 +194,7 @@ def fixed_point_shift(bound: float) -> int:
 
 
 def _path_bounds(packed: PackedModel) -> tuple[float, float]:
-    k = strategy.path_features(packed.path_offsets)
+    k = _path_info(packed)[0]
     v = np.abs(packed.path_value.astype(np.float64))
     g = packed.path_group.astype(np.int64)
     G = packed.num_groups
@@ -202,8 +203,28 @@ def _path_bounds(packed: PackedModel) -> tuple[float, float]:
     return float(shap.max(initial=0.0)), float(inter.max(initial=0.0))
 
 
+_PATH_INFO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _path_info(packed: PackedModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(k, path_bin, regular)`` of ``packed``'s paths (:func:`strategy.path_features`,
+    :func:`strategy.regular_paths`), computed once a model object and shared by the device
+    model and its plans (read-only arrays)."""
+    with _LOCK:
+        hit = _PATH_INFO.get(packed)
+    if hit is not None:
+        return hit
+    k = strategy.path_features(packed.path_offsets)
+    path_bin, regular = strategy.regular_paths(packed.bin_offsets, packed.path_offsets, lanes=32)
+    for a in (k, path_bin, regular):
+        a.flags.writeable = False
+    with _LOCK:
+        _PATH_INFO[packed] = (k, path_bin, regular)
+    return k, path_bin, regular
+
+
 def _regular(packed: PackedModel) -> tuple[np.ndarray, np.ndarray]:
-    return strategy.regular_paths(packed.bin_offsets, packed.path_offsets, lanes=32)
+    return _path_info(packed)[1:]
 
 
 def shap_table_policy(packed: PackedModel) -> np.ndarray:
@@ -237,8 +258,7 @@ def _shap_table_offsets(packed: PackedModel, costs=None) -> np.ndarray:
     """
     from distshap import cost_model
 
-    k = strategy.path_features(packed.path_offsets)
-    path_bin, regular = _regular(packed)
+    k, path_bin, regular = _path_info(packed)
     lengths = np.where(regular, k, 0)  # k = 0: no table
     max_features = min(int(packed.max_table_features), SHAP_TABLE_MAX_FEATURES)
     if costs is None:
@@ -266,17 +286,21 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
     quadrature kernels (an oversize path's offset is ignored: the fallback kernel runs it).
     ``local``: with chunk-local feature tiles (:func:`local_chunks`, of at most
     :data:`config.QUADRATURE_TILE_FEATURES` features) where the model has more features."""
-    k = strategy.path_features(packed.path_offsets)
-    path_bin, regular = _regular(packed)
-    is_t = (path_table >= 0) & regular
+    k, path_bin, regular = _path_info(packed)
+    has_table = path_table >= 0
+    is_t = has_table & regular
     launches = strategy.quadrature_launches(
-        k, packed.path_group, (path_table < 0) & regular, config.QUADRATURE_NODES,
+        k, packed.path_group, ~has_table & regular, config.QUADRATURE_NODES,
         config.QUADRATURE_CHUNK_PATHS,
     )  # fmt: skip
-    table_maxk = np.zeros(max(packed.num_bins, 1), np.int32)
-    np.maximum.at(table_maxk, path_bin[is_t], k[is_t])
+    table_maxk = _table_maxk(max(packed.num_bins, 1), path_bin, k, is_t)
     table_bins = np.flatnonzero(table_maxk > 0).astype(np.int32)
-    lane_table = path_table[packed.lane_path] if packed.num_paths else np.full(1, -1, np.int64)
+    if not packed.num_paths:
+        lane_table = np.full(1, -1, np.int64)
+    elif not has_table.any():  # no tables: no gather over the lanes
+        lane_table = np.full(packed.lane_path.shape[0], -1, np.int64)
+    else:
+        lane_table = path_table[packed.lane_path]
     lane_column = None
     max_features = int(config.QUADRATURE_TILE_FEATURES)
     if local and packed.num_features > max_features and launches:
@@ -294,6 +318,23 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
         quadrature=launches,
         lane_column=lane_column,
     )
+
+
+def _table_maxk(n_bins: int, path_bin: np.ndarray, k: np.ndarray, is_t: np.ndarray) -> np.ndarray:
+    """Largest ``k`` of the table paths (``is_t``) of each bin, int32 (0: none). The bins
+    increase in path order (a packed model), so a bin's table paths are one run: a maximum a
+    run (``np.maximum.at`` where they do not)."""
+    table_maxk = np.zeros(n_bins, np.int32)
+    ids = np.flatnonzero(is_t)
+    if ids.size == 0:
+        return table_maxk
+    b = path_bin[ids]
+    if int(b[0]) >= 0 and bool(np.all(b[1:] >= b[:-1])):
+        runs = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+        table_maxk[b[runs]] = np.maximum(np.maximum.reduceat(k[ids], runs), 0)
+    else:
+        np.maximum.at(table_maxk, b, k[ids])
+    return table_maxk
 
 
 @njit(nogil=True, cache=True)
@@ -481,9 +522,8 @@ def lane_arrays(packed: PackedModel, columns: bool = True) -> dict:
             f"the CUDA kernels need a model packed with capacity=32 (one warp), got "
             f"capacity={packed.capacity}: rebuild it with build_packed_model(paths, capacity=32)"
         )
-    k = strategy.path_features(packed.path_offsets)
+    k, _, regular = _path_info(packed)
     lanes = _host_lane_columns(packed, k) if columns else {}
-    _, regular = _regular(packed)
     oversize_paths = np.flatnonzero(~regular).astype(np.int32)
     longest = min(config.MAX_FALLBACK_FEATURES, FALLBACK_MAX_FEATURES)  # the compiled size
     if oversize_paths.size and int(k[oversize_paths].max()) > longest:
