@@ -225,7 +225,7 @@ def gpu_shap_table_offsets(
     # best saving per byte first, then path index: a stable sort of the (few) density ranks
     ranks = np.unique(-density[is_cand])
     rank = np.searchsorted(ranks, -density).astype(np.uint8 if ranks.size < 256 else np.int64)
-    order = cand[np.argsort(rank[k[cand]], kind="stable")]
+    order = cand if ranks.size == 1 else cand[np.argsort(rank[k[cand]], kind="stable")]
     k_order = k[order]
     cum_bytes = 4 * np.cumsum(size[k_order])
     keep = cum_bytes <= budget_bytes
@@ -334,7 +334,9 @@ def quadrature_launches(
     for q in np.unique(kernel_of):
         at = np.flatnonzero(kernel_of == q)
         if combined:
-            at = at[np.argsort(key[at], kind="stable")]
+            key_at = key[at]
+            if not bool(np.all(key_at[1:] >= key_at[:-1])):  # else in order already
+                at = at[np.argsort(key_at, kind="stable")]
         else:
             at = at[np.lexsort((sel_len[at], sel_group[at]))]
         ids = ids_all[at]
