@@ -13,6 +13,12 @@ warm-up, GPU synchronized before the clock stops) of:
   call costs before the kernel runs, the rest of ``kernel`` being the GPU's);
 * ``r64``, ``r80`` (``--registers``): ``kernel`` with the small kernel compiled within that
   many registers a thread (more warps resident), its bits compared with the default's;
+* ``--variants``: ``public``, ``checked``, ``kernel`` and ``host`` again for each variant of
+  the small kernels (:data:`distshap.kernels.cuda.small.VARIANT`: ``v1`` the twelve-argument
+  kernels, ``merged`` two constant arrays and the rows once, ``unrolled`` that with the DP
+  unrolled for the model's longest path; ``NAME@R``: compiled within ``R`` registers a
+  thread), in one process, with whether their values (public and kernel) have the bits of
+  ``v1``'s; the columns above are the library's default variant;
 * ``regular``: the public call with the one-launch route off (``config.SMALL_MAX_PATHS = 0``);
 * ``xgboost``: XGBoost's GPU ``predict(pred_contribs / pred_interactions)`` on a CuPy DMatrix;
 
@@ -64,8 +70,36 @@ def _host_us(fn, repeats: int) -> float:
     return 1e6 * statistics.median(times)
 
 
+def _variants(variants, packed, Xd, public, kernel, interactions, repeats) -> dict:
+    """Per variant of the small kernels (module docstring): microseconds and bits."""
+    from distshap.kernels.cuda import launch, small
+
+    saved = small.VARIANT, small.MAX_REGISTERS
+    out, ref = {}, None
+    try:
+        for spec in variants:
+            name, _, regs = spec.partition("@")
+            small.VARIANT, small.MAX_REGISTERS = name, int(regs or 0)
+            rec = {
+                "public": _median_us(lambda: public(Xd), repeats),
+                "checked": _median_us(
+                    lambda: launch.checked_values(packed, Xd, Xd, interactions), repeats),
+                "kernel": _median_us(lambda: kernel(packed, Xd), repeats),
+                "host": _host_us(lambda: kernel(packed, Xd), repeats),
+            }  # fmt: skip
+            bits = (public(Xd).get(), kernel(packed, Xd).get())
+            if ref is None:
+                ref = bits
+            rec["same"] = all(np.array_equal(a.view(np.uint32), b.view(np.uint32))
+                              for a, b in zip(bits, ref, strict=True))  # fmt: skip
+            out[spec] = rec
+    finally:
+        small.VARIANT, small.MAX_REGISTERS = saved
+    return out
+
+
 def measure(name: str, size: str, rows: int, interactions: bool, repeats: int,
-            registers: tuple = ()) -> dict:  # fmt: skip
+            registers: tuple = (), variants: tuple = ()) -> dict:  # fmt: skip
     """Microseconds a call of each variant (module docstring) on one shape."""
     import cupy
     import xgboost as xgb
@@ -91,6 +125,7 @@ def measure(name: str, size: str, rows: int, interactions: bool, repeats: int,
         "kernel": _median_us(lambda: kernel(packed, Xd), repeats),
     }  # fmt: skip
     rec["host"] = _host_us(lambda: kernel(packed, Xd), repeats)
+    rec["variants"] = _variants(variants, packed, Xd, public, kernel, interactions, repeats)
     default_bits = kernel(packed, Xd).get()
     name_k = "interaction_kernel" if interactions else "shap_kernel"
     default_kernel = getattr(small, name_k)
@@ -136,7 +171,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--registers", default="64,80",
                         help="also time the kernel compiled within these registers a thread "
                         "(comma-separated; '' for none)")  # fmt: skip
+    parser.add_argument(
+        "--variants",
+        default="v1,merged,unrolled,unrolled@80",
+        help="small-kernel variants timed side by side, the first the bits' "
+        "reference (small.VARIANT names, @R: within R registers; '' for none)",
+    )
     args = parser.parse_args(argv)
+    variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
     registers = tuple(int(r) for r in args.registers.split(",") if r.strip())
     cols = ("public", "checked", "kernel", "host", "regular", "xgboost",
             *(f"r{r}" for r in registers))  # fmt: skip
@@ -146,13 +188,18 @@ def main(argv: list[str] | None = None) -> None:
     for shape in args.shapes.split(","):
         name, size = shape.rsplit("-", 1)
         for interactions, rows in ((False, args.rows), (True, args.interaction_rows)):
-            r = measure(name, size, rows, interactions, args.repeats, registers)
+            r = measure(name, size, rows, interactions, args.repeats, registers, variants)
             print(f"{r['shape']:20} {r['kind']:12} {rows:>6} {r['paths']:>5} {r['small']!s:>5} "
                   + " ".join(f"{r[c]:>13.1f}" for c in cols)
                   + f" {r['ratio']:>8.2f}x {r['max_diff_xgboost']:>9.1e}"
                   f" {r['max_diff_regular']:>9.1e}"
                   + "".join(f" r{g}:{r[f'r{g}_same']}" for g in registers),
                   flush=True)  # fmt: skip
+            for spec, v in r["variants"].items():
+                print(f"  {spec:18} public {v['public']:8.1f} us  checked {v['checked']:8.1f}"
+                      f"  kernel {v['kernel']:8.1f}  host {v['host']:8.1f}"
+                      f"  x XGBoost {r['xgboost'] / v['public']:5.2f}x  same bits as "
+                      f"{variants[0]}: {v['same']}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

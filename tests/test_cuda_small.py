@@ -389,3 +389,194 @@ def test_gpu_small_route_against_regular_route_and_xgboost(monkeypatch):
 
     with pytest.raises(AdditivityError, match="do not sum to"):
         explain_rows(wrong, cupy.asarray(X[:100]), backend="cuda")
+
+
+# ------------------------------------------------------------------------------------------
+# the merged-argument kernels (small.VARIANT "merged" / "unrolled")
+# ------------------------------------------------------------------------------------------
+
+
+def test_merged_arrays_hold_the_sections_of_host_arrays():
+    small = _small()
+    ens = tiny.random_ensemble(3, n_features=6, n_trees=4, depth=3, n_groups=2, n_categorical=1)
+    packed = _packed(ens)
+    host = small.host_arrays(packed)
+    I, D = small.merged_arrays(packed)  # noqa: E741
+    assert I.dtype == np.int64 and D.dtype == np.float64
+    for name, _, sections in small._SECTIONS:
+        merged = D if name in ("f32s", "f64s") else I
+        for s in sections:
+            at = small._AT[(name, s)]
+            old = host[name][host["longs"][at] : host["longs"][at + 1]]
+            new = merged[I[at] : I[at + 1]]
+            assert np.array_equal(new, old.astype(new.dtype), equal_nan=True), (name, s)
+            if name == "f32s":  # float32 values exact in float64
+                assert np.array_equal(new.astype(np.float32).view(np.uint32), old.view(np.uint32))
+    words = I[I[small.H_WORDS] :]
+    assert np.array_equal(words, host["words"].astype(np.int64))
+    from distshap.kernels.cuda.model import _path_bounds, fixed_point_shift
+
+    bounds = _path_bounds(packed)
+    scales = D[I[small.H_SCALES] : I[small.H_SCALES] + 2]
+    assert scales.tolist() == [2.0 ** fixed_point_shift(b) for b in bounds]
+
+
+def merged_signatures() -> dict:
+    """Name -> (kernel, signature) of merged kernels: loops and unrolled DP, rows once or not."""
+    small = _small()
+    X = "float32[:, ::1]"
+    tail = "int32[::1], int64[::1], float64[::1], boolean"
+    out = {}
+    for kind, o in (("shap", "float32[:, :, ::1]"), ("interactions", "float32[:, :, :, ::1]")):
+        for K in (0, 3):
+            out[f"merged_{kind}_K{K}"] = (
+                small.merged_kernel(kind, K, False), f"void({X}, {o}, {tail})"
+            )  # fmt: skip
+        out[f"merged_{kind}_K3_raw64"] = (
+            small.merged_kernel(kind, 3, True), f"void({X}, float64[:, ::1], {o}, {tail})"
+        )  # fmt: skip
+    return out
+
+
+@pytest.mark.skipif(not nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
+def test_merged_kernels_compile_and_unrolled_dp_leaves_local_memory():
+    import re
+
+    from numba import cuda
+
+    from distshap.kernels.cuda.ptx import _device_free_compilation
+
+    depot = {}
+    with _device_free_compilation((9, 0)):
+        for name, (kernel, sig) in merged_signatures().items():
+            ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
+            assert "atom." not in ptx, f"{name}: one warp writes each row, no atomics"
+            assert "shfl.sync" in ptx, name
+            assert "div.rn.f64" in ptx, name
+            assert "call.uni" not in ptx, f"{name} has a non-inlined call"
+            depot[name] = sum(int(b) for b in re.findall(r"__local_depot\d+\[(\d+)\]", ptx))
+    for kind in ("shap", "interactions"):  # the unrolled DP's arrays are no longer local
+        assert depot[f"merged_{kind}_K3"] < depot[f"merged_{kind}_K0"], depot
+
+
+_SIM_MERGED = r"""
+import dataclasses
+import sys
+
+import numpy as np
+import tiny
+from distshap.additivity import AdditivityError
+from distshap.kernels import cuda as kc
+from distshap.kernels.cuda import launch, small
+from distshap.kernels.margin import margin_model
+from distshap.packed import build_packed_model
+from distshap.paths import extract_paths
+from distshap.warmup import chain_ensemble
+
+sys.setswitchinterval(1e-4)
+
+def packed_of(ens):
+    return build_packed_model(extract_paths(ens), margin=margin_model(ens))
+
+def same(a, b, what):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32)), what
+
+def variants(packed, X, what, raw=None, K=None):
+    # every variant: the bits of v1's values, checked or not, SHAP and interactions
+    got = {}
+    for v in ("v1", "merged", "unrolled"):
+        small.VARIANT = v
+        r = X if raw is None else raw
+        got[v] = [kc.shap_values(packed, X), kc.interaction_values(packed, X),
+                  launch.checked_values(packed, X, r, False),
+                  launch.checked_values(packed, X, r, True)]
+    small.VARIANT = "unrolled"
+    for v in ("merged", "unrolled"):
+        for i, (a, b) in enumerate(zip(got["v1"], got[v])):
+            same(a, b, (what, v, i))
+    same(got["v1"][0], got["v1"][2], (what, "checked"))
+    if K is not None:
+        assert small.merged_model(packed).K == K, (what, small.merged_model(packed).K)
+
+ens = tiny.random_ensemble(3, n_features=6, n_trees=4, depth=3, n_groups=2, n_categorical=1)
+X = tiny.random_rows(2, ens, 4, 0.2)
+packed = packed_of(ens)
+variants(packed, X, "multiclass, categorical, NaN", K=3)
+variants(packed, X, "raw float64", raw=X.astype(np.float64))
+ens5 = tiny.random_ensemble(8, n_features=6, n_trees=2, depth=5)
+variants(packed_of(ens5), tiny.random_rows(8, ens5, 2, 0.3), "depth 5")
+chain = chain_ensemble(small.SMALL_MAX_PATH_FEATURES, small.SMALL_MAX_PATH_FEATURES)
+Xc = np.full((2, small.SMALL_MAX_PATH_FEATURES), 0.25, np.float32)
+Xc[0, 3], Xc[1, 5] = 0.75, np.nan
+variants(packed_of(chain), Xc, "longest path: loops", K=0)
+chain4 = chain_ensemble(4, 4)
+variants(packed_of(chain4), np.full((2, 4), 0.25, np.float32), "UNROLL_MAX features", K=4)
+stump = tiny.stump()
+variants(packed_of(stump), tiny.random_rows(1, stump, 2, 0.0), "stump", K=1)
+
+bad = dict(packed.margin, base_score=packed.margin["base_score"] + 1.0)
+wrong = dataclasses.replace(packed, margin=bad, digest="")
+for v in ("merged", "unrolled"):
+    small.VARIANT = v
+    for kind in (False, True):
+        try:
+            launch.checked_values(wrong, X, X, kind, first_row=10)
+            raise AssertionError("a wrong margin passed")
+        except AdditivityError as e:
+            assert "do not sum to" in str(e) and "from row 10" in str(e), str(e)
+    assert small.read_flag(small._flag(), 0) is False
+small.VARIANT = "nonsense"
+try:
+    kc.shap_values(packed, X)
+    raise AssertionError("a bad VARIANT accepted")
+except ValueError as e:
+    assert "VARIANT" in str(e)
+print("SIMULATOR-OK")
+"""
+
+
+def test_merged_kernels_keep_the_bits_under_cuda_simulator():
+    """The merged and unrolled kernels give v1's float32 bits (values, checked values, raw
+    values of another dtype, loops for long paths) and flag a wrong margin."""
+    assert_simulator_ok(_SIM_MERGED, timeout=600)
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_merged_kernels_keep_the_bits(monkeypatch):
+    """On a GPU (where the compiler may contract multiplies and adds): every variant gives the
+    bits of v1's kernels, SHAP and interactions, the rows once or raw float64 values."""
+    import cupy
+    import xgboost as xgb
+
+    from distshap import TreeExplainer
+    from distshap.kernels import cuda as kc
+    from distshap.kernels.cuda import launch
+
+    small = _small()
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(2000, 8)).astype(np.float32)
+    X[rng.random(X.shape) < 0.05] = np.nan
+    y = np.nan_to_num(X[:, 0]) * 2 + np.nan_to_num(X[:, 3]) * np.nan_to_num(X[:, 5])
+    for depth in (3, 4, 6):  # unrolled for 1..4 features, loops beyond
+        booster = xgb.train({"max_depth": depth}, xgb.DMatrix(X, label=y), num_boost_round=10)
+        packed = TreeExplainer(booster, backend="cuda").packed
+        assert small.fits(packed, False)
+        assert 0 <= small.merged_model(packed).K <= min(depth, small.UNROLL_MAX)
+        Xd = cupy.asarray(packed.encoding.apply(X))
+        raw64 = Xd.astype(cupy.float64)
+        for inter, n in ((False, 2000), (True, 200)):
+            if not small.fits(packed, inter):
+                continue
+            f = kc.interaction_values if inter else kc.shap_values
+            got = {}
+            for v in ("v1", "merged", "unrolled"):
+                monkeypatch.setattr(small, "VARIANT", v)
+                rows = Xd[:n]
+                got[v] = [f(packed, rows).get(),
+                          launch.checked_values(packed, rows, rows, inter).get(),
+                          launch.checked_values(packed, rows, raw64[:n], inter).get()]  # fmt: skip
+            for v in ("merged", "unrolled"):
+                for a, b in zip(got["v1"], got[v], strict=True):
+                    assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), (depth, inter, v)

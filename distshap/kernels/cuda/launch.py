@@ -238,7 +238,9 @@ def _run_small(packed: PackedModel, X, raw, interactions: bool, first_row: int =
     """The one-launch route (:mod:`.small`) on the rows ``X``; with ``raw`` (the model's raw
     values of the same rows) the additivity check runs in the kernel, then on the host where
     the kernel flags a row (raising :class:`~distshap.additivity.AdditivityError`)."""
-    sm = small.small_model(packed)
+    merged = small.VARIANT != "v1"  # two constant arrays, the rows once (small.VARIANT)
+    sm = small.merged_model(packed) if merged else small.small_model(packed)
+    launch_kernel = small.launch_merged if merged else small.launch_small
     Xd = device_rows(X, packed.num_features)
     n = int(Xd.shape[0])
     G, F1 = packed.num_groups, packed.num_features + 1
@@ -246,10 +248,10 @@ def _run_small(packed: PackedModel, X, raw, interactions: bool, first_row: int =
     if n == 0:
         return out
     if raw is None:
-        small.launch_small(sm, Xd, Xd, out, interactions, False)
+        launch_kernel(sm, Xd, Xd, out, interactions, False)
         return out
     Xraw = Xd if _same_values(raw, X) else _device_raw(raw, n, packed.num_features)
-    flag, s = small.launch_small(sm, Xd, Xraw, out, interactions, True)
+    flag, s = launch_kernel(sm, Xd, Xraw, out, interactions, True)
     if small.read_flag(flag, s):  # the full check decides, with its message
         from distshap.additivity import check_additivity
         from distshap.kernels.margin import predict_margin

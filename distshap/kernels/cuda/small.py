@@ -32,10 +32,20 @@ summation), and :func:`fits` is a function of the packed model and :mod:`.config
 every GPU of a run takes the same route. Model constants (paths sorted by group, the margin
 arrays) sit in six device arrays with a header of section offsets (few kernel arguments: each
 costs host time at every launch), copied once per model and device.
+
+:data:`VARIANT` picks the kernels a call launches (the same float64 operations per contribution
+in each, so the same float32 bits): the default ``"unrolled"`` passes the constants as two
+arrays (:func:`merged_arrays`: int64 and float64, float32 and bool sections widened exactly,
+the fixed-point scales inside) and the rows once where they are the check's raw values (six
+kernel arguments instead of twelve), and compiles the DP for the model's longest path
+(:data:`UNROLL_MAX` features at most): loops of constant trip counts, unrolled, so the DP's
+local arrays live in registers; ``"merged"`` the same arguments with the DP's loops; ``"v1"``
+the twelve-argument kernels (:func:`launch_small`), kept for side-by-side timing.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import warnings
 from collections import OrderedDict
@@ -61,9 +71,10 @@ from distshap.packed import PackedModel
 
 __all__ = [
     "SMALL_MAX_GROUPS", "SMALL_MAX_INTERACTION_COLUMNS", "SMALL_MAX_PATH_FEATURES",
-    "SMALL_MAX_SHAP_COLUMNS", "SmallModel", "clear_cache", "fits", "host_arrays",
-    "interaction_kernel", "launch_slots", "launch_small", "read_flag", "shap_kernel",
-    "slot_kernel", "small_model",
+    "MAX_REGISTERS", "MergedModel", "SMALL_MAX_SHAP_COLUMNS", "SmallModel", "UNROLL_MAX",
+    "VARIANT", "clear_cache", "fits", "host_arrays", "interaction_kernel", "launch_merged",
+    "launch_slots", "launch_small", "merged_arrays", "merged_kernel", "merged_model",
+    "read_flag", "shap_kernel", "slot_kernel", "small_model",
 ]  # fmt: skip
 
 # Frozen at import: the kernels' local arrays have these sizes, so the host side uses them too.
@@ -253,6 +264,7 @@ def clear_cache() -> None:
     """Drop every cached small model (and the launch configurations)."""
     with _LOCK:
         _CACHE.clear()
+        _MERGED.clear()
         _LAUNCHERS.clear()
 
 
@@ -598,3 +610,348 @@ def launch_slots(sm: SmallModel, X, acc, dev, s) -> None:
     _launcher(slot_kernel, int(X.shape[0]), s)(X, acc, sm.ints, sm.longs, sm.f32s, sm.f64s,
                                                sm.bools, sm.words, sm.interaction_scale,
                                                dev.slot_i, dev.slot_j, dev.group_slots)  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------
+# the merged-argument kernels: two constant arrays, no second copy of the rows, the DP
+# unrolled for short paths (VARIANT; the kernels above stay selectable)
+# ------------------------------------------------------------------------------------------
+
+#: Which small kernels a call launches: ``"unrolled"`` (default) the merged-argument kernels
+#: with the DP specialised to the model's longest path (at most :data:`UNROLL_MAX` features;
+#: longer: as ``"merged"``); ``"merged"`` the merged-argument kernels with the DP loops of the
+#: kernels above; ``"v1"`` the kernels above (twelve arguments). The same float64 operations
+#: per contribution in every variant, so the same float32 bits.
+VARIANT = "unrolled"
+#: The longest path (features) the unrolled DP is compiled for; longer paths: loops.
+UNROLL_MAX = 4
+#: Registers a thread the merged kernels are compiled within (0: the compiler's choice; the
+#: same arithmetic, more warps resident; :mod:`benchmarks.small_models` times caps).
+MAX_REGISTERS = 0
+
+# header entries after the sections of _SECTIONS: where the category words start in the
+# merged int64 array, where the two fixed-point scales start in the merged float64 array
+H_WORDS = _HEADER
+H_SCALES = _HEADER + 1
+_HEADER2 = _HEADER + 2
+
+
+def merged_arrays(packed: PackedModel) -> tuple[np.ndarray, np.ndarray]:
+    """The six constant arrays of :func:`host_arrays` as two (the merged kernels' constants).
+
+    ``I`` (int64): the header (the sections' offsets, :data:`H_WORDS`, :data:`H_SCALES`), then
+    the ``ints``, ``longs`` and ``bools`` sections and the category words; ``D`` (float64):
+    the ``f32s`` sections (float32 values, exact in float64), the ``f64s`` sections and the
+    SHAP and interaction fixed-point scales. Every header offset indexes the merged array its
+    section lies in (the kernels read ``I[I[H_FEATURE] + i]``, ``D[I[H_LOWER] + i]``...).
+    """
+    from distshap.kernels.cuda.model import _path_bounds, fixed_point_shift
+
+    host = host_arrays(packed)
+    old_header = host["longs"][:_HEADER]
+    header = np.zeros(_HEADER2, np.int64)
+    parts_i, parts_d = [header], []
+    pos_i, pos_d = _HEADER2, 0
+    for name, _, sections in _SECTIONS:  # each group's sections keep their order and sizes
+        at = _AT[(name, sections[0])]
+        starts = old_header[at : at + len(sections) + 1]  # offsets into the old group array
+        body = host[name][int(starts[0]) : int(starts[-1])]
+        if name in ("f32s", "f64s"):
+            header[at : at + len(sections) + 1] = starts - starts[0] + pos_d
+            parts_d.append(body.astype(np.float64))
+            pos_d += body.size
+        else:
+            header[at : at + len(sections) + 1] = starts - starts[0] + pos_i
+            parts_i.append(body.astype(np.int64))
+            pos_i += body.size
+    header[H_WORDS] = pos_i
+    parts_i.append(host["words"].astype(np.int64))
+    header[H_SCALES] = pos_d
+    shap_bound, inter_bound = _path_bounds(packed)
+    parts_d.append(np.array([2.0 ** fixed_point_shift(shap_bound),
+                             2.0 ** fixed_point_shift(inter_bound)]))  # fmt: skip
+    return np.concatenate(parts_i), np.concatenate(parts_d)
+
+
+@dataclass(eq=False)
+class MergedModel:
+    """The merged kernels' two constant arrays on one device (:func:`merged_arrays`, copied
+    once as Numba device arrays: cheap kernel arguments), the unrolled DP's path length ``K``
+    (0: loops) and the model's sizes."""
+
+    I: object  # noqa: E741
+    D: object
+    K: int
+    num_features: int
+    num_groups: int
+
+
+_MERGED: OrderedDict = OrderedDict()
+
+
+def merged_model(packed: PackedModel) -> MergedModel:
+    """The :class:`MergedModel` of ``packed`` on the current device (cached as
+    :func:`small_model`)."""
+    key = (packed.digest, device_id())
+    if packed.digest:
+        with _LOCK:
+            hit = _MERGED.get(key)
+            if hit is not None:
+                _MERGED.move_to_end(key)
+                return hit
+    I, D = merged_arrays(packed)  # noqa: E741
+    to_device = (lambda a: a) if SIM else cuda.to_device
+    longest = _longest_path(packed)
+    model = MergedModel(
+        I=to_device(I), D=to_device(D), K=max(1, longest) if longest <= UNROLL_MAX else 0,
+        num_features=packed.num_features, num_groups=packed.num_groups,
+    )  # fmt: skip
+    if packed.digest:
+        with _LOCK:
+            _MERGED[key] = model
+            while len(_MERGED) > config.CACHE_SIZE:
+                _MERGED.popitem(last=False)
+    return model
+
+
+def _make_dp(K: int):
+    """EXTEND and UNWOUND_SUM for paths of at most ``K`` features, loops of constant trip
+    counts (unrolled, the local arrays kept in registers): the operations of
+    :func:`~distshap.kernels.treeshap.extend_path` (elements ``1..k`` but ``skip``) and
+    :func:`~distshap.kernels.treeshap.unwound_sum`, in their order, on the same values."""
+
+    @cuda.jit(device=True)
+    def extend(w, zero, one, k, skip):
+        w[0] = 1.0
+        for i in range(1, K + 1):  # w[depth] = 0.0 of each step: not written before it
+            w[i] = 0.0
+        depth = 0
+        for e in range(1, K + 1):
+            if e <= k and e != skip:
+                depth += 1
+                zero_fraction = zero[e]
+                one_fraction = one[e]
+                scale = 1.0 / (depth + 1)
+                for i in range(K - 1, -1, -1):
+                    if i < depth:
+                        w[i + 1] += one_fraction * w[i] * (i + 1) * scale
+                        w[i] = zero_fraction * w[i] * (depth - i) * scale
+        return depth
+
+    @cuda.jit(device=True)
+    def unwound(w, depth, zero_fraction, one_fraction):
+        total = 0.0
+        if one_fraction != 0.0:
+            next_one = w[0]
+            for d in range(1, K + 1):
+                if d == depth:
+                    next_one = w[d]
+            for j in range(K - 1, -1, -1):
+                if j < depth:
+                    tmp = next_one * (depth + 1) / ((j + 1) * one_fraction)
+                    total += tmp
+                    next_one = w[j] - tmp * zero_fraction * (depth - j) / (depth + 1)
+        elif zero_fraction != 0.0:
+            for j in range(K - 1, -1, -1):
+                if j < depth:
+                    total += w[j] * (depth + 1) / (zero_fraction * (depth - j))
+        return total
+
+    return extend, unwound
+
+
+def _make_add_path(K: int, interactions: bool):
+    """Path ``p``'s float64 contributions for row ``r`` into this lane's ``acc`` (the
+    operations of :func:`_add_path`), on the merged arrays; ``K`` > 0: the unrolled DP for
+    paths of at most ``K`` features, 0: the loops of :func:`_add_path`."""
+    N = K if K else SMALL_MAX_PATH_FEATURES  # the elements' loop bound
+    if K:
+        extend, unwound = _make_dp(K)
+    else:
+
+        @cuda.jit(device=True)
+        def extend(w, zero, one, k, skip):
+            return extend_path(w, zero, one, 1, k + 1, skip)
+
+        unwound = unwound_sum
+
+    @cuda.jit(device=True)
+    def add_path(p, X, r, I, D, words, acc, n_cols, w, zero, one, diag):  # noqa: E741
+        s0 = I[I[H_PATH_OFFSETS] + p]
+        k = I[I[H_PATH_OFFSETS] + p + 1] - s0 - 1
+        v = D[I[H_VALUE] + p]
+        for i in range(1, N + 1):
+            if i <= k:
+                li = s0 + i
+                zero[i] = D[I[H_ZERO] + li]
+                diag[i] = 0.0
+                one[i] = 0.0
+                if follows(X[r, I[I[H_FEATURE] + li]], np.float32(D[I[H_LOWER] + li]),
+                           np.float32(D[I[H_UPPER] + li]), I[I[H_MISSING] + li] != 0,
+                           I[I[H_CAT_OTHER] + li] != 0, I[I[H_CAT_OFFSETS] + li],
+                           I[I[H_NBITS] + li], words):  # fmt: skip
+                    one[i] = 1.0
+        for c in range(0, (N if interactions else 0) + 1):
+            if c <= k:
+                scale_c = 1.0 if c == 0 else 0.5 * (one[c] - zero[c])
+                if scale_c != 0.0:
+                    depth = extend(w, zero, one, k, c)
+                    fc = I[I[H_FEATURE] + s0 + c]
+                    for i in range(1, N + 1):
+                        if i <= k and i != c and one[i] != zero[i]:
+                            phi = (unwound(w, depth, zero[i], one[i]) * (one[i] - zero[i]) * v
+                                   * scale_c)  # fmt: skip
+                            fi = I[I[H_FEATURE] + s0 + i]
+                            if not interactions:
+                                acc[fi] += phi
+                            elif c == 0:
+                                diag[i] += phi
+                            else:
+                                diag[i] -= phi
+                                acc[fc * n_cols + fi] += phi
+        if interactions:
+            for i in range(1, N + 1):
+                if i <= k:
+                    fi = I[I[H_FEATURE] + s0 + i]
+                    acc[fi * n_cols + fi] += diag[i]
+
+    return add_path
+
+
+@cuda.jit(device=True)
+def _leaf_merged(X, r, node, I, D, missing):  # noqa: E741
+    """:func:`distshap.kernels.margin._leaf` on the merged arrays (the same comparisons)."""
+    left = I[I[H_LEFT] : I[H_LEFT + 1]]
+    right = I[I[H_RIGHT] : I[H_RIGHT + 1]]
+    feature = I[I[H_NODE_FEATURE] : I[H_NODE_FEATURE + 1]]
+    default_left = I[I[H_DEFAULT_LEFT] : I[H_DEFAULT_LEFT + 1]]
+    is_categorical = I[I[H_IS_CATEGORICAL] : I[H_IS_CATEGORICAL + 1]]
+    cat_offsets = I[I[H_NODE_CAT_OFFSETS] : I[H_NODE_CAT_OFFSETS + 1]]
+    cat_values = I[I[H_CAT_VALUES] : I[H_CAT_VALUES + 1]]
+    threshold = D[I[H_THRESHOLD] : I[H_THRESHOLD + 1]]
+    while left[node] >= 0:
+        x = X[r, feature[node]]
+        if math.isnan(x) or np.float32(x) == missing:
+            go_left = default_left[node] != 0
+        elif is_categorical[node] != 0:
+            go_left = True
+            if x >= 0.0:
+                code = int(x)
+                for i in range(cat_offsets[node], cat_offsets[node + 1]):
+                    if cat_values[i] == code:
+                        go_left = False
+        else:
+            go_left = x < threshold[node]
+        node = left[node] if go_left else right[node]
+    return node
+
+
+def _make_merged_emit(interactions: bool):
+    """:func:`_make_emit`'s ``emit`` reading the expected values from ``D``."""
+    emit = _make_emit(_store_interaction if interactions else _store_shap, interactions)
+
+    @cuda.jit(device=True)
+    def emit_merged(acc, out, flag, r, g, lane, n_cols, scale, D, I, check, margin):  # noqa: E741
+        emit(acc, out, flag, r, g, lane, n_cols, scale, D, I, check, margin, I, I, I)
+
+    return emit_merged
+
+
+_MERGED_KERNELS: dict = {}  # (kind, K, raw) -> kernel
+
+
+def merged_kernel(kind: str, K: int, raw: bool, max_registers: int = 0):
+    """The merged-argument small kernel: ``kind`` ``"shap"`` or ``"interactions"``, the DP
+    unrolled for paths of at most ``K`` features (0: loops), ``raw``: the check traverses a
+    second array of raw values (else the rows themselves); made once per arguments."""
+    key = (kind, int(K), bool(raw), int(max_registers))
+    hit = _MERGED_KERNELS.get(key)
+    if hit is None:
+        hit = _MERGED_KERNELS[key] = _make_merged_kernel(*key)
+    return hit
+
+
+def _make_merged_kernel(kind: str, K: int, raw: bool, max_registers: int = 0):
+    options = {"max_registers": max_registers} if max_registers else {}
+    jit = cuda.jit(cache=True, **options)
+    interactions = kind != "shap"
+    acc_size = _INTER_ACC if interactions else _SHAP_ACC
+    n_el = (K if K else SMALL_MAX_PATH_FEATURES) + 1  # local array sizes: constants
+    n_w = n_el + 1
+    add_path = _make_add_path(K, interactions)
+    emit = _make_merged_emit(interactions)
+    scale_at = 1 if interactions else 0
+
+    @cuda.jit(device=True)
+    def body(X, Xraw, out, flag, I, D, check):  # noqa: E741
+        lane = cuda.threadIdx.x & 31
+        warp = (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) >> 5
+        n_warps = (cuda.gridDim.x * cuda.blockDim.x) >> 5
+        n_cols = X.shape[1] + 1
+        width = n_cols * n_cols if interactions else n_cols
+        acc = cuda.local.array(acc_size, np.float64)
+        w = cuda.local.array(n_w, np.float64)
+        zero = cuda.local.array(n_el, np.float64)
+        one = cuda.local.array(n_el, np.float64)
+        diag = cuda.local.array(n_el, np.float64)
+        margin = cuda.local.array((1, SMALL_MAX_GROUPS), np.float64)
+        scale = D[I[H_SCALES] + scale_at]
+        words = I[I[H_WORDS] :]
+        paths = I[I[H_PATHS] : I[H_PATHS + 1]]
+        group_paths = I[I[H_GROUP_PATHS] : I[H_GROUP_PATHS + 1]]
+        n_groups = group_paths.shape[0] - 1
+        for r in range(warp, X.shape[0], n_warps):  # the same rows in every lane of the warp
+            if check:  # this lane's trees, by the independent traversal of the raw values
+                roots = I[I[H_ROOTS] : I[H_ROOTS + 1]]
+                tree_group = I[I[H_TREE_GROUP] : I[H_TREE_GROUP + 1]]
+                leaf_value = D[I[H_LEAF_VALUE] : I[H_LEAF_VALUE + 1]]
+                base = H_BASE_SCORE if lane == 0 else H_ZEROS
+                for g in range(n_groups):
+                    margin[0, g] = D[I[base] + g]
+                missing = np.float32(D[I[H_MISSING_VALUE]])
+                for t in range(lane, roots.shape[0], 32):
+                    node = _leaf_merged(Xraw, r, roots[t], I, D, missing)
+                    margin[0, tree_group[t]] += leaf_value[node]
+            for g in range(n_groups):
+                for e in range(width):
+                    acc[e] = 0.0
+                for j in range(group_paths[g] + lane, group_paths[g + 1], 32):
+                    add_path(paths[j], X, r, I, D, words, acc, n_cols, w, zero, one, diag)
+                emit(acc, out, flag, r, g, lane, n_cols, scale, D, I, check, margin)
+
+    if raw:
+
+        @jit
+        def kernel(X, Xraw, out, flag, I, D, check):  # noqa: E741
+            """One warp per row: the row's values (float32, bias included) and its check of
+            the raw values ``Xraw``."""
+            body(X, Xraw, out, flag, I, D, check)
+
+    else:
+
+        @jit
+        def kernel(X, out, flag, I, D, check):  # noqa: E741
+            """One warp per row: the row's values (float32, bias included) and its check
+            (the rows are the raw values)."""
+            body(X, X, out, flag, I, D, check)
+
+    return kernel
+
+
+def launch_merged(mm: MergedModel, X, Xraw, out, interactions: bool, check: bool):
+    """:func:`launch_small` with the merged kernels (``Xraw`` ``None`` or ``X`` itself: the
+    rows are the raw values, one argument fewer); returns the flag and the stream."""
+    if VARIANT not in ("merged", "unrolled"):
+        raise ValueError(f"small.VARIANT must be 'v1', 'merged' or 'unrolled', got {VARIANT!r}")
+    kind = "interactions" if interactions else "shap"
+    raw = Xraw is not None and Xraw is not X
+    K = mm.K if VARIANT == "unrolled" else 0
+    kernel = merged_kernel(kind, K, raw, MAX_REGISTERS)
+    s = _stream()
+    flag = _flag()
+    cfg = _launcher(kernel, int(X.shape[0]), s)
+    if raw:
+        cfg(X, Xraw, out, flag, mm.I, mm.D, bool(check))
+    else:
+        cfg(X, out, flag, mm.I, mm.D, bool(check))
+    return flag, s
