@@ -11,8 +11,8 @@ warm-up, GPU synchronized before the clock stops) of:
 * ``kernel``: :func:`distshap.kernels.cuda.shap_values` / ``interaction_values`` (no check);
 * ``host``: the host's time in ``kernel`` (the GPU synchronized outside the clock: what the
   call costs before the kernel runs, the rest of ``kernel`` being the GPU's);
-* ``r64``, ``r80`` (``--registers``): ``kernel`` with the small kernel compiled within that
-  many registers a thread (more warps resident), its bits compared with the default's;
+* ``r64``, ``r80`` (``--registers``): ``kernel`` with the ``v1`` small kernel compiled within
+  that many registers a thread (more warps resident), its bits compared with the default's;
 * ``--variants``: ``public``, ``checked``, ``kernel`` and ``host`` again for each variant of
   the small kernels (:data:`distshap.kernels.cuda.small.VARIANT`: ``v1`` the twelve-argument
   kernels, ``merged`` two constant arrays and the rows once, ``unrolled`` that with the DP
@@ -135,10 +135,12 @@ def measure(name: str, size: str, rows: int, interactions: bool, repeats: int,
             kind = "interactions" if interactions else "shap"
             variant = _VARIANTS[(name_k, regs)] = small._make_kernel(kind, regs)
         setattr(small, name_k, variant)
+        saved_variant, small.VARIANT = small.VARIANT, "v1"  # the capped kernel is v1's
         try:
             rec[f"r{regs}"] = _median_us(lambda: kernel(packed, Xd), repeats)
             rec[f"r{regs}_same"] = bool(np.array_equal(kernel(packed, Xd).get(), default_bits))
         finally:
+            small.VARIANT = saved_variant
             setattr(small, name_k, default_kernel)
             small.clear_cache()  # no launcher of the variant is kept
     saved = config.SMALL_MAX_PATHS
