@@ -881,6 +881,7 @@ def _make_merged_kernel(kind: str, K: int, raw: bool, max_registers: int = 0):
     add_path = _make_add_path(K, interactions)
     emit = _make_merged_emit(interactions)
     scale_at = 1 if interactions else 0
+    regs = int(max_registers)  # in the kernels' closures (Numba's cache keys hash them)
 
     @cuda.jit(device=True)
     def body(X, Xraw, out, flag, I, D, check):  # noqa: E741
@@ -925,7 +926,8 @@ def _make_merged_kernel(kind: str, K: int, raw: bool, max_registers: int = 0):
         def kernel(X, Xraw, out, flag, I, D, check):  # noqa: E741
             """One warp per row: the row's values (float32, bias included) and its check of
             the raw values ``Xraw``."""
-            body(X, Xraw, out, flag, I, D, check)
+            if regs >= 0:  # always: ``regs`` keys the on-disk cache by the register cap
+                body(X, Xraw, out, flag, I, D, check)
 
     else:
 
@@ -933,7 +935,8 @@ def _make_merged_kernel(kind: str, K: int, raw: bool, max_registers: int = 0):
         def kernel(X, out, flag, I, D, check):  # noqa: E741
             """One warp per row: the row's values (float32, bias included) and its check
             (the rows are the raw values)."""
-            body(X, X, out, flag, I, D, check)
+            if regs >= 0:  # always: ``regs`` keys the on-disk cache by the register cap
+                body(X, X, out, flag, I, D, check)
 
     return kernel
 
