@@ -204,13 +204,15 @@ def _path_bounds(packed: PackedModel) -> tuple[float, float]:
 
 
 _PATH_INFO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# its own lock: plan builders call _path_info while holding _LOCK (not re-entrant)
+_PATH_INFO_LOCK = threading.Lock()
 
 
 def _path_info(packed: PackedModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(k, path_bin, regular)`` of ``packed``'s paths (:func:`strategy.path_features`,
     :func:`strategy.regular_paths`), computed once a model object and shared by the device
     model and its plans (read-only arrays)."""
-    with _LOCK:
+    with _PATH_INFO_LOCK:
         hit = _PATH_INFO.get(packed)
     if hit is not None:
         return hit
@@ -218,7 +220,7 @@ def _path_info(packed: PackedModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     path_bin, regular = strategy.regular_paths(packed.bin_offsets, packed.path_offsets, lanes=32)
     for a in (k, path_bin, regular):
         a.flags.writeable = False
-    with _LOCK:
+    with _PATH_INFO_LOCK:
         _PATH_INFO[packed] = (k, path_bin, regular)
     return k, path_bin, regular
 
