@@ -90,6 +90,7 @@ def test_local_chunks_bound_features_and_name_each_lanes_column(monkeypatch):
     km = _km()
     monkeypatch.setattr(_config(), "QUADRATURE_TILE_FEATURES", 7)
     monkeypatch.setattr(_config(), "QUADRATURE_CHUNK_PATHS", 40)
+    monkeypatch.setattr(_config(), "QUADRATURE_TILE_WINDOW", 0)  # plan order (windows: below)
     ens = tiny.random_ensemble(31, n_features=40, n_trees=24, depth=6, n_groups=3,
                                n_categorical=2)  # fmt: skip
     packed = _packed(ens, budget=20000)  # some paths on tables: not in the quadrature launches
@@ -212,6 +213,7 @@ def test_windowed_chunks_regroup_paths_within_their_group(monkeypatch):
     km = _km()
     monkeypatch.setattr(_config(), "QUADRATURE_TILE_FEATURES", 7)
     monkeypatch.setattr(_config(), "QUADRATURE_CHUNK_PATHS", 40)
+    monkeypatch.setattr(_config(), "QUADRATURE_TILE_WINDOW", 0)  # plan order (windows: below)
     ens = tiny.random_ensemble(31, n_features=40, n_trees=24, depth=6, n_groups=3,
                                n_categorical=2)  # fmt: skip
     packed = _packed(ens)
