@@ -552,9 +552,10 @@ def test_gpu_merged_kernels_keep_the_bits(monkeypatch):
 
     from distshap import TreeExplainer
     from distshap.kernels import cuda as kc
-    from distshap.kernels.cuda import launch
+    from distshap.kernels.cuda import config, launch
 
     small = _small()
+    monkeypatch.setattr(config, "SMALL_MAX_PATHS", 1024)  # 10 trees of depth 6: up to 640 paths
     rng = np.random.default_rng(2)
     X = rng.normal(size=(2000, 8)).astype(np.float32)
     X[rng.random(X.shape) < 0.05] = np.nan
