@@ -48,6 +48,45 @@ extend_path = cuda.jit(device=True)(treeshap.extend_path)
 unwound_sum = cuda.jit(device=True)(treeshap.unwound_sum)
 
 if SIM:  # pragma: no cover - only under NUMBA_ENABLE_CUDASIM=1
+    import threading
+    from contextlib import contextmanager
+
+    from numba.cuda.simulator import kernel as _sim_kernel
+
+    _SWAP_LOCK = threading.Lock()
+    _SWAP_DEPTH: dict[int, tuple[int, dict]] = {}
+
+    @contextmanager
+    def _counted_module_swap(fn, fake_cuda_module):
+        """The simulator's swap of a device function's ``cuda`` global, made safe for threads.
+
+        On each device-function call the simulator puts its fake ``cuda`` module in the
+        function's module globals and puts the real one back on return. The threads of a
+        block call a device function of another module at once, so one thread's return put the
+        real module back while another thread was still inside it (``module 'numba.cuda' has
+        no attribute 'threadIdx'``, at random). Here the first thread in swaps and the last
+        one out restores.
+        """
+        globs = fn.__globals__
+        key = id(globs)
+        with _SWAP_LOCK:
+            depth, orig = _SWAP_DEPTH.get(key, (0, None))
+            if depth == 0:
+                orig = {k: v for k, v in globs.items() if v is cuda}
+                globs.update(dict.fromkeys(orig, fake_cuda_module))
+            _SWAP_DEPTH[key] = (depth + 1, orig)
+        try:
+            yield
+        finally:
+            with _SWAP_LOCK:
+                depth, orig = _SWAP_DEPTH[key]
+                if depth == 1:
+                    globs.update(orig)
+                    del _SWAP_DEPTH[key]
+                else:
+                    _SWAP_DEPTH[key] = (depth - 1, orig)
+
+    _sim_kernel.swapped_cuda_module = _counted_module_swap
 
     @cuda.jit(device=True)  # a device function: the simulator lends it its thread context
     def ballot(mask, predicate):
