@@ -115,6 +115,7 @@ else:
         with a per-process id, which would give every kernel closing over a device function
         that calls it a new disk-cache key (``cache=True``) in every process."""
         return cuda.ballot_sync(mask, predicate)
+
     fdiv = libdevice.fast_fdividef  # float32 a / b to 2 ulp (every divisor here is > 0)
 
 
