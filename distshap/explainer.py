@@ -1,30 +1,37 @@
 """TreeExplainer: the public entry point, a drop-in for ``shap.TreeExplainer``.
 
-``TreeExplainer(model, data=None, model_output="raw", feature_perturbation="auto")`` takes
-shap's first four parameters in shap's order; distshap's own (``backend``, ``client``, ...) are
-keyword-only. The model is converted and bin-packed once, when the explainer is built (and once
-more per boosting-round range asked for, lazily); every call then only runs kernels.
+``TreeExplainer(model, data=None, model_output="raw", feature_perturbation="auto",
+feature_names=None, approximate, link, linearize_link)`` takes shap's parameters in shap's order
+(the last three ignored, as shap ignores them); distshap's own (``layout``, ``backend``,
+``client``, ...) are keyword-only. The model is converted and bin-packed once, when the
+explainer is built (and once more per boosting-round range asked for, lazily); every call then
+only runs kernels.
 
 Two algorithms, chosen as shap chooses them:
 
 * ``"tree_path_dependent"`` (no background data): the training covers of the trees stand for
-  the data distribution (GPUTreeShap); values in margin space.
+  the data distribution (GPUTreeShap); values in margin space. With background data (shap's
+  ``feature_perturbation="tree_path_dependent"`` and ``data``), the count of rows reaching each
+  node stands for it instead, as in shap (:mod:`distshap.explainer_covers`).
 * ``"interventional"`` (``data`` given): values averaged over the background rows
   (:mod:`distshap.interventional`), of the margin (``model_output="raw"``), the probability
   (``"probability"``) or the log loss for labels ``y`` (``"log_loss"``) of a binary logistic
   model, as shap defines them.
 
 Outputs: :meth:`TreeExplainer.shap_values` / :meth:`~TreeExplainer.shap_interaction_values`
-keep XGBoost's ``pred_contribs`` / ``pred_interactions`` layout (bias in the last column);
-calling the explainer returns a ``shap.Explanation`` in shap's own layouts, which shap's plots
-take. Inputs may be NumPy, pandas (a Series is one row), CuPy, scipy.sparse, ``xgboost.DMatrix``
-or Dask (lazy values; :class:`DaskExplanation` for ``explainer(X)``).
+keep XGBoost's ``pred_contribs`` / ``pred_interactions`` layout (bias in the last column) by
+default, shap's (no bias, groups last; what shap's legacy plots such as ``summary_plot`` take)
+with ``layout="shap"``; calling the explainer returns a ``shap.Explanation`` in shap's own
+layouts, which shap's plots take. Inputs may be NumPy, pandas (a Series is one row), CuPy,
+scipy.sparse, ``xgboost.DMatrix``, a numeric ``catboost.Pool`` or Dask (lazy values;
+:class:`DaskExplanation` for ``explainer(X)``).
 """
 
 from __future__ import annotations
 
 import os
 import time
+import warnings
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -54,7 +61,9 @@ from distshap.packed import PackedModel, pack_ensemble
 from distshap.strategy import DEFAULT_MAX_TABLE_FEATURES, DEFAULT_TABLE_BUDGET_BYTES
 
 __all__ = [
+    "DEFAULT_LAYOUT",
     "FEATURE_PERTURBATIONS",
+    "LAYOUTS",
     "MODEL_OUTPUTS",
     "PROGRESS_BATCH_ROWS",
     "DaskExplanation",
@@ -68,6 +77,15 @@ MODEL_OUTPUTS = ("raw", "probability", "log_loss")
 
 #: Rows per batch when ``progress=True`` (a bar step; the values do not depend on it).
 PROGRESS_BATCH_ROWS = 65536
+
+#: Layouts of :meth:`TreeExplainer.shap_values` / :meth:`~TreeExplainer.shap_interaction_values`:
+#: ``"xgboost"`` (``pred_contribs``: bias last, groups before features) or ``"shap"`` (shap's
+#: ``shap_values``: no bias column, groups last).
+LAYOUTS = ("xgboost", "shap")
+#: The layout a TreeExplainer gets when none is given.
+DEFAULT_LAYOUT = "xgboost"
+
+_UNSET = object()  # shap's constructor ``approximate``: given or not
 
 
 def _check_output_fits(n_rows: int, packed: PackedModel, interactions: bool) -> None:
@@ -118,6 +136,25 @@ class TreeExplainer:
         forests output probabilities already: their ``"probability"`` is their raw output).
     feature_perturbation : {"auto", "interventional", "tree_path_dependent"}
         ``"auto"``: interventional when ``data`` is given, tree-path-dependent otherwise.
+        ``"tree_path_dependent"`` with ``data``: the trees weighted by the number of ``data``
+        rows reaching each node instead of their training covers (a node no row reaches
+        weighs ``1e-6``), as shap weights them; every row counts (shap keeps a random 100 of
+        a larger ``data``). Interaction values are weighted the same way (shap's, for
+        XGBoost models, come from XGBoost's training covers there and do not add up to its
+        SHAP values).
+    feature_names : list of str, optional
+        ``F`` names: the ``feature_names`` of ``explainer(X)`` when ``X`` is no DataFrame (as
+        in shap), and :attr:`feature_names`.
+    approximate, link, linearize_link
+        shap's constructor takes them and ignores them (``approximate`` is deprecated there);
+        so does distshap, warning when ``approximate`` is given (``DeprecationWarning``) or
+        ``link`` is no identity (``UserWarning``: use ``model_output="probability"``).
+    layout : {"xgboost", "shap"}
+        The layout of :meth:`shap_values` and :meth:`shap_interaction_values`: XGBoost's
+        ``pred_contribs`` / ``pred_interactions`` (default: ``(n, F+1)``, ``(n, G, F+1)``,
+        bias last) or shap's (``(n, F)``, ``(n, F, G)``, no bias), which shap's legacy plots
+        (``summary_plot``, ``dependence_plot``, ``force_plot``, ``decision_plot``) and code
+        written for ``shap.TreeExplainer`` expect. ``explainer(X)`` is shap's either way.
     backend : {"auto", "cpu", "cuda"}
         Kernel backend. ``"auto"`` uses the GPU when one is visible, the CPU otherwise.
     algorithm : {"bfd", "ffd", "nf", "none"}
@@ -137,9 +174,13 @@ class TreeExplainer:
         The bias: for tree-path-dependent values the base score plus the cover-weighted mean
         prediction; for interventional values the mean model output (in ``model_output``'s
         space) over the background rows; for ``"log_loss"`` a function of the label ``y``, as
-        in shap. A float for one output group, ``(G,)`` for ``G``.
-    feature_perturbation, model_output : str
+        in shap. A float for one output group, ``(G,)`` for ``G`` (shap's is a float, a
+        float32 or a ``(1,)`` array for one output depending on the model and on whether it
+        was called yet, and changes after a ``tree_limit`` call; distshap's is fixed).
+    feature_perturbation, model_output, layout : str
         As resolved (``"auto"`` replaced).
+    feature_names : tuple of str or None
+        The names given to the constructor, else the model's.
     data : ndarray or None
         The background rows as the model reads them (float, category codes), or ``None``.
     packed : PackedModel
@@ -151,12 +192,14 @@ class TreeExplainer:
     Raises
     ------
     ValueError
-        An unknown ``feature_perturbation`` or ``model_output``; ``"interventional"`` without
-        ``data``; ``"tree_path_dependent"`` with ``data`` or with a ``model_output`` other than
-        ``"raw"``; ``"probability"`` / ``"log_loss"`` for a model that is no binary logistic
-        one.
+        An unknown ``feature_perturbation``, ``model_output`` or ``layout``;
+        ``"interventional"`` without ``data`` (shap 0.51 warns and falls back to
+        tree-path-dependent values, and says it will raise); ``"tree_path_dependent"`` with a
+        ``model_output`` other than ``"raw"``; ``"probability"`` / ``"log_loss"`` for a model
+        that is no binary logistic one; ``feature_names`` of another length than ``F``.
     TypeError
-        An unsupported model or background (a shap ``Partition`` masker, a Dask collection).
+        An unsupported model or background (a shap ``Partition`` masker, a Dask collection, a
+        ``catboost.Pool`` with categorical features); ``feature_names`` that is no list.
     """
 
     def __init__(
@@ -165,7 +208,12 @@ class TreeExplainer:
         data: Any = None,
         model_output: str = "raw",
         feature_perturbation: str = "auto",
+        feature_names: Any = None,
+        approximate: Any = _UNSET,
+        link: Any = None,
+        linearize_link: Any = None,
         *,
+        layout: str = DEFAULT_LAYOUT,
         backend: str = "auto",
         algorithm: str = "bfd",
         table_budget_bytes: int = DEFAULT_TABLE_BUDGET_BYTES,
@@ -176,6 +224,9 @@ class TreeExplainer:
         if backend != "auto":
             resolve_backend(backend)  # an unknown name, or CUDA without a GPU: fail early
         _check_model_output(model_output)
+        _check_layout(layout)
+        _check_ignored_arguments(approximate, link, linearize_link)
+        data = _pool_rows(data)[0]
         if not isinstance(feature_perturbation, str) or (
             feature_perturbation not in FEATURE_PERTURBATIONS
         ):
@@ -193,13 +244,6 @@ class TreeExplainer:
                 "shap.utils.sample(X_train, 100)), or use 'tree_path_dependent'"
             )
         if feature_perturbation == "tree_path_dependent":
-            if background is not None:
-                raise ValueError(
-                    "feature_perturbation='tree_path_dependent' weights the trees by their "
-                    "training covers; distshap does not re-weight them by data (shap does, "
-                    "approximating leaves the data misses): drop data for tree-path-dependent "
-                    "values, or use feature_perturbation='interventional' with this data"
-                )
             if model_output != "raw":
                 raise ValueError(
                     f"model_output={model_output!r} needs feature_perturbation='interventional' "
@@ -216,18 +260,43 @@ class TreeExplainer:
         }
         self.feature_perturbation = feature_perturbation
         self.model_output = model_output
+        self.layout = layout
         self.backend = backend
         self.client = client
-        self._background_rows = background
+        self._background_rows = None
         self._models: dict[tuple[int, int] | None, _Model] = {}
         self.packed: PackedModel = self._build_packed(self.ensemble)
         self.background = None
         self.data = None
         self.data_feature_names = None
         self._transform = 0
-        if background is not None:
+        if background is not None and feature_perturbation == "tree_path_dependent":
+            self._count_covers(background, data)
+        elif background is not None:
             self._attach_background(background, data)
+        self._user_feature_names = _check_feature_names(feature_names, self.num_features)
+        if self._user_feature_names is not None:
+            self.data_feature_names = list(self._user_feature_names)
         self._models[None] = _Model(self.packed, self.background)
+
+    def _count_covers(self, rows: Any, data: Any) -> None:
+        """shap's tree-path-dependent explainer with data: the trees weighted by the rows
+        (:mod:`distshap.explainer_covers`) instead of their training covers."""
+        from distshap.explainer_covers import data_covers
+
+        if type(data).__name__ == "DMatrix":
+            _check_dmatrix_sentinel(explain_input(data), self.packed)
+        matrix = model_matrix(rows, self.packed)
+        matrix = matrix.get() if is_cupy(matrix) else matrix
+        self.ensemble = data_covers(self.ensemble, self.packed.margin, matrix)
+        self.packed = self._build_packed(self.ensemble)
+        self.data = matrix
+        if is_frame(rows):
+            cols = select_model_columns(
+                rows, self.num_features, self.packed.feature_names,
+                self.packed.encoding.name_style,
+            )  # fmt: skip
+            self.data_feature_names = [str(c) for c in cols]
 
     def _attach_background(self, rows: Any, data: Any = None) -> None:
         """Interventional over ``rows`` (:func:`~distshap.inputs.background_input` of
@@ -344,6 +413,9 @@ class TreeExplainer:
 
     @property
     def feature_names(self) -> tuple[str, ...] | None:
+        """The ``feature_names`` given to the constructor, else the model's own (or ``None``)."""
+        if self._user_feature_names is not None:
+            return self._user_feature_names
         return self.packed.feature_names
 
     def output_feature_names(self, X: Any = None) -> tuple[str, ...]:
@@ -404,7 +476,7 @@ class TreeExplainer:
                 f"{self.model_output!r}: shap has none of the {self.model_output} either; "
                 "build a TreeExplainer with model_output='raw'"
             )
-        inp = explain_input(X)
+        inp = _explain_input(X)
         model = self._model(tree_limit, iteration_range)
         packed = model.packed
         _check_dmatrix_sentinel(inp, packed)
@@ -455,6 +527,14 @@ class TreeExplainer:
         out = out[:, 0] if out.shape[1] == 1 else out
         return out[0] if inp.one_row else out
 
+    def _layout(self, out: Any, inp: ExplainInput, interactions: bool) -> Any:
+        """``(n, G, F+1[, F+1])`` -> the arrays :meth:`shap_values` /
+        :meth:`shap_interaction_values` return in ``self.layout``."""
+        if self.layout == "xgboost":
+            return self._xgboost_layout(out, inp)
+        values, _ = _shap_layout(out, interactions)
+        return values[0] if inp.one_row else values
+
     def shap_values(
         self,
         X: Any,
@@ -462,15 +542,18 @@ class TreeExplainer:
         tree_limit: int | None = None,
         approximate: bool = False,
         check_additivity: bool = True,
+        from_call: bool = False,
         *,
         progress: bool = False,
         iteration_range: tuple[int, int] | None = None,
     ) -> Any:
-        """SHAP values in XGBoost's ``pred_contribs`` layout (bias in the last column).
+        """SHAP values, in XGBoost's ``pred_contribs`` layout (bias in the last column) or, for
+        ``layout="shap"``, in shap's.
 
-        shap's parameters in shap's order; the layout is XGBoost's, not shap's (shap's
-        ``shap_values`` drops the bias and puts output groups last: ``explainer(X).values``
-        has shap's layout).
+        shap's parameters in shap's order. The default layout is XGBoost's, not shap's: shap's
+        ``shap_values`` drops the bias and puts output groups last, as
+        ``TreeExplainer(model, layout="shap")`` does (``explainer(X).values`` has shap's
+        layout either way).
 
         Parameters
         ----------
@@ -496,6 +579,9 @@ class TreeExplainer:
             loss) from an independent tree traversal (:mod:`distshap.additivity`), raising
             ``AdditivityError`` otherwise, as shap does. For Dask input each chunk is checked
             on its worker when the result is computed.
+        from_call : bool
+            Taken for shap's signature and ignored (shap uses it to silence a LightGBM
+            warning).
         progress : bool
             For in-memory (NumPy / pandas) input: run in batches of
             :data:`PROGRESS_BATCH_ROWS` rows with a progress bar (``tqdm`` when installed, no
@@ -509,14 +595,16 @@ class TreeExplainer:
         -------
         ndarray
             float32 ``(n, F + 1)``, or ``(n, G, F + 1)`` for ``G > 1`` output groups; the bias
-            is the last column. ``(F + 1,)`` / ``(G, F + 1)`` for one row. Same array family
-            as ``X`` (lazy for Dask).
+            is the last column. ``(F + 1,)`` / ``(G, F + 1)`` for one row. ``layout="shap"``:
+            ``(n, F)`` / ``(n, F, G)``, ``(F,)`` / ``(F, G)`` for one row, the bias in
+            :attr:`expected_value` (float32, where shap's are float64 but for XGBoost's
+            tree-path-dependent values). Same array family as ``X`` (lazy for Dask).
         """
         _check_approximate(approximate)
         out, inp, _ = self._compute(
             X, y, False, check_additivity, progress, tree_limit, iteration_range
         )
-        return self._xgboost_layout(out, inp)
+        return self._layout(out, inp, False)
 
     def shap_interaction_values(
         self,
@@ -528,7 +616,7 @@ class TreeExplainer:
         check_additivity: bool = True,
         iteration_range: tuple[int, int] | None = None,
     ) -> Any:
-        """SHAP interaction values, XGBoost's ``pred_interactions`` layout.
+        """SHAP interaction values, XGBoost's ``pred_interactions`` layout (or shap's).
 
         Parameters
         ----------
@@ -543,12 +631,13 @@ class TreeExplainer:
         ndarray
             float32 ``(n, F + 1, F + 1)``, or ``(n, G, F + 1, F + 1)`` for ``G > 1`` groups;
             row ``i`` sums to the SHAP value of feature ``i``; the bias is ``[F, F]``. Without
-            the row axis for one row.
+            the row axis for one row. ``layout="shap"``: ``(n, F, F)`` / ``(n, F, F, G)``, no
+            bias (shap's layout).
         """
         out, inp, _ = self._compute(
             X, y, True, check_additivity, progress, tree_limit, iteration_range
         )
-        return self._xgboost_layout(out, inp)
+        return self._layout(out, inp, True)
 
     def __call__(
         self,
@@ -632,7 +721,7 @@ class TreeExplainer:
                 "is interventional (it has background data): build one without data, "
                 "TreeExplainer(model), for them"
             )
-        inp = explain_input(X)
+        inp = _explain_input(X)
         if not is_dask(inp.rows) and inp.rows.shape[0] == 0:
             raise ValueError("X has no rows: nothing to explain")  # as shap_values says
         packed = self._model(tree_limit, iteration_range).packed
@@ -887,6 +976,89 @@ def _check_model_output(model_output: Any) -> None:
         f"model_output={model_output!r} is not one distshap explains; use one of "
         f"{', '.join(map(repr, MODEL_OUTPUTS))}{hint}"
     )
+
+
+def _check_layout(layout: Any) -> None:
+    if not (isinstance(layout, str) and layout in LAYOUTS):
+        raise ValueError(
+            f"layout={layout!r}: use 'shap' (shap_values as shap returns them: (n, F), "
+            "(n, F, G)) or 'xgboost' (XGBoost's pred_contribs: (n, F+1), (n, G, F+1), bias last)"
+        )
+
+
+def _check_ignored_arguments(approximate: Any, link: Any, linearize_link: Any) -> None:
+    """shap's constructor takes ``approximate``, ``link`` and ``linearize_link`` and ignores
+    them; so does distshap, with a warning where they ask for something it does not do."""
+    if approximate is not _UNSET:
+        warnings.warn(
+            "TreeExplainer(approximate=...) is ignored (shap deprecated and ignores it too): "
+            "values are exact; shap's approximation was an argument of shap_values",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    identity = link is None or getattr(link, "__name__", "") == "identity"
+    if not identity or linearize_link not in (None, True, False):
+        warnings.warn(
+            f"TreeExplainer(link={link!r}) is ignored, as shap's TreeExplainer ignores it: "
+            "values explain model_output; for probabilities use model_output='probability' "
+            "with background data",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _check_feature_names(names: Any, num_features: int) -> tuple[str, ...] | None:
+    """shap's ``feature_names``: ``F`` names, or ``None``."""
+    if names is None:
+        return None
+    if isinstance(names, (str, bytes)) or not hasattr(names, "__len__"):
+        raise TypeError(
+            f"feature_names={names!r}: pass a list of {num_features} names, one per feature "
+            "(distshap's own options, backend=... and others, are keyword-only)"
+        )
+    names = tuple(str(n) for n in names)
+    if len(names) != num_features:
+        raise ValueError(
+            f"feature_names has {len(names)} names but the model has {num_features} features: "
+            "pass one name per feature"
+        )
+    return names
+
+
+def _is_catboost_pool(X: Any) -> bool:
+    return type(X).__module__.split(".")[0] == "catboost" and type(X).__name__ == "Pool"
+
+
+def _pool_rows(X: Any) -> tuple[Any, np.ndarray | None]:
+    """A ``catboost.Pool`` (as shap takes it for CatBoost models) -> its rows and labels;
+    anything else -> itself and ``None``."""
+    if not _is_catboost_pool(X):
+        return X, None
+    special = [getattr(X, f"get_{kind}_feature_indices")() for kind in ("cat", "text", "embedding")]
+    if any(len(s) for s in special):
+        raise TypeError(
+            "X is a catboost.Pool with categorical, text or embedding features, whose values "
+            "it does not give back: pass the DataFrame (or array) the Pool was built from"
+        )
+    values = np.asarray(X.get_features(), dtype=np.float32)
+    names = [str(n) for n in X.get_feature_names()]
+    labels = None
+    if X.has_label():
+        labels = np.asarray(X.get_label(), dtype=np.float64).ravel()
+    if any(names) and len(set(names)) == len(names):
+        import pandas as pd
+
+        return pd.DataFrame(values, columns=names), labels
+    return values, labels
+
+
+def _explain_input(X: Any) -> ExplainInput:
+    """:func:`~distshap.inputs.explain_input`, taking a ``catboost.Pool`` too."""
+    rows, labels = _pool_rows(X)
+    inp = explain_input(rows)
+    if labels is not None and labels.size == inp.rows.shape[0]:
+        inp = replace(inp, labels=labels)
+    return inp
 
 
 def _check_dmatrix_sentinel(inp: ExplainInput, packed: PackedModel) -> None:

@@ -446,8 +446,8 @@ def test_errors(setup):
         TreeExplainer(binary, model_output="probability")
     with pytest.raises(ValueError, match="pass them as data"):
         TreeExplainer(binary, feature_perturbation="interventional")
-    with pytest.raises(ValueError, match="does not re-weight"):
-        TreeExplainer(binary, bg, feature_perturbation="tree_path_dependent")
+    with pytest.raises(ValueError, match="needs feature_perturbation='interventional'"):
+        TreeExplainer(binary, bg, "probability", "tree_path_dependent")  # as shap refuses it
     with pytest.raises(ValueError, match="binary logistic"):
         TreeExplainer(reg, pd.DataFrame(bg, columns=NAMES), model_output="probability")
     with pytest.raises(ValueError, match="binary logistic"):
@@ -596,6 +596,20 @@ def test_progress_batches_carry_the_labels(setup, monkeypatch):
     whole = explainer.shap_values(X, y)
     monkeypatch.setattr(explainer_module, "PROGRESS_BATCH_ROWS", 32)
     np.testing.assert_array_equal(explainer.shap_values(X, y, progress=True), whole)
+
+
+def test_dask_shap_layout(setup, scheduler):
+    da = pytest.importorskip("dask.array")
+    from distributed import Client
+
+    model, X = setup["models"]["multiclass"], setup["rows"]
+    explainer = TreeExplainer(model, layout="shap", backend="cpu")
+    with Client(scheduler) as client:
+        explainer.client = client
+        lazy = explainer.shap_values(da.from_array(X, chunks=(10, 5)))
+        assert isinstance(lazy, da.Array) and lazy.shape == (N_EXPLAIN, 5, 3)
+        got = lazy.compute()
+    np.testing.assert_array_equal(got, explainer.shap_values(X))
 
 
 def test_dask_frame_explanation(setup, scheduler):
