@@ -104,21 +104,27 @@ def load_model_file(path: str | os.PathLike[str]) -> Ensemble:
             from distshap.models.lightgbm import load_lightgbm_bytes
 
             return load_lightgbm_bytes(data, model_kind="lightgbm:file").validate()
+        views = None
         if kind == "ubjson":
-            from distshap.models._ubjson import UBJSONError, decode_ubjson
+            from distshap.models._ubjson import UBJSONError, decode_ubjson, decode_ubjson_views
 
             try:
-                doc = decode_ubjson(data)
+                views = decode_ubjson_views(data)  # node arrays read in place (no copies)
             except UBJSONError as exc:
                 raise ValueError(f"not a valid XGBoost UBJSON model: {exc}") from None
+            doc = views.value
         elif kind == "json":
             doc = parse_json(data)
         else:
             raise UnsupportedModelError(refusal(kind, data))
         if isinstance(doc, dict) and "learner" in doc:
-            from distshap.models.xgboost import ensemble_from_xgboost_document
+            from distshap.models.xgboost import ensemble_from_ubjson, ensemble_from_xgboost_document
 
+            if views is not None:
+                return ensemble_from_ubjson(views).validate()
             return ensemble_from_xgboost_document(doc).validate()
+        if views is not None:
+            doc = decode_ubjson(data)  # other readers get arrays in native byte order
         from distshap.models.catboost import is_catboost_document, load_catboost_json
 
         if is_catboost_document(doc):

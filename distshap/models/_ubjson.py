@@ -2,19 +2,22 @@
 
 A format parser of its own, apart from the loaders: it turns bytes into Python values and NumPy
 arrays and knows nothing about models. Optimised typed arrays of fixed-size numbers (how XGBoost
-stores node arrays) are read in one NumPy call each, so large models decode quickly. Containers
-may nest at most :data:`MAX_DEPTH` levels: a hostile or corrupt file gets a clear error, never a
-``RecursionError``.
+stores node arrays) are read in one NumPy call each, so large models decode quickly; with
+:func:`decode_ubjson_views` they are not even copied: each is a read-only view of the input in
+the format's big-endian byte order, and its byte offset is recorded, so that a loader can read
+the node arrays of every tree straight from the input bytes (in threads, for large models:
+:mod:`distshap.models._threaded`). Containers may nest at most :data:`MAX_DEPTH` levels: a
+hostile or corrupt file gets a clear error, never a ``RecursionError``.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["MAX_DEPTH", "UBJSONError", "decode_ubjson"]
+__all__ = ["MAX_DEPTH", "UBJSONError", "UBJSONViews", "decode_ubjson", "decode_ubjson_views"]
 
 #: Deepest nesting of containers accepted (XGBoost's documents nest fewer than 10 levels).
 MAX_DEPTH = 200
@@ -45,12 +48,17 @@ _MAX_ZERO_SIZE_COUNT = 1 << 24
 
 
 class _UBJReader:
-    """Cursor over a UBJSON buffer. Typed numeric arrays become NumPy arrays (native order)."""
+    """Cursor over a UBJSON buffer. Typed numeric arrays become NumPy arrays: copies in native
+    byte order, or with ``views`` read-only big-endian views of the buffer, each one's byte
+    offset in ``offsets`` (keyed by ``id``)."""
 
-    def __init__(self, data: bytes | bytearray | memoryview) -> None:
-        self.buf = bytes(data)
+    def __init__(self, data: bytes | bytearray | memoryview, views: bool = False) -> None:
+        # bytes and bytearray are read in place (a model of 281 MB is not copied again)
+        self.buf = data if isinstance(data, (bytes, bytearray)) else bytes(data)
         self.pos = 0
         self.depth = 0
+        self.views = views
+        self.offsets: dict[int, int] = {}
 
     def fail(self, what: str) -> UBJSONError:
         return UBJSONError(f"invalid UBJSON at byte {self.pos}: {what}")
@@ -159,7 +167,11 @@ class _UBJReader:
             if dt is not None:
                 start = self.take(count * dt.itemsize)
                 arr = np.frombuffer(self.buf, dtype=dt, count=count, offset=start)
-                return arr.astype(dt.newbyteorder("="))
+                if not self.views:
+                    return arr.astype(dt.newbyteorder("="))
+                arr.flags.writeable = False  # a view of the input (of a bytearray: writable)
+                self.offsets[id(arr)] = start
+                return arr
             return [self.value(typ) for _ in range(count)]
         if count is not None:
             return [self.value(self.marker()) for _ in range(count)]
@@ -211,7 +223,58 @@ def decode_ubjson(data: bytes | bytearray | memoryview) -> Any:
     UBJSONError
         On truncated input, unknown markers or trailing bytes.
     """
-    reader = _UBJReader(data)
+    return _decode(_UBJReader(data))
+
+
+class UBJSONViews(NamedTuple):
+    """What :func:`decode_ubjson_views` returns.
+
+    Attributes
+    ----------
+    value
+        The decoded value, as :func:`decode_ubjson` gives it, except that every optimised array
+        of a fixed-size number type is a read-only view of ``buffer`` in big-endian byte order.
+    buffer : bytes or bytearray
+        The input the views look into (the input itself when it was ``bytes`` or ``bytearray``).
+    offsets : dict of int to int
+        Each view's byte offset in ``buffer``, keyed by ``id(view)``: valid while ``value``
+        (which holds every view) lives and is not changed.
+    """
+
+    value: Any
+    buffer: bytes | bytearray
+    offsets: dict[int, int]
+
+
+def decode_ubjson_views(data: bytes | bytearray | memoryview) -> UBJSONViews:
+    """Decode like :func:`decode_ubjson`, typed number arrays as views of ``data`` (no copy).
+
+    For readers that convert the arrays themselves: each optimised array of a fixed-size number
+    type (XGBoost's node arrays) is a read-only NumPy view of the input in the format's
+    big-endian byte order (NumPy reads such arrays correctly; Numba does not take them), and
+    its byte offset in the input is recorded. A ``bytearray`` input must not change while the
+    value is used.
+
+    Parameters
+    ----------
+    data
+        The encoded bytes of one value.
+
+    Returns
+    -------
+    UBJSONViews
+
+    Raises
+    ------
+    UBJSONError
+        As :func:`decode_ubjson`.
+    """
+    reader = _UBJReader(data, views=True)
+    return UBJSONViews(_decode(reader), reader.buf, reader.offsets)
+
+
+def _decode(reader: _UBJReader) -> Any:
+    """The one value of the reader's whole buffer (trailing ``N`` no-ops allowed)."""
     value = reader.value(reader.marker())
     while reader.pos < len(reader.buf) and reader.buf[reader.pos] == _NOOP:
         reader.pos += 1

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from distshap.models import _threaded
 from distshap.models._common import check_num_features
 
 __all__ = ["Ensemble", "UnsupportedModelError"]
@@ -120,7 +121,12 @@ class Ensemble:
         return self.left < 0
 
     def validate(self) -> Ensemble:
-        """Check array shapes, dtypes and tree structure; raise ``ValueError`` if broken."""
+        """Check array shapes, dtypes and tree structure; raise ``ValueError`` if broken.
+
+        Ensembles of more than :data:`distshap.models._threaded.MIN_NODES` nodes have their
+        per-node checks made by one compiled pass in threads over trees; the NumPy checks
+        then run only for an ensemble that fails it, to say what is wrong.
+        """
         check_num_features(self.num_features, "the ensemble")
         n = self.num_nodes
         expected = {
@@ -160,6 +166,8 @@ class Ensemble:
             raise ValueError("Ensemble.base_score must have shape (num_groups,)")
         if np.any((self.tree_group < 0) | (self.tree_group >= self.num_groups)):
             raise ValueError("Ensemble.tree_group holds a group outside [0, num_groups)")
+        if n > _threaded.MIN_NODES and self._nodes_valid():
+            return self  # every check below passes (one compiled pass, in threads over trees)
         internal = ~self.is_leaf()
         if np.any((self.right[internal] < 0) | (self.feature[internal] < 0)):
             raise ValueError("an internal node lacks a right child or a split feature")
@@ -177,6 +185,12 @@ class Ensemble:
                 "(cover / hessian sums) that path-dependent SHAP needs"
             )
         return self
+
+    def _nodes_valid(self) -> bool:
+        """Whether the per-node checks pass, by the compiled pass in threads over trees."""
+        return _threaded.nodes_valid(
+            self.left, self.right, self.feature, self.cover, self.tree_offsets, self.num_features
+        )
 
     def _validate_structure(self, internal: np.ndarray) -> None:
         """Children inside their own tree; every node but the roots has exactly one parent."""

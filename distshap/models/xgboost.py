@@ -42,7 +42,7 @@ from distshap.models._files import (
     refusal,
     sniff_model_bytes,
 )
-from distshap.models._ubjson import UBJSONError, decode_ubjson
+from distshap.models._ubjson import UBJSONError, UBJSONViews, decode_ubjson, decode_ubjson_views
 from distshap.models._xgboost_params import (
     Counts,
     base_margin,
@@ -54,6 +54,7 @@ from distshap.models._xgboost_params import (
 from distshap.models.ensemble import Ensemble, UnsupportedModelError
 
 __all__ = [
+    "ensemble_from_ubjson",
     "ensemble_from_xgboost_document",
     "load_xgboost",
     "load_xgboost_file",
@@ -83,20 +84,30 @@ def read_xgboost_document(path: str | os.PathLike[str]) -> dict[str, Any]:
         For invalid JSON or UBJSON. Every message names the file.
     """
     with in_file(path):
-        data = read_model_bytes(path)
-        kind = sniff_model_bytes(data)
-        if kind == "json":
-            doc = parse_json(data)
-        elif kind == "ubjson":
-            try:
+        return _read_document(read_model_bytes(path), views=False)[0]
+
+
+def _read_document(data: bytes, views: bool) -> tuple[dict[str, Any], UBJSONViews | None]:
+    """A model file's document; with ``views``, a UBJSON one decoded with views (also
+    returned) for :func:`ensemble_from_ubjson`."""
+    kind = sniff_model_bytes(data)
+    decoded = None
+    if kind == "json":
+        doc = parse_json(data)
+    elif kind == "ubjson":
+        try:
+            if views:
+                decoded = decode_ubjson_views(data)
+                doc = decoded.value
+            else:
                 doc = decode_ubjson(data)
-            except UBJSONError as exc:
-                raise ValueError(f"not a valid XGBoost UBJSON model: {exc}") from None
-        else:
-            raise UnsupportedModelError(refusal(kind, data))
-        if not isinstance(doc, dict):
-            raise UnsupportedModelError("the document is no JSON object: not an XGBoost model")
-        return doc
+        except UBJSONError as exc:
+            raise ValueError(f"not a valid XGBoost UBJSON model: {exc}") from None
+    else:
+        raise UnsupportedModelError(refusal(kind, data))
+    if not isinstance(doc, dict):
+        raise UnsupportedModelError("the document is no JSON object: not an XGBoost model")
+    return doc, decoded
 
 
 def load_xgboost_file(
@@ -122,9 +133,9 @@ def load_xgboost_file(
     ValueError
         For a truncated or inconsistent file; the message names the file.
     """
-    doc = read_xgboost_document(path)
     with in_file(path):
-        return ensemble_from_xgboost_document(doc, iteration_range=iteration_range).validate()
+        doc, views = _read_document(read_model_bytes(path), views=True)
+        return _ensemble(doc, iteration_range, views).validate()
 
 
 def load_xgboost(model: Any, *, iteration_range: tuple[int, int] | None = None) -> Ensemble:
@@ -187,8 +198,8 @@ def load_xgboost(model: Any, *, iteration_range: tuple[int, int] | None = None) 
             if best is not None:
                 iteration_range = (0, best + 1)
         missing = _estimator_missing(model)
-    raw = booster.save_raw(raw_format="ubj")
-    ens = ensemble_from_xgboost_document(decode_ubjson(raw), iteration_range=iteration_range)
+    raw = booster.save_raw(raw_format="ubj")  # a bytearray, decoded in place
+    ens = ensemble_from_ubjson(decode_ubjson_views(raw), iteration_range=iteration_range)
     if not math.isnan(missing):
         ens = replace(ens, missing_value=missing)
     return ens
@@ -328,9 +339,238 @@ def _kept_indptr(indptr: np.ndarray, keep: np.ndarray) -> np.ndarray:
     return (inside - first).astype(np.int64)
 
 
-@malformed_is_value_error(
-    "XGBoost model document", "save the model again with booster.save_model('model.json')"
-)
+#: The node arrays :func:`_nodes_threaded` reads from the model's bytes, in the order of
+#: :data:`distshap.models._threaded.XGBOOST_FIELDS`, with their UBJSON (big-endian) dtypes.
+_VIEW_DTYPES = (">i4", ">i4", ">i4", ">f4", "|u1", "|u1", ">f4")
+
+
+class _Categories:
+    """The kept trees' category lists, gathered tree by tree (global node indices)."""
+
+    def __init__(self) -> None:
+        self.nodes: list[np.ndarray] = []
+        self.segments: list[np.ndarray] = []
+        self.sizes: list[np.ndarray] = []
+        self.values: list[np.ndarray] = []
+        self.count = 0  # category values so far
+
+    def add(self, tree: dict, t: int, node_base: int) -> None:
+        """Tree ``t``'s categorical splits (none when it lists none), its nodes from
+        ``node_base``."""
+        cnodes = tree.get("categories_nodes")
+        if cnodes is None or len(cnodes) == 0:
+            return
+        cnodes = _array(tree, "categories_nodes", np.int64, t, None)
+        csegs = _array(tree, "categories_segments", np.int64, t, cnodes.size)
+        csizes = _array(tree, "categories_sizes", np.int64, t, cnodes.size)
+        cvals = _array(tree, "categories", np.int64, t, None)
+        if np.any(csegs < 0) or np.any(csizes < 0) or np.any(csegs + csizes > cvals.size):
+            raise ValueError(f"XGBoost tree {t}: inconsistent category arrays")
+        self.nodes.append(cnodes + node_base)
+        self.segments.append(csegs + self.count)
+        self.sizes.append(csizes)
+        self.values.append(cvals)
+        self.count += cvals.size
+
+    def add_to(self, nodes: dict) -> None:
+        """``cat_offsets`` and ``cat_values`` of ``nodes`` (category sets in node order)."""
+        num_nodes = nodes["left"].shape[0]
+        # without categories all zero: calloc'd pages, untouched until read
+        cat_offsets = np.zeros(num_nodes + 1, dtype=np.int64)
+        cat_values = np.zeros(0, dtype=np.int64)
+        if self.nodes:
+            all_nodes = np.concatenate(self.nodes)
+            all_segs = np.concatenate(self.segments)
+            all_sizes = np.concatenate(self.sizes)
+            all_vals = np.concatenate(self.values)
+            if np.any((all_nodes < 0) | (all_nodes >= num_nodes)) or not np.all(
+                nodes["is_categorical"][all_nodes]
+            ):
+                raise ValueError(
+                    "XGBoost categories_nodes names a node that is no categorical split"
+                )
+            order = np.argsort(all_nodes, kind="stable")
+            cat_counts = np.zeros(num_nodes, dtype=np.int64)
+            cat_counts[all_nodes] = all_sizes
+            np.cumsum(cat_counts, out=cat_offsets[1:])
+            cat_values = all_vals[_ragged_gather(all_segs[order], all_sizes[order])]
+        if np.any(cat_values < 0) or np.any(cat_values > np.iinfo(np.int32).max):
+            raise UnsupportedModelError("an XGBoost categorical split lists a negative category")
+        nodes["cat_offsets"] = cat_offsets
+        nodes["cat_values"] = cat_values.astype(np.int32)
+
+
+def _tree_offsets(keep: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Node range of each kept tree; refuses no trees and more nodes than int32 indexes."""
+    if keep.size == 0:
+        raise UnsupportedModelError("the XGBoost model has no trees: nothing to explain")
+    tree_offsets = np.zeros(keep.size + 1, dtype=np.int64)
+    np.cumsum(sizes, out=tree_offsets[1:])
+    num_nodes = int(tree_offsets[-1])
+    if num_nodes >= np.iinfo(np.int32).max:
+        raise UnsupportedModelError(f"the model has {num_nodes} nodes: more than int32 indexes")
+    return tree_offsets
+
+
+#: What :func:`_nodes_numpy` and :func:`_nodes_threaded` return: the node arrays (and
+#: ``tree_offsets``), each kept tree's ``num_deleted``, the category lists, and whether every
+#: node but the roots is known to be some split's child (nothing for :func:`_drop_deleted`).
+_Nodes = tuple[dict, np.ndarray, _Categories, bool]
+
+
+def _nodes_numpy(
+    trees: list, keep: np.ndarray, num_feature: int, weight_drop: np.ndarray | None
+) -> _Nodes:
+    """The kept trees' node arrays in NumPy: one Python step per tree, then one concatenation
+    per field (any document: JSON lists, or UBJSON arrays copied or viewed)."""
+    lefts, rights, feats, conds, dlefts, stypes, hess = [], [], [], [], [], [], []
+    cats = _Categories()
+    sizes = np.zeros(keep.size, dtype=np.int64)
+    num_deleted = np.zeros(keep.size, dtype=np.int64)
+    node_base = 0
+    for k, t in enumerate(keep.tolist()):
+        tree = trees[t]
+        left = _array(tree, "left_children", np.int32, t, None)
+        n = left.shape[0]
+        if n == 0:
+            raise ValueError(f"XGBoost tree {t} has no nodes")
+        lefts.append(left)
+        rights.append(_array(tree, "right_children", np.int32, t, n))
+        feats.append(_array(tree, "split_indices", np.int32, t, n))
+        conds.append(_array(tree, "split_conditions", np.float32, t, n))
+        dlefts.append(_array(tree, "default_left", np.bool_, t, n))
+        # sum_hessian is stored as float32: JSON text and UBJ agree
+        hess.append(_array(tree, "sum_hessian", np.float32, t, n))
+        for name in ("parents", "loss_changes", "base_weights"):  # unused, but counted
+            if name in tree:
+                _counted(tree, name, t, n)
+        stype = tree.get("split_type")
+        if stype is None or len(stype) == 0:
+            stypes.append(np.zeros(n, dtype=np.int8))
+        else:
+            stypes.append(_array(tree, "split_type", np.int8, t, n))
+        sizes[k] = n
+        num_deleted[k] = int_param(tree.get("tree_param") or {}, "num_deleted", 0)
+        cats.add(tree, t, node_base)
+        node_base += n
+
+    tree_offsets = _tree_offsets(keep, sizes)
+    base = np.repeat(tree_offsets[:-1].astype(np.int32), sizes)
+    end = np.repeat(tree_offsets[1:].astype(np.int32), sizes)
+
+    left = np.concatenate(lefts)
+    leaf = left < 0
+    internal = ~leaf
+    left += base
+    right = np.concatenate(rights)
+    right += base
+    if np.any(internal & ((left >= end) | (right < base) | (right >= end))):
+        raise ValueError("an XGBoost tree has a child index outside the tree")
+    left[leaf] = -1
+    right[leaf] = -1
+    del end
+    cond = np.concatenate(conds)
+    is_cat = np.concatenate(stypes) == 1
+    is_cat &= internal
+    feature = np.concatenate(feats)
+    feature[leaf] = -1
+    if np.any(internal & ((feature < 0) | (feature >= max(num_feature, 1)))):
+        bad = int(feature[internal & ((feature < 0) | (feature >= num_feature))][0])
+        raise ValueError(
+            f"inconsistent XGBoost model: a split uses feature {bad} but num_feature is "
+            f"{num_feature}"
+        )
+
+    value = np.where(leaf, cond.astype(np.float64), 0.0)
+    if weight_drop is not None:
+        value *= np.repeat(weight_drop[keep], sizes)
+    nodes = {
+        "left": left,
+        "right": right,
+        "feature": feature,
+        "threshold": np.where(leaf | is_cat, np.float32(0.0), cond),
+        "default_left": internal & np.concatenate(dlefts),
+        "is_categorical": is_cat,
+        "value": value,
+        "cover": np.concatenate(hess).astype(np.float64),
+        "tree_offsets": tree_offsets,
+    }
+    return nodes, num_deleted, cats, False
+
+
+def _nodes_threaded(
+    trees: list,
+    keep: np.ndarray,
+    num_feature: int,
+    weight_drop: np.ndarray | None,
+    views: UBJSONViews,
+) -> _Nodes | None:
+    """:func:`_nodes_numpy`'s arrays, bit for bit, read from the model's bytes in threads.
+
+    For models of more than :data:`~distshap.models._threaded.MIN_NODES` nodes whose node
+    arrays are all views of the decoded bytes (:func:`~distshap.models._ubjson.
+    decode_ubjson_views`) of XGBoost's own types: one Python step per tree records where its
+    arrays are, then :func:`~distshap.models._threaded.xgboost_node_arrays` reads them all,
+    in threads over trees. ``None`` for any other model, or one whose arrays the NumPy
+    conversion refuses: it then runs and raises its own error.
+    """
+    from distshap.models import _threaded
+
+    if sum(len(trees[t]["left_children"]) for t in keep.tolist()) <= _threaded.MIN_NODES:
+        return None
+    known = views.offsets
+    rows = []
+    cats = _Categories()
+    sizes = np.zeros(keep.size, dtype=np.int64)
+    num_deleted = np.zeros(keep.size, dtype=np.int64)
+    node_base = 0
+    for k, t in enumerate(keep.tolist()):
+        tree = trees[t]
+        left = tree["left_children"]
+        n = left.shape[0] if type(left) is np.ndarray and left.ndim == 1 else 0
+        if n == 0:
+            return None
+        row = []
+        for name, dtype in zip(_threaded.XGBOOST_FIELDS, _VIEW_DTYPES, strict=True):
+            arr = tree.get(name)
+            if name == "split_type" and (arr is None or (type(arr) is list and not arr)):
+                row.append(-1)  # no split types: every split numeric
+                continue
+            if type(arr) is not np.ndarray or arr.dtype.str != dtype or arr.shape != (n,):
+                if name == "split_type" and type(arr) is np.ndarray and arr.size == 0:
+                    row.append(-1)
+                    continue
+                return None
+            at = known.get(id(arr))
+            if at is None:
+                return None
+            row.append(at)
+        for name in ("parents", "loss_changes", "base_weights"):  # unused, but counted
+            arr = tree.get(name, left)
+            if type(arr) is not np.ndarray or arr.dtype.kind not in "iuf" or arr.shape != (n,):
+                return None
+        try:
+            num_deleted[k] = int_param(tree.get("tree_param") or {}, "num_deleted", 0)
+        except ValueError:
+            return None
+        rows.append(row)
+        sizes[k] = n
+        cats.add(tree, t, node_base)
+        node_base += n
+
+    tree_offsets = _tree_offsets(keep, sizes)
+    weights = None if weight_drop is None else weight_drop[keep]
+    offsets = np.array(rows, dtype=np.int64).reshape(keep.size, len(_VIEW_DTYPES))
+    nodes, flags = _threaded.xgboost_node_arrays(
+        views.buffer, offsets, tree_offsets, weights, num_feature
+    )
+    if np.any(flags & (_threaded.CHILD_OUTSIDE | _threaded.BAD_FEATURE)):
+        return None  # the NumPy conversion says what is wrong
+    nodes["tree_offsets"] = tree_offsets
+    every_node_named = not np.any(flags & _threaded.NOBODYS_CHILD)
+    return nodes, num_deleted, cats, every_node_named
+
+
 def ensemble_from_xgboost_document(
     doc: dict[str, Any], *, iteration_range: tuple[int, int] | None = None
 ) -> Ensemble:
@@ -356,6 +596,45 @@ def ensemble_from_xgboost_document(
         For a document whose counts disagree (truncated or edited) or whose structure is not
         XGBoost's.
     """
+    return _ensemble(doc, iteration_range, None)
+
+
+def ensemble_from_ubjson(
+    views: UBJSONViews, *, iteration_range: tuple[int, int] | None = None
+) -> Ensemble:
+    """:func:`ensemble_from_xgboost_document` of a UBJSON model decoded with views.
+
+    The same Ensemble, bit for bit; a model of more than
+    :data:`~distshap.models._threaded.MIN_NODES` nodes has its node arrays read straight from
+    the bytes, in threads over trees (no per-tree copies, byte swaps or concatenations).
+
+    Parameters
+    ----------
+    views
+        :func:`~distshap.models._ubjson.decode_ubjson_views` of the model's bytes.
+    iteration_range
+        ``(begin, end)`` boosting rounds to keep; all when ``None``.
+
+    Returns
+    -------
+    Ensemble
+        Not yet validated.
+
+    Raises
+    ------
+    UnsupportedModelError, ValueError
+        As :func:`ensemble_from_xgboost_document`.
+    """
+    return _ensemble(views.value, iteration_range, views)
+
+
+@malformed_is_value_error(
+    "XGBoost model document", "save the model again with booster.save_model('model.json')"
+)
+def _ensemble(
+    doc: dict[str, Any], iteration_range: tuple[int, int] | None, views: UBJSONViews | None
+) -> Ensemble:
+    """The conversion; ``views`` (the decoded bytes) lets large models take the threaded read."""
     learner = get(doc, "learner", "the document")
     booster = get(learner, "gradient_booster", "learner")
     booster_name = get(booster, "name", "gradient_booster")
@@ -406,106 +685,13 @@ def ensemble_from_xgboost_document(
         counts.check_tree(t, tree)
     keep = _iteration_trees(counts.indptr, iteration_range)
 
-    # Per-tree arrays (one Python step per tree), then one concatenation per field.
-    lefts, rights, feats, conds, dlefts, stypes, hess = [], [], [], [], [], [], []
-    cat_nodes, cat_segs, cat_sizes, cat_vals = [], [], [], []
-    sizes = np.zeros(keep.size, dtype=np.int64)
-    num_deleted = np.zeros(keep.size, dtype=np.int64)
-    node_base = 0
-    cat_base = 0
-    for k, t in enumerate(keep.tolist()):
-        tree = trees[t]
-        left = _array(tree, "left_children", np.int32, t, None)
-        n = left.shape[0]
-        if n == 0:
-            raise ValueError(f"XGBoost tree {t} has no nodes")
-        lefts.append(left)
-        rights.append(_array(tree, "right_children", np.int32, t, n))
-        feats.append(_array(tree, "split_indices", np.int32, t, n))
-        conds.append(_array(tree, "split_conditions", np.float32, t, n))
-        dlefts.append(_array(tree, "default_left", np.bool_, t, n))
-        # sum_hessian is stored as float32: JSON text and UBJ agree
-        hess.append(_array(tree, "sum_hessian", np.float32, t, n))
-        for name in ("parents", "loss_changes", "base_weights"):  # unused, but counted
-            if name in tree:
-                _counted(tree, name, t, n)
-        stype = tree.get("split_type")
-        if stype is None or len(stype) == 0:
-            stypes.append(np.zeros(n, dtype=np.int8))
-        else:
-            stypes.append(_array(tree, "split_type", np.int8, t, n))
-        sizes[k] = n
-        num_deleted[k] = int_param(tree.get("tree_param") or {}, "num_deleted", 0)
-        cnodes = tree.get("categories_nodes")
-        if cnodes is not None and len(cnodes) > 0:
-            cnodes = _array(tree, "categories_nodes", np.int64, t, None)
-            csegs = _array(tree, "categories_segments", np.int64, t, cnodes.size)
-            csizes = _array(tree, "categories_sizes", np.int64, t, cnodes.size)
-            cvals = _array(tree, "categories", np.int64, t, None)
-            if np.any(csegs < 0) or np.any(csizes < 0) or np.any(csegs + csizes > cvals.size):
-                raise ValueError(f"XGBoost tree {t}: inconsistent category arrays")
-            cat_nodes.append(cnodes + node_base)
-            cat_segs.append(csegs + cat_base)
-            cat_sizes.append(csizes)
-            cat_vals.append(cvals)
-            cat_base += cvals.size
-        node_base += n
-
-    if keep.size == 0:
-        raise UnsupportedModelError("the XGBoost model has no trees: nothing to explain")
-    tree_offsets = np.zeros(keep.size + 1, dtype=np.int64)
-    np.cumsum(sizes, out=tree_offsets[1:])
-    num_nodes = int(tree_offsets[-1])
-    if num_nodes >= np.iinfo(np.int32).max:
-        raise UnsupportedModelError(f"the model has {num_nodes} nodes: more than int32 indexes")
-    base = np.repeat(tree_offsets[:-1].astype(np.int32), sizes)
-    end = np.repeat(tree_offsets[1:].astype(np.int32), sizes)
-
-    left = np.concatenate(lefts)
-    leaf = left < 0
-    internal = ~leaf
-    left += base
-    right = np.concatenate(rights)
-    right += base
-    if np.any(internal & ((left >= end) | (right < base) | (right >= end))):
-        raise ValueError("an XGBoost tree has a child index outside the tree")
-    left[leaf] = -1
-    right[leaf] = -1
-    del end
-    cond = np.concatenate(conds)
-    is_cat = np.concatenate(stypes) == 1
-    is_cat &= internal
-    feature = np.concatenate(feats)
-    feature[leaf] = -1
-    if np.any(internal & ((feature < 0) | (feature >= max(num_feature, 1)))):
-        bad = int(feature[internal & ((feature < 0) | (feature >= num_feature))][0])
-        raise ValueError(
-            f"inconsistent XGBoost model: a split uses feature {bad} but num_feature is "
-            f"{num_feature}"
-        )
-
-    value = np.where(leaf, cond.astype(np.float64), 0.0)
-    if weight_drop is not None:
-        value *= np.repeat(weight_drop[keep], sizes)
-
-    # Category sets, ordered by global node index.
-    cat_counts = np.zeros(num_nodes, dtype=np.int64)
-    if cat_nodes:
-        all_nodes = np.concatenate(cat_nodes)
-        all_segs = np.concatenate(cat_segs)
-        all_sizes = np.concatenate(cat_sizes)
-        all_vals = np.concatenate(cat_vals)
-        if np.any((all_nodes < 0) | (all_nodes >= num_nodes)) or not np.all(is_cat[all_nodes]):
-            raise ValueError("XGBoost categories_nodes names a node that is no categorical split")
-        order = np.argsort(all_nodes, kind="stable")
-        cat_counts[all_nodes] = all_sizes
-        cat_values = all_vals[_ragged_gather(all_segs[order], all_sizes[order])]
-    else:
-        cat_values = np.zeros(0, dtype=np.int64)
-    if np.any(cat_values < 0) or np.any(cat_values > np.iinfo(np.int32).max):
-        raise UnsupportedModelError("an XGBoost categorical split lists a negative category")
-    cat_offsets = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(cat_counts, out=cat_offsets[1:])
+    found = None
+    if views is not None:
+        found = _nodes_threaded(trees, keep, num_feature, weight_drop, views)
+    if found is None:
+        found = _nodes_numpy(trees, keep, num_feature, weight_drop)
+    nodes, num_deleted, cats, every_node_named = found
+    cats.add_to(nodes)
 
     base_score = base_margin(
         get(mparam, "base_score", "learner_model_param"), objective, num_groups
@@ -535,21 +721,10 @@ def ensemble_from_xgboost_document(
     if categories:
         extra["category_values"] = categories
 
-    nodes = {
-        "left": left,
-        "right": right,
-        "feature": feature,
-        "threshold": np.where(leaf | is_cat, np.float32(0.0), cond),
-        "default_left": internal & np.concatenate(dlefts),
-        "is_categorical": is_cat,
-        "value": value,
-        "cover": np.concatenate(hess).astype(np.float64),
-        "cat_offsets": cat_offsets,
-        "cat_values": cat_values.astype(np.int32),
-        "tree_offsets": tree_offsets,
-    }
+    if num_deleted.any() or not every_node_named:
+        nodes = _drop_deleted(nodes, num_deleted, keep)
     return Ensemble(
-        **_drop_deleted(nodes, num_deleted, keep),
+        **nodes,
         tree_group=counts.tree_info[keep].astype(np.int32),
         num_features=num_feature,
         num_groups=num_groups,
