@@ -77,6 +77,19 @@ class InputEncoding:
         return bool(self.rank_features.size)
 
     @property
+    def categorical_rule(self) -> str | None:
+        """How the library reads a categorical value that is no category code, where the
+        kernels' rule (``int(x)`` for ``x >= 0``, any negative value unknown) differs from it:
+        ``"truncate"`` (LightGBM takes ``int(x)`` towards zero: ``(-1, 0)`` is category 0),
+        ``"integers"`` (scikit-learn's encoder: a value that is no integer is an unknown
+        category, read as missing) or ``None``. :func:`distshap.inputs.model_matrix` applies
+        it: the margin of the additivity check reads the same values.
+        """
+        if not self.categorical.size:
+            return None
+        return {"lightgbm": "truncate", "sklearn": "integers"}.get(self.library)
+
+    @property
     def identity(self) -> bool:
         """Whether :meth:`apply` is a plain cast to float32."""
         return not self.float64 and math.isnan(self.missing_value)

@@ -128,7 +128,26 @@ def model_matrix(X: Any, packed: Any, allow_empty: bool = False) -> Any:
             f"X has {X.shape[1]} features but the model expects {F}: pass the "
             "columns the model was trained on, in the same order"
         )
+    if encoding.categorical_rule is not None:
+        X = _library_categories(X, encoding.categorical, encoding.categorical_rule)
     return X
+
+
+def _library_categories(X: Any, categorical: np.ndarray, rule: str) -> Any:
+    """Categorical values that are no category code, as the model's library reads them
+    (:attr:`~distshap.encoding.InputEncoding.categorical_rule`); ``X`` itself is not written."""
+    xp = array_module(X)
+    out = None
+    for j in categorical.tolist():
+        column = X[:, j]
+        if rule == "truncate":  # LightGBM: int(x), towards zero
+            odd, value = (column > -1) & (column < 0), 0.0
+        else:  # scikit-learn: not an integer -> an unknown category -> missing
+            odd, value = xp.isfinite(column) & (column != xp.floor(column)), np.nan
+        if bool(odd.any()):
+            out = X.copy() if out is None else out
+            out[:, j] = xp.where(odd, value, column)
+    return X if out is None else out
 
 
 def _frame_matrix(frame: Any, packed: Any) -> np.ndarray:

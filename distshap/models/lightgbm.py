@@ -10,7 +10,9 @@ Conversion of LightGBM's split semantics (``include/LightGBM/tree.h``, LightGBM 
   every double ``x``, ``x <= threshold  <=>  x < threshold64`` (float64 inputs keep LightGBM's
   comparisons exactly, through :mod:`distshap.encoding`); ``threshold`` (float32) is the
   smallest float32 not below ``threshold64``, exact for float32 inputs. A ``+inf`` input at a
-  ``+inf`` threshold is the one value sent the other way.
+  ``+inf`` threshold is the one value sent the other way. LightGBM reads every dense input in
+  ``[-z, z]`` (``kZeroThreshold``, below) as 0, so a threshold in that region (its bins put one
+  at ``-z``) becomes the edge of the region on 0's side: ``-z`` itself goes right of ``-z``.
 * **Missing values.** ``missing_type`` *NaN*: NaN follows ``default_left``. *None*: LightGBM
   replaces NaN by 0, so NaN goes left iff ``0 <= threshold``. *Zero* (``zero_as_missing``): NaN
   and every double in ``[-z, z]`` follow ``default_left``, with ``z`` LightGBM's
@@ -224,6 +226,11 @@ def _convert_tree(tree: TreeArrays) -> dict[str, np.ndarray]:
     dl_raw = ((dtype >> 1) & 1).astype(bool)
     mtype = (dtype >> 2) & 3
     t64 = np.where(is_cat, 0.0, le_threshold_to_lt64(np.where(is_cat, 0.0, thr)))
+    # LightGBM reads every dense input in [-z, z] as 0: a threshold inside that region (its
+    # bins put one at -z) splits it as 0 does, not as the raw value (-z goes right of -z)
+    in_zero = ~is_cat & (thr >= -_ZERO64) & (thr < _ZERO64)
+    t64 = np.where(in_zero & (thr < 0.0), -_ZERO64, t64)
+    t64 = np.where(in_zero & (thr >= 0.0), np.nextafter(_ZERO64, np.inf), t64)
     # categorical bitsets
     cat_sets: list[np.ndarray] = [EMPTY_CATS] * ni
     for j in np.flatnonzero(is_cat):
