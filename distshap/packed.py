@@ -278,13 +278,14 @@ def _packed_order(
 ) -> tuple[Packing, np.ndarray, np.ndarray, np.ndarray]:
     """The packing of the paths with features, their packed order (path indices), the bins'
     and the packed paths' lane offsets (a bias lane then ``k`` lanes a path)."""
-    keep = np.flatnonzero(k_all > 0)
-    k = k_all[keep]
-    packing = pack(k + 1, capacity=capacity, algorithm=algorithm)
-    item_order, bin_offsets = bin_order(packing, k + 1)
-    order = keep[item_order]
+    every = k_all.size == 0 or int(k_all.min()) > 0  # usual: every path has a feature
+    keep = None if every else np.flatnonzero(k_all > 0)
+    sizes = k_all + 1 if every else k_all[keep] + 1
+    packing = pack(sizes, capacity=capacity, algorithm=algorithm)
+    item_order, bin_offsets = bin_order(packing, sizes)
+    order = item_order if every else keep[item_order]
     path_offsets = np.zeros(order.shape[0] + 1, dtype=np.int64)
-    np.cumsum(k_all[order] + 1, out=path_offsets[1:])
+    np.cumsum(sizes[item_order], out=path_offsets[1:])
     return packing, order, bin_offsets, path_offsets
 
 

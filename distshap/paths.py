@@ -135,6 +135,9 @@ def extract_paths(ensemble: Ensemble) -> Paths:
 
 def _checked_category_bits(ens: Ensemble) -> np.ndarray:
     """:func:`_category_bits_per_feature`, refusing a feature split both ways."""
+    if not ens.is_categorical.any():  # no bits, and no feature split both ways
+        _check_category_codes(ens)
+        return np.zeros(ens.num_features, dtype=np.int64)
     nbits = _category_bits_per_feature(ens)
     internal = ens.left >= 0
     if np.any(ens.is_categorical[internal] != (nbits[ens.feature[internal]] > 0)):
@@ -245,12 +248,12 @@ class PathWalk:
         """``path_value``, ``path_group`` (int32), ``path_tree`` (int32) in node order."""
         ens = self.ensemble
         leaves = np.flatnonzero(self.is_path)
-        node_tree = np.repeat(np.arange(ens.num_trees, dtype=np.int32), np.diff(ens.tree_offsets))
-        path_tree = node_tree[leaves]
+        # paths of each tree: the leaves (increasing) within its node range
+        per_tree = np.diff(np.searchsorted(leaves, ens.tree_offsets))
         return {
             "path_value": ens.value[leaves],
-            "path_group": ens.tree_group[path_tree].astype(np.int32),
-            "path_tree": path_tree,
+            "path_group": np.repeat(ens.tree_group.astype(np.int32), per_tree),
+            "path_tree": np.repeat(np.arange(ens.num_trees, dtype=np.int32), per_tree),
         }
 
     def expected_value(self, path_group: np.ndarray, mean_value: np.ndarray) -> np.ndarray:
@@ -507,11 +510,16 @@ def _category_bits_per_feature(ens: Ensemble) -> np.ndarray:
     sizes = np.diff(ens.cat_offsets)
     node_of_value = np.repeat(np.arange(ens.num_nodes), sizes)
     values = ens.cat_values.astype(np.int64)
-    if values.size and values.min() < 0:
-        raise ValueError("a categorical split lists a negative category code")
+    _check_category_codes(ens)
     keep = split[node_of_value]
     np.maximum.at(nbits, ens.feature[node_of_value[keep]], values[keep] + 1)
     return nbits
+
+
+def _check_category_codes(ens: Ensemble) -> None:
+    """Refuse a negative category code in ``ens.cat_values``."""
+    if ens.cat_values.size and ens.cat_values.min() < 0:
+        raise ValueError("a categorical split lists a negative category code")
 
 
 def _category_words(ens, nwords, feature, cat_element, cat_node, cat_left):

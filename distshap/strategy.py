@@ -322,34 +322,43 @@ def quadrature_launches(
         kernel_of = quadrature_node_index(sel_len, nodes)
     if kernel_of.size and int(kernel_of.max()) >= len(nodes):
         raise ValueError(f"paths of more than {2 * nodes[-1]} features need the fallback kernel")
-    # by group, then length, then path index: one stable sort of a combined key where the
-    # group and length are >= 0 (a radix sort where the key fits 16 bits), else np.lexsort
+    # by node count, group, length, then path index: one stable sort of a combined key where
+    # they are all >= 0 (a radix sort where the key fits 16 bits), else np.lexsort; the node
+    # count grows with the length, so each launch's paths come out by group, then length
+    n = int(sel_len.size)
     span = int(sel_len.max(initial=0)) + 1
-    combined = sel_len.size and int(sel_len.min()) >= 0 and int(sel_group.min()) >= 0
+    combined = n and int(sel_len.min()) >= 0 and int(sel_group.min()) >= 0
     if combined:
-        key = sel_group * span + sel_len
-        top = int(key.max())
-        key = key.astype(np.uint16 if top < 1 << 16 else np.int64)
+        groups = int(sel_group.max()) + 1
+        key = (kernel_of * groups + sel_group) * span + sel_len
+        key = key.astype(np.uint16 if int(key.max()) < 1 << 16 else np.int64)
+        if not bool(np.all(key[1:] >= key[:-1])):  # else in order already
+            order = np.argsort(key, kind="stable")
+            ids_all, kernel_of, sel_group = ids_all[order], kernel_of[order], sel_group[order]
+    elif n:
+        order = np.lexsort((sel_len, sel_group, kernel_of))
+        ids_all, kernel_of, sel_group = ids_all[order], kernel_of[order], sel_group[order]
+    # chunks: runs of one node count and group, cut every chunk_paths paths
+    change = np.flatnonzero((kernel_of[1:] != kernel_of[:-1]) | (sel_group[1:] != sel_group[:-1]))
+    seg_start = np.r_[0, change + 1] if n else np.zeros(0, np.int64)
+    seg_len = np.diff(np.r_[seg_start, n])
+    per_seg = -(-seg_len // chunk_paths)
+    first = np.cumsum(per_seg) - per_seg  # each run's first chunk
+    step = np.arange(int(per_seg.sum())) - np.repeat(first, per_seg)  # a chunk's place in its run
+    starts = np.repeat(seg_start, per_seg) + step * chunk_paths  # each chunk's first path
+    bounds = np.searchsorted(kernel_of, np.arange(len(nodes) + 1))  # each node count's paths
+    chunk_bounds = np.searchsorted(starts, bounds)
     launches = []
-    for q in np.unique(kernel_of):
-        at = np.flatnonzero(kernel_of == q)
-        if combined:
-            key_at = key[at]
-            if not bool(np.all(key_at[1:] >= key_at[:-1])):  # else in order already
-                at = at[np.argsort(key_at, kind="stable")]
-        else:
-            at = at[np.lexsort((sel_len[at], sel_group[at]))]
-        ids = ids_all[at]
-        group = sel_group[at]
-        seg_start = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
-        seg_of = np.repeat(np.arange(seg_start.size), np.diff(np.r_[seg_start, ids.size]))
-        pos = np.arange(ids.size) - seg_start[seg_of]
-        starts = np.flatnonzero(pos % chunk_paths == 0)
+    for q in range(len(nodes)):
+        lo, hi = int(bounds[q]), int(bounds[q + 1])
+        if lo == hi:
+            continue
+        at = starts[chunk_bounds[q] : chunk_bounds[q + 1]]
         launches.append(dict(
             n_nodes=int(nodes[q]),
-            paths=ids.astype(np.int32),
-            offsets=np.r_[starts, ids.size].astype(np.int64),
-            group=group[starts].astype(np.int32),
-            n_chunks=int(starts.size),
+            paths=ids_all[lo:hi].astype(np.int32),
+            offsets=np.r_[at - lo, hi - lo].astype(np.int64),
+            group=sel_group[at].astype(np.int32),
+            n_chunks=int(at.size),
         ))  # fmt: skip
     return launches

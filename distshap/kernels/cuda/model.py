@@ -195,8 +195,8 @@ def fixed_point_shift(bound: float) -> int:
 
 def _path_bounds(packed: PackedModel) -> tuple[float, float]:
     k = _path_info(packed)[0]
-    v = np.abs(packed.path_value.astype(np.float64))
-    g = packed.path_group.astype(np.int64)
+    v = np.abs(np.asarray(packed.path_value, np.float64))
+    g = np.asarray(packed.path_group)  # np.bincount casts it (int32) to intp itself
     G = packed.num_groups
     shap = np.bincount(g, weights=v, minlength=G) if g.size else np.zeros(1)
     inter = np.bincount(g, weights=v * np.maximum(k, 1), minlength=G) if g.size else np.zeros(1)
