@@ -251,15 +251,14 @@ def pack_ensemble(
     rank = np.full(walk.num_paths, -1, np.int32)
     rank[order] = np.arange(order.shape[0], dtype=np.int32)
     filled = walk.fill(starts, int(path_offsets[-1]), rank)  # second pass: the lanes
-    per_path = walk.path_arrays()
     fields = dict(
         bin_offsets=bin_offsets,
         **{name: filled[name] for name in _LANE_FIELDS},
         path_offsets=path_offsets,
-        path_value=per_path["path_value"][order],
-        path_group=per_path["path_group"][order],
+        path_value=filled["path_value"],
+        path_group=filled["path_group"],
         cat_words=filled["cat_words"],
-        expected_value=walk.expected_value(per_path["path_group"], filled["mean_value"]),
+        expected_value=walk.expected_value(filled["node_group"], filled["mean_value"]),
     )
     return _packed_model(
         fields, packing, t0, ensemble.num_features, ensemble.num_groups, capacity,

@@ -174,15 +174,16 @@ class PathWalk:
         self._trees = (
             ens.left, ens.right, ens.feature, ens.threshold, ens.default_left,
             ens.is_categorical, ens.cat_offsets, ens.cat_values, ens.value, ens.cover,
-            ens.tree_offsets, nbits.astype(np.int64), nwords.astype(np.int64),
-            self.path_of_node, self.lengths, self.word_counts,
+            ens.tree_offsets, np.ascontiguousarray(ens.tree_group, np.int32),
+            nbits.astype(np.int64), nwords.astype(np.int64), self.path_of_node, self.lengths,
+            self.word_counts,
         )  # fmt: skip
         self._pieces = min(ens.num_trees, 8 * numba.get_num_threads())  # trees differ in size
         i64, f64 = np.zeros(0, np.int64), np.zeros(0, np.float64)
         bool_, f32 = np.zeros(0, np.bool_), np.zeros(0, np.float32)
         i32 = np.zeros(0, np.int32)
         unused = (i64, i64, i32, f32, f32, bool_, f64, i64, i32, bool_, np.zeros(0, np.uint32),
-                  f64, i32, i32)  # fmt: skip
+                  f64, i32, i32, f64, i32, i64)  # fmt: skip
         self._run(*unused, False)
 
     @property
@@ -214,9 +215,11 @@ class PathWalk:
         -------
         dict
             ``feature, lower, upper, missing, zero_fraction, cat_offsets, cat_nbits,
-            cat_other`` (``n_elements``), ``lane_path`` (``n_elements`` with ``rank``),
-            ``cat_words`` (category words in path order) and ``mean_value`` (each path's leaf
-            value times its cover product).
+            cat_other`` (``n_elements``), ``cat_words`` (category words in path order) and
+            ``mean_value`` (each path's leaf value times its cover product); with ``rank``
+            also ``lane_path`` (``n_elements``), ``path_value`` and ``path_group`` (float64
+            and int32, of the packed paths in packed order) and ``node_group`` (int64, the
+            group of every path in node order).
         """
         word_offsets = np.zeros(self.num_paths + 1, dtype=np.int64)
         np.cumsum(self.word_counts, out=word_offsets[1:])
@@ -232,16 +235,24 @@ class PathWalk:
         }
         cat_words = np.empty(int(word_offsets[-1]), np.uint32)
         mean_value = np.empty(self.num_paths, np.float64)
-        if rank is None:
-            rank, lane_path = np.zeros(0, np.int32), np.zeros(0, np.int32)
+        dtypes = {"lane_path": np.int32, "path_value": np.float64, "path_group": np.int32,
+                  "node_group": np.int64}  # fmt: skip
+        packed = {name: np.zeros(0, dtype) for name, dtype in dtypes.items()}  # none
+        with_rank = rank is not None
+        if not with_rank:
+            rank = np.zeros(0, np.int32)
         else:
             rank = np.ascontiguousarray(rank, np.int32)
-            lane_path = np.empty(n_elements, np.int32)
+            n_packed = int(np.count_nonzero(rank >= 0))
+            sizes = (n_elements, n_packed, n_packed, self.num_paths)
+            packed = {
+                name: np.empty(n, dtypes[name]) for name, n in zip(dtypes, sizes, strict=True)
+            }
         starts = np.ascontiguousarray(starts, np.int64)
-        self._run(starts, word_offsets, *out.values(), cat_words, mean_value, rank, lane_path,
-                  True)  # fmt: skip
-        if lane_path.shape[0]:
-            out["lane_path"] = lane_path
+        self._run(starts, word_offsets, *out.values(), cat_words, mean_value, rank,
+                  *packed.values(), True)  # fmt: skip
+        if with_rank:
+            out.update(packed)
         return {**out, "cat_words": cat_words, "mean_value": mean_value}
 
     def path_arrays(self) -> dict:
@@ -558,9 +569,10 @@ def _category_words(ens, nwords, feature, cat_element, cat_node, cat_left):
 @njit(cache=True, nogil=True)
 def _dfs_paths(
     left, right, feature, threshold, default_left, is_cat, cat_offsets, cat_values, value,
-    cover, tree_offsets, nbits, nwords, path_of_node, counts, word_counts, path_offsets,
-    word_offsets, out_feature, out_lower, out_upper, out_missing, out_zero, out_cat, out_nbits,
-    out_other, words, mean_value, rank, lane_path, bad, fill, t_lo, t_hi,
+    cover, tree_offsets, tree_group, nbits, nwords, path_of_node, counts, word_counts,
+    path_offsets, word_offsets, out_feature, out_lower, out_upper, out_missing, out_zero,
+    out_cat, out_nbits, out_other, words, mean_value, rank, lane_path, path_value, path_group,
+    node_group, bad, fill, t_lo, t_hi,
 ):  # fmt: skip
     """Depth-first walk of trees ``t_lo .. t_hi - 1``, serial (``run_ranges`` runs it in threads).
 
@@ -568,8 +580,9 @@ def _dfs_paths(
     ``word_counts``). ``fill`` True: its elements, written at ``path_offsets`` /
     ``word_offsets``, and ``mean_value`` (leaf value times the cover product); with a
     non-empty ``rank`` (packed lanes, :meth:`PathWalk.fill`), a path of ``rank[p] >= 0`` also
-    gets its bias lane at ``path_offsets[p] - 1`` and ``lane_path`` on its lanes, and a path of
-    ``rank[p] < 0`` no elements.
+    gets its bias lane at ``path_offsets[p] - 1``, ``lane_path`` on its lanes and its leaf
+    value and group at ``rank[p]`` of ``path_value`` / ``path_group``, a path of
+    ``rank[p] < 0`` no elements; every path gets its group at ``node_group[p]``.
 
     The stack holds the splits from the root to the current node; the split at depth ``j``
     keeps its zero fraction towards the child being walked, and the next shallower split on
@@ -612,9 +625,12 @@ def _dfs_paths(
                         write = distinct
                         if rank.shape[0] > 0:
                             q = rank[p]
+                            node_group[p] = tree_group[t]
                             if q < 0:
                                 write = 0
                             else:
+                                path_value[q] = value[node]
+                                path_group[q] = tree_group[t]
                                 a = e - 1  # the bias lane
                                 out_feature[a] = -1
                                 out_lower[a] = -np.inf

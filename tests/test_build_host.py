@@ -101,3 +101,13 @@ def test_quadrature_launches_with_negative_keys_and_edges(seed):
         strategy.quadrature_launches(k, group, np.ones(400, bool), nodes, 64),
         ref.quadrature_launches(k, group, np.ones(400, bool), nodes, 64),
     )
+
+
+def test_compiled_walk_packs_a_model_without_paths(monkeypatch):
+    ens = tiny.random_ensemble(1, 5, 4, 4, 2)
+    bare = dataclasses.replace(ens, value=np.zeros_like(ens.value))  # no leaf makes a path
+    expected = packed.pack_ensemble(bare)  # NumPy
+    monkeypatch.setattr(paths, "NUMPY_MAX_NODES", 0)
+    got = packed.pack_ensemble(bare)
+    assert got.num_paths == 0 and got.digest == expected.digest
+    _same(got.expected_value, bare.base_score.astype(np.float64))

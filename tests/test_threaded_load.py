@@ -10,6 +10,7 @@ must be refused with the same error.
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import numba
 import numpy as np
@@ -218,3 +219,39 @@ def test_validate_refuses_as_the_numpy_checks(changes, monkeypatch):
         bad.validate()
     assert str(threaded_error.value) == str(numpy_error.value)
     assert ens.validate() is ens
+
+
+def test_warm_up_calls_with_the_loaders_types(threaded, monkeypatch, tmp_path):
+    path = tmp_path / "model.ubj"
+    path.write_bytes(_raw(MODEL_KINDS["missing"]()[0]))
+    calls = []
+    run = _threaded.run_ranges
+
+    def spy(function, n, pieces, *args):
+        calls.append((function, tuple(numba.typeof(a) for a in (*args, 0, 1))))
+        run(function, n, pieces, *args)
+
+    monkeypatch.setattr(_threaded, "run_ranges", spy)
+    load_model(str(path))  # the threaded read and check
+    warm = [(f, tuple(numba.typeof(a) for a in args)) for f, args in _threaded._warm_up_calls()]
+    assert calls == warm
+    _threaded._warm_up()
+
+
+def test_warm_up_starts_once_for_large_files(monkeypatch, tmp_path):
+    started = []
+    monkeypatch.setattr(_threaded, "_warm_up", lambda: started.append(1))
+    monkeypatch.setattr(_threaded, "_warm_up_started", False)
+    path = tmp_path / "model.ubj"
+    path.write_bytes(b"{" * 100)
+    monkeypatch.setattr(_threaded, "WARM_UP_BYTES", 100)
+    _threaded.start_warm_up(path)  # not larger: no thread
+    _threaded.start_warm_up(tmp_path / "missing.ubj")
+    assert not _threaded._warm_up_started
+    monkeypatch.setattr(_threaded, "WARM_UP_BYTES", 99)
+    _threaded.start_warm_up(path)
+    _threaded.start_warm_up(path)  # once a process
+    for thread in threading.enumerate():
+        if thread.name == "distshap-warm-up":
+            thread.join()
+    assert started == [1]

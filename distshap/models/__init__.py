@@ -96,7 +96,9 @@ def load_model_file(path: str | os.PathLike[str]) -> Ensemble:
         refusal,
         sniff_model_bytes,
     )
+    from distshap.models._threaded import start_warm_up
 
+    start_warm_up(path)  # a large model: Numba starts while the file is read
     with in_file(path):
         data = read_model_bytes(path)
         kind = sniff_model_bytes(data)

@@ -18,9 +18,17 @@ Both only *accept*: a model they flag, or cannot read, goes through the NumPy co
 raises its own error for what is wrong. Every array they write is the NumPy code's bit for bit
 (``tests/test_threaded_load.py``); no result depends on the ranges. Models of up to
 :data:`MIN_NODES` nodes never reach them, so loading a model of usual size compiles nothing.
+
+The first compiled call of a fresh process also initialises Numba (its typing and target
+registries, importing ``scipy.linalg`` on the way: about 0.3 s holding the GIL).
+:func:`start_warm_up` does that, and loads both functions from Numba's cache, in a background
+thread while the loader reads the file (a system call that releases the GIL).
 """
 
 from __future__ import annotations
+
+import os
+import threading
 
 import numba
 import numpy as np
@@ -28,11 +36,15 @@ from numba import njit
 
 from distshap.kernels.parallel import run_ranges
 
-__all__ = ["MIN_NODES", "nodes_valid", "xgboost_node_arrays"]
+__all__ = ["MIN_NODES", "WARM_UP_BYTES", "nodes_valid", "start_warm_up", "xgboost_node_arrays"]
 
 #: Ensembles of more nodes than this load and validate through the compiled passes (the same
 #: bound as :data:`distshap.paths.NUMPY_MAX_NODES`: a model that takes the compiled path walk).
 MIN_NODES = 1 << 19
+
+#: Model files of more bytes than this start :func:`start_warm_up` before they are read (an
+#: XGBoost UBJSON node takes about 34 bytes: :data:`MIN_NODES` nodes are about 18 MB).
+WARM_UP_BYTES = 1 << 24
 
 #: Columns of :func:`xgboost_node_arrays`' ``offsets``: byte offsets of each tree's arrays.
 XGBOOST_FIELDS = (
@@ -132,6 +144,58 @@ def nodes_valid(
                np.ascontiguousarray(tree_offsets, np.int64), int(num_features), n_parents,
                bad)  # fmt: skip
     return not bad.any()
+
+
+_warm_up_started = False
+_warm_up_lock = threading.Lock()
+
+
+def start_warm_up(path: str | os.PathLike[str] | None = None) -> None:
+    """Initialise Numba and load this module's compiled functions in a background thread.
+
+    Once a process, and only for a model file of more than :data:`WARM_UP_BYTES` bytes when
+    ``path`` is given (smaller models never call the compiled functions). The loader goes on
+    at once; its own first call waits for the thread where the two meet (Numba's compiler
+    lock). Whatever fails here is left to that call, which raises it.
+    """
+    global _warm_up_started
+    if path is not None:
+        try:
+            if os.path.getsize(path) <= WARM_UP_BYTES:
+                return
+        except OSError:
+            return  # the loader says what is wrong with the path
+    with _warm_up_lock:
+        if _warm_up_started:
+            return
+        _warm_up_started = True
+    threading.Thread(target=_warm_up, name="distshap-warm-up", daemon=True).start()
+
+
+def _warm_up() -> None:
+    """One call of each compiled function on a one-leaf model (:func:`_warm_up_calls`)."""
+    try:
+        for function, args in _warm_up_calls():
+            function(*args)
+    except Exception:  # noqa: BLE001 - the loader's own call raises it
+        pass
+
+
+def _warm_up_calls() -> list[tuple]:
+    """``(function, args)`` of a one-leaf model, with the types of the loaders' calls."""
+    data = np.zeros(16, np.uint8)
+    data.flags.writeable = False
+    offsets = np.array([[0, 4, 8, 12, 0, -1, 4]], np.int64)
+    tree_offsets = np.array([0, 1], np.int64)
+    i32, f64 = np.full(1, -1, np.int32), np.ones(1, np.float64)
+    nodes = [np.empty(1, d) for d in (np.int32, np.int32, np.int32, np.float32)]
+    nodes += [np.empty(1, np.bool_), np.empty(1, np.bool_), np.empty(1), np.empty(1)]
+    return [
+        (_xgboost_trees,
+         (data, offsets, tree_offsets, np.zeros(0), 1, *nodes, np.zeros(1, np.int8), 0, 1)),
+        (_check_trees,
+         (i32, i32, i32, f64, tree_offsets, 1, np.zeros(1, np.uint8), np.zeros(1, np.int8), 0, 1)),
+    ]  # fmt: skip
 
 
 @njit(cache=True, nogil=True)

@@ -133,6 +133,9 @@ def load_xgboost_file(
     ValueError
         For a truncated or inconsistent file; the message names the file.
     """
+    from distshap.models._threaded import start_warm_up
+
+    start_warm_up(path)  # a large model: Numba starts while the file is read
     with in_file(path):
         doc, views = _read_document(read_model_bytes(path), views=True)
         return _ensemble(doc, iteration_range, views).validate()
