@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from decimal import Context, Decimal
 
 import numpy as np
 
@@ -45,6 +46,7 @@ __all__ = [
     "child_fraction",
     "expected_value",
     "goes_left",
+    "output_secant",
     "predict_margin",
     "subset_values",
     "tree_leaf",
@@ -588,8 +590,8 @@ __all__ += ["taylor_path_formula", "taylor_path_formula_rows"]
 # For a background row r the game is v_r(S) = f(x_S, r_notS) (the model's margin of the hybrid
 # row that takes x's values on S and r's elsewhere); values are averaged over the background
 # rows. model_output "probability" / "log_loss" scale each pair's values by
-# (T(f(x)) - T(f(r))) / (f(x) - f(r)) (1 when equal) and average T(f(r)) into the bias, as
-# shap's dense_independent does.
+# (T(f(x)) - T(f(r))) / (f(x) - f(r)) (1 when equal: output_secant) and average T(f(r)) into
+# the bias, as shap's dense_independent does.
 
 
 def _output_transform(m: np.ndarray, y: float, model_output: str) -> np.ndarray:
@@ -600,6 +602,33 @@ def _output_transform(m: np.ndarray, y: float, model_output: str) -> np.ndarray:
     if model_output == "log_loss":
         return np.log(1.0 + np.exp(m)) - y * m
     raise ValueError(f"unknown model_output {model_output!r}")
+
+
+def output_secant(mx: float, mr: float, y: float, model_output: str) -> float:
+    """``(T(mx, y) - T(mr, y)) / (mx - mr)`` rounded once to float64; 1 when ``mx == mr``.
+
+    1 at equal margins is shap's convention (the one discontinuity: the limit is ``T'``). The
+    difference is taken in decimal arithmetic with enough digits for the two margins' ``T`` to
+    differ exactly far beyond float64 (digits for ``|m| / ln 10`` leading digits that cancel
+    when ``T`` saturates, for ``-log10 |mx - mr|`` more, and 40 spare): a float64 difference of
+    two rounded ``T`` is rounding noise when the margins are a few ulps apart. Beyond ``|m| =
+    760`` no more digits are added: such secants are below float64's smallest number.
+    """
+    if model_output == "raw" or mx == mr:
+        return 1.0
+    gap = abs(mx - mr)
+    extra = 0 if gap >= 1.0 else 1 - math.floor(math.log10(gap))
+    ctx = Context(prec=40 + int(min(max(abs(mx), abs(mr)), 760.0) / 2.3) + extra)
+    a, b, yd = Decimal(mx), Decimal(mr), Decimal(y)  # exact
+    if model_output == "probability":
+        ta = ctx.divide(1, ctx.add(1, ctx.exp(ctx.minus(a))))
+        tb = ctx.divide(1, ctx.add(1, ctx.exp(ctx.minus(b))))
+    elif model_output == "log_loss":
+        ta = ctx.subtract(ctx.ln(ctx.add(1, ctx.exp(a))), ctx.multiply(yd, a))
+        tb = ctx.subtract(ctx.ln(ctx.add(1, ctx.exp(b))), ctx.multiply(yd, b))
+    else:
+        raise ValueError(f"unknown model_output {model_output!r}")
+    return float(ctx.divide(ctx.subtract(ta, tb), ctx.subtract(a, b)))
 
 
 def _hybrid_values(ens: Ensemble, x: np.ndarray, r: np.ndarray, players: list[int]) -> np.ndarray:
@@ -616,10 +645,9 @@ def _pair_scale(ens: Ensemble, x, r, y: float, model_output: str) -> tuple[np.nd
     """Per group: the rescale factor of the pair and ``T(f(r))``."""
     mx = predict_margin(ens, x[None, :])[0]
     mr = predict_margin(ens, r[None, :])[0]
-    tx = _output_transform(mx, y, model_output)
     tr = _output_transform(mr, y, model_output)
-    same = mx == mr
-    scale = np.where(same, 1.0, (tx - tr) / np.where(same, 1.0, mx - mr))
+    pairs = zip(mx.tolist(), mr.tolist(), strict=True)
+    scale = np.array([output_secant(a, b, y, model_output) for a, b in pairs])
     return scale, tr
 
 

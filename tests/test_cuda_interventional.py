@@ -42,12 +42,7 @@ def _iv():
     return interventional
 
 
-def _transformed(m, y, transform):
-    if transform == 1:
-        return 1.0 / (1.0 + math.exp(-m))
-    if transform == 2:
-        return math.log1p(math.exp(m)) - y * m
-    return m
+_OUTPUTS = ("raw", "probability", "log_loss")
 
 
 def path_reference(packed, X, R, x_margin, r_margin, transform=0, y=None, interactions=False):
@@ -86,12 +81,8 @@ def path_reference(packed, X, R, x_margin, r_margin, transform=0, y=None, intera
                 xs = {e for e, (xo, ro) in enumerate(both) if xo and not ro}
                 rs = {e for e, (xo, ro) in enumerate(both) if ro and not xo}
                 a, b = len(xs), len(rs)
-                s = 1.0
                 mx, mr = float(x_margin[i_x, 0]), float(r_margin[q, 0])
-                if transform and mx != mr:
-                    s = (_transformed(mx, yx, transform) - _transformed(mr, yx, transform)) / (
-                        mx - mr
-                    )
+                s = naive.output_secant(mx, mr, yx, _OUTPUTS[transform])
                 c = s * v / B
                 phi = {e: c * fact(a - 1) * fact(b) / fact(a + b) for e in xs}
                 phi.update({e: -c * fact(a) * fact(b - 1) / fact(a + b) for e in rs})

@@ -465,6 +465,16 @@ def test_equals_shap_interventional(peer_models, name, model_output, backend):
     phi = explain_rows(packed, rows, backend=backend, background=bg, model_output=model_output,
                        y=y)  # fmt: skip
     values, bias = _ours_like_shap(phi)
+    if model_output != "raw":
+        # shap scales a pair by the difference of the two rounded T over the margins'
+        # difference: rounding noise where they are a few ulps apart (this LightGBM model has
+        # such pairs), ours the secant without cancellation (test_interventional_rescale.py).
+        # Rows with such a pair: only their sums (both add up); the others value by value.
+        close(values.sum(axis=1), theirs.sum(axis=1))
+        gap = np.abs(build_background(packed, rows).margin[:, :1] - bg.margin[:, 0])
+        keep = ~((gap > 0.0) & (gap < 1e-9)).any(axis=1)
+        assert keep.sum() >= len(keep) // 2
+        values, theirs = values[keep], theirs[keep]
     close(values, theirs)
     if model_output == "log_loss":
         for i in (0, 7):  # shap's expected value is a function of the label

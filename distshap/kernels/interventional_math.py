@@ -8,7 +8,8 @@ only on ``a = |X|`` and ``b = |R|``: :func:`weight_tables` holds them, exact flo
 factorials, for every ``a + b <= max_k``.
 
 ``model_output`` transforms (shap's ``dense_independent``): each ``(x, r)`` pair's values are
-scaled by :func:`rescale` of the two margins, so that they sum to ``T(m_x) - T(m_r)``.
+scaled by :func:`rescale` of the two margins (the secant slope of ``T``, written without
+cancellation), so that they sum to ``T(m_x) - T(m_r)``.
 :func:`transformed` and :func:`rescale` use :mod:`math` only, so the CPU backend compiles them
 with ``njit`` and the CUDA backend with ``cuda.jit(device=True)`` (the
 :mod:`distshap.kernels.treeshap` pattern); :func:`weight_tables` runs on the host.
@@ -59,25 +60,63 @@ def transformed(m, y, transform):
 
 
 def rescale(mx, mr, y, transform):
-    """``(T(m_x, y) - T(m_r, y)) / (m_x - m_r)``, and 1 for the margin or when ``m_x == m_r``.
+    """``s = (T(m_x, y) - T(m_r, y)) / (m_x - m_r)`` without cancellation; 1 for the raw margin.
 
-    :func:`transformed` written out (a compiled function calls no plain Python one).
+    ``m_x == m_r`` gives exactly 1: the one discontinuity (the limit is ``T'(m)``, at most 1/4
+    for the probability), kept for parity with shap, whose pairs of equal margins contribute
+    ``1 *`` their (then zero-sum) raw values. Every other pair gets the secant slope to a few
+    ulps, also when the margins differ by an ulp (subtracting two rounded ``T`` would leave
+    rounding noise there, not the slope). With ``a = max``, ``b = min`` of the margins and
+    ``d = a - b > 0`` (``sigma`` the sigmoid, ``sp(m) = log(1 + exp(m))``):
+
+    * probability: ``sigma(a) - sigma(b) = sigma(a) sigma(-b) (1 - exp(-d))``, so
+      ``s = sigma(a) sigma(-b) (-expm1(-d) / d)``: a product of positive factors, each exact
+      to an ulp or so (``-expm1(-d) / d -> 1`` as ``d -> 0``);
+    * log loss ``T = sp(m) - y m``: with ``Q(p, q) = (sp(p) - sp(q)) / (p - q)`` (``p > q``)
+      and ``sp(m) - m = sp(-m)``, ``s = Q(a, b) - y = (1 - y) Q(a, b) - y Q(-b, -a)`` (both
+      terms non-negative: for labels 0 and 1 one of them, no cancellation). ``sp(p) - sp(q) =
+      log((1 + e^p) / (1 + e^q)) = log1p(u)``, ``u = sigma(q) expm1(d) = e^p (-expm1(-d)) /
+      (1 + e^q)``; ``Q = v log1p(u) / u`` with ``v = u / d`` computed from the first form for
+      ``q > 0`` and the second for ``q <= 0`` (no overflow for ``d <= 700``, no subnormal
+      ``u`` in ``v``), and ``Q = (sp(p) - sp(q)) / d`` for ``d > 700``, where that difference
+      is well conditioned.
+
+    Written out flat with :mod:`math` only (compiled code calls no plain Python function).
     """
     if transform == 0 or mx == mr:
         return 1.0
+    a = mx
+    b = mr
+    if mr > mx:
+        a = mr
+        b = mx
+    d = a - b
     if transform == 1:
-        if mx >= 0.0:
-            tx = 1.0 / (1.0 + math.exp(-mx))
+        e = math.exp(-abs(a))
+        sa = 1.0 / (1.0 + e) if a >= 0.0 else e / (1.0 + e)  # sigma(a)
+        e = math.exp(-abs(b))
+        snb = e / (1.0 + e) if b >= 0.0 else 1.0 / (1.0 + e)  # sigma(-b)
+        return sa * snb * (-math.expm1(-d) / d)
+    out = 0.0
+    for side in range(2):  # Q(a, b) weighted 1 - y, then Q(-b, -a) weighted -y
+        w = 1.0 - y if side == 0 else -y
+        if w == 0.0:
+            continue
+        p = a if side == 0 else -b
+        q = b if side == 0 else -a
+        if d > 700.0:
+            sp_p = (p if p > 0.0 else 0.0) + math.log1p(math.exp(-abs(p)))  # no max(): CUDA
+            sp_q = (q if q > 0.0 else 0.0) + math.log1p(math.exp(-abs(q)))
+            quotient = (sp_p - sp_q) / d
         else:
-            tx = math.exp(mx) / (1.0 + math.exp(mx))
-        if mr >= 0.0:
-            tr = 1.0 / (1.0 + math.exp(-mr))
-        else:
-            tr = math.exp(mr) / (1.0 + math.exp(mr))
-    else:
-        tx = max(mx, 0.0) + math.log1p(math.exp(-abs(mx))) - y * mx
-        tr = max(mr, 0.0) + math.log1p(math.exp(-abs(mr))) - y * mr
-    return (tx - tr) / (mx - mr)
+            if q > 0.0:
+                v = math.expm1(d) / d / (1.0 + math.exp(-q))
+            else:
+                v = math.exp(p) * (-math.expm1(-d) / d) / (1.0 + math.exp(q))
+            u = v * d
+            quotient = v * (math.log1p(u) / u) if u > 0.0 else v
+        out += w * quotient
+    return out
 
 
 def _ratio(num: tuple[int, int], den: int) -> float:

@@ -56,6 +56,7 @@ import numpy as np
 from numba import cuda
 
 from distshap import strategy
+from distshap.kernels import interventional_math as im
 from distshap.kernels.cuda import config
 from distshap.kernels.cuda.device import (
     CAT_OTHER_FLAG,
@@ -147,18 +148,19 @@ def _lane(lane_i, bin_offsets, b, lane):
     return li, valid, feat, pos, start, k
 
 
+_rescale = cuda.jit(device=True)(im.rescale)
+
+
 @cuda.jit(device=True)
 def _scaling(transform, m_x, t_x, y_x, m_r, t_r):
     """``s(x, r)``: 1 for ``"raw"`` and where the margins are equal, else the secant slope of
-    ``T`` (``t_r`` is ``sigmoid(m_r)`` for transform 1, ``softplus(m_r)`` for transform 2)."""
+    ``T``, by the CPU backend's cancellation-free arithmetic
+    (:func:`distshap.kernels.interventional_math.rescale`; ``t_x`` and ``t_r`` are unused:
+    a difference of the two rounded ``T`` loses every digit when the margins are an ulp
+    apart)."""
     if transform == 0:
         return 1.0
-    d = m_x - m_r
-    if d == 0.0:
-        return 1.0
-    if transform == 2:
-        t_r = t_r - y_x * m_r
-    return (t_x - t_r) / d
+    return _rescale(m_x, m_r, y_x, transform)
 
 
 if SIM:  # pragma: no cover - only under NUMBA_ENABLE_CUDASIM=1 (no warp shuffles there)
