@@ -32,6 +32,7 @@ __all__ = [
     "frame_to_matrix",
     "is_cupy",
     "is_dask",
+    "lightgbm_generated_names",
     "model_matrix",
     "prepare_rows",
     "select_model_columns",
@@ -189,15 +190,33 @@ def _sparse_matrix(X: Any, library: str, dtype: Any) -> np.ndarray:
     return dense
 
 
+def lightgbm_generated_names(names: tuple[str, ...] | None, num_features: int) -> bool:
+    """Whether ``names`` are the ones LightGBM makes up for unnamed training data.
+
+    A LightGBM model trained on an array (or a list) stores ``Column_0 ... Column_{F-1}``:
+    names of positions, not of columns. LightGBM and shap take a DataFrame by position for it.
+    """
+    return names is not None and tuple(names) == tuple(f"Column_{j}" for j in range(num_features))
+
+
 def select_model_columns(
-    frame: Any, num_features: int, names: tuple[str, ...] | None, name_style: str = "exact"
+    frame: Any,
+    num_features: int,
+    names: tuple[str, ...] | None,
+    name_style: str = "exact",
+    *,
+    generated_by_position: bool = True,
 ) -> list[Any]:
     """The DataFrame columns that feed the model, in the model's feature order.
 
     By name when the model has feature names and the frame's columns differ from them (extra
     columns, such as a label, are ignored); by position otherwise. With ``name_style
     "lightgbm"`` a column also matches the name LightGBM stores for it (whitespace becomes
-    ``_``), so the frame a LightGBM model was trained on is accepted as LightGBM accepts it.
+    ``_``), so the frame a LightGBM model was trained on is accepted as LightGBM accepts it;
+    and LightGBM's generated names (:func:`lightgbm_generated_names`: a model trained without
+    names) count as no names, every column by position, unless the frame holds all of them
+    (then by name: a frame named so was meant by name). ``generated_by_position=False`` keeps
+    even those names (for probing whether single names match).
 
     Raises
     ------
@@ -211,6 +230,12 @@ def select_model_columns(
     if name_style == "lightgbm":
         from distshap.models.lightgbm import lightgbm_feature_name
 
+        if (
+            generated_by_position
+            and lightgbm_generated_names(names, num_features)
+            and not all(n in by_name for n in names)
+        ):
+            return columns
         for c in columns:  # an exact name wins over a converted one
             by_name.setdefault(lightgbm_feature_name(c), c)
     missing = [n for n in names if n not in by_name]

@@ -284,7 +284,7 @@ def select_features(ds: Dataset, packed: Any, drop: Iterable[str] = ()) -> Datas
         A dropped or named column that is missing, a column count that differs from the
         model's, or a column the model cannot take.
     """
-    from distshap.inputs import select_model_columns
+    from distshap.inputs import lightgbm_generated_names, select_model_columns
 
     drop = tuple(drop)
     num_features = packed.num_features
@@ -310,6 +310,9 @@ def select_features(ds: Dataset, packed: Any, drop: Iterable[str] = ()) -> Datas
     kept = [c for c in columns if c not in drop]
     names = packed.feature_names
     style = packed.encoding.name_style
+    if style == "lightgbm" and lightgbm_generated_names(names, num_features):
+        if not all(n in kept for n in names):
+            names = None  # made-up names of a model trained without any: by position
     if names is not None and len(names) == num_features:
         try:
             selected = select_model_columns(_Columns(kept), num_features, names, style)
@@ -349,7 +352,7 @@ def _missing_columns_message(ds: Dataset, kept: list[str], names: list[str], sty
 
     def found(name: str) -> bool:  # by the API's own matching rule (LightGBM's names too)
         try:
-            select_model_columns(_Columns(kept), 1, (name,), style)
+            select_model_columns(_Columns(kept), 1, (name,), style, generated_by_position=False)
         except ValueError:
             return False
         return True
