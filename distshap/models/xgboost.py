@@ -2,10 +2,13 @@
 
 There is one code path: a saved model document (XGBoost's JSON schema, read from ``.json`` text
 or from ``.ubj`` Universal Binary JSON) is turned into flat node arrays with NumPy, one Python
-step per *tree* and none per node. :func:`load_xgboost` serialises an in-memory ``Booster`` to
-UBJSON bytes (``Booster.save_raw("ubj")``) and goes through the same parser;
-:func:`load_xgboost_file` needs no ``xgboost`` installation at all (Dask workers need not have
-it).
+step per *tree* and none per node. A UBJSON model of more than
+:data:`~distshap.models._threaded.MIN_NODES` nodes has its node arrays read straight from the
+bytes instead, by one compiled pass in threads over trees (:func:`ensemble_from_ubjson`; the
+same Ensemble bit for bit, and anything it cannot read, or that is wrong, goes through the
+NumPy code). :func:`load_xgboost` serialises an in-memory ``Booster`` to UBJSON bytes
+(``Booster.save_raw("ubj")``) and goes through the same parser; :func:`load_xgboost_file` needs
+no ``xgboost`` installation at all (Dask workers need not have it).
 
 What is converted:
 
