@@ -255,3 +255,24 @@ def test_warm_up_starts_once_for_large_files(monkeypatch, tmp_path):
         if thread.name == "distshap-warm-up":
             thread.join()
     assert started == [1]
+
+
+def test_category_values_are_native_copies(tmp_path):
+    """A categorical model's category values are read from the file's bytes as copies in native
+    byte order: no big-endian view keeping the whole model file alive while an explainer lives."""
+    import pandas as pd
+
+    from distshap import TreeExplainer
+    from distshap.models import load_model_file
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"a": rng.random(300), "c": pd.Categorical(rng.integers(0, 5, 300))})
+    y = df["a"] + (df["c"].cat.codes == 2)
+    dtrain = xgb.DMatrix(df, y, enable_categorical=True)
+    booster = xgb.train({"max_depth": 3, "max_cat_to_onehot": 1}, dtrain, 5)
+    path = tmp_path / "m.ubj"
+    booster.save_model(path)
+    values = load_model_file(str(path)).extra["category_values"][1]
+    assert values.dtype.isnative and values.base is None, (values.dtype, type(values.base))
+    cats = TreeExplainer(booster).packed.feature_categories[1]
+    assert np.asarray(cats).dtype.isnative

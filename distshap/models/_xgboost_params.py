@@ -176,8 +176,9 @@ def category_values(cats: Any) -> dict[int, Any]:
             blob = bytes(np.asarray(values, dtype=np.uint8))
             offs = np.asarray(offsets, dtype=np.int64)
             out[f] = [blob[a:b].decode("utf-8") for a, b in zip(offs[:-1], offs[1:], strict=True)]
-        else:
-            out[f] = np.asarray(values)
+        else:  # a copy in native byte order: never a view that keeps the model's bytes alive
+            a = np.asarray(values)
+            out[f] = np.array(a, dtype=a.dtype.newbyteorder("="))
     return out
 
 
