@@ -311,8 +311,9 @@ class TreeExplainer:
         self.background = build_background(self.packed, rows)
         matrix = model_matrix(rows, self.packed)
         self.data = matrix.get() if is_cupy(matrix) else matrix
-        self.data_feature_names = None
-        if is_frame(rows):
+        user_names = getattr(self, "_user_feature_names", None)
+        self.data_feature_names = None if user_names is None else list(user_names)
+        if is_frame(rows) and user_names is None:
             names = self.packed.feature_names
             style = self.packed.encoding.name_style
             cols = select_model_columns(rows, self.num_features, names, style)
@@ -996,8 +997,8 @@ def _check_ignored_arguments(approximate: Any, link: Any, linearize_link: Any) -
             DeprecationWarning,
             stacklevel=3,
         )
-    identity = link is None or getattr(link, "__name__", "") == "identity"
-    if not identity or linearize_link not in (None, True, False):
+    identity = link is None or link == "identity" or getattr(link, "__name__", "") == "identity"
+    if not identity or not isinstance(linearize_link, (bool, type(None))):
         warnings.warn(
             f"TreeExplainer(link={link!r}) is ignored, as shap's TreeExplainer ignores it: "
             "values explain model_output; for probabilities use model_output='probability' "

@@ -170,6 +170,9 @@ def test_constructor_takes_shap_parameters(models):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         TreeExplainer(model, link=shap.links.identity, linearize_link=True, backend="cpu")
+        TreeExplainer(model, link="identity", backend="cpu")  # shap's string name of it
+    background = ours._with_background(frame.iloc[:20])  # the CLI's route to a background
+    assert background(X).feature_names == names, "the user's names survive a background"
     with pytest.raises(ValueError, match="3 names but the model has 4"):
         TreeExplainer(model, feature_names=names[:3])
     with pytest.raises(TypeError, match="keyword-only"):
