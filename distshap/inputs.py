@@ -138,17 +138,17 @@ def _library_categories(X: Any, categorical: np.ndarray, rule: str) -> Any:
     """Categorical values that are no category code, as the model's library reads them
     (:attr:`~distshap.encoding.InputEncoding.categorical_rule`); ``X`` itself is not written."""
     xp = array_module(X)
-    out = None
-    for j in categorical.tolist():
-        column = X[:, j]
-        if rule == "truncate":  # LightGBM: int(x), towards zero
-            odd, value = (column > -1) & (column < 0), 0.0
-        else:  # scikit-learn: not an integer -> an unknown category -> missing
-            odd, value = xp.isfinite(column) & (column != xp.floor(column)), np.nan
-        if bool(odd.any()):
-            out = X.copy() if out is None else out
-            out[:, j] = xp.where(odd, value, column)
-    return X if out is None else out
+    columns = categorical.tolist()
+    block = X[:, columns]  # one pass and one device-to-host flag a call, whatever the columns
+    if rule == "truncate":  # LightGBM: int(x), towards zero
+        odd, value = (block > -1) & (block < 0), 0.0
+    else:  # scikit-learn: not an integer -> an unknown category -> missing
+        odd, value = xp.isfinite(block) & (block != xp.floor(block)), np.nan
+    if not bool(odd.any()):
+        return X
+    out = X.copy()
+    out[:, columns] = xp.where(odd, value, block)
+    return out
 
 
 def _frame_matrix(frame: Any, packed: Any) -> np.ndarray:
