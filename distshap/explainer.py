@@ -284,18 +284,23 @@ class TreeExplainer:
         (:mod:`distshap.explainer_covers`) instead of their training covers."""
         from distshap.explainer_covers import data_covers
 
-        if type(data).__name__ == "DMatrix":
+        self._read_background(rows, data)
+        self.ensemble = data_covers(self.ensemble, self.packed.margin, self.data)
+        self.packed = self._build_packed(self.ensemble)
+
+    def _read_background(self, rows: Any, data: Any) -> None:
+        """``self.data``: the background ``rows`` as the model reads them (host memory), and
+        ``self.data_feature_names``: the user's names, else a background DataFrame's columns."""
+        if type(data).__name__ == "DMatrix":  # its stored values must not hit the sentinel
             _check_dmatrix_sentinel(explain_input(data), self.packed)
         matrix = model_matrix(rows, self.packed)
-        matrix = matrix.get() if is_cupy(matrix) else matrix
-        self.ensemble = data_covers(self.ensemble, self.packed.margin, matrix)
-        self.packed = self._build_packed(self.ensemble)
-        self.data = matrix
-        if is_frame(rows):
-            cols = select_model_columns(
-                rows, self.num_features, self.packed.feature_names,
-                self.packed.encoding.name_style,
-            )  # fmt: skip
+        self.data = matrix.get() if is_cupy(matrix) else matrix
+        user_names = getattr(self, "_user_feature_names", None)  # unset while constructing
+        self.data_feature_names = None if user_names is None else list(user_names)
+        if is_frame(rows) and user_names is None:
+            names = self.packed.feature_names
+            style = self.packed.encoding.name_style
+            cols = select_model_columns(rows, self.num_features, names, style)
             self.data_feature_names = [str(c) for c in cols]
 
     def _attach_background(self, rows: Any, data: Any = None) -> None:
@@ -303,21 +308,10 @@ class TreeExplainer:
         ``data``) for ``self.model_output``."""
         from distshap.interventional import build_background, transform_id
 
-        if type(data).__name__ == "DMatrix":  # its stored values must not hit the sentinel
-            _check_dmatrix_sentinel(explain_input(data), self.packed)
-
+        self._read_background(rows, data)
         self._transform = transform_id(self.model_output, self.packed)
         self._background_rows = rows
         self.background = build_background(self.packed, rows)
-        matrix = model_matrix(rows, self.packed)
-        self.data = matrix.get() if is_cupy(matrix) else matrix
-        user_names = getattr(self, "_user_feature_names", None)
-        self.data_feature_names = None if user_names is None else list(user_names)
-        if is_frame(rows) and user_names is None:
-            names = self.packed.feature_names
-            style = self.packed.encoding.name_style
-            cols = select_model_columns(rows, self.num_features, names, style)
-            self.data_feature_names = [str(c) for c in cols]
 
     def _with_background(self, data: Any, model_output: str = "raw") -> TreeExplainer:
         """This explainer made interventional over ``data`` (its packed model reused).
