@@ -16,9 +16,14 @@ warm-up, GPU synchronized before the clock stops) of:
 * ``--variants``: ``public``, ``checked``, ``kernel`` and ``host`` again for each variant of
   the small kernels (:data:`distshap.kernels.cuda.small.VARIANT`: ``v1`` the twelve-argument
   kernels, ``merged`` two constant arrays and the rows once, ``unrolled`` that with the DP
-  unrolled for the model's longest path; ``NAME@R``: compiled within ``R`` registers a
-  thread), in one process, with whether their values (public and kernel) have the bits of
-  ``v1``'s; the columns above are the library's default variant;
+  unrolled for the model's longest path, ``gather`` the block kernels of
+  :mod:`distshap.kernels.cuda.small_gather`; ``NAME@R``: compiled within ``R`` registers a
+  thread; ``NAME/raw``: launched through the driver, :mod:`distshap.kernels.cuda.rawlaunch`,
+  ``NAME/numba``: through Numba), in one process, with whether their values (public, kernel
+  and checked) have the bits of the first variant's, the fraction of equal bits and the
+  largest difference (relative to max(1, |values|)) of the kernel's values against it, and
+  whether public, kernel and checked values agree bit for bit; the columns above are the
+  library's default variant;
 * ``regular``: the public call with the one-launch route off (``config.SMALL_MAX_PATHS = 0``);
 * ``xgboost``: XGBoost's GPU ``predict(pred_contribs / pred_interactions)`` on a CuPy DMatrix;
 
@@ -72,14 +77,18 @@ def _host_us(fn, repeats: int) -> float:
 
 def _variants(variants, packed, Xd, public, kernel, interactions, repeats) -> dict:
     """Per variant of the small kernels (module docstring): microseconds and bits."""
-    from distshap.kernels.cuda import launch, small
+    from distshap.kernels.cuda import launch, rawlaunch, small
 
-    saved = small.VARIANT, small.MAX_REGISTERS
+    saved = small.VARIANT, small.MAX_REGISTERS, rawlaunch.ENABLED
     out, ref = {}, None
     try:
         for spec in variants:
-            name, _, regs = spec.partition("@")
+            body, _, route = spec.partition("/")
+            name, _, regs = body.partition("@")
+            if route not in ("", "raw", "numba"):
+                raise ValueError(f"variant {spec!r}: the launch route is 'raw' or 'numba'")
             small.VARIANT, small.MAX_REGISTERS = name, int(regs or 0)
+            rawlaunch.ENABLED = route == "raw"
             rec = {
                 "public": _median_us(lambda: public(Xd), repeats),
                 "checked": _median_us(
@@ -87,14 +96,21 @@ def _variants(variants, packed, Xd, public, kernel, interactions, repeats) -> di
                 "kernel": _median_us(lambda: kernel(packed, Xd), repeats),
                 "host": _host_us(lambda: kernel(packed, Xd), repeats),
             }  # fmt: skip
-            bits = (public(Xd).get(), kernel(packed, Xd).get())
+            bits = (public(Xd).get(), kernel(packed, Xd).get(),
+                    launch.checked_values(packed, Xd, Xd, interactions).get())  # fmt: skip
             if ref is None:
                 ref = bits
             rec["same"] = all(np.array_equal(a.view(np.uint32), b.view(np.uint32))
                               for a, b in zip(bits, ref, strict=True))  # fmt: skip
+            a, b = bits[1], ref[1]
+            rec["equal_fraction"] = float((a.view(np.uint32) == b.view(np.uint32)).mean())
+            scale = max(1.0, float(np.abs(b).max()))
+            rec["max_diff"] = float(np.abs(a.astype(np.float64) - b).max()) / scale
+            rec["consistent"] = bool(np.array_equal(bits[0], bits[1])
+                                     and np.array_equal(bits[1], bits[2]))  # fmt: skip
             out[spec] = rec
     finally:
-        small.VARIANT, small.MAX_REGISTERS = saved
+        small.VARIANT, small.MAX_REGISTERS, rawlaunch.ENABLED = saved
     return out
 
 
@@ -170,14 +186,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", type=int, default=10_000, help="rows of SHAP values")
     parser.add_argument("--interaction-rows", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=50)
-    parser.add_argument("--registers", default="64,80",
+    parser.add_argument("--registers", default="",
                         help="also time the kernel compiled within these registers a thread "
                         "(comma-separated; '' for none)")  # fmt: skip
     parser.add_argument(
         "--variants",
-        default="v1,merged,unrolled,unrolled@80",
+        default="v1,unrolled,unrolled/raw,gather,gather/raw",
         help="small-kernel variants timed side by side, the first the bits' "
-        "reference (small.VARIANT names, @R: within R registers; '' for none)",
+        "reference (small.VARIANT names, @R: within R registers, /raw: launched through "
+        "the driver (distshap.kernels.cuda.rawlaunch), /numba: through Numba; '' for none)",
     )
     args = parser.parse_args(argv)
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
@@ -201,7 +218,9 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"  {spec:18} public {v['public']:8.1f} us  checked {v['checked']:8.1f}"
                       f"  kernel {v['kernel']:8.1f}  host {v['host']:8.1f}"
                       f"  x XGBoost {r['xgboost'] / v['public']:5.2f}x  same bits as "
-                      f"{variants[0]}: {v['same']}", flush=True)  # fmt: skip
+                      f"{variants[0]}: {v['same']} (equal {v['equal_fraction']:.4f}, max diff "
+                      f"{v['max_diff']:.1e}; public = kernel = checked: {v['consistent']})",
+                      flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -581,3 +581,290 @@ def test_gpu_merged_kernels_keep_the_bits(monkeypatch):
             for v in ("merged", "unrolled"):
                 for a, b in zip(got["v1"], got[v], strict=True):
                     assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), (depth, inter, v)
+
+
+# ------------------------------------------------------------------------------------------
+# the gather kernels (small.VARIANT "gather", distshap.kernels.cuda.small_gather) and the
+# driver launch (distshap.kernels.cuda.rawlaunch)
+# ------------------------------------------------------------------------------------------
+
+
+def test_gather_lists_cover_every_slot_of_its_entries():
+    from distshap.kernels.cuda import small_gather as sg
+
+    ens = tiny.random_ensemble(6, n_features=5, n_trees=5, depth=3, n_groups=2, n_categorical=1)
+    packed = _packed(ens)
+    I, D = sg.gather_arrays(packed)  # noqa: E741
+    I0, D0 = _small().merged_arrays(packed)  # noqa: E741
+    assert np.array_equal(I[: I0.size], I0) and np.array_equal(D, D0, equal_nan=True)
+    head = I[-sg._E :]
+    k = np.diff(packed.path_offsets) - 1
+    offsets, feature, group = packed.path_offsets, packed.feature, packed.path_group
+    F1, G = packed.num_features + 1, packed.num_groups
+    for inter in (False, True):
+        at = sg.X_COFF_INTER if inter else sg.X_COFF_SHAP
+        coff = I[head[at] : head[at] + k.size + 1]
+        per_path = k * (k + 1) // 2 if inter else k
+        assert np.array_equal(np.diff(coff), per_path) and coff[0] == 0
+        assert head[sg.X_C_INTER if inter else sg.X_C_SHAP] == per_path.sum()
+        W = F1 * F1 if inter else F1
+        eo = head[sg.X_EOFF_INTER if inter else sg.X_EOFF_SHAP]
+        eoff = I[eo : eo + G * W + 1]
+        it0 = head[sg.X_ITEMS_INTER if inter else sg.X_ITEMS_SHAP]
+        items = I[it0 : it0 + eoff[-1]]
+        # the expected (entry, slot) pairs, from the packed model directly
+        want = []
+        for p in range(k.size):
+            f = feature[offsets[p] + 1 : offsets[p + 1]]
+            base = group[p] * W
+            pair, rank = {}, coff[p] + k[p]
+            for i in range(k[p]):
+                for c in range(i + 1, k[p]):
+                    pair[i, c] = pair[c, i] = rank
+                    rank += 1
+            for x in range(k[p]):
+                if not inter:
+                    want.append((base + f[x], coff[p] + x))
+                    continue
+                for y in range(k[p]):
+                    want.append((base + f[x] * F1 + f[y], coff[p] + x if x == y else pair[x, y]))
+        got = [(e, int(s)) for e in range(G * W) for s in items[eoff[e] : eoff[e + 1]]]
+        assert got == sorted(want, key=lambda t: t[0])  # entry by entry, in path order
+    assert sg.rows_per_block(10_000, 250) == -(-10_000 // sg.TARGET_BLOCKS)
+    assert sg.rows_per_block(1, 250) == 1
+    assert sg.rows_per_block(10**9, sg.SHARED_BYTES // 8) == 1  # within the shared memory
+
+
+def gather_signatures() -> dict:
+    """Name -> (kernel, signature) of gather kernels (rows once or a float64 copy, slots)."""
+    from distshap.kernels.cuda import small_gather as sg
+
+    X = "float32[:, ::1]"
+    tail = "int32[::1], int64[::1], float64[::1], boolean, int64"
+    out = {}
+    for kind, o in (("shap", "float32[:, :, ::1]"), ("interactions", "float32[:, :, :, ::1]")):
+        out[f"gather_{kind}_K3"] = (sg.gather_kernel(kind, 3, False), f"void({X}, {o}, {tail})")
+        out[f"gather_{kind}_K3_raw64"] = (
+            sg.gather_kernel(kind, 3, True), f"void({X}, float64[:, ::1], {o}, {tail})"
+        )  # fmt: skip
+    out["gather_slots_K3"] = (
+        sg.gather_kernel("slots", 3, False),
+        f"void({X}, int64[:, ::1], int64[::1], float64[::1], int64, int32[::1], int32[::1], "
+        "int64[::1])",
+    )
+    return out
+
+
+@pytest.mark.skipif(not nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
+def test_gather_kernels_compile_without_local_memory_or_divisions():
+    import re
+
+    from numba import cuda
+
+    from distshap.kernels.cuda.ptx import _device_free_compilation
+
+    with _device_free_compilation((9, 0)):
+        for name, (kernel, sig) in gather_signatures().items():
+            ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
+            assert "atom." not in ptx, f"{name}: each entry written by one thread, no atomics"
+            assert "div.rn.f64" not in ptx, f"{name}: the quadrature needs no division"
+            assert "call.uni" not in ptx, f"{name} has a non-inlined call"
+            assert "bar.sync" in ptx, name  # the phases' barriers
+            assert not re.findall(r"__local_depot\d+\[(\d+)\]", ptx), f"{name}: local memory"
+
+
+@pytest.mark.skipif(not nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
+def test_rawlaunch_layout_is_the_kernels_ptx_parameter_list():
+    from numba import cuda, types
+
+    from distshap.kernels.cuda import rawlaunch
+    from distshap.kernels.cuda.ptx import _device_free_compilation
+
+    arr = types.Array
+    argtypes = (arr(types.float32, 2, "C"), arr(types.float64, 2, "C"),
+                arr(types.float32, 4, "C"), arr(types.int32, 1, "C"),
+                arr(types.int64, 1, "C"), arr(types.float64, 1, "C"), types.boolean,
+                types.int64)  # fmt: skip
+    layout = rawlaunch.flat_layout(argtypes)
+    assert [(at, kind) for at, kind, _ in layout] == [
+        (0, "array"), (9, "array"), (18, "array"), (31, "array"), (38, "array"),
+        (45, "array"), (52, "bool"), (53, "int")]  # fmt: skip
+    kernel, sig = gather_signatures()["gather_interactions_K3_raw64"]
+    with _device_free_compilation((9, 0)):
+        ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
+    assert rawlaunch.ptx_param_widths(ptx) == rawlaunch._widths(layout)
+    with pytest.raises(TypeError, match="no layout"):
+        rawlaunch.flat_layout((types.complex128,))
+    with pytest.raises(ValueError, match="entry"):
+        rawlaunch.ptx_param_widths(".version 8.0")
+
+
+_SIM_GATHER = r"""
+import dataclasses
+import sys
+
+import numpy as np
+import naive
+import tiny
+from distshap.additivity import AdditivityError
+from distshap.kernels import cpu
+from distshap.kernels import cuda as kc
+from distshap.kernels.cuda import launch, small, small_gather
+from distshap.kernels.cuda import pairs as kp
+from distshap.kernels.margin import margin_model
+from distshap.packed import build_packed_model
+from distshap.pair_slots import build_pair_slots
+from distshap.paths import extract_paths
+from distshap.warmup import chain_ensemble
+
+sys.setswitchinterval(1e-4)
+
+def packed_of(ens):
+    return build_packed_model(extract_paths(ens), margin=margin_model(ens))
+
+def close(got, ref, what, rtol=2e-6):
+    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    assert got.shape == ref.shape, (what, got.shape, ref.shape)
+    err = float(np.abs(got - ref).max())
+    assert err <= rtol * max(1.0, float(np.abs(ref).max())), (what, err)
+
+def same(a, b, what):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32)), what
+
+def both(packed, X, what, oracle=None):
+    out = []
+    for inter in (False, True):
+        assert small.route(packed, inter)[0] is small_gather.launch_gather, what
+        got = (kc.interaction_values if inter else kc.shap_values)(packed, X)
+        close(got, (cpu.interaction_values if inter else cpu.shap_values)(packed, X), what)
+        if oracle is not None:
+            ref = (naive.treeshap_interactions_recursive_rows if inter
+                   else naive.treeshap_recursive_rows)(oracle, X).reshape(got.shape)
+            close(got, ref, (what, "oracle"))
+        same(launch.checked_values(packed, X, X, inter), got, (what, "checked"))
+        out.append(got)
+    return out
+
+small.VARIANT = "gather"
+ens = tiny.random_ensemble(3, n_features=5, n_trees=3, depth=3, n_groups=2, n_categorical=1)
+X = tiny.random_rows(2, ens, 3, 0.2)
+packed = packed_of(ens)
+shap, inter = both(packed, X, "multiclass, categorical, NaN", oracle=ens)
+chain = chain_ensemble(small.SMALL_MAX_PATH_FEATURES, small.SMALL_MAX_PATH_FEATURES)
+Xc = np.full((1, small.SMALL_MAX_PATH_FEATURES), 0.25, np.float32)
+Xc[0, 3] = np.nan
+both(packed_of(chain), Xc, "longest path (K = 8, 4 nodes)", oracle=chain)
+stump = tiny.stump()
+both(packed_of(stump), tiny.random_rows(1, stump, 1, 0.0), "stump", oracle=stump)
+
+# bits: any rows a block, grid, batch; a float64 copy of the rows for the check
+for i in range(X.shape[0]):
+    same(kc.shap_values(packed, X[i : i + 1])[0], shap[i], ("row", i))
+small_gather.TARGET_BLOCKS, small_gather._MAX_BLOCKS = 1, 1  # one block, three rows, looped
+small_gather.SHARED_BYTES = 8 * small_gather.gather_model(packed).row_slots[1] * 2  # 2 rows
+same(kc.shap_values(packed, X), shap, "grid-stride, rows a block")
+same(kc.interaction_values(packed, X), inter, "grid-stride, rows a block (interactions)")
+same(launch.checked_values(packed, X, X.astype(np.float64), True), inter, "raw float64")
+small_gather.TARGET_BLOCKS, small_gather._MAX_BLOCKS = 2048, 65535
+small_gather.SHARED_BYTES = 48 * 1024
+
+# pair slots: the integers of the matrices
+slots = build_pair_slots(packed)
+group = np.repeat(np.arange(slots.num_groups), np.diff(slots.slot_offsets))
+got = kp.interaction_slot_values(packed, X, slots, batch_rows=2)
+same(got, inter[:, group, slots.slot_i, slots.slot_j], "pair slots")
+
+# the check: a wrong margin is flagged and the host check raises
+bad = dict(packed.margin, base_score=packed.margin["base_score"] + 1.0)
+wrong = dataclasses.replace(packed, margin=bad, digest="")
+for kind in (False, True):
+    try:
+        launch.checked_values(wrong, X, X, kind, first_row=10)
+        raise AssertionError("a wrong margin passed")
+    except AdditivityError as e:
+        assert "do not sum to" in str(e) and "from row 10" in str(e), str(e)
+assert small.read_flag(small._flag(), 0) is False
+
+# a row that does not fit a block's shared memory: the unrolled kernels, the same bits as v1
+small_gather.SHARED_BYTES = 64
+assert small.route(packed, False)[0] is small.launch_merged
+v = kc.shap_values(packed, X)
+small.VARIANT = "v1"
+same(v, kc.shap_values(packed, X), "fallback")
+print("SIMULATOR-OK")
+"""
+
+
+def test_gather_kernels_under_cuda_simulator():
+    """The gather kernels in the simulator: exact (CPU kernel, oracle), bits of a row its own,
+    the check (and its error), pair slots with the matrices' integers, the fallback."""
+    assert_simulator_ok(_SIM_GATHER, timeout=600)
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_gather_and_raw_launch(monkeypatch):
+    """On a GPU: the gather kernels against XGBoost and v1 (another exact summation), bits
+    independent of the batch, pair slots with the matrices' integers; the driver launch
+    (rawlaunch) gives the bits of the Numba launch for the unrolled and gather kernels."""
+    import cupy
+    import xgboost as xgb
+
+    from distshap import TreeExplainer
+    from distshap.kernels import cuda as kc
+    from distshap.kernels.cuda import launch, rawlaunch
+    from distshap.kernels.cuda import pairs as kp
+    from distshap.pair_slots import build_pair_slots
+
+    small = _small()
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(3000, 8)).astype(np.float32)
+    X[rng.random(X.shape) < 0.05] = np.nan
+    y = np.nan_to_num(X[:, 0]) * 2 + np.nan_to_num(X[:, 3]) * np.nan_to_num(X[:, 5])
+    for params in ({"max_depth": 3}, {"max_depth": 4, "objective": "multi:softprob",
+                                      "num_class": 3}):  # fmt: skip
+        label = y if "num_class" not in params else np.digitize(y, [-0.5, 0.5])
+        booster = xgb.train(params, xgb.DMatrix(X, label=label), num_boost_round=10)
+        explainer = TreeExplainer(booster, backend="cuda")
+        packed = explainer.packed
+        rows = cupy.asarray(packed.encoding.apply(X))
+        for inter, n in ((False, 3000), (True, 200)):
+            if not small.fits(packed, inter):
+                continue
+            f = kc.interaction_values if inter else kc.shap_values
+            got = {}
+            for variant in ("v1", "unrolled", "gather"):
+                for raw in (False, True):
+                    monkeypatch.setattr(small, "VARIANT", variant)
+                    monkeypatch.setattr(rawlaunch, "ENABLED", raw)
+                    got[variant, raw] = (
+                        f(packed, rows[:n]).get(),
+                        launch.checked_values(packed, rows[:n], rows[:n], inter).get(),
+                        launch.checked_values(packed, rows[:n], rows[:n].astype(cupy.float64),
+                                              inter).get(),
+                    )  # fmt: skip
+            for key, vals in got.items():  # the driver launch: the bits of Numba's
+                for a, b in zip(vals, got[key[0], False], strict=True):
+                    assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), key
+                assert np.array_equal(vals[0], vals[1]) and np.array_equal(vals[1], vals[2])
+            g, v1 = got["gather", True][0], got["v1", False][0]
+            kw = {"pred_interactions": True} if inter else {"pred_contribs": True}
+            ref = booster.predict(xgb.DMatrix(X[:n]), **kw).reshape(g.shape)
+            scale = max(1.0, float(np.abs(ref).max()))
+            assert np.abs(g - ref).max() <= 1e-5 * scale, (params, inter)
+            assert np.abs(g - v1).max() <= 2e-6 * scale, (params, inter)
+            monkeypatch.setattr(small, "VARIANT", "gather")
+            for batch in (1, 7, 1000):  # the bits of a row are its own
+                parts = [f(packed, rows[i : min(n, i + batch)]).get() for i in range(0, n, batch)]
+                assert np.array_equal(np.concatenate(parts), g), batch
+            if inter:
+                slots = build_pair_slots(packed)
+                group = np.repeat(np.arange(slots.num_groups), np.diff(slots.slot_offsets))
+                pairs = kp.interaction_slot_values(packed, rows[:n], slots).get()
+                assert np.array_equal(pairs, g[:, group, slots.slot_i, slots.slot_j])
+        call = explainer.shap_values  # the public call on the gather route, with its check
+        monkeypatch.setattr(small, "VARIANT", "gather")
+        monkeypatch.setattr(rawlaunch, "ENABLED", True)
+        assert np.array_equal(call(rows).get().reshape(-1), kc.shap_values(packed, rows)
+                              .get().reshape(-1))  # fmt: skip

@@ -238,9 +238,7 @@ def _run_small(packed: PackedModel, X, raw, interactions: bool, first_row: int =
     """The one-launch route (:mod:`.small`) on the rows ``X``; with ``raw`` (the model's raw
     values of the same rows) the additivity check runs in the kernel, then on the host where
     the kernel flags a row (raising :class:`~distshap.additivity.AdditivityError`)."""
-    merged = small.VARIANT != "v1"  # two constant arrays, the rows once (small.VARIANT)
-    sm = small.merged_model(packed) if merged else small.small_model(packed)
-    launch_kernel = small.launch_merged if merged else small.launch_small
+    launch_kernel, sm = small.route(packed, interactions)  # small.VARIANT's kernels
     Xd = device_rows(X, packed.num_features)
     n = int(Xd.shape[0])
     G, F1 = packed.num_groups, packed.num_features + 1

@@ -40,7 +40,10 @@ the fixed-point scales inside) and the rows once where they are the check's raw 
 kernel arguments instead of twelve), and compiles the DP for the model's longest path
 (:data:`UNROLL_MAX` features at most): loops of constant trip counts, unrolled, so the DP's
 local arrays live in registers; ``"merged"`` the same arguments with the DP's loops; ``"v1"``
-the twelve-argument kernels (:func:`launch_small`), kept for side-by-side timing.
+the twelve-argument kernels (:func:`launch_small`), kept for side-by-side timing; ``"gather"``
+the block kernels of :mod:`.small_gather` (:func:`route` picks). With
+:data:`.rawlaunch.ENABLED` the merged and gather kernels are launched through the driver
+(:mod:`.rawlaunch`: no per-launch typing of CuPy arrays), the same kernels and bits.
 """
 
 from __future__ import annotations
@@ -59,7 +62,6 @@ from distshap.kernels.cuda import config
 from distshap.kernels.cuda.device import (
     FULL_MASK,
     SIM,
-    device_id,
     extend_path,
     fixed,
     follows,
@@ -72,9 +74,10 @@ from distshap.packed import PackedModel
 __all__ = [
     "SMALL_MAX_GROUPS", "SMALL_MAX_INTERACTION_COLUMNS", "SMALL_MAX_PATH_FEATURES",
     "MAX_REGISTERS", "MergedModel", "SMALL_MAX_SHAP_COLUMNS", "SmallModel", "UNROLL_MAX",
-    "VARIANT", "clear_cache", "fits", "host_arrays", "interaction_kernel", "launch_merged",
-    "launch_slots", "launch_small", "merged_arrays", "merged_kernel", "merged_model",
-    "read_flag", "shap_kernel", "slot_kernel", "small_model",
+    "VARIANT", "VARIANTS", "clear_cache", "current_device", "fits", "host_arrays",
+    "interaction_kernel", "launch_merged", "launch_slots", "launch_small", "merged_arrays",
+    "merged_kernel", "merged_model", "read_flag", "route", "shap_kernel", "slot_kernel",
+    "small_model",
 ]  # fmt: skip
 
 # Frozen at import: the kernels' local arrays have these sizes, so the host side uses them too.
@@ -224,16 +227,28 @@ class SmallModel:
     interaction_scale: float
     num_features: int
     num_groups: int
+    packed: object = None  # the PackedModel (the gather variant's pair slots build from it)
 
 
 _CACHE: OrderedDict = OrderedDict()
 _LOCK = threading.Lock()
 
 
+def current_device() -> int:
+    """The current device's id by CuPy's runtime call (0 under the simulator): what keys the
+    cached constants and flags. Numba's ``cuda.get_current_device()`` looks the context up
+    through the driver at every call outside its own launches (about 20 us on an H200)."""
+    if SIM:
+        return 0
+    import cupy
+
+    return int(cupy.cuda.runtime.getDevice())
+
+
 def small_model(packed: PackedModel) -> SmallModel:
     """The :class:`SmallModel` of ``packed`` on the current device (built once per digest and
     device; the last :data:`config.CACHE_SIZE` kept; a model without a digest: every call)."""
-    key = (packed.digest, device_id())
+    key = (packed.digest, current_device())
     if packed.digest:
         with _LOCK:
             hit = _CACHE.get(key)
@@ -251,6 +266,7 @@ def small_model(packed: PackedModel) -> SmallModel:
         interaction_scale=2.0 ** fixed_point_shift(inter_bound),
         num_features=packed.num_features,
         num_groups=packed.num_groups,
+        packed=packed,
     )
     if packed.digest:
         with _LOCK:
@@ -266,6 +282,9 @@ def clear_cache() -> None:
         _CACHE.clear()
         _MERGED.clear()
         _LAUNCHERS.clear()
+    from distshap.kernels.cuda import small_gather
+
+    small_gather.clear_cache()
 
 
 # ------------------------------------------------------------------------------------------
@@ -543,11 +562,15 @@ def _stream():
     return s
 
 
+def _grid_block(n_rows: int) -> tuple[int, int]:
+    """Blocks and threads a block of the warp-per-row kernels for ``n_rows`` rows."""
+    return max(1, min(-(-n_rows // _WARPS), _MAX_BLOCKS)), 32 * _WARPS
+
+
 def _launcher(kernel, n_rows: int, s):
     """``kernel[grid, block, s]``, configured once per grid and stream (configuring costs host
     time and warns about small grids, which small inputs have by nature)."""
-    block = 32 * _WARPS
-    grid = max(1, min(-(-n_rows // _WARPS), _MAX_BLOCKS))
+    grid, block = _grid_block(n_rows)
     key = (id(kernel), grid, getattr(s, "handle", s) if not SIM else 0)
     hit = _LAUNCHERS.get(key)
     if hit is None:
@@ -567,7 +590,7 @@ def _flag():
     flags = getattr(_LOCAL, "flags", None)
     if flags is None:
         flags = _LOCAL.flags = {}
-    dev = device_id()
+    dev = current_device()
     f = flags.get(dev)
     if f is None:
         f = np.zeros(1, np.int32) if SIM else cuda.mapped_array(1, np.int32)
@@ -607,6 +630,13 @@ def launch_slots(sm: SmallModel, X, acc, dev, s) -> None:
     """Interaction values of the rows ``X`` into their pair slots ``acc`` (int64 ``(n, S)``,
     zero on entry), for :func:`~distshap.kernels.cuda.launch.run_slot_batches`; ``dev`` is the
     model's :class:`~distshap.kernels.cuda.model.SlotArrays`."""
+    if VARIANT == "gather" and sm.packed is not None:  # the integers of the gather matrices
+        from distshap.kernels.cuda import small_gather
+
+        gm = small_gather.gather_model(sm.packed)
+        if 8 * gm.row_slots[1] <= small_gather.SHARED_BYTES:
+            small_gather.launch_gather_slots(gm, X, acc, dev, s)
+            return
     _launcher(slot_kernel, int(X.shape[0]), s)(X, acc, sm.ints, sm.longs, sm.f32s, sm.f64s,
                                                sm.bools, sm.words, sm.interaction_scale,
                                                dev.slot_i, dev.slot_j, dev.group_slots)  # fmt: skip
@@ -621,7 +651,10 @@ def launch_slots(sm: SmallModel, X, acc, dev, s) -> None:
 #: with the DP specialised to the model's longest path (at most :data:`UNROLL_MAX` features;
 #: longer: as ``"merged"``); ``"merged"`` the merged-argument kernels with the DP loops of the
 #: kernels above; ``"v1"`` the kernels above (twelve arguments). The same float64 operations
-#: per contribution in every variant, so the same float32 bits.
+#: per contribution in these three, so the same float32 bits. ``"gather"``: the block kernels
+#: of :mod:`.small_gather` (quadrature, no division, fixed gathers instead of butterflies;
+#: other bits, as exact), for models whose row fits a block's shared memory (others: as
+#: ``"unrolled"``).
 VARIANT = "unrolled"
 #: The longest path (features) the unrolled DP is compiled for; longer paths: loops.
 UNROLL_MAX = 4
@@ -692,7 +725,7 @@ _MERGED: OrderedDict = OrderedDict()
 def merged_model(packed: PackedModel) -> MergedModel:
     """The :class:`MergedModel` of ``packed`` on the current device (cached as
     :func:`small_model`)."""
-    key = (packed.digest, device_id())
+    key = (packed.digest, current_device())
     if packed.digest:
         with _LOCK:
             hit = _MERGED.get(key)
@@ -943,18 +976,50 @@ def _make_merged_kernel(kind: str, K: int, raw: bool, max_registers: int = 0):
 
 def launch_merged(mm: MergedModel, X, Xraw, out, interactions: bool, check: bool):
     """:func:`launch_small` with the merged kernels (``Xraw`` ``None`` or ``X`` itself: the
-    rows are the raw values, one argument fewer); returns the flag and the stream."""
-    if VARIANT not in ("merged", "unrolled"):
-        raise ValueError(f"small.VARIANT must be 'v1', 'merged' or 'unrolled', got {VARIANT!r}")
+    rows are the raw values, one argument fewer); returns the flag and the stream. Launched
+    through the driver where :data:`.rawlaunch.ENABLED` (the same kernel and bits)."""
+    if VARIANT not in ("merged", "unrolled", "gather"):
+        raise ValueError(f"small.VARIANT must be one of {VARIANTS}, got {VARIANT!r}")
     kind = "interactions" if interactions else "shap"
     raw = Xraw is not None and Xraw is not X
-    K = mm.K if VARIANT == "unrolled" else 0
+    K = 0 if VARIANT == "merged" else mm.K  # "gather" falls back here: the unrolled kernels
     kernel = merged_kernel(kind, K, raw, MAX_REGISTERS)
-    s = _stream()
     flag = _flag()
-    cfg = _launcher(kernel, int(X.shape[0]), s)
-    if raw:
-        cfg(X, Xraw, out, flag, mm.I, mm.D, bool(check))
-    else:
-        cfg(X, out, flag, mm.I, mm.D, bool(check))
+    args = (X, Xraw, out) if raw else (X, out)
+    args = (*args, flag, mm.I, mm.D, bool(check))
+    if not SIM:
+        from distshap.kernels.cuda import rawlaunch
+
+        if rawlaunch.ENABLED:
+            s = rawlaunch.current_stream()
+            grid, block = _grid_block(int(X.shape[0]))
+            key = ("merged", kind, K, MAX_REGISTERS, Xraw.dtype.char if raw else "")
+            if rawlaunch.launch(kernel, key, grid, block, 0, args, s):
+                return flag, s
+    s = _stream()
+    _launcher(kernel, int(X.shape[0]), s)(*args)
     return flag, s
+
+
+#: The values :data:`VARIANT` takes.
+VARIANTS = ("v1", "merged", "unrolled", "gather")
+
+
+def route(packed: PackedModel, interactions: bool):
+    """``(launch, model)`` of :data:`VARIANT` for ``packed`` (a model that :func:`fits`):
+    :func:`launch_small` and :func:`small_model` (``"v1"``), :func:`launch_merged` and
+    :func:`merged_model` (``"merged"``, ``"unrolled"``, and ``"gather"`` where a row of the
+    model does not fit a block's shared memory), or the gather kernels of
+    :mod:`.small_gather`. A function of the packed model and the module's settings only."""
+    if VARIANT == "gather":
+        from distshap.kernels.cuda import small_gather
+
+        gm = small_gather.gather_model(packed)
+        if 8 * gm.row_slots[1 if interactions else 0] <= small_gather.SHARED_BYTES:
+            return small_gather.launch_gather, gm
+        return launch_merged, merged_model(packed)
+    if VARIANT == "v1":
+        return launch_small, small_model(packed)
+    if VARIANT in ("merged", "unrolled"):
+        return launch_merged, merged_model(packed)
+    raise ValueError(f"small.VARIANT must be one of {VARIANTS}, got {VARIANT!r}")
