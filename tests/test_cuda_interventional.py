@@ -8,7 +8,8 @@
   oversize paths, the three model outputs, interactions, bits across batchings, bad input.
 * ``gpu``: XGBoost models (missing values, categorical, multiclass, binary with the
   probability and log-loss outputs) against the CPU kernel, bits across batchings and cache
-  states, tables against the direct kernels, CuPy inputs.
+  states, tables against the direct kernels, CuPy inputs; the transforms' factors once per
+  (row, background row) pair against the kernels computing them once per bin and the CPU.
 """
 
 from __future__ import annotations
@@ -198,10 +199,15 @@ def test_path_reference_matches_the_brute_force_oracle(seed):
 @pytest.mark.skipif(not nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
 def test_every_kernel_compiles_with_integer_atomics_only():
     ptx = _iv().kernel_ptx((9, 0))
-    assert len(ptx) == 16
+    assert len(ptx) == 17
     for name, text in ptx.items():
         assert "atom.global.add.f32" not in text and "atom.global.add.f64" not in text, name
-        if "fill" not in name and "finish" not in name and "mask" not in name:
+        if (
+            "fill" not in name
+            and "finish" not in name
+            and "mask" not in name
+            and "factor" not in name
+        ):
             assert "atom.global.add.u64" in text, name
         if "direct" in name or "table" in name or "mask" in name:
             assert ".local" not in text, f"{name} uses local memory"
@@ -209,8 +215,11 @@ def test_every_kernel_compiles_with_integer_atomics_only():
             assert "call.uni" not in text, f"{name} has a non-inlined call"
         if "direct" in name:
             assert "shfl.sync" in text and "popc.b" in text, name
+        if "direct" in name or "oversize" in name:  # s(x, r) loaded (factor kernel), not computed
+            assert "div.rn.f64" not in text, f"{name} divides in float64"
         if "table_kernel_shared" in name:
             assert "atom.shared.add.u64" in text, name
+    assert "div.rn.f64" in ptx["interventional_factor_kernel"]
 
 
 _SIM_SCRIPT = r"""
@@ -281,23 +290,33 @@ config.TILE_ROWS, config.MIN_TILE_ROWS = 128, 1 << 30
 assert np.array_equal(shared, run(packed, bg, X, interactions=True)), "global atomics"
 config.MIN_TILE_ROWS = 8
 
-# 2. one group, 33 background rows (two rounds of the direct kernels): the three outputs
+# 2. one group, 33 background rows (two rounds of the direct kernels): the three outputs, the
+# transforms' factors s(x, r) once per pair (factor kernel) equal to the CPU's bits
 ens = tiny.random_ensemble(7, n_features=4, n_trees=2, depth=3, n_groups=1)
 X = tiny.random_rows(2, ens, 2, 0.2)
 R = tiny.random_rows(5, ens, 33, 0.2)
 packed = make_packed(ens)
 bg = build_background(packed, R)
 xm = naive.predict_margin(ens, X)
-y = np.array([1.0, 0.0])
+y = np.array([1.0, 0.25])  # log loss: one label, one probability (both terms of the factor)
 for t, name in ((0, "raw"), (1, "probability"), (2, "log_loss")):
     want = naive.interventional_shap_rows(ens, X, R, model_output=name, y=y)
     bias = want[:, :, -1]
     got = run(packed, bg, X, transform=t, x_margin=xm, y=y, bias=bias)
     close(got, want, name)
     ref_cpu = cpu.interventional_values(packed, bg, X, transform=t, x_margin=xm, y=y, bias=bias)
-    close(got, ref_cpu.astype(np.float64), ("cpu", name))
+    assert np.array_equal(got, ref_cpu), ("not the CPU's bits", name)
+# factor arrays of one row (two chunks of a batch): the same bits
+iv._FACTOR_BUDGET_BYTES = 8 * 33
+again = run(packed, bg, X, transform=2, x_margin=xm, y=y, bias=bias)
+iv._FACTOR_BUDGET_BYTES = 256 << 20
+assert np.array_equal(got, again), "factor chunks changed the bits (log loss)"
+# s(x, r) computed in the direct kernel once per bin (the old path, kept for measurements),
+# batches of one row
+iv._FACTORS_PER_BIN = True
 again = run(packed, bg, X, transform=2, x_margin=xm, y=y, bias=bias, batch_rows=1)
-assert np.array_equal(got, again), "batching changed the bits (log loss)"
+iv._FACTORS_PER_BIN = False
+assert np.array_equal(got, again), "per-bin factors or batching changed the bits (log loss)"
 budgets(0, 0)
 want = path_reference(packed, X[:1], R, xm, bg.margin, interactions=True)
 close(run(packed, bg, X[:1], interactions=True), want, "interactions direct B=33")
@@ -488,6 +507,32 @@ def test_gpu_bits_do_not_depend_on_batching_cache_or_input_kind(monkeypatch):
     one = to_host(interventional_values(p2, bg2, rows2, transform=2, x_margin=xm2, y=y2))
     two = interventional_values(p2, bg2, rows2, transform=2, x_margin=xm2, y=y2, batch_rows=33)
     assert np.array_equal(to_host(two), one)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
+@pytest.mark.parametrize("transform", [1, 2], ids=["probability", "log_loss"])
+def test_gpu_factors_once_per_pair_keep_the_bits(monkeypatch, transform):
+    """The factors s(x, r) written once per pair (factor kernel, whole batch or chunks of 7
+    rows) give the bits of the kernels that compute them once per bin, and the CPU's bits
+    (the same float64 factor arithmetic; float32 results of 300 rows, fractional labels)."""
+    from distshap.interventional import bias_values
+    from distshap.kernels import cpu
+    from distshap.kernels.cuda import interventional as iv
+
+    packed, bg, rows, xm, y = _xgb_case("binary", n_bg=70)
+    yy = None
+    if transform == 2:
+        yy = np.where(np.arange(rows.shape[0]) % 4 == 1, 0.3, y)
+    kw = dict(transform=transform, x_margin=xm, y=yy, bias=bias_values(bg, transform, yy))
+    pair = to_host(iv.interventional_values(packed, bg, rows, **kw))
+    monkeypatch.setattr(iv, "_FACTOR_BUDGET_BYTES", 8 * 70 * 7)
+    chunks = to_host(iv.interventional_values(packed, bg, rows, batch_rows=100, **kw))
+    monkeypatch.setattr(iv, "_FACTORS_PER_BIN", True)
+    per_bin = to_host(iv.interventional_values(packed, bg, rows, **kw))
+    assert np.array_equal(chunks, pair)
+    assert np.array_equal(per_bin, pair)
+    assert np.array_equal(pair, cpu.interventional_values(packed, bg, rows, **kw))
 
 
 @pytest.mark.gpu

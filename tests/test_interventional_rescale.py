@@ -13,7 +13,8 @@ by 0.19 on the probability scale). Checked here:
   against a fixed-precision evaluation;
 * a tiny model whose two rows' margins differ by one ulp: values equal the continuous limit
   and the oracle, and add up;
-* the CUDA device function ``_scaling`` under the CUDA simulator against the CPU function.
+* the CUDA device function ``_scaling`` and the per-pair ``factor_kernel`` under the CUDA
+  simulator against the CPU function.
 """
 
 from __future__ import annotations
@@ -177,7 +178,7 @@ from distshap.kernels.cuda import interventional as iv
 def scale_kernel(t, mx, mr, y, out):
     i = cuda.grid(1)
     if i < out.shape[0]:
-        out[i] = iv._scaling(t[i], mx[i], 0.0, y[i], mr[i], 0.0)
+        out[i] = iv._scaling(t[i], mx[i], y[i], mr[i])
 
 rows = []
 for m in (-800.0, -3.0, -0.2809787540180071, 0.0, 0.6, 35.0):
@@ -191,11 +192,22 @@ scale_kernel[(len(rows) + 63) // 64, 64](t, mx, mr, y, out)
 want = np.array([im.rescale(a, b, c, int(d)) for d, a, b, c in rows])
 assert np.array_equal(out, want), np.flatnonzero(out != want)
 assert out[t == 0].tolist() == [1.0] * int((t == 0).sum())
+
+# the factor kernel: every (row, background row) pair of a chunk, the same function
+m_bg = np.array([-800.0, -3.0, 0.0, np.nextafter(0.0, 1.0), 0.6, 0.6 + 1e-15, 35.0])
+m_x = np.array([-3.0, np.nextafter(0.6, 1.0), 0.0, 800.0, -0.2809787540180071])
+labels = np.array([0.0, 1.0, 0.25, 1.0, 0.0])
+for transform in (1, 2):
+    got = np.full((m_x.size, m_bg.size), np.nan)
+    iv.factor_kernel[2, 16](transform, m_x, labels, m_bg, got)  # 32 threads: a stride loop
+    want = np.array([[im.rescale(a, b, labels[i] if transform == 2 else 0.0, transform)
+                      for b in m_bg] for i, a in enumerate(m_x)])
+    assert np.array_equal(got, want), (transform, np.argwhere(got != want))
 print("SIMULATOR-OK")
 """
 
 
 def test_cuda_scaling_under_the_simulator():
-    """The GPU's ``_scaling`` is the CPU's :func:`rescale` (simulator; PTX typing is checked
-    by tests/test_cuda_interventional.py's compile test)."""
+    """The GPU's ``_scaling`` and ``factor_kernel`` are the CPU's :func:`rescale` (simulator;
+    PTX typing is checked by tests/test_cuda_interventional.py's compile test)."""
     assert_simulator_ok(_SIM_SCRIPT, timeout=120)

@@ -31,6 +31,14 @@ The rest runs *directly*, ``B`` steps per (row, element):
 * the oversize kernel (paths longer than a warp): one thread per (row, element), the path's
   tests of each background row redone in local memory.
 
+The factors ``s(x, r)`` of the probability and log-loss outputs are computed once per (row,
+background row) pair: a factor kernel writes them, float64 ``(rows, B)``, for a chunk of the
+batch's rows (at most :data:`_FACTOR_BUDGET_BYTES`), and the direct and oversize kernels load
+them (one coalesced load per 32 background rows, bin and row). Each is
+:func:`distshap.kernels.interventional_math.rescale` (three float64 transcendentals), which
+the kernels evaluated once per bin before (``_FACTORS_PER_BIN``, kept to measure that path:
+``python -m benchmarks.interventional --factor-paths pair,bin``); same values either way.
+
 Fixed point (bits identical across batchings, chunkings and GPU counts): each kernel adds
 ``round(value * 2**shift / B)`` to int64 accumulators with integer atomics, ``value`` being one
 element's (or one table entry's) float64 sum over the background, rounded once. The background
@@ -106,6 +114,12 @@ _TILE_VALUES = config.SHARED_TILE_VALUES
 _WMAX = 128  # weight tables cover a + b < 128 (longest fallback path: 127 features)
 _MAXF1 = _WMAX  # oversize kernel's local arrays, element positions 1..k
 _SHIFT_LOG_LOSS = 1  # log loss: |s| < 1 for labels in [0, 1]; one bit for rounding
+#: Bytes of the per-pair factor array (float64 (rows, B)) of one launch of the per-row kernels:
+#: a batch's rows go by chunks of ``_FACTOR_BUDGET_BYTES // (8 B)`` rows (at least 1).
+_FACTOR_BUDGET_BYTES = 256 << 20
+#: True: the direct and oversize kernels evaluate ``s(x, r)`` themselves, once per bin (or
+#: element) and pair, as before the factor kernel (for measurements only; same values).
+_FACTORS_PER_BIN = False
 
 
 @lru_cache(maxsize=1)
@@ -152,15 +166,28 @@ _rescale = cuda.jit(device=True)(im.rescale)
 
 
 @cuda.jit(device=True)
-def _scaling(transform, m_x, t_x, y_x, m_r, t_r):
+def _scaling(transform, m_x, y_x, m_r):
     """``s(x, r)``: 1 for ``"raw"`` and where the margins are equal, else the secant slope of
     ``T``, by the CPU backend's cancellation-free arithmetic
-    (:func:`distshap.kernels.interventional_math.rescale`; ``t_x`` and ``t_r`` are unused:
-    a difference of the two rounded ``T`` loses every digit when the margins are an ulp
-    apart)."""
+    (:func:`distshap.kernels.interventional_math.rescale`; a difference of two rounded ``T``
+    loses every digit when the margins are an ulp apart)."""
     if transform == 0:
         return 1.0
     return _rescale(m_x, m_r, y_x, transform)
+
+
+@cuda.jit(cache=True)
+def factor_kernel(transform, m_x, y, m_bg, out):
+    """``out[i, q] = s(x_i, r_q)`` (:func:`_scaling`) for the rows of ``m_x`` (labels ``y``
+    for the log loss) and every background row: once per pair, grid-stride."""
+    n_bg = out.shape[1]
+    start = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    stride = cuda.gridDim.x * cuda.blockDim.x
+    for t in range(start, out.shape[0] * n_bg, stride):
+        i = t // n_bg
+        q = t - i * n_bg
+        yi = y[i] if transform == 2 else 0.0
+        out[i, q] = _scaling(transform, m_x[i], yi, m_bg[q])
 
 
 if SIM:  # pragma: no cover - only under NUMBA_ENABLE_CUDASIM=1 (no warp shuffles there)
@@ -434,17 +461,18 @@ def _make_table_kernel(shared: bool, interactions: bool):
     return kernel
 
 
-def _make_direct_kernel(transform: int, interactions: bool):
+def _make_direct_kernel(transform: int, interactions: bool, per_bin: bool = False):
     """Rows against every background row, one warp per bin (lanes with ``lane_on``): SHAP
     values for ``transform`` 0, 1 or 2, or interaction values (transform 0).
 
-    Background rows go by 32: each lane loads one row's mask (and computes its ``s(x, r)``),
-    then the warp walks them with shuffles, so ``s`` costs one evaluation per 32 rows."""
+    Background rows go by 32: each lane loads one row's mask (and its ``s(x, r)`` from
+    ``factors``, row ``r`` of ``X``; ``per_bin``: computes it from ``m_x``, ``y`` and
+    ``m_bg``), then the warp walks them with shuffles."""
     n_pair = 1024 if interactions else 1
 
     @cuda.jit(cache=True)
     def kernel(lane_f, lane_i, lane_cat, lane_d, cat_words, lane_on, bin_offsets, bin_maxk, bins,
-               masks, weights, X, m_x, t_x, y, m_bg, t_bg, acc, scale_b, rows_per_block,
+               masks, weights, X, m_x, y, m_bg, factors, acc, scale_b, rows_per_block,
                n_cols):  # fmt: skip
         tid = cuda.threadIdx.x
         lane = tid & 31
@@ -477,12 +505,10 @@ def _make_direct_kernel(transform: int, interactions: bool):
                 o = lane_follows(X[r, feat], lane_f, lane_i, lane_cat, cat_words, li)
             mx = np.int64(ballot(FULL_MASK, o))
             mxr = 0.0
-            txr = 0.0
             yr = 0.0
-            if transform != 0:
+            if per_bin and transform != 0:
                 mxr = m_x[r]
-                txr = t_x[r]
-            if transform == 2:
+            if per_bin and transform == 2:
                 yr = y[r]
             if not interactions:
                 total = 0.0
@@ -494,9 +520,10 @@ def _make_direct_kernel(transform: int, interactions: bool):
                     s_l = 1.0
                     if lane < qn:
                         mr_l = mrow[q0 + lane]
-                        if transform != 0:
-                            s_l = _scaling(transform, mxr, txr, yr, m_bg[q0 + lane],
-                                           t_bg[q0 + lane])  # fmt: skip
+                        if transform != 0 and per_bin:
+                            s_l = _scaling(transform, mxr, yr, m_bg[q0 + lane])
+                        elif transform != 0:
+                            s_l = factors[r, q0 + lane]
                     for j in range(qn):
                         mr = np.int64(shfl_i32(mr_l, j))
                         s = 1.0
@@ -572,13 +599,14 @@ def _make_direct_kernel(transform: int, interactions: bool):
     return kernel
 
 
-def _make_oversize_kernel(transform: int, interactions: bool):
+def _make_oversize_kernel(transform: int, interactions: bool, per_bin: bool = False):
     """Paths longer than a warp: one thread per (row, element), the path's tests of each
-    background row in local memory (SHAP values, or the element's row of the matrix)."""
+    background row in local memory (SHAP values, or the element's row of the matrix); ``s``
+    from ``factors`` (``per_bin``: computed from ``m_x``, ``y`` and ``m_bg``)."""
 
     @cuda.jit(cache=True)
     def kernel(lane_f, lane_i, lane_cat, lane_d, cat_words, path_offsets, elem_path, elem_pos,
-               weights, X, bg_rows, m_x, t_x, y, m_bg, t_bg, acc, scale_b, n_cols):  # fmt: skip
+               weights, X, bg_rows, m_x, y, m_bg, factors, acc, scale_b, n_cols):  # fmt: skip
         r = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         if r >= X.shape[0]:
             return  # nothing below synchronises threads
@@ -595,12 +623,10 @@ def _make_oversize_kernel(transform: int, interactions: bool):
                                  cat_words, li)  # fmt: skip
             part[e] = 0.0
         mxr = 0.0
-        txr = 0.0
         yr = 0.0
-        if transform != 0:
+        if per_bin and transform != 0:
             mxr = m_x[r]
-            txr = t_x[r]
-        if transform == 2:
+        if per_bin and transform == 2:
             yr = y[r]
         phi = 0.0
         for q in range(bg_rows.shape[0]):
@@ -626,7 +652,11 @@ def _make_oversize_kernel(transform: int, interactions: bool):
             ir = rf[i] != 0 and xf[i] == 0
             if not (ix or ir):
                 continue
-            s = _scaling(transform, mxr, txr, yr, m_bg[q], t_bg[q])
+            s = 1.0
+            if transform != 0 and per_bin:
+                s = _scaling(transform, mxr, yr, m_bg[q])
+            elif transform != 0:
+                s = factors[r, q]
             if ix:
                 phi += s * weights[0, a, nb]
             else:
@@ -687,18 +717,21 @@ def finish_kernel(acc, out, inv_scale, bias, group_size, bias_offset):
 _KERNELS: dict = {}
 
 
-def kernels(kind: str, transform: int = 0, interactions: bool = False, shared: bool = False):
+def kernels(kind: str, transform: int = 0, interactions: bool = False, shared: bool = False,
+            per_bin: bool = False):  # fmt: skip
     """The per-row kernel ``kind`` (``"table"``, ``"direct"``, ``"oversize"``), built on first
-    use (compiled at launch)."""
-    key = (kind, transform, interactions, shared)
+    use (compiled at launch); ``per_bin``: the direct and oversize kernels of a transform
+    compute ``s(x, r)`` themselves (:data:`_FACTORS_PER_BIN`)."""
+    per_bin = bool(per_bin) and transform != 0 and kind != "table"
+    key = (kind, transform, interactions, shared, per_bin)
     kernel = _KERNELS.get(key)
     if kernel is None:
         if kind == "table":
             kernel = _make_table_kernel(shared, interactions)
         elif kind == "direct":
-            kernel = _make_direct_kernel(transform, interactions)
+            kernel = _make_direct_kernel(transform, interactions, per_bin)
         elif kind == "oversize":
-            kernel = _make_oversize_kernel(transform, interactions)
+            kernel = _make_oversize_kernel(transform, interactions, per_bin)
         else:
             raise ValueError(f"unknown kernel kind {kind!r}")
         _KERNELS[key] = kernel
@@ -764,7 +797,6 @@ class DeviceBackground:
     n_rows: int
     rows: Any
     m_bg: Any  # float64 (B,): margin (group 0; the transforms need one group)
-    t_bg: Any  # float64 (2, B): sigmoid(m), softplus(m)
     masks: Any
     counts: Any
     regular_bins: Any
@@ -814,19 +846,6 @@ def _check_background(packed: PackedModel, background: Any) -> tuple[np.ndarray,
     return rows, np.ascontiguousarray(background.margin, dtype=np.float64)
 
 
-def _softplus(m):
-    """``log(1 + exp(m))`` without overflow (NumPy or CuPy), as the CPU backend writes it."""
-    mod = xp() if not isinstance(m, np.ndarray) else np
-    return mod.maximum(m, 0.0) + mod.log1p(mod.exp(-mod.abs(m)))
-
-
-def _sigmoid(m):
-    """``1 / (1 + exp(-m))`` without overflow (``e / (1 + e)``, ``e = exp(m)``, for ``m < 0``)."""
-    mod = xp() if not isinstance(m, np.ndarray) else np
-    e = mod.exp(-mod.abs(m))
-    return mod.where(m >= 0.0, 1.0 / (1.0 + e), e / (1.0 + e))
-
-
 def device_background(packed: PackedModel, background: Any,
                       model: DeviceModel | None = None) -> DeviceBackground:  # fmt: skip
     """``background`` on the current device against ``packed``: masks and pattern counts
@@ -866,7 +885,6 @@ def device_background(packed: PackedModel, background: Any,
         host = dict(
             rows=rows,
             m_bg=np.ascontiguousarray(m0),
-            t_bg=np.ascontiguousarray(np.stack([_sigmoid(m0), _softplus(m0)])),
             masks=np.zeros((n_bins, B), np.int32),
             counts=np.zeros(max(plan["n_counts"], 1), np.int32),
             regular_bins=reg_bins,
@@ -983,38 +1001,53 @@ def _launch_tables(model, tp: TablePlan, Xb, acc, F1, s, interactions):
 
 
 def _launch_direct(model, bg, bins, maxk, n_bins, lane_on, Xb, rowargs, acc, scale_b, F1, s,
-                   transform, interactions):  # fmt: skip
+                   transform, interactions, per_bin=False):  # fmt: skip
+    """``rowargs``: ``m_x``, ``y`` (of the rows of ``Xb``) and the factors (rows of ``Xb``)."""
     if not n_bins:
         return
     nb = int(Xb.shape[0])
     rpb = _rows_per_block(nb, n_bins, 64)
     grid = (-(-n_bins // _DIRECT_WARPS), -(-nb // rpb))
-    t_bg = _t_bg(bg, transform)
-    kernels("direct", transform, interactions)[grid, 32 * _DIRECT_WARPS, s](
+    m_x, y, factors = rowargs
+    kernels("direct", transform, interactions, per_bin=per_bin)[grid, 32 * _DIRECT_WARPS, s](
         model.lane_f, model.lane_i, model.lane_cat, model.lane_d, model.cat_words, lane_on,
-        model.bin_offsets, maxk, bins, bg.masks, bg.weights, Xb, *rowargs, bg.m_bg, t_bg, acc,
+        model.bin_offsets, maxk, bins, bg.masks, bg.weights, Xb, m_x, y, bg.m_bg, factors, acc,
         scale_b, rpb, F1,
     )  # fmt: skip
 
 
-def _t_bg(bg: DeviceBackground, transform: int):
-    """The background's ``T`` values the transform's kernels read (row 0 for "raw": unused)."""
-    return bg.t_bg[max(transform, 1) - 1]
-
-
-def _launch_oversize(model, bg, Xb, rowargs, acc, scale_b, F1, s, transform, interactions):
+def _launch_oversize(model, bg, Xb, rowargs, acc, scale_b, F1, s, transform, interactions,
+                     per_bin=False):  # fmt: skip
     if not bg.n_elems:
         return
     nb = int(Xb.shape[0])
     tpb = min(64, 32 * -(-nb // 32))
-    kernel = kernels("oversize", transform, interactions)
+    kernel = kernels("oversize", transform, interactions, per_bin=per_bin)
+    m_x, y, factors = rowargs
     for e0 in range(0, bg.n_elems, 65535):  # grid.y is at most 65535
         e1 = min(bg.n_elems, e0 + 65535)
         kernel[(-(-nb // tpb), e1 - e0), tpb, s](
             model.lane_f, model.lane_i, model.lane_cat, model.lane_d, model.cat_words,
             model.path_offsets, bg.elem_path[e0:e1], bg.elem_pos[e0:e1], bg.weights, Xb,
-            bg.rows, *rowargs, bg.m_bg, _t_bg(bg, transform), acc, scale_b, F1,
+            bg.rows, m_x, y, bg.m_bg, factors, acc, scale_b, F1,
         )  # fmt: skip
+
+
+def _launch_factors(transform: int, m_x, y, m_bg, out, s) -> None:
+    """``out[i, q] = s(x_i, r_q)`` on the device (:func:`factor_kernel`)."""
+    total = int(out.shape[0]) * int(out.shape[1])
+    if total == 0:
+        return
+    tpb = 256
+    blocks = min(-(-total // tpb), 65535)
+    factor_kernel[blocks, tpb, s](transform, m_x, y, m_bg, out)
+
+
+def factor_chunk_rows(n_bg: int, budget: int | None = None) -> int:
+    """Rows of one factor array (float64 ``(rows, n_bg)``) within ``budget`` bytes (default
+    :data:`_FACTOR_BUDGET_BYTES`), at least 1."""
+    budget = _FACTOR_BUDGET_BYTES if budget is None else int(budget)
+    return max(1, budget // (8 * max(1, int(n_bg))))
 
 
 def _device_rows(X, num_features: int):
@@ -1034,15 +1067,14 @@ def _host_or_device_f64(a, shape_msg: str, shape: tuple):
 
 
 def _row_inputs(packed, n, transform, x_margin, y, bias):
-    """Device float64 arrays: ``m_x``, ``T(m_x, y)``, ``y`` (length >= 1) and the bias."""
+    """Device float64 arrays: ``m_x``, ``y`` (length >= 1) and the bias."""
     mod = xp()
     G = packed.num_groups
     if transform not in (0, 1, 2):
         raise ValueError(f"transform must be 0 (raw), 1 (probability) or 2 (log_loss), got "
                          f"{transform!r}")  # fmt: skip
     if transform == 0:
-        dummy = mod.zeros(1, dtype=np.float64)
-        m_x = t_x = yv = dummy
+        m_x = yv = mod.zeros(1, dtype=np.float64)
     else:
         if G != 1:
             raise ValueError(
@@ -1064,16 +1096,14 @@ def _row_inputs(packed, n, transform, x_margin, y, bias):
                     f"y[{first}] = {float(yv[first])}: recode them, e.g. y = (labels == "
                     f"positive_class)"
                 )
-            t_x = _softplus(m_x) - yv * m_x
         else:
             yv = mod.zeros(1, dtype=np.float64)
-            t_x = _sigmoid(m_x)
     if bias is None:
         bias = np.zeros((1, G), np.float64)
     bias = mod.asarray(bias, dtype=np.float64)
     if bias.ndim != 2 or bias.shape[1] != G or bias.shape[0] not in (1, n):
         raise ValueError(f"bias must have shape (1, {G}) or ({n}, {G}), got {bias.shape}")
-    return m_x, t_x, yv, mod.ascontiguousarray(bias)
+    return m_x, yv, mod.ascontiguousarray(bias)
 
 
 def interventional_values(
@@ -1133,7 +1163,7 @@ def interventional_values(
         )
     X = _device_rows(X, packed.num_features)
     n = int(X.shape[0])
-    m_x, t_x, yv, bias_d = _row_inputs(packed, n, transform, x_margin, y, bias)
+    m_x, yv, bias_d = _row_inputs(packed, n, transform, x_margin, y, bias)
     model = device_model(packed)
     bg = device_background(packed, background, model)
     F1 = packed.num_features + 1
@@ -1146,23 +1176,40 @@ def interventional_values(
     scale = 2.0**shift
     scale_b = scale / bg.n_rows
     tp = _table_plan(packed, model, bg, interactions) if transform == 0 else None
+    per_bin = bool(_FACTORS_PER_BIN)
+    no_factors = xp().zeros((1, 1), dtype=np.float64)
+    chunk = n if transform == 0 or per_bin else factor_chunk_rows(bg.n_rows)
+    factors = None  # float64 (rows of a chunk, B), allocated by the first chunk
 
     def batch(r0, r1, Xb, acc, s):
-        if transform == 0:
-            rowargs = (m_x, t_x, yv)
-        else:
-            rowargs = (m_x[r0:r1], t_x[r0:r1], yv[r0:r1] if transform == 2 else yv)
+        nonlocal factors
         if tp is not None:
             _launch_tables(model, tp, Xb, acc, F1, s, interactions)
-            _launch_direct(model, bg, tp.direct_bins, tp.direct_maxk, tp.n_direct_bins,
-                           tp.lane_direct, Xb, rowargs, acc, scale_b, F1, s, transform,
-                           interactions)  # fmt: skip
-        else:
-            _launch_direct(model, bg, bg.regular_bins, bg.regular_maxk, bg.n_regular_bins,
-                           bg.lane_all, Xb, rowargs, acc, scale_b, F1, s, transform,
-                           interactions)  # fmt: skip
-        _launch_oversize(model, bg, Xb, rowargs, acc, scale_b, F1, s, transform,
-                         interactions)  # fmt: skip
+        for c0 in range(0, r1 - r0, chunk):  # transforms: rows by factor arrays; else one
+            c1 = min(r1 - r0, c0 + chunk)
+            Xc, acc_c = Xb[c0:c1], acc[c0:c1]
+            if transform == 0:
+                rowargs = (m_x, yv, no_factors)
+            else:
+                m_c = m_x[r0 + c0 : r0 + c1]
+                y_c = yv[r0 + c0 : r0 + c1] if transform == 2 else yv
+                f_c = no_factors
+                if not per_bin:
+                    if factors is None:
+                        factors = xp().empty((min(chunk, n), bg.n_rows), dtype=np.float64)
+                    f_c = factors[: c1 - c0]
+                    _launch_factors(transform, m_c, y_c, bg.m_bg, f_c, s)
+                rowargs = (m_c, y_c, f_c)
+            if tp is not None:
+                _launch_direct(model, bg, tp.direct_bins, tp.direct_maxk, tp.n_direct_bins,
+                               tp.lane_direct, Xc, rowargs, acc_c, scale_b, F1, s, transform,
+                               interactions)  # fmt: skip
+            else:
+                _launch_direct(model, bg, bg.regular_bins, bg.regular_maxk, bg.n_regular_bins,
+                               bg.lane_all, Xc, rowargs, acc_c, scale_b, F1, s, transform,
+                               interactions, per_bin)  # fmt: skip
+            _launch_oversize(model, bg, Xc, rowargs, acc_c, scale_b, F1, s, transform,
+                             interactions, per_bin)  # fmt: skip
         bias_b = bias_d[r0:r1] if bias_d.shape[0] > 1 else bias_d
         launch_finish(finish_kernel, acc, out2[r0:r1], 1.0 / scale, bias_b, group_size,
                       bias_offset, s)  # fmt: skip
@@ -1176,7 +1223,7 @@ def interventional_values(
 # ------------------------------------------------------------------------------------------
 
 _LANES = "float32[:, ::1], int32[:, ::1], int64[::1]"  # lane_f, lane_i, lane_cat
-_ROW_F64 = "float64[::1], float64[::1], float64[::1]"  # m_x, t_x, y
+_ROW_F64 = "float64[::1], float64[::1], float64[::1], float64[:, ::1]"  # m_x, y, m_bg, factors
 
 
 def _signatures() -> dict:
@@ -1197,6 +1244,10 @@ def _signatures() -> dict:
             finish_kernel,
             "void(int64[:, ::1], float32[:, ::1], float64, float64[:, ::1], int64, int64)",
         ),
+        "interventional_factor_kernel": (
+            factor_kernel,
+            "void(int64, float64[::1], float64[::1], float64[::1], float64[:, ::1])",
+        ),
     }
     table = (
         f"void({_LANES}, uint32[::1], int64[::1], int64[::1], int64[::1], int32[::1], "
@@ -1205,12 +1256,12 @@ def _signatures() -> dict:
     direct = (
         f"void({_LANES}, float64[:, ::1], uint32[::1], int8[::1], int64[::1], int32[::1], "
         f"int32[::1], int32[:, ::1], float64[:, :, ::1], float32[:, ::1], {_ROW_F64}, "
-        "float64[::1], float64[::1], int64[:, ::1], float64, int64, int64)"
+        "int64[:, ::1], float64, int64, int64)"
     )
     oversize = (
         f"void({_LANES}, float64[:, ::1], uint32[::1], int64[::1], int32[::1], int32[::1], "
-        f"float64[:, :, ::1], float32[:, ::1], float32[:, ::1], {_ROW_F64}, float64[::1], "
-        "float64[::1], int64[:, ::1], float64, int64)"
+        f"float64[:, :, ::1], float32[:, ::1], float32[:, ::1], {_ROW_F64}, int64[:, ::1], "
+        "float64, int64)"
     )
     for inter in (False, True):
         what = "interaction" if inter else "shap"
