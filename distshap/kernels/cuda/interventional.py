@@ -1177,7 +1177,7 @@ def interventional_values(
     scale_b = scale / bg.n_rows
     tp = _table_plan(packed, model, bg, interactions) if transform == 0 else None
     per_bin = bool(_FACTORS_PER_BIN)
-    no_factors = xp().zeros((1, 1), dtype=np.float64)
+    no_factors = bg.weights[0]  # a C-contiguous float64 matrix the kernels do not read
     chunk = n if transform == 0 or per_bin else factor_chunk_rows(bg.n_rows)
     factors = None  # float64 (rows of a chunk, B), allocated by the first chunk
 
