@@ -34,7 +34,8 @@ arrays) sit in six device arrays with a header of section offsets (few kernel ar
 costs host time at every launch), copied once per model and device.
 
 :data:`VARIANT` picks the kernels a call launches (the same float64 operations per contribution
-in each, so the same float32 bits): the default ``"unrolled"`` passes the constants as two
+in each, so the same float32 bits, except ``"gather"``, the default, whose kernels live in
+:mod:`.small_gather`): ``"unrolled"`` passes the constants as two
 arrays (:func:`merged_arrays`: int64 and float64, float32 and bool sections widened exactly,
 the fixed-point scales inside) and the rows once where they are the check's raw values (six
 kernel arguments instead of twelve), and compiles the DP for the model's longest path
@@ -647,15 +648,16 @@ def launch_slots(sm: SmallModel, X, acc, dev, s) -> None:
 # unrolled for short paths (VARIANT; the kernels above stay selectable)
 # ------------------------------------------------------------------------------------------
 
-#: Which small kernels a call launches: ``"unrolled"`` (default) the merged-argument kernels
+#: Which small kernels a call launches: ``"gather"`` (default, measured fastest on an H200:
+#: ``benchmarks/RESULTS.md``) the block kernels of :mod:`.small_gather` (quadrature, no
+#: division, fixed gathers instead of butterflies; the last bit may differ from the other
+#: variants', as exact), for models whose row fits a block's shared memory (others: as
+#: ``"unrolled"``); ``"unrolled"`` the merged-argument kernels
 #: with the DP specialised to the model's longest path (at most :data:`UNROLL_MAX` features;
 #: longer: as ``"merged"``); ``"merged"`` the merged-argument kernels with the DP loops of the
 #: kernels above; ``"v1"`` the kernels above (twelve arguments). The same float64 operations
-#: per contribution in these three, so the same float32 bits. ``"gather"``: the block kernels
-#: of :mod:`.small_gather` (quadrature, no division, fixed gathers instead of butterflies;
-#: other bits, as exact), for models whose row fits a block's shared memory (others: as
-#: ``"unrolled"``).
-VARIANT = "unrolled"
+#: per contribution in these three, so the same float32 bits.
+VARIANT = "gather"
 #: The longest path (features) the unrolled DP is compiled for; longer paths: loops.
 UNROLL_MAX = 4
 #: Registers a thread the merged kernels are compiled within (0: the compiler's choice; the
