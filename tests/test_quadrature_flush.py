@@ -178,10 +178,11 @@ def test_gpu_transposed_flush_keeps_the_bits(monkeypatch):
     Xn = tiny.random_rows(94, narrow, 3001, 0.1)
     settings = [("SHAP_QUADRATURE_TILES", "all")]
     variants = [
-        [("SHAP_QUADRATURE_ROWS", 2)],
-        [("SHAP_QUADRATURE_ROWS", 1), ("QUADRATURE_TILE_FEATURES", 32)],
+        [("SHAP_QUADRATURE_ROWS", r), ("QUADRATURE_TILE_FEATURES", c)]
+        for r in (1, 2) for c in (16, 32)
+    ] + [
         [("SHAP_QUADRATURE_TILES", "all"), ("SHAP_QUADRATURE_ROWS", 2)],
-        [("SHAP_QUADRATURE_ROWS", 2), ("QUADRATURE_FLUSH_BUDGET_BYTES", 1)],  # 512-row slices
+        [("QUADRATURE_FLUSH_BUDGET_BYTES", 1)],  # slices of 512 rows
         [("SHAP_QUADRATURE_ROWS", 2), ("QUADRATURE_SHARED_BYTES", 8 * 32 * 16)],
     ]  # fmt: skip
     for ensemble, rows in ((ens, X), (narrow, Xn)):
@@ -195,8 +196,9 @@ def test_gpu_transposed_flush_keeps_the_bits(monkeypatch):
                 for name, value in chosen:
                     m.setattr(config, name, value)
                 outs.append(to_host(kc.shap_values(packed, rows)))
-                if ("QUADRATURE_FLUSH_BUDGET_BYTES", 1) in chosen:  # slices of 777-row batches
-                    outs.append(to_host(kc.shap_values(packed, rows, batch_rows=777)))
+                if chosen is not settings:  # batches of 777 rows: slices of each
+                    batched = to_host(kc.shap_values(packed, rows, batch_rows=777))
+                    assert np.array_equal(outs[0].view(np.uint32), batched.view(np.uint32))
         kc.clear_cache()
         for other in outs[1:]:
             assert np.array_equal(outs[0].view(np.uint32), other.view(np.uint32))
