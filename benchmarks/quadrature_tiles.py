@@ -16,10 +16,8 @@ median of ``--repeats`` synchronized calls after a warm-up call:
   tokens: ``all`` (the all-features tile), ``cN`` (local tiles, ``C = N``), ``wN``
   (``config.QUADRATURE_TILE_WINDOW = N``: windowed chunks), ``rN``
   (``config.SHAP_QUADRATURE_ROWS = N``: rows a thread), ``kN``
-  (``config.SHAP_QUADRATURE_WARPS = N``), ``t`` (``config.SHAP_QUADRATURE_FLUSH =
-  "transposed"``: sums added to a (columns, rows) scratch, coalesced), e.g.
-  ``c16,c16+w256,c16+r2,c16+w256+r2+k8,c16+r2+t``; the first is the baseline (``x ... of
-  base``). On a model of at most ``C`` features ``cN`` and
+  (``config.SHAP_QUADRATURE_WARPS = N``), e.g. ``c16,c16+w256,c16+r2,c16+w256+r2+k8``; the
+  first is the baseline (``x ... of base``). On a model of at most ``C`` features ``cN`` and
   ``wN`` change nothing: such repeats of an earlier variant are skipped;
 * ``xgboost_gpu`` (``--xgboost``) XGBoost's ``pred_contribs`` with ``device="cuda"``.
 
@@ -67,7 +65,6 @@ def _plan_info(kc, packed) -> dict:
             widest if local else packed.num_features, kc.config.SHAP_QUADRATURE_ROWS
         ),
         "rows_a_thread": kc.config.SHAP_QUADRATURE_ROWS,
-        "flush": kc.config.SHAP_QUADRATURE_FLUSH,
     }
 
 
@@ -125,7 +122,7 @@ _TOKENS = {"c": "QUADRATURE_TILE_FEATURES", "w": "QUADRATURE_TILE_WINDOW",
            "r": "SHAP_QUADRATURE_ROWS", "k": "SHAP_QUADRATURE_WARPS"}  # fmt: skip
 _DEFAULTS = {"SHAP_QUADRATURE_TILES": "local", "QUADRATURE_TILE_FEATURES": 16,
              "QUADRATURE_TILE_WINDOW": 0, "SHAP_QUADRATURE_ROWS": 1,
-             "SHAP_QUADRATURE_WARPS": 4, "SHAP_QUADRATURE_FLUSH": "direct"}  # fmt: skip
+             "SHAP_QUADRATURE_WARPS": 4}  # fmt: skip
 
 
 def parse_variant(spec: str) -> dict:
@@ -134,12 +131,10 @@ def parse_variant(spec: str) -> dict:
     for token in spec.split("+"):
         if token == "all":
             settings["SHAP_QUADRATURE_TILES"] = "all"
-        elif token == "t":
-            settings["SHAP_QUADRATURE_FLUSH"] = "transposed"
         elif token[:1] in _TOKENS and token[1:].isdigit():
             settings[_TOKENS[token[0]]] = int(token[1:])
         else:
-            raise ValueError(f"bad variant token {token!r} in {spec!r}: use all, cN, wN, rN, kN, t")
+            raise ValueError(f"bad variant token {token!r} in {spec!r}: use all, cN, wN, rN, kN")
     return settings
 
 
@@ -149,7 +144,7 @@ def _effective(settings: dict, num_features: int) -> tuple:
              and num_features > settings["QUADRATURE_TILE_FEATURES"])  # fmt: skip
     tile = (settings["QUADRATURE_TILE_FEATURES"], settings["QUADRATURE_TILE_WINDOW"])
     return (local, tile if local else None, settings["SHAP_QUADRATURE_ROWS"],
-            settings["SHAP_QUADRATURE_WARPS"], settings["SHAP_QUADRATURE_FLUSH"])  # fmt: skip
+            settings["SHAP_QUADRATURE_WARPS"])  # fmt: skip
 
 
 def measure_variants(shape: str, rows: int, repeats: int, specs: list[str],
@@ -240,7 +235,7 @@ def _print(record: dict) -> None:
                 + (f"  {v['rows_s'] / xgb_rows:5.2f}x xgboost" if xgb_rows else "")
                 + f"  bits {v['bits']}  chunks {v['chunks']}/{v['local_chunks']}"
                 f"  columns {v['local_columns']}  warps {v['warps']}"
-                f"  rows/thread {v.get('rows_a_thread', 1)}  flush {v.get('flush', 'direct')}"
+                f"  rows/thread {v.get('rows_a_thread', 1)}"
                 f"  first {v['first_s']:.2f}s"
                 + (f"  plan {v['plan_s']:.2f}s" if "plan_s" in v else ""))  # fmt: skip
         print(line, flush=True)

@@ -22,14 +22,12 @@ __all__ = [
     "MAX_FALLBACK_FEATURES",
     "MIN_TILE_ROWS",
     "QUADRATURE_CHUNK_PATHS",
-    "QUADRATURE_FLUSH_BUDGET_BYTES",
     "QUADRATURE_NODES",
     "QUADRATURE_SHARED_BYTES",
     "QUADRATURE_TILE_FEATURES",
     "QUADRATURE_TILE_WINDOW",
     "ROWS_PER_WARP",
     "SHAP_TABLE_ROWS_A_STEP",
-    "SHAP_QUADRATURE_FLUSH",
     "SHAP_QUADRATURE_ROWS",
     "SHAP_QUADRATURE_TILES",
     "SHAP_QUADRATURE_WARPS",
@@ -85,15 +83,6 @@ QUADRATURE_TILE_WINDOW = 256
 #: On one H200 against one row: adult-med 2.24M against 1.61M rows/s (1.39x), covtype-med
 #: 1.28x, fashion_mnist-med 1.12x (``benchmarks.quadrature_tiles --variants``, RESULTS.md).
 SHAP_QUADRATURE_ROWS = 2
-#: Where the SHAP quadrature kernels add their sums (same bits either way; read at launch):
-#: ``"direct"``, into the batch's int64 accumulator (rows, columns): the 32 adds of a warp to
-#: one column go to 32 rows, 32 different cache lines; ``"transposed"``, into an int64 scratch
-#: (columns, rows) of at most :data:`QUADRATURE_FLUSH_BUDGET_BYTES` (a slice of the batch's
-#: rows at a time), where they go to 32 consecutive words, then added into the accumulator by
-#: a transposing kernel (``quadrature.add_transposed``). Not measured on a GPU yet.
-SHAP_QUADRATURE_FLUSH = "direct"
-#: Bytes of the transposed flush's scratch at most (at least 512 rows of it).
-QUADRATURE_FLUSH_BUDGET_BYTES = 256 << 20
 #: Warps a block of the SHAP quadrature kernels at most (fewer where the per-row sums do not
 #: fit :data:`QUADRATURE_SHARED_BYTES`; same bits either way). Read at launch time.
 SHAP_QUADRATURE_WARPS = 4

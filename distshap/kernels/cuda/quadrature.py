@@ -17,11 +17,7 @@ length (unlike the DP's UNWOUND_SUM, which cancels).
   feature of the model, so more warps fit an SM, and models too wide for a column per feature
   sum in shared memory instead of adding every contribution to global memory. Column ``c``
   is flushed to the chunk's ``c``-th feature. Every contribution is truncated to int64 on its
-  own and integer addition is associative: the same bits as the all-features tile. With
-  :data:`config.SHAP_QUADRATURE_FLUSH` ``"transposed"`` the SHAP kernels add to an int64
-  scratch laid out (columns, rows) instead of the accumulator (rows, columns), so the 32
-  adds of a warp to one column hit consecutive words (a few cache sectors instead of 32
-  lines); :func:`add_transposed` then adds the scratch into the accumulator (same bits).
+  own and integer addition is associative: the same bits as the all-features tile.
 * Interaction values: one thread per path, one block per (chunk, row). With ``r_i`` the
   element's ratio ``(o_i - z_i) / (z_i + t (o_i - z_i))``, half the interaction of ``i != c`` is
   ``1/2 integral P r_i r_c`` and the diagonal ``integral P r_i (1 - (U - r_i) / 2)``, ``U = sum_j
@@ -72,9 +68,8 @@ from distshap.kernels.cuda.device import (
 )  # fmt: skip
 
 __all__ = [
-    "SlotLayout", "add_transposed", "flush_rows", "flush_transposed", "gauss_legendre",
-    "launch_quadrature", "local_tiles", "quadrature_kernel", "quadrature_warps", "shap_rows",
-    "slot_layout", "slot_rows_kernel", "slot_rows_shape",
+    "SlotLayout", "gauss_legendre", "launch_quadrature", "local_tiles", "quadrature_kernel",
+    "quadrature_warps", "shap_rows", "slot_layout", "slot_rows_kernel", "slot_rows_shape",
 ]  # fmt: skip
 
 
@@ -106,11 +101,10 @@ def shap_rows() -> int:
     return int(rows)
 
 
-def _make_shap_kernel(n_nodes: int, shared: bool, transposed: bool = False):
+def _make_shap_kernel(n_nodes: int, shared: bool):
     """The SHAP kernel: one thread per row of ``XT`` (features x rows), ``n_nodes`` nodes;
     row sums of every feature in shared memory (``shared``) or added to global memory
-    directly (see :func:`_make_local_shap_kernel` for chunk-local tiles). ``transposed``:
-    ``acc`` is a (columns, rows) scratch (:data:`config.SHAP_QUADRATURE_FLUSH`)."""
+    directly (see :func:`_make_local_shap_kernel` for chunk-local tiles)."""
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
 
     @cuda.jit(cache=True)
@@ -161,29 +155,23 @@ def _make_shap_kernel(n_nodes: int, shared: bool, transposed: bool = False):
                         col = lane_i[li, LI_FEATURE]
                         if shared:
                             tile[col * stride + tid] += iv
-                        elif transposed:
-                            cuda.atomic.add(acc, (base + col, r), iv)
                         else:
                             cuda.atomic.add(acc, (r, base + col), iv)
         if shared:
             for f in range(n_cols - 1):
                 iv = tile[f * stride + tid]
                 if iv != 0:
-                    if transposed:
-                        cuda.atomic.add(acc, (base + f, r), iv)
-                    else:
-                        cuda.atomic.add(acc, (r, base + f), iv)
+                    cuda.atomic.add(acc, (r, base + f), iv)
 
     return kernel
 
 
-def _make_local_shap_kernel(n_nodes: int, transposed: bool = False):
+def _make_local_shap_kernel(n_nodes: int):
     """The SHAP kernel with chunk-local feature tiles: as :func:`_make_shap_kernel` with
     ``shared``, a thread's row sums in shared memory, one int64 column per feature of the
     block's chunk (``features[feature_offsets[ch]:feature_offsets[ch + 1]]``; a lane adds at
     its ``lane_column``); the same float32 operations in the same order, so the same int64
-    contributions. ``transposed``: ``acc`` is a (columns, rows) scratch
-    (:data:`config.SHAP_QUADRATURE_FLUSH`)."""
+    contributions."""
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
 
     @cuda.jit(cache=True)
@@ -237,15 +225,12 @@ def _make_local_shap_kernel(n_nodes: int, transposed: bool = False):
         for c in range(width):
             iv = tile[c * stride + tid]
             if iv != 0:
-                if transposed:
-                    cuda.atomic.add(acc, (base + features[f0 + c], r), iv)
-                else:
-                    cuda.atomic.add(acc, (r, base + features[f0 + c]), iv)
+                cuda.atomic.add(acc, (r, base + features[f0 + c]), iv)
 
     return kernel
 
 
-def _make_two_row_shap_kernel(n_nodes: int, mode: str, transposed: bool = False):
+def _make_two_row_shap_kernel(n_nodes: int, mode: str):
     """The SHAP kernel with two rows a thread (:data:`config.SHAP_QUADRATURE_ROWS` 2): thread
     ``t`` of a block runs rows ``t`` and ``t + blockDim`` of its row tile, each path's lane
     data loaded once for both, two independent products in flight. ``mode``: ``"local"``
@@ -253,9 +238,7 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str, transposed: bool = False)
     feature, as :func:`_make_shap_kernel` with ``shared``) or ``"global"`` (global atomics).
     Each row's contributions are the same float32 operations in the same order as the
     one-row kernels', so the same int64 values; a row sums in its own columns of shared
-    memory (``[column * 2 blockDim + t]`` and ``[... + blockDim + t]``). ``transposed``:
-    ``acc`` is a (columns, rows) scratch (:data:`config.SHAP_QUADRATURE_FLUSH`): a warp's 32
-    adds to one column go to consecutive words."""
+    memory (``[column * 2 blockDim + t]`` and ``[... + blockDim + t]``)."""
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
     local = mode == "local"
     shared = mode != "global"
@@ -343,8 +326,6 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str, transposed: bool = False)
                     if iv != 0:
                         if shared:
                             tile[col * rs + tid] += iv
-                        elif transposed:
-                            cuda.atomic.add(acc, (base + col, ra), iv)
                         else:
                             cuda.atomic.add(acc, (ra, base + col), iv)
                 if db != 0:
@@ -355,8 +336,6 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str, transposed: bool = False)
                     if iv != 0:
                         if shared:
                             tile[col * rs + stride + tid] += iv
-                        elif has_b and transposed:
-                            cuda.atomic.add(acc, (base + col, rb), iv)
                         elif has_b:
                             cuda.atomic.add(acc, (rb, base + col), iv)
         if shared:
@@ -367,16 +346,10 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str, transposed: bool = False)
                     f = c
                 iv = tile[c * rs + tid]
                 if iv != 0:
-                    if transposed:
-                        cuda.atomic.add(acc, (base + f, ra), iv)
-                    else:
-                        cuda.atomic.add(acc, (ra, base + f), iv)
+                    cuda.atomic.add(acc, (ra, base + f), iv)
                 iv = tile[c * rs + stride + tid]
                 if iv != 0 and has_b:
-                    if transposed:
-                        cuda.atomic.add(acc, (base + f, rb), iv)
-                    else:
-                        cuda.atomic.add(acc, (rb, base + f), iv)
+                    cuda.atomic.add(acc, (rb, base + f), iv)
 
     return kernel
 
@@ -879,29 +852,25 @@ _KERNELS: dict = {}
 
 
 def quadrature_kernel(n_nodes: int, shared: bool, interactions: bool = False,
-                      slots: bool = False, local: bool = False, rows: int = 1,
-                      transposed: bool = False):  # fmt: skip
+                      slots: bool = False, local: bool = False, rows: int = 1):  # fmt: skip
     """The quadrature kernel for ``n_nodes`` nodes (built on first use, compiled at launch);
     ``slots``: the interaction kernel writing pair slots; ``local``: the SHAP kernel with
     chunk-local feature tiles (``shared`` and ``interactions`` ignored); ``rows`` 2: the SHAP
-    kernel with two rows a thread (:func:`_make_two_row_shap_kernel`); ``transposed`` (SHAP
-    kernels only): adding to a (columns, rows) scratch (:data:`config.SHAP_QUADRATURE_FLUSH`)."""
-    if transposed and (interactions or slots):
-        raise ValueError("transposed flushes are for the SHAP kernels only")
-    key = (n_nodes, shared, interactions, slots, local, rows, transposed)
+    kernel with two rows a thread (:func:`_make_two_row_shap_kernel`)."""
+    key = (n_nodes, shared, interactions, slots, local, rows)
     kernel = _KERNELS.get(key)
     if kernel is None:
         if rows == 2 and not interactions and not slots:
             mode = "local" if local else ("shared" if shared else "global")
-            kernel = _make_two_row_shap_kernel(n_nodes, mode, transposed)
+            kernel = _make_two_row_shap_kernel(n_nodes, mode)
         elif local:
-            kernel = _make_local_shap_kernel(n_nodes, transposed)
+            kernel = _make_local_shap_kernel(n_nodes)
         elif slots:
             kernel = _make_interaction_kernel(n_nodes, shared, slots=True)
         elif interactions:
             kernel = _make_interaction_kernel(n_nodes, shared)
         else:
-            kernel = _make_shap_kernel(n_nodes, shared, transposed)
+            kernel = _make_shap_kernel(n_nodes, shared)
         _KERNELS[key] = kernel
     return kernel
 
@@ -958,95 +927,7 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, interactions, slo
                     scale, F1, row0,
                 )  # fmt: skip
         return
-    if not flush_transposed():
-        XT = xp().ascontiguousarray(Xb.T)  # (features, rows): a warp reads 32 rows of a feature
-        _launch_shap(model, plan, XT, acc, scale, F1, stream, False)
-        return
-    # transposed flush: the kernels add to a (columns, rows) scratch, a slice of rows at a
-    # time, each slice then added into acc (integer sums: the same bits)
-    width = int(acc.shape[1])
-    step = flush_rows(width, nb)
-    scratch = xp().zeros((width, step), dtype=np.int64)
-    view = _view(scratch)
-    for s0 in range(0, nb, step):
-        s1 = min(nb, s0 + step)
-        XT = xp().ascontiguousarray(Xb[s0:s1].T)
-        _launch_shap(model, plan, XT, view, scale, F1, stream, True)
-        add_transposed(acc, view, s0, s1 - s0, stream)
-
-
-def flush_transposed() -> bool:
-    """Whether the SHAP quadrature kernels add to a transposed scratch
-    (:data:`config.SHAP_QUADRATURE_FLUSH` ``"transposed"``) or to the accumulator."""
-    flush = config.SHAP_QUADRATURE_FLUSH
-    if flush not in ("direct", "transposed"):
-        raise ValueError(
-            f"config.SHAP_QUADRATURE_FLUSH must be 'direct' or 'transposed', got {flush!r}"
-        )
-    return flush == "transposed"
-
-
-def flush_rows(width: int, n_rows: int) -> int:
-    """Rows of the transposed flush's scratch (``width`` int64 columns a row) for a batch of
-    ``n_rows``: within :data:`config.QUADRATURE_FLUSH_BUDGET_BYTES`, a multiple of 512 (at
-    least 512), at most ``n_rows`` and ``65535 * 32`` (:func:`add_transposed`'s grid)."""
-    budget = int(config.QUADRATURE_FLUSH_BUDGET_BYTES)
-    step = max(512, budget // (8 * max(int(width), 1)) // 512 * 512)
-    return max(1, min(int(n_rows), step, 65535 * 32))
-
-
-def _view(a):
-    from distshap.kernels.cuda import args
-
-    return args.view(a)
-
-
-def _make_add_transposed():
-    @cuda.jit(cache=True)
-    def kernel(acc, scratch, row0, n_rows):
-        # acc[row0 + r, c] += scratch[c, r] for r < n_rows; scratch reset to 0; a 32 x 32
-        # tile a block (32 x 8 threads) through shared memory: both sides coalesced
-        tile = cuda.shared.array((32, 33), types.int64)
-        tx = cuda.threadIdx.x
-        ty = cuda.threadIdx.y
-        c0 = cuda.blockIdx.x * 32
-        r0 = cuda.blockIdx.y * 32
-        width = acc.shape[1]
-        for k in range(0, 32, 8):
-            c = c0 + ty + k
-            r = r0 + tx
-            if c < width and r < n_rows:
-                tile[ty + k, tx] = scratch[c, r]
-                scratch[c, r] = 0
-        cuda.syncthreads()
-        for k in range(0, 32, 8):
-            r = r0 + ty + k
-            c = c0 + tx
-            if r < n_rows and c < width:
-                acc[row0 + r, c] += tile[tx, ty + k]
-
-    return kernel
-
-
-_ADD_TRANSPOSED: list = []
-
-
-def add_transposed(acc, scratch, row0: int, n_rows: int, stream) -> None:
-    """``acc[row0 + r, c] += scratch[c, r]`` for ``r < n_rows`` and every column ``c`` of
-    ``acc`` (int64, exact), resetting those entries of ``scratch`` to 0."""
-    if not _ADD_TRANSPOSED:
-        _ADD_TRANSPOSED.append(_make_add_transposed())
-    width = int(acc.shape[1])
-    if n_rows <= 0 or width == 0:
-        return
-    grid = (-(-width // 32), -(-int(n_rows) // 32))
-    _ADD_TRANSPOSED[0][grid, (32, 8), stream](acc, scratch, int(row0), int(n_rows))
-
-
-def _launch_shap(model, plan, XT, acc, scale, F1, stream, transposed: bool) -> None:
-    """The SHAP quadrature launches of ``plan`` on the rows of ``XT`` (features, rows), adding
-    to ``acc`` (rows, columns), or, ``transposed``, to a (columns, rows) scratch."""
-    nb = int(XT.shape[1])
+    XT = xp().ascontiguousarray(Xb.T)  # (features, rows): a warp reads 32 rows of a feature
     n_features = F1 - 1
     rows = shap_rows()
     if rows == 2 and quadrature_warps(n_features, 2) == 0 < quadrature_warps(n_features):
@@ -1065,9 +946,9 @@ def _launch_shap(model, plan, XT, acc, scale, F1, stream, transposed: bool) -> N
                 local_rows, local_warps = 1, quadrature_warps(launch.local_columns)
             if local_warps > 0:
                 _launch_local(model, plan, launch, XT, acc, scale, F1, stream, local_warps,
-                              local_rows, transposed)  # fmt: skip
+                              local_rows)  # fmt: skip
                 continue
-        kernel = quadrature_kernel(launch.n_nodes, shared, rows=rows, transposed=transposed)
+        kernel = quadrature_kernel(launch.n_nodes, shared, rows=rows)
         extra = ()
         if rows == 2:  # the two-row kernel's signature: local-tile arrays unused
             extra = (launch.offsets, launch.offsets, launch.offsets)
@@ -1080,15 +961,14 @@ def _launch_shap(model, plan, XT, acc, scale, F1, stream, transposed: bool) -> N
 
 
 def _launch_local(model, plan, launch, XT, acc, scale, F1, stream, warps: int,
-                  rows: int = 1, transposed: bool = False) -> None:  # fmt: skip
+                  rows: int = 1) -> None:  # fmt: skip
     """One SHAP quadrature launch with chunk-local feature tiles (``warps`` warps a block,
-    ``rows`` rows a thread; ``transposed``: into a (columns, rows) scratch)."""
+    ``rows`` rows a thread)."""
     nb = int(XT.shape[1])
     tpb = 32 * warps
     shared_bytes = tpb * launch.local_columns * 8 * rows
     rows_per_launch = 65535 * tpb * rows  # grid.y (row tiles) is at most 65535
-    kernel = quadrature_kernel(launch.n_nodes, True, local=True, rows=rows,
-                               transposed=transposed)  # fmt: skip
+    kernel = quadrature_kernel(launch.n_nodes, True, local=True, rows=rows)
     for row0 in range(0, nb, rows_per_launch):
         grid = (launch.n_local, -(-min(nb - row0, rows_per_launch) // (tpb * rows)))
         kernel[grid, tpb, stream, shared_bytes](
