@@ -17,7 +17,9 @@ median of ``--repeats`` synchronized calls after a warm-up call:
   (``config.QUADRATURE_TILE_WINDOW = N``: windowed chunks), ``rN``
   (``config.SHAP_QUADRATURE_ROWS = N``: rows a thread), ``kN``
   (``config.SHAP_QUADRATURE_WARPS = N``), e.g. ``c16,c16+w256,c16+r2,c16+w256+r2+k8``; the
-  first is the baseline (``x ... of base``). On a model of at most ``C`` features ``cN`` and
+  first is the baseline (``x ... of base``). Tokens left out take :data:`_DEFAULTS` (local
+  tiles, C = 16, no window, one row a thread, 4 warps), not the library's defaults: what
+  ``shap_values`` runs is ``c16+w256+r2``. On a model of at most ``C`` features ``cN`` and
   ``wN`` change nothing: such repeats of an earlier variant are skipped;
 * ``xgboost_gpu`` (``--xgboost``) XGBoost's ``pred_contribs`` with ``device="cuda"``.
 
