@@ -233,6 +233,27 @@ def test_windowed_chunks_regroup_paths_within_their_group(monkeypatch):
         assert np.array_equal(np.sort(a["paths"]), np.sort(b["paths"]))
 
 
+def test_windowed_order_in_threads_equals_one_serial_pass():
+    """Each group's run is reordered on its own (in threads): the order of one pass."""
+    km = _km()
+    ens = tiny.random_ensemble(33, n_features=40, n_trees=30, depth=6, n_groups=4,
+                               n_categorical=2)  # fmt: skip
+    packed = _packed(ens)
+    paths = np.argsort(packed.path_group, kind="stable").astype(np.int64)
+    runs = km._group_runs(paths, packed.path_group)
+    assert runs.size == 5 and runs[-1] == paths.size
+    assert np.all(np.diff(packed.path_group[paths[runs[:-1]]]) > 0)
+    lanes = np.zeros(packed.feature.size, np.int16)
+    threaded = km.local_chunks(packed, paths, 7, 40, lanes, window=16)["paths"]
+    serial = np.empty_like(paths)
+    args = (np.ascontiguousarray(packed.path_offsets, np.int64),
+            np.ascontiguousarray(packed.feature, np.int64), 7, 40, packed.num_features, 16)
+    km._window_order(paths, *args, runs, serial, 0, runs.size - 1)  # fmt: skip
+    assert np.array_equal(threaded, serial)
+    assert not np.array_equal(serial, paths)  # the window did reorder
+    assert np.array_equal(np.sort(serial), np.sort(paths))
+
+
 _SIM_VARIANTS = r"""
 import numpy as np
 import tiny

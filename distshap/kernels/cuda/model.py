@@ -56,6 +56,7 @@ from distshap.kernels.cuda.tables import (
     shared_tile_rows,
 )
 from distshap.kernels.cuda.upload import lane_columns
+from distshap.kernels.parallel import run_ranges
 from distshap.packed import PackedModel
 
 __all__ = [
@@ -399,60 +400,67 @@ def _greedy_chunks(paths, path_offsets, feature, path_group, max_features, chunk
 
 
 @njit(nogil=True, cache=True)
-def _window_order(paths, path_offsets, feature, path_group, max_features, chunk_paths,
-                  num_features, window):  # fmt: skip
-    """:func:`local_chunks` with a ``window``: ``paths`` reordered within each group so that
-    the greedy chunking takes, for each chunk, the path of the next ``window`` ones (of its
-    group, not yet taken) adding the fewest new features to it (the first of those on a tie)
-    while one fits."""
-    P = paths.size
-    order = np.empty(P, np.int64)
-    nxt = np.arange(1, P + 1)  # the next path not yet taken (P: none)
+def _window_order(paths, path_offsets, feature, max_features, chunk_paths, num_features,
+                  window, run_starts, order, lo, hi):  # fmt: skip
+    """:func:`local_chunks` with a ``window``: writes into ``order`` the ``paths`` of each run
+    ``lo .. hi - 1`` (``paths[run_starts[k]:run_starts[k + 1]]``, one group's) reordered so
+    that the greedy chunking takes, for each chunk, the path of the next ``window`` ones (not
+    yet taken) adding the fewest new features to it (the first of those on a tie) while one
+    fits. Runs are independent (no chunk spans two groups), so they run in threads
+    (:func:`~distshap.kernels.parallel.run_ranges`) with the order of one serial pass."""
     stamp = np.full(max(num_features, 1), -1, np.int64)
-    head = 0  # the first path not yet taken
-    at = 0
-    c = 0
-    while head < P:
-        g = path_group[paths[head]]
-        distinct = 0
-        size = 0
-        while size < chunk_paths:
-            best = -1
-            best_new = 1 << 30
-            prev_best = -1
-            prev = -1
-            j = head
-            seen = 0
-            while j < P and seen < window and path_group[paths[j]] == g:
-                p = paths[j]
-                new = 0
+    c = 0  # the current chunk's stamp (increasing over this call's runs)
+    for k in range(lo, hi):
+        s0 = run_starts[k]
+        P = run_starts[k + 1]
+        nxt = np.arange(1, P - s0 + 1) + s0  # the next path not yet taken (P: none)
+        head = s0  # the first path not yet taken
+        at = s0
+        while head < P:
+            distinct = 0
+            size = 0
+            while size < chunk_paths:
+                best = -1
+                best_new = 1 << 30
+                prev_best = -1
+                prev = -1
+                j = head
+                seen = 0
+                while j < P and seen < window:
+                    p = paths[j]
+                    new = 0
+                    for li in range(path_offsets[p] + 1, path_offsets[p + 1]):
+                        if stamp[feature[li]] != c:
+                            new += 1
+                    if new < best_new and (distinct + new <= max_features or size == 0):
+                        best, best_new, prev_best = j, new, prev
+                        if new == 0:
+                            break
+                    prev = j
+                    j = nxt[j - s0]
+                    seen += 1
+                if best < 0:
+                    break
+                p = paths[best]
                 for li in range(path_offsets[p] + 1, path_offsets[p + 1]):
-                    if stamp[feature[li]] != c:
-                        new += 1
-                if new < best_new and (distinct + new <= max_features or size == 0):
-                    best, best_new, prev_best = j, new, prev
-                    if new == 0:
-                        break
-                prev = j
-                j = nxt[j]
-                seen += 1
-            if best < 0:
-                break
-            p = paths[best]
-            for li in range(path_offsets[p] + 1, path_offsets[p + 1]):
-                stamp[feature[li]] = c
-            distinct += best_new
-            size += 1
-            order[at] = p
-            at += 1
-            if prev_best < 0:
-                head = nxt[best]
-            else:
-                nxt[prev_best] = nxt[best]
-            if head >= P:
-                break
-        c += 1
-    return order
+                    stamp[feature[li]] = c
+                distinct += best_new
+                size += 1
+                order[at] = p
+                at += 1
+                if prev_best < 0:
+                    head = nxt[best - s0]
+                else:
+                    nxt[prev_best - s0] = nxt[best - s0]
+                if head >= P:
+                    break
+            c += 1
+
+
+def _group_runs(paths: np.ndarray, path_group: np.ndarray) -> np.ndarray:
+    """Starts of the runs of one group in ``paths`` (and ``paths.size`` at the end)."""
+    g = path_group[paths]
+    return np.concatenate(([0], np.flatnonzero(g[1:] != g[:-1]) + 1, [paths.size])).astype(np.int64)
 
 
 def local_chunks(packed: PackedModel, paths: np.ndarray, max_features: int, chunk_paths: int,
@@ -482,12 +490,15 @@ def local_chunks(packed: PackedModel, paths: np.ndarray, max_features: int, chun
     paths = np.ascontiguousarray(paths, np.int64)
     out = {}
     if int(window) > 0 and paths.size:
-        paths = _window_order(
-            paths, np.ascontiguousarray(packed.path_offsets, np.int64),
-            np.ascontiguousarray(packed.feature, np.int64),
-            np.ascontiguousarray(packed.path_group, np.int64), int(max_features),
-            int(chunk_paths), int(packed.num_features), int(window),
+        runs = _group_runs(paths, np.asarray(packed.path_group))
+        order = np.empty_like(paths)
+        run_ranges(
+            _window_order, runs.size - 1, runs.size - 1, paths,
+            np.ascontiguousarray(packed.path_offsets, np.int64),
+            np.ascontiguousarray(packed.feature, np.int64), int(max_features),
+            int(chunk_paths), int(packed.num_features), int(window), runs, order,
         )  # fmt: skip
+        paths = order
         out["paths"] = paths.astype(np.int32)
     offsets, features, feature_offsets = _greedy_chunks(
         paths, np.ascontiguousarray(packed.path_offsets, np.int64),
