@@ -66,6 +66,7 @@ from numba import cuda
 from distshap import strategy
 from distshap.kernels import interventional_math as im
 from distshap.kernels.cuda import config
+from distshap.kernels.cuda.caches import keep
 from distshap.kernels.cuda.device import (
     CAT_OTHER_FLAG,
     FULL_MASK,
@@ -911,9 +912,7 @@ def device_background(packed: PackedModel, background: Any,
             plan=plan, **dev,
         )  # fmt: skip
         if cache:
-            _CACHE[key] = out
-            while len(_CACHE) > config.CACHE_SIZE:
-                _CACHE.popitem(last=False)
+            keep(_CACHE, key, out, config.CACHE_SIZE)
         return out
 
 

@@ -45,6 +45,7 @@ from numba import cuda, njit
 
 from distshap import strategy
 from distshap.kernels.cuda import config, device
+from distshap.kernels.cuda.caches import keep
 from distshap.kernels.cuda.device import device_id, stream
 from distshap.kernels.cuda.fallback import FALLBACK_MAX_FEATURES
 from distshap.kernels.cuda.quadrature import local_tiles, quadrature_warps
@@ -625,9 +626,7 @@ def device_model(packed: PackedModel) -> DeviceModel:
                         packed=packed)  # fmt: skip
     if packed.digest:
         with _LOCK:
-            _CACHE[key] = model
-            while len(_CACHE) > config.CACHE_SIZE:
-                _CACHE.popitem(last=False)
+            keep(_CACHE, key, model, config.CACHE_SIZE)
     return model
 
 

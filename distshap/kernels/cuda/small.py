@@ -60,6 +60,7 @@ from numba import cuda
 
 from distshap.additivity import RTOL
 from distshap.kernels.cuda import config
+from distshap.kernels.cuda.caches import keep
 from distshap.kernels.cuda.device import (
     FULL_MASK,
     SIM,
@@ -271,9 +272,7 @@ def small_model(packed: PackedModel) -> SmallModel:
     )
     if packed.digest:
         with _LOCK:
-            _CACHE[key] = model
-            while len(_CACHE) > config.CACHE_SIZE:
-                _CACHE.popitem(last=False)
+            keep(_CACHE, key, model, config.CACHE_SIZE)
     return model
 
 
@@ -579,9 +578,7 @@ def _launcher(kernel, n_rows: int, s):
             warnings.filterwarnings("ignore", message=".*under-utilization.*")
             hit = kernel[grid, block, s]
         with _LOCK:
-            _LAUNCHERS[key] = hit
-            while len(_LAUNCHERS) > 64:
-                _LAUNCHERS.popitem(last=False)
+            keep(_LAUNCHERS, key, hit, 64)
     return hit
 
 
@@ -743,9 +740,7 @@ def merged_model(packed: PackedModel) -> MergedModel:
     )  # fmt: skip
     if packed.digest:
         with _LOCK:
-            _MERGED[key] = model
-            while len(_MERGED) > config.CACHE_SIZE:
-                _MERGED.popitem(last=False)
+            keep(_MERGED, key, model, config.CACHE_SIZE)
     return model
 
 

@@ -53,6 +53,7 @@ import numpy as np
 from numba import cuda, types
 
 from distshap.kernels.cuda import small
+from distshap.kernels.cuda.caches import keep
 from distshap.kernels.cuda.device import SIM, fixed, follows
 from distshap.kernels.cuda.quadrature import gauss_legendre
 from distshap.kernels.cuda.small import (
@@ -230,9 +231,7 @@ def gather_model(packed: PackedModel) -> GatherModel:
     )  # fmt: skip
     if packed.digest:
         with _LOCK:
-            _MODELS[key] = model
-            while len(_MODELS) > config.CACHE_SIZE:
-                _MODELS.popitem(last=False)
+            keep(_MODELS, key, model, config.CACHE_SIZE)
     return model
 
 
@@ -545,8 +544,6 @@ def _configured(kernel, grid: int, shared: int, s):
             warnings.filterwarnings("ignore", message=".*under-utilization.*")
             hit = kernel[grid, THREADS, s, shared]
         with _LOCK:
-            _CONFIGS[key] = (kernel, hit)  # the kernel kept: its id stays its own
-            while len(_CONFIGS) > 64:
-                _CONFIGS.popitem(last=False)
+            keep(_CONFIGS, key, (kernel, hit), 64)  # the kernel kept: its id stays its own
         return hit
     return hit[1]
