@@ -36,7 +36,7 @@ import numpy as np
 from numba import cuda
 
 from distshap.kernels.cuda import args, config, small
-from distshap.kernels.cuda.device import SIM, xp
+from distshap.kernels.cuda.device import SIM, device_id, xp
 from distshap.kernels.cuda.fallback import launch_fallback
 from distshap.kernels.cuda.model import device_model, interaction_plan, slot_arrays
 from distshap.kernels.cuda.quadrature import launch_quadrature
@@ -83,15 +83,6 @@ _KEPT: OrderedDict = OrderedDict()  # (device, stream, rows, width) -> (array, i
 _KEPT_LOCK = threading.Lock()
 
 
-def _current_device() -> int:
-    """CuPy's current device (where ``xp().zeros`` allocates); 0 under the simulator."""
-    if SIM:
-        return 0
-    import cupy
-
-    return int(cupy.cuda.runtime.getDevice())
-
-
 def kept_accumulator(rows: int, width: int, s):
     """A zero int64 accumulator ``(rows, width)`` for the stream ``s``, kept between calls.
 
@@ -102,7 +93,7 @@ def kept_accumulator(rows: int, width: int, s):
     holds it at a time (a concurrent call makes its own); a call that fails before giving it
     back drops it.
     """
-    key = (_current_device(), 0 if SIM else args.stream_key(s), int(rows), int(width))
+    key = (device_id(), 0 if SIM else args.stream_key(s), int(rows), int(width))
     with _KEPT_LOCK:
         hit = _KEPT.pop(key, None)
     if hit is not None:

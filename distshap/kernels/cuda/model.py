@@ -45,8 +45,8 @@ from numba import cuda, njit
 
 from distshap import strategy
 from distshap.kernels.cuda import config, device
-from distshap.kernels.cuda.caches import keep
-from distshap.kernels.cuda.device import device_id, stream
+from distshap.kernels.cuda.caches import per_device
+from distshap.kernels.cuda.device import stream
 from distshap.kernels.cuda.fallback import FALLBACK_MAX_FEATURES
 from distshap.kernels.cuda.quadrature import local_tiles, quadrature_warps
 from distshap.kernels.cuda.tables import (
@@ -613,21 +613,14 @@ def device_model(packed: PackedModel) -> DeviceModel:
     """
     if not isinstance(packed, PackedModel):
         raise TypeError(f"expected a PackedModel, got {type(packed).__name__}")
-    key = (packed.digest, device_id())
-    if packed.digest:
-        with _LOCK:
-            hit = _CACHE.get(key)
-            if hit is not None:
-                _CACHE.move_to_end(key)
-                return hit
+    return per_device(_CACHE, _LOCK, packed, _build_device_model)
+
+
+def _build_device_model(packed: PackedModel) -> DeviceModel:
     host = lane_arrays(packed, columns=False)  # checks the model before any copy
-    model = DeviceModel(**_to_device(host), **lane_columns(packed),
-                        num_features=packed.num_features, num_groups=packed.num_groups,
-                        packed=packed)  # fmt: skip
-    if packed.digest:
-        with _LOCK:
-            keep(_CACHE, key, model, config.CACHE_SIZE)
-    return model
+    return DeviceModel(**_to_device(host), **lane_columns(packed),
+                       num_features=packed.num_features, num_groups=packed.num_groups,
+                       packed=packed)  # fmt: skip
 
 
 def _filled_plan(packed: PackedModel, model: DeviceModel, offsets, fill, per_pattern: str):

@@ -60,10 +60,11 @@ from numba import cuda
 
 from distshap.additivity import RTOL
 from distshap.kernels.cuda import config
-from distshap.kernels.cuda.caches import keep
+from distshap.kernels.cuda.caches import keep, per_device
 from distshap.kernels.cuda.device import (
     FULL_MASK,
     SIM,
+    device_id,
     extend_path,
     fixed,
     follows,
@@ -76,7 +77,7 @@ from distshap.packed import PackedModel
 __all__ = [
     "SMALL_MAX_GROUPS", "SMALL_MAX_INTERACTION_COLUMNS", "SMALL_MAX_PATH_FEATURES",
     "MAX_REGISTERS", "MergedModel", "SMALL_MAX_SHAP_COLUMNS", "SmallModel", "UNROLL_MAX",
-    "VARIANT", "VARIANTS", "clear_cache", "current_device", "fits", "host_arrays",
+    "VARIANT", "VARIANTS", "clear_cache", "fits", "host_arrays",
     "interaction_kernel", "launch_merged", "launch_slots", "launch_small", "merged_arrays",
     "merged_kernel", "merged_model", "read_flag", "route", "shap_kernel", "slot_kernel",
     "small_model",
@@ -236,33 +237,19 @@ _CACHE: OrderedDict = OrderedDict()
 _LOCK = threading.Lock()
 
 
-def current_device() -> int:
-    """The current device's id by CuPy's runtime call (0 under the simulator): what keys the
-    cached constants and flags. Numba's ``cuda.get_current_device()`` looks the context up
-    through the driver at every call outside its own launches (about 20 us on an H200)."""
-    if SIM:
-        return 0
-    import cupy
-
-    return int(cupy.cuda.runtime.getDevice())
-
-
 def small_model(packed: PackedModel) -> SmallModel:
     """The :class:`SmallModel` of ``packed`` on the current device (built once per digest and
     device; the last :data:`config.CACHE_SIZE` kept; a model without a digest: every call)."""
-    key = (packed.digest, current_device())
-    if packed.digest:
-        with _LOCK:
-            hit = _CACHE.get(key)
-            if hit is not None:
-                _CACHE.move_to_end(key)
-                return hit
+    return per_device(_CACHE, _LOCK, packed, _build_small_model)
+
+
+def _build_small_model(packed: PackedModel) -> SmallModel:
     from distshap.kernels.cuda.model import _path_bounds, fixed_point_shift
 
     shap_bound, inter_bound = _path_bounds(packed)
     host = host_arrays(packed)
     to_device = (lambda a: a) if SIM else cuda.to_device
-    model = SmallModel(
+    return SmallModel(
         **{name: to_device(a) for name, a in host.items()},
         shap_scale=2.0 ** fixed_point_shift(shap_bound),
         interaction_scale=2.0 ** fixed_point_shift(inter_bound),
@@ -270,10 +257,6 @@ def small_model(packed: PackedModel) -> SmallModel:
         num_groups=packed.num_groups,
         packed=packed,
     )
-    if packed.digest:
-        with _LOCK:
-            keep(_CACHE, key, model, config.CACHE_SIZE)
-    return model
 
 
 def clear_cache() -> None:
@@ -588,7 +571,7 @@ def _flag():
     flags = getattr(_LOCAL, "flags", None)
     if flags is None:
         flags = _LOCAL.flags = {}
-    dev = current_device()
+    dev = device_id()
     f = flags.get(dev)
     if f is None:
         f = np.zeros(1, np.int32) if SIM else cuda.mapped_array(1, np.int32)
@@ -632,7 +615,7 @@ def launch_slots(sm: SmallModel, X, acc, dev, s) -> None:
         from distshap.kernels.cuda import small_gather
 
         gm = small_gather.gather_model(sm.packed)
-        if 8 * gm.row_slots[1] <= small_gather.SHARED_BYTES:
+        if small_gather.fits_shared(gm, True):
             small_gather.launch_gather_slots(gm, X, acc, dev, s)
             return
     _launcher(slot_kernel, int(X.shape[0]), s)(X, acc, sm.ints, sm.longs, sm.f32s, sm.f64s,
@@ -724,24 +707,17 @@ _MERGED: OrderedDict = OrderedDict()
 def merged_model(packed: PackedModel) -> MergedModel:
     """The :class:`MergedModel` of ``packed`` on the current device (cached as
     :func:`small_model`)."""
-    key = (packed.digest, current_device())
-    if packed.digest:
-        with _LOCK:
-            hit = _MERGED.get(key)
-            if hit is not None:
-                _MERGED.move_to_end(key)
-                return hit
+    return per_device(_MERGED, _LOCK, packed, _build_merged_model)
+
+
+def _build_merged_model(packed: PackedModel) -> MergedModel:
     I, D = merged_arrays(packed)  # noqa: E741
     to_device = (lambda a: a) if SIM else cuda.to_device
     longest = _longest_path(packed)
-    model = MergedModel(
+    return MergedModel(
         I=to_device(I), D=to_device(D), K=max(1, longest) if longest <= UNROLL_MAX else 0,
         num_features=packed.num_features, num_groups=packed.num_groups,
     )  # fmt: skip
-    if packed.digest:
-        with _LOCK:
-            keep(_MERGED, key, model, config.CACHE_SIZE)
-    return model
 
 
 def _make_dp(K: int):
@@ -1012,7 +988,7 @@ def route(packed: PackedModel, interactions: bool):
         from distshap.kernels.cuda import small_gather
 
         gm = small_gather.gather_model(packed)
-        if 8 * gm.row_slots[1 if interactions else 0] <= small_gather.SHARED_BYTES:
+        if small_gather.fits_shared(gm, interactions):
             return small_gather.launch_gather, gm
         return launch_merged, merged_model(packed)
     if VARIANT == "v1":

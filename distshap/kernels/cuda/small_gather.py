@@ -53,7 +53,7 @@ import numpy as np
 from numba import cuda, types
 
 from distshap.kernels.cuda import small
-from distshap.kernels.cuda.caches import keep
+from distshap.kernels.cuda.caches import keep, per_device
 from distshap.kernels.cuda.device import SIM, fixed, follows
 from distshap.kernels.cuda.quadrature import gauss_legendre
 from distshap.kernels.cuda.small import (
@@ -81,8 +81,8 @@ from distshap.kernels.cuda.small import (
 from distshap.packed import PackedModel
 
 __all__ = [
-    "GatherModel", "SHARED_BYTES", "THREADS", "clear_cache", "gather_arrays", "gather_kernel",
-    "gather_model", "launch_gather", "launch_gather_slots", "rows_per_block",
+    "GatherModel", "SHARED_BYTES", "THREADS", "clear_cache", "fits_shared", "gather_arrays",
+    "gather_kernel", "gather_model", "launch_gather", "launch_gather_slots", "rows_per_block",
 ]  # fmt: skip
 
 #: Shared memory of a block at most (bytes): the dynamic size a launch gets without opting in.
@@ -180,8 +180,8 @@ def gather_arrays(packed: PackedModel) -> tuple[np.ndarray, np.ndarray]:
 @dataclass(eq=False)
 class GatherModel:
     """The gather kernels' constants on one device (:func:`gather_arrays`), the model's
-    longest path ``K``, its slot counts and sizes: a row's shared float64 slots ``row_slots``
-    (SHAP values, interaction values) and whether it fits :data:`SHARED_BYTES`."""
+    longest path ``K``, its sizes, and a row's shared float64 slots ``row_slots`` (SHAP
+    values, interaction values; :func:`fits_shared`)."""
 
     I: object  # noqa: E741
     D: object
@@ -204,35 +204,27 @@ def _row_slots(packed: PackedModel, interactions: bool) -> int:
     return C + T + packed.num_groups * (n_cols * n_cols if interactions else n_cols)
 
 
-def fits_shared(packed: PackedModel, interactions: bool) -> bool:
-    """Whether one row of ``packed`` fits a block's shared memory (host arithmetic)."""
-    return 8 * _row_slots(packed, interactions) <= SHARED_BYTES
+def fits_shared(gm: GatherModel, interactions: bool) -> bool:
+    """Whether one row of the model fits a block's shared memory (else :mod:`.small` runs
+    the unrolled kernels): a function of the model."""
+    return 8 * gm.row_slots[1 if interactions else 0] <= SHARED_BYTES
 
 
 def gather_model(packed: PackedModel) -> GatherModel:
     """The :class:`GatherModel` of ``packed`` on the current device (built once per digest and
     device, the last :data:`~.config.CACHE_SIZE` kept; a model without a digest: every call)."""
-    from distshap.kernels.cuda import config
+    return per_device(_MODELS, _LOCK, packed, _build_gather_model)
 
-    key = (packed.digest, small.current_device())
-    if packed.digest:
-        with _LOCK:
-            hit = _MODELS.get(key)
-            if hit is not None:
-                _MODELS.move_to_end(key)
-                return hit
+
+def _build_gather_model(packed: PackedModel) -> GatherModel:
     I, D = gather_arrays(packed)  # noqa: E741
     to_device = (lambda a: a) if SIM else cuda.to_device
-    model = GatherModel(
+    return GatherModel(
         I=to_device(I), D=to_device(D), K=max(1, small._longest_path(packed)),
         num_features=packed.num_features, num_groups=packed.num_groups,
         num_trees=0 if packed.margin is None else int(np.asarray(packed.margin["roots"]).size),
         row_slots=(_row_slots(packed, False), _row_slots(packed, True)),
     )  # fmt: skip
-    if packed.digest:
-        with _LOCK:
-            keep(_MODELS, key, model, config.CACHE_SIZE)
-    return model
 
 
 def clear_cache() -> None:
