@@ -230,7 +230,7 @@ def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
             config.SLOT_TABLE_VARIANT = v
             launch_slot_tables(packed, slots, model, plan, X[:2], acc[:2], scale, F1, s, dev)
         _set_quadrature("gathered")
-        _launch_slot_rows(model, plan, X[:2], acc[:2], scale, s, dev, False, probe=True)
+        _launch_slot_rows(model, plan, X[:2], acc[:2], scale, s, dev, probe=True)
         _set_quadrature("split")
         launch_slot_quadrature(model, plan, X[:2], acc[:2], scale, F1, s, dev, probe=True)
         for r0 in range(0, n, batch):
@@ -244,7 +244,7 @@ def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
                       scale, F1, s, dev)  # fmt: skip
             _set_quadrature("gathered")
             timed("quadrature_gathered_probe", _launch_slot_rows, model, plan, Xb, a, scale, s,
-                  dev, False, probe=True)  # fmt: skip
+                  dev, probe=True)  # fmt: skip
             _set_quadrature("split")
             timed("quadrature_split_probe", launch_slot_quadrature, model, plan, Xb, a, scale, F1,
                   s, dev, probe=True)  # fmt: skip

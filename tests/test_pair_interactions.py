@@ -482,7 +482,6 @@ def slot_kernel_signatures() -> dict:
         for cache_x in (False, True) if n == config.QUADRATURE_NODES[0] else (True,):
             name = f"quadrature_slot_rows_kernel_{n}{'_cache_x' if cache_x else ''}"
             sigs[name] = (slot_rows_kernel(n, 2, cache_x), rows)
-        sigs[f"quadrature_slot_rows_kernel_{n}_ratios"] = (slot_rows_kernel(n, 1, True, True), rows)
     return sigs
 
 

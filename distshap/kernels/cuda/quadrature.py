@@ -22,7 +22,8 @@ length (unlike the DP's UNWOUND_SUM, which cancels).
   element's ratio ``(o_i - z_i) / (z_i + t (o_i - z_i))``, half the interaction of ``i != c`` is
   ``1/2 integral P r_i r_c`` and the diagonal ``integral P r_i (1 - (U - r_i) / 2)``, ``U = sum_j
   r_j``; each pair ``i < c`` is evaluated once (elements are sorted by feature) and mirrored
-  when the block's sums in shared memory are flushed.
+  when the block's sums in shared memory are flushed. Every interaction kernel runs the same
+  per-path arithmetic (:func:`pair_steps`).
 
 * Interaction values into pair slots (top pairs, summaries): the same kernel with ``slots``
   (one block per (chunk, row), each thread reading its own path's lanes), or, with
@@ -33,9 +34,7 @@ length (unlike the DP's UNWOUND_SUM, which cancels).
   values of the features in shared memory; several rows per block
   (:data:`config.SLOT_QUADRATURE_ROWS`), each path's rows one after another while its data sit
   in L1. The same float32 operations in the same order on the same values: the same int64
-  contributions, so the same slots, bit for bit. (A ``"ratios"`` variant, keeping each
-  element's node ratios in shared memory for the pair loop, changed the last bits of some
-  slots on an H200 and was withdrawn; :func:`slot_rows_kernel` keeps its ``ratios`` switch.)
+  contributions, so the same slots, bit for bit.
 
 A kernel is compiled per node count (:data:`config.QUADRATURE_NODES`) on first use; contributions
 are truncated to int64 fixed point and added with integer atomics.
@@ -230,7 +229,169 @@ def _make_local_shap_kernel(n_nodes: int):
     return kernel
 
 
-def _make_two_row_shap_kernel(n_nodes: int, mode: str):
+def _make_lean_two_row_shap_kernel(n_nodes: int, mode: str):
+    """:func:`_make_two_row_shap_kernel`'s ``"lean"`` variant: the same float32 operations in
+    the same order on the same values (the same PTX floating-point instructions per element;
+    checked by ``benchmarks/kernel_isa.py``), with fewer integer, index and branch
+    instructions per (path element, row) (issue #15; the SHAP kernels are issue-bound):
+
+    * unsigned lane indices (``np.uint64``) and 32-bit element counters: no negative-index
+      wraparound, no 64-bit compares; the lane arrays' row lengths checked once (4 and
+      :data:`~distshap.kernels.cuda.device.LI_COLUMNS`; else the thread returns, which cannot
+      happen with a device model), so a lane's address is a shift, not a 64-bit multiply;
+    * each row's column of ``XT`` sliced once (``xa[f]``, ``xb[f]``: one product for both);
+    * ``follows`` of a numeric element without its categorical branch (``cat < 0`` tested once
+      for both rows; the element is the same for the whole warp);
+    * the one-fractions' bits set and tested with a shifted 32-bit mask (no variable shifts
+      of 64-bit values), the tile index in 32 bits.
+
+    The old kernel stays (``variant="old"``) for side-by-side timing and bit checks."""
+    from distshap.kernels.cuda.device import LI_COLUMNS
+
+    nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
+    local = mode == "local"
+    shared = mode != "global"
+    lf_columns = LF_VALUE + 1
+
+    @cuda.jit(cache=True)
+    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
+               chunk_group, lane_column, features, feature_offsets, XT, acc, scale, n_cols,
+               row0):  # fmt: skip
+        tid = cuda.threadIdx.x
+        stride = cuda.blockDim.x
+        n_rows = XT.shape[1]
+        ra = row0 + cuda.blockIdx.y * (2 * stride) + tid
+        if ra >= n_rows or lane_f.shape[1] != lf_columns or lane_i.shape[1] != LI_COLUMNS:
+            return  # nothing below synchronises threads
+        rb = ra + stride
+        has_b = rb < n_rows
+        if not has_b:
+            rb = ra  # computed again, never added
+        ch = cuda.blockIdx.x  # chunks vary fastest: blocks running together share rows (L2)
+        base = chunk_group[ch] * n_cols
+        if local:
+            f0 = feature_offsets[ch]
+            width = feature_offsets[ch + 1] - f0
+        else:
+            f0 = 0
+            width = n_cols - 1
+        rs = 2 * stride
+        scale32 = np.float32(scale)
+        one = np.float32(1.0)
+        if shared:
+            tile = cuda.shared.array(0, types.int64)  # [column * rs + (row b) * stride + tid]
+            for c in range(width):
+                tile[c * rs + tid] = 0
+                tile[c * rs + stride + tid] = 0
+        pa = cuda.local.array(n_nodes, np.float32)
+        pb = cuda.local.array(n_nodes, np.float32)
+        xa = XT[:, ra]  # the rows' values: feature f at xa[f], xb[f]
+        xb = XT[:, rb]
+        ta = np.uint32(tid)
+        tb = np.uint32(stride + tid)
+        urs = np.uint32(rs)
+        u1 = np.uint64(1)
+        m1 = np.uint32(1)
+        for j in range(chunk_offsets[ch], chunk_offsets[ch + 1]):
+            p = chunk_paths[j]
+            s0 = np.uint64(path_offsets[p] + 1)  # first feature element (after the bias lane)
+            k = np.uint32(path_offsets[p + 1] - path_offsets[p] - 1)
+            value = lane_f[s0 - u1, LF_VALUE]
+            for m in range(n_nodes):
+                pa[m] = value * weights[m]
+                pb[m] = value * weights[m]
+            bits_a = np.uint32(0)
+            bits_b = np.uint32(0)
+            mask = m1  # bit e: element e (0-based) of the path
+            e = np.uint32(0)
+            while e < k:
+                li = s0 + np.uint64(e)
+                z = lane_f[li, LF_ZERO]
+                lower = lane_f[li, LF_LOWER]
+                upper = lane_f[li, LF_UPPER]
+                f = np.uint64(np.uint32(lane_i[li, LI_FEATURE]))
+                flags = lane_i[li, LI_FLAGS]
+                nbits = lane_i[li, LI_NBITS]
+                cat = lane_cat[li]
+                missing = (flags & MISSING_FLAG) != 0
+                other = (flags & CAT_OTHER_FLAG) != 0
+                da = -z
+                db = -z
+                x_a = xa[f]
+                x_b = xb[f]
+                if cat < 0:  # numeric: the compiler drops follows' categorical branch here
+                    fa = follows(x_a, lower, upper, missing, other, cat, nbits, cat_words)
+                    fb = follows(x_b, lower, upper, missing, other, cat, nbits, cat_words)
+                else:  # (kernel_isa counts the lines marked "categorical" as cold)
+                    fa = follows(x_a, lower, upper, missing, other, cat,  # categorical
+                                 nbits, cat_words)
+                    fb = follows(x_b, lower, upper, missing, other, cat,  # categorical
+                                 nbits, cat_words)
+                if fa:
+                    da = one - z
+                    bits_a = np.uint32(bits_a | mask)
+                if fb:
+                    db = one - z
+                    bits_b = np.uint32(bits_b | mask)
+                for m in range(n_nodes):
+                    pa[m] *= z + nodes[m] * da
+                    pb[m] *= z + nodes[m] * db
+                mask = np.uint32(mask << m1)
+                e = np.uint32(e + m1)
+            mask = m1
+            e = np.uint32(0)
+            while e < k:
+                li = s0 + np.uint64(e)
+                z = lane_f[li, LF_ZERO]
+                if local:
+                    col = np.uint32(lane_column[li])
+                else:
+                    col = np.uint32(lane_i[li, LI_FEATURE])
+                da = -z
+                if bits_a & mask:
+                    da = one - z
+                db = -z
+                if bits_b & mask:
+                    db = one - z
+                if da != 0:  # else the element's factor may be 0 and its value is 0
+                    total = np.float32(0.0)
+                    for m in range(n_nodes):
+                        total += fdiv(pa[m], z + nodes[m] * da)
+                    iv = np.int64(total * da * scale32)
+                    if iv != 0:
+                        if shared:
+                            tile[np.uint32(col * urs + ta)] += iv
+                        else:
+                            cuda.atomic.add(acc, (ra, base + col), iv)
+                if db != 0:
+                    total = np.float32(0.0)
+                    for m in range(n_nodes):
+                        total += fdiv(pb[m], z + nodes[m] * db)
+                    iv = np.int64(total * db * scale32)
+                    if iv != 0:
+                        if shared:
+                            tile[np.uint32(col * urs + tb)] += iv
+                        elif has_b:
+                            cuda.atomic.add(acc, (rb, base + col), iv)
+                mask = np.uint32(mask << m1)
+                e = np.uint32(e + m1)
+        if shared:
+            for c in range(width):
+                if local:
+                    f = features[f0 + c]
+                else:
+                    f = c
+                iv = tile[c * rs + tid]
+                if iv != 0:
+                    cuda.atomic.add(acc, (ra, base + f), iv)
+                iv = tile[c * rs + stride + tid]
+                if iv != 0 and has_b:
+                    cuda.atomic.add(acc, (rb, base + f), iv)
+
+    return kernel
+
+
+def _make_two_row_shap_kernel(n_nodes: int, mode: str, variant: str = "lean"):
     """The SHAP kernel with two rows a thread (:data:`config.SHAP_QUADRATURE_ROWS` 2): thread
     ``t`` of a block runs rows ``t`` and ``t + blockDim`` of its row tile, each path's lane
     data loaded once for both, two independent products in flight. ``mode``: ``"local"``
@@ -238,7 +399,13 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
     feature, as :func:`_make_shap_kernel` with ``shared``) or ``"global"`` (global atomics).
     Each row's contributions are the same float32 operations in the same order as the
     one-row kernels', so the same int64 values; a row sums in its own columns of shared
-    memory (``[column * 2 blockDim + t]`` and ``[... + blockDim + t]``)."""
+    memory (``[column * 2 blockDim + t]`` and ``[... + blockDim + t]``). ``variant``:
+    ``"lean"`` (:func:`_make_lean_two_row_shap_kernel`, what runs) or ``"old"`` (the kernel
+    before it, for side-by-side timing: ``benchmarks/two_row_variants.py``); the same bits."""
+    if variant == "lean":
+        return _make_lean_two_row_shap_kernel(n_nodes, mode)
+    if variant != "old":
+        raise ValueError(f"two-row SHAP kernel variant must be 'lean' or 'old', got {variant!r}")
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
     local = mode == "local"
     shared = mode != "global"
@@ -354,14 +521,70 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
     return kernel
 
 
+_STEPS: dict = {}
+
+
+def pair_steps(n_nodes: int) -> tuple:
+    """The per-path arithmetic of every interaction kernel for ``n_nodes`` nodes, as device
+    functions ``(forward, diagonal, pair)``; all the interaction kernels call these, so they
+    compute the same float32 values (and the same int64 contributions) for a path and a row.
+
+    * ``forward(prod, usum, z, d)``: an element with zero fraction ``z`` and ``d = o - z``:
+      multiplies its factor ``z + t_m d`` into the node products ``prod`` and adds its node
+      ratio ``d / (z + t_m d)`` to ``usum`` (``U`` at each node) where ``d`` is not 0.
+    * ``diagonal(prod, usum, part, z, d, scale32)``: the int64 diagonal contribution of an
+      element (``integral P r (1 - (U - r) / 2)``), leaving ``P r`` at each node in ``part``.
+    * ``pair(part, z, d, scale32)``: the int64 contribution of the pair of ``diagonal``'s
+      element and this one, half ``integral P r_a r_c``.
+
+    Each pair divides its second element's ratios out again rather than reading them from
+    memory: on an H200 (fashion_mnist-med top pairs) ratios kept in a thread's local memory
+    made the default slot kernel 7% slower (it is bound by instruction issue, mostly integer
+    work, not by the divisions) and changed the last bits of 0.02% of the entries.
+    """
+    hit = _STEPS.get(n_nodes)
+    if hit is not None:
+        return hit
+    nodes = gauss_legendre(n_nodes)[0].astype(np.float32)
+
+    @cuda.jit(device=True)
+    def forward(prod, usum, z, d):
+        for m in range(n_nodes):
+            q = z + nodes[m] * d
+            prod[m] *= q
+            if d != 0:
+                usum[m] += fdiv(d, q)
+
+    @cuda.jit(device=True)
+    def diagonal(prod, usum, part, z, d, scale32):
+        diag = np.float32(0.0)
+        for m in range(n_nodes):
+            ri = fdiv(d, z + nodes[m] * d)
+            part[m] = prod[m] * ri
+            diag += part[m] * (np.float32(1.0) - np.float32(0.5) * (usum[m] - ri))
+        return np.int64(diag * scale32)
+
+    @cuda.jit(device=True)
+    def pair(part, z, d, scale32):
+        total = np.float32(0.0)
+        for m in range(n_nodes):
+            total += part[m] * fdiv(d, z + nodes[m] * d)
+        return np.int64(np.float32(0.5) * total * scale32)
+
+    _STEPS[n_nodes] = hit = (forward, diagonal, pair)
+    return hit
+
+
 def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
     """The interaction kernel: one thread per path, one block per (chunk of paths, row of
     ``X``), ``n_nodes`` nodes; the row's ``(F + 1) ** 2`` sums of the chunk's group in shared
     memory (``shared``: upper triangle, mirrored when flushed) or in global memory. ``slots``:
     into the row's pair slots (:mod:`distshap.pair_slots`; the upper triangle only); with
     ``shared``, a block whose chunk touches at most ``tile_capacity`` slots sums in a tile of
-    them (:func:`~distshap.kernels.cuda.model.chunk_tiles`) and adds each to the row once."""
-    nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
+    them (:func:`~distshap.kernels.cuda.model.chunk_tiles`) and adds each to the row once.
+    The arithmetic is :func:`pair_steps`'s."""
+    weights = gauss_legendre(n_nodes)[1].astype(np.float32)
+    forward, diagonal, pair = pair_steps(n_nodes)
 
     @cuda.jit(device=True)
     def body(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
@@ -380,7 +603,6 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
             use_tile = True
         scale32 = np.float32(scale)
         one = np.float32(1.0)
-        half32 = np.float32(0.5)
         if shared and use_tile:  # (``shared``, a constant, prunes the branch at compile time)
             tile = cuda.shared.array(0, types.int64)  # [f_i * n_cols + f_c], f_i <= f_c
             for e in range(tid, width, cuda.blockDim.x):
@@ -408,11 +630,7 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
                                 cat_words, li):  # fmt: skip
                     d = one - z
                     bits |= np.uint32(1) << np.uint32(li - s0)
-                for m in range(n_nodes):
-                    q = z + nodes[m] * d
-                    prod[m] *= q
-                    if d != 0:
-                        usum[m] += fdiv(d, q)
+                forward(prod, usum, z, d)
             for li in range(s0, s1):
                 zi = lane_f[li, LF_ZERO]
                 di = -zi
@@ -421,12 +639,7 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
                 if di == 0:
                     continue  # its row and column are 0
                 fi = lane_i[li, LI_FEATURE]
-                diag = np.float32(0.0)
-                for m in range(n_nodes):
-                    ri = fdiv(di, zi + nodes[m] * di)
-                    part[m] = prod[m] * ri
-                    diag += part[m] * (one - half32 * (usum[m] - ri))
-                iv = np.int64(diag * scale32)
+                iv = diagonal(prod, usum, part, zi, di, scale32)
                 if iv != 0:
                     if slots:
                         at = m0 + li * k + li
@@ -445,10 +658,7 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
                         dc = one - zc
                     if dc == 0:
                         continue
-                    total = np.float32(0.0)
-                    for m in range(n_nodes):
-                        total += part[m] * fdiv(dc, zc + nodes[m] * dc)
-                    iv = np.int64(half32 * total * scale32)
+                    iv = pair(part, zc, dc, scale32)
                     if iv != 0:
                         fc = lane_i[lc, LI_FEATURE]  # > fi: a path's elements sorted by feature
                         if slots:
@@ -638,15 +848,13 @@ def slot_layout(model, plan, slots, stream, merge: int = 1) -> tuple:
         return out
 
 
-def slot_rows_shape(num_features: int, max_tile_slots: int,
-                    reserved: int = 0) -> tuple[int, bool, int]:  # fmt: skip
+def slot_rows_shape(num_features: int, max_tile_slots: int) -> tuple[int, bool, int]:
     """``(rows, cache_x, tile_capacity)`` of :func:`slot_rows_kernel` blocks: rows per block
     (at most :data:`config.SLOT_QUADRATURE_ROWS`, fewer where a row's tile of the largest chunk
     would not fit beside the rows' features), whether the rows' features sit in shared memory
     (when they take at most half of :data:`config.QUADRATURE_SHARED_BYTES`) and the slots of
-    a row's tile (chunks with more add to the rows' slots directly); ``reserved`` bytes of the
-    budget are taken (the ratios)."""
-    budget = max(0, int(config.QUADRATURE_SHARED_BYTES) - int(reserved))
+    a row's tile (chunks with more add to the rows' slots directly)."""
+    budget = max(0, int(config.QUADRATURE_SHARED_BYTES))
     F = max(int(num_features), 1)
     rows = max(1, int(config.SLOT_QUADRATURE_ROWS))
     while True:
@@ -658,15 +866,12 @@ def slot_rows_shape(num_features: int, max_tile_slots: int,
         rows -= 1
 
 
-def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, ratios: bool = False,
-                           probe: bool = False):  # fmt: skip
-    """:func:`slot_rows_kernel`: one thread per path of the chunk, ``rows`` rows a block;
-    ``ratios``: each element's node ratios ``d / (z + t_m d)``, computed once per path and row
-    (the forward pass needs them for ``U``), kept in shared memory for the pair loop, which
-    otherwise computes them again for every pair (the same division of the same operands: the
-    same float32 value). ``probe``: a timing diagnostic without the tile's atomics (the values
-    are computed, then dropped: wrong slots; benchmarks only)."""
-    nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
+def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, probe: bool = False):
+    """:func:`slot_rows_kernel`: one thread per path of the chunk, ``rows`` rows a block; the
+    arithmetic is :func:`pair_steps`'s. ``probe``: a timing diagnostic without the tile's
+    atomics (the values are computed, then dropped: wrong slots; benchmarks only)."""
+    weights = gauss_legendre(n_nodes)[1].astype(np.float32)
+    forward, diagonal, pair = pair_steps(n_nodes)
 
     @cuda.jit(cache=True)
     def kernel(ef, ei, ecat, pk, pv, cat_words, chunk_paths, chunk_offsets, tmap, map_offsets,
@@ -685,8 +890,6 @@ def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, ratios: bool 
         tile = cuda.shared.array(0, types.int64)  # [rr * width + e]: the rows' tiles
         xs = cuda.shared.array(0, types.float32)  # [x0 + rr * F + f]: the rows, after them
         x0 = 2 * rows * tile_capacity
-        # ratios: [q0 + (e * n_nodes + m) * nthreads + tid], after the tiles and the rows
-        q0 = x0 + (rows * n_features if cache_x else 0)
         if use_tile:
             for e in range(tid, nr * width, nthreads):
                 tile[e] = 0
@@ -697,7 +900,6 @@ def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, ratios: bool 
         cuda.syncthreads()
         scale32 = np.float32(scale)
         one = np.float32(1.0)
-        half32 = np.float32(0.5)
         prod = cuda.local.array(n_nodes, np.float32)
         usum = cuda.local.array(n_nodes, np.float32)
         part = cuda.local.array(n_nodes, np.float32)
@@ -727,14 +929,7 @@ def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, ratios: bool 
                                cat_words):  # fmt: skip
                         d = one - z
                         bits |= np.uint32(1) << np.uint32(e)
-                    for m in range(n_nodes):
-                        q = z + nodes[m] * d
-                        prod[m] *= q
-                        if d != 0:
-                            ratio = fdiv(d, q)
-                            usum[m] += ratio
-                            if ratios:
-                                xs[q0 + (e * n_nodes + m) * nthreads + tid] = ratio
+                    forward(prod, usum, z, d)
                 u0 = 0  # entry number of (a, a)
                 for a in range(k):
                     zi = ef[3 * a + 2, j]
@@ -744,15 +939,7 @@ def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, ratios: bool 
                     if di == 0:
                         u0 += k - a
                         continue  # its row and column are 0
-                    diag = np.float32(0.0)
-                    for m in range(n_nodes):
-                        if ratios:
-                            ri = xs[q0 + (a * n_nodes + m) * nthreads + tid]
-                        else:
-                            ri = fdiv(di, zi + nodes[m] * di)
-                        part[m] = prod[m] * ri
-                        diag += part[m] * (one - half32 * (usum[m] - ri))
-                    iv = np.int64(diag * scale32)
+                    iv = diagonal(prod, usum, part, zi, di, scale32)
                     if iv != 0:
                         if probe:
                             if iv == _PROBE_NEVER:
@@ -768,13 +955,7 @@ def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, ratios: bool 
                             dc = one - zc
                         if dc == 0:
                             continue
-                        total = np.float32(0.0)
-                        for m in range(n_nodes):
-                            if ratios:
-                                total += part[m] * xs[q0 + (c * n_nodes + m) * nthreads + tid]
-                            else:
-                                total += part[m] * fdiv(dc, zc + nodes[m] * dc)
-                        iv = np.int64(half32 * total * scale32)
+                        iv = pair(part, zc, dc, scale32)
                         if iv != 0:
                             u = u0 + c - a
                             if probe:
@@ -800,21 +981,18 @@ _ROWS_KERNELS: dict = {}
 _PROBE_NEVER = np.int64(-(2**62) + 12345)  # no contribution equals it (|sums| < 2**61)
 
 
-def slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, ratios: bool = False,
-                     probe: bool = False):  # fmt: skip
+def slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, probe: bool = False):
     """The ``"gathered"`` slot quadrature kernel (module docstring) for ``n_nodes`` nodes,
     ``rows`` rows a block, the rows' features in shared memory (``cache_x``) or read from
-    ``X``; ``ratios``: the elements' node ratios kept in shared memory for the pair loop
-    (``"ratios"``); built on first use, compiled at launch.
+    ``X``; built on first use, compiled at launch.
 
     Launch: grid ``(chunks, ceil(rows of X / rows))``, ``T`` threads, ``8 rows
-    tile_capacity`` bytes of dynamic shared memory, plus ``4 rows F`` with ``cache_x``, plus
-    ``4 k n_nodes T`` with ``ratios`` (``k``: the launch's longest path).
+    tile_capacity`` bytes of dynamic shared memory, plus ``4 rows F`` with ``cache_x``.
     """
-    key = (n_nodes, rows, cache_x, ratios, probe)
+    key = (n_nodes, rows, cache_x, probe)
     kernel = _ROWS_KERNELS.get(key)
     if kernel is None:
-        kernel = _make_slot_rows_kernel(n_nodes, rows, cache_x, ratios, probe)
+        kernel = _make_slot_rows_kernel(n_nodes, rows, cache_x, probe)
         _ROWS_KERNELS[key] = kernel
     return kernel
 
@@ -822,23 +1000,16 @@ def slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, ratios: bool = Fals
 _THREADS = 128  # threads of a slot_rows_kernel block
 
 
-def _launch_slot_rows(model, plan, Xb, acc, scale, stream, slots, ratios: bool,
-                      probe: bool = False) -> None:  # fmt: skip
+def _launch_slot_rows(model, plan, Xb, acc, scale, stream, slots, probe: bool = False) -> None:
     """The quadrature launches of ``plan`` into pair slots with :func:`slot_rows_kernel`;
-    ``ratios`` where the ratios take at most a third of the shared-memory budget; ``probe``:
-    the timing diagnostic (wrong values)."""
+    ``probe``: the timing diagnostic (wrong values)."""
     layouts = slot_layout(model, plan, slots, stream, config.SLOT_QUADRATURE_CHUNKS)
     nb, n_features = int(Xb.shape[0]), int(Xb.shape[1])
     for launch, lay in zip(plan.quadrature, layouts, strict=True):
-        ratio_bytes = 4 * lay.kmax * launch.n_nodes * _THREADS
-        use_ratios = (ratios and ratio_bytes <= config.QUADRATURE_SHARED_BYTES // 3
-                      and 8 * lay.most + 4 * n_features + ratio_bytes
-                      <= config.QUADRATURE_SHARED_BYTES)  # fmt: skip
-        reserved = ratio_bytes if use_ratios else 0
-        rows, cache_x, capacity = slot_rows_shape(n_features, lay.most, reserved)
-        shared_bytes = 8 * rows * capacity + (4 * rows * n_features if cache_x else 0) + reserved
+        rows, cache_x, capacity = slot_rows_shape(n_features, lay.most)
+        shared_bytes = 8 * rows * capacity + (4 * rows * n_features if cache_x else 0)
         per_launch = 65535 * rows  # grid.y is at most 65535
-        kernel = slot_rows_kernel(launch.n_nodes, rows, cache_x, use_ratios, probe)
+        kernel = slot_rows_kernel(launch.n_nodes, rows, cache_x, probe)
         for row0 in range(0, nb, per_launch):
             grid = (lay.n_blocks, -(-min(nb - row0, per_launch) // rows))
             kernel[grid, _THREADS, stream, shared_bytes](
@@ -894,12 +1065,10 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, interactions, slo
     variant = config.SLOT_QUADRATURE_VARIANT
     if slots is not None and variant not in ("gathered", "lanes"):
         raise ValueError(
-            "config.SLOT_QUADRATURE_VARIANT must be 'gathered' or 'lanes', got "
-            f"{variant!r} (the 'ratios' variant was withdrawn: on an H200 its node ratios kept "
-            "in shared memory changed the last bits of some slots)"
+            f"config.SLOT_QUADRATURE_VARIANT must be 'gathered' or 'lanes', got {variant!r}"
         )
     if slots is not None and variant != "lanes":
-        _launch_slot_rows(model, plan, Xb, acc, scale, stream, slots, False)
+        _launch_slot_rows(model, plan, Xb, acc, scale, stream, slots)
         return
     if slots is not None:  # one block per (chunk, row); a chunk's slots in shared memory
         capacity = min(slots.max_tile_slots, config.QUADRATURE_SHARED_BYTES // 8)

@@ -40,11 +40,12 @@ import numpy as np
 from numba import cuda, types
 
 from distshap.kernels.cuda import config
-from distshap.kernels.cuda.device import CAT_OTHER_FLAG, MISSING_FLAG, SIM, fdiv, follows
+from distshap.kernels.cuda.device import CAT_OTHER_FLAG, MISSING_FLAG, SIM, follows
 from distshap.kernels.cuda.quadrature import (
     SlotLayout,
     gauss_legendre,
     launch_quadrature,
+    pair_steps,
     slot_layout,
     slot_rows_shape,
 )  # fmt: skip
@@ -88,12 +89,14 @@ def read_split(words, i, hi_offset):
 
 
 def _make_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str):
-    """:func:`split_slot_kernel`. The arithmetic is the gathered kernel's
-    (:func:`distshap.kernels.cuda.quadrature.slot_rows_kernel`, ``ratios`` off), written out
-    again expression for expression; only the adds to the tile differ (``mode``)."""
+    """:func:`split_slot_kernel`. The arithmetic is every interaction kernel's
+    (:func:`distshap.kernels.cuda.quadrature.pair_steps`) and the loops the gathered kernel's
+    (:func:`distshap.kernels.cuda.quadrature.slot_rows_kernel`); only the adds to the tile
+    differ (``mode``)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
+    weights = gauss_legendre(n_nodes)[1].astype(np.float32)
+    forward, diagonal, pair = pair_steps(n_nodes)
     split = mode == "split"
     probe = mode == "probe"
 
@@ -130,7 +133,6 @@ def _make_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str):
         cuda.syncthreads()
         scale32 = np.float32(scale)
         one = np.float32(1.0)
-        half32 = np.float32(0.5)
         prod = cuda.local.array(n_nodes, np.float32)
         usum = cuda.local.array(n_nodes, np.float32)
         part = cuda.local.array(n_nodes, np.float32)
@@ -161,12 +163,7 @@ def _make_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str):
                                cat_words):  # fmt: skip
                         d = one - z
                         bits |= np.uint32(1) << np.uint32(e)
-                    for m in range(n_nodes):
-                        q = z + nodes[m] * d
-                        prod[m] *= q
-                        if d != 0:
-                            ratio = fdiv(d, q)
-                            usum[m] += ratio
+                    forward(prod, usum, z, d)
                 u0 = 0  # entry number of (a, a)
                 for a in range(k):
                     zi = ef[3 * a + 2, j]
@@ -176,12 +173,7 @@ def _make_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str):
                     if di == 0:
                         u0 += k - a
                         continue  # its row and column are 0
-                    diag = np.float32(0.0)
-                    for m in range(n_nodes):
-                        ri = fdiv(di, zi + nodes[m] * di)
-                        part[m] = prod[m] * ri
-                        diag += part[m] * (one - half32 * (usum[m] - ri))
-                    iv = np.int64(diag * scale32)
+                    iv = diagonal(prod, usum, part, zi, di, scale32)
                     if iv != 0:
                         if probe:
                             fold += iv + tmap[u0, j]
@@ -198,10 +190,7 @@ def _make_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str):
                             dc = one - zc
                         if dc == 0:
                             continue
-                        total = np.float32(0.0)
-                        for m in range(n_nodes):
-                            total += part[m] * fdiv(dc, zc + nodes[m] * dc)
-                        iv = np.int64(half32 * total * scale32)
+                        iv = pair(part, zc, dc, scale32)
                         if iv != 0:
                             u = u0 + c - a
                             if probe:
