@@ -27,6 +27,7 @@ Usage::
 
     python -m benchmarks.kernel_isa                      # two-row local kernel, 8 nodes, PTX
     python -m benchmarks.kernel_isa --sass --variant old --variant lean --nodes 8
+    python -m benchmarks.kernel_isa --sass --kernel slot      # split slot kernel, old and lean
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from collections import Counter
 
 __all__ = [
     "cold_lines", "count_loops", "float_ops", "kernel_ptx", "main", "report", "sass_of",
-    "two_row_kernel",
+    "slot_kernel", "two_row_kernel",
 ]  # fmt: skip
 
 _LOCAL_SIG = (  # the SHAP kernels with chunk-local feature tiles (and the two-row kernel)
@@ -48,6 +49,16 @@ _LOCAL_SIG = (  # the SHAP kernels with chunk-local feature tiles (and the two-r
     "int64[::1], int32[::1], int16[::1], int32[::1], int64[::1], float32[:, ::1], "
     "int64[:, ::1], float64, int64, int64)"
 )
+#: :func:`slot_kernel`'s signatures: the old kernel on the 2-D gathered arrays, the lean one
+#: on flat views (:func:`distshap.kernels.cuda.slot_quadrature.slot_kernel_arrays`).
+_SLOT_SIG = {
+    "old": ("void(float32[:, ::1], int32[:, ::1], int64[:, ::1], int32[::1], float32[::1], "
+            "uint32[::1], int32[::1], int64[::1], int16[:, ::1], int64[::1], int32[::1], "
+            "float32[:, ::1], int64[:, ::1], float64, int64, int64[::1], int64[::1], int64)"),
+    "lean": ("void(float32[::1], int32[::1], int64[::1], int32[::1], float32[::1], "
+             "uint32[::1], int32[::1], int64[::1], int16[::1], int64[::1], int32[::1], "
+             "float32[:, ::1], int64[:, ::1], float64, int64, int64[::1], int64[::1], int64)"),
+}  # fmt: skip
 _KINDS = ("float", "int", "cmpsel", "load", "store", "cvt", "move", "branch", "other")
 
 
@@ -57,6 +68,20 @@ def two_row_kernel(n_nodes: int = 8, mode: str = "local", variant: str | None = 
 
     kw = {} if variant is None else {"variant": variant}
     return quadrature._make_two_row_shap_kernel(n_nodes, mode, **kw)
+
+
+def slot_kernel(n_nodes: int = 4, rows: int = 2, cache_x: bool = True, mode: str = "split",
+                variant: str = "lean"):  # fmt: skip
+    """The split slot kernel (:func:`distshap.kernels.cuda.slot_quadrature.split_slot_kernel`)
+    and its signature: ``(kernel, sig)``. Its first loop with floating-point work
+    (``products``) is the per-(element, row) loop, its second (``quotients``) the per-(pair,
+    row) loop (a pair of elements ``a < c``; NVVM makes two copies, tile and direct adds); the
+    diagonals run in the loop around it. In SASS the integer divisions of the set-up loops use
+    float instructions too: ``report(..., min_float=8)`` names the right loops there."""
+    from distshap.kernels.cuda import slot_quadrature
+
+    kernel = slot_quadrature.split_slot_kernel(n_nodes, rows, cache_x, mode, variant)
+    return kernel, _SLOT_SIG[variant]
 
 
 def kernel_ptx(kernel, sig: str = _LOCAL_SIG, cc: tuple[int, int] = (9, 0),
@@ -277,8 +302,8 @@ def count_loops(lines: list[str], sass: bool, source: dict | None = None,
     return out
 
 
-def _named(loops: list[dict]) -> dict[str, dict]:
-    fp = [lp for lp in loops if lp["hot"]["float"] > 0]
+def _named(loops: list[dict], min_float: int = 1) -> dict[str, dict]:
+    fp = [lp for lp in loops if lp["hot"]["float"] >= min_float]
     names = {}
     if len(fp) >= 2:
         names["products"], names["quotients"] = fp[0], fp[1]
@@ -289,16 +314,17 @@ def _named(loops: list[dict]) -> dict[str, dict]:
 
 
 def report(kernel, sig: str = _LOCAL_SIG, sass: bool = True, nvdisasm: str | None = None,
-           arch: str = "sm_90") -> dict:  # fmt: skip
+           arch: str = "sm_90", min_float: int = 1) -> dict:  # fmt: skip
     """Instruction counts of ``kernel``'s innermost loops (PTX; SASS with ``sass``), named
-    ``products`` and ``quotients`` (the first two with floating-point work)."""
+    ``products`` and ``quotients`` (the first two with floating-point work: ``min_float``
+    float instructions or more; SASS integer divisions use a few)."""
     ptx = kernel_ptx(kernel, sig, cc=(int(arch[3]), int(arch[4:])))
     cold = cold_lines(kernel)
     lines, source = _ptx_lines(ptx)
-    result = {"ptx": _named(count_loops(lines, False, source, cold))}
+    result = {"ptx": _named(count_loops(lines, False, source, cold), min_float)}
     if sass:
         lines, source, rep = sass_of(ptx, arch=arch, nvdisasm=nvdisasm)
-        result["sass"] = _named(count_loops(lines, True, source, cold))
+        result["sass"] = _named(count_loops(lines, True, source, cold), min_float)
         regs = re.search(r"Used (\d+) registers", rep)
         spills = re.search(r"(\d+) bytes spill stores", rep)
         result["registers"] = int(regs.group(1)) if regs else None
@@ -306,15 +332,23 @@ def report(kernel, sig: str = _LOCAL_SIG, sass: bool = True, nvdisasm: str | Non
     return result
 
 
-def float_ops(kernel, sig: str = _LOCAL_SIG) -> dict[str, list[tuple]]:
+def float_ops(kernel, sig: str = _LOCAL_SIG, every: bool = False) -> dict[str, list[tuple]]:
     """The PTX floating-point instructions of ``kernel``'s ``products`` and ``quotients``
     loops, in order, each as ``(opcode, immediates)`` (``abs``, a compare's operand, left
     out); with the float-to-int conversions and float selects. NVVM contracts ``a * b + c``
-    into ``fma`` in the PTX: equal lists mean the same float32 operations per element."""
+    into ``fma`` in the PTX: equal lists mean the same float32 operations per element.
+    ``every``: each innermost loop with 8 floating-point instructions or more, in order
+    (``fp0``, ``fp1``...)."""
     lines, _ = _ptx_lines(kernel_ptx(kernel, sig, lineinfo=False))
     out = {}
-    for name, lp in _named(count_loops(lines, False)).items():
-        if name not in ("products", "quotients"):
+    loops = count_loops(lines, False)
+    if every:
+        fp = (x for x in loops if x["hot"]["float"] >= 8)
+        named = {f"fp{i}": lp for i, lp in enumerate(fp)}
+    else:
+        named = _named(loops)
+    for name, lp in named.items():
+        if name not in ("products", "quotients") and not every:
             continue
         ops = []
         for line in lines[lp["first"] : lp["last"] + 1]:
@@ -347,19 +381,51 @@ def _print(name: str, result: dict) -> None:
         print(f"  {level:4s} per element (2 rows): {per}, per (element, row): {per / 2:.1f}")
 
 
+def _print_slot(variant: str, kernel, sig: str, sass: bool, nvdisasm: str | None,
+                arch: str) -> None:  # fmt: skip
+    """Every loop of the split slot kernel with 8 float instructions or more: the first is the
+    per-(element, row) loop, the others the per-(pair, row) loop (SASS: two copies, each
+    unrolled twice; the second, with two shared atomics, is the tile's)."""
+    ptx = kernel_ptx(kernel, sig, cc=(int(arch[3]), int(arch[4:])))
+    cold = cold_lines(kernel)
+    lines, source = _ptx_lines(ptx)
+    levels = [("ptx", count_loops(lines, False, source, cold))]
+    head = f"== split slot kernel, variant {variant}"
+    if sass:
+        lines, source, rep = sass_of(ptx, arch=arch, nvdisasm=nvdisasm)
+        levels.append(("sass", count_loops(lines, True, source, cold)))
+        regs = re.search(r"Used (\d+) registers", rep)
+        head += f"  registers {regs.group(1) if regs else '?'}"
+    print(head)
+    for level, loops in levels:
+        for i, lp in enumerate(lp for lp in loops if lp["hot"]["float"] >= 8):
+            kinds = " ".join(f"{k} {lp['hot'][k]}" for k in _KINDS if lp["hot"][k])
+            name = "elements" if i == 0 else f"pairs#{i}"
+            print(f"  {level:4s} {name:9s} hot {lp['hot_total']:4d}  static "
+                  f"{lp['static_total']:4d}  |  {kinds}")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=8)
+    parser.add_argument("--nodes", type=int, help="8 (two-row kernel), 4 (slot kernel)")
     parser.add_argument("--mode", default="local", choices=("local", "shared", "global"))
     parser.add_argument("--variant", action="append", help="kernel variant(s) to compare")
     parser.add_argument("--sass", action="store_true", help="ptxas + nvdisasm counts too")
     parser.add_argument("--nvdisasm", help="path of nvdisasm")
     parser.add_argument("--arch", default="sm_90")
+    parser.add_argument("--kernel", default="two_row", choices=("two_row", "slot"),
+                        help="slot: the split slot kernel (4 nodes by default)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.kernel == "slot":
+        for variant in args.variant or ["old", "lean"]:
+            kernel, sig = slot_kernel(args.nodes or 4, 2, True, "split", variant)
+            _print_slot(variant, kernel, sig, args.sass, args.nvdisasm, args.arch)
+        return
     for variant in args.variant or [None]:
-        kernel = two_row_kernel(args.nodes, args.mode, variant)
+        kernel = two_row_kernel(args.nodes or 8, args.mode, variant)
         result = report(kernel, sass=args.sass, nvdisasm=args.nvdisasm, arch=args.arch)
-        _print(f"two-row SHAP kernel, {args.nodes} nodes, {args.mode}, variant {variant}", result)
+        nodes = args.nodes or 8
+        _print(f"two-row SHAP kernel, {nodes} nodes, {args.mode}, variant {variant}", result)
 
 
 if __name__ == "__main__":

@@ -141,14 +141,20 @@ def _split_signatures():
     rows = (f"void(float32[:, ::1], int32[:, ::1], int64[:, ::1], int32[::1], float32[::1], "
             f"uint32[::1], int32[::1], int64[::1], int16[:, ::1], int64[::1], int32[::1], {xa}, "
             "int64[:, ::1], float64, int64, int64[::1], int64[::1], int64)")  # fmt: skip
+    flat = (f"void(float32[::1], int32[::1], int64[::1], int32[::1], float32[::1], "
+            f"uint32[::1], int32[::1], int64[::1], int16[::1], int64[::1], int32[::1], {xa}, "
+            "int64[:, ::1], float64, int64, int64[::1], int64[::1], int64)")  # fmt: skip
     table = (f"void(float32[:, ::1], int32[:, ::1], int64[::1], int64[::1], uint32[::1], "
              f"float32[::1], int64[::1], int32[::1], {xa}, int64[:, ::1], float64, int64, "
              "int64, int64[::1], int32[::1], int32[::1], int64[::1], int64[::1], int64, "
              "boolean)")  # fmt: skip
     return {
-        "split": (split_slot_kernel(4, 2, True, "split"), rows),
-        "int64": (split_slot_kernel(4, 2, True, "int64"), rows),
-        "probe": (split_slot_kernel(4, 2, True, "probe"), rows),
+        "split": (split_slot_kernel(4, 2, True, "split"), flat),  # the lean kernels
+        "int64": (split_slot_kernel(4, 2, True, "int64"), flat),
+        "probe": (split_slot_kernel(4, 2, True, "probe"), flat),
+        "split_x": (split_slot_kernel(4, 2, False, "split"), flat),  # rows read from X
+        "old_split": (split_slot_kernel(4, 2, False, "split", "old"), rows),
+        "old_int64": (split_slot_kernel(4, 2, True, "int64", "old"), rows),
         "table_split": (split_slot_table_kernel, table),
         "table_int64": (slot_table_kernel, table),
     }
@@ -217,6 +223,10 @@ def test_bad_variants_are_refused(monkeypatch):
 
     with pytest.raises(ValueError, match="mode must be one of.*'fast'"):
         split_slot_kernel(4, 1, True, "fast")
+    with pytest.raises(ValueError, match="slot kernel variant must be one of.*'fast'"):
+        split_slot_kernel(4, 1, True, "split", "fast")
+    with pytest.raises(ValueError, match="slot kernel variant must be one of.*'new'"):
+        launch_slot_quadrature(None, None, None, None, 1.0, 3, 0, object(), kernel="new")
     monkeypatch.setattr(config, "SLOT_QUADRATURE_VARIANT", "gathered")
     with pytest.raises(ValueError, match="probe runs the variants"):
         launch_slot_quadrature(None, None, None, None, 1.0, 3, 0, object(), probe=True)
