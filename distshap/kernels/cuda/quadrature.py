@@ -60,6 +60,7 @@ from distshap.kernels.cuda.device import (
     LI_NBITS,
     MISSING_FLAG,
     SIM,
+    add_quotient,
     fdiv,
     follows,
     lane_follows,
@@ -148,7 +149,7 @@ def _make_shap_kernel(n_nodes: int, shared: bool):
                 if d != 0:  # else the element's factor may be 0 and its value is 0
                     total = np.float32(0.0)
                     for m in range(n_nodes):
-                        total += fdiv(prod[m], z + nodes[m] * d)
+                        total = add_quotient(total, prod[m], z + nodes[m] * d)
                     iv = np.int64(total * d * scale32)
                     if iv != 0:
                         col = lane_i[li, LI_FEATURE]
@@ -217,7 +218,7 @@ def _make_local_shap_kernel(n_nodes: int):
                 if d != 0:  # else the element's factor may be 0 and its value is 0
                     total = np.float32(0.0)
                     for m in range(n_nodes):
-                        total += fdiv(prod[m], z + nodes[m] * d)
+                        total = add_quotient(total, prod[m], z + nodes[m] * d)
                     iv = np.int64(total * d * scale32)
                     if iv != 0:
                         tile[np.int32(lane_column[li]) * stride + tid] += iv
@@ -356,7 +357,7 @@ def _make_lean_two_row_shap_kernel(n_nodes: int, mode: str):
                 if da != 0:  # else the element's factor may be 0 and its value is 0
                     total = np.float32(0.0)
                     for m in range(n_nodes):
-                        total += fdiv(pa[m], z + nodes[m] * da)
+                        total = add_quotient(total, pa[m], z + nodes[m] * da)
                     iv = np.int64(total * da * scale32)
                     if iv != 0:
                         if shared:
@@ -366,7 +367,7 @@ def _make_lean_two_row_shap_kernel(n_nodes: int, mode: str):
                 if db != 0:
                     total = np.float32(0.0)
                     for m in range(n_nodes):
-                        total += fdiv(pb[m], z + nodes[m] * db)
+                        total = add_quotient(total, pb[m], z + nodes[m] * db)
                     iv = np.int64(total * db * scale32)
                     if iv != 0:
                         if shared:
@@ -488,7 +489,7 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str, variant: str = "lean"):
                 if da != 0:  # else the element's factor may be 0 and its value is 0
                     total = np.float32(0.0)
                     for m in range(n_nodes):
-                        total += fdiv(pa[m], z + nodes[m] * da)
+                        total = add_quotient(total, pa[m], z + nodes[m] * da)
                     iv = np.int64(total * da * scale32)
                     if iv != 0:
                         if shared:
@@ -498,7 +499,7 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str, variant: str = "lean"):
                 if db != 0:
                     total = np.float32(0.0)
                     for m in range(n_nodes):
-                        total += fdiv(pb[m], z + nodes[m] * db)
+                        total = add_quotient(total, pb[m], z + nodes[m] * db)
                     iv = np.int64(total * db * scale32)
                     if iv != 0:
                         if shared:
@@ -553,7 +554,7 @@ def pair_steps(n_nodes: int) -> tuple:
             q = z + nodes[m] * d
             prod[m] *= q
             if d != 0:
-                usum[m] += fdiv(d, q)
+                usum[m] = add_quotient(usum[m], d, q)
 
     @cuda.jit(device=True)
     def diagonal(prod, usum, part, z, d, scale32):
