@@ -26,8 +26,8 @@ products, the follows tests: ``products``), pass 2 (the quotients, the tile adds
 Usage::
 
     python -m benchmarks.kernel_isa                      # two-row local kernel, 8 nodes, PTX
-    python -m benchmarks.kernel_isa --sass --variant old --variant lean --nodes 8
-    python -m benchmarks.kernel_isa --sass --kernel slot      # split slot kernel, old and lean
+    python -m benchmarks.kernel_isa --sass --nodes 8
+    python -m benchmarks.kernel_isa --sass --kernel slot      # split slot kernel
 """
 
 from __future__ import annotations
@@ -49,29 +49,25 @@ _LOCAL_SIG = (  # the SHAP kernels with chunk-local feature tiles (and the two-r
     "int64[::1], int32[::1], int16[::1], int32[::1], int64[::1], float32[:, ::1], "
     "int64[:, ::1], float64, int64, int64)"
 )
-#: :func:`slot_kernel`'s signatures: the old kernel on the 2-D gathered arrays, the lean one
-#: on flat views (:func:`distshap.kernels.cuda.slot_quadrature.slot_kernel_arrays`).
-_SLOT_SIG = {
-    "old": ("void(float32[:, ::1], int32[:, ::1], int64[:, ::1], int32[::1], float32[::1], "
-            "uint32[::1], int32[::1], int64[::1], int16[:, ::1], int64[::1], int32[::1], "
-            "float32[:, ::1], int64[:, ::1], float64, int64, int64[::1], int64[::1], int64)"),
-    "lean": ("void(float32[::1], int32[::1], int64[::1], int32[::1], float32[::1], "
-             "uint32[::1], int32[::1], int64[::1], int16[::1], int64[::1], int32[::1], "
-             "float32[:, ::1], int64[:, ::1], float64, int64, int64[::1], int64[::1], int64)"),
-}  # fmt: skip
+#: :func:`slot_kernel`'s signature: the gathered arrays as flat views
+#: (:func:`distshap.kernels.cuda.slot_quadrature.slot_kernel_arrays`).
+_SLOT_SIG = (
+    "void(float32[::1], int32[::1], int64[::1], int32[::1], float32[::1], "
+    "uint32[::1], int32[::1], int64[::1], int16[::1], int64[::1], int32[::1], "
+    "float32[:, ::1], int64[:, ::1], float64, int64, int64[::1], int64[::1], int64)"
+)
 _KINDS = ("float", "int", "cmpsel", "load", "store", "cvt", "move", "branch", "other")
 
 
-def two_row_kernel(n_nodes: int = 8, mode: str = "local", variant: str | None = None):
-    """The two-row SHAP kernel (``mode``, ``variant``: its keywords)."""
+def two_row_kernel(n_nodes: int = 8, mode: str = "local"):
+    """The two-row SHAP kernel for ``n_nodes`` nodes in ``mode`` (``"local"``, ``"shared"``,
+    ``"global"``)."""
     from distshap.kernels.cuda import quadrature
 
-    kw = {} if variant is None else {"variant": variant}
-    return quadrature._make_two_row_shap_kernel(n_nodes, mode, **kw)
+    return quadrature._make_two_row_shap_kernel(n_nodes, mode)
 
 
-def slot_kernel(n_nodes: int = 4, rows: int = 2, cache_x: bool = True, mode: str = "split",
-                variant: str = "lean"):  # fmt: skip
+def slot_kernel(n_nodes: int = 4, rows: int = 2, cache_x: bool = True, mode: str = "split"):
     """The split slot kernel (:func:`distshap.kernels.cuda.slot_quadrature.split_slot_kernel`)
     and its signature: ``(kernel, sig)``. Its first loop with floating-point work
     (``products``) is the per-(element, row) loop, its second (``quotients``) the per-(pair,
@@ -80,8 +76,8 @@ def slot_kernel(n_nodes: int = 4, rows: int = 2, cache_x: bool = True, mode: str
     float instructions too: ``report(..., min_float=8)`` names the right loops there."""
     from distshap.kernels.cuda import slot_quadrature
 
-    kernel = slot_quadrature.split_slot_kernel(n_nodes, rows, cache_x, mode, variant)
-    return kernel, _SLOT_SIG[variant]
+    kernel = slot_quadrature.split_slot_kernel(n_nodes, rows, cache_x, mode)
+    return kernel, _SLOT_SIG
 
 
 def kernel_ptx(kernel, sig: str = _LOCAL_SIG, cc: tuple[int, int] = (9, 0),
@@ -381,8 +377,7 @@ def _print(name: str, result: dict) -> None:
         print(f"  {level:4s} per element (2 rows): {per}, per (element, row): {per / 2:.1f}")
 
 
-def _print_slot(variant: str, kernel, sig: str, sass: bool, nvdisasm: str | None,
-                arch: str) -> None:  # fmt: skip
+def _print_slot(kernel, sig: str, sass: bool, nvdisasm: str | None, arch: str) -> None:
     """Every loop of the split slot kernel with 8 float instructions or more: the first is the
     per-(element, row) loop, the others the per-(pair, row) loop (SASS: two copies, each
     unrolled twice; the second, with two shared atomics, is the tile's)."""
@@ -390,7 +385,7 @@ def _print_slot(variant: str, kernel, sig: str, sass: bool, nvdisasm: str | None
     cold = cold_lines(kernel)
     lines, source = _ptx_lines(ptx)
     levels = [("ptx", count_loops(lines, False, source, cold))]
-    head = f"== split slot kernel, variant {variant}"
+    head = "== split slot kernel"
     if sass:
         lines, source, rep = sass_of(ptx, arch=arch, nvdisasm=nvdisasm)
         levels.append(("sass", count_loops(lines, True, source, cold)))
@@ -409,7 +404,6 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, help="8 (two-row kernel), 4 (slot kernel)")
     parser.add_argument("--mode", default="local", choices=("local", "shared", "global"))
-    parser.add_argument("--variant", action="append", help="kernel variant(s) to compare")
     parser.add_argument("--sass", action="store_true", help="ptxas + nvdisasm counts too")
     parser.add_argument("--nvdisasm", help="path of nvdisasm")
     parser.add_argument("--arch", default="sm_90")
@@ -417,15 +411,13 @@ def main(argv: list[str] | None = None) -> None:
                         help="slot: the split slot kernel (4 nodes by default)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.kernel == "slot":
-        for variant in args.variant or ["old", "lean"]:
-            kernel, sig = slot_kernel(args.nodes or 4, 2, True, "split", variant)
-            _print_slot(variant, kernel, sig, args.sass, args.nvdisasm, args.arch)
+        kernel, sig = slot_kernel(args.nodes or 4, 2, True, "split")
+        _print_slot(kernel, sig, args.sass, args.nvdisasm, args.arch)
         return
-    for variant in args.variant or [None]:
-        kernel = two_row_kernel(args.nodes or 8, args.mode, variant)
-        result = report(kernel, sass=args.sass, nvdisasm=args.nvdisasm, arch=args.arch)
-        nodes = args.nodes or 8
-        _print(f"two-row SHAP kernel, {nodes} nodes, {args.mode}, variant {variant}", result)
+    nodes = args.nodes or 8
+    kernel = two_row_kernel(nodes, args.mode)
+    result = report(kernel, sass=args.sass, nvdisasm=args.nvdisasm, arch=args.arch)
+    _print(f"two-row SHAP kernel, {nodes} nodes, {args.mode}", result)
 
 
 if __name__ == "__main__":

@@ -134,6 +134,7 @@ def test_split_slot_kernels_under_cuda_simulator():
 
 
 def _split_signatures():
+    from distshap.kernels.cuda.quadrature import slot_rows_kernel
     from distshap.kernels.cuda.slot_quadrature import split_slot_kernel
     from distshap.kernels.cuda.slot_tables import slot_table_kernel, split_slot_table_kernel
 
@@ -149,12 +150,12 @@ def _split_signatures():
              "int64, int64[::1], int32[::1], int32[::1], int64[::1], int64[::1], int64, "
              "boolean)")  # fmt: skip
     return {
-        "split": (split_slot_kernel(4, 2, True, "split"), flat),  # the lean kernels
+        "split": (split_slot_kernel(4, 2, True, "split"), flat),
         "int64": (split_slot_kernel(4, 2, True, "int64"), flat),
         "probe": (split_slot_kernel(4, 2, True, "probe"), flat),
         "split_x": (split_slot_kernel(4, 2, False, "split"), flat),  # rows read from X
-        "old_split": (split_slot_kernel(4, 2, False, "split", "old"), rows),
-        "old_int64": (split_slot_kernel(4, 2, True, "int64", "old"), rows),
+        # the gathered kernel, which runs launches too large for 32-bit offsets
+        "gathered_int64": (slot_rows_kernel(4, 2, True), rows),
         "table_split": (split_slot_table_kernel, table),
         "table_int64": (slot_table_kernel, table),
     }
@@ -223,13 +224,28 @@ def test_bad_variants_are_refused(monkeypatch):
 
     with pytest.raises(ValueError, match="mode must be one of.*'fast'"):
         split_slot_kernel(4, 1, True, "fast")
-    with pytest.raises(ValueError, match="slot kernel variant must be one of.*'fast'"):
-        split_slot_kernel(4, 1, True, "split", "fast")
-    with pytest.raises(ValueError, match="slot kernel variant must be one of.*'new'"):
-        launch_slot_quadrature(None, None, None, None, 1.0, 3, 0, object(), kernel="new")
     monkeypatch.setattr(config, "SLOT_QUADRATURE_VARIANT", "gathered")
     with pytest.raises(ValueError, match="probe runs the variants"):
         launch_slot_quadrature(None, None, None, None, 1.0, 3, 0, object(), probe=True)
     monkeypatch.setattr(config, "SLOT_TABLE_VARIANT", "fast")
     with pytest.raises(ValueError, match="SLOT_TABLE_VARIANT must be one of.*'fast'"):
         launch_slot_tables(None, None, None, None, None, None, 1.0, 3, 0, None)
+
+
+def test_slot_kernel_arrays_flat_below_2_32_elements():
+    """Flat views (no copy) for the split slot kernel's 32-bit offsets; ``None`` (the launcher
+    runs the gathered kernel) where an array has ``2**32`` elements or more."""
+    from types import SimpleNamespace
+
+    from distshap.kernels.cuda.slot_quadrature import slot_kernel_arrays
+
+    ef = np.arange(6 * 5, dtype=np.float32).reshape(6, 5)
+    lay = SimpleNamespace(ef=ef, ei=np.zeros((6, 5), np.int32), ecat=np.zeros((2, 5), np.int64),
+                          tmap=np.zeros((3, 5), np.int16))  # fmt: skip
+    flat = slot_kernel_arrays(lay)
+    assert [a.shape for a in flat] == [(30,), (30,), (10,), (15,)]
+    assert np.shares_memory(flat[0], ef) and np.array_equal(flat[0][5:10], ef[1])
+    # k = 31 features: tmap (496, P) reaches 2**32 elements at P = 8,659,209 paths
+    big = SimpleNamespace(shape=(31 * 32 // 2, 8_659_209))
+    assert 496 * 8_659_209 >= 2**32 > 496 * 8_659_208
+    assert slot_kernel_arrays(SimpleNamespace(ef=ef, ei=ef, ecat=ef, tmap=big)) is None

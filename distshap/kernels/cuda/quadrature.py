@@ -230,11 +230,18 @@ def _make_local_shap_kernel(n_nodes: int):
     return kernel
 
 
-def _make_lean_two_row_shap_kernel(n_nodes: int, mode: str):
-    """:func:`_make_two_row_shap_kernel`'s ``"lean"`` variant: the same float32 operations in
-    the same order on the same values (the same PTX floating-point instructions per element;
-    checked by ``benchmarks/kernel_isa.py``), with fewer integer, index and branch
-    instructions per (path element, row) (issue #15; the SHAP kernels are issue-bound):
+def _make_two_row_shap_kernel(n_nodes: int, mode: str):
+    """The SHAP kernel with two rows a thread (:data:`config.SHAP_QUADRATURE_ROWS` 2): thread
+    ``t`` of a block runs rows ``t`` and ``t + blockDim`` of its row tile, each path's lane
+    data loaded once for both, two independent products in flight. ``mode``: ``"local"``
+    (chunk-local tiles, as :func:`_make_local_shap_kernel`), ``"shared"`` (a column per
+    feature, as :func:`_make_shap_kernel` with ``shared``) or ``"global"`` (global atomics).
+    Each row's contributions are the same float32 operations in the same order as the
+    one-row kernels', so the same int64 values; a row sums in its own columns of shared
+    memory (``[column * 2 blockDim + t]`` and ``[... + blockDim + t]``).
+
+    How it keeps the integer, index and branch instructions per (path element, row) down
+    (issue #15; the SHAP kernels are issue-bound; ``benchmarks/kernel_isa.py`` counts them):
 
     * unsigned lane indices (``np.uint64``) and 32-bit element counters: no negative-index
       wraparound, no 64-bit compares; the lane arrays' row lengths checked once (4 and
@@ -245,8 +252,7 @@ def _make_lean_two_row_shap_kernel(n_nodes: int, mode: str):
       for both rows; the element is the same for the whole warp);
     * the one-fractions' bits set and tested with a shifted 32-bit mask (no variable shifts
       of 64-bit values), the tile index in 32 bits.
-
-    The old kernel stays (``variant="old"``) for side-by-side timing and bit checks."""
+    """
     from distshap.kernels.cuda.device import LI_COLUMNS
 
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
@@ -325,9 +331,9 @@ def _make_lean_two_row_shap_kernel(n_nodes: int, mode: str):
                     fb = follows(x_b, lower, upper, missing, other, cat, nbits, cat_words)
                 else:  # (kernel_isa counts the lines marked "categorical" as cold)
                     fa = follows(x_a, lower, upper, missing, other, cat,  # categorical
-                                 nbits, cat_words)
+                                 nbits, cat_words)  # fmt: skip
                     fb = follows(x_b, lower, upper, missing, other, cat,  # categorical
-                                 nbits, cat_words)
+                                 nbits, cat_words)  # fmt: skip
                 if fa:
                     da = one - z
                     bits_a = np.uint32(bits_a | mask)
@@ -376,136 +382,6 @@ def _make_lean_two_row_shap_kernel(n_nodes: int, mode: str):
                             cuda.atomic.add(acc, (rb, base + col), iv)
                 mask = np.uint32(mask << m1)
                 e = np.uint32(e + m1)
-        if shared:
-            for c in range(width):
-                if local:
-                    f = features[f0 + c]
-                else:
-                    f = c
-                iv = tile[c * rs + tid]
-                if iv != 0:
-                    cuda.atomic.add(acc, (ra, base + f), iv)
-                iv = tile[c * rs + stride + tid]
-                if iv != 0 and has_b:
-                    cuda.atomic.add(acc, (rb, base + f), iv)
-
-    return kernel
-
-
-def _make_two_row_shap_kernel(n_nodes: int, mode: str, variant: str = "lean"):
-    """The SHAP kernel with two rows a thread (:data:`config.SHAP_QUADRATURE_ROWS` 2): thread
-    ``t`` of a block runs rows ``t`` and ``t + blockDim`` of its row tile, each path's lane
-    data loaded once for both, two independent products in flight. ``mode``: ``"local"``
-    (chunk-local tiles, as :func:`_make_local_shap_kernel`), ``"shared"`` (a column per
-    feature, as :func:`_make_shap_kernel` with ``shared``) or ``"global"`` (global atomics).
-    Each row's contributions are the same float32 operations in the same order as the
-    one-row kernels', so the same int64 values; a row sums in its own columns of shared
-    memory (``[column * 2 blockDim + t]`` and ``[... + blockDim + t]``). ``variant``:
-    ``"lean"`` (:func:`_make_lean_two_row_shap_kernel`, what runs) or ``"old"`` (the kernel
-    before it, for side-by-side timing: ``benchmarks/two_row_variants.py``); the same bits."""
-    if variant == "lean":
-        return _make_lean_two_row_shap_kernel(n_nodes, mode)
-    if variant != "old":
-        raise ValueError(f"two-row SHAP kernel variant must be 'lean' or 'old', got {variant!r}")
-    nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
-    local = mode == "local"
-    shared = mode != "global"
-
-    @cuda.jit(cache=True)
-    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
-               chunk_group, lane_column, features, feature_offsets, XT, acc, scale, n_cols,
-               row0):  # fmt: skip
-        tid = cuda.threadIdx.x
-        stride = cuda.blockDim.x
-        n_rows = XT.shape[1]
-        ra = row0 + cuda.blockIdx.y * (2 * stride) + tid
-        if ra >= n_rows:
-            return  # nothing below synchronises threads
-        rb = ra + stride
-        has_b = rb < n_rows
-        if not has_b:
-            rb = ra  # computed again, never added
-        ch = cuda.blockIdx.x  # chunks vary fastest: blocks running together share rows (L2)
-        base = chunk_group[ch] * n_cols
-        if local:
-            f0 = feature_offsets[ch]
-            width = feature_offsets[ch + 1] - f0
-        else:
-            f0 = 0
-            width = n_cols - 1
-        rs = 2 * stride
-        scale32 = np.float32(scale)
-        one = np.float32(1.0)
-        if shared:
-            tile = cuda.shared.array(0, types.int64)  # [column * rs + (row b) * stride + tid]
-            for c in range(width):
-                tile[c * rs + tid] = 0
-                tile[c * rs + stride + tid] = 0
-        pa = cuda.local.array(n_nodes, np.float32)
-        pb = cuda.local.array(n_nodes, np.float32)
-        for j in range(chunk_offsets[ch], chunk_offsets[ch + 1]):
-            p = chunk_paths[j]
-            s0 = path_offsets[p] + 1  # first feature element (after the bias lane)
-            s1 = path_offsets[p + 1]
-            value = lane_f[s0 - 1, LF_VALUE]
-            for m in range(n_nodes):
-                pa[m] = value * weights[m]
-                pb[m] = value * weights[m]
-            bits_a = np.uint32(0)
-            bits_b = np.uint32(0)
-            for li in range(s0, s1):
-                z = lane_f[li, LF_ZERO]
-                lower = lane_f[li, LF_LOWER]
-                upper = lane_f[li, LF_UPPER]
-                f = lane_i[li, LI_FEATURE]
-                flags = lane_i[li, LI_FLAGS]
-                nbits = lane_i[li, LI_NBITS]
-                cat = lane_cat[li]
-                missing = (flags & MISSING_FLAG) != 0
-                other = (flags & CAT_OTHER_FLAG) != 0
-                da = -z
-                db = -z
-                if follows(XT[f, ra], lower, upper, missing, other, cat, nbits, cat_words):
-                    da = one - z
-                    bits_a |= np.uint32(1) << np.uint32(li - s0)
-                if follows(XT[f, rb], lower, upper, missing, other, cat, nbits, cat_words):
-                    db = one - z
-                    bits_b |= np.uint32(1) << np.uint32(li - s0)
-                for m in range(n_nodes):
-                    pa[m] *= z + nodes[m] * da
-                    pb[m] *= z + nodes[m] * db
-            for li in range(s0, s1):
-                z = lane_f[li, LF_ZERO]
-                if local:
-                    col = np.int32(lane_column[li])
-                else:
-                    col = lane_i[li, LI_FEATURE]
-                da = -z
-                if (bits_a >> np.uint32(li - s0)) & np.uint32(1):
-                    da = one - z
-                db = -z
-                if (bits_b >> np.uint32(li - s0)) & np.uint32(1):
-                    db = one - z
-                if da != 0:  # else the element's factor may be 0 and its value is 0
-                    total = np.float32(0.0)
-                    for m in range(n_nodes):
-                        total = add_quotient(total, pa[m], z + nodes[m] * da)
-                    iv = np.int64(total * da * scale32)
-                    if iv != 0:
-                        if shared:
-                            tile[col * rs + tid] += iv
-                        else:
-                            cuda.atomic.add(acc, (ra, base + col), iv)
-                if db != 0:
-                    total = np.float32(0.0)
-                    for m in range(n_nodes):
-                        total = add_quotient(total, pb[m], z + nodes[m] * db)
-                    iv = np.int64(total * db * scale32)
-                    if iv != 0:
-                        if shared:
-                            tile[col * rs + stride + tid] += iv
-                        elif has_b:
-                            cuda.atomic.add(acc, (rb, base + col), iv)
         if shared:
             for c in range(width):
                 if local:

@@ -25,11 +25,10 @@ same and, integer addition being associative, so is every slot, bit for bit):
   warp take paths ``n / 32`` apart in the block (``n``: its paths; 4.2 lanes on a slot on
   that model). Each block keeps its paths and its tile; only which thread runs a path changes.
 
-The kernel that runs is the ``"lean"`` one (:func:`_make_lean_kernel`: the same float32
-operations and bits, fewer integer, index and branch instructions per element and pair, on
-flat views of the gathered arrays); the kernel before it stays reachable as ``"old"``
-(:data:`KERNELS`; ``launch_slot_quadrature(..., kernel="old")``, for
-``benchmarks/slot_variants.py``).
+The kernel walks flat views of the gathered arrays with 32-bit offsets, which keeps its
+integer, index and branch instructions per element and pair down (:func:`split_slot_kernel`);
+a launch whose gathered arrays have ``2**32`` elements or more runs the gathered kernel
+instead (the same contributions, so the same slots).
 
 Switch with :data:`distshap.kernels.cuda.config.SLOT_QUADRATURE_VARIANT` (one of
 :data:`VARIANTS`); :func:`launch_slot_quadrature` runs these and hands every other value to
@@ -53,11 +52,12 @@ from distshap.kernels.cuda.quadrature import (
     launch_quadrature,
     pair_steps,
     slot_layout,
+    slot_rows_kernel,
     slot_rows_shape,
 )  # fmt: skip
 
 __all__ = [
-    "KERNELS", "MODES", "VARIANTS", "add_split", "launch_slot_quadrature", "read_split",
+    "MODES", "VARIANTS", "add_split", "launch_slot_quadrature", "read_split",
     "slot_kernel_arrays", "spread_layout", "spread_order", "split_slot_kernel",
 ]  # fmt: skip
 
@@ -67,9 +67,6 @@ VARIANTS = ("split", "spread", "spread64")
 #: probe (every contribution and tile slot number folded into one register, written once:
 #: all the work but the atomics; wrong slots, benchmarks only).
 MODES = ("int64", "split", "probe")
-#: Variants of :func:`split_slot_kernel`: ``"lean"`` (what runs) and ``"old"`` (the kernel
-#: before it, kept for side-by-side timing: ``benchmarks/slot_variants.py``); the same bits.
-KERNELS = ("lean", "old")
 
 _LOW = np.int64(0xFFFFFFFF)
 _TWO32 = np.int64(1 << 32)
@@ -110,26 +107,31 @@ def _add_split32(words, i, hi_i, iv):
     cuda.atomic.add(words, hi_i, hi)
 
 
-def _make_lean_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str):
-    """:func:`_make_kernel`'s ``"lean"`` variant: the same float32 operations in the same order
-    on the same values (the same :func:`~distshap.kernels.cuda.quadrature.pair_steps` calls;
-    the same PTX floating-point instructions per element and per pair, checked by
-    ``benchmarks/kernel_isa.py``), so the same int64 contributions and slots, with fewer
-    integer, index and branch instructions per (element, row) and per (pair, row) (issue #16;
-    the kernel is issue-bound on integer work):
+def _make_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str):
+    """:func:`split_slot_kernel`. The arithmetic is every interaction kernel's
+    (:func:`distshap.kernels.cuda.quadrature.pair_steps`, the same calls) and the loops the
+    gathered kernel's (:func:`distshap.kernels.cuda.quadrature.slot_rows_kernel`): the same
+    float32 operations in the same order on the same values, so the same int64 contributions
+    and slots; the adds to the tile differ (``mode``).
+
+    How it keeps the integer, index and branch instructions per (element, row) and per (pair,
+    row) down (issue #16; the kernel is issue-bound on integer work; ``benchmarks/kernel_isa.py``
+    counts them):
 
     * the gathered arrays flat (``ef``, ``ei``: ``[(3 e + q) P + j]``, ``ecat``: ``[e P + j]``,
       ``tmap``: ``[u P + j]``; ``P = pk.shape[0]``), walked with 32-bit running offsets
       (``+ 3P`` an element, ``+ P`` an upper-triangle entry: ``u`` is a counter), so an
       address is an add and a shift, not a 64-bit multiply by the row length with
-      negative-index checks (the launcher passes flat views; arrays of ``2**32`` elements or
-      more go to the old kernel);
+      negative-index checks (the launcher passes flat views; launches with arrays of
+      ``2**32`` elements or more run the gathered kernel, :func:`slot_kernel_arrays`);
     * 32-bit element counters, bit masks shifted once an element (no variable shifts), tile
       indices and :func:`add_split`'s carry in 32 bits;
     * ``follows`` of a numeric element without its categorical branch (``cat < 0`` tested
       once; the category bits read only for a categorical element);
     * each row's ``X`` row (or shared-memory row) offset computed once a row.
     """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     weights = gauss_legendre(n_nodes)[1].astype(np.float32)
     forward, diagonal, pair = pair_steps(n_nodes)
     split = mode == "split"
@@ -298,163 +300,23 @@ def _make_lean_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str):
     return kernel
 
 
-def _make_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str, variant: str = "lean"):
-    """:func:`split_slot_kernel`. The arithmetic is every interaction kernel's
-    (:func:`distshap.kernels.cuda.quadrature.pair_steps`) and the loops the gathered kernel's
-    (:func:`distshap.kernels.cuda.quadrature.slot_rows_kernel`); only the adds to the tile
-    differ (``mode``). ``variant``: ``"lean"`` (:func:`_make_lean_kernel`, what runs) or
-    ``"old"`` (the kernel before it, on the 2-D gathered arrays; the same bits)."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if variant == "lean":
-        return _make_lean_kernel(n_nodes, rows, cache_x, mode)
-    if variant != "old":
-        raise ValueError(f"slot kernel variant must be one of {KERNELS}, got {variant!r}")
-    weights = gauss_legendre(n_nodes)[1].astype(np.float32)
-    forward, diagonal, pair = pair_steps(n_nodes)
-    split = mode == "split"
-    probe = mode == "probe"
-
-    @cuda.jit(cache=True)
-    def kernel(ef, ei, ecat, pk, pv, cat_words, chunk_paths, chunk_offsets, tmap, map_offsets,
-               path_map, X, acc, scale, row0, tile_offsets, tile_slots, tile_capacity):  # fmt: skip
-        tid = cuda.threadIdx.x
-        nthreads = cuda.blockDim.x
-        ch = cuda.blockIdx.x  # blocks of chunks vary fastest: blocks running together share rows
-        r0 = row0 + cuda.blockIdx.y * rows
-        nr = X.shape[0] - r0
-        if nr > rows:
-            nr = rows
-        n_features = X.shape[1]
-        t0 = tile_offsets[ch]
-        width = tile_offsets[ch + 1] - t0
-        use_tile = width <= tile_capacity  # the same for the whole block
-        tile = cuda.shared.array(0, types.int64)  # [rr * width + e] (int64 words)
-        words = cuda.shared.array(0, types.uint32)  # lo [rr * width + e], hi after them
-        hi_offset = rows * tile_capacity  # in uint32 words
-        xs = cuda.shared.array(0, types.float32)  # [x0 + rr * F + f]: the rows, after the tile
-        x0 = 2 * rows * tile_capacity
-        if use_tile:
-            for e in range(tid, nr * width, nthreads):
-                if split:
-                    words[e] = 0
-                    words[hi_offset + e] = 0
-                else:
-                    tile[e] = 0
-        if cache_x:
-            for e in range(tid, nr * n_features, nthreads):
-                q = e // n_features
-                xs[x0 + e] = X[r0 + q, e - q * n_features]
-        cuda.syncthreads()
-        scale32 = np.float32(scale)
-        one = np.float32(1.0)
-        prod = cuda.local.array(n_nodes, np.float32)
-        usum = cuda.local.array(n_nodes, np.float32)
-        part = cuda.local.array(n_nodes, np.float32)
-        fold = np.int64(0)  # probe only
-        for j in range(chunk_offsets[ch] + tid, chunk_offsets[ch + 1], nthreads):
-            k = pk[j]
-            value = pv[j]
-            m0 = 0  # without a tile, entry (a, c) of the path adds at path_map[m0 + a * k + c]
-            if not use_tile:
-                m0 = map_offsets[chunk_paths[j]]
-            for rr in range(nr):  # the path's rows one after another: its data stay in L1
-                r = r0 + rr
-                for m in range(n_nodes):
-                    prod[m] = value * weights[m]
-                    usum[m] = 0
-                bits = np.uint32(0)
-                for e in range(k):
-                    z = ef[3 * e + 2, j]
-                    d = -z
-                    f = ei[3 * e, j]
-                    if cache_x:
-                        x = xs[x0 + rr * n_features + f]
-                    else:
-                        x = X[r, f]
-                    flags = ei[3 * e + 1, j]
-                    if follows(x, ef[3 * e, j], ef[3 * e + 1, j], (flags & MISSING_FLAG) != 0,
-                               (flags & CAT_OTHER_FLAG) != 0, ecat[e, j], ei[3 * e + 2, j],
-                               cat_words):  # fmt: skip
-                        d = one - z
-                        bits |= np.uint32(1) << np.uint32(e)
-                    forward(prod, usum, z, d)
-                u0 = 0  # entry number of (a, a)
-                for a in range(k):
-                    zi = ef[3 * a + 2, j]
-                    di = -zi
-                    if (bits >> np.uint32(a)) & np.uint32(1):
-                        di = one - zi
-                    if di == 0:
-                        u0 += k - a
-                        continue  # its row and column are 0
-                    iv = diagonal(prod, usum, part, zi, di, scale32)
-                    if iv != 0:
-                        if probe:
-                            fold += iv + tmap[u0, j]
-                        elif not use_tile:
-                            cuda.atomic.add(acc, (r, path_map[m0 + a * k + a]), iv)
-                        elif split:
-                            add_split(words, rr * width + tmap[u0, j], hi_offset, iv)
-                        else:
-                            cuda.atomic.add(tile, rr * width + tmap[u0, j], iv)
-                    for c in range(a + 1, k):
-                        zc = ef[3 * c + 2, j]
-                        dc = -zc
-                        if (bits >> np.uint32(c)) & np.uint32(1):
-                            dc = one - zc
-                        if dc == 0:
-                            continue
-                        iv = pair(part, zc, dc, scale32)
-                        if iv != 0:
-                            u = u0 + c - a
-                            if probe:
-                                fold += iv + tmap[u, j]
-                            elif not use_tile:
-                                cuda.atomic.add(acc, (r, path_map[m0 + a * k + c]), iv)
-                            elif split:
-                                add_split(words, rr * width + tmap[u, j], hi_offset, iv)
-                            else:
-                                cuda.atomic.add(tile, rr * width + tmap[u, j], iv)
-                    u0 += k - a
-        if probe and fold == _PROBE_NEVER:
-            tile[0] = fold  # never taken, but the compiler cannot know: all the work stays
-        cuda.syncthreads()
-        if use_tile and not probe:
-            for e in range(tid, nr * width, nthreads):
-                if split:
-                    iv = read_split(words, e, hi_offset)
-                else:
-                    iv = tile[e]
-                if iv != 0:
-                    q = e // width
-                    cuda.atomic.add(acc, (r0 + q, tile_slots[t0 + e - q * width]), iv)
-
-    return kernel
-
-
 _KERNELS: dict = {}
 
 
-def split_slot_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str = "split",
-                      variant: str = "lean"):  # fmt: skip
+def split_slot_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str = "split"):
     """The slot quadrature kernel of this module for ``n_nodes`` nodes, ``rows`` rows a block,
     the rows' features in shared memory (``cache_x``) or read from ``X``, adding in ``mode``
-    (:data:`MODES`), ``variant`` one of :data:`KERNELS`; built on first use, compiled at
-    launch.
+    (:data:`MODES`); built on first use, compiled at launch.
 
     Launch as the gathered kernel: grid ``(blocks, ceil(rows of X / rows))``, 128 threads,
     ``8 rows tile_capacity`` bytes of dynamic shared memory (plus ``4 rows F`` with
-    ``cache_x``), on a :class:`~distshap.kernels.cuda.quadrature.SlotLayout`'s arrays as
-    :func:`slot_kernel_arrays` gives them for ``variant``.
+    ``cache_x``), on a :class:`~distshap.kernels.cuda.quadrature.SlotLayout`'s arrays as flat
+    views (:func:`slot_kernel_arrays`).
     """
-    if variant not in KERNELS:
-        raise ValueError(f"slot kernel variant must be one of {KERNELS}, got {variant!r}")
-    key = (int(n_nodes), int(rows), bool(cache_x), mode, variant)
+    key = (int(n_nodes), int(rows), bool(cache_x), mode)
     kernel = _KERNELS.get(key)
     if kernel is None:
-        kernel = _KERNELS[key] = _make_kernel(int(n_nodes), int(rows), bool(cache_x), mode,
-                                              variant)  # fmt: skip
+        kernel = _KERNELS[key] = _make_kernel(int(n_nodes), int(rows), bool(cache_x), mode)
     return kernel
 
 
@@ -462,15 +324,18 @@ def _flat(a):
     return a.reshape(int(np.prod(a.shape)))
 
 
-def slot_kernel_arrays(lay: SlotLayout, variant: str = "lean") -> tuple:
-    """``(ef, ei, ecat, tmap)`` of ``lay`` for the ``variant`` kernel, and the variant that
-    takes them: flat views for ``"lean"`` (no copy), the 2-D arrays for ``"old"``; ``"old"``
-    too where an array has ``2**32`` elements or more (the lean kernel's offsets are 32-bit).
+def slot_kernel_arrays(lay: SlotLayout) -> tuple | None:
+    """``(ef, ei, ecat, tmap)`` of ``lay`` as the flat views :func:`split_slot_kernel` takes
+    (no copy), or ``None`` where an array has ``2**32`` elements or more (the kernel's offsets
+    are 32-bit: ``tmap`` is ``(k (k + 1) / 2, P)`` for ``P`` paths of at most ``k`` features,
+    so ``k = 31`` reaches it at 8.7M paths in one launch). :func:`launch_slot_quadrature` runs
+    the gathered kernel (:func:`~distshap.kernels.cuda.quadrature.slot_rows_kernel`, int64
+    indices; the same contributions) on such a launch's 2-D arrays.
     """
     arrays = (lay.ef, lay.ei, lay.ecat, lay.tmap)
-    if variant == "lean" and all(int(np.prod(a.shape)) < 2**32 for a in arrays):
-        return tuple(_flat(a) for a in arrays), "lean"
-    return arrays, "old"
+    if all(int(np.prod(a.shape)) < 2**32 for a in arrays):
+        return tuple(_flat(a) for a in arrays)
+    return None
 
 
 def spread_order(n: int, lanes: int = 32) -> np.ndarray:
@@ -548,7 +413,7 @@ def spread_layout(model, plan, slots, stream, merge: int) -> tuple:
 
 
 def launch_slot_quadrature(model, plan, Xb, acc, scale, F1, stream, slots,
-                           probe: bool = False, kernel: str = "lean") -> None:  # fmt: skip
+                           probe: bool = False) -> None:  # fmt: skip
     """The quadrature launches of ``plan`` into pair slots (``slots``: the device model's
     :class:`~distshap.kernels.cuda.model.SlotArrays`) on the batch ``Xb``, adding to ``acc``.
 
@@ -556,11 +421,10 @@ def launch_slot_quadrature(model, plan, Xb, acc, scale, F1, stream, slots,
     (``"split"``: gathered order, split words; ``"spread"``: spread order, split words;
     ``"spread64"``: spread order, int64 words); any other value goes to
     :func:`~distshap.kernels.cuda.quadrature.launch_quadrature`, which checks it. ``probe``:
-    the timing diagnostic (wrong values; this module's variants only). ``kernel``: one of
-    :data:`KERNELS` (:func:`split_slot_kernel`'s ``variant``; ``"old"`` for timing).
+    the timing diagnostic (wrong values; this module's variants only). A launch whose gathered
+    arrays have ``2**32`` elements or more runs the gathered kernel on them
+    (:func:`slot_kernel_arrays`): the same slots.
     """
-    if kernel not in KERNELS:
-        raise ValueError(f"slot kernel variant must be one of {KERNELS}, got {kernel!r}")
     variant = config.SLOT_QUADRATURE_VARIANT
     if variant not in VARIANTS:
         if probe:
@@ -579,8 +443,13 @@ def launch_slot_quadrature(model, plan, Xb, acc, scale, F1, stream, slots,
     for launch, (lay, paths) in zip(plan.quadrature, runs, strict=True):
         rows, cache_x, capacity = slot_rows_shape(n_features, lay.most)
         shared_bytes = 8 * rows * capacity + (4 * rows * n_features if cache_x else 0)
-        (ef, ei, ecat, tmap), variant = slot_kernel_arrays(lay, kernel)
-        run = split_slot_kernel(launch.n_nodes, rows, cache_x, mode, variant)
+        flat = slot_kernel_arrays(lay)
+        if flat is None:  # 32-bit offsets too short: the gathered kernel (int64 words)
+            ef, ei, ecat, tmap = lay.ef, lay.ei, lay.ecat, lay.tmap
+            run = slot_rows_kernel(launch.n_nodes, rows, cache_x, probe)
+        else:
+            ef, ei, ecat, tmap = flat
+            run = split_slot_kernel(launch.n_nodes, rows, cache_x, mode)
         per_launch = 65535 * rows  # grid.y is at most 65535
         for row0 in range(0, nb, per_launch):
             grid = (lay.n_blocks, -(-min(nb - row0, per_launch) // rows))
