@@ -17,8 +17,8 @@ from cudasim import nvvm_available
 
 N_NODES = 4
 #: Non-float PTX instructions per (element, row) and per (pair, row). The kernel before issue
-#: #16 had 96 and 58.5 (117 per two pairs; at commit 2562776), the lean one 61 and 35.5: bounds
-#: between them, with room for compiler changes.
+#: #16 had 96 and 58.5 (117 per two pairs), the lean one 61 and 35.5, both measured at commit
+#: 1957994: bounds between them, with room for compiler changes.
 MAX_OTHER_PER_ELEMENT = 80
 MAX_OTHER_PER_PAIR = 47
 
