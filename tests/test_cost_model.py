@@ -500,7 +500,10 @@ def test_calibrate_on_gpu(tmp_path):
 
     r = calibrate(cache=str(tmp_path / "costs.json"))
     assert r.seconds < 120 and r.path and r.costs.source.startswith("calibrated")
-    assert 1e-13 < r.costs.quad_lane < 1e-9 and r.costs.table_bin > 0
+    # a quadrature lane's cost is quad_lane + n quad_lane_node (n nodes); since the lean
+    # kernels the fit may put all of it on the per-node term (quad_lane 0 on an H200)
+    lane = r.costs.quad_lane + 4 * r.costs.quad_lane_node
+    assert r.costs.quad_lane >= 0 and 1e-13 < lane < 1e-9 and r.costs.table_bin > 0, r.costs
     assert max(abs(m["fit_error"]) for m in r.measurements) < 0.5, r.measurements
 
 

@@ -110,10 +110,7 @@ if SIM:  # pragma: no cover - only under NUMBA_ENABLE_CUDASIM=1
         return total + a / b
 
 else:
-    from llvmlite import ir
-    from numba import types
-    from numba.core import cgutils
-    from numba.core.extending import intrinsic
+    from distshap.kernels.cuda import nvvm  # called as nvvm.name: see its docstring
 
     @cuda.jit(device=True)
     def ballot(mask, predicate):
@@ -121,47 +118,6 @@ else:
         with a per-process id, which would give every kernel closing over a device function
         that calls it a new disk-cache key (``cache=True``) in every process."""
         return cuda.ballot_sync(mask, predicate)
-
-    def _nvvm_codegen(name: str, arity: int):
-        """Code generation of a call to the float32 NVVM intrinsic ``name``, or of the PTX
-        instruction ``name`` (``"asm:..."``, as inline assembly) where NVVM has no intrinsic."""
-
-        def codegen(context, builder, signature, args):
-            fnty = ir.FunctionType(ir.FloatType(), [ir.FloatType()] * arity)
-            if name.startswith("asm:"):
-                operands = ", ".join(f"${i + 1}" for i in range(arity))
-                text = f"{name[4:]} $0, {operands};"
-                return builder.call(ir.InlineAsm(fnty, text, "=f" + ",f" * arity), args)
-            return builder.call(cgutils.get_or_insert_function(builder.module, fnty, name), args)
-
-        return codegen
-
-    def _nvvm_float32(name: str, arity: int):
-        """A Numba intrinsic calling the float32 NVVM intrinsic ``name`` of ``arity`` (1 to 3)
-        float32 operands."""
-        codegen = _nvvm_codegen(name, arity)
-        f32 = types.float32
-        if arity == 1:
-
-            @intrinsic
-            def call(typingctx, a):
-                return f32(f32), codegen
-        elif arity == 2:
-
-            @intrinsic
-            def call(typingctx, a, b):
-                return f32(f32, f32), codegen
-        else:
-
-            @intrinsic
-            def call(typingctx, a, b, c):
-                return f32(f32, f32, f32), codegen
-
-        return call
-
-    _rcp = _nvvm_float32("asm:rcp.approx.ftz.f32", 1)  # MUFU.RCP
-    _fma = _nvvm_float32("llvm.nvvm.fma.rn.ftz.f", 3)  # FFMA.FTZ
-    _mul = _nvvm_float32("llvm.nvvm.mul.rn.ftz.f", 2)  # FMUL.FTZ
 
     @cuda.jit(device=True)
     def fdiv(a, b):
@@ -176,7 +132,7 @@ else:
         unless the fixed-point scale is near 2**100 (:mod:`.model`: only models whose largest
         sums are below about 1e-12 get such scales). A device function (inlined), so kernels
         that call it keep one disk-cache key (see :func:`ballot`)."""
-        return _mul(np.float32(a), _rcp(np.float32(b)))
+        return nvvm.mul_ftz(np.float32(a), nvvm.rcp_ftz(np.float32(b)))
 
     @cuda.jit(device=True)
     def add_quotient(total, a, b):
@@ -185,7 +141,7 @@ else:
         With ``div.approx.f32`` ptxas fused the quotient's multiply into a following add; the
         flushing multiply cannot fuse with a plain add, so this writes the fused form out
         (``fma.rn.ftz``): the same value as before for normal numbers, in two instructions."""
-        return _fma(np.float32(a), _rcp(np.float32(b)), np.float32(total))
+        return nvvm.fma_ftz(np.float32(a), nvvm.rcp_ftz(np.float32(b)), np.float32(total))
 
 
 @cuda.jit(device=True)
