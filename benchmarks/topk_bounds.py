@@ -244,6 +244,29 @@ def _work_by_features(featsum, tau, feature, path_offsets, path_group, res):
         res[r] = w
 
 
+@njit(nogil=True, cache=True)
+def _kth_lower_bounds(low, slot_group, slot_i, slot_j, num_groups, kk):
+    """Per group, the ``kk``-th largest of ``low`` over the group's pair slots (not below 0;
+    0 where the group has fewer than ``kk`` pair slots): a lower bound of its top-k threshold."""
+    out = np.zeros(num_groups)
+    S = low.shape[0]
+    for g in range(num_groups):
+        cnt = 0
+        for e in range(S):
+            if slot_group[e] == g and slot_i[e] != slot_j[e]:
+                cnt += 1
+        vals = np.empty(cnt)
+        cnt = 0
+        for e in range(S):
+            if slot_group[e] == g and slot_i[e] != slot_j[e]:
+                vals[cnt] = low[e]
+                cnt += 1
+        if cnt >= kk:
+            vals.sort()
+            out[g] = max(0.0, vals[cnt - kk])
+    return out
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def _light_heavy(X, feature, lower, upper, missing, zf, cat_offsets, cat_nbits, cat_other,
                  cat_words, path_offsets, path_value, path_group, map_offsets, path_map,
@@ -324,21 +347,7 @@ def _light_heavy(X, feature, lower, upper, missing, zf, cat_offsets, cat_nbits, 
                 g = slot_group[e]
                 err = min(slack[g, slot_i[e]], slack[g, slot_j[e]])
                 low[e] = abs(part[e]) - err
-            tau_low = np.zeros(num_groups)
-            for g in range(num_groups):
-                cnt = 0
-                for e in range(S):
-                    if slot_group[e] == g and slot_i[e] != slot_j[e]:
-                        cnt += 1
-                vals = np.empty(cnt)
-                cnt = 0
-                for e in range(S):
-                    if slot_group[e] == g and slot_i[e] != slot_j[e]:
-                        vals[cnt] = low[e]
-                        cnt += 1
-                if cnt >= kk:
-                    vals.sort()
-                    tau_low[g] = max(0.0, vals[cnt - kk])
+            tau_low = _kth_lower_bounds(low, slot_group, slot_i, slot_j, num_groups, kk)
             for e in range(S):
                 g = slot_group[e]
                 err = min(slack[g, slot_i[e]], slack[g, slot_j[e]])
@@ -394,21 +403,7 @@ def _light_heavy(X, feature, lower, upper, missing, zf, cat_offsets, cat_nbits, 
                     err_t[e] += min(slack_t[t, slot_i[e]], slack_t[t, slot_j[e]])
                 for e in range(S):
                     low[e] = abs(part[e]) - err_t[e]
-                tl = np.zeros(num_groups)
-                for g in range(num_groups):
-                    cnt = 0
-                    for e in range(S):
-                        if slot_group[e] == g and slot_i[e] != slot_j[e]:
-                            cnt += 1
-                    vals = np.empty(cnt)
-                    cnt = 0
-                    for e in range(S):
-                        if slot_group[e] == g and slot_i[e] != slot_j[e]:
-                            vals[cnt] = low[e]
-                            cnt += 1
-                    if cnt >= kk:
-                        vals.sort()
-                        tl[g] = max(0.0, vals[cnt - kk])
+                tl = _kth_lower_bounds(low, slot_group, slot_i, slot_j, num_groups, kk)
                 ratio_t = 0.0
                 for g in range(num_groups):
                     if tau[r, g] > 0:

@@ -77,6 +77,8 @@ from distshap.kernels.cuda.small import (
     H_ZERO,
     SMALL_MAX_INTERACTION_COLUMNS,
     _leaf_merged,
+    _store_interaction,
+    _store_shap,
 )
 from distshap.packed import PackedModel
 
@@ -306,17 +308,6 @@ def _make_path_values(K: int, interactions: bool):
                 buf[at + i] = phi[i]
 
     return path_values
-
-
-@cuda.jit(device=True)
-def _store_shap(out, r, g, e, n_cols, value):
-    out[r, g, e] = value
-
-
-@cuda.jit(device=True)
-def _store_interaction(out, r, g, e, n_cols, value):
-    i = e // n_cols
-    out[r, g, i, e - i * n_cols] = value
 
 
 def _make_emit(kind: str):
