@@ -43,6 +43,26 @@ def test_synthetic_data_has_the_paper_shape_and_is_reproducible(name):
         assert y.min() >= 0 and y.max() < classes
 
 
+def test_cpu_intercept_is_the_cpu_models_start():
+    """The intercept given to GPU-trained multiclass models is the one a CPU-trained model of
+    the same labels starts from (covtype: class 0 empty, held far below the others)."""
+    import json
+
+    import numpy as np
+    import xgboost as xgb
+
+    from benchmarks.shapes import cpu_intercept, make_data, params
+
+    X, y = make_data("covtype", 2000, seed=1)
+    p = params("covtype", "small")
+    got = cpu_intercept(y, p)
+    booster = xgb.train(p, xgb.DMatrix(X, label=y), 1)
+    text = json.loads(booster.save_config())["learner"]["learner_model_param"]["base_score"]
+    want = [float(v) for v in text.strip("[]").split(",")]
+    assert len(got) == p["num_class"] and np.allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert got[0] < min(got[1:]) - 3  # class 0 has no rows
+
+
 def test_paper_table3_tree_counts_match_the_shapes():
     from benchmarks.shapes import DATASETS, DEPTHS, PAPER_TABLE3, ROUNDS, SHAPES
 
