@@ -61,9 +61,11 @@ from distshap.kernels.cuda.device import (
     MISSING_FLAG,
     SIM,
     add_quotient,
+    add_split32,
     fdiv,
     follows,
     lane_follows,
+    read_split,
     xp,
 )  # fmt: skip
 
@@ -459,7 +461,16 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
     into the row's pair slots (:mod:`distshap.pair_slots`; the upper triangle only); with
     ``shared``, a block whose chunk touches at most ``tile_capacity`` slots sums in a tile of
     them (:func:`~distshap.kernels.cuda.model.chunk_tiles`) and adds each to the row once.
-    The arithmetic is :func:`pair_steps`'s."""
+    The arithmetic is :func:`pair_steps`'s.
+
+    A shared-memory tile keeps each sum as two uint32 words
+    (:func:`~distshap.kernels.cuda.device.add_split32`): lo words ``[0, n)``, hi words
+    ``[n, 2 n)``, ``n`` the tile's slots (``n_cols ** 2``, or ``tile_capacity`` with
+    ``slots``), the 8 bytes a slot of an int64 word. A 64-bit shared-memory atomic add is a
+    compare-and-swap loop (``ATOMS.CAST.SPIN.64``), retried for every lane of the warp that
+    hit the same slot (the lanes run sibling paths, which share most features); the split
+    words add with native 32-bit atomics. The flush reads back the exact int64 sums
+    (:func:`~distshap.kernels.cuda.device.read_split`): the same bits as int64 words."""
     weights = gauss_legendre(n_nodes)[1].astype(np.float32)
     forward, diagonal, pair = pair_steps(n_nodes)
 
@@ -480,10 +491,16 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
             use_tile = True
         scale32 = np.float32(scale)
         one = np.float32(1.0)
-        if shared and use_tile:  # (``shared``, a constant, prunes the branch at compile time)
-            tile = cuda.shared.array(0, types.int64)  # [f_i * n_cols + f_c], f_i <= f_c
+        if shared:  # (a constant: the branches on it are pruned at compile time)
+            # lo words [slot], hi words [hi_offset + slot]; slot f_i * n_cols + f_c, f_i <= f_c
+            words = cuda.shared.array(0, types.uint32)
+            hi_offset = tile_capacity if slots else width  # the tile's slots
+            uhi = np.uint32(hi_offset)
+            un = np.uint32(n_cols)
+        if shared and use_tile:
             for e in range(tid, width, cuda.blockDim.x):
-                tile[e] = 0
+                words[e] = 0
+                words[hi_offset + e] = 0
             cuda.syncthreads()
         prod = cuda.local.array(n_nodes, np.float32)
         usum = cuda.local.array(n_nodes, np.float32)
@@ -521,11 +538,13 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
                     if slots:
                         at = m0 + li * k + li
                         if shared and use_tile:
-                            cuda.atomic.add(tile, local_map[at], iv)
+                            i = np.uint32(local_map[at])
+                            add_split32(words, i, np.uint32(uhi + i), iv)
                         else:
                             cuda.atomic.add(acc, (r, path_map[at]), iv)
                     elif shared:
-                        cuda.atomic.add(tile, fi * n_cols + fi, iv)
+                        i = np.uint32(np.uint32(fi) * un + np.uint32(fi))
+                        add_split32(words, i, np.uint32(uhi + i), iv)
                     else:
                         cuda.atomic.add(acc, (r, base + fi * n_cols + fi), iv)
                 for lc in range(li + 1, s1):
@@ -541,18 +560,20 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
                         if slots:
                             at = m0 + li * k + lc
                             if shared and use_tile:
-                                cuda.atomic.add(tile, local_map[at], iv)
+                                i = np.uint32(local_map[at])
+                                add_split32(words, i, np.uint32(uhi + i), iv)
                             else:
                                 cuda.atomic.add(acc, (r, path_map[at]), iv)
                         elif shared:
-                            cuda.atomic.add(tile, fi * n_cols + fc, iv)
+                            i = np.uint32(np.uint32(fi) * un + np.uint32(fc))
+                            add_split32(words, i, np.uint32(uhi + i), iv)
                         else:
                             cuda.atomic.add(acc, (r, base + fi * n_cols + fc), iv)
                             cuda.atomic.add(acc, (r, base + fc * n_cols + fi), iv)
         if shared and use_tile:
             cuda.syncthreads()
             for e in range(tid, width, cuda.blockDim.x):
-                iv = tile[e]
+                iv = read_split(words, e, hi_offset)
                 if iv != 0:
                     if slots:
                         cuda.atomic.add(acc, (r, tile_slots[t0 + e]), iv)

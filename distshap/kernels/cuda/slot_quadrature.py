@@ -45,7 +45,15 @@ import numpy as np
 from numba import cuda, types
 
 from distshap.kernels.cuda import config
-from distshap.kernels.cuda.device import CAT_OTHER_FLAG, MISSING_FLAG, SIM, follows
+from distshap.kernels.cuda.device import (
+    CAT_OTHER_FLAG,
+    MISSING_FLAG,
+    SIM,
+    add_split,
+    follows,
+    read_split,
+)  # fmt: skip
+from distshap.kernels.cuda.device import add_split32 as _add_split32
 from distshap.kernels.cuda.quadrature import (
     SlotLayout,
     gauss_legendre,
@@ -68,43 +76,8 @@ VARIANTS = ("split", "spread", "spread64")
 #: all the work but the atomics; wrong slots, benchmarks only).
 MODES = ("int64", "split", "probe")
 
-_LOW = np.int64(0xFFFFFFFF)
-_TWO32 = np.int64(1 << 32)
-_SIGN32 = np.int64(1 << 31)
 _THREADS = 128  # threads a block (as the gathered kernel)
 _PROBE_NEVER = np.int64(-(2**62) + 54321)  # no fold of contributions is expected to equal it
-
-
-@cuda.jit(device=True)
-def add_split(words, i, hi_offset, iv):
-    """Adds the int64 ``iv`` to slot ``i`` kept as ``words[i]`` (lo) and ``words[hi_offset +
-    i]`` (hi), two uint32 words (module docstring)."""
-    lo = np.uint32(iv & _LOW)
-    old = cuda.atomic.add(words, i, lo)
-    carry = (np.int64(old) + np.int64(lo)) >> 32  # 1 where this add wrapped lo around
-    cuda.atomic.add(words, hi_offset + i, np.uint32(((iv >> 32) + carry) & _LOW))
-
-
-@cuda.jit(device=True)
-def read_split(words, i, hi_offset):
-    """The int64 sum of slot ``i`` kept by :func:`add_split`."""
-    hi = np.int64(words[hi_offset + i])
-    if hi >= _SIGN32:
-        hi -= _TWO32
-    return hi * _TWO32 + np.int64(words[i])
-
-
-@cuda.jit(device=True)
-def _add_split32(words, i, hi_i, iv):
-    """:func:`add_split` with 32-bit indices (``i``, ``hi_i``: of lo and hi) and 32-bit carry
-    arithmetic: ``lo + old`` wrapped around exactly where its 32-bit sum is below ``lo``, and
-    ``h + carry`` is added modulo ``2**32``, as there (the same words)."""
-    lo = np.uint32(iv & _LOW)
-    old = cuda.atomic.add(words, i, lo)
-    hi = np.uint32(iv >> 32)
-    if np.uint32(old + lo) < lo:
-        hi = np.uint32(hi + np.uint32(1))
-    cuda.atomic.add(words, hi_i, hi)
 
 
 def _make_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str):
