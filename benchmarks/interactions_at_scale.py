@@ -25,7 +25,8 @@ side:
   :data:`~distshap.kernels.cuda.config.SLOT_TABLE_VARIANT` ``tiled`` / ``split`` / ``plain``;
   ``lanes+plain`` are the kernels before the fourth session; ``:<chunks>``: chunks a block of
   the gathered kernels,
-  :data:`~distshap.kernels.cuda.config.SLOT_QUADRATURE_CHUNKS`, default 4), each checked exact,
+  :data:`~distshap.kernels.cuda.config.SLOT_QUADRATURE_CHUNKS`, default 1 as there), each
+  checked exact,
   side by side; the first named is the one the other rows use.
 * **breakdown** (``--breakdown``, CUDA): seconds of each slot kernel (tables and quadrature per
   variant, fallback, top-k selection) over the top-k rows, each launch synchronized; and
@@ -154,12 +155,12 @@ def stable_top(full: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _set_quadrature(spec: str) -> None:
     """``"<variant>[:<chunks>]"``: :data:`~distshap.kernels.cuda.config.SLOT_QUADRATURE_VARIANT`
-    and :data:`~distshap.kernels.cuda.config.SLOT_QUADRATURE_CHUNKS` (default 4)."""
+    and :data:`~distshap.kernels.cuda.config.SLOT_QUADRATURE_CHUNKS` (default 1, as there)."""
     from distshap.kernels.cuda import config
 
     variant, _, chunks = spec.partition(":")
     config.SLOT_QUADRATURE_VARIANT = variant
-    config.SLOT_QUADRATURE_CHUNKS = int(chunks or 4)
+    config.SLOT_QUADRATURE_CHUNKS = int(chunks or 1)
 
 
 def _set_variant(backend: str, spec: str | None) -> None:

@@ -96,8 +96,11 @@ SHAP_QUADRATURE_WARPS = 4
 SLOT_QUADRATURE_VARIANT = "split"
 SLOT_QUADRATURE_ROWS = 2
 #: Chunks of the quadrature plan one block of the gathered kernels runs at most, summed in one
-#: tile of their slots (fewer where the tile would not fit): fewer global atomics a row.
-SLOT_QUADRATURE_CHUNKS = 4
+#: tile of their slots (fewer where the tile would not fit): more chunks, fewer global atomics
+#: a row but more lanes on one tile. Since the split kernel runs a block's rows two at a time,
+#: one chunk is fastest: on one H200, fashion_mnist-med top pairs, 20k rows, quadrature 0.419 s
+#: (1 chunk), 0.456 s (2), 0.521 s (4; 0.514 s for the one-row kernel). Same bits either way.
+SLOT_QUADRATURE_CHUNKS = 1
 #: Table kernel into pair slots: ``"tiled"`` (each block's slots summed in shared memory,
 #: :mod:`.slot_tables`), ``"split"`` (tiled, 32-bit words) or ``"plain"`` (the table kernel);
 #: same bits either way. On one H200, fashion_mnist-med, 20k rows: plain 0.565-0.576 s,
