@@ -495,8 +495,18 @@ def main(argv: list[str] | None = None) -> dict:
         action="store_true",
         help="CUDA: seconds of each slot kernel over the top-k rows",
     )
+    parser.add_argument(
+        "--table-budget-mib",
+        type=int,
+        help="CUDA: interaction table budget in MiB (config.INTERACTION_TABLE_BUDGET_BYTES; "
+        "it sets the plan, hence the bits, of top-k and full matrices alike)",
+    )
     parser.add_argument("--json", help="append the record as a JSON line to this file")
     args = parser.parse_args(argv)
+    if args.table_budget_mib is not None:
+        from distshap.kernels.cuda import config
+
+        config.INTERACTION_TABLE_BUDGET_BYTES = int(args.table_budget_mib) << 20
     if args.backend == "auto":
         from distshap.kernels import cuda_available
 
