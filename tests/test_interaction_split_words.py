@@ -2,7 +2,7 @@
 
 :func:`distshap.kernels.cuda.quadrature._make_interaction_kernel` sums a block's contributions
 in a shared-memory tile; each sum is two uint32 words added with native 32-bit atomics
-(:func:`distshap.kernels.cuda.device.add_split32`) instead of a 64-bit shared atomic add,
+(``_add_split32`` of :mod:`distshap.kernels.cuda.quadrature`) instead of a 64-bit shared atomic add,
 which ptxas compiles into a compare-and-swap loop (``ATOMS.CAST.SPIN.64``). Checked here:
 
 * the PTX (and, where ``nvdisasm`` is found, the SASS) of the full-matrix kernel and of its
@@ -92,7 +92,8 @@ import tiny
 import distshap.kernels.cuda as kc
 from distshap.kernels import cpu
 from distshap.kernels.cuda import pairs as kp
-from distshap.kernels.cuda.device import add_split32, read_split
+from distshap.kernels.cuda.device import read_split
+from distshap.kernels.cuda.quadrature import _add_split32 as add_split32
 from distshap.kernels.cuda.model import device_model, interaction_plan, slot_arrays
 from distshap.packed import build_packed_model
 from distshap.pair_slots import build_pair_slots

@@ -5,9 +5,12 @@
 * Warp intrinsics and fast division; under the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``),
   which has no warp intrinsics, ``ballot`` is emulated through block shared memory.
 * The fixed-point conversion every kernel adds with (integer atomics: deterministic sums),
-  and the split int64 sums of shared-memory tiles (:func:`add_split`): two uint32 words a
+  and the split int64 sums of shared-memory tiles (:func:`read_split`): two uint32 words a
   sum, added with native 32-bit atomics instead of the compare-and-swap loop that a 64-bit
-  shared-memory atomic add compiles to.
+  shared-memory atomic add compiles to. The adders use ``cuda.atomic``, so each kernel module
+  keeps its own (under the CUDA simulator a device function may use ``cuda.*`` only from its
+  kernel's module: the simulator swaps a module's ``cuda`` per device call, which races
+  between simulated threads).
 * Named columns of the device model's lane arrays (built by :mod:`.model`): a kernel reads
   ``lane_i[li, LI_FEATURE]``, never a bare column number.
 * Host-side helpers: the array module (CuPy, NumPy under the simulator), the current stream
@@ -27,9 +30,9 @@ from distshap.kernels import treeshap
 __all__ = [
     "CAT_OTHER_FLAG", "FULL_MASK", "LD_VALUE", "LD_ZERO", "LF_LOWER", "LF_UPPER", "LF_VALUE",
     "LF_ZERO", "LI_COLUMNS", "LI_FEATURE", "LI_FEATURES", "LI_FLAGS", "LI_GROUP", "LI_NBITS",
-    "LI_POSITION", "LI_START", "MISSING_FLAG", "SIM", "add_quotient", "add_split", "add_split32",
-    "ballot", "device_id", "extend_path", "fdiv", "fixed", "follows", "lane_follows",
-    "read_split", "stream", "unwound_sum", "xp",
+    "LI_POSITION", "LI_START", "MISSING_FLAG", "SIM", "add_quotient", "ballot", "device_id",
+    "extend_path", "fdiv", "fixed", "follows", "lane_follows", "read_split", "stream",
+    "unwound_sum", "xp",
 ]  # fmt: skip
 
 SIM = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
@@ -172,41 +175,17 @@ def fixed(value, scale):
 # signed 32-bit number). The GPU adds 32-bit words in shared memory natively; a 64-bit add
 # there is a compare-and-swap loop (``ATOMS.CAST.SPIN.64``), retried for every other lane of
 # the warp that hit the same word. The same 8 bytes a sum as an int64 word.
-_LOW = np.int64(0xFFFFFFFF)
 _TWO32 = np.int64(1 << 32)
 _SIGN32 = np.int64(1 << 31)
 
 
 @cuda.jit(device=True)
-def add_split(words, i, hi_offset, iv):
-    """Adds the int64 ``iv`` to sum ``i`` kept as ``words[i]`` (lo) and ``words[hi_offset +
-    i]`` (hi), two uint32 words (see the comment above)."""
-    lo = np.uint32(iv & _LOW)
-    old = cuda.atomic.add(words, i, lo)
-    carry = (np.int64(old) + np.int64(lo)) >> 32  # 1 where this add wrapped lo around
-    cuda.atomic.add(words, hi_offset + i, np.uint32(((iv >> 32) + carry) & _LOW))
-
-
-@cuda.jit(device=True)
 def read_split(words, i, hi_offset):
-    """The int64 sum ``i`` kept by :func:`add_split` (or :func:`add_split32`)."""
+    """The int64 sum ``i`` kept as split words (the comment above)."""
     hi = np.int64(words[hi_offset + i])
     if hi >= _SIGN32:
         hi -= _TWO32
     return hi * _TWO32 + np.int64(words[i])
-
-
-@cuda.jit(device=True)
-def add_split32(words, i, hi_i, iv):
-    """:func:`add_split` with 32-bit indices (``i``, ``hi_i``: of lo and hi) and 32-bit carry
-    arithmetic: ``lo + old`` wrapped around exactly where its 32-bit sum is below ``lo``, and
-    ``h + carry`` is added modulo ``2**32``, as there (the same words)."""
-    lo = np.uint32(iv & _LOW)
-    old = cuda.atomic.add(words, i, lo)
-    hi = np.uint32(iv >> 32)
-    if np.uint32(old + lo) < lo:
-        hi = np.uint32(hi + np.uint32(1))
-    cuda.atomic.add(words, hi_i, hi)
 
 
 def xp():

@@ -61,7 +61,6 @@ from distshap.kernels.cuda.device import (
     MISSING_FLAG,
     SIM,
     add_quotient,
-    add_split32,
     fdiv,
     follows,
     lane_follows,
@@ -400,6 +399,25 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
     return kernel
 
 
+_LOW = np.int64(0xFFFFFFFF)
+
+
+@cuda.jit(device=True)
+def _add_split32(words, i, hi_i, iv):
+    """Adds the int64 ``iv`` to the split sum (:func:`~distshap.kernels.cuda.device.read_split`)
+    with lo word ``words[i]`` and hi word ``words[hi_i]``: ``iv``'s low half to lo (a native
+    32-bit atomic returning the old word) and its high half to hi, plus 1 where the lo add
+    wrapped around (its 32-bit sum below the low half). This module's own copy (as
+    :mod:`.slot_quadrature` and :mod:`.slot_tables` keep theirs): under the CUDA simulator a
+    device function may use ``cuda.*`` only from its kernel's module."""
+    lo = np.uint32(iv & _LOW)
+    old = cuda.atomic.add(words, i, lo)
+    hi = np.uint32(iv >> 32)
+    if np.uint32(old + lo) < lo:
+        hi = np.uint32(hi + np.uint32(1))
+    cuda.atomic.add(words, hi_i, hi)
+
+
 _STEPS: dict = {}
 
 
@@ -464,7 +482,7 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
     The arithmetic is :func:`pair_steps`'s.
 
     A shared-memory tile keeps each sum as two uint32 words
-    (:func:`~distshap.kernels.cuda.device.add_split32`): lo words ``[0, n)``, hi words
+    (:func:`_add_split32`): lo words ``[0, n)``, hi words
     ``[n, 2 n)``, ``n`` the tile's slots (``n_cols ** 2``, or ``tile_capacity`` with
     ``slots``), the 8 bytes a slot of an int64 word. A 64-bit shared-memory atomic add is a
     compare-and-swap loop (``ATOMS.CAST.SPIN.64``), retried for every lane of the warp that
@@ -539,12 +557,12 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
                         at = m0 + li * k + li
                         if shared and use_tile:
                             i = np.uint32(local_map[at])
-                            add_split32(words, i, np.uint32(uhi + i), iv)
+                            _add_split32(words, i, np.uint32(uhi + i), iv)
                         else:
                             cuda.atomic.add(acc, (r, path_map[at]), iv)
                     elif shared:
                         i = np.uint32(np.uint32(fi) * un + np.uint32(fi))
-                        add_split32(words, i, np.uint32(uhi + i), iv)
+                        _add_split32(words, i, np.uint32(uhi + i), iv)
                     else:
                         cuda.atomic.add(acc, (r, base + fi * n_cols + fi), iv)
                 for lc in range(li + 1, s1):
@@ -561,12 +579,12 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
                             at = m0 + li * k + lc
                             if shared and use_tile:
                                 i = np.uint32(local_map[at])
-                                add_split32(words, i, np.uint32(uhi + i), iv)
+                                _add_split32(words, i, np.uint32(uhi + i), iv)
                             else:
                                 cuda.atomic.add(acc, (r, path_map[at]), iv)
                         elif shared:
                             i = np.uint32(np.uint32(fi) * un + np.uint32(fc))
-                            add_split32(words, i, np.uint32(uhi + i), iv)
+                            _add_split32(words, i, np.uint32(uhi + i), iv)
                         else:
                             cuda.atomic.add(acc, (r, base + fi * n_cols + fc), iv)
                             cuda.atomic.add(acc, (r, base + fc * n_cols + fi), iv)

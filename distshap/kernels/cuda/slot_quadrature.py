@@ -45,15 +45,7 @@ import numpy as np
 from numba import cuda, types
 
 from distshap.kernels.cuda import config
-from distshap.kernels.cuda.device import (
-    CAT_OTHER_FLAG,
-    MISSING_FLAG,
-    SIM,
-    add_split,
-    follows,
-    read_split,
-)  # fmt: skip
-from distshap.kernels.cuda.device import add_split32 as _add_split32
+from distshap.kernels.cuda.device import CAT_OTHER_FLAG, MISSING_FLAG, SIM, follows, read_split
 from distshap.kernels.cuda.quadrature import (
     SlotLayout,
     gauss_legendre,
@@ -76,8 +68,32 @@ VARIANTS = ("split", "spread", "spread64")
 #: all the work but the atomics; wrong slots, benchmarks only).
 MODES = ("int64", "split", "probe")
 
+_LOW = np.int64(0xFFFFFFFF)
 _THREADS = 128  # threads a block (as the gathered kernel)
 _PROBE_NEVER = np.int64(-(2**62) + 54321)  # no fold of contributions is expected to equal it
+
+
+@cuda.jit(device=True)
+def add_split(words, i, hi_offset, iv):
+    """Adds the int64 ``iv`` to slot ``i`` kept as ``words[i]`` (lo) and ``words[hi_offset +
+    i]`` (hi), two uint32 words (module docstring; read back by
+    :func:`~distshap.kernels.cuda.device.read_split`)."""
+    _add_split32(words, i, hi_offset + i, iv)
+
+
+@cuda.jit(device=True)
+def _add_split32(words, i, hi_i, iv):
+    """Adds the int64 ``iv`` to the split sum (:func:`~distshap.kernels.cuda.device.read_split`)
+    with lo word ``words[i]`` and hi word ``words[hi_i]``: ``iv``'s low half to lo (a native
+    32-bit atomic returning the old word) and its high half to hi, plus 1 where the lo add
+    wrapped around (its 32-bit sum below the low half). This module's own copy: under the CUDA
+    simulator a device function may use ``cuda.*`` only from its kernel's module."""
+    lo = np.uint32(iv & _LOW)
+    old = cuda.atomic.add(words, i, lo)
+    hi = np.uint32(iv >> 32)
+    if np.uint32(old + lo) < lo:
+        hi = np.uint32(hi + np.uint32(1))
+    cuda.atomic.add(words, hi_i, hi)
 
 
 def _make_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str):
