@@ -135,15 +135,20 @@ def _make_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str):
     two = rows >= 2  # rows in pairs (a constant: a one-row block compiles without row B)
 
     @cuda.jit(device=True)
-    def put(words, tile, acc, use_tile, uhi, i, r, path_map, at, iv):
-        """Adds contribution ``iv`` of row ``r`` to tile slot ``i`` (the row's slot
-        ``path_map[at]`` where the block has no tile)."""
-        if not use_tile:
-            cuda.atomic.add(acc, (r, path_map[at]), iv)
-        elif split:
-            _add_split32(words, i, np.uint32(uhi + i), iv)
-        else:
-            cuda.atomic.add(tile, i, iv)
+    def emit(fold, iv, t, words, tile, acc, use_tile, uhi, i, r, path_map, at):
+        """Adds a nonzero contribution ``iv`` of row ``r`` to tile slot ``i`` (the row's slot
+        ``path_map[at]`` where the block has no tile); the probe folds it and the slot number
+        ``t`` into ``fold`` instead. Returns ``fold``."""
+        if iv != 0:
+            if probe:
+                fold += iv + t
+            elif not use_tile:
+                cuda.atomic.add(acc, (r, path_map[at]), iv)
+            elif split:
+                _add_split32(words, i, np.uint32(uhi + i), iv)
+            else:
+                cuda.atomic.add(tile, i, iv)
+        return fold
 
     @cuda.jit(cache=True)
     def kernel(ef, ei, ecat, pk, pv, cat_words, chunk_paths, chunk_offsets, tmap, map_offsets,
@@ -283,20 +288,12 @@ def _make_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str):
                         at = m0 + np.int64(a * k + a)
                         if live:
                             iv = diagonal(prod, usum, part, zi, di, scale32)
-                            if iv != 0:
-                                if probe:
-                                    fold += iv + t
-                                else:
-                                    put(words, tile, acc, use_tile, uhi, np.uint32(rw + t), r,
-                                        path_map, at, iv)  # fmt: skip
+                            fold = emit(fold, iv, t, words, tile, acc, use_tile, uhi,
+                                        np.uint32(rw + t), r, path_map, at)  # fmt: skip
                         if live_b:
                             iv = diagonal(prod_b, usum_b, part_b, zi, di_b, scale32)
-                            if iv != 0:
-                                if probe:
-                                    fold += iv + t
-                                else:
-                                    put(words, tile, acc, use_tile, uhi, np.uint32(rw_b + t),
-                                        r_b, path_map, at, iv)  # fmt: skip
+                            fold = emit(fold, iv, t, words, tile, acc, use_tile, uhi,
+                                        np.uint32(rw_b + t), r_b, path_map, at)  # fmt: skip
                         to = np.uint32(to + P)
                         oz = oa + Q3
                         mc = np.uint32(ma << u1)
@@ -310,23 +307,15 @@ def _make_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str):
                                 dc = one - zc
                             if live and dc != 0:
                                 iv = pair(part, zc, dc, scale32)
-                                if iv != 0:
-                                    if probe:
-                                        fold += iv + t
-                                    else:
-                                        put(words, tile, acc, use_tile, uhi, np.uint32(rw + t),
-                                            r, path_map, at, iv)  # fmt: skip
+                                fold = emit(fold, iv, t, words, tile, acc, use_tile, uhi,
+                                            np.uint32(rw + t), r, path_map, at)  # fmt: skip
                             dc_b = -zc
                             if bits_b & mc:
                                 dc_b = one - zc
                             if live_b and dc_b != 0:
                                 iv = pair(part_b, zc, dc_b, scale32)
-                                if iv != 0:
-                                    if probe:
-                                        fold += iv + t
-                                    else:
-                                        put(words, tile, acc, use_tile, uhi,
-                                            np.uint32(rw_b + t), r_b, path_map, at, iv)  # fmt: skip
+                                fold = emit(fold, iv, t, words, tile, acc, use_tile, uhi,
+                                            np.uint32(rw_b + t), r_b, path_map, at)  # fmt: skip
                             to = np.uint32(to + P)
                             oz = oz + Q3
                             mc = np.uint32(mc << u1)

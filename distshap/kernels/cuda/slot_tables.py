@@ -34,6 +34,7 @@ from distshap.kernels.cuda.device import (
     MISSING_FLAG,
     ballot,
     follows,
+    read_split,
 )  # fmt: skip
 from distshap.kernels.cuda.tables import (
     _TABLE_WARPS,
@@ -108,13 +109,12 @@ def block_tiles(
 
 
 _LOW = np.int64(0xFFFFFFFF)
-_TWO32 = np.int64(1 << 32)
-_SIGN32 = np.int64(1 << 31)
 
 
-# :func:`~distshap.kernels.cuda.slot_quadrature.add_split` and ``read_split`` again: under the
-# CUDA simulator a device function may only use ``cuda.*`` from its kernel's own module (the
-# simulator swaps that module's ``cuda`` per call, which races between simulated threads).
+# :func:`~distshap.kernels.cuda.slot_quadrature.add_split` again: under the CUDA simulator a
+# device function may only use ``cuda.*`` from its kernel's own module (the simulator swaps that
+# module's ``cuda`` per call, which races between simulated threads). The sums are read back by
+# :func:`~distshap.kernels.cuda.device.read_split`, which uses no ``cuda.*``.
 @cuda.jit(device=True)
 def _add_split(words, i, hi_offset, iv):
     """Adds ``iv`` to slot ``i`` kept as uint32 words ``lo = words[i]``, ``hi = words[hi_offset
@@ -123,15 +123,6 @@ def _add_split(words, i, hi_offset, iv):
     old = cuda.atomic.add(words, i, lo)
     carry = (np.int64(old) + np.int64(lo)) >> 32  # 1 where this add wrapped lo around
     cuda.atomic.add(words, hi_offset + i, np.uint32(((iv >> 32) + carry) & _LOW))
-
-
-@cuda.jit(device=True)
-def _read_split(words, i, hi_offset):
-    """The int64 sum of slot ``i`` kept by :func:`_add_split`."""
-    hi = np.int64(words[hi_offset + i])
-    if hi >= _SIGN32:
-        hi -= _TWO32
-    return hi * _TWO32 + np.int64(words[i])
 
 
 def _make_slot_table_kernel(split: bool):
@@ -219,7 +210,7 @@ def _make_slot_table_kernel(split: bool):
             if use_tile:
                 for i in range(tid, (t1 - t0) * width, cuda.blockDim.x):
                     if split:
-                        v = _read_split(words, i, hi_offset)
+                        v = read_split(words, i, hi_offset)
                     else:
                         v = tile[i]
                     if v != 0:
