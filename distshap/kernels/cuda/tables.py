@@ -54,6 +54,7 @@ from distshap.kernels.cuda.device import (
     ballot,
     extend_path,
     follows,
+    read_split,
     unwound_sum,
     xp,
 )  # fmt: skip
@@ -221,8 +222,6 @@ def fill_shap_tables(lane_d, path_offsets, lengths: np.ndarray, offsets: np.ndar
 
 
 _LOW = np.int64(0xFFFFFFFF)
-_TWO32 = np.int64(1 << 32)
-_SIGN32 = np.int64(1 << 31)
 #: Values of :data:`config.TABLE_TILE_WORDS` (read at launch time).
 TILE_WORDS = ("int64", "split")
 
@@ -237,15 +236,6 @@ def _add_split(words, i, iv):
     old = cuda.atomic.add(words, i, lo)
     carry = (np.int64(old) + np.int64(lo)) >> 32
     cuda.atomic.add(words, _TILE_VALUES + i, np.uint32(((iv >> 32) + carry) & _LOW))
-
-
-@cuda.jit(device=True)
-def _read_split(words, i):
-    """The int64 sum of tile entry ``i`` kept by :func:`_add_split` (hi read as signed)."""
-    hi = np.int64(words[_TILE_VALUES + i])
-    if hi >= _SIGN32:
-        hi -= _TWO32
-    return hi * _TWO32 + np.int64(words[i])
 
 
 @cuda.jit(device=True)
@@ -445,7 +435,7 @@ def _make_table_kernel(shared: bool, slots: bool = False, shap: bool = False, ro
                 dq = nthreads // width
                 dj = nthreads - dq * width
                 for i in range(tid, (t1 - t0) * width, nthreads):
-                    v = _read_split(tile, i)
+                    v = read_split(tile, i, _TILE_VALUES)
                     if v != 0:
                         cuda.atomic.add(acc, (t0 + q, j), v)
                     j += dj
