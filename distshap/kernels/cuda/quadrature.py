@@ -433,6 +433,10 @@ def pair_steps(n_nodes: int) -> tuple:
       element (``integral P r (1 - (U - r) / 2)``), leaving ``P r`` at each node in ``part``.
     * ``pair(part, z, d, scale32)``: the int64 contribution of the pair of ``diagonal``'s
       element and this one, half ``integral P r_a r_c``.
+    * ``pair2(part, part2, z, d, scale32)``: ``(pair(part, z, d, scale32), pair(part2, z,
+      d, scale32))``, the element's ratios formed once for both (register blocking: two
+      elements ``a`` against each later ``c``). Each sum takes ``pair``'s float32 operations
+      in ``pair``'s order on the same values, so the same two int64 values.
 
     Each pair divides its second element's ratios out again rather than reading them from
     memory: on an H200 (fashion_mnist-med top pairs) ratios kept in a thread's local memory
@@ -468,7 +472,18 @@ def pair_steps(n_nodes: int) -> tuple:
             total += part[m] * fdiv(d, z + nodes[m] * d)
         return np.int64(np.float32(0.5) * total * scale32)
 
-    _STEPS[n_nodes] = hit = (forward, diagonal, pair)
+    @cuda.jit(device=True)
+    def pair2(part, part2, z, d, scale32):
+        total = np.float32(0.0)
+        total2 = np.float32(0.0)
+        for m in range(n_nodes):
+            r = fdiv(d, z + nodes[m] * d)
+            total += part[m] * r
+            total2 += part2[m] * r
+        half = np.float32(0.5)
+        return np.int64(half * total * scale32), np.int64(half * total2 * scale32)
+
+    _STEPS[n_nodes] = hit = (forward, diagonal, pair, pair2)
     return hit
 
 
@@ -490,7 +505,30 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
     words add with native 32-bit atomics. The flush reads back the exact int64 sums
     (:func:`~distshap.kernels.cuda.device.read_split`): the same bits as int64 words."""
     weights = gauss_legendre(n_nodes)[1].astype(np.float32)
-    forward, diagonal, pair = pair_steps(n_nodes)
+    forward, diagonal, pair, pair2 = pair_steps(n_nodes)
+
+    @cuda.jit(device=True)
+    def add(iv, a, c, fa, fc, r, acc, words, uhi, un, base, n_cols, use_tile, path_map,
+            local_map, m0, k):  # fmt: skip
+        """Adds a contribution ``iv`` (skipped when 0) of lanes ``a <= c`` (features ``fa <=
+        fc``) of a path to row ``r``: to its slot (``slots``; entry ``m0 + a k + c`` of the
+        slot maps), the shared tile's upper triangle (``shared``, mirrored when flushed) or
+        both ``[fa, fc]`` and ``[fc, fa]`` of the row's matrix in ``acc``."""
+        if iv != 0:
+            if slots:
+                at = m0 + a * k + c
+                if shared and use_tile:
+                    i = np.uint32(local_map[at])
+                    _add_split32(words, i, np.uint32(uhi + i), iv)
+                else:
+                    cuda.atomic.add(acc, (r, path_map[at]), iv)
+            elif shared:
+                i = np.uint32(np.uint32(fa) * un + np.uint32(fc))
+                _add_split32(words, i, np.uint32(uhi + i), iv)
+            else:
+                cuda.atomic.add(acc, (r, base + fa * n_cols + fc), iv)
+                if fa != fc:
+                    cuda.atomic.add(acc, (r, base + fc * n_cols + fa), iv)
 
     @cuda.jit(device=True)
     def body(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
@@ -503,18 +541,19 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
             t0 = tile_offsets[ch]
             width = tile_offsets[ch + 1] - t0
             use_tile = width <= tile_capacity  # the same for the whole block
+            base = 0
         else:
             width = n_cols * n_cols
             base = chunk_group[ch] * width
             use_tile = True
         scale32 = np.float32(scale)
         one = np.float32(1.0)
-        if shared:  # (a constant: the branches on it are pruned at compile time)
-            # lo words [slot], hi words [hi_offset + slot]; slot f_i * n_cols + f_c, f_i <= f_c
-            words = cuda.shared.array(0, types.uint32)
-            hi_offset = tile_capacity if slots else width  # the tile's slots
-            uhi = np.uint32(hi_offset)
-            un = np.uint32(n_cols)
+        # shared: lo words [slot], hi words [hi_offset + slot]; slot f_i * n_cols + f_c, f_i
+        # <= f_c (a dynamic shared array of 0 bytes where the kernel sums in global memory)
+        words = cuda.shared.array(0, types.uint32)
+        hi_offset = tile_capacity if slots else width  # the tile's slots
+        uhi = np.uint32(hi_offset)
+        un = np.uint32(n_cols)
         if shared and use_tile:
             for e in range(tid, width, cuda.blockDim.x):
                 words[e] = 0
@@ -522,13 +561,15 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
             cuda.syncthreads()
         prod = cuda.local.array(n_nodes, np.float32)
         usum = cuda.local.array(n_nodes, np.float32)
-        part = cuda.local.array(n_nodes, np.float32)
+        part = cuda.local.array(n_nodes, np.float32)  # element a's P r at each node
+        part2 = cuda.local.array(n_nodes, np.float32)  # element a + 1's
         for j in range(chunk_offsets[ch] + tid, chunk_offsets[ch + 1], cuda.blockDim.x):
             p = chunk_paths[j]
             s0 = path_offsets[p] + 1
             s1 = path_offsets[p + 1]
+            k = s1 - s0
+            m0 = 0
             if slots:  # slot of elements (a, c), a <= c: path_map[m0 + a * k + c] (0-based)
-                k = s1 - s0
                 m0 = map_offsets[p] - s0 * (k + 1)  # so that lanes index it: m0 + li * k + lc
             value = lane_f[s0 - 1, LF_VALUE]
             for m in range(n_nodes):
@@ -543,51 +584,59 @@ def _make_interaction_kernel(n_nodes: int, shared: bool, slots: bool = False):
                     d = one - z
                     bits |= np.uint32(1) << np.uint32(li - s0)
                 forward(prod, usum, z, d)
-            for li in range(s0, s1):
+            # elements two at a time (a = li, a + 1 = l2) against each later element c: c's
+            # ratios formed once for both (pair2); a dead element (d = 0: its row and column
+            # are 0) gets part 0, so its pairs come out 0 and are skipped
+            for li in range(s0, s1, 2):
+                l2 = li + 1
                 zi = lane_f[li, LF_ZERO]
                 di = -zi
                 if (bits >> np.uint32(li - s0)) & np.uint32(1):
                     di = one - zi
-                if di == 0:
-                    continue  # its row and column are 0
                 fi = lane_i[li, LI_FEATURE]
-                iv = diagonal(prod, usum, part, zi, di, scale32)
-                if iv != 0:
-                    if slots:
-                        at = m0 + li * k + li
-                        if shared and use_tile:
-                            i = np.uint32(local_map[at])
-                            _add_split32(words, i, np.uint32(uhi + i), iv)
-                        else:
-                            cuda.atomic.add(acc, (r, path_map[at]), iv)
-                    elif shared:
-                        i = np.uint32(np.uint32(fi) * un + np.uint32(fi))
-                        _add_split32(words, i, np.uint32(uhi + i), iv)
+                live = di != 0
+                if live:
+                    iv = diagonal(prod, usum, part, zi, di, scale32)
+                    add(iv, li, li, fi, fi, r, acc, words, uhi, un, base, n_cols, use_tile,
+                        path_map, local_map, m0, k)  # fmt: skip
+                else:
+                    for m in range(n_nodes):
+                        part[m] = 0
+                live2 = False
+                f2 = fi
+                if l2 < s1:
+                    z2 = lane_f[l2, LF_ZERO]
+                    d2 = -z2
+                    if (bits >> np.uint32(l2 - s0)) & np.uint32(1):
+                        d2 = one - z2
+                    f2 = lane_i[l2, LI_FEATURE]  # > fi: a path's elements sorted by feature
+                    live2 = d2 != 0
+                    if live2:
+                        iv = diagonal(prod, usum, part2, z2, d2, scale32)
+                        add(iv, l2, l2, f2, f2, r, acc, words, uhi, un, base, n_cols,
+                            use_tile, path_map, local_map, m0, k)  # fmt: skip
+                        if live:
+                            iv = pair(part, z2, d2, scale32)
+                            add(iv, li, l2, fi, f2, r, acc, words, uhi, un, base, n_cols,
+                                use_tile, path_map, local_map, m0, k)  # fmt: skip
                     else:
-                        cuda.atomic.add(acc, (r, base + fi * n_cols + fi), iv)
-                for lc in range(li + 1, s1):
+                        for m in range(n_nodes):
+                            part2[m] = 0
+                if not (live or live2):
+                    continue
+                for lc in range(li + 2, s1):
                     zc = lane_f[lc, LF_ZERO]
                     dc = -zc
                     if (bits >> np.uint32(lc - s0)) & np.uint32(1):
                         dc = one - zc
                     if dc == 0:
                         continue
-                    iv = pair(part, zc, dc, scale32)
-                    if iv != 0:
-                        fc = lane_i[lc, LI_FEATURE]  # > fi: a path's elements sorted by feature
-                        if slots:
-                            at = m0 + li * k + lc
-                            if shared and use_tile:
-                                i = np.uint32(local_map[at])
-                                _add_split32(words, i, np.uint32(uhi + i), iv)
-                            else:
-                                cuda.atomic.add(acc, (r, path_map[at]), iv)
-                        elif shared:
-                            i = np.uint32(np.uint32(fi) * un + np.uint32(fc))
-                            _add_split32(words, i, np.uint32(uhi + i), iv)
-                        else:
-                            cuda.atomic.add(acc, (r, base + fi * n_cols + fc), iv)
-                            cuda.atomic.add(acc, (r, base + fc * n_cols + fi), iv)
+                    iv, iv2 = pair2(part, part2, zc, dc, scale32)
+                    fc = lane_i[lc, LI_FEATURE]
+                    add(iv, li, lc, fi, fc, r, acc, words, uhi, un, base, n_cols, use_tile,
+                        path_map, local_map, m0, k)  # fmt: skip
+                    add(iv2, l2, lc, f2, fc, r, acc, words, uhi, un, base, n_cols, use_tile,
+                        path_map, local_map, m0, k)  # fmt: skip
         if shared and use_tile:
             cuda.syncthreads()
             for e in range(tid, width, cuda.blockDim.x):
@@ -787,7 +836,7 @@ def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, probe: bool =
     arithmetic is :func:`pair_steps`'s. ``probe``: a timing diagnostic without the tile's
     atomics (the values are computed, then dropped: wrong slots; benchmarks only)."""
     weights = gauss_legendre(n_nodes)[1].astype(np.float32)
-    forward, diagonal, pair = pair_steps(n_nodes)
+    forward, diagonal, pair, _ = pair_steps(n_nodes)
 
     @cuda.jit(cache=True)
     def kernel(ef, ei, ecat, pk, pv, cat_words, chunk_paths, chunk_offsets, tmap, map_offsets,

@@ -129,7 +129,7 @@ def _make_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str):
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     weights = gauss_legendre(n_nodes)[1].astype(np.float32)
-    forward, diagonal, pair = pair_steps(n_nodes)
+    forward, diagonal, pair, _ = pair_steps(n_nodes)
     split = mode == "split"
     probe = mode == "probe"
     two = rows >= 2  # rows in pairs (a constant: a one-row block compiles without row B)
