@@ -70,12 +70,10 @@ def two_row_kernel(n_nodes: int = 8, mode: str = "local"):
 def slot_kernel(n_nodes: int = 4, rows: int = 2, cache_x: bool = True, mode: str = "split"):
     """The split slot kernel (:func:`distshap.kernels.cuda.slot_quadrature.split_slot_kernel`)
     and its signature: ``(kernel, sig)``. Its first loop with floating-point work
-    (``products``) is the per-(element, row) loop, its second (``quotients``) the pair loop:
-    a trip is elements ``a`` and ``a + 1`` against one later element ``c`` for both rows, so
-    four (pair, row)s (two copies, direct and tile adds); the diagonals run in the loop around
-    it (in PTX a piece of that loop can show as a further loop). In SASS the integer
-    divisions of the set-up loops use float instructions too: ``report(..., min_float=8)``
-    names the right loops there."""
+    (``products``) is the per-(element, row) loop, its second (``quotients``) the per-(pair,
+    row) loop (a pair of elements ``a < c``; NVVM makes two copies, tile and direct adds); the
+    diagonals run in the loop around it. In SASS the integer divisions of the set-up loops use
+    float instructions too: ``report(..., min_float=8)`` names the right loops there."""
     from distshap.kernels.cuda import slot_quadrature
 
     kernel = slot_quadrature.split_slot_kernel(n_nodes, rows, cache_x, mode)
@@ -381,9 +379,8 @@ def _print(name: str, result: dict) -> None:
 
 def _print_slot(kernel, sig: str, sass: bool, nvdisasm: str | None, arch: str) -> None:
     """Every loop of the split slot kernel with 8 float instructions or more: the first is the
-    per-(element, row) loop, the others the pair loop, four (pair, row)s a trip (two copies,
-    direct and tile adds; the second, with the shared atomics, is the tile's; in PTX a piece
-    of the loop around them, the diagonals', can show as a third)."""
+    per-(element, row) loop, the others the per-(pair, row) loop (SASS: two copies, each
+    unrolled twice; the second, with two shared atomics, is the tile's)."""
     ptx = kernel_ptx(kernel, sig, cc=(int(arch[3]), int(arch[4:])))
     cold = cold_lines(kernel)
     lines, source = _ptx_lines(ptx)

@@ -98,11 +98,10 @@ def _add_split32(words, i, hi_i, iv):
 
 def _make_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str):
     """:func:`split_slot_kernel`. The arithmetic is every interaction kernel's
-    (:func:`distshap.kernels.cuda.quadrature.pair_steps`) and the element loop the gathered
-    kernel's (:func:`distshap.kernels.cuda.quadrature.slot_rows_kernel`): each contribution
-    takes the same float32 operations in the same order on the same values, so the same int64
-    contributions and slots (the pair loop takes them in another order, integer adds); the adds
-    to the tile differ (``mode``).
+    (:func:`distshap.kernels.cuda.quadrature.pair_steps`, the same calls) and the loops the
+    gathered kernel's (:func:`distshap.kernels.cuda.quadrature.slot_rows_kernel`): the same
+    float32 operations in the same order on the same values, so the same int64 contributions
+    and slots; the adds to the tile differ (``mode``).
 
     How it keeps the integer, index and branch instructions per (element, row) and per (pair,
     row) down (issue #16; the kernel is issue-bound on integer work; ``benchmarks/kernel_isa.py``
@@ -125,24 +124,12 @@ def _make_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str):
       masks, and its float32 operations are the one-row kernel's. On one H200
       (fashion_mnist-med top pairs, 20k rows) the work without the atomics (``"probe"``) fell
       from 0.399 to 0.355 s; the shared atomics then set the pace, and with one chunk a block
-      (:data:`config.SLOT_QUADRATURE_CHUNKS`) the kernel took 0.419 s against 0.512 s;
-    * the pairs two elements at a time (register blocking over ``a``, as the interaction
-      kernel): elements ``a`` and ``a + 1`` take their diagonals and their pair (``pair``),
-      then each later element ``c`` forms its ratios once for both pairs ``(a, c)`` and ``(a +
-      1, c)`` (``pair2``: each sum with ``pair``'s float32 operations in ``pair``'s order), its
-      zero fraction read once and the two tile slots from two running ``tmap`` offsets (row
-      ``a + 1`` of the upper triangle starts ``k - a`` entries after ``(a, a)``). An element
-      with ``d = 0`` gets ``part`` 0 for its row, so its pairs come out 0 and are not added.
-      Each row keeps a second ``part`` (``part2``, ``part2_b``). The loop over ``c``
-      (``later``) is called twice, tile adds and direct adds, so that each copy has only its
-      own adds (NVVM keeps one loop with both otherwise). SASS (sm_90, ``"split"``, two rows,
-      ``benchmarks/kernel_isa.py``) of the tile copy per (pair, row): 4 nodes 50 -> 38, 8
-      nodes 66 -> 48; registers 92 -> 112 and 121 -> 137 (not yet run on a GPU).
+      (:data:`config.SLOT_QUADRATURE_CHUNKS`) the kernel took 0.419 s against 0.512 s.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     weights = gauss_legendre(n_nodes)[1].astype(np.float32)
-    forward, diagonal, pair, pair2 = pair_steps(n_nodes)
+    forward, diagonal, pair, _ = pair_steps(n_nodes)
     split = mode == "split"
     probe = mode == "probe"
     two = rows >= 2  # rows in pairs (a constant: a one-row block compiles without row B)
@@ -162,47 +149,6 @@ def _make_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str):
             else:
                 cuda.atomic.add(tile, i, iv)
         return fold
-
-    @cuda.jit(device=True)
-    def later(fold, tiled, part, part2, part_b, part2_b, any_a, any_b, bits, bits_b, mc, oz,
-              to1, to2, c, k, ef, tmap, P, Q3, ak, ak2, rw, rw_b, r, r_b, words, tile, acc, uhi,
-              path_map, scale32, one):  # fmt: skip
-        """The pairs of elements ``a`` and ``a2 = a + 1`` with each later element ``c`` (from
-        ``c``, zero fraction at ``ef[oz]``, mask ``mc``) for rows A and B: ``c``'s ratios formed
-        once for both elements (``pair2``), entries ``(a, c)`` and ``(a2, c)`` at ``tmap[to1]``
-        and ``tmap[to2]`` (without a tile, ``path_map[ak + c]`` and ``path_map[ak2 + c]``).
-        ``tiled``: the block's ``use_tile``, a constant at each call. Returns ``fold`` and the
-        entry after the last ``(a2, c)``."""
-        while c < k:
-            zc = ef[oz]
-            t = np.uint32(tmap[to1])
-            t2 = np.uint32(tmap[to2])
-            at = ak + np.int64(c)
-            at2 = ak2 + np.int64(c)
-            dc = -zc
-            if bits & mc:
-                dc = one - zc
-            if any_a and dc != 0:
-                iv, iv2 = pair2(part, part2, zc, dc, scale32)
-                fold = emit(fold, iv, t, words, tile, acc, tiled, uhi, np.uint32(rw + t), r,
-                            path_map, at)  # fmt: skip
-                fold = emit(fold, iv2, t2, words, tile, acc, tiled, uhi, np.uint32(rw + t2), r,
-                            path_map, at2)  # fmt: skip
-            dc_b = -zc
-            if bits_b & mc:
-                dc_b = one - zc
-            if any_b and dc_b != 0:
-                iv, iv2 = pair2(part_b, part2_b, zc, dc_b, scale32)
-                fold = emit(fold, iv, t, words, tile, acc, tiled, uhi, np.uint32(rw_b + t), r_b,
-                            path_map, at)  # fmt: skip
-                fold = emit(fold, iv2, t2, words, tile, acc, tiled, uhi, np.uint32(rw_b + t2),
-                            r_b, path_map, at2)  # fmt: skip
-            to1 = np.uint32(to1 + P)
-            to2 = np.uint32(to2 + P)
-            oz = oz + Q3
-            mc = np.uint32(mc << np.uint32(1))
-            c = np.uint32(c + np.uint32(1))
-        return fold, to2
 
     @cuda.jit(cache=True)
     def kernel(ef, ei, ecat, pk, pv, cat_words, chunk_paths, chunk_offsets, tmap, map_offsets,
@@ -239,12 +185,10 @@ def _make_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str):
         one = np.float32(1.0)
         prod = cuda.local.array(n_nodes, np.float32)  # row A (of a pair of rows)
         usum = cuda.local.array(n_nodes, np.float32)
-        part = cuda.local.array(n_nodes, np.float32)  # element a's P r at each node
-        part2 = cuda.local.array(n_nodes, np.float32)  # element a + 1's
+        part = cuda.local.array(n_nodes, np.float32)
         prod_b = cuda.local.array(n_nodes, np.float32)  # row B
         usum_b = cuda.local.array(n_nodes, np.float32)
         part_b = cuda.local.array(n_nodes, np.float32)
-        part2_b = cuda.local.array(n_nodes, np.float32)
         fold = np.int64(0)  # probe only
         u1 = np.uint32(1)
         P = np.uint32(pk.shape[0])  # the gathered arrays' row length
@@ -327,7 +271,7 @@ def _make_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str):
                 oa = np.uint64(np.uint32(uj + P2))  # element a's zero fraction
                 ma = u1
                 a = np.uint32(0)
-                while a < k:  # elements a and a2 = a + 1 (none after the last) together
+                while a < k:
                     zi = ef[oa]
                     di = -zi
                     if bits & ma:
@@ -337,97 +281,48 @@ def _make_kernel(n_nodes: int, rows: int, cache_x: bool, mode: str):
                     if bits_b & ma:
                         di_b = one - zi
                     live_b = has_b and di_b != 0
-                    a2 = np.uint32(a + u1)
-                    has2 = a2 < k
-                    oa2 = oa + Q3
-                    z2 = zi
-                    if has2:
-                        z2 = ef[oa2]
-                    ma2 = np.uint32(ma << u1)
-                    d2 = -z2
-                    if bits & ma2:
-                        d2 = one - z2
-                    live2 = has2 and d2 != 0
-                    d2_b = -z2
-                    if bits_b & ma2:
-                        d2_b = one - z2
-                    live2_b = has_b and has2 and d2_b != 0
-                    to2 = np.uint32(to + np.uint32(k - a) * P)  # entry (a2, a2)
-                    if not (live or live_b or live2 or live2_b):
-                        to = np.uint32(to2 + np.uint32(k - a2) * P)
+                    if not (live or live_b):
+                        to = np.uint32(to + np.uint32(k - a) * P)
                     else:
-                        # the diagonals of a and a2 and the pair (a, a2); a dead element's
-                        # part is 0, so that its pairs below come out 0 and are skipped
                         t = np.uint32(tmap[to])
                         at = m0 + np.int64(a * k + a)
                         if live:
                             iv = diagonal(prod, usum, part, zi, di, scale32)
                             fold = emit(fold, iv, t, words, tile, acc, use_tile, uhi,
                                         np.uint32(rw + t), r, path_map, at)  # fmt: skip
-                        else:
-                            for m in range(n_nodes):
-                                part[m] = 0
                         if live_b:
                             iv = diagonal(prod_b, usum_b, part_b, zi, di_b, scale32)
                             fold = emit(fold, iv, t, words, tile, acc, use_tile, uhi,
                                         np.uint32(rw_b + t), r_b, path_map, at)  # fmt: skip
-                        elif two:
-                            for m in range(n_nodes):
-                                part_b[m] = 0
-                        if has2:
-                            t = np.uint32(tmap[to2])
-                            at = m0 + np.int64(a2 * k + a2)
-                            if live2:
-                                iv = diagonal(prod, usum, part2, z2, d2, scale32)
+                        to = np.uint32(to + P)
+                        oz = oa + Q3
+                        mc = np.uint32(ma << u1)
+                        c = np.uint32(a + u1)
+                        while c < k:
+                            zc = ef[oz]
+                            t = np.uint32(tmap[to])
+                            at = m0 + np.int64(a * k + c)
+                            dc = -zc
+                            if bits & mc:
+                                dc = one - zc
+                            if live and dc != 0:
+                                iv = pair(part, zc, dc, scale32)
                                 fold = emit(fold, iv, t, words, tile, acc, use_tile, uhi,
                                             np.uint32(rw + t), r, path_map, at)  # fmt: skip
-                            else:
-                                for m in range(n_nodes):
-                                    part2[m] = 0
-                            if live2_b:
-                                iv = diagonal(prod_b, usum_b, part2_b, z2, d2_b, scale32)
+                            dc_b = -zc
+                            if bits_b & mc:
+                                dc_b = one - zc
+                            if live_b and dc_b != 0:
+                                iv = pair(part_b, zc, dc_b, scale32)
                                 fold = emit(fold, iv, t, words, tile, acc, use_tile, uhi,
                                             np.uint32(rw_b + t), r_b, path_map, at)  # fmt: skip
-                            elif two:
-                                for m in range(n_nodes):
-                                    part2_b[m] = 0
-                            t = np.uint32(tmap[np.uint32(to + P)])  # entry (a, a2)
-                            at = m0 + np.int64(a * k + a2)
-                            if live and live2:
-                                iv = pair(part, z2, d2, scale32)
-                                fold = emit(fold, iv, t, words, tile, acc, use_tile, uhi,
-                                            np.uint32(rw + t), r, path_map, at)  # fmt: skip
-                            if live_b and live2_b:
-                                iv = pair(part_b, z2, d2_b, scale32)
-                                fold = emit(fold, iv, t, words, tile, acc, use_tile, uhi,
-                                            np.uint32(rw_b + t), r_b, path_map, at)  # fmt: skip
-                        # a and a2 against each later element c: the tile's adds and the
-                        # direct ones in two copies of the loop (NVVM keeps one otherwise)
-                        any_a = live or live2  # (a dead element's part is 0)
-                        any_b = live_b or live2_b
-                        mc = np.uint32(ma2 << u1)
-                        oz = oa2 + Q3
-                        to1 = np.uint32(to + P2)  # entry (a, a + 2)
-                        to2 = np.uint32(to2 + P)  # entry (a2, a + 2)
-                        c = np.uint32(a2 + u1)
-                        ak = m0 + np.int64(a * k)
-                        ak2 = m0 + np.int64(a2 * k)
-                        if use_tile:
-                            fold, to2 = later(fold, True, part, part2, part_b, part2_b, any_a,
-                                              any_b, bits, bits_b, mc, oz, to1, to2, c, k, ef,
-                                              tmap, P, Q3, ak, ak2, rw, rw_b, r, r_b, words,
-                                              tile, acc, uhi, path_map, scale32,
-                                              one)  # fmt: skip
-                        else:
-                            fold, to2 = later(fold, False, part, part2, part_b, part2_b, any_a,
-                                              any_b, bits, bits_b, mc, oz, to1, to2, c, k, ef,
-                                              tmap, P, Q3, ak, ak2, rw, rw_b, r, r_b, words,
-                                              tile, acc, uhi, path_map, scale32,
-                                              one)  # fmt: skip
-                        to = to2  # entry (a + 2, a + 2)
-                    oa = oa2 + Q3
-                    ma = np.uint32(ma2 << u1)
-                    a = np.uint32(a2 + u1)
+                            to = np.uint32(to + P)
+                            oz = oz + Q3
+                            mc = np.uint32(mc << u1)
+                            c = np.uint32(c + u1)
+                    oa = oa + Q3
+                    ma = np.uint32(ma << u1)
+                    a = np.uint32(a + u1)
                 rw = np.uint32(rw_b + uwidth) if two else rw_b
                 xrow = np.uint32(xrow + unf + unf) if two else np.uint32(xrow + unf)
         if probe and fold == _PROBE_NEVER:
