@@ -31,7 +31,7 @@ import math
 import numpy as np
 from numba import cuda, types
 
-from distshap.kernels.cuda.device import SIM, xp
+from distshap.kernels.cuda.device import xp
 from distshap.kernels.cuda.launch import finish_kernel, run_slot_batches
 
 __all__ = [
@@ -47,12 +47,12 @@ __all__ = [
 ]
 
 #: Dynamic shared memory of a top-k block at most: ``16 k`` bytes per thread.
-TOPK_SHARED_BYTES = 44 * 1024  # beside the static shared arrays, within 48 KiB
+TOPK_SHARED_BYTES = 44 * 1024  # beside 2.5 KiB of static shared arrays, within 48 KiB
 #: Threads of a top-k block at most (a power of two, at most the compiled 128).
 TOPK_MAX_THREADS = 128
 _SUMMARY_SEGMENT_ROWS = 64  # rows per thread of summary_kernel
 _SUM_THREADS = 128  # threads of a slot_sums_kernel block (its static shared arrays)
-_TOPK_MAX_THREADS = 128  # the top-k kernel's winners arrays hold 4 warps
+_TOPK_MAX_THREADS = 128  # size of the top-k kernel's static shared arrays
 
 
 @cuda.jit(device=True)
@@ -96,33 +96,9 @@ def slot_sums_kernel(acc, group_slots, num_pairs, inv_scale, expected_value, sum
         scales[row0 + r, g] = red_a[0] + abs(ev)
 
 
-if SIM:
-
-    @cuda.jit(device=True)
-    def _shfl_down(mask, value, delta):
-        """``cuda.shfl_down_sync`` for the simulator, which lacks it: through shared memory
-        (every thread of the block calls it together; a lane past the warp reads its own)."""
-        buf = cuda.shared.array(1024, np.int64)
-        t = cuda.threadIdx.x
-        buf[t] = value
-        cuda.syncthreads()
-        out = buf[t + delta] if (t & 31) + delta < 32 and t + delta < cuda.blockDim.x else value
-        cuda.syncthreads()
-        return np.int64(out)
-
-else:
-
-    @cuda.jit(device=True)
-    def _shfl_down(mask, value, delta):
-        """``cuda.shfl_down_sync`` of an int64 as a device function (inlined; see
-        :func:`~distshap.kernels.cuda.device.ballot` on intrinsics and the disk cache)."""
-        return cuda.shfl_down_sync(mask, value, delta)
-
-
 @cuda.jit(device=True)
 def _better(u1, s1, u2, s2):
-    """Whether candidate ``(u1, s1)`` ranks before ``(u2, s2)``: larger ``u``, then smaller slot
-    code (:func:`topk_kernel`: the slot times 2 plus the sign bit, so smaller slot)."""
+    """Whether candidate ``(u1, s1)`` ranks before ``(u2, s2)``: larger ``u``, then smaller slot."""
     return u1 > u2 or (u1 == u2 and s1 < s2)
 
 
@@ -132,15 +108,7 @@ def topk_kernel(acc, group_slots, num_pairs, slot_i, slot_j, inv_scale, scale, k
     """The ``k`` pairs of largest ``|value|`` of each (row, group); zeroes the row's slots.
 
     Launch: grid ``(rows, G)``, a power-of-two number of threads ``T``, ``16 T k`` bytes of
-    dynamic shared memory (each thread's sorted candidates: the key ``|value| * 2**s`` and the
-    code ``2 slot + (value < 0)``).
-
-    Each thread reads its slots (``a + tid``, step ``T``), zeroing them as it goes, and keeps
-    its ``k`` best in shared memory, the ``k``-th in registers (most slots lose to it). Then
-    ``k`` rounds pick the best head of the threads' lists: an arg-max over each warp by
-    shuffles, the warps' winners in shared memory (two buffers, alternating rounds, so one
-    barrier a round), the best of those read by every thread; the owner moves its head on.
-    The key is exact, so the value is ``sign * float32(key * 2**-s)``, the float32 of the slot.
+    dynamic shared memory (each thread's sorted candidates: ``|value| * 2**s`` and the slot).
     """
     r = cuda.blockIdx.x
     g = cuda.blockIdx.y
@@ -148,81 +116,65 @@ def topk_kernel(acc, group_slots, num_pairs, slot_i, slot_j, inv_scale, scale, k
     T = cuda.blockDim.x
     a = group_slots[g]
     mid = a + num_pairs[g]
-    cand = cuda.shared.array(0, types.int64)  # [tid * k + i]: |value| key; [T k + ...]: code
-    red_u = cuda.shared.array(8, types.int64)  # [buffer * 4 + warp]: the warps' winners
-    red_c = cuda.shared.array(8, types.int64)
+    cand = cuda.shared.array(0, types.int64)  # [tid * k + i]: |value| key; [T k + ...]: slot
+    red_u = cuda.shared.array(_TOPK_MAX_THREADS, types.int64)
+    red_s = cuda.shared.array(_TOPK_MAX_THREADS, types.int64)
+    red_t = cuda.shared.array(_TOPK_MAX_THREADS, types.int32)
     base = tid * k
     sbase = T * k + base
     count = 0
-    last_u = np.int64(-1)  # the k-th candidate (registers), once there are k
-    last_c = np.int64(0)
     for e in range(a + tid, mid, T):  # increasing slots: an equal key never displaces
         x = acc[r, e]
         if x == 0:
             continue
-        acc[r, e] = 0
         u = np.int64(np.float64(abs(_slot_value(x, inv_scale))) * scale)  # exact integer
-        c = np.int64(2 * e + (1 if x < 0 else 0))
-        if count == k and not _better(u, c, last_u, last_c):
+        if count == k and not _better(u, e, cand[base + k - 1], cand[sbase + k - 1]):
             continue
         pos = count if count < k else k - 1
-        while pos > 0 and _better(u, c, cand[base + pos - 1], cand[sbase + pos - 1]):
+        while pos > 0 and _better(u, e, cand[base + pos - 1], cand[sbase + pos - 1]):
             cand[base + pos] = cand[base + pos - 1]
             cand[sbase + pos] = cand[sbase + pos - 1]
             pos -= 1
         cand[base + pos] = u
-        cand[sbase + pos] = c
+        cand[sbase + pos] = e
         if count < k:
             count += 1
-        last_u = cand[base + count - 1]
-        last_c = cand[sbase + count - 1]
-    for e in range(mid + tid, group_slots[g + 1], T):  # the diagonals
-        acc[r, e] = 0
-    lane = tid & 31
-    warp = tid >> 5
-    width = T if T < 32 else 32  # lanes of a warp
-    mask = np.uint32(0xFFFFFFFF) if T >= 32 else np.uint32((1 << T) - 1)
-    warps = (T + 31) >> 5
     head = 0
     out_row = row0 + r
     found = 0
     for t in range(k):
-        hu = np.int64(-1)
-        hc = np.int64(0)
         if head < count:
-            hu = cand[base + head]
-            hc = cand[sbase + head]
-        off = width >> 1
-        while off > 0:
-            ou = _shfl_down(mask, hu, off)
-            oc = _shfl_down(mask, hc, off)
-            if lane + off < width and _better(ou, oc, hu, hc):
-                hu = ou
-                hc = oc
-            off >>= 1
-        buf = (t & 1) * 4
-        if lane == 0:
-            red_u[buf + warp] = hu
-            red_c[buf + warp] = hc
+            red_u[tid] = cand[base + head]
+            red_s[tid] = cand[sbase + head]
+        else:
+            red_u[tid] = -1
+            red_s[tid] = 0
+        red_t[tid] = tid
         cuda.syncthreads()
-        best_u = red_u[buf]
-        best_c = red_c[buf]
-        for w in range(1, warps):
-            if _better(red_u[buf + w], red_c[buf + w], best_u, best_c):
-                best_u = red_u[buf + w]
-                best_c = red_c[buf + w]
-        if best_u < 0:
+        step = T // 2
+        while step > 0:
+            if tid < step:
+                o = tid + step
+                if _better(red_u[o], red_s[o], red_u[tid], red_s[tid]):
+                    red_u[tid] = red_u[o]
+                    red_s[tid] = red_s[o]
+                    red_t[tid] = red_t[o]
+            cuda.syncthreads()
+            step //= 2
+        best = red_u[0]
+        winner = red_t[0]
+        slot = red_s[0]
+        cuda.syncthreads()  # everyone has read the winner before the next round writes
+        if best < 0:
             break
         found = t + 1
-        if head < count and cand[sbase + head] == best_c:
+        if tid == winner:
             head += 1
         if tid == 0:
-            slot = best_c >> 1
             pairs[out_row, g, t, 0] = slot_i[slot]
             pairs[out_row, g, t, 1] = slot_j[slot]
-            v = np.float32(np.float64(best_u) * inv_scale)
-            values[out_row, g, t] = -v if best_c & 1 else v
-    if tid == 0 and found < k:  # fewer non-zero pairs than k (all found): the first zero pairs
+            values[out_row, g, t] = _slot_value(acc[r, slot], inv_scale)
+    if tid == 0 and found < k:  # fewer non-zero pairs than k: the first zero pairs by (i, j)
         t = found
         i = 0
         j = 1
@@ -230,12 +182,7 @@ def topk_kernel(acc, group_slots, num_pairs, slot_i, slot_j, inv_scale, scale, k
         while t < k:
             while e < mid and (slot_i[e] < i or (slot_i[e] == i and slot_j[e] < j)):
                 e += 1
-            chosen = False  # a non-zero pair, so one of the found ones
-            if e < mid and slot_i[e] == i and slot_j[e] == j:
-                for q in range(found):
-                    if pairs[out_row, g, q, 0] == i and pairs[out_row, g, q, 1] == j:
-                        chosen = True
-            if not chosen:
+            if not (e < mid and slot_i[e] == i and slot_j[e] == j and acc[r, e] != 0):
                 pairs[out_row, g, t, 0] = i
                 pairs[out_row, g, t, 1] = j
                 values[out_row, g, t] = 0.0
@@ -244,6 +191,9 @@ def topk_kernel(acc, group_slots, num_pairs, slot_i, slot_j, inv_scale, scale, k
             if j == num_features:
                 i += 1
                 j = i + 1
+    cuda.syncthreads()
+    for e in range(a + tid, group_slots[g + 1], T):
+        acc[r, e] = 0
 
 
 @cuda.jit(cache=True)
