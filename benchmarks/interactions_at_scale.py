@@ -499,7 +499,8 @@ def main(argv: list[str] | None = None) -> dict:
         "--table-budget-mib",
         type=int,
         help="CUDA: interaction table budget in MiB (config.INTERACTION_TABLE_BUDGET_BYTES; "
-        "it sets the plan, hence the bits, of top-k and full matrices alike)",
+        "it sets the plan, hence the bits, of top-k and full matrices alike; models of more "
+        "than 77 features get no interaction tables whatever the budget)",
     )
     parser.add_argument("--json", help="append the record as a JSON line to this file")
     args = parser.parse_args(argv)

@@ -172,6 +172,22 @@ def test_interaction_tables_chosen_within_budget():
     assert st["interaction_table_bytes"] == 4 * int(sizes.sum())
 
 
+def test_models_too_wide_for_the_interaction_tile_get_no_interaction_tables():
+    """Interaction tables only where a row's (F+1)^2 matrix fits a quadrature block's shared
+    memory (78 features or fewer at 48 KiB); the SHAP tables are not affected."""
+    from distshap.kernels.cuda.quadrature import interaction_tile_fits
+
+    km = _km()
+    assert interaction_tile_fits(78) and not interaction_tile_fits(79)
+    for n_features, fits in ((77, True), (78, False), (120, False)):
+        ens = tiny.random_ensemble(7, n_features=n_features, n_trees=20, depth=4, n_groups=2)
+        packed = _packed(ens)
+        chosen = km.interaction_table_offsets(packed) >= 0
+        assert chosen.any() == fits, n_features
+        assert (_shap_table_offsets(packed) >= 0).any()
+        assert _kc().strategy_stats(packed)["interaction_table_paths"] == int(chosen.sum())
+
+
 def test_interaction_tables_shortest_first_under_a_small_budget(monkeypatch):
     kc = _kc()
     ens = tiny.random_ensemble(5, n_features=7, n_trees=6, depth=4, n_groups=2)

@@ -116,6 +116,11 @@ SLOT_TABLE_VARIANT = "plain"
 #: MiB (19,547 paths, k <= 6) top-10 went from 17.5k to 21.4k rows/s. The cost: covtype-med
 #: interaction matrices of 200 rows (904 MiB of tables before, 128 now) 29k -> 22k rows/s
 #: (still 5.6-5.9x XGBoost); cal_housing-med and adult-med (28 and 105 MiB) are unchanged.
+#: Models whose ``(F+1)**2`` interaction matrix does not fit a quadrature block's shared memory
+#: (``F + 1 > 78``) get no interaction tables at all (:func:`.model.interaction_table_offsets`):
+#: on an H200, fashion_mnist-med without its 128 MiB of tables ran top-10 at 36.9k rows/s
+#: (32.9k with them), a ranking of 100k rows in 2.53 s (2.86 s) and full matrices + sort at
+#: 1,791 rows/s (1,780): the same plan and bits for all three.
 INTERACTION_TABLE_MAX_FEATURES = 10
 INTERACTION_TABLE_BUDGET_BYTES = 128 << 20
 #: Warps (bins) per thread block of the interaction-table kernels (frozen; they share a tile).

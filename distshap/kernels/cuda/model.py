@@ -48,7 +48,7 @@ from distshap.kernels.cuda import config, device
 from distshap.kernels.cuda.caches import per_device
 from distshap.kernels.cuda.device import stream
 from distshap.kernels.cuda.fallback import FALLBACK_MAX_FEATURES
-from distshap.kernels.cuda.quadrature import local_tiles, quadrature_warps
+from distshap.kernels.cuda.quadrature import interaction_tile_fits, local_tiles, quadrature_warps
 from distshap.kernels.cuda.tables import (
     SHAP_TABLE_MAX_FEATURES,
     TABLE_MAX_FEATURES,
@@ -275,8 +275,18 @@ def _shap_table_offsets(packed: PackedModel, costs=None) -> np.ndarray:
 
 def interaction_table_offsets(packed: PackedModel) -> np.ndarray:
     """Interaction table offset of each path (-1: none), by the host policy and the budget of
-    :mod:`.config` (paths without a SHAP table under the model's table policy get none)."""
+    :mod:`.config` (paths without a SHAP table under the model's table policy get none).
+
+    Models whose interaction matrix does not fit a quadrature block's shared memory
+    (:func:`~distshap.kernels.cuda.quadrature.interaction_tile_fits`) get no interaction
+    tables: there the table kernel and the full-matrix quadrature kernel both add every value
+    to global memory, so tables save nothing on full matrices, and for top pairs and summaries
+    they lose to the slot quadrature kernel, which sums in shared tiles (see
+    :data:`config.INTERACTION_TABLE_BUDGET_BYTES`).
+    """
     k = strategy.path_features(packed.path_offsets)
+    if not interaction_tile_fits(packed.num_features + 1):
+        return np.full(k.shape[0], -1, dtype=np.int64)
     shap_offsets = strategy.choose_tables(k, packed.table_budget_bytes, packed.max_table_features)
     max_features = min(config.INTERACTION_TABLE_MAX_FEATURES, TABLE_MAX_FEATURES)  # compiled
     return strategy.interaction_table_offsets(

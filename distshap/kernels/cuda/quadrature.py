@@ -69,8 +69,9 @@ from distshap.kernels.cuda.device import (
 )  # fmt: skip
 
 __all__ = [
-    "SlotLayout", "gauss_legendre", "launch_quadrature", "local_tiles", "quadrature_kernel",
-    "quadrature_warps", "shap_rows", "slot_layout", "slot_rows_kernel", "slot_rows_shape",
+    "SlotLayout", "gauss_legendre", "interaction_tile_fits", "launch_quadrature", "local_tiles",
+    "quadrature_kernel", "quadrature_warps", "shap_rows", "slot_layout", "slot_rows_kernel",
+    "slot_rows_shape",
 ]  # fmt: skip
 
 
@@ -1021,6 +1022,13 @@ def local_tiles(plan) -> bool:
     return variant == "local" and getattr(plan, "lane_column", None) is not None
 
 
+def interaction_tile_fits(F1: int) -> bool:
+    """Whether a row's ``F1 x F1`` interaction matrix fits a quadrature block's shared memory
+    (:data:`config.QUADRATURE_SHARED_BYTES`, one int64 a value): the full-matrix kernel then
+    sums a (chunk, row) in a shared tile, else it adds every value to global memory."""
+    return F1 * F1 * 8 <= config.QUADRATURE_SHARED_BYTES
+
+
 def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, interactions, slots=None):
     """Run the quadrature launches of ``plan`` on the row batch ``Xb`` (adding to ``acc``);
     ``slots`` (:class:`~distshap.kernels.cuda.model.SlotArrays`): interaction values into pair
@@ -1050,7 +1058,7 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, interactions, slo
                 )  # fmt: skip
         return
     if interactions:  # one block per (chunk, row)
-        shared = F1 * F1 * 8 <= config.QUADRATURE_SHARED_BYTES
+        shared = interaction_tile_fits(F1)
         for launch in plan.quadrature:
             kernel = quadrature_kernel(launch.n_nodes, shared, interactions=True)
             for row0 in range(0, nb, 65535):  # grid.y is at most 65535
