@@ -12,11 +12,8 @@ the same rows:
   would explain (and be timed on) another background than distshap;
 * ``distshap CPU``: ``distshap.TreeExplainer(model, background,
   feature_perturbation="interventional", backend="cpu")`` on ``--cpu-rows`` rows (every core);
-* ``distshap CUDA``: the same with ``backend="cuda"`` on ``--rows`` CuPy rows; for the
-  probability and log-loss outputs once per ``--factor-paths`` entry: ``pair`` (the rescale
-  factors once per (row, background row) pair, the default) and ``bin`` (computed in the
-  kernels once per bin, the old path), each with its rows/s and whether its values are the
-  CPU's bits (and ``pair``'s bits);
+* ``distshap CUDA``: the same with ``backend="cuda"`` on ``--rows`` CuPy rows, with its
+  rows/s and whether its values are the CPU's bits;
 * ``Dask``: :func:`distshap.cluster.explain_dask` with the background on a local cluster of 1,
   2, ... GPUs (``--dask-workers``; CuPy chunks made on the workers), with the efficiency
   ``rows/s / (workers x rows/s of 1 worker)``. CPU workers where ``--backend cpu``.
@@ -32,7 +29,7 @@ Usage::
     python -m benchmarks.interventional --backend cpu --rows 2000 --shap-rows 50   # smoke
     python -m benchmarks.interventional --backgrounds 100 --dask-workers 1,2,4
     python -m benchmarks.interventional --shape adult-med --model-output probability \
-        --backgrounds 100 --dask-workers= --factor-paths pair,bin   # factor paths, one process
+        --backgrounds 100 --dask-workers=
 """
 
 from __future__ import annotations
@@ -127,8 +124,7 @@ def _dask_rate(shape_name: str, booster, background, n_workers: int, gpu: bool, 
 
 def measure(shape: str, n_background: int, rows: int, cpu_rows: int, shap_rows: int,
             backend: str, repeats: int, dask_workers: list[int], chunks_per_worker: int,
-            dask_rows: int | None, model_output: str = "raw",
-            factor_paths: tuple[str, ...] = ("pair",)) -> dict:  # fmt: skip
+            dask_rows: int | None, model_output: str = "raw") -> dict:  # fmt: skip
     """One background size: every measurement of the module docstring, as a record."""
     from distshap import TreeExplainer
 
@@ -183,45 +179,24 @@ def measure(shape: str, n_background: int, rows: int, cpu_rows: int, shap_rows: 
     if gpu:
         import cupy
 
-        from distshap.kernels.cuda import interventional as iv
-
         cuda = TreeExplainer(booster, background, model_output, "interventional",
                              backend="cuda")  # fmt: skip
         Xd = cupy.asarray(X[:rows])
         yd = None if y is None else cupy.asarray(y[:rows])
-        paths = factor_paths if model_output != "raw" else ("pair",)
         n = min(cpu_rows, rows)
-        first_out = None
-        for path in paths:  # the first path's record keeps the plain keys
-            if path not in ("pair", "bin"):
-                raise ValueError(f"factor path must be 'pair' or 'bin', got {path!r}")
-            iv._FACTORS_PER_BIN = path == "bin"
-            try:
-                s, out, first = _median(lambda: cuda.shap_values(Xd, yd), repeats, True)
-            finally:
-                iv._FACTORS_PER_BIN = False
-            host = _host(out)
-            key = "cuda" if path == paths[0] else f"cuda_{path}"
-            rec.update({f"{key}_rows": rows, f"{key}_s": s, f"{key}_first_s": first,
-                        f"{key}_rows_s": rows / s})  # fmt: skip
-            if model_output != "raw":
-                rec[f"{key}_factor_path"] = path
-            if theirs is not None:
-                rec[f"{key}_diff_vs_shap"] = _rel_diff(host[:n_shap], theirs)
-            ref = np.asarray(cpu_out[:n])
-            got = host[:n]
-            rec[f"{key}_diff_vs_cpu"] = float(
-                np.abs(got.astype(np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30)
-            )
-            rec[f"{key}_bits_equal_cpu"] = bool(got.dtype == ref.dtype and np.array_equal(got, ref))
-            if first_out is None:
-                first_out = host
-            else:
-                rec[f"{key}_bits_equal_{paths[0]}"] = bool(np.array_equal(host, first_out))
-            print(f"CUDA {model_output} factor path {path}: {rows / s:,.0f} rows/s, bits equal "
-                  f"the CPU's ({n} rows): {rec[f'{key}_bits_equal_cpu']}"
-                  + (f", equal {paths[0]}'s: {rec[f'{key}_bits_equal_{paths[0]}']}"
-                     if path != paths[0] else ""), flush=True)  # fmt: skip
+        s, out, first = _median(lambda: cuda.shap_values(Xd, yd), repeats, True)
+        host = _host(out)
+        rec.update(cuda_rows=rows, cuda_s=s, cuda_first_s=first, cuda_rows_s=rows / s)
+        if theirs is not None:
+            rec["cuda_diff_vs_shap"] = _rel_diff(host[:n_shap], theirs)
+        ref = np.asarray(cpu_out[:n])
+        got = host[:n]
+        rec["cuda_diff_vs_cpu"] = float(
+            np.abs(got.astype(np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30)
+        )
+        rec["cuda_bits_equal_cpu"] = bool(got.dtype == ref.dtype and np.array_equal(got, ref))
+        print(f"CUDA {model_output}: {rows / s:,.0f} rows/s, bits equal the CPU's ({n} rows): "
+              f"{rec['cuda_bits_equal_cpu']}", flush=True)  # fmt: skip
 
     # Dask
     per_worker = dask_rows or (max(rows, 2_000_000) if gpu else cpu_rows)
@@ -284,12 +259,6 @@ def main(argv: list[str] | None = None) -> None:
         choices=["raw", "probability", "log_loss"],
         help="probability, log_loss: a binary shape (adult-*; log_loss with its 0/1 labels)",
     )
-    parser.add_argument(
-        "--factor-paths",
-        default="pair",
-        help="CUDA transforms: 'pair' (factors once per row and background row), 'bin' (once "
-        "per bin, the old path) or both, e.g. pair,bin: timed in turn in one process",
-    )
     parser.add_argument("--backgrounds", default="100,1000", help="background sizes")
     parser.add_argument("--rows", type=int, default=100_000, help="rows of the CUDA run")
     parser.add_argument(
@@ -325,8 +294,7 @@ def main(argv: list[str] | None = None) -> None:
     for b in (int(v) for v in args.backgrounds.split(",") if v):
         rec = measure(args.shape, b, args.rows, cpu_rows, args.shap_rows, args.backend,
                       args.repeats, workers, args.chunks_per_worker, args.dask_rows,
-                      args.model_output,
-                      tuple(p for p in args.factor_paths.split(",") if p))  # fmt: skip
+                      args.model_output)  # fmt: skip
         records.append(rec)
         print(json.dumps(rec), flush=True)
         if args.json:

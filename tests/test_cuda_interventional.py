@@ -311,12 +311,9 @@ iv._FACTOR_BUDGET_BYTES = 8 * 33
 again = run(packed, bg, X, transform=2, x_margin=xm, y=y, bias=bias)
 iv._FACTOR_BUDGET_BYTES = 256 << 20
 assert np.array_equal(got, again), "factor chunks changed the bits (log loss)"
-# s(x, r) computed in the direct kernel once per bin (the old path, kept for measurements),
-# batches of one row
-iv._FACTORS_PER_BIN = True
+# batches of one row: the same bits
 again = run(packed, bg, X, transform=2, x_margin=xm, y=y, bias=bias, batch_rows=1)
-iv._FACTORS_PER_BIN = False
-assert np.array_equal(got, again), "per-bin factors or batching changed the bits (log loss)"
+assert np.array_equal(got, again), "batching changed the bits (log loss)"
 budgets(0, 0)
 want = path_reference(packed, X[:1], R, xm, bg.margin, interactions=True)
 close(run(packed, bg, X[:1], interactions=True), want, "interactions direct B=33")
@@ -514,8 +511,8 @@ def test_gpu_bits_do_not_depend_on_batching_cache_or_input_kind(monkeypatch):
 @pytest.mark.parametrize("transform", [1, 2], ids=["probability", "log_loss"])
 def test_gpu_factors_once_per_pair_keep_the_bits(monkeypatch, transform):
     """The factors s(x, r) written once per pair (factor kernel, whole batch or chunks of 7
-    rows) give the bits of the kernels that compute them once per bin, and the CPU's bits
-    (the same float64 factor arithmetic; float32 results of 300 rows, fractional labels)."""
+    rows) give the same bits either way, and the CPU's bits (the same float64 factor
+    arithmetic; float32 results of 300 rows, fractional labels)."""
     from distshap.interventional import bias_values
     from distshap.kernels import cpu
     from distshap.kernels.cuda import interventional as iv
@@ -528,10 +525,7 @@ def test_gpu_factors_once_per_pair_keep_the_bits(monkeypatch, transform):
     pair = to_host(iv.interventional_values(packed, bg, rows, **kw))
     monkeypatch.setattr(iv, "_FACTOR_BUDGET_BYTES", 8 * 70 * 7)
     chunks = to_host(iv.interventional_values(packed, bg, rows, batch_rows=100, **kw))
-    monkeypatch.setattr(iv, "_FACTORS_PER_BIN", True)
-    per_bin = to_host(iv.interventional_values(packed, bg, rows, **kw))
     assert np.array_equal(chunks, pair)
-    assert np.array_equal(per_bin, pair)
     assert np.array_equal(pair, cpu.interventional_values(packed, bg, rows, **kw))
 
 

@@ -36,8 +36,7 @@ background row) pair: a factor kernel writes them, float64 ``(rows, B)``, for a 
 batch's rows (at most :data:`_FACTOR_BUDGET_BYTES`), and the direct and oversize kernels load
 them (one coalesced load per 32 background rows, bin and row). Each is
 :func:`distshap.kernels.interventional_math.rescale` (three float64 transcendentals), which
-the kernels evaluated once per bin before (``_FACTORS_PER_BIN``, kept to measure that path:
-``python -m benchmarks.interventional --factor-paths pair,bin``); same values either way.
+would otherwise be evaluated once per bin (or element) and pair.
 
 Fixed point (bits identical across batchings, chunkings and GPU counts): each kernel adds
 ``round(value * 2**shift / B)`` to int64 accumulators with integer atomics, ``value`` being one
@@ -118,9 +117,6 @@ _SHIFT_LOG_LOSS = 1  # log loss: |s| < 1 for labels in [0, 1]; one bit for round
 #: Bytes of the per-pair factor array (float64 (rows, B)) of one launch of the per-row kernels:
 #: a batch's rows go by chunks of ``_FACTOR_BUDGET_BYTES // (8 B)`` rows (at least 1).
 _FACTOR_BUDGET_BYTES = 256 << 20
-#: True: the direct and oversize kernels evaluate ``s(x, r)`` themselves, once per bin (or
-#: element) and pair, as before the factor kernel (for measurements only; same values).
-_FACTORS_PER_BIN = False
 
 
 @lru_cache(maxsize=1)
@@ -462,13 +458,13 @@ def _make_table_kernel(shared: bool, interactions: bool):
     return kernel
 
 
-def _make_direct_kernel(transform: int, interactions: bool, per_bin: bool = False):
+def _make_direct_kernel(transform: int, interactions: bool):
     """Rows against every background row, one warp per bin (lanes with ``lane_on``): SHAP
     values for ``transform`` 0, 1 or 2, or interaction values (transform 0).
 
     Background rows go by 32: each lane loads one row's mask (and its ``s(x, r)`` from
-    ``factors``, row ``r`` of ``X``; ``per_bin``: computes it from ``m_x``, ``y`` and
-    ``m_bg``), then the warp walks them with shuffles."""
+    ``factors``, row ``r`` of ``X``), then the warp walks them with shuffles. ``m_x``, ``y``
+    and ``m_bg`` are not read (kept in the launch signature)."""
     n_pair = 1024 if interactions else 1
 
     @cuda.jit(cache=True)
@@ -505,12 +501,6 @@ def _make_direct_kernel(transform: int, interactions: bool, per_bin: bool = Fals
             if on:
                 o = lane_follows(X[r, feat], lane_f, lane_i, lane_cat, cat_words, li)
             mx = np.int64(ballot(FULL_MASK, o))
-            mxr = 0.0
-            yr = 0.0
-            if per_bin and transform != 0:
-                mxr = m_x[r]
-            if per_bin and transform == 2:
-                yr = y[r]
             if not interactions:
                 total = 0.0
                 for q0 in range(0, n_bg, 32):
@@ -521,9 +511,7 @@ def _make_direct_kernel(transform: int, interactions: bool, per_bin: bool = Fals
                     s_l = 1.0
                     if lane < qn:
                         mr_l = mrow[q0 + lane]
-                        if transform != 0 and per_bin:
-                            s_l = _scaling(transform, mxr, yr, m_bg[q0 + lane])
-                        elif transform != 0:
+                        if transform != 0:
                             s_l = factors[r, q0 + lane]
                     for j in range(qn):
                         mr = np.int64(shfl_i32(mr_l, j))
@@ -600,10 +588,11 @@ def _make_direct_kernel(transform: int, interactions: bool, per_bin: bool = Fals
     return kernel
 
 
-def _make_oversize_kernel(transform: int, interactions: bool, per_bin: bool = False):
+def _make_oversize_kernel(transform: int, interactions: bool):
     """Paths longer than a warp: one thread per (row, element), the path's tests of each
     background row in local memory (SHAP values, or the element's row of the matrix); ``s``
-    from ``factors`` (``per_bin``: computed from ``m_x``, ``y`` and ``m_bg``)."""
+    from ``factors`` (``m_x``, ``y`` and ``m_bg`` are not read: kept in the launch
+    signature)."""
 
     @cuda.jit(cache=True)
     def kernel(lane_f, lane_i, lane_cat, lane_d, cat_words, path_offsets, elem_path, elem_pos,
@@ -623,12 +612,6 @@ def _make_oversize_kernel(transform: int, interactions: bool, per_bin: bool = Fa
             xf[e] = lane_follows(X[r, lane_i[li, LI_FEATURE]], lane_f, lane_i, lane_cat,
                                  cat_words, li)  # fmt: skip
             part[e] = 0.0
-        mxr = 0.0
-        yr = 0.0
-        if per_bin and transform != 0:
-            mxr = m_x[r]
-        if per_bin and transform == 2:
-            yr = y[r]
         phi = 0.0
         for q in range(bg_rows.shape[0]):
             ok = True
@@ -654,9 +637,7 @@ def _make_oversize_kernel(transform: int, interactions: bool, per_bin: bool = Fa
             if not (ix or ir):
                 continue
             s = 1.0
-            if transform != 0 and per_bin:
-                s = _scaling(transform, mxr, yr, m_bg[q])
-            elif transform != 0:
+            if transform != 0:
                 s = factors[r, q]
             if ix:
                 phi += s * weights[0, a, nb]
@@ -718,21 +699,18 @@ def finish_kernel(acc, out, inv_scale, bias, group_size, bias_offset):
 _KERNELS: dict = {}
 
 
-def kernels(kind: str, transform: int = 0, interactions: bool = False, shared: bool = False,
-            per_bin: bool = False):  # fmt: skip
+def kernels(kind: str, transform: int = 0, interactions: bool = False, shared: bool = False):
     """The per-row kernel ``kind`` (``"table"``, ``"direct"``, ``"oversize"``), built on first
-    use (compiled at launch); ``per_bin``: the direct and oversize kernels of a transform
-    compute ``s(x, r)`` themselves (:data:`_FACTORS_PER_BIN`)."""
-    per_bin = bool(per_bin) and transform != 0 and kind != "table"
-    key = (kind, transform, interactions, shared, per_bin)
+    use (compiled at launch)."""
+    key = (kind, transform, interactions, shared)
     kernel = _KERNELS.get(key)
     if kernel is None:
         if kind == "table":
             kernel = _make_table_kernel(shared, interactions)
         elif kind == "direct":
-            kernel = _make_direct_kernel(transform, interactions, per_bin)
+            kernel = _make_direct_kernel(transform, interactions)
         elif kind == "oversize":
-            kernel = _make_oversize_kernel(transform, interactions, per_bin)
+            kernel = _make_oversize_kernel(transform, interactions)
         else:
             raise ValueError(f"unknown kernel kind {kind!r}")
         _KERNELS[key] = kernel
@@ -1000,7 +978,7 @@ def _launch_tables(model, tp: TablePlan, Xb, acc, F1, s, interactions):
 
 
 def _launch_direct(model, bg, bins, maxk, n_bins, lane_on, Xb, rowargs, acc, scale_b, F1, s,
-                   transform, interactions, per_bin=False):  # fmt: skip
+                   transform, interactions):  # fmt: skip
     """``rowargs``: ``m_x``, ``y`` (of the rows of ``Xb``) and the factors (rows of ``Xb``)."""
     if not n_bins:
         return
@@ -1008,20 +986,19 @@ def _launch_direct(model, bg, bins, maxk, n_bins, lane_on, Xb, rowargs, acc, sca
     rpb = _rows_per_block(nb, n_bins, 64)
     grid = (-(-n_bins // _DIRECT_WARPS), -(-nb // rpb))
     m_x, y, factors = rowargs
-    kernels("direct", transform, interactions, per_bin=per_bin)[grid, 32 * _DIRECT_WARPS, s](
+    kernels("direct", transform, interactions)[grid, 32 * _DIRECT_WARPS, s](
         model.lane_f, model.lane_i, model.lane_cat, model.lane_d, model.cat_words, lane_on,
         model.bin_offsets, maxk, bins, bg.masks, bg.weights, Xb, m_x, y, bg.m_bg, factors, acc,
         scale_b, rpb, F1,
     )  # fmt: skip
 
 
-def _launch_oversize(model, bg, Xb, rowargs, acc, scale_b, F1, s, transform, interactions,
-                     per_bin=False):  # fmt: skip
+def _launch_oversize(model, bg, Xb, rowargs, acc, scale_b, F1, s, transform, interactions):
     if not bg.n_elems:
         return
     nb = int(Xb.shape[0])
     tpb = min(64, 32 * -(-nb // 32))
-    kernel = kernels("oversize", transform, interactions, per_bin=per_bin)
+    kernel = kernels("oversize", transform, interactions)
     m_x, y, factors = rowargs
     for e0 in range(0, bg.n_elems, 65535):  # grid.y is at most 65535
         e1 = min(bg.n_elems, e0 + 65535)
@@ -1175,9 +1152,8 @@ def interventional_values(
     scale = 2.0**shift
     scale_b = scale / bg.n_rows
     tp = _table_plan(packed, model, bg, interactions) if transform == 0 else None
-    per_bin = bool(_FACTORS_PER_BIN)
     no_factors = bg.weights[0]  # a C-contiguous float64 matrix the kernels do not read
-    chunk = n if transform == 0 or per_bin else factor_chunk_rows(bg.n_rows)
+    chunk = n if transform == 0 else factor_chunk_rows(bg.n_rows)
     factors = None  # float64 (rows of a chunk, B), allocated by the first chunk
 
     def batch(r0, r1, Xb, acc, s):
@@ -1192,12 +1168,10 @@ def interventional_values(
             else:
                 m_c = m_x[r0 + c0 : r0 + c1]
                 y_c = yv[r0 + c0 : r0 + c1] if transform == 2 else yv
-                f_c = no_factors
-                if not per_bin:
-                    if factors is None:
-                        factors = xp().empty((min(chunk, n), bg.n_rows), dtype=np.float64)
-                    f_c = factors[: c1 - c0]
-                    _launch_factors(transform, m_c, y_c, bg.m_bg, f_c, s)
+                if factors is None:
+                    factors = xp().empty((min(chunk, n), bg.n_rows), dtype=np.float64)
+                f_c = factors[: c1 - c0]
+                _launch_factors(transform, m_c, y_c, bg.m_bg, f_c, s)
                 rowargs = (m_c, y_c, f_c)
             if tp is not None:
                 _launch_direct(model, bg, tp.direct_bins, tp.direct_maxk, tp.n_direct_bins,
@@ -1206,9 +1180,9 @@ def interventional_values(
             else:
                 _launch_direct(model, bg, bg.regular_bins, bg.regular_maxk, bg.n_regular_bins,
                                bg.lane_all, Xc, rowargs, acc_c, scale_b, F1, s, transform,
-                               interactions, per_bin)  # fmt: skip
+                               interactions)  # fmt: skip
             _launch_oversize(model, bg, Xc, rowargs, acc_c, scale_b, F1, s, transform,
-                             interactions, per_bin)  # fmt: skip
+                             interactions)  # fmt: skip
         bias_b = bias_d[r0:r1] if bias_d.shape[0] > 1 else bias_d
         launch_finish(finish_kernel, acc, out2[r0:r1], 1.0 / scale, bias_b, group_size,
                       bias_offset, s)  # fmt: skip
