@@ -15,7 +15,8 @@ that needs them, tables filled on the device:
   chunked again so that a chunk touches at most that many distinct features, for the SHAP
   kernel's per-row sums in shared memory.
 * Interaction values (:func:`interaction_plan`): interaction tables for the short paths
-  (:func:`interaction_table_offsets`), the quadrature kernels for the others.
+  (:func:`interaction_table_offsets`; none on models whose interaction matrix is too wide for
+  a block's shared memory), the quadrature kernels for the others.
 
 Which path goes where is host policy (:mod:`distshap.strategy`); :func:`strategy_stats`
 reports it without a GPU.
