@@ -273,6 +273,7 @@ def format_info(info: dict, path: str) -> str:
     shared = c["quadrature_shared"]
     sums = {True: "shared memory", False: "global memory"}
     nodes = ", ".join(f"{n} nodes: {count:,}" for n, count in c["quadrature_nodes"].items())
+    too_wide = "" if shared["interactions"] else " (a row's matrix is too wide for tables to pay)"
     lines.append(
         f"CUDA kernels    SHAP: {c.get('shap_table_paths', 0):,} paths on tables of "
         f"{_human_bytes(c.get('shap_table_bytes', 0))} (filled on the GPU at first use), "
@@ -280,7 +281,7 @@ def format_info(info: dict, path: str) -> str:
         f"{c['oversize_paths']:,} oversize (fallback kernel)\n"
         f"                interactions: {c['interaction_table_paths']:,} paths on tables of "
         f"{_human_bytes(c['interaction_table_bytes'])} (filled on the GPU at first use), "
-        "the others by quadrature\n"
+        f"the others by quadrature{too_wide}\n"
         f"                quadrature sums in {sums[shared['shap']]} (SHAP), "
         f"{sums[shared['interactions']]} (interactions)"
     )

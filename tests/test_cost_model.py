@@ -406,6 +406,24 @@ def test_info_names_kind_and_prediction(tmp_path, monkeypatch):
     assert "Tesla T4 (unknown kind: generic defaults)" in text
 
 
+@pytest.mark.parametrize("n_features", [6, 90])
+def test_info_says_why_wide_models_have_no_interaction_tables(tmp_path, monkeypatch, n_features):
+    from distshap.info import format_info, model_info
+
+    xgb = pytest.importorskip("xgboost")
+    monkeypatch.setenv(cm.CACHE_ENV, "none")
+    rng = np.random.default_rng(1)
+    X = rng.random((300, n_features))
+    y = X[:, 0] + X[:, 1] * X[:, 2] + X[:, -1] + rng.normal(0, 0.1, 300)
+    booster = xgb.train({"max_depth": 4, "eta": 0.3}, xgb.DMatrix(X, label=y), 20)
+    info = model_info(booster, device_kind="H200", n_rows=1000)
+    if info["cuda"] is None:
+        pytest.skip("Numba's CUDA target is not available")
+    wide = n_features + 1 > 78
+    assert (info["cuda"]["interaction_table_paths"] == 0) == wide
+    assert ("too wide for tables to pay" in format_info(info, "m")) == wide
+
+
 def test_cli_info_device_kind_and_calibrate_without_gpu(tmp_path):
     path = _model_file(tmp_path)
     env = {"DISTSHAP_KERNEL_COSTS": "none"}

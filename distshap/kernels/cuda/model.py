@@ -791,7 +791,7 @@ def strategy_stats(packed: PackedModel, costs=None) -> dict:
         "interaction_table_paths": int(itab.sum()),
         "interaction_table_bytes": 4 * strategy.table_values(k, np.where(itab, 0, -1), "k*k"),
         "shared_tile_rows": (shared_tile_rows(G * F1), shared_tile_rows(G * F1 * F1)),
-        "quadrature_shared": (tiles.pop("shared"), F1 * F1 * 8 <= config.QUADRATURE_SHARED_BYTES),
+        "quadrature_shared": (tiles.pop("shared"), interaction_tile_fits(F1)),
         **tiles,
         "fixed_point_shift": (fixed_point_shift(shap_bound), fixed_point_shift(inter_bound)),
     }
