@@ -423,8 +423,11 @@ def work_counts(packed, model, plan, interactions: bool, rows: int) -> list[Kern
     :func:`~distshap.kernels.cuda.model.interaction_plan`); their arrays are read back to
     the host, so the counts follow whatever the library's policy put where.
     """
-    from distshap.kernels.cuda import config
-    from distshap.kernels.cuda.quadrature import local_tiles, quadrature_warps
+    from distshap.kernels.cuda.quadrature import (
+        interaction_tile_fits,
+        local_tiles,
+        quadrature_warps,
+    )
     from distshap.kernels.cuda.tables import shared_tile_rows
 
     host = _plan_host(plan)
@@ -445,7 +448,7 @@ def work_counts(packed, model, plan, interactions: bool, rows: int) -> list[Kern
         out.append(KernelWork("transpose", "transpose", 1, **_transpose(F)))
     for i, q in enumerate(host["quadrature"]):
         if interactions:
-            shared = F1 * F1 * 8 <= config.QUADRATURE_SHARED_BYTES
+            shared = interaction_tile_fits(F1)
             w = _quadrature_interactions(packed, q, shared, rows)
             kind = "inter-quadrature"
         else:  # as launch_quadrature: local tiles where they apply and the widest one fits

@@ -179,6 +179,7 @@ def _cuda_strategy(packed, costs=None) -> dict | None:
     keys = ("quadrature_paths", "oversize_paths", "interaction_table_paths",
             "interaction_table_bytes")  # fmt: skip
     out = {key: int(st[key]) for key in keys}
+    out["interaction_tables_too_wide"] = bool(st.get("interaction_tables_too_wide", False))
     for key in ("shap_table_paths", "shap_table_bytes"):  # the SHAP tables' kernel, if built
         out[key] = int(st.get(key, 0))
     out["quadrature_nodes"] = {str(n): c for n, c in st["quadrature_nodes"].items()}
@@ -273,7 +274,8 @@ def format_info(info: dict, path: str) -> str:
     shared = c["quadrature_shared"]
     sums = {True: "shared memory", False: "global memory"}
     nodes = ", ".join(f"{n} nodes: {count:,}" for n, count in c["quadrature_nodes"].items())
-    too_wide = "" if shared["interactions"] else " (a row's matrix is too wide for tables to pay)"
+    too_wide = " (a row's matrix is too wide for tables to pay)"
+    too_wide = too_wide if c.get("interaction_tables_too_wide") else ""
     lines.append(
         f"CUDA kernels    SHAP: {c.get('shap_table_paths', 0):,} paths on tables of "
         f"{_human_bytes(c.get('shap_table_bytes', 0))} (filled on the GPU at first use), "

@@ -9,7 +9,8 @@ first, up to a feature limit, until a memory budget is spent. The CPU kernel use
 wherever this policy gives them (one CPU thread, 2,492 paths of 2-12 features: the quadrature
 took 2.9x the time of tables on the paths of 9 or more features, 1.4x on those of 11 or more,
 and tied on the 12-feature ones); the CUDA backend uses interaction tables for the paths that
-have a SHAP table (:func:`interaction_table_offsets`).
+have a SHAP table (:func:`interaction_table_offsets`), except on models too wide for them to
+pay (:func:`distshap.kernels.cuda.model.interaction_tables_too_wide`).
 
 *Quadrature.* A path of ``k`` features is evaluated exactly with ``ceil(k / 2)``
 Gauss-Legendre nodes: on the CPU every path without a table

@@ -172,20 +172,28 @@ def test_interaction_tables_chosen_within_budget():
     assert st["interaction_table_bytes"] == 4 * int(sizes.sum())
 
 
-def test_models_too_wide_for_the_interaction_tile_get_no_interaction_tables():
-    """Interaction tables only where a row's (F+1)^2 matrix fits a quadrature block's shared
-    memory (78 features or fewer at 48 KiB); the SHAP tables are not affected."""
+def test_models_too_wide_for_the_interaction_tile_get_no_interaction_tables(monkeypatch):
+    """Interaction tables only for models of at most 78 output columns (77 features), the
+    widest whose (F+1)^2 int64 matrix fits a quadrature block's 48 KiB; the SHAP tables are
+    not affected, nor is the choice by the launch's shared-memory tunable."""
+    from distshap.kernels.cuda import config
     from distshap.kernels.cuda.quadrature import interaction_tile_fits
 
     km = _km()
-    assert interaction_tile_fits(78) and not interaction_tile_fits(79)
+    width = config.INTERACTION_TABLE_MAX_COLUMNS
+    assert interaction_tile_fits(width) and not interaction_tile_fits(width + 1)
     for n_features, fits in ((77, True), (78, False), (120, False)):
         ens = tiny.random_ensemble(7, n_features=n_features, n_trees=20, depth=4, n_groups=2)
         packed = _packed(ens)
         chosen = km.interaction_table_offsets(packed) >= 0
-        assert chosen.any() == fits, n_features
+        assert chosen.any() == fits and km.interaction_tables_too_wide(packed) != fits
         assert (_shap_table_offsets(packed) >= 0).any()
-        assert _kc().strategy_stats(packed)["interaction_table_paths"] == int(chosen.sum())
+        st = _kc().strategy_stats(packed)
+        assert st["interaction_table_paths"] == int(chosen.sum())
+        assert st["interaction_tables_too_wide"] != fits
+        monkeypatch.setattr(config, "QUADRATURE_SHARED_BYTES", 0)
+        assert np.array_equal(km.interaction_table_offsets(packed) >= 0, chosen)
+        monkeypatch.undo()
 
 
 def test_interaction_tables_shortest_first_under_a_small_budget(monkeypatch):

@@ -9,7 +9,7 @@
 * ``gpu``: XGBoost models (missing values, categorical, multiclass, binary with the
   probability and log-loss outputs) against the CPU kernel, bits across batchings and cache
   states, tables against the direct kernels, CuPy inputs; the transforms' factors once per
-  (row, background row) pair against the kernels computing them once per bin and the CPU.
+  (row, background row) pair across factor chunks and against the CPU.
 """
 
 from __future__ import annotations

@@ -575,6 +575,7 @@ kp.TOPK_SHARED_BYTES = 44 * 1024
 kc.config.MIN_TILE_ROWS = 1 << 30
 kc.config.QUADRATURE_SHARED_BYTES = 0
 kc.clear_cache()
+assert kc.strategy_stats(_packed(ens, 700))["interaction_table_paths"] > 0  # tables still run
 slots_match(_packed(ens, 700), X, "global")
 kc.config.MIN_TILE_ROWS = 8
 # small chunks, small tiles: some blocks sum in a tile, the others add to the row directly

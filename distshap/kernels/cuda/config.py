@@ -12,6 +12,7 @@ __all__ = [
     "BATCH_BUDGET_BYTES",
     "CACHE_SIZE",
     "INTERACTION_TABLE_BUDGET_BYTES",
+    "INTERACTION_TABLE_MAX_COLUMNS",
     "INTERACTION_TABLE_MAX_FEATURES",
     "INTERVENTIONAL_INTERACTION_TABLE_BUDGET_BYTES",
     "INTERVENTIONAL_INTERACTION_TABLE_MAX_FEATURES",
@@ -116,13 +117,18 @@ SLOT_TABLE_VARIANT = "plain"
 #: MiB (19,547 paths, k <= 6) top-10 went from 17.5k to 21.4k rows/s. The cost: covtype-med
 #: interaction matrices of 200 rows (904 MiB of tables before, 128 now) 29k -> 22k rows/s
 #: (still 5.6-5.9x XGBoost); cal_housing-med and adult-med (28 and 105 MiB) are unchanged.
-#: Models whose ``(F+1)**2`` interaction matrix does not fit a quadrature block's shared memory
-#: (``F + 1 > 78``) get no interaction tables at all (:func:`.model.interaction_table_offsets`):
-#: on an H200, fashion_mnist-med without its 128 MiB of tables ran top-10 at 36.9k rows/s
-#: (32.9k with them), a ranking of 100k rows in 2.53 s (2.86 s) and full matrices + sort at
-#: 1,791 rows/s (1,780): the same plan and bits for all three.
 INTERACTION_TABLE_MAX_FEATURES = 10
 INTERACTION_TABLE_BUDGET_BYTES = 128 << 20
+#: Interaction tables only for models of at most this many output columns ``F + 1`` (a constant of
+#: its own, not read from :data:`QUADRATURE_SHARED_BYTES`, so the plan and its bits do not move with
+#: a launch tunable): 78 is the widest whose ``(F+1)**2`` int64 matrix fits a quadrature block's 48
+#: KiB (:func:`.quadrature.interaction_tile_fits`). Wider, the table kernel and the full-matrix
+#: quadrature kernel both add every value to global memory, so tables save nothing on full matrices,
+#: and top pairs and summaries (whose quadrature sums in shared tiles) lose with them. On an H200,
+#: fashion_mnist-med (785 columns) without its 128 MiB of tables ran top-10 at 36.9k rows/s (32.9k
+#: with them), a ranking of 100k rows in 2.53 s (2.86 s) and full matrices + sort at 1,791 rows/s
+#: (1,780).
+INTERACTION_TABLE_MAX_COLUMNS = 78
 #: Warps (bins) per thread block of the interaction-table kernels (frozen; they share a tile).
 TABLE_WARPS_PER_BLOCK = 8
 #: int64 values of the table kernels' shared-memory tile (frozen; 32 KiB per block).

@@ -16,7 +16,8 @@ that needs them, tables filled on the device:
   kernel's per-row sums in shared memory.
 * Interaction values (:func:`interaction_plan`): interaction tables for the short paths
   (:func:`interaction_table_offsets`; none on models whose interaction matrix is too wide for
-  a block's shared memory), the quadrature kernels for the others.
+  a block's shared memory, :func:`interaction_tables_too_wide`), the quadrature kernels for
+  the others.
 
 Which path goes where is host policy (:mod:`distshap.strategy`); :func:`strategy_stats`
 reports it without a GPU.
@@ -64,7 +65,8 @@ from distshap.packed import PackedModel
 __all__ = [
     "DeviceModel", "Plan", "QuadratureLaunch", "SlotArrays", "chunk_tiles", "clear_cache",
     "device_model", "local_chunks",
-    "fixed_point_shift", "interaction_plan", "interaction_table_offsets", "lane_arrays",
+    "fixed_point_shift", "interaction_plan", "interaction_table_offsets",
+    "interaction_tables_too_wide", "lane_arrays",
     "plan_arrays", "shap_plan", "shap_table_policy", "slot_arrays", "strategy_stats",
 ]  # fmt: skip
 
@@ -274,19 +276,23 @@ def _shap_table_offsets(packed: PackedModel, costs=None) -> np.ndarray:
     )  # fmt: skip
 
 
+def interaction_tables_too_wide(packed: PackedModel) -> bool:
+    """Whether ``packed`` has more output columns ``F + 1`` than
+    :data:`config.INTERACTION_TABLE_MAX_COLUMNS`: a row's interaction matrix is then too wide
+    for a quadrature block's shared memory, the table and full-matrix kernels both add every
+    value to global memory, and interaction tables do not pay (so it gets none)."""
+    return packed.num_features + 1 > config.INTERACTION_TABLE_MAX_COLUMNS
+
+
 def interaction_table_offsets(packed: PackedModel) -> np.ndarray:
     """Interaction table offset of each path (-1: none), by the host policy and the budget of
     :mod:`.config` (paths without a SHAP table under the model's table policy get none).
 
-    Models whose interaction matrix does not fit a quadrature block's shared memory
-    (:func:`~distshap.kernels.cuda.quadrature.interaction_tile_fits`) get no interaction
-    tables: there the table kernel and the full-matrix quadrature kernel both add every value
-    to global memory, so tables save nothing on full matrices, and for top pairs and summaries
-    they lose to the slot quadrature kernel, which sums in shared tiles (see
-    :data:`config.INTERACTION_TABLE_BUDGET_BYTES`).
+    Models of more than :data:`config.INTERACTION_TABLE_MAX_COLUMNS` output columns get no
+    interaction tables (:func:`interaction_tables_too_wide`).
     """
     k = strategy.path_features(packed.path_offsets)
-    if not interaction_tile_fits(packed.num_features + 1):
+    if interaction_tables_too_wide(packed):
         return np.full(k.shape[0], -1, dtype=np.int64)
     shap_offsets = strategy.choose_tables(k, packed.table_budget_bytes, packed.max_table_features)
     max_features = min(config.INTERACTION_TABLE_MAX_FEATURES, TABLE_MAX_FEATURES)  # compiled
@@ -744,25 +750,25 @@ def strategy_stats(packed: PackedModel, costs=None) -> dict:
     ``costs`` (:class:`~distshap.cost_model.KernelCosts`) choose the SHAP tables
     (:func:`_shap_table_offsets`; default: the current device kind's).
 
-    Returns a dict with ``shap_table_paths``, ``shap_table_lanes`` and ``shap_table_bytes``
-    (SHAP values: the regular paths on SHAP tables, :func:`_shap_table_offsets`, filled on the
-    device on the first SHAP call), ``quadrature_paths`` and ``quadrature_lanes`` (SHAP values:
-    the other paths of regular bins, run by the quadrature kernels), ``quadrature_nodes``
-    (node count -> those paths), ``oversize_paths`` and ``oversize_lanes`` (fallback kernel),
-    ``interaction_table_paths`` and ``interaction_table_bytes`` (tables of interaction values,
-    filled on the device on the first interaction call; the other paths run the interaction
-    quadrature kernel), ``shared_tile_rows`` (SHAP, interactions: rows of the table kernel's
-    shared-memory tile, 0 = accumulation in global memory), ``quadrature_shared`` (SHAP:
-    whether every SHAP quadrature launch sums its rows in shared memory, with chunk-local
-    feature tiles or a column per feature; interactions: whether the interaction quadrature
-    kernel does), the SHAP quadrature kernel's tiles as launched (:func:`.quadrature.
-    launch_quadrature`): ``quadrature_tiles`` (``"local"``: every launch with chunk-local
-    feature tiles, :func:`local_chunks`; ``"all"``: none, a column per feature or global
-    atomics; ``"mixed"``; ``"none"``: no quadrature paths), ``quadrature_chunks`` (blocks of
-    a row tile, over the launches: local chunks where they run), ``quadrature_tile_columns``
-    (int64 sums a thread in the widest tile, 0 where every launch adds to global memory),
-    ``quadrature_warps`` (the fewest warps a block over the launches, 0: a launch adds to
-    global memory), and
+    Returns a dict with ``shap_table_paths``, ``shap_table_lanes`` and ``shap_table_bytes`` (SHAP
+    values: the regular paths on SHAP tables, :func:`_shap_table_offsets`, filled on the device on
+    the first SHAP call), ``quadrature_paths`` and ``quadrature_lanes`` (SHAP values: the other
+    paths of regular bins, run by the quadrature kernels), ``quadrature_nodes`` (node count -> those
+    paths), ``oversize_paths`` and ``oversize_lanes`` (fallback kernel), ``interaction_table_paths``
+    and ``interaction_table_bytes`` (tables of interaction values, filled on the device on the first
+    interaction call; the other paths run the interaction quadrature kernel),
+    ``interaction_tables_too_wide`` (none for that reason: :func:`interaction_tables_too_wide`),
+    ``shared_tile_rows`` (SHAP, interactions: rows of the table kernel's shared-memory tile, 0 =
+    accumulation in global memory), ``quadrature_shared`` (SHAP: whether every SHAP quadrature
+    launch sums its rows in shared memory, with chunk-local feature tiles or a column per feature;
+    interactions: whether the interaction quadrature kernel does), the SHAP quadrature kernel's
+    tiles as launched (:func:`.quadrature. launch_quadrature`): ``quadrature_tiles`` (``"local"``:
+    every launch with chunk-local feature tiles, :func:`local_chunks`; ``"all"``: none, a column per
+    feature or global atomics; ``"mixed"``; ``"none"``: no quadrature paths), ``quadrature_chunks``
+    (blocks of a row tile, over the launches: local chunks where they run),
+    ``quadrature_tile_columns`` (int64 sums a thread in the widest tile, 0 where every launch adds
+    to global memory), ``quadrature_warps`` (the fewest warps a block over the launches, 0: a launch
+    adds to global memory), and
     ``fixed_point_shift`` (SHAP, interactions).
     """
     lanes = np.diff(packed.path_offsets)
@@ -790,6 +796,7 @@ def strategy_stats(packed: PackedModel, costs=None) -> dict:
         "oversize_lanes": int(lanes[~regular].sum()),
         "interaction_table_paths": int(itab.sum()),
         "interaction_table_bytes": 4 * strategy.table_values(k, np.where(itab, 0, -1), "k*k"),
+        "interaction_tables_too_wide": interaction_tables_too_wide(packed),
         "shared_tile_rows": (shared_tile_rows(G * F1), shared_tile_rows(G * F1 * F1)),
         "quadrature_shared": (tiles.pop("shared"), interaction_tile_fits(F1)),
         **tiles,

@@ -9,7 +9,7 @@ thread per (path, pattern) in float64 and stored as float32; the device model ke
   when bit ``i`` of ``pattern`` says whether the row follows element ``i``, computed by
   Gauss-Legendre quadrature (``ceil(k / 2)`` nodes, exact) in the order of the CPU backend's
   :func:`distshap.kernels.quadrature_cpu.fill_tables` (:func:`fill_shap_tables`).
-* Interaction tables (:func:`distshap.strategy.interaction_table_offsets`): the float64 DP
+* Interaction tables (:func:`distshap.kernels.cuda.model.interaction_table_offsets`): the float64 DP
   (paper §3.5: condition on each element ``c`` of the path, on minus off, halved) stores ``k x
   k`` entries (:func:`fill_interaction_tables`). Entry ``[(pattern * k + c) * k + i]`` is, for
   ``c != i``, half the interaction of ``i`` and ``c`` (added at ``[feature_c, feature_i]``) and,
@@ -130,7 +130,8 @@ def fill_interaction_tables(lane_d, path_offsets, lengths: np.ndarray, offsets: 
     """Fill the interaction tables of the paths with ``offsets >= 0`` on the device.
 
     ``lane_d`` and ``path_offsets`` are the device model's arrays; ``lengths`` (features per
-    path) and ``offsets`` (:func:`distshap.strategy.interaction_table_offsets`) host arrays.
+    path) and ``offsets`` (:func:`distshap.kernels.cuda.model.interaction_table_offsets`) host
+    arrays.
     Returns ``(tables, n_values)``. The stream is synchronized before returning: the tables
     serve later calls on any stream or thread.
     """
