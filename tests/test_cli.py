@@ -77,7 +77,6 @@ def files(tmp_path_factory) -> dict:
     return out
 
 
-
 def test_explain_npy_in_process_matches_explainer(files):
     out = str(files["dir"] / "reg_out.npy")
     proc = run_cli("explain", files["reg"], files["npy"], "-o", out)

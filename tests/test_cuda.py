@@ -220,8 +220,9 @@ def test_strategy_stats_account_for_every_path(monkeypatch):
     assert st["shap_table_paths"] + st["quadrature_paths"] + st["oversize_paths"] == (
         packed.num_paths
     )
-    assert st["shap_table_lanes"] + st["quadrature_lanes"] + st["oversize_lanes"] == (
-        packed.feature.shape[0]
+    assert (
+        st["shap_table_lanes"] + st["quadrature_lanes"] + st["oversize_lanes"]
+        == (packed.feature.shape[0])
     )
     assert sum(st["quadrature_nodes"].values()) == st["quadrature_paths"]
     assert st["quadrature_shared"] == (True, True)

@@ -42,7 +42,6 @@ def models(tmp_path_factory) -> dict:
     return out
 
 
-
 def _refused(capsys, argv: list[str], *needles: str) -> str:
     """Run the CLI, expect exit 2 with one stderr line holding every needle; return it."""
     code = main(argv)

@@ -246,8 +246,14 @@ def test_windowed_order_in_threads_equals_one_serial_pass():
     lanes = np.zeros(packed.feature.size, np.int16)
     threaded = km.local_chunks(packed, paths, 7, 40, lanes, window=16)["paths"]
     serial = np.empty_like(paths)
-    args = (np.ascontiguousarray(packed.path_offsets, np.int64),
-            np.ascontiguousarray(packed.feature, np.int64), 7, 40, packed.num_features, 16)
+    args = (
+        np.ascontiguousarray(packed.path_offsets, np.int64),
+        np.ascontiguousarray(packed.feature, np.int64),
+        7,
+        40,
+        packed.num_features,
+        16,
+    )
     km._window_order(paths, *args, runs, serial, 0, runs.size - 1)  # fmt: skip
     assert np.array_equal(threaded, serial)
     assert not np.array_equal(serial, paths)  # the window did reorder
