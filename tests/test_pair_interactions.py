@@ -556,6 +556,16 @@ for k in (4, 15):  # 15: every pair, the zero ones last
     want = sorted_pairs(full, k)
     assert np.array_equal(pairs, want[0]), k
     same(values, want[1], k)
+# a model too wide for interaction tables (81 columns): quadrature only, global sums
+wide = tiny.random_ensemble(4, n_features=80, n_trees=3, depth=3)
+Xw = tiny.random_rows(5, wide, 3, 0.1)
+packed_w = _packed(wide, 1 << 30)
+assert kc.strategy_stats(packed_w)["interaction_tables_too_wide"]
+full_w = slots_match(packed_w, Xw, "wide")
+pairs, values = pi.top_interactions(packed_w, Xw, 3, backend="cuda")
+want = sorted_pairs(full_w, 3)
+assert np.array_equal(pairs, want[0])
+same(values, want[1], "wide")
 batched = pi.top_interactions(packed, X, 4, backend="cuda", batch_rows=3)
 assert all(np.array_equal(a, b) for a, b in zip(batched, pi.top_interactions(packed, X[:4], 4,
                                                                              backend="cuda")))
