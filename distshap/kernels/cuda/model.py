@@ -762,7 +762,7 @@ def strategy_stats(packed: PackedModel, costs=None) -> dict:
     accumulation in global memory), ``quadrature_shared`` (SHAP: whether every SHAP quadrature
     launch sums its rows in shared memory, with chunk-local feature tiles or a column per feature;
     interactions: whether the interaction quadrature kernel does), the SHAP quadrature kernel's
-    tiles as launched (:func:`.quadrature. launch_quadrature`): ``quadrature_tiles`` (``"local"``:
+    tiles as launched (:func:`.quadrature.launch_quadrature`): ``quadrature_tiles`` (``"local"``:
     every launch with chunk-local feature tiles, :func:`local_chunks`; ``"all"``: none, a column per
     feature or global atomics; ``"mixed"``; ``"none"``: no quadrature paths), ``quadrature_chunks``
     (blocks of a row tile, over the launches: local chunks where they run),
