@@ -38,9 +38,12 @@ def _models() -> dict[str, tuple[xgb.Booster, object]]:
     frame["d"] = pd.Categorical(rng.integers(0, 3, 400), categories=list(range(3)))
     codes = frame["c"].cat.codes.to_numpy(), frame["d"].cat.codes.to_numpy()
     yc = X[:, 0] + (codes[0] % 2) - (codes[1] == 1)
+    Xw = (rng.random(size=(3000, 60)) < 0.06).astype(np.float32)  # paths of 40+ features:
+    yw = np.where(Xw.any(axis=1), Xw.argmax(axis=1), 60).astype(np.float32)  # first 1's index
     params = {"tree_method": "hist", "nthread": 1, "seed": 0}
 
     def fit(data, label, rounds, **extra):
+        extra = {key.rstrip("_"): value for key, value in extra.items()}
         return xgb.train({**params, **extra}, data, num_boost_round=rounds)
 
     return {
@@ -56,23 +59,72 @@ def _models() -> dict[str, tuple[xgb.Booster, object]]:
             frame,
         ),
         "deep": (fit(xgb.DMatrix(Xd, yd), None, 20, max_depth=12), Xd),
+        "small": (fit(xgb.DMatrix(X, y), None, 8, max_depth=3), X),
+        "binary": (
+            fit(xgb.DMatrix(Xn, (cls > 0).astype(int)), None, 25, max_depth=6,
+                objective="binary:logistic"),
+            Xn,
+        ),
+        "oversize": (
+            fit(xgb.DMatrix(Xw, yw), None, 2, max_depth=48, min_child_weight=0, lambda_=0,
+                gamma=0, max_bin=1024),
+            Xw,
+        ),
     }  # fmt: skip
+
+
+def _outputs(booster: xgb.Booster, X, backend: str, background) -> dict:
+    """Every output of the public API on ``X``, by name (each a NumPy array or a tuple)."""
+    explainer = distshap.TreeExplainer(booster, backend=backend)
+    out = {
+        "shap": lambda: explainer.shap_values(X),
+        "interactions": lambda: explainer.shap_interaction_values(X),
+        "top-pairs": lambda: explainer.top_interactions(X, k=3),
+        "summary": lambda: explainer.interaction_summary(X),
+        "taylor": lambda: explainer.shap_taylor_interaction_values(X),
+        "rounds": lambda: explainer.shap_values(X, iteration_range=(0, 3)),
+    }
+    interventional = distshap.TreeExplainer(booster, background, backend=backend)
+    out["interventional"] = lambda: interventional.shap_values(X)
+    out["interventional-inter"] = lambda: interventional.shap_interaction_values(X)
+    if booster.attr("objective") == "binary:logistic" or "binary" in str(booster.save_config()):
+        proba = distshap.TreeExplainer(
+            booster, background, model_output="probability", backend=backend
+        )
+        out["probability"] = lambda: proba.shap_values(X)
+    return out
+
+
+def _digest(value) -> str:
+    parts = value if isinstance(value, tuple) else (value,)
+    h = hashlib.sha256()
+    for part in parts:
+        a = np.asarray(getattr(part, "values", part))
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()[:16]
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backends", default="cpu,cuda")
+    parser.add_argument("--models", default="", help="comma-separated subset (default: all)")
     args = parser.parse_args(argv)
+    chosen = [m for m in args.models.split(",") if m]
     for name, (booster, X) in _models().items():
+        if chosen and name not in chosen:
+            continue
+        rows = X if isinstance(X, pd.DataFrame) else X[:200]
+        background = X[:20] if not isinstance(X, pd.DataFrame) else X.iloc[:20]
         for backend in args.backends.split(","):
-            explainer = distshap.TreeExplainer(booster, backend=backend)
-            for output, fn in (
-                ("shap", explainer.shap_values),
-                ("interactions", explainer.shap_interaction_values),
-            ):
-                values = np.ascontiguousarray(np.asarray(fn(X)), dtype=np.float32)
-                digest = hashlib.sha256(values.tobytes()).hexdigest()[:16]
-                print(f"{name:15s} {backend:5s} {output:12s} {values.shape} {digest}", flush=True)
+            for output, fn in _outputs(booster, rows, backend, background).items():
+                try:
+                    value = fn()
+                    parts = value if isinstance(value, tuple) else (value,)
+                    shape = ",".join(str(np.shape(getattr(a, "values", a))) for a in parts)
+                    text = f"{shape} {_digest(value)}"
+                except Exception as error:  # an output the model does not have is a line too
+                    text = f"refused: {type(error).__name__}"
+                print(f"{name:15s} {backend:5s} {output:20s} {text}", flush=True)
 
 
 if __name__ == "__main__":
