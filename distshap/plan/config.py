@@ -1,0 +1,194 @@
+"""The one configuration of distshap's plans and kernels: a frozen :class:`Config`.
+
+Every tunable of the planning and kernel layers is a field here, with one lifetime: a plan or a
+kernel launch reads :func:`get_config` when it is made, and anything compiled into a kernel is
+an argument of the factory that builds it (so a changed value builds, and caches, another
+kernel). Device models are cached per configuration, so a change needs no cache clearing.
+
+Change it for a block of code with :func:`config_context` (the way tests and benchmarks set it),
+or for the whole process with :func:`set_config`; :func:`reset_config` restores the defaults.
+The Dask layer captures the client's configuration when it builds a graph and applies it inside
+every task, so workers compute with the client's settings. Why each default is what it is:
+``benchmarks/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Config", "config_context", "get_config", "reset_config", "set_config"]
+
+
+@dataclass(frozen=True)
+class Config:
+    """Tunables of the plans and kernels (sizes, budgets, thresholds; never a kernel variant).
+
+    Attributes
+    ----------
+    quadrature_nodes : tuple of int
+        Gauss-Legendre node counts of the quadrature kernels (one compiled kernel each). A path
+        of ``k`` features needs ``ceil(k / 2)`` nodes and runs in the smallest kernel with enough.
+    quadrature_chunk_paths : int
+        Paths per chunk of the quadrature kernels (one thread block runs one chunk on its rows).
+    quadrature_shared_bytes : int
+        Shared memory of a quadrature kernel's block at most (its per-row accumulators).
+    quadrature_tile_features : int
+        Distinct features of one chunk of the SHAP quadrature kernel at most (its shared tile's
+        columns); models with at most this many features keep one column per feature.
+    quadrature_tile_window : int
+        Paths a chunk looks ahead to find the one adding the fewest new features (0: greedy in
+        plan order). Moves only which chunk sums a contribution, never a bit.
+    shap_quadrature_warps : int
+        Warps a block of the SHAP quadrature kernel at most.
+    slot_quadrature_rows : int
+        Rows a block of the pair-slot quadrature kernel at most.
+    interaction_table_max_features, interaction_table_budget_bytes : int
+        Interaction pattern tables (``2**k * k * k`` float32 a path, filled on the device): paths
+        of at most this many features, shortest first, within this budget per model and device.
+    interaction_table_max_columns : int
+        Interaction tables only for models of at most this many output columns ``F + 1``.
+    table_warps_per_block : int
+        Warps (bins) per thread block of the table kernels (compiled in).
+    shared_tile_values : int
+        int64 values of the table kernels' shared-memory tile (compiled in).
+    tile_rows, min_tile_rows : int
+        Rows of a shared-memory tile at most, and at least (narrower: global atomics).
+    rows_per_warp : int
+        Rows a warp of the table kernels at most (fewer for small inputs, to fill the GPU).
+    small_max_paths : int
+        Models of at most this many paths take the one-launch small-model route (0: never).
+    small_max_path_features, small_max_shap_columns, small_max_interaction_columns, \
+small_max_groups : int
+        Further limits of the small-model route (compiled into its kernels' local arrays).
+    max_fallback_features : int
+        Longest path (features) of the oversize kernel (compiled into its local arrays).
+    batch_budget_bytes : int
+        Output accumulator of one batch at most: ``min(this, free device memory / 4)``.
+    cache_size : int
+        Device models kept per process (per model digest, device and configuration).
+    interventional_table_max_features, interventional_table_budget_bytes : int
+        Interventional SHAP background pattern tables: paths of at most this many features,
+        within this budget per model, background and device; the others run the direct kernel.
+    interventional_interaction_table_max_features, \
+interventional_interaction_table_budget_bytes : int
+        The same for interventional interaction values.
+    interventional_mask_budget_bytes : int
+        Largest background masks (4 bytes per bin and background row) per model and background.
+    interventional_warps_per_block : int
+        Warps (bins) per block of the interventional mask and direct kernels (compiled in).
+    """
+
+    quadrature_nodes: tuple[int, ...] = (2, 4, 6, 8, 12, 16)
+    quadrature_chunk_paths: int = 256
+    quadrature_shared_bytes: int = 48 * 1024
+    quadrature_tile_features: int = 16
+    quadrature_tile_window: int = 256
+    shap_quadrature_warps: int = 4
+    slot_quadrature_rows: int = 2
+    interaction_table_max_features: int = 10
+    interaction_table_budget_bytes: int = 128 << 20
+    interaction_table_max_columns: int = 78
+    table_warps_per_block: int = 8
+    shared_tile_values: int = 4096
+    tile_rows: int = 128
+    min_tile_rows: int = 8
+    rows_per_warp: int = 1024
+    small_max_paths: int = 256
+    small_max_path_features: int = 8
+    small_max_shap_columns: int = 64
+    small_max_interaction_columns: int = 16
+    small_max_groups: int = 16
+    max_fallback_features: int = 127
+    batch_budget_bytes: int = 1 << 30
+    cache_size: int = 8
+    interventional_table_max_features: int = 12
+    interventional_table_budget_bytes: int = 1 << 30
+    interventional_interaction_table_max_features: int = 10
+    interventional_interaction_table_budget_bytes: int = 1 << 30
+    interventional_mask_budget_bytes: int = 1 << 31
+    interventional_warps_per_block: int = 4
+
+    def replace(self, **changes: Any) -> Config:
+        """A copy with ``changes`` applied (unknown names refused, naming the valid ones)."""
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise TypeError(
+                f"unknown distshap configuration setting(s) {unknown}: use one of {sorted(known)}"
+            )
+        for name, value in changes.items():
+            default = getattr(self, name)
+            if isinstance(default, tuple):
+                if not isinstance(value, (tuple, list)) or not all(
+                    isinstance(v, int) and v > 0 for v in value
+                ):
+                    raise ValueError(f"{name}={value!r}: pass a tuple of positive ints")
+                changes[name] = tuple(int(v) for v in value)
+            elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name}={value!r}: pass a non-negative int")
+        return dataclasses.replace(self, **changes)
+
+
+_DEFAULTS = Config()
+_process = _DEFAULTS
+_current: contextvars.ContextVar[Config | None] = contextvars.ContextVar(
+    "distshap_config", default=None
+)
+
+
+def get_config() -> Config:
+    """The configuration in force here: the innermost :func:`config_context`, else the process's."""
+    config = _current.get()
+    return _process if config is None else config
+
+
+def set_config(**changes: Any) -> Config:
+    """Change the process-wide configuration; returns the previous one.
+
+    Parameters
+    ----------
+    **changes
+        Fields of :class:`Config` and their new values.
+    """
+    global _process
+    previous = _process
+    _process = _process.replace(**changes)
+    return previous
+
+
+def reset_config() -> None:
+    """Restore the process-wide defaults."""
+    global _process
+    _process = _DEFAULTS
+
+
+@contextlib.contextmanager
+def config_context(config: Config | None = None, **changes: Any) -> Iterator[Config]:
+    """Use ``config`` (default: the current one) with ``changes`` for the block, in this thread.
+
+    Parameters
+    ----------
+    config : Config, optional
+        A whole configuration, e.g. one captured on a Dask client with :func:`get_config`.
+    **changes
+        Fields of :class:`Config` and their values inside the block.
+
+    Yields
+    ------
+    Config
+        The configuration in force inside the block.
+    """
+    base = get_config() if config is None else config
+    if not isinstance(base, Config):
+        raise TypeError(f"config={base!r}: pass a distshap Config (from distshap.get_config())")
+    new = base.replace(**changes) if changes else base
+    token = _current.set(new)
+    try:
+        yield new
+    finally:
+        _current.reset(token)
