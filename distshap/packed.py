@@ -34,9 +34,9 @@ import numpy as np
 
 from distshap import paths as paths_module
 from distshap.encoding import InputEncoding
-from distshap.kernels.parallel import run_ranges
 from distshap.models.ensemble import Ensemble
 from distshap.packing import Packing, bin_order, pack
+from distshap.parallel import run_ranges
 from distshap.paths import Paths
 from distshap.strategy import (
     DEFAULT_MAX_TABLE_FEATURES,

@@ -44,8 +44,8 @@ from distshap.additivity import check_additivity
 from distshap.inputs import array_module, is_cupy, is_dask, model_matrix
 from distshap.kernels import get_backend, resolve_backend
 from distshap.kernels.margin import predict_margin
-from distshap.kernels.parallel import run_parallel
 from distshap.pair_slots import PairSlots, interaction_shift, pair_slots
+from distshap.parallel import run_parallel
 
 __all__ = [
     "CPU_BATCH_BYTES",

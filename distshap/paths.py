@@ -28,8 +28,8 @@ import numba
 import numpy as np
 from numba import njit
 
-from distshap.kernels.parallel import run_ranges
 from distshap.models.ensemble import Ensemble
+from distshap.parallel import run_ranges
 
 __all__ = ["PathWalk", "Paths", "extract_paths", "walk_paths"]
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from distshap import packed, packing, paths
-from distshap.kernels.parallel import run_ranges
+from distshap.parallel import run_ranges
 
 import tiny
 from tiny import Leaf, Split, build_ensemble

@@ -1,7 +1,7 @@
 """Concurrent calls into the CPU kernels are safe under every Numba threading layer.
 
 Numba's ``workqueue`` layer (used where neither TBB nor OpenMP is present) aborts the process
-when two threads enter parallel regions at once; :func:`distshap.kernels.parallel.run_parallel`
+when two threads enter parallel regions at once; :func:`distshap.parallel.run_parallel`
 serialises the calls under that layer. Each case runs in a subprocess, since the layer is
 chosen once per process.
 """
@@ -20,7 +20,8 @@ import numba
 import numpy as np
 import tiny
 from distshap import TreeExplainer
-from distshap.kernels import cpu, parallel
+from distshap import parallel
+from distshap.kernels import cpu
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 

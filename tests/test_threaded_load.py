@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import xgboost as xgb
 
-from distshap.kernels import parallel
+from distshap import parallel
 from distshap.models import _threaded, load_model
 from distshap.models._ubjson import decode_ubjson, decode_ubjson_views
 from distshap.models.xgboost import (

@@ -10,7 +10,7 @@ these single-device functions, it never re-implements them):
   arrays. A package, imported lazily: importing distshap never touches CUDA.
 
 Shared by both: :mod:`~distshap.kernels.treeshap` (the split rule and the TreeSHAP recursions,
-plain Python compiled for each target) and :mod:`~distshap.kernels.parallel` (concurrent calls
+plain Python compiled for each target) and :mod:`~distshap.parallel` (concurrent calls
 into parallel CPU code, safe under every Numba threading layer). :mod:`~distshap.kernels.margin`
 is the independent traversal behind the additivity check.
 """

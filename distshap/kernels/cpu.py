@@ -10,7 +10,7 @@ first SHAP call and kept per model digest (:func:`shap_tables`). Interaction val
 (:mod:`distshap.kernels.interactions_cpu`) the same way: interaction pattern tables for short
 paths, the quadrature of the pair integrands (degree ``k - 2``, the SHAP value's nodes) for the
 others, each pair once and mirrored, the diagonal ``phi_i - sum_{j != i} phi_ij``. Both run
-through :func:`distshap.kernels.parallel.run_ranges` (a serial function in threads: no parallel
+through :func:`distshap.parallel.run_ranges` (a serial function in threads: no parallel
 region, so no threading-layer lock, and it compiles in about half the time of a parfor).
 """
 

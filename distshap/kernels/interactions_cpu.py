@@ -40,7 +40,7 @@ the block size or the chunking.
 
 *Compilation.* One serial ``nogil`` function (:func:`_interaction_rows`) does all three jobs
 (matrices, slots, table filling) with one specialisation, run over row ranges in threads by
-:func:`distshap.kernels.parallel.run_ranges`.
+:func:`distshap.parallel.run_ranges`.
 """
 
 from __future__ import annotations
@@ -53,9 +53,9 @@ import numpy as np
 from numba import njit
 
 from distshap.kernels import treeshap
-from distshap.kernels.parallel import run_ranges
 from distshap.kernels.quadrature_cpu import pattern_model, pattern_rows
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
+from distshap.parallel import run_ranges
 from distshap.strategy import choose_tables, path_features
 
 __all__ = [

@@ -33,8 +33,8 @@ from numba import njit, prange
 from distshap.interventional import check_background
 from distshap.kernels import interventional_math as im
 from distshap.kernels import treeshap
-from distshap.kernels.parallel import run_parallel
 from distshap.packed import PackedModel
+from distshap.parallel import run_parallel
 
 __all__ = [
     "ACCUMULATOR_BYTES",

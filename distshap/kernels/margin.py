@@ -37,7 +37,7 @@ import numpy as np
 from numba import njit
 
 from distshap.inputs import array_module
-from distshap.kernels.parallel import run_ranges
+from distshap.parallel import run_ranges
 
 __all__ = ["MarginModel", "device_arrays", "margin_model", "packed_arrays", "predict_margin"]
 

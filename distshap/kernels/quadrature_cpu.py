@@ -30,7 +30,7 @@ contribution to one feature is one contiguous add. Each row sums its paths in pa
 the result does not depend on the thread count, the block size or the chunking.
 
 *Compilation.* One serial ``nogil`` function (:func:`_shap_rows`) does all of it, run over row
-ranges in threads by :func:`distshap.kernels.parallel.run_ranges`: a ``parallel=True`` loop
+ranges in threads by :func:`distshap.parallel.run_ranges`: a ``parallel=True`` loop
 would recompile the body in its parfor passes, and a separate table filler would be a second
 copy of the quadrature (``benchmarks/cold_start.py`` times the first call in a fresh
 environment).
@@ -43,8 +43,8 @@ import numpy as np
 from numba import njit
 
 from distshap.kernels import treeshap
-from distshap.kernels.parallel import run_ranges
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
+from distshap.parallel import run_ranges
 
 __all__ = ["block_rows", "fill_tables", "pattern_model", "pattern_rows", "shap_values"]
 

@@ -49,8 +49,8 @@ import numpy as np
 from numba import njit, prange
 
 from distshap.kernels import treeshap
-from distshap.kernels.parallel import run_parallel
 from distshap.packed import PackedModel
+from distshap.parallel import run_parallel
 
 __all__ = ["gauss_legendre_table", "node_count", "taylor_values"]
 

@@ -3,7 +3,7 @@
 One loader module per library (``xgboost``, ``lightgbm``, ``sklearn``, ``catboost``); format
 parsers (``_ubjson``), file sniffing (``_files``) and helpers the loaders share (``_common``)
 live apart; compiled passes that load large models in threads are in ``_threaded``. Nothing
-here imports the kernels (but their thread runner, :mod:`distshap.kernels.parallel`), the
+here imports the kernels (threads come from :mod:`distshap.parallel`), the
 cluster code or the front ends.
 """
 

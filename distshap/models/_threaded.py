@@ -5,7 +5,7 @@ Loading a model of millions of nodes in NumPy is a chain of whole-array steps on
 its structure check (:meth:`~distshap.models.ensemble.Ensemble.validate`) is several more. For
 ensembles of more than :data:`MIN_NODES` nodes two ``nogil`` compiled functions do that work
 in one pass each, in threads over ranges of trees
-(:func:`distshap.kernels.parallel.run_ranges`):
+(:func:`distshap.parallel.run_ranges`):
 
 * :func:`xgboost_node_arrays` reads every kept tree's node arrays straight from a UBJSON model's
   bytes (big-endian, at the offsets :func:`distshap.models._ubjson.decode_ubjson_views`
@@ -34,7 +34,7 @@ import numba
 import numpy as np
 from numba import njit
 
-from distshap.kernels.parallel import run_ranges
+from distshap.parallel import run_ranges
 
 __all__ = ["MIN_NODES", "WARM_UP_BYTES", "nodes_valid", "start_warm_up", "xgboost_node_arrays"]
 

@@ -59,8 +59,8 @@ from distshap.kernels.cuda.tables import (
     shared_tile_rows,
 )
 from distshap.kernels.cuda.upload import lane_columns
-from distshap.kernels.parallel import run_ranges
 from distshap.packed import PackedModel
+from distshap.parallel import run_ranges
 
 __all__ = [
     "DeviceModel", "Plan", "QuadratureLaunch", "SlotArrays", "chunk_tiles", "clear_cache",
@@ -425,7 +425,7 @@ def _window_order(paths, path_offsets, feature, max_features, chunk_paths, num_f
     that the greedy chunking takes, for each chunk, the path of the next ``window`` ones (not
     yet taken) adding the fewest new features to it (the first of those on a tie) while one
     fits. Runs are independent (no chunk spans two groups), so they run in threads
-    (:func:`~distshap.kernels.parallel.run_ranges`) with the order of one serial pass."""
+    (:func:`~distshap.parallel.run_ranges`) with the order of one serial pass."""
     stamp = np.full(max(num_features, 1), -1, np.int64)
     c = 0  # the current chunk's stamp (increasing over this call's runs)
     for k in range(lo, hi):
