@@ -224,7 +224,7 @@ for i in range(X.shape[0]):
     same(kc.shap_values(packed, X[i : i + 1])[0], shap[i], ("row", i))
 same(kc.interaction_values(packed, X[2:4]), inter[2:4], "two rows")
 small._MAX_BLOCKS = 2  # two warps loop over the four rows
-small.clear_cache()
+kc.clear_cache()
 same(kc.shap_values(packed, X), shap, "grid-stride")
 same(kc.interaction_values(packed, X[:3], batch_rows=1), inter[:3], "grid-stride, batch_rows")
 small._MAX_BLOCKS = 4096

@@ -663,7 +663,7 @@ def test_gpu_slot_kernel_variants_give_the_matrix_bits(kind, budget, monkeypatch
     group = _slot_groups(slots)
     want = full[:, group, slots.slot_i, slots.slot_j]
     monkeypatch.setattr(config, "QUADRATURE_CHUNK_PATHS", 16)  # several chunks a block
-    from distshap.kernels.cuda.model import clear_cache
+    from distshap.kernels.cuda.caches import clear_cache
 
     clear_cache()
     variants = [("lanes", 1, 1, "plain"), ("gathered", 1, 1, "tiled"), ("gathered", 2, 4, "tiled"),

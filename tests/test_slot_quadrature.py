@@ -194,7 +194,7 @@ def test_gpu_split_variants_give_the_matrix_bits(kind, budget, monkeypatch):
     GPU (where float32 contraction and division are the hardware's, unlike the simulator)."""
     from distshap.kernels.cuda import config
     from distshap.kernels.cuda import pairs as kp
-    from distshap.kernels.cuda.model import clear_cache
+    from distshap.kernels.cuda.caches import clear_cache
 
     monkeypatch.setattr(config, "SMALL_MAX_PATHS", 0, raising=False)
     booster, X = xgb_models.MODEL_KINDS[kind]()

@@ -13,7 +13,9 @@ Modules, by concern:
 * :mod:`.quadrature` - the quadrature kernels (SHAP values, interaction values);
 * :mod:`.tables` - pattern tables (SHAP and interaction values): fill kernels, table kernel;
 * :mod:`.fallback` - the kernel for paths longer than a warp;
-* :mod:`.model` - the device model, its plans and cache, :func:`strategy_stats`;
+* :mod:`.model` - the device model (every form of a model on a device), its plans,
+  :func:`strategy_stats`;
+* :mod:`.caches` - the one bounded cache of device models, :func:`clear_cache`;
 * :mod:`.launch` - row batches, the finish pass, :func:`shap_values` / :func:`interaction_values`;
 * :mod:`.interventional` - :func:`interventional_values` (against a background data set);
 * :mod:`.ptx` - :func:`compile_check` (PTX of every kernel, no GPU needed).
@@ -22,6 +24,7 @@ Modules, by concern:
 from __future__ import annotations
 
 from distshap.kernels.cuda import config
+from distshap.kernels.cuda.caches import clear_cache
 from distshap.kernels.cuda.interventional import interventional_values
 from distshap.kernels.cuda.launch import (
     checked_values,
@@ -33,7 +36,6 @@ from distshap.kernels.cuda.model import (
     DeviceModel,
     Plan,
     QuadratureLaunch,
-    clear_cache,
     device_model,
     fixed_point_shift,
     interaction_plan,

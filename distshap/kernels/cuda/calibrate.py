@@ -257,7 +257,7 @@ def calibrate(
     progress : callable, optional
         Called with one line of text per experiment.
     """
-    from distshap.kernels.cuda.model import clear_cache
+    from distshap.kernels.cuda.caches import clear_cache
 
     if not isinstance(scale, (int, float)) or not 0 < scale <= 16:
         raise ValueError(f"scale must be a number in (0, 16], got {scale!r}")

@@ -18,25 +18,24 @@ runs it with the additivity check inside (what :func:`distshap.dispatch.explain_
 first), and :func:`run_slot_batches` stores its integers into the pair slots.
 
 Per-call host costs (:func:`_run`): the accumulator of a small call (at most
-:data:`KEPT_ACC_BYTES`) is kept between calls (:func:`kept_accumulator`: one per device,
-stream, row count and width, zero between calls since the finish kernel zeroes it, handed out
-to one call at a time, with its Numba view made once), launchers with no work are not called,
+:data:`.caches.KEPT_ACC_BYTES`) is kept between calls (:func:`.caches.kept_accumulator`: one
+per device, stream, row count and width, zero between calls since the finish kernel zeroes
+it, handed out to one call at a time, with its Numba view made once), launchers with no work
+are not called,
 the rows are handed to the kernels as one Numba view where three or more launches read them,
-and the output is not sliced when one batch covers it. :data:`KEEP` switches all of that off
-(for :mod:`benchmarks.call_profile`'s before/after); results do not depend on it.
+and the output is not sliced when one batch covers it; results do not depend on any of it.
 """
 
 from __future__ import annotations
 
-import threading
 import warnings
-from collections import OrderedDict
 
 import numpy as np
 from numba import cuda
 
 from distshap.kernels.cuda import args, config, small
-from distshap.kernels.cuda.device import SIM, device_id, xp
+from distshap.kernels.cuda.caches import KEPT_ACC_BYTES, give_back, kept_accumulator
+from distshap.kernels.cuda.device import SIM, xp
 from distshap.kernels.cuda.fallback import launch_fallback
 from distshap.kernels.cuda.model import device_model, interaction_plan, slot_arrays
 from distshap.kernels.cuda.quadrature import launch_quadrature
@@ -46,8 +45,8 @@ from distshap.kernels.cuda.tables import launch_tables
 from distshap.packed import PackedModel
 
 __all__ = [
-    "KEEP", "KEPT_ACC_BYTES", "checked_values", "clear_kept", "default_batch_rows",
-    "device_rows", "finish_kernel", "interaction_values", "kept_accumulator", "launch_finish",
+    "checked_values", "default_batch_rows",
+    "device_rows", "finish_kernel", "interaction_values", "launch_finish",
     "new_output", "run_batches", "run_slot_batches", "shap_values",
 ]  # fmt: skip
 
@@ -72,50 +71,6 @@ def finish_kernel(acc, out, inv_scale, expected_value, group_size, bias_offset):
 
 #: Accumulators up to this size (all rows in one batch) skip the free-memory query.
 _SMALL_ACC_BYTES = 1 << 24
-
-#: Keep the per-call host work small (module docstring); ``False``: allocate, slice and launch
-#: as before (for :mod:`benchmarks.call_profile`; the bits do not depend on it).
-KEEP = True
-#: Accumulators up to this many bytes are kept between calls (:func:`kept_accumulator`).
-KEPT_ACC_BYTES = 1 << 24
-_KEPT_TOTAL_BYTES = 1 << 26  # all kept accumulators together (least recently used dropped)
-_KEPT: OrderedDict = OrderedDict()  # (device, stream, rows, width) -> (array, its view)
-_KEPT_LOCK = threading.Lock()
-
-
-def kept_accumulator(rows: int, width: int, s):
-    """A zero int64 accumulator ``(rows, width)`` for the stream ``s``, kept between calls.
-
-    Returns ``(key, array, view)``: the array (CuPy, NumPy under the simulator) and the view
-    the kernels take (:func:`.args.view`, made once). The caller hands it back with
-    :func:`_give_back` once its last launch that leaves it zeroed (the finish kernel) is
-    queued on ``s``: later calls on that stream run after it, so they find it zero. One call
-    holds it at a time (a concurrent call makes its own); a call that fails before giving it
-    back drops it.
-    """
-    key = (device_id(), 0 if SIM else args.stream_key(s), int(rows), int(width))
-    with _KEPT_LOCK:
-        hit = _KEPT.pop(key, None)
-    if hit is not None:
-        return (key, *hit)
-    a = xp().zeros((rows, width), dtype=np.int64)
-    return key, a, args.view(a)
-
-
-def _give_back(key, a, view) -> None:
-    with _KEPT_LOCK:
-        _KEPT[key] = (a, view)
-        total = sum(8 * k[2] * k[3] for k in _KEPT)
-        while total > _KEPT_TOTAL_BYTES and len(_KEPT) > 1:
-            old, _ = _KEPT.popitem(last=False)
-            total -= 8 * old[2] * old[3]
-
-
-def clear_kept() -> None:
-    """Drop the kept accumulators."""
-    with _KEPT_LOCK:
-        _KEPT.clear()
-
 
 def default_batch_rows(values_per_row: int) -> int:
     """Rows per batch so the int64 accumulator stays within the budget (module docstring)."""
@@ -147,9 +102,9 @@ def run_batches(
     ``batch`` must leave it zeroed, as :func:`finish_kernel` does) and ``Xb = X[r0:r1]``.
     ``batch_rows`` (default: :func:`default_batch_rows` for ``width``) must be >= 1; it is
     capped at the row count and at ``cap`` (the launches' grid limit, ``None``: none). Nothing
-    runs, and ``batch_rows`` is not checked, when ``X`` has no rows. With ``keep`` (and
-    :data:`KEEP`) an accumulator of at most :data:`KEPT_ACC_BYTES` is kept for the next call
-    (:func:`kept_accumulator`), and one batch of all rows gets ``X`` itself.
+    runs, and ``batch_rows`` is not checked, when ``X`` has no rows. With ``keep`` an
+    accumulator of at most :data:`.caches.KEPT_ACC_BYTES` is kept for the next call
+    (:func:`.caches.kept_accumulator`), and one batch of all rows gets ``X`` itself.
     """
     n = int(X.shape[0])
     if n == 0:
@@ -163,7 +118,7 @@ def run_batches(
         raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
     batch_rows = min(batch_rows, n) if cap is None else min(batch_rows, n, cap)
     s = args.current_stream()
-    if keep and KEEP:
+    if keep:
         _kept_batches(X, n, width, batch_rows, batch, s)
         return
     acc_all = xp().zeros((batch_rows, width), dtype=np.int64)
@@ -196,7 +151,7 @@ def _kept_batches(X, n: int, width: int, batch_rows: int, batch, s) -> None:
                 acc = acc_view if r1 - r0 == batch_rows else acc_view[: r1 - r0]
                 batch(r0, r1, X[r0:r1], acc, s)
     if key is not None:
-        _give_back(key, acc_all, acc_view)
+        give_back(key, acc_all, acc_view)
 
 
 def launch_finish(kernel, acc, out, inv_scale, expected, group_size, bias_offset, s) -> None:
@@ -307,17 +262,6 @@ def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool):
         return out
     scale = 2.0 ** (model.interaction_shift if interactions else model.shap_shift)
 
-    if not KEEP:
-
-        def batch(r0, r1, Xb, acc, s):
-            launch_tables(model, plan, Xb, acc, scale, F1, s)
-            launch_quadrature(model, plan, Xb, acc, scale, F1, s, interactions)
-            launch_fallback(model, Xb, acc, scale, F1, s, interactions)
-            launch_finish(finish_kernel, acc, out2[r0:r1], 1.0 / scale, model.expected_value,
-                          group_size, bias_offset, s)  # fmt: skip
-
-        run_batches(X, out2.shape[1], batch_rows, batch)  # cap 1 << 24: row-tile grid in 65535
-        return out
     # only the launchers with work; the rows as one Numba view where three or more launches
     # read them (a view costs about two CuPy arguments; the SHAP quadrature reads a transposed
     # CuPy copy of the rows instead)

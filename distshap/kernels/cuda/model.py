@@ -38,17 +38,18 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
 from types import SimpleNamespace
+from typing import Any, TypeVar
 
 import numpy as np
 from numba import cuda, njit
 
 from distshap import strategy
 from distshap.kernels.cuda import config, device
-from distshap.kernels.cuda.caches import per_device
-from distshap.kernels.cuda.device import stream
+from distshap.kernels.cuda.caches import cached_model
+from distshap.kernels.cuda.device import device_id, stream
 from distshap.kernels.cuda.fallback import FALLBACK_MAX_FEATURES
 from distshap.kernels.cuda.quadrature import interaction_tile_fits, local_tiles, quadrature_warps
 from distshap.kernels.cuda.tables import (
@@ -61,9 +62,10 @@ from distshap.kernels.cuda.tables import (
 from distshap.kernels.cuda.upload import lane_columns
 from distshap.packed import PackedModel
 from distshap.parallel import run_ranges
+from distshap.plan.config import Config, get_config
 
 __all__ = [
-    "DeviceModel", "Plan", "QuadratureLaunch", "SlotArrays", "chunk_tiles", "clear_cache",
+    "DeviceModel", "Plan", "QuadratureLaunch", "SlotArrays", "chunk_tiles",
     "device_model", "local_chunks",
     "fixed_point_shift", "interaction_plan", "interaction_table_offsets",
     "interaction_tables_too_wide", "lane_arrays",
@@ -151,15 +153,19 @@ class SlotArrays:
     max_tile_slots: int = 0
 
 
+T = TypeVar("T")
+
+
 @dataclass(eq=False)
 class DeviceModel:
-    """A packed model's arrays on one device, plus the launch constants derived from it.
+    """Every form a packed model takes on one device, under one configuration.
 
-    ``shap`` is the SHAP :class:`Plan` (:func:`shap_plan`: built, its tables filled on the
-    device, on first use and kept in ``shap_tables_plan``); ``interactions`` the interaction
-    plan, built on the first interaction call and kept; ``slots`` the pair slots
-    (:func:`slot_arrays`), copied on the first call that needs them. ``packed`` is the model
-    the arrays came from (the plans are built from it).
+    The fields are the lane arrays and launch constants, copied when the model is made
+    (:func:`device_model`). Every other form (plans and their tables, pair slots, small-model
+    arrays, background tables) is built on first use by :meth:`form` and kept as long as the
+    device model: ``shap`` is the SHAP :class:`Plan` (:func:`shap_plan`), :func:`interaction_plan`
+    and :func:`slot_arrays` the interaction forms. ``packed`` is the model the arrays came
+    from, ``device`` the device id and ``config`` the configuration they were made under.
     """
 
     lane_f: object
@@ -177,19 +183,27 @@ class DeviceModel:
     shap_shift: int
     interaction_shift: int
     packed: PackedModel | None = None
-    shap_tables_plan: Plan | None = None
-    interactions: Plan | None = None
-    slots: SlotArrays | None = None
+    device: int = 0
+    config: Config = field(default_factory=get_config)
+    _forms: dict = field(default_factory=dict, repr=False)
+    _lock: Any = field(default_factory=threading.RLock, repr=False)
+
+    def form(self, key: Hashable, build: Callable[[], T]) -> T:
+        """The form ``key`` of this model: ``build()`` on first use (once, under the model's
+        lock, so a build may ask for other forms), then kept as long as the model."""
+        hit = self._forms.get(key)
+        if hit is not None:
+            return hit
+        with self._lock:
+            hit = self._forms.get(key)
+            if hit is None:
+                hit = self._forms[key] = build()
+            return hit
 
     @property
     def shap(self) -> Plan:
         """The SHAP :class:`Plan` (built on first use: :func:`shap_plan`)."""
-        plan = self.shap_tables_plan
-        return plan if plan is not None else shap_plan(self.packed, self)
-
-
-_CACHE: OrderedDict = OrderedDict()
-_LOCK = threading.Lock()
+        return shap_plan(self.packed, self)
 
 
 def fixed_point_shift(bound: float) -> int:
@@ -209,7 +223,6 @@ def _path_bounds(packed: PackedModel) -> tuple[float, float]:
 
 
 _PATH_INFO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# its own lock: plan builders call _path_info while holding _LOCK (not re-entrant)
 _PATH_INFO_LOCK = threading.Lock()
 
 
@@ -623,21 +636,23 @@ def _to_device(host: dict) -> dict:
 
 
 def device_model(packed: PackedModel) -> DeviceModel:
-    """The device copy of ``packed`` on the current device (built once, then cached).
-
-    The cache is keyed by ``(packed.digest, device id)`` and keeps the last
-    :data:`config.CACHE_SIZE` models; a model without a digest is copied on every call.
-    """
+    """The :class:`DeviceModel` of ``packed`` on the current device under the configuration in
+    force (:func:`distshap.plan.config.get_config`): made once, then kept in the one cache
+    (:mod:`.caches`, keyed by ``(packed.digest, device id, configuration)``); a model without a
+    digest is copied on every call."""
     if not isinstance(packed, PackedModel):
         raise TypeError(f"expected a PackedModel, got {type(packed).__name__}")
-    return per_device(_CACHE, _LOCK, packed, _build_device_model)
+    device, config = device_id(), get_config()
 
+    def build() -> DeviceModel:
+        host = lane_arrays(packed, columns=False)  # checks the model before any copy
+        return DeviceModel(**_to_device(host), **lane_columns(packed),
+                           num_features=packed.num_features, num_groups=packed.num_groups,
+                           packed=packed, device=device, config=config)  # fmt: skip
 
-def _build_device_model(packed: PackedModel) -> DeviceModel:
-    host = lane_arrays(packed, columns=False)  # checks the model before any copy
-    return DeviceModel(**_to_device(host), **lane_columns(packed),
-                       num_features=packed.num_features, num_groups=packed.num_groups,
-                       packed=packed)  # fmt: skip
+    if not packed.digest:
+        return build()
+    return cached_model((packed.digest, device, config), build)
 
 
 def _filled_plan(packed: PackedModel, model: DeviceModel, offsets, fill, per_pattern: str):
@@ -655,22 +670,16 @@ def _filled_plan(packed: PackedModel, model: DeviceModel, offsets, fill, per_pat
 def shap_plan(packed: PackedModel, model: DeviceModel) -> Plan:
     """The SHAP :class:`Plan` of ``model``: SHAP tables (:func:`_shap_table_offsets`, filled
     on the device on first use) and the quadrature kernels for the other regular paths."""
-    with _LOCK:
-        if model.shap_tables_plan is None:
-            model.shap_tables_plan = _filled_plan(
-                packed, model, _shap_table_offsets(packed), fill_shap_tables, "k"
-            )
-        return model.shap_tables_plan
+    return model.form("shap", lambda: _filled_plan(
+        packed, model, _shap_table_offsets(packed), fill_shap_tables, "k"
+    ))  # fmt: skip
 
 
 def interaction_plan(packed: PackedModel, model: DeviceModel) -> Plan:
     """The interaction :class:`Plan` of ``model`` (tables filled on the device on first use)."""
-    with _LOCK:
-        if model.interactions is None:
-            model.interactions = _filled_plan(
-                packed, model, interaction_table_offsets(packed), fill_interaction_tables, "k*k"
-            )
-        return model.interactions
+    return model.form("interactions", lambda: _filled_plan(
+        packed, model, interaction_table_offsets(packed), fill_interaction_tables, "k*k"
+    ))  # fmt: skip
 
 
 def chunk_tiles(slots, launches: list[tuple[np.ndarray, np.ndarray]]) -> tuple:
@@ -708,40 +717,34 @@ def slot_arrays(packed: PackedModel, model: DeviceModel, slots, plan: Plan) -> S
     """The :class:`SlotArrays` of ``model`` from the host ``slots``
     (:func:`distshap.pair_slots.pair_slots` of ``packed``) and its interaction ``plan``, copied
     on first use and kept."""
-    with _LOCK:
-        if model.slots is not None:
-            return model.slots
-        lane_path = packed.lane_path.astype(np.int64)
-        lane_map = slots.map_offsets[lane_path] if lane_path.size else np.zeros(1, np.int64)
-        launches = [(_host(q.paths), _host(q.offsets)) for q in plan.quadrature]
-        local_map, tiles, most = chunk_tiles(slots, launches)
-        host = dict(
-            path_map=_nonempty(slots.path_map, np.int32),
-            map_offsets=np.ascontiguousarray(slots.map_offsets, np.int64),
-            lane_map=np.ascontiguousarray(lane_map, np.int64),
-            group_slots=np.ascontiguousarray(slots.slot_offsets, np.int64),
-            num_pairs=np.ascontiguousarray(slots.num_pairs, np.int64),
-            slot_i=_nonempty(slots.slot_i, np.int32),
-            slot_j=_nonempty(slots.slot_j, np.int32),
-            local_map=local_map,
-        )
-        tiles = tuple((cuda.to_device(o), cuda.to_device(_nonempty(t, np.int64))) for o, t in tiles)
-        model.slots = SlotArrays(
-            **_to_device(host), num_slots=slots.num_slots, max_group_slots=slots.max_group_slots,
-            tiles=tiles, max_tile_slots=most,
-        )  # fmt: skip
-        return model.slots
+    return model.form("slots", lambda: _slot_arrays(packed, slots, plan))
+
+
+def _slot_arrays(packed: PackedModel, slots, plan: Plan) -> SlotArrays:
+    lane_path = packed.lane_path.astype(np.int64)
+    lane_map = slots.map_offsets[lane_path] if lane_path.size else np.zeros(1, np.int64)
+    launches = [(_host(q.paths), _host(q.offsets)) for q in plan.quadrature]
+    local_map, tiles, most = chunk_tiles(slots, launches)
+    host = dict(
+        path_map=_nonempty(slots.path_map, np.int32),
+        map_offsets=np.ascontiguousarray(slots.map_offsets, np.int64),
+        lane_map=np.ascontiguousarray(lane_map, np.int64),
+        group_slots=np.ascontiguousarray(slots.slot_offsets, np.int64),
+        num_pairs=np.ascontiguousarray(slots.num_pairs, np.int64),
+        slot_i=_nonempty(slots.slot_i, np.int32),
+        slot_j=_nonempty(slots.slot_j, np.int32),
+        local_map=local_map,
+    )
+    tiles = tuple((cuda.to_device(o), cuda.to_device(_nonempty(t, np.int64))) for o, t in tiles)
+    return SlotArrays(
+        **_to_device(host), num_slots=slots.num_slots, max_group_slots=slots.max_group_slots,
+        tiles=tiles, max_tile_slots=most,
+    )  # fmt: skip
 
 
 def _host(a) -> np.ndarray:
     """A device (or host) array's values on the host."""
     return a.copy_to_host() if hasattr(a, "copy_to_host") else np.asarray(a)
-
-
-def clear_cache() -> None:
-    """Drop every cached device model."""
-    with _LOCK:
-        _CACHE.clear()
 
 
 def strategy_stats(packed: PackedModel, costs=None) -> dict:

@@ -60,7 +60,7 @@ from numba import cuda
 
 from distshap.additivity import RTOL
 from distshap.kernels.cuda import config
-from distshap.kernels.cuda.caches import keep, per_device
+from distshap.kernels.cuda.caches import keep
 from distshap.kernels.cuda.device import (
     FULL_MASK,
     SIM,
@@ -77,7 +77,7 @@ from distshap.packed import PackedModel
 __all__ = [
     "SMALL_MAX_GROUPS", "SMALL_MAX_INTERACTION_COLUMNS", "SMALL_MAX_PATH_FEATURES",
     "MAX_REGISTERS", "MergedModel", "SMALL_MAX_SHAP_COLUMNS", "SmallModel", "UNROLL_MAX",
-    "VARIANT", "VARIANTS", "clear_cache", "fits", "host_arrays",
+    "VARIANT", "VARIANTS", "fits", "host_arrays",
     "interaction_kernel", "launch_merged", "launch_slots", "launch_small", "merged_arrays",
     "merged_kernel", "merged_model", "read_flag", "route", "shap_kernel", "slot_kernel",
     "small_model",
@@ -233,14 +233,15 @@ class SmallModel:
     packed: object = None  # the PackedModel (the gather variant's pair slots build from it)
 
 
-_CACHE: OrderedDict = OrderedDict()
 _LOCK = threading.Lock()
 
 
 def small_model(packed: PackedModel) -> SmallModel:
-    """The :class:`SmallModel` of ``packed`` on the current device (built once per digest and
-    device; the last :data:`config.CACHE_SIZE` kept; a model without a digest: every call)."""
-    return per_device(_CACHE, _LOCK, packed, _build_small_model)
+    """The :class:`SmallModel` of ``packed`` on the current device (a form of its
+    :class:`~.model.DeviceModel`, built on first use)."""
+    from distshap.kernels.cuda.model import device_model
+
+    return device_model(packed).form("small", lambda: _build_small_model(packed))
 
 
 def _build_small_model(packed: PackedModel) -> SmallModel:
@@ -257,17 +258,6 @@ def _build_small_model(packed: PackedModel) -> SmallModel:
         num_groups=packed.num_groups,
         packed=packed,
     )
-
-
-def clear_cache() -> None:
-    """Drop every cached small model (and the launch configurations)."""
-    with _LOCK:
-        _CACHE.clear()
-        _MERGED.clear()
-        _LAUNCHERS.clear()
-    from distshap.kernels.cuda import small_gather
-
-    small_gather.clear_cache()
 
 
 # ------------------------------------------------------------------------------------------
@@ -701,13 +691,12 @@ class MergedModel:
     num_groups: int
 
 
-_MERGED: OrderedDict = OrderedDict()
-
-
 def merged_model(packed: PackedModel) -> MergedModel:
-    """The :class:`MergedModel` of ``packed`` on the current device (cached as
-    :func:`small_model`)."""
-    return per_device(_MERGED, _LOCK, packed, _build_merged_model)
+    """The :class:`MergedModel` of ``packed`` on the current device (a form of its device
+    model, as :func:`small_model`)."""
+    from distshap.kernels.cuda.model import device_model
+
+    return device_model(packed).form("small merged", lambda: _build_merged_model(packed))
 
 
 def _build_merged_model(packed: PackedModel) -> MergedModel:

@@ -53,8 +53,9 @@ import numpy as np
 from numba import cuda, types
 
 from distshap.kernels.cuda import small
-from distshap.kernels.cuda.caches import keep, per_device
+from distshap.kernels.cuda.caches import keep
 from distshap.kernels.cuda.device import SIM, fixed, follows
+from distshap.kernels.cuda.model import device_model
 from distshap.kernels.cuda.quadrature import gauss_legendre
 from distshap.kernels.cuda.small import (
     H_BASE_SCORE,
@@ -83,7 +84,7 @@ from distshap.kernels.cuda.small import (
 from distshap.packed import PackedModel
 
 __all__ = [
-    "GatherModel", "SHARED_BYTES", "THREADS", "clear_cache", "fits_shared", "gather_arrays",
+    "GatherModel", "SHARED_BYTES", "THREADS", "fits_shared", "gather_arrays",
     "gather_kernel", "gather_model", "launch_gather", "launch_gather_slots", "rows_per_block",
 ]  # fmt: skip
 
@@ -194,7 +195,6 @@ class GatherModel:
     row_slots: tuple  # (SHAP values, interaction values)
 
 
-_MODELS: OrderedDict = OrderedDict()
 _LOCK = threading.Lock()
 
 
@@ -213,9 +213,9 @@ def fits_shared(gm: GatherModel, interactions: bool) -> bool:
 
 
 def gather_model(packed: PackedModel) -> GatherModel:
-    """The :class:`GatherModel` of ``packed`` on the current device (built once per digest and
-    device, the last :data:`~.config.CACHE_SIZE` kept; a model without a digest: every call)."""
-    return per_device(_MODELS, _LOCK, packed, _build_gather_model)
+    """The :class:`GatherModel` of ``packed`` on the current device (a form of its
+    :class:`~.model.DeviceModel`, built on first use)."""
+    return device_model(packed).form("small gather", lambda: _build_gather_model(packed))
 
 
 def _build_gather_model(packed: PackedModel) -> GatherModel:
@@ -227,12 +227,6 @@ def _build_gather_model(packed: PackedModel) -> GatherModel:
         num_trees=0 if packed.margin is None else int(np.asarray(packed.margin["roots"]).size),
         row_slots=(_row_slots(packed, False), _row_slots(packed, True)),
     )  # fmt: skip
-
-
-def clear_cache() -> None:
-    """Drop the cached gather models."""
-    with _LOCK:
-        _MODELS.clear()
 
 
 def rows_per_block(n_rows: int, row_slots: int) -> int:
