@@ -13,8 +13,7 @@ Modules, by concern:
 * :mod:`.quadrature` - the quadrature kernels (SHAP values, interaction values);
 * :mod:`.tables` - pattern tables (SHAP and interaction values): fill kernels, table kernel;
 * :mod:`.fallback` - the kernel for paths longer than a warp;
-* :mod:`.model` - the device model (every form of a model on a device), its plans,
-  :func:`strategy_stats`;
+* :mod:`.model` - the device model (every form of a model on a device), its plans;
 * :mod:`.caches` - the one bounded cache of device models, :func:`clear_cache`;
 * :mod:`.launch` - row batches, the finish pass, :func:`shap_values` / :func:`interaction_values`;
 * :mod:`.interventional` - :func:`interventional_values` (against a background data set);
@@ -23,7 +22,6 @@ Modules, by concern:
 
 from __future__ import annotations
 
-from distshap.kernels.cuda import config
 from distshap.kernels.cuda.caches import clear_cache
 from distshap.kernels.cuda.interventional import interventional_values
 from distshap.kernels.cuda.launch import (
@@ -37,18 +35,12 @@ from distshap.kernels.cuda.model import (
     Plan,
     QuadratureLaunch,
     device_model,
-    fixed_point_shift,
     interaction_plan,
-    strategy_stats,
 )  # fmt: skip
 from distshap.kernels.cuda.ptx import compile_check
-from distshap.kernels.cuda.quadrature import gauss_legendre, quadrature_warps
-from distshap.kernels.cuda.tables import shared_tile_rows
 
 __all__ = [
     "DeviceModel", "Plan", "QuadratureLaunch", "checked_values", "clear_cache", "compile_check",
-    "config",
-    "default_batch_rows", "device_model", "fixed_point_shift", "gauss_legendre",
-    "interaction_plan", "interaction_values", "interventional_values", "quadrature_warps",
-    "shap_values", "shared_tile_rows", "strategy_stats",
+    "default_batch_rows", "device_model", "interaction_plan", "interaction_values",
+    "interventional_values", "shap_values",
 ]  # fmt: skip
