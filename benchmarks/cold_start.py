@@ -186,6 +186,7 @@ def _child(args: argparse.Namespace) -> dict:
         _cuda_compile_profile(first_stages)
     from distshap import packed as packed_module
     from distshap import paths as paths_module
+    from distshap.path_walk import PathWalk
 
     stages: dict[str, float] = {}
     for key, fn in _STAGES:
@@ -194,7 +195,7 @@ def _child(args: argparse.Namespace) -> dict:
     parts: dict[str, float] = {}  # inside "packed"
     _timed(paths_module, "extract_paths", parts, "paths")
     _timed(paths_module, "walk_paths", parts, "walk")
-    _timed(paths_module.PathWalk, "fill", parts, "lanes")
+    _timed(PathWalk, "fill", parts, "lanes")
     _timed(packed_module, "_digest", parts, "digest")
     t0, c0 = time.perf_counter(), time.process_time()
     explainer = distshap.TreeExplainer(args.model, backend=args.backend)

@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from distshap import packed, packing, paths
+from distshap import packed, packing, path_walk, paths
 from distshap.parallel import run_ranges
 
 import tiny
@@ -91,10 +91,10 @@ def test_compiled_walk_does_not_depend_on_the_tree_ranges(monkeypatch):
         serial.append(n)
         function(*args, 0, n)
 
-    monkeypatch.setattr(paths, "run_ranges", one_range)
+    monkeypatch.setattr(path_walk, "run_ranges", one_range)
     whole = paths._paths_compiled(ens, nbits)
     assert serial == [ens.num_trees, ens.num_trees]  # two passes: count, then fill
-    monkeypatch.setattr(paths, "run_ranges", lambda f, n, pieces, *a: run_ranges(f, n, n, *a))
+    monkeypatch.setattr(path_walk, "run_ranges", lambda f, n, pieces, *a: run_ranges(f, n, n, *a))
     _assert_same(whole, paths._paths_compiled(ens, nbits))  # one tree per range, in threads
 
 
