@@ -11,7 +11,7 @@ output of all rows is allocated at once, so chunking larger inputs is the caller
 accumulator to a consumer (:mod:`.pairs`), so no matrix is ever stored. :func:`run_batches`
 (the batch loop) and :func:`launch_finish` also serve :mod:`.taylor` and :mod:`.interventional`.
 
-Small models (:func:`distshap.kernels.cuda.small.fits`, a function of the packed model and
+Small models (:func:`distshap.plan.routes.small_fits`, a function of the packed model and
 :mod:`.config` only) take the one-launch route instead: one kernel writes every row's float32
 values (:mod:`.small`), with no accumulator, batches or finish pass; :func:`checked_values`
 runs it with the additivity check inside (what :func:`distshap.dispatch.explain_rows` calls
@@ -43,6 +43,7 @@ from distshap.kernels.cuda.slot_quadrature import launch_slot_quadrature
 from distshap.kernels.cuda.slot_tables import launch_slot_tables
 from distshap.kernels.cuda.tables import launch_tables
 from distshap.packed import PackedModel
+from distshap.plan.routes import small_fits
 
 __all__ = [
     "checked_values", "default_batch_rows",
@@ -236,20 +237,20 @@ def _device_raw(raw, n: int, num_features: int):
 def checked_values(packed: PackedModel, rows, raw, interactions: bool, first_row: int = 0):
     """Values of ``rows`` with the additivity check fused into the kernel, or ``None``.
 
-    For models that take the one-launch route (:func:`distshap.kernels.cuda.small.fits`) and
+    For models that take the one-launch route (:func:`distshap.plan.routes.small_fits`) and
     carry their margin arrays: the values of :func:`shap_values` / :func:`interaction_values`,
     checked against the independent traversal of ``raw`` (the rows' raw values,
     :func:`distshap.inputs.model_matrix`), as :func:`distshap.additivity.check_additivity`
     checks them (it raises :class:`~distshap.additivity.AdditivityError`). ``None`` for other
     models: the caller runs the kernels and the check itself.
     """
-    if packed.margin is None or not small.fits(packed, interactions):
+    if packed.margin is None or not small_fits(packed, interactions):
         return None
     return _run_small(packed, rows, raw, interactions, first_row)
 
 
 def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool):
-    if small.fits(packed, interactions):
+    if small_fits(packed, interactions):
         _check_batch_rows(batch_rows)  # the bits do not depend on it: one launch
         return _run_small(packed, X, None, interactions)
     model = device_model(packed)
@@ -304,7 +305,7 @@ def run_slot_batches(packed: PackedModel, X, slots, consume, batch_rows: int | N
     width = max(1, dev.num_slots)
     scale = 2.0**model.interaction_shift
     F1 = packed.num_features + 1
-    sm = small.small_model(packed) if small.fits(packed, True) else None
+    sm = small.small_model(packed) if small_fits(packed, True) else None
 
     def batch(r0, r1, Xb, acc, s):
         if dev.num_slots and sm is not None:  # the integers of the one-launch route's matrices

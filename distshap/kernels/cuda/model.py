@@ -61,7 +61,8 @@ class QuadratureLaunch:
     Chunk-local feature tiles (SHAP plans of models wider than
     ``quadrature_tile_features``, else ``None``; :func:`~distshap.plan.launches.local_chunks`):
     the same ``paths`` chunked again, local chunk ``c`` is
-    ``paths[local_offsets[c]:local_offsets[c + 1]]`` of group ``local_group[c]``, touching the features
+    ``paths[local_offsets[c]:local_offsets[c + 1]]`` of group ``local_group[c]``, touching the
+    features
     ``local_features[local_feature_offsets[c]:local_feature_offsets[c + 1]]`` (increasing);
     ``local_columns`` is the most features of one local chunk (the tile's columns) and the
     plan's ``lane_column`` gives each lane its feature's position in its chunk's list.
@@ -88,7 +89,8 @@ class Plan:
     ``table_bins`` are the regular bins holding a table path and ``table_maxk`` (per bin) the
     largest ``k`` of those paths; ``quadrature`` the launches of the other regular paths.
     ``per_pattern`` says what the tables hold a pattern
-    (:func:`~distshap.plan.tables.choose_tables`): ``"k"`` SHAP values, ``"k*k"`` interaction values. ``lane_column`` (int16 per lane, SHAP
+    (:func:`~distshap.plan.tables.choose_tables`):
+    ``"k"`` SHAP values, ``"k*k"`` interaction values. ``lane_column`` (int16 per lane, SHAP
     plans with chunk-local feature tiles, else ``None``): the column of a quadrature lane's
     feature in its local chunk's tile (:class:`QuadratureLaunch`), -1 for other lanes.
     """

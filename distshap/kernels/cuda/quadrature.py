@@ -67,32 +67,18 @@ from distshap.kernels.cuda.device import (
     read_split,
     xp,
 )  # fmt: skip
+from distshap.plan.geometry import (
+    gauss_legendre,
+    interaction_tile_fits,
+    local_tiles,
+    quadrature_warps,
+    slot_rows_shape,
+)
 
 __all__ = [
-    "SlotLayout", "gauss_legendre", "interaction_tile_fits", "launch_quadrature", "local_tiles",
-    "quadrature_kernel", "quadrature_warps", "shap_rows", "slot_layout", "slot_rows_kernel",
-    "slot_rows_shape",
+    "SlotLayout", "launch_quadrature", "quadrature_kernel", "shap_rows", "slot_layout",
+    "slot_rows_kernel",
 ]  # fmt: skip
-
-
-def gauss_legendre(n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Nodes and weights of the ``n_nodes``-point Gauss-Legendre rule on ``[0, 1]`` (float64).
-
-    Exact for polynomials of degree up to ``2 * n_nodes - 1``.
-    """
-    x, w = np.polynomial.legendre.leggauss(int(n_nodes))
-    return (x + 1.0) / 2.0, w / 2.0
-
-
-def quadrature_warps(num_features: int, rows: int = 1) -> int:
-    """Warps per block of the SHAP quadrature kernels for ``num_features`` columns and ``rows``
-    rows a thread (0: too wide for per-row accumulators in shared memory; such models add to
-    global memory); at most :data:`config.SHAP_QUADRATURE_WARPS`."""
-    most = int(config.SHAP_QUADRATURE_WARPS)
-    if not 1 <= most <= 32:
-        raise ValueError(f"config.SHAP_QUADRATURE_WARPS must be in 1..32, got {most}")
-    per_warp = 8 * 32 * max(num_features, 1) * max(int(rows), 1)
-    return min(most, config.QUADRATURE_SHARED_BYTES // per_warp)
 
 
 def shap_rows() -> int:
@@ -814,24 +800,6 @@ def slot_layout(model, plan, slots, stream, merge: int = 1) -> tuple:
         return out
 
 
-def slot_rows_shape(num_features: int, max_tile_slots: int) -> tuple[int, bool, int]:
-    """``(rows, cache_x, tile_capacity)`` of :func:`slot_rows_kernel` blocks: rows per block
-    (at most :data:`config.SLOT_QUADRATURE_ROWS`, fewer where a row's tile of the largest chunk
-    would not fit beside the rows' features), whether the rows' features sit in shared memory
-    (when they take at most half of :data:`config.QUADRATURE_SHARED_BYTES`) and the slots of
-    a row's tile (chunks with more add to the rows' slots directly)."""
-    budget = max(0, int(config.QUADRATURE_SHARED_BYTES))
-    F = max(int(num_features), 1)
-    rows = max(1, int(config.SLOT_QUADRATURE_ROWS))
-    while True:
-        cache_x = rows * F * 4 <= budget // 2
-        left = budget - (rows * F * 4 if cache_x else 0)
-        capacity = min(int(max_tile_slots), left // (8 * rows))
-        if capacity >= max_tile_slots or rows == 1:
-            return rows, cache_x, max(capacity, 0)
-        rows -= 1
-
-
 def _make_slot_rows_kernel(n_nodes: int, rows: int, cache_x: bool, probe: bool = False):
     """:func:`slot_rows_kernel`: one thread per path of the chunk, ``rows`` rows a block; the
     arithmetic is :func:`pair_steps`'s. ``probe``: a timing diagnostic without the tile's
@@ -1010,23 +978,6 @@ def quadrature_kernel(n_nodes: int, shared: bool, interactions: bool = False,
             kernel = _make_shap_kernel(n_nodes, shared)
         _KERNELS[key] = kernel
     return kernel
-
-
-def local_tiles(plan) -> bool:
-    """Whether the SHAP quadrature launches of ``plan`` run with chunk-local feature tiles:
-    :data:`config.SHAP_QUADRATURE_TILES` is ``"local"`` and the plan has them (models of more
-    than :data:`config.QUADRATURE_TILE_FEATURES` features when it was built)."""
-    variant = config.SHAP_QUADRATURE_TILES
-    if variant not in ("local", "all"):
-        raise ValueError(f"config.SHAP_QUADRATURE_TILES must be 'local' or 'all', got {variant!r}")
-    return variant == "local" and getattr(plan, "lane_column", None) is not None
-
-
-def interaction_tile_fits(F1: int) -> bool:
-    """Whether a row's ``F1 x F1`` interaction matrix fits a quadrature block's shared memory
-    (:data:`config.QUADRATURE_SHARED_BYTES`, one int64 a value): the full-matrix kernel then
-    sums a (chunk, row) in a shared tile, else it adds every value to global memory."""
-    return F1 * F1 * 8 <= config.QUADRATURE_SHARED_BYTES
 
 
 def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, interactions, slots=None):

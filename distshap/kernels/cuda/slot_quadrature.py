@@ -48,13 +48,12 @@ from distshap.kernels.cuda import config
 from distshap.kernels.cuda.device import CAT_OTHER_FLAG, MISSING_FLAG, SIM, follows, read_split
 from distshap.kernels.cuda.quadrature import (
     SlotLayout,
-    gauss_legendre,
     launch_quadrature,
     pair_steps,
     slot_layout,
     slot_rows_kernel,
-    slot_rows_shape,
 )  # fmt: skip
+from distshap.plan.geometry import gauss_legendre, slot_rows_shape
 
 __all__ = [
     "MODES", "VARIANTS", "add_split", "launch_slot_quadrature", "read_split",

@@ -4,7 +4,7 @@ A model of a few dozen paths (10 trees of depth 3: 80) leaves the GPU idle in th
 route: per row batch an int64 accumulator is allocated and zeroed, then several kernels add
 to it and a finish kernel converts it, and the additivity check runs its own traversal kernel
 and reductions, so a call is a dozen launches and allocations of a few microseconds of work
-each. For models that :func:`fits`, one kernel does it all:
+each. For models that :func:`~distshap.plan.routes.small_fits`, one kernel does it all:
 
 * one warp per row (rows in a grid-stride loop); lane ``l`` runs the paths ``l, l + 32, ...``
   of each output group (the paths sorted by group on the host) with the float64 DP of the
@@ -28,8 +28,8 @@ each. For models that :func:`fits`, one kernel does it all:
 
 Each row is computed by one warp in a fixed order, so its bits depend on the row only: not on
 the batch, the grid or the number of GPUs. They are not those of the regular route (another
-summation), and :func:`fits` is a function of the packed model and :mod:`.config` only, so
-every GPU of a run takes the same route. Model constants (paths sorted by group, the margin
+summation), and :func:`~distshap.plan.routes.small_fits` is a function of the packed model and
+the configuration only, so every GPU of a run takes the same route. Model constants (paths sorted by group, the margin
 arrays) sit in six device arrays with a header of section offsets (few kernel arguments: each
 costs host time at every launch), copied once per model and device.
 
@@ -73,11 +73,12 @@ from distshap.kernels.cuda.device import (
 )
 from distshap.kernels.margin import _leaf
 from distshap.packed import PackedModel
+from distshap.plan.routes import longest_path
 
 __all__ = [
     "SMALL_MAX_GROUPS", "SMALL_MAX_INTERACTION_COLUMNS", "SMALL_MAX_PATH_FEATURES",
     "MAX_REGISTERS", "MergedModel", "SMALL_MAX_SHAP_COLUMNS", "SmallModel", "UNROLL_MAX",
-    "VARIANT", "VARIANTS", "fits", "host_arrays",
+    "VARIANT", "VARIANTS", "host_arrays",
     "interaction_kernel", "launch_merged", "launch_slots", "launch_small", "merged_arrays",
     "merged_kernel", "merged_model", "read_flag", "route", "shap_kernel", "slot_kernel",
     "small_model",
@@ -132,42 +133,6 @@ H_ZERO, H_VALUE, H_EXPECTED, H_THRESHOLD, H_LEAF_VALUE, H_BASE_SCORE, H_ZEROS = 
 H_MISSING, H_CAT_OTHER, H_DEFAULT_LEFT, H_IS_CATEGORICAL = (
     _AT[("bools", s)] for s in _SECTIONS[4][2]
 )
-
-
-def fits(packed: PackedModel, interactions: bool) -> bool:
-    """Whether ``packed`` takes the one-launch route (host arithmetic on the packed arrays).
-
-    At most :data:`config.SMALL_MAX_PATHS` paths (read at call time; 0 turns the route off),
-    every path of at most :data:`SMALL_MAX_PATH_FEATURES` features, ``F + 1`` columns of at
-    most :data:`SMALL_MAX_SHAP_COLUMNS` (SHAP values) or :data:`SMALL_MAX_INTERACTION_COLUMNS`
-    (interaction values), at most :data:`SMALL_MAX_GROUPS` output groups (these four are the
-    kernels' compiled sizes), and a margin model, when there is one, of as many groups.
-    """
-    if not isinstance(packed, PackedModel):
-        raise TypeError(f"expected a PackedModel, got {type(packed).__name__}")
-    if packed.num_paths > config.SMALL_MAX_PATHS or config.SMALL_MAX_PATHS <= 0:
-        return False
-    columns = SMALL_MAX_INTERACTION_COLUMNS if interactions else SMALL_MAX_SHAP_COLUMNS
-    if packed.num_features + 1 > columns or not 1 <= packed.num_groups <= SMALL_MAX_GROUPS:
-        return False
-    if packed.margin is not None and packed.margin["base_score"].shape[0] != packed.num_groups:
-        return False
-    return _longest_path(packed) <= SMALL_MAX_PATH_FEATURES
-
-
-_LONGEST: dict = {}  # model digest -> its longest path (fits runs on every call)
-
-
-def _longest_path(packed: PackedModel) -> int:
-    k = _LONGEST.get(packed.digest) if packed.digest else None
-    if k is None:
-        offsets = np.asarray(packed.path_offsets)
-        k = int(np.diff(offsets).max()) - 1 if offsets.size > 1 else 0
-        if packed.digest:
-            if len(_LONGEST) > 256:
-                _LONGEST.clear()
-            _LONGEST[packed.digest] = k
-    return k
 
 
 def host_arrays(packed: PackedModel) -> dict:
@@ -702,7 +667,7 @@ def merged_model(packed: PackedModel) -> MergedModel:
 def _build_merged_model(packed: PackedModel) -> MergedModel:
     I, D = merged_arrays(packed)  # noqa: E741
     to_device = (lambda a: a) if SIM else cuda.to_device
-    longest = _longest_path(packed)
+    longest = longest_path(packed)
     return MergedModel(
         I=to_device(I), D=to_device(D), K=max(1, longest) if longest <= UNROLL_MAX else 0,
         num_features=packed.num_features, num_groups=packed.num_groups,
@@ -968,7 +933,8 @@ VARIANTS = ("v1", "merged", "unrolled", "gather")
 
 
 def route(packed: PackedModel, interactions: bool):
-    """``(launch, model)`` of :data:`VARIANT` for ``packed`` (a model that :func:`fits`):
+    """``(launch, model)`` of :data:`VARIANT` for ``packed`` (a model that
+    :func:`~distshap.plan.routes.small_fits`):
     :func:`launch_small` and :func:`small_model` (``"v1"``), :func:`launch_merged` and
     :func:`merged_model` (``"merged"``, ``"unrolled"``, and ``"gather"`` where a row of the
     model does not fit a block's shared memory), or the gather kernels of

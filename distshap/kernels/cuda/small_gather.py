@@ -39,7 +39,7 @@ summation); both are exact to float64 rounding before the fixed-point conversion
 *Shared memory.* A row takes ``C + T + W`` float64 slots (``C`` path values, ``T`` trees,
 ``W`` output entries); a block takes ``R`` rows (:func:`rows_per_block`; the bits do not
 depend on it). A model whose row does not fit :data:`SHARED_BYTES` does not take this route
-(:func:`~.small.fits` then routes it to the ``"unrolled"`` kernels): a function of the model.
+(:func:`~distshap.plan.routes.small_fits` then routes it to the ``"unrolled"`` kernels): a function of the model.
 """
 
 from __future__ import annotations
@@ -56,7 +56,6 @@ from distshap.kernels.cuda import small
 from distshap.kernels.cuda.caches import keep
 from distshap.kernels.cuda.device import SIM, fixed, follows
 from distshap.kernels.cuda.model import device_model
-from distshap.kernels.cuda.quadrature import gauss_legendre
 from distshap.kernels.cuda.small import (
     H_BASE_SCORE,
     H_CAT_OFFSETS,
@@ -82,6 +81,8 @@ from distshap.kernels.cuda.small import (
     _store_shap,
 )
 from distshap.packed import PackedModel
+from distshap.plan.geometry import gauss_legendre
+from distshap.plan.routes import longest_path
 
 __all__ = [
     "GatherModel", "SHARED_BYTES", "THREADS", "fits_shared", "gather_arrays",
@@ -222,7 +223,7 @@ def _build_gather_model(packed: PackedModel) -> GatherModel:
     I, D = gather_arrays(packed)  # noqa: E741
     to_device = (lambda a: a) if SIM else cuda.to_device
     return GatherModel(
-        I=to_device(I), D=to_device(D), K=max(1, small._longest_path(packed)),
+        I=to_device(I), D=to_device(D), K=max(1, longest_path(packed)),
         num_features=packed.num_features, num_groups=packed.num_groups,
         num_trees=0 if packed.margin is None else int(np.asarray(packed.margin["roots"]).size),
         row_slots=(_row_slots(packed, False), _row_slots(packed, True)),

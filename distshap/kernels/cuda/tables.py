@@ -59,15 +59,14 @@ from distshap.kernels.cuda.device import (
     xp,
 )  # fmt: skip
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
+from distshap.plan.geometry import SHAP_TABLE_MAX_FEATURES, shared_tile_rows
 
 __all__ = [
-    "SHAP_TABLE_MAX_FEATURES",
     "fill_interaction_tables",
     "fill_kernel",
     "fill_shap_tables",
     "launch_tables",
     "shap_fill_kernel",
-    "shared_tile_rows",
     "table_kernel",
     "TILE_WORDS",
 ]
@@ -81,7 +80,6 @@ _TILE_WORDS = 2 * _TILE_VALUES  # uint32 words of a split tile (the same bytes)
 _TABLE_WARPS = config.TABLE_WARPS_PER_BLOCK
 #: Longest path with a SHAP table: :func:`distshap.strategy.choose_tables` allows no more, and
 #: the SHAP fill kernel's local arrays have this size.
-SHAP_TABLE_MAX_FEATURES = 24
 _SHAP_MAXF = SHAP_TABLE_MAX_FEATURES
 
 
@@ -490,12 +488,6 @@ def table_kernel(shared: bool, slots: bool = False, shap: bool = False, rows4: b
     if kernel is None:
         kernel = _table_kernels[key] = _make_table_kernel(*key)
     return kernel
-
-
-def shared_tile_rows(width: int) -> int:
-    """Rows of the table kernel's shared-memory tile for ``width`` outputs per row (0: none)."""
-    rows = min(config.TILE_ROWS, _TILE_VALUES // max(width, 1))
-    return rows if rows >= config.MIN_TILE_ROWS else 0
 
 
 def _rows_per_warp(n_rows: int, n_bins: int) -> int:
