@@ -58,6 +58,97 @@ def _swarm_offsets(x: np.ndarray, n_bins: int = 80, width: float = 0.4) -> np.nd
     return signed * scale
 
 
+def _figure_class(what: str) -> Any:
+    """matplotlib's ``Figure``, or an ImportError that says how to install it."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as err:
+        raise ImportError(
+            f"{what} plots need matplotlib: `pip install matplotlib` (or distshap[plot])"
+        ) from err
+    return Figure
+
+
+def _names(feature_names: Sequence[str] | None, n_features: int) -> list[str]:
+    """The feature names as strings (default ``f0, f1, ...``), one per feature."""
+    names = [str(f) for f in feature_names] if feature_names is not None else None
+    if names is None:
+        names = [f"f{j}" for j in range(n_features)]
+    if len(names) != n_features:
+        raise ValueError(
+            f"{len(names)} feature names for {n_features} features: pass one name per column"
+        )
+    return names
+
+
+def _draw_bars(
+    ax: Any,
+    importance: np.ndarray,
+    groups: list[int],
+    shown: np.ndarray,
+    rest: np.ndarray,
+    y: np.ndarray,
+    class_names: Sequence[str] | None,
+) -> None:
+    """Mean |SHAP| bars, one row per shown feature (plus the rest summed), stacked by group."""
+    rows = y.shape[0]
+    left = np.zeros(rows)
+    cmap = _colormap("tab10")
+    for i, g in enumerate(groups):
+        vals = importance[i, shown]
+        if rest.size:
+            vals = np.append(vals, importance[i, rest].sum())
+        label = None
+        if len(groups) > 1:
+            label = class_names[g] if class_names is not None else f"class {g}"
+        ax.barh(y, vals, left=left, color=cmap(i % 10), label=label)
+        left += vals
+    ax.set_xlabel("mean |SHAP value| (margin)")
+    if len(groups) > 1:
+        ax.legend(loc="lower right", frameon=False)
+
+
+def _draw_beeswarm(
+    fig: Any,
+    ax: Any,
+    phi: np.ndarray,
+    data: Any,
+    shown: np.ndarray,
+    rest: np.ndarray,
+    y: np.ndarray,
+    max_points: int,
+) -> None:
+    """One swarm of dots per shown feature (``phi``: ``(n, F)`` of one group), coloured by
+    the feature's value (the rest summed, grey)."""
+    n, n_features = phi.shape
+    X = np.asarray(data.get() if hasattr(data, "get") else data, dtype=np.float64)
+    if X.shape != (n, n_features):
+        raise ValueError(f"data has shape {X.shape} but the SHAP values need ({n}, {n_features})")
+    take = np.linspace(0, n - 1, min(n, max_points)).astype(np.int64)
+    cmap = _colormap("coolwarm")
+    points = None
+    for row, j in zip(y, list(shown) + ([None] if rest.size else []), strict=True):
+        if j is None:
+            x_vals = phi[take][:, rest].sum(axis=1)
+            colour = np.full(take.size, np.nan)
+        else:
+            x_vals = phi[take, j]
+            colour = _normalise(X[take, j])
+        offsets = _swarm_offsets(x_vals)
+        nan = np.isnan(colour)
+        ax.scatter(x_vals[nan], row + offsets[nan], s=6, color="#999999", linewidths=0)
+        points = ax.scatter(
+            x_vals[~nan], row + offsets[~nan], s=6, c=colour[~nan], cmap=cmap,
+            vmin=0.0, vmax=1.0, linewidths=0,
+        )  # fmt: skip
+    ax.axvline(0.0, color="#666666", linewidth=0.8, zorder=0)
+    ax.set_xlabel("SHAP value (impact on the margin)")
+    if points is not None:
+        bar = fig.colorbar(points, ax=ax, ticks=[0, 1], aspect=40, pad=0.02)
+        bar.ax.set_yticklabels(["low", "high"])
+        bar.set_label("feature value")
+
+
 def summary_plot(
     shap_values: Any,
     data: Any = None,
@@ -96,25 +187,14 @@ def summary_plot(
     -------
     matplotlib.figure.Figure
     """
-    try:
-        from matplotlib.figure import Figure
-    except ImportError as err:
-        raise ImportError(
-            "summary plots need matplotlib: `pip install matplotlib` (or distshap[plot])"
-        ) from err
+    Figure = _figure_class("summary")
     if kind not in ("auto", "bar", "beeswarm"):
         raise ValueError(f"unknown kind {kind!r}: use 'auto', 'bar' or 'beeswarm'")
     if max_display < 1:
         raise ValueError(f"max_display={max_display} must be >= 1")
     phi = _as_groups(shap_values)
     n, n_groups, n_features = phi.shape
-    names = [str(f) for f in feature_names] if feature_names is not None else None
-    if names is None:
-        names = [f"f{j}" for j in range(n_features)]
-    if len(names) != n_features:
-        raise ValueError(
-            f"{len(names)} feature names for {n_features} features: pass one name per column"
-        )
+    names = _names(feature_names, n_features)
     if group is not None and not 0 <= group < n_groups:
         raise ValueError(f"group={group} but the values have {n_groups} output group(s)")
     if kind == "auto":
@@ -138,50 +218,9 @@ def summary_plot(
     fig = Figure(figsize=(8, 0.4 * rows + 1.5))
     ax = fig.add_subplot()
     if kind == "bar":
-        left = np.zeros(rows)
-        cmap = _colormap("tab10")
-        for i, g in enumerate(groups):
-            vals = importance[i, shown]
-            if rest.size:
-                vals = np.append(vals, importance[i, rest].sum())
-            label = None
-            if len(groups) > 1:
-                label = class_names[g] if class_names is not None else f"class {g}"
-            ax.barh(y, vals, left=left, color=cmap(i % 10), label=label)
-            left += vals
-        ax.set_xlabel("mean |SHAP value| (margin)")
-        if len(groups) > 1:
-            ax.legend(loc="lower right", frameon=False)
+        _draw_bars(ax, importance, groups, shown, rest, y, class_names)
     else:
-        g = groups[0]
-        X = np.asarray(data.get() if hasattr(data, "get") else data, dtype=np.float64)
-        if X.shape != (n, n_features):
-            raise ValueError(
-                f"data has shape {X.shape} but the SHAP values need ({n}, {n_features})"
-            )
-        take = np.linspace(0, n - 1, min(n, max_points)).astype(np.int64)
-        cmap = _colormap("coolwarm")
-        points = None
-        for row, j in zip(y, list(shown) + ([None] if rest.size else []), strict=True):
-            if j is None:
-                x_vals = phi[take, g][:, rest].sum(axis=1)
-                colour = np.full(take.size, np.nan)
-            else:
-                x_vals = phi[take, g, j]
-                colour = _normalise(X[take, j])
-            offsets = _swarm_offsets(x_vals)
-            nan = np.isnan(colour)
-            ax.scatter(x_vals[nan], row + offsets[nan], s=6, color="#999999", linewidths=0)
-            points = ax.scatter(
-                x_vals[~nan], row + offsets[~nan], s=6, c=colour[~nan], cmap=cmap,
-                vmin=0.0, vmax=1.0, linewidths=0,
-            )  # fmt: skip
-        ax.axvline(0.0, color="#666666", linewidth=0.8, zorder=0)
-        ax.set_xlabel("SHAP value (impact on the margin)")
-        if points is not None:
-            bar = fig.colorbar(points, ax=ax, ticks=[0, 1], aspect=40, pad=0.02)
-            bar.ax.set_yticklabels(["low", "high"])
-            bar.set_label("feature value")
+        _draw_beeswarm(fig, ax, phi[:, groups[0]], data, shown, rest, y, max_points)
     ax.set_yticks(y)
     ax.set_yticklabels(labels)
     ax.set_ylim(-0.7, rows - 0.3)
@@ -210,6 +249,30 @@ def _strongest_features(strength: np.ndarray, max_display: int) -> list[int]:
         if len(chosen) >= max_display:
             break
     return chosen
+
+
+def _summary_groups(summary: Any) -> np.ndarray:
+    """An interaction summary as float64 ``(G, F+1, F+1)``, checked."""
+    M = np.asarray(summary.get() if hasattr(summary, "get") else summary, dtype=np.float64)
+    if M.ndim == 2:
+        M = M[None]
+    if M.ndim != 3 or M.shape[1] != M.shape[2] or M.shape[1] < 3:
+        raise ValueError(
+            f"summary has shape {M.shape}: pass the (F+1, F+1) or (G, F+1, F+1) array "
+            "interaction_summary returns (bias last)"
+        )
+    return M
+
+
+def _annotate(ax: Any, shown: np.ndarray, top: float) -> None:
+    """Each finite value written in its cell (white on the darker ones)."""
+    m = shown.shape[0]
+    for a in range(m):
+        for b in range(m):
+            if np.isfinite(shown[a, b]):
+                dark = abs(shown[a, b]) > 0.6 * top
+                ax.text(b, a, f"{shown[a, b]:.3g}", ha="center", va="center", fontsize=7,
+                        color="white" if dark else "black")  # fmt: skip
 
 
 def interaction_heatmap(
@@ -249,20 +312,8 @@ def interaction_heatmap(
     -------
     matplotlib.figure.Figure
     """
-    try:
-        from matplotlib.figure import Figure
-    except ImportError as err:
-        raise ImportError(
-            "interaction plots need matplotlib: `pip install matplotlib` (or distshap[plot])"
-        ) from err
-    M = np.asarray(summary.get() if hasattr(summary, "get") else summary, dtype=np.float64)
-    if M.ndim == 2:
-        M = M[None]
-    if M.ndim != 3 or M.shape[1] != M.shape[2] or M.shape[1] < 3:
-        raise ValueError(
-            f"summary has shape {M.shape}: pass the (F+1, F+1) or (G, F+1, F+1) array "
-            "interaction_summary returns (bias last)"
-        )
+    Figure = _figure_class("interaction")
+    M = _summary_groups(summary)
     if isinstance(max_display, bool) or not isinstance(max_display, (int, np.integer)):
         raise TypeError(f"max_display must be an integer, got {type(max_display).__name__}")
     if max_display < 2:
@@ -270,13 +321,7 @@ def interaction_heatmap(
     n_groups, n_features = M.shape[0], M.shape[1] - 1
     if group is not None and not 0 <= group < n_groups:
         raise ValueError(f"group={group} but the summary has {n_groups} output group(s)")
-    names = [str(f) for f in feature_names] if feature_names is not None else None
-    if names is None:
-        names = [f"f{j}" for j in range(n_features)]
-    if len(names) != n_features:
-        raise ValueError(
-            f"{len(names)} feature names for {n_features} features: pass one name per column"
-        )
+    names = _names(feature_names, n_features)
     values = (M[group] if group is not None else M.sum(axis=0))[:-1, :-1]
     strength = np.abs(values)
     np.fill_diagonal(strength, 0.0)
@@ -306,12 +351,7 @@ def interaction_heatmap(
     if annotate is None:
         annotate = m <= 12
     if annotate:
-        for a in range(m):
-            for b in range(m):
-                if np.isfinite(shown[a, b]):
-                    dark = abs(shown[a, b]) > 0.6 * top
-                    ax.text(b, a, f"{shown[a, b]:.3g}", ha="center", va="center", fontsize=7,
-                            color="white" if dark else "black")  # fmt: skip
+        _annotate(ax, shown, top)
     bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     bar.set_label(("mean SHAP interaction value" if signed else "mean |SHAP interaction value|")
                   + " (margin)")  # fmt: skip
