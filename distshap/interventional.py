@@ -3,9 +3,10 @@
 Interventional ("marginal") SHAP values average, over the rows ``r`` of a background data set,
 the Shapley values of the game ``S -> f(x_S, r_notS)`` (shap's
 ``feature_perturbation="interventional"``). The kernels
-(``distshap.kernels.<backend>.interventional_values``) take a :class:`Background`: the
-background rows as the kernels compare them and the model's margin of each, built once per
-model by :func:`build_background` and shipped to Dask workers with the model.
+(``distshap.kernels.<backend>.interventional_values``) take a
+:class:`~distshap.kernels.interventional_math.Background`: the background rows as the kernels
+compare them and the model's margin of each, built once per model by :func:`build_background`
+and shipped to Dask workers with the model.
 
 ``model_output`` (shap's definitions): ``"raw"`` explains the margin; ``"probability"``
 ``T(m) = 1 / (1 + exp(-m))`` and ``"log_loss"`` ``T(m, y) = log(1 + exp(m)) - y m`` explain a
@@ -20,22 +21,19 @@ else is refused with the reason, never approximated.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from distshap.inputs import array_module, is_cupy, is_dask, is_frame, model_matrix
-from distshap.kernels.interventional_math import LOG_LOSS, PROBABILITY, RAW
+from distshap.kernels.interventional_math import LOG_LOSS, PROBABILITY, RAW, Background
 from distshap.kernels.margin import predict_margin
 
 __all__ = [
     "MODEL_OUTPUTS",
-    "Background",
     "apply_transform",
     "bias_values",
     "build_background",
-    "check_background",
     "check_labels",
     "transform_id",
 ]
@@ -44,36 +42,8 @@ __all__ = [
 MODEL_OUTPUTS = ("raw", "probability", "log_loss")
 
 
-@dataclass(frozen=True, eq=False)
-class Background:
-    """A background data set for one model, as every backend reads it (picklable).
-
-    Attributes
-    ----------
-    rows : float32 (B, F)
-        The background rows as the kernels compare them (the model's raw values through its
-        input encoding, like :func:`distshap.inputs.prepare_rows`).
-    margin : float64 (B, G)
-        The model's margin of each row (:func:`distshap.kernels.margin.predict_margin`).
-    digest : str
-        SHA-256 of ``rows``, ``margin`` and the model's digest: device caches key on it.
-    model_digest : str
-        Digest of the packed model the rows were encoded for (checked by
-        :func:`check_background`).
-    """
-
-    rows: np.ndarray
-    margin: np.ndarray
-    digest: str
-    model_digest: str = ""
-
-    @property
-    def num_rows(self) -> int:
-        return int(self.rows.shape[0])
-
-
 def build_background(packed: Any, data: Any) -> Background:
-    """The :class:`Background` of ``data`` for ``packed``.
+    """The :class:`~distshap.kernels.interventional_math.Background` of ``data`` for ``packed``.
 
     Parameters
     ----------
@@ -132,30 +102,6 @@ def build_background(packed: Any, data: Any) -> Background:
         h.update(f"{arr.dtype.str}:{arr.shape}".encode())
         h.update(memoryview(arr).cast("B"))
     return Background(rows=rows, margin=margin, digest=h.hexdigest(), model_digest=packed.digest)
-
-
-def check_background(background: Any, packed: Any) -> None:
-    """Raise unless ``background`` is a :class:`Background` built for ``packed``."""
-    if not isinstance(background, Background):
-        raise TypeError(
-            f"background is a {type(background).__name__}: pass the Background of the data, "
-            "distshap.interventional.build_background(packed, data)"
-        )
-    if background.rows.ndim != 2 or background.rows.shape[1] != packed.num_features:
-        raise ValueError(
-            f"the background has rows of shape {background.rows.shape} for a model of "
-            f"{packed.num_features} features: build it with build_background(packed, data)"
-        )
-    if background.margin.shape != (background.rows.shape[0], packed.num_groups):
-        raise ValueError(
-            f"the background's margins have shape {background.margin.shape}, expected "
-            f"({background.rows.shape[0]}, {packed.num_groups}) for this model"
-        )
-    if background.model_digest and packed.digest and background.model_digest != packed.digest:
-        raise ValueError(
-            "this background was built for another model (its rows are encoded and its margins "
-            "computed by that model): build it again with build_background(packed, data)"
-        )
 
 
 # Classifiers whose margin is already a class probability (each group one class).

@@ -25,6 +25,8 @@ from distshap.kernels.margin import margin_model
 from distshap.kernels.treeshap import follows
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
+from distshap.plan.config import config_context
+from distshap.plan.interventional import table_plan
 
 import naive
 import tiny
@@ -35,12 +37,6 @@ from cudasim import assert_simulator_ok, nvvm_available
 def make_packed(ens, **kw):
     """A packed model with its margin arrays (what a Background needs)."""
     return build_packed_model(extract_paths(ens), margin=margin_model(ens), **kw)
-
-
-def _iv():
-    from distshap.kernels.cuda import interventional
-
-    return interventional
 
 
 _OUTPUTS = ("raw", "probability", "log_loss")
@@ -123,7 +119,9 @@ def _without_bias(a, interactions):
 
 
 def test_shapley_weights_are_exact_and_efficient():
-    w = _iv().shapley_weights()
+    from distshap.kernels.cuda.interventional.common import shapley_weights
+
+    w = shapley_weights()
     fact = math.factorial
     for a, b in [(1, 0), (1, 1), (2, 3), (5, 1), (7, 9), (30, 1), (1, 31), (60, 67)]:
         assert w[0, a, b] == float(Fraction(fact(a - 1) * fact(b), fact(a + b)))
@@ -141,38 +139,35 @@ def test_shapley_weights_are_exact_and_efficient():
             assert abs(total - (float(b == 0) - float(a == 0))) < 1e-14, (a, b)
 
 
-def test_table_plan_budgets_and_limits(monkeypatch):
-    iv = _iv()
-    from distshap.kernels.cuda import config
+def test_table_plan_budgets_and_limits():
     from distshap.warmup import chain_ensemble
 
     ens = tiny.random_ensemble(5, n_features=7, n_trees=8, depth=5, n_groups=2)
     packed = make_packed(ens)
     k = np.diff(packed.path_offsets) - 1
-    plan = iv.table_plan(packed)
-    assert (plan["shap"] >= 0).all() and (plan["interactions"] >= 0).all()  # all small
+    plan = table_plan(packed)
+    assert (plan.shap >= 0).all() and (plan.interactions >= 0).all()  # all small
     sizes = np.int64(1) << k
-    assert plan["n_counts"] == int(sizes.sum())
-    assert np.array_equal(plan["count"], np.cumsum(sizes) - sizes)
+    assert plan.n_counts == int(sizes.sum())
+    assert np.array_equal(plan.count, np.cumsum(sizes) - sizes)
     # a budget for about half the SHAP tables: shortest first, within the budget (8 bytes)
     budget = 8 * int(((np.int64(1) << k) * k).sum()) // 2
-    monkeypatch.setattr(config, "INTERVENTIONAL_TABLE_BUDGET_BYTES", budget)
-    plan = iv.table_plan(packed)
-    has = plan["shap"] >= 0
-    assert has.any() and not has.all()
-    assert 8 * int(((np.int64(1) << k[has]) * k[has]).sum()) <= budget
-    assert k[has].max() <= k[~has].min()
-    assert not (plan["interactions"][~has] >= 0).any()  # interaction tables only with SHAP ones
-    assert (plan["count"][~has] == -1).all()
-    monkeypatch.setattr(config, "INTERVENTIONAL_TABLE_MAX_FEATURES", 3)
-    plan = iv.table_plan(packed)
-    assert (k[plan["shap"] >= 0] <= 3).all() and (plan["shap"][k > 3] == -1).all()
+    with config_context(interventional_table_budget_bytes=budget):
+        plan = table_plan(packed)
+        has = plan.shap >= 0
+        assert has.any() and not has.all()
+        assert 8 * int(((np.int64(1) << k[has]) * k[has]).sum()) <= budget
+        assert k[has].max() <= k[~has].min()
+        assert not (plan.interactions[~has] >= 0).any()  # interaction tables only with SHAP ones
+        assert (plan.count[~has] == -1).all()
+        with config_context(interventional_table_max_features=3):
+            plan = table_plan(packed)
+            assert (k[plan.shap >= 0] <= 3).all() and (plan.shap[k > 3] == -1).all()
+            assert plan.shap_max_features == 3
     # paths longer than a warp never get a table
-    monkeypatch.setattr(config, "INTERVENTIONAL_TABLE_MAX_FEATURES", 12)
-    monkeypatch.setattr(config, "INTERVENTIONAL_TABLE_BUDGET_BYTES", 1 << 30)
     chain = make_packed(chain_ensemble(34, 34))
-    plan = iv.table_plan(chain)
-    assert (~plan["regular"]).any() and (plan["shap"][~plan["regular"]] == -1).all()
+    plan = table_plan(chain)
+    assert (~plan.regular).any() and (plan.shap[~plan.regular] == -1).all()
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -198,7 +193,9 @@ def test_path_reference_matches_the_brute_force_oracle(seed):
 
 @pytest.mark.skipif(not nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
 def test_every_kernel_compiles_with_integer_atomics_only():
-    ptx = _iv().kernel_ptx((9, 0))
+    from distshap.kernels.cuda.interventional.ptx import kernel_ptx
+
+    ptx = kernel_ptx((9, 0))
     assert len(ptx) == 17
     for name, text in ptx.items():
         assert "atom.global.add.f32" not in text and "atom.global.add.f64" not in text, name
@@ -229,15 +226,15 @@ import tiny
 from test_cuda_interventional import make_packed, path_reference
 from distshap.interventional import build_background
 from distshap.kernels import cpu
-from distshap.kernels.cuda import config
-from distshap.kernels.cuda import interventional as iv
+from distshap.kernels.cuda.interventional import direct
+from distshap.kernels.cuda.interventional import interventional_values
+from distshap.plan.config import set_config
 from distshap.warmup import chain_ensemble
 
 # smaller pattern tables in the simulator (one thread per pattern): paths of 7+ go direct;
 # two warps per block (every barrier of the simulator waits for each thread of a block)
-config.INTERVENTIONAL_TABLE_MAX_FEATURES = 6
-config.INTERVENTIONAL_INTERACTION_TABLE_MAX_FEATURES = 6
-iv._DIRECT_WARPS = iv._TABLE_WARPS = 2  # the frozen copies, before the first launch
+set_config(interventional_table_max_features=6, interventional_interaction_table_max_features=6,
+           interventional_warps_per_block=2, table_warps_per_block=2)
 
 
 def close(got, want, what, tol=2e-6):
@@ -247,14 +244,13 @@ def close(got, want, what, tol=2e-6):
     assert err <= tol * max(1.0, float(np.abs(want).max())), (what, err)
 
 
-def budgets(shap, inter):
-    config.INTERVENTIONAL_TABLE_BUDGET_BYTES = shap
-    config.INTERVENTIONAL_INTERACTION_TABLE_BUDGET_BYTES = inter
-    iv.clear_background_cache()
+def budgets(shap, inter):  # a new configuration: new device models, backgrounds and tables
+    set_config(interventional_table_budget_bytes=shap,
+               interventional_interaction_table_budget_bytes=inter)
 
 
 def run(packed, bg, X, **kw):
-    return iv.interventional_values(packed, bg, X, **kw)
+    return interventional_values(packed, bg, X, **kw)
 
 
 # 1. two groups, a categorical feature, NaNs: background tables and direct kernels
@@ -284,11 +280,11 @@ zero_bias = run(packed, bg, X)
 assert (zero_bias[..., -1] == 0).all(), "the default bias is zero, as on the CPU"
 # the table kernel's shared tile of 2 rows (several tiles per block), and global atomics
 shared = run(packed, bg, X, interactions=True)
-config.TILE_ROWS, config.MIN_TILE_ROWS = 2, 1
+set_config(tile_rows=2, min_tile_rows=1)
 assert np.array_equal(shared, run(packed, bg, X, interactions=True)), "2-row tiles"
-config.TILE_ROWS, config.MIN_TILE_ROWS = 128, 1 << 30
+set_config(tile_rows=128, min_tile_rows=1 << 30)
 assert np.array_equal(shared, run(packed, bg, X, interactions=True)), "global atomics"
-config.MIN_TILE_ROWS = 8
+set_config(min_tile_rows=8)
 
 # 2. one group, 33 background rows (two rounds of the direct kernels): the three outputs, the
 # transforms' factors s(x, r) once per pair (factor kernel) equal to the CPU's bits
@@ -307,9 +303,9 @@ for t, name in ((0, "raw"), (1, "probability"), (2, "log_loss")):
     ref_cpu = cpu.interventional_values(packed, bg, X, transform=t, x_margin=xm, y=y, bias=bias)
     assert np.array_equal(got, ref_cpu), ("not the CPU's bits", name)
 # factor arrays of one row (two chunks of a batch): the same bits
-iv._FACTOR_BUDGET_BYTES = 8 * 33
+direct.FACTOR_BUDGET_BYTES = 8 * 33
 again = run(packed, bg, X, transform=2, x_margin=xm, y=y, bias=bias)
-iv._FACTOR_BUDGET_BYTES = 256 << 20
+direct.FACTOR_BUDGET_BYTES = 256 << 20
 assert np.array_equal(got, again), "factor chunks changed the bits (log loss)"
 # batches of one row: the same bits
 again = run(packed, bg, X, transform=2, x_margin=xm, y=y, bias=bias, batch_rows=1)
@@ -470,11 +466,11 @@ def test_gpu_transforms_match_cpu_and_add_up(transform):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
-def test_gpu_bits_do_not_depend_on_batching_cache_or_input_kind(monkeypatch):
+def test_gpu_bits_do_not_depend_on_batching_cache_or_input_kind():
     import cupy
 
-    from distshap.kernels.cuda import config, interventional_values
-    from distshap.kernels.cuda.interventional import clear_background_cache
+    from distshap.kernels.cuda import interventional_values
+    from distshap.kernels.cuda.caches import clear_cache
 
     packed, bg, rows, xm, y = _xgb_case("missing", n_bg=70, n_rows=500)
     for inter in (False, True):
@@ -484,7 +480,7 @@ def test_gpu_bits_do_not_depend_on_batching_cache_or_input_kind(monkeypatch):
             again = interventional_values(packed, bg, rows[:n], interactions=inter,
                                           batch_rows=batch_rows)  # fmt: skip
             assert np.array_equal(to_host(again), first), (inter, batch_rows)
-        clear_background_cache()
+        clear_cache()
         on_device = interventional_values(packed, bg, cupy.asarray(rows[:n]), interactions=inter)
         assert isinstance(on_device, cupy.ndarray)
         assert np.array_equal(on_device.get(), first), inter
@@ -492,13 +488,10 @@ def test_gpu_bits_do_not_depend_on_batching_cache_or_input_kind(monkeypatch):
         part = interventional_values(packed, bg, rows[17:41], interactions=inter)
         assert np.array_equal(to_host(part), first[17:41]), inter
         # the direct kernels (no tables) agree with the tables to float32 rounding
-        monkeypatch.setattr(config, "INTERVENTIONAL_TABLE_BUDGET_BYTES", 0)
-        monkeypatch.setattr(config, "INTERVENTIONAL_INTERACTION_TABLE_BUDGET_BYTES", 0)
-        clear_background_cache()
-        direct = to_host(interventional_values(packed, bg, rows[:n], interactions=inter))
+        with config_context(interventional_table_budget_bytes=0,
+                            interventional_interaction_table_budget_bytes=0):  # fmt: skip
+            direct = to_host(interventional_values(packed, bg, rows[:n], interactions=inter))
         _assert_matches_cpu(direct, first, rel=2e-6)
-        monkeypatch.undo()
-        clear_background_cache()
     binary = _xgb_case("binary", n_bg=70)
     p2, bg2, rows2, xm2, y2 = binary
     one = to_host(interventional_values(p2, bg2, rows2, transform=2, x_margin=xm2, y=y2))
@@ -515,16 +508,16 @@ def test_gpu_factors_once_per_pair_keep_the_bits(monkeypatch, transform):
     arithmetic; float32 results of 300 rows, fractional labels)."""
     from distshap.interventional import bias_values
     from distshap.kernels import cpu
-    from distshap.kernels.cuda import interventional as iv
+    from distshap.kernels.cuda.interventional import direct, interventional_values
 
     packed, bg, rows, xm, y = _xgb_case("binary", n_bg=70)
     yy = None
     if transform == 2:
         yy = np.where(np.arange(rows.shape[0]) % 4 == 1, 0.3, y)
     kw = dict(transform=transform, x_margin=xm, y=yy, bias=bias_values(bg, transform, yy))
-    pair = to_host(iv.interventional_values(packed, bg, rows, **kw))
-    monkeypatch.setattr(iv, "_FACTOR_BUDGET_BYTES", 8 * 70 * 7)
-    chunks = to_host(iv.interventional_values(packed, bg, rows, batch_rows=100, **kw))
+    pair = to_host(interventional_values(packed, bg, rows, **kw))
+    monkeypatch.setattr(direct, "FACTOR_BUDGET_BYTES", 8 * 70 * 7)
+    chunks = to_host(interventional_values(packed, bg, rows, batch_rows=100, **kw))
     assert np.array_equal(chunks, pair)
     assert np.array_equal(pair, cpu.interventional_values(packed, bg, rows, **kw))
 

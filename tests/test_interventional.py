@@ -24,15 +24,9 @@ from distshap import TreeExplainer
 from distshap.additivity import AdditivityError
 from distshap.dispatch import explain_rows
 from distshap.encoding import encode_ensemble
-from distshap.interventional import (
-    Background,
-    apply_transform,
-    bias_values,
-    build_background,
-    transform_id,
-)
+from distshap.interventional import apply_transform, bias_values, build_background, transform_id
 from distshap.kernels import interventional_cpu
-from distshap.kernels.interventional_math import weight_tables
+from distshap.kernels.interventional_math import Background, weight_tables
 from distshap.kernels.margin import margin_model
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
@@ -620,7 +614,7 @@ def test_dask_bit_identical_to_in_memory(client, binary_model, model_output, int
 
 
 def test_dask_ships_the_background_once_and_refuses_early(client, binary_model):
-    import distshap.cluster.dask_explain as dx
+    import distshap.cluster.shipping as dx
     from distshap.cluster import explain_dask
 
     packed, X, background, y = binary_model

@@ -172,13 +172,14 @@ _SIM_SCRIPT = r"""
 import numpy as np
 from numba import cuda
 from distshap.kernels import interventional_math as im
-from distshap.kernels.cuda import interventional as iv
+from distshap.kernels.cuda.interventional.common import scaling
+from distshap.kernels.cuda.interventional.direct import factor_kernel
 
 @cuda.jit
 def scale_kernel(t, mx, mr, y, out):
     i = cuda.grid(1)
     if i < out.shape[0]:
-        out[i] = iv._scaling(t[i], mx[i], y[i], mr[i])
+        out[i] = scaling(t[i], mx[i], y[i], mr[i])
 
 rows = []
 for m in (-800.0, -3.0, -0.2809787540180071, 0.0, 0.6, 35.0):
@@ -199,7 +200,7 @@ m_x = np.array([-3.0, np.nextafter(0.6, 1.0), 0.0, 800.0, -0.2809787540180071])
 labels = np.array([0.0, 1.0, 0.25, 1.0, 0.0])
 for transform in (1, 2):
     got = np.full((m_x.size, m_bg.size), np.nan)
-    iv.factor_kernel[2, 16](transform, m_x, labels, m_bg, got)  # 32 threads: a stride loop
+    factor_kernel[2, 16](transform, m_x, labels, m_bg, got)  # 32 threads: a stride loop
     want = np.array([[im.rescale(a, b, labels[i] if transform == 2 else 0.0, transform)
                       for b in m_bg] for i, a in enumerate(m_x)])
     assert np.array_equal(got, want), (transform, np.argwhere(got != want))
@@ -208,6 +209,6 @@ print("SIMULATOR-OK")
 
 
 def test_cuda_scaling_under_the_simulator():
-    """The GPU's ``_scaling`` and ``factor_kernel`` are the CPU's :func:`rescale` (simulator;
+    """The GPU's ``scaling`` and ``factor_kernel`` are the CPU's :func:`rescale` (simulator;
     PTX typing is checked by tests/test_cuda_interventional.py's compile test)."""
     assert_simulator_ok(_SIM_SCRIPT, timeout=120)

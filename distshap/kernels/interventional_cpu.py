@@ -30,7 +30,6 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from distshap.interventional import check_background
 from distshap.kernels import interventional_math as im
 from distshap.kernels import treeshap
 from distshap.packed import PackedModel
@@ -409,7 +408,7 @@ def interventional_values(
     Parameters
     ----------
     packed : PackedModel
-    background : distshap.interventional.Background
+    background : distshap.kernels.interventional_math.Background
         Built for ``packed`` (:func:`distshap.interventional.build_background`).
     X : float32 (n, F)
         :func:`distshap.inputs.prepare_rows` output.
@@ -431,7 +430,7 @@ def interventional_values(
     ndarray
         float32 ``(n, G, F + 1)`` or ``(n, G, F + 1, F + 1)``, bias last.
     """
-    check_background(background, packed)
+    im.check_background(background, packed)
     X = np.ascontiguousarray(X, dtype=np.float32)
     F, G = packed.num_features, packed.num_groups
     if X.ndim != 2 or X.shape[1] != F:

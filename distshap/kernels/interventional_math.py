@@ -1,4 +1,4 @@
-"""The interventional game's arithmetic, written once as plain Python for every backend.
+"""The interventional game's arithmetic and its background, written once for every backend.
 
 For an explained row ``x`` and one background row ``r``, a merged path (leaf value ``v``) is
 the game ``v * [X subset of S] * [S disjoint from R]``: ``X`` the elements only ``x`` follows,
@@ -13,17 +13,24 @@ cancellation), so that they sum to ``T(m_x) - T(m_r)``.
 :func:`transformed` and :func:`rescale` use :mod:`math` only, so the CPU backend compiles them
 with ``njit`` and the CUDA backend with ``cuda.jit(device=True)`` (the
 :mod:`distshap.kernels.treeshap` pattern); :func:`weight_tables` runs on the host.
+
+:class:`Background` is the background data set as every backend reads it (built above the
+kernels by :func:`distshap.interventional.build_background`); :func:`check_background` is the
+one check of it that every entry point runs.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
 __all__ = [
+    "Background",
     "IR_RR",
     "IR_XR",
     "IR_XX",
@@ -32,6 +39,7 @@ __all__ = [
     "RAW",
     "SHAP_R",
     "SHAP_X",
+    "check_background",
     "rescale",
     "transformed",
     "weight_tables",
@@ -158,3 +166,55 @@ def weight_tables(max_k: int) -> np.ndarray:
     if max_k < 0:
         raise ValueError(f"max_k must be >= 0, got {max_k}")
     return _tables(int(max_k))
+
+
+@dataclass(frozen=True, eq=False)
+class Background:
+    """A background data set for one model, as every backend reads it (picklable).
+
+    Attributes
+    ----------
+    rows : float32 (B, F)
+        The background rows as the kernels compare them (the model's raw values through its
+        input encoding, like :func:`distshap.inputs.prepare_rows`).
+    margin : float64 (B, G)
+        The model's margin of each row (:func:`distshap.kernels.margin.predict_margin`).
+    digest : str
+        SHA-256 of ``rows``, ``margin`` and the model's digest: device caches key on it.
+    model_digest : str
+        Digest of the packed model the rows were encoded for (checked by
+        :func:`check_background`).
+    """
+
+    rows: np.ndarray
+    margin: np.ndarray
+    digest: str
+    model_digest: str = ""
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.rows.shape[0])
+
+
+def check_background(background: Any, packed: Any) -> None:
+    """Raise unless ``background`` is a :class:`Background` built for ``packed``."""
+    if not isinstance(background, Background):
+        raise TypeError(
+            f"background is a {type(background).__name__}: pass the Background of the data, "
+            "distshap.interventional.build_background(packed, data)"
+        )
+    if background.rows.ndim != 2 or background.rows.shape[1] != packed.num_features:
+        raise ValueError(
+            f"the background has rows of shape {background.rows.shape} for a model of "
+            f"{packed.num_features} features: build it with build_background(packed, data)"
+        )
+    if background.margin.shape != (background.rows.shape[0], packed.num_groups):
+        raise ValueError(
+            f"the background's margins have shape {background.margin.shape}, expected "
+            f"({background.rows.shape[0]}, {packed.num_groups}) for this model"
+        )
+    if background.model_digest and packed.digest and background.model_digest != packed.digest:
+        raise ValueError(
+            "this background was built for another model (its rows are encoded and its margins "
+            "computed by that model): build it again with build_background(packed, data)"
+        )
