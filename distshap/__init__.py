@@ -2,8 +2,20 @@
 
 from distshap.explainer import TreeExplainer
 from distshap.models import Ensemble, UnsupportedModelError, load_model
+from distshap.plan.config import Config, config_context, get_config, reset_config, set_config
 
-__all__ = ["TreeExplainer", "Ensemble", "UnsupportedModelError", "load_model", "start_cluster"]
+__all__ = [
+    "Config",
+    "Ensemble",
+    "TreeExplainer",
+    "UnsupportedModelError",
+    "config_context",
+    "get_config",
+    "load_model",
+    "reset_config",
+    "set_config",
+    "start_cluster",
+]
 __version__ = "0.1.0"
 
 

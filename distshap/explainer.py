@@ -29,36 +29,63 @@ scipy.sparse, ``xgboost.DMatrix``, a numeric ``catboost.Pool`` or Dask (lazy val
 
 from __future__ import annotations
 
-import os
 import time
-import warnings
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from distshap.dispatch import explain_rows
+from distshap.dispatch import run_request
 from distshap.encoding import encode_ensemble
+from distshap.explainer_pairs import PairMethods
 from distshap.inputs import (
     ExplainInput,
     background_input,
-    explain_input,
     is_cupy,
     is_dask,
     is_frame,
     model_matrix,
     select_model_columns,
 )
+from distshap.interventional import check_labels
 from distshap.kernels import resolve_backend
 from distshap.kernels.margin import margin_model
-from distshap.models import Ensemble, load_model
-from distshap.models.iterations import (
-    resolve_iteration_range,
-    select_iterations,
-    tree_limit_range,
+from distshap.layouts import (
+    DEFAULT_LAYOUT,
+    LAYOUTS,
+    DaskExplanation,
+    check_layout,
+    check_output_fits,
+    explanation,
+    explanation_names,
+    import_shap,
+    in_batches,
+    layout_values,
 )
-from distshap.packed import PackedModel, pack_ensemble
-from distshap.strategy import DEFAULT_MAX_TABLE_FEATURES, DEFAULT_TABLE_BUDGET_BYTES
+from distshap.models import Ensemble, load_model
+from distshap.models.iterations import select_iterations
+from distshap.packed import (
+    DEFAULT_MAX_TABLE_FEATURES,
+    DEFAULT_TABLE_BUDGET_BYTES,
+    PackedModel,
+    pack_ensemble,
+)
+from distshap.request import make_request
+from distshap.shap_compat import (
+    FEATURE_PERTURBATIONS,
+    MODEL_OUTPUTS,
+    UNSET,
+    check_approximate,
+    check_dmatrix_sentinel,
+    check_feature_names,
+    check_ignored_arguments,
+    check_model_output,
+    explain_input,
+    label_values,
+    pool_rows,
+    resolve_perturbation,
+    rounds,
+)
 
 __all__ = [
     "DEFAULT_LAYOUT",
@@ -70,40 +97,8 @@ __all__ = [
     "TreeExplainer",
 ]
 
-#: shap's ``feature_perturbation`` values.
-FEATURE_PERTURBATIONS = ("auto", "interventional", "tree_path_dependent")
-#: The ``model_output`` values distshap explains (shap's, less model method names).
-MODEL_OUTPUTS = ("raw", "probability", "log_loss")
-
 #: Rows per batch when ``progress=True`` (a bar step; the values do not depend on it).
 PROGRESS_BATCH_ROWS = 65536
-
-#: Layouts of :meth:`TreeExplainer.shap_values` / :meth:`~TreeExplainer.shap_interaction_values`:
-#: ``"xgboost"`` (``pred_contribs``: bias last, groups before features) or ``"shap"`` (shap's
-#: ``shap_values``: no bias column, groups last).
-LAYOUTS = ("xgboost", "shap")
-#: The layout a TreeExplainer gets when none is given.
-DEFAULT_LAYOUT = "xgboost"
-
-_UNSET = object()  # shap's constructor ``approximate``: given or not
-
-
-def _check_output_fits(n_rows: int, packed: PackedModel, interactions: bool) -> None:
-    """Refuse an in-memory result larger than half of this machine's memory, with a way out."""
-    width = packed.num_features + 1
-    per_row = packed.num_groups * width * (width if interactions else 1) * 4
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not available on this platform
-        return
-    if n_rows * per_row > memory // 2:
-        what = "interaction values" if interactions else "SHAP values"
-        raise ValueError(
-            f"{what} of {n_rows:,} rows need {n_rows * per_row / 2**30:.1f} GiB "
-            f"({per_row:,} bytes a row), more than half of this machine's "
-            f"{memory / 2**30:.0f} GiB: explain fewer rows at a time, or a Dask array "
-            "(distshap.start_cluster) and write the result with .to_zarr(...)"
-        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,7 +109,7 @@ class _Model:
     background: Any = None  # distshap.interventional.Background, interventional only
 
 
-class TreeExplainer:
+class TreeExplainer(PairMethods):
     """Exact SHAP values and SHAP interaction values of a tree ensemble (shap's interface).
 
     Parameters
@@ -160,7 +155,7 @@ class TreeExplainer:
     algorithm : {"bfd", "ffd", "nf", "none"}
         Bin-packing heuristic for the 32-lane warps.
     table_budget_bytes, max_table_features : int
-        Pattern-table policy (:mod:`distshap.strategy`); 0 bytes disables tables.
+        Pattern-table policy (:mod:`distshap.plan.tables`); 0 bytes disables tables.
     client : distributed.Client, optional
         Client used for Dask inputs (default: the current client).
     missing : float, optional
@@ -209,7 +204,7 @@ class TreeExplainer:
         model_output: str = "raw",
         feature_perturbation: str = "auto",
         feature_names: Any = None,
-        approximate: Any = _UNSET,
+        approximate: Any = UNSET,
         link: Any = None,
         linearize_link: Any = None,
         *,
@@ -223,33 +218,16 @@ class TreeExplainer:
     ) -> None:
         if backend != "auto":
             resolve_backend(backend)  # an unknown name, or CUDA without a GPU: fail early
-        _check_model_output(model_output)
-        _check_layout(layout)
-        _check_ignored_arguments(approximate, link, linearize_link)
-        data = _pool_rows(data)[0]
-        if not isinstance(feature_perturbation, str) or (
-            feature_perturbation not in FEATURE_PERTURBATIONS
-        ):
-            raise ValueError(
-                f"feature_perturbation={feature_perturbation!r}: use one of "
-                f"{', '.join(map(repr, FEATURE_PERTURBATIONS))}"
-            )
+        check_model_output(model_output)
+        check_layout(layout)
+        check_ignored_arguments(approximate, link, linearize_link)
+        data = pool_rows(data)[0]
+        if not isinstance(feature_perturbation, str) or feature_perturbation != "auto":
+            resolve_perturbation(feature_perturbation, True, "raw")  # a name check, first
         background = None if data is None else background_input(data)
-        if feature_perturbation == "auto":
-            feature_perturbation = "tree_path_dependent" if data is None else "interventional"
-        if feature_perturbation == "interventional" and background is None:
-            raise ValueError(
-                "feature_perturbation='interventional' integrates over background rows: pass "
-                "them as data (TreeExplainer(model, X_background); 100 to 1,000 rows, e.g. "
-                "shap.utils.sample(X_train, 100)), or use 'tree_path_dependent'"
-            )
-        if feature_perturbation == "tree_path_dependent":
-            if model_output != "raw":
-                raise ValueError(
-                    f"model_output={model_output!r} needs feature_perturbation='interventional' "
-                    "and background data (shap refuses it for 'tree_path_dependent' too): "
-                    f"TreeExplainer(model, X_background, model_output={model_output!r})"
-                )
+        feature_perturbation = resolve_perturbation(
+            feature_perturbation, background is not None, model_output
+        )
         self.ensemble: Ensemble = load_model(model)
         if missing is not None:
             self.ensemble = replace(self.ensemble, missing_value=float(missing))
@@ -274,7 +252,7 @@ class TreeExplainer:
             self._count_covers(background, data)
         elif background is not None:
             self._attach_background(background, data)
-        self._user_feature_names = _check_feature_names(feature_names, self.num_features)
+        self._user_feature_names = check_feature_names(feature_names, self.num_features)
         if self._user_feature_names is not None:
             self.data_feature_names = list(self._user_feature_names)
         self._models[None] = _Model(self.packed, self.background)
@@ -292,7 +270,7 @@ class TreeExplainer:
         """``self.data``: the background ``rows`` as the model reads them (host memory), and
         ``self.data_feature_names``: the user's names, else a background DataFrame's columns."""
         if type(data).__name__ == "DMatrix":  # its stored values must not hit the sentinel
-            _check_dmatrix_sentinel(explain_input(data), self.packed)
+            check_dmatrix_sentinel(explain_input(data), self.packed)
         matrix = model_matrix(rows, self.packed)
         self.data = matrix.get() if is_cupy(matrix) else matrix
         user_names = getattr(self, "_user_feature_names", None)  # unset while constructing
@@ -322,7 +300,7 @@ class TreeExplainer:
         """
         import copy
 
-        _check_model_output(model_output)
+        check_model_output(model_output)
         other = copy.copy(self)
         other.feature_perturbation = "interventional"
         other.model_output = model_output
@@ -348,22 +326,7 @@ class TreeExplainer:
 
     def _model(self, tree_limit: int | None, iteration_range: Any) -> _Model:
         """The packed model (and background) of the rounds asked for, built once per range."""
-        if tree_limit is not None and iteration_range is not None:
-            raise ValueError(
-                f"tree_limit={tree_limit} and iteration_range={iteration_range!r} both select "
-                "trees: pass one"
-            )
-        if iteration_range is not None:
-            key = resolve_iteration_range(self.ensemble, iteration_range)
-        elif tree_limit is not None and self.ensemble.model_kind.startswith("lightgbm"):
-            key = _lightgbm_tree_limit(self.ensemble, tree_limit)
-        elif tree_limit is not None:
-            key = tree_limit_range(self.ensemble, tree_limit)
-        else:
-            return self._models[None]
-        rounds = self.ensemble.extra["iteration_indptr"].size - 1
-        if key == (0, rounds):
-            return self._models[None]
+        key = rounds(self.ensemble, tree_limit, iteration_range)
         model = self._models.get(key)
         if model is None:
             packed = self._build_packed(select_iterations(self.ensemble, *key))
@@ -430,30 +393,6 @@ class TreeExplainer:
     # computing
     # --------------------------------------------------------------------------------------
 
-    def _labels(self, y: Any, inp: ExplainInput, n_rows: int | None) -> Any:
-        """The labels of the log loss (``None`` for other outputs)."""
-        if self.model_output != "log_loss":
-            return None
-        if y is None:
-            y = inp.labels
-        if y is None:
-            raise ValueError(
-                "model_output='log_loss' explains each row's loss and needs its label: pass "
-                "explainer.shap_values(X, y) (or explainer(X, y)), one label in [0, 1] per row"
-            )
-        if is_dask(inp.rows):
-            return y  # explain_dask aligns them with the rows' chunks once their sizes are known
-        if is_dask(y):
-            raise TypeError("y is a Dask collection but X is in memory: pass y.compute()")
-        if hasattr(y, "to_numpy"):  # pandas Series
-            y = y.to_numpy()
-        y = y if is_cupy(y) else np.asarray(y)
-        if inp.one_row and y.ndim == 0:
-            y = y.reshape(1)
-        from distshap.interventional import check_labels
-
-        return check_labels(y, n_rows, self._transform)
-
     def _compute(
         self,
         X: Any,
@@ -465,70 +404,38 @@ class TreeExplainer:
         iteration_range: Any,
     ) -> tuple[Any, ExplainInput, _Model]:
         """Values ``(n, G, F+1)`` / ``(n, G, F+1, F+1)`` (lazy for Dask), the input, the model."""
-        if interactions and self.model_output != "raw":
-            raise ValueError(
-                f"SHAP interaction values explain the margin (model_output='raw'), not "
-                f"{self.model_output!r}: shap has none of the {self.model_output} either; "
-                "build a TreeExplainer with model_output='raw'"
-            )
-        inp = _explain_input(X)
+        inp = explain_input(X)
         model = self._model(tree_limit, iteration_range)
         packed = model.packed
-        _check_dmatrix_sentinel(inp, packed)
-        options: dict[str, Any] = {}
-        if model.background is not None:
-            options = {"background": model.background, "model_output": self.model_output}
+        check_dmatrix_sentinel(inp, packed)
+        ask = {"interactions": interactions, "background": model.background,
+               "model_output": self.model_output}  # fmt: skip
         if is_dask(inp.rows):
             from distshap.cluster import explain_dask
 
-            labels = self._labels(y, inp, None)
-            if labels is not None:
-                options["y"] = labels
-            out = explain_dask(
-                packed,
-                inp.rows,
-                interactions=interactions,
-                backend=self.backend,
-                client=self.client,
-                check_additivity=check_additivity,
-                **options,
-            )
+            y = label_values(y, inp) if self.model_output == "log_loss" else None
+            out = explain_dask(packed, inp.rows, backend=self.backend, client=self.client,
+                               check_additivity=check_additivity, y=y, **ask)  # fmt: skip
             return out, inp, model
-        raw = model_matrix(inp.rows, packed)
-        labels = self._labels(y, inp, raw.shape[0])
-        _check_output_fits(raw.shape[0], packed, interactions)
+        request = make_request(packed, backend=self.backend, check=check_additivity,
+                               cupy_data=is_cupy(inp.rows), **ask)  # fmt: skip
+        raw = model_matrix(inp.rows, packed)  # the rows' one conversion
+        n = raw.shape[0]
+        labels = label_values(y, inp) if request.needs_labels else None
+        labels = check_labels(labels, n, request.transform)
+        check_output_fits(n, packed, interactions)
 
         def run(start: int, stop: int) -> Any:
-            extra = dict(options)
-            if labels is not None:
-                extra["y"] = labels[start:stop]
-            return explain_rows(
-                packed,
-                raw[start:stop] if (start, stop) != (0, raw.shape[0]) else raw,
-                interactions=interactions,
-                backend=self.backend,
-                check=check_additivity,
-                first_row=start,
-                **extra,
-            )
+            whole = (start, stop) == (0, n)
+            rows = raw if whole else raw[start:stop]
+            y_rows = labels if labels is None or whole else labels[start:stop]
+            return run_request(packed, rows, request, y_rows, start)
 
-        if progress and not is_cupy(raw) and raw.shape[0] > PROGRESS_BATCH_ROWS:
-            out = _in_batches(run, raw.shape[0], packed, interactions)
+        if progress and not is_cupy(raw) and n > PROGRESS_BATCH_ROWS:
+            out = in_batches(run, n, packed, interactions, PROGRESS_BATCH_ROWS)
         else:
-            out = run(0, raw.shape[0])
+            out = run(0, n)
         return out, inp, model
-
-    def _xgboost_layout(self, out: Any, inp: ExplainInput) -> Any:
-        out = out[:, 0] if out.shape[1] == 1 else out
-        return out[0] if inp.one_row else out
-
-    def _layout(self, out: Any, inp: ExplainInput, interactions: bool) -> Any:
-        """``(n, G, F+1[, F+1])`` -> the arrays :meth:`shap_values` /
-        :meth:`shap_interaction_values` return in ``self.layout``."""
-        if self.layout == "xgboost":
-            return self._xgboost_layout(out, inp)
-        values, _ = _shap_layout(out, interactions)
-        return values[0] if inp.one_row else values
 
     def shap_values(
         self,
@@ -595,11 +502,11 @@ class TreeExplainer:
             :attr:`expected_value` (float32, where shap's are float64 but for XGBoost's
             tree-path-dependent values). Same array family as ``X`` (lazy for Dask).
         """
-        _check_approximate(approximate)
+        check_approximate(approximate)
         out, inp, _ = self._compute(
             X, y, False, check_additivity, progress, tree_limit, iteration_range
         )
-        return self._layout(out, inp, False)
+        return layout_values(out, inp.one_row, self.layout, False)
 
     def shap_interaction_values(
         self,
@@ -632,7 +539,7 @@ class TreeExplainer:
         out, inp, _ = self._compute(
             X, y, True, check_additivity, progress, tree_limit, iteration_range
         )
-        return self._layout(out, inp, True)
+        return layout_values(out, inp.one_row, self.layout, True)
 
     def __call__(
         self,
@@ -673,521 +580,16 @@ class TreeExplainer:
         ImportError
             When the ``shap`` package is not installed (Dask input needs it only to compute).
         """
-        _check_approximate(approximate)
+        check_approximate(approximate)
         start = time.perf_counter()
         if not is_dask(X):
-            _import_shap()
+            import_shap()
         out, inp, model = self._compute(
             X, y, interactions, check_additivity, progress, tree_limit, iteration_range
         )
-        names = self._explanation_names(inp, model.packed)
-        values, base = _shap_layout(out, interactions)
-        if is_dask(inp.rows):
-            data = _dask_data(inp.rows, model.packed)
-            return DaskExplanation(values, base, data, names)
-        if is_cupy(values):
-            values, base = values.get(), base.get()
-        data = _explanation_data(inp, model.packed)
-        if inp.one_row:
-            values, base, data = values[0], base[0], data[0]
-        shap = _import_shap()
-        return shap.Explanation(
-            values=values,
-            base_values=base,
-            data=data,
-            feature_names=names,
-            compute_time=time.perf_counter() - start,
-        )
+        names = explanation_names(inp, model.packed, self.data_feature_names)
+        return explanation(out, inp, model.packed, names, interactions, start)
 
     def explain(self, X: Any, y: Any = None, interactions: bool = False, **kwargs: Any) -> Any:
         """Alias of calling the explainer: ``explainer.explain(X)`` is ``explainer(X)``."""
         return self(X, y, interactions, **kwargs)
-
-    # --------------------------------------------------------------------------------------
-    # interactions at scale and the Shapley-Taylor index (tree-path-dependent game)
-    # --------------------------------------------------------------------------------------
-
-    def _path_dependent_input(
-        self, X: Any, what: str, tree_limit: int | None, iteration_range: Any
-    ) -> tuple[ExplainInput, PackedModel]:
-        if self.background is not None:
-            raise ValueError(
-                f"{what} are computed for the tree-path-dependent game only; this explainer "
-                "is interventional (it has background data): build one without data, "
-                "TreeExplainer(model), for them"
-            )
-        inp = _explain_input(X)
-        if not is_dask(inp.rows) and inp.rows.shape[0] == 0:
-            raise ValueError("X has no rows: nothing to explain")  # as shap_values says
-        packed = self._model(tree_limit, iteration_range).packed
-        _check_dmatrix_sentinel(inp, packed)
-        return inp, packed
-
-    def top_interactions(
-        self,
-        X: Any,
-        k: int = 10,
-        *,
-        check_additivity: bool = True,
-        batch_rows: int | None = None,
-        tree_limit: int | None = None,
-        iteration_range: tuple[int, int] | None = None,
-    ) -> tuple[Any, Any]:
-        """The ``k`` strongest feature pairs of every row, without the full interaction matrices.
-
-        For each row (and output group), the feature pairs ``i < j`` (bias excluded) of largest
-        ``|phi_ij|``, ``phi_ij`` being the entry ``[i, j]`` (upper triangle) of
-        :meth:`shap_interaction_values`, with the same bits. Order: ``|phi_ij|`` descending,
-        ties by ``(i, j)`` ascending: exactly what sorting the whole upper triangle gives (a row
-        with fewer than ``k`` non-zero pairs continues with its zero pairs in ``(i, j)`` order).
-        Only pairs that share a tree path can interact: the kernels accumulate those
-        (:mod:`distshap.pair_slots`), never the ``(F+1)**2`` matrix, so memory is the output
-        plus one batch of slot values.
-
-        Parameters
-        ----------
-        X : ndarray, DataFrame, Series, cupy.ndarray, scipy.sparse, xgboost.DMatrix, dask
-            Rows to explain, as for :meth:`shap_values` (one row: no row axis in the output).
-        k : int
-            Pairs per row (and group), ``1 <= k <= F (F - 1) / 2``.
-        check_additivity : bool
-            As for :meth:`shap_interaction_values`: each row's interaction values must sum to
-            its margin.
-        batch_rows : int, optional
-            Rows per kernel batch; the results do not depend on it.
-        tree_limit, iteration_range
-            As for :meth:`shap_values`.
-
-        Returns
-        -------
-        pairs : ndarray
-            int32 ``(n, k, 2)``, or ``(n, G, k, 2)`` for ``G > 1`` groups: feature indices
-            ``(i, j)``.
-        values : ndarray
-            float32 ``(n, k)`` or ``(n, G, k)``: ``phi_ij``. Same array family as ``X``; lazy
-            for Dask input (compute both together: ``dask.compute(pairs, values)``).
-            :func:`distshap.pair_interactions.top_interactions_frame` gives a tidy DataFrame.
-        """
-        from distshap import pair_interactions
-
-        inp, packed = self._path_dependent_input(X, "top interactions", tree_limit,
-                                                 iteration_range)  # fmt: skip
-        pairs, values = pair_interactions.top_interactions(
-            packed, inp.rows, k, self.backend, check_additivity=check_additivity,
-            batch_rows=batch_rows, squeeze=True, client=self.client,
-        )  # fmt: skip
-        if inp.one_row:
-            return pairs[0], values[0]
-        return pairs, values
-
-    def interaction_summary(
-        self,
-        X: Any,
-        signed: bool = False,
-        *,
-        check_additivity: bool = True,
-        batch_rows: int | None = None,
-        split_every: int | None = None,
-        tree_limit: int | None = None,
-        iteration_range: tuple[int, int] | None = None,
-    ) -> Any:
-        """A data-set ranking of interactions: mean ``|phi_ij|`` of every feature pair over the
-        rows of ``X``, in one streaming pass without the full interaction matrices.
-
-        Parameters
-        ----------
-        X : ndarray, DataFrame, cupy.ndarray, scipy.sparse, xgboost.DMatrix, dask
-            ``(n, F)`` rows, at least one.
-        signed : bool
-            Mean ``phi_ij`` instead of mean ``|phi_ij|``.
-        check_additivity, batch_rows, tree_limit, iteration_range
-            As for :meth:`top_interactions`.
-        split_every : int, optional
-            Fan-in of the Dask tree reduction (the result does not depend on it).
-
-        Returns
-        -------
-        ndarray
-            float64 ``(F+1, F+1)``, or ``(G, F+1, F+1)`` for ``G > 1`` groups: ``[i, j]`` and
-            ``[j, i]`` the mean of ``|phi_ij|`` (``signed``: of ``phi_ij``) over the rows, the
-            diagonal likewise of ``phi_ii``, ``[F, F]`` the bias, the rest of the bias row and
-            column 0: the mean of :meth:`shap_interaction_values` (absolute values unless
-            ``signed``). Values are summed as exact integers, so the bits do not depend on
-            batches, Dask chunks, the reduction tree or the number of GPUs (they do on the
-            backend). For Dask input, a lazy one-chunk Dask array.
-            :func:`distshap.pair_interactions.top_pairs` lists its strongest pairs and
-            :func:`distshap.plots.interaction_heatmap` draws them.
-        """
-        from distshap import pair_interactions
-
-        inp, packed = self._path_dependent_input(X, "interaction summaries", tree_limit,
-                                                 iteration_range)  # fmt: skip
-        return pair_interactions.interaction_summary(
-            packed, inp.rows, signed, self.backend, check_additivity=check_additivity,
-            batch_rows=batch_rows, squeeze=True, client=self.client, split_every=split_every,
-        )  # fmt: skip
-
-    def shap_taylor_interaction_values(
-        self,
-        X: Any,
-        *,
-        check_additivity: bool = True,
-        tree_limit: int | None = None,
-        iteration_range: tuple[int, int] | None = None,
-    ) -> Any:
-        """Shapley-Taylor interaction index of order 2 (Sundararajan, Dhamdhere & Agarwal 2020),
-        exact, in XGBoost's ``pred_interactions`` layout.
-
-        Like SHAP interaction values, it splits each prediction (margin) into main effects and
-        pairwise interactions that add up to it, under other axioms: a feature's main effect is
-        its effect alone, ``v({i}) - v(∅)`` (the discrete derivative at the empty set), and a
-        pair's index is its discrete second derivative averaged over the features that come
-        before the first of the two in a random order, ``I_ij = (2 / n) sum_{T ⊆ N \\ {i, j}}
-        delta_ij(T) / C(n - 1, |T|)``. The game is the path-dependent (cover-weighted) one
-        TreeSHAP explains; features a tree does not split on drop out. Computed per path with
-        Gauss-Legendre quadrature, exact (:mod:`distshap.kernels.taylor_cpu` derives it).
-
-        Parameters
-        ----------
-        X
-            In-memory rows, as for :meth:`shap_values` (Dask collections: not offered).
-        check_additivity : bool
-            Check that every row's entries sum to its margin (efficiency), raising
-            ``AdditivityError`` otherwise.
-        tree_limit, iteration_range
-            As for :meth:`shap_values`.
-
-        Returns
-        -------
-        ndarray
-            float32 ``(n, F + 1, F + 1)``, or ``(n, G, F + 1, F + 1)`` for ``G > 1`` groups:
-            main effects on the diagonal, each pair's index split equally between ``[i, j]``
-            and ``[j, i]``, the expected value (base score included) at ``[F, F]``, zeros
-            elsewhere in the bias row and column. Unlike :meth:`shap_interaction_values`, row
-            ``i`` does not sum to the SHAP value of feature ``i``; the whole matrix sums to the
-            margin. CuPy for CuPy input.
-        """
-        from distshap.taylor import shap_taylor_values
-
-        inp, packed = self._path_dependent_input(X, "Shapley-Taylor values", tree_limit,
-                                                 iteration_range)  # fmt: skip
-        if is_dask(inp.rows):
-            raise TypeError(
-                "shap_taylor_interaction_values takes in-memory rows (NumPy, pandas, CuPy, "
-                "scipy.sparse): compute the Dask collection first, or map it block by block"
-            )
-        raw = model_matrix(inp.rows, packed)
-        _check_output_fits(raw.shape[0], packed, True)
-        out = shap_taylor_values(packed, raw, self.backend, check=check_additivity)
-        return self._xgboost_layout(out, inp)
-
-    def _explanation_names(self, inp: ExplainInput, packed: PackedModel) -> list[str] | None:
-        """shap's feature names: the input's columns, else the background frame's; then the
-        model's own names (where shap sets none)."""
-        F = packed.num_features
-        if inp.columns is not None:
-            if is_frame(inp.rows):
-                cols = select_model_columns(
-                    inp.rows, F, packed.feature_names, packed.encoding.name_style
-                )
-                return [str(c) for c in cols]
-            if len(inp.columns) == F:
-                return list(inp.columns)
-        if self.data_feature_names is not None:
-            return list(self.data_feature_names)
-        if packed.feature_names is not None and len(packed.feature_names) == F:
-            return list(packed.feature_names)
-        return None
-
-
-class DaskExplanation:
-    """The lazy ``explainer(X)`` of a Dask collection: shap's fields as Dask arrays.
-
-    ``shap.Explanation`` holds NumPy arrays (its slicing and plots index them eagerly), so a
-    Dask input's explanation stays this light container until it is computed.
-
-    Attributes
-    ----------
-    values, base_values, data : dask.array.Array
-        shap's layouts (see :meth:`TreeExplainer.__call__`).
-    feature_names : list of str or None
-    output_names : None
-        Unset, as shap's TreeExplainer leaves them (``shap.Explanation`` names multiple
-        outputs ``"Output 0"``, ... itself).
-    """
-
-    def __init__(self, values: Any, base_values: Any, data: Any, feature_names: Any) -> None:
-        self.values = values
-        self.base_values = base_values
-        self.data = data
-        self.feature_names = feature_names
-        self.output_names = None
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self.values.shape)
-
-    def compute(self, **kwargs: Any) -> Any:
-        """Compute the arrays (``dask.compute(**kwargs)``) -> a ``shap.Explanation``."""
-        import dask
-
-        shap = _import_shap()
-        values, base, data = dask.compute(self.values, self.base_values, self.data, **kwargs)
-        values, base, data = (_host(a) for a in (values, base, data))
-        return shap.Explanation(
-            values=values, base_values=base, data=data, feature_names=self.feature_names
-        )
-
-    def persist(self, **kwargs: Any) -> DaskExplanation:
-        """The same explanation with its arrays persisted (``dask.persist(**kwargs)``)."""
-        import dask
-
-        values, base, data = dask.persist(self.values, self.base_values, self.data, **kwargs)
-        return DaskExplanation(values, base, data, self.feature_names)
-
-    def __repr__(self) -> str:
-        return f"DaskExplanation(values={self.values!r})"
-
-
-# ------------------------------------------------------------------------------------------
-# helpers
-# ------------------------------------------------------------------------------------------
-
-
-def _host(a: Any) -> np.ndarray:
-    return a.get() if is_cupy(a) else np.asarray(a)
-
-
-def _check_model_output(model_output: Any) -> None:
-    if isinstance(model_output, str) and model_output in MODEL_OUTPUTS:
-        return
-    hint = ""
-    if model_output in ("predict_proba", "predict"):
-        hint = (
-            ": for a binary classifier's predict_proba use 'probability' (with background "
-            "data), for predict 'raw'"
-        )
-    raise ValueError(
-        f"model_output={model_output!r} is not one distshap explains; use one of "
-        f"{', '.join(map(repr, MODEL_OUTPUTS))}{hint}"
-    )
-
-
-def _check_layout(layout: Any) -> None:
-    if not (isinstance(layout, str) and layout in LAYOUTS):
-        raise ValueError(
-            f"layout={layout!r}: use 'shap' (shap_values as shap returns them: (n, F), "
-            "(n, F, G)) or 'xgboost' (XGBoost's pred_contribs: (n, F+1), (n, G, F+1), bias last)"
-        )
-
-
-def _check_ignored_arguments(approximate: Any, link: Any, linearize_link: Any) -> None:
-    """shap's constructor takes ``approximate``, ``link`` and ``linearize_link`` and ignores
-    them; so does distshap, with a warning where they ask for something it does not do."""
-    if approximate is not _UNSET:
-        warnings.warn(
-            "TreeExplainer(approximate=...) is ignored (shap deprecated and ignores it too): "
-            "values are exact; shap's approximation was an argument of shap_values",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-    identity = link is None or link == "identity" or getattr(link, "__name__", "") == "identity"
-    if not identity or not isinstance(linearize_link, (bool, type(None))):
-        warnings.warn(
-            f"TreeExplainer(link={link!r}) is ignored, as shap's TreeExplainer ignores it: "
-            "values explain model_output; for probabilities use model_output='probability' "
-            "with background data",
-            UserWarning,
-            stacklevel=3,
-        )
-
-
-def _check_feature_names(names: Any, num_features: int) -> tuple[str, ...] | None:
-    """shap's ``feature_names``: ``F`` names, or ``None``."""
-    if names is None:
-        return None
-    if isinstance(names, (str, bytes)) or not hasattr(names, "__len__"):
-        raise TypeError(
-            f"feature_names={names!r}: pass a list of {num_features} names, one per feature "
-            "(distshap's own options, backend=... and others, are keyword-only)"
-        )
-    names = tuple(str(n) for n in names)
-    if len(names) != num_features:
-        raise ValueError(
-            f"feature_names has {len(names)} names but the model has {num_features} features: "
-            "pass one name per feature"
-        )
-    return names
-
-
-def _is_catboost_pool(X: Any) -> bool:
-    return type(X).__module__.split(".")[0] == "catboost" and type(X).__name__ == "Pool"
-
-
-def _pool_rows(X: Any) -> tuple[Any, np.ndarray | None]:
-    """A ``catboost.Pool`` (as shap takes it for CatBoost models) -> its rows and labels;
-    anything else -> itself and ``None``."""
-    if not _is_catboost_pool(X):
-        return X, None
-    special = [getattr(X, f"get_{kind}_feature_indices")() for kind in ("cat", "text", "embedding")]
-    if any(len(s) for s in special):
-        raise TypeError(
-            "X is a catboost.Pool with categorical, text or embedding features, whose values "
-            "it does not give back: pass the DataFrame (or array) the Pool was built from"
-        )
-    values = np.asarray(X.get_features(), dtype=np.float32)
-    names = [str(n) for n in X.get_feature_names()]
-    labels = None
-    if X.has_label():
-        labels = np.asarray(X.get_label(), dtype=np.float64).ravel()
-    if any(names) and len(set(names)) == len(names):
-        import pandas as pd
-
-        return pd.DataFrame(values, columns=names), labels
-    return values, labels
-
-
-def _explain_input(X: Any) -> ExplainInput:
-    """:func:`~distshap.inputs.explain_input`, taking a ``catboost.Pool`` too."""
-    rows, labels = _pool_rows(X)
-    inp = explain_input(rows)
-    if labels is not None and labels.size == inp.rows.shape[0]:
-        inp = replace(inp, labels=labels)
-    return inp
-
-
-def _check_dmatrix_sentinel(inp: ExplainInput, packed: PackedModel) -> None:
-    """A DMatrix that stores the model's missing-value sentinel as a value: XGBoost predicts
-    with it as a number, the model's encoding would read it as missing; refuse, saying why."""
-    sentinel = packed.encoding.missing_value
-    if inp.stored is None or np.isnan(sentinel):
-        return
-    if np.any(inp.stored == np.float32(sentinel)):
-        raise ValueError(
-            f"the DMatrix stores the value {sentinel} as a number, which this model reads as "
-            f"missing (missing={sentinel}), while XGBoost's predict on that DMatrix reads it as "
-            f"a value: build the DMatrix with missing={sentinel}, or pass the array itself"
-        )
-
-
-def _lightgbm_tree_limit(ensemble: Ensemble, tree_limit: int) -> tuple[int, int]:
-    """shap's ``tree_limit`` of a LightGBM model: boosting rounds (shap hands it to LightGBM's
-    ``predict(num_iteration=...)``), ``-1`` for all."""
-    if isinstance(tree_limit, (int, np.integer)) and not isinstance(tree_limit, bool):
-        if tree_limit == -1:
-            return resolve_iteration_range(ensemble, (0, 0))
-    try:
-        return resolve_iteration_range(ensemble, (0, tree_limit))
-    except (TypeError, ValueError) as err:
-        raise type(err)(
-            f"tree_limit={tree_limit!r}: for a LightGBM model it counts boosting rounds, as "
-            f"LightGBM's num_iteration does in shap ({err})"
-        ) from None
-
-
-def _check_approximate(approximate: bool) -> None:
-    if approximate:
-        raise ValueError(
-            "approximate=True (shap's Saabas approximation) is not offered: distshap computes "
-            "exact values, fast; drop approximate"
-        )
-
-
-def _import_shap() -> Any:
-    try:
-        import shap
-    except ImportError as err:
-        raise ImportError(
-            "calling a TreeExplainer returns a shap.Explanation and needs the shap package: "
-            "`pip install shap`, or use explainer.shap_values(X) for a plain array"
-        ) from err
-    return shap
-
-
-def _shap_layout(out: Any, interactions: bool) -> tuple[Any, Any]:
-    """``(n, G, F+1[, F+1])`` -> shap's ``values`` and ``base_values`` (NumPy, CuPy or Dask)."""
-    F = out.shape[2] - 1
-    groups = out.shape[1]
-    if interactions:
-        base = out[:, :, F, F]
-        values = out[:, :, :F, :F]
-        # shap's XGBoost layout: [n, j, i, g] = pred_interactions[n, g, i, j]
-        values = values[:, 0] if groups == 1 else values.swapaxes(1, 3)
-    else:
-        base = out[:, :, F]
-        values = out[:, :, :F]
-        values = values[:, 0] if groups == 1 else values.transpose(0, 2, 1)
-    base = base[:, 0] if groups == 1 else base
-    if not is_dask(values):
-        xp = np if not is_cupy(values) else __import__("cupy")
-        values = xp.ascontiguousarray(values)
-        base = xp.ascontiguousarray(base, dtype=xp.float64)
-    else:
-        base = base.astype(np.float64)
-    return values, base
-
-
-def _explanation_data(inp: ExplainInput, packed: PackedModel) -> np.ndarray:
-    """``Explanation.data``: the input's own values where it is plain numbers, else the values
-    the model reads (category codes; NaN for missing, sparse and DMatrix inputs)."""
-    rows = inp.rows
-    if isinstance(rows, np.ndarray) and rows.dtype.kind in "biuf":
-        return rows
-    if is_frame(rows):
-        cols = select_model_columns(
-            rows, packed.num_features, packed.feature_names, packed.encoding.name_style
-        )
-        frame = rows[cols]
-        from pandas.api.types import is_bool_dtype, is_numeric_dtype
-
-        if all(is_numeric_dtype(t) and not is_bool_dtype(t) for t in frame.dtypes):
-            values = frame.to_numpy()
-            if values.dtype.kind in "biuf":
-                return values
-    raw = model_matrix(rows, packed)
-    return raw.get() if is_cupy(raw) else np.asarray(raw)
-
-
-def _frame_block_values(partition: Any, packed: Any) -> Any:
-    """A Dask DataFrame partition -> the model's values of its rows (on a worker)."""
-    return model_matrix(partition, packed, allow_empty=True)
-
-
-def _dask_data(X: Any, packed: PackedModel) -> Any:
-    """The lazy ``data`` of a Dask input: an array as given, a frame's model values."""
-    import dask.array as da
-
-    if isinstance(X, da.Array):
-        return X
-    cols = select_model_columns(
-        X, packed.num_features, packed.feature_names, packed.encoding.name_style
-    )
-    meta = np.empty((0, packed.num_features), dtype=packed.encoding.input_dtype)
-    return X[cols].map_partitions(_frame_block_values, packed, meta=meta, enforce_metadata=False)
-
-
-def _in_batches(run: Any, n: int, packed: PackedModel, interactions: bool) -> np.ndarray:
-    """``run(start, stop)`` over row batches into one output, with a progress bar."""
-    width = packed.num_features + 1
-    shape = (n, packed.num_groups, width) + ((width,) if interactions else ())
-    out = np.empty(shape, dtype=np.float32)
-    bar = _progress_bar(n, "interaction values" if interactions else "SHAP values")
-    try:
-        for start in range(0, n, PROGRESS_BATCH_ROWS):
-            stop = min(start + PROGRESS_BATCH_ROWS, n)
-            out[start:stop] = run(start, stop)
-            if bar is not None:
-                bar.update(stop - start)
-    finally:
-        if bar is not None:
-            bar.close()
-    return out
-
-
-def _progress_bar(total: int, desc: str) -> Any:
-    """A ``tqdm`` bar over rows, or ``None`` when tqdm is not installed."""
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc=desc, unit="rows", unit_scale=True, leave=False)

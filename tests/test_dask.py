@@ -17,6 +17,8 @@ import pandas as pd
 import pytest
 
 import distshap.cluster.dask_explain as dx
+import distshap.cluster.graph as graph
+import distshap.cluster.shipping as shipping
 from distshap import TreeExplainer, kernels
 from distshap.cluster import (
     ClusterError,
@@ -333,16 +335,16 @@ def test_lazy_and_model_sent_once(client, regression, data, monkeypatch):
     second = explain_dask(regression, X, backend="cpu", client=client)
     third = explain_dask(regression, X, interactions=True, backend="cpu", client=client)
     assert kernel_blocks == []  # lazy: nothing ran yet
-    assert submitted == [dx._unpickle_model]  # the model, once
+    assert submitted == [shipping._unpickle_model]  # the model, once
     assert len({first.name, second.name, third.name}) == 3  # no reuse of a persisted result
     expected = first.compute()
     np.testing.assert_array_equal(expected, second.compute())
     assert len(kernel_blocks) == 2 * X.numblocks[0]  # the second compute ran the kernels again
     third.compute()
-    assert submitted == [dx._unpickle_model]
+    assert submitted == [shipping._unpickle_model]
     future = model_future(client, regression)
     assert future.status == "finished"
-    assert dx._MODEL_FUTURES[client] == {regression.digest: future}
+    assert shipping._MODEL_FUTURES[client] == {regression.digest: future}
     # a task the scheduler can run again (scattered data has nothing to rerun)
     key = future.key
     assert client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.tasks[key].run_spec)
@@ -469,7 +471,7 @@ def _shares(pieces, sizes):
 )
 def test_balance_plan_gives_equal_shares_moving_least(sizes, holders):
     workers = sorted(set(holders) | {"a", "b"})
-    pieces = dx.balance_plan(sizes, [[h] for h in holders], workers, min_piece=1)
+    pieces = graph.balance_plan(sizes, [[h] for h in holders], workers, min_piece=1)
     shares = _shares(pieces, sizes)
     assert max(shares.values()) - min(shares.values()) <= 1
     assert sum(shares.values()) == sum(sizes)
@@ -480,15 +482,15 @@ def test_balance_plan_gives_equal_shares_moving_least(sizes, holders):
 
 def test_balance_plan_keeps_small_surplus_and_uses_replicas():
     # a surplus under min_piece stays: no task for a handful of rows
-    pieces = dx.balance_plan([100, 104], [["a"], ["a"]], ["a", "b"], min_piece=10)
+    pieces = graph.balance_plan([100, 104], [["a"], ["a"]], ["a", "b"], min_piece=10)
     assert _shares(pieces, [100, 104]) == {"a": 102, "b": 102}
-    pieces = dx.balance_plan([100, 104], [["a"], ["b"]], ["a", "b"], min_piece=10)
+    pieces = graph.balance_plan([100, 104], [["a"], ["b"]], ["a", "b"], min_piece=10)
     assert pieces == [(0, 0, 100, "a"), (1, 0, 104, "b")]
     # a chunk held by both counts for the worker with room: nothing moves
-    pieces = dx.balance_plan([50, 50, 50, 50], [["a"], ["a"], ["a", "b"], ["a", "b"]], ["a", "b"])
+    pieces = graph.balance_plan([50, 50, 50, 50], [["a"], ["a"], ["a", "b"], ["a", "b"]], ["a", "b"])
     assert [w for *_, w in pieces] == ["a", "a", "b", "b"]
     with pytest.raises(ValueError, match="at least one worker"):
-        dx.balance_plan([1], [["a"]], [])
+        graph.balance_plan([1], [["a"]], [])
 
 
 def _kernel_tasks(task_stream) -> dict:
@@ -532,7 +534,7 @@ def test_uneven_placement_spreads_rows_and_keeps_bits(client, regression, data, 
     per_worker = _kernel_tasks(stream)
     assert sorted(per_worker) == workers and set(per_worker.values()) == {3}, per_worker
     model_key = model_future(client, regression).key  # one model copy held on each worker
-    assert sorted(w for k, w in dx._WORKER_COPIES[client] if k == model_key) == workers
+    assert sorted(w for k, w in shipping._WORKER_COPIES[client] if k == model_key) == workers
     # the same without balancing: still the same bits
     unbalanced = explain_dask(regression, X, interactions, "cpu", client=client, balance=False)
     np.testing.assert_array_equal(unbalanced.compute(), out)

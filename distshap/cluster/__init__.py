@@ -5,14 +5,9 @@ row chunk; they never re-implement them. Importing this package imports neither 
 dask-cuda.
 """
 
-from distshap.cluster.dask_explain import (
-    clear_model_cache,
-    compute,
-    explain_dask,
-    model_future,
-    warm_up,
-)
+from distshap.cluster.dask_explain import compute, explain_dask, warm_up
 from distshap.cluster.local import ClusterError, count_gpus, start_cluster
+from distshap.cluster.shipping import clear_model_cache, model_future
 
 __all__ = [
     "ClusterError",

@@ -23,13 +23,9 @@ import dask.array as da
 import numpy as np
 from dask.array.utils import meta_from_array
 
-from distshap.cluster.dask_explain import (
-    _check_backend,
-    _get_client,
-    _map_rows,
-    _rows_array,
-    model_future,
-)
+from distshap.cluster.dask_explain import _check_backend, _rows_array
+from distshap.cluster.graph import map_rows as _map_rows
+from distshap.cluster.shipping import _get_client, model_future
 from distshap.inputs import is_cupy
 from distshap.pair_interactions import (
     _check_k,

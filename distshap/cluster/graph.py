@@ -1,0 +1,251 @@
+"""Row chunks over workers: the balance plan and the graph every Dask result is built from.
+
+:func:`map_rows` runs a block function over the row chunks of a Dask array: one ``map_blocks``,
+or, for rows already in the cluster's memory, the pieces of :func:`balance_plan`, which give
+every worker an equal share whatever the chunks' placement (only surplus rows travel). Every
+task runs inside the configuration the client had when the graph was built
+(:func:`distshap.plan.config.get_config`, applied with ``config_context`` on the worker), so a
+setting changed on the client changes the workers' computation.
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import dask.array as da
+import numpy as np
+
+from distshap.cluster.shipping import _identity, worker_copy
+from distshap.plan.config import Config, config_context, get_config
+
+__all__ = ["InConfig", "balance_plan", "map_rows"]
+
+
+class InConfig:
+    """``func`` run inside ``config`` (a picklable task function; keeps ``func``'s signature,
+    so Dask passes ``block_info`` where ``func`` takes it)."""
+
+    def __init__(self, func: Any, config: Config) -> None:
+        self.func = func
+        self.config = config
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return inspect.signature(self.func)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with config_context(self.config):
+            return self.func(*args, **kwargs)
+
+
+def balance_plan(
+    sizes: Sequence[int],
+    holders: Sequence[Sequence[str]],
+    workers: Sequence[str],
+    min_piece: int | None = None,
+) -> list[tuple[int, int, int, str]]:
+    """Row pieces that give every worker an equal share of the rows, moving as few as possible.
+
+    Each worker keeps its own chunks (in row order) up to its share; the rows beyond go, in
+    pieces, to the workers with the largest shortfall. A surplus smaller than ``min_piece``
+    rows stays where it is (a tiny task costs more than the imbalance it removes).
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        Rows of each chunk, in row order.
+    holders : sequence of sequence of str
+        Workers holding each chunk (a replicated chunk counts for the one with most room).
+    workers : sequence of str
+        The workers to share the rows between (equal shares: one worker per GPU).
+    min_piece : int, optional
+        Default ``total // (64 * len(workers))`` (at most ~1.6% of a share left uneven).
+
+    Returns
+    -------
+    list of (chunk, start, stop, worker)
+        In row order; ``start:stop`` are rows of chunk ``chunk``. A piece on a worker that does
+        not hold its chunk is a move. Empty chunks stay as empty pieces.
+    """
+    workers = sorted(workers)
+    if not workers:
+        raise ValueError("balance_plan needs at least one worker")
+    total = int(sum(sizes))
+    base, extra = divmod(total, len(workers))
+    quota = {w: base + (k < extra) for k, w in enumerate(workers)}
+    load = dict.fromkeys(workers, 0)
+    if min_piece is None:
+        min_piece = max(1, total // (64 * len(workers)))
+    kept = []
+    for size, chunk_holders in zip(sizes, holders, strict=True):
+        owner = min(chunk_holders, key=lambda w: (load[w] - quota[w], w))
+        keep = min(size, max(0, quota[owner] - load[owner]))
+        if size - keep < min_piece:
+            keep = size
+        kept.append((owner, keep))
+        load[owner] += keep
+
+    def short(k: int) -> int:
+        return quota[workers[k]] - load[workers[k]]
+
+    pieces = []
+    for chunk, (size, (owner, keep)) in enumerate(zip(sizes, kept, strict=True)):
+        if keep or size == 0:
+            pieces.append((chunk, 0, keep, owner))
+        start = keep
+        while start < size:
+            # the largest shortfall; ties to the first worker in sorted order
+            receiver = workers[max(range(len(workers)), key=lambda k: (short(k), -k))]
+            room = quota[receiver] - load[receiver]
+            take = size - start if room <= 0 else min(size - start, room)
+            if size - start - take < min_piece:
+                take = size - start
+            pieces.append((chunk, start, start + take, receiver))
+            load[receiver] += take
+            start += take
+    return pieces
+
+
+def _chunk_holders(client: Any, X: da.Array) -> list[list[str]] | None:
+    """Workers holding each row chunk of ``X`` (one column chunk); None unless all are held."""
+    keys = [(X.name, i, 0) for i in range(X.numblocks[0])]
+    try:
+        who_has = client.sync(client.scheduler.who_has, keys=keys)
+    except Exception:  # an older or foreign scheduler: no placement to correct
+        return None
+    holders = [sorted(who_has.get(key) or ()) for key in keys]
+    return holders if all(holders) else None
+
+
+def _rows_slice(block: Any, start: int, stop: int) -> Any:
+    return block[start:stop]
+
+
+def _planned_pieces(client: Any, X: da.Array, max_rows: int | None) -> list | None:
+    """``X`` (persisted) -> pieces ``(source, start, stop, worker, chunk, lo, hi)``, row order.
+
+    A piece is rows ``lo:hi`` of chunk ``chunk`` of ``X``, run on ``worker``. ``source`` is
+    what it reads: ``X``'s chunk key, or the Future of those rows copied to ``worker`` by the
+    moves submitted here (only the surplus rows travel, sliced on their holder);
+    ``start:stop`` are the rows to take of ``source`` (``None``: all of it). Pieces hold at
+    most ``max_rows`` rows. None when ``X``'s placement is unknown (not every chunk in
+    memory) or a single worker runs all.
+    """
+    workers = sorted(client.ncores())
+    holders = _chunk_holders(client, X) if len(workers) > 1 else None
+    if holders is None or any(h not in workers for hs in holders for h in hs):
+        return None
+    from distributed import Future
+
+    pieces = []
+    for chunk, a, b, worker in balance_plan(X.chunks[0], holders, workers):
+        step = b - a if max_rows is None else max_rows
+        cuts = list(range(a, b, max(1, step))) + [b] if b > a else [a, b]
+        for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+            if worker in holders[chunk]:
+                whole = lo == 0 and hi == X.chunks[0][chunk]
+                bounds = (None, None) if whole else (lo, hi)
+                pieces.append(((X.name, chunk, 0), *bounds, worker, chunk, lo, hi))
+                continue
+            # a move: slice the rows where the chunk is, copy only them to ``worker`` now
+            part = client.submit(
+                _rows_slice, Future((X.name, chunk, 0), client), lo, hi,
+                workers=holders[chunk][:1], allow_other_workers=True, pure=False,
+                key=f"distshap-rows-{uuid.uuid4().hex}",
+            )  # fmt: skip
+            moved = client.submit(
+                _identity, part, workers=[worker], allow_other_workers=True, pure=False,
+                key=f"distshap-moved-rows-{uuid.uuid4().hex}",
+            )  # fmt: skip
+            pieces.append((moved, None, None, worker, chunk, lo, hi))
+    return pieces
+
+
+def _piece_values(
+    func: Any, source: Any, start: int | None, stop: int | None, labels: Any, *args: Any
+) -> Any:
+    """One planned piece: its rows of ``source`` (``labels``: theirs, or None) -> ``func``."""
+    if start is not None:
+        source = source[start:stop]
+    *args, row_offset = args
+    if labels is not None:
+        return func(source, *args, labels, row_offset=row_offset)
+    return func(source, *args, row_offset=row_offset)
+
+
+def map_rows(
+    client: Any,
+    X: da.Array,
+    func: Any,
+    args: tuple,
+    tail_chunks: tuple,
+    new_axis: list[int],
+    dtype: Any,
+    meta: Any,
+    name: str,
+    balance: bool,
+    labels: da.Array | None = None,
+    split_rows: Any = None,
+    per_chunk: tuple | None = None,
+) -> da.Array:
+    """``func(block, *args[, labels], row_offset=...)`` over the row chunks of ``X``, lazily.
+
+    With ``balance`` and ``X`` persisted, the rows run in the pieces of
+    :func:`_planned_pieces`, each task reading the :func:`worker_copy` of every Future in
+    ``args`` on its piece's worker, so that all its inputs sit on one worker (one hand-built
+    graph layer: no alias tasks in front of the kernels, so the scheduler sees each worker's
+    whole queue at once and has nothing to steal). The output is merged back to ``X``'s row
+    chunks (``split_rows(X)``'s when given: a function that splits row chunks, e.g. for output
+    size limits). ``per_chunk``: output chunks of one task instead of its rows (e.g. ``(1,)``
+    for a partial sum per task; no merge then). Otherwise one ``map_blocks`` over ``X``.
+    Every task runs ``func`` inside the configuration in force here (:class:`InConfig`).
+    """
+    from distributed import Future
+
+    func = InConfig(func, get_config())
+
+    target = X if split_rows is None else split_rows(X)
+    max_rows = None if split_rows is None else max(target.chunks[0], default=None)
+    pieces = _planned_pieces(client, X, max_rows) if balance else None
+    if pieces is None:
+        extra = () if labels is None else (labels.rechunk({0: target.chunks[0]}),)
+        lead = per_chunk * target.numblocks[0] if per_chunk else target.chunks[0]
+        return da.map_blocks(
+            func, target, *args, *extra, chunks=(lead,) + tail_chunks, new_axis=new_axis,
+            dtype=dtype, meta=meta, name=name,
+        )  # fmt: skip
+    from dask.highlevelgraph import HighLevelGraph
+    from dask.utils import apply
+
+    starts = np.cumsum((0,) + X.chunks[0])
+    dsk: dict = {}
+    tail_index = (0,) * len(tail_chunks)
+    for p, (source, start, stop, worker, chunk, lo, hi) in enumerate(pieces):
+        copies = []
+        for arg in args:
+            if isinstance(arg, Future):
+                arg = worker_copy(client, arg, worker)
+                dsk[arg.key] = arg
+                arg = arg.key
+            copies.append(arg)
+        if isinstance(source, Future):
+            dsk[source.key] = source
+            source = source.key
+        label_rows = None
+        if labels is not None:
+            label_rows = (_rows_slice, (labels.name, chunk, 0), lo, hi)
+        first = int(starts[chunk]) + lo
+        dsk[(name, p) + tail_index] = (
+            apply, _piece_values, [func, source, start, stop, label_rows, *copies, first]
+        )  # fmt: skip
+    sizes = tuple(hi - lo for *_, lo, hi in pieces)
+    lead = per_chunk * len(pieces) if per_chunk else sizes
+    deps = [X] if labels is None else [X, labels]
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=deps)
+    out = da.Array(graph, name, (lead,) + tail_chunks, meta=meta)
+    if per_chunk is None and sizes != target.chunks[0]:
+        out = out.rechunk({0: target.chunks[0]})
+    return out

@@ -1,0 +1,279 @@
+"""What the explainer returns: output layouts, ``shap.Explanation`` and its lazy Dask twin.
+
+The kernels give ``(n, G, F+1)`` / ``(n, G, F+1, F+1)`` (XGBoost's ``pred_contribs`` /
+``pred_interactions`` with the groups axis kept). Here they become XGBoost's layout (groups axis
+dropped for one group, row axis for one row), shap's (no bias column, groups last), or a
+``shap.Explanation`` (:class:`DaskExplanation` for Dask input) with shap's feature names and
+``data``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from distshap.inputs import (
+    ExplainInput,
+    is_cupy,
+    is_dask,
+    is_frame,
+    model_matrix,
+    select_model_columns,
+)
+
+__all__ = [
+    "DEFAULT_LAYOUT",
+    "LAYOUTS",
+    "DaskExplanation",
+    "check_layout",
+    "check_output_fits",
+    "explanation",
+    "explanation_names",
+    "import_shap",
+    "in_batches",
+    "layout_values",
+    "shap_layout",
+]
+
+#: Layouts of :meth:`~distshap.TreeExplainer.shap_values` and
+#: :meth:`~distshap.TreeExplainer.shap_interaction_values`: ``"xgboost"`` (``pred_contribs``:
+#: bias last, groups before features) or ``"shap"`` (shap's ``shap_values``: no bias column,
+#: groups last).
+LAYOUTS = ("xgboost", "shap")
+#: The layout a TreeExplainer gets when none is given.
+DEFAULT_LAYOUT = "xgboost"
+
+
+def layout_values(out: Any, one_row: bool, layout: str, interactions: bool) -> Any:
+    """``(n, G, F+1[, F+1])`` -> the arrays ``shap_values`` / ``shap_interaction_values``
+    return in ``layout``."""
+    if layout == "xgboost":
+        out = out[:, 0] if out.shape[1] == 1 else out
+        return out[0] if one_row else out
+    values, _ = shap_layout(out, interactions)
+    return values[0] if one_row else values
+
+
+def explanation(
+    out: Any, inp: ExplainInput, packed: Any, names: Any, interactions: bool, start: float
+) -> Any:
+    """Values ``(n, G, F+1[, F+1])`` -> a ``shap.Explanation`` in shap's layouts (a
+    :class:`DaskExplanation` for Dask input); ``start``: ``time.perf_counter()`` of the call."""
+    values, base = shap_layout(out, interactions)
+    if is_dask(inp.rows):
+        return DaskExplanation(values, base, dask_data(inp.rows, packed), names)
+    if is_cupy(values):
+        values, base = values.get(), base.get()
+    data = explanation_data(inp, packed)
+    if inp.one_row:
+        values, base, data = values[0], base[0], data[0]
+    shap = import_shap()
+    return shap.Explanation(
+        values=values,
+        base_values=base,
+        data=data,
+        feature_names=names,
+        compute_time=time.perf_counter() - start,
+    )
+
+
+def explanation_names(inp: ExplainInput, packed: Any, data_names: Any) -> list[str] | None:
+    """shap's feature names: the input's columns, else the background frame's (or the user's,
+    ``data_names``); then the model's own names (where shap sets none)."""
+    F = packed.num_features
+    if inp.columns is not None:
+        if is_frame(inp.rows):
+            cols = select_model_columns(
+                inp.rows, F, packed.feature_names, packed.encoding.name_style
+            )
+            return [str(c) for c in cols]
+        if len(inp.columns) == F:
+            return list(inp.columns)
+    if data_names is not None:
+        return list(data_names)
+    if packed.feature_names is not None and len(packed.feature_names) == F:
+        return list(packed.feature_names)
+    return None
+
+
+def check_layout(layout: Any) -> None:
+    if not (isinstance(layout, str) and layout in LAYOUTS):
+        raise ValueError(
+            f"layout={layout!r}: use 'shap' (shap_values as shap returns them: (n, F), "
+            "(n, F, G)) or 'xgboost' (XGBoost's pred_contribs: (n, F+1), (n, G, F+1), bias last)"
+        )
+
+
+def check_output_fits(n_rows: int, packed: Any, interactions: bool) -> None:
+    """Refuse an in-memory result larger than half of this machine's memory, with a way out."""
+    width = packed.num_features + 1
+    per_row = packed.num_groups * width * (width if interactions else 1) * 4
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not available on this platform
+        return
+    if n_rows * per_row > memory // 2:
+        what = "interaction values" if interactions else "SHAP values"
+        raise ValueError(
+            f"{what} of {n_rows:,} rows need {n_rows * per_row / 2**30:.1f} GiB "
+            f"({per_row:,} bytes a row), more than half of this machine's "
+            f"{memory / 2**30:.0f} GiB: explain fewer rows at a time, or a Dask array "
+            "(distshap.start_cluster) and write the result with .to_zarr(...)"
+        )
+
+
+class DaskExplanation:
+    """The lazy ``explainer(X)`` of a Dask collection: shap's fields as Dask arrays.
+
+    ``shap.Explanation`` holds NumPy arrays (its slicing and plots index them eagerly), so a
+    Dask input's explanation stays this light container until it is computed.
+
+    Attributes
+    ----------
+    values, base_values, data : dask.array.Array
+        shap's layouts (see :meth:`TreeExplainer.__call__`).
+    feature_names : list of str or None
+    output_names : None
+        Unset, as shap's TreeExplainer leaves them (``shap.Explanation`` names multiple
+        outputs ``"Output 0"``, ... itself).
+    """
+
+    def __init__(self, values: Any, base_values: Any, data: Any, feature_names: Any) -> None:
+        self.values = values
+        self.base_values = base_values
+        self.data = data
+        self.feature_names = feature_names
+        self.output_names = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.values.shape)
+
+    def compute(self, **kwargs: Any) -> Any:
+        """Compute the arrays (``dask.compute(**kwargs)``) -> a ``shap.Explanation``."""
+        import dask
+
+        shap = import_shap()
+        values, base, data = dask.compute(self.values, self.base_values, self.data, **kwargs)
+        values, base, data = (host(a) for a in (values, base, data))
+        return shap.Explanation(
+            values=values, base_values=base, data=data, feature_names=self.feature_names
+        )
+
+    def persist(self, **kwargs: Any) -> DaskExplanation:
+        """The same explanation with its arrays persisted (``dask.persist(**kwargs)``)."""
+        import dask
+
+        values, base, data = dask.persist(self.values, self.base_values, self.data, **kwargs)
+        return DaskExplanation(values, base, data, self.feature_names)
+
+    def __repr__(self) -> str:
+        return f"DaskExplanation(values={self.values!r})"
+
+
+def import_shap() -> Any:
+    try:
+        import shap
+    except ImportError as err:
+        raise ImportError(
+            "calling a TreeExplainer returns a shap.Explanation and needs the shap package: "
+            "`pip install shap`, or use explainer.shap_values(X) for a plain array"
+        ) from err
+    return shap
+
+
+def host(a: Any) -> np.ndarray:
+    return a.get() if is_cupy(a) else np.asarray(a)
+
+
+def shap_layout(out: Any, interactions: bool) -> tuple[Any, Any]:
+    """``(n, G, F+1[, F+1])`` -> shap's ``values`` and ``base_values`` (NumPy, CuPy or Dask)."""
+    F = out.shape[2] - 1
+    groups = out.shape[1]
+    if interactions:
+        base = out[:, :, F, F]
+        values = out[:, :, :F, :F]
+        # shap's XGBoost layout: [n, j, i, g] = pred_interactions[n, g, i, j]
+        values = values[:, 0] if groups == 1 else values.swapaxes(1, 3)
+    else:
+        base = out[:, :, F]
+        values = out[:, :, :F]
+        values = values[:, 0] if groups == 1 else values.transpose(0, 2, 1)
+    base = base[:, 0] if groups == 1 else base
+    if not is_dask(values):
+        xp = np if not is_cupy(values) else __import__("cupy")
+        values = xp.ascontiguousarray(values)
+        base = xp.ascontiguousarray(base, dtype=xp.float64)
+    else:
+        base = base.astype(np.float64)
+    return values, base
+
+
+def explanation_data(inp: ExplainInput, packed: Any) -> np.ndarray:
+    """``Explanation.data``: the input's own values where it is plain numbers, else the values
+    the model reads (category codes; NaN for missing, sparse and DMatrix inputs)."""
+    rows = inp.rows
+    if isinstance(rows, np.ndarray) and rows.dtype.kind in "biuf":
+        return rows
+    if is_frame(rows):
+        cols = select_model_columns(
+            rows, packed.num_features, packed.feature_names, packed.encoding.name_style
+        )
+        frame = rows[cols]
+        from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+        if all(is_numeric_dtype(t) and not is_bool_dtype(t) for t in frame.dtypes):
+            values = frame.to_numpy()
+            if values.dtype.kind in "biuf":
+                return values
+    raw = model_matrix(rows, packed)
+    return raw.get() if is_cupy(raw) else np.asarray(raw)
+
+
+def _frame_block_values(partition: Any, packed: Any) -> Any:
+    """A Dask DataFrame partition -> the model's values of its rows (on a worker)."""
+    return model_matrix(partition, packed, allow_empty=True)
+
+
+def dask_data(X: Any, packed: Any) -> Any:
+    """The lazy ``data`` of a Dask input: an array as given, a frame's model values."""
+    import dask.array as da
+
+    if isinstance(X, da.Array):
+        return X
+    cols = select_model_columns(
+        X, packed.num_features, packed.feature_names, packed.encoding.name_style
+    )
+    meta = np.empty((0, packed.num_features), dtype=packed.encoding.input_dtype)
+    return X[cols].map_partitions(_frame_block_values, packed, meta=meta, enforce_metadata=False)
+
+
+def in_batches(run: Any, n: int, packed: Any, interactions: bool, batch_rows: int) -> np.ndarray:
+    """``run(start, stop)`` over batches of ``batch_rows`` rows into one output, with a
+    progress bar."""
+    width = packed.num_features + 1
+    shape = (n, packed.num_groups, width) + ((width,) if interactions else ())
+    out = np.empty(shape, dtype=np.float32)
+    bar = progress_bar(n, "interaction values" if interactions else "SHAP values")
+    try:
+        for start in range(0, n, batch_rows):
+            stop = min(start + batch_rows, n)
+            out[start:stop] = run(start, stop)
+            if bar is not None:
+                bar.update(stop - start)
+    finally:
+        if bar is not None:
+            bar.close()
+    return out
+
+
+def progress_bar(total: int, desc: str) -> Any:
+    """A ``tqdm`` bar over rows, or ``None`` when tqdm is not installed."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=desc, unit="rows", unit_scale=True, leave=False)
