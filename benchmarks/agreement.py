@@ -1,9 +1,9 @@
 """Who is off on large models: distshap's GPU and CPU values against XGBoost's GPU and CPU ones.
 
 For each ``--shapes`` entry (``name-size`` of :mod:`benchmarks.shapes`), SHAP values of
-``--rows`` rows: distshap on the GPU (two rows a thread and one, whose bits must be equal) and
-on the CPU, XGBoost ``pred_contribs`` on the GPU and on the CPU; prints the largest difference
-of each pair over the largest |value| of XGBoost's CPU output. Needs a GPU::
+``--rows`` rows: distshap on the GPU and on the CPU, XGBoost ``pred_contribs`` on the GPU and
+on the CPU; prints the largest difference of each pair over the largest |value| of XGBoost's
+CPU output. Needs a GPU::
 
     DISTSHAP_BENCH_DEVICE=cuda python3 -m benchmarks.agreement --shapes cal_housing-large
 """
@@ -32,22 +32,13 @@ def agreement(shape: str, rows: int) -> dict:
     import xgboost as xgb
 
     from distshap import TreeExplainer
-    from distshap.kernels.cuda import config
 
     name, size = shape.rsplit("-", 1)
     booster = train_model(name, size)
     X, _ = make_data(name, rows, seed=1)
     X = np.ascontiguousarray(X, np.float32)
     ours_cpu = TreeExplainer(booster, backend="cpu").shap_values(X)
-    explainer = TreeExplainer(booster, backend="cuda")
-    saved = config.SHAP_QUADRATURE_ROWS
-    ours_gpu = {}
-    try:
-        for r in (1, 2):
-            config.SHAP_QUADRATURE_ROWS = r
-            ours_gpu[r] = cp.asnumpy(explainer.shap_values(cp.asarray(X)))
-    finally:
-        config.SHAP_QUADRATURE_ROWS = saved
+    ours_gpu = cp.asnumpy(TreeExplainer(booster, backend="cuda").shap_values(cp.asarray(X)))
     booster.set_param({"device": "cuda"})
     xgb_gpu = booster.predict(xgb.DMatrix(X), pred_contribs=True)
     booster.set_param({"device": "cpu"})
@@ -55,13 +46,11 @@ def agreement(shape: str, rows: int) -> dict:
     scale = float(np.abs(xgb_cpu).max())
     return {
         "shape": shape,
-        "rows/thread 1 == 2 (bits)": bool(np.array_equal(ours_gpu[1].view(np.uint32),
-                                                          ours_gpu[2].view(np.uint32))),
-        "ours GPU vs ours CPU": _diff(ours_gpu[2], ours_cpu, scale),
-        "ours GPU vs XGBoost CPU": _diff(ours_gpu[2], xgb_cpu, scale),
+        "ours GPU vs ours CPU": _diff(ours_gpu, ours_cpu, scale),
+        "ours GPU vs XGBoost CPU": _diff(ours_gpu, xgb_cpu, scale),
         "XGBoost GPU vs XGBoost CPU": _diff(xgb_gpu, xgb_cpu, scale),
-        "ours GPU vs XGBoost GPU": _diff(ours_gpu[2], xgb_gpu, scale),
-    }  # fmt: skip
+        "ours GPU vs XGBoost GPU": _diff(ours_gpu, xgb_gpu, scale),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

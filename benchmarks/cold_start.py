@@ -2,7 +2,7 @@
 
 Each measurement runs in a new Python process whose ``NUMBA_CACHE_DIR`` is an empty temporary
 directory (a fresh environment: nothing compiled yet), then once more in a new process on the
-cache the first one filled (what a second session pays). The child process times
+cache the first one filled (what every later run pays). The child process times
 
 * ``import``: ``import distshap``;
 * ``build``: :class:`distshap.TreeExplainer` on the saved model file, split into its stages

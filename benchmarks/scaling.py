@@ -4,7 +4,7 @@ For each worker count (1, 2, 4, ... GPUs, or CPU workers when no GPU is visible)
 cluster is started and the same rows (one seed per chunk, the same chunks for every count) are
 generated *on the workers* (CuPy chunks on GPUs) and persisted in two placements: balanced
 (``--chunks`` spread evenly) and each ``--uneven`` spec whose length is the worker count
-(``5/3``: 5 chunks on the first worker, 3 on the second; the 79% case of issue #15). Every
+(``5/3``: 5 chunks on the first worker, 3 on the second). Every
 placement is explained with ``explain_dask(..., balance=False)`` (each chunk runs where the
 scheduler puts it) and ``balance=True`` (equal row shares per worker, the default). Efficiency
 is rows/s over (workers x the single-worker rows/s). The per-chunk digests of every result are

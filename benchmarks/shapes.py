@@ -32,10 +32,8 @@ no split gains, so the leaf counts follow from the class balance, the pure regio
 learnable the label is (label noise keeps deep trees growing for all 1000 rounds; a learnable
 label lets them shrink) and how local it is. The earlier stand-ins (a smooth covtype score,
 Gaussian blobs for fashion_mnist) grew several times fewer or more leaves than the paper's
-models. Measured leaf counts, ours / paper's (``--leaves --rows full``; ``~`` from
-:func:`estimate_leaves`, to verify on a GPU), small / med / large: covtype 1.01 / 0.95 /
-~1.09 (trained on an H200: med 0.96, large 1.18), cal_housing 1.00 / 1.05 / 1.24,
-fashion_mnist 1.00 / 0.94 / ~1.09, adult 1.00 / 1.09 / 1.22.
+models. The leaf counts, ours against the paper's (``--leaves --rows full``), are in
+``benchmarks/RESULTS.md``.
 
 Three sizes: ``small`` / ``med`` / ``large`` = 10 / 100 / 1000 boosting rounds of
 ``max_depth`` 3 / 8 / 16, ``eta`` 0.01, XGBoost defaults otherwise (``tree_method="hist"``).
@@ -85,13 +83,17 @@ from pathlib import Path
 
 import numpy as np
 
+try:
+    from benchmarks.paper import PAPER_TABLE3, PAPER_TABLE5
+except ImportError:  # run as a script: benchmarks/ itself is on sys.path
+    from paper import PAPER_TABLE3, PAPER_TABLE5  # type: ignore[no-redef]
+
 __all__ = [
     "CPU_ROW_CAPS",
     "DATASETS",
     "DATA_VERSION",
     "DEPTHS",
     "MODEL_DIR",
-    "PAPER_TABLE3",
     "REAL_DATASETS",
     "REAL_SHAPES",
     "ROUNDS",
@@ -129,21 +131,6 @@ DEPTHS: dict[str, int] = {"small": 3, "med": 8, "large": 16}
 SHAPES: tuple[tuple[str, str], ...] = tuple((d, s) for d in DATASETS for s in SIZES)
 #: The extra shapes on real (scikit-learn) data.
 REAL_SHAPES: tuple[tuple[str, str], ...] = tuple((d, s) for d in REAL_DATASETS for s in SIZES)
-#: The paper's Table 3: (data set, size) -> (trees, leaves, max_depth).
-PAPER_TABLE3: dict[tuple[str, str], tuple[int, int, int]] = {
-    ("covtype", "small"): (80, 560, 3),
-    ("covtype", "med"): (800, 113_888, 8),
-    ("covtype", "large"): (8_000, 6_636_440, 16),
-    ("cal_housing", "small"): (10, 80, 3),
-    ("cal_housing", "med"): (100, 21_643, 8),
-    ("cal_housing", "large"): (1_000, 3_317_209, 16),
-    ("fashion_mnist", "small"): (100, 800, 3),
-    ("fashion_mnist", "med"): (1_000, 144_154, 8),
-    ("fashion_mnist", "large"): (10_000, 2_929_521, 16),
-    ("adult", "small"): (10, 80, 3),
-    ("adult", "med"): (100, 13_074, 8),
-    ("adult", "large"): (1_000, 642_035, 16),
-}
 #: Default training-row caps on CPU (see :func:`default_rows`); other shapes use all rows.
 CPU_ROW_CAPS: dict[tuple[str, str], int] = {
     ("fashion_mnist", "med"): 5_000,
@@ -942,14 +929,6 @@ def estimate_leaves(
     }
 
 
-def _paper_table5() -> dict:
-    try:
-        from benchmarks.table5 import PAPER
-    except ImportError:  # run as a script: benchmarks/ itself is on sys.path
-        from table5 import PAPER  # type: ignore[no-redef]
-    return PAPER
-
-
 def leaf_table(
     shapes=SHAPES,
     n_rows: int | str | None = None,
@@ -1001,7 +980,7 @@ def leaf_table(
             booster = train_model(name, size, n, device=device, retrain=retrain, verbose=verbose)
             stats = model_stats(booster)
         paper = PAPER_TABLE3.get((name, size))
-        none = _paper_table5().get((f"{name}-{size}", "none"))
+        none = PAPER_TABLE5.get((f"{name}-{size}", "none"))
         out.append(
             {
                 "shape": f"{name}-{size}",

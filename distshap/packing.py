@@ -52,8 +52,8 @@ ALGORITHMS: tuple[str, ...] = ("none", "nf", "ffd", "bfd")
 MAX_CAPACITY = 65536
 
 #: BFD and :func:`bin_order` run in NumPy up to this many items (nothing to compile: a short
-#: first call) and compiled beyond, where they are a few times faster once compiled (4M items:
-#: 0.3 s and 0.1 s compiled against 0.5 s and 0.6 s in NumPy, ``benchmarks/RESULTS.md``).
+#: first call) and compiled beyond, where they are a few times faster once compiled
+#: (``benchmarks/RESULTS.md``, cold start).
 NUMPY_MAX_ITEMS = 1 << 18
 
 

@@ -20,7 +20,7 @@ raises its own error for what is wrong. Every array they write is the NumPy code
 :data:`MIN_NODES` nodes never reach them, so loading a model of usual size compiles nothing.
 
 The first compiled call of a fresh process also initialises Numba (its typing and target
-registries, importing ``scipy.linalg`` on the way: about 0.3 s holding the GIL).
+registries, importing ``scipy.linalg`` on the way, holding the GIL).
 :func:`start_warm_up` does that, and loads both functions from Numba's cache, in a background
 thread while the loader reads the file (a system call that releases the GIL).
 """
