@@ -319,10 +319,10 @@ def run_info(args: argparse.Namespace) -> int:
 
 def run_calibrate(args: argparse.Namespace) -> int:
     """``distshap calibrate``: fit the CUDA cost model's constants on this GPU."""
-    from distshap import cost_model
     from distshap.kernels.cuda.calibrate import calibrate
+    from distshap.plan import costs
 
-    name = cost_model.current_device_name()
+    name = costs.current_device_name()
     if not name:
         raise RuntimeError("no CUDA GPU is available: calibration times the CUDA kernels")
     say = None if args.json else (lambda line: print(line, flush=True))
@@ -335,12 +335,12 @@ def run_calibrate(args: argparse.Namespace) -> int:
         return 0
     c = result.costs
     print(f"fitted constants ({c.source}; per row in ps, per launch and call in us):")
-    for name_ in cost_model.COST_FIELDS:
+    for name_ in costs.COST_FIELDS:
         print(f"  {name_:<18} {1e12 * getattr(c, name_):>10.4g}")
     print(f"  {'launch':<18} {1e6 * c.launch:>10.4g}\n  {'call':<18} {1e6 * c.call:>10.4g}")
     worst = max(abs(m["fit_error"]) for m in result.measurements)
     print(f"largest relative error of the fit over {len(result.measurements)} models: {worst:.1%}")
-    print(f"as shipped constants: {cost_model.shipped_literal(c)}")
+    print(f"as shipped constants: {costs.shipped_literal(c)}")
     for note in result.notes:
         print(f"note: {note}")
     where = f"written to {result.path}" if result.path else "not written (--dry-run)"

@@ -42,7 +42,7 @@ def model_info(
         are reported.
     device_kind : str, optional
         Device kind ("H100", "H200", "generic") or full device name whose cost constants
-        predict the CUDA strategy (:mod:`distshap.cost_model`); default: the current GPU's
+        predict the CUDA strategy (:mod:`distshap.plan.predict`); default: the current GPU's
         (generic defaults where there is none). No GPU is needed for a named kind.
     n_rows : int
         Rows of the call whose speed is predicted.
@@ -122,40 +122,41 @@ def _device_name(device_kind: str | None) -> str:
     GPU's ("" without one)."""
     if device_kind is not None:
         return str(device_kind)
-    from distshap import cost_model as cm
+    from distshap.plan.costs import current_device_name
 
     try:
-        return cm.current_device_name()
+        return current_device_name()
     except Exception:  # no usable CUDA driver: the generic defaults
         return ""
 
 
 def _costs(device_kind: str | None):
-    from distshap import cost_model as cm
+    from distshap.plan.costs import costs_for
 
-    return cm.costs_for(_device_name(device_kind))
+    return costs_for(_device_name(device_kind))
 
 
 def cost_model_info(packed: Any, device_kind: str | None = None, n_rows: int = 1_000_000) -> dict:
     """The cost model's SHAP strategy for ``packed`` on a device kind, with predicted speeds.
 
-    ``device_kind`` (a kind or a device name) selects the constants (:func:`distshap.cost_model.
+    ``device_kind`` (a kind or a device name) selects the constants (:func:`distshap.plan.costs.
     costs_for`: the user's calibration cache, else the shipped ones of the kind, else the
     generic defaults); ``None``: the current GPU's, or the generic defaults without one.
     Returns a JSON-serialisable dict: ``device`` (the name looked up; "" for none), ``kind``,
-    ``source`` of the constants, ``n_rows``, ``choice`` (:class:`~distshap.cost_model.Prediction`
+    ``source`` of the constants, ``n_rows``, ``choice`` (:class:`~distshap.plan.predict.Prediction`
     of the chosen mix: paths per kernel, table bins and bytes, predicted rows/s and seconds
     per kernel) and ``quadrature`` / ``tables`` (the same for every path in the quadrature
     kernels, and every eligible path on a table).
     """
-    from distshap import cost_model as cm
+    from distshap.plan.costs import costs_for
+    from distshap.plan.predict import model_shape, predict
 
     name = _device_name(device_kind)
-    costs = cm.costs_for(name)
-    shape = cm.model_shape(packed)
+    costs = costs_for(name)
+    shape = model_shape(packed)
     out = {"device": name, "kind": costs.kind, "source": costs.source, "n_rows": int(n_rows)}
     for key, choice in (("choice", "auto"), ("quadrature", "quadrature"), ("tables", "tables")):
-        out[key] = cm.predict(shape, choice, costs, n_rows).to_dict()
+        out[key] = predict(shape, choice, costs, n_rows).to_dict()
     return out
 
 
@@ -168,7 +169,7 @@ def _cuda_strategy(packed, costs=None) -> dict | None:
     import inspect
 
     try:
-        from distshap.kernels.cuda import strategy_stats
+        from distshap.plan.gpu import strategy_stats
     except ImportError:
         return None
 

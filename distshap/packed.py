@@ -10,7 +10,7 @@ Layout (struct of arrays, all NumPy, picklable, with a content digest):
 * **Paths** (packed order, only paths with k >= 1; paths without features only add to
   ``expected_value``): ``path_offsets`` gives each path's lane range (first lane = bias).
 * **Table policy.** ``table_budget_bytes`` and ``max_table_features`` say which paths get
-  pattern tables (:func:`distshap.strategy.choose_tables`); the tables themselves are built by
+  pattern tables (:func:`distshap.plan.tables.choose_tables`); the tables themselves are built by
   the backend that uses them, on first use (the CPU kernel's SHAP tables, the CUDA backend's
   interaction tables), so a model explained on the GPU never fills host tables; the packed
   model only counts the plan's paths and bytes for its statistics.
@@ -38,13 +38,23 @@ from distshap.models.ensemble import Ensemble
 from distshap.packing import Packing, bin_order, pack
 from distshap.parallel import run_ranges
 from distshap.paths import Paths
-from distshap.strategy import (
-    DEFAULT_MAX_TABLE_FEATURES,
-    DEFAULT_TABLE_BUDGET_BYTES,
-    choose_tables,
-)
 
-__all__ = ["PackedModel", "build_packed_model", "pack_ensemble"]
+__all__ = [
+    "DEFAULT_MAX_TABLE_FEATURES",
+    "DEFAULT_TABLE_BUDGET_BYTES",
+    "MAX_TABLE_FEATURES_LIMIT",
+    "PackedModel",
+    "build_packed_model",
+    "pack_ensemble",
+]
+
+#: The pattern-table policy a packed model carries by default: tables of paths of at most this
+#: many features, within this many bytes (:func:`distshap.plan.tables.choose_tables`).
+DEFAULT_MAX_TABLE_FEATURES = 12
+DEFAULT_TABLE_BUDGET_BYTES = 1 << 30
+#: Longest path a pattern table can serve (its pattern is an int64 bit mask of ``k`` bits,
+#: and ``2**k`` entries grow fast).
+MAX_TABLE_FEATURES_LIMIT = 24
 
 
 @dataclass(frozen=True, eq=False)
@@ -77,7 +87,7 @@ class PackedModel:
     capacity : int
         Lanes per bin (32: one warp).
     table_budget_bytes, max_table_features : int
-        Pattern-table policy (:func:`distshap.strategy.choose_tables`): which paths the
+        Pattern-table policy (:func:`distshap.plan.tables.choose_tables`): which paths the
         backends give tables, once they build them.
     digest : str
         SHA-256 of every array and scalar above, the feature names and categories, the
@@ -168,7 +178,7 @@ def build_packed_model(
     capacity : int
         Lanes per bin (32 = one warp).
     table_budget_bytes, max_table_features : int
-        Pattern-table policy (:func:`distshap.strategy.choose_tables`); ``table_budget_bytes=0``
+        Pattern-table policy (:func:`distshap.plan.tables.choose_tables`); ``table_budget_bytes=0``
         disables tables (every path uses the DP). The stats report the plan; no table is built.
     feature_names : tuple of str, optional
         Carried along for outputs.
@@ -337,13 +347,15 @@ def _packed_model(
 
 
 def _table_plan_size(k: np.ndarray, budget_bytes: int, max_features: int) -> tuple[int, int]:
-    """Paths with a table and the tables' float32 values under :func:`choose_tables`.
+    """Paths with a table and the tables' float32 values under
+    :func:`distshap.plan.tables.choose_tables`.
 
     The same numbers as laying the tables out, by counting: tables go to the shortest paths
     first (ties in path order) while the running total fits the budget, so the chosen paths
     are every path of the shortest lengths and a prefix of one more length.
     """
-    choose_tables(np.zeros(0, np.int64), budget_bytes, max_features)  # refuses a bad policy
+    if max_features > MAX_TABLE_FEATURES_LIMIT:
+        raise ValueError(f"max_table_features={max_features} is too large: tables grow as 2**k")
     counts = np.bincount(k, minlength=2)[1 : max_features + 1] if k.size else np.zeros(0, int)
     paths = values = 0
     for length, count in enumerate(counts.tolist(), start=1):

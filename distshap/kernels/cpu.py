@@ -24,7 +24,7 @@ import numpy as np
 from distshap.kernels import interactions_cpu, quadrature_cpu
 from distshap.kernels.interventional_cpu import interventional_values
 from distshap.packed import PackedModel
-from distshap.strategy import choose_tables, path_features, table_values
+from distshap.plan.tables import choose_tables, path_features, table_values
 
 __all__ = [
     "clear_cache",

@@ -56,7 +56,7 @@ from distshap.kernels import treeshap
 from distshap.kernels.quadrature_cpu import pattern_model, pattern_rows
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
 from distshap.parallel import run_ranges
-from distshap.strategy import choose_tables, path_features
+from distshap.plan.tables import choose_tables, path_features
 
 __all__ = [
     "clear_cache",

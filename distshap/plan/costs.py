@@ -56,6 +56,7 @@ __all__ = [
     "current_device_name",
     "device_costs",
     "device_kind",
+    "forced_costs",
     "load_cache",
     "miss_fraction",
     "quadrature_path_seconds",
@@ -319,6 +320,13 @@ def use_costs(costs: KernelCosts) -> Iterator[KernelCosts]:
         _OVERRIDE.reset(token)
 
 
+def forced_costs() -> KernelCosts | None:
+    """The constants of the innermost :func:`use_costs` block, or ``None`` outside one (part of
+    the key a device model keeps its SHAP plan under, so a forced choice needs no cache
+    clearing)."""
+    return _OVERRIDE.get()
+
+
 def current_device_name() -> str:
     """Name of the current CUDA device ("simulator" under the CUDA simulator, "" where no GPU
     is available). Touches CUDA: call it only where a kernel is about to run (or in a CLI)."""
@@ -335,7 +343,7 @@ def device_costs() -> KernelCosts:
     """The constants that choose the strategy on the current device: those of
     :func:`use_costs` inside such a block, else :func:`costs_for` of the device's name (the
     simulator's, every eligible path on a table, where no GPU is available)."""
-    forced = _OVERRIDE.get()
+    forced = forced_costs()
     if forced is not None:
         return forced
     name = current_device_name()
@@ -400,4 +408,3 @@ def table_lane_seconds(costs: KernelCosts, width: int) -> float:
 def miss_fraction(table_bytes: float, l2_bytes: int) -> float:
     """Share of table loads assumed to miss the L2 cache: ``max(0, 1 - l2 / tables)``."""
     return max(0.0, 1.0 - l2_bytes / table_bytes) if table_bytes > 0 else 0.0
-

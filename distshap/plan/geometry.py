@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from distshap.packed import MAX_TABLE_FEATURES_LIMIT
 from distshap.plan.config import get_config
 
 __all__ = [
@@ -29,9 +30,8 @@ __all__ = [
 
 #: Most features of a path in a regular bin (one warp of 32 lanes, the bias lane included).
 REGULAR_MAX_K = 31
-#: Longest path with a SHAP pattern table: its pattern is an int64 bit mask and the table fill
-#: kernel's local arrays have this size.
-SHAP_TABLE_MAX_FEATURES = 24
+#: Longest path with a SHAP pattern table (the table fill kernel's local arrays have this size).
+SHAP_TABLE_MAX_FEATURES = MAX_TABLE_FEATURES_LIMIT
 
 
 def gauss_legendre(n_nodes: int) -> tuple[np.ndarray, np.ndarray]:

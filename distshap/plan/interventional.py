@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from distshap import strategy
 from distshap.packed import PackedModel
 from distshap.plan.config import Config, get_config
+from distshap.plan.tables import choose_tables, path_features, regular_paths
 
 __all__ = ["TablePlan", "bins_maxk", "oversize_elements", "table_plan"]
 
@@ -61,17 +61,17 @@ def table_plan(packed: PackedModel, config: Config | None = None) -> TablePlan:
     config : Config, optional
         Its ``interventional_table_max_features``, ``interventional_table_budget_bytes`` and
         the interaction fields set the limits (int64 values count twice a float32's bytes in
-        :func:`distshap.strategy.choose_tables`); default :func:`get_config`.
+        :func:`distshap.plan.tables.choose_tables`); default :func:`get_config`.
     """
     cfg = get_config() if config is None else config
-    k = strategy.path_features(packed.path_offsets)
-    _, regular = strategy.regular_paths(packed.bin_offsets, packed.path_offsets, lanes=32)
+    k = path_features(packed.path_offsets)
+    _, regular = regular_paths(packed.bin_offsets, packed.path_offsets, lanes=32)
     shap_max = cfg.interventional_table_max_features
     inter_max = cfg.interventional_interaction_table_max_features
-    shap = strategy.choose_tables(
+    shap = choose_tables(
         np.where(regular, k, 0), cfg.interventional_table_budget_bytes // 2, shap_max
     )
-    inter = strategy.choose_tables(
+    inter = choose_tables(
         np.where(shap >= 0, k, 0),
         cfg.interventional_interaction_table_budget_bytes // 2,
         inter_max,
@@ -89,7 +89,7 @@ def bins_maxk(packed: PackedModel, k: np.ndarray,
               selected: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:  # fmt: skip
     """Bins holding a ``selected`` path (int32, at least one entry), the largest ``k`` of the
     selected paths per bin (int32, every bin), and how many bins hold one."""
-    path_bin, _ = strategy.regular_paths(packed.bin_offsets, packed.path_offsets, lanes=32)
+    path_bin, _ = regular_paths(packed.bin_offsets, packed.path_offsets, lanes=32)
     maxk = np.zeros(max(packed.num_bins, 1), np.int32)
     np.maximum.at(maxk, path_bin[selected], k[selected].astype(np.int32))
     bins = np.flatnonzero(maxk > 0).astype(np.int32)

@@ -17,7 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from distshap.packed import DEFAULT_MAX_TABLE_FEATURES, DEFAULT_TABLE_BUDGET_BYTES
+from distshap.packed import (
+    DEFAULT_MAX_TABLE_FEATURES,
+    DEFAULT_TABLE_BUDGET_BYTES,
+    MAX_TABLE_FEATURES_LIMIT,
+)
 from distshap.plan.costs import KernelCosts, quadrature_path_seconds, table_lane_seconds
 from distshap.plan.geometry import REGULAR_MAX_K
 
@@ -36,7 +40,6 @@ __all__ = [
 #: error is as likely a loss (the error's size: ``benchmarks/RESULTS.md``).
 TABLE_MIN_SAVING = 0.25
 _PER_PATTERN = ("k", "k*k")
-
 
 
 def path_features(path_offsets: np.ndarray) -> np.ndarray:
@@ -77,7 +80,7 @@ def choose_tables(
         Tables are laid out in path order, so neighbouring paths have neighbouring tables.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
-    if max_features > 24:
+    if max_features > MAX_TABLE_FEATURES_LIMIT:
         raise ValueError(f"max_table_features={max_features} is too large: tables grow as 2**k")
     eligible = (lengths >= 1) & (lengths <= max_features)
     size = np.where(lengths <= max_features, _table_sizes(lengths, values_per_pattern), 0)
@@ -234,7 +237,7 @@ def _checked(lengths, path_group, budget_bytes, max_features, costs, path_bin):
         raise ValueError(f"budget_bytes must be an integer >= 0, got {budget_bytes!r}")
     if isinstance(max_features, bool) or int(max_features) != max_features:
         raise ValueError(f"max_features must be an integer, got {max_features!r}")
-    if max_features > 24:
+    if max_features > MAX_TABLE_FEATURES_LIMIT:
         raise ValueError(f"max_table_features={max_features} is too large: tables grow as 2**k")
     if k.size and int(k.min()) < 0:
         raise ValueError("lengths must be >= 0")
@@ -280,4 +283,3 @@ def regular_paths(
     if count[0] or count[-1]:  # paths outside the bins: as a gather would index
         return path_bin, bin_sizes[path_bin] <= lanes
     return path_bin, np.repeat(bin_sizes <= lanes, count[1:-1])
-

@@ -4,11 +4,11 @@
 chosen feature and group counts), times SHAP calls through the public entry point
 :func:`distshap.kernels.cuda.shap_values` at two row counts per model, once with every path in
 the quadrature kernels (``table_budget_bytes=0``) and once with every eligible path on a
-pattern table (a large budget under :func:`distshap.cost_model.tables_everywhere`), and fits
-the per-row constants of :class:`~distshap.cost_model.KernelCosts` by non-negative least
+pattern table (a large budget under :func:`distshap.plan.costs.tables_everywhere`), and fits
+the per-row constants of :class:`~distshap.plan.costs.KernelCosts` by non-negative least
 squares on the per-row slopes (relative errors, with a weak pull towards the shipped values), the
 per-call ones on the intercepts. The
-rounded constants are written to the user's cost cache (:func:`distshap.cost_model.save_costs`)
+rounded constants are written to the user's cost cache (:func:`distshap.plan.costs.save_costs`)
 under the device's name. It takes well under a minute; it never runs by itself during an
 explain call (the strategy must not change between calls or across GPUs of one kind).
 
@@ -29,9 +29,20 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from distshap import cost_model as cm
 from distshap.packed import PackedModel, build_packed_model
 from distshap.paths import Paths
+from distshap.plan.costs import (
+    COST_FIELDS,
+    SHIPPED,
+    KernelCosts,
+    current_device_name,
+    device_kind,
+    round_costs,
+    save_costs,
+    tables_everywhere,
+    use_costs,
+)
+from distshap.plan.predict import launches_per_batch, model_shape, row_terms
 
 __all__ = ["EXPERIMENTS", "Calibration", "Experiment", "calibrate", "synthetic_packed"]
 
@@ -155,7 +166,7 @@ class Calibration:
     """
 
     device: str
-    costs: cm.KernelCosts
+    costs: KernelCosts
     measurements: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     seconds: float = 0.0
@@ -251,74 +262,107 @@ def calibrate(
         Timed calls per (model, row count); the fastest counts.
     write : bool
         Write the constants to the cost cache (``cache``, default
-        :func:`distshap.cost_model.cache_file`).
+        :func:`distshap.plan.costs.cache_file`).
     experiments : tuple of Experiment
         The calibration set (default :data:`EXPERIMENTS`).
     progress : callable, optional
         Called with one line of text per experiment.
     """
-    from distshap.kernels.cuda.caches import clear_cache
-
     if not isinstance(scale, (int, float)) or not 0 < scale <= 16:
         raise ValueError(f"scale must be a number in (0, 16], got {scale!r}")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
     t_start = time.perf_counter()
-    name = cm.current_device_name()
-    kind = cm.device_kind(name)
-    base = cm.SHIPPED["generic" if kind == "simulator" else kind]  # the fit's prior
+    name = current_device_name()
+    kind = device_kind(name)
+    base = SHIPPED["generic" if kind == "simulator" else kind]  # the fit's prior
     base = replace(base, kind=kind, l2_bytes=_l2_bytes(base.l2_bytes))
-    forced = cm.tables_everywhere(base)
-    rows_A, slopes, icept_A, icepts, records, notes = [], [], [], [], [], []
+    forced = tables_everywhere(base)
+    records, icept_rows, notes = [], [], []
     for i, e in enumerate(experiments):
-        packed = synthetic_packed(e, scale, seed=i)
-        n1 = max(2, int(round(e.rows * scale)))
-        n2 = 4 * n1
-        X = _device_rows(n2, e.num_features, seed=1000 + i)
-        clear_cache()
-        with cm.use_costs(forced):
-            _time_call(packed, X[:n1], 1)  # warm-up: compile, upload, fill the tables
-            offsets = _plan_offsets(packed)
-            if e.variant == "tables" and not (offsets >= 0).any():
-                notes.append(f"{e.name}: the SHAP plan put no path on a table; skipped")
-                clear_cache()
-                continue
-            t1 = _time_call(packed, X[:n1], repeats)
-            t2 = _time_call(packed, X, repeats)
-        clear_cache()
-        if t2 < 1.2 * t1:  # the rows cost too little to tell from the per-call cost
-            notes.append(f"{e.name}: {n2} rows took {t2:.2e} s, {n1} rows {t1:.2e} s: skipped")
+        measured = _measure(e, i, scale, repeats, forced, base, notes)
+        if measured is None:
             continue
-        slope = (t2 - t1) / (n2 - n1)
-        intercept = max(t1 - slope * n1, 0.0)
-        shape = cm.model_shape(packed)
-        if shape.small:  # the one-launch route: its own two constants
-            terms = dict.fromkeys(cm.COST_FIELDS, 0.0)
-            terms["small_lane2"] = float((shape.k.astype(np.float64) ** 2).sum())
-            icept_A.append([0.0, 0.0, 1.0])
-        else:
-            terms = cm.row_terms(shape, offsets, base.l2_bytes)
-            icept_A.append([cm.launches_per_batch(shape, offsets), 1.0, 0.0])
-        rows_A.append([terms[f] for f in cm.COST_FIELDS])
-        slopes.append(slope)
-        icepts.append(intercept)
-        records.append({"name": e.name, "variant": e.variant, "k": e.k, "small": shape.small,
-                        "paths": packed.num_paths, "features": e.num_features,
-                        "groups": e.num_groups, "table_paths": int((offsets >= 0).sum()),
-                        "rows": [n1, n2], "seconds": [t1, t2], "slope": slope,
-                        "intercept": intercept, "terms": terms})  # fmt: skip
+        records.append(measured[0])
+        icept_rows.append(measured[1])
         if progress is not None:
+            n2, t2 = measured[0]["rows"][1], measured[0]["seconds"][1]
             progress(f"{e.name:<16} {n2 / t2:>14,.0f} rows/s at {n2:,} rows "
-                     f"({1e9 * slope:.2f} ns a row)")  # fmt: skip
+                     f"({1e9 * measured[0]['slope']:.2f} ns a row)")  # fmt: skip
     if not records:
         raise RuntimeError("no calibration experiment ran")
-    A = np.asarray(rows_A)
-    b = np.asarray(slopes)
+    fitted = _fit_rows(records, base, notes)
+    call = np.array([base.launch, base.call, base.small_call])
+    IA = np.asarray(icept_rows)
+    seen = IA.any(axis=0)
+    call[seen] = _nnls(IA[:, seen], np.asarray([r["intercept"] for r in records]))
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    costs = round_costs(replace(
+        base, source=f"calibrated {stamp} on {name}", launch=float(call[0]), call=float(call[1]),
+        small_call=float(call[2]), **fitted,
+    ))  # fmt: skip
+    for rec in records:
+        rec["fit_slope"] = sum(rec["terms"][f] * getattr(costs, f) for f in COST_FIELDS)
+        rec["fit_error"] = rec["fit_slope"] / rec["slope"] - 1.0
+    out = Calibration(device=name, costs=costs, measurements=records, notes=notes)
+    if write:
+        out.path = str(save_costs(name, costs, cache))
+    out.seconds = time.perf_counter() - t_start
+    return out
+
+
+def _measure(e: Experiment, i: int, scale: float, repeats: int, forced: KernelCosts,
+             base: KernelCosts, notes: list) -> tuple[dict, list] | None:  # fmt: skip
+    """Time experiment ``e`` (its ``i``-th): its record and the coefficients of its intercept
+    (launches, calls, small calls), or ``None`` (a note says why) where it cannot be told."""
+    from distshap.kernels.cuda.caches import clear_cache
+
+    packed = synthetic_packed(e, scale, seed=i)
+    n1 = max(2, int(round(e.rows * scale)))
+    n2 = 4 * n1
+    X = _device_rows(n2, e.num_features, seed=1000 + i)
+    clear_cache()
+    with use_costs(forced):
+        _time_call(packed, X[:n1], 1)  # warm-up: compile, upload, fill the tables
+        offsets = _plan_offsets(packed)
+        if e.variant == "tables" and not (offsets >= 0).any():
+            notes.append(f"{e.name}: the SHAP plan put no path on a table; skipped")
+            clear_cache()
+            return None
+        t1 = _time_call(packed, X[:n1], repeats)
+        t2 = _time_call(packed, X, repeats)
+    clear_cache()
+    if t2 < 1.2 * t1:  # the rows cost too little to tell from the per-call cost
+        notes.append(f"{e.name}: {n2} rows took {t2:.2e} s, {n1} rows {t1:.2e} s: skipped")
+        return None
+    slope = (t2 - t1) / (n2 - n1)
+    intercept = max(t1 - slope * n1, 0.0)
+    shape = model_shape(packed)
+    if shape.small:  # the one-launch route: its own two constants
+        terms = dict.fromkeys(COST_FIELDS, 0.0)
+        terms["small_lane2"] = float((shape.k.astype(np.float64) ** 2).sum())
+        icept = [0.0, 0.0, 1.0]
+    else:
+        terms = row_terms(shape, offsets, base.l2_bytes)
+        icept = [launches_per_batch(shape, offsets), 1.0, 0.0]
+    record = {"name": e.name, "variant": e.variant, "k": e.k, "small": shape.small,
+              "paths": packed.num_paths, "features": e.num_features,
+              "groups": e.num_groups, "table_paths": int((offsets >= 0).sum()),
+              "rows": [n1, n2], "seconds": [t1, t2], "slope": slope,
+              "intercept": intercept, "terms": terms}  # fmt: skip
+    return record, icept
+
+
+def _fit_rows(records: list, base: KernelCosts, notes: list) -> dict:
+    """The per-row constants fitted to the records' slopes (relative errors, non-negative,
+    a weak pull towards ``base``); those no experiment exercises keep ``base``'s value."""
+    A = np.asarray([[r["terms"][f] for f in COST_FIELDS] for r in records])
+    b = np.asarray([r["slope"] for r in records])
     used = A.any(axis=0)
     w = 1.0 / b  # relative errors: every experiment counts alike
     # a weak pull towards the shipped constants keeps those the experiments hardly tell apart
     # near them rather than anywhere along a flat valley (PRIOR_WEIGHT of one experiment)
-    prior = np.array([getattr(base, f) for f in cm.COST_FIELDS])[used]
+    prior = np.array([getattr(base, f) for f in COST_FIELDS])[used]
     P = np.diag(np.where(prior > 0, PRIOR_WEIGHT / np.where(prior > 0, prior, 1.0), 0.0))
     keep = prior > 0
     x = np.zeros(A.shape[1])
@@ -327,24 +371,8 @@ def calibrate(
         np.concatenate([b * w, np.full(int(keep.sum()), PRIOR_WEIGHT)]),
     )
     fitted = {f: (float(x[j]) if used[j] else getattr(base, f))
-              for j, f in enumerate(cm.COST_FIELDS)}  # fmt: skip
-    for j, f in enumerate(cm.COST_FIELDS):
+              for j, f in enumerate(COST_FIELDS)}  # fmt: skip
+    for j, f in enumerate(COST_FIELDS):
         if not used[j]:
             notes.append(f"{f}: not exercised; the shipped value is kept")
-    IA = np.asarray(icept_A)
-    call = np.array([base.launch, base.call, base.small_call])
-    seen = IA.any(axis=0)
-    call[seen] = _nnls(IA[:, seen], np.asarray(icepts))
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    costs = cm.round_costs(replace(
-        base, source=f"calibrated {stamp} on {name}", launch=float(call[0]), call=float(call[1]),
-        small_call=float(call[2]), **fitted,
-    ))  # fmt: skip
-    for rec in records:
-        rec["fit_slope"] = sum(rec["terms"][f] * getattr(costs, f) for f in cm.COST_FIELDS)
-        rec["fit_error"] = rec["fit_slope"] / rec["slope"] - 1.0
-    out = Calibration(device=name, costs=costs, measurements=records, notes=notes)
-    if write:
-        out.path = str(cm.save_costs(name, costs, cache))
-    out.seconds = time.perf_counter() - t_start
-    return out
+    return fitted

@@ -33,7 +33,7 @@ import warnings
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda import args, config, small
+from distshap.kernels.cuda import args, small
 from distshap.kernels.cuda.caches import KEPT_ACC_BYTES, give_back, kept_accumulator
 from distshap.kernels.cuda.device import SIM, xp
 from distshap.kernels.cuda.fallback import launch_fallback
@@ -43,6 +43,7 @@ from distshap.kernels.cuda.slot_quadrature import launch_slot_quadrature
 from distshap.kernels.cuda.slot_tables import launch_slot_tables
 from distshap.kernels.cuda.tables import launch_tables
 from distshap.packed import PackedModel
+from distshap.plan.config import get_config
 from distshap.plan.routes import small_fits
 
 __all__ = [
@@ -75,7 +76,7 @@ _SMALL_ACC_BYTES = 1 << 24
 
 def default_batch_rows(values_per_row: int) -> int:
     """Rows per batch so the int64 accumulator stays within the budget (module docstring)."""
-    budget = config.BATCH_BUDGET_BYTES
+    budget = get_config().batch_budget_bytes
     if not SIM:
         free, _ = cuda.current_context().get_memory_info()
         budget = min(budget, int(free) // 4)

@@ -35,6 +35,7 @@ from distshap.kernels.cuda.tables import fill_interaction_tables, fill_shap_tabl
 from distshap.kernels.cuda.upload import lane_columns
 from distshap.packed import PackedModel
 from distshap.plan.config import Config, get_config
+from distshap.plan.costs import forced_costs
 from distshap.plan.gpu import (
     fixed_point_shift,
     interaction_table_offsets,
@@ -309,7 +310,7 @@ def shap_plan(packed: PackedModel, model: DeviceModel) -> Plan:
     """The SHAP :class:`Plan` of ``model``: SHAP tables
     (:func:`~distshap.plan.gpu.shap_table_offsets`, filled on the device on first use) and the
     quadrature kernels for the other regular paths."""
-    return model.form("shap", lambda: _filled_plan(
+    return model.form(("shap", forced_costs()), lambda: _filled_plan(
         packed, model, shap_table_offsets(packed), fill_shap_tables, "k"
     ))  # fmt: skip
 

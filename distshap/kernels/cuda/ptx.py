@@ -14,13 +14,13 @@ from contextlib import contextmanager
 
 from numba import cuda
 
-from distshap.kernels.cuda import config
 from distshap.kernels.cuda.device import SIM
 from distshap.kernels.cuda.fallback import oversize_kernel
 from distshap.kernels.cuda.launch import finish_kernel
 from distshap.kernels.cuda.quadrature import quadrature_kernel
 from distshap.kernels.cuda.tables import fill_kernel, shap_fill_kernel, table_kernel
 from distshap.kernels.cuda.upload import LANE_FILL_SIGNATURE, lane_fill_kernel
+from distshap.plan.config import get_config
 
 __all__ = ["compile_check", "kernel_ptx"]
 
@@ -68,7 +68,7 @@ def _kernels() -> dict:
             "void(int64[:, ::1], float32[:, ::1], float64, float64[::1], int64, int64)",
         ),
     }
-    for n_nodes in config.QUADRATURE_NODES:
+    for n_nodes in get_config().quadrature_nodes:
         for shared in (False, True):
             for inter in (False, True):
                 name = (f"{'interaction' if inter else 'shap'}_quadrature_kernel_{n_nodes}"

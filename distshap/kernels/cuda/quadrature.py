@@ -67,6 +67,7 @@ from distshap.kernels.cuda.device import (
     read_split,
     xp,
 )  # fmt: skip
+from distshap.plan.config import get_config
 from distshap.plan.geometry import (
     gauss_legendre,
     interaction_tile_fits,
@@ -756,7 +757,7 @@ def slot_layout(model, plan, slots, stream, merge: int = 1) -> tuple:
         m = max(1, int(merge))
         while m > 1:
             merged, (local_map, tiles, most) = _merged_tiles(model, plan, slots, m)
-            if 8 * most + 4 * n_features <= config.QUADRATURE_SHARED_BYTES:
+            if 8 * most + 4 * n_features <= get_config().quadrature_shared_bytes:
                 local_map = cuda.to_device(local_map, stream=stream)
                 tiles = tuple((cuda.to_device(o, stream=stream),
                                cuda.to_device(t if t.size else np.zeros(1, np.int64),
@@ -995,7 +996,7 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, interactions, slo
         _launch_slot_rows(model, plan, Xb, acc, scale, stream, slots)
         return
     if slots is not None:  # one block per (chunk, row); a chunk's slots in shared memory
-        capacity = min(slots.max_tile_slots, config.QUADRATURE_SHARED_BYTES // 8)
+        capacity = min(slots.max_tile_slots, get_config().quadrature_shared_bytes // 8)
         shared = capacity > 0
         for launch, (tile_offsets, tile_slots) in zip(plan.quadrature, slots.tiles, strict=True):
             kernel = quadrature_kernel(launch.n_nodes, shared, interactions=True, slots=True)
@@ -1027,7 +1028,7 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, interactions, slo
         rows = 1  # two rows' sums would not fit shared memory where one row's do
     warps = quadrature_warps(n_features, rows)
     shared = warps > 0
-    tpb = 32 * (warps or min(4, int(config.SHAP_QUADRATURE_WARPS)))
+    tpb = 32 * (warps or min(4, int(get_config().shap_quadrature_warps)))
     shared_bytes = tpb * n_features * 8 * rows if shared else 0
     rows_per_launch = 65535 * tpb * rows  # grid.y (row tiles) is at most 65535
     local = local_tiles(plan)

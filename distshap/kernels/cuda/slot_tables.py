@@ -43,6 +43,7 @@ from distshap.kernels.cuda.tables import (
     _rows_per_warp,
     launch_tables,
 )  # fmt: skip
+from distshap.plan.config import get_config
 
 __all__ = [
     "VARIANTS", "BlockTiles", "block_tiles", "launch_slot_tables", "slot_table_kernel",
@@ -272,7 +273,7 @@ def launch_slot_tables(packed, slots, model, plan, Xb, acc, scale, F1, stream, d
     capacity = min(tiles.most, _TILE_BYTES // 8)
     cache_x = 8 * capacity + 4 * n_features <= _TILE_BYTES and 4 * n_features <= _TILE_BYTES // 2
     per_row = 8 * capacity + (4 * n_features if cache_x else 0)
-    tile_rows = max(1, min(config.TILE_ROWS, _TILE_BYTES // max(per_row, 1)))
+    tile_rows = max(1, min(get_config().tile_rows, _TILE_BYTES // max(per_row, 1)))
     rpb = _rows_per_warp(nb, plan.n_table_bins)
     grid = (-(-plan.n_table_bins // _TABLE_WARPS), -(-nb // rpb))
     kernel = split_slot_table_kernel if variant == "split" else slot_table_kernel

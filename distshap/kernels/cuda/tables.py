@@ -59,6 +59,7 @@ from distshap.kernels.cuda.device import (
     xp,
 )  # fmt: skip
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
+from distshap.plan.config import get_config
 from distshap.plan.geometry import SHAP_TABLE_MAX_FEATURES, shared_tile_rows
 
 __all__ = [
@@ -494,7 +495,7 @@ def _rows_per_warp(n_rows: int, n_bins: int) -> int:
     """Rows per warp: at most ROWS_PER_WARP, fewer when that leaves the GPU short of warps."""
     target_warps = 16384
     per = -(-n_rows * max(n_bins, 1) // target_warps)
-    return int(max(16, min(config.ROWS_PER_WARP, per)))
+    return int(max(16, min(get_config().rows_per_warp, per)))
 
 
 def launch_tables(model, plan, Xb, acc, scale, F1, stream, slots=None):
