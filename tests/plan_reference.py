@@ -1,12 +1,12 @@
-"""Frozen copies of the SHAP plan's host functions as they were before the fifth session's
-speed-up (strategy.py and kernels/cuda/model.py at e070de4): the reference that
+"""Frozen copies of the SHAP plan's host functions as they were before their speed-up
+(strategy.py and kernels/cuda/model.py at commit e070de4): the reference that
 tests/test_plan_host.py compares the current functions against, array for array."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from distshap.strategy import TABLE_MIN_SAVING
+from distshap.plan.tables import TABLE_MIN_SAVING
 
 _PER_PATTERN = ("k", "k*k")
 
@@ -59,7 +59,7 @@ def gpu_shap_table_offsets(
     max_features : int
         Paths with more features get no table (at most 24).
     costs : KernelCosts
-        The device kind's constants (:func:`distshap.cost_model.costs_for`).
+        The device kind's constants (:func:`distshap.plan.costs.costs_for`).
     num_features, num_groups : int, optional
         Output width ``num_groups * (num_features + 1)`` (whether sums fit shared memory);
         default: the largest group + 1 and the largest feature count of any path.
@@ -73,10 +73,10 @@ def gpu_shap_table_offsets(
         As :func:`choose_tables`: start of each path's table (in float32 values), tables laid
         out in path order; -1 for the paths that run the quadrature kernels.
     """
-    from distshap import cost_model
+    from distshap.plan import costs as cost_model
 
     if not isinstance(costs, cost_model.KernelCosts):
-        raise TypeError(f"costs must be distshap.cost_model.KernelCosts, got {type(costs)!r}")
+        raise TypeError(f"costs must be distshap.plan.costs.KernelCosts, got {type(costs)!r}")
     k = np.asarray(lengths)
     if k.ndim != 1 or not np.issubdtype(k.dtype, np.integer):
         raise ValueError(f"lengths must be a 1-D integer array, got {k.dtype} {k.shape}")
@@ -196,8 +196,8 @@ def quadrature_launches(
 
 
 def shap_table_offsets(packed, costs) -> np.ndarray:
-    """model._shap_table_offsets (``costs`` given)."""
-    from distshap.kernels.cuda.tables import SHAP_TABLE_MAX_FEATURES
+    """plan.gpu.shap_table_offsets (``costs`` given)."""
+    from distshap.plan.geometry import SHAP_TABLE_MAX_FEATURES
 
     k = np.diff(np.asarray(packed.path_offsets, dtype=np.int64)) - 1
     path_bin, regular = regular_paths(packed.bin_offsets, packed.path_offsets, lanes=32)
@@ -210,15 +210,16 @@ def shap_table_offsets(packed, costs) -> np.ndarray:
 
 
 def plan_core(packed, path_table: np.ndarray) -> dict:
-    """model.plan_arrays without the chunk-local tiles (``local=False``)."""
-    from distshap.kernels.cuda import config
+    """plan.gpu.plan_arrays without the chunk-local tiles (``local=False``)."""
+    from distshap.plan.config import get_config
 
+    config = get_config()
     k = np.diff(np.asarray(packed.path_offsets, dtype=np.int64)) - 1
     path_bin, regular = regular_paths(packed.bin_offsets, packed.path_offsets, lanes=32)
     is_t = (path_table >= 0) & regular
     launches = quadrature_launches(
-        k, packed.path_group, (path_table < 0) & regular, config.QUADRATURE_NODES,
-        config.QUADRATURE_CHUNK_PATHS,
+        k, packed.path_group, (path_table < 0) & regular, config.quadrature_nodes,
+        config.quadrature_chunk_paths,
     )  # fmt: skip
     table_maxk = np.zeros(max(packed.num_bins, 1), np.int32)
     np.maximum.at(table_maxk, path_bin[is_t], k[is_t])

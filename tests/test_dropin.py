@@ -1,4 +1,4 @@
-"""distshap.TreeExplainer as a drop-in for shap.TreeExplainer (issue #13).
+"""distshap.TreeExplainer as a drop-in for shap.TreeExplainer.
 
 shap's own TreeExplainer is the peer: the same calls (shap's positional order) on small XGBoost
 models must give shap's values (relative 1e-5), shap's Explanation fields and layouts, and

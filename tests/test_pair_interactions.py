@@ -1,4 +1,4 @@
-"""Interactions at scale: pair slots, per-row top pairs and data-set summaries (issue #16).
+"""Interactions at scale: pair slots, per-row top pairs and data-set summaries.
 
 The judge is the full interaction matrix: top pairs must equal sorting its upper triangle
 (``|phi_ij|`` descending, ties by ``(i, j)``) bit for bit, and summaries must equal the mean of

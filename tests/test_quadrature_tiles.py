@@ -1,4 +1,4 @@
-"""Chunk-local feature tiles of the SHAP quadrature kernel (issue #15).
+"""Chunk-local feature tiles of the SHAP quadrature kernel.
 
 The SHAP quadrature kernel sums a row's contributions in shared memory until its block's chunk
 of paths is done. With chunk-local tiles (``config.SHAP_QUADRATURE_TILES = "local"``) the

@@ -1,5 +1,5 @@
-"""The split slot kernel's per-element and per-pair PTX (issue #16;
-:mod:`benchmarks.kernel_isa`; needs NVVM, no GPU): the float32 operations the source asks for
+"""The split slot kernel's per-element and per-pair PTX (:mod:`benchmarks.kernel_isa`; needs
+NVVM, no GPU): the float32 operations the source asks for
 (:func:`distshap.kernels.cuda.quadrature.pair_steps`), per node, and no more than a bound on
 the other instructions (the kernel is issue-bound on integer work).
 

@@ -1,4 +1,4 @@
-"""The two-row SHAP kernel's per-element PTX (issue #15; :mod:`benchmarks.kernel_isa`; needs
+"""The two-row SHAP kernel's per-element PTX (:mod:`benchmarks.kernel_isa`; needs
 NVVM, no GPU): the float32 operations the source asks for, per node and row, and no more
 than a bound on the other instructions (the kernel is issue-bound).
 
@@ -16,8 +16,8 @@ from cudasim import nvvm_available
 
 N_NODES = 8
 #: Non-float PTX instructions per path element (two rows), products and quotients loops
-#: together. The kernel before issue #15 had 156 (90 + 66), the lean one 97 (53 + 44), both
-#: measured at commit 1957994: a bound between them, with room for compiler changes.
+#: together: a bound between the earlier kernel's count and the lean one's (both in
+#: ``benchmarks/RESULTS.md``), with room for compiler changes.
 MAX_OTHER_PER_ELEMENT = 125
 
 
