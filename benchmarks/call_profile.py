@@ -247,6 +247,7 @@ def _kernel_parts(packed, Xd, inter: bool) -> dict:
 
     from distshap.kernels.cuda import args, launch, small
     from distshap.kernels.cuda.fallback import launch_fallback
+    from distshap.kernels.cuda.interaction_quadrature import launch_interaction_quadrature
     from distshap.kernels.cuda.model import device_model, interaction_plan
     from distshap.kernels.cuda.quadrature import launch_quadrature
     from distshap.kernels.cuda.tables import launch_tables
@@ -267,9 +268,9 @@ def _kernel_parts(packed, Xd, inter: bool) -> dict:
         f"kernel tables ({plan.n_table_bins:,} bins)": lambda: launch_tables(
             model, plan, X, acc, scale, F1, s
         ),
-        f"kernel quadrature ({len(plan.quadrature)} launches)": lambda: launch_quadrature(
-            model, plan, X, acc, scale, F1, s, inter
-        ),
+        f"kernel quadrature ({len(plan.quadrature)} launches)": lambda: (
+            launch_interaction_quadrature if inter else launch_quadrature
+        )(model, plan, X, acc, scale, F1, s),
         f"kernel fallback ({model.n_oversize} paths)": lambda: launch_fallback(
             model, X, acc, scale, F1, s, inter
         ),

@@ -43,17 +43,15 @@ _KEYS = textwrap.dedent(
         from numba.core.serialize import dumps  # numba's built-in CUDA target
     import distshap.kernels.cuda as package
     from distshap.kernels.cuda.ptx import _kernels
-    from distshap.kernels.cuda.quadrature import quadrature_kernel, slot_rows_kernel
-    from distshap.kernels.cuda.slot_quadrature import split_slot_kernel
+    from distshap.kernels.cuda.quadrature import quadrature_kernel
+    from distshap.kernels.cuda.slot_quadrature import gathered_slot_kernel, split_slot_kernel
 
     kernels = {name: k for name, (k, _) in _kernels().items()}
     # kernels made by factories that the PTX list leaves out
     kernels["shap_two_row_local_8"] = quadrature_kernel(8, True, local=True, rows=2)
     kernels["shap_two_row_shared_8"] = quadrature_kernel(8, True, rows=2)
-    kernels["interaction_slot_kernel_4"] = quadrature_kernel(4, True, True, slots=True)
-    kernels["slot_rows_kernel_4"] = slot_rows_kernel(4, 2, True)
-    for mode in ("split", "int64"):
-        kernels[f"split_slot_kernel_4_{mode}"] = split_slot_kernel(4, 2, True, mode)
+    kernels["gathered_slot_kernel_4"] = gathered_slot_kernel(4, 2, True)
+    kernels["split_slot_kernel_4"] = split_slot_kernel(4, 2, True)
     for info in pkgutil.iter_modules(package.__path__):
         mod = importlib.import_module("distshap.kernels.cuda." + info.name)
         for name, obj in vars(mod).items():

@@ -37,10 +37,10 @@ from distshap.kernels.cuda import args, small
 from distshap.kernels.cuda.caches import KEPT_ACC_BYTES, give_back, kept_accumulator
 from distshap.kernels.cuda.device import SIM, xp
 from distshap.kernels.cuda.fallback import launch_fallback
+from distshap.kernels.cuda.interaction_quadrature import launch_interaction_quadrature
 from distshap.kernels.cuda.model import device_model, interaction_plan, slot_arrays
 from distshap.kernels.cuda.quadrature import launch_quadrature
 from distshap.kernels.cuda.slot_quadrature import launch_slot_quadrature
-from distshap.kernels.cuda.slot_tables import launch_slot_tables
 from distshap.kernels.cuda.tables import launch_tables
 from distshap.packed import PackedModel
 from distshap.plan.config import get_config
@@ -271,6 +271,7 @@ def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool):
     readers = (plan.n_table_bins > 0) + -(-model.n_oversize // 65535)
     readers += len(plan.quadrature) * -(-n // 65535) if interactions else 0
     shared_rows = readers >= 3 and (interactions or not quadrature)
+    run_quadrature = launch_interaction_quadrature if interactions else launch_quadrature
 
     def kept_batch(r0, r1, Xb, acc, s):
         if shared_rows:
@@ -278,7 +279,7 @@ def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool):
         if plan.n_table_bins:
             launch_tables(model, plan, Xb, acc, scale, F1, s)
         if quadrature:
-            launch_quadrature(model, plan, Xb, acc, scale, F1, s, interactions)
+            run_quadrature(model, plan, Xb, acc, scale, F1, s)
         if model.n_oversize:
             launch_fallback(model, Xb, acc, scale, F1, s, interactions)
         rows_out = out2 if r0 == 0 and r1 == n else out2[r0:r1]
@@ -312,8 +313,8 @@ def run_slot_batches(packed: PackedModel, X, slots, consume, batch_rows: int | N
         if dev.num_slots and sm is not None:  # the integers of the one-launch route's matrices
             small.launch_slots(sm, Xb, acc, dev, s)
         elif dev.num_slots:
-            launch_slot_tables(packed, slots, model, plan, Xb, acc, scale, F1, s, dev)
-            launch_slot_quadrature(model, plan, Xb, acc, scale, F1, s, dev)
+            launch_tables(model, plan, Xb, acc, scale, F1, s, slots=dev)
+            launch_slot_quadrature(model, plan, Xb, acc, scale, s, dev)
             launch_fallback(model, Xb, acc, scale, F1, s, True, slots=dev)
         consume(acc, r0, model, dev, 1.0 / scale, s)
 

@@ -1,14 +1,13 @@
 """Interaction values in pair-slot form on the GPU: per-row top pairs and data-set sums.
 
-The slot kernels (:mod:`.slot_tables` or :mod:`.tables`, :mod:`.quadrature`, :mod:`.fallback`
-with ``slots``; variants chosen by :data:`~distshap.kernels.cuda.config.SLOT_TABLE_VARIANT` and
-:data:`~distshap.kernels.cuda.config.SLOT_QUADRATURE_VARIANT`) add the same int64 fixed-point
-contributions as the matrix kernels, but only those of the upper triangle and the diagonal,
-and into a row's ``S`` slots (:mod:`distshap.pair_slots`) instead of its ``G (F+1)**2``
-entries; integer sums do not depend on the order, so each slot holds the integer its matrix
-entry holds, and the conversion ``float32(acc * 2**-s)`` (the one
-:func:`~distshap.kernels.cuda.launch.finish_kernel` does) gives the same float32 bits. After
-each row batch one of these kernels consumes the accumulator (and zeroes it):
+The slot kernels (:mod:`.tables`, :mod:`.slot_quadrature` and :mod:`.fallback` with
+``slots``) add the same int64 fixed-point contributions as the matrix kernels, but only those
+of the upper triangle and the diagonal, and into a row's ``S`` slots
+(:mod:`distshap.pair_slots`) instead of its ``G (F+1)**2`` entries; integer sums do not depend
+on the order, so each slot holds the integer its matrix entry holds, and the conversion
+``float32(acc * 2**-s)`` (the one :func:`~distshap.kernels.cuda.launch.finish_kernel` does)
+gives the same float32 bits. After each row batch one of these kernels consumes the
+accumulator (and zeroes it):
 
 * :func:`topk_kernel` - one block per (row, group): each thread keeps the best ``k`` pair slots
   it sees (``|value|`` descending, ties by slot, i.e. by ``(i, j)``), then ``k`` rounds of a

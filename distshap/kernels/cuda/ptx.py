@@ -16,6 +16,7 @@ from numba import cuda
 
 from distshap.kernels.cuda.device import SIM
 from distshap.kernels.cuda.fallback import oversize_kernel
+from distshap.kernels.cuda.interaction_quadrature import interaction_kernel
 from distshap.kernels.cuda.launch import finish_kernel
 from distshap.kernels.cuda.quadrature import quadrature_kernel
 from distshap.kernels.cuda.tables import fill_kernel, shap_fill_kernel, table_kernel
@@ -73,7 +74,8 @@ def _kernels() -> dict:
             for inter in (False, True):
                 name = (f"{'interaction' if inter else 'shap'}_quadrature_kernel_{n_nodes}"
                         f"{'_shared' if shared else ''}")  # fmt: skip
-                kernels[name] = (quadrature_kernel(n_nodes, shared, inter), _QUADRATURE_SIG)
+                kernel = (interaction_kernel if inter else quadrature_kernel)(n_nodes, shared)
+                kernels[name] = (kernel, _QUADRATURE_SIG)
         kernels[f"shap_quadrature_kernel_{n_nodes}_local"] = (
             quadrature_kernel(n_nodes, True, local=True), _LOCAL_QUADRATURE_SIG,
         )  # fmt: skip
