@@ -80,6 +80,7 @@ from distshap.shap_compat import (
     check_feature_names,
     check_ignored_arguments,
     check_model_output,
+    check_perturbation,
     explain_input,
     label_values,
     pool_rows,
@@ -222,8 +223,7 @@ class TreeExplainer(PairMethods):
         check_layout(layout)
         check_ignored_arguments(approximate, link, linearize_link)
         data = pool_rows(data)[0]
-        if not isinstance(feature_perturbation, str) or feature_perturbation != "auto":
-            resolve_perturbation(feature_perturbation, True, "raw")  # a name check, first
+        check_perturbation(feature_perturbation)
         background = None if data is None else background_input(data)
         feature_perturbation = resolve_perturbation(
             feature_perturbation, background is not None, model_output

@@ -1,11 +1,13 @@
 """Input validation: user rows -> the C-contiguous float32 matrix the kernels take.
 
-:func:`prepare_rows` is the one conversion every entry point uses (in memory, each Dask block,
-the CLI): it selects and orders DataFrame columns by the model's feature names, codes category
-columns, refuses what the model's own library would refuse (a category column on a numeric
-feature, a wrong feature count, no rows), and applies the model's
+:func:`model_matrix` is the one conversion of the rows every entry point explains (the
+explainer's in-memory rows, each Dask block, the CLI's): it selects and orders DataFrame columns
+by the model's feature names, codes category columns and refuses what the model's own library
+would refuse (a category column on a numeric feature, a wrong feature count, no rows); its
+values, never rounded to float32, are what the additivity check traverses the trees with.
+:func:`distshap.dispatch.run_request` then applies the model's
 :class:`~distshap.encoding.InputEncoding` (its missing-value sentinel; float64 comparisons kept
-exact for models that compare in float64). Values are never rounded to float32 before that.
+exact for models that compare in float64); :func:`prepare_rows` does both at once.
 
 What users pass to ``shap.TreeExplainer`` is first brought to those forms here
 (:func:`explain_input`, :func:`background_input`): one row (a 1-D array or a pandas Series)

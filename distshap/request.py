@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from distshap import kernels
-from distshap.interventional import transform_id
+from distshap.interventional import MODEL_OUTPUTS, transform_id
 from distshap.kernels.interventional_math import LOG_LOSS, PROBABILITY, RAW, check_background
 
 __all__ = ["Request", "make_request"]
@@ -123,7 +123,8 @@ def make_request(
         check_background(background, packed)
         transform = transform_id(model_output, packed)
     elif model_output != "raw":
-        transform_id(model_output, packed)  # an unknown name says so first
+        if model_output not in MODEL_OUTPUTS:
+            transform_id(model_output, packed)  # an unknown name says so first
         raise ValueError(
             f"model_output={model_output!r} is defined for interventional SHAP only: pass "
             "background data (e.g. a sample of the training rows), or use model_output='raw'"

@@ -29,6 +29,7 @@ __all__ = [
     "check_feature_names",
     "check_ignored_arguments",
     "check_model_output",
+    "check_perturbation",
     "explain_input",
     "label_values",
     "pool_rows",
@@ -44,8 +45,8 @@ MODEL_OUTPUTS = ("raw", "probability", "log_loss")
 UNSET = object()  # shap's constructor ``approximate``: given or not
 
 
-def resolve_perturbation(feature_perturbation: Any, has_data: bool, model_output: str) -> str:
-    """shap's ``feature_perturbation`` with ``"auto"`` replaced, refusing what shap refuses."""
+def check_perturbation(feature_perturbation: Any) -> None:
+    """Refuse a ``feature_perturbation`` that is none of shap's."""
     if not isinstance(feature_perturbation, str) or (
         feature_perturbation not in FEATURE_PERTURBATIONS
     ):
@@ -53,6 +54,11 @@ def resolve_perturbation(feature_perturbation: Any, has_data: bool, model_output
             f"feature_perturbation={feature_perturbation!r}: use one of "
             f"{', '.join(map(repr, FEATURE_PERTURBATIONS))}"
         )
+
+
+def resolve_perturbation(feature_perturbation: str, has_data: bool, model_output: str) -> str:
+    """shap's ``feature_perturbation`` (checked) with ``"auto"`` replaced, refusing what shap
+    refuses."""
     if feature_perturbation == "auto":
         feature_perturbation = "interventional" if has_data else "tree_path_dependent"
     if feature_perturbation == "interventional" and not has_data:

@@ -1,9 +1,9 @@
 """Warm-up: compile a backend's kernels before the first real call, on tiny built-in models.
 
 Numba compiles a kernel (or loads it from its cache) on the first call, which can take seconds
-(the CUDA quadrature kernels: about one second per node count). :func:`warm_up` runs every
-kernel of a backend once on chain-shaped trees (:func:`chain_ensemble`): a short chain, and one
-longer than a warp, which takes the CUDA backend's fallback kernel. It sits above the kernels
+(``benchmarks/RESULTS.md`` says how long). :func:`warm_up` runs every kernel of a backend once
+on chain-shaped trees (:func:`chain_ensemble`): a short chain, and one longer than a warp,
+which takes the CUDA backend's fallback kernel. It sits above the kernels
 (it builds models through :mod:`distshap.paths` and :mod:`distshap.packed`), so the kernels
 never import the model-building side.
 """

@@ -183,7 +183,7 @@ def _block_values(
 def _limit_output_chunks(X: da.Array, bytes_per_row: int) -> da.Array:
     """Split row chunks whose output would exceed :data:`MAX_OUTPUT_CHUNK_BYTES`.
 
-    Interaction values grow as (F+1)**2 per row (fashion_mnist with 10 classes: 25 MB a row),
+    Interaction values grow as (F+1)**2 per row (``G (F+1)**2 * 4`` bytes),
     so a row chunk sized for the input can produce an output chunk no worker can hold.
     """
     rows = max(1, MAX_OUTPUT_CHUNK_BYTES // bytes_per_row)
@@ -247,7 +247,7 @@ def explain_dask(
     X : dask.array.Array or dask.dataframe.DataFrame
         Rows to explain, ``(n, F)``; NumPy or CuPy chunks. Any column chunking (rechunked to
         one column chunk); row chunks are kept (unknown sizes are computed here). A DataFrame
-        follows the rules of a pandas one (:func:`distshap.inputs.prepare_rows`: columns by name,
+        follows the rules of a pandas one (:func:`distshap.inputs.model_matrix`: columns by name,
         category columns only on the model's categorical features); its partitions' row counts
         are computed here.
     interactions : bool
