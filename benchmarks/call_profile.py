@@ -245,14 +245,15 @@ def _kernel_parts(packed, Xd, inter: bool) -> dict:
     time: what the GPU spends, whatever the host does)."""
     import cupy
 
-    from distshap.kernels.cuda import args, launch, small
+    from distshap.kernels.cuda import args, launch
     from distshap.kernels.cuda.fallback import launch_fallback
     from distshap.kernels.cuda.interaction_quadrature import launch_interaction_quadrature
     from distshap.kernels.cuda.model import device_model, interaction_plan
     from distshap.kernels.cuda.quadrature import launch_quadrature
     from distshap.kernels.cuda.tables import launch_tables
+    from distshap.plan.routes import small_fits
 
-    if small.fits(packed, inter):
+    if small_fits(packed, inter):
         return {}
     model = device_model(packed)
     plan = interaction_plan(packed, model) if inter else model.shap

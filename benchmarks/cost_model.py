@@ -6,13 +6,13 @@ synchronized), three SHAP strategies through :func:`distshap.kernels.cuda.shap_v
 
 * ``quadrature``  every regular path in the quadrature kernels (``table_budget_bytes=0``);
 * ``auto``        what the library runs: the cost model's mix
-                  (:func:`distshap.strategy.gpu_shap_table_offsets`, default budget);
+                  (:func:`distshap.plan.tables.gpu_shap_table_offsets`, default budget);
 * ``tables``      every path of at most 12 features on a pattern table (1 GiB budget, forced
-                  with :func:`distshap.cost_model.tables_everywhere`);
+                  with :func:`distshap.plan.costs.tables_everywhere`);
 * ``auto_shipped`` (only when the device's constants are calibrated ones) the cost model's mix
                   under the shipped constants of the kind: what calibrating changed;
 
-each with its rows/s predicted by :func:`distshap.cost_model.predict` (the device's constants:
+each with its rows/s predicted by :func:`distshap.plan.predict.predict` (the device's constants:
 the calibration cache, else the shipped ones; ``predicted_shipped`` under the shipped
 constants of the kind) for the plan the device model actually built, and XGBoost's GPU
 ``pred_contribs`` on the same rows. One JSON line per shape on stdout (and ``--out``).
@@ -34,10 +34,11 @@ import numpy as np
 
 from benchmarks.shapes import SHAPES, make_data, train_model
 from benchmarks.throughput import _host, _median_seconds
-from distshap import cost_model as cm
 from distshap.models import load_model
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
+from distshap.plan import costs as cm
+from distshap.plan.predict import predict
 
 VARIANTS = ("quadrature", "auto", "tables")
 #: Default rows per call by model size.
@@ -89,12 +90,12 @@ def measure(shape: str, rows: int, repeats: int, xgboost: bool = True) -> dict:
                                             backend)  # fmt: skip
             offsets = _plan_offsets(packed)
         kc.clear_cache()
-        pred = cm.predict(packed, offsets, costs, rows)
+        pred = predict(packed, offsets, costs, rows)
         rec = {
             "measured_rows_s": rows / s,
             "predicted_rows_s": pred.rows_per_second,
             "measured_over_predicted": (rows / s) / pred.rows_per_second,
-            "predicted_shipped_rows_s": cm.predict(packed, offsets, shipped, rows).rows_per_second,
+            "predicted_shipped_rows_s": predict(packed, offsets, shipped, rows).rows_per_second,
             "first_call_s": first,
             "route": pred.route,
             "table_paths": pred.table_paths,
@@ -104,7 +105,7 @@ def measure(shape: str, rows: int, repeats: int, xgboost: bool = True) -> dict:
             "predicted_breakdown_s": pred.breakdown,
         }
         if variant.startswith("auto"):  # the plan built on the device is the cost model's choice
-            choice = cm.predict(packed, "auto", forced, rows)
+            choice = predict(packed, "auto", forced, rows)
             rec["plan_is_cost_model_choice"] = bool(
                 choice.table_paths == pred.table_paths and choice.table_bytes == pred.table_bytes
             )

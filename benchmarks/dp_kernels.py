@@ -12,7 +12,7 @@ For each model shape, SHAP values (or ``--interactions``), on the same CuPy rows
                    most 12 features, within 2 GiB: the table policy alone, whatever
                    ``model._shap_table_offsets`` picks), the quadrature kernels for the rest;
 * ``tables_global`` as ``tables``, the table kernel adding to global memory directly (no
-                   shared-memory row tile: ``config.MIN_TILE_ROWS`` patched);
+                   shared-memory row tile: ``min_tile_rows`` raised);
 * ``tables_1row``  as ``tables``, one row a step (``config.SHAP_TABLE_ROWS_A_STEP = 1``;
                    default 4);
 * ``xgboost_gpu``  XGBoost's ``pred_contribs`` (``pred_interactions``) with ``device="cuda"`` on
@@ -56,7 +56,9 @@ def measure(shape: str, rows: int, repeats: int, interactions: bool = False) -> 
     import xgboost as xgb
 
     from distshap.kernels import cuda as kc
-    from distshap.kernels.cuda import model as km
+    from distshap.plan.config import config_context
+    from distshap.plan.costs import tables_everywhere, use_costs
+    from distshap.plan.gpu import shap_table_policy, strategy_stats
 
     name, size = shape.rsplit("-", 1)
     booster = train_model(name, size)
@@ -70,15 +72,12 @@ def measure(shape: str, rows: int, repeats: int, interactions: bool = False) -> 
     }
     fn = kc.interaction_values if interactions else kc.shap_values
 
-    def policy(p, costs=None):  # every eligible path, whatever the cost model would pick
-        return km.shap_table_policy(p)
-
-    def every_table():
-        with mock.patch.object(km, "_shap_table_offsets", policy):
+    def every_table():  # every eligible path, whatever the cost model would pick
+        with use_costs(tables_everywhere()):
             return fn(packed["all"], Xd)
 
     def every_table_global():
-        with mock.patch.object(kc.config, "MIN_TILE_ROWS", 1 << 30):
+        with config_context(min_tile_rows=1 << 30):
             return every_table()
 
     def every_table_1row():
@@ -92,12 +91,12 @@ def measure(shape: str, rows: int, repeats: int, interactions: bool = False) -> 
         "tables_global": every_table_global,
         "tables_1row": every_table_1row,
     }
-    st = kc.strategy_stats(packed["tables"])
+    st = strategy_stats(packed["tables"])
     record = {"shape": shape, "rows": rows, "kind": "interactions" if interactions else "shap",
               "paths": packed["tables"].num_paths,
               "table_paths": packed["tables"].stats["table_paths"],
               "library_shap_table_paths": st.get("shap_table_paths", 0),
-              "tables_shap_table_paths": int((km.shap_table_policy(packed["all"]) >= 0).sum()),
+              "tables_shap_table_paths": int((shap_table_policy(packed["all"]) >= 0).sum()),
               "interaction_table_paths": st["interaction_table_paths"]}  # fmt: skip
     booster.set_param({"device": "cuda"})
     dm = xgb.DMatrix(Xd)

@@ -498,16 +498,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--table-budget-mib",
         type=int,
-        help="CUDA: interaction table budget in MiB (config.INTERACTION_TABLE_BUDGET_BYTES; "
+        help="CUDA: interaction table budget in MiB (interaction_table_budget_bytes; "
         "it sets the plan, hence the bits, of top-k and full matrices alike; models of more "
         "than 77 features get no interaction tables whatever the budget)",
     )
     parser.add_argument("--json", help="append the record as a JSON line to this file")
     args = parser.parse_args(argv)
     if args.table_budget_mib is not None:
-        from distshap.kernels.cuda import config
+        from distshap.plan.config import set_config
 
-        config.INTERACTION_TABLE_BUDGET_BYTES = int(args.table_budget_mib) << 20
+        set_config(interaction_table_budget_bytes=int(args.table_budget_mib) << 20)
     if args.backend == "auto":
         from distshap.kernels import cuda_available
 

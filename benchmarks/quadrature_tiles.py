@@ -54,7 +54,7 @@ __all__ = ["main", "measure", "measure_variants", "parse_variant"]
 def _plan_info(kc, packed) -> dict:
     """Chunks of the SHAP plan's quadrature launches: all-features and local (those the
     kernel runs), widest tile, warps a block."""
-    from distshap.kernels.cuda.quadrature import local_tiles, quadrature_warps
+    from distshap.plan.geometry import local_tiles, quadrature_warps
 
     plan = kc.device_model(packed).shap
     widest = max((int(q.local_columns) for q in plan.quadrature), default=0)

@@ -24,7 +24,7 @@ warm-up, GPU synchronized before the clock stops) of:
   largest difference (relative to max(1, |values|)) of the kernel's values against it, and
   whether public, kernel and checked values agree bit for bit; the columns above are the
   library's default variant;
-* ``regular``: the public call with the one-launch route off (``config.SMALL_MAX_PATHS = 0``);
+* ``regular``: the public call with the one-launch route off (``small_max_paths=0``);
 * ``xgboost``: XGBoost's GPU ``predict(pred_contribs / pred_interactions)`` on a CuPy DMatrix;
 
 and rows/s of the public call against XGBoost's. Needs a GPU::
@@ -124,7 +124,9 @@ def measure(name: str, size: str, rows: int, interactions: bool, repeats: int,
 
     from distshap import TreeExplainer
     from distshap.kernels import cuda as kc
-    from distshap.kernels.cuda import config, launch, small
+    from distshap.kernels.cuda import launch, small
+    from distshap.plan.config import config_context
+    from distshap.plan.routes import small_fits
 
     booster = train_model(name, size)
     X, _ = make_data(name, rows, seed=1)
@@ -136,7 +138,7 @@ def measure(name: str, size: str, rows: int, interactions: bool, repeats: int,
     kernel = kc.interaction_values if interactions else kc.shap_values
     rec = {
         "shape": f"{name}-{size}", "kind": "interactions" if interactions else "shap",
-        "rows": rows, "paths": packed.num_paths, "small": small.fits(packed, interactions),
+        "rows": rows, "paths": packed.num_paths, "small": small_fits(packed, interactions),
         "public": _median_us(lambda: public(Xd), repeats),
         "checked": _median_us(lambda: launch.checked_values(packed, Xd, Xd, interactions),
                               repeats),
@@ -161,13 +163,9 @@ def measure(name: str, size: str, rows: int, interactions: bool, repeats: int,
             small.VARIANT = saved_variant
             setattr(small, name_k, default_kernel)
             small.clear_cache()  # no launcher of the variant is kept
-    saved = config.SMALL_MAX_PATHS
-    config.SMALL_MAX_PATHS = 0
-    try:
+    with config_context(small_max_paths=0):
         rec["regular"] = _median_us(lambda: public(Xd), repeats)
         regular = public(Xd).get()
-    finally:
-        config.SMALL_MAX_PATHS = saved
     ours = public(Xd).get()
     booster.set_param({"device": "cuda"})
     dm = xgb.DMatrix(Xd)

@@ -42,7 +42,7 @@ def gpu_shap_table_offsets(
     """SHAP table offset of each path on the GPU (-1: quadrature), by the cost model.
 
     Candidates are the paths of ``1..max_features`` features whose predicted table cost per
-    row is below their quadrature cost (:mod:`distshap.cost_model`). They are taken greedily by
+    row is below their quadrature cost (:mod:`distshap.plan.costs`). They are taken greedily by
     saving per table byte (ties: lower path index first) while the tables fit ``budget_bytes``;
     of those prefixes the one of least predicted time wins, counting the table bins it opens
     and the L2 misses its total size brings. A pure function of its arguments, so every GPU of

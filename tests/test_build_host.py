@@ -13,8 +13,9 @@ import numpy as np
 import plan_reference as ref
 import pytest
 
-from distshap import packed, paths, strategy
+from distshap import packed, paths
 from distshap.packing import bin_order, pack
+from distshap.plan.launches import quadrature_launches
 
 import tiny
 
@@ -91,14 +92,14 @@ def test_quadrature_launches_with_negative_keys_and_edges(seed):
         for selected in (rng.random(n) < 0.6, np.ones(n, bool)):
             for chunk in (1, 5, 1000):
                 _launches_equal(
-                    strategy.quadrature_launches(k, group, selected, nodes, chunk),
+                    quadrature_launches(k, group, selected, nodes, chunk),
                     ref.quadrature_launches(k, group, selected, nodes, chunk),
                 )
     # in order already (no sort): one group, increasing lengths
     k = np.sort(rng.integers(0, 31, 400))
     group = np.zeros(400, np.int32)
     _launches_equal(
-        strategy.quadrature_launches(k, group, np.ones(400, bool), nodes, 64),
+        quadrature_launches(k, group, np.ones(400, bool), nodes, 64),
         ref.quadrature_launches(k, group, np.ones(400, bool), nodes, 64),
     )
 

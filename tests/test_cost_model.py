@@ -1,4 +1,5 @@
-"""The cost model (distshap.cost_model), its strategy choice (strategy.gpu_shap_table_offsets),
+"""The cost model (distshap.plan.costs, plan.predict), its strategy choice
+(plan.tables.gpu_shap_table_offsets),
 the cost cache, `distshap info` / `distshap calibrate`, and calibration under the simulator."""
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from distshap import cost_model as cm
-from distshap import strategy
 from distshap.kernels import cuda_available
 from distshap.kernels.cuda.calibrate import Experiment, synthetic_packed, synthetic_paths
 from distshap.packed import build_packed_model
+from distshap.plan import costs as cm
+from distshap.plan import geometry as geo
+from distshap.plan import predict as pr
+from distshap.plan import tables as strategy
+from distshap.plan.config import config_context
 
 from cudasim import assert_simulator_ok
 
@@ -26,7 +30,7 @@ MIX = replace(H100, table_bin=100e-12)  # tables pay for the longer paths
 def _shape(ks, num_features=16, num_groups=1, n_bins=None):
     ks = np.asarray(ks, np.int64)
     n = ks.size
-    return cm.ModelShape(
+    return pr.ModelShape(
         k=ks, group=np.arange(n) % num_groups, path_bin=np.arange(n) // 4 if n_bins is None
         else np.arange(n) % n_bins, regular=ks <= 31, num_features=num_features,
         num_groups=num_groups,
@@ -163,10 +167,10 @@ def test_choice_needs_kernel_costs():
 
 def test_prediction_is_the_linear_terms():
     packed = _packed(300, 6)
-    p = cm.predict(packed, "quadrature", H100, 1000)
-    terms = cm.row_terms(cm.model_shape(packed), np.full(300, -1), H100.l2_bytes)
+    p = pr.predict(packed, "quadrature", H100, 1000)
+    terms = pr.row_terms(pr.model_shape(packed), np.full(300, -1), H100.l2_bytes)
     per_row = sum(terms[f] * getattr(H100, f) for f in cm.COST_FIELDS)
-    launches = cm.launches_per_batch(cm.model_shape(packed), np.full(300, -1))
+    launches = pr.launches_per_batch(pr.model_shape(packed), np.full(300, -1))
     assert p.seconds == pytest.approx(1000 * per_row + launches * H100.launch + H100.call)
     assert p.rows_per_second == pytest.approx(1000 / p.seconds)
     assert sum(p.breakdown.values()) == pytest.approx(p.seconds)
@@ -176,7 +180,7 @@ def test_prediction_is_the_linear_terms():
 
 def test_small_route_prediction():
     packed = _packed(80, 3, 8)  # 10 trees of depth 3: the one-launch route
-    p = cm.predict(packed, "auto", H100, 10_000)
+    p = pr.predict(packed, "auto", H100, 10_000)
     assert p.route == "small" and p.table_paths == p.quadrature_paths == 0
     assert p.seconds == pytest.approx(10_000 * 80 * 9 * H100.small_lane2 + H100.small_call)
 
@@ -184,48 +188,40 @@ def test_small_route_prediction():
 def test_prediction_monotone():
     small, large = _packed(300, 5), _packed(3000, 5)
     for choice in ("quadrature", "tables", "auto"):
-        assert cm.predict(large, choice, H100).rows_per_second < cm.predict(
+        assert pr.predict(large, choice, H100).rows_per_second < pr.predict(
             small, choice, H100).rows_per_second  # fmt: skip
-        s = [cm.predict(small, choice, H100, n).seconds for n in (1, 10, 10_000, 10**6)]
+        s = [pr.predict(small, choice, H100, n).seconds for n in (1, 10, 10_000, 10**6)]
         assert s == sorted(s) and s[0] < s[-1]
     slow = replace(H100, **{f: 2 * getattr(H100, f) for f in cm.COST_FIELDS})
-    assert cm.predict(large, "quadrature", slow).rows_per_second < cm.predict(
+    assert pr.predict(large, "quadrature", slow).rows_per_second < pr.predict(
         large, "quadrature", H100).rows_per_second  # fmt: skip
-    longer = [cm.predict(_packed(300, k, 20), "quadrature", H100).rows_per_second
+    longer = [pr.predict(_packed(300, k, 20), "quadrature", H100).rows_per_second
               for k in (2, 6, 12, 20)]  # fmt: skip
     assert longer == sorted(longer, reverse=True)
-    narrow = cm.predict(_packed(300, 4, 8, 1), "quadrature", H100).rows_per_second
-    wide = cm.predict(_packed(300, 4, 400, 1), "quadrature", H100).rows_per_second
+    narrow = pr.predict(_packed(300, 4, 8, 1), "quadrature", H100).rows_per_second
+    wide = pr.predict(_packed(300, 4, 400, 1), "quadrature", H100).rows_per_second
     assert wide < narrow  # more tile columns to flush and a wider finish pass
 
 
-def _tiles(monkeypatch, tiles="local", bound=16):
-    from distshap.kernels.cuda import config
-
-    monkeypatch.setattr(config, "SHAP_QUADRATURE_TILES", tiles)
-    monkeypatch.setattr(config, "QUADRATURE_TILE_FEATURES", bound)
-
-
-def test_local_tiles_price_shared_sums_and_the_chunks_features(monkeypatch):
-    from distshap.kernels.cuda import model
+def test_local_tiles_price_shared_sums_and_the_chunks_features():
+    from distshap.plan import gpu
 
     packed = _packed(600, 8, 300, 2, seed=3)  # 300 features: no column a feature fits
-    shape = cm.model_shape(packed)
+    shape = pr.model_shape(packed)
     none = np.full(packed.num_paths, -1)
     lanes = float(shape.k.sum())
-    _tiles(monkeypatch, "all")
-    terms = cm.row_terms(shape, none, H100.l2_bytes)
-    assert terms["quad_global_lane"] == lanes and terms["quad_chunk_col"] == 0
-    assert not cm.quadrature_shared(300) and cm.quadrature_tile_columns(300) == 300
-    all_features = cm.predict(shape, "quadrature", H100).rows_per_second
-    _tiles(monkeypatch, "local")
-    assert cm.quadrature_shared(300) and cm.quadrature_tile_columns(300) == 31
-    terms = cm.row_terms(shape, none, H100.l2_bytes)
-    plan = model.plan_arrays(packed, none, local=True)  # what the kernel launches
+    with config_context(quadrature_tile_features=300):  # no local tiles: a column a feature
+        terms = pr.row_terms(shape, none, H100.l2_bytes)
+        assert terms["quad_global_lane"] == lanes and terms["quad_chunk_col"] == 0
+        assert not geo.quadrature_shared(300) and geo.quadrature_tile_columns(300) == 300
+        all_features = pr.predict(shape, "quadrature", H100).rows_per_second
+    assert geo.quadrature_shared(300) and geo.quadrature_tile_columns(300) == 31
+    terms = pr.row_terms(shape, none, H100.l2_bytes)
+    plan = gpu.plan_arrays(packed, none, local=True)  # what the kernel launches
     flushed = sum(int(q["local_feature_offsets"][-1]) for q in plan["quadrature"])
     assert terms["quad_global_lane"] == 0 and terms["quad_chunk_col"] == flushed
     assert sum(q["n_local"] for q in plan["quadrature"]) * 8 <= flushed <= lanes
-    assert cm.predict(shape, "quadrature", H100).rows_per_second > all_features
+    assert pr.predict(shape, "quadrature", H100).rows_per_second > all_features
     seconds = cm.quadrature_path_seconds(H100, shape.k, 300)
     assert np.allclose(
         seconds, H100.quad_path + shape.k * (H100.quad_lane + 4 * H100.quad_lane_node)
@@ -233,40 +229,40 @@ def test_local_tiles_price_shared_sums_and_the_chunks_features(monkeypatch):
     # without the lanes' features: estimated, a column a feature of each all-features chunk
     bare = replace(shape, lane_feature=None, path_offsets=None)
     chunks = sum(q["n_chunks"] for q in plan["quadrature"])
-    terms = cm.row_terms(bare, none, H100.l2_bytes)
+    terms = pr.row_terms(bare, none, H100.l2_bytes)
     assert terms["quad_global_lane"] == 0
     assert terms["quad_chunk_col"] == min(chunks * 300, lanes)
     # a bound whose tiles do not fit shared memory: the all-features kernel, global sums
-    _tiles(monkeypatch, "local", 250)
-    assert not cm.quadrature_shared(300)
-    terms = cm.row_terms(shape, none, H100.l2_bytes)
-    assert terms["quad_global_lane"] == lanes and terms["quad_chunk_col"] == 0
+    with config_context(quadrature_tile_features=250):
+        assert not geo.quadrature_shared(300)
+        terms = pr.row_terms(shape, none, H100.l2_bytes)
+        assert terms["quad_global_lane"] == lanes and terms["quad_chunk_col"] == 0
 
 
-def test_local_tiles_leave_narrow_models_alone(monkeypatch):
+def test_local_tiles_leave_narrow_models_alone():
     packed = _packed(600, 5, 12, 1, seed=4)  # 12 features: within the bound
-    shape = cm.model_shape(packed)
+    shape = pr.model_shape(packed)
     none = np.full(packed.num_paths, -1)
     got = {}
-    for tiles in ("local", "all"):
-        _tiles(monkeypatch, tiles)
-        got[tiles] = cm.row_terms(shape, none, H100.l2_bytes)
-        assert cm.quadrature_tile_columns(12) == 12
-    assert got["local"] == got["all"]
+    for bound in (16, 12):
+        with config_context(quadrature_tile_features=bound):
+            got[bound] = pr.row_terms(shape, none, H100.l2_bytes)
+            assert geo.quadrature_tile_columns(12) == 12
+    assert got[16] == got[12]
     chunks = -(-packed.num_paths // 256)  # one group, one node count (k = 5: 4 nodes)
-    assert got["local"]["quad_chunk_col"] == chunks * 12
+    assert got[16]["quad_chunk_col"] == chunks * 12
 
 
 def test_auto_never_predicted_slower_than_either_extreme():
     for packed in (_packed(300, 3), _packed(300, 9, 20), _packed(300, 12, 300, 3)):
         for costs in (H100, MIX, cm.SHIPPED["generic"], replace(H100, table_bin=20e-12)):
-            auto = cm.predict(packed, "auto", costs).seconds
-            assert auto <= cm.predict(packed, "quadrature", costs).seconds * 1.001
-            assert auto <= cm.predict(packed, "tables", costs).seconds * 1.02
+            auto = pr.predict(packed, "auto", costs).seconds
+            assert auto <= pr.predict(packed, "quadrature", costs).seconds * 1.001
+            assert auto <= pr.predict(packed, "tables", costs).seconds * 1.02
 
 
 def test_prediction_counts_oversize_paths():
-    p = cm.predict(_packed(5, 40, 50), "auto", H100, 100)
+    p = pr.predict(_packed(5, 40, 50), "auto", H100, 100)
     assert p.oversize_paths == 5 and p.breakdown["fallback"] > 0 and p.table_paths == 0
 
 
@@ -282,9 +278,9 @@ def test_prediction_counts_oversize_paths():
 )
 def test_prediction_bad_input(kw, err):
     with pytest.raises(err):
-        cm.predict(_packed(300, 3), **kw)
+        pr.predict(_packed(300, 3), **kw)
     with pytest.raises(TypeError, match="PackedModel"):
-        cm.predict("model.json")
+        pr.predict("model.json")
 
 
 # --- constants, kinds and the cache -----------------------------------------------------------
@@ -461,18 +457,19 @@ def test_synthetic_models():
     mixed = synthetic_packed(Experiment("m", "tables", 2, 40, k_alt=25))
     k = strategy.path_features(mixed.path_offsets)
     assert sorted(np.unique(k)) == [2, 25] and (k == 2).sum() == (k == 25).sum() == 40
-    km = pytest.importorskip("distshap.kernels.cuda.model")
+    from distshap.plan.gpu import shap_table_offsets
+
     with cm.use_costs(cm.tables_everywhere()):
-        on = km._shap_table_offsets(mixed) >= 0
+        on = shap_table_offsets(mixed) >= 0
     assert np.array_equal(on, k == 2)  # the long paths stay in the quadrature kernels
 
 
 CALIBRATE_SCRIPT = r"""
 import json, os, sys
-from distshap import cost_model as cm
-from distshap.kernels.cuda import config
 from distshap.kernels.cuda.calibrate import Experiment, calibrate
-config.SMALL_MAX_PATHS = 0  # the regular kernels (tables, quadrature) even for tiny models
+from distshap.plan import costs as cm
+from distshap.plan.config import set_config
+set_config(small_max_paths=0)  # the regular kernels (tables, quadrature) even for tiny models
 path = sys.argv[1] if len(sys.argv) > 1 else os.environ["COSTS_FILE"]
 exps = (Experiment("q4", "quadrature", 4, 3, num_features=6, rows=128),  # a block a 128 rows
         Experiment("q9", "quadrature", 9, 2, num_features=10, rows=2),

@@ -15,10 +15,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distshap import cost_model, strategy
 from distshap.kernels import cuda_available
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
+from distshap.plan import costs as plan_costs
+from distshap.plan import geometry as plan_geometry
+from distshap.plan import gpu as plan_gpu
+from distshap.plan import tables as plan_tables
 from distshap.warmup import chain_ensemble
 
 import naive
@@ -48,8 +51,8 @@ def _km():
 
 
 def _shap_table_offsets(packed):
-    k = strategy.path_features(packed.path_offsets)
-    return strategy.choose_tables(k, packed.table_budget_bytes, packed.max_table_features)
+    k = plan_tables.path_features(packed.path_offsets)
+    return plan_tables.choose_tables(k, packed.table_budget_bytes, packed.max_table_features)
 
 
 # ------------------------------------------------------------------------------------------
@@ -72,8 +75,8 @@ def test_lane_arrays_describe_the_packing():
     ens = tiny.random_ensemble(5, n_features=7, n_trees=6, depth=4, n_groups=2, n_categorical=1)
     packed = _packed(ens, budget=3000)  # some paths with tables, some without
     host = km.lane_arrays(packed)
-    offsets = km.interaction_table_offsets(packed)
-    plan = km.plan_arrays(packed, offsets)
+    offsets = plan_gpu.interaction_table_offsets(packed)
+    plan = plan_gpu.plan_arrays(packed, offsets)
     lane_i, lane_f, lane_d = host["lane_i"], host["lane_f"], host["lane_d"]
     k = np.diff(packed.path_offsets) - 1
     for b in range(packed.num_bins):
@@ -105,12 +108,11 @@ def test_lane_arrays_describe_the_packing():
 
 
 def test_quadrature_launches_cover_every_path_without_a_table_once():
-    km = _km()
     kc = _kc()
     ens = tiny.random_ensemble(4, n_features=9, n_trees=40, depth=7, n_groups=3)
     packed = _packed(ens, budget=20000)  # the shortest paths get tables
     offsets = _shap_table_offsets(packed)
-    plan = km.plan_arrays(packed, offsets)
+    plan = plan_gpu.plan_arrays(packed, offsets)
     k = np.diff(packed.path_offsets) - 1
     rest = np.flatnonzero(offsets < 0)
     assert rest.size and plan["table_paths"] == packed.num_paths - rest.size
@@ -146,8 +148,7 @@ def test_models_the_kernels_cannot_run_are_refused_with_the_fix(monkeypatch):
 
 @pytest.mark.parametrize("n_nodes", [1, 2, 5, 16])
 def test_gauss_legendre_integrates_path_polynomials_exactly(n_nodes):
-    kc = _kc()
-    t, w = kc.gauss_legendre(n_nodes)
+    t, w = plan_geometry.gauss_legendre(n_nodes)
     rng = np.random.default_rng(n_nodes)
     coef = rng.normal(size=2 * n_nodes)  # degree 2n - 1
     exact = sum(c / (i + 1) for i, c in enumerate(coef))
@@ -167,7 +168,7 @@ def test_interaction_tables_chosen_within_budget():
     sizes = (1 << k[chosen]) * k[chosen] ** 2
     order = np.argsort(offsets[chosen])
     assert np.array_equal(offsets[chosen][order][1:], np.cumsum(sizes[order])[:-1])  # packed
-    st = kc.strategy_stats(packed)
+    st = plan_gpu.strategy_stats(packed)
     assert st["interaction_table_paths"] == int(chosen.sum())
     assert st["interaction_table_bytes"] == 4 * int(sizes.sum())
 
@@ -177,22 +178,21 @@ def test_models_too_wide_for_the_interaction_tile_get_no_interaction_tables(monk
     widest whose (F+1)^2 int64 matrix fits a quadrature block's 48 KiB; the SHAP tables are
     not affected, nor is the choice by the launch's shared-memory tunable."""
     from distshap.kernels.cuda import config
-    from distshap.kernels.cuda.quadrature import interaction_tile_fits
+    from distshap.plan.geometry import interaction_tile_fits
 
-    km = _km()
     width = config.INTERACTION_TABLE_MAX_COLUMNS
     assert interaction_tile_fits(width) and not interaction_tile_fits(width + 1)
     for n_features, fits in ((77, True), (78, False), (120, False)):
         ens = tiny.random_ensemble(7, n_features=n_features, n_trees=20, depth=4, n_groups=2)
         packed = _packed(ens)
-        chosen = km.interaction_table_offsets(packed) >= 0
-        assert chosen.any() == fits and km.interaction_tables_too_wide(packed) != fits
+        chosen = plan_gpu.interaction_table_offsets(packed) >= 0
+        assert chosen.any() == fits and plan_gpu.interaction_tables_too_wide(packed) != fits
         assert (_shap_table_offsets(packed) >= 0).any()
         st = _kc().strategy_stats(packed)
         assert st["interaction_table_paths"] == int(chosen.sum())
         assert st["interaction_tables_too_wide"] != fits
         monkeypatch.setattr(config, "QUADRATURE_SHARED_BYTES", 0)
-        assert np.array_equal(km.interaction_table_offsets(packed) >= 0, chosen)
+        assert np.array_equal(plan_gpu.interaction_table_offsets(packed) >= 0, chosen)
         monkeypatch.undo()
 
 
@@ -214,8 +214,8 @@ def test_strategy_stats_account_for_every_path(monkeypatch):
     ens = tiny.random_ensemble(6, n_features=6, n_trees=8, depth=4)
     packed = _packed(ens, budget=2000)
     # every eligible path a table within the budget, whatever this machine's device kind
-    everywhere = cost_model.tables_everywhere()
-    st = kc.strategy_stats(packed, everywhere)
+    everywhere = plan_costs.tables_everywhere()
+    st = plan_gpu.strategy_stats(packed, everywhere)
     assert st["shap_table_paths"] and st["quadrature_paths"]  # SHAP: tables and quadrature
     assert st["shap_table_paths"] + st["quadrature_paths"] + st["oversize_paths"] == (
         packed.num_paths
@@ -237,7 +237,7 @@ def test_strategy_stats_account_for_every_path(monkeypatch):
     # 300 features: too wide for a column a feature; chunk-local feature tiles sum in shared
     # memory (config.SHAP_QUADRATURE_TILES "local"), the all-features kernel in global memory
     wide = _packed(tiny.random_ensemble(6, n_features=300, n_trees=8, depth=4), budget=0)
-    st = kc.strategy_stats(wide)
+    st = plan_gpu.strategy_stats(wide)
     assert st["quadrature_shared"] == (True, False)
     local = _km().plan_arrays(wide, np.full(wide.num_paths, -1, np.int64), local=True)
     assert st["quadrature_tiles"] == "local"
@@ -247,13 +247,13 @@ def test_strategy_stats_account_for_every_path(monkeypatch):
     assert st["quadrature_tile_columns"] == max(q["local_columns"] for q in local["quadrature"])
     assert st["quadrature_warps"] == 4
     monkeypatch.setattr(kc.config, "SHAP_QUADRATURE_TILES", "all")
-    st = kc.strategy_stats(wide)
+    st = plan_gpu.strategy_stats(wide)
     assert st["quadrature_shared"] == (False, False) and st["quadrature_tiles"] == "all"
     assert st["quadrature_tile_columns"] == 0 and st["quadrature_warps"] == 0
     assert st["quadrature_chunks"] == sum(launch["n_chunks"] for launch in local["quadrature"])
     monkeypatch.undo()
     chain = _chain(34, 34)  # paths of 32 to 34 features: oversize bins
-    st = kc.strategy_stats(chain)
+    st = plan_gpu.strategy_stats(chain)
     lanes = np.diff(chain.path_offsets)
     assert st["oversize_paths"] == int((lanes > 32).sum()) >= 1
     assert st["oversize_lanes"] == int(lanes[lanes > 32].sum())
@@ -434,7 +434,7 @@ def test_gpu_tiny_models_match_brute_force():
 def test_gpu_oversize_paths_match_cpu():
     kc = _kc()
     packed = _chain(40, 45)
-    assert kc.strategy_stats(packed)["oversize_paths"] >= 1
+    assert plan_gpu.strategy_stats(packed)["oversize_paths"] >= 1
     rng = np.random.default_rng(0)
     X = rng.choice(np.float32([0.25, 0.75, np.nan]), size=(50, 45), p=[0.9, 0.05, 0.05])
     for inter in (False, True):
@@ -493,14 +493,14 @@ def test_gpu_shared_and_global_accumulation_agree(inter, monkeypatch):
     packed = _packed(ens)
     fn = kc.interaction_values if inter else kc.shap_values
     width = packed.num_groups * (packed.num_features + 1) ** (2 if inter else 1)
-    assert kc.shared_tile_rows(width) > 0
+    assert plan_geometry.shared_tile_rows(width) > 0
     shared = to_host(fn(packed, X))
     monkeypatch.setattr(kc.config, "TILE_ROWS", 3)  # several tiles per block
     monkeypatch.setattr(kc.config, "MIN_TILE_ROWS", 1)
     small = to_host(fn(packed, X))
     assert np.array_equal(shared.view(np.uint32), small.view(np.uint32))
     monkeypatch.setattr(kc.config, "MIN_TILE_ROWS", 1 << 30)  # the table kernel adds globally
-    assert kc.shared_tile_rows(width) == 0
+    assert plan_geometry.shared_tile_rows(width) == 0
     direct = to_host(fn(packed, X))
     assert np.array_equal(shared.view(np.uint32), direct.view(np.uint32))
     ref = _cpu(packed, X, inter)
@@ -553,7 +553,7 @@ def test_gpu_quadrature_bits_do_not_depend_on_chunks_or_accumulation(inter, monk
     fn = kc.interaction_values if inter else kc.shap_values
     first = to_host(fn(packed, X))
     monkeypatch.setattr(kc.config, "QUADRATURE_SHARED_BYTES", 0)  # sums in global memory
-    assert not any(kc.strategy_stats(packed)["quadrature_shared"])
+    assert not any(plan_gpu.strategy_stats(packed)["quadrature_shared"])
     direct = to_host(fn(packed, X))
     monkeypatch.setattr(kc.config, "QUADRATURE_CHUNK_PATHS", 7)  # many small chunks
     kc.clear_cache()
@@ -575,7 +575,7 @@ def test_gpu_wide_outputs_match_cpu():
     ens = tiny.random_ensemble(13, n_features=60, n_trees=20, depth=6, n_groups=3)
     X = tiny.random_rows(14, ens, 40, 0.1)
     packed = _packed(ens)
-    assert kc.shared_tile_rows(3 * 61 * 61) == 0  # interactions: global accumulation
+    assert plan_geometry.shared_tile_rows(3 * 61 * 61) == 0  # interactions: global accumulation
     for inter in (False, True):
         got = to_host((kc.interaction_values if inter else kc.shap_values)(packed, X))
         ref = _cpu(packed, X, inter)

@@ -18,10 +18,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distshap import strategy
 from distshap.kernels import cuda_available
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
+from distshap.plan import costs as plan_costs
+from distshap.plan import geometry as plan_geometry
+from distshap.plan import gpu as plan_gpu
+from distshap.plan import tables as plan_tables
 from distshap.warmup import chain_ensemble
 
 import naive
@@ -54,30 +57,28 @@ def _kc():
 
 
 def test_shap_tables_follow_the_model_policy_on_regular_paths():
-    km = _km()
     packed = _packed(chain_ensemble(34, 34), max_features=20)  # paths of 1..34 features
-    k = strategy.path_features(packed.path_offsets)
-    _, regular = strategy.regular_paths(packed.bin_offsets, packed.path_offsets)
-    offsets = km._shap_table_offsets(packed)
+    k = plan_tables.path_features(packed.path_offsets)
+    _, regular = plan_tables.regular_paths(packed.bin_offsets, packed.path_offsets)
+    offsets = plan_gpu.shap_table_offsets(packed)
     assert np.array_equal(offsets >= 0, regular & (k <= 20))  # none on oversize paths
     chosen = np.flatnonzero(offsets >= 0)
     sizes = (1 << k[chosen]) * k[chosen]
     assert np.array_equal(offsets[chosen], np.r_[0, np.cumsum(sizes)[:-1]])  # path order
-    assert not (km._shap_table_offsets(_packed(chain_ensemble(34, 34), budget=0)) >= 0).any()
+    assert not (plan_gpu.shap_table_offsets(_packed(chain_ensemble(34, 34), budget=0)) >= 0).any()
     # a budget for part of the paths: the shortest first
     budget = 4 * int(sizes[k[chosen] <= 9].sum())
-    small = km._shap_table_offsets(_packed(chain_ensemble(34, 34), budget, 20)) >= 0
+    small = plan_gpu.shap_table_offsets(_packed(chain_ensemble(34, 34), budget, 20)) >= 0
     assert np.array_equal(small, regular & (k <= 9))
 
 
 def test_strategy_stats_report_the_shap_tables():
-    kc, km = _kc(), _km()
     ens = tiny.random_ensemble(6, n_features=8, n_trees=10, depth=5, n_groups=2)
     for budget in (0, 3000, 1 << 30):
         packed = _packed(ens, budget)
-        st = kc.strategy_stats(packed)
-        offsets = km._shap_table_offsets(packed)
-        k = strategy.path_features(packed.path_offsets)
+        st = plan_gpu.strategy_stats(packed)
+        offsets = plan_gpu.shap_table_offsets(packed)
+        k = plan_tables.path_features(packed.path_offsets)
         lanes = np.diff(packed.path_offsets)
         on = offsets >= 0
         assert st["shap_table_paths"] == int(on.sum())
@@ -86,7 +87,7 @@ def test_strategy_stats_report_the_shap_tables():
         assert st["shap_table_paths"] + st["quadrature_paths"] + st["oversize_paths"] == (
             packed.num_paths
         )
-        plan = km.plan_arrays(packed, offsets)
+        plan = plan_gpu.plan_arrays(packed, offsets)
         assert plan["table_paths"] == st["shap_table_paths"]
         assert sum(q["paths"].size for q in plan["quadrature"]) == st["quadrature_paths"]
         if budget == 0:
@@ -130,12 +131,14 @@ def test_shap_table_kernels_ptx():
 # ------------------------------------------------------------------------------------------
 
 _SIM_SCRIPT = r"""
+from distshap.plan import geometry as plan_geometry
+from distshap.plan import gpu as plan_gpu
+from distshap.plan import tables as plan_tables
 import numpy as np
 import naive
 import tiny
 import xgb_models
 import distshap
-from distshap import strategy
 from distshap.inputs import prepare_rows
 from distshap.kernels import cpu, quadrature_cpu
 from distshap.kernels import cuda as kc
@@ -152,7 +155,7 @@ def packed_of(ens, budget):
 
 def mixed_budget(ens):
     # tables for the shorter half of the paths
-    k = np.sort(strategy.path_features(packed_of(ens, 0).path_offsets))
+    k = np.sort(plan_tables.path_features(packed_of(ens, 0).path_offsets))
     short = k[: k.size // 2]
     return 4 * int(((1 << short) * short).sum())
 
@@ -163,7 +166,7 @@ def plans(ens):
     out = {}
     for name, budget in (("quadrature", 0), ("mixed", mixed_budget(ens)), ("tables", 1 << 30)):
         packed = packed_of(ens, budget)
-        st = kc.strategy_stats(packed)
+        st = plan_gpu.strategy_stats(packed)
         if name == "quadrature":
             assert st["shap_table_paths"] == 0, st
         elif name == "mixed":
@@ -188,7 +191,7 @@ for name, packed in plans(ens).items():
     close(got, cpu.shap_values(packed, X), 2e-6, name)
     plan = kc.device_model(packed).shap
     assert plan.per_pattern == "k"
-    assert plan.table_paths == kc.strategy_stats(packed)["shap_table_paths"]
+    assert plan.table_paths == plan_gpu.strategy_stats(packed)["shap_table_paths"]
     assert bool(plan.n_table_bins) == (name != "quadrature")
     assert bool(plan.quadrature) == (name != "tables")
     if name == "quadrature":
@@ -197,18 +200,18 @@ for name, packed in plans(ens).items():
     assert np.array_equal(bits(got), bits(kc.shap_values(packed, X, batch_rows=3))), name
     if name == "tables":
         # the device-filled tables are the CPU backend's, bit for bit
-        k = strategy.path_features(packed.path_offsets)
-        offsets = km._shap_table_offsets(packed)
+        k = plan_tables.path_features(packed.path_offsets)
+        offsets = plan_gpu.shap_table_offsets(packed)
         host = quadrature_cpu.fill_tables(packed.path_offsets, packed.zero_fraction,
                                           packed.path_value, offsets,
-                                          strategy.table_values(k, offsets))
+                                          plan_tables.table_values(k, offsets))
         assert plan.table_bytes == 4 * host.size
         assert np.array_equal(np.asarray(plan.tables)[: host.size], host)
         # shared tiles of 3 rows (two a block), and the table kernel adding globally
         config.TILE_ROWS, config.MIN_TILE_ROWS = 3, 1
         assert np.array_equal(bits(got), bits(kc.shap_values(packed, X))), "small tiles"
         config.TILE_ROWS, config.MIN_TILE_ROWS = 128, 1 << 30
-        assert kc.shared_tile_rows(3 * 8) == 0
+        assert plan_geometry.shared_tile_rows(3 * 8) == 0
         assert np.array_equal(bits(got), bits(kc.shap_values(packed, X))), "global adds"
         config.MIN_TILE_ROWS = 8
         # one row a step instead of four: the same int64 contributions
@@ -225,7 +228,7 @@ for name, packed in plans(ens).items():
 # 2. tables, quadrature and the fallback kernel in one plan: paths of 1 to 33 features
 chain = chain_ensemble(33, 33)
 packed = packed_of(chain, 1 << 30)
-st = kc.strategy_stats(packed)
+st = plan_gpu.strategy_stats(packed)
 assert st["shap_table_paths"] and st["quadrature_paths"] and st["oversize_paths"], st
 Xc = np.full((3, 33), 0.25, np.float32)
 Xc[0, 3] = 0.75
@@ -241,10 +244,10 @@ for kind, n in (("multiclass", 4), ("missing", 6), ("categorical", 6)):
     Xu = Xu.iloc[:n] if hasattr(Xu, "iloc") else Xu[:n]
     ref = booster.predict(xgb_models.dmatrix(Xu), pred_contribs=True)
     packed = distshap.TreeExplainer(booster, backend="cpu").packed
-    k = np.sort(strategy.path_features(packed.path_offsets))[: packed.num_paths // 2]
+    k = np.sort(plan_tables.path_features(packed.path_offsets))[: packed.num_paths // 2]
     budget = 4 * int(((1 << k) * k).sum())
     packed = distshap.TreeExplainer(booster, backend="cpu", table_budget_bytes=budget).packed
-    st = kc.strategy_stats(packed)
+    st = plan_gpu.strategy_stats(packed)
     assert st["shap_table_paths"] and st["quadrature_paths"], (kind, st)
     Xp = prepare_rows(Xu, packed)
     got = kc.shap_values(packed, Xp)
@@ -270,10 +273,9 @@ needs_gpu = pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible
 def plans_only(monkeypatch):
     """The plans' kernels for every model (the one-launch route of small models off), every
     eligible path on a table within the budget (not the device's cost-model choice)."""
-    from distshap import cost_model
 
     monkeypatch.setattr(_kc().config, "SMALL_MAX_PATHS", 0, raising=False)
-    with cost_model.use_costs(cost_model.tables_everywhere()):
+    with plan_costs.use_costs(plan_costs.tables_everywhere()):
         yield
 
 
@@ -297,7 +299,7 @@ def test_gpu_shap_plans_match_cpu_oracle_and_batching(seed, budget, plans_only):
                                n_categorical=1)  # fmt: skip
     X = tiny.random_rows(seed + 30, ens, 500, 0.1)
     packed = _packed(ens, budget)
-    st = kc.strategy_stats(packed)
+    st = plan_gpu.strategy_stats(packed)
     assert (st["shap_table_paths"] > 0) == (budget > 0)
     got = kc.shap_values(packed, X)
     host = to_host(got).astype(np.float64)
@@ -318,7 +320,8 @@ def test_gpu_shap_tables_shared_global_and_row_steps_agree(monkeypatch, plans_on
     ens = tiny.random_ensemble(11, n_features=9, n_trees=30, depth=5, n_groups=2)
     X = tiny.random_rows(12, ens, 700, 0.1)
     packed = _packed(ens)
-    assert kc.shared_tile_rows(2 * 10) > 0 and kc.strategy_stats(packed)["shap_table_paths"]
+    assert plan_geometry.shared_tile_rows(2 * 10) > 0
+    assert plan_gpu.strategy_stats(packed)["shap_table_paths"]
     shared = _bits(kc.shap_values(packed, X))
     monkeypatch.setattr(kc.config, "TILE_ROWS", 3)
     monkeypatch.setattr(kc.config, "MIN_TILE_ROWS", 1)
@@ -336,14 +339,14 @@ def test_gpu_shap_tables_shared_global_and_row_steps_agree(monkeypatch, plans_on
 def test_gpu_filled_shap_tables_match_the_cpu_tables(plans_only):
     from distshap.kernels import quadrature_cpu
 
-    kc, km = _kc(), _km()
+    kc = _kc()
     packed = _packed(tiny.random_ensemble(3, n_features=14, n_trees=20, depth=9, n_groups=2))
-    k = strategy.path_features(packed.path_offsets)
-    offsets = km._shap_table_offsets(packed)
+    k = plan_tables.path_features(packed.path_offsets)
+    offsets = plan_gpu.shap_table_offsets(packed)
     assert k[offsets >= 0].max() >= 9
     host = quadrature_cpu.fill_tables(packed.path_offsets, packed.zero_fraction,
                                       packed.path_value, offsets,
-                                      strategy.table_values(k, offsets))  # fmt: skip
+                                      plan_tables.table_values(k, offsets))  # fmt: skip
     plan = kc.device_model(packed).shap
     dev = to_host(plan.tables)[: host.size]
     np.testing.assert_allclose(dev, host, rtol=2e-7, atol=1e-30)  # float64 -> float32: 1 ulp

@@ -20,6 +20,7 @@ from distshap.kernels import cuda_available
 from distshap.kernels.margin import margin_model
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
+from distshap.plan.routes import small_fits
 from distshap.warmup import chain_ensemble
 
 import tiny
@@ -49,30 +50,30 @@ def test_fits_boundaries(monkeypatch):
 
     ens = tiny.random_ensemble(1, n_features=6, n_trees=10, depth=3, n_groups=2)
     packed = _packed(ens)
-    assert small.fits(packed, False) and small.fits(packed, True)
+    assert small_fits(packed, False) and small_fits(packed, True)
     monkeypatch.setattr(config, "SMALL_MAX_PATHS", packed.num_paths)
-    assert small.fits(packed, False)
+    assert small_fits(packed, False)
     monkeypatch.setattr(config, "SMALL_MAX_PATHS", packed.num_paths - 1)
-    assert not small.fits(packed, False) and not small.fits(packed, True)
+    assert not small_fits(packed, False) and not small_fits(packed, True)
     monkeypatch.setattr(config, "SMALL_MAX_PATHS", 0)  # the route off
-    assert not small.fits(_packed(tiny.stump()), False)
+    assert not small_fits(_packed(tiny.stump()), False)
     monkeypatch.setattr(config, "SMALL_MAX_PATHS", 256)
     # the longest path: SMALL_MAX_PATH_FEATURES features fit, one more does not
     k = small.SMALL_MAX_PATH_FEATURES
-    assert small.fits(_packed(chain_ensemble(k, k)), True)
-    assert not small.fits(_packed(chain_ensemble(k + 1, k + 1)), False)
+    assert small_fits(_packed(chain_ensemble(k, k)), True)
+    assert not small_fits(_packed(chain_ensemble(k + 1, k + 1)), False)
     # columns: F + 1 within the compiled accumulators (interaction values: (F + 1)**2)
     for interactions, columns in ((False, small.SMALL_MAX_SHAP_COLUMNS),
                                   (True, small.SMALL_MAX_INTERACTION_COLUMNS)):  # fmt: skip
         wide = _packed(tiny.random_ensemble(2, n_features=columns - 1, n_trees=2, depth=2))
         wider = _packed(tiny.random_ensemble(2, n_features=columns, n_trees=2, depth=2))
-        assert small.fits(wide, interactions) and not small.fits(wider, interactions)
-    assert small.fits(_packed(tiny.random_ensemble(3, n_trees=32, depth=1, n_groups=16)), False)
-    assert not small.fits(_packed(tiny.random_ensemble(3, n_trees=34, depth=1, n_groups=17)), False)
+        assert small_fits(wide, interactions) and not small_fits(wider, interactions)
+    assert small_fits(_packed(tiny.random_ensemble(3, n_trees=32, depth=1, n_groups=16)), False)
+    assert not small_fits(_packed(tiny.random_ensemble(3, n_trees=34, depth=1, n_groups=17)), False)
     # a model without margin arrays fits too (the check is then the caller's: none)
-    assert small.fits(dataclasses.replace(packed, margin=None), False)
+    assert small_fits(dataclasses.replace(packed, margin=None), False)
     with pytest.raises(TypeError, match="PackedModel"):
-        small.fits(ens, False)
+        small_fits(ens, False)
 
 
 def test_host_arrays_sections_hold_the_model():
@@ -150,6 +151,7 @@ def test_small_kernels_compile():
 # ------------------------------------------------------------------------------------------
 
 _SIM_SCRIPT = r"""
+from distshap.plan.routes import small_fits
 import dataclasses
 import sys
 
@@ -188,7 +190,7 @@ def both(packed, X, what, oracle=None, checked=False):
     # SHAP and interaction values against the CPU kernel (and the oracle); checked == unchecked
     out = []
     for inter in (False, True):
-        assert small.fits(packed, inter), what
+        assert small_fits(packed, inter), what
         got = (kc.interaction_values if inter else kc.shap_values)(packed, X)
         assert isinstance(got, np.ndarray) and got.dtype == np.float32
         close(got, (cpu.interaction_values if inter else cpu.shap_values)(packed, X), what)
@@ -275,7 +277,7 @@ for params in ({"objective": "reg:squarederror"},
     booster = xgb.train(dict(params, max_depth=3, eta=0.5), xgb.DMatrix(Xt, label=label),
                         num_boost_round=4)
     explainer = TreeExplainer(booster, backend="cpu")
-    assert small.fits(explainer.packed, True)
+    assert small_fits(explainer.packed, True)
     Xe = Xt[:2]
     for inter in (False, True):
         got = launch.checked_values(explainer.packed, Xe, Xe, inter)
@@ -304,6 +306,7 @@ def test_small_route_under_cuda_simulator():
 
 
 _SIM_SLOTS = r"""
+from distshap.plan.routes import small_fits
 import sys
 import numpy as np
 import tiny
@@ -319,7 +322,7 @@ sys.setswitchinterval(1e-4)
 ens = tiny.random_ensemble(3, n_features=6, n_trees=3, depth=3, n_groups=2, n_categorical=1)
 X = tiny.random_rows(2, ens, 3, 0.15)
 packed = build_packed_model(extract_paths(ens), table_budget_bytes=0, margin=margin_model(ens))
-assert small.fits(packed, True)
+assert small_fits(packed, True)
 slots = build_pair_slots(packed)
 full = kc.interaction_values(packed, X)
 group = np.repeat(np.arange(slots.num_groups), np.diff(slots.slot_offsets))
@@ -359,8 +362,7 @@ def test_gpu_small_route_against_regular_route_and_xgboost(monkeypatch):
     booster = xgb.train({"max_depth": 3}, xgb.DMatrix(X, label=y), num_boost_round=10)
     explainer = TreeExplainer(booster, backend="cuda")
     packed = explainer.packed
-    small = _small()
-    assert small.fits(packed, False) and small.fits(packed, True)
+    assert small_fits(packed, False) and small_fits(packed, True)
     for inter, n in ((False, 3000), (True, 200)):
         Xd = cupy.asarray(X[:n])
         call = explainer.shap_interaction_values if inter else explainer.shap_values
@@ -414,9 +416,9 @@ def test_merged_arrays_hold_the_sections_of_host_arrays():
                 assert np.array_equal(new.astype(np.float32).view(np.uint32), old.view(np.uint32))
     words = I[I[small.H_WORDS] :]
     assert np.array_equal(words, host["words"].astype(np.int64))
-    from distshap.kernels.cuda.model import _path_bounds, fixed_point_shift
+    from distshap.plan.gpu import fixed_point_shift, path_bounds
 
-    bounds = _path_bounds(packed)
+    bounds = path_bounds(packed)
     scales = D[I[small.H_SCALES] : I[small.H_SCALES] + 2]
     assert scales.tolist() == [2.0 ** fixed_point_shift(b) for b in bounds]
 
@@ -563,12 +565,12 @@ def test_gpu_merged_kernels_keep_the_bits(monkeypatch):
     for depth in (3, 4, 6):  # unrolled for 1..4 features, loops beyond
         booster = xgb.train({"max_depth": depth}, xgb.DMatrix(X, label=y), num_boost_round=10)
         packed = TreeExplainer(booster, backend="cuda").packed
-        assert small.fits(packed, False)
+        assert small_fits(packed, False)
         assert 0 <= small.merged_model(packed).K <= min(depth, small.UNROLL_MAX)
         Xd = cupy.asarray(packed.encoding.apply(X))
         raw64 = Xd.astype(cupy.float64)
         for inter, n in ((False, 2000), (True, 200)):
-            if not small.fits(packed, inter):
+            if not small_fits(packed, inter):
                 continue
             f = kc.interaction_values if inter else kc.shap_values
             got = {}
@@ -830,7 +832,7 @@ def test_gpu_gather_and_raw_launch(monkeypatch):
         packed = explainer.packed
         rows = cupy.asarray(packed.encoding.apply(X))
         for inter, n in ((False, 3000), (True, 200)):
-            if not small.fits(packed, inter):
+            if not small_fits(packed, inter):
                 continue
             f = kc.interaction_values if inter else kc.shap_values
             got = {}

@@ -314,7 +314,7 @@ def test_errors_name_the_bad_value():
 @pytest.mark.parametrize("seed", range(40))
 def test_table_statistics_count_what_choose_tables_lays_out(seed):
     from distshap.packed import _table_plan_size
-    from distshap.strategy import choose_tables, table_values
+    from distshap.plan.tables import choose_tables, table_values
 
     rng = np.random.default_rng(seed)
     k = rng.integers(1, int(rng.integers(2, 20)), size=int(rng.integers(0, 400)))

@@ -15,10 +15,12 @@ import numpy as np
 import plan_reference as ref
 import pytest
 
-from distshap import cost_model, strategy
-from distshap.kernels.cuda import config
-from distshap.kernels.cuda import model as cuda_model
 from distshap.packed import pack_ensemble
+from distshap.plan import costs as cost_model
+from distshap.plan import gpu
+from distshap.plan.config import get_config
+from distshap.plan.launches import quadrature_launches
+from distshap.plan.tables import gpu_shap_table_offsets, regular_paths
 
 import tiny
 
@@ -72,10 +74,10 @@ def test_regular_paths_as_before(seed):
     rng = np.random.default_rng(seed)
     for n_paths in (1, 2, 50, 3000):
         bins, paths = _random_offsets(rng, n_paths, oversize=seed % 2 == 0)
-        _same(strategy.regular_paths(bins, paths, 32), ref.regular_paths(bins, paths, 32))
-        _same(strategy.regular_paths(bins, paths, 8), ref.regular_paths(bins, paths, 8))
+        _same(regular_paths(bins, paths, 32), ref.regular_paths(bins, paths, 32))
+        _same(regular_paths(bins, paths, 8), ref.regular_paths(bins, paths, 8))
     empty = np.zeros(1, np.int64)
-    _same(strategy.regular_paths(empty, empty), ref.regular_paths(empty, empty))
+    _same(regular_paths(empty, empty), ref.regular_paths(empty, empty))
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -86,7 +88,7 @@ def test_gpu_shap_table_offsets_as_before(seed):
     k[rng.random(n) < 0.5] = rng.integers(1, 9, int((rng.random(n) < 0.5).sum()))[:1]
     group = rng.integers(0, 3, n).astype(np.int32)
     bins, paths = _random_offsets(rng, n, oversize=False)
-    path_bin, _ = strategy.regular_paths(bins, paths)
+    path_bin, _ = regular_paths(bins, paths)
     shuffled = rng.permutation(path_bin)  # bins not increasing in path order
     chosen = 0
     for costs in _costs().values():
@@ -95,7 +97,7 @@ def test_gpu_shap_table_offsets_as_before(seed):
                 for pb in (path_bin, shuffled, None):
                     args = (k, group, budget, max_features, costs)
                     kw = dict(num_features=30, num_groups=3, path_bin=pb)
-                    new = strategy.gpu_shap_table_offsets(*args, **kw)
+                    new = gpu_shap_table_offsets(*args, **kw)
                     _same(new, ref.gpu_shap_table_offsets(*args, **kw))
                     chosen += 0 < int((new >= 0).sum()) < n
     assert chosen > 0  # some choices put part of the paths on tables
@@ -111,10 +113,10 @@ def test_quadrature_launches_as_before(seed):
         group = rng.integers(0, n_groups, n).astype(np.int32)
         for selected in (rng.random(n) < 0.7, np.ones(n, bool), np.zeros(n, bool)):
             for chunk in (1, 7, 256):
-                new = strategy.quadrature_launches(k, group, selected, nodes, chunk)
+                new = quadrature_launches(k, group, selected, nodes, chunk)
                 _same(new, ref.quadrature_launches(k, group, selected, nodes, chunk))
     with pytest.raises(ValueError, match="fallback"):
-        strategy.quadrature_launches(np.array([40]), np.zeros(1, np.int32), np.ones(1, bool),
+        quadrature_launches(np.array([40]), np.zeros(1, np.int32), np.ones(1, bool),
                                      nodes, 4)  # fmt: skip
 
 
@@ -127,15 +129,15 @@ def _packed_models():
 
 def _check_model(packed, costs_by_name: dict) -> int:
     chosen = 0
-    cuda_model._PATH_INFO.pop(packed, None)
+    gpu._PATH_INFO.pop(packed, None)
     for costs in costs_by_name.values():
-        offsets = cuda_model._shap_table_offsets(packed, costs)
+        offsets = gpu.shap_table_offsets(packed, costs)
         _same(offsets, ref.shap_table_offsets(packed, costs))
         chosen += int((offsets >= 0).any())
-        plan = cuda_model.plan_arrays(packed, offsets)
+        plan = gpu.plan_arrays(packed, offsets)
         assert plan.pop("lane_column") is None
         _same(plan, ref.plan_core(packed, offsets))
-    stats = cuda_model.strategy_stats(packed, cost_model.tables_everywhere())
+    stats = gpu.strategy_stats(packed, cost_model.tables_everywhere())
     assert stats["shap_table_paths"] + stats["quadrature_paths"] + stats["oversize_paths"] == (
         packed.num_paths
     )
@@ -149,8 +151,8 @@ def test_plan_arrays_as_before_on_tiny_models():
 
 def test_path_info_is_shared_and_read_only():
     packed = pack_ensemble(tiny.random_ensemble(7, 6, 5, 4, 1))
-    first = cuda_model._path_info(packed)
-    assert all(a is b for a, b in zip(first, cuda_model._path_info(packed), strict=True))
+    first = gpu.path_info(packed)
+    assert all(a is b for a, b in zip(first, gpu.path_info(packed), strict=True))
     with pytest.raises(ValueError):
         first[0][0] = 3
     _same(first[1:], ref.regular_paths(packed.bin_offsets, packed.path_offsets, 32))
@@ -173,6 +175,6 @@ def test_plan_as_before_on_benchmark_models(name):
     packed = pack_ensemble(load_model_file(path))
     costs = {n: c for n, c in _costs().items() if n in ("H200", "everywhere", "partial")}
     _check_model(packed, costs)
-    if packed.num_features > config.QUADRATURE_TILE_FEATURES:  # the local tiles run too
-        offsets = cuda_model._shap_table_offsets(packed, costs["H200"])
-        assert cuda_model.plan_arrays(packed, offsets, local=True)["lane_column"] is not None
+    if packed.num_features > get_config().quadrature_tile_features:  # the local tiles run too
+        offsets = gpu.shap_table_offsets(packed, costs["H200"])
+        assert gpu.plan_arrays(packed, offsets, local=True)["lane_column"] is not None

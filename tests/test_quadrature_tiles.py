@@ -19,10 +19,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distshap import strategy
 from distshap.kernels import cuda_available
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
+from distshap.plan import gpu as plan_gpu
+from distshap.plan import launches as plan_launches
+from distshap.plan import tables as plan_tables
 
 import tiny
 from conftest import to_host
@@ -87,20 +89,19 @@ def _check_local_plan(packed, plan, max_features, chunk_paths):
 
 
 def test_local_chunks_bound_features_and_name_each_lanes_column(monkeypatch):
-    km = _km()
     monkeypatch.setattr(_config(), "QUADRATURE_TILE_FEATURES", 7)
     monkeypatch.setattr(_config(), "QUADRATURE_CHUNK_PATHS", 40)
     monkeypatch.setattr(_config(), "QUADRATURE_TILE_WINDOW", 0)  # plan order (windows: below)
     ens = tiny.random_ensemble(31, n_features=40, n_trees=24, depth=6, n_groups=3,
                                n_categorical=2)  # fmt: skip
     packed = _packed(ens, budget=20000)  # some paths on tables: not in the quadrature launches
-    k = strategy.path_features(packed.path_offsets)
-    offsets = strategy.choose_tables(k, packed.table_budget_bytes, packed.max_table_features)
+    k = plan_tables.path_features(packed.path_offsets)
+    offsets = plan_tables.choose_tables(k, packed.table_budget_bytes, packed.max_table_features)
     assert (offsets >= 0).any() and (offsets < 0).any()
-    plan = km.plan_arrays(packed, offsets, local=True)
+    plan = plan_gpu.plan_arrays(packed, offsets, local=True)
     n_local, n_old = _check_local_plan(packed, plan, 7, 40)
     assert n_local > n_old  # the feature bound closed chunks
-    old = km.plan_arrays(packed, offsets)  # interaction plans: no local tiles, same chunks
+    old = plan_gpu.plan_arrays(packed, offsets)  # interaction plans: no local tiles, same chunks
     assert old["lane_column"] is None
     for a, b in zip(old["quadrature"], plan["quadrature"], strict=True):
         assert "local_offsets" not in a
@@ -118,21 +119,22 @@ def test_paths_longer_than_the_bound_get_a_chunk_of_their_own(monkeypatch):
 
 
 def test_narrow_models_keep_the_all_features_tile_and_bad_settings_are_refused(monkeypatch):
-    km = _km()
-    from distshap.kernels.cuda.quadrature import local_tiles
+    from distshap.plan.geometry import local_tiles
 
     packed = _packed(tiny.random_ensemble(2, n_features=8, n_trees=5, depth=4))
     none = np.full(packed.num_paths, -1, np.int64)
-    assert km.plan_arrays(packed, none, local=True)["lane_column"] is None  # 8 <= 16 columns
+    assert plan_gpu.plan_arrays(packed, none, local=True)["lane_column"] is None  # 8 <= 16 columns
     monkeypatch.setattr(_config(), "QUADRATURE_TILE_FEATURES", 0)
     with pytest.raises(ValueError, match="QUADRATURE_TILE_FEATURES must be at least 1, got 0"):
-        km.plan_arrays(packed, none, local=True)
+        plan_gpu.plan_arrays(packed, none, local=True)
     monkeypatch.setattr(_config(), "SHAP_QUADRATURE_TILES", "some")
     with pytest.raises(ValueError, match="SHAP_QUADRATURE_TILES must be 'local' or 'all'"):
         local_tiles(None)
 
 
 _SIM_SCRIPT = r"""
+from distshap.plan import geometry as plan_geometry
+from distshap.plan import gpu as plan_gpu
 import numpy as np
 import tiny
 import naive
@@ -157,7 +159,7 @@ def variants(packed, X, tile_features, shared_bytes=48 * 1024, batch=False):
     config.SHAP_QUADRATURE_TILES = "local"
     new = kc.shap_values(packed, X)
     plan = kc.device_model(packed).shap
-    assert plan.lane_column is not None and kc.quadrature.local_tiles(plan)
+    assert plan.lane_column is not None and plan_geometry.local_tiles(plan)
     assert sum(q.n_local for q in plan.quadrature) > 0
     assert np.array_equal(old.view(np.uint32), new.view(np.uint32)), "local tiles changed bits"
     if batch:
@@ -189,7 +191,7 @@ assert max(q.local_columns for q in plan.quadrature) > 3
 close(got, naive.treeshap_recursive_rows(deep, Xd))
 # beside SHAP tables (the quadrature kernel runs the paths without one)
 packed = build_packed_model(extract_paths(deep), table_budget_bytes=6000)
-assert kc.strategy_stats(packed)["shap_table_paths"] > 0
+assert plan_gpu.strategy_stats(packed)["shap_table_paths"] > 0
 got, _ = variants(packed, Xd, 6)
 close(got, cpu.shap_values(packed, Xd))
 # XGBoost models: pred_contribs (multi-class, missing values, categorical splits)
@@ -210,7 +212,6 @@ def test_local_tiles_under_cuda_simulator():
 
 
 def test_windowed_chunks_regroup_paths_within_their_group(monkeypatch):
-    km = _km()
     monkeypatch.setattr(_config(), "QUADRATURE_TILE_FEATURES", 7)
     monkeypatch.setattr(_config(), "QUADRATURE_CHUNK_PATHS", 40)
     monkeypatch.setattr(_config(), "QUADRATURE_TILE_WINDOW", 0)  # plan order (windows: below)
@@ -218,9 +219,9 @@ def test_windowed_chunks_regroup_paths_within_their_group(monkeypatch):
                                n_categorical=2)  # fmt: skip
     packed = _packed(ens)
     none = np.full(packed.num_paths, -1, np.int64)
-    plain = km.plan_arrays(packed, none, local=True)
+    plain = plan_gpu.plan_arrays(packed, none, local=True)
     monkeypatch.setattr(_config(), "QUADRATURE_TILE_WINDOW", 64)
-    plan = km.plan_arrays(packed, none, local=True)
+    plan = plan_gpu.plan_arrays(packed, none, local=True)
     n_local, _ = _check_local_plan(packed, plan, 7, 40)  # the greedy's rules in the new order
     assert n_local < sum(q["n_local"] for q in plain["quadrature"])
     for a, b in zip(plain["quadrature"], plan["quadrature"], strict=True):
@@ -235,16 +236,15 @@ def test_windowed_chunks_regroup_paths_within_their_group(monkeypatch):
 
 def test_windowed_order_in_threads_equals_one_serial_pass():
     """Each group's run is reordered on its own (in threads): the order of one pass."""
-    km = _km()
     ens = tiny.random_ensemble(33, n_features=40, n_trees=30, depth=6, n_groups=4,
                                n_categorical=2)  # fmt: skip
     packed = _packed(ens)
     paths = np.argsort(packed.path_group, kind="stable").astype(np.int64)
-    runs = km._group_runs(paths, packed.path_group)
+    runs = plan_launches._group_runs(paths, packed.path_group)
     assert runs.size == 5 and runs[-1] == paths.size
     assert np.all(np.diff(packed.path_group[paths[runs[:-1]]]) > 0)
     lanes = np.zeros(packed.feature.size, np.int16)
-    threaded = km.local_chunks(packed, paths, 7, 40, lanes, window=16)["paths"]
+    threaded = plan_launches.local_chunks(packed, paths, 7, 40, lanes, window=16)["paths"]
     serial = np.empty_like(paths)
     args = (
         np.ascontiguousarray(packed.path_offsets, np.int64),
@@ -254,13 +254,14 @@ def test_windowed_order_in_threads_equals_one_serial_pass():
         packed.num_features,
         16,
     )
-    km._window_order(paths, *args, runs, serial, 0, runs.size - 1)  # fmt: skip
+    plan_launches._window_order(paths, *args, runs, serial, 0, runs.size - 1)  # fmt: skip
     assert np.array_equal(threaded, serial)
     assert not np.array_equal(serial, paths)  # the window did reorder
     assert np.array_equal(np.sort(serial), np.sort(paths))
 
 
 _SIM_VARIANTS = r"""
+from distshap.plan import geometry as plan_geometry
 import numpy as np
 import tiny
 import naive
@@ -317,7 +318,7 @@ for kw in (dict(tiles="all", rows=2, warps=1),                       # all-featu
     got, plan = run(packed, X, **kw)
     same(ref, got, kw)
     if kw.get("tiles") != "all":
-        assert plan.lane_column is not None and kc.quadrature.local_tiles(plan)
+        assert plan.lane_column is not None and plan_geometry.local_tiles(plan)
 chunks = [sum(q.n_local for q in run(packed, X[:1], tile_features=6, window=w)[1].quadrature)
           for w in (0, 64)]
 assert chunks[1] < chunks[0], chunks  # the window regroups paths: fewer chunks

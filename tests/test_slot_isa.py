@@ -29,7 +29,7 @@ def test_slot_kernel_ptx_per_element_and_pair():
     import numpy as np
 
     from benchmarks import kernel_isa
-    from distshap.kernels.cuda.quadrature import gauss_legendre
+    from distshap.plan.geometry import gauss_legendre
 
     nodes = {f"0f{v:08X}" for v in gauss_legendre(N_NODES)[0].astype(np.float32).view(np.uint32)}
     kernel = kernel_isa.slot_kernel(N_NODES, 2, True, "split")

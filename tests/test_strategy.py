@@ -1,4 +1,5 @@
-"""Host policy (distshap.strategy), the packed model without tables, the CPU kernel's tables."""
+"""Host policy (distshap.plan.tables, plan.launches), the packed model without tables, the CPU
+kernel's tables."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import pickle
 import numpy as np
 import pytest
 
-from distshap import strategy
 from distshap.kernels import cpu
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
+from distshap.plan import tables
+from distshap.plan.launches import quadrature_launches
 
 import naive
 import tiny
@@ -21,7 +23,7 @@ import tiny
 def test_choose_tables_shortest_first_within_budget(per, budget):
     rng = np.random.default_rng(budget)
     lengths = rng.integers(0, 16, size=200)
-    offsets = strategy.choose_tables(lengths, budget, max_features=12, values_per_pattern=per)
+    offsets = tables.choose_tables(lengths, budget, max_features=12, values_per_pattern=per)
     chosen = offsets >= 0
     size = (1 << lengths) * (lengths * lengths if per == "k*k" else lengths)
     assert 4 * int(size[chosen].sum()) <= budget
@@ -32,14 +34,14 @@ def test_choose_tables_shortest_first_within_budget(per, budget):
     ids = np.flatnonzero(chosen)
     starts = np.concatenate([[0], np.cumsum(size[ids])])[: ids.size]
     assert np.array_equal(offsets[ids], starts)
-    assert strategy.table_values(lengths, offsets, per) == int(size[chosen].sum())
+    assert tables.table_values(lengths, offsets, per) == int(size[chosen].sum())
 
 
 def test_choose_tables_refuses_bad_policies():
     with pytest.raises(ValueError, match="max_table_features=25"):
-        strategy.choose_tables(np.array([3]), 1 << 20, max_features=25)
+        tables.choose_tables(np.array([3]), 1 << 20, max_features=25)
     with pytest.raises(ValueError, match="values_per_pattern"):
-        strategy.choose_tables(np.array([3]), 1 << 20, values_per_pattern="k**3")
+        tables.choose_tables(np.array([3]), 1 << 20, values_per_pattern="k**3")
     ens = tiny.random_ensemble(1, n_features=5, n_trees=3, depth=3)
     with pytest.raises(ValueError, match="too large"):
         build_packed_model(extract_paths(ens), max_table_features=30)
@@ -47,8 +49,8 @@ def test_choose_tables_refuses_bad_policies():
 
 def test_interaction_tables_only_where_a_shap_table_is():
     lengths = np.array([1, 2, 3, 4, 5, 6])
-    shap = strategy.choose_tables(lengths, 4 * (2 + 8 + 24), 12)  # the first three
-    inter = strategy.interaction_table_offsets(lengths, shap, 1 << 30, 10)
+    shap = tables.choose_tables(lengths, 4 * (2 + 8 + 24), 12)  # the first three
+    inter = tables.interaction_table_offsets(lengths, shap, 1 << 30, 10)
     assert np.array_equal(shap >= 0, [True, True, True, False, False, False])
     assert np.array_equal(inter >= 0, shap >= 0)
 
@@ -56,7 +58,7 @@ def test_interaction_tables_only_where_a_shap_table_is():
 def test_quadrature_launches_group_paths_by_exact_node_count():
     lengths = np.array([1, 2, 3, 4, 5, 9, 16, 2])
     group = np.array([0, 1, 0, 1, 0, 1, 0, 0])
-    launches = strategy.quadrature_launches(lengths, group, np.ones(8, bool), (2, 4, 8), 2)
+    launches = quadrature_launches(lengths, group, np.ones(8, bool), (2, 4, 8), 2)
     assert [launch["n_nodes"] for launch in launches] == [2, 4, 8]
     for launch in launches:
         paths = launch["paths"]
@@ -66,7 +68,7 @@ def test_quadrature_launches_group_paths_by_exact_node_count():
             part = paths[launch["offsets"][c] : launch["offsets"][c + 1]]
             assert 1 <= part.size <= 2 and (group[part] == launch["group"][c]).all()
     with pytest.raises(ValueError, match="fallback"):
-        strategy.quadrature_launches(np.array([17]), np.zeros(1), np.ones(1, bool), (2, 4, 8), 2)
+        quadrature_launches(np.array([17]), np.zeros(1), np.ones(1, bool), (2, 4, 8), 2)
 
 
 def test_packed_model_holds_no_tables_and_its_digest_names_the_policy():
@@ -79,10 +81,10 @@ def test_packed_model_holds_no_tables_and_its_digest_names_the_policy():
     assert packed.digest != build_packed_model(paths, max_table_features=5).digest
     clone = pickle.loads(pickle.dumps(packed))
     assert clone.digest == packed.digest and clone.table_budget_bytes == packed.table_budget_bytes
-    k = strategy.path_features(packed.path_offsets)
-    offsets = strategy.choose_tables(k, packed.table_budget_bytes, packed.max_table_features)
+    k = tables.path_features(packed.path_offsets)
+    offsets = tables.choose_tables(k, packed.table_budget_bytes, packed.max_table_features)
     assert packed.stats["table_paths"] == int((offsets >= 0).sum())
-    assert packed.stats["table_bytes"] == 4 * strategy.table_values(k, offsets)
+    assert packed.stats["table_bytes"] == 4 * tables.table_values(k, offsets)
 
 
 def test_cpu_tables_built_on_first_use_and_kept_per_digest():

@@ -5,7 +5,7 @@ and stored as float32: results do not depend on the thread count, the batch or t
 SHAP values (:mod:`distshap.kernels.quadrature_cpu`): paths with a SHAP pattern table cost an
 interval test per element and one table row; the others are integrated exactly by
 Gauss-Legendre quadrature. The tables are this backend's own: which paths get one is the packed
-model's policy (:func:`distshap.strategy.choose_tables`), and they are filled in float64 on the
+model's policy (:func:`distshap.plan.tables.choose_tables`), and they are filled in float64 on the
 first SHAP call and kept per model digest (:func:`shap_tables`). Interaction values
 (:mod:`distshap.kernels.interactions_cpu`) the same way: interaction pattern tables for short
 paths, the quadrature of the pair integrands (degree ``k - 2``, the SHAP value's nodes) for the
@@ -46,7 +46,7 @@ def shap_tables(packed: PackedModel) -> tuple[np.ndarray, np.ndarray]:
     """The SHAP pattern tables of ``packed``: ``(table_offsets, tables)``, built on first use.
 
     ``table_offsets`` (int64, per path, -1: no table) follows the model's table policy
-    (:func:`distshap.strategy.choose_tables`); ``tables`` holds the float32 values. Kept for the
+    (:func:`distshap.plan.tables.choose_tables`); ``tables`` holds the float32 values. Kept for the
     last :data:`TABLE_CACHE_SIZE` model digests (a model without a digest: built every call).
     """
     with _TABLES_LOCK:

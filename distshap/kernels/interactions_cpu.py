@@ -22,7 +22,7 @@ paths from the row's SHAP value sums and its off-diagonal sums in increasing ``j
 *Tables* (:func:`interaction_tables`): a path of ``k`` features has ``2**k`` patterns, and a
 table stores, per pattern, the float32 values of its ``k (k + 1) / 2`` upper entries (the
 pair values, and ``phi_i`` on the diagonal). Which paths get one follows the model's table
-policy (:func:`distshap.strategy.choose_tables` with ``k * k`` values per pattern, a
+policy (:func:`distshap.plan.tables.choose_tables` with ``k * k`` values per pattern, a
 conservative size; the tables are then packed at ``k (k + 1) / 2``). They are filled by this
 kernel itself, on a model of such paths alone at the ``2**k`` corner rows (as the SHAP tables
 are), and cost an interval test per element and one table row per (path, row). Against the
@@ -320,7 +320,7 @@ def _table_sizes(lengths: np.ndarray) -> np.ndarray:
 def table_layout(lengths: np.ndarray, budget_bytes: int, max_features: int) -> np.ndarray:
     """Start of each path's interaction table (-1: none), ``k (k + 1) / 2`` values a pattern.
 
-    The paths are those :func:`distshap.strategy.choose_tables` gives ``k * k`` values a
+    The paths are those :func:`distshap.plan.tables.choose_tables` gives ``k * k`` values a
     pattern within ``budget_bytes`` (so the packed tables take at most about half of it).
     Tables are laid out by ``k``, then in path order: the paths of one length are filled
     together into one contiguous range.

@@ -13,7 +13,7 @@ backwards, so every ``prod_{j != i}`` costs two multiplications, no division, an
 weight is non-negative and the sums are float64, so nothing cancels and the result keeps its
 accuracy at any path length, where the EXTEND / UNWOUND_SUM dynamic program loses it.
 
-*Tables.* A path with a SHAP pattern table (:func:`distshap.strategy.choose_tables`: the short
+*Tables.* A path with a SHAP pattern table (:func:`distshap.plan.tables.choose_tables`: the short
 paths, within a memory budget) costs one interval test per element and one table row per row.
 The table of a path of ``k`` features is its SHAP values at the ``2**k`` corners of its pattern
 cube: :func:`fill_tables` runs the kernel itself, by quadrature, on a model of such paths alone

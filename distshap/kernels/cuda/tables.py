@@ -19,7 +19,7 @@ The table kernel runs the bins that hold a table path: one warp per bin, one lan
 element; per row each lane tests its element, one ``ballot`` gathers the pattern, and each
 element lane adds its entry (SHAP values) or its ``k`` entries (interaction values). For SHAP
 values a row's steps (row load, ballot, table load, atomic) depend on each other, so a warp
-takes :data:`config.SHAP_TABLE_ROWS_A_STEP` rows a step (four independent chains in flight).
+takes four rows a step (four independent chains in flight).
 It is bound by its atomics, so a block of :data:`config.TABLE_WARPS_PER_BLOCK` bins shares a tile of
 rows in shared memory, flushed with one global atomic per non-zero value
 (:func:`shared_tile_rows`; outputs too wide for a tile add to global memory directly). With
@@ -79,7 +79,7 @@ _MAXF2 = TABLE_MAX_FEATURES + 2
 _TILE_VALUES = config.SHARED_TILE_VALUES
 _TILE_WORDS = 2 * _TILE_VALUES  # uint32 words of a split tile (the same bytes)
 _TABLE_WARPS = config.TABLE_WARPS_PER_BLOCK
-#: Longest path with a SHAP table: :func:`distshap.strategy.choose_tables` allows no more, and
+#: Longest path with a SHAP table: :func:`distshap.plan.tables.choose_tables` allows no more, and
 #: the SHAP fill kernel's local arrays have this size.
 _SHAP_MAXF = SHAP_TABLE_MAX_FEATURES
 
@@ -191,7 +191,7 @@ def fill_shap_tables(lane_d, path_offsets, lengths: np.ndarray, offsets: np.ndar
     """Fill the SHAP tables of the paths with ``offsets >= 0`` on the device.
 
     ``lane_d`` and ``path_offsets`` are the device model's arrays; ``lengths`` (features per
-    path) and ``offsets`` (:func:`distshap.strategy.choose_tables` with ``"k"`` values a
+    path) and ``offsets`` (:func:`distshap.plan.tables.choose_tables` with ``"k"`` values a
     pattern) host arrays. Paths of one length run in one launch (a thread per (path, pattern),
     none idle). Returns ``(tables, n_values)``; the stream is synchronized before returning.
     """
@@ -514,10 +514,7 @@ def launch_tables(model, plan, Xb, acc, scale, F1, stream, slots=None):
         plan.tables, model.bin_offsets, plan.table_maxk, plan.table_bins, Xb, acc, scale, rpb,
         tile_rows or rpb,
     )  # fmt: skip
-    step = config.SHAP_TABLE_ROWS_A_STEP
-    if step not in (1, 4):
-        raise ValueError(f"config.SHAP_TABLE_ROWS_A_STEP must be 1 or 4, got {step!r}")
-    rows4 = shap and step == 4
+    rows4 = shap  # SHAP values: four rows a step
     words = config.TABLE_TILE_WORDS
     if words not in TILE_WORDS:
         raise ValueError(f"config.TABLE_TILE_WORDS must be one of {TILE_WORDS}, got {words!r}")
