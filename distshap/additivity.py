@@ -5,10 +5,7 @@ values. :func:`check_additivity` compares those sums with the margin an independ
 of the trees gives (:mod:`distshap.kernels.margin`) and raises :class:`AdditivityError` naming
 the rows and the worst difference, so a wrong result never passes silently.
 
-Tolerance: float32 outputs hold each value to a relative ``2**-24``, and the kernels' own
-rounding is far below that, so a row passes when ``|sum - margin| <= RTOL * max(1, |margin| +
-sum |values|)``; a row that takes another branch in a tree misses by a difference of leaf
-values, which is far larger on any model whose leaves are not negligible.
+The tolerance and the error class: :mod:`distshap.additivity_rule`.
 """
 
 from __future__ import annotations
@@ -17,16 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from distshap.additivity_rule import RTOL, AdditivityError
 from distshap.inputs import array_module
 
-__all__ = ["RTOL", "AdditivityError", "check_additivity", "check_margin"]
-
-#: Relative tolerance of the additivity check (see the module docstring).
-RTOL = 1e-4
-
-
-class AdditivityError(ValueError):
-    """SHAP values that do not sum to the model's margin (a distshap fault, never ignored)."""
+__all__ = ["check_additivity", "check_margin"]
 
 
 def check_additivity(
@@ -125,7 +116,7 @@ def _launch(values: Any, launch: Any):
 
 
 def _read(launched) -> bool:
-    from distshap.kernels.cuda.small import read_flag
+    from distshap.kernels.cuda.small_model import read_flag
 
     return read_flag(*launched)
 

@@ -51,7 +51,7 @@ def _progress_enabled(args: argparse.Namespace) -> bool:
 def fault_types() -> tuple[type, ...]:
     """ValueErrors that are distshap's fault, not the input's (exit code 1)."""
     try:
-        from distshap.additivity import AdditivityError
+        from distshap.additivity_rule import AdditivityError
     except ImportError:
         return ()
     return (AdditivityError,)

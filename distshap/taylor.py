@@ -54,7 +54,7 @@ def shap_taylor_values(
         Resolved by :func:`distshap.kernels.resolve_backend`.
     check : bool
         Check that each row's entries sum to the model's margin (where ``packed`` carries its
-        margin arrays), raising :class:`~distshap.additivity.AdditivityError` otherwise.
+        margin arrays), raising :class:`~distshap.additivity_rule.AdditivityError` otherwise.
     first_row : int
         Row index of ``X[0]`` in the whole input, for error messages.
     allow_empty : bool

@@ -143,7 +143,8 @@ def test_traversal_and_check_under_cuda_simulator():
 def test_gpu_margin_bits_and_checks():
     import cupy
 
-    from distshap.additivity import AdditivityError, check_additivity, check_margin
+    from distshap.additivity import check_additivity, check_margin
+    from distshap.additivity_rule import AdditivityError
     from distshap.kernels.cuda import traversal
 
     ens = tiny.random_ensemble(11, n_features=8, n_trees=700, depth=6, n_groups=3,

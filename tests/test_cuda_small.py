@@ -162,7 +162,7 @@ import naive
 import tiny
 import distshap.kernels as kernels
 from distshap import TreeExplainer, dispatch
-from distshap.additivity import AdditivityError
+from distshap.additivity_rule import AdditivityError
 from distshap.kernels import cpu
 from distshap.kernels import cuda as kc
 from distshap.kernels.cuda import launch, small
@@ -386,7 +386,7 @@ def test_gpu_small_route_against_regular_route_and_xgboost(monkeypatch):
         assert np.abs(regular - full).max() <= 2e-6 * scale
     bad = dict(packed.margin, base_score=packed.margin["base_score"] + 1.0)
     wrong = dataclasses.replace(packed, margin=bad, digest="")
-    from distshap.additivity import AdditivityError
+    from distshap.additivity_rule import AdditivityError
     from distshap.dispatch import explain_rows
 
     with pytest.raises(AdditivityError, match="do not sum to"):
@@ -467,7 +467,7 @@ import sys
 
 import numpy as np
 import tiny
-from distshap.additivity import AdditivityError
+from distshap.additivity_rule import AdditivityError
 from distshap.kernels import cuda as kc
 from distshap.kernels.cuda import launch, small
 from distshap.kernels.margin import margin_model
@@ -708,7 +708,7 @@ import sys
 import numpy as np
 import naive
 import tiny
-from distshap.additivity import AdditivityError
+from distshap.additivity_rule import AdditivityError
 from distshap.kernels import cpu
 from distshap.kernels import cuda as kc
 from distshap.kernels.cuda import launch, small, small_gather

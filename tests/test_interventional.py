@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from distshap import TreeExplainer
-from distshap.additivity import AdditivityError
+from distshap.additivity_rule import AdditivityError
 from distshap.dispatch import explain_rows
 from distshap.encoding import encode_ensemble
 from distshap.interventional import apply_transform, bias_values, build_background, transform_id

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from distshap import TreeExplainer
-from distshap.additivity import AdditivityError
+from distshap.additivity_rule import AdditivityError
 from distshap.kernels import cuda_available, taylor_cpu
 from distshap.models import load_model
 from distshap.packed import build_packed_model

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import distshap
-from distshap.additivity import AdditivityError
+from distshap.additivity_rule import AdditivityError
 from distshap.encoding import encode_ensemble
 from distshap.kernels import get_backend
 
