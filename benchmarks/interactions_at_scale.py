@@ -1,4 +1,4 @@
-"""Interactions at scale (issue #16): pair rankings and per-row top pairs against full matrices.
+"""Interactions at scale: pair rankings and per-row top pairs against full matrices.
 
 One run, one model shape (default ``fashion_mnist-med`` from :mod:`benchmarks.shapes`), side by
 side:
@@ -23,7 +23,7 @@ side:
   ``lanes`` / ``split`` / ``spread`` / ``spread64`` (:mod:`distshap.kernels.cuda.
   slot_quadrature`: 32-bit split shared sums, paths spread over a warp),
   :data:`~distshap.kernels.cuda.config.SLOT_TABLE_VARIANT` ``tiled`` / ``split`` / ``plain``;
-  ``lanes+plain`` are the kernels before the fourth session; ``:<chunks>``: chunks a block of
+  ``lanes+plain`` are the kernels before commit 2c73ed1; ``:<chunks>``: chunks a block of
   the gathered kernels,
   :data:`~distshap.kernels.cuda.config.SLOT_QUADRATURE_CHUNKS`, default 1 as there), each
   checked exact,

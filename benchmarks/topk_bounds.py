@@ -1,4 +1,4 @@
-"""How much path work could exact top-k pruning by bounds save? (issue #16, a CPU probe)
+"""How much path work could exact top-k pruning by bounds save? (a CPU probe)
 
 For a few rows of a model, every path's exact contribution to every pair it holds is
 computed (float64 Gauss-Legendre quadrature, as the kernels do; checked against the library's
