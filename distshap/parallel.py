@@ -14,10 +14,25 @@ over ranges of its work, in Python threads. It needs no parallel region (so no l
 layer), and a serial function compiles in about half the time of a ``parallel=True`` one,
 whose parfor passes and gufunc wrapper recompile the whole body (the first call in a fresh
 environment: ``benchmarks/cold_start.py``).
+
+Thread counts: :func:`num_threads` is the count both use, Numba's (``numba.set_num_threads`` of
+the calling thread) unless ``DISTSHAP_NUM_THREADS`` is set, which then applies to every calling
+thread, within the pool Numba launched (``NUMBA_NUM_THREADS``). A Dask worker gets it from its
+nanny: Numba reads ``NUMBA_NUM_THREADS`` once, when imported, and refuses a changed value once
+its threads run, so that variable can never be set for a worker process that already imported
+Numba, while ``DISTSHAP_NUM_THREADS`` is read at every call.
+
+Fork safety: the locks and the range pool are process state; a child forked from a process that
+used them (``multiprocessing`` with ``fork``, preloading servers, prefork task queues) would
+inherit the pool without its threads and the locks possibly held. They are made new in the
+child (``os.register_at_fork``), so its calls run as the parent's did. GNU's OpenMP runtime,
+one of Numba's layers, terminates a forked child that enters a parallel region once the parent
+started it: such a child runs the ``parallel=True`` functions compiled serially.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +41,9 @@ from typing import Any
 import numba
 import numpy as np
 
-__all__ = ["run_parallel", "run_ranges"]
+__all__ = ["THREADS_VARIABLE", "num_threads", "run_parallel", "run_ranges"]
+
+THREADS_VARIABLE = "DISTSHAP_NUM_THREADS"
 
 _LOCK = threading.Lock()
 _layer: str | None = None  # the layer Numba launched, once known
@@ -43,8 +60,67 @@ def _serialise() -> bool:
     return _layer == "workqueue"
 
 
+def num_threads() -> int:
+    """Threads of this thread's parallel calls: ``DISTSHAP_NUM_THREADS`` when set, else Numba's.
+
+    ``DISTSHAP_NUM_THREADS`` (a positive integer, at most Numba's pool size
+    ``NUMBA_NUM_THREADS``, larger values are cut to it) is applied to the calling thread with
+    ``numba.set_num_threads``, so Numba's parallel regions and :func:`run_ranges` both use it.
+    """
+    value = os.environ.get(THREADS_VARIABLE)
+    if value is None:
+        return numba.get_num_threads()
+    try:
+        wanted = int(value)
+    except ValueError:
+        wanted = 0
+    if wanted < 1:
+        raise ValueError(
+            f"{THREADS_VARIABLE}={value!r} must be a positive integer (threads per process), "
+            "or unset for Numba's count"
+        )
+    wanted = min(wanted, numba.config.NUMBA_NUM_THREADS)
+    if numba.get_num_threads() != wanted:
+        numba.set_num_threads(wanted)
+    return wanted
+
+
+def _gnu_openmp_launched() -> bool:
+    """Whether Numba launched its OpenMP layer on GNU's runtime (not usable after a fork)."""
+    try:
+        layer = numba.threading_layer()
+    except ValueError:  # not launched
+        return False
+    if layer != "omp":
+        return False
+    from numba.np.ufunc import omppool
+
+    return getattr(omppool, "openmp_vendor", "GNU") == "GNU"
+
+
+_SERIAL_ONLY = False  # a child forked after GNU OpenMP started: no parallel region can run
+_SERIAL: dict[Any, Any] = {}  # parallel function -> the same function compiled serially
+
+
+def _serial_twin(function: Any) -> Any:
+    """``function`` compiled without ``parallel`` (``prange`` as ``range``: the same bits when
+    each iteration writes its own outputs, as every distshap parallel kernel does)."""
+    twin = _SERIAL.get(function)
+    if twin is None:
+        options = {k: v for k, v in function.targetoptions.items() if k != "parallel"}
+        twin = _SERIAL[function] = numba.jit(**options)(function.py_func)
+    return twin
+
+
 def run_parallel(function: Callable[..., Any], *args: Any) -> Any:
-    """``function(*args)`` for a Numba ``parallel=True`` function, safe under every layer."""
+    """``function(*args)`` for a Numba ``parallel=True`` function, safe under every layer.
+
+    In a child forked after the parent ran GNU OpenMP (whose runtime terminates a forked child
+    entering a parallel region) the function runs compiled serially instead.
+    """
+    if _SERIAL_ONLY:
+        return _serial_twin(function)(*args)
+    num_threads()
     if _serialise():
         with _LOCK:
             return function(*args)
@@ -55,17 +131,29 @@ _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 
 
+def _reset_after_fork() -> None:
+    """In a forked child: new locks and no pool (the parent's threads did not come along)."""
+    global _LOCK, _POOL, _POOL_LOCK, _SERIAL_ONLY
+    _LOCK = threading.Lock()
+    _POOL_LOCK = threading.Lock()
+    _POOL = None
+    _SERIAL_ONLY = _SERIAL_ONLY or _gnu_openmp_launched()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
 def run_ranges(function: Callable[..., Any], n: int, pieces: int, *args: Any) -> None:
     """``function(*args, lo, hi)`` over ``[0, n)`` cut into about ``pieces`` ranges, in threads.
 
     ``function`` must be a ``nogil`` compiled function that writes its results for the items
     ``lo .. hi - 1`` in place: its ranges then run in parallel, on up to
-    ``numba.get_num_threads()`` threads (the caller's among them, from one shared pool of
+    :func:`num_threads` threads (the caller's among them, from one shared pool of
     ``NUMBA_NUM_THREADS`` threads), each taking the next range until none is left. Results
     must not depend on the ranges (each item computed on its own); exceptions propagate.
     """
     pieces = max(1, min(int(pieces), int(n)))
-    threads = min(numba.get_num_threads(), pieces)
+    threads = min(num_threads(), pieces)
     if threads <= 1:
         function(*args, 0, n)
         return
