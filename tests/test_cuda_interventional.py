@@ -226,8 +226,9 @@ import tiny
 from test_cuda_interventional import make_packed, path_reference
 from distshap.interventional import build_background
 from distshap.kernels import cpu
-from distshap.kernels.cuda.interventional import direct
+from distshap.kernels.cuda.interventional import direct as direct_kernels
 from distshap.kernels.cuda.interventional import interventional_values
+from distshap.kernels.cuda.interventional.background import device_background
 from distshap.plan.config import set_config
 from distshap.warmup import chain_ensemble
 
@@ -273,6 +274,8 @@ for inter in (False, True):
     budgets(0, 0)
     direct = run(packed, bg, X, bias=bias, interactions=inter)
     close(direct, want, ("direct", inter))
+    # the new configuration's device model holds its own background, without tables
+    assert (device_background(packed, bg).plan.shap == -1).all(), "a background of old budgets"
     budgets(1 << 30, 0)  # SHAP tables but direct interactions
     close(run(packed, bg, X, bias=bias, interactions=inter), want, ("mixed", inter))
 budgets(1 << 30, 1 << 30)
@@ -303,9 +306,9 @@ for t, name in ((0, "raw"), (1, "probability"), (2, "log_loss")):
     ref_cpu = cpu.interventional_values(packed, bg, X, transform=t, x_margin=xm, y=y, bias=bias)
     assert np.array_equal(got, ref_cpu), ("not the CPU's bits", name)
 # factor arrays of one row (two chunks of a batch): the same bits
-direct.FACTOR_BUDGET_BYTES = 8 * 33
+direct_kernels.FACTOR_BUDGET_BYTES = 8 * 33
 again = run(packed, bg, X, transform=2, x_margin=xm, y=y, bias=bias)
-direct.FACTOR_BUDGET_BYTES = 256 << 20
+direct_kernels.FACTOR_BUDGET_BYTES = 256 << 20
 assert np.array_equal(got, again), "factor chunks changed the bits (log loss)"
 # batches of one row: the same bits
 again = run(packed, bg, X, transform=2, x_margin=xm, y=y, bias=bias, batch_rows=1)

@@ -391,6 +391,29 @@ def _float64(a: Any, shape: tuple[int, ...], name: str) -> np.ndarray:
     return a
 
 
+def _inputs(packed: PackedModel, background: Any, X: Any, transform: int, x_margin: Any, y: Any,
+            bias: Any, interactions: bool) -> tuple:  # fmt: skip
+    """The checked rows (float32), margins, labels and bias (float64) of a call."""
+    im.check_background(background, packed)
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    F, G = packed.num_features, packed.num_groups
+    if X.ndim != 2 or X.shape[1] != F:
+        raise ValueError(f"X must have shape (n_rows, {F}), got {X.shape}")
+    if transform not in (0, 1, 2):
+        raise ValueError(f"unknown transform {transform}: use 0 (raw), 1 or 2")
+    if interactions and transform != 0:
+        raise ValueError("interaction values explain the raw margin only (transform 0)")
+    n = X.shape[0]
+    x_margin = (
+        np.zeros((n, G)) if transform == 0 else _float64(x_margin, (n, G), "x_margin")
+    )  # fmt: skip
+    y = _float64(y, (n,), "y") if transform == 2 else np.zeros(n)
+    bias = np.zeros((1, G)) if bias is None else np.ascontiguousarray(bias, dtype=np.float64)
+    if bias.ndim != 2 or bias.shape[1] != G or bias.shape[0] not in (1, n):
+        raise ValueError(f"bias has shape {bias.shape}, expected (1, {G}) or ({n}, {G})")
+    return X, x_margin, y, bias
+
+
 def interventional_values(
     packed: PackedModel,
     background: Any,
@@ -430,23 +453,10 @@ def interventional_values(
     ndarray
         float32 ``(n, G, F + 1)`` or ``(n, G, F + 1, F + 1)``, bias last.
     """
-    im.check_background(background, packed)
-    X = np.ascontiguousarray(X, dtype=np.float32)
+    X, x_margin, y, bias = _inputs(packed, background, X, transform, x_margin, y, bias,
+                                   interactions)  # fmt: skip
     F, G = packed.num_features, packed.num_groups
-    if X.ndim != 2 or X.shape[1] != F:
-        raise ValueError(f"X must have shape (n_rows, {F}), got {X.shape}")
-    if transform not in (0, 1, 2):
-        raise ValueError(f"unknown transform {transform}: use 0 (raw), 1 or 2")
-    if interactions and transform != 0:
-        raise ValueError("interaction values explain the raw margin only (transform 0)")
     n, C = X.shape[0], F + 1
-    x_margin = (
-        np.zeros((n, G)) if transform == 0 else _float64(x_margin, (n, G), "x_margin")
-    )  # fmt: skip
-    y = _float64(y, (n,), "y") if transform == 2 else np.zeros(n)
-    bias = np.zeros((1, G)) if bias is None else np.ascontiguousarray(bias, dtype=np.float64)
-    if bias.ndim != 2 or bias.shape[1] != G or bias.shape[0] not in (1, n):
-        raise ValueError(f"bias has shape {bias.shape}, expected (1, {G}) or ({n}, {G})")
     out = np.empty((n, G, C) + ((C,) if interactions else ()), np.float32)
     if n == 0:
         return out

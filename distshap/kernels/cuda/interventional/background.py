@@ -57,7 +57,7 @@ def mask_kernel(warps: int):
         coff = count_off[li]
         counting = valid and pos == 0 and coff >= 0
         mask_k = (np.int64(1) << k) - 1
-        r0, r1 = row_range(rows_per_block, rows.shape[0])
+        r0, r1 = row_range(cuda.blockIdx.y, rows_per_block, rows.shape[0])
         for r in range(r0, r1):
             o = False
             if active:

@@ -9,14 +9,7 @@ import numpy as np
 from numba import cuda
 
 from distshap.kernels import interventional_math as im
-from distshap.kernels.cuda.device import (
-    FULL_MASK,
-    LI_FEATURE,
-    LI_FEATURES,
-    LI_POSITION,
-    LI_START,
-    SIM,
-)  # fmt: skip
+from distshap.kernels.cuda.device import LI_FEATURE, LI_FEATURES, LI_POSITION, LI_START
 
 __all__ = [
     "WMAX",
@@ -25,8 +18,6 @@ __all__ = [
     "block_rows",
     "scaling",
     "shapley_weights",
-    "shfl_f64",
-    "shfl_i32",
 ]
 
 WMAX = 128  # weight tables cover a + b < 128 (longest fallback path: 127 features)
@@ -81,45 +72,12 @@ def scaling(transform, m_x, y_x, m_r):
     return _rescale(m_x, m_r, y_x, transform)
 
 
-if SIM:  # pragma: no cover - only under NUMBA_ENABLE_CUDASIM=1 (no warp shuffles there)
-
-    @cuda.jit(device=True)
-    def shfl_i32(value, src):
-        """``value`` of lane ``src`` of this warp (all lanes call in lockstep)."""
-        buf = cuda.shared.array(1024, np.int64)
-        t = cuda.threadIdx.x
-        buf[t] = value
-        cuda.syncthreads()
-        out = np.int32(buf[t - (t & 31) + src])
-        cuda.syncthreads()
-        return out
-
-    @cuda.jit(device=True)
-    def shfl_f64(value, src):
-        """``value`` of lane ``src`` of this warp (all lanes call in lockstep)."""
-        buf = cuda.shared.array(1024, np.float64)
-        t = cuda.threadIdx.x
-        buf[t] = value
-        cuda.syncthreads()
-        out = buf[t - (t & 31) + src]
-        cuda.syncthreads()
-        return out
-
-else:
-
-    @cuda.jit(device=True)
-    def shfl_i32(value, src):
-        return cuda.shfl_sync(FULL_MASK, value, src)
-
-    @cuda.jit(device=True)
-    def shfl_f64(value, src):
-        return cuda.shfl_sync(FULL_MASK, value, src)
-
-
 @cuda.jit(device=True)
-def row_range(rows_per_block, n_rows):
-    """This block's rows ``[r0, r1)``: ``rows_per_block`` rows from ``blockIdx.y``."""
-    r0 = cuda.blockIdx.y * rows_per_block
+def row_range(block_y, rows_per_block, n_rows):
+    """The rows ``[r0, r1)`` of the block ``block_y`` (``cuda.blockIdx.y``): ``rows_per_block``
+    rows. (The block index is an argument: under the simulator a device function of another
+    module than the kernel's must not read ``cuda``.)"""
+    r0 = block_y * rows_per_block
     r1 = r0 + rows_per_block
     if r1 > n_rows:
         r1 = n_rows

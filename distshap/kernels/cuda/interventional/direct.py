@@ -27,19 +27,13 @@ from distshap.kernels.cuda.device import (
     LD_VALUE,
     LI_FEATURE,
     LI_GROUP,
+    SIM,
     ballot,
     fixed,
     lane_follows,
 )
 from distshap.kernels.cuda.interventional.background import DeviceBackground
-from distshap.kernels.cuda.interventional.common import (
-    bin_lane,
-    block_rows,
-    row_range,
-    scaling,
-    shfl_f64,
-    shfl_i32,
-)  # fmt: skip
+from distshap.kernels.cuda.interventional.common import bin_lane, block_rows, row_range, scaling
 from distshap.kernels.cuda.model import DeviceModel
 
 __all__ = [
@@ -54,6 +48,42 @@ __all__ = [
 #: Bytes of the per-pair factor array (float64 (rows, B)) of one launch of the per-row kernels:
 #: a batch's rows go by chunks of ``FACTOR_BUDGET_BYTES // (8 B)`` rows (at least 1).
 FACTOR_BUDGET_BYTES = 256 << 20
+
+
+if SIM:  # pragma: no cover - only under NUMBA_ENABLE_CUDASIM=1 (no warp shuffles there)
+    # (beside the kernel: under the simulator its device functions read its module's cuda)
+
+    @cuda.jit(device=True)
+    def shfl_i32(value, src):
+        """``value`` of lane ``src`` of this warp (all lanes call in lockstep)."""
+        buf = cuda.shared.array(1024, np.int64)
+        t = cuda.threadIdx.x
+        buf[t] = value
+        cuda.syncthreads()
+        out = np.int32(buf[t - (t & 31) + src])
+        cuda.syncthreads()
+        return out
+
+    @cuda.jit(device=True)
+    def shfl_f64(value, src):
+        """``value`` of lane ``src`` of this warp (all lanes call in lockstep)."""
+        buf = cuda.shared.array(1024, np.float64)
+        t = cuda.threadIdx.x
+        buf[t] = value
+        cuda.syncthreads()
+        out = buf[t - (t & 31) + src]
+        cuda.syncthreads()
+        return out
+
+else:
+
+    @cuda.jit(device=True)
+    def shfl_i32(value, src):
+        return cuda.shfl_sync(FULL_MASK, value, src)
+
+    @cuda.jit(device=True)
+    def shfl_f64(value, src):
+        return cuda.shfl_sync(FULL_MASK, value, src)
 
 
 @cuda.jit(cache=True)
@@ -108,7 +138,7 @@ def direct_kernel(transform: int, interactions: bool, warps: int):
         first = li - pos + 1
         n_bg = masks.shape[1]
         mrow = masks[b]  # int32: bits above 31 (sign extension) are masked off by gm
-        r0, r1 = row_range(rows_per_block, X.shape[0])
+        r0, r1 = row_range(cuda.blockIdx.y, rows_per_block, X.shape[0])
         for r in range(r0, r1):
             o = False
             if on:

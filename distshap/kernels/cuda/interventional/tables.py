@@ -207,7 +207,7 @@ def table_kernel(shared: bool, interactions: bool, warps: int, tile_values: int)
         mask_k = (np.int64(1) << k) - 1
         first = li - pos + 1  # lane of the path's first feature element
         width = acc.shape[1]
-        r0, r1 = row_range(rows_per_block, X.shape[0])
+        r0, r1 = row_range(cuda.blockIdx.y, rows_per_block, X.shape[0])
         if shared:
             tile = cuda.shared.array(tile_values, np.int64)
         for t0 in range(r0, r1, tile_rows):
