@@ -24,7 +24,7 @@ default, shap's (no bias, groups last; what shap's legacy plots such as ``summar
 with ``layout="shap"``; calling the explainer returns a ``shap.Explanation`` in shap's own
 layouts, which shap's plots take. Inputs may be NumPy, pandas (a Series is one row), CuPy,
 scipy.sparse, ``xgboost.DMatrix``, a numeric ``catboost.Pool`` or Dask (lazy values;
-:class:`DaskExplanation` for ``explainer(X)``).
+:class:`~distshap.layouts.DaskExplanation` for ``explainer(X)``).
 """
 
 from __future__ import annotations
@@ -52,8 +52,6 @@ from distshap.kernels import resolve_backend
 from distshap.kernels.margin import margin_model
 from distshap.layouts import (
     DEFAULT_LAYOUT,
-    LAYOUTS,
-    DaskExplanation,
     check_layout,
     check_output_fits,
     explanation,
@@ -72,8 +70,6 @@ from distshap.packed import (
 )
 from distshap.request import make_request
 from distshap.shap_compat import (
-    FEATURE_PERTURBATIONS,
-    MODEL_OUTPUTS,
     UNSET,
     check_approximate,
     check_dmatrix_sentinel,
@@ -88,15 +84,7 @@ from distshap.shap_compat import (
     rounds,
 )
 
-__all__ = [
-    "DEFAULT_LAYOUT",
-    "FEATURE_PERTURBATIONS",
-    "LAYOUTS",
-    "MODEL_OUTPUTS",
-    "PROGRESS_BATCH_ROWS",
-    "DaskExplanation",
-    "TreeExplainer",
-]
+__all__ = ["PROGRESS_BATCH_ROWS", "TreeExplainer"]
 
 #: Rows per batch when ``progress=True`` (a bar step; the values do not depend on it).
 PROGRESS_BATCH_ROWS = 65536
@@ -572,8 +560,9 @@ class TreeExplainer(PairMethods):
             DMatrix input the values the model reads: category codes, NaN for missing).
             ``feature_names``: the DataFrame's (or Series') columns, else the background
             DataFrame's, else the model's (shap leaves them unset there), else unset. One row
-            (1-D input): no row axis. Dask input gives a :class:`DaskExplanation` (lazy;
-            ``.compute()`` is the ``shap.Explanation``).
+            (1-D input): no row axis. Dask input gives a
+            :class:`~distshap.layouts.DaskExplanation` (lazy; ``.compute()`` is the
+            ``shap.Explanation``).
 
         Raises
         ------

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 import xgboost as xgb
 
 from distshap import TreeExplainer
-from distshap.explainer import DaskExplanation
+from distshap.layouts import DaskExplanation
 
 shap = pytest.importorskip("shap")
 

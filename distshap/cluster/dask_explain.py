@@ -142,6 +142,7 @@ def _block_values(
     packed: Any,
     request: Request,
     background: Any = None,
+    converted: bool = False,
     labels: Any = None,
     row_offset: int = 0,
     block_info: dict | None = None,
@@ -150,11 +151,13 @@ def _block_values(
 
     Runs on a worker (``request.backend`` ``"auto"``: its own device decides). The request
     travels without its background, which is a recoverable task of its own
-    (:func:`~distshap.cluster.shipping.model_future`) handed in as ``background``; ``labels``
-    is the chunk's ``(n, 1)`` block of ``y`` (or None). ``row_offset`` + the block's position is
-    the row number of its first row (for error messages). Device work is finished before it
-    returns (the result is synchronised, or copied to the host for NumPy chunks), so task
-    timings are real.
+    (:func:`~distshap.cluster.shipping.model_future`) handed in as ``background``.
+    ``converted``: the block holds the model's values already (a DataFrame partition's,
+    :func:`_frame_block`); else they are taken here (:func:`~distshap.inputs.model_matrix`),
+    once. ``labels`` is the chunk's ``(n, 1)`` block of ``y`` (or None). ``row_offset`` + the
+    block's position is the row number of its first row (for error messages). Device work is
+    finished before it returns (the result is synchronised, or copied to the host for NumPy
+    chunks), so task timings are real.
     """
     n = block.shape[0]
     width = packed.num_features + 1
@@ -164,7 +167,7 @@ def _block_values(
     if background is not None:
         request = dataclasses.replace(request, background=background)
     first_row = row_offset + (block_info[0]["array-location"][0][0] if block_info else 0)
-    raw = model_matrix(block, packed, allow_empty=True)
+    raw = block if converted else model_matrix(block, packed, allow_empty=True)
     y = check_labels(None if labels is None else labels[:, 0], n, request.transform)
     out = run_request(packed, raw, request, y, first_row)
     if is_cupy(out):
@@ -299,6 +302,7 @@ def explain_dask(
         raise ValueError("model_output='log_loss' needs the label of each row: pass y (n_rows,)")
     client = _get_client(client)
     model = model_future(client, packed)
+    converted = _is_dask_frame(X)  # its partitions become the model's values
     X, kind = _rows_array(X, packed, model, client)
     request = request.for_chunks(kind)
     shipped = None if background is None else model_future(client, background)
@@ -319,7 +323,7 @@ def explain_dask(
         label = "interventional-" + label
     travelling = dataclasses.replace(request, background=None)  # the background is `shipped`
     return map_rows(
-        client, X, _block_values, (model, travelling, shipped),
+        client, X, _block_values, (model, travelling, shipped, converted),
         tail, new_axis, np.float32, meta, f"distshap-{label}-{uuid.uuid4().hex}", balance,
         labels=labels, split_rows=split_rows,
     )  # fmt: skip
