@@ -34,12 +34,18 @@ import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numba import njit, prange
 
 from distshap.packed import PackedModel
+from distshap.parallel import run_parallel
 
-__all__ = ["PairSlots", "build_pair_slots", "clear_cache", "interaction_shift", "pair_slots"]
+__all__ = [
+    "PairSlots", "build_pair_slots", "check_k", "clear_cache", "interaction_shift", "pair_slots",
+    "select_top_pairs",
+]  # fmt: skip
 
 #: Path-map entries generated at once while building (bounds the builder's memory).
 _BUILD_CHUNK_ENTRIES = 1 << 22
@@ -263,3 +269,83 @@ def clear_cache() -> None:
     """Drop every cached :class:`PairSlots`."""
     with _LOCK:
         _CACHE.clear()
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _select_kernel(values, slot_offsets, num_pairs, slot_i, slot_j, num_features, k, pairs,
+                   out):  # fmt: skip
+    n = values.shape[0]
+    G = num_pairs.shape[0]
+    for r in prange(n):
+        best_abs = np.empty(k, np.float32)
+        best_slot = np.empty(k, np.int64)
+        for g in range(G):
+            a = slot_offsets[g]
+            mid = a + num_pairs[g]
+            count = 0
+            for e in range(a, mid):  # increasing slots: an equal |value| never displaces
+                av = abs(values[r, e])
+                if av == 0.0 or (count == k and not av > best_abs[k - 1]):
+                    continue
+                pos = count if count < k else k - 1
+                while pos > 0 and av > best_abs[pos - 1]:
+                    best_abs[pos] = best_abs[pos - 1]
+                    best_slot[pos] = best_slot[pos - 1]
+                    pos -= 1
+                best_abs[pos] = av
+                best_slot[pos] = e
+                if count < k:
+                    count += 1
+            for t in range(count):
+                e = best_slot[t]
+                pairs[r, g, t, 0] = slot_i[e]
+                pairs[r, g, t, 1] = slot_j[e]
+                out[r, g, t] = values[r, e]
+            # fewer non-zero pairs than k: the first zero pairs in (i, j) order
+            t = count
+            i = 0
+            j = 1
+            e = a
+            while t < k:
+                while e < mid and (slot_i[e] < i or (slot_i[e] == i and slot_j[e] < j)):
+                    e += 1
+                if not (e < mid and slot_i[e] == i and slot_j[e] == j and values[r, e] != 0):
+                    pairs[r, g, t, 0] = i
+                    pairs[r, g, t, 1] = j
+                    out[r, g, t] = 0.0
+                    t += 1
+                j += 1
+                if j == num_features:
+                    i += 1
+                    j = i + 1
+
+
+def check_k(k: Any, num_features: int) -> int:
+    """``k`` as an int, refused unless ``1 <= k <= F (F - 1) / 2`` (the model's pairs)."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"k must be an integer, got {type(k).__name__}")
+    k = int(k)
+    n_pairs = num_features * (num_features - 1) // 2
+    if not 1 <= k <= n_pairs:
+        raise ValueError(
+            f"k={k}: a model of {num_features} features has {n_pairs} feature pairs; pass "
+            f"1 <= k <= {n_pairs}"
+        )
+    return k
+
+
+def select_top_pairs(values: np.ndarray, slots: PairSlots, k: int) -> tuple[np.ndarray, ...]:
+    """The ``k`` top pairs of every row of slot ``values`` (float32 ``(n, S)``), per group.
+
+    Returns ``pairs`` int32 ``(n, G, k, 2)`` and ``values`` float32 ``(n, G, k)``: per row and
+    group the ``k`` pairs of largest ``|value|``, ties by ``(i, j)``, completed with the first
+    zero pairs in ``(i, j)`` order where fewer are non-zero (sorting the whole upper triangle).
+    """
+    k = check_k(k, slots.num_features)
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    n, G = values.shape[0], slots.num_groups
+    pairs = np.empty((n, G, k, 2), np.int32)
+    out = np.empty((n, G, k), np.float32)
+    run_parallel(_select_kernel, values, slots.slot_offsets, slots.num_pairs, slots.slot_i,
+                 slots.slot_j, slots.num_features, k, pairs, out)  # fmt: skip
+    return pairs, out

@@ -1,16 +1,16 @@
 """The interaction quadrature kernel's shared-memory tile in split uint32 words (no GPU needed).
 
-:func:`distshap.kernels.cuda.quadrature._make_interaction_kernel` sums a block's contributions
-in a shared-memory tile; each sum is two uint32 words added with native 32-bit atomics
-(``_add_split32`` of :mod:`distshap.kernels.cuda.quadrature`) instead of a 64-bit shared atomic add,
-which ptxas compiles into a compare-and-swap loop (``ATOMS.CAST.SPIN.64``). Checked here:
+:func:`distshap.kernels.cuda.interaction_quadrature.interaction_kernel` sums a block's
+contributions in a shared-memory tile; each sum is two uint32 words added with native 32-bit
+atomics (``_add_split32`` of :mod:`distshap.kernels.cuda.interaction_quadrature`) instead of a
+64-bit shared atomic add, which ptxas compiles into a compare-and-swap loop. Checked here:
 
-* the PTX (and, where ``nvdisasm`` is found, the SASS) of the full-matrix kernel and of its
-  pair-slot variant has no 64-bit shared (or generic) atomic left, and 32-bit shared adds;
+* the PTX (and, where ``nvdisasm`` is found, the SASS) of the full-matrix kernel has no
+  64-bit shared (or generic) atomic left, and 32-bit shared adds;
 * under the CUDA simulator (a subprocess): the split words sum many large contributions of
   both signs exactly from many threads, the full matrices from the shared tile have the bits
   of those summed in global memory (int64 atomics) and match the CPU kernel and the recursive
-  oracle, and the pair slots from the tile have the bits of the full matrices' entries.
+  oracle, and the pair slots have the bits of the full matrices' entries.
 """
 
 from __future__ import annotations
@@ -22,27 +22,16 @@ import pytest
 from cudasim import assert_simulator_ok, nvvm_available
 
 N_NODES = 4
-#: The pair-slot variant's signature (``launch_quadrature`` with ``slots``, the ``"lanes"``
-#: variant): the full kernel's arguments but ``n_cols``, then ``path_map``, ``map_offsets``,
-#: ``local_map``, ``tile_offsets``, ``tile_slots``, ``tile_capacity``.
-_SLOT_SIG = (
-    "void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], int32[::1], "
-    "int64[::1], int32[::1], float32[:, ::1], int64[:, ::1], float64, int64, int32[::1], "
-    "int64[::1], int32[::1], int64[::1], int64[::1], int64)"
-)
 # a 64-bit atomic on shared memory, or on a generic address (which may be shared memory)
 _WIDE_ATOMIC = re.compile(r"\batom(?:\.shared)?\.(?:add\.[us]64|cas\.b64|exch\.b64)\b")
 
 
 def _kernels():
     """Name -> (kernel, signature) of the interaction kernels with a shared-memory tile."""
-    from distshap.kernels.cuda import quadrature
+    from distshap.kernels.cuda.interaction_quadrature import interaction_kernel
     from distshap.kernels.cuda.ptx import _QUADRATURE_SIG
 
-    return {
-        "full": (quadrature._make_interaction_kernel(N_NODES, True), _QUADRATURE_SIG),
-        "slots": (quadrature._make_interaction_kernel(N_NODES, True, slots=True), _SLOT_SIG),
-    }
+    return {"full": (interaction_kernel(N_NODES, True), _QUADRATURE_SIG)}
 
 
 @pytest.mark.skipif(not nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
@@ -69,19 +58,18 @@ def test_shared_tiles_add_32_bit_words_without_a_64_bit_shared_atomic():
         assert ops.count("ATOMS.ADD") >= 4, name
 
 
-def test_global_variants_keep_int64_atomics():
+def test_global_kernel_keeps_int64_atomics():
     """Without a tile (``shared`` False) every add stays a 64-bit global atomic."""
     if not nvvm_available():
         pytest.skip("NVVM (CUDA toolkit compiler) not found")
     from benchmarks import kernel_isa
-    from distshap.kernels.cuda import quadrature
+    from distshap.kernels.cuda.interaction_quadrature import interaction_kernel
     from distshap.kernels.cuda.ptx import _QUADRATURE_SIG
 
-    for slots, sig in ((False, _QUADRATURE_SIG), (True, _SLOT_SIG)):
-        kernel = quadrature._make_interaction_kernel(N_NODES, False, slots=slots)
-        ptx = kernel_isa.kernel_ptx(kernel, sig, lineinfo=False)
-        atomics = set(re.findall(r"\batom\.[\w.]+", ptx))
-        assert atomics == {"atom.global.add.u64"}, (slots, atomics)
+    kernel = interaction_kernel(N_NODES, False)
+    ptx = kernel_isa.kernel_ptx(kernel, _QUADRATURE_SIG, lineinfo=False)
+    atomics = set(re.findall(r"\batom\.[\w.]+", ptx))
+    assert atomics == {"atom.global.add.u64"}, atomics
 
 
 _SIM_SCRIPT = r"""
@@ -93,11 +81,12 @@ import distshap.kernels.cuda as kc
 from distshap.kernels import cpu
 from distshap.kernels.cuda import pairs as kp
 from distshap.kernels.cuda.device import read_split
-from distshap.kernels.cuda.quadrature import _add_split32 as add_split32
+from distshap.kernels.cuda.interaction_quadrature import _add_split32 as add_split32
 from distshap.kernels.cuda.model import device_model, interaction_plan, slot_arrays
 from distshap.packed import build_packed_model
 from distshap.pair_slots import build_pair_slots
 from distshap.paths import extract_paths
+from distshap.plan.config import get_config, reset_config, set_config
 
 # the split words from 64 threads: contributions of both signs up to 2**58 on 3 sums (many
 # wraps of the low words, hi words that go negative)
@@ -129,18 +118,16 @@ def same(a, b, what):
     assert a.shape == b.shape and a.dtype == b.dtype, what
     assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), what
 
-kc.config.SMALL_MAX_PATHS = 0  # not the one-launch route: the quadrature kernels
+set_config(small_max_paths=0)  # not the one-launch route: the quadrature kernels
 ens = tiny.random_ensemble(11, n_features=6, n_trees=5, depth=5, n_groups=2, n_categorical=1)
 X = tiny.random_rows(3, ens, 3, 0.15)
 packed = build_packed_model(extract_paths(ens), table_budget_bytes=0)  # no tables
 F1 = packed.num_features + 1
-assert F1 * F1 * 8 <= kc.config.QUADRATURE_SHARED_BYTES  # the shared tile
+assert F1 * F1 * 8 <= get_config().quadrature_shared_bytes  # the shared tile
 tile = kc.interaction_values(packed, X)
-kc.config.QUADRATURE_SHARED_BYTES = 0  # every add to global memory (int64 atomics)
-kc.clear_cache()
+set_config(quadrature_shared_bytes=0)  # every add to global memory (int64 atomics)
 direct = kc.interaction_values(packed, X)
-kc.config.QUADRATURE_SHARED_BYTES = 48 * 1024
-kc.clear_cache()
+set_config(quadrature_shared_bytes=48 * 1024)
 same(tile, direct, "the split-word tile against int64 global atomics")
 # the tile's sums carry across the low word: negative, and far above 2**32 in fixed point
 fixed = tile.astype(np.float64) * 2.0 ** device_model(packed).interaction_shift
@@ -151,21 +138,20 @@ bound = 2e-6 * max(1.0, float(np.abs(exact).max()))
 assert np.abs(tile - ref).max() <= bound, float(np.abs(tile - ref).max())
 assert np.abs(tile - exact).max() <= bound, float(np.abs(tile - exact).max())
 
-# pair slots from the interaction kernel's slot variant: a tile of each chunk's slots (all
-# blocks, then some blocks: chunks of 5 paths, tiles of at most 8 slots), or none
+# pair slots: a tile of each chunk's slots (all blocks, then some blocks: chunks of 5 paths,
+# tiles of at most 8 slots), or none
 slots = build_pair_slots(packed)
 group = np.repeat(np.arange(slots.num_groups), np.diff(slots.slot_offsets))
 want = tile[:, group, slots.slot_i, slots.slot_j]
-kc.config.SLOT_QUADRATURE_VARIANT = "lanes"
 for chunk, shared_bytes in ((256, 48 * 1024), (5, 8 * 8), (256, 0)):
-    kc.config.QUADRATURE_CHUNK_PATHS, kc.config.QUADRATURE_SHARED_BYTES = chunk, shared_bytes
-    kc.clear_cache()
+    set_config(quadrature_chunk_paths=chunk, quadrature_shared_bytes=shared_bytes)
     if chunk == 5:  # some chunks' slots fit the tile, some do not
         model = device_model(packed)
         arrays = slot_arrays(packed, model, slots, interaction_plan(packed, model))
         widths = np.concatenate([np.diff(np.asarray(o)) for o, _ in arrays.tiles])
         assert widths.min() <= 8 < widths.max(), widths
     same(kp.interaction_slot_values(packed, X, slots), want, ("slots", chunk, shared_bytes))
+reset_config()
 print("SIMULATOR-OK")
 """
 

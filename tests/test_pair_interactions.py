@@ -15,13 +15,16 @@ import pytest
 
 import distshap
 from distshap import pair_interactions as pi
-from distshap.additivity import AdditivityError
+from distshap import pair_rows
+from distshap.additivity_rule import AdditivityError
 from distshap.dispatch import explain_rows
 from distshap.kernels import cpu, cuda_available
 from distshap.kernels.margin import margin_model
 from distshap.packed import build_packed_model
 from distshap.pair_slots import build_pair_slots, interaction_shift, pair_slots
 from distshap.paths import extract_paths
+from distshap.plan import launches as plan_launches
+from distshap.plan import tables as plan_tables
 
 import tiny
 import xgb_models
@@ -116,14 +119,13 @@ def test_slot_map_names_each_element_pair():
 
 
 def test_chunk_tiles_number_each_chunks_slots():
-    from distshap import strategy
-    from distshap.kernels.cuda.model import chunk_tiles
+    from distshap.plan.launches import chunk_tiles
 
     ens = tiny.random_ensemble(8, n_features=8, n_trees=12, depth=5, n_groups=2)
     packed = _packed(ens)
     slots = pair_slots(packed)
-    k = strategy.path_features(packed.path_offsets)
-    launches = strategy.quadrature_launches(k, packed.path_group, np.ones(k.size, bool),
+    k = plan_tables.path_features(packed.path_offsets)
+    launches = plan_launches.quadrature_launches(k, packed.path_group, np.ones(k.size, bool),
                                             (2, 4, 8), 5)  # fmt: skip
     local_map, tiles, most = chunk_tiles(slots, [(q["paths"], q["offsets"]) for q in launches])
     sizes = []
@@ -246,7 +248,7 @@ def test_top_pairs_do_not_depend_on_batches_and_never_build_matrices(monkeypatch
     assert seen and all(shape[0] <= 4 and shape[1] == slots.num_slots for shape in seen)
     # the default batch is bounded by CPU_BATCH_BYTES of slot values
     seen.clear()
-    monkeypatch.setattr(pi, "CPU_BATCH_BYTES", 16 * slots.num_slots)
+    monkeypatch.setattr(pair_rows, "CPU_BATCH_BYTES", 16 * slots.num_slots)
     pi.interaction_summary(packed, X, backend="cpu")
     assert max(shape[0] for shape in seen) == 4 and len(seen) == 10
 
@@ -311,10 +313,10 @@ def test_summary_is_the_mean_of_the_full_matrices_and_chunking_free(signed):
     assert (got.min() < 0) == signed
     # bits: batches, and partials of any split combined in any order
     assert np.array_equal(got, pi.interaction_summary(packed, X, signed, "cpu", batch_rows=7))
-    parts = [pi.summary_partial(packed, X[a:b], signed, "cpu") for a, b in ((0, 13), (13, 14),
-                                                                            (14, 60))]  # fmt: skip
-    again = pi.finish_summary(pi.combine_partials(parts[2], pi.combine_partials(*parts[:2])),
-                              packed, signed)  # fmt: skip
+    parts = [pair_rows.summary_partial(packed, X[a:b], signed, "cpu")
+             for a, b in ((0, 13), (13, 14), (14, 60))]  # fmt: skip
+    combined = pair_rows.combine_partials(parts[2], pair_rows.combine_partials(*parts[:2]))
+    again = pair_rows.finish_summary(combined, packed, signed)
     assert np.array_equal(got, again)
 
 
@@ -428,28 +430,17 @@ def test_cli_plot_interactions(tmp_path, capsys):
 
 
 def slot_kernel_signatures() -> dict:
-    from distshap.kernels.cuda import config
     from distshap.kernels.cuda import pairs as kp
     from distshap.kernels.cuda.fallback import oversize_slot_kernel
-    from distshap.kernels.cuda.quadrature import quadrature_kernel, slot_rows_kernel
+    from distshap.kernels.cuda.slot_quadrature import gathered_slot_kernel, split_slot_kernel
     from distshap.kernels.cuda.tables import table_kernel
+    from distshap.plan.config import get_config
 
     xa = "float32[:, ::1], int64[:, ::1], float64"
     table = (f"void(float32[:, ::1], int32[:, ::1], int64[::1], int64[::1], uint32[::1], "
              f"float32[::1], int64[::1], int32[::1], int32[::1], {xa}, int64, int64, int32[::1], "
              "int64[::1])")  # fmt: skip
-    quad = (f"void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], "
-            f"int32[::1], int64[::1], int32[::1], {xa}, int64, int32[::1], int64[::1], "
-            "int32[::1], int64[::1], int64[::1], int64)")  # fmt: skip
-    from distshap.kernels.cuda.slot_tables import slot_table_kernel
-
     sigs = {
-        "tiled_table_slot_kernel": (
-            slot_table_kernel,
-            f"void(float32[:, ::1], int32[:, ::1], int64[::1], int64[::1], uint32[::1], "
-            f"float32[::1], int64[::1], int32[::1], {xa}, int64, int64, int64[::1], int32[::1], "
-            "int32[::1], int64[::1], int64[::1], int64, boolean)",
-        ),
         "table_slot_kernel": (table_kernel(False, slots=True), table),
         "table_slot_shared_kernel": (table_kernel(True, slots=True), table),
         "oversize_slot_kernel": (
@@ -475,13 +466,15 @@ def slot_kernel_signatures() -> dict:
     rows = (f"void(float32[:, ::1], int32[:, ::1], int64[:, ::1], int32[::1], float32[::1], "
             f"uint32[::1], int32[::1], int64[::1], int16[:, ::1], int64[::1], int32[::1], {xa}, "
             "int64, int64[::1], int64[::1], int64)")  # fmt: skip
-    for n in (config.QUADRATURE_NODES[0], config.QUADRATURE_NODES[-1]):  # (compile time)
-        for shared in (False, True):
-            name = f"quadrature_slot_kernel_{n}{'_shared' if shared else ''}"
-            sigs[name] = (quadrature_kernel(n, shared, True, slots=True), quad)
-        for cache_x in (False, True) if n == config.QUADRATURE_NODES[0] else (True,):
-            name = f"quadrature_slot_rows_kernel_{n}{'_cache_x' if cache_x else ''}"
-            sigs[name] = (slot_rows_kernel(n, 2, cache_x), rows)
+    flat = (f"void(float32[::1], int32[::1], int64[::1], int32[::1], float32[::1], "
+            f"uint32[::1], int32[::1], int64[::1], int16[::1], int64[::1], int32[::1], {xa}, "
+            "int64, int64[::1], int64[::1], int64)")  # fmt: skip
+    nodes = get_config().quadrature_nodes
+    for n in (nodes[0], nodes[-1]):  # (compile time)
+        for cache_x in (False, True) if n == nodes[0] else (True,):
+            name = f"quadrature_slot_kernel_{n}{'_cache_x' if cache_x else ''}"
+            sigs[name] = (split_slot_kernel(n, 2, cache_x), flat)
+            sigs[f"gathered_{name}"] = (gathered_slot_kernel(n, 2, cache_x), rows)
     return sigs
 
 
@@ -503,19 +496,22 @@ def test_slot_kernels_compile_with_integer_atomics_only():
 
 
 _SIM_SCRIPT = r"""
+from distshap.plan import gpu as plan_gpu
 import numpy as np
 import tiny
 from test_pair_interactions import sorted_pairs, _packed
 import distshap.kernels.cuda as kc
 from distshap import pair_interactions as pi
-from distshap.additivity import AdditivityError
+from distshap.additivity_rule import AdditivityError
 from distshap.dispatch import explain_rows
 from distshap.kernels.cuda import pairs as kp
 from distshap.pair_slots import build_pair_slots
+from distshap.plan.config import reset_config, set_config
 from distshap.warmup import chain_ensemble
 
-pi.resolve_backend = lambda name, cupy_data=False: "cuda"  # no CuPy in the simulator
-pi.get_backend = lambda name: kc
+from distshap import pair_rows
+pair_rows.resolve_backend = lambda name, cupy_data=False: "cuda"  # no CuPy in the simulator
+pair_rows.get_backend = lambda name: kc
 
 def same(a, b, what):
     a, b = np.asarray(a), np.asarray(b)
@@ -525,30 +521,22 @@ def slots_match(packed, X, what, **kw):
     slots = build_pair_slots(packed)
     full = kc.interaction_values(packed, X)
     group = np.repeat(np.arange(slots.num_groups), np.diff(slots.slot_offsets))
-    # the previous slot kernels, then the gathered quadrature with the tiled tables
-    for variant in (("lanes", "plain"), ("gathered", "tiled")):
-        kc.config.SLOT_QUADRATURE_VARIANT, kc.config.SLOT_TABLE_VARIANT = variant
-        same(kp.interaction_slot_values(packed, X, slots, **kw),
-             full[:, group, slots.slot_i, slots.slot_j], (what, variant))
+    same(kp.interaction_slot_values(packed, X, slots, **kw),
+         full[:, group, slots.slot_i, slots.slot_j], what)
     return full
 
 kp.TOPK_MAX_THREADS = 8  # simulated threads are slow; 8 still merge across threads
-kc.config.SMALL_MAX_PATHS = 0  # no one-launch route for these tiny models: the slot kernels
+set_config(small_max_paths=0)  # no one-launch route for these tiny models: the slot kernels
 ens = tiny.random_ensemble(3, n_features=6, n_trees=3, depth=3, n_groups=2, n_categorical=1)
 X = tiny.random_rows(2, ens, 4, 0.15)
 slots_match(_packed(ens, 0), X, "quadrature", batch_rows=3)
-kc.config.SLOT_QUADRATURE_ROWS = 3  # blocks of 3 rows: one full, one of a single row
+set_config(slot_quadrature_rows=3)  # blocks of 3 rows: one full, one of a single row
 slots_match(_packed(ens, 0), X, "three rows a block")
-kc.config.SLOT_QUADRATURE_ROWS = 2
-# chunks of 3 paths, blocks of up to 4 chunks (one tile of their slots) or of one
-kc.config.QUADRATURE_CHUNK_PATHS = 3
-for merge in (4, 1):
-    kc.config.SLOT_QUADRATURE_CHUNKS = merge
-    kc.clear_cache()
-    slots_match(_packed(ens, 0), X, ("blocks of chunks", merge))
-kc.config.SLOT_QUADRATURE_CHUNKS = 4
-kc.config.QUADRATURE_CHUNK_PATHS = 256
-kc.clear_cache()
+set_config(slot_quadrature_rows=1)  # the one-row kernel
+slots_match(_packed(ens, 0), X, "one row a block")
+set_config(slot_quadrature_rows=2, quadrature_chunk_paths=3)  # several blocks
+slots_match(_packed(ens, 0), X, "chunks of 3 paths")
+set_config(quadrature_chunk_paths=256)
 packed = _packed(ens, 700)  # tables beside quadrature
 full = slots_match(packed, X, "mixed")
 for k in (4, 15):  # 15: every pair, the zero ones last
@@ -560,7 +548,7 @@ for k in (4, 15):  # 15: every pair, the zero ones last
 wide = tiny.random_ensemble(4, n_features=80, n_trees=3, depth=3)
 Xw = tiny.random_rows(5, wide, 3, 0.1)
 packed_w = _packed(wide, 1 << 30)
-assert kc.strategy_stats(packed_w)["interaction_tables_too_wide"]
+assert plan_gpu.strategy_stats(packed_w)["interaction_tables_too_wide"]
 full_w = slots_match(packed_w, Xw, "wide")
 pairs, values = pi.top_interactions(packed_w, Xw, 3, backend="cuda")
 want = sorted_pairs(full_w, 3)
@@ -582,29 +570,28 @@ pairs, values = pi.top_interactions(packed, X, 4, backend="cuda")
 assert np.array_equal(pairs, sorted_pairs(full, 4)[0])
 kp.TOPK_SHARED_BYTES = 44 * 1024
 # the table kernel adding to global memory, the quadrature kernel without a shared tile
-kc.config.MIN_TILE_ROWS = 1 << 30
-kc.config.QUADRATURE_SHARED_BYTES = 0
-kc.clear_cache()
-assert kc.strategy_stats(_packed(ens, 700))["interaction_table_paths"] > 0  # tables still run
+set_config(min_tile_rows=1 << 30, quadrature_shared_bytes=0)
+assert plan_gpu.strategy_stats(_packed(ens, 700))["interaction_table_paths"] > 0  # tables still run
 slots_match(_packed(ens, 700), X, "global")
-kc.config.MIN_TILE_ROWS = 8
+set_config(min_tile_rows=8)
 # small chunks, small tiles: some blocks sum in a tile, the others add to the row directly
-# (the gathered kernel: with the rows' features in shared memory, then without)
-kc.config.QUADRATURE_CHUNK_PATHS = 3
+# (with the rows' features in shared memory, then without)
+set_config(quadrature_chunk_paths=3)
 for shared_bytes in (8 * 8 + 2 * 6 * 4, 8 * 8):
-    kc.config.QUADRATURE_SHARED_BYTES = shared_bytes
-    kc.clear_cache()
+    set_config(quadrature_shared_bytes=shared_bytes)
     slots_match(_packed(ens, 0), X, ("mixed tiles", shared_bytes))
-kc.config.QUADRATURE_CHUNK_PATHS = 256
-kc.config.QUADRATURE_SHARED_BYTES = 48 * 1024
-# tiled table kernel: one bin a block, tiles of 12 slots: some blocks sum in a tile, the
-# others add to the row directly
-import distshap.kernels.cuda.slot_tables as st
-st._TABLE_WARPS, st._TILE_BYTES = 1, 8 * 12
-kc.clear_cache()
-slots_match(_packed(ens, 1 << 30), X, "table tiles")
-st._TABLE_WARPS, st._TILE_BYTES = 8, 40 * 1024
-kc.clear_cache()
+reset_config()
+set_config(small_max_paths=0)
+# launches too large for 32-bit offsets run the gathered kernel: forced here
+import distshap.kernels.cuda.slot_quadrature as sq
+flat_views = sq.slot_kernel_arrays
+sq.slot_kernel_arrays = lambda lay: None
+slots_match(_packed(ens, 700), X, "gathered kernel")
+set_config(quadrature_chunk_paths=3, quadrature_shared_bytes=8 * 8 + 2 * 6 * 4)
+slots_match(_packed(ens, 0), X, "gathered kernel, mixed tiles")
+sq.slot_kernel_arrays = flat_views
+reset_config()
+set_config(small_max_paths=0)
 # paths of 32 features (longer than a warp): the fallback kernel
 Xc = np.full((1, 32), 0.25, np.float32)
 Xc[0, 5] = 0.75
@@ -647,46 +634,24 @@ def test_gpu_top_pairs_and_summary_equal_the_full_matrices(kind, budget):
 @pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
 @pytest.mark.parametrize("kind", ["regression", "multiclass", "missing", "categorical"])
 @pytest.mark.parametrize("budget", [0, 1 << 30], ids=["quadrature", "tables"])
-def test_gpu_slot_kernel_variants_give_the_matrix_bits(kind, budget, monkeypatch):
-    """Every slot kernel variant (quadrature ``"lanes"``, ``"gathered"`` at 1-3 rows and 1-4
-    chunks a block; tables ``"plain"``, ``"tiled"``) gives the bits of the full
+def test_gpu_slot_kernels_give_the_matrix_bits(kind, budget):
+    """The slot kernels at 1-3 rows a block and small chunks give the bits of the full
     matrices' entries."""
-    from distshap.kernels.cuda import config
     from distshap.kernels.cuda import pairs as kp
+    from distshap.plan.config import config_context
 
-    # the regular kernels for both (small models otherwise take the one-launch route)
-    monkeypatch.setattr(config, "SMALL_MAX_PATHS", 0, raising=False)
     booster, X = xgb_models.MODEL_KINDS[kind]()
     packed = distshap.TreeExplainer(booster, backend="cuda", table_budget_bytes=budget).packed
     full = to_host(explain_rows(packed, X, True, "cuda"))
     slots = pair_slots(packed)
     group = _slot_groups(slots)
     want = full[:, group, slots.slot_i, slots.slot_j]
-    monkeypatch.setattr(config, "QUADRATURE_CHUNK_PATHS", 16)  # several chunks a block
-    from distshap.kernels.cuda.caches import clear_cache
-
-    clear_cache()
-    variants = [("lanes", 1, 1, "plain"), ("gathered", 1, 1, "tiled"), ("gathered", 2, 4, "tiled"),
-                ("gathered", 3, 2, "plain")]  # fmt: skip
-    for variant in variants:
-        quadrature, rows, chunks, table = variant
-        monkeypatch.setattr(config, "SLOT_QUADRATURE_VARIANT", quadrature)
-        monkeypatch.setattr(config, "SLOT_QUADRATURE_ROWS", rows)
-        monkeypatch.setattr(config, "SLOT_QUADRATURE_CHUNKS", chunks)
-        monkeypatch.setattr(config, "SLOT_TABLE_VARIANT", table)
-        got = to_host(kp.interaction_slot_values(packed, X, slots, batch_rows=7))
-        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), variant
-    clear_cache()
-
-
-def test_bad_slot_quadrature_variant_is_refused(monkeypatch):
-    from distshap.kernels.cuda import config
-    from distshap.kernels.cuda.quadrature import launch_quadrature
-
-    monkeypatch.setattr(config, "SLOT_QUADRATURE_VARIANT", "fast")
-    with pytest.raises(ValueError, match="SLOT_QUADRATURE_VARIANT.*'fast'"):
-        launch_quadrature(None, None, np.zeros((1, 2), np.float32), None, 1.0, 3, 0, True,
-                          slots=object())  # fmt: skip
+    # the regular kernels (small models otherwise take the one-launch route)
+    for rows, chunk_paths in ((1, 256), (2, 16), (3, 16)):
+        with config_context(small_max_paths=0, slot_quadrature_rows=rows,
+                            quadrature_chunk_paths=chunk_paths):  # fmt: skip
+            got = to_host(kp.interaction_slot_values(packed, X, slots, batch_rows=7))
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (rows, chunk_paths)
 
 
 @pytest.mark.gpu

@@ -2,14 +2,14 @@
 
 The same shape as :mod:`distshap.cluster.dask_explain` (whose model shipping, input checks and
 row chunking it reuses): the packed model enters the cluster once as a recoverable task, each
-row chunk runs the single-device functions of :mod:`distshap.pair_interactions` on its worker,
+row chunk runs the single-device functions of :mod:`distshap.pair_rows` on its worker,
 with the additivity check.
 
 * :func:`top_interactions_dask` - lazy ``(pairs, values)``: one ``map_blocks`` whose chunks hold
   ``(i, j, value)`` as float64 (exact for both), viewed as int32 pairs and float32 values, so
   computing both together (``dask.compute(pairs, values)``) runs the kernels once.
 * :func:`interaction_summary_dask` - each chunk's exact integer partial sums
-  (:func:`~distshap.pair_interactions.summary_partial`), added in a tree reduction
+  (:func:`~distshap.pair_rows.summary_partial`), added in a tree reduction
   (``split_every``) and finished once: integer sums, so the result's bits do not depend on the
   chunking, the reduction tree or the number of workers.
 """
@@ -27,12 +27,8 @@ from distshap.cluster.dask_explain import _check_backend, _rows_array
 from distshap.cluster.graph import map_rows as _map_rows
 from distshap.cluster.shipping import _get_client, model_future
 from distshap.inputs import is_cupy
-from distshap.pair_interactions import (
-    _check_k,
-    finish_summary,
-    summary_partial,
-    top_interactions,
-)  # fmt: skip
+from distshap.pair_rows import finish_summary, summary_partial, top_interactions_rows
+from distshap.pair_slots import check_k
 
 __all__ = ["interaction_summary_dask", "top_interactions_dask"]
 
@@ -55,7 +51,7 @@ def _block_top(
     n, G = block.shape[0], packed.num_groups
     if n == 0:
         return meta_from_array(block, ndim=4, dtype=np.float64).reshape((0, G, k, 3))
-    pairs, values = top_interactions(
+    pairs, values = top_interactions_rows(
         packed, block, k, backend, check_additivity=check, batch_rows=batch_rows,
         first_row=_first_row(block_info, row_offset),
     )  # fmt: skip
@@ -103,7 +99,7 @@ def top_interactions_dask(
         int32 ``(n, G, k, 2)`` and float32 ``(n, G, k)``, chunked like the rows of ``X``, chunk
         type of ``X``; compute them together to run the kernels once.
     """
-    k = _check_k(k, packed.num_features)
+    k = check_k(k, packed.num_features)
     _check_backend(backend, "numpy")
     client = _get_client(client)
     model = model_future(client, packed)

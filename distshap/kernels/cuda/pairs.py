@@ -32,6 +32,7 @@ from numba import cuda, types
 
 from distshap.kernels.cuda.device import xp
 from distshap.kernels.cuda.launch import finish_kernel, run_slot_batches
+from distshap.pair_slots import select_top_pairs
 
 __all__ = [
     "TOPK_MAX_THREADS",
@@ -300,8 +301,6 @@ def top_interactions(packed, X, slots, k: int, batch_rows: int | None = None,
             )  # fmt: skip
 
     else:  # k too large for the block's shared memory: select from the values on the host
-        from distshap.pair_interactions import select_top_pairs
-
         def consume(acc, r0, model, dev, inv_scale, stream):
             _sums_launcher(sums)(acc, r0, model, dev, inv_scale, stream)
             nb, width = int(acc.shape[0]), int(acc.shape[1])
