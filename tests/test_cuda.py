@@ -22,6 +22,7 @@ from distshap.plan import costs as plan_costs
 from distshap.plan import geometry as plan_geometry
 from distshap.plan import gpu as plan_gpu
 from distshap.plan import tables as plan_tables
+from distshap.plan.config import config_context, get_config
 from distshap.warmup import chain_ensemble
 
 import naive
@@ -62,7 +63,7 @@ def _shap_table_offsets(packed):
 
 @pytest.mark.parametrize("bound", [0.0, 1e-3, 0.7, 1.0, 3.0, 1e3, 1e9, 1e17])
 def test_fixed_point_shift_keeps_sums_in_int64(bound):
-    s = _kc().fixed_point_shift(bound)
+    s = plan_gpu.fixed_point_shift(bound)
     assert bound * 2.0**s < 2.0**61  # every output and partial sum fits with headroom
     if 1.0 <= bound < 1e15:  # below 1 the shift is clamped at 60
         assert bound * 2.0**s >= 2.0**59  # and the shift uses the available bits
@@ -108,7 +109,6 @@ def test_lane_arrays_describe_the_packing():
 
 
 def test_quadrature_launches_cover_every_path_without_a_table_once():
-    kc = _kc()
     ens = tiny.random_ensemble(4, n_features=9, n_trees=40, depth=7, n_groups=3)
     packed = _packed(ens, budget=20000)  # the shortest paths get tables
     offsets = _shap_table_offsets(packed)
@@ -121,26 +121,26 @@ def test_quadrature_launches_cover_every_path_without_a_table_once():
         paths, starts, group = launch["paths"], launch["offsets"], launch["group"]
         assert launch["n_chunks"] == group.size == starts.size - 1
         assert np.all(np.diff(starts) >= 1)
-        assert np.all(np.diff(starts) <= kc.config.QUADRATURE_CHUNK_PATHS)
+        assert np.all(np.diff(starts) <= get_config().quadrature_chunk_paths)
         for c in range(launch["n_chunks"]):
             assert np.all(packed.path_group[paths[starts[c] : starts[c + 1]]] == group[c])
         # exact (2 n - 1 >= k - 1) with the smallest compiled node count
         n = launch["n_nodes"]
         assert np.all(2 * n >= k[paths])
-        smaller = [m for m in kc.config.QUADRATURE_NODES if m < n]
+        smaller = [m for m in get_config().quadrature_nodes if m < n]
         assert not smaller or np.all(2 * max(smaller) < k[paths])
         seen.append(paths)
     seen = np.concatenate(seen)
     assert np.array_equal(np.sort(seen), rest) and seen.size == rest.size
 
 
-def test_models_the_kernels_cannot_run_are_refused_with_the_fix(monkeypatch):
+def test_models_the_kernels_cannot_run_are_refused_with_the_fix():
     km = _km()
     with pytest.raises(ValueError, match="130 distinct features.*at most 127.*backend='cpu'"):
         km.lane_arrays(_chain(130, 130))
-    monkeypatch.setattr(_kc().config, "MAX_FALLBACK_FEATURES", 1000)  # beyond the compiled size
-    with pytest.raises(ValueError, match="at most 127"):
-        km.lane_arrays(_chain(130, 130))
+    with config_context(max_fallback_features=1000):  # beyond the compiled size
+        with pytest.raises(ValueError, match="at most 127"):
+            km.lane_arrays(_chain(130, 130))
     packed = build_packed_model(extract_paths(chain_ensemble(3, 3)), capacity=16)
     with pytest.raises(ValueError, match="capacity=32"):
         km.lane_arrays(packed)
@@ -156,15 +156,14 @@ def test_gauss_legendre_integrates_path_polynomials_exactly(n_nodes):
 
 
 def test_interaction_tables_chosen_within_budget():
-    kc = _kc()
     ens = tiny.random_ensemble(5, n_features=7, n_trees=6, depth=4, n_groups=2)
     packed = _packed(ens, budget=3000)
-    offsets = _km().interaction_table_offsets(packed)
+    offsets = plan_gpu.interaction_table_offsets(packed)
     k = np.diff(packed.path_offsets) - 1
     chosen = offsets >= 0
     no_shap_table = _shap_table_offsets(packed) < 0
     assert chosen.any() and no_shap_table.any() and not chosen[no_shap_table].any()
-    assert (k[chosen] <= kc.config.INTERACTION_TABLE_MAX_FEATURES).all()
+    assert (k[chosen] <= get_config().interaction_table_max_features).all()
     sizes = (1 << k[chosen]) * k[chosen] ** 2
     order = np.argsort(offsets[chosen])
     assert np.array_equal(offsets[chosen][order][1:], np.cumsum(sizes[order])[:-1])  # packed
@@ -173,14 +172,13 @@ def test_interaction_tables_chosen_within_budget():
     assert st["interaction_table_bytes"] == 4 * int(sizes.sum())
 
 
-def test_models_too_wide_for_the_interaction_tile_get_no_interaction_tables(monkeypatch):
+def test_models_too_wide_for_the_interaction_tile_get_no_interaction_tables():
     """Interaction tables only for models of at most 78 output columns (77 features), the
     widest whose (F+1)^2 int64 matrix fits a quadrature block's 48 KiB; the SHAP tables are
     not affected, nor is the choice by the launch's shared-memory tunable."""
-    from distshap.kernels.cuda import config
     from distshap.plan.geometry import interaction_tile_fits
 
-    width = config.INTERACTION_TABLE_MAX_COLUMNS
+    width = get_config().interaction_table_max_columns
     assert interaction_tile_fits(width) and not interaction_tile_fits(width + 1)
     for n_features, fits in ((77, True), (78, False), (120, False)):
         ens = tiny.random_ensemble(7, n_features=n_features, n_trees=20, depth=4, n_groups=2)
@@ -188,29 +186,26 @@ def test_models_too_wide_for_the_interaction_tile_get_no_interaction_tables(monk
         chosen = plan_gpu.interaction_table_offsets(packed) >= 0
         assert chosen.any() == fits and plan_gpu.interaction_tables_too_wide(packed) != fits
         assert (_shap_table_offsets(packed) >= 0).any()
-        st = _kc().strategy_stats(packed)
+        st = plan_gpu.strategy_stats(packed)
         assert st["interaction_table_paths"] == int(chosen.sum())
         assert st["interaction_tables_too_wide"] != fits
-        monkeypatch.setattr(config, "QUADRATURE_SHARED_BYTES", 0)
-        assert np.array_equal(plan_gpu.interaction_table_offsets(packed) >= 0, chosen)
-        monkeypatch.undo()
+        with config_context(quadrature_shared_bytes=0):
+            assert np.array_equal(plan_gpu.interaction_table_offsets(packed) >= 0, chosen)
 
 
-def test_interaction_tables_shortest_first_under_a_small_budget(monkeypatch):
-    kc = _kc()
+def test_interaction_tables_shortest_first_under_a_small_budget():
     ens = tiny.random_ensemble(5, n_features=7, n_trees=6, depth=4, n_groups=2)
     packed = _packed(ens)
     k = np.diff(packed.path_offsets) - 1
     budget = 4 * int(((1 << k) * k * k).sum()) // 3
-    monkeypatch.setattr(kc.config, "INTERACTION_TABLE_BUDGET_BYTES", budget)
-    chosen = _km().interaction_table_offsets(packed) >= 0
+    with config_context(interaction_table_budget_bytes=budget):
+        chosen = plan_gpu.interaction_table_offsets(packed) >= 0
     assert chosen.any() and not chosen.all()
     assert 4 * int(((1 << k[chosen]) * k[chosen] ** 2).sum()) <= budget
     assert k[chosen].max() <= k[~chosen].min()  # shortest paths first
 
 
-def test_strategy_stats_account_for_every_path(monkeypatch):
-    kc = _kc()
+def test_strategy_stats_account_for_every_path():
     ens = tiny.random_ensemble(6, n_features=6, n_trees=8, depth=4)
     packed = _packed(ens, budget=2000)
     # every eligible path a table within the budget, whatever this machine's device kind
@@ -226,7 +221,7 @@ def test_strategy_stats_account_for_every_path(monkeypatch):
     )
     assert sum(st["quadrature_nodes"].values()) == st["quadrature_paths"]
     assert st["quadrature_shared"] == (True, True)
-    plan = _km().plan_arrays(packed, _km()._shap_table_offsets(packed, everywhere))
+    plan = plan_gpu.plan_arrays(packed, plan_gpu.shap_table_offsets(packed, everywhere))
     assert {launch["n_nodes"]: launch["paths"].size for launch in plan["quadrature"]} == dict(
         st["quadrature_nodes"]
     )
@@ -235,23 +230,23 @@ def test_strategy_stats_account_for_every_path(monkeypatch):
     assert st["quadrature_chunks"] == sum(launch["n_chunks"] for launch in plan["quadrature"])
     assert st["quadrature_warps"] == 4
     # 300 features: too wide for a column a feature; chunk-local feature tiles sum in shared
-    # memory (config.SHAP_QUADRATURE_TILES "local"), the all-features kernel in global memory
+    # memory, the all-features kernel (local tiles of as many columns as the model's) in global
+    # memory
     wide = _packed(tiny.random_ensemble(6, n_features=300, n_trees=8, depth=4), budget=0)
     st = plan_gpu.strategy_stats(wide)
     assert st["quadrature_shared"] == (True, False)
-    local = _km().plan_arrays(wide, np.full(wide.num_paths, -1, np.int64), local=True)
+    local = plan_gpu.plan_arrays(wide, np.full(wide.num_paths, -1, np.int64), local=True)
     assert st["quadrature_tiles"] == "local"
     assert st["quadrature_chunks"] == sum(launch["n_local"] for launch in local["quadrature"])
     assert st["quadrature_chunks"] > sum(launch["n_chunks"] for launch in local["quadrature"])
-    assert 1 <= st["quadrature_tile_columns"] <= kc.config.QUADRATURE_TILE_FEATURES
+    assert 1 <= st["quadrature_tile_columns"] <= get_config().quadrature_tile_features
     assert st["quadrature_tile_columns"] == max(q["local_columns"] for q in local["quadrature"])
     assert st["quadrature_warps"] == 4
-    monkeypatch.setattr(kc.config, "SHAP_QUADRATURE_TILES", "all")
-    st = plan_gpu.strategy_stats(wide)
+    with config_context(quadrature_tile_features=300):
+        st = plan_gpu.strategy_stats(wide)
     assert st["quadrature_shared"] == (False, False) and st["quadrature_tiles"] == "all"
     assert st["quadrature_tile_columns"] == 0 and st["quadrature_warps"] == 0
     assert st["quadrature_chunks"] == sum(launch["n_chunks"] for launch in local["quadrature"])
-    monkeypatch.undo()
     chain = _chain(34, 34)  # paths of 32 to 34 features: oversize bins
     st = plan_gpu.strategy_stats(chain)
     lanes = np.diff(chain.path_offsets)
@@ -267,7 +262,7 @@ def test_compile_check_and_ptx():
     assert kc.compile_check() is None
     ptx = kernel_ptx((9, 0))
     local = [name for name in ptx if name.endswith("_local")]  # chunk-local feature tiles
-    assert len(local) == len(kc.config.QUADRATURE_NODES), sorted(ptx)
+    assert len(local) == len(get_config().quadrature_nodes), sorted(ptx)
     for name, text in ptx.items():
         if "table_kernel" in name:
             assert "vote.sync" in text, name
@@ -297,7 +292,7 @@ from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 from distshap.warmup import chain_ensemble
 
-config = kc.config
+from distshap.plan.config import set_config
 
 def check(ens, X, budget, inter, batch_rows=None):
     packed = build_packed_model(extract_paths(ens), table_budget_bytes=budget)
@@ -322,18 +317,18 @@ i_all = check(ens, X, 1 << 30, True)
 i_mixed = check(ens, X, 700, True)
 check(tiny.categorical_tree(), tiny.random_rows(4, tiny.categorical_tree(), 4, 0.2), 1 << 30, True)
 # shared tiles of 4 rows: several tiles per block (zeroing, flushing, re-zeroing)
-config.TILE_ROWS, config.MIN_TILE_ROWS = 4, 1
+set_config(tile_rows=4, min_tile_rows=1)
 assert np.array_equal(i_mixed, check(ens, X, 700, True)), "small shared tiles changed the bits"
-config.TILE_ROWS = 128
+set_config(tile_rows=128)
 # the table kernel accumulating in global memory (the path taken for wide outputs)
-config.MIN_TILE_ROWS = 1 << 30
+set_config(min_tile_rows=1 << 30)
 assert np.array_equal(i_all, check(ens, X, 1 << 30, True)), "shared and global tiles differ"
-config.MIN_TILE_ROWS = 8
+set_config(min_tile_rows=8)
 # the quadrature kernels adding to global memory (outputs too wide for shared memory)
-config.QUADRATURE_SHARED_BYTES = 0
+set_config(quadrature_shared_bytes=0)
 assert np.array_equal(a, check(ens, X, 0, False)), "shared and global quadrature sums differ"
 check(ens, X, 0, True)
-config.QUADRATURE_SHARED_BYTES = 48 * 1024
+set_config(quadrature_shared_bytes=48 * 1024)
 
 def against_oracles(depth, X):
     chain = chain_ensemble(depth, depth)
@@ -486,7 +481,7 @@ def test_gpu_cupy_in_cupy_out_and_model_cache():
 @pytest.mark.gpu
 @pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
 @pytest.mark.parametrize("inter", [False, True], ids=["shap", "interactions"])
-def test_gpu_shared_and_global_accumulation_agree(inter, monkeypatch):
+def test_gpu_shared_and_global_accumulation_agree(inter):
     kc = _kc()
     ens = tiny.random_ensemble(11, n_features=9, n_trees=30, depth=5, n_groups=2)
     X = tiny.random_rows(12, ens, 700, 0.1)
@@ -495,13 +490,12 @@ def test_gpu_shared_and_global_accumulation_agree(inter, monkeypatch):
     width = packed.num_groups * (packed.num_features + 1) ** (2 if inter else 1)
     assert plan_geometry.shared_tile_rows(width) > 0
     shared = to_host(fn(packed, X))
-    monkeypatch.setattr(kc.config, "TILE_ROWS", 3)  # several tiles per block
-    monkeypatch.setattr(kc.config, "MIN_TILE_ROWS", 1)
-    small = to_host(fn(packed, X))
+    with config_context(tile_rows=3, min_tile_rows=1):  # several tiles per block
+        small = to_host(fn(packed, X))
     assert np.array_equal(shared.view(np.uint32), small.view(np.uint32))
-    monkeypatch.setattr(kc.config, "MIN_TILE_ROWS", 1 << 30)  # the table kernel adds globally
-    assert plan_geometry.shared_tile_rows(width) == 0
-    direct = to_host(fn(packed, X))
+    with config_context(tile_rows=3, min_tile_rows=1 << 30):  # the table kernel adds globally
+        assert plan_geometry.shared_tile_rows(width) == 0
+        direct = to_host(fn(packed, X))
     assert np.array_equal(shared.view(np.uint32), direct.view(np.uint32))
     ref = _cpu(packed, X, inter)
     np.testing.assert_allclose(shared, ref, rtol=0, atol=2e-6 * max(1, np.abs(ref).max()))
@@ -545,23 +539,21 @@ def test_gpu_quadrature_every_node_count_matches_cpu_and_oracle():
 @pytest.mark.gpu
 @pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
 @pytest.mark.parametrize("inter", [False, True], ids=["shap", "interactions"])
-def test_gpu_quadrature_bits_do_not_depend_on_chunks_or_accumulation(inter, monkeypatch):
+def test_gpu_quadrature_bits_do_not_depend_on_chunks_or_accumulation(inter):
     kc = _kc()
     ens = tiny.random_ensemble(23, n_features=10, n_trees=60, depth=7, n_groups=3)
     X = tiny.random_rows(24, ens, 120 if inter else 300, 0.1)
     packed = _packed(ens, budget=0)
     fn = kc.interaction_values if inter else kc.shap_values
     first = to_host(fn(packed, X))
-    monkeypatch.setattr(kc.config, "QUADRATURE_SHARED_BYTES", 0)  # sums in global memory
-    assert not any(plan_gpu.strategy_stats(packed)["quadrature_shared"])
-    direct = to_host(fn(packed, X))
-    monkeypatch.setattr(kc.config, "QUADRATURE_CHUNK_PATHS", 7)  # many small chunks
-    kc.clear_cache()
-    chunked = to_host(fn(packed, X))
-    model = kc.device_model(packed)
-    plan = kc.interaction_plan(packed, model) if inter else model.shap
-    assert len(plan.quadrature[0].group) > 10
-    kc.clear_cache()
+    with config_context(quadrature_shared_bytes=0):  # sums in global memory
+        assert not any(plan_gpu.strategy_stats(packed)["quadrature_shared"])
+        direct = to_host(fn(packed, X))
+        with config_context(quadrature_chunk_paths=7):  # many small chunks
+            chunked = to_host(fn(packed, X))
+            model = kc.device_model(packed)
+            plan = kc.interaction_plan(packed, model) if inter else model.shap
+            assert len(plan.quadrature[0].group) > 10
     assert np.array_equal(first.view(np.uint32), direct.view(np.uint32))
     assert np.array_equal(first.view(np.uint32), chunked.view(np.uint32))
     ref = _cpu(packed, X, inter)
