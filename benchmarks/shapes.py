@@ -55,11 +55,10 @@ With a GPU (``device="cuda"``, or ``DISTSHAP_BENCH_DEVICE=cuda``) every shape us
 Multiclass intercepts on the GPU. XGBoost 3.4.1's GPU computes the starting margin of a
 multiclass model (the log of each class's share, shifted) without the classes that have no
 rows, so covtype's empty class 0 takes class 1's intercept, class 1 class 2's, and so on. The
-model then starts far from the labels' shares and grows about 70 times fewer leaves than the
-CPU's ``hist`` (1,602 against 54,660 in 50 rounds of covtype-med; with labels 0..6 and 7
-classes the GPU grows 54,795). So on the GPU :func:`train_model` gives a multiclass model the
-intercept the CPU computes from the labels alone (:func:`cpu_intercept`), and a GPU-trained
-covtype model has the paper's shape.
+model then starts far from the labels' shares and grows far fewer leaves than the CPU's
+``hist`` (``benchmarks/RESULTS.md``, covtype on the GPU). So on the GPU :func:`train_model`
+gives a multiclass model the intercept the CPU computes from the labels alone
+(:func:`cpu_intercept`), and a GPU-trained covtype model has the paper's shape.
 
 Trained models are cached as ``benchmarks/.models/<name>-<size>-<rows>-v<N>.ubj``
 (git-ignored; ``N`` is :data:`DATA_VERSION`).
