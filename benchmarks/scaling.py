@@ -48,8 +48,8 @@ from benchmarks import shapes  # noqa: E402
 
 __all__ = ["main", "predict_rows_per_s", "run_scaling"]
 
-#: Rows explained at every count when --rows is not given: 12M on GPUs (8 chunks of 1.5M,
-#: about 10 s on one GPU); CPU kernels run ~4e3 rows/s per thread.
+#: Rows explained at every count when --rows is not given: 12M on GPUs (8 chunks of 1.5M),
+#: far fewer on CPU workers.
 DEFAULT_ROWS = {"gpu": 12_000_000, "cpu": 16_000}
 #: Rows of the single-device XGBoost peer when --xgb-rows is not given.
 DEFAULT_XGB_ROWS = {"gpu": 1_000_000, "cpu": 2_000}
