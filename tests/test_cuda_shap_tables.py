@@ -25,6 +25,7 @@ from distshap.plan import costs as plan_costs
 from distshap.plan import geometry as plan_geometry
 from distshap.plan import gpu as plan_gpu
 from distshap.plan import tables as plan_tables
+from distshap.plan.config import config_context
 from distshap.warmup import chain_ensemble
 
 import naive
@@ -147,8 +148,10 @@ from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 from distshap.warmup import chain_ensemble
 
-config = kc.config
-config.SMALL_MAX_PATHS = 0  # the plans' kernels, not the one-launch route of small models
+from distshap.kernels.cuda import config  # the variant switches (SHAP_TABLE_ROWS_A_STEP)
+from distshap.plan.config import set_config
+
+set_config(small_max_paths=0)  # the plans' kernels, not the one-launch route of small models
 
 def packed_of(ens, budget):
     return build_packed_model(extract_paths(ens), table_budget_bytes=budget)
@@ -208,12 +211,12 @@ for name, packed in plans(ens).items():
         assert plan.table_bytes == 4 * host.size
         assert np.array_equal(np.asarray(plan.tables)[: host.size], host)
         # shared tiles of 3 rows (two a block), and the table kernel adding globally
-        config.TILE_ROWS, config.MIN_TILE_ROWS = 3, 1
+        set_config(tile_rows=3, min_tile_rows=1)
         assert np.array_equal(bits(got), bits(kc.shap_values(packed, X))), "small tiles"
-        config.TILE_ROWS, config.MIN_TILE_ROWS = 128, 1 << 30
+        set_config(tile_rows=128, min_tile_rows=1 << 30)
         assert plan_geometry.shared_tile_rows(3 * 8) == 0
         assert np.array_equal(bits(got), bits(kc.shap_values(packed, X))), "global adds"
-        config.MIN_TILE_ROWS = 8
+        set_config(min_tile_rows=8)
         # one row a step instead of four: the same int64 contributions
         config.SHAP_TABLE_ROWS_A_STEP = 1
         assert np.array_equal(bits(got), bits(kc.shap_values(packed, X))), "one row a step"
@@ -270,12 +273,11 @@ needs_gpu = pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible
 
 
 @pytest.fixture
-def plans_only(monkeypatch):
+def plans_only():
     """The plans' kernels for every model (the one-launch route of small models off), every
     eligible path on a table within the budget (not the device's cost-model choice)."""
 
-    monkeypatch.setattr(_kc().config, "SMALL_MAX_PATHS", 0, raising=False)
-    with plan_costs.use_costs(plan_costs.tables_everywhere()):
+    with config_context(small_max_paths=0), plan_costs.use_costs(plan_costs.tables_everywhere()):
         yield
 
 
@@ -323,14 +325,14 @@ def test_gpu_shap_tables_shared_global_and_row_steps_agree(monkeypatch, plans_on
     assert plan_geometry.shared_tile_rows(2 * 10) > 0
     assert plan_gpu.strategy_stats(packed)["shap_table_paths"]
     shared = _bits(kc.shap_values(packed, X))
-    monkeypatch.setattr(kc.config, "TILE_ROWS", 3)
-    monkeypatch.setattr(kc.config, "MIN_TILE_ROWS", 1)
-    assert np.array_equal(shared, _bits(kc.shap_values(packed, X)))
-    monkeypatch.setattr(kc.config, "MIN_TILE_ROWS", 1 << 30)
-    assert np.array_equal(shared, _bits(kc.shap_values(packed, X)))
-    monkeypatch.setattr(kc.config, "SHAP_TABLE_ROWS_A_STEP", 1)  # one row a step
-    assert np.array_equal(shared, _bits(kc.shap_values(packed, X)))
-    monkeypatch.setattr(kc.config, "MIN_TILE_ROWS", 8)
+    from distshap.kernels.cuda import config  # the variant switch SHAP_TABLE_ROWS_A_STEP
+
+    with config_context(tile_rows=3, min_tile_rows=1):
+        assert np.array_equal(shared, _bits(kc.shap_values(packed, X)))
+    with config_context(tile_rows=3, min_tile_rows=1 << 30):
+        assert np.array_equal(shared, _bits(kc.shap_values(packed, X)))
+        monkeypatch.setattr(config, "SHAP_TABLE_ROWS_A_STEP", 1)  # one row a step
+        assert np.array_equal(shared, _bits(kc.shap_values(packed, X)))
     assert np.array_equal(shared, _bits(kc.shap_values(packed, X)))
 
 

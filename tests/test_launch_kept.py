@@ -13,12 +13,13 @@ from cudasim import assert_simulator_ok
 _SCRIPT = r"""
 import numpy as np
 import tiny
-from distshap.kernels.cuda import config, launch
+from distshap.kernels.cuda import launch
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
+from distshap.plan.config import set_config
 from distshap.warmup import chain_ensemble
 
-config.SMALL_MAX_PATHS = 0  # the batched route (tables, quadrature, fallback, finish)
+set_config(small_max_paths=0)  # the batched route (tables, quadrature, fallback, finish)
 ens = tiny.random_ensemble(4, n_features=5, n_trees=3, depth=3, n_groups=2)
 X = tiny.random_rows(3, ens, 3, 0.15)
 mixed = build_packed_model(extract_paths(ens), table_budget_bytes=700)  # tables + quadrature
