@@ -11,17 +11,26 @@
 GPUs are counted without creating a CUDA context in the client process (``CUDA_VISIBLE_DEVICES``,
 NVML, then ``nvidia-smi -L``): dask-cuda workers must create theirs first. A local cluster is
 owned by its client: closing the client (or leaving its ``with`` block) closes the cluster.
+It is returned once its workers run and idle below their memory limit's pause threshold, or
+refused after ``start_timeout`` seconds, so that no job waits on workers that never come.
+CPU worker processes get their thread count as ``DISTSHAP_NUM_THREADS``, which distshap applies
+per call: Numba cannot take a new ``NUMBA_NUM_THREADS`` once a worker imported it.
 """
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from distributed import Client, LocalCluster
+
+from distshap.parallel import THREADS_VARIABLE
 
 __all__ = ["ClusterError", "count_gpus", "start_cluster"]
 
@@ -116,12 +125,173 @@ def _import_dask_cuda():
     return LocalCUDACluster
 
 
+def _check_kwargs(kwargs: dict[str, Any], cluster_class: Any) -> None:
+    """Refuse a keyword no local cluster, nanny or worker takes (it would fail in each worker)."""
+    from distributed import Nanny, Worker
+
+    known = {"env"}
+    for cls in (cluster_class, Nanny, Worker):
+        known.update(inspect.signature(cls.__init__).parameters)
+    known -= {"self", "kwargs", "worker_kwargs"}
+    for name, value in kwargs.items():
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known) + ["n_workers", "gpus"], n=1)
+            hint = f"did you mean {close[0]}=...?" if close else "see distributed.LocalCluster"
+            raise ClusterError(
+                f"start_cluster got an unknown argument {name}={value!r}: {hint} (a local "
+                f"cluster takes {cluster_class.__name__}'s, Nanny's and Worker's arguments)"
+            )
+
+
+def _worker_env(env: Any, workers: int, threads: int) -> dict[str, str]:
+    """The worker processes' environment: ``DISTSHAP_NUM_THREADS``, never ``NUMBA_NUM_THREADS``.
+
+    A nanny sets its ``env`` in the worker process after the worker imported Numba, which reads
+    ``NUMBA_NUM_THREADS`` once and fails every later compile when the value changed; distshap
+    reads ``DISTSHAP_NUM_THREADS`` at each call (:func:`distshap.parallel.num_threads`).
+    """
+    out = {str(k): str(v) for k, v in (env or {}).items()}
+    numba_threads = out.pop("NUMBA_NUM_THREADS", None)
+    if THREADS_VARIABLE not in out:
+        cores = os.cpu_count() or 1
+        default = str(max(1, cores // (workers * threads)))
+        out[THREADS_VARIABLE] = default if numba_threads is None else numba_threads
+    return out
+
+
+def _gpu_cluster(
+    gpus: Any, n_workers: int | None, threads: int, kwargs: dict[str, Any]
+) -> LocalCluster:
+    """A ``dask_cuda.LocalCUDACluster`` on the requested (or every visible) GPU."""
+    visible = count_gpus()
+    devices = _device_list(gpus)
+    if devices is None:
+        wanted = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) else n_workers
+        wanted = visible if wanted is None else int(wanted)
+        if wanted < 1 or wanted > visible:
+            raise ClusterError(
+                f"asked for {wanted} GPU(s) but {visible} visible here: ask for at most "
+                f"{visible}, or pass gpus=False for a CPU cluster"
+            )
+        devices = None if wanted == visible else list(range(wanted))
+    elif visible == 0:
+        raise ClusterError(
+            f"asked for GPUs {devices} but none is visible here: pass gpus=False for a CPU cluster"
+        )
+    if n_workers is not None and devices is not None and n_workers != len(devices):
+        devices = devices[:n_workers]
+    local_cuda_cluster = _import_dask_cuda()
+    cuda_kwargs: dict[str, Any] = {"threads_per_worker": threads}
+    if devices is not None:
+        cuda_kwargs["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices)
+    _check_kwargs(kwargs, local_cuda_cluster)
+    cuda_kwargs.update(kwargs)
+    return local_cuda_cluster(**cuda_kwargs)
+
+
+def _cpu_cluster(
+    n_workers: int | None, threads: int, processes: bool, kwargs: dict[str, Any]
+) -> LocalCluster:
+    """A CPU :class:`distributed.LocalCluster`; worker processes get their Numba thread count."""
+    workers = 1 if n_workers is None else int(n_workers)
+    cpu_kwargs: dict[str, Any] = {
+        "n_workers": workers,
+        "threads_per_worker": threads,
+        "processes": processes,
+    }
+    _check_kwargs(kwargs, LocalCluster)
+    cpu_kwargs.update(kwargs)
+    if processes:
+        cpu_kwargs["env"] = _worker_env(kwargs.get("env"), workers, threads)
+    return LocalCluster(**cpu_kwargs)
+
+
+def _worker_processes(cluster: Any) -> dict[str, int]:
+    """``{worker name: pid}`` of the cluster's nanny-run worker processes now alive."""
+    pids = {}
+    for name, worker in getattr(cluster, "workers", {}).items():
+        process = getattr(getattr(worker, "process", None), "process", None)
+        pid = getattr(process, "pid", None)
+        if pid is not None:
+            pids[str(name)] = int(pid)
+    return pids
+
+
+def _memory_limits(cluster: Any) -> list[int]:
+    """Per-worker memory limits (bytes) the cluster's nannies enforce (0: none)."""
+    limits = []
+    for worker in getattr(cluster, "workers", {}).values():
+        manager = getattr(worker, "memory_manager", None)
+        limits.append(int(getattr(manager, "memory_limit", None) or 0))
+    return limits
+
+
+def _memory_error(cluster: Any, settle: float) -> str | None:
+    """Why the idle workers cannot run a task (memory), or ``None``: sampled for ``settle`` s.
+
+    A nanny pauses its worker above ``distributed.worker.memory.pause`` of ``memory_limit`` (it
+    then runs no task) and restarts it above ``...terminate``: a worker that idle is already
+    there never finishes a chunk, and a job on it would wait forever.
+    """
+    import dask
+    import psutil
+
+    fractions = [dask.config.get(f"distributed.worker.memory.{k}") for k in ("pause", "terminate")]
+    fractions = [float(f) for f in fractions if f not in (None, False)]
+    limits = [m for m in _memory_limits(cluster) if m > 0]
+    if not fractions or not limits:
+        return None
+    threshold = min(fractions) * min(limits)
+    first = _worker_processes(cluster)
+    peak, deadline = 0, time.monotonic() + settle
+    while True:
+        for pid in _worker_processes(cluster).values():
+            try:
+                peak = max(peak, psutil.Process(pid).memory_info().rss)
+            except psutil.Error:  # exited between the listing and the reading
+                pass
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(settle / 5)
+    restarted = _worker_processes(cluster) != first
+    if peak < threshold and not restarted:
+        return None
+    mib = 1 << 20
+    return (
+        f"memory_limit={min(limits) / mib:.0f} MiB per worker, but an idle worker already uses "
+        f"{peak / mib:.0f} MiB (its nanny pauses it at {min(fractions):.0%} and restarts it at "
+        f"{max(fractions):.0%}{', and did restart it' if restarted else ''}): pass "
+        f"memory_limit='{-(-4 * peak // mib)}MiB' or more, or leave memory_limit out"
+    )
+
+
+def _await_workers(client: Client, cluster: Any, expected: int, timeout: float) -> None:
+    """Wait (at most ``timeout`` s) for ``expected`` workers able to run tasks, else raise."""
+    try:
+        client.wait_for_workers(expected, timeout=timeout)
+    except (TimeoutError, OSError) as err:  # distributed raises TimeoutError (an OSError)
+        have = len(client.scheduler_info().get("workers", {}))
+        why = _memory_error(cluster, 0.0)
+        raise ClusterError(
+            f"{have} of {expected} worker(s) started within start_timeout={timeout:g} s"
+            + (
+                f"; {why}"
+                if why
+                else ": see the worker errors logged above, or raise start_timeout on a slow host"
+            )
+        ) from err
+    why = _memory_error(cluster, 0.5)
+    if why is not None:
+        raise ClusterError(why)
+
+
 def start_cluster(
     address: str | None = None,
     n_workers: int | None = None,
     gpus: bool | int | str | Sequence[int] | None = None,
     processes: bool = True,
     threads_per_worker: int | None = None,
+    start_timeout: float = 120.0,
     **kwargs: Any,
 ) -> Client:
     """Start a local Dask cluster (GPU or CPU), or connect to a running scheduler.
@@ -143,10 +313,15 @@ def start_cluster(
     threads_per_worker : int, optional
         Dask threads per worker (default 1: each task is one multi-threaded Numba kernel call,
         or one GPU kernel launch, that owns its device).
+    start_timeout : float
+        Seconds a local cluster's workers may take to start and settle. Workers that do not
+        start in time, or that idle above their nanny's pause or restart threshold of
+        ``memory_limit`` (they would never finish a task), raise :class:`ClusterError`.
     **kwargs
         Passed to ``LocalCUDACluster`` / ``LocalCluster`` (e.g. ``dashboard_address``,
-        ``memory_limit``, ``env``). For CPU worker processes, ``env`` defaults to
-        ``NUMBA_NUM_THREADS = cores // n_workers``.
+        ``memory_limit``, ``env``). CPU worker processes get ``DISTSHAP_NUM_THREADS`` in
+        ``env`` (default ``cores // (n_workers * threads_per_worker)``; a ``NUMBA_NUM_THREADS``
+        given in ``env`` becomes it: Numba cannot change its count once started).
 
     Returns
     -------
@@ -157,7 +332,8 @@ def start_cluster(
     Raises
     ------
     ClusterError
-        GPUs requested but none visible or ``dask_cuda`` missing, or arguments that conflict.
+        GPUs requested but none visible or ``dask_cuda`` missing, arguments that conflict or
+        that no cluster takes, or workers that did not start (in time, or within their memory).
     """
     if address is not None:
         if n_workers is not None or gpus not in (None, True) or threads_per_worker is not None:
@@ -166,55 +342,24 @@ def start_cluster(
                 f"address={address!r} start workers with `dask cuda worker {address}` instead"
             )
         return Client(address, **kwargs)
-    if n_workers is not None and n_workers < 1:
+    if n_workers is not None and (isinstance(n_workers, bool) or int(n_workers) < 1):
         raise ClusterError(f"n_workers={n_workers} must be >= 1 (or None for the default)")
+    if not start_timeout > 0:
+        raise ClusterError(f"start_timeout={start_timeout!r} must be a positive number of seconds")
     threads = 1 if threads_per_worker is None else int(threads_per_worker)
-
     if gpus is None:
         use_gpu = count_gpus() > 0
     else:
         use_gpu = gpus is not False and not (isinstance(gpus, int) and gpus == 0)
     if use_gpu:
-        visible = count_gpus()
-        devices = _device_list(gpus)
-        if devices is None:
-            wanted = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) else n_workers
-            wanted = visible if wanted is None else int(wanted)
-            if wanted < 1 or wanted > visible:
-                raise ClusterError(
-                    f"asked for {wanted} GPU(s) but {visible} visible here: ask for at most "
-                    f"{visible}, or pass gpus=False for a CPU cluster"
-                )
-            devices = None if wanted == visible else list(range(wanted))
-        elif visible == 0:
-            raise ClusterError(
-                f"asked for GPUs {devices} but none is visible here: pass gpus=False for a CPU "
-                "cluster"
-            )
-        if n_workers is not None and devices is not None and n_workers != len(devices):
-            devices = devices[:n_workers]
-        local_cuda_cluster = _import_dask_cuda()
-        cuda_kwargs: dict[str, Any] = {"threads_per_worker": threads}
-        if devices is not None:
-            cuda_kwargs["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices)
-        cuda_kwargs.update(kwargs)
-        cluster = local_cuda_cluster(**cuda_kwargs)
+        cluster = _gpu_cluster(gpus, n_workers, threads, kwargs)
     else:
-        workers = 1 if n_workers is None else int(n_workers)
-        cpu_kwargs: dict[str, Any] = {
-            "n_workers": workers,
-            "threads_per_worker": threads,
-            "processes": processes,
-        }
-        if processes and "env" not in kwargs:
-            cores = os.cpu_count() or 1
-            cpu_kwargs["env"] = {"NUMBA_NUM_THREADS": str(max(1, cores // (workers * threads)))}
-        cpu_kwargs.update(kwargs)
-        cluster = LocalCluster(**cpu_kwargs)
+        cluster = _cpu_cluster(n_workers, threads, processes, kwargs)
     try:
         client = _OwningClient(cluster)
+        client._owned_cluster = cluster
+        _await_workers(client, cluster, len(cluster.worker_spec), start_timeout)
     except BaseException:
         cluster.close()
         raise
-    client._owned_cluster = cluster
     return client

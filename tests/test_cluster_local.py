@@ -1,0 +1,126 @@
+"""Local clusters as users start them: fresh worker processes, one thread each, bounded starts.
+
+The cluster cases run in a subprocess, as a user's script does (worker processes spawned from
+its ``__main__``), with an empty ``NUMBA_CACHE_DIR``: workers compile on their own, after their
+nanny set their environment, and must still apply one Numba thread each and return the
+in-process values. Workers that cannot run (a ``memory_limit`` below an idle worker's memory)
+make ``start_cluster`` fail within its time with a message that says why.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from distshap.cluster import ClusterError, start_cluster
+from distshap.cluster.local import _worker_env
+
+_FRESH_CLUSTER = r"""
+import os
+import sys
+import numpy as np
+import dask.array as da
+import tiny
+import distshap
+from distshap import TreeExplainer, parallel
+
+
+def main():
+    ens = tiny.random_ensemble(3, n_features=6, n_trees=20, depth=5)
+    X = tiny.random_rows(4, ens, 400, 0.1)
+    # the cluster first: its workers compile in the empty cache themselves
+    with distshap.start_cluster(n_workers=2, gpus=False, dashboard_address=":0") as client:
+        threads = client.run(parallel.num_threads)
+        explainer = TreeExplainer(ens, backend="cpu", client=client)
+        got = np.asarray(explainer.shap_values(da.from_array(X, chunks=50)).compute())
+        threads_after = client.run(parallel.num_threads)
+    expected = TreeExplainer(ens, backend="cpu").shap_values(X)
+    assert np.array_equal(got, expected), "cluster values differ from in-process values"
+    cores = os.cpu_count() or 1
+    want = max(1, cores // 2)
+    assert set(threads.values()) == {want} == set(threads_after.values()), (threads, want)
+    print("OK")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _run_script(source: str, tmp_path, timeout: float = 240) -> subprocess.CompletedProcess:
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = tmp_path / "user_script.py"
+    script.write_text(source)
+    env = dict(os.environ, NUMBA_CACHE_DIR=tempfile.mkdtemp(dir=tmp_path))
+    env.pop("NUMBA_NUM_THREADS", None)
+    env.pop("DISTSHAP_NUM_THREADS", None)
+    env["PYTHONPATH"] = os.pathsep.join([here, os.path.dirname(here), env.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_fresh_two_worker_cpu_cluster_explains_rows(tmp_path):
+    proc = _run_script(_FRESH_CLUSTER, tmp_path)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+    assert proc.stdout.strip().endswith("OK")
+
+
+_LOW_MEMORY = r"""
+import time
+import distshap
+from distshap.cluster import ClusterError
+
+
+def main():
+    start = time.monotonic()
+    try:
+        distshap.start_cluster(n_workers=1, gpus=False, dashboard_address=":0",
+                               memory_limit="30MiB", start_timeout=30)
+    except ClusterError as err:
+        print("REFUSED", round(time.monotonic() - start), str(err))
+    else:
+        print("STARTED")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_memory_limit_below_an_idle_worker_is_refused_in_time(tmp_path):
+    proc = _run_script(_LOW_MEMORY, tmp_path, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+    line = proc.stdout.strip().splitlines()[-1]
+    assert line.startswith("REFUSED"), line
+    seconds, message = int(line.split()[1]), line.split(" ", 2)[2]
+    assert seconds < 60 and "memory_limit=30 MiB" in message and "idle worker" in message
+
+
+def test_worker_env_carries_distshap_threads_never_numba_threads():
+    assert _worker_env(None, 2, 1)["DISTSHAP_NUM_THREADS"] == str(
+        max(1, (os.cpu_count() or 1) // 2)
+    )
+    env = _worker_env({"NUMBA_NUM_THREADS": 3, "OMP_NUM_THREADS": "3"}, 2, 1)
+    assert env == {"DISTSHAP_NUM_THREADS": "3", "OMP_NUM_THREADS": "3"}
+    env = _worker_env({"DISTSHAP_NUM_THREADS": "4"}, 2, 1)
+    assert env == {"DISTSHAP_NUM_THREADS": "4"}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"workers": 1}, ["workers=1", "n_workers"]),
+        ({"n_workers": 0}, ["n_workers=0", ">= 1"]),
+        ({"start_timeout": 0}, ["start_timeout=0"]),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(kwargs, words):
+    with pytest.raises(ClusterError) as info:
+        start_cluster(gpus=False, processes=False, dashboard_address=":0", **kwargs)
+    message = str(info.value)
+    assert "\n" not in message and all(w in message for w in words), message
