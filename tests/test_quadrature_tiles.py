@@ -25,6 +25,7 @@ from distshap.paths import extract_paths
 from distshap.plan import gpu as plan_gpu
 from distshap.plan import launches as plan_launches
 from distshap.plan import tables as plan_tables
+from distshap.plan.config import config_context
 
 import tiny
 from conftest import to_host
@@ -88,10 +89,16 @@ def _check_local_plan(packed, plan, max_features, chunk_paths):
     return n_local, n_old
 
 
-def test_local_chunks_bound_features_and_name_each_lanes_column(monkeypatch):
-    monkeypatch.setattr(_config(), "QUADRATURE_TILE_FEATURES", 7)
-    monkeypatch.setattr(_config(), "QUADRATURE_CHUNK_PATHS", 40)
-    monkeypatch.setattr(_config(), "QUADRATURE_TILE_WINDOW", 0)  # plan order (windows: below)
+@pytest.fixture
+def bound7():
+    """Chunks of at most 40 paths and 7 features, in plan order (windows: below)."""
+    with config_context(
+        quadrature_tile_features=7, quadrature_chunk_paths=40, quadrature_tile_window=0
+    ):
+        yield
+
+
+def test_local_chunks_bound_features_and_name_each_lanes_column(bound7):
     ens = tiny.random_ensemble(31, n_features=40, n_trees=24, depth=6, n_groups=3,
                                n_categorical=2)  # fmt: skip
     packed = _packed(ens, budget=20000)  # some paths on tables: not in the quadrature launches
@@ -108,28 +115,23 @@ def test_local_chunks_bound_features_and_name_each_lanes_column(monkeypatch):
         assert np.array_equal(a["paths"], b["paths"]) and np.array_equal(a["offsets"], b["offsets"])
 
 
-def test_paths_longer_than_the_bound_get_a_chunk_of_their_own(monkeypatch):
+def test_paths_longer_than_the_bound_get_a_chunk_of_their_own():
     from distshap.warmup import chain_ensemble
 
-    monkeypatch.setattr(_config(), "QUADRATURE_TILE_FEATURES", 3)
     packed = _packed(chain_ensemble(9, 9))
-    plan = _km().plan_arrays(packed, np.full(packed.num_paths, -1, np.int64), local=True)
-    _check_local_plan(packed, plan, 3, _config().QUADRATURE_CHUNK_PATHS)
+    with config_context(quadrature_tile_features=3) as config:
+        plan = plan_gpu.plan_arrays(packed, np.full(packed.num_paths, -1, np.int64), local=True)
+    _check_local_plan(packed, plan, 3, config.quadrature_chunk_paths)
     assert max(q["local_columns"] for q in plan["quadrature"]) == 9
 
 
-def test_narrow_models_keep_the_all_features_tile_and_bad_settings_are_refused(monkeypatch):
-    from distshap.plan.geometry import local_tiles
-
+def test_narrow_models_keep_the_all_features_tile_and_bad_settings_are_refused():
     packed = _packed(tiny.random_ensemble(2, n_features=8, n_trees=5, depth=4))
     none = np.full(packed.num_paths, -1, np.int64)
     assert plan_gpu.plan_arrays(packed, none, local=True)["lane_column"] is None  # 8 <= 16 columns
-    monkeypatch.setattr(_config(), "QUADRATURE_TILE_FEATURES", 0)
-    with pytest.raises(ValueError, match="QUADRATURE_TILE_FEATURES must be at least 1, got 0"):
-        plan_gpu.plan_arrays(packed, none, local=True)
-    monkeypatch.setattr(_config(), "SHAP_QUADRATURE_TILES", "some")
-    with pytest.raises(ValueError, match="SHAP_QUADRATURE_TILES must be 'local' or 'all'"):
-        local_tiles(None)
+    with config_context(quadrature_tile_features=0):
+        with pytest.raises(ValueError, match="quadrature_tile_features must be at least 1, got 0"):
+            plan_gpu.plan_arrays(packed, none, local=True)
 
 
 _SIM_SCRIPT = r"""
@@ -211,17 +213,14 @@ def test_local_tiles_under_cuda_simulator():
     assert_simulator_ok(_SIM_SCRIPT, timeout=900)
 
 
-def test_windowed_chunks_regroup_paths_within_their_group(monkeypatch):
-    monkeypatch.setattr(_config(), "QUADRATURE_TILE_FEATURES", 7)
-    monkeypatch.setattr(_config(), "QUADRATURE_CHUNK_PATHS", 40)
-    monkeypatch.setattr(_config(), "QUADRATURE_TILE_WINDOW", 0)  # plan order (windows: below)
+def test_windowed_chunks_regroup_paths_within_their_group(bound7):
     ens = tiny.random_ensemble(31, n_features=40, n_trees=24, depth=6, n_groups=3,
                                n_categorical=2)  # fmt: skip
     packed = _packed(ens)
     none = np.full(packed.num_paths, -1, np.int64)
     plain = plan_gpu.plan_arrays(packed, none, local=True)
-    monkeypatch.setattr(_config(), "QUADRATURE_TILE_WINDOW", 64)
-    plan = plan_gpu.plan_arrays(packed, none, local=True)
+    with config_context(quadrature_tile_window=64):
+        plan = plan_gpu.plan_arrays(packed, none, local=True)
     n_local, _ = _check_local_plan(packed, plan, 7, 40)  # the greedy's rules in the new order
     assert n_local < sum(q["n_local"] for q in plain["quadrature"])
     for a, b in zip(plain["quadrature"], plan["quadrature"], strict=True):
