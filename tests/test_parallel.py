@@ -11,8 +11,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 
+import numba
 import pytest
+
+from distshap import parallel
 
 _SCRIPT = r"""
 import threading
@@ -76,3 +80,33 @@ def test_concurrent_cpu_calls_finish_with_correct_results(layer):
         assert chosen == "workqueue" and serialised == "True"
     else:  # TBB or OpenMP where present (then calls run concurrently), workqueue otherwise
         assert serialised == str(chosen == "workqueue")
+
+
+def test_distshap_num_threads_applies_to_every_calling_thread(monkeypatch):
+    """``DISTSHAP_NUM_THREADS`` is applied per calling thread at call time, within Numba's pool."""
+    seen = {}
+
+    def probe(name):
+        try:
+            seen[name] = (parallel.num_threads(), numba.get_num_threads())
+        except ValueError as err:
+            seen[name] = str(err)
+
+    def in_thread(name):
+        thread = threading.Thread(target=probe, args=(name,))
+        thread.start()
+        thread.join()
+
+    monkeypatch.setenv("DISTSHAP_NUM_THREADS", "1")
+    in_thread("one")
+    monkeypatch.setenv("DISTSHAP_NUM_THREADS", str(numba.config.NUMBA_NUM_THREADS + 5))
+    in_thread("many")
+    monkeypatch.setenv("DISTSHAP_NUM_THREADS", "zero")
+    in_thread("bad")
+    monkeypatch.delenv("DISTSHAP_NUM_THREADS")
+    in_thread("unset")
+    pool = numba.config.NUMBA_NUM_THREADS
+    assert seen["one"] == (1, 1)
+    assert seen["many"] == (pool, pool)  # cut to the pool Numba launched
+    assert "DISTSHAP_NUM_THREADS='zero'" in seen["bad"] and "positive integer" in seen["bad"]
+    assert seen["unset"] == (pool, pool)  # Numba's own count in a new thread
