@@ -27,10 +27,10 @@ import tiny
 from cudasim import assert_simulator_ok, nvvm_available
 
 
-def _small():
-    from distshap.kernels.cuda import small
+def _sm():
+    from distshap.kernels.cuda import small_model
 
-    return small
+    return small_model
 
 
 def _packed(ens, budget=1 << 30):
@@ -44,27 +44,26 @@ def _packed(ens, budget=1 << 30):
 # ------------------------------------------------------------------------------------------
 
 
-def test_fits_boundaries(monkeypatch):
-    small = _small()
-    from distshap.kernels.cuda import config
+def test_fits_boundaries():
+    from distshap.plan.config import config_context, get_config
 
     ens = tiny.random_ensemble(1, n_features=6, n_trees=10, depth=3, n_groups=2)
     packed = _packed(ens)
     assert small_fits(packed, False) and small_fits(packed, True)
-    monkeypatch.setattr(config, "SMALL_MAX_PATHS", packed.num_paths)
-    assert small_fits(packed, False)
-    monkeypatch.setattr(config, "SMALL_MAX_PATHS", packed.num_paths - 1)
-    assert not small_fits(packed, False) and not small_fits(packed, True)
-    monkeypatch.setattr(config, "SMALL_MAX_PATHS", 0)  # the route off
-    assert not small_fits(_packed(tiny.stump()), False)
-    monkeypatch.setattr(config, "SMALL_MAX_PATHS", 256)
-    # the longest path: SMALL_MAX_PATH_FEATURES features fit, one more does not
-    k = small.SMALL_MAX_PATH_FEATURES
+    with config_context(small_max_paths=packed.num_paths):
+        assert small_fits(packed, False)
+    with config_context(small_max_paths=packed.num_paths - 1):
+        assert not small_fits(packed, False) and not small_fits(packed, True)
+    with config_context(small_max_paths=0):  # the route off
+        assert not small_fits(_packed(tiny.stump()), False)
+    config = get_config()
+    # the longest path: small_max_path_features features fit, one more does not
+    k = config.small_max_path_features
     assert small_fits(_packed(chain_ensemble(k, k)), True)
     assert not small_fits(_packed(chain_ensemble(k + 1, k + 1)), False)
     # columns: F + 1 within the compiled accumulators (interaction values: (F + 1)**2)
-    for interactions, columns in ((False, small.SMALL_MAX_SHAP_COLUMNS),
-                                  (True, small.SMALL_MAX_INTERACTION_COLUMNS)):  # fmt: skip
+    for interactions, columns in ((False, config.small_max_shap_columns),
+                                  (True, config.small_max_interaction_columns)):  # fmt: skip
         wide = _packed(tiny.random_ensemble(2, n_features=columns - 1, n_trees=2, depth=2))
         wider = _packed(tiny.random_ensemble(2, n_features=columns, n_trees=2, depth=2))
         assert small_fits(wide, interactions) and not small_fits(wider, interactions)
@@ -77,7 +76,7 @@ def test_fits_boundaries(monkeypatch):
 
 
 def test_host_arrays_sections_hold_the_model():
-    small = _small()
+    small = _sm()
     ens = tiny.random_ensemble(4, n_features=5, n_trees=6, depth=3, n_groups=3, n_categorical=1)
     packed = _packed(ens)
     host = small.host_arrays(packed)
@@ -113,37 +112,22 @@ def test_host_arrays_sections_hold_the_model():
     assert np.array_equal(host["words"][: packed.cat_words.size], packed.cat_words)
 
 
-def kernel_signatures() -> dict:
-    """Name -> (kernel, signature) of the small kernels (float32 and float64 raw values)."""
-    small = _small()
-    X = "float32[:, ::1]"
-    consts = "int32[::1], int64[::1], float32[::1], float64[::1], boolean[::1], uint32[::1]"
-    return {
-        "small_shap_kernel": (small.shap_kernel, f"void({X}, {X}, float32[:, :, ::1], "
-                              f"int32[::1], {consts}, boolean, float64)"),
-        "small_shap_kernel_raw64": (small.shap_kernel, f"void({X}, float64[:, ::1], "
-                                    f"float32[:, :, ::1], int32[::1], {consts}, boolean, float64)"),
-        "small_interaction_kernel": (small.interaction_kernel, f"void({X}, {X}, "
-                                     f"float32[:, :, :, ::1], int32[::1], {consts}, boolean, "
-                                     "float64)"),
-        "small_slot_kernel": (small.slot_kernel, f"void({X}, int64[:, ::1], {consts}, float64, "
-                              "int32[::1], int32[::1], int64[::1])"),
-    }  # fmt: skip
-
-
 @pytest.mark.skipif(not nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
-def test_small_kernels_compile():
+def test_slot_kernel_compiles():
     from numba import cuda
 
     from distshap.kernels.cuda.ptx import _device_free_compilation
+    from distshap.kernels.cuda.small_kernels import slot_kernel
 
+    X = "float32[:, ::1]"
+    consts = "int32[::1], int64[::1], float32[::1], float64[::1], boolean[::1], uint32[::1]"
+    sig = f"void({X}, int64[:, ::1], {consts}, float64, int32[::1], int32[::1], int64[::1])"
     with _device_free_compilation((9, 0)):
-        for name, (kernel, sig) in kernel_signatures().items():
-            ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
-            assert "atom." not in ptx, f"{name}: one warp writes each row, no atomics"
-            assert "shfl.sync" in ptx, name  # the butterfly
-            assert "div.rn.f64" in ptx, name  # the float64 DP
-            assert "call.uni" not in ptx, f"{name} has a non-inlined call"
+        ptx, _ = cuda.compile_ptx(slot_kernel(_sm().small_limits()).py_func, sig, cc=(9, 0))
+    assert "atom." not in ptx, "one warp writes each row, no atomics"
+    assert "shfl.sync" in ptx  # the butterfly
+    assert "div.rn.f64" in ptx  # the float64 DP
+    assert "call.uni" not in ptx, "a non-inlined call"
 
 
 # ------------------------------------------------------------------------------------------
@@ -165,8 +149,9 @@ from distshap import TreeExplainer, dispatch
 from distshap.additivity_rule import AdditivityError
 from distshap.kernels import cpu
 from distshap.kernels import cuda as kc
-from distshap.kernels.cuda import launch, small
+from distshap.kernels.cuda import launch, small_gather, small_kernels, small_model
 from distshap.kernels.margin import margin_model, predict_margin
+from distshap.plan.config import get_config
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 from distshap.warmup import chain_ensemble
@@ -214,8 +199,9 @@ both(packed_of(tiny.nan_default_tree()), tiny.random_rows(5, tiny.nan_default_tr
      "missing", oracle=tiny.nan_default_tree())
 both(packed_of(tiny.categorical_tree()), tiny.random_rows(4, tiny.categorical_tree(), 2, 0.2),
      "categorical", oracle=tiny.categorical_tree())
-chain = chain_ensemble(small.SMALL_MAX_PATH_FEATURES, small.SMALL_MAX_PATH_FEATURES)
-Xc = np.full((2, small.SMALL_MAX_PATH_FEATURES), 0.25, np.float32)
+K8 = get_config().small_max_path_features
+chain = chain_ensemble(K8, K8)
+Xc = np.full((2, K8), 0.25, np.float32)
 Xc[0, 3], Xc[1, 5] = 0.75, np.nan
 both(packed_of(chain), Xc, "longest path", oracle=chain)  # every local array full
 stump = tiny.stump()  # paths without features: the bias only
@@ -225,11 +211,11 @@ both(packed_of(stump), tiny.random_rows(1, stump, 2, 0.0), "stump", oracle=stump
 for i in range(X.shape[0]):
     same(kc.shap_values(packed, X[i : i + 1])[0], shap[i], ("row", i))
 same(kc.interaction_values(packed, X[2:4]), inter[2:4], "two rows")
-small._MAX_BLOCKS = 2  # two warps loop over the four rows
+small_gather._MAX_BLOCKS = small_kernels._MAX_BLOCKS = 1  # one block loops over the rows
 kc.clear_cache()
 same(kc.shap_values(packed, X), shap, "grid-stride")
 same(kc.interaction_values(packed, X[:3], batch_rows=1), inter[:3], "grid-stride, batch_rows")
-small._MAX_BLOCKS = 4096
+small_gather._MAX_BLOCKS, small_kernels._MAX_BLOCKS = 65535, 4096
 try:
     kc.shap_values(packed, X, batch_rows=0)
     raise AssertionError("batch_rows=0 accepted")
@@ -247,7 +233,7 @@ for kind in (False, True):
         raise AssertionError("a wrong margin passed")
     except AdditivityError as e:
         assert "do not sum to" in str(e) and "from row 10" in str(e), str(e)
-assert small.read_flag(small._flag(), 0) is False  # cleared for the next call
+assert small_model.read_flag(small_model.check_flag(), 0) is False  # cleared for the next call
 same(launch.checked_values(packed, X, X, False), shap, "after a failure")
 
 # through the dispatch (the explainer's path): the fused check replaces the separate one
@@ -353,7 +339,7 @@ def test_gpu_small_route_against_regular_route_and_xgboost(monkeypatch):
 
     from distshap import TreeExplainer
     from distshap.kernels import cuda as kc
-    from distshap.kernels.cuda import config
+    from distshap.plan.config import config_context
 
     rng = np.random.default_rng(1)
     X = rng.normal(size=(3000, 8)).astype(np.float32)
@@ -380,9 +366,8 @@ def test_gpu_small_route_against_regular_route_and_xgboost(monkeypatch):
         for batch in (1, 7, 1000):  # the bits of a row are its own
             parts = [f(packed, rows[i : i + batch]).get() for i in range(0, n, batch)]
             assert np.array_equal(np.concatenate(parts), full)
-        monkeypatch.setattr(config, "SMALL_MAX_PATHS", 0)  # the regular route
-        regular = f(packed, rows).get()
-        monkeypatch.setattr(config, "SMALL_MAX_PATHS", 256)
+        with config_context(small_max_paths=0):  # the regular route
+            regular = f(packed, rows).get()
         assert np.abs(regular - full).max() <= 2e-6 * scale
     bad = dict(packed.margin, base_score=packed.margin["base_score"] + 1.0)
     wrong = dataclasses.replace(packed, margin=bad, digest="")
@@ -394,12 +379,12 @@ def test_gpu_small_route_against_regular_route_and_xgboost(monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------
-# the merged-argument kernels (small.VARIANT "merged" / "unrolled")
+# the warp-per-row kernels (models whose gather matrices do not fit shared memory)
 # ------------------------------------------------------------------------------------------
 
 
 def test_merged_arrays_hold_the_sections_of_host_arrays():
-    small = _small()
+    small = _sm()
     ens = tiny.random_ensemble(3, n_features=6, n_trees=4, depth=3, n_groups=2, n_categorical=1)
     packed = _packed(ens)
     host = small.host_arrays(packed)
@@ -425,17 +410,19 @@ def test_merged_arrays_hold_the_sections_of_host_arrays():
 
 def merged_signatures() -> dict:
     """Name -> (kernel, signature) of merged kernels: loops and unrolled DP, rows once or not."""
-    small = _small()
+    from distshap.kernels.cuda.small_kernels import merged_kernel
+
+    limits = _sm().small_limits()
     X = "float32[:, ::1]"
     tail = "int32[::1], int64[::1], float64[::1], boolean"
     out = {}
     for kind, o in (("shap", "float32[:, :, ::1]"), ("interactions", "float32[:, :, :, ::1]")):
         for K in (0, 3):
             out[f"merged_{kind}_K{K}"] = (
-                small.merged_kernel(kind, K, False), f"void({X}, {o}, {tail})"
+                merged_kernel(kind, K, False, limits), f"void({X}, {o}, {tail})"
             )  # fmt: skip
         out[f"merged_{kind}_K3_raw64"] = (
-            small.merged_kernel(kind, 3, True), f"void({X}, float64[:, ::1], {o}, {tail})"
+            merged_kernel(kind, 3, True, limits), f"void({X}, float64[:, ::1], {o}, {tail})"
         )  # fmt: skip
     return out
 
@@ -467,12 +454,12 @@ import sys
 
 import numpy as np
 import tiny
-from distshap.additivity_rule import AdditivityError
-from distshap.kernels import cuda as kc
-from distshap.kernels.cuda import launch, small
+from distshap.kernels import cpu
+from distshap.kernels.cuda import small_kernels, small_model
 from distshap.kernels.margin import margin_model
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
+from distshap.plan.config import get_config
 from distshap.warmup import chain_ensemble
 
 sys.setswitchinterval(1e-4)
@@ -484,109 +471,112 @@ def same(a, b, what):
     a, b = np.asarray(a), np.asarray(b)
     assert a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32)), what
 
-def variants(packed, X, what, raw=None, K=None):
-    # every variant: the bits of v1's values, checked or not, SHAP and interactions
-    got = {}
-    for v in ("v1", "merged", "unrolled"):
-        small.VARIANT = v
-        r = X if raw is None else raw
-        got[v] = [kc.shap_values(packed, X), kc.interaction_values(packed, X),
-                  launch.checked_values(packed, X, r, False),
-                  launch.checked_values(packed, X, r, True)]
-    small.VARIANT = "unrolled"
-    for v in ("merged", "unrolled"):
-        for i, (a, b) in enumerate(zip(got["v1"], got[v])):
-            same(a, b, (what, v, i))
-    same(got["v1"][0], got["v1"][2], (what, "checked"))
+def run(mm, packed, X, raw, inter, check):
+    n, G, F1 = X.shape[0], packed.num_groups, packed.num_features + 1
+    out = np.empty((n, G, F1, F1) if inter else (n, G, F1), np.float32)
+    flag, s = small_kernels.launch_merged(mm, X, raw, out, inter, check)
+    return out, small_model.read_flag(flag, s)
+
+def merged(packed, X, what, raw=None, K=None):
+    # the unrolled DP and the loops: the same bits, checked or not, SHAP and interactions
+    mm = small_model.merged_model(packed)
     if K is not None:
-        assert small.merged_model(packed).K == K, (what, small.merged_model(packed).K)
+        assert mm.K == K, (what, mm.K)
+    loops = dataclasses.replace(mm, K=0)
+    for inter in (False, True):
+        outs = []
+        for m in (mm, loops):
+            for r, check in ((None, False), (X if raw is None else raw, True)):
+                out, failed = run(m, packed, X, r, inter, check)
+                assert not failed, (what, inter)
+                outs.append(out)
+        for i, o in enumerate(outs[1:]):
+            same(o, outs[0], (what, inter, i))
+        ref = (cpu.interaction_values if inter else cpu.shap_values)(packed, X)
+        err = float(np.abs(outs[0] - ref).max())
+        assert err <= 2e-6 * max(1.0, float(np.abs(ref).max())), (what, err)
 
 ens = tiny.random_ensemble(3, n_features=6, n_trees=4, depth=3, n_groups=2, n_categorical=1)
 X = tiny.random_rows(2, ens, 4, 0.2)
 packed = packed_of(ens)
-variants(packed, X, "multiclass, categorical, NaN", K=3)
-variants(packed, X, "raw float64", raw=X.astype(np.float64))
+merged(packed, X, "multiclass, categorical, NaN", K=3)
+merged(packed, X, "raw float64", raw=X.astype(np.float64))
 ens5 = tiny.random_ensemble(8, n_features=6, n_trees=2, depth=5)
-variants(packed_of(ens5), tiny.random_rows(8, ens5, 2, 0.3), "depth 5")
-chain = chain_ensemble(small.SMALL_MAX_PATH_FEATURES, small.SMALL_MAX_PATH_FEATURES)
-Xc = np.full((2, small.SMALL_MAX_PATH_FEATURES), 0.25, np.float32)
+merged(packed_of(ens5), tiny.random_rows(8, ens5, 2, 0.3), "depth 5")
+K8 = get_config().small_max_path_features
+chain = chain_ensemble(K8, K8)
+Xc = np.full((2, K8), 0.25, np.float32)
 Xc[0, 3], Xc[1, 5] = 0.75, np.nan
-variants(packed_of(chain), Xc, "longest path: loops", K=0)
+merged(packed_of(chain), Xc, "longest path: loops", K=0)
 chain4 = chain_ensemble(4, 4)
-variants(packed_of(chain4), np.full((2, 4), 0.25, np.float32), "UNROLL_MAX features", K=4)
+merged(packed_of(chain4), np.full((2, 4), 0.25, np.float32), "UNROLL_MAX features", K=4)
 stump = tiny.stump()
-variants(packed_of(stump), tiny.random_rows(1, stump, 2, 0.0), "stump", K=1)
+merged(packed_of(stump), tiny.random_rows(1, stump, 2, 0.0), "stump", K=1)
 
+# a wrong margin is flagged
 bad = dict(packed.margin, base_score=packed.margin["base_score"] + 1.0)
 wrong = dataclasses.replace(packed, margin=bad, digest="")
-for v in ("merged", "unrolled"):
-    small.VARIANT = v
-    for kind in (False, True):
-        try:
-            launch.checked_values(wrong, X, X, kind, first_row=10)
-            raise AssertionError("a wrong margin passed")
-        except AdditivityError as e:
-            assert "do not sum to" in str(e) and "from row 10" in str(e), str(e)
-    assert small.read_flag(small._flag(), 0) is False
-small.VARIANT = "nonsense"
-try:
-    kc.shap_values(packed, X)
-    raise AssertionError("a bad VARIANT accepted")
-except ValueError as e:
-    assert "VARIANT" in str(e)
+for inter in (False, True):
+    assert run(small_model.merged_model(wrong), wrong, X, X, inter, True)[1], inter
+assert small_model.read_flag(small_model.check_flag(), 0) is False
 print("SIMULATOR-OK")
 """
 
 
 def test_merged_kernels_keep_the_bits_under_cuda_simulator():
-    """The merged and unrolled kernels give v1's float32 bits (values, checked values, raw
-    values of another dtype, loops for long paths) and flag a wrong margin."""
+    """The unrolled and looped warp-per-row kernels give the same float32 bits (values, checked
+    values, raw values of another dtype), exact against the CPU kernel, and flag a wrong
+    margin."""
     assert_simulator_ok(_SIM_MERGED, timeout=600)
 
 
 @pytest.mark.gpu
 @gpu
-def test_gpu_merged_kernels_keep_the_bits(monkeypatch):
-    """On a GPU (where the compiler may contract multiplies and adds): every variant gives the
-    bits of v1's kernels, SHAP and interactions, the rows once or raw float64 values."""
+def test_gpu_merged_kernels_keep_the_bits():
+    """On a GPU (where the compiler may contract multiplies and adds): the unrolled and looped
+    warp-per-row kernels give the same bits, SHAP and interactions, the rows once or raw
+    float64 values."""
+    import dataclasses
+
     import cupy
     import xgboost as xgb
 
     from distshap import TreeExplainer
-    from distshap.kernels import cuda as kc
-    from distshap.kernels.cuda import config, launch
+    from distshap.kernels.cuda import small_kernels
+    from distshap.plan.config import config_context
 
-    small = _small()
-    monkeypatch.setattr(config, "SMALL_MAX_PATHS", 1024)  # 10 trees of depth 6: up to 640 paths
+    sm = _sm()
     rng = np.random.default_rng(2)
     X = rng.normal(size=(2000, 8)).astype(np.float32)
     X[rng.random(X.shape) < 0.05] = np.nan
     y = np.nan_to_num(X[:, 0]) * 2 + np.nan_to_num(X[:, 3]) * np.nan_to_num(X[:, 5])
-    for depth in (3, 4, 6):  # unrolled for 1..4 features, loops beyond
-        booster = xgb.train({"max_depth": depth}, xgb.DMatrix(X, label=y), num_boost_round=10)
-        packed = TreeExplainer(booster, backend="cuda").packed
-        assert small_fits(packed, False)
-        assert 0 <= small.merged_model(packed).K <= min(depth, small.UNROLL_MAX)
-        Xd = cupy.asarray(packed.encoding.apply(X))
-        raw64 = Xd.astype(cupy.float64)
-        for inter, n in ((False, 2000), (True, 200)):
-            if not small_fits(packed, inter):
-                continue
-            f = kc.interaction_values if inter else kc.shap_values
-            got = {}
-            for v in ("v1", "merged", "unrolled"):
-                monkeypatch.setattr(small, "VARIANT", v)
-                rows = Xd[:n]
-                got[v] = [f(packed, rows).get(),
-                          launch.checked_values(packed, rows, rows, inter).get(),
-                          launch.checked_values(packed, rows, raw64[:n], inter).get()]  # fmt: skip
-            for v in ("merged", "unrolled"):
-                for a, b in zip(got["v1"], got[v], strict=True):
-                    assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), (depth, inter, v)
+    with config_context(small_max_paths=1024):  # 10 trees of depth 6: up to 640 paths
+        for depth in (3, 4, 6):  # unrolled for 1..4 features, loops beyond
+            booster = xgb.train({"max_depth": depth}, xgb.DMatrix(X, label=y),
+                                num_boost_round=10)  # fmt: skip
+            packed = TreeExplainer(booster, backend="cuda").packed
+            assert small_fits(packed, False)
+            mm = sm.merged_model(packed)
+            assert 0 <= mm.K <= min(depth, sm.UNROLL_MAX)
+            Xd = cupy.asarray(packed.encoding.apply(X))
+            raw64 = Xd.astype(cupy.float64)
+            G, F1 = packed.num_groups, packed.num_features + 1
+            for inter, n in ((False, 2000), (True, 200)):
+                if not small_fits(packed, inter):
+                    continue
+                got = []
+                for m in (mm, dataclasses.replace(mm, K=0)):
+                    for raw, check in ((None, False), (Xd[:n], True), (raw64[:n], True)):
+                        out = cupy.empty((n, G, F1, F1) if inter else (n, G, F1), np.float32)
+                        flag, s = small_kernels.launch_merged(m, Xd[:n], raw, out, inter, check)
+                        assert not sm.read_flag(flag, s)
+                        got.append(out.get())
+                for a in got[1:]:
+                    assert np.array_equal(a.view(np.uint32), got[0].view(np.uint32)), (depth, inter)
 
 
 # ------------------------------------------------------------------------------------------
-# the gather kernels (small.VARIANT "gather", distshap.kernels.cuda.small_gather) and the
+# the gather kernels (distshap.kernels.cuda.small_gather, the default small route) and the
 # driver launch (distshap.kernels.cuda.rawlaunch)
 # ------------------------------------------------------------------------------------------
 
@@ -597,7 +587,7 @@ def test_gather_lists_cover_every_slot_of_its_entries():
     ens = tiny.random_ensemble(6, n_features=5, n_trees=5, depth=3, n_groups=2, n_categorical=1)
     packed = _packed(ens)
     I, D = sg.gather_arrays(packed)  # noqa: E741
-    I0, D0 = _small().merged_arrays(packed)  # noqa: E741
+    I0, D0 = _sm().merged_arrays(packed)  # noqa: E741
     assert np.array_equal(I[: I0.size], I0) and np.array_equal(D, D0, equal_nan=True)
     head = I[-sg._E :]
     k = np.diff(packed.path_offsets) - 1
@@ -711,8 +701,9 @@ import tiny
 from distshap.additivity_rule import AdditivityError
 from distshap.kernels import cpu
 from distshap.kernels import cuda as kc
-from distshap.kernels.cuda import launch, small, small_gather
+from distshap.kernels.cuda import launch, small, small_gather, small_kernels, small_model
 from distshap.kernels.cuda import pairs as kp
+from distshap.plan.config import get_config
 from distshap.kernels.margin import margin_model
 from distshap.packed import build_packed_model
 from distshap.pair_slots import build_pair_slots
@@ -748,13 +739,13 @@ def both(packed, X, what, oracle=None):
         out.append(got)
     return out
 
-small.VARIANT = "gather"
 ens = tiny.random_ensemble(3, n_features=5, n_trees=3, depth=3, n_groups=2, n_categorical=1)
 X = tiny.random_rows(2, ens, 3, 0.2)
 packed = packed_of(ens)
 shap, inter = both(packed, X, "multiclass, categorical, NaN", oracle=ens)
-chain = chain_ensemble(small.SMALL_MAX_PATH_FEATURES, small.SMALL_MAX_PATH_FEATURES)
-Xc = np.full((1, small.SMALL_MAX_PATH_FEATURES), 0.25, np.float32)
+K8 = get_config().small_max_path_features
+chain = chain_ensemble(K8, K8)
+Xc = np.full((1, K8), 0.25, np.float32)
 Xc[0, 3] = np.nan
 both(packed_of(chain), Xc, "longest path (K = 8, 4 nodes)", oracle=chain)
 stump = tiny.stump()
@@ -786,14 +777,17 @@ for kind in (False, True):
         raise AssertionError("a wrong margin passed")
     except AdditivityError as e:
         assert "do not sum to" in str(e) and "from row 10" in str(e), str(e)
-assert small.read_flag(small._flag(), 0) is False
+assert small_model.read_flag(small_model.check_flag(), 0) is False
 
-# a row that does not fit a block's shared memory: the unrolled kernels, the same bits as v1
+# a row that does not fit a block's shared memory: the warp-per-row kernels (another exact
+# summation), pair slots from the warp-per-row slot kernel
 small_gather.SHARED_BYTES = 64
-assert small.route(packed, False)[0] is small.launch_merged
-v = kc.shap_values(packed, X)
-small.VARIANT = "v1"
-same(v, kc.shap_values(packed, X), "fallback")
+assert small.route(packed, False)[0] is small_kernels.launch_merged
+close(kc.shap_values(packed, X), shap, "fallback")
+warp = kc.interaction_values(packed, X)
+close(warp, inter, "fallback interactions")
+same(kp.interaction_slot_values(packed, X, slots, batch_rows=2),
+     warp[:, group, slots.slot_i, slots.slot_j], "fallback pair slots")
 print("SIMULATOR-OK")
 """
 
@@ -807,23 +801,23 @@ def test_gather_kernels_under_cuda_simulator():
 @pytest.mark.gpu
 @gpu
 def test_gpu_gather_and_raw_launch(monkeypatch):
-    """On a GPU: the gather kernels against XGBoost and v1 (another exact summation), bits
-    independent of the batch, pair slots with the matrices' integers; the driver launch
-    (rawlaunch) gives the bits of the Numba launch for the unrolled and gather kernels."""
+    """On a GPU: the gather kernels against XGBoost and the warp-per-row kernels (another exact
+    summation), bits independent of the batch, pair slots with the matrices' integers; the
+    driver launch (rawlaunch) gives the bits of the Numba launch for both routes."""
     import cupy
     import xgboost as xgb
 
     from distshap import TreeExplainer
     from distshap.kernels import cuda as kc
-    from distshap.kernels.cuda import launch, rawlaunch
+    from distshap.kernels.cuda import launch, rawlaunch, small_gather
     from distshap.kernels.cuda import pairs as kp
     from distshap.pair_slots import build_pair_slots
 
-    small = _small()
     rng = np.random.default_rng(3)
     X = rng.normal(size=(3000, 8)).astype(np.float32)
     X[rng.random(X.shape) < 0.05] = np.nan
     y = np.nan_to_num(X[:, 0]) * 2 + np.nan_to_num(X[:, 3]) * np.nan_to_num(X[:, 5])
+    driver, fits_shared = rawlaunch.launch, small_gather.fits_shared
     for params in ({"max_depth": 3}, {"max_depth": 4, "objective": "multi:softprob",
                                       "num_class": 3}):  # fmt: skip
         label = y if "num_class" not in params else np.digitize(y, [-0.5, 0.5])
@@ -836,27 +830,30 @@ def test_gpu_gather_and_raw_launch(monkeypatch):
                 continue
             f = kc.interaction_values if inter else kc.shap_values
             got = {}
-            for variant in ("v1", "unrolled", "gather"):
+            for route in ("warp", "gather"):
                 for raw in (False, True):
-                    monkeypatch.setattr(small, "VARIANT", variant)
-                    monkeypatch.setattr(rawlaunch, "ENABLED", raw)
-                    got[variant, raw] = (
+                    monkeypatch.setattr(small_gather, "fits_shared", fits_shared
+                                        if route == "gather" else lambda gm, i: False)
+                    monkeypatch.setattr(rawlaunch, "launch", driver if raw
+                                        else lambda *a, **k: False)  # fmt: skip
+                    got[route, raw] = (
                         f(packed, rows[:n]).get(),
                         launch.checked_values(packed, rows[:n], rows[:n], inter).get(),
                         launch.checked_values(packed, rows[:n], rows[:n].astype(cupy.float64),
                                               inter).get(),
                     )  # fmt: skip
+            monkeypatch.setattr(small_gather, "fits_shared", fits_shared)
+            monkeypatch.setattr(rawlaunch, "launch", driver)
             for key, vals in got.items():  # the driver launch: the bits of Numba's
                 for a, b in zip(vals, got[key[0], False], strict=True):
                     assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), key
                 assert np.array_equal(vals[0], vals[1]) and np.array_equal(vals[1], vals[2])
-            g, v1 = got["gather", True][0], got["v1", False][0]
+            g, warp = got["gather", True][0], got["warp", False][0]
             kw = {"pred_interactions": True} if inter else {"pred_contribs": True}
             ref = booster.predict(xgb.DMatrix(X[:n]), **kw).reshape(g.shape)
             scale = max(1.0, float(np.abs(ref).max()))
             assert np.abs(g - ref).max() <= 1e-5 * scale, (params, inter)
-            assert np.abs(g - v1).max() <= 2e-6 * scale, (params, inter)
-            monkeypatch.setattr(small, "VARIANT", "gather")
+            assert np.abs(g - warp).max() <= 2e-6 * scale, (params, inter)
             for batch in (1, 7, 1000):  # the bits of a row are its own
                 parts = [f(packed, rows[i : min(n, i + batch)]).get() for i in range(0, n, batch)]
                 assert np.array_equal(np.concatenate(parts), g), batch
@@ -866,7 +863,5 @@ def test_gpu_gather_and_raw_launch(monkeypatch):
                 pairs = kp.interaction_slot_values(packed, rows[:n], slots).get()
                 assert np.array_equal(pairs, g[:, group, slots.slot_i, slots.slot_j])
         call = explainer.shap_values  # the public call on the gather route, with its check
-        monkeypatch.setattr(small, "VARIANT", "gather")
-        monkeypatch.setattr(rawlaunch, "ENABLED", True)
         assert np.array_equal(call(rows).get().reshape(-1), kc.shap_values(packed, rows)
                               .get().reshape(-1))  # fmt: skip

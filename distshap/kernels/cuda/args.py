@@ -16,9 +16,7 @@ Every Numba launch ``kernel[grid, block, stream](*args)`` costs host time in thr
   ``DeviceNDArray`` (``cuda.as_cuda_array``, no copy, no synchronisation), paid once for all
   of them.
 
-:data:`CACHE` and :data:`VIEWS` switch the caching and the views off (``False``: every launch
-as before), for :mod:`benchmarks.call_profile`'s before/after columns; results do not depend
-on them. Nothing here touches CUDA at import time.
+Results do not depend on any of it. Nothing here touches CUDA at import time.
 """
 
 from __future__ import annotations
@@ -29,12 +27,7 @@ from collections import OrderedDict
 
 from distshap.kernels.cuda.device import SIM
 
-__all__ = ["CACHE", "VIEWS", "clear", "configured", "current_stream", "stream_key", "view"]
-
-#: Keep launch configurations and Numba streams (``False``: build them at every launch).
-CACHE = True
-#: Hand kernels ``DeviceNDArray`` views of CuPy arrays (``False``: the CuPy arrays themselves).
-VIEWS = True
+__all__ = ["clear", "configured", "current_stream", "stream_key", "view"]
 
 _CONFIGS: OrderedDict = OrderedDict()  # (id(kernel), grid, block, shared, stream key) -> config
 _KERNELS: dict = {}  # id(kernel) -> kernel: an id in a key stays that kernel's
@@ -52,8 +45,6 @@ def current_stream():
 
     from distshap.kernels.cuda.device import stream
 
-    if not CACHE:
-        return stream()
     ptr = cupy.cuda.get_current_stream().ptr
     s = _STREAMS.get(ptr)
     if s is None:
@@ -75,10 +66,6 @@ def stream_key(s) -> int:
 def configured(kernel, grid, block, s, shared: int = 0):
     """``kernel[grid, block, s, shared]``, built once per grid, block, shared memory size and
     stream and kept (the last 512), with no warning about small grids."""
-    if not CACHE:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*under-utilization.*")
-            return kernel[grid, block, s, shared]
     key = (id(kernel), grid, block, shared, 0 if SIM else stream_key(s))
     hit = _CONFIGS.get(key)
     if hit is not None:
@@ -98,7 +85,7 @@ def view(a):
     """A ``DeviceNDArray`` view of the CuPy array ``a`` (no copy, no stream synchronisation),
     for several launches to share; anything else (NumPy under the simulator, Numba device
     arrays) as it is."""
-    if SIM or not VIEWS or not hasattr(a, "__cuda_array_interface__"):
+    if SIM or not hasattr(a, "__cuda_array_interface__"):
         return a
     if hasattr(a, "__cuda_memory__"):  # a Numba device array already
         return a

@@ -20,7 +20,7 @@ from distshap.kernels.cuda import args
 from distshap.kernels.cuda.device import SIM, device_id, xp
 from distshap.plan.config import get_config
 
-__all__ = ["KEPT_ACC_BYTES", "cached_model", "clear_cache", "give_back", "keep", "kept_accumulator"]
+__all__ = ["KEPT_ACC_BYTES", "cached_model", "clear_cache", "give_back", "kept_accumulator"]
 
 T = TypeVar("T")
 
@@ -46,15 +46,6 @@ def cached_model(key: Hashable, build: Callable[[], T]) -> T:
         while len(_MODELS) > max(get_config().cache_size, 1):
             _MODELS.popitem(last=False)
     return value
-
-
-def keep(cache: OrderedDict, key: Any, value: Any, limit: int) -> None:
-    """Store ``value`` under ``key`` and drop the oldest entries beyond ``limit`` (the caller
-    holds the cache's lock). Only until :mod:`.interventional` keeps its forms on the device
-    model (:meth:`~.model.DeviceModel.form`)."""
-    cache[key] = value
-    while len(cache) > limit:
-        cache.popitem(last=False)
 
 
 #: Accumulators up to this many bytes are kept between calls (:func:`kept_accumulator`).

@@ -41,6 +41,7 @@ from distshap.kernels.cuda.interaction_quadrature import launch_interaction_quad
 from distshap.kernels.cuda.model import device_model, interaction_plan, slot_arrays
 from distshap.kernels.cuda.quadrature import launch_quadrature
 from distshap.kernels.cuda.slot_quadrature import launch_slot_quadrature
+from distshap.kernels.cuda.small_model import read_flag
 from distshap.kernels.cuda.tables import launch_tables
 from distshap.packed import PackedModel
 from distshap.plan.config import get_config
@@ -185,8 +186,8 @@ def _check_batch_rows(batch_rows: int | None) -> None:
 def _run_small(packed: PackedModel, X, raw, interactions: bool, first_row: int = 0):
     """The one-launch route (:mod:`.small`) on the rows ``X``; with ``raw`` (the model's raw
     values of the same rows) the additivity check runs in the kernel, then on the host where
-    the kernel flags a row (raising :class:`~distshap.additivity.AdditivityError`)."""
-    launch_kernel, sm = small.route(packed, interactions)  # small.VARIANT's kernels
+    the kernel flags a row (raising :class:`~distshap.additivity_rule.AdditivityError`)."""
+    launch_kernel, sm = small.route(packed, interactions)
     Xd = device_rows(X, packed.num_features)
     n = int(Xd.shape[0])
     G, F1 = packed.num_groups, packed.num_features + 1
@@ -198,7 +199,7 @@ def _run_small(packed: PackedModel, X, raw, interactions: bool, first_row: int =
         return out
     Xraw = Xd if _same_values(raw, X) else _device_raw(raw, n, packed.num_features)
     flag, s = launch_kernel(sm, Xd, Xraw, out, interactions, True)
-    if small.read_flag(flag, s):  # the full check decides, with its message
+    if read_flag(flag, s):  # the full check decides, with its message
         from distshap.additivity import check_additivity
         from distshap.kernels.margin import predict_margin
 
@@ -242,7 +243,7 @@ def checked_values(packed: PackedModel, rows, raw, interactions: bool, first_row
     carry their margin arrays: the values of :func:`shap_values` / :func:`interaction_values`,
     checked against the independent traversal of ``raw`` (the rows' raw values,
     :func:`distshap.inputs.model_matrix`), as :func:`distshap.additivity.check_additivity`
-    checks them (it raises :class:`~distshap.additivity.AdditivityError`). ``None`` for other
+    checks them (it raises :class:`~distshap.additivity_rule.AdditivityError`). ``None`` for other
     models: the caller runs the kernels and the check itself.
     """
     if packed.margin is None or not small_fits(packed, interactions):
@@ -307,11 +308,11 @@ def run_slot_batches(packed: PackedModel, X, slots, consume, batch_rows: int | N
     width = max(1, dev.num_slots)
     scale = 2.0**model.interaction_shift
     F1 = packed.num_features + 1
-    sm = small.small_model(packed) if small_fits(packed, True) else None
+    small_route = small_fits(packed, True)
 
     def batch(r0, r1, Xb, acc, s):
-        if dev.num_slots and sm is not None:  # the integers of the one-launch route's matrices
-            small.launch_slots(sm, Xb, acc, dev, s)
+        if dev.num_slots and small_route:  # the integers of the one-launch route's matrices
+            small.launch_slots(packed, Xb, acc, dev, s)
         elif dev.num_slots:
             launch_tables(model, plan, Xb, acc, scale, F1, s, slots=dev)
             launch_slot_quadrature(model, plan, Xb, acc, scale, s, dev)

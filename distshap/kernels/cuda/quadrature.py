@@ -7,22 +7,22 @@ thread forms the full product while it tests the one-fractions, then divides eac
 factor out again. All terms are positive, so float32 keeps its relative precision at any path
 length (unlike the DP's UNWOUND_SUM, which cancels).
 
-* SHAP values: one thread per row; a block runs one chunk of paths of one output group on its
-  rows, so every path is warp-uniform (no shuffles, no ballots) and each thread's row sums stay
-  in shared memory (:func:`quadrature_warps`) until the chunk is done. With chunk-local
-  feature tiles (:data:`config.SHAP_QUADRATURE_TILES` ``"local"``, models of more than
-  :data:`config.QUADRATURE_TILE_FEATURES` features) the chunks are formed so that each touches
-  at most that many distinct features (:func:`~distshap.kernels.cuda.model.local_chunks`): a
-  thread's sums take that many int64 columns (the lane's ``lane_column``) instead of one per
-  feature of the model, so more warps fit an SM, and models too wide for a column per feature
-  sum in shared memory instead of adding every contribution to global memory. Column ``c``
-  is flushed to the chunk's ``c``-th feature. Every contribution is truncated to int64 on its
-  own and integer addition is associative: the same bits as the all-features tile.
+* SHAP values: two rows a thread (:func:`_make_two_row_shap_kernel`); a block runs one chunk
+  of paths of one output group on its rows, so every path is warp-uniform (no shuffles, no
+  ballots) and each thread's row sums stay in shared memory (:func:`quadrature_warps`) until
+  the chunk is done, or go to global memory with atomics where they do not fit. Models of more
+  than ``quadrature_tile_features`` features get chunk-local feature tiles (the plan's
+  ``lane_column``): each chunk touches at most that many distinct features, so a thread's sums
+  take that many int64 columns instead of one per feature of the model. Column ``c`` is
+  flushed to the chunk's ``c``-th feature. A model whose two rows' sums do not fit shared
+  memory where one row's do runs the one-row kernels (:func:`_make_shap_kernel`,
+  :func:`_make_local_shap_kernel`). Every contribution is truncated to int64 on its own and
+  integer addition is associative: the same bits in every kernel.
 
 Interaction values (the same integrals with each element's ratio):
 :mod:`.interaction_quadrature` (full matrices) and :mod:`.slot_quadrature` (pair slots).
 
-A kernel is compiled per node count (:data:`config.QUADRATURE_NODES`) on first use; contributions
+A kernel is compiled per node count (``quadrature_nodes``) on first use; contributions
 are truncated to int64 fixed point and added with integer atomics.
 """
 
@@ -31,7 +31,6 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, types
 
-from distshap.kernels.cuda import config
 from distshap.kernels.cuda.device import (
     CAT_OTHER_FLAG,
     LF_LOWER,
@@ -54,15 +53,7 @@ from distshap.plan.geometry import (
     quadrature_warps,
 )
 
-__all__ = ["launch_quadrature", "quadrature_kernel", "shap_rows"]
-
-
-def shap_rows() -> int:
-    """Rows a thread of the SHAP quadrature kernels (:data:`config.SHAP_QUADRATURE_ROWS`)."""
-    rows = config.SHAP_QUADRATURE_ROWS
-    if rows not in (1, 2):
-        raise ValueError(f"config.SHAP_QUADRATURE_ROWS must be 1 or 2, got {rows!r}")
-    return int(rows)
+__all__ = ["launch_quadrature", "quadrature_kernel"]
 
 
 def _make_shap_kernel(n_nodes: int, shared: bool):
@@ -195,7 +186,7 @@ def _make_local_shap_kernel(n_nodes: int):
 
 
 def _make_two_row_shap_kernel(n_nodes: int, mode: str):
-    """The SHAP kernel with two rows a thread (:data:`config.SHAP_QUADRATURE_ROWS` 2): thread
+    """The SHAP kernel with two rows a thread (the default route): thread
     ``t`` of a block runs rows ``t`` and ``t + blockDim`` of its row tile, each path's lane
     data loaded once for both, two independent products in flight. ``mode``: ``"local"``
     (chunk-local tiles, as :func:`_make_local_shap_kernel`), ``"shared"`` (a column per
@@ -204,8 +195,8 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
     one-row kernels', so the same int64 values; a row sums in its own columns of shared
     memory (``[column * 2 blockDim + t]`` and ``[... + blockDim + t]``).
 
-    How it keeps the integer, index and branch instructions per (path element, row) down
-    (issue #15; the SHAP kernels are issue-bound; ``benchmarks/kernel_isa.py`` counts them):
+    How it keeps the integer, index and branch instructions per (path element, row) down (the
+    SHAP kernels are issue-bound; ``benchmarks/kernel_isa.py`` counts them):
 
     * unsigned lane indices (``np.uint64``) and 32-bit element counters: no negative-index
       wraparound, no 64-bit compares; the lane arrays' row lengths checked once (4 and
@@ -393,8 +384,8 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream) -> None:
     nb = int(Xb.shape[0])
     XT = xp().ascontiguousarray(Xb.T)  # (features, rows): a warp reads 32 rows of a feature
     n_features = F1 - 1
-    rows = shap_rows()
-    if rows == 2 and quadrature_warps(n_features, 2) == 0 < quadrature_warps(n_features):
+    rows = 2
+    if quadrature_warps(n_features, 2) == 0 < quadrature_warps(n_features):
         rows = 1  # two rows' sums would not fit shared memory where one row's do
     warps = quadrature_warps(n_features, rows)
     shared = warps > 0
@@ -404,9 +395,9 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream) -> None:
     local = local_tiles(plan)
     for launch in plan.quadrature:
         if local:
-            local_rows = shap_rows()
+            local_rows = 2
             local_warps = quadrature_warps(launch.local_columns, local_rows)
-            if local_warps == 0 and local_rows == 2:
+            if local_warps == 0:
                 local_rows, local_warps = 1, quadrature_warps(launch.local_columns)
             if local_warps > 0:
                 _launch_local(model, plan, launch, XT, acc, scale, F1, stream, local_warps,

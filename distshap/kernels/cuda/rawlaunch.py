@@ -18,8 +18,7 @@ is launched by Numba from then on (:func:`launch` returns ``False``), with a war
 arithmetic is the kernel's own, so the results are those of a Numba launch, bit for bit
 (``tests/test_cuda_small.py`` compares them on a GPU).
 
-:data:`ENABLED` switches it off (``False``: every launch through Numba). Nothing here
-touches CUDA at import time; under the CUDA simulator nothing is launched here.
+Nothing here touches CUDA at import time; under the CUDA simulator nothing is launched here.
 """
 
 from __future__ import annotations
@@ -32,12 +31,7 @@ import numpy as np
 
 from distshap.kernels.cuda.device import SIM
 
-__all__ = ["ENABLED", "clear", "current_stream", "flat_layout", "launch", "ptx_param_widths"]
-
-#: Launch the small route's kernels through the driver (the default: about 85 us less host
-#: time a call on an H200, the same bits; ``False``: through Numba; :mod:`benchmarks.small_models`
-#: compares them).
-ENABLED = True
+__all__ = ["clear", "current_stream", "flat_layout", "launch", "ptx_param_widths"]
 
 _LOCK = threading.Lock()
 _KERNELS: dict = {}  # (id(dispatcher), key, device) -> (dispatcher, handle, layout) or None
@@ -183,11 +177,11 @@ def _kernel(dispatcher, key, args, device: int):
 def launch(dispatcher, key, grid: int, block: int, shared: int, args, stream) -> bool:
     """Launch ``dispatcher`` (a ``cuda.jit`` kernel) on ``grid`` x ``block`` threads with
     ``shared`` bytes of dynamic shared memory and ``args`` on the CuPy ``stream``; ``False``
-    (nothing launched) where it must go through Numba (:data:`ENABLED` off, the simulator, a
-    layout that does not match). ``key`` names the argument types: every call with one key
+    (nothing launched) where it must go through Numba (the simulator, a layout that does not
+    match). ``key`` names the argument types: every call with one key
     passes arrays of the same dtypes, dimensions and C-contiguity, and scalars of the same
     types, on each device (the caller's promise; the first call's types are compiled)."""
-    if SIM or not ENABLED:
+    if SIM:
         return False
     import cupy
 

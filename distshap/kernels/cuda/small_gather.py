@@ -1,4 +1,4 @@
-"""Small models, ``small.VARIANT = "gather"``: quadrature per (row, path), then fixed gathers.
+"""Small models in thread blocks: quadrature per (row, path), then fixed gathers.
 
 The warp-per-row kernels of :mod:`.small` run the float64 DP (EXTEND / UNWOUND_SUM, a
 division per step) on each lane's paths and sum the lanes' local-memory accumulators with
@@ -11,12 +11,12 @@ pieces that a thread block shares:
    ``v d_i integral_0^1 prod_{j != i} f_j``, and for interaction values the pair ``i < c``
    is ``v d_i d_c / 2 integral prod_{j != i, c} f_j`` and the diagonal element
    ``phi_i - sum_{c != i} phi_ic`` (partners in increasing order), XGBoost's convention. The
-   model's longest path ``K`` (at most :data:`~.small.SMALL_MAX_PATH_FEATURES`) fixes the node
+   model's longest path ``K`` (at most ``small_max_path_features``) fixes the node
    count ``ceil(K / 2)`` (exact for every path of the model) and the unrolled loops: a
    shorter path is padded with factors ``f = 1`` (``z = 1, d = 0``), which multiply exactly.
    No division, float64, the path's elements in registers. Each value goes to the row's slot
    of that (path, element) or (path, pair) in shared memory. With the check on, one thread
-   per (row, tree) walks the tree on the raw values (:func:`.small._leaf_merged`, the
+   per (row, tree) walks the tree on the raw values (:func:`.small_kernels._leaf_merged`, the
    independent traversal of :mod:`distshap.kernels.margin`) into the row's tree slot.
 2. *Entries.* One thread per output entry (row, group, column or matrix entry) adds the
    slots of that entry in a fixed order, read from a gather list built on the host from the
@@ -33,13 +33,14 @@ row's slots as entries, storing the fixed-point integers the matrices are made o
 
 *Bits.* Every value of a row is computed by the same operations on the same constants in
 the same order whatever block, grid, batch or GPU runs it, so the bits depend on the row
-(and the model) only. They are not those of the DP variants (another exact formula, another
+(and the model) only. They are not those of the warp-per-row kernels (another exact formula, another
 summation); both are exact to float64 rounding before the fixed-point conversion.
 
 *Shared memory.* A row takes ``C + T + W`` float64 slots (``C`` path values, ``T`` trees,
 ``W`` output entries); a block takes ``R`` rows (:func:`rows_per_block`; the bits do not
 depend on it). A model whose row does not fit :data:`SHARED_BYTES` does not take this route
-(:func:`~distshap.plan.routes.small_fits` then routes it to the ``"unrolled"`` kernels): a function of the model.
+(:func:`.small.route` runs the warp-per-row kernels of :mod:`.small_kernels` instead): a
+function of the model.
 """
 
 from __future__ import annotations
@@ -52,11 +53,16 @@ from dataclasses import dataclass
 import numpy as np
 from numba import cuda, types
 
-from distshap.kernels.cuda import small
-from distshap.kernels.cuda.caches import keep
+from distshap.kernels.cuda import rawlaunch
 from distshap.kernels.cuda.device import SIM, fixed, follows
 from distshap.kernels.cuda.model import device_model
-from distshap.kernels.cuda.small import (
+from distshap.kernels.cuda.small_kernels import (
+    _HALF_RTOL,
+    _leaf_merged,
+    _store_interaction,
+    _store_shap,
+)
+from distshap.kernels.cuda.small_model import (
     H_BASE_SCORE,
     H_CAT_OFFSETS,
     H_CAT_OTHER,
@@ -75,12 +81,12 @@ from distshap.kernels.cuda.small import (
     H_VALUE,
     H_WORDS,
     H_ZERO,
-    SMALL_MAX_INTERACTION_COLUMNS,
-    _leaf_merged,
-    _store_interaction,
-    _store_shap,
+    check_flag,
+    merged_arrays,
+    small_stream,
 )
 from distshap.packed import PackedModel
+from distshap.plan.config import get_config
 from distshap.plan.geometry import gauss_legendre
 from distshap.plan.routes import longest_path
 
@@ -96,9 +102,8 @@ THREADS = 32 if SIM else 128
 #: Blocks a launch aims at: rows a block ``ceil(n / TARGET_BLOCKS)``, within the shared memory.
 TARGET_BLOCKS = 2048
 _MAX_BLOCKS = 65535  # grid cap: more row blocks loop (grid-stride), the bits do not change
-_HALF_RTOL = small._HALF_RTOL
 
-# The extra header, the last _E entries of the int64 constants (after :func:`.small.
+# The extra header, the last _E entries of the int64 constants (after :func:`.small_model.
 # merged_arrays`' sections): starts of the sections added here, and two counts.
 (X_COFF_SHAP, X_COFF_INTER, X_EOFF_SHAP, X_ITEMS_SHAP, X_EOFF_INTER, X_ITEMS_INTER,
  X_C_SHAP, X_C_INTER) = range(8)  # fmt: skip
@@ -156,13 +161,13 @@ def _gather_lists(packed: PackedModel, interactions: bool):
 
 
 def gather_arrays(packed: PackedModel) -> tuple[np.ndarray, np.ndarray]:
-    """The gather kernels' constants: :func:`.small.merged_arrays` with, appended to the int64
+    """The gather kernels' constants: :func:`.small_model.merged_arrays` with, appended to the int64
     array, each path's first slot (SHAP values, interaction values), the gather lists of the
-    SHAP and (where ``F + 1`` fits :data:`~.small.SMALL_MAX_INTERACTION_COLUMNS`) interaction
+    SHAP and (where ``F + 1`` fits ``small_max_interaction_columns``) interaction
     entries, and a header of their starts and the slot counts as its last entries."""
-    I, D = small.merged_arrays(packed)  # noqa: E741
+    I, D = merged_arrays(packed)  # noqa: E741
     coff_s, eoff_s, items_s, c_s = _gather_lists(packed, False)
-    if packed.num_features + 1 <= SMALL_MAX_INTERACTION_COLUMNS:
+    if packed.num_features + 1 <= get_config().small_max_interaction_columns:
         coff_i, eoff_i, items_i, c_i = _gather_lists(packed, True)
     else:
         coff_i = eoff_i = np.zeros(1, np.int64)
@@ -361,8 +366,8 @@ def gather_kernel(kind: str, K: int, raw: bool):
 def _make_gather_kernel(kind: str, K: int, raw: bool):
     if kind not in ("shap", "interactions", "slots"):
         raise ValueError(f"kind must be 'shap', 'interactions' or 'slots', got {kind!r}")
-    if not 1 <= K <= small.SMALL_MAX_PATH_FEATURES:
-        raise ValueError(f"K must be in 1..{small.SMALL_MAX_PATH_FEATURES}, got {K}")
+    if K < 1:
+        raise ValueError(f"K must be at least 1, got {K}")
     interactions = kind != "shap"
     slots = kind == "slots"
     path_values = _make_path_values(K, interactions)
@@ -473,9 +478,9 @@ def _grid(n_rows: int, R: int) -> int:
 
 
 def launch_gather(gm: GatherModel, X, Xraw, out, interactions: bool, check: bool):
-    """:func:`.small.launch_merged` with the gather kernels: the values of the device rows
+    """:func:`.small_kernels.launch_merged` with the gather kernels: the values of the device rows
     ``X`` into ``out``; with ``check``, each row's traversal of ``Xraw`` (``None`` or ``X``:
-    the rows themselves) too. Returns the flag and the stream for :func:`.small.read_flag`."""
+    the rows themselves) too. Returns the flag and the stream for :func:`.small_model.read_flag`."""
     kind = "interactions" if interactions else "shap"
     raw = Xraw is not None and Xraw is not X
     kernel = gather_kernel(kind, gm.K, raw)
@@ -483,26 +488,23 @@ def launch_gather(gm: GatherModel, X, Xraw, out, interactions: bool, check: bool
     slots_a_row = gm.row_slots[1 if interactions else 0]
     R = rows_per_block(n, slots_a_row)
     shared = 8 * R * slots_a_row
-    flag = small._flag()
+    flag = check_flag()
     args = (X, Xraw, out) if raw else (X, out)
     args = (*args, flag, gm.I, gm.D, bool(check), R)
     grid = _grid(n, R)
     if not SIM:
-        from distshap.kernels.cuda import rawlaunch
-
-        if rawlaunch.ENABLED:
-            s = rawlaunch.current_stream()
-            key = ("gather", kind, gm.K, Xraw.dtype.char if raw else "")
-            if rawlaunch.launch(kernel, key, grid, THREADS, shared, args, s):
-                return flag, s
-    s = small._stream()
+        s = rawlaunch.current_stream()
+        key = ("gather", kind, gm.K, Xraw.dtype.char if raw else "")
+        if rawlaunch.launch(kernel, key, grid, THREADS, shared, args, s):
+            return flag, s
+    s = small_stream()
     _configured(kernel, grid, shared, s)(*args)
     return flag, s
 
 
 def launch_gather_slots(gm: GatherModel, X, acc, dev, s) -> None:
     """Interaction values of the rows ``X`` into their pair slots ``acc`` (int64 ``(n, S)``),
-    as :func:`.small.launch_slots` (the integers of :func:`launch_gather`'s matrices)."""
+    as :func:`.small.launch_slots` does (the integers of :func:`launch_gather`'s matrices)."""
     kernel = gather_kernel("slots", gm.K, False)
     n = int(X.shape[0])
     slots_a_row = gm.row_slots[1]
@@ -521,7 +523,9 @@ def _configured(kernel, grid: int, shared: int, s):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*under-utilization.*")
             hit = kernel[grid, THREADS, s, shared]
-        with _LOCK:
-            keep(_CONFIGS, key, (kernel, hit), 64)  # the kernel kept: its id stays its own
+        with _LOCK:  # the kernel kept: its id stays its own
+            _CONFIGS[key] = (kernel, hit)
+            while len(_CONFIGS) > 64:
+                _CONFIGS.popitem(last=False)
         return hit
     return hit[1]

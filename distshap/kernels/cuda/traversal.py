@@ -8,13 +8,12 @@ bits):
 * :func:`gpu_margin` with few rows (:data:`BLOCK_ROWS_MAX`): a block of :data:`_THREADS` threads
   per row walks the trees a tile (:data:`_TILE` trees) at a time, one tree a thread, into shared
   memory, where thread ``g`` adds group ``g``'s leaves in tree order while the block walks the
-  next tile (two buffers). Many rows: one thread per row walking every tree. :data:`MODE`
-  picks one for benchmarks; the bits are the same.
+  next tile (two buffers). Many rows: one thread per row walking every tree. The same bits.
 * :func:`check_rows` (up to :data:`BLOCK_ROWS_MAX` rows): the block traversal, then the row's
   values of each group summed by the block in float64 (a fixed reduction tree) and compared
   with its margin with the tolerance of :func:`distshap.additivity.check_additivity` (its
   caller passes half of it); a row that misses
-  sets a flag in mapped host memory (:func:`distshap.kernels.cuda.small.read_flag`).
+  sets a flag in mapped host memory (:func:`distshap.kernels.cuda.small_model.read_flag`).
 * :func:`check_values`: that check against given margins.
 
 The model's arrays come from :func:`distshap.kernels.margin.device_arrays` (four packed Numba
@@ -48,11 +47,8 @@ from distshap.kernels.margin import (
     device_arrays,
 )
 
-__all__ = ["BLOCK_ROWS_MAX", "MODE", "check_rows", "check_values", "gpu_margin"]
+__all__ = ["BLOCK_ROWS_MAX", "check_rows", "check_values", "gpu_margin"]
 
-#: GPU traversal: "auto" (block per row up to :data:`BLOCK_ROWS_MAX` rows), "block" or "rows"
-#: (thread per row); the same bits for each (:mod:`benchmarks.call_profile` compares them).
-MODE = "auto"
 #: Above this many rows the GPU walks one thread per row (they fill the GPU by themselves).
 BLOCK_ROWS_MAX = 1 << 12  # on an H200, 100 trees: 200 rows 159 vs 831 us; 100k rows 1,735 vs 851 us
 _THREADS = 128  # threads of the block traversal; at most this many groups take it
@@ -240,7 +236,7 @@ def _block_grid(n: int) -> int:
 
 def gpu_margin(model: MarginModel, X: Any, out: Any) -> None:
     """The GPU traversal of the device rows ``X`` (C-contiguous; NumPy under the simulator)
-    into ``out`` ``(n, G)`` float64, on CuPy's current stream (:data:`MODE`)."""
+    into ``out`` ``(n, G)`` float64, on CuPy's current stream."""
     from distshap.kernels.cuda import args
 
     n = int(X.shape[0])
@@ -250,8 +246,7 @@ def gpu_margin(model: MarginModel, X: Any, out: Any) -> None:
     arrays = device_arrays(model)
     s = args.current_stream()
     groups = int(model["base_score"].shape[0])
-    block = MODE == "block" or (MODE == "auto" and n <= BLOCK_ROWS_MAX)
-    if block and groups <= _THREADS:
+    if n <= BLOCK_ROWS_MAX and groups <= _THREADS:
         args.configured(block_kernel, _block_grid(n), _THREADS, s)(X, *arrays, out)
     else:
         threads = 128
@@ -261,19 +256,20 @@ def gpu_margin(model: MarginModel, X: Any, out: Any) -> None:
 def check_rows(model: MarginModel, X: Any, values: Any, rtol: float):
     """Launch the traversal of the device rows ``X`` with the additivity check of ``values``
     (C-contiguous float32 ``(n, G, W)``) against it, on CuPy's current stream; returns
-    ``(flag, stream)`` for :func:`distshap.kernels.cuda.small.read_flag` (set where a row
+    ``(flag, stream)`` for :func:`distshap.kernels.cuda.small_model.read_flag` (set where a row
     misses by more than ``rtol`` of its scale), or ``None`` where the model has more groups
     than the block has threads, or for more rows than :data:`BLOCK_ROWS_MAX` (the caller then
     runs :func:`gpu_margin`, thread per row, and :func:`check_values`)."""
-    from distshap.kernels.cuda import args, small
+    from distshap.kernels.cuda import args
+    from distshap.kernels.cuda.small_model import check_flag
 
     groups = int(model["base_score"].shape[0])
     n = int(X.shape[0])
-    if groups > _THREADS or (MODE == "rows" or (MODE == "auto" and n > BLOCK_ROWS_MAX)):
+    if groups > _THREADS or n > BLOCK_ROWS_MAX:
         return None  # many rows: the thread-per-row traversal, then the check
     check_kernel = _kernels()[2]
     s = args.current_stream()
-    flag = small._flag()
+    flag = check_flag()
     if n:
         args.configured(check_kernel, _block_grid(n), _THREADS, s)(
             values, X, *device_arrays(model), flag, float(rtol)
@@ -285,11 +281,12 @@ def check_values(values: Any, margin: Any, rtol: float):
     """Launch the additivity check of ``values`` (C-contiguous float32 ``(n, G, W)``, on the
     device) against ``margin`` (C-contiguous float64 ``(n, G)``) on CuPy's current stream;
     returns ``(flag, stream)`` as :func:`check_rows` does."""
-    from distshap.kernels.cuda import args, small
+    from distshap.kernels.cuda import args
+    from distshap.kernels.cuda.small_model import check_flag
 
     values_kernel = _kernels()[3]
     s = args.current_stream()
-    flag = small._flag()
+    flag = check_flag()
     n = int(values.shape[0])
     if n:
         args.configured(values_kernel, _block_grid(n), _THREADS, s)(values, margin, flag,
