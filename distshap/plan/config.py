@@ -3,7 +3,8 @@
 Every tunable of the planning and kernel layers is a field here, with one lifetime: a plan or a
 kernel launch reads :func:`get_config` when it is made, and anything compiled into a kernel is
 an argument of the factory that builds it (so a changed value builds, and caches, another
-kernel). Device models are cached per configuration, so a change needs no cache clearing.
+kernel). Device models are cached per configuration (a frozen, hashable :class:`Config` is
+part of the cache key as it is), so a change needs no cache clearing.
 
 Change it for a block of code with :func:`config_context` (the way tests and benchmarks set it),
 or for the whole process with :func:`set_config`; :func:`reset_config` restores the defaults.
