@@ -31,7 +31,7 @@ from distshap.kernels.cuda import device
 from distshap.kernels.cuda.caches import cached_model
 from distshap.kernels.cuda.device import device_id, stream
 from distshap.kernels.cuda.fallback import FALLBACK_MAX_FEATURES
-from distshap.kernels.cuda.tables import fill_interaction_tables, fill_shap_tables
+from distshap.kernels.cuda.table_fill import fill_interaction_tables, fill_shap_tables
 from distshap.kernels.cuda.upload import lane_columns
 from distshap.packed import PackedModel
 from distshap.plan.config import Config, get_config

@@ -19,7 +19,8 @@ from distshap.kernels.cuda.fallback import oversize_kernel
 from distshap.kernels.cuda.interaction_quadrature import interaction_kernel
 from distshap.kernels.cuda.launch import finish_kernel
 from distshap.kernels.cuda.quadrature import quadrature_kernel
-from distshap.kernels.cuda.tables import fill_kernel, shap_fill_kernel, table_kernel
+from distshap.kernels.cuda.table_fill import fill_kernel, shap_fill_kernel
+from distshap.kernels.cuda.tables import table_kernel
 from distshap.kernels.cuda.upload import LANE_FILL_SIGNATURE, lane_fill_kernel
 from distshap.plan.config import get_config
 
@@ -55,7 +56,7 @@ def _kernels() -> dict:
             "float64[::1], float32[::1])",
         ),
         "fill_interaction_tables_kernel": (
-            fill_kernel,
+            fill_kernel(get_config().interaction_table_max_features),
             "void(float64[:, ::1], int64[::1], int32[::1], int64[::1], float32[::1])",
         ),
         "oversize_kernel": (
