@@ -14,6 +14,7 @@ from distshap.kernels.cuda.interventional.tables import (
     shap_fill_kernel,
     table_kernel,
 )  # fmt: skip
+from distshap.kernels.cuda.ptx import _device_free_compilation
 from distshap.plan.config import Config, get_config
 
 __all__ = ["kernel_ptx"]
@@ -88,8 +89,6 @@ def _signatures(cfg: Config) -> dict:
 def kernel_ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, str]:
     """PTX of every interventional kernel for compute capability ``cc`` (NVVM, no GPU), as the
     current configuration builds them."""
-    from distshap.kernels.cuda.ptx import _device_free_compilation
-
     if SIM:
         raise RuntimeError("kernel_ptx cannot run under NUMBA_ENABLE_CUDASIM=1")
     out = {}
