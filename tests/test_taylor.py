@@ -445,6 +445,7 @@ def test_gpu_kernel_compiles_to_ptx_with_integer_atomics_only():
 
     from distshap.kernels.cuda.ptx import _device_free_compilation
     from distshap.kernels.cuda.taylor import taylor_kernel
+    from distshap.plan.config import get_config
 
     sig = (
         "void(float32[:, ::1], int32[:, ::1], int64[::1], float64[:, ::1], uint32[::1], "
@@ -452,6 +453,7 @@ def test_gpu_kernel_compiles_to_ptx_with_integer_atomics_only():
         "int64)"
     )
     with _device_free_compilation((9, 0)):
-        ptx, _ = cuda.compile_ptx(taylor_kernel.py_func, sig, cc=(9, 0))
+        kernel = taylor_kernel(get_config().max_fallback_features)
+        ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
     assert "atom.global.add.u64" in ptx
     assert "atom.global.add.f32" not in ptx and "atom.global.add.f64" not in ptx

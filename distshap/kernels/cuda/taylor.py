@@ -14,13 +14,13 @@ Contributions are rounded to int64 fixed point at the model's interaction shift
 entry) and added with integer atomics; :func:`~distshap.kernels.cuda.launch.finish_kernel`
 converts them and adds the expected value at ``[F, F]``. Bits do not depend on the batching or
 the order threads run in. A straightforward kernel (no warp packing, no shared memory): paths
-of up to ``MAX_FALLBACK_FEATURES`` features, as the device model allows; cost per (row, path)
-``O(k^2 ceil(k / 2))``.
+of up to the configuration's ``max_fallback_features`` features (compiled into its local
+arrays), as the device model allows; cost per (row, path) ``O(k^2 ceil(k / 2))``.
 """
 
 from __future__ import annotations
 
-import threading
+import functools
 
 import numpy as np
 from numba import cuda
@@ -31,11 +31,9 @@ from distshap.kernels.cuda.device import (
     LI_FEATURE,
     LI_GROUP,
     SIM,
-    device_id,
     fixed,
     lane_follows,
 )  # fmt: skip
-from distshap.kernels.cuda.fallback import FALLBACK_MAX_FEATURES
 from distshap.kernels.cuda.launch import (
     device_rows,
     finish_kernel,
@@ -46,106 +44,105 @@ from distshap.kernels.cuda.launch import (
 from distshap.kernels.cuda.model import device_model
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
 from distshap.packed import PackedModel
+from distshap.plan.config import get_config
 
 __all__ = ["taylor_kernel", "taylor_values"]
 
-# Frozen at import: the kernel's local arrays have these sizes (the device model refuses paths
-# longer than FALLBACK_MAX_FEATURES).
-_MAXF = FALLBACK_MAX_FEATURES
-_MAXN = node_count(_MAXF)
 #: Divisors ``q_j`` below this are not divided by (the product is formed without them).
 _DIVIDE_MIN = 1e-200
 _THREADS = 128
 
 
-@cuda.jit(cache=True)
-def taylor_kernel(lane_f, lane_i, lane_cat, lane_d, cat_words, path_offsets, gl_nodes,
-                  gl_weights, path0, X, acc, scale, n_cols):  # fmt: skip
-    """One thread per (row ``r`` of ``X``, path ``path0 + blockIdx.y``), float64."""
-    r = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-    if r >= X.shape[0]:
-        return
-    p = path0 + cuda.blockIdx.y
-    s0 = path_offsets[p] + 1  # the first feature element (after the bias lane)
-    k = path_offsets[p + 1] - s0
-    z = cuda.local.array(_MAXF, np.float64)
-    d = cuda.local.array(_MAXF, np.float64)
-    c = cuda.local.array(_MAXN, np.float64)
-    v = lane_d[s0 - 1, LD_VALUE]
-    base = lane_i[s0 - 1, LI_GROUP] * n_cols * n_cols
-    any_d = False
-    for i in range(k):
-        li = s0 + i
-        z[i] = lane_d[li, LD_ZERO]
-        o = 0.0
-        if lane_follows(X[r, lane_i[li, LI_FEATURE]], lane_f, lane_i, lane_cat, cat_words, li):
-            o = 1.0
-        d[i] = o - z[i]
-        if d[i] != 0.0:
-            any_d = True
-    if not any_d:
-        return  # every main effect and pair of the path is 0
-    for i in range(k):  # main effects
-        if d[i] == 0.0:
-            continue
-        value = v * d[i]
-        for e in range(k):
-            if e != i:
-                value *= z[e]
-        iv = fixed(value, scale)
-        if iv != 0:
-            fi = lane_i[s0 + i, LI_FEATURE]
-            cuda.atomic.add(acc, (r, base + fi * n_cols + fi), iv)
-    n_nodes = (k + 1) // 2
-    g0 = n_nodes * (n_nodes - 1) // 2  # this rule's place in the node table
-    for i in range(k - 1):  # pairs i < j, half to [i, j] and half to [j, i]
-        if d[i] == 0.0:
-            continue
-        for m in range(n_nodes):
-            t = gl_nodes[g0 + m]
-            prod = gl_weights[g0 + m] * (1.0 - t)
+@functools.cache
+def taylor_kernel(max_features: int):
+    """The Shapley-Taylor kernel for paths of at most ``max_features`` features (the size of
+    its local arrays): one thread per (row ``r`` of ``X``, path ``path0 + blockIdx.y``),
+    float64. Launch: grid ``(ceil(rows / T), paths)``, ``T`` threads."""
+    maxf = int(max_features)
+    maxn = node_count(maxf)
+
+    @cuda.jit(cache=True)
+    def kernel(lane_f, lane_i, lane_cat, lane_d, cat_words, path_offsets, gl_nodes, gl_weights,
+               path0, X, acc, scale, n_cols):  # fmt: skip
+        r = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        if r >= X.shape[0]:
+            return
+        p = path0 + cuda.blockIdx.y
+        s0 = path_offsets[p] + 1  # the first feature element (after the bias lane)
+        k = path_offsets[p + 1] - s0
+        z = cuda.local.array(maxf, np.float64)
+        d = cuda.local.array(maxf, np.float64)
+        c = cuda.local.array(maxn, np.float64)
+        v = lane_d[s0 - 1, LD_VALUE]
+        base = lane_i[s0 - 1, LI_GROUP] * n_cols * n_cols
+        any_d = False
+        for i in range(k):
+            li = s0 + i
+            z[i] = lane_d[li, LD_ZERO]
+            o = 0.0
+            if lane_follows(X[r, lane_i[li, LI_FEATURE]], lane_f, lane_i, lane_cat, cat_words, li):
+                o = 1.0
+            d[i] = o - z[i]
+            if d[i] != 0.0:
+                any_d = True
+        if not any_d:
+            return  # every main effect and pair of the path is 0
+        for i in range(k):  # main effects
+            if d[i] == 0.0:
+                continue
+            value = v * d[i]
             for e in range(k):
                 if e != i:
-                    prod *= z[e] + t * d[e]
-            c[m] = prod
-        fi = lane_i[s0 + i, LI_FEATURE]
-        for j in range(i + 1, k):
-            if d[j] == 0.0:
+                    value *= z[e]
+            iv = fixed(value, scale)
+            if iv != 0:
+                fi = lane_i[s0 + i, LI_FEATURE]
+                cuda.atomic.add(acc, (r, base + fi * n_cols + fi), iv)
+        n_nodes = (k + 1) // 2
+        g0 = n_nodes * (n_nodes - 1) // 2  # this rule's place in the node table
+        for i in range(k - 1):  # pairs i < j, half to [i, j] and half to [j, i]
+            if d[i] == 0.0:
                 continue
-            total = 0.0
             for m in range(n_nodes):
                 t = gl_nodes[g0 + m]
-                qj = z[j] + t * d[j]
-                if qj >= _DIVIDE_MIN:
-                    total += c[m] / qj
-                else:
-                    prod = gl_weights[g0 + m] * (1.0 - t)
-                    for e in range(k):
-                        if e != i and e != j:
-                            prod *= z[e] + t * d[e]
-                    total += prod
-            iv = fixed(v * d[i] * d[j] * total, scale)
-            if iv != 0:
-                fj = lane_i[s0 + j, LI_FEATURE]
-                cuda.atomic.add(acc, (r, base + fi * n_cols + fj), iv)
-                cuda.atomic.add(acc, (r, base + fj * n_cols + fi), iv)
+                prod = gl_weights[g0 + m] * (1.0 - t)
+                for e in range(k):
+                    if e != i:
+                        prod *= z[e] + t * d[e]
+                c[m] = prod
+            fi = lane_i[s0 + i, LI_FEATURE]
+            for j in range(i + 1, k):
+                if d[j] == 0.0:
+                    continue
+                total = 0.0
+                for m in range(n_nodes):
+                    t = gl_nodes[g0 + m]
+                    qj = z[j] + t * d[j]
+                    if qj >= _DIVIDE_MIN:
+                        total += c[m] / qj
+                    else:
+                        prod = gl_weights[g0 + m] * (1.0 - t)
+                        for e in range(k):
+                            if e != i and e != j:
+                                prod *= z[e] + t * d[e]
+                        total += prod
+                iv = fixed(v * d[i] * d[j] * total, scale)
+                if iv != 0:
+                    fj = lane_i[s0 + j, LI_FEATURE]
+                    cuda.atomic.add(acc, (r, base + fi * n_cols + fj), iv)
+                    cuda.atomic.add(acc, (r, base + fj * n_cols + fi), iv)
+
+    return kernel
 
 
-_NODES: dict = {}
-_NODES_LOCK = threading.Lock()
-
-
-def _node_arrays():
-    """The Gauss-Legendre table of up to :data:`_MAXN` nodes on the current device (cached)."""
-    nodes, weights = gauss_legendre_table(_MAXN)
+def _node_arrays(model, max_features: int):
+    """The Gauss-Legendre table of up to ``node_count(max_features)`` nodes on the device of
+    ``model`` (kept as a form of the device model)."""
+    nodes, weights = gauss_legendre_table(node_count(max_features))
     if SIM:
         return np.array(nodes), np.array(weights)
-    key = device_id()
-    with _NODES_LOCK:
-        hit = _NODES.get(key)
-        if hit is None:
-            hit = _NODES[key] = (cuda.to_device(nodes), cuda.to_device(weights))
-        return hit
+    return model.form(("taylor_nodes", max_features),
+                      lambda: (cuda.to_device(nodes), cuda.to_device(weights)))  # fmt: skip
 
 
 def taylor_values(packed: PackedModel, X, batch_rows: int | None = None):
@@ -176,14 +173,16 @@ def taylor_values(packed: PackedModel, X, batch_rows: int | None = None):
     if n == 0:
         return out
     scale = 2.0**model.interaction_shift
-    nodes, weights = _node_arrays()
+    max_features = int(get_config().max_fallback_features)  # the device model's longest path
+    kernel = taylor_kernel(max_features)
+    nodes, weights = _node_arrays(model, max_features)
     n_paths = packed.num_paths
 
     def batch(r0, r1, Xb, acc, s):
         tpb = min(_THREADS, 32 * -(-(r1 - r0) // 32))
         for p0 in range(0, n_paths, 65535):  # grid.y is at most 65535
             grid = (-(-(r1 - r0) // tpb), min(n_paths - p0, 65535))
-            taylor_kernel[grid, tpb, s](
+            kernel[grid, tpb, s](
                 model.lane_f, model.lane_i, model.lane_cat, model.lane_d, model.cat_words,
                 model.path_offsets, nodes, weights, p0, Xb, acc, scale, F1,
             )  # fmt: skip
