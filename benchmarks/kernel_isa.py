@@ -67,7 +67,7 @@ def two_row_kernel(n_nodes: int = 8, mode: str = "local"):
     return quadrature._make_two_row_shap_kernel(n_nodes, mode)
 
 
-def slot_kernel(n_nodes: int = 4, rows: int = 2, cache_x: bool = True, mode: str = "split"):
+def slot_kernel(n_nodes: int = 4, rows: int = 2, cache_x: bool = True):
     """The split slot kernel (:func:`distshap.kernels.cuda.slot_quadrature.split_slot_kernel`)
     and its signature: ``(kernel, sig)``. Its first loop with floating-point work
     (``products``) is the per-(element, row) loop, its second (``quotients``) the per-(pair,
@@ -76,7 +76,7 @@ def slot_kernel(n_nodes: int = 4, rows: int = 2, cache_x: bool = True, mode: str
     float instructions too: ``report(..., min_float=8)`` names the right loops there."""
     from distshap.kernels.cuda import slot_quadrature
 
-    kernel = slot_quadrature.split_slot_kernel(n_nodes, rows, cache_x, mode)
+    kernel = slot_quadrature.split_slot_kernel(n_nodes, rows, cache_x)
     return kernel, _SLOT_SIG
 
 
@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="slot: the split slot kernel (4 nodes by default)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.kernel == "slot":
-        kernel, sig = slot_kernel(args.nodes or 4, 2, True, "split")
+        kernel, sig = slot_kernel(args.nodes or 4, 2, True)
         _print_slot(kernel, sig, args.sass, args.nvdisasm, args.arch)
         return
     nodes = args.nodes or 8

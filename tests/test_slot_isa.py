@@ -1,10 +1,11 @@
 """The split slot kernel's per-element and per-pair PTX (:mod:`benchmarks.kernel_isa`; needs
 NVVM, no GPU): the float32 operations the source asks for
-(:func:`distshap.kernels.cuda.quadrature.pair_steps`), per node, and no more than a bound on
-the other instructions (the kernel is issue-bound on integer work).
+(:func:`distshap.kernels.cuda.interaction_quadrature.pair_steps`), per node, and no more than
+a bound on the other instructions (the kernel is issue-bound on integer work).
 
-Its slots against the gathered kernel and the full matrices are checked under the CUDA
-simulator by ``tests/test_slot_quadrature.py`` and on a GPU by the ``gpu``-marked tests there.
+Its slots against the full matrices are checked under the CUDA simulator by
+``tests/test_pair_interactions.py`` and on a GPU by the ``gpu``-marked tests there and in
+``tests/test_slot_quadrature.py``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def test_slot_kernel_ptx_per_element_and_pair():
     from distshap.plan.geometry import gauss_legendre
 
     nodes = {f"0f{v:08X}" for v in gauss_legendre(N_NODES)[0].astype(np.float32).view(np.uint32)}
-    kernel = kernel_isa.slot_kernel(N_NODES, 2, True, "split")
+    kernel = kernel_isa.slot_kernel(N_NODES, 2, True)
     ops = kernel_isa.float_ops(*kernel, every=True)
     # the element loop, the pair loop twice (NVVM unswitches it: tile adds, direct adds)
     assert list(ops) == ["fp0", "fp1", "fp2"], list(ops)
