@@ -75,13 +75,10 @@ def test_launch_configurations_are_kept_per_stream():
     assert args.configured(k, 4, 128, 0) is a and k.calls == 1
     args.configured(k, 5, 128, 0)
     assert k.calls == 2
-    args.CACHE = False
-    try:
-        args.configured(k, 4, 128, 0)
-        assert k.calls == 3
-    finally:
-        args.CACHE = True
-        args.clear()
+    args.clear()
+    args.configured(k, 4, 128, 0)
+    assert k.calls == 3
+    args.clear()
     assert args.stream_key(0) == 0
     x = np.zeros(3)
     assert args.view(x) is x  # host arrays pass through
@@ -93,7 +90,7 @@ import numpy as np
 import tiny, naive
 from distshap.kernels.margin import margin_model, predict_margin
 from distshap.kernels.cuda import traversal as T
-from distshap.kernels.cuda.small import read_flag
+from distshap.kernels.cuda.small_model import read_flag
 sys.setswitchinterval(1e-4)
 
 def same(a, b, what):
@@ -106,13 +103,13 @@ cpu = predict_margin(model, X)
 same(cpu, naive.predict_margin(ens, X), "cpu")
 T._TILE = 4  # three tiles: both buffers, a partial last tile
 T._kernels.cache_clear()
-for mode in ("block", "rows"):
-    T.MODE = mode
+for rows_max in (4096, 0):  # the block traversal, then a thread per row
+    T.BLOCK_ROWS_MAX = rows_max
     out = np.full_like(cpu, np.nan)
     T.gpu_margin(model, X, out)
-    same(out, cpu, mode)
+    same(out, cpu, rows_max)
 T._MAX_BLOCKS = 2  # two blocks loop over the five rows
-T.MODE = "block"
+T.BLOCK_ROWS_MAX = 4096
 out = np.full_like(cpu, np.nan)
 T.gpu_margin(model, X, out)
 same(out, cpu, "grid-stride")
@@ -154,10 +151,9 @@ def test_gpu_margin_bits_and_checks():
         X = tiny.random_rows(5, ens, n, 0.1)
         cpu = predict_margin(model, X)
         Xd = cupy.asarray(X)
-        for mode in ("rows", "block", "auto"):
-            traversal.MODE = mode
-            assert _same(cupy.asnumpy(predict_margin(model, Xd)), cpu), (n, mode)
-        traversal.MODE = "auto"
+        for rows_max in (0, 1 << 30, 1 << 12):  # a thread per row, the block traversal, auto
+            traversal.BLOCK_ROWS_MAX = rows_max
+            assert _same(cupy.asnumpy(predict_margin(model, Xd)), cpu), (n, rows_max)
         vals = np.zeros((n, 3, 5), np.float32)
         vals[:, :, 0] = cpu.astype(np.float32)
         vals[:, :, 1] = (cpu - vals[:, :, 0]).astype(np.float32)
@@ -179,7 +175,7 @@ def test_gpu_public_call_bits_do_not_depend_on_host_switches():
     import xgboost as xgb
 
     from distshap import TreeExplainer, additivity
-    from distshap.kernels.cuda import args, traversal
+    from distshap.kernels.cuda import traversal
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 6)).astype(np.float32)
@@ -189,12 +185,11 @@ def test_gpu_public_call_bits_do_not_depend_on_host_switches():
     Xd = cupy.asarray(X[:200])
     outs = []
     for on in (False, True):
-        args.CACHE = args.VIEWS = additivity.GPU_KERNEL = on
-        traversal.MODE = "auto" if on else "rows"
+        additivity.GPU_KERNEL = on
+        traversal.BLOCK_ROWS_MAX = 1 << 12 if on else 0
         outs.append((cupy.asnumpy(explainer.shap_values(Xd)),
                      cupy.asnumpy(explainer.shap_interaction_values(Xd))))  # fmt: skip
-    args.CACHE = args.VIEWS = additivity.GPU_KERNEL = True
-    traversal.MODE = "auto"
+    additivity.GPU_KERNEL = True
     for a, b in zip(*outs, strict=True):
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
 

@@ -106,8 +106,7 @@ def test_shap_table_kernels_ptx():
     from distshap.kernels.cuda import ptx
 
     kernels = ptx._kernels()
-    names = ("shap_table_kernel", "shap_table_shared_kernel", "shap_table_1row_kernel",
-             "shap_table_1row_shared_kernel", "fill_shap_tables_kernel")  # fmt: skip
+    names = ("shap_table_kernel", "shap_table_shared_kernel", "fill_shap_tables_kernel")
     with ptx._device_free_compilation((9, 0)):
         text = {}
         for name in names:
@@ -117,13 +116,13 @@ def test_shap_table_kernels_ptx():
         # determinism: integer atomics only
         assert "atom.global.add.f32" not in t and "atom.global.add.f64" not in t, name
         assert "atom.shared.add.f" not in t, name
-    for name in names[:4]:
+    for name in names[:2]:
         assert "vote.sync" in text[name], name  # the ballot gathers the pattern
         assert "atom.global.add.u64" in text[name], name
         assert ".local" not in text[name], f"{name} spills to local memory"
         assert "call.uni" not in text[name], f"{name} has a non-inlined call"
-        if "shared" in name:
-            assert "atom.shared.add.u64" in text[name], name
+        if "shared" in name:  # the tile as split uint32 words
+            assert "atom.shared.add.u32" in text[name], name
     assert "atom." not in text["fill_shap_tables_kernel"]  # one thread writes each entry
 
 
@@ -148,7 +147,6 @@ from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 from distshap.warmup import chain_ensemble
 
-from distshap.kernels.cuda import config  # the variant switches (SHAP_TABLE_ROWS_A_STEP)
 from distshap.plan.config import set_config
 
 set_config(small_max_paths=0)  # the plans' kernels, not the one-launch route of small models
@@ -217,16 +215,6 @@ for name, packed in plans(ens).items():
         assert plan_geometry.shared_tile_rows(3 * 8) == 0
         assert np.array_equal(bits(got), bits(kc.shap_values(packed, X))), "global adds"
         set_config(min_tile_rows=8)
-        # one row a step instead of four: the same int64 contributions
-        config.SHAP_TABLE_ROWS_A_STEP = 1
-        assert np.array_equal(bits(got), bits(kc.shap_values(packed, X))), "one row a step"
-        config.SHAP_TABLE_ROWS_A_STEP = 3
-        try:
-            kc.shap_values(packed, X)
-            raise AssertionError("SHAP_TABLE_ROWS_A_STEP = 3 accepted")
-        except ValueError as err:
-            assert "must be 1 or 4" in str(err), err
-        config.SHAP_TABLE_ROWS_A_STEP = 4
 
 # 2. tables, quadrature and the fallback kernel in one plan: paths of 1 to 33 features
 chain = chain_ensemble(33, 33)
@@ -325,13 +313,9 @@ def test_gpu_shap_tables_shared_global_and_row_steps_agree(monkeypatch, plans_on
     assert plan_geometry.shared_tile_rows(2 * 10) > 0
     assert plan_gpu.strategy_stats(packed)["shap_table_paths"]
     shared = _bits(kc.shap_values(packed, X))
-    from distshap.kernels.cuda import config  # the variant switch SHAP_TABLE_ROWS_A_STEP
-
     with config_context(tile_rows=3, min_tile_rows=1):
         assert np.array_equal(shared, _bits(kc.shap_values(packed, X)))
     with config_context(tile_rows=3, min_tile_rows=1 << 30):
-        assert np.array_equal(shared, _bits(kc.shap_values(packed, X)))
-        monkeypatch.setattr(config, "SHAP_TABLE_ROWS_A_STEP", 1)  # one row a step
         assert np.array_equal(shared, _bits(kc.shap_values(packed, X)))
     assert np.array_equal(shared, _bits(kc.shap_values(packed, X)))
 

@@ -1,6 +1,6 @@
 """Kept accumulators and the other per-call savings of :mod:`distshap.kernels.cuda.launch`.
 
-Under the CUDA simulator (a subprocess): the same bits with :data:`launch.KEEP` on and off,
+Under the CUDA simulator (a subprocess): the same bits with fresh and kept accumulators,
 call after call (a kept accumulator must be zero again after each call), with batches that
 leave a short last one, after a call that failed between its launches (its accumulator is
 dropped, not reused), and with the kept accumulators evicted.
@@ -13,7 +13,7 @@ from cudasim import assert_simulator_ok
 _SCRIPT = r"""
 import numpy as np
 import tiny
-from distshap.kernels.cuda import launch
+from distshap.kernels.cuda import caches, launch
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 from distshap.plan.config import set_config
@@ -34,14 +34,15 @@ def bits(packed, X, inter, **kw):
 
 cases = [(mixed, X, True), (mixed, X, False), (quad, X, True), (quad, X, False),
          (fallback, Xf, False)]
-launch.KEEP = False
-before = [bits(p, x, i) for p, x, i in cases]
-launch.KEEP = True
-launch.clear_kept()
+before = []
+for p, x, i in cases:  # every call with fresh accumulators
+    caches.clear_cache()
+    before.append(bits(p, x, i))
+caches.clear_cache()
 for rep in range(2):  # the second time every accumulator is a kept one
     for (p, x, i), ref in zip(cases, before):
         assert np.array_equal(bits(p, x, i), ref), (rep, i)
-assert len(launch._KEPT) >= 3, launch._KEPT.keys()
+assert len(caches._KEPT) >= 3, caches._KEPT.keys()
 # a short last batch reads a slice of the kept accumulator's view
 for rep in range(2):
     assert np.array_equal(bits(mixed, X, True, batch_rows=2), before[0])
@@ -58,10 +59,10 @@ except RuntimeError:
 launch.launch_finish = real
 assert np.array_equal(bits(mixed, X, True), before[0]), "a dirty accumulator was reused"
 # eviction keeps the total bounded and the bits
-launch._KEPT_TOTAL_BYTES = 1
+caches._KEPT_TOTAL_BYTES = 1
 for (p, x, i), ref in zip(cases, before):
     assert np.array_equal(bits(p, x, i), ref)
-assert len(launch._KEPT) == 1
+assert len(caches._KEPT) == 1
 print("SIMULATOR-OK")
 """
 

@@ -1,9 +1,9 @@
 """Chunk-local feature tiles of the SHAP quadrature kernel.
 
 The SHAP quadrature kernel sums a row's contributions in shared memory until its block's chunk
-of paths is done. With chunk-local tiles (``config.SHAP_QUADRATURE_TILES = "local"``) the
-chunks are formed so that each touches at most ``config.QUADRATURE_TILE_FEATURES`` distinct
-features, and a thread keeps that many columns instead of one per feature of the model.
+of paths is done. For models of more than ``quadrature_tile_features`` features the chunks
+are formed so that each touches at most that many distinct features (chunk-local tiles), and a
+thread keeps that many columns instead of one per feature of the model.
 
 * host tests of the chunking (:func:`distshap.kernels.cuda.model.local_chunks`): every chunk
   within its feature bound, group and path limit, closed only where it had to be, each lane's
@@ -42,12 +42,6 @@ def _km():
     from distshap.kernels.cuda import model
 
     return model
-
-
-def _config():
-    from distshap.kernels.cuda import config
-
-    return config
 
 
 def _check_local_plan(packed, plan, max_features, chunk_paths):
@@ -148,26 +142,25 @@ from distshap.kernels import cuda as kc
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 
-config = kc.config
-config.SMALL_MAX_PATHS = 0  # the plans' kernels, not the one-launch route of small models
+from distshap.plan.config import config_context, set_config
+
+set_config(small_max_paths=0)  # the plans' kernels, not the one-launch route of small models
+ALL = 1 << 20  # quadrature_tile_features: no chunk-local tiles (a column per feature)
 
 def variants(packed, X, tile_features, shared_bytes=48 * 1024, batch=False):
     # SHAP values by the all-features kernel and by the chunk-local kernel, bit for bit
-    kc.clear_cache()
-    config.QUADRATURE_TILE_FEATURES = tile_features
-    config.QUADRATURE_SHARED_BYTES = shared_bytes
-    config.SHAP_QUADRATURE_TILES = "all"
-    old = kc.shap_values(packed, X)
-    config.SHAP_QUADRATURE_TILES = "local"
-    new = kc.shap_values(packed, X)
-    plan = kc.device_model(packed).shap
+    with config_context(quadrature_tile_features=ALL, quadrature_shared_bytes=shared_bytes):
+        old = kc.shap_values(packed, X)
+    with config_context(quadrature_tile_features=tile_features,
+                        quadrature_shared_bytes=shared_bytes):
+        new = kc.shap_values(packed, X)
+        plan = kc.device_model(packed).shap
+        if batch:
+            batched = kc.shap_values(packed, X, batch_rows=3)
+            assert np.array_equal(new.view(np.uint32), batched.view(np.uint32)), "batching"
     assert plan.lane_column is not None and plan_geometry.local_tiles(plan)
     assert sum(q.n_local for q in plan.quadrature) > 0
     assert np.array_equal(old.view(np.uint32), new.view(np.uint32)), "local tiles changed bits"
-    if batch:
-        batched = kc.shap_values(packed, X, batch_rows=3)
-        assert np.array_equal(new.view(np.uint32), batched.view(np.uint32)), "batching: bits"
-    config.QUADRATURE_SHARED_BYTES = 48 * 1024
     return new, plan
 
 def close(got, ref, tol=2e-6):
@@ -272,25 +265,17 @@ from distshap.kernels import cuda as kc
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 
-config = kc.config
-config.SMALL_MAX_PATHS = 0  # the plans' kernels, not the one-launch route of small models
+from distshap.plan.config import config_context, set_config
 
-def run(packed, X, tiles="local", tile_features=16, window=0, rows=1, warps=4,
-        shared_bytes=48 * 1024, batch_rows=None):
-    kc.clear_cache()
-    config.SHAP_QUADRATURE_TILES = tiles
-    config.QUADRATURE_TILE_FEATURES = tile_features
-    config.QUADRATURE_TILE_WINDOW = window
-    config.SHAP_QUADRATURE_ROWS = rows
-    config.SHAP_QUADRATURE_WARPS = warps
-    config.QUADRATURE_SHARED_BYTES = shared_bytes
-    try:
+set_config(small_max_paths=0)  # the plans' kernels, not the one-launch route of small models
+ALL = 1 << 20  # quadrature_tile_features: no chunk-local tiles (a column per feature)
+
+def run(packed, X, tile_features=16, window=0, warps=4, shared_bytes=48 * 1024,
+        batch_rows=None):
+    with config_context(quadrature_tile_features=tile_features, quadrature_tile_window=window,
+                        shap_quadrature_warps=warps, quadrature_shared_bytes=shared_bytes):
         out = kc.shap_values(packed, X, batch_rows=batch_rows)
         plan = kc.device_model(packed).shap
-    finally:
-        config.SHAP_QUADRATURE_TILES, config.QUADRATURE_TILE_FEATURES = "local", 16
-        config.QUADRATURE_TILE_WINDOW, config.SHAP_QUADRATURE_ROWS = 0, 1
-        config.SHAP_QUADRATURE_WARPS, config.QUADRATURE_SHARED_BYTES = 4, 48 * 1024
     return out, plan
 
 def same(a, b, what):
@@ -305,18 +290,19 @@ def close(got, ref, tol=2e-6):
 wide = tiny.random_ensemble(61, n_features=40, n_trees=4, depth=5, n_groups=2, n_categorical=3)
 X = tiny.random_rows(62, wide, 70, 0.15)
 packed = build_packed_model(extract_paths(wide), table_budget_bytes=0)
-ref, _ = run(packed, X, tiles="all", warps=1)
+ref, _ = run(packed, X, tile_features=ALL, warps=1)  # all-features, 2 rows
 close(ref, naive.treeshap_recursive_rows(wide, X))
-for kw in (dict(tiles="all", rows=2, warps=1),                       # all-features, 2 rows
-           dict(tiles="all", rows=2, warps=1, shared_bytes=8 * 32 * 20),  # global atomics
-           dict(tiles="all", rows=1, warps=8),                       # 8 warps (too wide: 4)
-           dict(tile_features=6, rows=2, warps=1),                   # local tiles, 2 rows
-           dict(tile_features=6, rows=1, warps=1, window=8),         # windowed chunks
-           dict(tile_features=6, rows=2, warps=2, window=64),        # both, 2 warps
-           dict(tile_features=6, rows=2, warps=1, batch_rows=37)):   # batches
+for kw in (dict(tile_features=ALL, warps=1, shared_bytes=8 * 32 * 40),  # 1 row: 2 do not fit
+           dict(tile_features=ALL, warps=1, shared_bytes=8 * 32 * 20),  # global atomics
+           dict(tile_features=ALL, warps=8),                         # 8 warps (too wide: 4)
+           dict(tile_features=6, warps=1),                           # local tiles, 2 rows
+           dict(tile_features=6, warps=1, window=8,                  # windowed chunks, 1 row
+                shared_bytes=8 * 32 * 6),
+           dict(tile_features=6, warps=2, window=64),                # both, 2 warps
+           dict(tile_features=6, warps=1, batch_rows=37)):           # batches
     got, plan = run(packed, X, **kw)
     same(ref, got, kw)
-    if kw.get("tiles") != "all":
+    if kw["tile_features"] != ALL:
         assert plan.lane_column is not None and plan_geometry.local_tiles(plan)
 chunks = [sum(q.n_local for q in run(packed, X[:1], tile_features=6, window=w)[1].quadrature)
           for w in (0, 64)]
@@ -328,12 +314,12 @@ for kind in ("multiclass", "missing", "categorical"):
     ref = booster.predict(xgb_models.dmatrix(Xx), pred_contribs=True)
     packed = distshap.TreeExplainer(booster, backend="cpu", table_budget_bytes=0).packed
     Xp = prepare_rows(Xx, packed)
-    base, _ = run(packed, Xp, tiles="all", warps=1)
-    got, _ = run(packed, Xp, tile_features=max(packed.num_features - 2, 1), rows=2, warps=1,
-                 window=16)
+    base, _ = run(packed, Xp, tile_features=ALL, warps=1)
+    got, _ = run(packed, Xp, tile_features=max(packed.num_features - 2, 1), warps=1, window=16)
     same(base, got, kind)
-    got2, _ = run(packed, Xp, tiles="all", rows=2, warps=1)
-    same(base, got2, kind + " all 2 rows")
+    got1, _ = run(packed, Xp, tile_features=ALL, warps=1,
+                  shared_bytes=8 * 32 * packed.num_features)
+    same(base, got1, kind + " all 1 row")
     close(got.reshape(ref.shape), ref, 1e-4)
 print("SIMULATOR-OK")
 """
@@ -349,36 +335,35 @@ def test_two_rows_windows_and_warps_under_cuda_simulator():
 # ------------------------------------------------------------------------------------------
 
 
+ALL = 1 << 20  # quadrature_tile_features: no chunk-local tiles (a column per feature)
+
+
 @pytest.mark.gpu
 @needs_gpu
 @pytest.mark.parametrize("tile_features", [4, 16, 32])
-def test_gpu_local_tiles_keep_the_bits(tile_features, monkeypatch):
+def test_gpu_local_tiles_keep_the_bits(tile_features):
     from distshap.kernels import cpu
     from distshap.kernels import cuda as kc
 
-    config = kc.config
-    monkeypatch.setattr(config, "SMALL_MAX_PATHS", 0)
-    monkeypatch.setattr(config, "QUADRATURE_TILE_FEATURES", tile_features)
     ens = tiny.random_ensemble(51, n_features=150, n_trees=60, depth=8, n_groups=4,
                                n_categorical=4)  # fmt: skip
     X = tiny.random_rows(52, ens, 3000, 0.1)
     packed = _packed(ens)
-    kc.clear_cache()
-    try:
-        monkeypatch.setattr(config, "SHAP_QUADRATURE_TILES", "all")
-        old = to_host(kc.shap_values(packed, X))
-        monkeypatch.setattr(config, "SHAP_QUADRATURE_TILES", "local")
-        new = to_host(kc.shap_values(packed, X))
-        plan = kc.device_model(packed).shap
-        assert plan.lane_column is not None
-        assert max(q.local_columns for q in plan.quadrature) <= max(tile_features, 8)
-        batched = to_host(kc.shap_values(packed, X, batch_rows=777))
-        monkeypatch.setattr(config, "QUADRATURE_SHARED_BYTES", 8 * 32 * max(tile_features, 8))
-        narrow = to_host(kc.shap_values(packed, X))  # all-features sums: global atomics
-        monkeypatch.setattr(config, "SHAP_QUADRATURE_TILES", "all")
-        direct = to_host(kc.shap_values(packed, X))
-    finally:
-        kc.clear_cache()
+    narrow_bytes = 8 * 32 * max(tile_features, 8)
+    with config_context(small_max_paths=0):
+        with config_context(quadrature_tile_features=ALL):
+            old = to_host(kc.shap_values(packed, X))
+        with config_context(quadrature_tile_features=tile_features):
+            new = to_host(kc.shap_values(packed, X))
+            plan = kc.device_model(packed).shap
+            assert plan.lane_column is not None
+            assert max(q.local_columns for q in plan.quadrature) <= max(tile_features, 8)
+            batched = to_host(kc.shap_values(packed, X, batch_rows=777))
+        with config_context(quadrature_tile_features=tile_features,
+                            quadrature_shared_bytes=narrow_bytes):  # fmt: skip
+            narrow = to_host(kc.shap_values(packed, X))  # all-features sums: global atomics
+        with config_context(quadrature_tile_features=ALL, quadrature_shared_bytes=narrow_bytes):
+            direct = to_host(kc.shap_values(packed, X))
     for other in (new, batched, narrow, direct):
         assert np.array_equal(old.view(np.uint32), other.view(np.uint32))
     ref = cpu.shap_values(packed, X)
@@ -388,57 +373,45 @@ def test_gpu_local_tiles_keep_the_bits(tile_features, monkeypatch):
 @pytest.mark.gpu
 @needs_gpu
 @pytest.mark.parametrize("kind", ["multiclass", "missing", "categorical"])
-def test_gpu_local_tiles_match_pred_contribs(kind, monkeypatch):
+def test_gpu_local_tiles_match_pred_contribs(kind):
     import distshap
     from distshap.inputs import prepare_rows
     from distshap.kernels import cuda as kc
 
     import xgb_models
 
-    monkeypatch.setattr(kc.config, "SMALL_MAX_PATHS", 0)
-    monkeypatch.setattr(kc.config, "QUADRATURE_TILE_FEATURES", 2)
     booster, X = xgb_models.MODEL_KINDS[kind]()
     ref = booster.predict(xgb_models.dmatrix(X), pred_contribs=True)
     packed = distshap.TreeExplainer(booster, backend="cpu", table_budget_bytes=0).packed
-    kc.clear_cache()
-    try:
+    with config_context(small_max_paths=0, quadrature_tile_features=2):
         got = to_host(kc.shap_values(packed, prepare_rows(X, packed))).reshape(ref.shape)
         assert kc.device_model(packed).shap.lane_column is not None
-    finally:
-        kc.clear_cache()
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-4 * max(1.0, np.abs(ref).max()))
 
 
 @pytest.mark.gpu
 @needs_gpu
-def test_gpu_two_rows_windows_and_warps_keep_the_bits(monkeypatch):
+def test_gpu_two_rows_windows_and_warps_keep_the_bits():
     from distshap.kernels import cuda as kc
 
-    config = kc.config
-    monkeypatch.setattr(config, "SMALL_MAX_PATHS", 0)
     ens = tiny.random_ensemble(53, n_features=150, n_trees=60, depth=8, n_groups=4,
                                n_categorical=4)  # fmt: skip
     X = tiny.random_rows(54, ens, 3001, 0.1)
     narrow = tiny.random_ensemble(55, n_features=12, n_trees=40, depth=7, n_categorical=2)
     Xn = tiny.random_rows(56, narrow, 3001, 0.1)
-    settings = [("SHAP_QUADRATURE_TILES", "all")]
-    variants = [
-        [("SHAP_QUADRATURE_ROWS", 2)], [("SHAP_QUADRATURE_WARPS", 8)],
-        [("SHAP_QUADRATURE_TILES", "all"), ("SHAP_QUADRATURE_ROWS", 2)],
-        [("QUADRATURE_TILE_WINDOW", 256)],
-        [("QUADRATURE_TILE_WINDOW", 256), ("SHAP_QUADRATURE_ROWS", 2),
-         ("SHAP_QUADRATURE_WARPS", 8)],
-        [("SHAP_QUADRATURE_ROWS", 2), ("QUADRATURE_SHARED_BYTES", 8 * 32 * 16)],
+    settings = [
+        {"quadrature_tile_features": ALL},
+        {}, {"shap_quadrature_warps": 8},
+        {"quadrature_tile_features": ALL, "quadrature_shared_bytes": 8 * 32 * 150},  # 1 row
+        {"quadrature_tile_window": 256},
+        {"quadrature_tile_window": 256, "shap_quadrature_warps": 8},
+        {"quadrature_shared_bytes": 8 * 32 * 16},
     ]  # fmt: skip
     for ensemble, rows in ((ens, X), (narrow, Xn)):
         packed = _packed(ensemble)
         outs = []
-        for chosen in [settings, *variants]:
-            kc.clear_cache()
-            with monkeypatch.context() as m:
-                for name, value in chosen:
-                    m.setattr(config, name, value)
+        for chosen in settings:
+            with config_context(small_max_paths=0, **chosen):
                 outs.append(to_host(kc.shap_values(packed, rows)))
-        kc.clear_cache()
         for other in outs[1:]:
             assert np.array_equal(outs[0].view(np.uint32), other.view(np.uint32))

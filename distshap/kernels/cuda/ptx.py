@@ -35,6 +35,10 @@ _QUADRATURE_SIG = (  # the interaction kernel takes X, the SHAP kernel its trans
     "void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], int32[::1], "
     f"int64[::1], int32[::1], {_X_ACC}, int64)"
 )
+_TWO_ROW_QUADRATURE_SIG = (  # the two-row SHAP kernel without local tiles: three unused arrays
+    "void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], int32[::1], "
+    f"int64[::1], int32[::1], int64[::1], int64[::1], int64[::1], {_X_ACC}, int64)"
+)
 _LOCAL_QUADRATURE_SIG = (  # the SHAP kernel with chunk-local feature tiles: XT, lane_column...
     "void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], int32[::1], "
     f"int64[::1], int32[::1], int16[::1], int32[::1], int64[::1], {_X_ACC}, int64)"
@@ -48,8 +52,6 @@ def _kernels() -> dict:
         "interaction_table_shared_kernel": (table_kernel(True), _TABLE_SIG),
         "shap_table_kernel": (table_kernel(False, shap=True, rows4=True), _TABLE_SIG),
         "shap_table_shared_kernel": (table_kernel(True, shap=True, rows4=True), _TABLE_SIG),
-        "shap_table_1row_kernel": (table_kernel(False, shap=True), _TABLE_SIG),
-        "shap_table_1row_shared_kernel": (table_kernel(True, shap=True), _TABLE_SIG),
         "fill_shap_tables_kernel": (
             shap_fill_kernel,
             "void(float64[:, ::1], int64[::1], int32[::1], int64[::1], int64, float64[::1], "
@@ -72,14 +74,18 @@ def _kernels() -> dict:
     }
     for n_nodes in get_config().quadrature_nodes:
         for shared in (False, True):
-            for inter in (False, True):
-                name = (f"{'interaction' if inter else 'shap'}_quadrature_kernel_{n_nodes}"
-                        f"{'_shared' if shared else ''}")  # fmt: skip
-                kernel = (interaction_kernel if inter else quadrature_kernel)(n_nodes, shared)
-                kernels[name] = (kernel, _QUADRATURE_SIG)
-        kernels[f"shap_quadrature_kernel_{n_nodes}_local"] = (
-            quadrature_kernel(n_nodes, True, local=True), _LOCAL_QUADRATURE_SIG,
+            name = f"interaction_quadrature_kernel_{n_nodes}{'_shared' if shared else ''}"
+            kernels[name] = (interaction_kernel(n_nodes, shared), _QUADRATURE_SIG)
+            kernels[f"shap_quadrature_kernel_{n_nodes}_2rows{'_shared' if shared else ''}"] = (
+                quadrature_kernel(n_nodes, shared, rows=2), _TWO_ROW_QUADRATURE_SIG,
+            )  # fmt: skip
+        kernels[f"shap_quadrature_kernel_{n_nodes}_shared"] = (
+            quadrature_kernel(n_nodes, True), _QUADRATURE_SIG,
         )  # fmt: skip
+        for rows in (1, 2):
+            kernels[f"shap_quadrature_kernel_{n_nodes}_local{'_2rows' if rows == 2 else ''}"] = (
+                quadrature_kernel(n_nodes, True, local=True, rows=rows), _LOCAL_QUADRATURE_SIG,
+            )  # fmt: skip
     return kernels
 
 

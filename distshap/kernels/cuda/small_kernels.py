@@ -1,26 +1,18 @@
 """The small route's warp-per-row kernels and their launchers: a row's whole output from one warp.
 
-One warp per row (rows in a grid-stride loop); lane ``l`` runs the paths ``l, l + 32, ...`` of
-each output group (the paths sorted by group on the host) with the float64 DP of the fallback
-kernel (EXTEND, UNWOUND_SUM; for interaction values once more per conditioned element, paper
-§3.5), summing into its own float64 accumulator of ``(F + 1)`` or ``(F + 1)**2`` entries (local
-memory). The 32 accumulators are summed with a butterfly of warp shuffles (``a + b == b + a``,
-so every lane ends with the same bits), rounded once to the model's fixed point (the shift of
-the regular route) and written as float32 by the finish kernel's conversion (the expected
-value added at the bias entry), so the values are multiples of ``2**-s`` as the regular
-route's are.
+One warp per row (a grid-stride loop); lane ``l`` runs the paths ``l, l + 32, ...`` of each
+output group with the float64 DP of the fallback kernel (EXTEND, UNWOUND_SUM; for interaction
+values once more per conditioned element, paper §3.5) into its own float64 accumulator (local
+memory). A butterfly of warp shuffles sums the 32 accumulators (every lane ends with the same
+bits), rounded once to the model's fixed point and written as float32 as the finish kernel
+writes them. The additivity check runs in the same pass: each lane walks the trees ``l, l +
+32, ...`` (the independent traversal of :mod:`distshap.kernels.margin`, on the raw values) and
+a row whose values miss the margin by more than half the tolerance sets the mapped flag.
 
-The additivity check runs in the same pass: each lane walks the trees ``l, l + 32, ...`` with
-the independent traversal of :mod:`distshap.kernels.margin` on the model's raw values, the
-lanes' sums are added by the butterfly, and a row whose float32 values miss the margin by more
-than half the check's tolerance sets the mapped flag (:func:`.small_model.check_flag`).
-
-Kernels: :func:`merged_kernel` (SHAP or interaction values of models whose gather matrices do
-not fit a block's shared memory, :mod:`.small_gather`; the DP unrolled for models whose paths
-have at most :data:`.small_model.UNROLL_MAX` features, loops otherwise) and
-:func:`slot_kernel` (the same integers into pair slots, for :mod:`.pairs`). Their local arrays
-are sized by :class:`~.small_model.SmallLimits`, arguments of the factories. Each row is
-computed by one warp in a fixed order, so its bits depend on the row only.
+:func:`merged_kernel` (the DP unrolled for paths of at most :data:`.small_model.UNROLL_MAX`
+features, loops beyond) runs models whose gather matrices do not fit shared memory
+(:mod:`.small_gather`), :func:`slot_kernel` their pair slots. Local arrays are sized by
+:class:`~.small_model.SmallLimits`, factory arguments. A row's bits depend on the row only.
 """
 
 from __future__ import annotations
@@ -80,7 +72,7 @@ from distshap.kernels.cuda.small_model import (
     check_flag,
     small_limits,
     small_stream,
-)
+)  # fmt: skip
 from distshap.kernels.margin import _leaf
 
 __all__ = ["launch_merged", "launch_warp_slots", "merged_kernel", "slot_kernel"]
