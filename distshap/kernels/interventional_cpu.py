@@ -30,8 +30,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from distshap.kernels import interventional_math as im
-from distshap.kernels import treeshap
+import distshap.kernels.interventional_math as im
+import distshap.kernels.treeshap as treeshap
 from distshap.packed import PackedModel
 from distshap.parallel import run_parallel
 

@@ -8,7 +8,7 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda
 
-from distshap.kernels import interventional_math as im
+import distshap.kernels.interventional_math as im
 from distshap.kernels.cuda.device import LI_FEATURE, LI_FEATURES, LI_POSITION, LI_START
 
 __all__ = [
