@@ -17,25 +17,8 @@ side:
   matrix (pairs and value bits), the summary against the mean of the full matrices;
 * **complexity**: slots per row ``S`` (pairs sharing a path, and diagonals) against the
   ``G (F+1)**2`` entries of the full matrices, bytes a row of each output.
-* **slot kernel variants** (``--slot-variants``, CUDA): ranking and top-k timed again with
-  each pair ``<quadrature>[:<chunks>]+<table>`` of slot kernel variants
-  (:data:`distshap.kernels.cuda.config.SLOT_QUADRATURE_VARIANT` ``gathered`` /
-  ``lanes`` / ``split`` / ``spread`` / ``spread64`` (:mod:`distshap.kernels.cuda.
-  slot_quadrature`: 32-bit split shared sums, paths spread over a warp),
-  :data:`~distshap.kernels.cuda.config.SLOT_TABLE_VARIANT` ``tiled`` / ``split`` / ``plain``;
-  ``lanes+plain`` are the kernels before commit 2c73ed1; ``:<chunks>``: chunks a block of
-  the gathered kernels,
-  :data:`~distshap.kernels.cuda.config.SLOT_QUADRATURE_CHUNKS`, default 1 as there), each
-  checked exact,
-  side by side; the first named is the one the other rows use.
-* **breakdown** (``--breakdown``, CUDA): seconds of each slot kernel (tables and quadrature per
-  variant, fallback, top-k selection) over the top-k rows, each launch synchronized; and
-  two diagnostics of the atomics' share: ``quadrature_gathered_probe``, the gathered kernel
-  with its shared-memory atomics and their tile-slot loads dropped (each value still computed
-  and compared with a constant, so the arithmetic stays), and ``quadrature_split_probe``,
-  :mod:`distshap.kernels.cuda.slot_quadrature`'s kernel folding every contribution and its
-  tile slot number into one register written once (all the work, loads included, but the
-  atomics).
+* **breakdown** (``--breakdown``, CUDA): seconds of each slot kernel (tables, quadrature,
+  fallback, top-k selection) over the top-k rows, each launch synchronized.
 
 Every timing is the median of ``--repeats`` runs after a warm-up call (compilation, model
 upload, tables, slots); GPU work is synchronized before the clock stops. Peak memory: device
@@ -153,47 +136,18 @@ def stable_top(full: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.stack([iu[idx], ju[idx]], axis=-1), np.take_along_axis(upper, idx, axis=-1)
 
 
-def _set_quadrature(spec: str) -> None:
-    """``"<variant>[:<chunks>]"``: :data:`~distshap.kernels.cuda.config.SLOT_QUADRATURE_VARIANT`
-    and :data:`~distshap.kernels.cuda.config.SLOT_QUADRATURE_CHUNKS` (default 1, as there)."""
-    from distshap.kernels.cuda import config
-
-    variant, _, chunks = spec.partition(":")
-    config.SLOT_QUADRATURE_VARIANT = variant
-    config.SLOT_QUADRATURE_CHUNKS = int(chunks or 1)
-
-
-def _set_variant(backend: str, spec: str | None) -> None:
-    """Select the CUDA slot kernels named by ``spec``: ``"<quadrature>[:<chunks>]+<table>"``
-    (e.g. ``"gathered+tiled"``, ``"gathered:1+tiled"``, ``"lanes+plain"``:
-    :data:`~distshap.kernels.cuda.config.SLOT_QUADRATURE_VARIANT`, blocks of ``chunks``
-    chunks, :data:`~distshap.kernels.cuda.config.SLOT_TABLE_VARIANT`)."""
-    if backend == "cuda" and spec:
-        from distshap.kernels.cuda import config
-
-        quadrature, _, table = spec.partition("+")
-        _set_quadrature(quadrature)
-        config.SLOT_TABLE_VARIANT = table or "plain"
-
-
-def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
+def kernel_breakdown(packed, X, k: int) -> dict:
     """Seconds of each slot kernel over the rows of ``X`` (CUDA; module docstring), in the
-    batches :func:`distshap.kernels.cuda.launch.run_slot_batches` uses:
-    ``quadrature_<variant>`` and ``tables_<variant>`` (each variant named in ``variants``, as
-    ``"<quadrature>+<table>"``, on the same batches), ``fallback``, ``topk``."""
-    from distshap.kernels.cuda import config, launch
+    batches :func:`distshap.kernels.cuda.launch.run_slot_batches` uses: ``tables``,
+    ``quadrature``, ``fallback``, ``topk``."""
+    from distshap.kernels.cuda import launch
     from distshap.kernels.cuda import pairs as kp
     from distshap.kernels.cuda.device import SIM, stream, xp
     from distshap.kernels.cuda.fallback import launch_fallback
     from distshap.kernels.cuda.model import device_model, interaction_plan, slot_arrays
-    from distshap.kernels.cuda.quadrature import _launch_slot_rows
     from distshap.kernels.cuda.slot_quadrature import launch_slot_quadrature
-    from distshap.kernels.cuda.slot_tables import launch_slot_tables
+    from distshap.kernels.cuda.tables import launch_tables
 
-    saved = (config.SLOT_QUADRATURE_VARIANT, config.SLOT_QUADRATURE_CHUNKS,
-             config.SLOT_TABLE_VARIANT)  # fmt: skip
-    quad_variants = list(dict.fromkeys(v.partition("+")[0] for v in variants))
-    table_variants = list(dict.fromkeys(v.partition("+")[2] or "plain" for v in variants))
     model = device_model(packed)
     plan = interaction_plan(packed, model)
     slots = pair_slots(packed)
@@ -210,11 +164,7 @@ def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
     values = xp().zeros((batch, G, k), np.float32)
     sync = (lambda: None) if SIM else (lambda: _sync("cuda"))
     threads = kp.topk_threads(k)
-    out = {"fallback": 0.0, "topk": 0.0, "batch_rows": batch}
-    out.update({f"quadrature_{v}": 0.0 for v in quad_variants})
-    out.update({f"tables_{v}": 0.0 for v in table_variants})
-    out["quadrature_gathered_probe"] = 0.0  # diagnostic: without its shared atomics
-    out["quadrature_split_probe"] = 0.0  # the same, every contribution folded in a register
+    out = {"tables": 0.0, "quadrature": 0.0, "fallback": 0.0, "topk": 0.0, "batch_rows": batch}
 
     def timed(key, fn, *fn_args, **kwargs):
         sync()
@@ -223,47 +173,23 @@ def kernel_breakdown(packed, X, k: int, variants: list[str]) -> dict:
         sync()
         out[key] += time.perf_counter() - t0
 
-    try:
-        for v in quad_variants:  # warm-up: compile every variant, gather layouts
-            _set_quadrature(v)
-            launch_slot_quadrature(model, plan, X[:2], acc[:2], scale, F1, s, dev)
-        for v in table_variants:
-            config.SLOT_TABLE_VARIANT = v
-            launch_slot_tables(packed, slots, model, plan, X[:2], acc[:2], scale, F1, s, dev)
-        _set_quadrature("gathered")
-        _launch_slot_rows(model, plan, X[:2], acc[:2], scale, s, dev, probe=True)
-        _set_quadrature("split")
-        launch_slot_quadrature(model, plan, X[:2], acc[:2], scale, F1, s, dev, probe=True)
-        for r0 in range(0, n, batch):
-            Xb = X[r0 : min(n, r0 + batch)]
-            nb = int(Xb.shape[0])
-            a = acc[:nb]
-            for v in table_variants:
-                config.SLOT_TABLE_VARIANT = v
-                a.fill(0)
-                timed(f"tables_{v}", launch_slot_tables, packed, slots, model, plan, Xb, a,
-                      scale, F1, s, dev)  # fmt: skip
-            _set_quadrature("gathered")
-            timed("quadrature_gathered_probe", _launch_slot_rows, model, plan, Xb, a, scale, s,
-                  dev, probe=True)  # fmt: skip
-            _set_quadrature("split")
-            timed("quadrature_split_probe", launch_slot_quadrature, model, plan, Xb, a, scale, F1,
-                  s, dev, probe=True)  # fmt: skip
-            for v in quad_variants:
-                _set_quadrature(v)
-                a.fill(0)
-                timed(f"quadrature_{v}", launch_slot_quadrature, model, plan, Xb, a, scale, F1,
-                      s, dev)  # fmt: skip
-            timed("fallback", launch_fallback, model, Xb, a, scale, F1, s, True, slots=dev)
-            if threads:
-                timed("topk", kp.topk_kernel[(nb, G), threads, s, 16 * threads * k], a,
-                      dev.group_slots, dev.num_pairs, dev.slot_i, dev.slot_j, 1.0 / scale, scale,
-                      k, packed.num_features, pairs, values, 0)  # fmt: skip
-            else:
-                a.fill(0)
-    finally:
-        (config.SLOT_QUADRATURE_VARIANT, config.SLOT_QUADRATURE_CHUNKS,
-         config.SLOT_TABLE_VARIANT) = saved  # fmt: skip
+    # warm-up: compile, gather the layouts
+    launch_tables(model, plan, X[:2], acc[:2], scale, F1, s, slots=dev)
+    launch_slot_quadrature(model, plan, X[:2], acc[:2], scale, s, dev)
+    acc.fill(0)
+    for r0 in range(0, n, batch):
+        Xb = X[r0 : min(n, r0 + batch)]
+        nb = int(Xb.shape[0])
+        a = acc[:nb]
+        timed("tables", launch_tables, model, plan, Xb, a, scale, F1, s, slots=dev)
+        timed("quadrature", launch_slot_quadrature, model, plan, Xb, a, scale, s, dev)
+        timed("fallback", launch_fallback, model, Xb, a, scale, F1, s, True, slots=dev)
+        if threads:
+            timed("topk", kp.topk_kernel[(nb, G), threads, s, 16 * threads * k], a,
+                  dev.group_slots, dev.num_pairs, dev.slot_i, dev.slot_j, 1.0 / scale, scale,
+                  k, packed.num_features, pairs, values, 0)  # fmt: skip
+        else:
+            a.fill(0)
     out["rows"] = n
     return out
 
@@ -288,8 +214,6 @@ def run(args: argparse.Namespace) -> dict:
     t_slots = time.perf_counter() - t0
     G, F = packed.num_groups, packed.num_features
     k = args.k
-    variants = [v for v in (args.slot_variants or "").split(",") if v] if backend == "cuda" else []
-    _set_variant(backend, variants[0] if variants else None)
     rec: dict = {
         "shape": args.shape, "backend": backend, "k": k, "paths": packed.num_paths,
         "features": F, "groups": G, "preprocess_s": t_prep, "slots_build_s": t_slots,
@@ -360,27 +284,8 @@ def run(args: argparse.Namespace) -> dict:
     rec["full_sort_rows_s"] = n / seconds
     rec["full_peak_bytes"] = _peak_bytes(full_and_sort, backend)
 
-    # the slot quadrature kernel's variants side by side (same rows, same selection)
-    for v in variants:
-        _set_variant(backend, v)
-        pi.top_interactions(packed, X[:8], k, backend)  # compile, gather the layouts
-        pairs, values = (_host(a) for a in pi.top_interactions(packed, X[:m], k, backend))
-        rec[f"topk_exact_{v}"] = bool(
-            np.array_equal(pairs, want_pairs)
-            and np.array_equal(values.view(np.uint32), want_values.view(np.uint32))
-        )
-        Xt, Xr = X[: args.topk_rows], X[: args.rows]
-        seconds, _ = _timed(lambda: pi.top_interactions(packed, Xt, k, backend),  # noqa: B023
-                            args.repeats, backend)  # fmt: skip
-        rec[f"topk_rows_s_{v}"] = args.topk_rows / seconds
-        rec[f"topk_vs_full_{v}"] = rec[f"topk_rows_s_{v}"] / rec["full_sort_rows_s"]
-        seconds, _ = _timed(lambda: pi.interaction_summary(packed, Xr, backend=backend),  # noqa: B023
-                            args.repeats, backend)  # fmt: skip
-        rec[f"ranking_s_{v}"] = seconds
-    _set_variant(backend, variants[0] if variants else None)
     if args.breakdown and backend == "cuda":
-        rec["breakdown"] = kernel_breakdown(packed, X[: args.topk_rows], k,
-                                            variants or ["gathered+tiled"])  # fmt: skip
+        rec["breakdown"] = kernel_breakdown(packed, X[: args.topk_rows], k)
 
     # XGBoost pred_interactions + sort (on the host: predict returns NumPy)
     n = args.xgb_rows
@@ -446,14 +351,6 @@ def report(rec: dict) -> str:
             f"XGBoost pred_interactions + sort ({rec['xgb_rows']:,} rows): "
             f"{rec['xgb_sort_rows_s']:,.2f} rows/s -> top-k is {rec['topk_vs_xgb']:,.0f}x"
         )
-    for key in rec:
-        if key.startswith("topk_rows_s_"):
-            v = key[len("topk_rows_s_") :]
-            lines.append(
-                f"slot kernels '{v}': top-{rec['k']} {rec[key]:,.0f} rows/s "
-                f"({rec['topk_vs_full_' + v]:,.1f}x full + sort), ranking "
-                f"{rec['ranking_s_' + v]:.2f} s; exact {rec['topk_exact_' + v]}"
-            )
     if "breakdown" in rec:
         b = rec["breakdown"]
         lines.append(
@@ -484,12 +381,6 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--xgb-rows", type=int, help="XGBoost rows (100 / 4; 0: skip)")
     parser.add_argument("--check-rows", type=int, help="rows of the exactness check (20 / 8)")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument(
-        "--slot-variants",
-        default="split+plain,gathered+plain,spread+plain",
-        help="CUDA slot kernels '<quadrature>+<table>' to time side by side (the first is "
-        "the one every other row uses; '' for the configured ones)",
-    )
     parser.add_argument(
         "--breakdown",
         action="store_true",
