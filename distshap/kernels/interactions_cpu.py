@@ -26,8 +26,8 @@ policy (:func:`distshap.plan.tables.choose_tables` with ``k * k`` values per pat
 conservative size; the tables are then packed at ``k (k + 1) / 2``). They are filled by this
 kernel itself, on a model of such paths alone at the ``2**k`` corner rows (as the SHAP tables
 are), and cost an interval test per element and one table row per (path, row). Against the
-quadrature they won at every length measured, 2 to 12 features (``benchmarks/RESULTS.md``);
-they take memory instead (covtype-med: 550 MB, filled in about 0.5 CPU s).
+quadrature they win at every path length (``benchmarks/RESULTS.md``); they take memory
+instead.
 
 *Accumulators.* Rows are processed in blocks and output groups one at a time (a path adds to
 its own group only), with the group's float64 sums laid out ``acc[entry, row]``: every inner
@@ -67,8 +67,7 @@ __all__ = [
 ]
 
 #: Float64 sums and scratch of one row block: about 8 MiB, 16 to 1,024 rows. Each block reads
-#: every path's table once, so larger blocks read them fewer times: covtype-med (550 MB of
-#: tables, 12 KiB of sums a row) gave one thread 477 rows/s with 2 MiB blocks, 660 with 8 MiB.
+#: every path's table once, so larger blocks read them fewer times (``benchmarks/RESULTS.md``).
 _ACC_BYTES = 1 << 23
 _MAX_BLOCK_ROWS = 1024
 _MIN_BLOCK_ROWS = 16
