@@ -13,8 +13,6 @@ For each model shape, SHAP values (or ``--interactions``), on the same CuPy rows
                    ``model._shap_table_offsets`` picks), the quadrature kernels for the rest;
 * ``tables_global`` as ``tables``, the table kernel adding to global memory directly (no
                    shared-memory row tile: ``min_tile_rows`` raised);
-* ``tables_1row``  as ``tables``, one row a step (``config.SHAP_TABLE_ROWS_A_STEP = 1``;
-                   default 4);
 * ``xgboost_gpu``  XGBoost's ``pred_contribs`` (``pred_interactions``) with ``device="cuda"`` on
                    a CuPy DMatrix.
 
@@ -33,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from unittest import mock
 
 import numpy as np
 
@@ -43,7 +40,7 @@ from distshap.models import load_model
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 
-VARIANTS = ("library", "quadrature", "tables", "tables_global", "tables_1row")
+VARIANTS = ("library", "quadrature", "tables", "tables_global")
 
 
 def _variants(interactions: bool) -> tuple[str, ...]:
@@ -80,16 +77,11 @@ def measure(shape: str, rows: int, repeats: int, interactions: bool = False) -> 
         with config_context(min_tile_rows=1 << 30):
             return every_table()
 
-    def every_table_1row():
-        with mock.patch.object(kc.config, "SHAP_TABLE_ROWS_A_STEP", 1):
-            return every_table()
-
     calls = {
         "library": lambda: fn(packed["tables"], Xd),
         "quadrature": lambda: fn(packed["none"], Xd),
         "tables": every_table,
         "tables_global": every_table_global,
-        "tables_1row": every_table_1row,
     }
     st = strategy_stats(packed["tables"])
     record = {"shape": shape, "rows": rows, "kind": "interactions" if interactions else "shap",

@@ -5,27 +5,23 @@ For each model shape, SHAP values on the same CuPy rows in one process, through
 model puts them, the quadrature kernels for the other regular paths; no additivity check),
 median of ``--repeats`` synchronized calls after a warm-up call:
 
-* ``all``      ``config.SHAP_QUADRATURE_TILES = "all"``: a column per feature of the model in
-               shared memory (global atomics where those do not fit): the kernel before
-               chunk-local tiles;
-* ``local-C``  ``"local"`` with ``config.QUADRATURE_TILE_FEATURES = C`` (the device model
-               rebuilt for each ``C``): chunks of at most ``C`` distinct features, ``C``
-               columns a thread (models of at most ``C`` features keep the all-features tile:
-               the same kernel as ``all``);
+* ``all``      a column per feature of the model in shared memory (global atomics where those
+               do not fit): ``quadrature_tile_features`` above the model's features;
+* ``local-C``  ``quadrature_tile_features = C`` (a device model per ``C``): chunks of at most
+               ``C`` distinct features, ``C`` columns a thread (models of at most ``C``
+               features keep the all-features tile: the same kernel as ``all``);
 * ``--variants`` (instead of ``--tiles``): a comma list of variants, each ``+``-joined
   tokens: ``all`` (the all-features tile), ``cN`` (local tiles, ``C = N``), ``wN``
-  (``config.QUADRATURE_TILE_WINDOW = N``: windowed chunks), ``rN``
-  (``config.SHAP_QUADRATURE_ROWS = N``: rows a thread), ``kN``
-  (``config.SHAP_QUADRATURE_WARPS = N``), e.g. ``c16,c16+w256,c16+r2,c16+w256+r2+k8``; the
-  first is the baseline (``x ... of base``). Tokens left out take :data:`_DEFAULTS` (local
-  tiles, C = 16, no window, one row a thread, 4 warps), not the library's defaults: what
-  ``shap_values`` runs is ``c16+w256+r2``. On a model of at most ``C`` features ``cN`` and
+  (``quadrature_tile_window = N``: windowed chunks), ``kN`` (``shap_quadrature_warps = N``),
+  e.g. ``c16,c16+w256,c16+w256+k8``; the first is the baseline (``x ... of base``). Tokens
+  left out take :data:`_DEFAULTS` (C = 16, no window, 4 warps), not the library's defaults:
+  what ``shap_values`` runs is ``c16+w256``. On a model of at most ``C`` features ``cN`` and
   ``wN`` change nothing: such repeats of an earlier variant are skipped;
 * ``xgboost_gpu`` (``--xgboost``) XGBoost's ``pred_contribs`` with ``device="cuda"``.
 
 Every variant's output is compared bit for bit with ``all`` (``bits``: ``same`` or the number
-of differing values; with ``--variants``, with the all-features kernel at one row a thread and
-4 warps, always run first). Printed per shape: rows/s of each variant, its ratio to ``all`` and to
+of differing values; with ``--variants``, with the all-features kernel at 4 warps, always run
+first). Printed per shape: rows/s of each variant, its ratio to ``all`` and to
 XGBoost, and the SHAP plan's quadrature chunks (all-features / local), the widest local tile
 and the warps a block.
 
@@ -47,6 +43,7 @@ from benchmarks.throughput import _median_seconds
 from distshap.models import load_model
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
+from distshap.plan.config import config_context
 
 __all__ = ["main", "measure", "measure_variants", "parse_variant"]
 
@@ -63,10 +60,7 @@ def _plan_info(kc, packed) -> dict:
         "chunks": sum(int(q.n_chunks) for q in plan.quadrature),
         "local_chunks": sum(int(q.n_local) for q in plan.quadrature) if local else 0,
         "local_columns": widest if local else 0,
-        "warps": quadrature_warps(
-            widest if local else packed.num_features, kc.config.SHAP_QUADRATURE_ROWS
-        ),
-        "rows_a_thread": kc.config.SHAP_QUADRATURE_ROWS,
+        "warps": quadrature_warps(widest if local else packed.num_features, 2),
     }
 
 
@@ -76,35 +70,31 @@ def measure(shape: str, rows: int, repeats: int, tiles: list[int], xgboost: bool
 
     from distshap.kernels import cuda as kc
 
-    config = kc.config
     name, size = shape.rsplit("-", 1)
     booster = train_model(name, size)
     X, _ = make_data(name, rows, seed=1)
     Xd = cupy.asarray(X, dtype=cupy.float32)
     packed = build_packed_model(extract_paths(load_model(booster)))
-    saved = (config.SHAP_QUADRATURE_TILES, config.QUADRATURE_TILE_FEATURES)
     record = {"shape": shape, "rows": rows, "paths": packed.num_paths,
               "features": packed.num_features, "groups": packed.num_groups,
               "variants": {}}  # fmt: skip
     try:
         kc.clear_cache()
-        config.SHAP_QUADRATURE_TILES = "all"
-        s, ref, first = _median_seconds(lambda: kc.shap_values(packed, Xd), repeats, "cuda")
-        info = _plan_info(kc, packed)
+        with config_context(quadrature_tile_features=_ALL):
+            s, ref, first = _median_seconds(lambda: kc.shap_values(packed, Xd), repeats, "cuda")
+            info = _plan_info(kc, packed)
         record["variants"]["all"] = {"rows_s": rows / s, "first_s": first, "bits": "same", **info}
-        config.SHAP_QUADRATURE_TILES = "local"
         for c in tiles:
-            config.QUADRATURE_TILE_FEATURES = int(c)
-            kc.clear_cache()
-            s, out, first = _median_seconds(lambda: kc.shap_values(packed, Xd), repeats, "cuda")
-            diff = int(cupy.count_nonzero(out.view(cupy.uint32) != ref.view(cupy.uint32)))
-            record["variants"][f"local-{c}"] = {
-                "rows_s": rows / s, "first_s": first, "bits": "same" if diff == 0 else diff,
-                **_plan_info(kc, packed),
-            }  # fmt: skip
+            with config_context(quadrature_tile_features=int(c)):
+                s, out, first = _median_seconds(lambda: kc.shap_values(packed, Xd), repeats,
+                                                "cuda")  # fmt: skip
+                diff = int(cupy.count_nonzero(out.view(cupy.uint32) != ref.view(cupy.uint32)))
+                record["variants"][f"local-{c}"] = {
+                    "rows_s": rows / s, "first_s": first, "bits": "same" if diff == 0 else diff,
+                    **_plan_info(kc, packed),
+                }  # fmt: skip
             del out
     finally:
-        config.SHAP_QUADRATURE_TILES, config.QUADRATURE_TILE_FEATURES = saved
         kc.clear_cache()
     if xgboost:
         import xgboost as xgb
@@ -120,33 +110,31 @@ def measure(shape: str, rows: int, repeats: int, tiles: list[int], xgboost: bool
     return record
 
 
-_TOKENS = {"c": "QUADRATURE_TILE_FEATURES", "w": "QUADRATURE_TILE_WINDOW",
-           "r": "SHAP_QUADRATURE_ROWS", "k": "SHAP_QUADRATURE_WARPS"}  # fmt: skip
-_DEFAULTS = {"SHAP_QUADRATURE_TILES": "local", "QUADRATURE_TILE_FEATURES": 16,
-             "QUADRATURE_TILE_WINDOW": 0, "SHAP_QUADRATURE_ROWS": 1,
-             "SHAP_QUADRATURE_WARPS": 4}  # fmt: skip
+_ALL = 1 << 20  # quadrature_tile_features above any model's features: the all-features tile
+_TOKENS = {"c": "quadrature_tile_features", "w": "quadrature_tile_window",
+           "k": "shap_quadrature_warps"}  # fmt: skip
+_DEFAULTS = {"quadrature_tile_features": 16, "quadrature_tile_window": 0,
+             "shap_quadrature_warps": 4}  # fmt: skip
 
 
 def parse_variant(spec: str) -> dict:
-    """The config settings of one ``--variants`` entry (module docstring)."""
+    """The configuration settings of one ``--variants`` entry (module docstring)."""
     settings = dict(_DEFAULTS)
     for token in spec.split("+"):
         if token == "all":
-            settings["SHAP_QUADRATURE_TILES"] = "all"
+            settings["quadrature_tile_features"] = _ALL
         elif token[:1] in _TOKENS and token[1:].isdigit():
             settings[_TOKENS[token[0]]] = int(token[1:])
         else:
-            raise ValueError(f"bad variant token {token!r} in {spec!r}: use all, cN, wN, rN, kN")
+            raise ValueError(f"bad variant token {token!r} in {spec!r}: use all, cN, wN, kN")
     return settings
 
 
 def _effective(settings: dict, num_features: int) -> tuple:
     """The settings that change anything on a model of ``num_features`` features."""
-    local = (settings["SHAP_QUADRATURE_TILES"] == "local"
-             and num_features > settings["QUADRATURE_TILE_FEATURES"])  # fmt: skip
-    tile = (settings["QUADRATURE_TILE_FEATURES"], settings["QUADRATURE_TILE_WINDOW"])
-    return (local, tile if local else None, settings["SHAP_QUADRATURE_ROWS"],
-            settings["SHAP_QUADRATURE_WARPS"])  # fmt: skip
+    local = num_features > settings["quadrature_tile_features"]
+    tile = (settings["quadrature_tile_features"], settings["quadrature_tile_window"])
+    return (local, tile if local else None, settings["shap_quadrature_warps"])
 
 
 def measure_variants(shape: str, rows: int, repeats: int, specs: list[str],
@@ -159,13 +147,11 @@ def measure_variants(shape: str, rows: int, repeats: int, specs: list[str],
 
     from distshap.kernels import cuda as kc
 
-    config = kc.config
     name, size = shape.rsplit("-", 1)
     booster = train_model(name, size)
     X, _ = make_data(name, rows, seed=1)
     Xd = cupy.asarray(X, dtype=cupy.float32)
     packed = build_packed_model(extract_paths(load_model(booster)))
-    saved = {key: getattr(config, key) for key in _DEFAULTS}
     record = {"shape": shape, "rows": rows, "paths": packed.num_paths,
               "features": packed.num_features, "groups": packed.num_groups,
               "variants": {}, "base": specs[0]}  # fmt: skip
@@ -179,25 +165,24 @@ def measure_variants(shape: str, rows: int, repeats: int, specs: list[str],
                 record["variants"][spec] = dict(record["variants"][seen[key]], same_as=seen[key])
                 continue
             seen.setdefault(key, spec)
-            for k, v in settings.items():
-                setattr(config, k, v)
             kc.clear_cache()
-            start = time.perf_counter()
-            kc.device_model(packed).shap  # noqa: B018 - the plan (windowed chunks) built
-            plan_s = time.perf_counter() - start
-            s, out, first = _median_seconds(lambda: kc.shap_values(packed, Xd), repeats, "cuda")
+            with config_context(**settings):
+                start = time.perf_counter()
+                kc.device_model(packed).shap  # noqa: B018 - the plan (windowed chunks) built
+                plan_s = time.perf_counter() - start
+                s, out, first = _median_seconds(lambda: kc.shap_values(packed, Xd), repeats,
+                                                "cuda")  # fmt: skip
+                info = _plan_info(kc, packed)
             if ref is None:
                 ref = out
             diff = int(cupy.count_nonzero(out.view(cupy.uint32) != ref.view(cupy.uint32)))
             record["variants"][spec] = {
                 "rows_s": rows / s, "first_s": first, "plan_s": plan_s,
-                "bits": "same" if diff == 0 else diff, **_plan_info(kc, packed),
+                "bits": "same" if diff == 0 else diff, **info,
             }  # fmt: skip
             if out is not ref:
                 del out
     finally:
-        for k, v in saved.items():
-            setattr(config, k, v)
         kc.clear_cache()
     if xgboost:
         _xgboost(record, booster, Xd, ref, repeats, rows)
@@ -237,7 +222,6 @@ def _print(record: dict) -> None:
                 + (f"  {v['rows_s'] / xgb_rows:5.2f}x xgboost" if xgb_rows else "")
                 + f"  bits {v['bits']}  chunks {v['chunks']}/{v['local_chunks']}"
                 f"  columns {v['local_columns']}  warps {v['warps']}"
-                f"  rows/thread {v.get('rows_a_thread', 1)}"
                 f"  first {v['first_s']:.2f}s"
                 + (f"  plan {v['plan_s']:.2f}s" if "plan_s" in v else ""))  # fmt: skip
         print(line, flush=True)

@@ -11,19 +11,8 @@ warm-up, GPU synchronized before the clock stops) of:
 * ``kernel``: :func:`distshap.kernels.cuda.shap_values` / ``interaction_values`` (no check);
 * ``host``: the host's time in ``kernel`` (the GPU synchronized outside the clock: what the
   call costs before the kernel runs, the rest of ``kernel`` being the GPU's);
-* ``r64``, ``r80`` (``--registers``): ``kernel`` with the ``v1`` small kernel compiled within
-  that many registers a thread (more warps resident), its bits compared with the default's;
-* ``--variants``: ``public``, ``checked``, ``kernel`` and ``host`` again for each variant of
-  the small kernels (:data:`distshap.kernels.cuda.small.VARIANT`: ``v1`` the twelve-argument
-  kernels, ``merged`` two constant arrays and the rows once, ``unrolled`` that with the DP
-  unrolled for the model's longest path, ``gather`` the block kernels of
-  :mod:`distshap.kernels.cuda.small_gather`; ``NAME@R``: compiled within ``R`` registers a
-  thread; ``NAME/raw``: launched through the driver, :mod:`distshap.kernels.cuda.rawlaunch`,
-  ``NAME/numba``: through Numba), in one process, with whether their values (public, kernel
-  and checked) have the bits of the first variant's, the fraction of equal bits and the
-  largest difference (relative to max(1, |values|)) of the kernel's values against it, and
-  whether public, kernel and checked values agree bit for bit; the columns above are the
-  library's default variant;
+* ``numba host``: ``host`` with the kernel launched by Numba instead of through the driver
+  (:mod:`distshap.kernels.cuda.rawlaunch`: the same kernel and bits, less host time);
 * ``regular``: the public call with the one-launch route off (``small_max_paths=0``);
 * ``xgboost``: XGBoost's GPU ``predict(pred_contribs / pred_interactions)`` on a CuPy DMatrix;
 
@@ -57,9 +46,6 @@ def _median_us(fn, repeats: int) -> float:
     return 1e6 * statistics.median(times)
 
 
-_VARIANTS: dict = {}  # (kernel name, registers) -> the small kernel compiled within them
-
-
 def _host_us(fn, repeats: int) -> float:
     """Median host microseconds of ``fn`` alone (the GPU synchronized outside the clock)."""
     import cupy
@@ -75,56 +61,14 @@ def _host_us(fn, repeats: int) -> float:
     return 1e6 * statistics.median(times)
 
 
-def _variants(variants, packed, Xd, public, kernel, interactions, repeats) -> dict:
-    """Per variant of the small kernels (module docstring): microseconds and bits."""
-    from distshap.kernels.cuda import launch, rawlaunch, small
-
-    saved = small.VARIANT, small.MAX_REGISTERS, rawlaunch.ENABLED
-    out, ref = {}, None
-    try:
-        for spec in variants:
-            body, _, route = spec.partition("/")
-            name, _, regs = body.partition("@")
-            if route not in ("", "raw", "numba"):
-                raise ValueError(f"variant {spec!r}: the launch route is 'raw' or 'numba'")
-            small.VARIANT, small.MAX_REGISTERS = name, int(regs or 0)
-            rawlaunch.ENABLED = route == "raw"
-            rec = {
-                "public": _median_us(lambda: public(Xd), repeats),
-                "checked": _median_us(
-                    lambda: launch.checked_values(packed, Xd, Xd, interactions), repeats),
-                "kernel": _median_us(lambda: kernel(packed, Xd), repeats),
-                "host": _host_us(lambda: kernel(packed, Xd), repeats),
-            }  # fmt: skip
-            bits = (public(Xd).get(), kernel(packed, Xd).get(),
-                    launch.checked_values(packed, Xd, Xd, interactions).get())  # fmt: skip
-            if ref is None:
-                ref = bits
-            rec["same"] = all(np.array_equal(a.view(np.uint32), b.view(np.uint32))
-                              for a, b in zip(bits, ref, strict=True))  # fmt: skip
-            a, b = bits[1], ref[1]
-            rec["equal_fraction"] = float((a.view(np.uint32) == b.view(np.uint32)).mean())
-            scale = max(1.0, float(np.abs(b).max()))
-            rec["max_diff"] = float(np.abs(a.astype(np.float64) - b).max()) / scale
-            # the public call drops the group axis of a one-output model: compare the values
-            flat = [x.reshape(-1) for x in bits]
-            rec["consistent"] = bool(np.array_equal(flat[0], flat[1])
-                                     and np.array_equal(flat[1], flat[2]))  # fmt: skip
-            out[spec] = rec
-    finally:
-        small.VARIANT, small.MAX_REGISTERS, rawlaunch.ENABLED = saved
-    return out
-
-
-def measure(name: str, size: str, rows: int, interactions: bool, repeats: int,
-            registers: tuple = (), variants: tuple = ()) -> dict:  # fmt: skip
-    """Microseconds a call of each variant (module docstring) on one shape."""
+def measure(name: str, size: str, rows: int, interactions: bool, repeats: int) -> dict:
+    """Microseconds a call (module docstring) on one shape."""
     import cupy
     import xgboost as xgb
 
     from distshap import TreeExplainer
     from distshap.kernels import cuda as kc
-    from distshap.kernels.cuda import launch, small
+    from distshap.kernels.cuda import launch, rawlaunch
     from distshap.plan.config import config_context
     from distshap.plan.routes import small_fits
 
@@ -141,28 +85,19 @@ def measure(name: str, size: str, rows: int, interactions: bool, repeats: int,
         "rows": rows, "paths": packed.num_paths, "small": small_fits(packed, interactions),
         "public": _median_us(lambda: public(Xd), repeats),
         "checked": _median_us(lambda: launch.checked_values(packed, Xd, Xd, interactions),
-                              repeats),
+                              repeats),  # fmt: skip
         "kernel": _median_us(lambda: kernel(packed, Xd), repeats),
     }  # fmt: skip
     rec["host"] = _host_us(lambda: kernel(packed, Xd), repeats)
-    rec["variants"] = _variants(variants, packed, Xd, public, kernel, interactions, repeats)
     default_bits = kernel(packed, Xd).get()
-    name_k = "interaction_kernel" if interactions else "shap_kernel"
-    default_kernel = getattr(small, name_k)
-    for regs in registers:  # the same kernel within fewer registers a thread
-        variant = _VARIANTS.get((name_k, regs))
-        if variant is None:  # compiled once for all shapes
-            kind = "interactions" if interactions else "shap"
-            variant = _VARIANTS[(name_k, regs)] = small._make_kernel(kind, regs)
-        setattr(small, name_k, variant)
-        saved_variant, small.VARIANT = small.VARIANT, "v1"  # the capped kernel is v1's
-        try:
-            rec[f"r{regs}"] = _median_us(lambda: kernel(packed, Xd), repeats)
-            rec[f"r{regs}_same"] = bool(np.array_equal(kernel(packed, Xd).get(), default_bits))
-        finally:
-            small.VARIANT = saved_variant
-            setattr(small, name_k, default_kernel)
-            small.clear_cache()  # no launcher of the variant is kept
+    driver = rawlaunch.launch
+    rawlaunch.launch = lambda *a, **k: False  # every launch through Numba
+    try:
+        rec["numba host"] = _host_us(lambda: kernel(packed, Xd), repeats)
+        same = np.array_equal(kernel(packed, Xd).get(), default_bits)
+    finally:
+        rawlaunch.launch = driver
+    rec["numba_same"] = bool(same)
     with config_context(small_max_paths=0):
         rec["regular"] = _median_us(lambda: public(Xd), repeats)
         regular = public(Xd).get()
@@ -186,41 +121,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", type=int, default=10_000, help="rows of SHAP values")
     parser.add_argument("--interaction-rows", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=50)
-    parser.add_argument("--registers", default="",
-                        help="also time the kernel compiled within these registers a thread "
-                        "(comma-separated; '' for none)")  # fmt: skip
-    parser.add_argument(
-        "--variants",
-        default="v1,unrolled,unrolled/raw,gather,gather/raw",
-        help="small-kernel variants timed side by side, the first the bits' "
-        "reference (small.VARIANT names, @R: within R registers, /raw: launched through "
-        "the driver (distshap.kernels.cuda.rawlaunch), /numba: through Numba; '' for none)",
-    )
     args = parser.parse_args(argv)
-    variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
-    registers = tuple(int(r) for r in args.registers.split(",") if r.strip())
-    cols = ("public", "checked", "kernel", "host", "regular", "xgboost",
-            *(f"r{r}" for r in registers))  # fmt: skip
+    cols = ("public", "checked", "kernel", "host", "numba host", "regular", "xgboost")
     print(f"{'shape':20} {'kind':12} {'rows':>6} {'paths':>5} {'small':>5} "
           + " ".join(f"{c + ' us':>13}" for c in cols)
           + f" {'x XGBoost':>9} {'diff xgb':>9} {'diff reg':>9} same", flush=True)  # fmt: skip
     for shape in args.shapes.split(","):
         name, size = shape.rsplit("-", 1)
         for interactions, rows in ((False, args.rows), (True, args.interaction_rows)):
-            r = measure(name, size, rows, interactions, args.repeats, registers, variants)
+            r = measure(name, size, rows, interactions, args.repeats)
             print(f"{r['shape']:20} {r['kind']:12} {rows:>6} {r['paths']:>5} {r['small']!s:>5} "
                   + " ".join(f"{r[c]:>13.1f}" for c in cols)
                   + f" {r['ratio']:>8.2f}x {r['max_diff_xgboost']:>9.1e}"
                   f" {r['max_diff_regular']:>9.1e}"
-                  + "".join(f" r{g}:{r[f'r{g}_same']}" for g in registers),
-                  flush=True)  # fmt: skip
-            for spec, v in r["variants"].items():
-                print(f"  {spec:18} public {v['public']:8.1f} us  checked {v['checked']:8.1f}"
-                      f"  kernel {v['kernel']:8.1f}  host {v['host']:8.1f}"
-                      f"  x XGBoost {r['xgboost'] / v['public']:5.2f}x  same bits as "
-                      f"{variants[0]}: {v['same']} (equal {v['equal_fraction']:.4f}, max diff "
-                      f"{v['max_diff']:.1e}; public = kernel = checked: {v['consistent']})",
-                      flush=True)  # fmt: skip
+                  + f" {r['numba_same']}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

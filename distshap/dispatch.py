@@ -119,11 +119,11 @@ def _path_dependent(
     interactions, check = request.interactions, request.check
     fused = check and packed.margin is not None and hasattr(module, "checked_values")
     # the backend may run the same check inside its kernel (None: not for this model)
-    out = module.checked_values(packed, rows, raw, interactions, first_row) if fused else None
-    if out is None:
+    fused = module.checked_values(packed, rows, raw, interactions) if fused else None
+    if fused is None:
         out = (module.interaction_values if interactions else module.shap_values)(packed, rows)
     else:
-        check = False  # checked
+        out, check = fused  # a flagged row: the full check decides, with its message
     if check and packed.margin is not None:
         if is_cupy(out) and not is_cupy(raw):
             import cupy

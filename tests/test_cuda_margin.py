@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from distshap.kernels import cuda_available
-from distshap.kernels.margin import margin_model, packed_arrays, predict_margin
+from distshap.kernels.cuda.traversal import packed_arrays
+from distshap.kernels.margin import margin_model, predict_margin
 
 import naive
 import tiny

@@ -171,6 +171,11 @@ def same(a, b, what):
     a, b = np.asarray(a), np.asarray(b)
     assert a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32)), what
 
+def checked_values(packed, X, raw, inter):
+    values, flagged = launch.checked_values(packed, X, raw, inter)
+    assert not flagged
+    return values
+
 def both(packed, X, what, oracle=None, checked=False):
     # SHAP and interaction values against the CPU kernel (and the oracle); checked == unchecked
     out = []
@@ -184,7 +189,7 @@ def both(packed, X, what, oracle=None, checked=False):
                    else naive.treeshap_recursive_rows)(oracle, X).reshape(got.shape)
             close(got, ref, (what, "oracle"))
         if checked:
-            same(launch.checked_values(packed, X, X, inter), got, (what, "checked"))
+            same(checked_values(packed, X, X, inter), got, (what, "checked"))
         out.append(got)
     return out
 
@@ -223,18 +228,14 @@ except ValueError as e:
     assert "batch_rows" in str(e)
 assert kc.shap_values(packed, X[:0]).shape == (0, 2, 7)
 
-# the check in the kernel: a margin that misses every row's sum by 1 is flagged, and the host
-# check raises its error; a row the traversal sends elsewhere too
+# the check in the kernel: a margin that misses every row's sum by 1 is flagged (the caller's
+# full check then raises its error, below through the dispatch)
 bad = dict(packed.margin, base_score=packed.margin["base_score"] + 1.0)
 wrong = dataclasses.replace(packed, margin=bad, digest="")
 for kind in (False, True):
-    try:
-        launch.checked_values(wrong, X, X, kind, first_row=10)
-        raise AssertionError("a wrong margin passed")
-    except AdditivityError as e:
-        assert "do not sum to" in str(e) and "from row 10" in str(e), str(e)
+    assert launch.checked_values(wrong, X, X, kind)[1], kind
 assert small_model.read_flag(small_model.check_flag(), 0) is False  # cleared for the next call
-same(launch.checked_values(packed, X, X, False), shap, "after a failure")
+same(checked_values(packed, X, X, False), shap, "after a failure")
 
 # through the dispatch (the explainer's path): the fused check replaces the separate one
 kernels.get_backend = lambda name: kc
@@ -246,10 +247,10 @@ same(dispatch.explain_rows(packed, X, backend="cuda"), shap, "dispatch")
 same(dispatch.explain_rows(packed, X, True, backend="cuda"), inter, "dispatch interactions")
 assert not calls, "the separate traversal ran"
 try:
-    dispatch.explain_rows(wrong, X, backend="cuda")
+    dispatch.explain_rows(wrong, X, backend="cuda", first_row=10)
     raise AssertionError("dispatch: a wrong margin passed")
-except AdditivityError:
-    pass
+except AdditivityError as e:
+    assert "do not sum to" in str(e) and "from row 10" in str(e), str(e)
 same(dispatch.explain_rows(wrong, X, backend="cuda", check=False), shap, "check off")
 
 # XGBoost: regression with missing values, multiclass, categorical; its margin as raw values
@@ -266,7 +267,7 @@ for params in ({"objective": "reg:squarederror"},
     assert small_fits(explainer.packed, True)
     Xe = Xt[:2]
     for inter in (False, True):
-        got = launch.checked_values(explainer.packed, Xe, Xe, inter)
+        got = checked_values(explainer.packed, Xe, Xe, inter)
         kw = {"pred_interactions": True} if inter else {"pred_contribs": True}
         ref = booster.predict(xgb.DMatrix(Xe), **kw).reshape(got.shape)
         close(got, ref, (params["objective"], inter), rtol=1e-5)
@@ -278,7 +279,7 @@ booster = xgb.train({"max_depth": 3, "tree_method": "hist", "max_cat_to_onehot":
 explainer = TreeExplainer(booster, backend="cpu")
 rows = np.ascontiguousarray(np.column_stack([frame["a"].cat.codes, frame["b"]])[:2], np.float32)
 for inter in (False, True):
-    got = launch.checked_values(explainer.packed, rows, rows, inter)
+    got = checked_values(explainer.packed, rows, rows, inter)
     kw = {"pred_interactions": True} if inter else {"pred_contribs": True}
     ref = booster.predict(xgb.DMatrix(frame[:2], enable_categorical=True), **kw)
     close(got, ref.reshape(got.shape), ("categorical", inter), rtol=1e-5)
@@ -725,6 +726,11 @@ def same(a, b, what):
     a, b = np.asarray(a), np.asarray(b)
     assert a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32)), what
 
+def checked_values(packed, X, raw, inter):
+    values, flagged = launch.checked_values(packed, X, raw, inter)
+    assert not flagged
+    return values
+
 def both(packed, X, what, oracle=None):
     out = []
     for inter in (False, True):
@@ -735,7 +741,7 @@ def both(packed, X, what, oracle=None):
             ref = (naive.treeshap_interactions_recursive_rows if inter
                    else naive.treeshap_recursive_rows)(oracle, X).reshape(got.shape)
             close(got, ref, (what, "oracle"))
-        same(launch.checked_values(packed, X, X, inter), got, (what, "checked"))
+        same(checked_values(packed, X, X, inter), got, (what, "checked"))
         out.append(got)
     return out
 
@@ -758,7 +764,7 @@ small_gather.TARGET_BLOCKS, small_gather._MAX_BLOCKS = 1, 1  # one block, three 
 small_gather.SHARED_BYTES = 8 * small_gather.gather_model(packed).row_slots[1] * 2  # 2 rows
 same(kc.shap_values(packed, X), shap, "grid-stride, rows a block")
 same(kc.interaction_values(packed, X), inter, "grid-stride, rows a block (interactions)")
-same(launch.checked_values(packed, X, X.astype(np.float64), True), inter, "raw float64")
+same(checked_values(packed, X, X.astype(np.float64), True), inter, "raw float64")
 small_gather.TARGET_BLOCKS, small_gather._MAX_BLOCKS = 2048, 65535
 small_gather.SHARED_BYTES = 48 * 1024
 
@@ -772,11 +778,7 @@ same(got, inter[:, group, slots.slot_i, slots.slot_j], "pair slots")
 bad = dict(packed.margin, base_score=packed.margin["base_score"] + 1.0)
 wrong = dataclasses.replace(packed, margin=bad, digest="")
 for kind in (False, True):
-    try:
-        launch.checked_values(wrong, X, X, kind, first_row=10)
-        raise AssertionError("a wrong margin passed")
-    except AdditivityError as e:
-        assert "do not sum to" in str(e) and "from row 10" in str(e), str(e)
+    assert launch.checked_values(wrong, X, X, kind)[1], kind
 assert small_model.read_flag(small_model.check_flag(), 0) is False
 
 # a row that does not fit a block's shared memory: the warp-per-row kernels (another exact
@@ -838,9 +840,9 @@ def test_gpu_gather_and_raw_launch(monkeypatch):
                                         else lambda *a, **k: False)  # fmt: skip
                     got[route, raw] = (
                         f(packed, rows[:n]).get(),
-                        launch.checked_values(packed, rows[:n], rows[:n], inter).get(),
+                        launch.checked_values(packed, rows[:n], rows[:n], inter)[0].get(),
                         launch.checked_values(packed, rows[:n], rows[:n].astype(cupy.float64),
-                                              inter).get(),
+                                              inter)[0].get(),
                     )  # fmt: skip
             monkeypatch.setattr(small_gather, "fits_shared", fits_shared)
             monkeypatch.setattr(rawlaunch, "launch", driver)

@@ -2,7 +2,8 @@
 
 :func:`follows` is the split rule (does a feature value follow a path element?),
 :func:`extend_path` the EXTEND recursion over a path's elements (paper Algorithm 2) and
-:func:`unwound_sum` the UNWOUND_SUM of one element (Algorithm 3). Nothing here imports Numba:
+:func:`unwound_sum` the UNWOUND_SUM of one element (Algorithm 3); :func:`leaf` walks a row
+down one tree by the model's split rule (the margin traversal). Nothing here imports Numba:
 the CPU backend wraps these functions with ``njit`` and the CUDA backend with
 ``cuda.jit(device=True)``, so both run the same arithmetic in the same order (and the CUDA
 simulator runs them as they are). ``w`` holds the permutation weights of a path: a path of
@@ -15,7 +16,7 @@ import math
 
 import numpy as np
 
-__all__ = ["extend_path", "follows", "unwound_sum"]
+__all__ = ["extend_path", "follows", "leaf", "unwound_sum"]
 
 
 def follows(x, lower, upper, missing, cat_other, cat_offset, cat_nbits, cat_words):
@@ -76,3 +77,26 @@ def unwound_sum(w, depth, zero_fraction, one_fraction):
         for j in range(depth - 1, -1, -1):
             total += w[j] * (depth + 1) / (zero_fraction * (depth - j))
     return total
+
+
+def leaf(X, r, node, left, right, feature, threshold, default_left, is_categorical,
+          cat_offsets, cat_values, missing):  # fmt: skip
+    """The leaf row ``r`` of ``X`` reaches from ``node`` (a tree's root) by the model's own
+    split rule (the margin traversal of :mod:`distshap.kernels.margin`, independent of the
+    path elements); ``missing`` is the model's float32 missing value."""
+    while left[node] >= 0:
+        x = X[r, feature[node]]
+        if math.isnan(x) or np.float32(x) == missing:
+            go_left = default_left[node]
+        elif is_categorical[node]:
+            # listed categories go right; other values (and negative codes) go left
+            go_left = True
+            if x >= 0.0:
+                code = int(x)
+                for i in range(cat_offsets[node], cat_offsets[node + 1]):
+                    if cat_values[i] == code:
+                        go_left = False
+        else:
+            go_left = x < threshold[node]
+        node = left[node] if go_left else right[node]
+    return node

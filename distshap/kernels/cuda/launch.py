@@ -183,29 +183,22 @@ def _check_batch_rows(batch_rows: int | None) -> None:
         raise ValueError(f"batch_rows must be >= 1, got {int(batch_rows)}")
 
 
-def _run_small(packed: PackedModel, X, raw, interactions: bool, first_row: int = 0):
-    """The one-launch route (:mod:`.small`) on the rows ``X``; with ``raw`` (the model's raw
-    values of the same rows) the additivity check runs in the kernel, then on the host where
-    the kernel flags a row (raising :class:`~distshap.additivity_rule.AdditivityError`)."""
+def _run_small(packed: PackedModel, X, raw, interactions: bool):
+    """The one-launch route (:mod:`.small`) on the rows ``X``: ``(values, flagged)``. With
+    ``raw`` (the model's raw values of the same rows) the additivity check runs in the kernel
+    and ``flagged`` says whether it flagged a row (``False`` without ``raw``)."""
     launch_kernel, sm = small.route(packed, interactions)
     Xd = device_rows(X, packed.num_features)
     n = int(Xd.shape[0])
     G, F1 = packed.num_groups, packed.num_features + 1
     out = xp().empty((n, G, F1, F1) if interactions else (n, G, F1), dtype=np.float32)
     if n == 0:
-        return out
+        return out, False
     if raw is None:
         launch_kernel(sm, Xd, Xd, out, interactions, False)
-        return out
+        return out, False
     Xraw = Xd if _same_values(raw, X) else _device_raw(raw, n, packed.num_features)
-    flag, s = launch_kernel(sm, Xd, Xraw, out, interactions, True)
-    if read_flag(flag, s):  # the full check decides, with its message
-        from distshap.additivity import check_additivity
-        from distshap.kernels.margin import predict_margin
-
-        what = "interaction values" if interactions else "SHAP values"
-        check_additivity(out, predict_margin(packed.margin, Xraw), what, first_row)
-    return out
+    return out, read_flag(*launch_kernel(sm, Xd, Xraw, out, interactions, True))
 
 
 def _same_values(raw, X) -> bool:
@@ -236,25 +229,26 @@ def _device_raw(raw, n: int, num_features: int):
     return cp.ascontiguousarray(cp.asarray(raw), dtype=dtype)
 
 
-def checked_values(packed: PackedModel, rows, raw, interactions: bool, first_row: int = 0):
+def checked_values(packed: PackedModel, rows, raw, interactions: bool):
     """Values of ``rows`` with the additivity check fused into the kernel, or ``None``.
 
     For models that take the one-launch route (:func:`distshap.plan.routes.small_fits`) and
-    carry their margin arrays: the values of :func:`shap_values` / :func:`interaction_values`,
-    checked against the independent traversal of ``raw`` (the rows' raw values,
-    :func:`distshap.inputs.model_matrix`), as :func:`distshap.additivity.check_additivity`
-    checks them (it raises :class:`~distshap.additivity_rule.AdditivityError`). ``None`` for other
-    models: the caller runs the kernels and the check itself.
+    carry their margin arrays: ``(values, flagged)``, the values of :func:`shap_values` /
+    :func:`interaction_values` and whether a row missed the independent traversal of ``raw``
+    (the rows' raw values, :func:`distshap.inputs.model_matrix`) by more than half the check's
+    tolerance; the caller then runs the full check (:mod:`distshap.additivity`), which decides
+    and raises with its message. ``None`` for other models: the caller runs the kernels and
+    the check itself.
     """
     if packed.margin is None or not small_fits(packed, interactions):
         return None
-    return _run_small(packed, rows, raw, interactions, first_row)
+    return _run_small(packed, rows, raw, interactions)
 
 
 def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool):
     if small_fits(packed, interactions):
         _check_batch_rows(batch_rows)  # the bits do not depend on it: one launch
-        return _run_small(packed, X, None, interactions)
+        return _run_small(packed, X, None, interactions)[0]
     model = device_model(packed)
     plan = interaction_plan(packed, model) if interactions else model.shap
     X = device_rows(X, packed.num_features)

@@ -73,7 +73,7 @@ from distshap.kernels.cuda.small_model import (
     small_limits,
     small_stream,
 )  # fmt: skip
-from distshap.kernels.margin import _leaf
+from distshap.kernels.treeshap import leaf
 
 __all__ = ["launch_merged", "launch_warp_slots", "merged_kernel", "slot_kernel"]
 
@@ -81,7 +81,7 @@ _HALF_RTOL = 0.5 * RTOL  # stricter than the host check: every row it fails is f
 _WARPS = 1 if SIM else 4  # warps a block (the simulator's shuffle syncs one warp's block)
 _MAX_BLOCKS = 4096  # grid cap: more rows loop (grid-stride), the bits do not change
 
-_leaf_device = cuda.jit(device=True)(_leaf)
+_leaf_device = cuda.jit(device=True)(leaf)
 
 if SIM:  # pragma: no cover - only under NUMBA_ENABLE_CUDASIM=1 (no warp intrinsics there)
 
@@ -426,7 +426,7 @@ def _make_add_path(K: int, interactions: bool, max_path_features: int):
 
 @cuda.jit(device=True)
 def _leaf_merged(X, r, node, I, D, missing):  # noqa: E741
-    """:func:`distshap.kernels.margin._leaf` on the merged arrays (the same comparisons)."""
+    """:func:`distshap.kernels.treeshap.leaf` on the merged arrays (the same comparisons)."""
     left = I[I[H_LEFT] : I[H_LEFT + 1]]
     right = I[I[H_RIGHT] : I[H_RIGHT + 1]]
     feature = I[I[H_NODE_FEATURE] : I[H_NODE_FEATURE + 1]]

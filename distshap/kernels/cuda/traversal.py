@@ -16,36 +16,22 @@ bits):
   sets a flag in mapped host memory (:func:`distshap.kernels.cuda.small_model.read_flag`).
 * :func:`check_values`: that check against given margins.
 
-The model's arrays come from :func:`distshap.kernels.margin.device_arrays` (four packed Numba
-device arrays); launches go through :mod:`.args` (kept configurations and streams).
+The model's arrays go to each GPU once (:func:`device_arrays`: four packed Numba device
+arrays, sections addressed by a header); launches go through :mod:`.args`.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from functools import cache
 from typing import Any
 
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.margin import (
-    H_BASE_SCORE,
-    H_CAT_OFFSETS,
-    H_CAT_VALUES,
-    H_DEFAULT_LEFT,
-    H_FEATURE,
-    H_IS_CATEGORICAL,
-    H_LEFT,
-    H_MISSING,
-    H_RIGHT,
-    H_ROOTS,
-    H_THRESHOLD,
-    H_TREE_GROUP,
-    H_VALUE,
-    MarginModel,
-    _leaf,
-    device_arrays,
-)
+from distshap.kernels.cuda.device import SIM, device_id
+from distshap.kernels.treeshap import leaf
 
 __all__ = ["BLOCK_ROWS_MAX", "check_rows", "check_values", "gpu_margin"]
 
@@ -57,6 +43,68 @@ _MAX_BLOCKS = 1 << 15  # grid cap of the block traversal (more rows loop; same b
 
 
 # ------------------------------------------------------------------------------------------
+# device arrays: four packed arrays, sections addressed by a header at the start of ``longs``
+# ------------------------------------------------------------------------------------------
+
+_SECTIONS = (
+    ("ints", np.int32, ("left", "right", "feature", "cat_values", "tree_group")),
+    ("longs", np.int64, ("cat_offsets", "roots")),
+    ("f64s", np.float64, ("threshold", "value", "base_score", "missing")),
+    ("bools", np.bool_, ("default_left", "is_categorical")),
+)
+# header entry of each section's start (its end: the next entry)
+(H_LEFT, H_RIGHT, H_FEATURE, H_CAT_VALUES, H_TREE_GROUP, _, H_CAT_OFFSETS, H_ROOTS, _,
+ H_THRESHOLD, H_VALUE, H_BASE_SCORE, H_MISSING, _, H_DEFAULT_LEFT, H_IS_CATEGORICAL,
+ _) = range(17)  # fmt: skip
+_HEADER = 17
+
+
+def packed_arrays(model: dict) -> dict:
+    """The four host arrays of the GPU traversal (``ints``, ``longs``, ``f64s``, ``bools``);
+    ``longs`` starts with the header: each section's start, then its array's end."""
+    header = np.zeros(_HEADER, np.int64)
+    out, pos = {}, 0
+    for name, dtype, sections in _SECTIONS:
+        parts = [np.asarray(model[s]).reshape(-1).astype(dtype) for s in sections]
+        base = _HEADER if name == "longs" else 0
+        starts = base + np.concatenate(([0], np.cumsum([p.size for p in parts])))
+        header[pos : pos + len(parts) + 1] = starts
+        pos += len(parts) + 1
+        out[name] = parts
+    for name, dtype, _ in _SECTIONS:
+        joined = np.concatenate(([header] if name == "longs" else []) + out[name]).astype(dtype)
+        out[name] = joined if joined.size else np.zeros(1, dtype)
+    return out
+
+
+# id(model["left"]) -> (weak reference to that array, {device id: the model's device arrays});
+# an entry leaves with its array (ndarrays are unhashable, so no WeakKeyDictionary)
+_DEVICE_COPIES: dict[int, tuple[weakref.ref, dict]] = {}
+_DEVICE_LOCK = threading.Lock()
+
+
+def device_arrays(model: dict) -> tuple:
+    """``(ints, longs, f64s, bools)`` of :func:`packed_arrays` on the current GPU (Numba
+    device arrays; NumPy under the simulator), copied once per model and device."""
+    if SIM:
+        host = packed_arrays(model)
+        return tuple(host[name] for name, _, _ in _SECTIONS)
+    device = device_id()
+    anchor = model["left"]
+    with _DEVICE_LOCK:
+        entry = _DEVICE_COPIES.get(id(anchor))
+        if entry is None or entry[0]() is not anchor:
+            entry = (weakref.ref(anchor), {})
+            _DEVICE_COPIES[id(anchor)] = entry
+            weakref.finalize(anchor, _DEVICE_COPIES.pop, id(anchor), None)
+        per_device = entry[1]
+        if device not in per_device:
+            host = packed_arrays(model)
+            per_device[device] = tuple(cuda.to_device(host[name]) for name, _, _ in _SECTIONS)
+        return per_device[device]
+
+
+# ------------------------------------------------------------------------------------------
 # GPU kernels (compiled on first use: no CUDA at import time)
 # ------------------------------------------------------------------------------------------
 
@@ -65,7 +113,7 @@ _MAX_BLOCKS = 1 << 15  # grid cap of the block traversal (more rows loop; same b
 def _kernels():
     """The kernels: thread per row, block per row, block per row with the additivity check,
     and the check alone (against given margins)."""
-    leaf = cuda.jit(device=True)(_leaf)
+    walk = cuda.jit(device=True)(leaf)
     threads, tile = _THREADS, _TILE
 
     @cuda.jit(device=True)
@@ -110,7 +158,7 @@ def _kernels():
         for g in range(base_score.shape[0]):
             out[r, g] = base_score[g]
         for t in range(roots.shape[0]):
-            node = leaf(X, r, roots[t], left, right, feature, threshold, default_left,
+            node = walk(X, r, roots[t], left, right, feature, threshold, default_left,
                         is_categorical, cat_offsets, cat_values, missing)  # fmt: skip
             out[r, tree_group[t]] += value[node]
 
@@ -146,7 +194,7 @@ def _kernels():
                 count = n_trees - t0 if n_trees - t0 < tile else tile
                 for j in range(tid, count, threads):
                     t = t0 + j
-                    node = leaf(X, r, roots[t], left, right, feature, threshold, default_left,
+                    node = walk(X, r, roots[t], left, right, feature, threshold, default_left,
                                 is_categorical, cat_offsets, cat_values, missing)  # fmt: skip
                     leaves[b, j] = value[node]
                     groups[b, j] = tree_group[t]
@@ -234,7 +282,7 @@ def _block_grid(n: int) -> int:
     return max(1, min(n, _MAX_BLOCKS))
 
 
-def gpu_margin(model: MarginModel, X: Any, out: Any) -> None:
+def gpu_margin(model: dict, X: Any, out: Any) -> None:
     """The GPU traversal of the device rows ``X`` (C-contiguous; NumPy under the simulator)
     into ``out`` ``(n, G)`` float64, on CuPy's current stream."""
     from distshap.kernels.cuda import args
@@ -253,7 +301,7 @@ def gpu_margin(model: MarginModel, X: Any, out: Any) -> None:
         args.configured(rows_kernel, -(-n // threads), threads, s)(X, *arrays, out)
 
 
-def check_rows(model: MarginModel, X: Any, values: Any, rtol: float):
+def check_rows(model: dict, X: Any, values: Any, rtol: float):
     """Launch the traversal of the device rows ``X`` with the additivity check of ``values``
     (C-contiguous float32 ``(n, G, W)``) against it, on CuPy's current stream; returns
     ``(flag, stream)`` for :func:`distshap.kernels.cuda.small_model.read_flag` (set where a row
