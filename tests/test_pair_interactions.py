@@ -431,7 +431,7 @@ def test_cli_plot_interactions(tmp_path, capsys):
 
 def slot_kernel_signatures() -> dict:
     from distshap.kernels.cuda import pairs as kp
-    from distshap.kernels.cuda.fallback import oversize_slot_kernel
+    from distshap.kernels.cuda.fallback import oversize_kernel
     from distshap.kernels.cuda.slot_quadrature import gathered_slot_kernel, split_slot_kernel
     from distshap.kernels.cuda.tables import table_kernel
     from distshap.plan.config import get_config
@@ -444,7 +444,7 @@ def slot_kernel_signatures() -> dict:
         "table_slot_kernel": (table_kernel(False, slots=True), table),
         "table_slot_shared_kernel": (table_kernel(True, slots=True), table),
         "oversize_slot_kernel": (
-            oversize_slot_kernel(),
+            oversize_kernel(slots=True),
             f"void(float32[:, ::1], int32[:, ::1], int64[::1], float64[:, ::1], uint32[::1], "
             f"int64[::1], int32[::1], {xa}, int32[::1], int64[::1])",
         ),

@@ -3,18 +3,21 @@
 A path of more than 31 features does not fit a bin of 32 lanes; the packing gives it a bin of
 its own and this kernel runs it with the float64 DP in local memory (EXTEND, then UNWOUND_SUM
 per element; for interaction values once more per conditioned element, paper §3.5), up to
-:data:`config.MAX_FALLBACK_FEATURES` features (a longer path is refused when the device model
-is built, naming the CPU backend as the fix). Such paths are rare (deep trees on many
-features), so simplicity wins over speed here. :func:`oversize_slot_kernel` adds the upper
-triangle and the diagonal to a row's pair slots instead (:mod:`distshap.pair_slots`).
+``max_fallback_features`` features (the local arrays' size, an argument of the kernel factory;
+a longer path is refused when the device model is built, naming the CPU backend as the fix).
+Such paths are rare (deep trees on many features), so simplicity wins over speed here. With
+``slots`` (:func:`oversize_kernel`) it adds the upper triangle and the diagonal to a row's pair
+slots instead (:mod:`distshap.pair_slots`).
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda import args, config
+from distshap.kernels.cuda import args
 from distshap.kernels.cuda.device import (
     LD_VALUE,
     LD_ZERO,
@@ -25,17 +28,24 @@ from distshap.kernels.cuda.device import (
     lane_follows,
     unwound_sum,
 )  # fmt: skip
+from distshap.plan.config import get_config
 
-__all__ = ["FALLBACK_MAX_FEATURES", "launch_fallback", "oversize_kernel", "oversize_slot_kernel"]
-
-# Frozen at import: the kernel's local arrays have these sizes, so the host side uses them too.
-FALLBACK_MAX_FEATURES = config.MAX_FALLBACK_FEATURES
-_MAXF1 = FALLBACK_MAX_FEATURES + 1
-_MAXF2 = FALLBACK_MAX_FEATURES + 2
+__all__ = ["launch_fallback", "oversize_kernel"]
 
 
-def _make_oversize_kernel(slots: bool):
-    """The fallback kernel; ``slots``: interaction values into pair slots (upper triangle)."""
+def oversize_kernel(slots: bool = False, max_features: int | None = None):
+    """The fallback kernel for paths of at most ``max_features`` features (default: the
+    configuration's ``max_fallback_features``); ``slots``: interaction values into pair slots
+    (upper triangle). Built once per arguments."""
+    if max_features is None:
+        max_features = get_config().max_fallback_features
+    return _oversize_kernel(bool(slots), int(max_features))
+
+
+@functools.cache
+def _oversize_kernel(slots: bool, max_features: int):
+    _MAXF1 = max_features + 1  # local array sizes: constants of the kernel
+    _MAXF2 = max_features + 2
 
     @cuda.jit(device=True)
     def body(lane_f, lane_i, lane_cat, lane_d, cat_words, path_offsets, paths, X, acc, scale,
@@ -119,21 +129,11 @@ def _make_oversize_kernel(slots: bool):
     return kernel
 
 
-oversize_kernel = _make_oversize_kernel(slots=False)
-_oversize_slot_kernel: list = []
-
-
-def oversize_slot_kernel():
-    """The fallback kernel writing pair slots (built on first use)."""
-    if not _oversize_slot_kernel:
-        _oversize_slot_kernel.append(_make_oversize_kernel(slots=True))
-    return _oversize_slot_kernel[0]
-
-
 def launch_fallback(model, Xb, acc, scale, F1, stream, interactions, slots=None):
     """Run the fallback kernel over the model's oversize paths on the batch ``Xb``; ``slots``
     (:class:`~distshap.kernels.cuda.model.SlotArrays`): interaction values into pair slots."""
     nb = int(Xb.shape[0])
+    kernel = oversize_kernel(slots is not None)
     for p0 in range(0, model.n_oversize, 65535):  # grid.y is at most 65535
         paths = model.oversize_paths[p0 : min(model.n_oversize, p0 + 65535)]
         tpb = 128
@@ -141,8 +141,8 @@ def launch_fallback(model, Xb, acc, scale, F1, stream, interactions, slots=None)
         kernel_args = (model.lane_f, model.lane_i, model.lane_cat, model.lane_d,
                        model.cat_words, model.path_offsets, paths, Xb, acc, scale)  # fmt: skip
         if slots is None:
-            args.configured(oversize_kernel, grid, tpb, stream)(*kernel_args, F1, interactions)
+            args.configured(kernel, grid, tpb, stream)(*kernel_args, F1, interactions)
         else:
-            args.configured(oversize_slot_kernel(), grid, tpb, stream)(
+            args.configured(kernel, grid, tpb, stream)(
                 *kernel_args, slots.path_map, slots.map_offsets
             )

@@ -30,7 +30,6 @@ from numba import cuda
 from distshap.kernels.cuda import device
 from distshap.kernels.cuda.caches import cached_model
 from distshap.kernels.cuda.device import device_id, stream
-from distshap.kernels.cuda.fallback import FALLBACK_MAX_FEATURES
 from distshap.kernels.cuda.table_fill import fill_interaction_tables, fill_shap_tables
 from distshap.kernels.cuda.upload import lane_columns
 from distshap.packed import PackedModel
@@ -208,7 +207,7 @@ def lane_arrays(packed: PackedModel, columns: bool = True) -> dict:
     k, _, regular = path_info(packed)
     lanes = _host_lane_columns(packed, k) if columns else {}
     oversize_paths = np.flatnonzero(~regular).astype(np.int32)
-    longest = min(get_config().max_fallback_features, FALLBACK_MAX_FEATURES)  # compiled size
+    longest = get_config().max_fallback_features  # the fallback kernel's compiled size
     if oversize_paths.size and int(k[oversize_paths].max()) > longest:
         raise ValueError(
             f"a path has {int(k[oversize_paths].max())} distinct features; the CUDA backend "

@@ -62,7 +62,7 @@ def _kernels() -> dict:
             "void(float64[:, ::1], int64[::1], int32[::1], int64[::1], float32[::1])",
         ),
         "oversize_kernel": (
-            oversize_kernel,
+            oversize_kernel(),
             "void(float32[:, ::1], int32[:, ::1], int64[::1], float64[:, ::1], uint32[::1], "
             f"int64[::1], int32[::1], {_X_ACC}, boolean)",
         ),
