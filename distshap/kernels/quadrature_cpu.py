@@ -20,8 +20,8 @@ cube: :func:`fill_tables` runs the kernel itself, by quadrature, on a model of s
 (element ``i`` on feature ``i``, followed when the value is 1) and the ``2**k`` 0/1 rows.
 
 *Rule* (:func:`shap_values`): a path with a table uses it, every other path the quadrature,
-which replaced the DP for SHAP values on the CPU: several times faster, and a table row beats
-it up to the default table limit (``benchmarks/RESULTS.md``).
+which the CPU backend runs instead of the DP for SHAP values (``benchmarks/RESULTS.md`` compares
+them, and the table limit).
 
 *Layout.* Rows are processed in blocks, features-major within a block: each path's elements
 are read once per block, every inner loop runs over the block's rows (contiguous, vectorised),
@@ -48,10 +48,8 @@ from distshap.parallel import run_ranges
 
 __all__ = ["block_rows", "fill_tables", "pattern_model", "pattern_rows", "shap_values"]
 
-#: Float64 sums of one row block: about 2 MiB, and at most 1,024 rows. Larger blocks read each
-#: path's lanes and table fewer times: on two cores (1 MiB L2 each) 256 KiB / 256 rows gave
-#: 10.0k / 9.4k / 1.7k rows/s on cal_housing / adult / covtype-med, 2 MiB / 1,024 rows
-#: 14.2k / 13.3k / 2.8k (one thread).
+#: Float64 sums of one row block: about 2 MiB, and at most 1,024 rows (larger blocks read each
+#: path's lanes and table fewer times).
 _ACC_BYTES = 1 << 21
 _MAX_BLOCK_ROWS = 1024
 _MIN_BLOCK_ROWS = 16

@@ -212,7 +212,7 @@ def device_id() -> int:
 
     By CuPy's runtime call (where CuPy allocates; the device of the current context, as
     Numba's): Numba's ``cuda.get_current_device()`` looks the context up through the driver
-    at every call outside its own launches (about 20 us on an H200)."""
+    at every call outside its own launches."""
     if SIM:
         return 0
     import cupy
