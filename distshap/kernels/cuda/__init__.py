@@ -7,15 +7,16 @@ never touches CUDA. Same entry points as :mod:`distshap.kernels.cpu`: ``shap_val
 
 Modules, by concern:
 
-* :mod:`.config` - tunables (tests patch them there);
 * :mod:`.device` - device helpers (split rule and DP compiled from
   :mod:`distshap.kernels.treeshap`, intrinsics, simulator shims, fixed point, lane columns);
-* :mod:`.quadrature` - the quadrature kernels (SHAP values, interaction values);
-* :mod:`.tables` - pattern tables (SHAP and interaction values): fill kernels, table kernel;
-* :mod:`.fallback` - the kernel for paths longer than a warp;
-* :mod:`.model` - the device model (every form of a model on a device), its plans;
-* :mod:`.caches` - the one bounded cache of device models, :func:`clear_cache`;
-* :mod:`.launch` - row batches, the finish pass, :func:`shap_values` / :func:`interaction_values`;
+* :mod:`.caches` - the one bounded cache of device models, kept accumulators,
+  :func:`clear_cache`; :mod:`.model` - the device model (every form of a model on a device);
+* :mod:`.quadrature` - the SHAP quadrature kernels; :mod:`.tables` - pattern tables;
+  :mod:`.fallback` - paths longer than a warp; :mod:`.launch` - row batches, the finish pass,
+  :func:`shap_values` / :func:`interaction_values`;
+* :mod:`.small` - small models in one launch (:mod:`.small_model`, :mod:`.small_kernels`,
+  :mod:`.small_gather`), launched through the driver by :mod:`.rawlaunch`;
+* :mod:`.traversal` - the margin traversal and the fused additivity check;
 * :mod:`.interventional` - :func:`interventional_values` (against a background data set);
 * :mod:`.ptx` - :func:`compile_check` (PTX of every kernel, no GPU needed).
 """
