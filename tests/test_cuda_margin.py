@@ -102,8 +102,7 @@ X = tiny.random_rows(2, ens, 5, 0.2)
 model = margin_model(ens)
 cpu = predict_margin(model, X)
 same(cpu, naive.predict_margin(ens, X), "cpu")
-T._TILE = 4  # three tiles: both buffers, a partial last tile
-T._kernels.cache_clear()
+T._TILE = 4  # three tiles: both buffers, a partial last tile (the kernels are keyed by it)
 for rows_max in (4096, 0):  # the block traversal, then a thread per row
     T.BLOCK_ROWS_MAX = rows_max
     out = np.full_like(cpu, np.nan)

@@ -109,12 +109,16 @@ def device_arrays(model: dict) -> tuple:
 # ------------------------------------------------------------------------------------------
 
 
-@cache
 def _kernels():
-    """The kernels: thread per row, block per row, block per row with the additivity check,
-    and the check alone (against given margins)."""
+    """The kernels for the block size and tile in force: thread per row, block per row, block
+    per row with the additivity check, and the check alone (against given margins)."""
+    return _traversal_kernels(_THREADS, _TILE) + _check_kernels(_THREADS, _TILE)
+
+
+@cache
+def _device_functions(threads: int, tile: int):
+    """The traversal's device functions: the model's sections, a row's margin by the block."""
     walk = cuda.jit(device=True)(leaf)
-    threads, tile = _THREADS, _TILE
 
     @cuda.jit(device=True)
     def sections(ints, longs, f64s, bools):
@@ -133,34 +137,6 @@ def _kernels():
             f64s[longs[H_BASE_SCORE] : longs[H_BASE_SCORE + 1]],
             np.float32(f64s[longs[H_MISSING]]),
         )
-
-    @cuda.jit(cache=True)
-    def rows_kernel(X, ints, longs, f64s, bools, out):
-        """One thread per row, every tree in order (the CPU's loop)."""
-        r = cuda.grid(1)
-        if r >= X.shape[0]:
-            return
-        (
-            left,
-            right,
-            feature,
-            threshold,
-            default_left,
-            is_categorical,
-            cat_offsets,
-            cat_values,
-            value,
-            roots,
-            tree_group,
-            base_score,
-            missing,
-        ) = sections(ints, longs, f64s, bools)
-        for g in range(base_score.shape[0]):
-            out[r, g] = base_score[g]
-        for t in range(roots.shape[0]):
-            node = walk(X, r, roots[t], left, right, feature, threshold, default_left,
-                        is_categorical, cat_offsets, cat_values, missing)  # fmt: skip
-            out[r, tree_group[t]] += value[node]
 
     @cuda.jit(device=True)
     def block_margin(X, r, ints, longs, f64s, bools, leaves, groups):
@@ -208,6 +184,42 @@ def _kernels():
             cuda.syncthreads()
         return acc
 
+    return walk, sections, block_margin
+
+
+@cache
+def _traversal_kernels(threads: int, tile: int):
+    """The margin kernels: a thread per row (every tree in order), a block per row."""
+    walk, sections, block_margin = _device_functions(threads, tile)
+
+    @cuda.jit(cache=True)
+    def rows_kernel(X, ints, longs, f64s, bools, out):
+        """One thread per row, every tree in order (the CPU's loop)."""
+        r = cuda.grid(1)
+        if r >= X.shape[0]:
+            return
+        (
+            left,
+            right,
+            feature,
+            threshold,
+            default_left,
+            is_categorical,
+            cat_offsets,
+            cat_values,
+            value,
+            roots,
+            tree_group,
+            base_score,
+            missing,
+        ) = sections(ints, longs, f64s, bools)
+        for g in range(base_score.shape[0]):
+            out[r, g] = base_score[g]
+        for t in range(roots.shape[0]):
+            node = walk(X, r, roots[t], left, right, feature, threshold, default_left,
+                        is_categorical, cat_offsets, cat_values, missing)  # fmt: skip
+            out[r, tree_group[t]] += value[node]
+
     @cuda.jit(cache=True)
     def block_kernel(X, ints, longs, f64s, bools, out):
         """A block per row (grid-stride over rows): :func:`block_margin` into ``out``."""
@@ -218,6 +230,14 @@ def _kernels():
             acc = block_margin(X, r, ints, longs, f64s, bools, leaves, groups)
             if tid < out.shape[1]:
                 out[r, tid] = acc
+
+    return rows_kernel, block_kernel
+
+
+@cache
+def _check_kernels(threads: int, tile: int):
+    """The additivity check: with the block's margins of the row, or against given margins."""
+    _, _, block_margin = _device_functions(threads, tile)
 
     @cuda.jit(device=True)
     def row_check(values, r, margins, sums, sizes, flag, rtol):
@@ -275,7 +295,7 @@ def _kernels():
         for r in range(cuda.blockIdx.x, values.shape[0], cuda.gridDim.x):
             row_check(values, r, margin[r], sums, sizes, flag, rtol)
 
-    return rows_kernel, block_kernel, check_kernel, values_kernel
+    return check_kernel, values_kernel
 
 
 def _block_grid(n: int) -> int:
