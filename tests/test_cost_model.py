@@ -18,7 +18,7 @@ from distshap.packed import build_packed_model
 from distshap.plan import costs as cm
 from distshap.plan import geometry as geo
 from distshap.plan import predict as pr
-from distshap.plan import tables as strategy
+from distshap.plan import tables
 from distshap.plan.config import config_context
 
 from cudasim import assert_simulator_ok
@@ -48,22 +48,22 @@ def _packed(n_paths=300, k=5, F=12, G=1, seed=0, **kw):
 @pytest.fixture(autouse=True)
 def _any_saving(monkeypatch, request):
     """The choice tests study the greedy prefix itself: any predicted saving counts (the
-    margin of strategy.TABLE_MIN_SAVING has its own test)."""
+    margin of tables.TABLE_MIN_SAVING has its own test)."""
     if "min_saving" not in request.node.name:
-        monkeypatch.setattr(strategy, "TABLE_MIN_SAVING", 0.0)
+        monkeypatch.setattr(tables, "TABLE_MIN_SAVING", 0.0)
 
 
 def test_min_saving_keeps_quadrature_unless_tables_clearly_win(monkeypatch):
     k = _mixed_lengths()
     g = np.zeros_like(k)
-    monkeypatch.setattr(strategy, "TABLE_MIN_SAVING", 0.0)
-    mixed = strategy.gpu_shap_table_offsets(k, g, 1 << 24, 16, MIX, num_features=30)
+    monkeypatch.setattr(tables, "TABLE_MIN_SAVING", 0.0)
+    mixed = tables.gpu_shap_table_offsets(k, g, 1 << 24, 16, MIX, num_features=30)
     assert (mixed >= 0).any()  # some saving is predicted
-    monkeypatch.setattr(strategy, "TABLE_MIN_SAVING", 0.25)
-    margin = strategy.gpu_shap_table_offsets(k, g, 1 << 24, 16, MIX, num_features=30)
+    monkeypatch.setattr(tables, "TABLE_MIN_SAVING", 0.25)
+    margin = tables.gpu_shap_table_offsets(k, g, 1 << 24, 16, MIX, num_features=30)
     assert (margin < 0).all()  # ... but less than a quarter of the quadrature's time
     free = replace(MIX, table_bin=0.0, table_lane=0.0)  # tables cost nothing: a clear win
-    assert (strategy.gpu_shap_table_offsets(k, g, 1 << 24, 16, free, num_features=30) >= 0).any()
+    assert (tables.gpu_shap_table_offsets(k, g, 1 << 24, 16, free, num_features=30) >= 0).any()
 
 
 def _mixed_lengths(seed=0, n=400):
@@ -73,14 +73,14 @@ def _mixed_lengths(seed=0, n=400):
 def test_choice_is_deterministic_and_in_choose_tables_format():
     k = _mixed_lengths()
     g = np.zeros_like(k)
-    a = strategy.gpu_shap_table_offsets(k, g, 1 << 24, 16, MIX, num_features=30)
-    b = strategy.gpu_shap_table_offsets(k.copy(), g.copy(), 1 << 24, 16, MIX, num_features=30)
+    a = tables.gpu_shap_table_offsets(k, g, 1 << 24, 16, MIX, num_features=30)
+    b = tables.gpu_shap_table_offsets(k.copy(), g.copy(), 1 << 24, 16, MIX, num_features=30)
     assert a.dtype == np.int64 and np.array_equal(a, b)
     chosen = np.flatnonzero(a >= 0)
     assert 0 < chosen.size < k.size
     sizes = (1 << k[chosen]) * k[chosen]  # laid out in path order, back to back
     assert np.array_equal(a[chosen], np.r_[0, np.cumsum(sizes)[:-1]])
-    assert 4 * strategy.table_values(k, a) <= 1 << 24
+    assert 4 * tables.table_values(k, a) <= 1 << 24
     assert (k[chosen] <= 16).all()
 
 
@@ -89,15 +89,15 @@ def test_forced_tables_equal_choose_tables():
     k = _mixed_lengths(1)
     g = np.zeros_like(k)
     for budget in (0, 1000, 1 << 16, 1 << 22, 1 << 40):
-        got = strategy.gpu_shap_table_offsets(k, g, budget, 12, cm.tables_everywhere(H100))
-        assert np.array_equal(got, strategy.choose_tables(k, budget, 12)), budget
+        got = tables.gpu_shap_table_offsets(k, g, budget, 12, cm.tables_everywhere(H100))
+        assert np.array_equal(got, tables.choose_tables(k, budget, 12)), budget
 
 
 def test_ties_broken_by_path_index():
     k = np.full(10, 6)
     costs = cm.tables_everywhere(H100)
     budget = 4 * 3 * (1 << 6) * 6  # room for three tables
-    got = strategy.gpu_shap_table_offsets(k, np.zeros(10, np.int64), budget, 12, costs)
+    got = tables.gpu_shap_table_offsets(k, np.zeros(10, np.int64), budget, 12, costs)
     assert np.array_equal(np.flatnonzero(got >= 0), [0, 1, 2])
 
 
@@ -106,13 +106,13 @@ def test_choice_follows_the_costs():
     g = np.zeros_like(k)
     cheap = replace(H100, table_bin=0.0, table_lane=0.0)
     dear = replace(H100, table_bin=1e-6, table_lane=1e-6)
-    assert (strategy.gpu_shap_table_offsets(k, g, 1 << 40, 12, dear) < 0).all()
-    every = strategy.gpu_shap_table_offsets(k, g, 1 << 40, 12, cheap)
+    assert (tables.gpu_shap_table_offsets(k, g, 1 << 40, 12, dear) < 0).all()
+    every = tables.gpu_shap_table_offsets(k, g, 1 << 40, 12, cheap)
     assert np.array_equal(every >= 0, (k >= 1) & (k <= 12))
     # long paths cost the quadrature more nodes: with tables of middling cost, a length rule
     # (quadrature: 7 + 10 n ps a lane, n = 2 nodes up to 4 features, 4 up to 8; tables 40 ps)
     mid = replace(H100, quad_path=0.0, quad_lane_node=10e-12, table_bin=0.0, table_lane=40e-12)
-    got = strategy.gpu_shap_table_offsets(k, g, 1 << 40, 12, mid) >= 0
+    got = tables.gpu_shap_table_offsets(k, g, 1 << 40, 12, mid) >= 0
     assert np.array_equal(got, (k >= 5) & (k <= 12))
 
 
@@ -121,10 +121,10 @@ def test_l2_misses_limit_the_tables():
     g = np.zeros_like(k)
     costs = replace(H100, table_bin=0.0, table_lane=0.0, table_miss_lane=1e-9,
                     l2_bytes=4 << 20)  # fmt: skip
-    got = strategy.gpu_shap_table_offsets(k, g, 1 << 40, 12, costs)
-    nbytes = 4 * strategy.table_values(k, got)
+    got = tables.gpu_shap_table_offsets(k, g, 1 << 40, 12, costs)
+    nbytes = 4 * tables.table_values(k, got)
     assert 0 < nbytes < 4000 * 40960
-    none_missing = strategy.gpu_shap_table_offsets(
+    none_missing = tables.gpu_shap_table_offsets(
         k, g, 1 << 40, 12, replace(costs, l2_bytes=1 << 40)
     )
     assert (none_missing >= 0).all()
@@ -133,13 +133,9 @@ def test_l2_misses_limit_the_tables():
 def test_budget_zero_and_no_candidates():
     k = _mixed_lengths(3)
     g = np.zeros_like(k)
-    assert (strategy.gpu_shap_table_offsets(k, g, 0, 12, cm.tables_everywhere()) < 0).all()
-    assert (
-        strategy.gpu_shap_table_offsets(np.zeros(0, np.int64), np.zeros(0), 10, 12, H100).size == 0
-    )
-    assert (
-        strategy.gpu_shap_table_offsets(np.full(5, 30), np.zeros(5), 1 << 40, 24, H100) < 0
-    ).all()
+    assert (tables.gpu_shap_table_offsets(k, g, 0, 12, cm.tables_everywhere()) < 0).all()
+    assert tables.gpu_shap_table_offsets(np.zeros(0, np.int64), np.zeros(0), 10, 12, H100).size == 0
+    assert (tables.gpu_shap_table_offsets(np.full(5, 30), np.zeros(5), 1 << 40, 24, H100) < 0).all()
 
 
 @pytest.mark.parametrize(
@@ -154,12 +150,12 @@ def test_budget_zero_and_no_candidates():
 )
 def test_choice_bad_input(args, match):
     with pytest.raises(ValueError, match=match):
-        strategy.gpu_shap_table_offsets(*args)
+        tables.gpu_shap_table_offsets(*args)
 
 
 def test_choice_needs_kernel_costs():
     with pytest.raises(TypeError, match="KernelCosts"):
-        strategy.gpu_shap_table_offsets(np.ones(3, int), np.zeros(3), 100, 12, {"a": 1})
+        tables.gpu_shap_table_offsets(np.ones(3, int), np.zeros(3), 100, 12, {"a": 1})
 
 
 # --- predictions ----------------------------------------------------------------------------
@@ -448,14 +444,14 @@ def test_cli_info_device_kind_and_calibrate_without_gpu(tmp_path):
 def test_synthetic_models():
     e = Experiment("t", "tables", 5, 40, num_features=9, num_groups=2)
     packed = synthetic_packed(e)
-    k = strategy.path_features(packed.path_offsets)
+    k = tables.path_features(packed.path_offsets)
     assert packed.num_paths == 40 and (k == 5).all() and packed.num_groups == 2
     assert packed.table_budget_bytes >= 1 << 40
     assert synthetic_packed(replace(e, variant="quadrature")).table_budget_bytes == 0
     with pytest.raises(ValueError, match="k <= num_features"):
         synthetic_paths(3, 10, 5)
     mixed = synthetic_packed(Experiment("m", "tables", 2, 40, k_alt=25))
-    k = strategy.path_features(mixed.path_offsets)
+    k = tables.path_features(mixed.path_offsets)
     assert sorted(np.unique(k)) == [2, 25] and (k == 2).sum() == (k == 25).sum() == 40
     from distshap.plan.gpu import shap_table_offsets
 
@@ -527,8 +523,8 @@ def test_simulator_and_no_gpu_put_every_eligible_path_on_a_table(monkeypatch):
     sim = cm.costs_for("simulator", cache="/nonexistent/costs.json")
     assert sim is cm.SHIPPED["simulator"]
     k = _mixed_lengths(4)
-    got = strategy.gpu_shap_table_offsets(k, np.zeros_like(k), 1 << 20, 12, sim)
-    assert np.array_equal(got, strategy.choose_tables(k, 1 << 20, 12))
+    got = tables.gpu_shap_table_offsets(k, np.zeros_like(k), 1 << 20, 12, sim)
+    assert np.array_equal(got, tables.choose_tables(k, 1 << 20, 12))
     monkeypatch.setattr(cm, "current_device_name", lambda: "")  # no GPU: host-side planning
     assert cm.device_costs() is sim
     monkeypatch.setattr(cm, "current_device_name", lambda: "NVIDIA H100 80GB HBM3")
