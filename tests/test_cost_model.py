@@ -494,6 +494,33 @@ def test_calibrate_plumbing_under_simulator(tmp_path):
     assert "simulator" in json.loads(open(path).read())["devices"]
 
 
+FORCED_SCRIPT = r"""
+from dataclasses import replace
+import numpy as np
+from distshap.kernels.cuda import device_model, shap_values
+from distshap.kernels.cuda.calibrate import Experiment, synthetic_packed
+from distshap.plan import costs as cm
+from distshap.plan.config import set_config
+set_config(small_max_paths=0)  # the plans' kernels even for this small model
+packed = synthetic_packed(Experiment("t", "tables", 4, 40, num_features=6))
+X = np.random.default_rng(0).random((3, 6), dtype=np.float32)
+dear = replace(cm.SHIPPED["generic"], table_bin=1.0)  # tables never pay: all quadrature
+with cm.use_costs(cm.tables_everywhere()):
+    tables = device_model(packed).shap.table_paths
+    with_tables = shap_values(packed, X)
+with cm.use_costs(dear):  # no cache clearing: the plan is kept per forced constants
+    quadrature = device_model(packed).shap.table_paths
+    without = shap_values(packed, X)
+assert tables == 40 and quadrature == 0, (tables, quadrature)
+assert np.allclose(with_tables, without, rtol=0, atol=1e-5)
+print("SIMULATOR-OK")
+"""
+
+
+def test_forced_costs_choose_the_plan_without_clearing_the_cache():
+    assert_simulator_ok(FORCED_SCRIPT, timeout=300)
+
+
 def test_calibrate_bad_arguments():
     from distshap.kernels.cuda.calibrate import calibrate
 
