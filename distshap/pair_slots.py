@@ -167,7 +167,7 @@ def _chunks(packed: PackedModel) -> list[tuple[int, int]]:
 def interaction_shift(packed: PackedModel) -> int:
     """Fixed-point fraction bits ``s`` of the model's interaction values.
 
-    The CUDA backend's (:func:`distshap.kernels.cuda.model.fixed_point_shift` of the largest
+    The CUDA backend's (:func:`distshap.plan.gpu.fixed_point_shift` of the largest
     per-group sum of ``k |v|`` over paths, which bounds every entry): every CUDA interaction
     value is a multiple of ``2**-s``, and data-set sums count in units of ``2**-s`` on every
     backend. Host arithmetic only (no CUDA import).

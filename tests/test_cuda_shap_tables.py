@@ -1,7 +1,7 @@
 """SHAP values on the GPU by pattern tables, mixed path by path with the quadrature kernels.
 
 The SHAP :class:`~distshap.kernels.cuda.model.Plan` runs the regular paths that
-``model._shap_table_offsets`` gives a table in the table kernel (tables filled on the device),
+``plan.gpu.shap_table_offsets`` gives a table in the table kernel (tables filled on the device),
 the other regular paths in the quadrature kernels and oversize paths in the fallback kernel.
 
 * host tests: which paths get a SHAP table, what :func:`strategy_stats` reports, the PTX of the

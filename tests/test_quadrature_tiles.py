@@ -5,7 +5,7 @@ of paths is done. For models of more than ``quadrature_tile_features`` features 
 are formed so that each touches at most that many distinct features (chunk-local tiles), and a
 thread keeps that many columns instead of one per feature of the model.
 
-* host tests of the chunking (:func:`distshap.kernels.cuda.model.local_chunks`): every chunk
+* host tests of the chunking (:func:`distshap.plan.launches.local_chunks`): every chunk
   within its feature bound, group and path limit, closed only where it had to be, each lane's
   column naming its feature;
 * a CUDA-simulator run: the local kernel's SHAP values bit-identical to the all-features

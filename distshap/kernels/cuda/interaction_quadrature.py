@@ -262,7 +262,7 @@ def interaction_kernel(n_nodes: int, shared: bool):
 def launch_interaction_quadrature(model, plan, Xb, acc, scale, F1, stream) -> None:
     """Run the quadrature launches of ``plan`` on the row batch ``Xb``, adding interaction
     values (``F1 = F + 1`` columns a matrix) to ``acc``: a row's matrix in a shared tile where
-    it fits (:func:`~distshap.kernels.cuda.quadrature.interaction_tile_fits`), else in global
+    it fits (:func:`~distshap.plan.geometry.interaction_tile_fits`), else in global
     memory."""
     nb = int(Xb.shape[0])
     shared = interaction_tile_fits(F1)

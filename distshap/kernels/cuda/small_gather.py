@@ -22,7 +22,7 @@ pieces that a thread block shares:
    slots of that entry in a fixed order, read from a gather list built on the host from the
    model alone (:func:`gather_arrays`: each entry's (path, element) slots in path order), so
    no atomics and no shuffles; rounds the float64 sum to the model's fixed point
-   (:func:`~distshap.kernels.cuda.model.fixed_point_shift`, as :mod:`.small`) and writes
+   (:func:`~distshap.plan.gpu.fixed_point_shift`, as :mod:`.small`) and writes
    ``fixed * 2**-s`` (+ the expected value at the bias entry) as float32.
 3. *Check.* One thread per (row, group) sums the row's float32 values and its trees' leaves
    (+ the base score) in a fixed order and sets the mapped flag of :mod:`.small` where they

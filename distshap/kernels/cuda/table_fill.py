@@ -88,7 +88,7 @@ def fill_interaction_tables(lane_d, path_offsets, lengths: np.ndarray, offsets: 
     """Fill the interaction tables of the paths with ``offsets >= 0`` on the device.
 
     ``lane_d`` and ``path_offsets`` are the device model's arrays; ``lengths`` (features per
-    path) and ``offsets`` (:func:`distshap.kernels.cuda.model.interaction_table_offsets`) host
+    path) and ``offsets`` (:func:`distshap.plan.gpu.interaction_table_offsets`) host
     arrays. The fill kernel is compiled for the configuration's
     ``interaction_table_max_features`` (its local arrays), which bounds the tables' paths.
     Returns ``(tables, n_values)``. The stream is synchronized before returning: the tables

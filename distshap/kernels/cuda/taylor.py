@@ -10,7 +10,7 @@ derives it): per path of ``k`` features, main effects ``v d_i prod_{e != i} z_e`
 ``j`` directly instead, so a tiny zero fraction loses nothing to underflow.
 
 Contributions are rounded to int64 fixed point at the model's interaction shift
-(:func:`~distshap.kernels.cuda.model.fixed_point_shift`: a path adds at most ``|v|`` to one
+(:func:`~distshap.plan.gpu.fixed_point_shift`: a path adds at most ``|v|`` to one
 entry) and added with integer atomics; :func:`~distshap.kernels.cuda.launch.finish_kernel`
 converts them and adds the expected value at ``[F, F]``. Bits do not depend on the batching or
 the order threads run in. A straightforward kernel (no warp packing, no shared memory): paths

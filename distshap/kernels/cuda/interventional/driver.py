@@ -9,7 +9,7 @@ Fixed point (bits identical across batchings, chunkings and GPU counts): each ke
 element's (or one table entry's) float64 sum over the background, rounded once. The background
 mean of a path's contribution to one output is at most ``|v| max|s|`` (SHAP: the weights of one
 side sum to ``a! b! / (a+b)! <= 1``; interactions: ``k |v|``, as for path-dependent values), so
-the model's shifts (:func:`.model.fixed_point_shift`: every sum below ``2**61``) are safe for
+the model's shifts (:func:`~distshap.plan.gpu.fixed_point_shift`: sums below ``2**61``) are safe for
 ``"raw"`` and ``"probability"`` (``|s| <= 1/4``). ``"log_loss"`` has ``|s| = |secant slope of
 softplus - y| < 1`` for labels in ``[0, 1]`` (others are refused); its shift is one bit lower
 for the rounding of ``s``.
