@@ -38,6 +38,7 @@ import numpy as np
 from distshap.dispatch import run_request
 from distshap.encoding import encode_ensemble
 from distshap.explainer_pairs import PairMethods
+from distshap.frames import select_model_columns
 from distshap.inputs import (
     ExplainInput,
     background_input,
@@ -45,7 +46,6 @@ from distshap.inputs import (
     is_dask,
     is_frame,
     model_matrix,
-    select_model_columns,
 )
 from distshap.interventional import check_labels
 from distshap.kernels import resolve_backend
@@ -72,6 +72,7 @@ from distshap.request import make_request
 from distshap.shap_compat import (
     UNSET,
     check_approximate,
+    check_build_options,
     check_dmatrix_sentinel,
     check_feature_names,
     check_ignored_arguments,
@@ -207,6 +208,8 @@ class TreeExplainer(PairMethods):
     ) -> None:
         if backend != "auto":
             resolve_backend(backend)  # an unknown name, or CUDA without a GPU: fail early
+        options = check_build_options(algorithm, table_budget_bytes, max_table_features, missing)
+        missing = options.pop("missing")
         check_model_output(model_output)
         check_layout(layout)
         check_ignored_arguments(approximate, link, linearize_link)
@@ -219,11 +222,7 @@ class TreeExplainer(PairMethods):
         self.ensemble: Ensemble = load_model(model)
         if missing is not None:
             self.ensemble = replace(self.ensemble, missing_value=float(missing))
-        self._build_options = {
-            "algorithm": algorithm,
-            "table_budget_bytes": table_budget_bytes,
-            "max_table_features": max_table_features,
-        }
+        self._build_options = options
         self.feature_perturbation = feature_perturbation
         self.model_output = model_output
         self.layout = layout
@@ -259,14 +258,15 @@ class TreeExplainer(PairMethods):
         ``self.data_feature_names``: the user's names, else a background DataFrame's columns."""
         if type(data).__name__ == "DMatrix":  # its stored values must not hit the sentinel
             check_dmatrix_sentinel(explain_input(data), self.packed)
-        matrix = model_matrix(rows, self.packed)
+        matrix = model_matrix(rows, self.packed, what="data (the background)")
         self.data = matrix.get() if is_cupy(matrix) else matrix
         user_names = getattr(self, "_user_feature_names", None)  # unset while constructing
         self.data_feature_names = None if user_names is None else list(user_names)
         if is_frame(rows) and user_names is None:
             names = self.packed.feature_names
             style = self.packed.encoding.name_style
-            cols = select_model_columns(rows, self.num_features, names, style)
+            what = "data (the background)"
+            cols = select_model_columns(rows, self.num_features, names, style, what=what)
             self.data_feature_names = [str(c) for c in cols]
 
     def _attach_background(self, rows: Any, data: Any = None) -> None:

@@ -25,19 +25,18 @@ from typing import Any
 
 import numpy as np
 
+from distshap.frames import model_frame_matrix, native_frame, select_model_columns
+
 __all__ = [
     "ExplainInput",
     "array_module",
     "background_input",
     "dmatrix_input",
     "explain_input",
-    "frame_to_matrix",
     "is_cupy",
     "is_dask",
-    "lightgbm_generated_names",
     "model_matrix",
     "prepare_rows",
-    "select_model_columns",
 ]
 
 
@@ -61,6 +60,38 @@ def array_module(X: Any) -> Any:
 def is_frame(X: Any) -> bool:
     """A pandas (or cuDF) DataFrame: has dtypes and columns."""
     return hasattr(X, "dtypes") and hasattr(X, "columns")
+
+
+def _numeric_array(X: Any, what: str) -> np.ndarray:
+    """``np.asarray(X)``, refusing what is no table of numbers in one line."""
+    if X is None:
+        raise TypeError(
+            f"{what} is None: pass rows (a 2-D array or DataFrame of the model's features, or "
+            "one row as a 1-D array or pandas Series)"
+        )
+    try:
+        X = np.asarray(X)
+    except ValueError as err:  # a ragged nested list
+        if isinstance(X, (list, tuple)):
+            sizes = sorted({len(r) if hasattr(r, "__len__") else 1 for r in X})
+            raise ValueError(
+                f"{what} is a ragged list: its rows hold {sizes} values; every row needs one "
+                "value per feature (NaN where one is missing)"
+            ) from None
+        raise ValueError(f"{what} cannot be read as an array ({err})") from None
+    if X.dtype.kind not in "biuf":
+        raise TypeError(
+            f"{what} has dtype {X.dtype}; SHAP values need numeric input: convert strings "
+            "to numbers, or pass a pandas DataFrame with category columns"
+        )
+    return X
+
+
+def _scalar_message(X: np.ndarray, what: str) -> str:
+    return (
+        f"{what} is a single number ({X.item()!r}), not rows: pass one row as a 1-D array of "
+        "the model's features, or a 2-D array of rows"
+    )
 
 
 def prepare_rows(X: Any, packed: Any, allow_empty: bool = False) -> Any:
@@ -90,45 +121,47 @@ def prepare_rows(X: Any, packed: Any, allow_empty: bool = False) -> Any:
     return packed.encoding.apply(model_matrix(X, packed, allow_empty))
 
 
-def model_matrix(X: Any, packed: Any, allow_empty: bool = False) -> Any:
+def model_matrix(X: Any, packed: Any, allow_empty: bool = False, *, what: str = "X") -> Any:
     """User rows -> a validated ``(n, F)`` matrix of the model's raw feature values.
 
     Like :func:`prepare_rows` without the encoding: float64 when the model compares in float64
     (else float32), columns in the model's order, category columns coded. Its values are the
     ones the model's own library compares, which the additivity check traverses the trees with.
+    ``what`` names the argument in error messages (``"data"`` for a background).
     """
     encoding = packed.encoding
     dtype = encoding.input_dtype
     F = packed.num_features
+    X = native_frame(X, what)
     if is_frame(X):
-        columns = select_model_columns(X, F, packed.feature_names, encoding.name_style)
-        X = _frame_matrix(X[columns], packed)
+        columns = select_model_columns(X, F, packed.feature_names, encoding.name_style, what=what)
+        X = model_frame_matrix(X[columns], packed, what)
     elif _is_sparse(X):
-        X = _sparse_matrix(X, encoding.library, dtype)
+        X = _sparse_matrix(X, encoding.library, dtype, what)
     elif is_cupy(X):
         import cupy
 
         if X.dtype.kind not in "biuf":
-            raise TypeError(f"X has dtype {X.dtype}; SHAP values need numeric input")
+            raise TypeError(f"{what} has dtype {X.dtype}; SHAP values need numeric input")
         X = cupy.ascontiguousarray(X, dtype=dtype)
     else:
-        X = np.asarray(X)
-        if X.dtype.kind not in "biuf":
-            raise TypeError(
-                f"X has dtype {X.dtype}; SHAP values need numeric input: convert strings "
-                "to numbers, or pass a pandas DataFrame with category columns"
-            )
+        X = _numeric_array(X, what)
+        if X.ndim == 0:
+            raise ValueError(_scalar_message(X, what))
         X = np.ascontiguousarray(X, dtype=dtype)
     if X.ndim != 2:
         raise ValueError(
-            f"X must be 2-D (n_rows, n_features), got {X.ndim}-D shape {X.shape}; "
+            f"{what} must be 2-D (n_rows, n_features), got {X.ndim}-D shape {X.shape}; "
             "TreeExplainer also takes one row as a 1-D array or a pandas Series"
         )
     if X.shape[0] == 0 and not allow_empty:
-        raise ValueError("X has no rows: nothing to explain")
+        raise ValueError(
+            f"{what} has no rows (shape {X.shape}): "
+            + ("give at least one background row" if what != "X" else "nothing to explain")
+        )
     if X.shape[1] != F:
         raise ValueError(
-            f"X has {X.shape[1]} features but the model expects {F}: pass the "
+            f"{what} has {X.shape[1]} features but the model expects {F}: pass the "
             "columns the model was trained on, in the same order"
         )
     if encoding.categorical_rule is not None:
@@ -153,194 +186,28 @@ def _library_categories(X: Any, categorical: np.ndarray, rule: str) -> Any:
     return out
 
 
-def _frame_matrix(frame: Any, packed: Any) -> np.ndarray:
-    """A frame in the model's column order -> its matrix, by the model library's conventions."""
-    encoding = packed.encoding
-    categories, categorical = packed.feature_categories, encoding.categorical
-    if encoding.category_lists is not None:
-        # LightGBM codes the k-th category column of a frame by its k-th stored list, whatever
-        # feature the column feeds, and refuses a frame with another number of them
-        import pandas as pd
-
-        positions = [
-            j for j, (_, c) in enumerate(frame.items()) if isinstance(c.dtype, pd.CategoricalDtype)
-        ]
-        if len(positions) != len(encoding.category_lists):
-            raise TypeError(
-                f"X has {len(positions)} pandas 'category' column(s) but the LightGBM model was "
-                f"trained on a frame with {len(encoding.category_lists)}: give the columns the "
-                "dtypes of the training frame (LightGBM refuses this frame too)"
-            )
-        categories, categorical = dict(zip(positions, encoding.category_lists, strict=True)), None
-    unseen = "error" if encoding.library == "xgboost" else "missing"
-    return frame_to_matrix(frame, categories, categorical, encoding.input_dtype, unseen)
-
-
 def _is_sparse(X: Any) -> bool:
     return type(X).__module__.split(".")[0] == "scipy" and hasattr(X, "tocoo")
 
 
-def _sparse_matrix(X: Any, library: str, dtype: Any) -> np.ndarray:
+def _sparse_matrix(X: Any, library: str, dtype: Any, what: str = "X") -> np.ndarray:
     """A scipy.sparse matrix, dense: unstored entries are missing for XGBoost (as its DMatrix
     reads them), zeros for the other libraries (as LightGBM and scikit-learn read them)."""
+    indices, indptr = getattr(X, "indices", None), getattr(X, "indptr", None)
+    if indices is not None and indptr is not None and indices.dtype != indptr.dtype:
+        # int64 indptr with int32 indices (LightGBM, XGBoost and toarray() take it; scipy's
+        # tocoo() does not): one index type for both
+        X = X.copy()
+        X.indices, X.indptr = indices.astype(np.int64), indptr.astype(np.int64)
     coo = X.tocoo()
     coo.sum_duplicates()  # a non-canonical matrix's repeated entries add up, as in scipy
     if coo.ndim != 2:
-        raise ValueError(f"X is a {coo.ndim}-D sparse array; pass a 2-D (n_rows, n_features) one")
+        raise ValueError(
+            f"{what} is a {coo.ndim}-D sparse array; pass a 2-D (n_rows, n_features) one"
+        )
     dense = np.full(coo.shape, np.nan if library == "xgboost" else 0.0, dtype=dtype)
     dense[coo.row, coo.col] = coo.data
     return dense
-
-
-def lightgbm_generated_names(names: tuple[str, ...] | None, num_features: int) -> bool:
-    """Whether ``names`` are the ones LightGBM makes up for unnamed training data.
-
-    A LightGBM model trained on an array (or a list) stores ``Column_0 ... Column_{F-1}``:
-    names of positions, not of columns. LightGBM and shap take a DataFrame by position for it.
-    """
-    return names is not None and tuple(names) == tuple(f"Column_{j}" for j in range(num_features))
-
-
-def select_model_columns(
-    frame: Any,
-    num_features: int,
-    names: tuple[str, ...] | None,
-    name_style: str = "exact",
-    *,
-    generated_by_position: bool = True,
-) -> list[Any]:
-    """The DataFrame columns that feed the model, in the model's feature order.
-
-    By name when the model has feature names and the frame's columns differ from them (extra
-    columns, such as a label, are ignored); by position otherwise. With ``name_style
-    "lightgbm"`` a column also matches the name LightGBM stores for it (whitespace becomes
-    ``_``), so the frame a LightGBM model was trained on is accepted as LightGBM accepts it;
-    and LightGBM's generated names (:func:`lightgbm_generated_names`: a model trained without
-    names) count as no names, every column by position, unless the frame holds all of them
-    (then by name: a frame named so was meant by name). ``generated_by_position=False`` keeps
-    even those names (for probing whether single names match).
-
-    Raises
-    ------
-    ValueError
-        When a named feature is missing from the frame.
-    """
-    columns = list(frame.columns)
-    if names is None or len(names) != num_features or [str(c) for c in columns] == list(names):
-        return columns
-    by_name = {str(c): c for c in columns}
-    if name_style == "lightgbm":
-        from distshap.models.lightgbm import lightgbm_feature_name
-
-        if (
-            generated_by_position
-            and lightgbm_generated_names(names, num_features)
-            and not all(n in by_name for n in names)
-        ):
-            return columns
-        for c in columns:  # an exact name wins over a converted one
-            by_name.setdefault(lightgbm_feature_name(c), c)
-    missing = [n for n in names if n not in by_name]
-    if missing:
-        raise ValueError(
-            f"X lacks the model's feature column(s) {missing[:5]}: pass a DataFrame with "
-            f"the columns {list(names)[:10]}{'...' if len(names) > 10 else ''}"
-        )
-    return [by_name[n] for n in names]
-
-
-def frame_to_matrix(
-    frame: Any,
-    categories: dict[int, Any] | None = None,
-    categorical: Any = None,
-    dtype: Any = np.float32,
-    unseen: str = "missing",
-) -> np.ndarray:
-    """A pandas DataFrame (partition) -> C-contiguous ``dtype`` array of shape ``(n, F)``.
-
-    Numeric and boolean columns (nullable and Arrow-backed too) become ``dtype`` with NaN where
-    missing; ``category`` columns become their integer codes, with NaN for a missing value
-    (code -1). ``categories`` maps a column position to the model's training categories: such
-    a column is coded by them (a category the model never saw -> NaN, i.e. missing), so the
-    codes do not depend on the frame's own category order; or to the string ``"values"``: the
-    column's category values are used as numbers (scikit-learn's HistGradientBoosting lists
-    category values in its splits). ``categorical`` (positions), when given, lists the features
-    the model treats as categorical: a category column elsewhere is refused, as XGBoost,
-    LightGBM and scikit-learn refuse it (its codes are not the values the model splits on). A
-    numeric column on a feature with training categories is refused too (its numbers are not
-    the model's codes), and with ``unseen="error"`` a label the model never saw (XGBoost's
-    rule; ``"missing"``: such a label is a missing value, LightGBM's).
-
-    Raises
-    ------
-    TypeError
-        For a column of any other dtype (object, string, datetime, ...), a category column on a
-        numeric feature, or a numeric column on a feature with training categories.
-    ValueError
-        A label the model never saw, with ``unseen="error"``.
-    """
-    import pandas as pd
-    from pandas.api.types import is_bool_dtype, is_numeric_dtype
-
-    allowed = None if categorical is None else {int(j) for j in np.asarray(categorical).ravel()}
-    n_rows, n_cols = frame.shape
-    out = np.empty((n_rows, n_cols), dtype=dtype)
-    for j, (name, column) in enumerate(frame.items()):
-        kind = column.dtype
-        is_category = isinstance(kind, pd.CategoricalDtype)
-        if is_category and allowed is not None and j not in allowed:
-            raise TypeError(
-                f"column {name!r} is a pandas 'category' column but the model splits feature "
-                f"{j} numerically: its category codes are not the values the model was trained "
-                f"on. Pass the numeric values (df[{name!r}].astype(float)) or a model trained "
-                "with this column as categorical"
-            )
-        if is_category and _as_values(categories, j):
-            values = column.astype(np.float64).to_numpy(dtype=dtype, na_value=np.nan)
-        elif is_category:
-            codes = column.cat.codes.to_numpy()
-            if categories is not None and j in categories:
-                # the model's code of each of the frame's labels (-1: a label it never saw)
-                model_codes = pd.Index(list(categories[j])).get_indexer(column.cat.categories)
-                codes = np.where(codes >= 0, np.append(model_codes, -1)[codes], -1)
-                if unseen == "error" and np.any((codes < 0) & column.notna().to_numpy()):
-                    new = sorted({str(v) for v in column[(codes < 0) & column.notna()]})
-                    raise ValueError(
-                        f"column {name!r} holds categories the model never saw in training "
-                        f"{new[:5]}: XGBoost refuses them as well; map them to a known category "
-                        "or to a missing value (NaN) first"
-                    )
-            values = codes.astype(dtype)
-            values[codes < 0] = np.nan
-        elif (is_numeric_dtype(kind) or is_bool_dtype(kind)) and _has_labels(categories, j):
-            raise TypeError(
-                f"column {name!r} is numeric but the model was trained on it as a pandas "
-                "'category' column: its numbers are not the model's category codes. Pass it as "
-                f"a category column with the training labels (df[{name!r}].astype('category'))"
-            )
-        elif is_numeric_dtype(kind) or is_bool_dtype(kind):
-            values = column.to_numpy(dtype=dtype, na_value=np.nan)
-        else:
-            what = (
-                "'category' column (df[col].astype('category'))"
-                if allowed is None or j in allowed
-                else "numeric column (the model splits this feature numerically)"
-            )
-            raise TypeError(
-                f"column {name!r} has dtype {kind}: distshap needs numeric, boolean or "
-                f"'category' columns; convert it to a {what}"
-            )
-        out[:, j] = values
-    return out
-
-
-def _has_labels(categories: dict[int, Any] | None, j: int) -> bool:
-    """Whether the model stores training labels for feature ``j`` (codes must come from them)."""
-    return categories is not None and j in categories and not _as_values(categories, j)
-
-
-def _as_values(categories: dict[int, Any] | None, j: int) -> bool:
-    return categories is not None and isinstance(categories.get(j), str)
 
 
 # ------------------------------------------------------------------------------------------
@@ -387,8 +254,11 @@ def explain_input(X: Any) -> ExplainInput:
         For an ``xgboost.QuantileDMatrix`` (it holds bins, not values) or a DMatrix whose data
         cannot be read back.
     """
-    if isinstance(X, (list, tuple)):
-        X = np.asarray(X)
+    X = native_frame(X)
+    if X is None or isinstance(X, (list, tuple, int, float, np.generic)):
+        X = _numeric_array(X, "X")
+        if X.ndim == 0:
+            raise ValueError(_scalar_message(X, "X"))
     if _is_dmatrix(X):
         return dmatrix_input(X)
     if is_dask(X):
@@ -451,8 +321,11 @@ def background_input(data: Any) -> Any:
             "every worker; pass data.compute() (typically 100 to 1,000 rows, e.g. "
             "shap.utils.sample(rows, 100))"
         )
-    if isinstance(data, (list, tuple)):
-        data = np.asarray(data)
+    data = native_frame(data, "data")
+    if isinstance(data, (list, tuple, int, float, np.generic)):
+        data = _numeric_array(data, "data (the background)")
+        if data.ndim == 0:
+            raise ValueError(_scalar_message(data, "data (the background)"))
     rows = explain_input(data)
     return rows.rows
 

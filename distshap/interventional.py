@@ -91,7 +91,7 @@ def build_background(packed: Any, data: Any) -> Background:
             f"the background data has {shape[1]} features but the model expects {F}: pass "
             "rows with the columns the model was trained on, in the same order"
         )
-    raw = model_matrix(data, packed)
+    raw = model_matrix(data, packed, what="data (the background)")
     if is_cupy(raw):
         raw = raw.get()
     rows = np.ascontiguousarray(packed.encoding.apply(raw), dtype=np.float32)

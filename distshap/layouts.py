@@ -15,14 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from distshap.inputs import (
-    ExplainInput,
-    is_cupy,
-    is_dask,
-    is_frame,
-    model_matrix,
-    select_model_columns,
-)
+from distshap.frames import select_model_columns
+from distshap.inputs import ExplainInput, is_cupy, is_dask, is_frame, model_matrix
 
 __all__ = [
     "DEFAULT_LAYOUT",

@@ -19,12 +19,14 @@ from distshap.inputs import ExplainInput, is_cupy, is_dask
 from distshap.inputs import explain_input as _rows_input
 from distshap.models import Ensemble
 from distshap.models.iterations import resolve_iteration_range, tree_limit_range
+from distshap.packing import ALGORITHMS
 
 __all__ = [
     "FEATURE_PERTURBATIONS",
     "MODEL_OUTPUTS",
     "UNSET",
     "check_approximate",
+    "check_build_options",
     "check_dmatrix_sentinel",
     "check_feature_names",
     "check_ignored_arguments",
@@ -167,6 +169,52 @@ def check_feature_names(names: Any, num_features: int) -> tuple[str, ...] | None
             "pass one name per feature"
         )
     return names
+
+
+def _whole_number(name: str, value: Any, fix: str) -> int:
+    """``value`` as an int >= 0 (an integral float such as ``1e9`` too), else one line."""
+    ok = isinstance(value, (int, np.integer, float, np.floating)) and not isinstance(
+        value, (bool, np.bool_)
+    )
+    if ok and np.isfinite(value) and value >= 0 and float(value).is_integer():
+        return int(value)
+    error = ValueError if ok else TypeError
+    raise error(f"{name}={value!r}: pass a whole number >= 0 ({fix})")
+
+
+def check_build_options(
+    algorithm: Any, table_budget_bytes: Any, max_table_features: Any, missing: Any
+) -> dict[str, Any]:
+    """distshap's own constructor options, checked before the model is read.
+
+    Returns
+    -------
+    dict
+        ``algorithm``, ``table_budget_bytes``, ``max_table_features`` (ints) and ``missing``
+        (a float or ``None``).
+    """
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm={algorithm!r}: use one of {', '.join(map(repr, ALGORITHMS))}")
+    budget = _whole_number(
+        "table_budget_bytes", table_budget_bytes, "bytes of pattern tables, e.g. 1 << 30; 0: none"
+    )
+    features = _whole_number(
+        "max_table_features", max_table_features, "the longest path given a table; 0: none"
+    )
+    real = isinstance(missing, (int, np.integer, float, np.floating)) and not isinstance(
+        missing, (bool, np.bool_)
+    )
+    if missing is not None and not real:
+        raise TypeError(
+            f"missing={missing!r}: pass the number read as missing besides NaN (as "
+            "xgboost.DMatrix(missing=...) takes it), or None for the model's own"
+        )
+    return {
+        "algorithm": algorithm,
+        "table_budget_bytes": budget,
+        "max_table_features": features,
+        "missing": None if missing is None else float(missing),
+    }
 
 
 def check_approximate(approximate: bool) -> None:

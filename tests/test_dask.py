@@ -29,7 +29,8 @@ from distshap.cluster import (
     start_cluster,
     warm_up,
 )
-from distshap.inputs import frame_to_matrix, prepare_rows
+from distshap.frames import frame_to_matrix
+from distshap.inputs import prepare_rows
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 
@@ -292,7 +293,7 @@ def test_models_differing_only_in_names_or_categories_do_not_share_a_worker_copy
 
 
 def test_frame_to_matrix_conversion():
-    """The partition conversion (inputs.frame_to_matrix; belongs with the inputs tests)."""
+    """The partition conversion (frames.frame_to_matrix; belongs with the inputs tests)."""
     frame = pd.DataFrame(
         {
             "cat": pd.Categorical(["b", None, "a"], categories=["a", "b"]),

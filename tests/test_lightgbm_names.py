@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from distshap import TreeExplainer
-from distshap.inputs import lightgbm_generated_names, select_model_columns
+from distshap.frames import lightgbm_generated_names, select_model_columns
 from distshap.io.read import InputError, read_data, select_features
 
 lgb = pytest.importorskip("lightgbm")

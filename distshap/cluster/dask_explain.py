@@ -29,7 +29,8 @@ from distshap import kernels
 from distshap.cluster.graph import InConfig, map_rows
 from distshap.cluster.shipping import _get_client, model_future
 from distshap.dispatch import run_request
-from distshap.inputs import is_cupy, model_matrix, select_model_columns
+from distshap.frames import select_model_columns
+from distshap.inputs import is_cupy, model_matrix
 from distshap.interventional import check_labels
 from distshap.plan.config import get_config
 from distshap.request import Request, make_request

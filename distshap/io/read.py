@@ -253,7 +253,7 @@ def _preview(names: Iterable[Any], limit: int = 8) -> str:
 
 
 class _Columns:
-    """Column names alone, for :func:`distshap.inputs.select_model_columns`."""
+    """Column names alone, for :func:`distshap.frames.select_model_columns`."""
 
     def __init__(self, columns: Iterable[Any]) -> None:
         self.columns = list(columns)
@@ -284,7 +284,7 @@ def select_features(ds: Dataset, packed: Any, drop: Iterable[str] = ()) -> Datas
         A dropped or named column that is missing, a column count that differs from the
         model's, or a column the model cannot take.
     """
-    from distshap.inputs import lightgbm_generated_names, select_model_columns
+    from distshap.frames import lightgbm_generated_names, select_model_columns
 
     drop = tuple(drop)
     num_features = packed.num_features
@@ -348,7 +348,7 @@ def select_features(ds: Dataset, packed: Any, drop: Iterable[str] = ()) -> Datas
 
 
 def _missing_columns_message(ds: Dataset, kept: list[str], names: list[str], style: str) -> str:
-    from distshap.inputs import select_model_columns
+    from distshap.frames import select_model_columns
 
     def found(name: str) -> bool:  # by the API's own matching rule (LightGBM's names too)
         try:
