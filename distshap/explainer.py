@@ -54,6 +54,7 @@ from distshap.layouts import (
     DEFAULT_LAYOUT,
     check_layout,
     check_output_fits,
+    distinct_names,
     explanation,
     explanation_names,
     import_shap,
@@ -71,6 +72,7 @@ from distshap.packed import (
 from distshap.request import make_request
 from distshap.shap_compat import (
     UNSET,
+    add_base_margin,
     check_approximate,
     check_build_options,
     check_dmatrix_sentinel,
@@ -368,13 +370,14 @@ class TreeExplainer(PairMethods):
         """Names of the ``F`` feature columns of the outputs (the bias column excluded).
 
         The model's feature names when it has them; else the columns of ``X`` when ``X`` is a
-        (pandas or Dask) DataFrame with ``F`` columns; else ``("f0", "f1", ...)``.
+        (pandas or Dask) DataFrame with ``F`` columns; else ``("f0", "f1", ...)``; made
+        distinct (:func:`~distshap.layouts.distinct_names`: a repeat gets a ``"_1"`` suffix).
         """
         if self.feature_names is not None and len(self.feature_names) == self.num_features:
-            return tuple(self.feature_names)
+            return tuple(distinct_names(self.feature_names))
         columns = getattr(X, "columns", None)
         if columns is not None and len(columns) == self.num_features:
-            return tuple(str(c) for c in columns)
+            return tuple(distinct_names(columns))
         return tuple(f"f{j}" for j in range(self.num_features))
 
     # --------------------------------------------------------------------------------------
@@ -392,7 +395,7 @@ class TreeExplainer(PairMethods):
         iteration_range: Any,
     ) -> tuple[Any, ExplainInput, _Model]:
         """Values ``(n, G, F+1)`` / ``(n, G, F+1, F+1)`` (lazy for Dask), the input, the model."""
-        inp = explain_input(X)
+        inp = explain_input(X, base_margin=self.background is None)
         model = self._model(tree_limit, iteration_range)
         packed = model.packed
         check_dmatrix_sentinel(inp, packed)
@@ -417,7 +420,8 @@ class TreeExplainer(PairMethods):
             whole = (start, stop) == (0, n)
             rows = raw if whole else raw[start:stop]
             y_rows = labels if labels is None or whole else labels[start:stop]
-            return run_request(packed, rows, request, y_rows, start)
+            out = run_request(packed, rows, request, y_rows, start)
+            return add_base_margin(out, inp, self.ensemble.base_score, start, interactions)
 
         if progress and not is_cupy(raw) and n > PROGRESS_BATCH_ROWS:
             out = in_batches(run, n, packed, interactions, PROGRESS_BATCH_ROWS)

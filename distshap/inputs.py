@@ -232,6 +232,9 @@ class ExplainInput:
     stored : ndarray or None
         For a DMatrix: its stored values (float32), which XGBoost reads as values whatever
         missing-value sentinel the model has.
+    base_margin : ndarray or None
+        For a DMatrix with a ``base_margin``: float32 ``(n, G)`` or ``(n,)`` per-row margins,
+        which XGBoost's predictions start from instead of the model's ``base_score``.
     """
 
     rows: Any
@@ -239,6 +242,7 @@ class ExplainInput:
     labels: np.ndarray | None = None
     columns: list[str] | None = None
     stored: np.ndarray | None = None
+    base_margin: np.ndarray | None = None
 
 
 def explain_input(X: Any) -> ExplainInput:
@@ -327,6 +331,12 @@ def background_input(data: Any) -> Any:
         if data.ndim == 0:
             raise ValueError(_scalar_message(data, "data (the background)"))
     rows = explain_input(data)
+    if rows.base_margin is not None:
+        raise ValueError(
+            "data (the background) is an xgboost.DMatrix with a base_margin, which a "
+            "background cannot use (its rows stand for the model's own base_score): pass a "
+            "DMatrix without base_margin, or the rows themselves"
+        )
     return rows.rows
 
 
@@ -338,7 +348,8 @@ def dmatrix_input(dmatrix: Any) -> ExplainInput:
     feature names the rows become a DataFrame (columns then match the model's by name); a
     categorical feature whose category labels the DMatrix exports (XGBoost >= 3.1, pyarrow)
     becomes a pandas category column, so its codes are re-coded to the model's training
-    categories as XGBoost does. Labels (``get_label()``) are returned when there is one per row.
+    categories as XGBoost does. Labels (``get_label()``) are returned when there is one per row,
+    and the ``base_margin`` when it has one.
 
     Raises
     ------
@@ -367,8 +378,10 @@ def dmatrix_input(dmatrix: Any) -> ExplainInput:
     types = list(dmatrix.feature_types or [])
     labels_of = _dmatrix_categories(dmatrix) if "c" in types else {}
     stored = np.asarray(csr.data, dtype=np.float32)
+    margin = np.asarray(dmatrix.get_base_margin(), dtype=np.float32)
+    margin = margin if margin.size else None
     if names is None and not labels_of:
-        return ExplainInput(dense, labels=labels, stored=stored)
+        return ExplainInput(dense, labels=labels, stored=stored, base_margin=margin)
     import pandas as pd
 
     columns = [str(n) for n in names] if names is not None else [str(j) for j in range(len(types))]
@@ -385,7 +398,7 @@ def dmatrix_input(dmatrix: Any) -> ExplainInput:
             np.where(known, codes, -1).astype(np.int64), categories=list(cats)
         )
     columns = columns if names is not None else None
-    return ExplainInput(frame, labels=labels, columns=columns, stored=stored)
+    return ExplainInput(frame, labels=labels, columns=columns, stored=stored, base_margin=margin)
 
 
 def _dmatrix_categories(dmatrix: Any) -> dict[int, list]:

@@ -24,6 +24,7 @@ __all__ = [
     "DaskExplanation",
     "check_layout",
     "check_output_fits",
+    "distinct_names",
     "explanation",
     "explanation_names",
     "import_shap",
@@ -74,23 +75,45 @@ def explanation(
     )
 
 
+def distinct_names(names: Any) -> list[str]:
+    """``names`` as strings, each distinct: a repeat gets the first free ``"_1"``, ``"_2"``, ...
+
+    The first occurrence keeps its name and a suffix is never a name already in the list, so
+    ``["a", "bias", "bias"]`` (a feature named ``bias`` and the bias column) gives
+    ``["a", "bias", "bias_1"]``: output columns (Parquet, Zarr attributes, a
+    ``shap.Explanation``'s feature names) never share a name.
+    """
+    names = [str(n) for n in names]
+    taken = set(names)
+    out: list[str] = []
+    emitted: set[str] = set()
+    for name in names:
+        if name in emitted:
+            k = 1
+            while f"{name}_{k}" in taken:
+                k += 1
+            name = f"{name}_{k}"
+            taken.add(name)
+        emitted.add(name)
+        out.append(name)
+    return out
+
+
 def explanation_names(inp: ExplainInput, packed: Any, data_names: Any) -> list[str] | None:
     """shap's feature names: the input's columns, else the background frame's (or the user's,
-    ``data_names``); then the model's own names (where shap sets none)."""
+    ``data_names``); then the model's own names (where shap sets none); made distinct
+    (:func:`distinct_names`)."""
     F = packed.num_features
-    if inp.columns is not None:
-        if is_frame(inp.rows):
-            cols = select_model_columns(
-                inp.rows, F, packed.feature_names, packed.encoding.name_style
-            )
-            return [str(c) for c in cols]
-        if len(inp.columns) == F:
-            return list(inp.columns)
-    if data_names is not None:
-        return list(data_names)
-    if packed.feature_names is not None and len(packed.feature_names) == F:
-        return list(packed.feature_names)
-    return None
+    names = None
+    if inp.columns is not None and is_frame(inp.rows):
+        names = select_model_columns(inp.rows, F, packed.feature_names, packed.encoding.name_style)
+    elif inp.columns is not None and len(inp.columns) == F:
+        names = inp.columns
+    elif data_names is not None:
+        names = data_names
+    elif packed.feature_names is not None and len(packed.feature_names) == F:
+        names = packed.feature_names
+    return None if names is None else distinct_names(names)
 
 
 def check_layout(layout: Any) -> None:

@@ -25,6 +25,7 @@ __all__ = [
     "FEATURE_PERTURBATIONS",
     "MODEL_OUTPUTS",
     "UNSET",
+    "add_base_margin",
     "check_approximate",
     "check_build_options",
     "check_dmatrix_sentinel",
@@ -240,6 +241,12 @@ def pool_rows(X: Any) -> tuple[Any, np.ndarray | None]:
             "X is a catboost.Pool with categorical, text or embedding features, whose values "
             "it does not give back: pass the DataFrame (or array) the Pool was built from"
         )
+    if np.asarray(X.get_baseline()).size:
+        raise ValueError(
+            "X is a catboost.Pool with a baseline (per-row starting margins), which distshap "
+            "does not add to the bias: pass a Pool without baseline, or the rows themselves, "
+            "and add the baseline to the bias column yourself"
+        )
     values = np.asarray(X.get_features(), dtype=np.float32)
     names = [str(n) for n in X.get_feature_names()]
     labels = None
@@ -252,13 +259,50 @@ def pool_rows(X: Any) -> tuple[Any, np.ndarray | None]:
     return values, labels
 
 
-def explain_input(X: Any) -> ExplainInput:
-    """:func:`~distshap.inputs.explain_input`, taking a ``catboost.Pool`` too."""
+def explain_input(X: Any, base_margin: bool = False) -> ExplainInput:
+    """:func:`~distshap.inputs.explain_input`, taking a ``catboost.Pool`` too.
+
+    An ``xgboost.DMatrix`` with a ``base_margin`` is refused unless ``base_margin`` says the
+    caller adds it to the bias (:func:`add_base_margin`).
+    """
     rows, labels = pool_rows(X)
     inp = _rows_input(rows)
+    if inp.base_margin is not None and not base_margin:
+        raise ValueError(
+            "X is an xgboost.DMatrix with a base_margin (per-row starting margins), which only "
+            "shap_values, shap_interaction_values and explainer(X) of the tree-path-dependent "
+            "algorithm add to the bias: use one of those, or a DMatrix without base_margin"
+        )
     if labels is not None and labels.size == inp.rows.shape[0]:
         inp = replace(inp, labels=labels)
     return inp
+
+
+def add_base_margin(
+    out: np.ndarray, inp: ExplainInput, base_score: np.ndarray, start: int, interactions: bool
+) -> np.ndarray:
+    """Values ``(n, G, F+1)`` / ``(n, G, F+1, F+1)`` of rows ``start:start+n`` of ``inp``, whose
+    bias starts from the DMatrix's ``base_margin`` instead of the model's ``base_score``.
+
+    XGBoost's ``pred_contribs`` / ``pred_interactions`` do the same: a row's ``base_margin``
+    replaces ``base_score`` in its bias (the ``[F, F]`` entry for interactions), and its
+    prediction starts from it. The values are checked against the margin without it first.
+    """
+    if inp.base_margin is None:
+        return out
+    n, G = out.shape[0], out.shape[1]
+    margin = inp.base_margin.reshape(inp.rows.shape[0], -1)
+    if margin.shape[1] != G:
+        raise ValueError(
+            f"the DMatrix's base_margin has {margin.shape[1]} column(s) but the model has {G} "
+            f"output(s): give it shape (n_rows, {G})" + ("" if G > 1 else " or (n_rows,)")
+        )
+    shift = margin[start : start + n].astype(np.float64) - base_score.reshape(1, G)
+    out = np.array(out, copy=True)
+    F = out.shape[2] - 1
+    at = (slice(None), slice(None), F, F) if interactions else (slice(None), slice(None), F)
+    out[at] = (out[at].astype(np.float64) + shift).astype(out.dtype)
+    return out
 
 
 def check_dmatrix_sentinel(inp: ExplainInput, packed: Any) -> None:

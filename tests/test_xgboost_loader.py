@@ -306,8 +306,12 @@ def test_base_score_bad_values():
     with pytest.raises(UnsupportedModelError, match="base_score"):
         ensemble_from_xgboost_document(_with_base_score(model_doc(booster), "abc"))
     booster, _ = build_objective("binary:logistic")
+    for bad in ("[1.5E0]", "[-1E-3]", "[NaN]"):  # XGBoost refuses them too
+        with pytest.raises(UnsupportedModelError, match="no probability"):
+            ensemble_from_xgboost_document(_with_base_score(model_doc(booster), bad))
+    booster, _ = build_objective("count:poisson")
     with pytest.raises(UnsupportedModelError, match="finite margin"):
-        ensemble_from_xgboost_document(_with_base_score(model_doc(booster), "[1E0]"))
+        ensemble_from_xgboost_document(_with_base_score(model_doc(booster), "[0E0]"))
 
 
 def test_unknown_objective_warns():

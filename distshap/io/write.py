@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from distshap.io.errors import InputError
+from distshap.layouts import distinct_names
 
 __all__ = [
     "check_output",
@@ -346,8 +347,10 @@ def output_columns(feature_names: Sequence[str], num_groups: int) -> list[str]:
 
     ``["a", "b", "bias"]`` for one output; ``["a[class 0]", "b[class 0]", "bias[class 0]",
     "a[class 1]", ...]`` for ``num_groups`` classes (the row-major order of ``(G, F+1)``).
+    Names are made distinct first (:func:`~distshap.layouts.distinct_names`): with a feature
+    named ``bias`` the bias column is ``bias_1``; the class suffix keeps them distinct.
     """
-    base = [str(n) for n in feature_names] + ["bias"]
+    base = distinct_names([*feature_names, "bias"])
     if num_groups == 1:
         return base
     return [f"{name}[class {k}]" for k in range(num_groups) for name in base]
@@ -464,7 +467,7 @@ def _zarr_attrs(
     if expected_value is not None:
         ev = np.atleast_1d(np.asarray(expected_value, dtype=np.float64)).tolist()
     return {
-        "feature_names": [str(n) for n in feature_names],
+        "feature_names": distinct_names(feature_names),
         "expected_value": ev,
         "layout": _layout(num_groups, interactions),
         "values": "SHAP interaction values" if interactions else "SHAP values",

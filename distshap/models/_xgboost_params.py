@@ -32,6 +32,8 @@ __all__ = [
 # Objectives whose base_score is stored in output space and reaches margin space through
 # logit / log. Every other known objective stores it in margin space already.
 _LOGIT_OBJECTIVES = frozenset({"binary:logistic", "reg:logistic"})
+# XGBoost clamps a logistic base_score to [_LOGIT_EPS, 1 - _LOGIT_EPS] before the logit.
+_LOGIT_EPS = 1e-6
 _LOG_OBJECTIVES = frozenset(
     {"count:poisson", "reg:gamma", "reg:tweedie", "survival:cox", "survival:aft"}
 )
@@ -109,7 +111,7 @@ def base_margin(raw: Any, objective: str, num_groups: int) -> np.ndarray:
     values = values.astype(np.float32).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         if objective in _LOGIT_OBJECTIVES:
-            out = np.log(values) - np.log1p(-values)
+            out = _logit_margin(values, raw)
         elif objective in _LOG_OBJECTIVES:
             out = np.log(values)
         else:
@@ -127,6 +129,27 @@ def base_margin(raw: Any, objective: str, num_groups: int) -> np.ndarray:
             f"base_score {raw!r} has no finite margin under objective {objective!r}"
         )
     return out
+
+
+def _logit_margin(values: np.ndarray, raw: Any) -> np.ndarray:
+    """The margin of a probability ``base_score``, as XGBoost predicts with it.
+
+    XGBoost clamps the probability to ``[1e-6, 1 - 1e-6]`` (so 0 and 1, and the automatic
+    intercept of rare positives, stay finite) and takes ``-logf(1 / p - 1)`` in float32. The
+    float64 logit is kept where the two agree to 1e-6; near ``p = 1`` the float32 cancellation
+    in ``1 / p - 1`` moves XGBoost's margin further (13.745 instead of 13.816 at the upper
+    bound), and XGBoost's own value is taken, since it is the one every prediction adds.
+    """
+    if np.any(np.isnan(values) | (values < 0) | (values > 1)):
+        raise UnsupportedModelError(
+            f"base_score {raw!r} is no probability in [0, 1], which a logistic objective needs "
+            "(XGBoost refuses it too); save the model again from XGBoost"
+        )
+    p32 = np.clip(values.astype(np.float32), np.float32(_LOGIT_EPS), np.float32(1 - _LOGIT_EPS))
+    p = p32.astype(np.float64)
+    out = np.log(p) - np.log1p(-p)
+    xgb = -np.log(np.float32(1) / p32 - np.float32(1)).astype(np.float64)
+    return np.where(np.abs(out - xgb) <= 1e-6, out, xgb)
 
 
 def sklearn_missing(learner: dict) -> float:

@@ -166,6 +166,7 @@ class Ensemble:
             raise ValueError("Ensemble.base_score must have shape (num_groups,)")
         if np.any((self.tree_group < 0) | (self.tree_group >= self.num_groups)):
             raise ValueError("Ensemble.tree_group holds a group outside [0, num_groups)")
+        self._check_finite()
         if n > _threaded.MIN_NODES and self._nodes_valid():
             return self  # every check below passes (one compiled pass, in threads over trees)
         internal = ~self.is_leaf()
@@ -185,6 +186,48 @@ class Ensemble:
                 "(cover / hessian sums) that path-dependent SHAP needs"
             )
         return self
+
+    def _check_finite(self) -> None:
+        """Refuse a NaN or infinite leaf value or base score, and a NaN numeric threshold.
+
+        Such a model predicts NaN / infinity, or (a NaN threshold: every value goes right)
+        sends rows where no comparison of values can place them; its SHAP values would be
+        meaningless, so it is refused at load, naming the first tree and node. Infinite
+        thresholds stay: they are legitimate (scikit-learn's HistGradientBoosting splits
+        missing values from all others at +inf) and compare as any other value.
+        """
+        bad = np.flatnonzero(~np.isfinite(self.base_score))
+        if bad.size:
+            g = int(bad[0])
+            raise UnsupportedModelError(
+                f"the model's base score of output {g} is {self.base_score[g]}, not a finite "
+                "number: the model predicts no number; retrain it or fix the saved file"
+            )
+        bad = np.flatnonzero(~np.isfinite(self.value))
+        if bad.size:
+            raise UnsupportedModelError(
+                f"{self._node_name(int(bad[0]))} has the value {self.value[bad[0]]} (NaN or "
+                "infinite: an overflow in training or an edited file), so the model predicts "
+                f"no number ({bad.size} such node(s)); retrain it or fix the saved file"
+            )
+        numeric = (self.left >= 0) & ~self.is_categorical
+        for name in ("threshold", "threshold64"):
+            thresholds = getattr(self, name)
+            if thresholds is None:
+                continue
+            bad = np.flatnonzero(numeric & np.isnan(thresholds))
+            if bad.size:
+                raise UnsupportedModelError(
+                    f"{self._node_name(int(bad[0]))} splits at a NaN threshold, which no value "
+                    f"is below ({bad.size} such split(s): an edited or corrupted file); "
+                    "retrain the model or fix the saved file"
+                )
+
+    def _node_name(self, node: int) -> str:
+        """``"tree 3, node 5 (a leaf)"``: trees in the model's order, nodes in the tree's."""
+        t = int(np.searchsorted(self.tree_offsets, node, side="right") - 1)
+        kind = "a leaf" if self.left[node] < 0 else "a split"
+        return f"tree {t}, node {node - int(self.tree_offsets[t])} ({kind})"
 
     def _nodes_valid(self) -> bool:
         """Whether the per-node checks pass, by the compiled pass in threads over trees."""
