@@ -40,7 +40,7 @@ def test_cpu_margin_is_the_left_fold_in_tree_order():
 
 
 def test_packed_sections_hold_the_model():
-    from distshap.kernels import margin as m
+    from distshap.kernels.cuda import traversal as m
 
     ens = tiny.random_ensemble(2, n_features=4, n_trees=5, depth=3, n_groups=2, n_categorical=1)
     model = margin_model(ens)
