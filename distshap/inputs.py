@@ -265,6 +265,12 @@ def explain_input(X: Any) -> ExplainInput:
             raise ValueError(_scalar_message(X, "X"))
     if _is_dmatrix(X):
         return dmatrix_input(X)
+    if type(X).__module__.startswith("xgboost") and "DMatrix" in type(X).__name__:
+        raise TypeError(
+            f"X is an {type(X).__module__}.{type(X).__name__}, whose rows distshap cannot read "
+            "back (nor add its base_margin to the bias): pass the Dask array or DataFrame it "
+            "was built from (Dask rows are explained chunk by chunk on the cluster)"
+        )
     if is_dask(X):
         return ExplainInput(X, columns=_column_names(X))
     if _is_series(X):

@@ -132,3 +132,27 @@ def test_dmatrix_base_margin_wrong_width():
     dm = xgb.DMatrix(X, base_margin=np.zeros((X.shape[0], 2), np.float32).ravel())
     with pytest.raises(ValueError, match="base_margin"):
         distshap.TreeExplainer(booster, backend="cpu").shap_values(dm)
+
+
+def test_dask_dmatrix_refused():
+    pytest.importorskip("xgboost.dask")
+    import dask.array as da
+    import xgboost.dask
+    from distributed import Client, LocalCluster
+
+    booster = _trained("reg:squarederror", 1)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False) as cluster:
+        with Client(cluster) as client:
+            rows = da.from_array(X, chunks=60)
+            dm = xgboost.dask.DaskDMatrix(client, rows, base_margin=da.ones(len(X), chunks=60))
+            with pytest.raises(TypeError, match="DaskDMatrix.*Dask array or DataFrame"):
+                distshap.TreeExplainer(booster, client=client).shap_values(dm)
+
+
+def test_catboost_pool_baseline_refused():
+    catboost = pytest.importorskip("catboost")
+    model = catboost.CatBoostRegressor(iterations=3, depth=2, verbose=0, thread_count=1)
+    model.fit(X, X[:, 0])
+    pool = catboost.Pool(X, baseline=np.ones(len(X)))
+    with pytest.raises(ValueError, match="baseline"):
+        distshap.TreeExplainer(model, backend="cpu").shap_values(pool)
