@@ -22,7 +22,9 @@ Outputs (:mod:`distshap.io.write`):
   ``(n, F+1)``, ``(n, G, F+1)``, ``(n, F+1, F+1)`` or ``(n, G, F+1, F+1)``, float32, bias last.
 * ``.parquet``: one float32 column per feature plus ``"bias"`` (:func:`output_columns`); for
   ``G > 1`` output groups, ``"<feature>[class k]"`` and ``"bias[class k]"``, class by class.
-  SHAP values only (interaction values are 3-D: write them to ``.npy`` or ``.zarr``).
+  Names never repeat (a repeat takes a free ``_1``, ``_2`` suffix: with a feature named
+  ``bias`` the bias column is ``bias_1``). SHAP values only (interaction values are 3-D:
+  write them to ``.npy`` or ``.zarr``).
 * ``.zarr``: a Zarr array of the ``.npy`` layout with ``feature_names``, ``expected_value``,
   ``layout`` attributes, written in parallel by the Dask workers (needs ``pip install zarr``).
 
