@@ -118,3 +118,13 @@ def test_hist_gradient_boosting_infinite_threshold_kept():
     assert np.isposinf(ens.threshold64[ens.left >= 0]).any()
     got = distshap.TreeExplainer(est, backend="cpu").shap_values(Xn)
     np.testing.assert_allclose(got.sum(axis=1), est.predict(Xn), atol=1e-4)
+
+
+def test_cover_names_the_node(tmp_path):
+    doc = _xgb_doc()
+    tree = _tree(doc, 1)
+    tree["sum_hessian"][2] = float("nan")
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="tree 1, node 2 .*cover nan"):
+        load_model(str(path))

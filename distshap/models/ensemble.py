@@ -178,8 +178,12 @@ class Ensemble:
             raise ValueError(
                 f"a split uses feature {bad} but the model declares {self.num_features} features"
             )
-        if np.any(~np.isfinite(self.cover)) or np.any(self.cover < 0):
-            raise ValueError("Ensemble.cover must be finite and non-negative")
+        bad = np.flatnonzero(~np.isfinite(self.cover) | (self.cover < 0))
+        if bad.size:
+            raise ValueError(
+                f"{self._node_name(int(bad[0]))} has the cover {self.cover[bad[0]]}: a node's "
+                "training cover must be finite and non-negative; retrain or fix the saved file"
+            )
         if np.any(self.cover[self.tree_offsets[:-1]] <= 0):
             raise ValueError(
                 "a tree root has zero cover: the model lacks the training statistics "
