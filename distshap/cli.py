@@ -26,13 +26,16 @@ from a source checkout as ``python -m benchmarks.NAME``.
 
 Errors are one line on stderr and exit code 2 (bad arguments, files, columns) or 1 (anything
 else); ``--verbose`` prints the traceback too. SIGTERM stops a run as Ctrl-C does: the output
-being written is discarded and the previous one kept.
+being written is discarded and the previous one kept (exit code 143, 130 for Ctrl-C); one that
+arrives once the new output is in place stops only the printing (exit code 0: the exit code
+says whether OUT is new).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -270,6 +273,34 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _output_state(args: argparse.Namespace) -> tuple[int, int] | None:
+    """The identity of OUT on disk (inode, modification time), ``None`` when there is none.
+
+    An output appears only by a rename of a complete one, so a changed identity means the
+    new output is in place."""
+    path = getattr(args, "output", None)
+    if not path:
+        return None
+    try:
+        st = os.lstat(path.rstrip("/\\") or path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def _stopped(args: argparse.Namespace, before: Any, signal_name: str, code: int) -> int:
+    """Exit code and line for a run stopped by ``signal_name``, saying what is on disk."""
+    if getattr(args, "output", None) and _output_state(args) not in (None, before):
+        print(
+            f"distshap: {signal_name} after OUT {args.output!r} was written: it is complete",
+            file=sys.stderr,
+        )
+        return 0
+    kept = "; nothing was written (a previous OUT is kept)" if getattr(args, "output", None) else ""
+    print(f"distshap: {signal_name}{kept}", file=sys.stderr)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``distshap`` command line; returns the exit code.
 
@@ -283,22 +314,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     int
         0 on success, 2 for usage and input errors (bad arguments, unreadable files, missing
         columns, mismatched feature counts, an output that would replace an input or an
-        existing file), 1 for other errors, 130 on Ctrl-C and 143 on SIGTERM.
+        existing file), 1 for other errors, 130 on Ctrl-C and 143 on SIGTERM before the output
+        is in place (0 after).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _build_parser()
     args = parser.parse_args(argv)
     verbose = bool(getattr(args, "verbose", False))
     command = args.command if args.command != "plot" else f"plot {args.plot}"
+    before = _output_state(args)
     try:
         with _sigterm_interrupts():
             return int(args.func(args))
     except _Terminated:
-        print("distshap: terminated (SIGTERM); nothing was written", file=sys.stderr)
-        return 143
+        return _stopped(args, before, "terminated (SIGTERM)", 143)
     except KeyboardInterrupt:
-        print("distshap: interrupted", file=sys.stderr)
-        return 130
+        return _stopped(args, before, "interrupted", 130)
     except Exception as err:  # one readable line, the traceback only on request
         if verbose:
             traceback.print_exc()

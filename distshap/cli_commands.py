@@ -353,12 +353,28 @@ def run_calibrate(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------
 
 
+def _check_plot(args: argparse.Namespace, explainer: Any, size_of: Any, fewest: int) -> None:
+    """``--max-display``, ``--group`` and ``--dpi`` of a plot, checked before any value is
+    computed (``size_of``: the plot's figure size for ``F`` features and ``--max-display``)."""
+    from distshap.plots import check_image_size
+
+    if args.max_display < fewest:
+        raise UsageError(f"--max-display {args.max_display} must be >= {fewest}")
+    groups = explainer.packed.num_groups
+    if args.group is not None and not 0 <= args.group < groups:
+        fix = "drop --group" if groups == 1 else f"use --group 0 to {groups - 1}"
+        raise UsageError(
+            f"--group {args.group}: the model has {groups} output group(s) (classes): {fix}"
+        )
+    check_image_size(size_of(explainer.num_features, args.max_display), args.dpi, "--dpi")
+
+
 def run_plot_summary(args: argparse.Namespace) -> int:
     """``distshap plot summary``: a bar chart or beeswarm of the SHAP values of DATA."""
     from distshap import io
     from distshap.explainer import TreeExplainer
     from distshap.inputs import model_matrix
-    from distshap.plots import summary_plot
+    from distshap.plots import summary_plot, summary_size
 
     fmt = io.image_format(args.output)
     if args.max_rows is not None and args.max_rows < 1:
@@ -366,6 +382,7 @@ def run_plot_summary(args: argparse.Namespace) -> int:
     ds = io.read_data(args.data)
     io.check_output(args.output, fmt, [args.data, *ds.files, args.model], args.overwrite)
     explainer = TreeExplainer(args.model, backend=args.backend)
+    _check_plot(args, explainer, summary_size, 1)
     ds = io.select_features(ds, explainer.packed, args.drop)
     names = explainer.output_feature_names(_Columns(ds.columns))
     with _about(ds):
@@ -385,7 +402,7 @@ def run_plot_interactions(args: argparse.Namespace) -> int:
     from distshap import io
     from distshap.explainer import TreeExplainer
     from distshap.pair_interactions import interaction_summary, top_pairs
-    from distshap.plots import interaction_heatmap
+    from distshap.plots import heatmap_size, interaction_heatmap
 
     fmt = io.image_format(args.output)
     if args.max_rows is not None and args.max_rows < 1:
@@ -395,6 +412,7 @@ def run_plot_interactions(args: argparse.Namespace) -> int:
     ds = io.read_data(args.data)
     io.check_output(args.output, fmt, [args.data, *ds.files, args.model], args.overwrite)
     explainer = TreeExplainer(args.model, backend=args.backend)
+    _check_plot(args, explainer, heatmap_size, 2)
     ds = io.select_features(ds, explainer.packed, args.drop)
     names = explainer.output_feature_names(_Columns(ds.columns))
     with _about(ds):

@@ -174,6 +174,7 @@ class DaskExplanation:
         import dask
 
         shap = import_shap()
+        self._check_client()
         values, base, data = dask.compute(self.values, self.base_values, self.data, **kwargs)
         values, base, data = (host(a) for a in (values, base, data))
         return shap.Explanation(
@@ -184,8 +185,39 @@ class DaskExplanation:
         """The same explanation with its arrays persisted (``dask.persist(**kwargs)``)."""
         import dask
 
+        self._check_client()
         values, base, data = dask.persist(self.values, self.base_values, self.data, **kwargs)
         return DaskExplanation(values, base, data, self.feature_names)
+
+    def _check_client(self) -> None:
+        """Refuse, in one line, arrays whose model lives only on a client no longer running.
+
+        Their tasks depend on keys outside their graph (the model shipped through the
+        explainer's client): without that client, Dask would fail chunk by chunk on a missing
+        dependency.
+        """
+        graph = self.values.__dask_graph__()
+        needed = set()
+        for task in graph.values():
+            needed.update(getattr(task, "dependencies", ()))
+        outside = needed - set(graph.keys())
+        if not outside:
+            return
+        try:
+            from distributed import default_client
+
+            client = default_client()
+        except (ImportError, ValueError):  # no distributed, or no client running
+            client = None
+        held = client is not None and client.status == "running"
+        if held and all(key in client.futures for key in outside):
+            return
+        raise RuntimeError(
+            "this DaskExplanation was made through a Dask client that is closed (or is not the "
+            "current one), and the model it needs lived on that client's cluster: compute it "
+            "before closing the client, or call the explainer again with a running one "
+            "(explainer.client = distributed.Client(...); explainer(X))"
+        )
 
     def __repr__(self) -> str:
         return f"DaskExplanation(values={self.values!r})"

@@ -18,7 +18,47 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["interaction_heatmap", "mean_abs_shap", "summary_plot"]
+__all__ = [
+    "MAX_IMAGE_PIXELS",
+    "check_image_size",
+    "heatmap_size",
+    "interaction_heatmap",
+    "mean_abs_shap",
+    "summary_plot",
+    "summary_size",
+]
+
+#: Pixels along a side of a saved figure: matplotlib's raster backend draws less than 2**16
+#: (a vector format's heat map image is drawn at the same resolution).
+MAX_IMAGE_PIXELS = (1 << 16) - 1
+
+
+def summary_size(n_features: int, max_display: int) -> tuple[float, float]:
+    """Figure size (inches) of :func:`summary_plot` for ``n_features`` features."""
+    rows = min(n_features, max_display) + (1 if n_features > max_display else 0)
+    return 8.0, 0.4 * rows + 1.5
+
+
+def heatmap_size(n_features: int, max_display: int) -> tuple[float, float]:
+    """Largest figure size (inches) of :func:`interaction_heatmap` for ``n_features``."""
+    size = 1.6 + 0.38 * min(n_features, max_display)
+    return size + 1.4, size
+
+
+def check_image_size(size: tuple[float, float], dpi: Any, what: str = "dpi") -> None:
+    """Refuse a ``dpi`` (``what`` names it) that is no positive number, or that would make an
+    image of ``size`` inches (one more for labels) too large to save."""
+    if isinstance(dpi, bool) or not isinstance(dpi, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{what} {dpi!r}: pass a number of dots per inch, e.g. 150")
+    if not dpi > 0:
+        raise ValueError(f"{what} {dpi} must be > 0 (dots per inch, e.g. 150)")
+    largest = max(size) + 1.0
+    if largest * dpi > MAX_IMAGE_PIXELS:
+        raise ValueError(
+            f"{what} {dpi} makes an image of about {largest * dpi:,.0f} pixels along a side of "
+            f"{largest:.1f} inches; matplotlib saves at most {MAX_IMAGE_PIXELS:,}: use "
+            f"{what} {int(MAX_IMAGE_PIXELS // largest)} or less"
+        )
 
 
 def _as_groups(shap_values: Any) -> np.ndarray:
@@ -215,7 +255,7 @@ def summary_plot(
     )
     y = np.arange(rows)[::-1]  # most important on top
 
-    fig = Figure(figsize=(8, 0.4 * rows + 1.5))
+    fig = Figure(figsize=summary_size(n_features, max_display))
     ax = fig.add_subplot()
     if kind == "bar":
         _draw_bars(ax, importance, groups, shown, rest, y, class_names)
@@ -338,8 +378,7 @@ def interaction_heatmap(
     top = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
     cmap = _colormap("coolwarm" if signed else "Reds").with_extremes(bad="#dddddd")
     m = len(chosen)
-    size = 1.6 + 0.38 * m
-    fig = Figure(figsize=(size + 1.4, size))
+    fig = Figure(figsize=heatmap_size(m, m))
     ax = fig.add_subplot()
     image = ax.imshow(np.ma.masked_invalid(shown), cmap=cmap, vmin=-top if signed else 0.0,
                       vmax=top, interpolation="nearest")  # fmt: skip

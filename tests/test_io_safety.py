@@ -24,6 +24,7 @@ import pytest
 from distshap import io
 from distshap.cli import main
 from distshap.explainer import TreeExplainer
+from distshap.io import staging as io_staging
 from distshap.io import write as io_write
 
 from xgb_models import build_regression
@@ -324,7 +325,7 @@ def _dead_pid() -> int:
 def test_stale_cleanup_puts_back_an_output_moved_aside(tmp_path):
     """A run killed between moving the old Zarr aside and renaming the new one in."""
     final = tmp_path / "shap.zarr"
-    stem = f".shap.zarr.distshap-{_dead_pid()}-0123abcd-{io_write._HOST}"
+    stem = f".shap.zarr.distshap-{_dead_pid()}-0123abcd-{io_staging._HOST}"
     old = tmp_path / (stem + ".old")
     old.mkdir()
     (old / "zarr.json").write_text("{}")
@@ -333,15 +334,15 @@ def test_stale_cleanup_puts_back_an_output_moved_aside(tmp_path):
     (new / "zarr.json").write_text("{}")
     other = tmp_path / ".shap.zarr.distshap-1-0123abcd-otherhost.tmp"  # another host's: kept
     other.write_text("")
-    assert sorted(io_write.remove_stale(str(final))) == sorted([old.name, new.name])
+    assert sorted(io_staging.remove_stale(str(final))) == sorted([old.name, new.name])
     assert (final / "zarr.json").read_text() == "{}"
     assert sorted(os.listdir(tmp_path)) == sorted(["shap.zarr", other.name])
 
 
 def test_stale_cleanup_spares_a_running_writer(tmp_path):
     """A temporary of a process that still runs (this one) is not touched."""
-    live = tmp_path / f".o.npy.distshap-{os.getpid()}-0123abcd-{io_write._HOST}.tmp"
+    live = tmp_path / f".o.npy.distshap-{os.getpid()}-0123abcd-{io_staging._HOST}.tmp"
     live.write_bytes(b"x")
-    with io_write.staged_output(str(tmp_path / "o.npy"), "npy") as tmp, open(tmp, "wb") as fh:
+    with io_staging.staged_output(str(tmp_path / "o.npy"), "npy") as tmp, open(tmp, "wb") as fh:
         np.save(fh, np.ones(2))
     assert live.exists() and np.load(tmp_path / "o.npy").tolist() == [1.0, 1.0]

@@ -16,7 +16,7 @@ matches a DataFrame's (the explainer converts the values, once):
 * ``.npy``: a 2-D numeric array per file, memory-mapped and read in row chunks by the workers,
   in the file's dtype.
 
-Outputs (:mod:`distshap.io.write`):
+Outputs (:mod:`distshap.io.write`, checked and staged by :mod:`distshap.io.staging`):
 
 * ``.npy``: the array exactly as :meth:`distshap.TreeExplainer.shap_values` returns it —
   ``(n, F+1)``, ``(n, G, F+1)``, ``(n, F+1, F+1)`` or ``(n, G, F+1, F+1)``, float32, bias last.
@@ -43,16 +43,8 @@ from distshap.io.read import (
     read_data,
     select_features,
 )
-from distshap.io.write import (
-    check_output,
-    image_format,
-    output_columns,
-    output_format,
-    save_figure,
-    write_array,
-    write_blocks,
-    write_dask,
-)
+from distshap.io.staging import check_output, image_format, output_format
+from distshap.io.write import output_columns, save_figure, write_array, write_blocks, write_dask
 
 __all__ = [
     "DEFAULT_NPY_CHUNK_ROWS",
