@@ -3,8 +3,8 @@
 The cluster cases run in a subprocess, as a user's script does (worker processes spawned from
 its ``__main__``), with an empty ``NUMBA_CACHE_DIR``: workers compile on their own, after their
 nanny set their environment, and must still apply one Numba thread each and return the
-in-process values. Workers that cannot run (a ``memory_limit`` below an idle worker's memory)
-make ``start_cluster`` fail within its time with a message that says why.
+in-process values. Workers that cannot run (a ``memory_limit`` below an idle worker's memory,
+a worker that never comes up) make ``start_cluster`` fail within its time, saying why.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def _run_script(source: str, tmp_path, timeout: float = 240) -> subprocess.Compl
     env = dict(os.environ, NUMBA_CACHE_DIR=tempfile.mkdtemp(dir=tmp_path))
     env.pop("NUMBA_NUM_THREADS", None)
     env.pop("DISTSHAP_NUM_THREADS", None)
-    env["PYTHONPATH"] = os.pathsep.join([here, os.path.dirname(here), env.get("PYTHONPATH", "")])
+    paths = [str(tmp_path), here, os.path.dirname(here), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
     return subprocess.run(
         [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=timeout
     )
@@ -70,17 +71,16 @@ def test_fresh_two_worker_cpu_cluster_explains_rows(tmp_path):
     assert proc.stdout.strip().endswith("OK")
 
 
-_LOW_MEMORY = r"""
+_CANNOT_RUN = r"""
 import time
 import distshap
 from distshap.cluster import ClusterError
 
 
-def main():
+def refused(**kwargs):
     start = time.monotonic()
     try:
-        distshap.start_cluster(n_workers=1, gpus=False, dashboard_address=":0",
-                               memory_limit="30MiB", start_timeout=30)
+        distshap.start_cluster(n_workers=1, gpus=False, dashboard_address=":0", **kwargs)
     except ClusterError as err:
         print("REFUSED", round(time.monotonic() - start), str(err))
     else:
@@ -88,17 +88,22 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    refused(memory_limit="30MiB", start_timeout=30)  # the nanny restarts it in a loop
+    refused(preload=["slow_start"], start_timeout=5)  # a worker that never comes up
 """
 
 
-def test_memory_limit_below_an_idle_worker_is_refused_in_time(tmp_path):
-    proc = _run_script(_LOW_MEMORY, tmp_path, timeout=120)
+def test_workers_that_cannot_run_are_refused_in_time(tmp_path):
+    (tmp_path / "slow_start.py").write_text(
+        "import time\n\n\ndef dask_setup(worker):\n    time.sleep(600)\n"
+    )
+    proc = _run_script(_CANNOT_RUN, tmp_path, timeout=150)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
-    line = proc.stdout.strip().splitlines()[-1]
-    assert line.startswith("REFUSED"), line
-    seconds, message = int(line.split()[1]), line.split(" ", 2)[2]
-    assert seconds < 60 and "memory_limit=30 MiB" in message and "idle worker" in message
+    memory, slow = [line.split(" ", 2) for line in proc.stdout.strip().splitlines()[-2:]]
+    assert memory[0] == "REFUSED" and int(memory[1]) < 60, memory
+    assert "memory_limit=30 MiB" in memory[2] and "idle worker" in memory[2], memory
+    assert slow[0] == "REFUSED" and int(slow[1]) < 40, slow
+    assert "0 of 1 worker(s) started within start_timeout=5 s" in slow[2], slow
 
 
 def test_worker_env_carries_distshap_threads_never_numba_threads():
@@ -117,6 +122,7 @@ def test_worker_env_carries_distshap_threads_never_numba_threads():
         ({"workers": 1}, ["workers=1", "n_workers"]),
         ({"n_workers": 0}, ["n_workers=0", ">= 1"]),
         ({"start_timeout": 0}, ["start_timeout=0"]),
+        ({"threads_per_worker": 0}, ["threads_per_worker=0", ">= 1"]),
     ],
 )
 def test_bad_arguments_are_one_line_errors(kwargs, words):

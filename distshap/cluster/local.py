@@ -19,10 +19,13 @@ per call: Numba cannot take a new ``NUMBA_NUM_THREADS`` once a worker imported i
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import difflib
 import inspect
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -191,19 +194,20 @@ def _gpu_cluster(
 
 def _cpu_cluster(
     n_workers: int | None, threads: int, processes: bool, kwargs: dict[str, Any]
-) -> LocalCluster:
-    """A CPU :class:`distributed.LocalCluster`; worker processes get their Numba thread count."""
+) -> tuple[LocalCluster, int]:
+    """A CPU :class:`distributed.LocalCluster` with no worker yet, and its number of workers.
+
+    The workers start in :func:`_await_workers`, within ``start_timeout`` (the constructor
+    would wait for them without a bound). Worker processes get their Numba thread count.
+    """
     workers = 1 if n_workers is None else int(n_workers)
-    cpu_kwargs: dict[str, Any] = {
-        "n_workers": workers,
-        "threads_per_worker": threads,
-        "processes": processes,
-    }
+    cpu_kwargs: dict[str, Any] = {"threads_per_worker": threads, "processes": processes}
     _check_kwargs(kwargs, LocalCluster)
     cpu_kwargs.update(kwargs)
+    cpu_kwargs["n_workers"] = 0
     if processes:
         cpu_kwargs["env"] = _worker_env(kwargs.get("env"), workers, threads)
-    return LocalCluster(**cpu_kwargs)
+    return LocalCluster(**cpu_kwargs), workers
 
 
 def _worker_processes(cluster: Any) -> dict[str, int]:
@@ -265,21 +269,64 @@ def _memory_error(cluster: Any, settle: float) -> str | None:
     )
 
 
+def _root_cause(err: BaseException) -> str:
+    """``Type: first line`` of the innermost cause of ``err``."""
+    while err.__cause__ is not None or err.__context__ is not None:
+        err = err.__cause__ or err.__context__
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"
+
+
+async def _start_workers(cluster: Any, expected: int, timeout: float) -> bool:
+    """Start the cluster's workers (on its loop); ``False`` when they did not within ``timeout``.
+
+    Worker processes still starting then are killed (their nannies fail, and the cluster can
+    close); a worker that failed to start raises its error.
+    """
+    cluster.scale(expected)
+    task = cluster._correct_state()
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if task in done:
+        task.result()
+        return True
+    for worker in list(getattr(cluster, "_created", ())):  # their starts then fail
+        process = getattr(getattr(worker, "process", None), "process", None)
+        with contextlib.suppress(Exception):
+            os.kill(process.pid, signal.SIGKILL)
+    await asyncio.wait({task}, timeout=30)
+    return False
+
+
 def _await_workers(client: Client, cluster: Any, expected: int, timeout: float) -> None:
-    """Wait (at most ``timeout`` s) for ``expected`` workers able to run tasks, else raise."""
+    """Start (if not started) and wait for ``expected`` workers able to run tasks, else raise.
+
+    Everything within ``timeout`` seconds: workers that do not come, fail to start, or idle
+    above their memory limit's pause threshold raise :class:`ClusterError` saying why.
+    """
+    deadline = time.monotonic() + timeout
     try:
-        client.wait_for_workers(expected, timeout=timeout)
-    except (TimeoutError, OSError) as err:  # distributed raises TimeoutError (an OSError)
-        have = len(client.scheduler_info().get("workers", {}))
+        started = len(cluster.worker_spec) >= expected or cluster.sync(
+            _start_workers, cluster, expected, timeout
+        )
+        if started:
+            client.wait_for_workers(expected, timeout=max(deadline - time.monotonic(), 0.01))
+    except TimeoutError:
+        started = False
+    except Exception as err:  # a nanny that failed to start its worker
+        raise ClusterError(
+            f"the workers failed to start ({_root_cause(err)}): see the worker log above; a "
+            "script that starts a cluster runs it under `if __name__ == '__main__':`"
+        ) from err
+    if not started:
+        try:
+            have = str(len(client.scheduler_info().get("workers", {})))
+        except Exception:  # the scheduler itself is gone
+            have = "none"
         why = _memory_error(cluster, 0.0)
         raise ClusterError(
             f"{have} of {expected} worker(s) started within start_timeout={timeout:g} s"
-            + (
-                f"; {why}"
-                if why
-                else ": see the worker errors logged above, or raise start_timeout on a slow host"
-            )
-        ) from err
+            + (f"; {why}" if why else ": see the worker log above, or raise start_timeout")
+        )
     why = _memory_error(cluster, 0.5)
     if why is not None:
         raise ClusterError(why)
@@ -346,6 +393,12 @@ def start_cluster(
         raise ClusterError(f"n_workers={n_workers} must be >= 1 (or None for the default)")
     if not start_timeout > 0:
         raise ClusterError(f"start_timeout={start_timeout!r} must be a positive number of seconds")
+    if threads_per_worker is not None and (
+        isinstance(threads_per_worker, bool) or int(threads_per_worker) < 1
+    ):
+        raise ClusterError(
+            f"threads_per_worker={threads_per_worker} must be >= 1 (or None for the default 1)"
+        )
     threads = 1 if threads_per_worker is None else int(threads_per_worker)
     if gpus is None:
         use_gpu = count_gpus() > 0
@@ -353,12 +406,13 @@ def start_cluster(
         use_gpu = gpus is not False and not (isinstance(gpus, int) and gpus == 0)
     if use_gpu:
         cluster = _gpu_cluster(gpus, n_workers, threads, kwargs)
+        expected = len(cluster.worker_spec)
     else:
-        cluster = _cpu_cluster(n_workers, threads, processes, kwargs)
+        cluster, expected = _cpu_cluster(n_workers, threads, processes, kwargs)
     try:
         client = _OwningClient(cluster)
         client._owned_cluster = cluster
-        _await_workers(client, cluster, len(cluster.worker_spec), start_timeout)
+        _await_workers(client, cluster, expected, start_timeout)
     except BaseException:
         cluster.close()
         raise
