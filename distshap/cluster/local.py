@@ -133,7 +133,7 @@ def _check_kwargs(kwargs: dict[str, Any], cluster_class: Any) -> None:
     from distributed import Nanny, Worker
 
     known = {"env"}
-    for cls in (cluster_class, Nanny, Worker):
+    for cls in (LocalCluster, cluster_class, Nanny, Worker):
         known.update(inspect.signature(cls.__init__).parameters)
     known -= {"self", "kwargs", "worker_kwargs"}
     for name, value in kwargs.items():
