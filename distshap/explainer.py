@@ -75,8 +75,10 @@ from distshap.shap_compat import (
     add_base_margin,
     check_approximate,
     check_build_options,
+    check_client,
     check_dmatrix_sentinel,
     check_feature_names,
+    check_flags,
     check_ignored_arguments,
     check_model_output,
     check_perturbation,
@@ -212,6 +214,7 @@ class TreeExplainer(PairMethods):
             resolve_backend(backend)  # an unknown name, or CUDA without a GPU: fail early
         options = check_build_options(algorithm, table_budget_bytes, max_table_features, missing)
         missing = options.pop("missing")
+        check_client(client)
         check_model_output(model_output)
         check_layout(layout)
         check_ignored_arguments(approximate, link, linearize_link)
@@ -395,6 +398,7 @@ class TreeExplainer(PairMethods):
         iteration_range: Any,
     ) -> tuple[Any, ExplainInput, _Model]:
         """Values ``(n, G, F+1)`` / ``(n, G, F+1, F+1)`` (lazy for Dask), the input, the model."""
+        check_flags(check_additivity=check_additivity, progress=progress, interactions=interactions)
         inp = explain_input(X, base_margin=self.background is None)
         model = self._model(tree_limit, iteration_range)
         packed = model.packed

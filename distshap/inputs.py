@@ -19,6 +19,7 @@ rows.
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -64,11 +65,19 @@ def is_frame(X: Any) -> bool:
 
 def _numeric_array(X: Any, what: str) -> np.ndarray:
     """``np.asarray(X)``, refusing what is no table of numbers in one line."""
+    rows = (
+        "rows (a 2-D array or DataFrame of the model's features, or one row as a 1-D array or "
+        "pandas Series)"
+    )
     if X is None:
+        raise TypeError(f"{what} is None: pass {rows}")
+    if isinstance(X, (str, bytes, os.PathLike)):
         raise TypeError(
-            f"{what} is None: pass rows (a 2-D array or DataFrame of the model's features, or "
-            "one row as a 1-D array or pandas Series)"
+            f"{what} is a file name or text ({str(X)[:60]!r}), not rows: read the file first "
+            "(pandas.read_parquet, read_csv, numpy.load), or use `distshap explain MODEL DATA`"
         )
+    if isinstance(X, dict):
+        raise TypeError(f"{what} is a dict: pass pandas.DataFrame({what.split()[0]}) or {rows}")
     try:
         X = np.asarray(X)
     except ValueError as err:  # a ragged nested list
@@ -245,24 +254,25 @@ class ExplainInput:
     base_margin: np.ndarray | None = None
 
 
-def explain_input(X: Any) -> ExplainInput:
+def explain_input(X: Any, what: str = "X") -> ExplainInput:
     """User rows, as shap's ``TreeExplainer`` takes them, -> :class:`ExplainInput`.
 
-    A 1-D NumPy / CuPy array of ``F`` values or a pandas Series (index = feature names) is one
-    row; an ``xgboost.DMatrix`` gives its stored rows (:func:`dmatrix_input`); anything else is
-    passed on unchanged (checked later by :func:`model_matrix`).
+    A 1-D array of ``F`` values (NumPy, CuPy, a list, a polars Series, ...) or a pandas Series
+    (index = feature names) is one row; an ``xgboost.DMatrix`` gives its stored rows
+    (:func:`dmatrix_input`); a DataFrame of another library becomes a pandas one
+    (:func:`~distshap.frames.native_frame`); other array-likes become NumPy arrays. The values
+    are checked later by :func:`model_matrix`. ``what`` names the argument in errors.
 
     Raises
     ------
     TypeError
         For an ``xgboost.QuantileDMatrix`` (it holds bins, not values) or a DMatrix whose data
-        cannot be read back.
+        cannot be read back; ``None``, a path, a dict or anything else that is no table of
+        numbers.
+    ValueError
+        A single number, or a ragged list.
     """
-    X = native_frame(X)
-    if X is None or isinstance(X, (list, tuple, int, float, np.generic)):
-        X = _numeric_array(X, "X")
-        if X.ndim == 0:
-            raise ValueError(_scalar_message(X, "X"))
+    X = native_frame(X, what)
     if _is_dmatrix(X):
         return dmatrix_input(X)
     if type(X).__module__.startswith("xgboost") and "DMatrix" in type(X).__name__:
@@ -282,7 +292,11 @@ def explain_input(X: Any) -> ExplainInput:
         if getattr(X, "ndim", 2) == 1 and is_cupy(X):
             return ExplainInput(X.reshape(1, -1), one_row=True)
         return ExplainInput(X)
-    if isinstance(X, np.ndarray) and X.ndim == 1:
+    if not isinstance(X, np.ndarray):
+        X = _numeric_array(X, what)
+    if X.ndim == 0:
+        raise ValueError(_scalar_message(X, what))
+    if X.ndim == 1:
         return ExplainInput(X.reshape(1, -1), one_row=True)
     return ExplainInput(X)
 
@@ -331,12 +345,7 @@ def background_input(data: Any) -> Any:
             "every worker; pass data.compute() (typically 100 to 1,000 rows, e.g. "
             "shap.utils.sample(rows, 100))"
         )
-    data = native_frame(data, "data")
-    if isinstance(data, (list, tuple, int, float, np.generic)):
-        data = _numeric_array(data, "data (the background)")
-        if data.ndim == 0:
-            raise ValueError(_scalar_message(data, "data (the background)"))
-    rows = explain_input(data)
+    rows = explain_input(data, "data (the background)")
     if rows.base_margin is not None:
         raise ValueError(
             "data (the background) is an xgboost.DMatrix with a base_margin, which a "

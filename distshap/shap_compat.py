@@ -28,8 +28,10 @@ __all__ = [
     "add_base_margin",
     "check_approximate",
     "check_build_options",
+    "check_client",
     "check_dmatrix_sentinel",
     "check_feature_names",
+    "check_flags",
     "check_ignored_arguments",
     "check_model_output",
     "check_perturbation",
@@ -216,6 +218,24 @@ def check_build_options(
         "max_table_features": features,
         "missing": None if missing is None else float(missing),
     }
+
+
+def check_client(client: Any) -> None:
+    """``client``: ``None`` or a ``distributed.Client`` (refused in one line otherwise, not when
+    the first Dask input reaches it)."""
+    if client is not None and not callable(getattr(client, "submit", None)):
+        raise TypeError(
+            f"client={client!r}: pass a distributed.Client (distshap.start_cluster(address=...) "
+            "connects one to a scheduler), or None for the current client"
+        )
+
+
+def check_flags(**flags: Any) -> None:
+    """Each flag a bool (or 0 / 1): a string such as ``"no"`` would silently mean True."""
+    for name, value in flags.items():
+        whole = isinstance(value, (int, np.integer)) and value in (0, 1)
+        if not (isinstance(value, (bool, np.bool_)) or whole):
+            raise TypeError(f"{name}={value!r}: pass True or False")
 
 
 def check_approximate(approximate: bool) -> None:

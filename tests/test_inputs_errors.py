@@ -195,3 +195,36 @@ def test_whole_float_options_accepted(numeric):
     other = distshap.TreeExplainer(model, table_budget_bytes=float(1 << 30), missing=np.float32(-1))
     assert other.packed.table_budget_bytes == 1 << 30
     assert re.fullmatch(r"[0-9]+", str(other.packed.table_budget_bytes))
+
+
+@pytest.mark.parametrize(
+    "X, error, message",
+    [
+        ({"a": [1.0]}, TypeError, r"X is a dict: pass pandas\.DataFrame\(X\)"),
+        ("rows.parquet", TypeError, "X is a file name or text"),
+        ([["a", "b", "c", "d"]], TypeError, "X has dtype <U1; SHAP values need numeric input"),
+    ],
+)
+def test_what_is_no_table(numeric, X, error, message):
+    explainer, _ = numeric
+    with pytest.raises(error, match=message):
+        explainer.shap_values(X)
+
+
+def test_one_row_of_any_array_library(numeric):
+    explainer, X = numeric
+    expected = explainer.shap_values(X[0])
+    assert np.array_equal(explainer.shap_values(list(X[0])), expected)
+    pa = pytest.importorskip("pyarrow")
+    assert np.array_equal(explainer.shap_values(pa.array(X[0])), expected)
+    pl = pytest.importorskip("polars")
+    assert np.array_equal(explainer.shap_values(pl.Series(X[0])), expected)
+
+
+def test_client_and_flags_checked(numeric):
+    explainer, X = numeric
+    with pytest.raises(TypeError, match="client='tcp://host:8786': pass a distributed.Client"):
+        distshap.TreeExplainer(explainer.ensemble, client="tcp://host:8786")
+    with pytest.raises(TypeError, match="check_additivity='no': pass True or False"):
+        explainer.shap_values(X, check_additivity="no")
+    assert explainer.shap_values(X[:3], check_additivity=0).shape == (3, 5)
