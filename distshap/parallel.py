@@ -140,7 +140,8 @@ def _reset_after_fork() -> None:
     _SERIAL_ONLY = _SERIAL_ONLY or _gnu_openmp_launched()
 
 
-os.register_at_fork(after_in_child=_reset_after_fork)
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def run_ranges(function: Callable[..., Any], n: int, pieces: int, *args: Any) -> None:

@@ -292,7 +292,7 @@ async def _start_workers(cluster: Any, expected: int, timeout: float) -> bool:
     for worker in list(getattr(cluster, "_created", ())):  # their starts then fail
         process = getattr(getattr(worker, "process", None), "process", None)
         with contextlib.suppress(Exception):
-            os.kill(process.pid, signal.SIGKILL)
+            os.kill(process.pid, getattr(signal, "SIGKILL", signal.SIGTERM))
     await asyncio.wait({task}, timeout=30)
     return False
 
