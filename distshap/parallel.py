@@ -1,33 +1,19 @@
-"""Calls into Numba ``parallel=True`` functions that are safe from several threads at once.
+"""Thread helpers of every CPU path: parallel Numba calls, ranges in threads, thread counts.
 
-Numba runs parallel regions on one of three threading layers: TBB, OpenMP or its own
-``workqueue`` (chosen when neither TBB nor OpenMP is present, or when asked for with
-``NUMBA_THREADING_LAYER=workqueue``). The workqueue layer is not thread safe: two threads
-entering parallel regions at the same time abort the process. Every parallel entry point of
-distshap therefore goes through :func:`run_parallel`, which holds one process-wide lock around
-the call while the layer is workqueue, or not yet known (Numba chooses the layer at the first
-parallel call, so the first calls are serialised until then); under TBB and OpenMP calls run
-concurrently as before.
+* :func:`run_parallel` calls a Numba ``parallel=True`` function safely from any thread: Numba's
+  ``workqueue`` layer aborts the process when two threads enter parallel regions at once, so
+  calls hold one lock while the layer is workqueue or not yet chosen (TBB and OpenMP run
+  concurrently).
+* :func:`run_ranges` runs a serial ``nogil`` compiled function over ranges of its work in Python
+  threads: no parallel region (no lock under any layer) and half the compile time.
+* :func:`num_threads` is the count both use: Numba's, or ``DISTSHAP_NUM_THREADS`` applied to the
+  calling thread at each call. Dask workers get theirs that way: Numba reads
+  ``NUMBA_NUM_THREADS`` once, at import, and fails later compiles when it changed.
 
-:func:`run_ranges` is the other way to run in parallel: a serial ``nogil`` compiled function
-over ranges of its work, in Python threads. It needs no parallel region (so no lock under any
-layer), and a serial function compiles in about half the time of a ``parallel=True`` one,
-whose parfor passes and gufunc wrapper recompile the whole body (the first call in a fresh
-environment: ``benchmarks/cold_start.py``).
-
-Thread counts: :func:`num_threads` is the count both use, Numba's (``numba.set_num_threads`` of
-the calling thread) unless ``DISTSHAP_NUM_THREADS`` is set, which then applies to every calling
-thread, within the pool Numba launched (``NUMBA_NUM_THREADS``). A Dask worker gets it from its
-nanny: Numba reads ``NUMBA_NUM_THREADS`` once, when imported, and refuses a changed value once
-its threads run, so that variable can never be set for a worker process that already imported
-Numba, while ``DISTSHAP_NUM_THREADS`` is read at every call.
-
-Fork safety: the locks and the range pool are process state; a child forked from a process that
-used them (``multiprocessing`` with ``fork``, preloading servers, prefork task queues) would
-inherit the pool without its threads and the locks possibly held. They are made new in the
-child (``os.register_at_fork``), so its calls run as the parent's did. GNU's OpenMP runtime,
-one of Numba's layers, terminates a forked child that enters a parallel region once the parent
-started it: such a child runs the ``parallel=True`` functions compiled serially.
+Fork safety: a forked child (``multiprocessing`` with ``fork``, preloading servers, prefork task
+queues) gets new locks and no range pool (the parent's threads do not come along); when the
+parent started GNU's OpenMP runtime, which terminates a forked child entering a parallel
+region, the child runs ``parallel=True`` functions compiled serially.
 """
 
 from __future__ import annotations
