@@ -8,8 +8,10 @@ killed.
 
 from __future__ import annotations
 
+import contextlib
 import io as _bytes_io
 import os
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -19,6 +21,7 @@ from distshap.io.staging import require_zarr, staged_output
 from distshap.layouts import distinct_names
 
 __all__ = [
+    "STOP_WAIT_SECONDS",
     "output_columns",
     "save_figure",
     "write_array",
@@ -166,7 +169,6 @@ def _zarr_attrs(
     }
 
 
-
 def _to_zarr(array: Any, tmp: str, attrs: dict, compute: Any) -> None:
     """Write a dask ``array`` to a new Zarr array at ``tmp``; ``compute`` runs the graph."""
     import dask.array as da
@@ -236,12 +238,48 @@ def write_dask(
             result = result.rechunk({0: max(sizes)})
         attrs = _zarr_attrs(feature_names, expected_value, num_groups, interactions, space)
         with staged_output(path, fmt, overwrite) as tmp:
-            _to_zarr(result, tmp, attrs, lambda s: client.compute(s).result())
+            _to_zarr(result, tmp, attrs, _stoppable(client))
         return n
     columns = output_columns(feature_names, num_groups) if fmt == "parquet" else ()
     blocks = (client.compute(result.blocks[i]).result() for i in range(result.numblocks[0]))
     write_blocks(blocks, path, fmt, n, tail, columns, overwrite)
     return n
+
+
+#: Seconds a stopped Zarr write waits for the tasks its workers are running to end.
+STOP_WAIT_SECONDS = 30.0
+
+
+def _stoppable(client: Any) -> Any:
+    """``compute`` of a graph on ``client`` that, stopped (an error, Ctrl-C, SIGTERM), cancels
+    the graph's tasks and waits (at most :data:`STOP_WAIT_SECONDS`) for the ones the workers
+    are running: a running chunk write would otherwise recreate the staged store removed."""
+
+    def compute(graph: Any) -> Any:
+        future = client.compute(graph)
+        try:
+            return future.result()
+        except BaseException:
+            names = {_key_name(key) for key in graph.__dask_graph__()}
+            with contextlib.suppress(Exception):
+                client.cancel(future, force=True)
+                deadline = time.monotonic() + STOP_WAIT_SECONDS
+                while time.monotonic() < deadline and sum(client.run(_busy, names).values()):
+                    time.sleep(0.05)
+            raise
+
+    return compute
+
+
+def _key_name(key: Any) -> str:
+    return str(key[0] if isinstance(key, tuple) else key)
+
+
+def _busy(names: set[str], dask_worker: Any = None) -> int:
+    """Tasks of the layers ``names`` a worker is running (cancelled ones still run)."""
+    running = ("executing", "long-running", "cancelled", "resumed")
+    tasks = dask_worker.state.tasks.values()
+    return sum(1 for ts in tasks if ts.state in running and _key_name(ts.key) in names)
 
 
 def save_figure(fig: Any, path: str, fmt: str, overwrite: bool = False, **kwargs: Any) -> None:
