@@ -270,8 +270,8 @@ def test_compile_check_and_ptx():
             assert "vote.sync" in text, name
             assert ".local" not in text, f"{name} spills to local memory"
             assert "call.uni" not in text, f"{name} has a non-inlined call"
-        if "shared" in name and "table" in name:
-            assert "atom.shared.add.u64" in text, name
+        if "shared" in name and "table" in name:  # the tile as split uint32 words
+            assert "atom.shared.add.u32" in text, name
         if "quadrature" in name:  # warp-uniform paths: no shuffles; per-row sums in registers
             assert "shfl.sync" not in text and "vote.sync" not in text, name
             assert ".local" not in text, f"{name} spills to local memory"
