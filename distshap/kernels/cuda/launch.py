@@ -75,6 +75,7 @@ def finish_kernel(acc, out, inv_scale, expected_value, group_size, bias_offset):
 #: Accumulators up to this size (all rows in one batch) skip the free-memory query.
 _SMALL_ACC_BYTES = 1 << 24
 
+
 def default_batch_rows(values_per_row: int) -> int:
     """Rows per batch so the int64 accumulator stays within the budget (module docstring)."""
     budget = get_config().batch_budget_bytes
