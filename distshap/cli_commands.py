@@ -120,9 +120,10 @@ def _run_local(
 def _run_dask(
     args: argparse.Namespace, explainer: Any, ds: Any, fmt: str, names, client, labels: Any = None
 ) -> int:
-    from distributed import progress, wait
+    from distributed import progress
 
     from distshap import io
+    from distshap.cluster.watch import wait_for
 
     with _about(ds):
         rows = io.model_rows(ds, explainer.packed)
@@ -130,7 +131,7 @@ def _run_dask(
         if _progress_enabled(args):
             with contextlib.redirect_stdout(sys.stderr):
                 progress(persisted)
-        wait(persisted)
+        wait_for(persisted, client)
         return io.write_dask(
             persisted,
             args.output,

@@ -28,6 +28,7 @@ from dask.array.utils import meta_from_array
 from distshap import kernels
 from distshap.cluster.graph import InConfig, map_rows
 from distshap.cluster.shipping import _get_client, model_future
+from distshap.cluster.watch import result_of, wait_for
 from distshap.dispatch import run_request
 from distshap.frames import select_model_columns
 from distshap.inputs import is_cupy, model_matrix
@@ -347,17 +348,17 @@ def compute(result: da.Array, client: Any = None, progress: bool = False) -> Any
     numpy.ndarray or cupy.ndarray
         The whole result on the client. A failed task raises; a worker that dies mid-run has
         its chunks (and the model, when it held the only copy) rerun elsewhere, so a result is
-        never partial.
+        never partial; a job no worker can run fails
+        (:func:`distshap.cluster.watch.wait_for`).
     """
     from distributed import progress as show_progress
-    from distributed import wait
 
     client = _get_client(client)
     persisted = client.persist(result)
     if progress:
         show_progress(persisted)
-    wait(persisted)
-    return client.compute(persisted).result()
+    wait_for(persisted, client)
+    return result_of(client.compute(persisted), client)
 
 
 def _warm_block(block: np.ndarray, packed: Any, request: Request) -> tuple[str, float]:

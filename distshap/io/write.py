@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from distshap.cluster.watch import result_of
 from distshap.io.staging import require_zarr, staged_output
 from distshap.layouts import distinct_names
 
@@ -241,7 +242,9 @@ def write_dask(
             _to_zarr(result, tmp, attrs, _stoppable(client))
         return n
     columns = output_columns(feature_names, num_groups) if fmt == "parquet" else ()
-    blocks = (client.compute(result.blocks[i]).result() for i in range(result.numblocks[0]))
+    blocks = (
+        result_of(client.compute(result.blocks[i]), client) for i in range(result.numblocks[0])
+    )
     write_blocks(blocks, path, fmt, n, tail, columns, overwrite)
     return n
 
@@ -258,7 +261,7 @@ def _stoppable(client: Any) -> Any:
     def compute(graph: Any) -> Any:
         future = client.compute(graph)
         try:
-            return future.result()
+            return result_of(future, client)
         except BaseException:
             names = {_key_name(key) for key in graph.__dask_graph__()}
             with contextlib.suppress(Exception):
