@@ -169,3 +169,14 @@ def _no_deferral():
     import contextlib
 
     return contextlib.nullcontext()
+
+
+def test_unwritable_output_directory_refused_before_computing(
+    files, tmp_path, capsys, monkeypatch, no_computing
+):
+    real = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, mode: False if str(p) == str(tmp_path) else real(p, mode)
+    )
+    code = main(["explain", files["model"], files["npy"], "-o", str(tmp_path / "o.npy")])
+    assert code == 2 and "is not writable" in capsys.readouterr().err

@@ -99,6 +99,11 @@ def _check_parent(path: str) -> None:
     parent, base = os.path.split(os.path.abspath(path.rstrip("/\\")))
     if not os.path.isdir(parent):
         raise InputError(f"the directory of OUT {path!r} does not exist: create {parent!r} first")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(
+            f"the directory of OUT {path!r} is not writable by this user: choose another one, "
+            f"or change the permissions of {parent!r}"
+        )
     limit = _name_max(parent)
     if len(os.fsencode(base)) > limit:
         raise InputError(
@@ -319,18 +324,25 @@ def _fsync_directory(directory: str) -> None:
 
 @contextlib.contextmanager
 def _signals_deferred() -> Iterator[None]:
-    """SIGINT and SIGTERM held back for the block (main thread, POSIX), then delivered."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(
-        signal, "pthread_sigmask"
-    ):
+    """SIGINT and SIGTERM held back for the block, then delivered (main thread only).
+
+    Their handlers are swapped for ones that only note the signal: whichever thread the
+    kernel delivers it to, Python runs handlers in the main thread, between two steps of the
+    block, which must not be cut in two.
+    """
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    caught: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in held}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        for s in dict.fromkeys(caught):
+            signal.raise_signal(s)
 
 
 @contextlib.contextmanager
