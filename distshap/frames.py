@@ -228,7 +228,7 @@ def model_frame_matrix(frame: Any, packed: Any, what: str = "X") -> np.ndarray:
     """A frame in the model's column order -> its matrix, by the model library's conventions."""
     encoding = packed.encoding
     categories, categorical = packed.feature_categories, encoding.categorical
-    frame = _labels_as_categories(frame, packed)
+    frame = _labels_as_categories(frame, packed).infer_objects()  # other object columns: values
     if encoding.category_lists is not None:
         # LightGBM codes the k-th category column of a frame by its k-th stored list, whatever
         # feature the column feeds, and refuses a frame with another number of them
@@ -249,12 +249,14 @@ def model_frame_matrix(frame: Any, packed: Any, what: str = "X") -> np.ndarray:
 
 
 def _labels_as_categories(frame: Any, packed: Any) -> Any:
-    """Text columns on categorical features whose labels the model stores -> category columns.
+    """Text and object columns on categorical features whose labels the model stores ->
+    category columns.
 
-    A row taken from a frame (``df.iloc[i]``, a Series) keeps no column dtypes: its category
-    columns arrive as text. The labels are the model's, so they are coded by the model's
-    training categories exactly as a category column is (an unknown label as the library reads
-    one); on a feature without stored labels a text column stays refused.
+    A row taken from a frame (``df.iloc[i]``, a Series) keeps no column dtypes: it arrives as
+    object columns, its category columns holding labels (text or numbers). The labels are the
+    model's, so they are coded by the model's training categories exactly as a category column
+    is (an unknown label as the library reads one); on a feature without stored labels a text
+    column stays refused.
     """
     import pandas as pd
     from pandas.api.types import is_bool_dtype, is_numeric_dtype

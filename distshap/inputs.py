@@ -284,7 +284,8 @@ def explain_input(X: Any, what: str = "X") -> ExplainInput:
     if is_dask(X):
         return ExplainInput(X, columns=_column_names(X))
     if _is_series(X):
-        frame = X.to_frame().T.infer_objects()
+        # object columns: labels on categorical features (a row keeps no dtypes), else values
+        frame = X.astype(object).to_frame().T
         return ExplainInput(frame, one_row=True, columns=[str(c) for c in X.index])
     if is_frame(X):
         return ExplainInput(X, columns=_column_names(X))

@@ -228,3 +228,21 @@ def test_client_and_flags_checked(numeric):
     with pytest.raises(TypeError, match="check_additivity='no': pass True or False"):
         explainer.shap_values(X, check_additivity="no")
     assert explainer.shap_values(X[:3], check_additivity=0).shape == (3, 5)
+
+
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
+def test_series_row_with_numeric_category_labels(library):
+    rng = np.random.default_rng(5)
+    df = pd.DataFrame(rng.normal(size=(N, 2)), columns=list("ab"))
+    df["e"] = pd.Categorical(rng.choice([3, 7, 9], N))  # labels that are numbers
+    df["f"] = rng.integers(0, 5, N)
+    y = df.a + 2.0 * (df.e == 7) + df.f
+    if library == "xgboost":
+        dm = xgb.DMatrix(df, y, enable_categorical=True)
+        explainer = distshap.TreeExplainer(xgb.train({"max_depth": 3}, dm, 4))
+    else:
+        lgb = pytest.importorskip("lightgbm")
+        params = {"verbose": -1, "min_data_in_leaf": 5}
+        explainer = distshap.TreeExplainer(lgb.train(params, lgb.Dataset(df, y), 4))
+    expected = explainer.shap_values(df.iloc[:6])
+    assert np.array_equal(np.stack([explainer.shap_values(df.iloc[i]) for i in range(6)]), expected)
