@@ -50,7 +50,7 @@ def native_frame(X: Any, what: str = "X") -> Any:
     if callable(getattr(X, "collect", None)):
         raise TypeError(
             f"{what} is a lazy {type(X).__module__.split('.')[0]} {type(X).__name__}: its rows "
-            f"are not computed yet; pass {what}.collect()"
+            f"are not computed yet; pass {what.split()[0]}.collect()"
         )
     return X
 
