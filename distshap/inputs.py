@@ -297,6 +297,8 @@ def explain_input(X: Any, what: str = "X") -> ExplainInput:
         X = _numeric_array(X, what)
     if X.ndim == 0:
         raise ValueError(_scalar_message(X, what))
+    if X.ndim == 1 and X.size == 0:
+        raise ValueError(f"{what} is empty: pass at least one row of the model's features")
     if X.ndim == 1:
         return ExplainInput(X.reshape(1, -1), one_row=True)
     return ExplainInput(X)

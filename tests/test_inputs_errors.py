@@ -246,3 +246,11 @@ def test_series_row_with_numeric_category_labels(library):
         explainer = distshap.TreeExplainer(lgb.train(params, lgb.Dataset(df, y), 4))
     expected = explainer.shap_values(df.iloc[:6])
     assert np.array_equal(np.stack([explainer.shap_values(df.iloc[i]) for i in range(6)]), expected)
+
+
+def test_empty_list(numeric):
+    explainer, _ = numeric
+    with pytest.raises(ValueError, match="X is empty"):
+        explainer.shap_values([])
+    with pytest.raises(ValueError, match=r"data \(the background\) is empty"):
+        distshap.TreeExplainer(explainer.ensemble, [])
