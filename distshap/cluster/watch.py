@@ -97,9 +97,13 @@ def wait_for(futures: Any, client: Any, timeout: float | None = None) -> None:
 
 
 def result_of(future: Any, client: Any, timeout: float | None = None) -> Any:
-    """``future.result()`` after :func:`wait_for` (same errors), so it cannot wait for ever."""
+    """``future.result()`` after :func:`wait_for` (same errors), so it cannot wait for ever;
+    anything but a ``distributed.Future`` (a synchronous stand-in) is simply asked its result."""
+    from distributed import Future
     from distributed.scheduler import KilledWorker
 
+    if not isinstance(future, Future):
+        return future.result()
     wait_for(future, client, timeout)
     try:
         return future.result()
