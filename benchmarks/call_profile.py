@@ -96,7 +96,7 @@ def launch_micro(repeats: int = 2000) -> None:
     import cupy
     from numba import cuda
 
-    from distshap.kernels.cuda import args
+    from distshap.kernels.cuda.runtime import args
 
     @cuda.jit(cache=False)
     def kernel(a, b, c, d, x):
@@ -137,7 +137,7 @@ def launch_micro(repeats: int = 2000) -> None:
     for _ in range(repeats):
         args.stream_key(args.current_stream())
     kept = 1e6 * (time.perf_counter() - t0) / repeats
-    from distshap.kernels.cuda.device import stream
+    from distshap.kernels.cuda.runtime.device import stream
 
     t0 = time.perf_counter()
     for _ in range(repeats):

@@ -177,7 +177,7 @@ def _child(args: argparse.Namespace) -> dict:
         X = cupy.asarray(X)
         cupy.cuda.Device().synchronize()
         t0 = time.perf_counter()
-        import distshap.kernels.cuda.model as cuda_model
+        import distshap.kernels.cuda.runtime.model as cuda_model
         from distshap.kernels import margin
 
         t_cuda_import = time.perf_counter() - t0

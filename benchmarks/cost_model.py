@@ -55,7 +55,7 @@ def measure(shape: str, rows: int, repeats: int, xgboost: bool = True) -> dict:
     """Predicted and measured rows/s of every variant on one shape; one result record."""
     from distshap.kernels import cuda as kc
     from distshap.kernels.cuda.calibrate import _plan_offsets
-    from distshap.kernels.cuda.device import SIM, xp
+    from distshap.kernels.cuda.runtime.device import SIM, xp
 
     name, size = shape.rsplit("-", 1)
     booster = train_model(name, size)

@@ -1,8 +1,8 @@
 """The device model's lane columns: host build + copies against the device build, one process.
 
-``before``: :func:`distshap.kernels.cuda.model.lane_arrays` (the host builds ``lane_f``,
+``before``: :func:`distshap.kernels.cuda.runtime.model.lane_arrays` (the host builds ``lane_f``,
 ``lane_i``, ``lane_d``, ``lane_cat``) and ``cuda.to_device`` of those four; ``after``:
-:func:`distshap.kernels.cuda.upload.lane_columns` (the packed model's own arrays copied, the
+:func:`distshap.kernels.cuda.runtime.upload.lane_columns` (the packed model's own arrays copied, the
 columns assembled by a kernel). Both synchronised. Alternated ``--repeats`` times (the first
 ``after`` includes loading or compiling the fill kernel, printed apart), then the columns are
 compared bit for bit. Wall and process CPU seconds.
@@ -36,7 +36,7 @@ def _packed(shape: str):
 def _before(packed) -> dict:
     from numba import cuda
 
-    from distshap.kernels.cuda import model
+    from distshap.kernels.cuda.runtime import model
 
     host = model.lane_arrays(packed)
     out = {name: cuda.to_device(host[name]) for name in _COLUMNS}
@@ -45,7 +45,7 @@ def _before(packed) -> dict:
 
 
 def _after(packed) -> dict:
-    from distshap.kernels.cuda.upload import lane_columns
+    from distshap.kernels.cuda.runtime.upload import lane_columns
 
     return lane_columns(packed)
 

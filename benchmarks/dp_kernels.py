@@ -4,7 +4,7 @@ For each model shape, SHAP values (or ``--interactions``), on the same CuPy rows
 (median of ``--repeats`` timed calls after a warm-up call, synchronized):
 
 * ``library``      what the library runs: SHAP values by the SHAP tables that
-                   ``distshap.kernels.cuda.model._shap_table_offsets`` picks and the quadrature
+                   ``cuda.runtime.model._shap_table_offsets`` picks and the quadrature
                    kernels for the other paths, interaction values by the interaction tables
                    (short paths, 1 GiB) and the quadrature kernels for the other paths;
 * ``quadrature``   no tables (``table_budget_bytes=0``): every path in the quadrature kernels;

@@ -142,9 +142,9 @@ def kernel_breakdown(packed, X, k: int) -> dict:
     ``quadrature``, ``fallback``, ``topk``."""
     from distshap.kernels.cuda import launch
     from distshap.kernels.cuda import pairs as kp
-    from distshap.kernels.cuda.device import SIM, stream, xp
     from distshap.kernels.cuda.fallback import launch_fallback
-    from distshap.kernels.cuda.model import device_model, interaction_plan, slot_arrays
+    from distshap.kernels.cuda.runtime.device import SIM, stream, xp
+    from distshap.kernels.cuda.runtime.model import device_model, interaction_plan, slot_arrays
     from distshap.kernels.cuda.slot_quadrature import launch_slot_quadrature
     from distshap.kernels.cuda.tables import launch_tables
 

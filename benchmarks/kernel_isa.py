@@ -62,7 +62,7 @@ _KINDS = ("float", "int", "cmpsel", "load", "store", "cvt", "move", "branch", "o
 def two_row_kernel(n_nodes: int = 8, mode: str = "local"):
     """The two-row SHAP kernel for ``n_nodes`` nodes in ``mode`` (``"local"``, ``"shared"``,
     ``"global"``)."""
-    from distshap.kernels.cuda import quadrature
+    from distshap.kernels.cuda import shap_quadrature as quadrature
 
     return quadrature._make_two_row_shap_kernel(n_nodes, mode)
 
@@ -86,7 +86,7 @@ def kernel_ptx(kernel, sig: str = _LOCAL_SIG, cc: tuple[int, int] = (9, 0),
     ``lineinfo`` (``.loc`` lines) does not change the instructions."""
     from numba import cuda
 
-    from distshap.kernels.cuda.ptx import _device_free_compilation
+    from distshap.kernels.cuda.runtime.ptx import _device_free_compilation
 
     with _device_free_compilation(cc):
         ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=cc, lineinfo=lineinfo)

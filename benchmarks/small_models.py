@@ -12,7 +12,7 @@ warm-up, GPU synchronized before the clock stops) of:
 * ``host``: the host's time in ``kernel`` (the GPU synchronized outside the clock: what the
   call costs before the kernel runs, the rest of ``kernel`` being the GPU's);
 * ``numba host``: ``host`` with the kernel launched by Numba instead of through the driver
-  (:mod:`distshap.kernels.cuda.rawlaunch`: the same kernel and bits, less host time);
+  (:mod:`distshap.kernels.cuda.runtime.rawlaunch`: the same kernel and bits, less host time);
 * ``regular``: the public call with the one-launch route off (``small_max_paths=0``);
 * ``xgboost``: XGBoost's GPU ``predict(pred_contribs / pred_interactions)`` on a CuPy DMatrix;
 
@@ -68,7 +68,8 @@ def measure(name: str, size: str, rows: int, interactions: bool, repeats: int) -
 
     from distshap import TreeExplainer
     from distshap.kernels import cuda as kc
-    from distshap.kernels.cuda import launch, rawlaunch
+    from distshap.kernels.cuda import launch
+    from distshap.kernels.cuda.runtime import rawlaunch
     from distshap.plan.config import config_context
     from distshap.plan.routes import small_fits
 

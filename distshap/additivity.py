@@ -116,7 +116,7 @@ def _launch(values: Any, launch: Any):
 
 
 def _read(launched) -> bool:
-    from distshap.kernels.cuda.small_model import read_flag
+    from distshap.kernels.cuda.small.model import read_flag
 
     return read_flag(*launched)
 

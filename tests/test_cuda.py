@@ -46,7 +46,7 @@ def _kc():
 
 
 def _km():
-    from distshap.kernels.cuda import model
+    from distshap.kernels.cuda.runtime import model
 
     return model
 
@@ -70,7 +70,7 @@ def test_fixed_point_shift_keeps_sums_in_int64(bound):
 
 
 def test_lane_arrays_describe_the_packing():
-    from distshap.kernels.cuda import device as d
+    from distshap.kernels.cuda.runtime import device as d
 
     km = _km()
     ens = tiny.random_ensemble(5, n_features=7, n_trees=6, depth=4, n_groups=2, n_categorical=1)
@@ -258,7 +258,7 @@ def test_strategy_stats_account_for_every_path():
 
 @pytest.mark.skipif(not nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
 def test_compile_check_and_ptx():
-    from distshap.kernels.cuda.ptx import kernel_ptx
+    from distshap.kernels.cuda.runtime.ptx import kernel_ptx
 
     kc = _kc()
     assert kc.compile_check() is None

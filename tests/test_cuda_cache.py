@@ -42,8 +42,8 @@ _KEYS = textwrap.dedent(
     except ImportError:
         from numba.core.serialize import dumps  # numba's built-in CUDA target
     import distshap.kernels.cuda as package
-    from distshap.kernels.cuda.ptx import _kernels
-    from distshap.kernels.cuda.quadrature import quadrature_kernel
+    from distshap.kernels.cuda.runtime.ptx import _kernels
+    from distshap.kernels.cuda.shap_quadrature import quadrature_kernel
     from distshap.kernels.cuda.slot_quadrature import gathered_slot_kernel, split_slot_kernel
 
     kernels = {name: k for name, (k, _) in _kernels().items()}

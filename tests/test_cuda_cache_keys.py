@@ -4,7 +4,7 @@
 themselves (a pickle of each kernel's closure) need no GPU, so this check runs everywhere. A
 device function that uses an object pickling with a per-process id (a Numba intrinsic bound to
 a global name, ``cuda.ballot_sync``) gives every kernel closing over it a new key in every
-process: each run compiles again (see :mod:`distshap.kernels.cuda.nvvm`).
+process: each run compiles again (see :mod:`distshap.kernels.cuda.runtime.nvvm`).
 """
 
 from __future__ import annotations

@@ -473,7 +473,7 @@ def test_gpu_bits_do_not_depend_on_batching_cache_or_input_kind():
     import cupy
 
     from distshap.kernels.cuda import interventional_values
-    from distshap.kernels.cuda.caches import clear_cache
+    from distshap.kernels.cuda.runtime.caches import clear_cache
 
     packed, bg, rows, xm, y = _xgb_case("missing", n_bg=70, n_rows=500)
     for inter in (False, True):

@@ -2,7 +2,7 @@
 
 * host: the CPU margin is ``base_score`` plus the leaves in tree order (the float64 oracle's
   left fold, bit for bit), the packed device sections hold the model, the launch helpers of
-  :mod:`distshap.kernels.cuda.args` keep what they should;
+  :mod:`distshap.kernels.cuda.runtime.args` keep what they should;
 * CUDA simulator: both GPU traversals (block per row with several tiles and a grid-stride
   loop, thread per row) give the CPU's bits; the fused and the plain check pass right values
   and flag a missed row and a NaN;
@@ -60,7 +60,7 @@ def test_packed_sections_hold_the_model():
 
 
 def test_launch_configurations_are_kept_per_stream():
-    from distshap.kernels.cuda import args
+    from distshap.kernels.cuda.runtime import args
 
     class Kernel:
         def __init__(self):
@@ -91,7 +91,7 @@ import numpy as np
 import tiny, naive
 from distshap.kernels.margin import margin_model, predict_margin
 from distshap.kernels.cuda import traversal as T
-from distshap.kernels.cuda.small_model import read_flag
+from distshap.kernels.cuda.small.model import read_flag
 sys.setswitchinterval(1e-4)
 
 def same(a, b, what):
@@ -199,7 +199,7 @@ def test_traversal_kernels_compile():
     from numba import cuda
 
     from distshap.kernels.cuda import traversal
-    from distshap.kernels.cuda.ptx import _device_free_compilation
+    from distshap.kernels.cuda.runtime.ptx import _device_free_compilation
 
     rows, block, check, values = traversal._kernels()
     consts = "int32[::1], int64[::1], float64[::1], boolean[::1]"

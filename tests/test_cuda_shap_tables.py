@@ -1,6 +1,6 @@
 """SHAP values on the GPU by pattern tables, mixed path by path with the quadrature kernels.
 
-The SHAP :class:`~distshap.kernels.cuda.model.Plan` runs the regular paths that
+The SHAP :class:`~distshap.kernels.cuda.runtime.model.Plan` runs the regular paths that
 ``plan.gpu.shap_table_offsets`` gives a table in the table kernel (tables filled on the device),
 the other regular paths in the quadrature kernels and oversize paths in the fallback kernel.
 
@@ -41,7 +41,7 @@ def _packed(ens, budget=1 << 30, max_features=12):
 
 
 def _km():
-    from distshap.kernels.cuda import model
+    from distshap.kernels.cuda.runtime import model
 
     return model
 
@@ -103,7 +103,7 @@ def test_strategy_stats_report_the_shap_tables():
 def test_shap_table_kernels_ptx():
     from numba import cuda
 
-    from distshap.kernels.cuda import ptx
+    from distshap.kernels.cuda.runtime import ptx
 
     kernels = ptx._kernels()
     names = ("shap_table_kernel", "shap_table_shared_kernel", "fill_shap_tables_kernel")
@@ -142,7 +142,7 @@ import distshap
 from distshap.inputs import prepare_rows
 from distshap.kernels import cpu, quadrature_cpu
 from distshap.kernels import cuda as kc
-from distshap.kernels.cuda import model as km
+from distshap.kernels.cuda.runtime import model as km
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 from distshap.warmup import chain_ensemble

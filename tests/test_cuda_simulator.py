@@ -9,7 +9,7 @@ _SCRIPT = """
 import sys
 import numpy as np
 from numba import cuda
-from distshap.kernels.cuda.device import ballot
+from distshap.kernels.cuda.runtime.device import ballot
 
 sys.setswitchinterval(1e-6)  # switch threads often: the race showed within a few launches
 

@@ -28,7 +28,7 @@ from cudasim import assert_simulator_ok, nvvm_available
 
 
 def _sm():
-    from distshap.kernels.cuda import small_model
+    from distshap.kernels.cuda.small import model as small_model
 
     return small_model
 
@@ -116,8 +116,8 @@ def test_host_arrays_sections_hold_the_model():
 def test_slot_kernel_compiles():
     from numba import cuda
 
-    from distshap.kernels.cuda.ptx import _device_free_compilation
-    from distshap.kernels.cuda.small_kernels import slot_kernel
+    from distshap.kernels.cuda.runtime.ptx import _device_free_compilation
+    from distshap.kernels.cuda.small.kernels import slot_kernel
 
     X = "float32[:, ::1]"
     consts = "int32[::1], int64[::1], float32[::1], float64[::1], boolean[::1], uint32[::1]"
@@ -149,7 +149,9 @@ from distshap import TreeExplainer, dispatch
 from distshap.additivity_rule import AdditivityError
 from distshap.kernels import cpu
 from distshap.kernels import cuda as kc
-from distshap.kernels.cuda import launch, small_gather, small_kernels, small_model
+from distshap.kernels.cuda import launch
+from distshap.kernels.cuda.small import gather as small_gather, kernels as small_kernels
+from distshap.kernels.cuda.small import model as small_model
 from distshap.kernels.margin import margin_model, predict_margin
 from distshap.plan.config import get_config
 from distshap.packed import build_packed_model
@@ -411,7 +413,7 @@ def test_merged_arrays_hold_the_sections_of_host_arrays():
 
 def merged_signatures() -> dict:
     """Name -> (kernel, signature) of merged kernels: loops and unrolled DP, rows once or not."""
-    from distshap.kernels.cuda.small_kernels import merged_kernel
+    from distshap.kernels.cuda.small.kernels import merged_kernel
 
     limits = _sm().small_limits()
     X = "float32[:, ::1]"
@@ -434,7 +436,7 @@ def test_merged_kernels_compile_and_unrolled_dp_leaves_local_memory():
 
     from numba import cuda
 
-    from distshap.kernels.cuda.ptx import _device_free_compilation
+    from distshap.kernels.cuda.runtime.ptx import _device_free_compilation
 
     depot = {}
     with _device_free_compilation((9, 0)):
@@ -456,7 +458,7 @@ import sys
 import numpy as np
 import tiny
 from distshap.kernels import cpu
-from distshap.kernels.cuda import small_kernels, small_model
+from distshap.kernels.cuda.small import kernels as small_kernels, model as small_model
 from distshap.kernels.margin import margin_model
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
@@ -543,7 +545,7 @@ def test_gpu_merged_kernels_keep_the_bits():
     import xgboost as xgb
 
     from distshap import TreeExplainer
-    from distshap.kernels.cuda import small_kernels
+    from distshap.kernels.cuda.small import kernels as small_kernels
     from distshap.plan.config import config_context
 
     sm = _sm()
@@ -577,13 +579,13 @@ def test_gpu_merged_kernels_keep_the_bits():
 
 
 # ------------------------------------------------------------------------------------------
-# the gather kernels (distshap.kernels.cuda.small_gather, the default small route) and the
-# driver launch (distshap.kernels.cuda.rawlaunch)
+# the gather kernels (distshap.kernels.cuda.small.gather, the default small route) and the
+# driver launch (distshap.kernels.cuda.runtime.rawlaunch)
 # ------------------------------------------------------------------------------------------
 
 
 def test_gather_lists_cover_every_slot_of_its_entries():
-    from distshap.kernels.cuda import small_gather as sg
+    from distshap.kernels.cuda.small import gather as sg
 
     ens = tiny.random_ensemble(6, n_features=5, n_trees=5, depth=3, n_groups=2, n_categorical=1)
     packed = _packed(ens)
@@ -630,7 +632,7 @@ def test_gather_lists_cover_every_slot_of_its_entries():
 
 def gather_signatures() -> dict:
     """Name -> (kernel, signature) of gather kernels (rows once or a float64 copy, slots)."""
-    from distshap.kernels.cuda import small_gather as sg
+    from distshap.kernels.cuda.small import gather as sg
 
     X = "float32[:, ::1]"
     tail = "int32[::1], int64[::1], float64[::1], boolean, int64"
@@ -654,7 +656,7 @@ def test_gather_kernels_compile_without_local_memory_or_divisions():
 
     from numba import cuda
 
-    from distshap.kernels.cuda.ptx import _device_free_compilation
+    from distshap.kernels.cuda.runtime.ptx import _device_free_compilation
 
     with _device_free_compilation((9, 0)):
         for name, (kernel, sig) in gather_signatures().items():
@@ -670,8 +672,8 @@ def test_gather_kernels_compile_without_local_memory_or_divisions():
 def test_rawlaunch_layout_is_the_kernels_ptx_parameter_list():
     from numba import cuda, types
 
-    from distshap.kernels.cuda import rawlaunch
-    from distshap.kernels.cuda.ptx import _device_free_compilation
+    from distshap.kernels.cuda.runtime import rawlaunch
+    from distshap.kernels.cuda.runtime.ptx import _device_free_compilation
 
     arr = types.Array
     argtypes = (arr(types.float32, 2, "C"), arr(types.float64, 2, "C"),
@@ -702,7 +704,9 @@ import tiny
 from distshap.additivity_rule import AdditivityError
 from distshap.kernels import cpu
 from distshap.kernels import cuda as kc
-from distshap.kernels.cuda import launch, small, small_gather, small_kernels, small_model
+from distshap.kernels.cuda import launch, small
+from distshap.kernels.cuda.small import gather as small_gather, kernels as small_kernels
+from distshap.kernels.cuda.small import model as small_model
 from distshap.kernels.cuda import pairs as kp
 from distshap.plan.config import get_config
 from distshap.kernels.margin import margin_model
@@ -811,8 +815,10 @@ def test_gpu_gather_and_raw_launch(monkeypatch):
 
     from distshap import TreeExplainer
     from distshap.kernels import cuda as kc
-    from distshap.kernels.cuda import launch, rawlaunch, small_gather
+    from distshap.kernels.cuda import launch
     from distshap.kernels.cuda import pairs as kp
+    from distshap.kernels.cuda.runtime import rawlaunch
+    from distshap.kernels.cuda.small import gather as small_gather
     from distshap.pair_slots import build_pair_slots
 
     rng = np.random.default_rng(3)
@@ -834,8 +840,11 @@ def test_gpu_gather_and_raw_launch(monkeypatch):
             got = {}
             for route in ("warp", "gather"):
                 for raw in (False, True):
-                    monkeypatch.setattr(small_gather, "fits_shared", fits_shared
-                                        if route == "gather" else lambda gm, i: False)
+                    monkeypatch.setattr(
+                        small_gather,
+                        "fits_shared",
+                        fits_shared if route == "gather" else lambda gm, i: False,
+                    )
                     monkeypatch.setattr(rawlaunch, "launch", driver if raw
                                         else lambda *a, **k: False)  # fmt: skip
                     got[route, raw] = (

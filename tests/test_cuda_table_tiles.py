@@ -14,7 +14,7 @@ from cudasim import assert_simulator_ok, nvvm_available
 
 
 def _tile_kernels() -> dict:
-    from distshap.kernels.cuda import ptx
+    from distshap.kernels.cuda.runtime import ptx
     from distshap.kernels.cuda.tables import table_kernel
 
     sig = ptx._TABLE_SIG
@@ -30,7 +30,7 @@ def _tile_kernels() -> dict:
 def test_tile_kernels_ptx():
     from numba import cuda
 
-    from distshap.kernels.cuda.ptx import _device_free_compilation
+    from distshap.kernels.cuda.runtime.ptx import _device_free_compilation
 
     with _device_free_compilation((9, 0)):
         for name, (kernel, sig) in _tile_kernels().items():

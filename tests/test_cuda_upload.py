@@ -1,7 +1,7 @@
-"""The device model's lane columns built on the device (:mod:`distshap.kernels.cuda.upload`).
+"""The device model's lane columns built on the device (:mod:`cuda.runtime.upload`).
 
 Under the CUDA simulator (a subprocess with ``NUMBA_ENABLE_CUDASIM=1``) the device build must
-give :func:`distshap.kernels.cuda.model.lane_arrays`' host columns bit for bit: categorical
+give :func:`distshap.kernels.cuda.runtime.model.lane_arrays`' host columns bit for bit: categorical
 splits, several output groups, oversize paths (longer than a warp), and path values and zero
 fractions that float32 must round (ties, subnormals, huge values). On a GPU the same script
 runs on the device (its float64 to float32 conversions are the hardware's).
@@ -19,8 +19,8 @@ _SIM_SCRIPT = r"""
 import dataclasses
 import numpy as np
 import tiny
-from distshap.kernels.cuda import model as km
-from distshap.kernels.cuda.upload import lane_columns
+from distshap.kernels.cuda.runtime import model as km
+from distshap.kernels.cuda.runtime.upload import lane_columns
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 from distshap.warmup import chain_ensemble
@@ -67,8 +67,8 @@ def test_lane_columns_match_the_host_build_under_cuda_simulator():
 def test_lane_fill_kernel_ptx_rounds_to_nearest():
     from numba import cuda
 
-    from distshap.kernels.cuda.ptx import _device_free_compilation
-    from distshap.kernels.cuda.upload import LANE_FILL_SIGNATURE, lane_fill_kernel
+    from distshap.kernels.cuda.runtime.ptx import _device_free_compilation
+    from distshap.kernels.cuda.runtime.upload import LANE_FILL_SIGNATURE, lane_fill_kernel
 
     with _device_free_compilation((9, 0)):
         ptx, _ = cuda.compile_ptx(lane_fill_kernel.py_func, LANE_FILL_SIGNATURE, cc=(9, 0))

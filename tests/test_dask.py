@@ -488,7 +488,9 @@ def test_balance_plan_keeps_small_surplus_and_uses_replicas():
     pieces = graph.balance_plan([100, 104], [["a"], ["b"]], ["a", "b"], min_piece=10)
     assert pieces == [(0, 0, 100, "a"), (1, 0, 104, "b")]
     # a chunk held by both counts for the worker with room: nothing moves
-    pieces = graph.balance_plan([50, 50, 50, 50], [["a"], ["a"], ["a", "b"], ["a", "b"]], ["a", "b"])
+    pieces = graph.balance_plan(
+        [50, 50, 50, 50], [["a"], ["a"], ["a", "b"], ["a", "b"]], ["a", "b"]
+    )
     assert [w for *_, w in pieces] == ["a", "a", "b", "b"]
     with pytest.raises(ValueError, match="at least one worker"):
         graph.balance_plan([1], [["a"]], [])

@@ -29,7 +29,7 @@ _WIDE_ATOMIC = re.compile(r"\batom(?:\.shared)?\.(?:add\.[us]64|cas\.b64|exch\.b
 def _kernels():
     """Name -> (kernel, signature) of the interaction kernels with a shared-memory tile."""
     from distshap.kernels.cuda.interaction_quadrature import interaction_kernel
-    from distshap.kernels.cuda.ptx import _QUADRATURE_SIG
+    from distshap.kernels.cuda.runtime.ptx import _QUADRATURE_SIG
 
     return {"full": (interaction_kernel(N_NODES, True), _QUADRATURE_SIG)}
 
@@ -64,7 +64,7 @@ def test_global_kernel_keeps_int64_atomics():
         pytest.skip("NVVM (CUDA toolkit compiler) not found")
     from benchmarks import kernel_isa
     from distshap.kernels.cuda.interaction_quadrature import interaction_kernel
-    from distshap.kernels.cuda.ptx import _QUADRATURE_SIG
+    from distshap.kernels.cuda.runtime.ptx import _QUADRATURE_SIG
 
     kernel = interaction_kernel(N_NODES, False)
     ptx = kernel_isa.kernel_ptx(kernel, _QUADRATURE_SIG, lineinfo=False)
@@ -80,9 +80,9 @@ import tiny
 import distshap.kernels.cuda as kc
 from distshap.kernels import cpu
 from distshap.kernels.cuda import pairs as kp
-from distshap.kernels.cuda.device import read_split
+from distshap.kernels.cuda.runtime.device import read_split
 from distshap.kernels.cuda.interaction_quadrature import _add_split32 as add_split32
-from distshap.kernels.cuda.model import device_model, interaction_plan, slot_arrays
+from distshap.kernels.cuda.runtime.model import device_model, interaction_plan, slot_arrays
 from distshap.packed import build_packed_model
 from distshap.pair_slots import build_pair_slots
 from distshap.paths import extract_paths

@@ -13,7 +13,8 @@ from cudasim import assert_simulator_ok
 _SCRIPT = r"""
 import numpy as np
 import tiny
-from distshap.kernels.cuda import caches, launch
+from distshap.kernels.cuda import launch
+from distshap.kernels.cuda.runtime import caches
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 from distshap.plan.config import set_config

@@ -147,7 +147,7 @@ def test_chunk_tiles_number_each_chunks_slots():
 
 
 def test_interaction_shift_is_the_cuda_backends():
-    from distshap.kernels.cuda import model as km
+    from distshap.kernels.cuda.runtime import model as km
 
     for seed in range(3):
         packed = _packed(tiny.random_ensemble(seed, n_features=6, n_trees=5, n_groups=2))
@@ -482,7 +482,7 @@ def slot_kernel_signatures() -> dict:
 def test_slot_kernels_compile_with_integer_atomics_only():
     from numba import cuda
 
-    from distshap.kernels.cuda.ptx import _device_free_compilation
+    from distshap.kernels.cuda.runtime.ptx import _device_free_compilation
 
     with _device_free_compilation((9, 0)):
         for name, (kernel, sig) in slot_kernel_signatures().items():

@@ -39,7 +39,7 @@ def _packed(ens, budget=0):
 
 
 def _km():
-    from distshap.kernels.cuda import model
+    from distshap.kernels.cuda.runtime import model
 
     return model
 

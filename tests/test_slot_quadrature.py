@@ -24,7 +24,7 @@ _SIM_SCRIPT = r"""
 import numpy as np
 from numba import cuda
 from distshap.kernels.cuda.slot_quadrature import _add_split32
-from distshap.kernels.cuda.device import read_split
+from distshap.kernels.cuda.runtime.device import read_split
 
 # split words: many large contributions of both signs, many wraps of the low word
 # (one simulated thread: the simulator swaps a device function's module per call, which races
@@ -79,7 +79,7 @@ def test_slot_kernels_add_integer_words_in_shared_memory():
     the gathered kernel keeps int64 words."""
     from numba import cuda
 
-    from distshap.kernels.cuda.ptx import _device_free_compilation
+    from distshap.kernels.cuda.runtime.ptx import _device_free_compilation
 
     with _device_free_compilation((9, 0)):
         for name, (kernel, sig) in _signatures().items():

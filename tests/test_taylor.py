@@ -443,7 +443,7 @@ def test_gpu_kernel_compiles_to_ptx_with_integer_atomics_only():
     """The real compiler (the simulator runs Python: it would not catch typing errors)."""
     from numba import cuda
 
-    from distshap.kernels.cuda.ptx import _device_free_compilation
+    from distshap.kernels.cuda.runtime.ptx import _device_free_compilation
     from distshap.kernels.cuda.taylor import taylor_kernel
     from distshap.plan.config import get_config
 

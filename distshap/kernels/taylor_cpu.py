@@ -15,7 +15,7 @@ sum over paths. With ``d_e = o_e - z_e`` and ``q_e(t) = z_e + t d_e``:
   ``2 (1 - t)`` and every other player precedes it with probability ``t``. So players outside
   the path drop out and ``I_ij = 2 v d_i d_j integral_0^1 (1 - t) prod_{e != i, j} q_e(t) dt``,
   a polynomial of degree ``k - 1`` in ``t``: Gauss-Legendre with ``ceil(k / 2)`` nodes is exact
-  (the idea of :mod:`distshap.kernels.cuda.quadrature`). Every term is non-negative (``q_e >=
+  (the idea of :mod:`distshap.kernels.cuda.shap_quadrature`). Every term is non-negative (``q_e >=
   0`` on ``[0, 1]``, positive weights), so float64 keeps its relative precision at any length.
 
 Output: XGBoost's ``pred_interactions`` layout, float32 ``(n, G, F + 1, F + 1)``: ``I_i`` on

@@ -161,7 +161,7 @@ def interaction_table_offsets(packed: PackedModel) -> np.ndarray:
 
 
 def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False) -> dict:
-    """Host arrays of a :class:`~distshap.kernels.cuda.model.Plan` (tables, ``table_bytes`` and
+    """Host arrays of a :class:`~.runtime.model.Plan` (tables, ``table_bytes`` and
     ``per_pattern`` aside) for per-path table offsets ``path_table``: the regular paths without
     a table go to the quadrature kernels (an oversize path's offset is ignored: the fallback
     kernel runs it).
@@ -237,7 +237,7 @@ def strategy_stats(packed: PackedModel, costs: KernelCosts | None = None) -> dic
     accumulation in global memory), ``quadrature_shared`` (SHAP: whether every SHAP quadrature
     launch sums its rows in shared memory, with chunk-local feature tiles or a column per feature;
     interactions: whether the interaction quadrature kernel does), the SHAP quadrature kernel's
-    tiles as launched (:func:`distshap.kernels.cuda.quadrature.launch_quadrature`):
+    tiles as launched (:func:`distshap.kernels.cuda.shap_quadrature.launch_quadrature`):
     ``quadrature_tiles`` (``"local"``: every launch with chunk-local feature tiles,
     :func:`~distshap.plan.launches.local_chunks`; ``"all"``: none, a column per feature or
     global atomics; ``"mixed"``; ``"none"``: no quadrature paths), ``quadrature_chunks``
@@ -282,7 +282,7 @@ def strategy_stats(packed: PackedModel, costs: KernelCosts | None = None) -> dic
 
 def _shap_tiles(packed: PackedModel, shap_offsets: np.ndarray) -> dict:
     """The SHAP quadrature launches' tiles as
-    :func:`distshap.kernels.cuda.quadrature.launch_quadrature` runs them (host arithmetic): a
+    :func:`distshap.kernels.cuda.shap_quadrature.launch_quadrature` runs them (host arithmetic): a
     launch takes chunk-local feature tiles where the plan has them and its widest tile fits
     shared memory, else a column per feature (or global atomics)."""
     plan = plan_arrays(packed, shap_offsets, local=True)

@@ -168,7 +168,7 @@ def _quadrature_sums(shape: ModelShape, is_q: np.ndarray, idx: np.ndarray,
     """``(global lanes, tile columns)`` of the SHAP quadrature paths ``is_q`` (node index
     ``idx`` each) a row: the feature lanes whose contributions go to global memory, and the
     int64 columns of shared memory zeroed and flushed (module docstring), as
-    :func:`distshap.kernels.cuda.quadrature.launch_quadrature` runs them."""
+    :func:`distshap.kernels.cuda.shap_quadrature.launch_quadrature` runs them."""
     k, F, G = shape.k, int(shape.num_features), int(shape.num_groups)
     if not is_q.any():
         return 0.0, 0.0

@@ -5,25 +5,27 @@ never touches CUDA. Same entry points as :mod:`distshap.kernels.cpu`: ``shap_val
 -> CuPy float32 ``(n, G, F+1)`` and ``interaction_values(packed, X)`` -> CuPy float32
 ``(n, G, F+1, F+1)``; ``X`` is a NumPy or CuPy 2-D array.
 
-Modules, by concern:
+Kernel families, each module its jit code beside its launcher (routes chosen by
+:mod:`distshap.plan`):
 
-* :mod:`.device` - device helpers (split rule and DP compiled from
-  :mod:`distshap.kernels.treeshap`, intrinsics, simulator shims, fixed point, lane columns);
-* :mod:`.caches` - the one bounded cache of device models, kept accumulators,
-  :func:`clear_cache`; :mod:`.model` - the device model (every form of a model on a device);
-* :mod:`.quadrature` - the SHAP quadrature kernels; :mod:`.tables` - pattern tables;
-  :mod:`.fallback` - paths longer than a warp; :mod:`.launch` - row batches, the finish pass,
-  :func:`shap_values` / :func:`interaction_values`;
-* :mod:`.small` - small models in one launch (:mod:`.small_model`, :mod:`.small_kernels`,
-  :mod:`.small_gather`), launched through the driver by :mod:`.rawlaunch`;
-* :mod:`.traversal` - the margin traversal and the fused additivity check;
-* :mod:`.interventional` - :func:`interventional_values` (against a background data set);
-* :mod:`.ptx` - :func:`compile_check` (PTX of every kernel, no GPU needed).
+* SHAP values: :mod:`.shap_quadrature` (two rows a thread, sums in shared tiles) and the table
+  kernel of :mod:`.tables` (paths the plan puts on pattern tables, filled by
+  :mod:`.table_fill`);
+* interaction values: :mod:`.interaction_quadrature` and :mod:`.tables`;
+* pair slots, top pairs and summaries: :mod:`.slot_quadrature` (:mod:`.slot_layout`),
+  :mod:`.tables`, :mod:`.pairs`;
+* Shapley-Taylor values: :mod:`.taylor`; interventional values: :mod:`.interventional`;
+* small models in one launch, the check inside: :mod:`.small`;
+* paths longer than a warp (every output): :mod:`.fallback`;
+* the margin and the fused additivity check: :mod:`.traversal`;
+* row batches, the finish pass and the entry points: :mod:`.launch`; kernel cost constants:
+  :mod:`.calibrate`;
+* the shared runtime (device helpers, arguments, driver launches, upload, the one
+  ``DeviceModel`` and its bounded cache, PTX checks): :mod:`.runtime`.
 """
 
 from __future__ import annotations
 
-from distshap.kernels.cuda.caches import clear_cache
 from distshap.kernels.cuda.interventional import interventional_values
 from distshap.kernels.cuda.launch import (
     checked_values,
@@ -31,14 +33,15 @@ from distshap.kernels.cuda.launch import (
     interaction_values,
     shap_values,
 )
-from distshap.kernels.cuda.model import (
+from distshap.kernels.cuda.runtime.caches import clear_cache
+from distshap.kernels.cuda.runtime.model import (
     DeviceModel,
     Plan,
     QuadratureLaunch,
     device_model,
     interaction_plan,
 )  # fmt: skip
-from distshap.kernels.cuda.ptx import compile_check
+from distshap.kernels.cuda.runtime.ptx import compile_check
 
 __all__ = [
     "DeviceModel", "Plan", "QuadratureLaunch", "checked_values", "clear_cache", "compile_check",

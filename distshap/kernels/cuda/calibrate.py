@@ -198,7 +198,7 @@ def _time_call(packed: PackedModel, X, repeats: int) -> float:
 
 
 def _device_rows(n: int, num_features: int, seed: int):
-    from distshap.kernels.cuda.device import SIM, xp
+    from distshap.kernels.cuda.runtime.device import SIM, xp
 
     X = np.random.default_rng(seed).random((n, num_features), dtype=np.float32)
     return X if SIM else xp().asarray(X)
@@ -206,7 +206,7 @@ def _device_rows(n: int, num_features: int, seed: int):
 
 def _plan_offsets(packed: PackedModel) -> np.ndarray:
     """Per-path table offsets of the SHAP plan the device model actually built."""
-    from distshap.kernels.cuda.model import device_model
+    from distshap.kernels.cuda.runtime.model import device_model
 
     lane_table = device_model(packed).shap.lane_table
     lane_table = lane_table.copy_to_host() if hasattr(lane_table, "copy_to_host") else lane_table
@@ -217,7 +217,7 @@ def _plan_offsets(packed: PackedModel) -> np.ndarray:
 
 
 def _l2_bytes(default: int) -> int:
-    from distshap.kernels.cuda.device import SIM
+    from distshap.kernels.cuda.runtime.device import SIM
 
     if SIM:
         return default
@@ -315,7 +315,7 @@ def _measure(e: Experiment, i: int, scale: float, repeats: int, forced: KernelCo
              base: KernelCosts, notes: list) -> tuple[dict, list] | None:  # fmt: skip
     """Time experiment ``e`` (its ``i``-th): its record and the coefficients of its intercept
     (launches, calls, small calls), or ``None`` (a note says why) where it cannot be told."""
-    from distshap.kernels.cuda.caches import clear_cache
+    from distshap.kernels.cuda.runtime.caches import clear_cache
 
     packed = synthetic_packed(e, scale, seed=i)
     n1 = max(2, int(round(e.rows * scale)))

@@ -17,8 +17,8 @@ import functools
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda import args
-from distshap.kernels.cuda.device import (
+from distshap.kernels.cuda.runtime import args
+from distshap.kernels.cuda.runtime.device import (
     LD_VALUE,
     LD_ZERO,
     LI_FEATURE,
@@ -131,7 +131,7 @@ def _oversize_kernel(slots: bool, max_features: int):
 
 def launch_fallback(model, Xb, acc, scale, F1, stream, interactions, slots=None):
     """Run the fallback kernel over the model's oversize paths on the batch ``Xb``; ``slots``
-    (:class:`~distshap.kernels.cuda.model.SlotArrays`): interaction values into pair slots."""
+    (:class:`~.runtime.model.SlotArrays`): interaction values into pair slots."""
     nb = int(Xb.shape[0])
     kernel = oversize_kernel(slots is not None)
     for p0 in range(0, model.n_oversize, 65535):  # grid.y is at most 65535

@@ -20,7 +20,7 @@ import functools
 import numpy as np
 from numba import cuda, types
 
-from distshap.kernels.cuda.device import (
+from distshap.kernels.cuda.runtime.device import (
     LF_VALUE,
     LF_ZERO,
     LI_FEATURE,
@@ -39,7 +39,7 @@ _LOW = np.int64(0xFFFFFFFF)
 
 @cuda.jit(device=True)
 def _add_split32(words, i, hi_i, iv):
-    """Adds the int64 ``iv`` to the split sum (:func:`~distshap.kernels.cuda.device.read_split`)
+    """Adds the int64 ``iv`` to the split sum (:func:`~.runtime.device.read_split`)
     with lo word ``words[i]`` and hi word ``words[hi_i]``: ``iv``'s low half to lo (a native
     32-bit atomic returning the old word) and its high half to hi, plus 1 where the lo add
     wrapped around (its 32-bit sum below the low half). This module's own copy (as
@@ -126,7 +126,7 @@ def _make_kernel(n_nodes: int, shared: bool):
     64-bit shared-memory atomic add is a compare-and-swap loop, retried for every lane of the
     warp that hit the same entry (the lanes run sibling paths, which share most features); the
     split words add with native 32-bit atomics. The flush reads back the exact int64 sums
-    (:func:`~distshap.kernels.cuda.device.read_split`): the same bits as int64 words."""
+    (:func:`~distshap.kernels.cuda.runtime.device.read_split`): the same bits as int64 words."""
     weights = gauss_legendre(n_nodes)[1].astype(np.float32)
     forward, diagonal, pair, pair2 = pair_steps(n_nodes)
 

@@ -33,15 +33,16 @@ import warnings
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda import args, small
-from distshap.kernels.cuda.caches import KEPT_ACC_BYTES, give_back, kept_accumulator
-from distshap.kernels.cuda.device import SIM, xp
+from distshap.kernels.cuda import small
 from distshap.kernels.cuda.fallback import launch_fallback
 from distshap.kernels.cuda.interaction_quadrature import launch_interaction_quadrature
-from distshap.kernels.cuda.model import device_model, interaction_plan, slot_arrays
-from distshap.kernels.cuda.quadrature import launch_quadrature
+from distshap.kernels.cuda.runtime import args
+from distshap.kernels.cuda.runtime.caches import KEPT_ACC_BYTES, give_back, kept_accumulator
+from distshap.kernels.cuda.runtime.device import SIM, xp
+from distshap.kernels.cuda.runtime.model import device_model, interaction_plan, slot_arrays
+from distshap.kernels.cuda.shap_quadrature import launch_quadrature
 from distshap.kernels.cuda.slot_quadrature import launch_slot_quadrature
-from distshap.kernels.cuda.small_model import read_flag
+from distshap.kernels.cuda.small.model import read_flag
 from distshap.kernels.cuda.tables import launch_tables
 from distshap.packed import PackedModel
 from distshap.plan.config import get_config

@@ -30,8 +30,8 @@ import math
 import numpy as np
 from numba import cuda, types
 
-from distshap.kernels.cuda.device import xp
 from distshap.kernels.cuda.launch import finish_kernel, run_slot_batches
+from distshap.kernels.cuda.runtime.device import xp
 from distshap.pair_slots import select_top_pairs
 
 __all__ = [
@@ -301,6 +301,7 @@ def top_interactions(packed, X, slots, k: int, batch_rows: int | None = None,
             )  # fmt: skip
 
     else:  # k too large for the block's shared memory: select from the values on the host
+
         def consume(acc, r0, model, dev, inv_scale, stream):
             _sums_launcher(sums)(acc, r0, model, dev, inv_scale, stream)
             nb, width = int(acc.shape[0]), int(acc.shape[1])

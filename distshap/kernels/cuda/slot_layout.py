@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda.device import (
+from distshap.kernels.cuda.runtime.device import (
     LF_LOWER,
     LF_UPPER,
     LF_VALUE,
@@ -37,7 +37,7 @@ class SlotLayout:
     in a tile of the slots ``tile_slots[tile_offsets[b]:tile_offsets[b + 1]]`` (``most``: the
     largest tile). Upper-triangle entry ``(a, c)``, ``a <= c``, is number
     ``u = a k - a (a - 1) / 2 + c - a``: ``tmap[u, j]`` (int16) its block-local tile slot
-    (:func:`~distshap.kernels.cuda.model.chunk_tiles` of the blocks; -1 beyond int16, where the
+    (:func:`~.runtime.model.chunk_tiles` of the blocks; -1 beyond int16, where the
     block has too many slots for a tile and adds to the row's slots through ``path_map``).
     """
 
@@ -114,7 +114,7 @@ def _gathered(model, launch, offsets, slots, tile_offsets, tile_slots, stream) -
 
 def slot_layout(model, plan, slots, stream) -> tuple:
     """The :class:`SlotLayout` of each quadrature launch of ``plan`` (the device model's
-    interaction plan; ``slots`` its :class:`~distshap.kernels.cuda.model.SlotArrays`), one
+    interaction plan; ``slots`` its :class:`~distshap.kernels.cuda.runtime.model.SlotArrays`), one
     block a chunk with the chunk tiles of ``slots``: gathered on the device on first use and
     kept as a form of the device model ``model``."""
 

@@ -17,7 +17,7 @@ contribution ``v = h 2**32 + l`` (``h = v >> 32``, ``0 <= l < 2**32``) adds ``l`
 ``carry`` is 1 when that add wrapped ``lo`` around. The carries count exactly the wraps of
 ``lo``, so ``hi 2**32 + lo`` equals the int64 sum modulo ``2**64`` whatever the order, and
 since every sum is below ``2**61`` in magnitude the flush reads it back exactly
-(:func:`~distshap.kernels.cuda.device.read_split`).
+(:func:`~distshap.kernels.cuda.runtime.device.read_split`).
 
 :func:`split_slot_kernel` walks flat views of the gathered arrays with 32-bit offsets; a
 launch whose gathered arrays have ``2**32`` elements or more runs :func:`gathered_slot_kernel`
@@ -31,8 +31,8 @@ import functools
 import numpy as np
 from numba import cuda, types
 
-from distshap.kernels.cuda.device import CAT_OTHER_FLAG, MISSING_FLAG, follows, read_split
 from distshap.kernels.cuda.interaction_quadrature import pair_steps
+from distshap.kernels.cuda.runtime.device import CAT_OTHER_FLAG, MISSING_FLAG, follows, read_split
 from distshap.kernels.cuda.slot_layout import SlotLayout, slot_layout
 from distshap.plan.geometry import gauss_legendre, slot_rows_shape
 
@@ -46,7 +46,7 @@ _THREADS = 128  # threads a block
 
 @cuda.jit(device=True)
 def _add_split32(words, i, hi_i, iv):
-    """Adds the int64 ``iv`` to the split sum (:func:`~distshap.kernels.cuda.device.read_split`)
+    """Adds the int64 ``iv`` to the split sum (:func:`~.runtime.device.read_split`)
     with lo word ``words[i]`` and hi word ``words[hi_i]``: ``iv``'s low half to lo (a native
     32-bit atomic returning the old word) and its high half to hi, plus 1 where the lo add
     wrapped around (its 32-bit sum below the low half). This module's own copy: under the CUDA
@@ -427,7 +427,7 @@ def slot_kernel_arrays(lay: SlotLayout) -> tuple | None:
 def launch_slot_quadrature(model, plan, Xb, acc, scale, stream, slots) -> None:
     """The quadrature launches of ``plan`` (the interaction plan) into pair slots on the batch
     ``Xb``, adding to ``acc``; ``slots`` is the device model's
-    :class:`~distshap.kernels.cuda.model.SlotArrays`."""
+    :class:`~distshap.kernels.cuda.runtime.model.SlotArrays`."""
     nb, n_features = int(Xb.shape[0]), int(Xb.shape[1])
     layouts = slot_layout(model, plan, slots, stream)
     for launch, lay in zip(plan.quadrature, layouts, strict=True):

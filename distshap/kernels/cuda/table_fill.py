@@ -5,12 +5,12 @@ features has ``2**k`` possible results. The tables hold them all, filled on the 
 thread per (path, pattern) in float64 and stored as float32; the device model keeps them and
 the table kernel (:mod:`.tables`) reads them.
 
-* SHAP tables (the paths of :func:`distshap.kernels.cuda.model.shap_plan`): entry
+* SHAP tables (the paths of :func:`distshap.kernels.cuda.runtime.model.shap_plan`): entry
   ``[pattern * k + i]`` is ``phi_i`` of feature element ``i`` (0-based, after the bias lane)
   when bit ``i`` of ``pattern`` says whether the row follows element ``i``, computed by
   Gauss-Legendre quadrature (``ceil(k / 2)`` nodes, exact) in the order of the CPU backend's
   :func:`distshap.kernels.quadrature_cpu.fill_tables` (:func:`fill_shap_tables`).
-* Interaction tables (:func:`distshap.kernels.cuda.model.interaction_plan`): the float64 DP
+* Interaction tables (:func:`distshap.kernels.cuda.runtime.model.interaction_plan`): the float64 DP
   (paper §3.5: condition on each element ``c`` of the path, on minus off, halved) stores ``k x
   k`` entries (:func:`fill_interaction_tables`). Entry ``[(pattern * k + c) * k + i]`` is, for
   ``c != i``, half the interaction of ``i`` and ``c`` (added at ``[feature_c, feature_i]``) and,
@@ -24,7 +24,14 @@ import functools
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda.device import LD_VALUE, LD_ZERO, SIM, extend_path, unwound_sum, xp
+from distshap.kernels.cuda.runtime.device import (
+    LD_VALUE,
+    LD_ZERO,
+    SIM,
+    extend_path,
+    unwound_sum,
+    xp,
+)
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
 from distshap.plan.config import get_config
 from distshap.plan.geometry import SHAP_TABLE_MAX_FEATURES

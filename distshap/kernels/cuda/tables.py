@@ -25,8 +25,8 @@ import functools
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda.args import configured
-from distshap.kernels.cuda.device import (
+from distshap.kernels.cuda.runtime.args import configured
+from distshap.kernels.cuda.runtime.device import (
     CAT_OTHER_FLAG,
     FULL_MASK,
     LF_LOWER,
@@ -315,7 +315,7 @@ def _rows_per_warp(n_rows: int, n_bins: int) -> int:
 def launch_tables(model, plan, Xb, acc, scale, F1, stream, slots=None):
     """Run the table kernel over the table bins of ``plan`` on the batch ``Xb``: SHAP values
     where ``plan.per_pattern == "k"``, else interaction values; ``slots`` (the device model's
-    :class:`~distshap.kernels.cuda.model.SlotArrays`): interaction values into pair slots."""
+    :class:`~.runtime.model.SlotArrays`): interaction values into pair slots."""
     if not plan.n_table_bins:
         return
     shap = plan.per_pattern == "k"

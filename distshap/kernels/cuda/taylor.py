@@ -25,7 +25,14 @@ import functools
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda.device import (
+from distshap.kernels.cuda.launch import (
+    device_rows,
+    finish_kernel,
+    launch_finish,
+    new_output,
+    run_batches,
+)
+from distshap.kernels.cuda.runtime.device import (
     LD_VALUE,
     LD_ZERO,
     LI_FEATURE,
@@ -34,14 +41,7 @@ from distshap.kernels.cuda.device import (
     fixed,
     lane_follows,
 )  # fmt: skip
-from distshap.kernels.cuda.launch import (
-    device_rows,
-    finish_kernel,
-    launch_finish,
-    new_output,
-    run_batches,
-)
-from distshap.kernels.cuda.model import device_model
+from distshap.kernels.cuda.runtime.model import device_model
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
 from distshap.packed import PackedModel
 from distshap.plan.config import get_config
@@ -152,7 +152,7 @@ def taylor_values(packed: PackedModel, X, batch_rows: int | None = None):
     ----------
     packed : PackedModel
         Copied to the current device once and cached by digest
-        (:func:`~distshap.kernels.cuda.model.device_model`).
+        (:func:`~distshap.kernels.cuda.runtime.model.device_model`).
     X : numpy.ndarray or cupy.ndarray (n, F)
         Kernel input: :func:`distshap.inputs.prepare_rows` of the user's rows.
     batch_rows : int, optional

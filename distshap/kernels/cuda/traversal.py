@@ -13,7 +13,7 @@ bits):
   values of each group summed by the block in float64 (a fixed reduction tree) and compared
   with its margin with the tolerance of :func:`distshap.additivity.check_additivity` (its
   caller passes half of it); a row that misses
-  sets a flag in mapped host memory (:func:`distshap.kernels.cuda.small_model.read_flag`).
+  sets a flag in mapped host memory (:func:`distshap.kernels.cuda.small.model.read_flag`).
 * :func:`check_values`: that check against given margins.
 
 The model's arrays go to each GPU once (:func:`device_arrays`: four packed Numba device
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda.device import SIM, device_id
+from distshap.kernels.cuda.runtime.device import SIM, device_id
 from distshap.kernels.treeshap import leaf
 
 __all__ = ["BLOCK_ROWS_MAX", "check_rows", "check_values", "gpu_margin"]
@@ -305,7 +305,7 @@ def _block_grid(n: int) -> int:
 def gpu_margin(model: dict, X: Any, out: Any) -> None:
     """The GPU traversal of the device rows ``X`` (C-contiguous; NumPy under the simulator)
     into ``out`` ``(n, G)`` float64, on CuPy's current stream."""
-    from distshap.kernels.cuda import args
+    from distshap.kernels.cuda.runtime import args
 
     n = int(X.shape[0])
     if n == 0:
@@ -324,12 +324,12 @@ def gpu_margin(model: dict, X: Any, out: Any) -> None:
 def check_rows(model: dict, X: Any, values: Any, rtol: float):
     """Launch the traversal of the device rows ``X`` with the additivity check of ``values``
     (C-contiguous float32 ``(n, G, W)``) against it, on CuPy's current stream; returns
-    ``(flag, stream)`` for :func:`distshap.kernels.cuda.small_model.read_flag` (set where a row
+    ``(flag, stream)`` for :func:`distshap.kernels.cuda.small.model.read_flag` (set where a row
     misses by more than ``rtol`` of its scale), or ``None`` where the model has more groups
     than the block has threads, or for more rows than :data:`BLOCK_ROWS_MAX` (the caller then
     runs :func:`gpu_margin`, thread per row, and :func:`check_values`)."""
-    from distshap.kernels.cuda import args
-    from distshap.kernels.cuda.small_model import check_flag
+    from distshap.kernels.cuda.runtime import args
+    from distshap.kernels.cuda.small.model import check_flag
 
     groups = int(model["base_score"].shape[0])
     n = int(X.shape[0])
@@ -349,8 +349,8 @@ def check_values(values: Any, margin: Any, rtol: float):
     """Launch the additivity check of ``values`` (C-contiguous float32 ``(n, G, W)``, on the
     device) against ``margin`` (C-contiguous float64 ``(n, G)``) on CuPy's current stream;
     returns ``(flag, stream)`` as :func:`check_rows` does."""
-    from distshap.kernels.cuda import args
-    from distshap.kernels.cuda.small_model import check_flag
+    from distshap.kernels.cuda.runtime import args
+    from distshap.kernels.cuda.small.model import check_flag
 
     values_kernel = _kernels()[3]
     s = args.current_stream()

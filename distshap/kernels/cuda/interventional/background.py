@@ -1,7 +1,7 @@
 """A background data set on one device against one model: its masks and pattern counts.
 
 Built once per (device model, background) by :func:`device_background` and kept on the
-:class:`~distshap.kernels.cuda.model.DeviceModel` (the last :data:`MAX_BACKGROUNDS` of each):
+:class:`~.runtime.model.DeviceModel` (the last :data:`MAX_BACKGROUNDS` of each):
 
 * **masks**: ``int32 (bins, B)``, bit ``lane`` set where the background row follows that
   lane's element (one warp per bin, one ``ballot`` per background row: :func:`mask_kernel`);
@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda.device import FULL_MASK, SIM, ballot, lane_follows, stream
 from distshap.kernels.cuda.interventional.common import bin_lane, row_range, shapley_weights
-from distshap.kernels.cuda.model import DeviceModel, device_model
+from distshap.kernels.cuda.runtime.device import FULL_MASK, SIM, ballot, lane_follows, stream
+from distshap.kernels.cuda.runtime.model import DeviceModel, device_model
 from distshap.kernels.interventional_math import Background, check_background
 from distshap.packed import PackedModel
 from distshap.plan.config import get_config

@@ -9,7 +9,7 @@ import numpy as np
 from numba import cuda
 
 import distshap.kernels.interventional_math as im
-from distshap.kernels.cuda.device import LI_FEATURE, LI_FEATURES, LI_POSITION, LI_START
+from distshap.kernels.cuda.runtime.device import LI_FEATURE, LI_FEATURES, LI_POSITION, LI_START
 
 __all__ = [
     "WMAX",

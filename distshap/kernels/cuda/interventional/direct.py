@@ -22,7 +22,9 @@ from functools import cache
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda.device import (
+from distshap.kernels.cuda.interventional.background import DeviceBackground
+from distshap.kernels.cuda.interventional.common import bin_lane, block_rows, row_range, scaling
+from distshap.kernels.cuda.runtime.device import (
     FULL_MASK,
     LD_VALUE,
     LI_FEATURE,
@@ -32,9 +34,7 @@ from distshap.kernels.cuda.device import (
     fixed,
     lane_follows,
 )
-from distshap.kernels.cuda.interventional.background import DeviceBackground
-from distshap.kernels.cuda.interventional.common import bin_lane, block_rows, row_range, scaling
-from distshap.kernels.cuda.model import DeviceModel
+from distshap.kernels.cuda.runtime.model import DeviceModel
 
 __all__ = [
     "FACTOR_BUDGET_BYTES",

@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda.device import SIM, xp
 from distshap.kernels.cuda.interventional.background import DeviceBackground, device_background
 from distshap.kernels.cuda.interventional.direct import (
     factor_chunk_rows,
@@ -32,7 +31,8 @@ from distshap.kernels.cuda.interventional.direct import (
 from distshap.kernels.cuda.interventional.oversize import launch_oversize
 from distshap.kernels.cuda.interventional.tables import DeviceTables, device_tables, launch_tables
 from distshap.kernels.cuda.launch import launch_finish, new_output, run_batches
-from distshap.kernels.cuda.model import DeviceModel, device_model
+from distshap.kernels.cuda.runtime.device import SIM, xp
+from distshap.kernels.cuda.runtime.model import DeviceModel, device_model
 from distshap.kernels.interventional_math import Background
 from distshap.packed import PackedModel
 from distshap.plan.config import Config, get_config

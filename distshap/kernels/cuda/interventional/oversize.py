@@ -12,10 +12,10 @@ from functools import cache
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda.device import LD_VALUE, LI_FEATURE, LI_GROUP, fixed, lane_follows
 from distshap.kernels.cuda.interventional.background import DeviceBackground
 from distshap.kernels.cuda.interventional.common import WMAX
-from distshap.kernels.cuda.model import DeviceModel
+from distshap.kernels.cuda.runtime.device import LD_VALUE, LI_FEATURE, LI_GROUP, fixed, lane_follows
+from distshap.kernels.cuda.runtime.model import DeviceModel
 
 __all__ = ["launch_oversize", "oversize_kernel"]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from numba import cuda
 
-from distshap.kernels.cuda.device import SIM
 from distshap.kernels.cuda.interventional.background import mask_kernel
 from distshap.kernels.cuda.interventional.direct import direct_kernel, factor_kernel
 from distshap.kernels.cuda.interventional.driver import finish_kernel
@@ -14,7 +13,8 @@ from distshap.kernels.cuda.interventional.tables import (
     shap_fill_kernel,
     table_kernel,
 )  # fmt: skip
-from distshap.kernels.cuda.ptx import _device_free_compilation
+from distshap.kernels.cuda.runtime.device import SIM
+from distshap.kernels.cuda.runtime.ptx import _device_free_compilation
 from distshap.plan.config import Config, get_config
 
 __all__ = ["kernel_ptx"]

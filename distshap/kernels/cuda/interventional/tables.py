@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda.device import (
+from distshap.kernels.cuda.interventional.background import DeviceBackground
+from distshap.kernels.cuda.interventional.common import bin_lane, block_rows, row_range
+from distshap.kernels.cuda.runtime.device import (
     CAT_OTHER_FLAG,
     FULL_MASK,
     LD_VALUE,
@@ -36,9 +38,7 @@ from distshap.kernels.cuda.device import (
     stream,
     xp,
 )  # fmt: skip
-from distshap.kernels.cuda.interventional.background import DeviceBackground
-from distshap.kernels.cuda.interventional.common import bin_lane, block_rows, row_range
-from distshap.kernels.cuda.model import DeviceModel
+from distshap.kernels.cuda.runtime.model import DeviceModel
 from distshap.packed import PackedModel
 from distshap.plan.config import Config
 from distshap.plan.interventional import bins_maxk

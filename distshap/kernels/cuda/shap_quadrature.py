@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, types
 
-from distshap.kernels.cuda.device import (
+from distshap.kernels.cuda.runtime.device import (
     CAT_OTHER_FLAG,
     LF_LOWER,
     LF_UPPER,
@@ -200,7 +200,7 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
 
     * unsigned lane indices (``np.uint64``) and 32-bit element counters: no negative-index
       wraparound, no 64-bit compares; the lane arrays' row lengths checked once (4 and
-      :data:`~distshap.kernels.cuda.device.LI_COLUMNS`; else the thread returns, which cannot
+      :data:`~.runtime.device.LI_COLUMNS`; else the thread returns, which cannot
       happen with a device model), so a lane's address is a shift, not a 64-bit multiply;
     * each row's column of ``XT`` sliced once (``xa[f]``, ``xb[f]``: one product for both);
     * ``follows`` of a numeric element without its categorical branch (``cat < 0`` tested once
@@ -208,7 +208,7 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
     * the one-fractions' bits set and tested with a shifted 32-bit mask (no variable shifts
       of 64-bit values), the tile index in 32 bits.
     """
-    from distshap.kernels.cuda.device import LI_COLUMNS
+    from distshap.kernels.cuda.runtime.device import LI_COLUMNS
 
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
     local = mode == "local"

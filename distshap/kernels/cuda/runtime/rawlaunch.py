@@ -29,7 +29,7 @@ import warnings
 
 import numpy as np
 
-from distshap.kernels.cuda.device import SIM
+from distshap.kernels.cuda.runtime.device import SIM
 
 __all__ = ["clear", "current_stream", "flat_layout", "launch", "ptx_param_widths"]
 

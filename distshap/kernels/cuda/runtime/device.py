@@ -117,7 +117,7 @@ if SIM:  # pragma: no cover - only under NUMBA_ENABLE_CUDASIM=1
         return total + a / b
 
 else:
-    from distshap.kernels.cuda import nvvm  # called as nvvm.name: see its docstring
+    from distshap.kernels.cuda.runtime import nvvm  # called as nvvm.name: see its docstring
 
     @cuda.jit(device=True)
     def ballot(mask, predicate):
@@ -171,7 +171,7 @@ def fixed(value, scale):
 # returns the old word) and ``h + carry`` to hi, ``carry`` 1 where that add wrapped lo around.
 # The carries count exactly the wraps of lo, so ``hi 2**32 + lo`` is the int64 sum modulo
 # ``2**64`` whatever the order of the adds; every sum is below ``2**61`` in magnitude
-# (:mod:`distshap.kernels.cuda.model`), so :func:`read_split` gets it back exactly (hi as a
+# (:mod:`distshap.kernels.cuda.runtime.model`), so :func:`read_split` gets it back exactly (hi as a
 # signed 32-bit number). The GPU adds 32-bit words in shared memory natively; a 64-bit add
 # there is a compare-and-swap loop (``ATOMS.CAST.SPIN.64``), retried for every other lane of
 # the warp that hit the same word. The same 8 bytes a sum as an int64 word.

@@ -27,11 +27,11 @@ from typing import Any, TypeVar
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda import device
-from distshap.kernels.cuda.caches import cached_model
-from distshap.kernels.cuda.device import device_id, stream
+from distshap.kernels.cuda.runtime import device
+from distshap.kernels.cuda.runtime.caches import cached_model
+from distshap.kernels.cuda.runtime.device import device_id, stream
+from distshap.kernels.cuda.runtime.upload import lane_columns
 from distshap.kernels.cuda.table_fill import fill_interaction_tables, fill_shap_tables
-from distshap.kernels.cuda.upload import lane_columns
 from distshap.packed import PackedModel
 from distshap.plan.config import Config, get_config
 from distshap.plan.costs import forced_costs

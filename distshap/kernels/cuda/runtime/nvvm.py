@@ -1,8 +1,8 @@
 """float32 PTX instructions for the CUDA kernels that Numba has no function for.
 
 ``rcp_ftz`` (``rcp.approx.ftz.f32``, one ``MUFU.RCP``), ``mul_ftz`` (``mul.rn.ftz.f32``) and
-``fma_ftz`` (``fma.rn.ftz.f32``): the parts of :func:`distshap.kernels.cuda.device.fdiv` and
-:func:`~distshap.kernels.cuda.device.add_quotient`. Each is a Numba intrinsic (an NVVM
+``fma_ftz`` (``fma.rn.ftz.f32``): the parts of :func:`distshap.kernels.cuda.runtime.device.fdiv` and
+:func:`~distshap.kernels.cuda.runtime.device.add_quotient`. Each is a Numba intrinsic (an NVVM
 intrinsic call, or inline PTX where NVVM has none).
 
 Device code must call them as attributes of this module (``nvvm.rcp_ftz(x)``), never bound

@@ -14,14 +14,14 @@ from contextlib import contextmanager
 
 from numba import cuda
 
-from distshap.kernels.cuda.device import SIM
 from distshap.kernels.cuda.fallback import oversize_kernel
 from distshap.kernels.cuda.interaction_quadrature import interaction_kernel
 from distshap.kernels.cuda.launch import finish_kernel
-from distshap.kernels.cuda.quadrature import quadrature_kernel
+from distshap.kernels.cuda.runtime.device import SIM
+from distshap.kernels.cuda.runtime.upload import LANE_FILL_SIGNATURE, lane_fill_kernel
+from distshap.kernels.cuda.shap_quadrature import quadrature_kernel
 from distshap.kernels.cuda.table_fill import fill_kernel, shap_fill_kernel
 from distshap.kernels.cuda.tables import table_kernel
-from distshap.kernels.cuda.upload import LANE_FILL_SIGNATURE, lane_fill_kernel
 from distshap.plan.config import get_config
 
 __all__ = ["compile_check", "kernel_ptx"]

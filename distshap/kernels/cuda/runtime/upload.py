@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda import device
-from distshap.kernels.cuda.device import SIM
+from distshap.kernels.cuda.runtime import device
+from distshap.kernels.cuda.runtime.device import SIM
 
 __all__ = ["LANE_FILL_SIGNATURE", "lane_columns", "lane_fill_kernel"]
 

@@ -26,8 +26,8 @@ from typing import NamedTuple
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda.device import SIM, device_id, stream
-from distshap.kernels.cuda.model import device_model
+from distshap.kernels.cuda.runtime.device import SIM, device_id, stream
+from distshap.kernels.cuda.runtime.model import device_model
 from distshap.packed import PackedModel
 from distshap.plan.config import get_config
 from distshap.plan.gpu import fixed_point_shift, path_bounds

@@ -27,8 +27,8 @@ import numpy as np
 from numba import cuda
 
 from distshap.additivity_rule import RTOL
-from distshap.kernels.cuda import rawlaunch
-from distshap.kernels.cuda.device import (
+from distshap.kernels.cuda.runtime import rawlaunch
+from distshap.kernels.cuda.runtime.device import (
     FULL_MASK,
     SIM,
     extend_path,
@@ -36,7 +36,7 @@ from distshap.kernels.cuda.device import (
     follows,
     unwound_sum,
 )
-from distshap.kernels.cuda.small_model import (
+from distshap.kernels.cuda.small.model import (
     H_BASE_SCORE,
     H_CAT_OFFSETS,
     H_CAT_OTHER,
@@ -593,7 +593,7 @@ def launch_merged(mm: MergedModel, X, Xraw, out, interactions: bool, check: bool
 def launch_warp_slots(sm: SmallModel, X, acc, dev, s) -> None:
     """Interaction values of the rows ``X`` into their pair slots ``acc`` (int64 ``(n, S)``,
     zero on entry) by :func:`slot_kernel`; ``dev`` is the model's
-    :class:`~distshap.kernels.cuda.model.SlotArrays`."""
+    :class:`~distshap.kernels.cuda.runtime.model.SlotArrays`."""
     kernel = slot_kernel(small_limits())
     _launcher(kernel, int(X.shape[0]), s)(X, acc, sm.ints, sm.longs, sm.f32s, sm.f64s, sm.bools,
                                           sm.words, sm.interaction_scale, dev.slot_i,

@@ -6,7 +6,7 @@ Every Numba launch ``kernel[grid, block, stream](*args)`` costs host time in thr
 * ``kernel[grid, block, stream]`` builds a launch configuration (and checks the grid size,
   warning about small grids, which small inputs have by nature): :func:`configured` keeps one
   per ``(kernel, grid, block, stream handle)``;
-* the stream: :func:`distshap.kernels.cuda.device.stream` wraps CuPy's current stream in a new
+* the stream: :func:`cuda.runtime.device.stream` wraps CuPy's current stream in a new
   Numba stream object on every call; :func:`current_stream` keeps one per stream pointer;
 * each array argument is typed and converted at every launch. A CuPy array is exported through
   DLPack twice (once to type it, once to read its pointer and strides); a Numba
@@ -25,7 +25,7 @@ import threading
 import warnings
 from collections import OrderedDict
 
-from distshap.kernels.cuda.device import SIM
+from distshap.kernels.cuda.runtime.device import SIM
 
 __all__ = ["clear", "configured", "current_stream", "stream_key", "view"]
 
@@ -43,7 +43,7 @@ def current_stream():
         return 0
     import cupy
 
-    from distshap.kernels.cuda.device import stream
+    from distshap.kernels.cuda.runtime.device import stream
 
     ptr = cupy.cuda.get_current_stream().ptr
     s = _STREAMS.get(ptr)

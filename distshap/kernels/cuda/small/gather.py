@@ -53,16 +53,16 @@ from dataclasses import dataclass
 import numpy as np
 from numba import cuda, types
 
-from distshap.kernels.cuda import rawlaunch
-from distshap.kernels.cuda.device import SIM, fixed, follows
-from distshap.kernels.cuda.model import device_model
-from distshap.kernels.cuda.small_kernels import (
+from distshap.kernels.cuda.runtime import rawlaunch
+from distshap.kernels.cuda.runtime.device import SIM, fixed, follows
+from distshap.kernels.cuda.runtime.model import device_model
+from distshap.kernels.cuda.small.kernels import (
     _HALF_RTOL,
     _leaf_merged,
     _store_interaction,
     _store_shap,
 )
-from distshap.kernels.cuda.small_model import (
+from distshap.kernels.cuda.small.model import (
     H_BASE_SCORE,
     H_CAT_OFFSETS,
     H_CAT_OTHER,

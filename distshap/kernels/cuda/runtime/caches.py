@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from distshap.kernels.cuda import args
-from distshap.kernels.cuda.device import SIM, device_id, xp
+from distshap.kernels.cuda.runtime import args
+from distshap.kernels.cuda.runtime.device import SIM, device_id, xp
 from distshap.plan.config import get_config
 
 __all__ = ["KEPT_ACC_BYTES", "cached_model", "clear_cache", "give_back", "kept_accumulator"]
