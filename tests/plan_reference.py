@@ -1,6 +1,6 @@
 """Frozen copies of the SHAP plan's host functions as they were before their speed-up
 (strategy.py and kernels/cuda/model.py at commit e070de4): the reference that
-tests/test_plan_host.py compares the current functions against, array for array."""
+tests/test_plan_gpu.py compares the current functions against, array for array."""
 
 from __future__ import annotations
 

@@ -309,7 +309,7 @@ def check(ens, X, budget, inter, batch_rows=None):
 ens = tiny.random_ensemble(3, n_features=6, n_trees=3, depth=3, n_groups=2, n_categorical=1)
 X = tiny.random_rows(2, ens, 3, 0.15)
 a = check(ens, X, 0, False)  # SHAP values: the quadrature kernel (no table budget)
-check(ens, X, 1 << 30, False)  # SHAP tables (tests/test_cuda_shap_tables.py)
+check(ens, X, 1 << 30, False)  # SHAP tables (tests/test_cuda_tables.py)
 b = check(ens, X, 0, False, batch_rows=2)
 assert np.array_equal(a, b), "batching changed the bits"
 check(tiny.categorical_tree(), tiny.random_rows(4, tiny.categorical_tree(), 4, 0.2), 0, True)

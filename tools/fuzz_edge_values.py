@@ -16,7 +16,7 @@ Usage::
 prints one line per mismatch (seed, family, configuration, what differs) and a total; exit
 status 1 when anything differs. It found the LightGBM zero-region and categorical-truncation
 cases and the HistGradientBoosting non-integer category case of
-``tests/test_trust_fuzz_regressions.py``.
+``tests/test_models_fuzz_regressions.py``.
 """
 
 from __future__ import annotations

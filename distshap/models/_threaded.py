@@ -16,7 +16,7 @@ in one pass each, in threads over ranges of trees
 
 Both only *accept*: a model they flag, or cannot read, goes through the NumPy code, which
 raises its own error for what is wrong. Every array they write is the NumPy code's bit for bit
-(``tests/test_threaded_load.py``); no result depends on the ranges. Models of up to
+(``tests/test_models_threaded.py``); no result depends on the ranges. Models of up to
 :data:`MIN_NODES` nodes never reach them, so loading a model of usual size compiles nothing.
 
 The first compiled call of a fresh process also initialises Numba (its typing and target

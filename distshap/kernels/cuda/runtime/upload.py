@@ -10,7 +10,7 @@ arrays are copied as they are, and :func:`lane_fill_kernel` writes the interleav
 
 Every value is a copy, an integer difference, or a float64 to float32 conversion, which the
 device rounds to nearest even as NumPy does: the columns are the host build's, bit for bit
-(``tests/test_cuda_upload.py`` compares them under the CUDA simulator).
+(``tests/test_cuda_runtime_upload.py`` compares them under the CUDA simulator).
 """
 
 from __future__ import annotations

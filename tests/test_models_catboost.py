@@ -82,7 +82,7 @@ def test_catboost_categorical_features_are_refused():
 @pytest.mark.parametrize("case", ["depthwise", "lossguide_multiclass"])
 def test_catboost_nonsymmetric_shap_matches_catboost_on_the_export(case, backend, tmp_path):
     """Non-symmetric trees: against CatBoost's ShapValues of the JSON export distshap reads."""
-    from test_catboost_gpu import exported_shap_values
+    from test_models_catboost_gpu import exported_shap_values
 
     from distshap import TreeExplainer
 

@@ -1,10 +1,10 @@
 """CatBoost models on the CUDA kernels, checked against CatBoost's own exported results.
 
 The GPU machine has no ``catboost`` package, so the models travel as CatBoost's JSON export:
-where catboost is installed, ``python tests/test_catboost_gpu.py DIR`` writes, for each case of
-``tests/test_catboost.py``, the model JSON, the rows, CatBoost's ``ShapValues`` and its raw
-margins to ``DIR``; the GPU test reads them from ``$DISTSHAP_CATBOOST_FIXTURES`` and skips when
-that directory is absent (nothing in git: the fixtures are generated).
+where catboost is installed, ``python tests/test_models_catboost_gpu.py DIR`` writes, for each
+case of ``tests/test_models_catboost.py``, the model JSON, the rows, CatBoost's ``ShapValues`` and
+its raw margins to ``DIR``; the GPU test reads them from ``$DISTSHAP_CATBOOST_FIXTURES`` and skips
+when that directory is absent (nothing in git: the fixtures are generated).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def exported_shap_values(path: Path, X: np.ndarray) -> np.ndarray:
 
 def export_fixtures(out: Path) -> None:
     """Write every case's JSON model, rows, ShapValues and raw margins (needs catboost)."""
-    from test_catboost import _fit
+    from test_models_catboost import _fit
 
     for case in CASES:
         model, Xt = _fit(case)

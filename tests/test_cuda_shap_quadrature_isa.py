@@ -3,7 +3,7 @@ NVVM, no GPU): the float32 operations the source asks for, per node and row, and
 than a bound on the other instructions (the kernel is issue-bound).
 
 Its bits against the one-row and all-features kernels are checked under the CUDA simulator by
-``tests/test_quadrature_tiles.py`` and on a GPU by the ``gpu``-marked tests there.
+``tests/test_cuda_shap_quadrature.py`` and on a GPU by the ``gpu``-marked tests there.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Values right at the edges (issue: never silently wrong), each against the model's own library.
+"""Values right at the edges (never silently wrong), each against the model's own library.
 
 float64 thresholds (HistGradientBoosting, LightGBM) compared exactly, a model's missing-value
 sentinel, pandas category columns on numeric features refused, LightGBM's stored column names,

@@ -5,7 +5,7 @@ a bound on the other instructions (the kernel is issue-bound on integer work).
 
 Its slots against the full matrices are checked under the CUDA simulator by
 ``tests/test_pair_interactions.py`` and on a GPU by the ``gpu``-marked tests there and in
-``tests/test_slot_quadrature.py``.
+``tests/test_cuda_slot_quadrature.py``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Dask layer: results through a cluster equal the single-device kernel's, bit for bit.
 
 Runs on an in-process CPU ``LocalCluster`` (threads, fast to start); the worker-loss tests
-(worker processes) are in ``test_worker_loss.py``. The model goes through the real pipeline:
+(worker processes) are in ``test_cluster_worker_loss.py``. The model goes through the real pipeline:
 ``TreeExplainer(booster).packed`` (loader, input encoding, paths, packing).
 """
 
@@ -621,7 +621,7 @@ def test_uneven_placement_survives_the_loss_of_a_receiving_worker(regression, da
     reruns elsewhere from the persisted chunks and the model task.
     """
     from distributed import wait
-    from test_worker_loss import _install_killer
+    from test_cluster_worker_loss import _install_killer
 
     flag = tmp_path / "killed"
     with start_cluster(
