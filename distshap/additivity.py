@@ -45,7 +45,7 @@ def check_additivity(
         against ``T(margin)``: :func:`distshap.interventional.apply_transform`).
     """
     xp = array_module(values)
-    if xp is not np and GPU_KERNEL and _gpu_passes(values, margin):
+    if xp is not np and _gpu_passes(values, margin):
         return
     axes = tuple(range(2, values.ndim))
     total = values.sum(axis=axes, dtype=xp.float64)
@@ -70,25 +70,23 @@ def check_additivity(
 
 
 def check_margin(
-    values: Any, model: Any, raw: Any, what: str = "SHAP values", first_row: int = 0
+    values: Any, packed: Any, raw: Any, what: str = "SHAP values", first_row: int = 0
 ) -> None:
     """:func:`check_additivity` of ``values`` against the margin of the rows ``raw`` under the
-    margin arrays ``model`` (:func:`distshap.kernels.margin.predict_margin`).
+    margin arrays of the packed model ``packed`` (:func:`distshap.kernels.margin.predict_margin`).
 
     On a GPU (CuPy ``values`` and ``raw``) the traversal and the check run in one launch
     and the margins are computed again only where a row misses (for the error message).
     """
-    if array_module(values) is not np and array_module(raw) is not np and GPU_KERNEL:
-        launched = _launch(values, lambda v: _traversal().check_rows(model, _rows(raw), v, _TIGHT))
+    if array_module(values) is not np and array_module(raw) is not np:
+        launched = _launch(values, lambda v: _traversal().check_rows(packed, _rows(raw), v, _TIGHT))
         if launched is not None and not _read(launched):
             return
     from distshap.kernels.margin import predict_margin
 
-    check_additivity(values, predict_margin(model, raw), what, first_row)
+    check_additivity(values, predict_margin(packed, raw), what, first_row)
 
 
-#: Check CuPy values in one kernel (``False``: CuPy reductions only; for benchmarks).
-GPU_KERNEL = True
 _TIGHT = 0.5 * RTOL  # the kernel's tolerance: every row the full check fails is flagged
 
 

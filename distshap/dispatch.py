@@ -129,7 +129,7 @@ def _path_dependent(
             import cupy
 
             raw = cupy.asarray(raw)  # the traversal runs where the values are
-        check_margin(out, packed.margin, raw, request.what, first_row)
+        check_margin(out, packed, raw, request.what, first_row)
     return out
 
 
@@ -143,7 +143,7 @@ def _interventional(
 
         y = cupy.asarray(y)
     # the rows' margins, by the independent traversal, where the rows are
-    x_margin = predict_margin(packed.margin, raw) if (request.check or transform != RAW) else None
+    x_margin = predict_margin(packed, raw) if (request.check or transform != RAW) else None
     out = module.interventional_values(
         packed,
         background,

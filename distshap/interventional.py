@@ -95,7 +95,7 @@ def build_background(packed: Any, data: Any) -> Background:
     if is_cupy(raw):
         raw = raw.get()
     rows = np.ascontiguousarray(packed.encoding.apply(raw), dtype=np.float32)
-    margin = np.ascontiguousarray(predict_margin(packed.margin, raw), dtype=np.float64)
+    margin = np.ascontiguousarray(predict_margin(packed, raw), dtype=np.float64)
     h = hashlib.sha256()
     h.update(str(packed.digest).encode())
     for arr in (rows, margin):

@@ -121,7 +121,7 @@ def _check_margin(packed: Any, raw: Any, sums: Any, scales: Any, first_row: int)
         import cupy
 
         raw = cupy.asarray(raw)
-    _check_sums(sums, scales, predict_margin(packed.margin, raw), first_row)
+    _check_sums(sums, scales, predict_margin(packed, raw), first_row)
 
 
 def _cpu_slot_batches(packed: Any, raw: Any, rows: Any, slots: PairSlots,

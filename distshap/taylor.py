@@ -79,7 +79,7 @@ def shap_taylor_values(
 
             raw = cupy.asarray(raw)  # the traversal runs where the values are
         check_additivity(
-            out, predict_margin(packed.margin, raw), "Shapley-Taylor values", first_row
+            out, predict_margin(packed, raw), "Shapley-Taylor values", first_row
         )
     if is_cupy(out) and not is_cupy(rows):
         out = out.get()

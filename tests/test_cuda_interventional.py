@@ -414,7 +414,7 @@ def _xgb_case(kind: str, n_bg: int = 50, n_rows: int = 300):
     background = build_background(packed, X[:n_bg])
     rows = prepare_rows(X[n_bg : n_bg + n_rows], packed)
     raw = model_matrix(X[n_bg : n_bg + n_rows], packed)
-    x_margin = predict_margin(packed.margin, raw)
+    x_margin = predict_margin(packed, raw)
     y = (np.arange(rows.shape[0]) % 3 == 0).astype(np.float64)
     return packed, background, rows, x_margin, y
 

@@ -7,8 +7,8 @@
   loop, thread per row) give the CPU's bits; the fused and the plain check pass right values
   and flag a missed row and a NaN;
 * ``gpu``: the same on a GPU with a model of many trees, through the public check functions
-  (``AdditivityError`` on a wrong margin), and a public call's bits with the host-cost
-  switches off and on.
+  (``AdditivityError`` on a wrong margin), and a public call's bits with the block traversal
+  and the thread per row.
 """
 
 from __future__ import annotations
@@ -19,10 +19,16 @@ import pytest
 from distshap.kernels import cuda_available
 from distshap.kernels.cuda.traversal import packed_arrays
 from distshap.kernels.margin import margin_model, predict_margin
+from distshap.packed import build_packed_model
+from distshap.paths import extract_paths
 
 import naive
 import tiny
 from cudasim import assert_simulator_ok, nvvm_available
+
+
+def _packed(ens):
+    return build_packed_model(extract_paths(ens), margin=margin_model(ens))
 
 
 def _same(a, b) -> bool:
@@ -33,10 +39,10 @@ def _same(a, b) -> bool:
 def test_cpu_margin_is_the_left_fold_in_tree_order():
     ens = tiny.random_ensemble(7, n_features=6, n_trees=30, depth=4, n_groups=3, n_categorical=2)
     X = tiny.random_rows(3, ens, 40, 0.2)
-    assert _same(predict_margin(margin_model(ens), X), naive.predict_margin(ens, X))
+    assert _same(predict_margin(_packed(ens), X), naive.predict_margin(ens, X))
     nan = tiny.nan_default_tree()
     Xn = tiny.random_rows(1, nan, 10, 0.5)
-    assert _same(predict_margin(margin_model(nan), Xn), naive.predict_margin(nan, Xn))
+    assert _same(predict_margin(_packed(nan), Xn), naive.predict_margin(nan, Xn))
 
 
 def test_packed_sections_hold_the_model():
@@ -91,6 +97,8 @@ import numpy as np
 import tiny, naive
 from distshap.kernels.margin import margin_model, predict_margin
 from distshap.kernels.cuda import traversal as T
+from distshap.packed import build_packed_model
+from distshap.paths import extract_paths
 from distshap.kernels.cuda.small.model import read_flag
 sys.setswitchinterval(1e-4)
 
@@ -99,7 +107,7 @@ def same(a, b, what):
 
 ens = tiny.random_ensemble(3, n_features=6, n_trees=9, depth=3, n_groups=3, n_categorical=2)
 X = tiny.random_rows(2, ens, 5, 0.2)
-model = margin_model(ens)
+model = build_packed_model(extract_paths(ens), margin=margin_model(ens))
 cpu = predict_margin(model, X)
 same(cpu, naive.predict_margin(ens, X), "cpu")
 T._TILE = 4  # three tiles: both buffers, a partial last tile (the kernels are keyed by it)
@@ -146,7 +154,7 @@ def test_gpu_margin_bits_and_checks():
 
     ens = tiny.random_ensemble(11, n_features=8, n_trees=700, depth=6, n_groups=3,
                                n_categorical=2)  # fmt: skip
-    model = margin_model(ens)
+    model = _packed(ens)
     for n in (1, 200, 3000):
         X = tiny.random_rows(5, ens, n, 0.1)
         cpu = predict_margin(model, X)
@@ -170,11 +178,11 @@ def test_gpu_margin_bits_and_checks():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")
-def test_gpu_public_call_bits_do_not_depend_on_host_switches():
+def test_gpu_public_call_bits_do_not_depend_on_the_traversal():
     import cupy
     import xgboost as xgb
 
-    from distshap import TreeExplainer, additivity
+    from distshap import TreeExplainer
     from distshap.kernels.cuda import traversal
 
     rng = np.random.default_rng(0)
@@ -185,11 +193,9 @@ def test_gpu_public_call_bits_do_not_depend_on_host_switches():
     Xd = cupy.asarray(X[:200])
     outs = []
     for on in (False, True):
-        additivity.GPU_KERNEL = on
         traversal.BLOCK_ROWS_MAX = 1 << 12 if on else 0
         outs.append((cupy.asnumpy(explainer.shap_values(Xd)),
                      cupy.asnumpy(explainer.shap_interaction_values(Xd))))  # fmt: skip
-    additivity.GPU_KERNEL = True
     for a, b in zip(*outs, strict=True):
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
 

@@ -31,6 +31,7 @@ from numba import njit
 
 from distshap.inputs import array_module
 from distshap.kernels.treeshap import leaf
+from distshap.packed import PackedModel
 from distshap.parallel import run_ranges
 
 __all__ = ["MarginModel", "margin_model", "predict_margin"]
@@ -60,12 +61,14 @@ def margin_model(ensemble: Any) -> MarginModel:
     }
 
 
-def predict_margin(model: MarginModel, X: Any) -> Any:
-    """Margin ``(n, G)`` float64 of the rows of ``X`` (NumPy: CPU; CuPy: GPU, CuPy out).
+def predict_margin(packed: PackedModel, X: Any) -> Any:
+    """Margin ``(n, G)`` float64 of the rows of ``X`` under ``packed.margin`` (NumPy: CPU;
+    CuPy: GPU, CuPy out, the margin arrays a form of the packed model's device model).
 
     ``X`` holds the model's raw feature values (:func:`distshap.inputs.model_matrix`): float64
     for models that compare in float64, float32 otherwise.
     """
+    model = packed.margin
     n, groups = X.shape[0], model["base_score"].shape[0]
     xp = array_module(X)
     X = xp.ascontiguousarray(X)  # float32 values compare exactly with the float64 thresholds
@@ -76,7 +79,7 @@ def predict_margin(model: MarginModel, X: Any) -> Any:
     from distshap.kernels.cuda.traversal import gpu_margin
 
     out = xp.empty((n, groups), dtype=xp.float64)
-    gpu_margin(model, X, out)
+    gpu_margin(packed, X, out)
     return out
 
 

@@ -16,22 +16,22 @@ bits):
   sets a flag in mapped host memory (:func:`distshap.kernels.cuda.small.model.read_flag`).
 * :func:`check_values`: that check against given margins.
 
-The model's arrays go to each GPU once (:func:`device_arrays`: four packed Numba device
-arrays, sections addressed by a header); launches go through :mod:`.args`.
+The margin arrays go to each GPU once, a form of the packed model's device model
+(:func:`device_arrays`: four packed Numba device arrays, sections addressed by a header);
+launches go through :mod:`.args`.
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
 from functools import cache
 from typing import Any
 
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda.runtime.device import SIM, device_id
+from distshap.kernels.cuda.runtime.model import device_model
 from distshap.kernels.treeshap import leaf
+from distshap.packed import PackedModel
 
 __all__ = ["BLOCK_ROWS_MAX", "check_rows", "check_values", "gpu_margin"]
 
@@ -77,31 +77,16 @@ def packed_arrays(model: dict) -> dict:
     return out
 
 
-# id(model["left"]) -> (weak reference to that array, {device id: the model's device arrays});
-# an entry leaves with its array (ndarrays are unhashable, so no WeakKeyDictionary)
-_DEVICE_COPIES: dict[int, tuple[weakref.ref, dict]] = {}
-_DEVICE_LOCK = threading.Lock()
+def device_arrays(packed: PackedModel) -> tuple:
+    """``(ints, longs, f64s, bools)`` of :func:`packed_arrays` of ``packed.margin`` on the
+    current GPU: a form of the packed model's
+    :class:`~distshap.kernels.cuda.runtime.model.DeviceModel`, copied on first use."""
+    return device_model(packed).form("margin", lambda: _copied(packed.margin))
 
 
-def device_arrays(model: dict) -> tuple:
-    """``(ints, longs, f64s, bools)`` of :func:`packed_arrays` on the current GPU (Numba
-    device arrays; NumPy under the simulator), copied once per model and device."""
-    if SIM:
-        host = packed_arrays(model)
-        return tuple(host[name] for name, _, _ in _SECTIONS)
-    device = device_id()
-    anchor = model["left"]
-    with _DEVICE_LOCK:
-        entry = _DEVICE_COPIES.get(id(anchor))
-        if entry is None or entry[0]() is not anchor:
-            entry = (weakref.ref(anchor), {})
-            _DEVICE_COPIES[id(anchor)] = entry
-            weakref.finalize(anchor, _DEVICE_COPIES.pop, id(anchor), None)
-        per_device = entry[1]
-        if device not in per_device:
-            host = packed_arrays(model)
-            per_device[device] = tuple(cuda.to_device(host[name]) for name, _, _ in _SECTIONS)
-        return per_device[device]
+def _copied(margin: dict) -> tuple:
+    host = packed_arrays(margin)
+    return tuple(cuda.to_device(host[name]) for name, _, _ in _SECTIONS)
 
 
 # ------------------------------------------------------------------------------------------
@@ -302,18 +287,18 @@ def _block_grid(n: int) -> int:
     return max(1, min(n, _MAX_BLOCKS))
 
 
-def gpu_margin(model: dict, X: Any, out: Any) -> None:
-    """The GPU traversal of the device rows ``X`` (C-contiguous; NumPy under the simulator)
-    into ``out`` ``(n, G)`` float64, on CuPy's current stream."""
+def gpu_margin(packed: PackedModel, X: Any, out: Any) -> None:
+    """The GPU traversal of ``packed.margin`` for the device rows ``X`` (C-contiguous; NumPy
+    under the simulator) into ``out`` ``(n, G)`` float64, on CuPy's current stream."""
     from distshap.kernels.cuda.runtime import args
 
     n = int(X.shape[0])
     if n == 0:
         return
     rows_kernel, block_kernel, _, _ = _kernels()
-    arrays = device_arrays(model)
+    arrays = device_arrays(packed)
     s = args.current_stream()
-    groups = int(model["base_score"].shape[0])
+    groups = int(packed.margin["base_score"].shape[0])
     if n <= BLOCK_ROWS_MAX and groups <= _THREADS:
         args.configured(block_kernel, _block_grid(n), _THREADS, s)(X, *arrays, out)
     else:
@@ -321,17 +306,17 @@ def gpu_margin(model: dict, X: Any, out: Any) -> None:
         args.configured(rows_kernel, -(-n // threads), threads, s)(X, *arrays, out)
 
 
-def check_rows(model: dict, X: Any, values: Any, rtol: float):
-    """Launch the traversal of the device rows ``X`` with the additivity check of ``values``
-    (C-contiguous float32 ``(n, G, W)``) against it, on CuPy's current stream; returns
-    ``(flag, stream)`` for :func:`distshap.kernels.cuda.small.model.read_flag` (set where a row
-    misses by more than ``rtol`` of its scale), or ``None`` where the model has more groups
-    than the block has threads, or for more rows than :data:`BLOCK_ROWS_MAX` (the caller then
-    runs :func:`gpu_margin`, thread per row, and :func:`check_values`)."""
+def check_rows(packed: PackedModel, X: Any, values: Any, rtol: float):
+    """Launch the traversal of ``packed.margin`` for the device rows ``X`` with the additivity
+    check of ``values`` (C-contiguous float32 ``(n, G, W)``) against it, on CuPy's current
+    stream; returns ``(flag, stream)`` for :func:`distshap.kernels.cuda.small.model.read_flag`
+    (set where a row misses by more than ``rtol`` of its scale), or ``None`` where the model
+    has more groups than the block has threads, or for more rows than :data:`BLOCK_ROWS_MAX`
+    (the caller then runs :func:`gpu_margin`, thread per row, and :func:`check_values`)."""
     from distshap.kernels.cuda.runtime import args
     from distshap.kernels.cuda.small.model import check_flag
 
-    groups = int(model["base_score"].shape[0])
+    groups = int(packed.margin["base_score"].shape[0])
     n = int(X.shape[0])
     if groups > _THREADS or n > BLOCK_ROWS_MAX:
         return None  # many rows: the thread-per-row traversal, then the check
@@ -340,7 +325,7 @@ def check_rows(model: dict, X: Any, values: Any, rtol: float):
     flag = check_flag()
     if n:
         args.configured(check_kernel, _block_grid(n), _THREADS, s)(
-            values, X, *device_arrays(model), flag, float(rtol)
+            values, X, *device_arrays(packed), flag, float(rtol)
         )
     return flag, s
 

@@ -33,7 +33,7 @@ from distshap.kernels.cuda.runtime.device import device_id, stream
 from distshap.kernels.cuda.runtime.upload import lane_columns
 from distshap.kernels.cuda.table_fill import fill_interaction_tables, fill_shap_tables
 from distshap.packed import PackedModel
-from distshap.plan.config import Config, get_config
+from distshap.plan.config import Config, config_context, get_config
 from distshap.plan.costs import forced_costs
 from distshap.plan.gpu import (
     fixed_point_shift,
@@ -171,14 +171,16 @@ class DeviceModel:
 
     def form(self, key: Hashable, build: Callable[[], T]) -> T:
         """The form ``key`` of this model: ``build()`` on first use (once, under the model's
-        lock, so a build may ask for other forms), then kept as long as the model."""
+        lock, so a build may ask for other forms; under the model's own :attr:`config`, so a
+        form matches the cache key it hangs on), then kept as long as the model."""
         hit = self._forms.get(key)
         if hit is not None:
             return hit
         with self._lock:
             hit = self._forms.get(key)
             if hit is None:
-                hit = self._forms[key] = build()
+                with config_context(self.config):
+                    hit = self._forms[key] = build()
             return hit
 
     @property
