@@ -1,0 +1,216 @@
+"""Where a batch runs: in this process, or on the workers of a Dask cluster.
+
+Both run :func:`explain_block`, the public :class:`~distshap.TreeExplainer` calls on a block of
+rows, so a response is what ``TreeExplainer(model).shap_values(rows)`` returns, bit for bit
+(each row's values do not depend on the rows beside it). The Dask executor keeps each model
+resident on every worker (:func:`distshap.cluster.shipping.model_future`, a recoverable task,
+and one pinned copy per worker) and sends a block as ONE task on that copy
+(``client.submit``): no collection, no graph per request. A block whose worker dies is run
+again on another; with no worker left the batch fails at once with :class:`NoWorkerError`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from distshap.serve.registry import PAIRS_OUTPUT, Resident
+
+__all__ = ["DaskExecutor", "InProcessExecutor", "NoWorkerError", "explain_block"]
+
+
+class NoWorkerError(RuntimeError):
+    """No worker is connected to run a batch (the server answers 503)."""
+
+
+def explain_block(resident: Resident, rows: np.ndarray, output: str, k: int) -> dict:
+    """The values of one output for a block of rows: ``{tensor name: array}``.
+
+    Parameters
+    ----------
+    resident : Resident
+        The model's explainers.
+    rows : ndarray (n, F)
+        FP32 or FP64 rows.
+    output : str
+        One of :data:`distshap.serve.registry.OUTPUTS`.
+    k : int
+        Pairs per row, for ``top_interactions``.
+    """
+    explainer = resident.explainer
+    if output == "shap_values":
+        return {output: explainer.shap_values(rows)}
+    if output == "interaction_values":
+        return {output: explainer.shap_interaction_values(rows)}
+    if output == "interventional_values":
+        return {output: resident.interventional.shap_values(rows)}
+    if output == "top_interactions":
+        pairs, values = explainer.top_interactions(rows, k)
+        return {output: values, PAIRS_OUTPUT: pairs.astype(np.int32, copy=False)}
+    if output == "margin":
+        from distshap.inputs import model_matrix
+        from distshap.kernels.margin import predict_margin
+
+        margin = predict_margin(explainer.packed, model_matrix(rows, explainer.packed))
+        return {output: margin[:, 0] if margin.shape[1] == 1 else margin}
+    raise ValueError(f"unknown output {output!r}")
+
+
+class InProcessExecutor:
+    """Runs batches in this process, one at a time (each kernel call uses every core)."""
+
+    name = "in-process"
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="distshap-serve-run")
+
+    def slots(self) -> int:
+        """Batches that may run at once."""
+        return 1
+
+    def ready(self) -> bool:
+        return True
+
+    def workers(self) -> int:
+        return 1
+
+    def submit(self, resident: Resident, rows: np.ndarray, output: str, k: int) -> Future:
+        """Run :func:`explain_block` -> a Future of its dict."""
+        return self._pool.submit(explain_block, resident, rows, output, k)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def _stack(parts: list[dict]) -> dict:
+    return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+
+
+class DaskExecutor:
+    """Runs blocks on the workers of ``client``'s cluster, the models resident there.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    block_rows : int
+        A batch of more rows is split into blocks over the workers (at most one per worker).
+    no_worker_timeout : float
+        Seconds a batch waits for a worker to appear before it fails.
+    """
+
+    name = "dask"
+
+    def __init__(self, client: Any, block_rows: int = 4096, no_worker_timeout: float = 2.0):
+        self.client = client
+        self.block_rows = block_rows
+        self.no_worker_timeout = no_worker_timeout
+        self._pool = ThreadPoolExecutor(64, thread_name_prefix="distshap-serve-dask")
+        self._blocks = ThreadPoolExecutor(64, thread_name_prefix="distshap-serve-block")
+        self._turn = itertools.count()
+        self._known: tuple[float, list[str]] = (0.0, [])
+        self._lock = threading.Lock()
+
+    def _worker_list(self, max_age: float = 0.5) -> list[str]:
+        """Addresses of the connected workers (asked of the scheduler at most every max_age s)."""
+        with self._lock:
+            when, workers = self._known
+            if time.monotonic() - when < max_age:
+                return workers
+        try:
+            workers = sorted(self.client.nthreads())
+        except Exception:  # the scheduler is gone: no worker either
+            workers = []
+        with self._lock:
+            self._known = (time.monotonic(), workers)
+        return workers
+
+    def workers(self) -> int:
+        return len(self._worker_list())
+
+    def slots(self) -> int:
+        return max(1, 2 * self.workers())
+
+    def ready(self) -> bool:
+        return self.workers() > 0
+
+    def preload(self, resident: Resident) -> None:
+        """Ship ``resident`` to every worker now (at registration, not on the first request)."""
+        for worker in self._worker_list(0.0):
+            self._copy(resident, worker).result()
+
+    def _copy(self, resident: Resident, worker: str) -> Any:
+        from distshap.cluster.shipping import model_future, worker_copy
+
+        return worker_copy(self.client, model_future(self.client, resident), worker)
+
+    def _run_block(self, resident: Resident, rows: np.ndarray, output: str, k: int) -> dict:
+        deadline = time.monotonic() + self.no_worker_timeout
+        while True:
+            workers = self._worker_list()
+            if not workers:
+                if time.monotonic() > deadline:
+                    raise NoWorkerError("no Dask worker is connected to run the request")
+                time.sleep(0.05)
+                continue
+            worker = workers[next(self._turn) % len(workers)]
+            future = self.client.submit(
+                explain_block, self._copy(resident, worker), rows, output, k,
+                workers=[worker], allow_other_workers=True, pure=False,
+            )  # fmt: skip
+            try:
+                return self._wait(future)
+            except NoWorkerError:
+                raise
+            except Exception as err:
+                if not _is_worker_loss(err):
+                    raise
+                self._known = (0.0, [])  # a worker died: ask again, run on another
+
+    def _wait(self, future: Any) -> dict:
+        """The block's result; NoWorkerError as soon as no worker is left to run it."""
+        from distributed import TimeoutError as DaskTimeout
+
+        while True:
+            try:
+                return future.result(timeout=0.25)
+            except (DaskTimeout, TimeoutError):
+                if not self._worker_list(0.25):
+                    future.cancel()
+                    raise NoWorkerError("no Dask worker is left to run the request") from None
+
+    def _run(self, resident: Resident, rows: np.ndarray, output: str, k: int) -> dict:
+        n = rows.shape[0]
+        blocks = min(max(1, self.workers()), -(-n // self.block_rows))
+        if blocks <= 1:
+            return self._run_block(resident, rows, output, k)
+        bounds = np.linspace(0, n, blocks + 1).astype(int)
+        parts = [
+            self._blocks.submit(self._run_block, resident, rows[a:b], output, k)
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        ]
+        return _stack([p.result() for p in parts])
+
+    def submit(self, resident: Resident, rows: np.ndarray, output: str, k: int) -> Future:
+        """Run a batch (split into blocks over the workers) -> a Future of its dict."""
+        return self._pool.submit(self._run, resident, rows, output, k)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        self._blocks.shutdown(wait=True)
+
+
+def _is_worker_loss(err: BaseException) -> bool:
+    """Whether ``err`` says the block's worker went away (then it runs again elsewhere)."""
+    from distributed.client import FutureCancelledError
+    from distributed.scheduler import KilledWorker
+
+    lost = (KilledWorker, FutureCancelledError, OSError, ConnectionError)
+    return isinstance(err, lost) or type(err).__name__ in (
+        "CommClosedError",
+        "FutureCancelledError",
+    )

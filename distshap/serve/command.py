@@ -1,0 +1,163 @@
+"""``distshap serve`` and :func:`serve`: registry, executor and server put together.
+
+The command registers the models given by ``--model``, starts (or connects to) a Dask cluster
+and ships every model to every worker before it listens (``--local``: batches run in this
+process instead), then serves until SIGTERM or Ctrl-C, which drain it: requests in flight are
+answered, new ones refused, and the command exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from distshap.serve.backends import DaskExecutor, InProcessExecutor
+from distshap.serve.registry import ModelSpec, Registry, parse_model_spec
+from distshap.serve.server import ExplanationServer, ServeOptions
+
+__all__ = ["TOKEN_VARIABLE", "add_parser", "run_command", "serve"]
+
+#: The environment variable read for the bearer token when ``--token`` is not given.
+TOKEN_VARIABLE = "DISTSHAP_SERVE_TOKEN"
+
+
+def serve(
+    models: Sequence[str | ModelSpec],
+    *,
+    client: Any = None,
+    backend: str = "auto",
+    start: bool = True,
+    **options: Any,
+) -> ExplanationServer:
+    """Start an explanation server (in a background thread) over ``models``.
+
+    Parameters
+    ----------
+    models : sequence of str or ModelSpec
+        ``"NAME[:VERSION]=PATH[,background=FILE][,output=raw|probability]"`` or specs.
+    client : distributed.Client, optional
+        Run batches on this client's workers, each model resident there. Default: in this
+        process.
+    backend : {"auto", "cpu", "cuda"}
+        Kernel backend of the explainers.
+    start : bool
+        Serve in a background thread now (else call ``serve_forever``).
+    **options
+        Fields of :class:`~distshap.serve.server.ServeOptions` (``port=0``: any free port).
+
+    Returns
+    -------
+    ExplanationServer
+        ``.url`` is its address; ``.drain()`` stops it.
+    """
+    specs = [parse_model_spec(m) if isinstance(m, str) else m for m in models]
+    registry = Registry.from_specs(specs, backend=backend)
+    executor: Any = InProcessExecutor() if client is None else DaskExecutor(client)
+    if client is not None:
+        for model in registry.models.values():
+            executor.preload(model.resident)
+    server = ExplanationServer(registry, executor, ServeOptions(**options))
+    return server.start() if start else server
+
+
+def add_parser(sub: Any) -> None:
+    """Register the ``serve`` subcommand on the CLI's subparsers."""
+    p = sub.add_parser(
+        "serve",
+        help="serve explanations over HTTP (the Open Inference Protocol, KServe v2 / Triton)",
+        description="Serve SHAP values of registered models over HTTP: the Open Inference "
+        "Protocol (KServe v2 / Triton; JSON and binary tensors) with dynamic batching. Batches "
+        "run on a Dask cluster with every model resident on every worker (GPU workers when GPUs "
+        "are visible, CPU workers otherwise; --scheduler for a running cluster), or in this "
+        "process with --local. SIGTERM drains: requests in flight are answered, then exit 0.",
+    )
+    p.add_argument(
+        "--model", action="append", required=True, metavar="SPEC",
+        help="NAME[:VERSION]=PATH[,background=FILE][,output=raw|probability]: a model file "
+        "(XGBoost .json/.ubj, LightGBM .txt) and optionally background rows (Parquet / CSV / "
+        ".npy) for interventional values; repeatable",
+    )  # fmt: skip
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
+    p.add_argument("--port", type=int, default=8000, help="port (0: any free one; default 8000)")
+    p.add_argument("--token", help=f"bearer token callers must send (default ${TOKEN_VARIABLE})")
+    p.add_argument("--insecure", action="store_true",
+                   help="allow a non-loopback --host without a token")  # fmt: skip
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--local", action="store_true", help="run batches in this process")
+    where.add_argument("--scheduler", metavar="ADDR", help="address of a running Dask scheduler")
+    p.add_argument("--gpus", type=int, help="local cluster with N GPU workers (0: CPU workers)")
+    p.add_argument("--workers", type=int, help="local workers (GPUs: first N; CPU: default 1)")
+    p.add_argument("--backend", choices=("auto", "cpu", "cuda"), default="auto")
+    d = ServeOptions()
+    for flag, kind, default, text in (
+        ("--max-batch-rows", int, d.max_batch_rows, "rows of a batch at most"),
+        ("--max-wait-ms", float, d.max_wait * 1e3, "ms a request waits for a batch to fill"),
+        ("--max-queue-rows", int, d.max_queue_rows, "rows queued per model and output (then 503)"),
+        ("--max-request-rows", int, d.max_request_rows, "rows of one request (then 413)"),
+        ("--max-body-mb", float, d.max_body_bytes / 2**20, "MiB of one request body (then 413)"),
+        ("--request-timeout", float, d.request_timeout, "seconds to answer (then 504)"),
+        ("--drain-timeout", float, d.drain_timeout, "seconds SIGTERM waits for requests"),
+    ):
+        p.add_argument(flag, type=kind, default=default, help=f"{text} (default {default:g})")
+    p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING"),
+                   help="DEBUG logs one JSON line per request")  # fmt: skip
+    p.set_defaults(func=run_command)
+
+
+def _options(args: argparse.Namespace) -> dict:
+    return {
+        "host": args.host,
+        "port": args.port,
+        "token": args.token or os.environ.get(TOKEN_VARIABLE) or None,
+        "insecure": args.insecure,
+        "max_batch_rows": args.max_batch_rows,
+        "max_wait": args.max_wait_ms / 1e3,
+        "max_queue_rows": args.max_queue_rows,
+        "max_request_rows": args.max_request_rows,
+        "max_body_bytes": int(args.max_body_mb * 2**20),
+        "request_timeout": args.request_timeout,
+        "drain_timeout": args.drain_timeout,
+    }
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from distshap.cluster import start_cluster
+
+    if args.local:
+        return None
+    if args.scheduler:
+        return start_cluster(address=args.scheduler)
+    gpus: Any = None if args.gpus is None else (False if args.gpus == 0 else args.gpus)
+    return start_cluster(gpus=gpus, n_workers=args.workers, dashboard_address=None)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """``distshap serve``: serve until SIGTERM / Ctrl-C, then drain and return 0."""
+    import logging
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
+    options = _options(args)
+    specs = [parse_model_spec(m) for m in args.model]
+    client = _client(args)
+    try:
+        server = serve(specs, client=client, backend=args.backend, start=False, **options)
+        stop = lambda *_: threading.Thread(target=server.drain, daemon=True).start()  # noqa: E731
+        previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        where = "in this process" if client is None else f"on {server.executor.workers()} worker(s)"
+        names = ", ".join(server.registry.models)
+        print(f"distshap serve: {names} at {server.url} ({where})", file=sys.stderr, flush=True)
+        try:
+            server.serve_forever()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        print("distshap serve: drained, stopped", file=sys.stderr, flush=True)
+    finally:
+        if client is not None:
+            client.close()
+    return 0

@@ -1,0 +1,248 @@
+"""The Open Inference Protocol (KServe v2 / Triton HTTP) as the server speaks it.
+
+An infer request carries one input tensor ``[n, F]`` (FP32 or FP64) as JSON ``data`` or in the
+binary tensor extension (a JSON header of ``Inference-Header-Content-Length`` bytes followed by
+the raw little-endian tensors), and names the outputs it wants, each with its parameters
+(``top_interactions`` takes ``k``). Responses carry each output as JSON ``data`` or, where the
+request asks for ``binary_data``, as raw bytes after the JSON header. Every malformed request is
+a :class:`ProtocolError`: an HTTP status and one line naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "HEADER_LENGTH",
+    "InferRequest",
+    "OutputSpec",
+    "ProtocolError",
+    "encode_response",
+    "parse_infer",
+]
+
+#: The HTTP header of the binary tensor extension: bytes of the JSON part of the body.
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+#: Protocol datatype -> NumPy dtype (little-endian), for inputs and outputs.
+DTYPES = {
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+}
+_INPUT_TYPES = ("FP32", "FP64")
+_DATATYPE_OF = {dtype: name for name, dtype in DTYPES.items()}
+
+
+class ProtocolError(ValueError):
+    """A request the server refuses: ``status`` (400, 404, 413, ...) and a one-line message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def bad_request(message: str) -> ProtocolError:
+    """A 400 :class:`ProtocolError`."""
+    return ProtocolError(400, message)
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """One output a request asks for: its name, parameters and whether it comes back binary."""
+
+    name: str
+    parameters: dict = field(default_factory=dict)
+    binary: bool = False
+
+
+@dataclass(frozen=True)
+class InferRequest:
+    """A parsed infer request: its id, the rows ``(n, F)`` and the outputs asked for."""
+
+    id: str | None
+    rows: np.ndarray
+    outputs: tuple[OutputSpec, ...]
+    binary_default: bool
+
+
+def _json_object(data: bytes, what: str) -> dict:
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise bad_request(f"{what} is not valid JSON ({err}): send a JSON object") from None
+    if not isinstance(obj, dict):
+        raise bad_request(f"{what} must be a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _split_body(body: bytes, header_length: str | None) -> tuple[dict, bytes]:
+    """The JSON header and the binary part of a body (all JSON without the extension)."""
+    if header_length is None:
+        return _json_object(body, "the request body"), b""
+    try:
+        n = int(header_length)
+    except ValueError:
+        raise bad_request(
+            f"{HEADER_LENGTH} must be an integer (bytes of the JSON header), got {header_length!r}"
+        ) from None
+    if not 0 < n <= len(body):
+        raise bad_request(
+            f"{HEADER_LENGTH}={n} but the body has {len(body)} bytes: give the JSON header's "
+            "length in bytes"
+        )
+    return _json_object(body[:n], "the request's JSON header"), body[n:]
+
+
+def _shape(spec: dict) -> tuple[int, int]:
+    shape = spec.get("shape")
+    if (
+        not isinstance(shape, list)
+        or len(shape) != 2
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)
+    ):
+        raise bad_request(
+            f"inputs[0].shape must be [n_rows, n_features] (two non-negative integers), got "
+            f"{shape!r}: send the rows as one 2-D tensor"
+        )
+    if shape[0] == 0:
+        raise bad_request("inputs[0].shape has 0 rows: send at least one row")
+    return shape[0], shape[1]
+
+
+def _flat_data(data: Any, count: int) -> list:
+    """A protocol ``data`` field (flat or nested lists) as one flat list."""
+    if not isinstance(data, list):
+        raise bad_request(
+            f"inputs[0].data must be a list of numbers, got {type(data).__name__}: send the "
+            "row-major values (flat or nested lists), or use the binary tensor extension"
+        )
+    while data and isinstance(data[0], list) and len(data) != count:
+        data = [x for row in data for x in (row if isinstance(row, list) else [row])]
+    return data
+
+
+def _input_rows(spec: dict, binary: bytes) -> np.ndarray:
+    """The rows of the one input tensor, as its datatype says."""
+    datatype = spec.get("datatype")
+    if datatype not in _INPUT_TYPES:
+        raise bad_request(
+            f"inputs[0].datatype must be FP32 or FP64, got {datatype!r}: send the rows as "
+            "floating-point values (NaN for missing)"
+        )
+    n, F = _shape(spec)
+    dtype = DTYPES[datatype]
+    params = spec.get("parameters") or {}
+    if "binary_data_size" in params:
+        size = params["binary_data_size"]
+        if size != n * F * dtype.itemsize or size != len(binary):
+            raise bad_request(
+                f"inputs[0].parameters.binary_data_size={size!r}: shape {[n, F]} of {datatype} "
+                f"is {n * F * dtype.itemsize} bytes and the body carries {len(binary)}"
+            )
+        return np.frombuffer(binary, dtype=dtype).reshape(n, F)
+    if "data" not in spec:
+        raise bad_request("inputs[0] has no data: give data, or binary_data_size with bytes")
+    values = _flat_data(spec["data"], n * F)
+    if len(values) != n * F:
+        raise bad_request(
+            f"inputs[0].data has {len(values)} values but shape {[n, F]} needs {n * F}: send "
+            "n_rows * n_features values, row-major"
+        )
+    try:
+        rows = np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise bad_request("inputs[0].data must hold numbers only (NaN for missing)") from None
+    return rows.astype(dtype).reshape(n, F)
+
+
+def _output_specs(obj: dict, binary_default: bool) -> tuple[OutputSpec, ...]:
+    outputs = obj.get("outputs")
+    if outputs is None:
+        return ()
+    if not isinstance(outputs, list) or not all(isinstance(o, dict) for o in outputs):
+        raise bad_request('outputs must be a list of objects like {"name": "shap_values"}')
+    specs = []
+    for i, out in enumerate(outputs):
+        name = out.get("name")
+        if not isinstance(name, str):
+            raise bad_request(f"outputs[{i}].name must be a string, got {name!r}")
+        params = dict(out.get("parameters") or {})
+        binary = bool(params.pop("binary_data", binary_default))
+        specs.append(OutputSpec(name, params, binary))
+    return tuple(specs)
+
+
+def parse_infer(body: bytes, header_length: str | None = None) -> InferRequest:
+    """An infer request's body (and its :data:`HEADER_LENGTH` header) -> :class:`InferRequest`.
+
+    Raises
+    ------
+    ProtocolError
+        400 with the field at fault: no or several inputs, a shape that is not ``[n, F]``, a
+        datatype other than FP32 / FP64, data of the wrong length, malformed outputs.
+    """
+    obj, binary = _split_body(body, header_length)
+    inputs = obj.get("inputs")
+    if not isinstance(inputs, list) or len(inputs) != 1 or not isinstance(inputs[0], dict):
+        count = len(inputs) if isinstance(inputs, list) else 0
+        raise bad_request(
+            f"inputs must hold exactly one tensor (the rows, shape [n_rows, n_features]), got "
+            f"{count}"
+        )
+    params = obj.get("parameters") or {}
+    binary_default = bool(params.get("binary_data_output", False))
+    request_id = obj.get("id")
+    return InferRequest(
+        None if request_id is None else str(request_id),
+        _input_rows(inputs[0], binary),
+        _output_specs(obj, binary_default),
+        binary_default,
+    )
+
+
+def _json_values(a: np.ndarray) -> list:
+    """Flat values of ``a`` for JSON: float32 widened exactly (they read back bit for bit)."""
+    if a.dtype.kind == "f":
+        return a.astype(np.float64).ravel().tolist()
+    return a.ravel().tolist()
+
+
+def encode_response(
+    model: str,
+    version: str,
+    request_id: str | None,
+    outputs: list[tuple[str, np.ndarray, bool]],
+) -> tuple[bytes, dict[str, str]]:
+    """An infer response: body and headers, from ``(name, array, binary)`` outputs.
+
+    Binary outputs follow the JSON header in order; the headers then carry its length.
+    """
+    tensors, blobs = [], []
+    for name, array, binary in outputs:
+        array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+        tensor: dict[str, Any] = {
+            "name": name,
+            "datatype": _DATATYPE_OF[np.dtype(array.dtype)],
+            "shape": list(array.shape),
+        }
+        if binary:
+            blob = array.tobytes()
+            tensor["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
+        else:
+            tensor["data"] = _json_values(array)
+        tensors.append(tensor)
+    head: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": tensors}
+    if request_id is not None:
+        head["id"] = request_id
+    header = json.dumps(head, separators=(",", ":")).encode()
+    headers = {"Content-Type": "application/json"}
+    if blobs:
+        headers = {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(header))}
+    return header + b"".join(blobs), headers
