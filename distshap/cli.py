@@ -11,6 +11,8 @@ Subcommands::
     distshap calibrate [--scale S] [--repeats N] [--dry-run] [--json]
     distshap plot summary MODEL DATA -o out.png [--max-display 20] [--kind bar|beeswarm]
     distshap plot interactions MODEL DATA -o out.png [--max-display 20] [--group G] [--signed]
+    distshap serve --model NAME=PATH[,background=FILE][,output=O] [--host H] [--port P]
+                   [--token T | --insecure] [--local | --scheduler ADDR] (see distshap.serve)
 
 ``explain`` runs in this process when the input is small (under
 :data:`distshap.cli_commands.LOCAL_MAX_BYTES` on disk) and no cluster option is given;
@@ -45,6 +47,7 @@ from typing import Any
 
 from distshap import cli_commands as commands
 from distshap.cli_commands import LOCAL_MAX_BYTES, fault_types, one_line
+from distshap.serve.command import add_parser as add_serve_parser
 
 __all__ = ["main"]
 
@@ -99,6 +102,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_info(sub)
     _add_calibrate(sub)
     _add_plots(sub)
+    add_serve_parser(sub)
     return parser
 
 
