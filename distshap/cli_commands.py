@@ -370,22 +370,33 @@ def _check_plot(args: argparse.Namespace, explainer: Any, size_of: Any, fewest: 
     check_image_size(size_of(explainer.num_features, args.max_display), args.dpi, "--dpi")
 
 
-def run_plot_summary(args: argparse.Namespace) -> int:
-    """``distshap plot summary``: a bar chart or beeswarm of the SHAP values of DATA."""
+def _plot_inputs(args: argparse.Namespace, size_of: Any, fewest: int) -> tuple:
+    """``(image format, data set, explainer, output feature names)`` of a plot command, its
+    options checked (``--max-rows``, ``--top`` where the command has it, then
+    :func:`_check_plot`) before the model is read and the data set's features selected."""
     from distshap import io
     from distshap.explainer import TreeExplainer
-    from distshap.inputs import model_matrix
-    from distshap.plots import summary_plot, summary_size
 
     fmt = io.image_format(args.output)
     if args.max_rows is not None and args.max_rows < 1:
         raise UsageError(f"--max-rows {args.max_rows} must be >= 1")
+    if getattr(args, "top", 0) < 0:
+        raise UsageError(f"--top {args.top} must be >= 0")
     ds = io.read_data(args.data)
     io.check_output(args.output, fmt, [args.data, *ds.files, args.model], args.overwrite)
     explainer = TreeExplainer(args.model, backend=args.backend)
-    _check_plot(args, explainer, summary_size, 1)
+    _check_plot(args, explainer, size_of, fewest)
     ds = io.select_features(ds, explainer.packed, args.drop)
-    names = explainer.output_feature_names(_Columns(ds.columns))
+    return fmt, ds, explainer, explainer.output_feature_names(_Columns(ds.columns))
+
+
+def run_plot_summary(args: argparse.Namespace) -> int:
+    """``distshap plot summary``: a bar chart or beeswarm of the SHAP values of DATA."""
+    from distshap import io
+    from distshap.inputs import model_matrix
+    from distshap.plots import summary_plot, summary_size
+
+    fmt, ds, explainer, names = _plot_inputs(args, summary_size, 1)
     with _about(ds):
         rows = io.first_rows(io.model_rows(ds, explainer.packed), args.max_rows)
         phi = explainer.shap_values(rows, progress=_progress_enabled(args))
@@ -401,21 +412,10 @@ def run_plot_summary(args: argparse.Namespace) -> int:
 def run_plot_interactions(args: argparse.Namespace) -> int:
     """``distshap plot interactions``: a heat map of the strongest pairs of DATA."""
     from distshap import io
-    from distshap.explainer import TreeExplainer
     from distshap.pair_interactions import interaction_summary, top_pairs
     from distshap.plots import heatmap_size, interaction_heatmap
 
-    fmt = io.image_format(args.output)
-    if args.max_rows is not None and args.max_rows < 1:
-        raise UsageError(f"--max-rows {args.max_rows} must be >= 1")
-    if args.top < 0:
-        raise UsageError(f"--top {args.top} must be >= 0")
-    ds = io.read_data(args.data)
-    io.check_output(args.output, fmt, [args.data, *ds.files, args.model], args.overwrite)
-    explainer = TreeExplainer(args.model, backend=args.backend)
-    _check_plot(args, explainer, heatmap_size, 2)
-    ds = io.select_features(ds, explainer.packed, args.drop)
-    names = explainer.output_feature_names(_Columns(ds.columns))
+    fmt, ds, explainer, names = _plot_inputs(args, heatmap_size, 2)
     with _about(ds):
         rows = io.first_rows(io.model_rows(ds, explainer.packed), args.max_rows)
         summary = interaction_summary(explainer.packed, rows, args.signed, args.backend)

@@ -26,8 +26,12 @@ hashes pieces of the arrays in threads.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numba
 import numpy as np
@@ -45,8 +49,12 @@ __all__ = [
     "MAX_TABLE_FEATURES_LIMIT",
     "PackedModel",
     "build_packed_model",
+    "clear_host_forms",
+    "host_form",
     "pack_ensemble",
 ]
+
+T = TypeVar("T")
 
 #: The pattern-table policy a packed model carries by default: tables of paths of at most this
 #: many features, within this many bytes (:func:`distshap.plan.tables.choose_tables`).
@@ -275,6 +283,43 @@ def pack_ensemble(
         table_budget_bytes, max_table_features, feature_names, feature_categories, encoding,
         margin, model_kind,
     )  # fmt: skip
+
+
+_HOST_FORMS: OrderedDict = OrderedDict()  # (kind, digest) -> the form
+_HOST_LOCKS: dict = {}  # kind -> the lock its builds hold
+_HOST_LOCK = threading.Lock()
+
+
+def host_form(packed: PackedModel, kind: str, build: Callable[[], T], keep: int) -> T:
+    """The host form ``kind`` of ``packed`` (CPU pattern tables, pair slots): ``build()`` on
+    first use, kept for the last ``keep`` model digests of that kind (a model without a digest
+    is built every call). Builds of one kind run one at a time, so none is built twice."""
+    digest = getattr(packed, "digest", "")
+    if not digest:
+        return build()
+    key = (kind, digest)
+    with _HOST_LOCK:
+        lock = _HOST_LOCKS.setdefault(kind, threading.Lock())
+    with lock:
+        with _HOST_LOCK:
+            hit = _HOST_FORMS.get(key)
+            if hit is not None:
+                _HOST_FORMS.move_to_end(key)
+                return hit
+        value = build()
+        with _HOST_LOCK:
+            _HOST_FORMS[key] = value
+            same = [k for k in _HOST_FORMS if k[0] == kind]
+            for old in same[: max(len(same) - keep, 0)]:
+                del _HOST_FORMS[old]
+        return value
+
+
+def clear_host_forms(*kinds: str) -> None:
+    """Drop the kept host forms of these kinds (:func:`host_form`)."""
+    with _HOST_LOCK:
+        for key in [k for k in _HOST_FORMS if k[0] in kinds]:
+            del _HOST_FORMS[key]
 
 
 #: The lane arrays, in the order of :class:`PackedModel`.

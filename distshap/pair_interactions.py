@@ -101,12 +101,11 @@ def top_interactions(
             packed, X, k, backend, client=client, check_additivity=check_additivity,
             batch_rows=batch_rows,
         )  # fmt: skip
-        G = packed.num_groups
-        return _squeeze(pairs, squeeze, G), _squeeze(values, squeeze, G)
-    pairs, values = top_interactions_rows(
-        packed, X, k, backend, check_additivity=check_additivity, batch_rows=batch_rows,
-        first_row=first_row,
-    )  # fmt: skip
+    else:
+        pairs, values = top_interactions_rows(
+            packed, X, k, backend, check_additivity=check_additivity, batch_rows=batch_rows,
+            first_row=first_row,
+        )  # fmt: skip
     G = packed.num_groups
     return _squeeze(pairs, squeeze, G), _squeeze(values, squeeze, G)
 

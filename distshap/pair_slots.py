@@ -31,15 +31,13 @@ scratch indices of row ``i``'s non-zero entries in that order (the others are ex
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numba import njit, prange
 
-from distshap.packed import PackedModel
+from distshap.packed import PackedModel, clear_host_forms, host_form
 from distshap.parallel import run_parallel
 
 __all__ = [
@@ -242,33 +240,15 @@ def build_pair_slots(packed: PackedModel) -> PairSlots:
     )
 
 
-_CACHE: OrderedDict = OrderedDict()
-_LOCK = threading.Lock()
-
-
 def pair_slots(packed: PackedModel) -> PairSlots:
     """The :class:`PairSlots` of ``packed``, built once per model digest (the last
     :data:`SLOT_CACHE_SIZE` are kept; a model without a digest is built every call)."""
-    digest = getattr(packed, "digest", "")
-    if digest:
-        with _LOCK:
-            hit = _CACHE.get(digest)
-            if hit is not None:
-                _CACHE.move_to_end(digest)
-                return hit
-    slots = build_pair_slots(packed)
-    if digest:
-        with _LOCK:
-            _CACHE[digest] = slots
-            while len(_CACHE) > SLOT_CACHE_SIZE:
-                _CACHE.popitem(last=False)
-    return slots
+    return host_form(packed, "pair slots", lambda: build_pair_slots(packed), SLOT_CACHE_SIZE)
 
 
 def clear_cache() -> None:
     """Drop every cached :class:`PairSlots`."""
-    with _LOCK:
-        _CACHE.clear()
+    clear_host_forms("pair slots")
 
 
 @njit(parallel=True, nogil=True, cache=True)

@@ -8,6 +8,7 @@ import pickle
 import numpy as np
 import pytest
 
+from distshap import packed as packed_module
 from distshap.kernels import cpu
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
@@ -92,7 +93,7 @@ def test_cpu_tables_built_on_first_use_and_kept_per_digest():
     X = tiny.random_rows(4, ens, 30, 0.1)
     packed = build_packed_model(extract_paths(ens), table_budget_bytes=3000)
     cpu.clear_cache()
-    assert packed.digest not in cpu._TABLES  # building the model filled nothing
+    assert ("shap tables", packed.digest) not in packed_module._HOST_FORMS  # nothing filled yet
     got = cpu.shap_values(packed, X)
     offsets, tables = cpu.shap_tables(packed)
     assert cpu.shap_tables(packed)[1] is tables  # kept, not rebuilt

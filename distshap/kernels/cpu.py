@@ -16,14 +16,11 @@ region, so no threading-layer lock, and it compiles in about half the time of a 
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-
 import numpy as np
 
 from distshap.kernels import interactions_cpu, quadrature_cpu
 from distshap.kernels.interventional_cpu import interventional_values
-from distshap.packed import PackedModel
+from distshap.packed import PackedModel, clear_host_forms, host_form
 from distshap.plan.tables import choose_tables, path_features, table_values
 
 __all__ = [
@@ -38,9 +35,6 @@ __all__ = [
 #: Models whose SHAP tables are kept (each up to ``packed.table_budget_bytes``).
 TABLE_CACHE_SIZE = 4
 
-_TABLES: OrderedDict = OrderedDict()
-_TABLES_LOCK = threading.Lock()
-
 
 def shap_tables(packed: PackedModel) -> tuple[np.ndarray, np.ndarray]:
     """The SHAP pattern tables of ``packed``: ``(table_offsets, tables)``, built on first use.
@@ -49,32 +43,25 @@ def shap_tables(packed: PackedModel) -> tuple[np.ndarray, np.ndarray]:
     (:func:`distshap.plan.tables.choose_tables`); ``tables`` holds the float32 values. Kept for the
     last :data:`TABLE_CACHE_SIZE` model digests (a model without a digest: built every call).
     """
-    with _TABLES_LOCK:
-        hit = _TABLES.get(packed.digest) if packed.digest else None
-        if hit is not None:
-            _TABLES.move_to_end(packed.digest)
-            return hit
-        k = path_features(packed.path_offsets)
-        offsets = choose_tables(k, packed.table_budget_bytes, packed.max_table_features)
-        tables = quadrature_cpu.fill_tables(
-            packed.path_offsets,
-            packed.zero_fraction,
-            packed.path_value,
-            offsets,
-            table_values(k, offsets),
-        )
-        if packed.digest:
-            _TABLES[packed.digest] = (offsets, tables)
-            while len(_TABLES) > TABLE_CACHE_SIZE:
-                _TABLES.popitem(last=False)
-        return offsets, tables
+    return host_form(packed, "shap tables", lambda: _shap_tables(packed), TABLE_CACHE_SIZE)
+
+
+def _shap_tables(packed: PackedModel) -> tuple[np.ndarray, np.ndarray]:
+    k = path_features(packed.path_offsets)
+    offsets = choose_tables(k, packed.table_budget_bytes, packed.max_table_features)
+    tables = quadrature_cpu.fill_tables(
+        packed.path_offsets,
+        packed.zero_fraction,
+        packed.path_value,
+        offsets,
+        table_values(k, offsets),
+    )
+    return offsets, tables
 
 
 def clear_cache() -> None:
     """Drop every cached SHAP and interaction table."""
-    with _TABLES_LOCK:
-        _TABLES.clear()
-    interactions_cpu.clear_cache()
+    clear_host_forms("shap tables", "interaction tables")
 
 
 def _as_rows(X: np.ndarray, packed: PackedModel) -> np.ndarray:

@@ -45,9 +45,6 @@ the block size or the chunking.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-
 import numba
 import numpy as np
 from numba import njit
@@ -55,11 +52,11 @@ from numba import njit
 from distshap.kernels import treeshap
 from distshap.kernels.quadrature_cpu import pattern_model, pattern_rows
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
+from distshap.packed import host_form
 from distshap.parallel import run_ranges
 from distshap.plan.tables import choose_tables, path_features
 
 __all__ = [
-    "clear_cache",
     "interaction_slot_values",
     "interaction_tables",
     "interaction_values",
@@ -373,10 +370,6 @@ def _fill_tables(path_offsets, zero_fraction, path_value, table_offsets) -> np.n
     return tables
 
 
-_TABLES: OrderedDict = OrderedDict()
-_TABLES_LOCK = threading.Lock()
-
-
 def interaction_tables(packed) -> tuple[np.ndarray, np.ndarray]:
     """The interaction pattern tables of ``packed``: ``(table_offsets, tables)``, built once.
 
@@ -384,25 +377,14 @@ def interaction_tables(packed) -> tuple[np.ndarray, np.ndarray]:
     table policy; ``tables`` the float32 values. Kept for the last :data:`TABLE_CACHE_SIZE`
     model digests (a model without a digest: built every call).
     """
-    with _TABLES_LOCK:
-        hit = _TABLES.get(packed.digest) if packed.digest else None
-        if hit is not None:
-            _TABLES.move_to_end(packed.digest)
-            return hit
-        k = path_features(packed.path_offsets)
-        offsets = table_layout(k, packed.table_budget_bytes, packed.max_table_features)
-        tables = _fill_tables(packed.path_offsets, packed.zero_fraction, packed.path_value, offsets)
-        if packed.digest:
-            _TABLES[packed.digest] = (offsets, tables)
-            while len(_TABLES) > TABLE_CACHE_SIZE:
-                _TABLES.popitem(last=False)
-        return offsets, tables
+    return host_form(packed, "interaction tables", lambda: _tables(packed), TABLE_CACHE_SIZE)
 
 
-def clear_cache() -> None:
-    """Drop every cached interaction table."""
-    with _TABLES_LOCK:
-        _TABLES.clear()
+def _tables(packed) -> tuple[np.ndarray, np.ndarray]:
+    k = path_features(packed.path_offsets)
+    offsets = table_layout(k, packed.table_budget_bytes, packed.max_table_features)
+    return offsets, _fill_tables(packed.path_offsets, packed.zero_fraction, packed.path_value,
+                                 offsets)  # fmt: skip
 
 
 def _lanes(packed) -> tuple:

@@ -30,8 +30,8 @@ from distshap.kernels.cuda.interventional.direct import (
 )  # fmt: skip
 from distshap.kernels.cuda.interventional.oversize import launch_oversize
 from distshap.kernels.cuda.interventional.tables import DeviceTables, device_tables, launch_tables
-from distshap.kernels.cuda.launch import launch_finish, new_output, run_batches
-from distshap.kernels.cuda.runtime.device import SIM, xp
+from distshap.kernels.cuda.launch import device_rows, launch_finish, new_output, run_batches
+from distshap.kernels.cuda.runtime.device import xp
 from distshap.kernels.cuda.runtime.model import DeviceModel, device_model
 from distshap.kernels.interventional_math import Background
 from distshap.packed import PackedModel
@@ -58,15 +58,6 @@ def finish_kernel(acc, out, inv_scale, bias, group_size, bias_offset):
         else:
             out[r, e] = np.float32(np.float64(acc[r, e]) * inv_scale)
         acc[r, e] = 0
-
-
-def _device_rows(X, num_features: int):
-    if X.ndim != 2 or X.shape[1] != num_features:
-        raise ValueError(f"X must have shape (n_rows, {num_features}), got {tuple(X.shape)}")
-    if SIM:
-        return np.ascontiguousarray(np.asarray(X), dtype=np.float32)
-    cp = xp()
-    return cp.ascontiguousarray(cp.asarray(X), dtype=cp.float32)
 
 
 def _host_or_device_f64(a, shape_msg: str, shape: tuple):
@@ -223,7 +214,7 @@ def interventional_values(
             f"(transform 0), got transform={transform!r}"
         )
     cfg = get_config()
-    X = _device_rows(X, packed.num_features)
+    X = device_rows(X, packed.num_features)
     n = int(X.shape[0])
     m_x, yv, bias_d = _row_inputs(packed, n, transform, x_margin, y, bias)
     model = device_model(packed)
