@@ -1,4 +1,5 @@
-"""Interventional SHAP values on the CPU: Numba ``njit(parallel=True)`` over explained rows.
+"""Interventional SHAP values on the CPU: serial ``nogil`` Numba functions over blocks of
+explained rows, run in threads (:func:`distshap.parallel.run_ranges`).
 
 The game of one merged path for an explained row ``x`` and a background row ``r`` depends only
 on which of the path's elements each follows (:mod:`distshap.kernels.interventional_math`): let
@@ -17,8 +18,8 @@ accumulated in float64 over paths (packed order) and, per path, over the backgro
 neither the thread count nor the chunking. Paths of more than :data:`MAX_MASK_BITS` features
 (deep trees on many features) test each background row's elements directly, in row order.
 
-Memory: the grouped masks take ``16`` bytes per (path, background row); they are built for
-blocks of paths of at most :data:`BLOCK_ENTRIES` entries, and the float64 accumulator covers
+Memory: the grouped masks take ``20`` bytes per (path, background row) (``36`` while they are
+built); they are built for blocks of paths of at most :data:`BLOCK_ENTRIES` entries, and the float64 accumulator covers
 row blocks of at most :data:`ACCUMULATOR_BYTES`.
 """
 
@@ -28,12 +29,12 @@ from typing import Any
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 import distshap.kernels.interventional_math as im
 import distshap.kernels.treeshap as treeshap
 from distshap.packed import PackedModel
-from distshap.parallel import run_parallel
+from distshap.parallel import num_threads, run_ranges
 
 __all__ = [
     "ACCUMULATOR_BYTES",
@@ -74,39 +75,48 @@ def _element_follows(row, e, feature, lower, upper, missing, cat_offsets, cat_nb
                     cat_offsets[e], cat_nbits[e], cat_words)  # fmt: skip
 
 
-@njit(parallel=True, nogil=True, cache=True)
-def _background_masks(R, feature, lower, upper, missing, cat_offsets, cat_nbits, cat_other,
-                      cat_words, path_offsets, p0, p1, max_bits, masks, counts, members,
-                      n_masks):  # fmt: skip
-    """Distinct background masks of paths ``p0..p1-1``, ascending, with their rows.
-
-    For block path ``q``: ``masks[q, :n_masks[q]]`` the distinct masks, ``counts`` their rows,
-    ``members[q]`` the rows grouped by mask (ascending within a group). ``n_masks[q] = -1``
-    for a path longer than ``max_bits`` (tested row by row in the kernel).
-    """
+@njit(nogil=True, cache=True)
+def _path_masks(R, feature, lower, upper, missing, cat_offsets, cat_nbits, cat_other,
+                cat_words, path_offsets, p0, max_bits, rb, n_masks, lo, hi):  # fmt: skip
+    """Background masks ``rb[q, r]`` of block paths ``lo .. hi - 1`` (path ``p0 + q``): bit
+    ``i`` set when row ``r`` follows the path's element ``i``. ``n_masks[q] = -1`` for a path
+    longer than ``max_bits`` (tested row by row in the kernel), else 0."""
     B = R.shape[0]
-    for q in prange(p1 - p0):
+    for q in range(lo, hi):
         p = p0 + q
         start = path_offsets[p]
         k = path_offsets[p + 1] - start - 1
+        n_masks[q] = 0
         if k > max_bits:
             n_masks[q] = -1
             continue
-        rb = np.empty(B, np.int64)
         for r in range(B):
             bits = np.int64(0)
             for i in range(k):
                 if _element_follows(R[r], start + 1 + i, feature, lower, upper, missing,
                                     cat_offsets, cat_nbits, cat_other, cat_words):  # fmt: skip
                     bits |= np.int64(1) << i
-            rb[r] = bits
-        order = np.argsort(rb, kind="mergesort")  # stable: rows ascending within a mask
+            rb[q, r] = bits
+
+
+@njit(nogil=True, cache=True)
+def _group_masks(rb, order, masks, counts, members, n_masks, lo, hi):
+    """Distinct background masks of block paths ``lo .. hi - 1``, ascending, with their rows.
+
+    ``order[q]`` sorts ``rb[q]`` stably (rows ascending within a mask). For block path ``q``:
+    ``masks[q, :n_masks[q]]`` the distinct masks, ``counts`` their rows, ``members[q]`` the rows
+    grouped by mask. A path with ``n_masks[q] = -1`` is left as it is.
+    """
+    B = rb.shape[1]
+    for q in range(lo, hi):
+        if n_masks[q] < 0:
+            continue
         u = -1
         for j in range(B):
-            r = order[j]
-            if u < 0 or rb[r] != masks[q, u]:
+            r = order[q, j]
+            if u < 0 or rb[q, r] != masks[q, u]:
                 u += 1
-                masks[q, u] = rb[r]
+                masks[q, u] = rb[q, r]
                 counts[q, u] = 0
             counts[q, u] += 1
             members[q, j] = r
@@ -265,12 +275,13 @@ def _scatter(row, g, v, start, k, xf, feature, interactions, loc_phi, loc_int, c
                 acc_int[row, g, fi, feature[start + 1 + j]] += half * val
 
 
-@njit(parallel=True, nogil=True, cache=True)
+@njit(nogil=True, cache=True)
 def _kernel(X, x_margin, y, R, r_margin, transform, feature, lower, upper, missing,
             cat_offsets, cat_nbits, cat_other, cat_words, path_offsets, path_value, path_group,
             p0, p1, masks, counts, members, n_masks, weights, interactions, max_len, block_rows,
-            acc_phi, acc_int):  # fmt: skip
-    """Add paths ``p0..p1-1`` of every row of ``X`` to ``acc_phi`` (and ``acc_int``).
+            acc_phi, acc_int, lo, hi):  # fmt: skip
+    """Add paths ``p0..p1-1`` of the rows of row blocks ``lo .. hi - 1`` (``block_rows`` rows
+    each) of ``X`` to ``acc_phi`` (and ``acc_int``).
 
     Rows in blocks: with the raw margin a path's values depend on ``x`` only through its
     mask ``xb``, so each distinct mask of a block is combined with the background once
@@ -279,12 +290,11 @@ def _kernel(X, x_margin, y, R, r_margin, transform, feature, lower, upper, missi
     """
     n = X.shape[0]
     B = R.shape[0]
-    n_blocks = (n + block_rows - 1) // block_rows
     memo = transform == 0
     slots = 1
     while slots < 2 * block_rows:
         slots *= 2
-    for blk in prange(n_blocks):
+    for blk in range(lo, hi):
         r0 = blk * block_rows
         nb = min(n, r0 + block_rows) - r0
         scale = np.ones((nb, B), np.float64)  # s(x, r) (one output group: binary models)
@@ -348,22 +358,12 @@ def _kernel(X, x_margin, y, R, r_margin, transform, feature, lower, upper, missi
                          buf_int[t], buf_cxr[t], buf_tot[t], acc_phi, acc_int)  # fmt: skip
 
 
-@njit(parallel=True, nogil=True, cache=True)
-def _finish_shap(acc_phi, bias, out):
-    """float64 accumulator -> float32 SHAP values with the bias column."""
-    n, G, C = acc_phi.shape
-    for row in prange(n):
-        for g in range(G):
-            acc_phi[row, g, C - 1] = bias[row, g]
-            for c in range(C):
-                out[row, g, c] = acc_phi[row, g, c]
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def _finish_interactions(acc_phi, acc_int, bias, out):
-    """float64 accumulators -> float32 interaction values: diagonal and bias entry."""
-    n, G, C = acc_phi.shape
-    for row in prange(n):
+@njit(nogil=True, cache=True)
+def _finish_interactions(acc_phi, acc_int, bias, out, lo, hi):
+    """float64 accumulators -> float32 interaction values of rows ``lo .. hi - 1``: diagonal
+    and bias entry."""
+    _, G, C = acc_phi.shape
+    for row in range(lo, hi):
         for g in range(G):
             for i in range(C - 1):
                 diag = acc_phi[row, g, i]
@@ -375,6 +375,22 @@ def _finish_interactions(acc_phi, acc_int, bias, out):
             for i in range(C):
                 for j in range(C):
                     out[row, g, i, j] = acc_int[row, g, i, j]
+
+
+def _background_masks(R: np.ndarray, model: tuple, path_offsets: np.ndarray, p0: int, p1: int,
+                      max_bits: int) -> tuple:  # fmt: skip
+    """Grouped background masks of paths ``p0 .. p1 - 1``: ``(masks, counts, members,
+    n_masks)`` (:func:`_group_masks`), the masks sorted by NumPy's stable argsort."""
+    P, B = p1 - p0, R.shape[0]
+    rb = np.zeros((P, B), np.int64)
+    n_masks = np.zeros(P, np.int64)
+    pieces = 4 * num_threads()
+    run_ranges(_path_masks, P, pieces, R, *model, path_offsets, p0, max_bits, rb, n_masks)
+    order = np.argsort(rb, axis=1, kind="stable")
+    tables = (np.zeros((P, B), np.int64), np.zeros((P, B), np.int64),
+              np.zeros((P, B), np.int32), n_masks)  # fmt: skip
+    run_ranges(_group_masks, P, pieces, rb, order, *tables)
+    return tables
 
 
 def _model_args(packed: PackedModel) -> tuple:
@@ -487,25 +503,21 @@ def interventional_values(
             if cached is not None:
                 tables = cached
             else:
-                tables = (
-                    np.zeros((p1 - p0, B), np.int64),
-                    np.zeros((p1 - p0, B), np.int64),
-                    np.zeros((p1 - p0, B), np.int32),
-                    np.zeros(p1 - p0, np.int64),
-                )
-                run_parallel(_background_masks, R, *model, packed.path_offsets, p0, p1,
-                             max_mask_bits, *tables)  # fmt: skip
+                tables = _background_masks(R, model, packed.path_offsets, p0, p1, max_mask_bits)
                 if len(blocks) == 1:
                     cached = tables
-            run_parallel(_kernel, X[r0:r1], x_margin[r0:r1], y[r0:r1], R, r_margin, transform,
-                         *model, packed.path_offsets, packed.path_value, packed.path_group, p0,
-                         p1, *tables, weights, interactions, max(max_len, 1), block_rows,
-                         acc_phi, acc_int)  # fmt: skip
+            n_blocks = -(-(r1 - r0) // block_rows)
+            run_ranges(_kernel, n_blocks, n_blocks, X[r0:r1], x_margin[r0:r1], y[r0:r1], R,
+                       r_margin, transform, *model, packed.path_offsets, packed.path_value,
+                       packed.path_group, p0, p1, *tables, weights, interactions,
+                       max(max_len, 1), block_rows, acc_phi, acc_int)  # fmt: skip
         row_bias = np.ascontiguousarray(
             np.broadcast_to(bias if bias.shape[0] == 1 else bias[r0:r1], (r1 - r0, G))
         )
         if interactions:
-            run_parallel(_finish_interactions, acc_phi, acc_int, row_bias, out[r0:r1])
-        else:
-            run_parallel(_finish_shap, acc_phi, row_bias, out[r0:r1])
+            run_ranges(_finish_interactions, r1 - r0, num_threads(), acc_phi, acc_int, row_bias,
+                       out[r0:r1])  # fmt: skip
+        else:  # float64 -> float32 SHAP values with the bias column
+            acc_phi[:, :, C - 1] = row_bias
+            out[r0:r1] = acc_phi
     return out
