@@ -19,12 +19,13 @@ neither the thread count nor the chunking. Paths of more than :data:`MAX_MASK_BI
 (deep trees on many features) test each background row's elements directly, in row order.
 
 Memory: the grouped masks take ``20`` bytes per (path, background row) (``36`` while they are
-built); they are built for blocks of paths of at most :data:`BLOCK_ENTRIES` entries, and the float64 accumulator covers
-row blocks of at most :data:`ACCUMULATOR_BYTES`.
+built); they are built for blocks of paths of at most :data:`BLOCK_ENTRIES` entries, and the
+float64 accumulator covers row blocks of at most :data:`ACCUMULATOR_BYTES`.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numba
@@ -275,87 +276,94 @@ def _scatter(row, g, v, start, k, xf, feature, interactions, loc_phi, loc_int, c
                 acc_int[row, g, fi, feature[start + 1 + j]] += half * val
 
 
-@njit(nogil=True, cache=True)
-def _kernel(X, x_margin, y, R, r_margin, transform, feature, lower, upper, missing,
-            cat_offsets, cat_nbits, cat_other, cat_words, path_offsets, path_value, path_group,
-            p0, p1, masks, counts, members, n_masks, weights, interactions, max_len, block_rows,
-            acc_phi, acc_int, lo, hi):  # fmt: skip
-    """Add paths ``p0..p1-1`` of the rows of row blocks ``lo .. hi - 1`` (``block_rows`` rows
-    each) of ``X`` to ``acc_phi`` (and ``acc_int``).
+@functools.cache
+def _kernel_for(long_paths: bool):  # noqa: ANN202 - returns a Numba dispatcher
+    """The kernel; ``long_paths``: whether some path is longer than a mask (without them the
+    row-by-row test, :func:`_long_path`, is not compiled)."""
 
-    Rows in blocks: with the raw margin a path's values depend on ``x`` only through its
-    mask ``xb``, so each distinct mask of a block is combined with the background once
-    (a small hash table per path) and every row of the block with that mask adds the same
-    float64 values, the bits it would get alone.
-    """
-    n = X.shape[0]
-    B = R.shape[0]
-    memo = transform == 0
-    slots = 1
-    while slots < 2 * block_rows:
-        slots *= 2
-    for blk in range(lo, hi):
-        r0 = blk * block_rows
-        nb = min(n, r0 + block_rows) - r0
-        scale = np.ones((nb, B), np.float64)  # s(x, r) (one output group: binary models)
-        if transform != 0:
-            for i in range(nb):
-                for r in range(B):
-                    scale[i, r] = _rescale(x_margin[r0 + i, 0], r_margin[r, 0], y[r0 + i],
-                                           transform)  # fmt: skip
-        n_buf = nb + 1 if memo else 1  # slot nb: scratch of rows not memoised
-        buf_phi = np.empty((n_buf, max_len), np.float64)
-        buf_cxr = np.empty((n_buf, max_len), np.float64)
-        buf_tot = np.empty((n_buf, 2), np.float64)
-        buf_int = np.empty((n_buf, max_len, max_len) if interactions else (1, 1, 1), np.float64)
-        keys = np.empty(slots, np.int64)
-        where = np.empty(slots, np.int64)
-        xf = np.empty(max_len, np.bool_)
-        for q in range(p1 - p0):
-            p = p0 + q
-            start = path_offsets[p]
-            k = path_offsets[p + 1] - start - 1
-            g = path_group[p]
-            v = path_value[p]
-            keys[:] = -1
-            used = 0
-            for i in range(nb):
-                row = r0 + i
-                x = X[row]
-                t = n_buf - 1  # the scratch slot
-                if n_masks[q] < 0:
-                    _long_path(x, R, start, k, scale[i], B, transform, feature, lower, upper,
-                               missing, cat_offsets, cat_nbits, cat_other, cat_words, weights,
-                               interactions, xf, buf_phi[t], buf_int[t], buf_cxr[t],
-                               buf_tot[t])  # fmt: skip
-                else:
-                    xb = np.int64(0)
-                    for e in range(k):
-                        o = _element_follows(x, start + 1 + e, feature, lower, upper,
-                                             missing, cat_offsets, cat_nbits, cat_other,
-                                             cat_words)  # fmt: skip
-                        xf[e] = o
-                        if o:
-                            xb |= np.int64(1) << e
-                    fresh = True
-                    if memo:
-                        h = (xb * np.int64(0x9E3779B1)) & (slots - 1)
-                        while keys[h] != -1 and keys[h] != xb:
-                            h = (h + 1) & (slots - 1)
-                        if keys[h] == xb:
-                            t = where[h]
-                            fresh = False
-                        else:
-                            keys[h] = xb
-                            where[h] = used
-                            t = used
-                            used += 1
-                    if fresh:
-                        _mask_pairs(q, xb, k, scale[i], B, transform, masks, counts, members,
-                                    n_masks, weights, interactions, buf_phi[t], buf_int[t],
-                                    buf_cxr[t], buf_tot[t])  # fmt: skip
-                _scatter(row, g, v, start, k, xf, feature, interactions, buf_phi[t],
-                         buf_int[t], buf_cxr[t], buf_tot[t], acc_phi, acc_int)  # fmt: skip
+    @njit(nogil=True, cache=True)
+    def _kernel(X, x_margin, y, R, r_margin, transform, feature, lower, upper, missing,
+                cat_offsets, cat_nbits, cat_other, cat_words, path_offsets, path_value, path_group,
+                p0, p1, masks, counts, members, n_masks, weights, interactions, max_len, block_rows,
+                acc_phi, acc_int, lo, hi):  # fmt: skip
+        """Add paths ``p0..p1-1`` of the rows of row blocks ``lo .. hi - 1`` (``block_rows`` rows
+        each) of ``X`` to ``acc_phi`` (and ``acc_int``).
+
+        Rows in blocks: with the raw margin a path's values depend on ``x`` only through its
+        mask ``xb``, so each distinct mask of a block is combined with the background once
+        (a small hash table per path) and every row of the block with that mask adds the same
+        float64 values, the bits it would get alone.
+        """
+        n = X.shape[0]
+        B = R.shape[0]
+        memo = transform == 0
+        slots = 1
+        while slots < 2 * block_rows:
+            slots *= 2
+        for blk in range(lo, hi):
+            r0 = blk * block_rows
+            nb = min(n, r0 + block_rows) - r0
+            scale = np.ones((nb, B), np.float64)  # s(x, r) (one output group: binary models)
+            if transform != 0:
+                for i in range(nb):
+                    for r in range(B):
+                        scale[i, r] = _rescale(x_margin[r0 + i, 0], r_margin[r, 0], y[r0 + i],
+                                               transform)  # fmt: skip
+            n_buf = nb + 1 if memo else 1  # slot nb: scratch of rows not memoised
+            buf_phi = np.empty((n_buf, max_len), np.float64)
+            buf_cxr = np.empty((n_buf, max_len), np.float64)
+            buf_tot = np.empty((n_buf, 2), np.float64)
+            buf_int = np.empty((n_buf, max_len, max_len) if interactions else (1, 1, 1), np.float64)
+            keys = np.empty(slots, np.int64)
+            where = np.empty(slots, np.int64)
+            xf = np.empty(max_len, np.bool_)
+            for q in range(p1 - p0):
+                p = p0 + q
+                start = path_offsets[p]
+                k = path_offsets[p + 1] - start - 1
+                g = path_group[p]
+                v = path_value[p]
+                keys[:] = -1
+                used = 0
+                for i in range(nb):
+                    row = r0 + i
+                    x = X[row]
+                    t = n_buf - 1  # the scratch slot
+                    if long_paths and n_masks[q] < 0:
+                        _long_path(x, R, start, k, scale[i], B, transform, feature, lower, upper,
+                                   missing, cat_offsets, cat_nbits, cat_other, cat_words, weights,
+                                   interactions, xf, buf_phi[t], buf_int[t], buf_cxr[t],
+                                   buf_tot[t])  # fmt: skip
+                    else:
+                        xb = np.int64(0)
+                        for e in range(k):
+                            o = _element_follows(x, start + 1 + e, feature, lower, upper,
+                                                 missing, cat_offsets, cat_nbits, cat_other,
+                                                 cat_words)  # fmt: skip
+                            xf[e] = o
+                            if o:
+                                xb |= np.int64(1) << e
+                        fresh = True
+                        if memo:
+                            h = (xb * np.int64(0x9E3779B1)) & (slots - 1)
+                            while keys[h] != -1 and keys[h] != xb:
+                                h = (h + 1) & (slots - 1)
+                            if keys[h] == xb:
+                                t = where[h]
+                                fresh = False
+                            else:
+                                keys[h] = xb
+                                where[h] = used
+                                t = used
+                                used += 1
+                        if fresh:
+                            _mask_pairs(q, xb, k, scale[i], B, transform, masks, counts, members,
+                                        n_masks, weights, interactions, buf_phi[t], buf_int[t],
+                                        buf_cxr[t], buf_tot[t])  # fmt: skip
+                    _scatter(row, g, v, start, k, xf, feature, interactions, buf_phi[t],
+                             buf_int[t], buf_cxr[t], buf_tot[t], acc_phi, acc_int)  # fmt: skip
+
+    return _kernel
 
 
 @njit(nogil=True, cache=True)
@@ -494,6 +502,7 @@ def interventional_values(
     block_rows = int(min(MEMO_ROWS, max(1, (1 << 19) // width),
                          max(1, -(-n // (4 * numba.get_num_threads())))))  # fmt: skip
     model = _model_args(packed)
+    kernel = _kernel_for(max_len > max_mask_bits)
     cached = None
     for r0 in range(0, n, row_block):
         r1 = min(n, r0 + row_block)
@@ -507,7 +516,7 @@ def interventional_values(
                 if len(blocks) == 1:
                     cached = tables
             n_blocks = -(-(r1 - r0) // block_rows)
-            run_ranges(_kernel, n_blocks, n_blocks, X[r0:r1], x_margin[r0:r1], y[r0:r1], R,
+            run_ranges(kernel, n_blocks, n_blocks, X[r0:r1], x_margin[r0:r1], y[r0:r1], R,
                        r_margin, transform, *model, packed.path_offsets, packed.path_value,
                        packed.path_group, p0, p1, *tables, weights, interactions,
                        max(max_len, 1), block_rows, acc_phi, acc_int)  # fmt: skip
