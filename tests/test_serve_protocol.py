@@ -1,0 +1,82 @@
+"""The Open Inference Protocol codecs: JSON and binary tensors in, every malformed field a 400."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from distshap.serve.protocol import ProtocolError, encode_response, parse_infer
+
+
+def _body(**fields) -> bytes:
+    obj = {"inputs": [{"name": "rows", "shape": [2, 3], "datatype": "FP32",
+                       "data": [1, 2, 3, 4, 5, 6]}]}  # fmt: skip
+    obj["inputs"][0].update(fields)
+    return json.dumps(obj).encode()
+
+
+def test_json_rows_flat_and_nested():
+    flat = parse_infer(_body())
+    nested = parse_infer(_body(data=[[1, 2, 3], [4, 5, 6]]))
+    assert flat.rows.dtype == np.float32 and flat.rows.shape == (2, 3)
+    np.testing.assert_array_equal(flat.rows, nested.rows)
+    assert parse_infer(_body(datatype="FP64")).rows.dtype == np.float64
+
+
+def test_binary_rows_and_request_parameters():
+    rows = np.arange(6, dtype=np.float64).reshape(2, 3) / 7
+    head = json.dumps({
+        "inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP64",
+                    "parameters": {"binary_data_size": rows.nbytes}}],
+        "outputs": [{"name": "top_interactions", "parameters": {"binary_data": True}}],
+        "parameters": {"k": 2, "priority": 0},
+    }).encode()  # fmt: skip
+    req = parse_infer(head + rows.tobytes(), str(len(head)))
+    assert req.rows.tobytes() == rows.tobytes()
+    assert req.outputs[0].binary and req.outputs[0].parameters == {}
+    assert req.parameters == {"k": 2}  # Triton's priority is ignored
+
+
+@pytest.mark.parametrize(
+    "body, header, field",
+    [
+        (b"{not json", None, "not valid JSON"),
+        (b"[]", None, "JSON object"),
+        (json.dumps({"inputs": []}).encode(), None, "exactly one tensor"),
+        (_body(shape=[6]), None, "inputs[0].shape"),
+        (_body(datatype="INT8"), None, "inputs[0].datatype"),
+        (_body(data=[1, 2, 3]), None, "inputs[0].data has 3 values"),
+        (_body(data=["a"] * 6), None, "numbers only"),
+        (_body(shape=[0, 3], data=[]), None, "0 rows"),
+        (_body(), "12x", "Inference-Header-Content-Length"),
+        (_body(), "100000", "Inference-Header-Content-Length=100000"),
+        (_body(parameters={"binary_data_size": 8}), None, "binary_data_size"),
+    ],
+)
+def test_bad_requests_name_the_field(body, header, field):
+    with pytest.raises(ProtocolError) as info:
+        parse_infer(body, header)
+    assert info.value.status == 400 and field in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_response_json_reads_back_bit_for_bit():
+    values = (np.random.default_rng(0).normal(size=(3, 4)) / 3).astype(np.float32)
+    body, headers = encode_response("m", "1", "r1", [("shap_values", values, False)])
+    out = json.loads(body)
+    assert headers["Content-Type"] == "application/json" and out["id"] == "r1"
+    back = np.array(out["outputs"][0]["data"], dtype=np.float32).reshape(out["outputs"][0]["shape"])
+    assert back.tobytes() == values.tobytes()
+
+
+def test_response_binary():
+    values = np.arange(6, dtype=np.float32).reshape(2, 3)
+    pairs = np.zeros((2, 1, 2), np.int32)
+    body, headers = encode_response("m", "1", None, [("v", values, True), ("p", pairs, False)])
+    n = int(headers["Inference-Header-Content-Length"])
+    head = json.loads(body[:n])
+    assert head["outputs"][0]["parameters"]["binary_data_size"] == values.nbytes
+    assert head["outputs"][1]["datatype"] == "INT32"
+    assert body[n:] == values.tobytes()
