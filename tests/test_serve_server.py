@@ -249,8 +249,8 @@ def test_token(files):
     registry = Registry.from_specs([parse_model_spec(f"bin={files['bin']}")])
     with pytest.raises(ValueError, match="needs a token"):
         ExplanationServer(registry, InProcessExecutor(), ServeOptions(host="0.0.0.0", port=0))
-    srv = ExplanationServer(registry, InProcessExecutor(),
-                            ServeOptions(host="0.0.0.0", port=0, token="s3cret")).start()  # fmt: skip
+    opts = ServeOptions(host="0.0.0.0", port=0, token="s3cret")
+    srv = ExplanationServer(registry, InProcessExecutor(), opts).start()
     url = f"http://127.0.0.1:{srv.httpd.server_address[1]}"
     try:
         assert call(url, "/v2/health/live")[0] == 200  # health checks need no token
