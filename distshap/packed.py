@@ -41,6 +41,7 @@ from distshap.encoding import InputEncoding
 from distshap.models.ensemble import Ensemble
 from distshap.packing import Packing, bin_order, pack
 from distshap.parallel import run_ranges
+from distshap.path_walk import bias_lane
 from distshap.paths import Paths
 
 __all__ = [
@@ -474,14 +475,7 @@ def _fill_lanes(
     """The lanes of packed paths ``lo .. hi - 1`` (as :func:`_lanes` lays them out)."""
     for q in range(lo, hi):
         a = path_offsets[q]
-        l_feature[a] = -1
-        l_lower[a] = -np.inf
-        l_upper[a] = np.inf
-        l_missing[a] = True
-        l_zero[a] = 1.0
-        l_cat[a] = -1
-        l_nbits[a] = 0
-        l_other[a] = True
+        bias_lane(a, l_feature, l_lower, l_upper, l_missing, l_zero, l_cat, l_nbits, l_other)
         lane_path[a] = q
         shift = src_offsets[order[q]] - a - 1
         for i in range(a + 1, path_offsets[q + 1]):

@@ -251,6 +251,34 @@ def clear_cache() -> None:
     clear_host_forms("pair slots")
 
 
+def zero_pairs(pairs, out, row, g, t, k, a, mid, slot_i, slot_j, acc, r, num_features):
+    """Entries ``t .. k - 1`` of ``pairs[row, g]`` and ``out[row, g]``: the first pairs
+    ``(i, j)``, ``i < j < num_features``, in ``(i, j)`` order whose value is zero (no slot among
+    ``a .. mid - 1``, increasing by ``(i, j)``, or one whose ``acc[r, slot]`` is 0), values 0.0.
+
+    The top-k selections' completion of a row with fewer than ``k`` non-zero pairs, compiled
+    for the CPU (here) and the GPU (:func:`distshap.kernels.cuda.pairs.topk_kernel`).
+    """
+    i = 0
+    j = 1
+    e = a
+    while t < k:
+        while e < mid and (slot_i[e] < i or (slot_i[e] == i and slot_j[e] < j)):
+            e += 1
+        if not (e < mid and slot_i[e] == i and slot_j[e] == j and acc[r, e] != 0):
+            pairs[row, g, t, 0] = i
+            pairs[row, g, t, 1] = j
+            out[row, g, t] = 0.0
+            t += 1
+        j += 1
+        if j == num_features:
+            i += 1
+            j = i + 1
+
+
+_zero_pairs = njit(inline="always", nogil=True, cache=True)(zero_pairs)
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def _select_kernel(values, slot_offsets, num_pairs, slot_i, slot_j, num_features, k, pairs,
                    out):  # fmt: skip
@@ -282,22 +310,8 @@ def _select_kernel(values, slot_offsets, num_pairs, slot_i, slot_j, num_features
                 pairs[r, g, t, 1] = slot_j[e]
                 out[r, g, t] = values[r, e]
             # fewer non-zero pairs than k: the first zero pairs in (i, j) order
-            t = count
-            i = 0
-            j = 1
-            e = a
-            while t < k:
-                while e < mid and (slot_i[e] < i or (slot_i[e] == i and slot_j[e] < j)):
-                    e += 1
-                if not (e < mid and slot_i[e] == i and slot_j[e] == j and values[r, e] != 0):
-                    pairs[r, g, t, 0] = i
-                    pairs[r, g, t, 1] = j
-                    out[r, g, t] = 0.0
-                    t += 1
-                j += 1
-                if j == num_features:
-                    i += 1
-                    j = i + 1
+            _zero_pairs(pairs, out, r, g, count, k, a, mid, slot_i, slot_j, values, r,
+                        num_features)  # fmt: skip
 
 
 def check_k(k: Any, num_features: int) -> int:

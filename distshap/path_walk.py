@@ -16,7 +16,7 @@ from numba import njit
 from distshap.models.ensemble import Ensemble
 from distshap.parallel import run_ranges
 
-__all__ = ["PathWalk"]
+__all__ = ["PathWalk", "bias_lane"]
 
 
 class PathWalk:
@@ -159,6 +159,20 @@ def _check_walk(bad: np.ndarray) -> None:
     raise ValueError(f"the trees contain a cycle: a node is its own ancestor (tree {t})")
 
 
+@njit(inline="always", cache=True, nogil=True)
+def bias_lane(a, feature, lower, upper, missing, zero, cat, nbits, other):
+    """Lane ``a`` of the lane arrays a bias lane: feature -1, always followed (bounds
+    ``-inf, inf``, missing and other categories go its way), zero fraction 1, no categories."""
+    feature[a] = -1
+    lower[a] = -np.inf
+    upper[a] = np.inf
+    missing[a] = True
+    zero[a] = 1.0
+    cat[a] = -1
+    nbits[a] = 0
+    other[a] = True
+
+
 @njit(cache=True, nogil=True)
 def _dfs_paths(
     left, right, feature, threshold, default_left, is_cat, cat_offsets, cat_values, value,
@@ -225,14 +239,8 @@ def _dfs_paths(
                                 path_value[q] = value[node]
                                 path_group[q] = tree_group[t]
                                 a = e - 1  # the bias lane
-                                out_feature[a] = -1
-                                out_lower[a] = -np.inf
-                                out_upper[a] = np.inf
-                                out_missing[a] = True
-                                out_zero[a] = 1.0
-                                out_cat[a] = -1
-                                out_nbits[a] = 0
-                                out_other[a] = True
+                                bias_lane(a, out_feature, out_lower, out_upper, out_missing,
+                                          out_zero, out_cat, out_nbits, out_other)  # fmt: skip
                                 for i in range(a, e + distinct):
                                     lane_path[i] = q
                         for i in range(write):

@@ -32,7 +32,7 @@ from numba import cuda, types
 
 from distshap.kernels.cuda.launch import finish_kernel, run_slot_batches
 from distshap.kernels.cuda.runtime.device import xp
-from distshap.pair_slots import select_top_pairs
+from distshap.pair_slots import select_top_pairs, zero_pairs
 
 __all__ = [
     "TOPK_MAX_THREADS",
@@ -94,6 +94,9 @@ def slot_sums_kernel(acc, group_slots, num_pairs, inv_scale, expected_value, sum
         ev = expected_value[g]
         sums[row0 + r, g] = red_t[0] + ev
         scales[row0 + r, g] = red_a[0] + abs(ev)
+
+
+_zero_pairs = cuda.jit(device=True)(zero_pairs)
 
 
 @cuda.jit(device=True)
@@ -175,22 +178,8 @@ def topk_kernel(acc, group_slots, num_pairs, slot_i, slot_j, inv_scale, scale, k
             pairs[out_row, g, t, 1] = slot_j[slot]
             values[out_row, g, t] = _slot_value(acc[r, slot], inv_scale)
     if tid == 0 and found < k:  # fewer non-zero pairs than k: the first zero pairs by (i, j)
-        t = found
-        i = 0
-        j = 1
-        e = a
-        while t < k:
-            while e < mid and (slot_i[e] < i or (slot_i[e] == i and slot_j[e] < j)):
-                e += 1
-            if not (e < mid and slot_i[e] == i and slot_j[e] == j and acc[r, e] != 0):
-                pairs[out_row, g, t, 0] = i
-                pairs[out_row, g, t, 1] = j
-                values[out_row, g, t] = 0.0
-                t += 1
-            j += 1
-            if j == num_features:
-                i += 1
-                j = i + 1
+        _zero_pairs(pairs, values, out_row, g, found, k, a, mid, slot_i, slot_j, acc, r,
+                    num_features)  # fmt: skip
     cuda.syncthreads()
     for e in range(a + tid, group_slots[g + 1], T):
         acc[r, e] = 0
