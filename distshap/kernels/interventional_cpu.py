@@ -277,15 +277,19 @@ def _scatter(row, g, v, start, k, xf, feature, interactions, loc_phi, loc_int, c
 
 
 @functools.cache
-def _kernel_for(long_paths: bool):  # noqa: ANN202 - returns a Numba dispatcher
-    """The kernel; ``long_paths``: whether some path is longer than a mask (without them the
-    row-by-row test, :func:`_long_path`, is not compiled)."""
+def _kernel_for(long_paths: bool, interactions: bool, transform: int):  # noqa: ANN202
+    """The kernel (a Numba dispatcher) of one kind of call, compiled for it alone.
+
+    ``long_paths``: whether some path is longer than a mask (without, the row-by-row test
+    :func:`_long_path` is not compiled); ``interactions``: interaction values; ``transform``:
+    0 (raw margin), 1 or 2. Constants of the kernel, so a first call compiles only its code.
+    """
 
     @njit(nogil=True, cache=True)
-    def _kernel(X, x_margin, y, R, r_margin, transform, feature, lower, upper, missing,
-                cat_offsets, cat_nbits, cat_other, cat_words, path_offsets, path_value, path_group,
-                p0, p1, masks, counts, members, n_masks, weights, interactions, max_len, block_rows,
-                acc_phi, acc_int, lo, hi):  # fmt: skip
+    def _kernel(X, x_margin, y, R, r_margin, feature, lower, upper, missing, cat_offsets,
+                cat_nbits, cat_other, cat_words, path_offsets, path_value, path_group, p0, p1,
+                masks, counts, members, n_masks, weights, max_len, block_rows, acc_phi, acc_int,
+                lo, hi):  # fmt: skip
         """Add paths ``p0..p1-1`` of the rows of row blocks ``lo .. hi - 1`` (``block_rows`` rows
         each) of ``X`` to ``acc_phi`` (and ``acc_int``).
 
@@ -502,7 +506,7 @@ def interventional_values(
     block_rows = int(min(MEMO_ROWS, max(1, (1 << 19) // width),
                          max(1, -(-n // (4 * numba.get_num_threads())))))  # fmt: skip
     model = _model_args(packed)
-    kernel = _kernel_for(max_len > max_mask_bits)
+    kernel = _kernel_for(bool(max_len > max_mask_bits), bool(interactions), int(transform))
     cached = None
     for r0 in range(0, n, row_block):
         r1 = min(n, r0 + row_block)
@@ -517,9 +521,9 @@ def interventional_values(
                     cached = tables
             n_blocks = -(-(r1 - r0) // block_rows)
             run_ranges(kernel, n_blocks, n_blocks, X[r0:r1], x_margin[r0:r1], y[r0:r1], R,
-                       r_margin, transform, *model, packed.path_offsets, packed.path_value,
-                       packed.path_group, p0, p1, *tables, weights, interactions,
-                       max(max_len, 1), block_rows, acc_phi, acc_int)  # fmt: skip
+                       r_margin, *model, packed.path_offsets, packed.path_value,
+                       packed.path_group, p0, p1, *tables, weights, max(max_len, 1),
+                       block_rows, acc_phi, acc_int)  # fmt: skip
         row_bias = np.ascontiguousarray(
             np.broadcast_to(bias if bias.shape[0] == 1 else bias[r0:r1], (r1 - r0, G))
         )
