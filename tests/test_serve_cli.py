@@ -1,0 +1,80 @@
+"""``distshap serve`` as a process: its help, a bad model spec, and SIGTERM draining (the request
+in flight is answered, bit for bit, then the process exits 0)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+from distshap import TreeExplainer
+from distshap.cli import main
+
+pytest.importorskip("xgboost")
+from xgb_models import build_binary  # noqa: E402
+
+
+def test_help_lists_every_option(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    for flag in ("--model", "--host", "--token", "--insecure", "--local", "--scheduler",
+                 "--max-batch-rows", "--max-wait-ms", "--request-timeout"):  # fmt: skip
+        assert flag in text
+
+
+def test_bad_model_spec_is_one_line(capsys):
+    assert main(["serve", "--local", "--model", "m=x.json,colour=red"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "unknown option 'colour=red'" in err and "\n" not in err
+
+
+def test_sigterm_drains_and_exits_0(tmp_path):
+    booster, X = build_binary()
+    path = str(tmp_path / "m.json")
+    booster.save_model(path)
+    rows = np.asarray(X[:5], dtype=np.float32)
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distshap.cli", "serve", "--local", "--port", "0",
+         "--model", f"m={path}", "--max-wait-ms", "1500"],
+        stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        line = ""
+        while "http://" not in line and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+        url = line.split(" at ", 1)[1].split()[0]
+        body = json.dumps({"inputs": [{"name": "rows", "shape": [5, 6], "datatype": "FP32",
+                                       "data": rows.ravel().tolist()}]}).encode()  # fmt: skip
+        answer = {}
+
+        def request():
+            with urllib.request.urlopen(url + "/v2/models/m/infer", data=body, timeout=30) as r:
+                answer["status"], answer["body"] = r.status, r.read()
+
+        thread = threading.Thread(target=request)
+        thread.start()
+        time.sleep(0.5)  # the request waits in its batch (1.5 s) when SIGTERM arrives
+        proc.send_signal(signal.SIGTERM)
+        thread.join(30)
+        assert proc.wait(30) == 0
+        out = json.loads(answer["body"])["outputs"][0]
+        values = np.array(out["data"], dtype=np.float32).reshape(out["shape"])
+        assert values.tobytes() == TreeExplainer(path).shap_values(rows).tobytes()
+        assert "drained" in proc.stderr.read()
+        with pytest.raises(OSError):
+            urllib.request.urlopen(url + "/v2/health/live", timeout=2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
