@@ -1,8 +1,18 @@
 """distshap: exact SHAP values of tree ensembles on CPUs, GPUs and Dask clusters."""
 
-from distshap.explainer import TreeExplainer
-from distshap.models import Ensemble, UnsupportedModelError, load_model
-from distshap.plan.config import Config, config_context, get_config, reset_config, set_config
+from distshap.compile_cache import configure as _configure_cache
+
+_configure_cache()  # before distshap imports Numba: where its compiled kernels are kept
+
+from distshap.explainer import TreeExplainer  # noqa: E402
+from distshap.models import Ensemble, UnsupportedModelError, load_model  # noqa: E402
+from distshap.plan.config import (  # noqa: E402
+    Config,
+    config_context,
+    get_config,
+    reset_config,
+    set_config,
+)
 
 __all__ = [
     "Config",

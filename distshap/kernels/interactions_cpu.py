@@ -49,6 +49,7 @@ import numba
 import numpy as np
 from numba import njit
 
+from distshap.compile_cache import announce
 from distshap.kernels import treeshap
 from distshap.kernels.quadrature_cpu import pattern_model, pattern_rows
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
@@ -77,6 +78,7 @@ TABLE_CACHE_SIZE = 4
 _follows = njit(inline="always", nogil=True, cache=True)(treeshap.follows)
 
 
+@announce("the CPU interaction-values kernel", 3)
 @njit(nogil=True, cache=True)
 def _interaction_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, cat_nbits,
                       cat_other, cat_words, path_offsets, path_value, group_paths,

@@ -34,6 +34,7 @@ from numba import njit
 
 import distshap.kernels.interventional_math as im
 import distshap.kernels.treeshap as treeshap
+from distshap.compile_cache import announce
 from distshap.packed import PackedModel
 from distshap.parallel import num_threads, run_ranges
 
@@ -285,6 +286,10 @@ def _kernel_for(long_paths: bool, interactions: bool, transform: int):  # noqa: 
     0 (raw margin), 1 or 2. Constants of the kernel, so a first call compiles only its code.
     """
 
+    what = "interaction values" if interactions else "SHAP values"
+    what += "" if transform == 0 else " of a transformed output"
+
+    @announce(f"the CPU interventional kernel ({what})", 3 if interactions else 2)
     @njit(nogil=True, cache=True)
     def _kernel(X, x_margin, y, R, r_margin, feature, lower, upper, missing, cat_offsets,
                 cat_nbits, cat_other, cat_words, path_offsets, path_value, path_group, p0, p1,

@@ -42,6 +42,7 @@ import numba
 import numpy as np
 from numba import njit
 
+from distshap.compile_cache import announce
 from distshap.kernels import treeshap
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
 from distshap.parallel import run_ranges
@@ -60,6 +61,7 @@ _FILL_VALUES = 1 << 23
 _follows = njit(inline="always", nogil=True, cache=True)(treeshap.follows)
 
 
+@announce("the CPU SHAP kernel", 2)
 @njit(nogil=True, cache=True)
 def _shap_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, cat_nbits,
                cat_other, cat_words, path_offsets, path_value, path_group, table_offsets,
