@@ -9,6 +9,7 @@ Subcommands::
                      [--chunk-rows N] [--drop COL]
     distshap info MODEL [--json] [--device-kind KIND] [--rows N]
     distshap calibrate [--scale S] [--repeats N] [--dry-run] [--json]
+    distshap compile [--backend auto|cpu|cuda] [--kinds shap,interactions,interventional]
     distshap plot summary MODEL DATA -o out.png [--max-display 20] [--kind bar|beeswarm]
     distshap plot interactions MODEL DATA -o out.png [--max-display 20] [--group G] [--signed]
     distshap serve --model NAME=PATH[,background=FILE][,output=O] [--host H] [--port P]
@@ -101,6 +102,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_explain(sub)
     _add_info(sub)
     _add_calibrate(sub)
+    _add_compile(sub)
     _add_plots(sub)
     add_serve_parser(sub)
     return parser
@@ -196,6 +198,24 @@ def _add_calibrate(sub: Any) -> None:
     cal.add_argument("--json", action="store_true", help="machine-readable JSON output")
     _common(cal)
     cal.set_defaults(func=commands.run_calibrate)
+
+
+def _add_compile(sub: Any) -> None:
+    comp = sub.add_parser(
+        "compile",
+        help="compile the kernels ahead into Numba's disk cache (for images and CI)",
+        description="Compile every kernel of a backend on tiny built-in models, so that later "
+        "processes load them from Numba's disk cache instead of compiling on their first call "
+        "(distshap.warmup.warm_up). The cache is NUMBA_CACHE_DIR, by default "
+        "~/.cache/distshap/numba.",
+    )  # fmt: skip
+    comp.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="auto",
+                      help="default auto: CUDA if a GPU is visible")  # fmt: skip
+    comp.add_argument("--kinds", default="shap,interactions,interventional",
+                      help="comma-separated: shap, interactions, interventional (CPU) (default "
+                      "all)")  # fmt: skip
+    _common(comp)
+    comp.set_defaults(func=commands.run_compile)
 
 
 def _add_plots(sub: Any) -> None:

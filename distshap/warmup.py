@@ -1,23 +1,28 @@
-"""Warm-up: compile a backend's kernels before the first real call, on tiny built-in models.
+"""Warm-up: compile a backend's kernels ahead, on tiny built-in models (``distshap compile``).
 
-Numba compiles a kernel (or loads it from its cache) on the first call, which can take seconds
-(``benchmarks/RESULTS.md`` says how long). :func:`warm_up` runs every kernel of a backend once
-on chain-shaped trees (:func:`chain_ensemble`): a short chain, and one longer than a warp,
-which takes the CUDA backend's fallback kernel. It sits above the kernels
-(it builds models through :mod:`distshap.paths` and :mod:`distshap.packed`), so the kernels
-never import the model-building side.
+Numba compiles a kernel on its first call (or loads it from its disk cache,
+:mod:`distshap.compile_cache`), which takes seconds. :func:`warm_up` runs every kernel of a
+backend once on chain-shaped trees (:func:`chain_ensemble`): a short chain (pattern tables),
+and one longer than a warp (quadrature; the CUDA backend's fallback kernel). On the CPU it also
+runs the margin traversal and the interventional kernels (SHAP and interaction values of the
+raw margin, SHAP values of the probability and of the log loss, and the row-by-row test of
+paths too long for a mask), so a later process finds all of them in the cache: the step for
+images and CI. It sits above the kernels, so the kernels never import the model-building side.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from distshap.interventional import build_background
 from distshap.kernels import get_backend
+from distshap.kernels.interventional_cpu import MAX_MASK_BITS, interventional_values
+from distshap.kernels.margin import margin_model, predict_margin
 from distshap.models.ensemble import Ensemble
-from distshap.packed import build_packed_model
+from distshap.packed import PackedModel, build_packed_model
 from distshap.paths import extract_paths
 
-__all__ = ["chain_ensemble", "warm_up"]
+__all__ = ["KINDS", "chain_ensemble", "warm_up"]
 
 
 def chain_ensemble(depth: int, n_features: int) -> Ensemble:
@@ -54,15 +59,48 @@ def chain_ensemble(depth: int, n_features: int) -> Ensemble:
     )  # fmt: skip
 
 
-def warm_up(backend: str = "cpu") -> None:
-    """Compile (or load from Numba's cache) every kernel of ``backend`` ("cpu" or "cuda")."""
+KINDS = ("shap", "interactions", "interventional")
+
+
+def warm_up(backend: str = "cpu", kinds: tuple[str, ...] = KINDS) -> None:
+    """Compile (or load from Numba's cache) every kernel of ``backend`` ("cpu" or "cuda").
+
+    Parameters
+    ----------
+    backend : {"cpu", "cuda"}
+    kinds : tuple of {"shap", "interactions", "interventional"}
+        The kernels to compile: path-dependent SHAP values, interaction values, interventional
+        values (CPU only: every transform, SHAP and interaction values).
+    """
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        raise ValueError(f"unknown kinds {sorted(unknown)}: use {', '.join(KINDS)}")
     kernels = get_backend(backend)
     for depth in (3, 33):  # the second has paths longer than a warp (CUDA: fallback kernel)
-        packed = build_packed_model(extract_paths(chain_ensemble(depth, depth)))
+        ensemble = chain_ensemble(depth, depth)
+        packed = build_packed_model(extract_paths(ensemble), margin=margin_model(ensemble))
         X = np.full((2, depth), 0.25, np.float32)
-        kernels.shap_values(packed, X)
-        kernels.interaction_values(packed, X)
+        if "shap" in kinds:
+            kernels.shap_values(packed, X)
+        if "interactions" in kinds:
+            kernels.interaction_values(packed, X)
+        if backend == "cpu":
+            predict_margin(packed, X)  # the additivity check's traversal
+            if "interventional" in kinds:
+                _interventional(packed, X, long_paths=depth > 3)
     if backend == "cuda":
         from numba import cuda
 
         cuda.synchronize()
+
+
+def _interventional(packed: PackedModel, X: np.ndarray, long_paths: bool) -> None:
+    """The CPU interventional kernels of every kind of call on ``packed``."""
+    background = build_background(packed, X)
+    bits = 1 if long_paths else MAX_MASK_BITS  # long_paths: every path tested row by row
+    margin = predict_margin(packed, X)
+    y = np.zeros(X.shape[0])
+    for transform in (0, 1, 2):
+        interventional_values(packed, background, X, transform=transform, x_margin=margin,
+                              y=y, max_mask_bits=bits)  # fmt: skip
+    interventional_values(packed, background, X, interactions=True, max_mask_bits=bits)

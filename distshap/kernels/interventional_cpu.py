@@ -287,7 +287,8 @@ def _kernel_for(long_paths: bool, interactions: bool, transform: int):  # noqa: 
     """
 
     what = "interaction values" if interactions else "SHAP values"
-    what += "" if transform == 0 else " of a transformed output"
+    what += ("", " of the probability", " of the log loss")[transform]
+    what += ", paths longer than a mask" if long_paths else ""
 
     @announce(f"the CPU interventional kernel ({what})", 3 if interactions else 2)
     @njit(nogil=True, cache=True)
