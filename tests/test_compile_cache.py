@@ -1,0 +1,103 @@
+"""The first call in a fresh environment: the compile notice, the cache location, compiling ahead.
+
+Each case runs in a new Python process with an empty Numba cache directory (a fresh install),
+then, where it matters, in a second process on the cache the first one filled.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_EXPLAIN = """
+import sys
+import numpy as np
+import distshap
+from distshap.warmup import chain_ensemble
+
+kind = sys.argv[1]
+X = np.random.default_rng(0).random((40, 6)).astype(np.float32)
+background = X[:10] if kind.startswith("interventional") else None
+explainer = distshap.TreeExplainer(chain_ensemble(6, 6), background)
+if kind.endswith("interactions"):
+    explainer.shap_interaction_values(X)
+else:
+    explainer.shap_values(X)
+print("done")
+"""
+
+_NOTICE = "distshap: compiling"
+
+
+def _run(code: str, *args: str, env: dict[str, str | None]) -> subprocess.CompletedProcess:
+    full = dict(os.environ)
+    full.pop("NUMBA_CACHE_DIR", None)
+    for key, value in env.items():
+        if value is None:
+            full.pop(key, None)
+        else:
+            full[key] = value
+    full["PYTHONPATH"] = str(ROOT) + os.pathsep + full.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-c", code, *args], env=full, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def _notices(proc: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in proc.stderr.splitlines() if line.startswith(_NOTICE)]
+
+
+@pytest.mark.parametrize("kind", ["shap", "interventional"])
+def test_a_cold_cache_says_one_line_and_a_warm_cache_nothing(tmp_path: Path, kind: str) -> None:
+    env = {"NUMBA_CACHE_DIR": str(tmp_path)}
+    cold = _run(_EXPLAIN, kind, env=env)
+    lines = _notices(cold)
+    assert len(lines) == 1, cold.stderr
+    (line,) = lines
+    assert "kernel" in line and "about" in line and str(tmp_path) in line
+    assert "distshap compile" in line
+    warm = _run(_EXPLAIN, kind, env=env)
+    assert _notices(warm) == [], warm.stderr
+
+
+def test_the_default_cache_is_a_user_directory(tmp_path: Path) -> None:
+    code = (
+        "import os, numba, distshap; "
+        "print(os.environ['NUMBA_CACHE_DIR']); print(numba.config.CACHE_DIR)"
+    )
+    proc = _run(code, env={"XDG_CACHE_HOME": str(tmp_path), "NUMBA_CACHE_DIR": None})
+    expected = str(tmp_path / "distshap" / "numba")
+    assert proc.stdout.split() == [expected, expected]
+    # Numba imported before distshap: its configuration follows too
+    code = "import numba, os, distshap; print(numba.config.CACHE_DIR)"
+    proc = _run(code, env={"XDG_CACHE_HOME": str(tmp_path), "NUMBA_CACHE_DIR": None})
+    assert proc.stdout.split() == [expected]
+    # compiled kernels land there
+    proc = _run(_EXPLAIN, "shap", env={"XDG_CACHE_HOME": str(tmp_path), "NUMBA_CACHE_DIR": None})
+    assert any(Path(expected).rglob("*.nbi")), proc.stderr
+
+
+def test_a_users_numba_cache_dir_is_kept(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    code = "import os, distshap; print(os.environ['NUMBA_CACHE_DIR'])"
+    proc = _run(code, env={"XDG_CACHE_HOME": str(tmp_path / "xdg"), "NUMBA_CACHE_DIR": str(mine)})
+    assert proc.stdout.split() == [str(mine)]
+    assert not (tmp_path / "xdg").exists()
+
+
+def test_compile_ahead_leaves_nothing_to_compile(tmp_path: Path) -> None:
+    env = {"NUMBA_CACHE_DIR": str(tmp_path)}
+    code = "import sys; from distshap.cli import main; sys.exit(main(sys.argv[1:]))"
+    ahead = _run(code, "compile", "--backend", "cpu", "--kinds", "shap,interventional", env=env)
+    assert "cpu kernels (shap, interventional)" in ahead.stdout
+    assert str(tmp_path) in ahead.stdout
+    for kind in ("shap", "interventional"):
+        later = _run(_EXPLAIN, kind, env=env)
+        assert _notices(later) == [], later.stderr
