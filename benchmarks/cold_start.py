@@ -2,7 +2,9 @@
 
 Each measurement runs in a new Python process whose ``NUMBA_CACHE_DIR`` is an empty temporary
 directory (a fresh environment: nothing compiled yet), then once more in a new process on the
-cache the first one filled (what every later run pays). The child process times
+cache the first one filled (what every later run pays); each kind (``--kinds``) in its own
+pair of processes and cache, as a new user's first call, unless ``--together``. The child
+process times
 
 * ``import``: ``import distshap``;
 * ``build``: :class:`distshap.TreeExplainer` on the saved model file, split into its stages
@@ -13,12 +15,16 @@ cache the first one filled (what every later run pays). The child process times
   (the packing algorithm alone, from ``packed.stats``) and ``digest``; Numba compilation falls
   into the stage that triggers it;
 * ``first``: the first ``shap_values`` call (compilation, tables, additivity check included),
-  ``warm``: the median of ``--repeats`` later calls; then the same for
-  ``shap_interaction_values`` (``--kinds``).
+  split into ``compile`` (seconds inside Numba's ``Dispatcher.compile``: compiling, or loading
+  from the disk cache) and the rest; ``warm``: the median of ``--repeats`` later calls; then
+  the same for ``shap_interaction_values`` and for interventional SHAP values (``--kinds``;
+  ``interventional`` builds a second explainer over ``--background-rows`` rows, its build
+  timed apart as ``background build``, and explains the rows of ``--rows``).
 
 ``--profile`` adds, per compiled function and signature, the seconds Numba spent compiling it
 or loading it from the cache (time inside ``Dispatcher.compile``, nested compilations
-subtracted), the way to see where a first call's time goes.
+subtracted), the way to see where a first call's time goes. The child's stderr (the one-line
+compile notices of :mod:`distshap.compile_cache`) is printed under its summary.
 
 With ``--backend cuda`` the first call is split too: ``cuda import`` (importing the CUDA
 backend, timed before the build), ``device model`` (the packed model's device arrays: host
@@ -31,6 +37,7 @@ files in the Numba cache directory (CPU and CUDA functions), the disk cache's st
 Usage::
 
     python -m benchmarks.cold_start                                  # cal_housing-med, CPU
+    python -m benchmarks.cold_start --kinds interventional --background-rows 100
     python -m benchmarks.cold_start --profile --kinds shap
     python -m benchmarks.cold_start --backend cuda --kinds shap      # GPU: cal_housing-large
 """
@@ -159,7 +166,7 @@ def _child(args: argparse.Namespace) -> dict:
     import numpy as np  # timed apart: every Python program using distshap has it
 
     t_numpy = time.perf_counter() - t0
-    profile = _CompileProfile() if args.profile else None
+    profile = _CompileProfile()
     t0, c0 = time.perf_counter(), time.process_time()
     import distshap
 
@@ -220,9 +227,8 @@ def _child(args: argparse.Namespace) -> dict:
             cupy.cuda.Device().synchronize()
 
     for kind in args.kinds.split(","):
-        fn = explainer.shap_values if kind == "shap" else explainer.shap_interaction_values
-        rows = X if kind == "shap" else X[: args.interaction_rows]
-        n_compiled = len(profile.records) if profile else 0
+        fn, rows = _call(args, explainer, kind, X, record)
+        n_compiled = len(profile.records)
         first_stages.clear()
         t0, c0 = time.perf_counter(), time.process_time()
         values = fn(rows)
@@ -241,14 +247,35 @@ def _child(args: argparse.Namespace) -> dict:
             "rows": int(rows.shape[0]),
             "first_s": first,
             "first_cpu_s": first_cpu,
+            "compile_s": sum(r["seconds"] for r in profile.records[n_compiled:]),
             "warm_s": statistics.median(times),
-            "compiled_in_first_call": len(profile.records) - n_compiled if profile else None,
+            "compiled_in_first_call": len(profile.records) - n_compiled,
             "first_stages_s": first_split,
             "values_sha256": values_sha,
         }
-    if profile:
+    if args.profile:
         record["compile_profile"] = profile.records
     return record
+
+
+def _call(args: argparse.Namespace, explainer, kind: str, X, record: dict) -> tuple:
+    """The method a kind calls, and its rows (``interventional``: a second explainer, over the
+    first ``--background-rows`` rows, its build time in ``record["background_build_s"]``)."""
+    if kind == "shap":
+        return explainer.shap_values, X
+    if kind == "interactions":
+        return explainer.shap_interaction_values, X[: args.interaction_rows or args.rows]
+    if kind != "interventional":
+        raise ValueError(f"unknown kind {kind!r}: use shap, interactions, interventional")
+    import distshap
+    from benchmarks.shapes import make_data
+
+    name, _ = args.shape.rsplit("-", 1)
+    background, _ = make_data(name, args.background_rows, seed=2)
+    t0 = time.perf_counter()
+    interventional = distshap.TreeExplainer(args.model, background, backend=args.backend)
+    record["background_build_s"] = time.perf_counter() - t0
+    return interventional.shap_values, X
 
 
 # --------------------------------------------------------------------------------------------
@@ -265,7 +292,9 @@ def _run_child(args: argparse.Namespace, model: str, cache_dir: str) -> tuple[di
         sys.executable, "-m", "benchmarks.cold_start", "--child", "--model", model,
         "--shape", args.shape, "--rows", str(args.rows), "--backend", args.backend,
         "--kinds", args.kinds, "--repeats", str(args.repeats),
-        "--interaction-rows", str(args.interaction_rows), "--threads", str(args.threads),
+        "--interaction-rows", str(args.interaction_rows or args.rows),
+        "--threads", str(args.threads),
+        "--background-rows", str(args.background_rows),
     ] + (["--profile"] if args.profile else [])  # fmt: skip
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     t0 = time.perf_counter()
@@ -273,7 +302,9 @@ def _run_child(args: argparse.Namespace, model: str, cache_dir: str) -> tuple[di
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"child failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1]), wall
+    record = json.loads(proc.stdout.strip().splitlines()[-1])
+    record["stderr"] = proc.stderr.strip()
+    return record, wall
 
 
 def _cache_index_files(cache_dir: str) -> str:
@@ -303,14 +334,13 @@ def _summary(label: str, rec: dict, wall: float) -> str:
         f"{rec['lanes']} lanes"
     ]
     for kind, k in rec["kinds"].items():
-        to_first = rec["import_s"] + cuda + rec["build_s"] + k["first_s"]
-        compiled = k["compiled_in_first_call"]
-        extra = f", {compiled} specialisations in the first call" if compiled is not None else ""
+        build = rec["build_s"] if kind != "interventional" else rec["background_build_s"]
+        to_first = rec["import_s"] + cuda + build + k["first_s"]
         lines.append(
-            f"  {kind:12s} {k['rows']:6d} rows: first call {k['first_s']:.2f} s (CPU "
-            f"{k['first_cpu_s']:.2f} s), warm "
-            f"{k['warm_s']:.3f} s; build + first = {rec['build_s'] + k['first_s']:.2f} s; "
-            f"import + build + first = {to_first:.2f} s{extra}; values {k['values_sha256']}"
+            f"  {kind:14s} {k['rows']:6d} rows: first call {k['first_s']:.2f} s (compile "
+            f"{k['compile_s']:.2f} s, {k['compiled_in_first_call']} specialisations; CPU "
+            f"{k['first_cpu_s']:.2f} s), warm {k['warm_s']:.3f} s; build {build:.2f} s; "
+            f"import + build + first = {to_first:.2f} s; values {k['values_sha256']}"
         )
         split = k.get("first_stages_s") or {}
         if split:
@@ -339,13 +369,29 @@ def _profile_table(records: list[dict], top: int) -> str:
     return "\n".join(out)
 
 
+def _measure(args: argparse.Namespace, model: str, cache_dir: str, kinds: str, label: str) -> dict:
+    """One child process on ``cache_dir`` for ``kinds``, its summary printed."""
+    rec, wall = _run_child(argparse.Namespace(**{**vars(args), "kinds": kinds}), model, cache_dir)
+    rec["disk_cache_index_files"] = _cache_index_files(cache_dir)
+    print(_summary(label, rec, wall), flush=True)
+    for line in rec["stderr"].splitlines():
+        print(f"  stderr: {line}", flush=True)
+    print(f"  Numba disk cache after the run: {rec['disk_cache_index_files']}", flush=True)
+    if args.profile:
+        print(_profile_table(rec["compile_profile"], args.top), flush=True)
+    return rec
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default=None, help="name-size from benchmarks.shapes")
     parser.add_argument("--rows", type=int, default=1000, help="rows explained (SHAP)")
-    parser.add_argument("--interaction-rows", type=int, default=200)
+    parser.add_argument("--interaction-rows", type=int, default=None,
+                        help="rows of the interaction values (default: --rows)")  # fmt: skip
+    parser.add_argument("--background-rows", type=int, default=100,
+                        help="background rows of the interventional explainer")  # fmt: skip
     parser.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--kinds", default="shap,interactions")
+    parser.add_argument("--kinds", default="shap,interactions,interventional")
     parser.add_argument(
         "--threads",
         type=int,
@@ -353,6 +399,9 @@ def main(argv: list[str] | None = None) -> None:
         help="NUMBA_NUM_THREADS of the child (default: 2 for cpu, every core for cuda)",
     )
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--together", dest="apart", action="store_false",
+                        help="every kind in one process (default: each kind in its own fresh "
+                        "process and cache, as a new user's first call)")  # fmt: skip
     parser.add_argument("--profile", action="store_true", help="per-function compile seconds")
     parser.add_argument("--top", type=int, default=25, help="functions listed by --profile")
     parser.add_argument("--json", help="write the records to this file")
@@ -373,15 +422,12 @@ def main(argv: list[str] | None = None) -> None:
     train_model(name, size, verbose=True)  # trained and saved once, outside the timings
     model = str(model_path(name, size))
     results = {}
-    with tempfile.TemporaryDirectory(prefix="distshap-numba-") as cache_dir:
-        for label in ("fresh cache", "filled cache"):
-            rec, wall = _run_child(args, model, cache_dir)
-            rec["disk_cache_index_files"] = _cache_index_files(cache_dir)
-            results[label] = rec
-            print(_summary(label, rec, wall), flush=True)
-            print(f"  Numba disk cache after the run: {rec['disk_cache_index_files']}", flush=True)
-            if args.profile:
-                print(_profile_table(rec["compile_profile"], args.top), flush=True)
+    groups = args.kinds.split(",") if args.apart else [args.kinds]
+    for kinds in groups:
+        with tempfile.TemporaryDirectory(prefix="distshap-numba-") as cache_dir:
+            for label in ("fresh cache", "filled cache"):
+                key = label if len(groups) == 1 else f"{kinds}, {label}"
+                results[key] = _measure(args, model, cache_dir, kinds, key)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"shape": args.shape, "backend": args.backend, **results}, fh, indent=1)
