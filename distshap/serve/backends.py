@@ -24,6 +24,10 @@ from distshap.serve.registry import PAIRS_OUTPUT, Resident
 __all__ = ["DaskExecutor", "InProcessExecutor", "NoWorkerError", "explain_block"]
 
 
+#: Times a block is sent again after its worker died.
+_ATTEMPTS = 4
+
+
 class NoWorkerError(RuntimeError):
     """No worker is connected to run a batch (the server answers 503)."""
 
@@ -149,15 +153,8 @@ class DaskExecutor:
         return worker_copy(self.client, model_future(self.client, resident), worker)
 
     def _run_block(self, resident: Resident, rows: np.ndarray, output: str, k: int) -> dict:
-        deadline = time.monotonic() + self.no_worker_timeout
-        while True:
-            workers = self._worker_list()
-            if not workers:
-                if time.monotonic() > deadline:
-                    raise NoWorkerError("no Dask worker is connected to run the request")
-                time.sleep(0.05)
-                continue
-            worker = workers[next(self._turn) % len(workers)]
+        for attempt in range(_ATTEMPTS):
+            worker = self._next_worker()
             future = self.client.submit(
                 explain_block, self._copy(resident, worker), rows, output, k,
                 workers=[worker], allow_other_workers=True, pure=False,
@@ -166,20 +163,38 @@ class DaskExecutor:
                 return self._wait(future)
             except NoWorkerError:
                 raise
-            except Exception as err:
-                if not _is_worker_loss(err):
+            except BaseException as err:
+                if not _is_worker_loss(err) or attempt == _ATTEMPTS - 1:
                     raise
                 self._known = (0.0, [])  # a worker died: ask again, run on another
+        raise AssertionError("unreachable")
+
+    def _next_worker(self) -> str:
+        """A connected worker, in turn; NoWorkerError after ``no_worker_timeout`` without."""
+        deadline = time.monotonic() + self.no_worker_timeout
+        while True:
+            workers = self._worker_list()
+            if workers:
+                return workers[next(self._turn) % len(workers)]
+            if time.monotonic() > deadline:
+                raise NoWorkerError("no Dask worker is connected to run the request")
+            time.sleep(0.05)
 
     def _wait(self, future: Any) -> dict:
-        """The block's result; NoWorkerError as soon as no worker is left to run it."""
+        """The block's result; NoWorkerError once no worker is left for ``no_worker_timeout``."""
         from distributed import TimeoutError as DaskTimeout
 
+        alone_since = None
         while True:
             try:
                 return future.result(timeout=0.25)
             except (DaskTimeout, TimeoutError):
-                if not self._worker_list(0.25):
+                if self._worker_list(0.25):
+                    alone_since = None
+                    continue
+                now = time.monotonic()
+                alone_since = alone_since or now
+                if now - alone_since > self.no_worker_timeout:
                     future.cancel()
                     raise NoWorkerError("no Dask worker is left to run the request") from None
 
@@ -206,10 +221,12 @@ class DaskExecutor:
 
 def _is_worker_loss(err: BaseException) -> bool:
     """Whether ``err`` says the block's worker went away (then it runs again elsewhere)."""
-    from distributed.client import FutureCancelledError
+    import asyncio
+    import concurrent.futures
+
     from distributed.scheduler import KilledWorker
 
-    lost = (KilledWorker, FutureCancelledError, OSError, ConnectionError)
+    lost = (KilledWorker, asyncio.CancelledError, concurrent.futures.CancelledError, OSError)
     return isinstance(err, lost) or type(err).__name__ in (
         "CommClosedError",
         "FutureCancelledError",

@@ -1,12 +1,14 @@
 """Dynamic batching: concurrent requests for one model and output merged into one batch.
 
-Each (model, output, parameters) has a :class:`BatchQueue`. Its thread takes the oldest request,
-waits at most ``max_wait`` seconds for more while the batch holds fewer than ``max_rows`` rows,
-concatenates the rows (as float64 when any request sent FP64: widening is exact, and the model
-converts each value as it would alone), hands the batch to the executor and, when its values
-come back, splits them by the requests' row counts. Each row's values do not depend on the rows
-beside it, so every response equals its rows run alone. The queue is bounded in rows: a request
-that does not fit is refused at once (:class:`QueueFull`, the server's 503 + Retry-After).
+Each (model, output, parameters) has a :class:`BatchQueue`. Its thread takes the oldest request
+and waits for a free executor slot, so that requests pile up into the next batch while one
+runs; while a batch of the queue runs, it also waits at most ``max_wait`` seconds for the batch
+to reach ``max_rows`` rows (an idle queue sends at once). It concatenates the rows (as float64
+when any request sent FP64: widening is exact, and the model converts each value as it would
+alone), hands the batch to the executor and, when its values come back, splits them by the
+requests' row counts. Each row's values do not depend on the rows beside it, so every response
+equals its rows run alone. The queue is bounded in rows: a request that does not fit is refused
+at once (:class:`QueueFull`, the server's 503 + Retry-After).
 """
 
 from __future__ import annotations
@@ -118,10 +120,10 @@ class BatchQueue:
                     return None
                 self._cond.wait(0.1)
             deadline = self._items[0].queued + self.max_wait
-            while not self._closed:
-                rows = self._queued_rows
+            # an idle queue sends at once; while a batch runs, the next one fills (max_wait)
+            while not self._closed and self._running:
                 left = deadline - time.monotonic()
-                if rows >= self.max_rows or left <= 0:
+                if self._queued_rows >= self.max_rows or left <= 0:
                     break
                 self._cond.wait(left)
             batch = [self._items.popleft()]

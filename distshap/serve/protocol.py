@@ -69,6 +69,11 @@ class InferRequest:
     rows: np.ndarray
     outputs: tuple[OutputSpec, ...]
     binary_default: bool
+    parameters: dict = field(default_factory=dict)
+
+
+#: Request parameters of the protocol (and Triton) that do not change the values: ignored.
+_IGNORED_PARAMETERS = ("priority", "timeout", "sequence_id", "sequence_start", "sequence_end")
 
 
 def _json_object(data: bytes, what: str) -> dict:
@@ -196,13 +201,21 @@ def parse_infer(body: bytes, header_length: str | None = None) -> InferRequest:
             f"{count}"
         )
     params = obj.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise bad_request('parameters must be a JSON object, e.g. {"k": 5}')
     binary_default = bool(params.get("binary_data_output", False))
+    params = {
+        key: value
+        for key, value in params.items()
+        if key != "binary_data_output" and key not in _IGNORED_PARAMETERS
+    }
     request_id = obj.get("id")
     return InferRequest(
         None if request_id is None else str(request_id),
         _input_rows(inputs[0], binary),
         _output_specs(obj, binary_default),
         binary_default,
+        params,
     )
 
 

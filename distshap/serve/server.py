@@ -17,6 +17,7 @@ import ipaddress
 import json
 import logging
 import re
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -95,6 +96,7 @@ def _is_loopback(host: str) -> bool:
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True  # an idle keep-alive connection does not hold the process
+    request_queue_size = 1024  # the listen backlog: many clients connect at once
     allow_reuse_address = True
     app: ExplanationServer
 
@@ -111,6 +113,12 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as protocol clients expect
     server: _HTTPServer
     timeout = 60  # seconds an idle keep-alive connection is kept
+
+    def setup(self) -> None:
+        super().setup()
+        # headers and body are two writes: without this, Nagle's algorithm and the client's
+        # delayed ACK hold the body back
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
         log.debug("http %s", format % args)
@@ -197,7 +205,8 @@ class ExplanationServer:
             return
         self.draining = True
         log.info("draining: %d request(s) in flight", self._active)
-        self.httpd.shutdown()  # no new connections
+        self.httpd.shutdown()
+        self.httpd.server_close()  # no new connections; those open are answered 503
         deadline = time.monotonic() + self.options.drain_timeout
         with self._idle:
             while self._active and time.monotonic() < deadline:
@@ -205,7 +214,6 @@ class ExplanationServer:
         for queue in list(self._queues.values()):
             queue.close(wait=False)
         self.executor.close()
-        self.httpd.server_close()
         self._drained.set()
 
     # ----------------------------------------------------------------------------------------
@@ -305,13 +313,13 @@ class ExplanationServer:
     def _infer(self, req: _Handler, model: Any, info: dict) -> tuple[bytes, dict]:
         opts = self.options
         deadline = time.monotonic() + opts.request_timeout
-        body = self._read_body(req)
-        if self.draining:
+        if self.draining:  # a request begun before the drain is answered
             raise _Reply(503, "the server is shutting down", self._retry())
+        body = self._read_body(req)
         try:
             parsed = parse_infer(body, req.headers.get(HEADER_LENGTH))
             specs = parsed.outputs or (OutputSpec("shap_values", {}, parsed.binary_default),)
-            ks = [model.check_output(s.name, s.parameters) for s in specs]
+            ks = _output_ks(model, specs, parsed.parameters)
         except ProtocolError as err:
             raise _Reply(err.status, str(err)) from None
         n, F = parsed.rows.shape
@@ -379,8 +387,6 @@ class ExplanationServer:
             with self._lock:
                 queue = self._queues.get(key)
                 if queue is None:
-                    if self.draining:
-                        raise QueueClosed("the server is shutting down")
                     opts = self.options
                     queue = self._queues[key] = BatchQueue(
                         model.resident, output, k, self.executor, opts.max_batch_rows,
@@ -395,6 +401,26 @@ class ExplanationServer:
             key = (("model", name), ("output", output))
             out[key] = out.get(key, 0) + queue.queued_rows
         return out
+
+
+def _output_ks(model: Any, specs: tuple, parameters: dict) -> list[int]:
+    """Each output's ``k`` (0 for outputs that take none); the request's ``k`` (as tritonclient
+    sends parameters) applies to ``top_interactions`` unless the output gives its own."""
+    unknown = sorted(set(parameters) - {"k"})
+    if unknown:
+        raise ProtocolError(
+            400, f"parameters: unknown parameter {unknown[0]!r}; the request takes k (for "
+            "top_interactions) and the protocol's binary_data_output",
+        )  # fmt: skip
+    if "k" in parameters and not any(s.name == "top_interactions" for s in specs):
+        raise ProtocolError(400, "parameters.k applies to top_interactions: ask for that output")
+    ks = []
+    for spec in specs:
+        params = spec.parameters
+        if spec.name == "top_interactions":
+            params = {**parameters, **params}
+        ks.append(model.check_output(spec.name, params))
+    return ks
 
 
 def _version() -> str:
