@@ -642,11 +642,12 @@ def test_gpu_slot_kernels_give_the_matrix_bits(kind, budget):
 
     booster, X = xgb_models.MODEL_KINDS[kind]()
     packed = distshap.TreeExplainer(booster, backend="cuda", table_budget_bytes=budget).packed
-    full = to_host(explain_rows(packed, X, True, "cuda"))
+    # the regular kernels for both (small models otherwise take the one-launch route)
+    with config_context(small_max_paths=0):
+        full = to_host(explain_rows(packed, X, True, "cuda"))
     slots = pair_slots(packed)
     group = _slot_groups(slots)
     want = full[:, group, slots.slot_i, slots.slot_j]
-    # the regular kernels (small models otherwise take the one-launch route)
     for rows, chunk_paths in ((1, 256), (2, 16), (3, 16)):
         with config_context(small_max_paths=0, slot_quadrature_rows=rows,
                             quadrature_chunk_paths=chunk_paths):  # fmt: skip
