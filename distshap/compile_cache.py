@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["announce", "cache_dir", "configure", "default_cache_dir", "logger"]
+__all__ = ["announce", "cache_dir", "configure", "default_cache_dir", "logger", "read_only"]
 
 logger = logging.getLogger("distshap.compile")
 
@@ -78,6 +78,15 @@ def cache_dir() -> str | None:
     """Where Numba caches distshap's kernels in this process: ``NUMBA_CACHE_DIR``, or None
     when Numba uses its default (``__pycache__`` beside each module of the package)."""
     return os.environ.get("NUMBA_CACHE_DIR") or None
+
+
+def read_only(a: Any) -> Any:
+    """A read-only view of the array ``a``: kernels take the rows they explain read-only, so a
+    caller's read-only array (a memory-mapped file) and a writable one share one compiled
+    specialisation (and one cache entry, the one ``distshap compile`` made)."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
 
 
 def _notice(py_func: Any) -> None:

@@ -49,7 +49,7 @@ import numba
 import numpy as np
 from numba import njit
 
-from distshap.compile_cache import announce
+from distshap.compile_cache import announce, read_only
 from distshap.kernels import treeshap
 from distshap.kernels.quadrature_cpu import pattern_model, pattern_rows
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
@@ -304,9 +304,9 @@ def _run(X, lanes, path_offsets, path_value, path_group, table_offsets, tables, 
     rows = _block_rows(int(np.diff(acc_offsets).max(initial=1)), max_k)
     threads = numba.get_num_threads()  # ranges of whole blocks, a few per thread when many
     pieces = max(threads, min(4 * threads, -(-X.shape[0] // rows)))
-    run_ranges(_interaction_rows, X.shape[0], pieces, X, *lanes, path_offsets, path_value,
-               group_paths, group_offsets, table_offsets, tables, gl_t, gl_w, max_k, rows,
-               acc_offsets, n_cols, map_offsets, path_map, diag_offsets, diag_at,
+    run_ranges(_interaction_rows, X.shape[0], pieces, read_only(X), *lanes, path_offsets,
+               path_value, group_paths, group_offsets, table_offsets, tables, gl_t, gl_w, max_k,
+               rows, acc_offsets, n_cols, map_offsets, path_map, diag_offsets, diag_at,
                entry_offsets, entries, out, out_offsets, row_stride)  # fmt: skip
 
 

@@ -34,7 +34,7 @@ from numba import njit
 
 import distshap.kernels.interventional_math as im
 import distshap.kernels.treeshap as treeshap
-from distshap.compile_cache import announce
+from distshap.compile_cache import announce, read_only
 from distshap.packed import PackedModel
 from distshap.parallel import num_threads, run_ranges
 
@@ -489,6 +489,7 @@ def interventional_values(
     """
     X, x_margin, y, bias = _inputs(packed, background, X, transform, x_margin, y, bias,
                                    interactions)  # fmt: skip
+    X = read_only(X)  # one specialisation for read-only and writable rows
     F, G = packed.num_features, packed.num_groups
     n, C = X.shape[0], F + 1
     out = np.empty((n, G, C) + ((C,) if interactions else ()), np.float32)

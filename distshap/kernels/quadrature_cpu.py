@@ -42,7 +42,7 @@ import numba
 import numpy as np
 from numba import njit
 
-from distshap.compile_cache import announce
+from distshap.compile_cache import announce, read_only
 from distshap.kernels import treeshap
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
 from distshap.parallel import run_ranges
@@ -171,7 +171,7 @@ def _run(
     rows = block_rows(out.shape[1], out.shape[2] - 1)
     threads = numba.get_num_threads()  # ranges of whole blocks, a few per thread when many
     pieces = max(threads, min(4 * threads, -(-X.shape[0] // rows)))
-    run_ranges(_shap_rows, X.shape[0], pieces, X, *lanes, path_offsets,
+    run_ranges(_shap_rows, X.shape[0], pieces, read_only(X), *lanes, path_offsets,
                path_value, path_group, table_offsets, tables, gl_t, gl_w, expected_value,
                max_k, rows, out)  # fmt: skip
 
