@@ -218,6 +218,23 @@ def _add_compile(sub: Any) -> None:
     comp.set_defaults(func=commands.run_compile)
 
 
+def _plot_head(parser: argparse.ArgumentParser) -> None:
+    """The arguments every ``distshap plot`` command starts with."""
+    parser.add_argument("model")
+    parser.add_argument("data")
+    parser.add_argument("-o", "--output", required=True, help="image file (.png, .svg, .pdf)")
+    _overwrite_flag(parser)
+    parser.add_argument("--max-display", type=int, default=20, help="features shown")
+
+
+def _plot_tail(parser: argparse.ArgumentParser) -> None:
+    """The options every ``distshap plot`` command ends with (before ``-v``)."""
+    parser.add_argument("--max-rows", type=int, default=100_000, help="rows used (first N)")
+    parser.add_argument("--dpi", type=int, default=150)
+    parser.add_argument("--backend", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--drop", action="append", default=[], metavar="COLUMN")
+
+
 def _add_plots(sub: Any) -> None:
     plot = sub.add_parser("plot", help="plots without the shap package")
     plots = plot.add_subparsers(dest="plot", metavar="PLOT")
@@ -227,17 +244,10 @@ def _add_plots(sub: Any) -> None:
         help="mean |SHAP| bar chart or beeswarm of DATA",
         description="Compute SHAP values of DATA in this process and draw a summary plot.",
     )
-    summary.add_argument("model")
-    summary.add_argument("data")
-    summary.add_argument("-o", "--output", required=True, help="image file (.png, .svg, .pdf)")
-    _overwrite_flag(summary)
-    summary.add_argument("--max-display", type=int, default=20, help="features shown")
+    _plot_head(summary)
     summary.add_argument("--kind", choices=("auto", "bar", "beeswarm"), default="auto")
     summary.add_argument("--group", type=int, default=None, help="class to show (multiclass)")
-    summary.add_argument("--max-rows", type=int, default=100_000, help="rows used (first N)")
-    summary.add_argument("--dpi", type=int, default=150)
-    summary.add_argument("--backend", choices=("auto", "cpu", "cuda"), default="auto")
-    summary.add_argument("--drop", action="append", default=[], metavar="COLUMN")
+    _plot_tail(summary)
     _progress_flags(summary)
     _common(summary)
     summary.set_defaults(func=commands.run_plot_summary)
@@ -248,18 +258,11 @@ def _add_plots(sub: Any) -> None:
         "rows of DATA in this process, in one pass without the full interaction matrices, "
         "draw the strongest pairs as a heat map and print them.",
     )
-    pairs.add_argument("model")
-    pairs.add_argument("data")
-    pairs.add_argument("-o", "--output", required=True, help="image file (.png, .svg, .pdf)")
-    _overwrite_flag(pairs)
-    pairs.add_argument("--max-display", type=int, default=20, help="features shown")
+    _plot_head(pairs)
     pairs.add_argument("--group", type=int, default=None, help="class (default: summed)")
     pairs.add_argument("--signed", action="store_true", help="mean value, not mean |value|")
     pairs.add_argument("--top", type=int, default=10, help="strongest pairs printed (0: none)")
-    pairs.add_argument("--max-rows", type=int, default=100_000, help="rows used (first N)")
-    pairs.add_argument("--dpi", type=int, default=150)
-    pairs.add_argument("--backend", choices=("auto", "cpu", "cuda"), default="auto")
-    pairs.add_argument("--drop", action="append", default=[], metavar="COLUMN")
+    _plot_tail(pairs)
     _common(pairs)
     pairs.set_defaults(func=commands.run_plot_interactions)
 
