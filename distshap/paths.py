@@ -155,6 +155,11 @@ def walk_paths(ensemble: Ensemble) -> PathWalk:
     return PathWalk(ensemble, _checked_category_bits(ensemble))
 
 
+#: The element arrays of :class:`Paths` (and ``cat_words``), as :meth:`PathWalk.fill` names them.
+_ELEMENT_FIELDS = ("feature", "lower", "upper", "missing", "zero_fraction", "cat_offsets",
+                   "cat_nbits", "cat_other", "cat_words")  # fmt: skip
+
+
 def _paths_compiled(ens: Ensemble, nbits: np.ndarray) -> Paths:
     """:func:`extract_paths` by the compiled depth-first walk (:class:`PathWalk`).
 
@@ -174,15 +179,7 @@ def _paths_compiled(ens: Ensemble, nbits: np.ndarray) -> Paths:
         path_value=per_path["path_value"],
         path_group=per_path["path_group"],
         path_tree=per_path["path_tree"],
-        feature=filled["feature"],
-        lower=filled["lower"],
-        upper=filled["upper"],
-        missing=filled["missing"],
-        zero_fraction=filled["zero_fraction"],
-        cat_offsets=filled["cat_offsets"],
-        cat_nbits=filled["cat_nbits"],
-        cat_other=filled["cat_other"],
-        cat_words=filled["cat_words"],
+        **{name: filled[name] for name in _ELEMENT_FIELDS},
         num_features=ens.num_features,
         num_groups=ens.num_groups,
         expected_value=walk.expected_value(per_path["path_group"], filled["mean_value"]),
