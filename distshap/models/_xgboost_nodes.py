@@ -38,11 +38,16 @@ def _array(tree: dict, name: str, dtype: Any, t: int, n: int | None) -> np.ndarr
         raise ValueError(f"XGBoost tree {t}: {name} holds values that are no {np.dtype(dtype)} "
                          f"({exc})") from None  # fmt: skip
     if arr.ndim != 1 or (n is not None and arr.shape != (n,)):
-        raise ValueError(
-            f"inconsistent XGBoost model: tree {t}'s {name} has shape {arr.shape}, expected "
-            f"({n},) like its left_children (truncated or edited)"
-        )
+        raise _shape_error(t, name, arr.shape, n)
     return arr
+
+
+def _shape_error(t: int, name: str, shape: tuple, n: int | None) -> ValueError:
+    """Tree ``t``'s array ``name`` has ``shape``, not ``(n,)``."""
+    return ValueError(
+        f"inconsistent XGBoost model: tree {t}'s {name} has shape {shape}, expected "
+        f"({n},) like its left_children (truncated or edited)"
+    )
 
 
 def _counted(tree: dict, name: str, t: int, n: int) -> None:
@@ -54,10 +59,7 @@ def _counted(tree: dict, name: str, t: int, n: int) -> None:
     value = tree[name]
     if isinstance(value, np.ndarray) and value.dtype.kind in "iuf":
         if value.shape != (n,):
-            raise ValueError(
-                f"inconsistent XGBoost model: tree {t}'s {name} has shape {value.shape}, "
-                f"expected ({n},) like its left_children (truncated or edited)"
-            )
+            raise _shape_error(t, name, value.shape, n)
         return
     _array(tree, name, np.float64, t, n)
 
