@@ -277,3 +277,11 @@ def test_metrics_and_drain_refuses(files):
     assert done.wait(10)
     with pytest.raises(OSError):
         urllib.request.urlopen(srv.url + "/v2/health/live", timeout=2)
+
+
+def test_one_debug_line_per_request(server, files, caplog):
+    with caplog.at_level("DEBUG", logger="distshap.serve"):
+        assert infer(server.url, "bin", files["X"][:2])[0] == 200
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.getMessage().startswith("{")]
+    assert len(lines) == 1
+    assert lines[0]["status"] == 200 and lines[0]["rows"] == 2 and lines[0]["model"] == "bin"

@@ -21,15 +21,21 @@ import numpy as np
 
 from distshap.serve.registry import PAIRS_OUTPUT, Resident
 
-__all__ = ["DaskExecutor", "InProcessExecutor", "NoWorkerError", "explain_block"]
+__all__ = ["DaskExecutor", "InProcessExecutor", "NoWorkerError", "ResidentActor", "explain_block"]
 
 
 #: Times a block is sent again after its worker died.
 _ATTEMPTS = 4
+#: Seconds a model's actor may take to start on a worker (its model shipped there).
+_START_TIMEOUT = 300.0
 
 
 class NoWorkerError(RuntimeError):
     """No worker is connected to run a batch (the server answers 503)."""
+
+
+class _WorkerLost(RuntimeError):
+    """The worker running a block left the cluster."""
 
 
 def explain_block(resident: Resident, rows: np.ndarray, output: str, k: int) -> dict:
@@ -91,6 +97,18 @@ class InProcessExecutor:
         self._pool.shutdown(wait=True)
 
 
+class ResidentActor:
+    """A model resident on one worker as a Dask actor: a block's call goes from the server
+    straight to that worker and back (the scheduler takes no part)."""
+
+    def __init__(self, resident: Resident) -> None:
+        self.resident = resident
+
+    def run(self, rows: np.ndarray, output: str, k: int) -> dict:
+        """:func:`explain_block` on this worker's copy of the model."""
+        return explain_block(self.resident, rows, output, k)
+
+
 def _stack(parts: list[dict]) -> dict:
     return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
 
@@ -118,6 +136,8 @@ class DaskExecutor:
         self._turn = itertools.count()
         self._known: tuple[float, list[str]] = (0.0, [])
         self._lock = threading.Lock()
+        # (model digest, worker) -> (the actor's Future, the actor); the Future keeps it alive
+        self._actors: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     def _worker_list(self, max_age: float = 0.5) -> list[str]:
         """Addresses of the connected workers (asked of the scheduler at most every max_age s)."""
@@ -145,28 +165,48 @@ class DaskExecutor:
     def preload(self, resident: Resident) -> None:
         """Ship ``resident`` to every worker now (at registration, not on the first request)."""
         for worker in self._worker_list(0.0):
-            self._copy(resident, worker).result()
+            self._actor(resident, worker)
 
-    def _copy(self, resident: Resident, worker: str) -> Any:
+    def _actor(self, resident: Resident, worker: str) -> Any:
+        """The actor holding ``resident`` on ``worker``, made on first use.
+
+        Its model comes from the recoverable model task (:func:`model_future`) through a copy
+        pinned to ``worker``, so a restarted or new worker gets it again on its first call.
+        """
         from distshap.cluster.shipping import model_future, worker_copy
 
-        return worker_copy(self.client, model_future(self.client, resident), worker)
+        key = (resident.digest, worker)
+        with self._lock:
+            held = self._actors.get(key)
+        if held is not None:
+            return held[1]
+        copy = worker_copy(self.client, model_future(self.client, resident), worker)
+        future = self.client.submit(ResidentActor, copy, workers=[worker], actor=True,
+                                    allow_other_workers=False, pure=False)  # fmt: skip
+        actor = self._wait(future, worker, _START_TIMEOUT)
+        with self._lock:
+            self._actors.setdefault(key, (future, actor))
+            return self._actors[key][1]
+
+    def _forget(self, worker: str) -> None:
+        """Drop the actors of a worker that died (and the cached worker list)."""
+        with self._lock:
+            for key in [key for key in self._actors if key[1] == worker]:
+                del self._actors[key]
+            self._known = (0.0, [])
 
     def _run_block(self, resident: Resident, rows: np.ndarray, output: str, k: int) -> dict:
         for attempt in range(_ATTEMPTS):
             worker = self._next_worker()
-            future = self.client.submit(
-                explain_block, self._copy(resident, worker), rows, output, k,
-                workers=[worker], allow_other_workers=True, pure=False,
-            )  # fmt: skip
             try:
-                return self._wait(future)
+                call = self._actor(resident, worker).run(rows, output, k)
+                return self._wait(call, worker)
             except NoWorkerError:
                 raise
             except BaseException as err:
                 if not _is_worker_loss(err) or attempt == _ATTEMPTS - 1:
                     raise
-                self._known = (0.0, [])  # a worker died: ask again, run on another
+                self._forget(worker)  # it died: run the block on another
         raise AssertionError("unreachable")
 
     def _next_worker(self) -> str:
@@ -180,23 +220,21 @@ class DaskExecutor:
                 raise NoWorkerError("no Dask worker is connected to run the request")
             time.sleep(0.05)
 
-    def _wait(self, future: Any) -> dict:
-        """The block's result; NoWorkerError once no worker is left for ``no_worker_timeout``."""
+    def _wait(self, call: Any, worker: str, timeout: float | None = None) -> Any:
+        """The result of ``call`` running on ``worker``: :class:`_WorkerLost` when the worker
+        leaves first (an actor's call would wait for it forever), TimeoutError after
+        ``timeout`` seconds."""
         from distributed import TimeoutError as DaskTimeout
 
-        alone_since = None
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
-                return future.result(timeout=0.25)
+                return call.result(timeout=0.25)
             except (DaskTimeout, TimeoutError):
-                if self._worker_list(0.25):
-                    alone_since = None
-                    continue
-                now = time.monotonic()
-                alone_since = alone_since or now
-                if now - alone_since > self.no_worker_timeout:
-                    future.cancel()
-                    raise NoWorkerError("no Dask worker is left to run the request") from None
+                if worker not in self._worker_list(0.25):
+                    raise _WorkerLost(worker) from None
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"worker {worker} did not answer in {timeout} s") from None
 
     def _run(self, resident: Resident, rows: np.ndarray, output: str, k: int) -> dict:
         n = rows.shape[0]
@@ -226,7 +264,8 @@ def _is_worker_loss(err: BaseException) -> bool:
 
     from distributed.scheduler import KilledWorker
 
-    lost = (KilledWorker, asyncio.CancelledError, concurrent.futures.CancelledError, OSError)
+    lost = (_WorkerLost, KilledWorker, asyncio.CancelledError, concurrent.futures.CancelledError,
+            OSError)  # fmt: skip
     return isinstance(err, lost) or type(err).__name__ in (
         "CommClosedError",
         "FutureCancelledError",

@@ -184,14 +184,17 @@ class ExplanationServer:
 
     def start(self) -> ExplanationServer:
         """Serve in a background thread; returns ``self``."""
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="distshap-serve",
+        self._thread = threading.Thread(target=self._loop, name="distshap-serve",
                                         daemon=True)  # fmt: skip
         self._thread.start()
         return self
 
+    def _loop(self) -> None:
+        self.httpd.serve_forever(poll_interval=0.05)  # how soon a drain stops accepting
+
     def serve_forever(self) -> None:
         """Serve in this thread until :meth:`drain` (from another thread) stops it."""
-        self.httpd.serve_forever()
+        self._loop()
         self._drained.wait()
 
     def ready(self) -> bool:
@@ -237,16 +240,20 @@ class ExplanationServer:
             if status == 413:
                 req.close_connection = True
                 headers["Connection"] = "close"
+            self._record(method, path, status, info, time.perf_counter() - start)
             req.send(status, body, headers)
         finally:
             with self._idle:
                 self._active -= 1
                 self._idle.notify_all()
-        seconds = time.perf_counter() - start
+
+    def _record(self, method: str, path: str, status: int, info: dict, seconds: float) -> None:
+        """Metrics and the debug line of one answer (before it is sent: clients see both)."""
         if path.endswith("/infer"):
             self.metrics.request(info["model"], info["output"], status, info["rows"], seconds)
-        log.debug(json.dumps({"method": method, "path": path, "status": status,
-                              "ms": round(seconds * 1e3, 3), **info}))  # fmt: skip
+        if log.isEnabledFor(logging.DEBUG):  # one structured line per request
+            line = {"method": method, "path": path, "status": status, **info}
+            log.debug(json.dumps({**line, "ms": round(seconds * 1e3, 3)}))
 
     def _check_token(self, req: _Handler, path: str) -> None:
         token = self.options.token
