@@ -82,6 +82,7 @@ from distshap.shap_compat import (
     check_ignored_arguments,
     check_model_output,
     check_perturbation,
+    check_shap_layout_margin,
     explain_input,
     label_values,
     pool_rows,
@@ -502,6 +503,7 @@ class TreeExplainer(PairMethods):
         out, inp, _ = self._compute(
             X, y, False, check_additivity, progress, tree_limit, iteration_range
         )
+        check_shap_layout_margin(inp, self.layout)
         return layout_values(out, inp.one_row, self.layout, False)
 
     def shap_interaction_values(
@@ -535,6 +537,7 @@ class TreeExplainer(PairMethods):
         out, inp, _ = self._compute(
             X, y, True, check_additivity, progress, tree_limit, iteration_range
         )
+        check_shap_layout_margin(inp, self.layout)
         return layout_values(out, inp.one_row, self.layout, True)
 
     def __call__(

@@ -271,7 +271,7 @@ def explanation_data(inp: ExplainInput, packed: Any) -> np.ndarray:
         cols = select_model_columns(
             rows, packed.num_features, packed.feature_names, packed.encoding.name_style
         )
-        frame = rows[cols]
+        frame = rows[cols].infer_objects()  # a Series row arrives as an object-typed frame
         from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
         if all(is_numeric_dtype(t) and not is_bool_dtype(t) for t in frame.dtypes):

@@ -164,5 +164,6 @@ def run_ranges(function: Callable[..., Any], n: int, pieces: int, *args: Any) ->
     try:
         work()
     finally:
-        for future in futures:
-            future.result()
+        for future in futures:  # the ranges are all taken: a helper not started has nothing to do
+            if not future.cancel():
+                future.result()

@@ -34,6 +34,7 @@ __all__ = [
     "check_flags",
     "check_ignored_arguments",
     "check_model_output",
+    "check_shap_layout_margin",
     "check_perturbation",
     "explain_input",
     "label_values",
@@ -352,3 +353,14 @@ def _lightgbm_tree_limit(ensemble: Ensemble, tree_limit: int) -> tuple[int, int]
             f"tree_limit={tree_limit!r}: for a LightGBM model it counts boosting rounds, as "
             f"LightGBM's num_iteration does in shap ({err})"
         ) from None
+
+
+def check_shap_layout_margin(inp: Any, layout: str) -> None:
+    """shap's layout has no bias column: a DMatrix ``base_margin`` (a bias per row) cannot go
+    anywhere, so it is refused rather than dropped."""
+    if layout == "shap" and inp.base_margin is not None:
+        raise ValueError(
+            "X is an xgboost.DMatrix with a base_margin, which goes into each row's bias, and "
+            "layout='shap' has no bias column: use layout='xgboost' (the bias is the last "
+            "column) or explainer(X) (an Explanation whose base_values hold it)"
+        )

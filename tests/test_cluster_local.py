@@ -130,3 +130,14 @@ def test_bad_arguments_are_one_line_errors(kwargs, words):
         start_cluster(gpus=False, processes=False, dashboard_address=":0", **kwargs)
     message = str(info.value)
     assert "\n" not in message and all(w in message for w in words), message
+
+
+def test_cpu_workers_share_the_memory_as_a_local_cluster_does():
+    """Without a memory_limit each of n CPU workers may use 1/n of the machine's memory (what
+    distributed.LocalCluster gives them), not 'auto' per worker."""
+    from distributed.system import MEMORY_LIMIT
+
+    with start_cluster(n_workers=2) as client:
+        limits = [w["memory_limit"] for w in client.scheduler_info()["workers"].values()]
+    assert len(limits) == 2
+    assert all(abs(limit - MEMORY_LIMIT / 2) <= 0.01 * MEMORY_LIMIT for limit in limits), limits

@@ -110,3 +110,33 @@ def test_distshap_num_threads_applies_to_every_calling_thread(monkeypatch):
     assert seen["many"] == (pool, pool)  # cut to the pool Numba launched
     assert "DISTSHAP_NUM_THREADS='zero'" in seen["bad"] and "positive integer" in seen["bad"]
     assert seen["unset"] == (pool, pool)  # Numba's own count in a new thread
+
+
+def test_run_ranges_returns_when_its_ranges_are_done_though_the_pool_is_busy(monkeypatch):
+    """A call whose ranges its own thread finished does not wait for helpers that never started
+    (the shared pool busy with another caller's work)."""
+    import threading
+
+    from distshap import parallel
+
+    monkeypatch.setattr(parallel, "num_threads", lambda: 2)
+    parallel.run_ranges(lambda lo, hi: None, 4, 2)  # the pool exists
+    release = threading.Event()
+    blockers = [parallel._POOL.submit(release.wait) for _ in range(parallel._POOL._max_workers)]
+    done = threading.Event()
+    seen = []
+
+    def call():
+        parallel.run_ranges(lambda lo, hi: seen.append((lo, hi)), 8, 4)
+        done.set()
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    try:
+        assert done.wait(10), "run_ranges waited for the busy pool"
+        assert sorted(seen) == [(0, 2), (2, 4), (4, 6), (6, 8)]
+    finally:
+        release.set()
+        caller.join(10)
+        for blocker in blockers:
+            blocker.result(10)

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import difflib
 import inspect
+import logging
 import os
 import shutil
 import signal
@@ -205,6 +206,12 @@ def _cpu_cluster(
     _check_kwargs(kwargs, LocalCluster)
     cpu_kwargs.update(kwargs)
     cpu_kwargs["n_workers"] = 0
+    if "memory_limit" not in kwargs:  # what LocalCluster gives each of n workers (0: "auto" each)
+        from distributed.worker_memory import parse_memory_limit
+
+        cpu_kwargs["memory_limit"] = parse_memory_limit(
+            "auto", 1, workers, logger=logging.getLogger("distributed.deploy.local")
+        )
     if processes:
         cpu_kwargs["env"] = _worker_env(kwargs.get("env"), workers, threads)
     return LocalCluster(**cpu_kwargs), workers
@@ -310,7 +317,7 @@ def _await_workers(client: Client, cluster: Any, expected: int, timeout: float) 
         )
         if started:
             client.wait_for_workers(expected, timeout=max(deadline - time.monotonic(), 0.01))
-    except TimeoutError:
+    except (TimeoutError, asyncio.TimeoutError):  # the latter is another class before 3.11
         started = False
     except Exception as err:  # a nanny that failed to start its worker
         raise ClusterError(

@@ -10,6 +10,7 @@ workers' memory limit and the fix.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
@@ -80,9 +81,9 @@ def wait_for(futures: Any, client: Any, timeout: float | None = None) -> None:
             return
         except KilledWorker as error:
             raise _killed(client, error) from None
-        except TimeoutError:
+        except (TimeoutError, asyncio.TimeoutError):  # the latter is another class before 3.11
             pass
-        if client.scheduler_info()["workers"]:
+        if client.nthreads():
             alone_since = None
             continue
         alone_since = time.monotonic() if alone_since is None else alone_since

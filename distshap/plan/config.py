@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import numbers
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -126,12 +127,15 @@ interventional_interaction_table_budget_bytes : int
             default = getattr(self, name)
             if isinstance(default, tuple):
                 if not isinstance(value, (tuple, list)) or not all(
-                    isinstance(v, int) and v > 0 for v in value
+                    isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0
+                    for v in value
                 ):
                     raise ValueError(f"{name}={value!r}: pass a tuple of positive ints")
                 changes[name] = tuple(int(v) for v in value)
-            elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            elif isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
                 raise ValueError(f"{name}={value!r}: pass a non-negative int")
+            else:
+                changes[name] = int(value)
         return dataclasses.replace(self, **changes)
 
 
