@@ -163,9 +163,11 @@ class DaskExecutor:
         return self.workers() > 0
 
     def preload(self, resident: Resident) -> None:
-        """Ship ``resident`` to every worker now (at registration, not on the first request)."""
+        """Ship ``resident`` to every worker now and compile its SHAP kernel there (at
+        registration, not on the first request)."""
+        warm = np.zeros((1, resident.explainer.num_features), dtype=np.float32)
         for worker in self._worker_list(0.0):
-            self._actor(resident, worker)
+            self._wait(self._actor(resident, worker).run(warm, "shap_values", 0), worker)
 
     def _actor(self, resident: Resident, worker: str) -> Any:
         """The actor holding ``resident`` on ``worker``, made on first use.

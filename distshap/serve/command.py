@@ -16,6 +16,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from distshap.serve.backends import DaskExecutor, InProcessExecutor
 from distshap.serve.registry import ModelSpec, Registry, parse_model_spec
 from distshap.serve.server import ExplanationServer, ServeOptions
@@ -58,9 +60,12 @@ def serve(
     specs = [parse_model_spec(m) if isinstance(m, str) else m for m in models]
     registry = Registry.from_specs(specs, backend=backend)
     executor: Any = InProcessExecutor() if client is None else DaskExecutor(client)
-    if client is not None:
-        for model in registry.models.values():
-            executor.preload(model.resident)
+    for model in registry.models.values():
+        if client is not None:
+            executor.preload(model.resident)  # on every worker, its kernel compiled
+        else:  # compile the SHAP kernel before the first request
+            warm = np.zeros((1, model.num_features), dtype=np.float32)
+            executor.submit(model.resident, warm, "shap_values", 0).result()
     server = ExplanationServer(registry, executor, ServeOptions(**options))
     return server.start() if start else server
 
