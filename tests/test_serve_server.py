@@ -285,3 +285,28 @@ def test_one_debug_line_per_request(server, files, caplog):
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.getMessage().startswith("{")]
     assert len(lines) == 1
     assert lines[0]["status"] == 200 and lines[0]["rows"] == 2 and lines[0]["model"] == "bin"
+
+
+def test_blocks_run_under_the_configuration_the_model_was_registered_with():
+    """A model registered inside config_context serves with those settings, whatever the thread
+    (or worker) that runs its blocks."""
+    import threading
+
+    from distshap.plan.config import config_context, get_config
+    from distshap.serve.backends import explain_block
+    from distshap.serve.registry import Resident
+
+    class Probe:
+        def shap_values(self, rows):
+            return np.array([get_config().tile_rows])
+
+    with config_context(tile_rows=64):
+        resident = Resident("digest", Probe())
+    seen = []
+    thread = threading.Thread(
+        target=lambda: seen.append(explain_block(resident, np.zeros((1, 2)), "shap_values", 1))
+    )
+    thread.start()
+    thread.join(10)
+    assert seen[0]["shap_values"][0] == 64
+    assert get_config().tile_rows != 64

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from distshap.plan.config import config_context
 from distshap.serve.registry import PAIRS_OUTPUT, Resident
 
 __all__ = ["DaskExecutor", "InProcessExecutor", "NoWorkerError", "ResidentActor", "explain_block"]
@@ -52,6 +53,11 @@ def explain_block(resident: Resident, rows: np.ndarray, output: str, k: int) -> 
     k : int
         Pairs per row, for ``top_interactions``.
     """
+    with config_context(resident.config):
+        return _explain_block(resident, rows, output, k)
+
+
+def _explain_block(resident: Resident, rows: np.ndarray, output: str, k: int) -> dict:
     explainer = resident.explainer
     if output == "shap_values":
         return {output: explainer.shap_values(rows)}

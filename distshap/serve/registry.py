@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from distshap.plan.config import Config, get_config
 from distshap.serve.protocol import ProtocolError
 
 __all__ = ["OUTPUTS", "ModelSpec", "Registry", "RegisteredModel", "Resident", "parse_model_spec"]
@@ -79,6 +80,9 @@ class Resident:
     digest: str
     explainer: Any
     interventional: Any = None
+    #: The configuration in force when the model was registered: every block runs under it,
+    #: in this process and on the workers, so served values are the explainer's.
+    config: Config = field(default_factory=get_config)
 
 
 def _read_background(path: str, explainer: Any) -> np.ndarray:
