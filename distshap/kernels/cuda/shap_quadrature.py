@@ -56,30 +56,91 @@ from distshap.plan.geometry import (
 __all__ = ["launch_quadrature", "quadrature_kernel"]
 
 
-def _make_one_row_body(n_nodes: int, local: bool):
-    """The one-row SHAP kernels' body: one thread per row of ``XT`` (features x rows),
-    ``n_nodes`` nodes, a thread's row sums in shared memory until its chunk is done: one int64
-    column per feature of the model, or (``local``) one per feature of the block's chunk
-    (``features[feature_offsets[ch]:feature_offsets[ch + 1]]``; a lane adds at its
-    ``lane_column``). The same float32 operations in the same order either way, so the same
-    int64 contributions. Without ``local`` the three tile arrays are not read."""
+def _make_shap_kernel(n_nodes: int, shared: bool):
+    """The SHAP kernel: one thread per row of ``XT`` (features x rows), ``n_nodes`` nodes;
+    row sums of every feature in shared memory (``shared``) or added to global memory
+    directly (see :func:`_make_local_shap_kernel` for chunk-local tiles)."""
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
 
-    @cuda.jit(device=True)
-    def body(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
-             chunk_group, lane_column, features, feature_offsets, XT, acc, scale, n_cols,
-             row0):  # fmt: skip
+    @cuda.jit(cache=True)
+    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
+               chunk_group, XT, acc, scale, n_cols, row0):  # fmt: skip
         tid = cuda.threadIdx.x
         r = row0 + cuda.blockIdx.y * cuda.blockDim.x + tid
         if r >= XT.shape[1]:
             return  # nothing below synchronises threads
         ch = cuda.blockIdx.x  # chunks vary fastest: blocks running together share rows (L2)
         base = chunk_group[ch] * n_cols
-        if local:
-            f0 = feature_offsets[ch]
-            width = feature_offsets[ch + 1] - f0
-        else:
-            width = n_cols - 1
+        stride = cuda.blockDim.x
+        scale32 = np.float32(scale)
+        one = np.float32(1.0)
+        if shared:
+            tile = cuda.shared.array(0, types.int64)  # [feature * stride + thread]
+            for f in range(n_cols - 1):
+                tile[f * stride + tid] = 0
+        prod = cuda.local.array(n_nodes, np.float32)
+        for j in range(chunk_offsets[ch], chunk_offsets[ch + 1]):
+            p = chunk_paths[j]
+            s0 = path_offsets[p] + 1  # first feature element (after the bias lane)
+            s1 = path_offsets[p + 1]
+            value = lane_f[s0 - 1, LF_VALUE]
+            for m in range(n_nodes):
+                prod[m] = value * weights[m]
+            bits = np.uint32(0)
+            for li in range(s0, s1):
+                z = lane_f[li, LF_ZERO]
+                d = -z
+                if lane_follows(XT[lane_i[li, LI_FEATURE], r], lane_f, lane_i, lane_cat,
+                                cat_words, li):  # fmt: skip
+                    d = one - z
+                    bits |= np.uint32(1) << np.uint32(li - s0)
+                for m in range(n_nodes):
+                    prod[m] *= z + nodes[m] * d
+            for li in range(s0, s1):
+                z = lane_f[li, LF_ZERO]
+                d = -z
+                if (bits >> np.uint32(li - s0)) & np.uint32(1):
+                    d = one - z
+                if d != 0:  # else the element's factor may be 0 and its value is 0
+                    total = np.float32(0.0)
+                    for m in range(n_nodes):
+                        total = add_quotient(total, prod[m], z + nodes[m] * d)
+                    iv = np.int64(total * d * scale32)
+                    if iv != 0:
+                        col = lane_i[li, LI_FEATURE]
+                        if shared:
+                            tile[col * stride + tid] += iv
+                        else:
+                            cuda.atomic.add(acc, (r, base + col), iv)
+        if shared:
+            for f in range(n_cols - 1):
+                iv = tile[f * stride + tid]
+                if iv != 0:
+                    cuda.atomic.add(acc, (r, base + f), iv)
+
+    return kernel
+
+
+def _make_local_shap_kernel(n_nodes: int):
+    """The SHAP kernel with chunk-local feature tiles: as :func:`_make_shap_kernel` with
+    ``shared``, a thread's row sums in shared memory, one int64 column per feature of the
+    block's chunk (``features[feature_offsets[ch]:feature_offsets[ch + 1]]``; a lane adds at
+    its ``lane_column``); the same float32 operations in the same order, so the same int64
+    contributions."""
+    nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
+
+    @cuda.jit(cache=True)
+    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
+               chunk_group, lane_column, features, feature_offsets, XT, acc, scale, n_cols,
+               row0):  # fmt: skip
+        tid = cuda.threadIdx.x
+        r = row0 + cuda.blockIdx.y * cuda.blockDim.x + tid
+        if r >= XT.shape[1]:
+            return  # nothing below synchronises threads
+        ch = cuda.blockIdx.x  # chunks vary fastest: blocks running together share rows (L2)
+        base = chunk_group[ch] * n_cols
+        f0 = feature_offsets[ch]
+        width = feature_offsets[ch + 1] - f0
         stride = cuda.blockDim.x
         scale32 = np.float32(scale)
         one = np.float32(1.0)
@@ -115,46 +176,11 @@ def _make_one_row_body(n_nodes: int, local: bool):
                         total = add_quotient(total, prod[m], z + nodes[m] * d)
                     iv = np.int64(total * d * scale32)
                     if iv != 0:
-                        if local:
-                            tile[np.int32(lane_column[li]) * stride + tid] += iv
-                        else:
-                            tile[lane_i[li, LI_FEATURE] * stride + tid] += iv
+                        tile[np.int32(lane_column[li]) * stride + tid] += iv
         for c in range(width):
             iv = tile[c * stride + tid]
             if iv != 0:
-                if local:
-                    cuda.atomic.add(acc, (r, base + features[f0 + c]), iv)
-                else:
-                    cuda.atomic.add(acc, (r, base + c), iv)
-
-    return body
-
-
-def _make_shap_kernel(n_nodes: int):
-    """The one-row SHAP kernel with a column per feature (:func:`_make_one_row_body`)."""
-    body = _make_one_row_body(n_nodes, False)
-
-    @cuda.jit(cache=True)
-    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
-               chunk_group, XT, acc, scale, n_cols, row0):  # fmt: skip
-        body(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
-             chunk_group, chunk_offsets, chunk_offsets, chunk_offsets, XT, acc, scale, n_cols,
-             row0)  # fmt: skip
-
-    return kernel
-
-
-def _make_local_shap_kernel(n_nodes: int):
-    """The one-row SHAP kernel with chunk-local feature tiles (:func:`_make_one_row_body`)."""
-    body = _make_one_row_body(n_nodes, True)
-
-    @cuda.jit(cache=True)
-    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
-               chunk_group, lane_column, features, feature_offsets, XT, acc, scale, n_cols,
-               row0):  # fmt: skip
-        body(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
-             chunk_group, lane_column, features, feature_offsets, XT, acc, scale, n_cols,
-             row0)  # fmt: skip
+                cuda.atomic.add(acc, (r, base + features[f0 + c]), iv)
 
     return kernel
 
@@ -164,7 +190,7 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
     ``t`` of a block runs rows ``t`` and ``t + blockDim`` of its row tile, each path's lane
     data loaded once for both, two independent products in flight. ``mode``: ``"local"``
     (chunk-local tiles, as :func:`_make_local_shap_kernel`), ``"shared"`` (a column per
-    feature, as :func:`_make_shap_kernel`) or ``"global"`` (global atomics).
+    feature, as :func:`_make_shap_kernel` with ``shared``) or ``"global"`` (global atomics).
     Each row's contributions are the same float32 operations in the same order as the
     one-row kernels', so the same int64 values; a row sums in its own columns of shared
     memory (``[column * 2 blockDim + t]`` and ``[... + blockDim + t]``).
@@ -333,8 +359,7 @@ _KERNELS: dict = {}
 def quadrature_kernel(n_nodes: int, shared: bool, local: bool = False, rows: int = 1):
     """The SHAP quadrature kernel for ``n_nodes`` nodes (built on first use, compiled at
     launch); ``local``: with chunk-local feature tiles (``shared`` ignored); ``rows`` 2: two
-    rows a thread (:func:`_make_two_row_shap_kernel`); one row always sums in shared memory
-    (:func:`launch_quadrature` runs one row only where it fits). Interaction values:
+    rows a thread (:func:`_make_two_row_shap_kernel`). Interaction values:
     :mod:`.interaction_quadrature`."""
     key = (n_nodes, shared, local, rows)
     kernel = _KERNELS.get(key)
@@ -345,7 +370,7 @@ def quadrature_kernel(n_nodes: int, shared: bool, local: bool = False, rows: int
         elif local:
             kernel = _make_local_shap_kernel(n_nodes)
         else:
-            kernel = _make_shap_kernel(n_nodes)
+            kernel = _make_shap_kernel(n_nodes, shared)
         _KERNELS[key] = kernel
     return kernel
 
