@@ -102,45 +102,47 @@ def _kernels():
 
 @cache
 def _device_functions(threads: int, tile: int):
-    """The traversal's device functions: a tree's walk, the model's sections, a row's margin by
-    the block."""
+    """The traversal's device functions: the model's sections, a row's margin by the block."""
     walk = cuda.jit(device=True)(leaf)
 
     @cuda.jit(device=True)
     def sections(ints, longs, f64s, bools):
-        """The model's sections: ``(trees, value, roots, tree_group, base_score)``, ``trees``
-        the arrays :func:`walk_tree` walks."""
-        left = ints[longs[H_LEFT] : longs[H_LEFT + 1]]
-        right = ints[longs[H_RIGHT] : longs[H_RIGHT + 1]]
-        feature = ints[longs[H_FEATURE] : longs[H_FEATURE + 1]]
-        threshold = f64s[longs[H_THRESHOLD] : longs[H_THRESHOLD + 1]]
-        default_left = bools[longs[H_DEFAULT_LEFT] : longs[H_DEFAULT_LEFT + 1]]
-        is_categorical = bools[longs[H_IS_CATEGORICAL] : longs[H_IS_CATEGORICAL + 1]]
-        cat_offsets = longs[longs[H_CAT_OFFSETS] : longs[H_CAT_OFFSETS + 1]]
-        cat_values = ints[longs[H_CAT_VALUES] : longs[H_CAT_VALUES + 1]]
-        value = f64s[longs[H_VALUE] : longs[H_VALUE + 1]]
-        roots = longs[longs[H_ROOTS] : longs[H_ROOTS + 1]]
-        tree_group = ints[longs[H_TREE_GROUP] : longs[H_TREE_GROUP + 1]]
-        base_score = f64s[longs[H_BASE_SCORE] : longs[H_BASE_SCORE + 1]]
-        missing = np.float32(f64s[longs[H_MISSING]])
-        trees = (left, right, feature, threshold, default_left, is_categorical, cat_offsets,
-                 cat_values, missing)  # fmt: skip
-        return trees, value, roots, tree_group, base_score
-
-    @cuda.jit(device=True)
-    def walk_tree(X, r, root, trees):
-        """The leaf row ``r`` reaches from ``root`` (:func:`~distshap.kernels.margin.leaf`)."""
-        (left, right, feature, threshold, default_left, is_categorical, cat_offsets, cat_values,
-         missing) = trees  # fmt: skip
-        return walk(X, r, root, left, right, feature, threshold, default_left, is_categorical,
-                    cat_offsets, cat_values, missing)  # fmt: skip
+        return (
+            ints[longs[H_LEFT] : longs[H_LEFT + 1]],
+            ints[longs[H_RIGHT] : longs[H_RIGHT + 1]],
+            ints[longs[H_FEATURE] : longs[H_FEATURE + 1]],
+            f64s[longs[H_THRESHOLD] : longs[H_THRESHOLD + 1]],
+            bools[longs[H_DEFAULT_LEFT] : longs[H_DEFAULT_LEFT + 1]],
+            bools[longs[H_IS_CATEGORICAL] : longs[H_IS_CATEGORICAL + 1]],
+            longs[longs[H_CAT_OFFSETS] : longs[H_CAT_OFFSETS + 1]],
+            ints[longs[H_CAT_VALUES] : longs[H_CAT_VALUES + 1]],
+            f64s[longs[H_VALUE] : longs[H_VALUE + 1]],
+            longs[longs[H_ROOTS] : longs[H_ROOTS + 1]],
+            ints[longs[H_TREE_GROUP] : longs[H_TREE_GROUP + 1]],
+            f64s[longs[H_BASE_SCORE] : longs[H_BASE_SCORE + 1]],
+            np.float32(f64s[longs[H_MISSING]]),
+        )
 
     @cuda.jit(device=True)
     def block_margin(X, r, ints, longs, f64s, bools, leaves, groups):
         """Row ``r``'s margin of group ``threadIdx.x`` (threads ``< G``; 0.0 in the others),
         the block walking the trees a tile at a time (module docstring). Every thread of the
         block calls it (barriers inside)."""
-        trees, value, roots, tree_group, base_score = sections(ints, longs, f64s, bools)
+        (
+            left,
+            right,
+            feature,
+            threshold,
+            default_left,
+            is_categorical,
+            cat_offsets,
+            cat_values,
+            value,
+            roots,
+            tree_group,
+            base_score,
+            missing,
+        ) = sections(ints, longs, f64s, bools)
         tid = cuda.threadIdx.x
         n_trees = roots.shape[0]
         G = base_score.shape[0]
@@ -153,7 +155,8 @@ def _device_functions(threads: int, tile: int):
                 count = n_trees - t0 if n_trees - t0 < tile else tile
                 for j in range(tid, count, threads):
                     t = t0 + j
-                    node = walk_tree(X, r, roots[t], trees)
+                    node = walk(X, r, roots[t], left, right, feature, threshold, default_left,
+                                is_categorical, cat_offsets, cat_values, missing)  # fmt: skip
                     leaves[b, j] = value[node]
                     groups[b, j] = tree_group[t]
             if k > 0 and tid < G:  # add tile k - 1, in tree order
@@ -166,13 +169,13 @@ def _device_functions(threads: int, tile: int):
             cuda.syncthreads()
         return acc
 
-    return walk_tree, sections, block_margin
+    return walk, sections, block_margin
 
 
 @cache
 def _traversal_kernels(threads: int, tile: int):
     """The margin kernels: a thread per row (every tree in order), a block per row."""
-    walk_tree, sections, block_margin = _device_functions(threads, tile)
+    walk, sections, block_margin = _device_functions(threads, tile)
 
     @cuda.jit(cache=True)
     def rows_kernel(X, ints, longs, f64s, bools, out):
@@ -180,11 +183,26 @@ def _traversal_kernels(threads: int, tile: int):
         r = cuda.grid(1)
         if r >= X.shape[0]:
             return
-        trees, value, roots, tree_group, base_score = sections(ints, longs, f64s, bools)
+        (
+            left,
+            right,
+            feature,
+            threshold,
+            default_left,
+            is_categorical,
+            cat_offsets,
+            cat_values,
+            value,
+            roots,
+            tree_group,
+            base_score,
+            missing,
+        ) = sections(ints, longs, f64s, bools)
         for g in range(base_score.shape[0]):
             out[r, g] = base_score[g]
         for t in range(roots.shape[0]):
-            node = walk_tree(X, r, roots[t], trees)
+            node = walk(X, r, roots[t], left, right, feature, threshold, default_left,
+                        is_categorical, cat_offsets, cat_values, missing)  # fmt: skip
             out[r, tree_group[t]] += value[node]
 
     @cuda.jit(cache=True)
