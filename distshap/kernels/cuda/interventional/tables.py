@@ -55,18 +55,6 @@ __all__ = [
 ]
 
 
-@cuda.jit(device=True)
-def _pattern(path_offsets, paths):
-    """This fill thread's table path ``j`` (``blockIdx.y``), pattern ``mx``, the path's first
-    lane ``s0`` and features ``k``, and whether ``mx`` is one of its ``2**k`` patterns."""
-    mx = np.int64(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
-    j = cuda.blockIdx.y
-    p = paths[j]
-    s0 = path_offsets[p]
-    k = path_offsets[p + 1] - s0 - 1
-    return j, mx, s0, k, mx < (np.int64(1) << k)
-
-
 @cache
 def shap_fill_kernel(max_k: int):
     """The SHAP fill kernel of paths of at most ``max_k`` features (its local array)."""
@@ -76,10 +64,15 @@ def shap_fill_kernel(max_k: int):
                scale_b):  # fmt: skip
         """One thread per (table path, pattern ``mx``): the background mean of each element's
         SHAP value, ``v / B * sum_patterns count * weight``, as int64 fixed point."""
-        j, mx, s0, k, live = _pattern(path_offsets, paths)
-        if not live:
+        mx = np.int64(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
+        j = cuda.blockIdx.y
+        p = paths[j]
+        s0 = path_offsets[p]
+        k = path_offsets[p + 1] - s0 - 1
+        if mx >= (np.int64(1) << k):
             return
-        notmx = ((np.int64(1) << k) - 1) & ~mx
+        full = (np.int64(1) << k) - 1
+        notmx = full & ~mx
         nx = cuda.popc(mx)
         b = k - nx  # every element x misses is r's alone (else the path is zero)
         acc = cuda.local.array(max_k, np.float64)
@@ -122,10 +115,15 @@ def interaction_fill_kernel(max_k: int):
         """One thread per (table path, pattern ``mx``): entry ``[c, i]`` of the background mean
         of the path's interaction matrix (half the interaction index off the diagonal; the
         diagonal ``phi_i - sum_c``), as int64 fixed point."""
-        j, mx, s0, k, live = _pattern(path_offsets, paths)
-        if not live:
+        mx = np.int64(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
+        j = cuda.blockIdx.y
+        p = paths[j]
+        s0 = path_offsets[p]
+        k = path_offsets[p + 1] - s0 - 1
+        if mx >= (np.int64(1) << k):
             return
-        notmx = ((np.int64(1) << k) - 1) & ~mx
+        full = (np.int64(1) << k) - 1
+        notmx = full & ~mx
         nx = cuda.popc(mx)
         b = k - nx
         pair = cuda.local.array(max_k2, np.float64)
