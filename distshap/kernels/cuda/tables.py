@@ -32,16 +32,17 @@ from distshap.kernels.cuda.runtime.device import (
     LF_LOWER,
     LF_UPPER,
     LI_FEATURE,
+    LI_FEATURES,
     LI_FLAGS,
     LI_GROUP,
     LI_NBITS,
+    LI_POSITION,
+    LI_START,
     MISSING_FLAG,
     SIM,
     ballot,
-    bin_lane,
     follows,
     read_split,
-    row_range,
 )  # fmt: skip
 from distshap.plan.config import get_config
 from distshap.plan.geometry import shared_tile_rows
@@ -75,6 +76,29 @@ def _shfl(value, src):
     return cuda.shfl_sync(FULL_MASK, value, src)
 
 
+@cuda.jit(device=True)
+def _lane_setup(lane_i, bin_offsets, b, lane):
+    """Row-independent constants of this lane of bin ``b`` (unused lanes: no path)."""
+    base = bin_offsets[b]
+    valid = lane < bin_offsets[b + 1] - base
+    li = base + lane if valid else base
+    feat = lane_i[li, LI_FEATURE] if valid else -1
+    pos = lane_i[li, LI_POSITION] if valid else 0
+    start = lane_i[li, LI_START] if valid else lane
+    k = lane_i[li, LI_FEATURES] if valid else 0
+    return li, valid, feat, pos, start, k
+
+
+@cuda.jit(device=True)
+def _row_range(rows_per_block, n_rows):
+    """Rows ``[r0, r1)`` of this block's row range (``blockIdx.y``)."""
+    r0 = cuda.blockIdx.y * rows_per_block
+    r1 = r0 + rows_per_block
+    if r1 > n_rows:
+        r1 = n_rows
+    return r0, r1
+
+
 def _make_table_kernel(shared: bool, slots: bool, shap: bool, rows4: bool, warps: int,
                        tile_values: int):  # fmt: skip
     """The table kernel, accumulating in a shared-memory tile of rows (``shared``: one global
@@ -103,7 +127,7 @@ def _make_table_kernel(shared: bool, slots: bool, shap: bool, rows4: bool, warps
         if not shared and not live:
             return  # warp-uniform; with a shared tile every warp takes part in the barriers
         b = bins[bi] if live else bins[0]
-        li, valid, feat, pos, start, k = bin_lane(lane_i, bin_offsets, b, lane, -1)
+        li, valid, feat, pos, start, k = _lane_setup(lane_i, bin_offsets, b, lane)
         valid = valid and live
         group = lane_i[li, LI_GROUP]
         flags = lane_i[li, LI_FLAGS]
@@ -121,7 +145,7 @@ def _make_table_kernel(shared: bool, slots: bool, shap: bool, rows4: bool, warps
         width = acc.shape[1]
         if slots:  # slot of entry (c, pos - 1) of the lane's path: path_map[mbase + c * k]
             mbase = lane_map[li] + pos - 1 if active else 0
-        r0, r1 = row_range(cuda.blockIdx.y, rows_per_block, X.shape[0])
+        r0, r1 = _row_range(rows_per_block, X.shape[0])
         if split:  # lo words [0, tile_values), hi words after them
             tile = cuda.shared.array(tile_words, np.uint32)
         for t0 in range(r0, r1, tile_rows):

@@ -23,16 +23,8 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda.interventional.common import shapley_weights
-from distshap.kernels.cuda.runtime.device import (
-    FULL_MASK,
-    SIM,
-    ballot,
-    bin_lane,
-    lane_follows,
-    row_range,
-    stream,
-)
+from distshap.kernels.cuda.interventional.common import bin_lane, row_range, shapley_weights
+from distshap.kernels.cuda.runtime.device import FULL_MASK, SIM, ballot, lane_follows, stream
 from distshap.kernels.cuda.runtime.model import DeviceModel, device_model
 from distshap.kernels.interventional_math import Background, check_background
 from distshap.packed import PackedModel
@@ -59,7 +51,7 @@ def mask_kernel(warps: int):
         bi = cuda.blockIdx.x * warps + (tid >> 5)
         live = bi < bins.shape[0]
         b = bins[bi] if live else bins[0]
-        li, valid, feat, pos, start, k = bin_lane(lane_i, bin_offsets, b, lane, 0)
+        li, valid, feat, pos, start, k = bin_lane(lane_i, bin_offsets, b, lane)
         valid = valid and live
         active = valid and pos >= 1
         coff = count_off[li]

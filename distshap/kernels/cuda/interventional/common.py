@@ -9,9 +9,12 @@ import numpy as np
 from numba import cuda
 
 import distshap.kernels.interventional_math as im
+from distshap.kernels.cuda.runtime.device import LI_FEATURE, LI_FEATURES, LI_POSITION, LI_START
 
 __all__ = [
     "WMAX",
+    "bin_lane",
+    "row_range",
     "block_rows",
     "scaling",
     "shapley_weights",
@@ -41,6 +44,20 @@ def shapley_weights() -> np.ndarray:
     return w
 
 
+@cuda.jit(device=True)
+def bin_lane(lane_i, bin_offsets, b, lane):
+    """This lane of bin ``b``: lane index, whether it holds an element, feature, position in
+    its path (0: bias lane), the path's first lane in the bin, the path's features ``k``."""
+    base = bin_offsets[b]
+    valid = lane < bin_offsets[b + 1] - base
+    li = base + lane if valid else base
+    feat = lane_i[li, LI_FEATURE] if valid else 0
+    pos = lane_i[li, LI_POSITION] if valid else 0
+    start = lane_i[li, LI_START] if valid else lane
+    k = lane_i[li, LI_FEATURES] if valid else 0
+    return li, valid, feat, pos, start, k
+
+
 _rescale = cuda.jit(device=True)(im.rescale)
 
 
@@ -53,6 +70,18 @@ def scaling(transform, m_x, y_x, m_r):
     if transform == 0:
         return 1.0
     return _rescale(m_x, m_r, y_x, transform)
+
+
+@cuda.jit(device=True)
+def row_range(block_y, rows_per_block, n_rows):
+    """The rows ``[r0, r1)`` of the block ``block_y`` (``cuda.blockIdx.y``): ``rows_per_block``
+    rows. (The block index is an argument: under the simulator a device function of another
+    module than the kernel's must not read ``cuda``.)"""
+    r0 = block_y * rows_per_block
+    r1 = r0 + rows_per_block
+    if r1 > n_rows:
+        r1 = n_rows
+    return r0, r1
 
 
 def block_rows(n_rows: int, n_bins: int, at_most: int, target_warps: int = 16384) -> int:

@@ -23,7 +23,7 @@ import numpy as np
 from numba import cuda
 
 from distshap.kernels.cuda.interventional.background import DeviceBackground
-from distshap.kernels.cuda.interventional.common import block_rows, scaling
+from distshap.kernels.cuda.interventional.common import bin_lane, block_rows, row_range, scaling
 from distshap.kernels.cuda.runtime.device import (
     FULL_MASK,
     LD_VALUE,
@@ -31,10 +31,8 @@ from distshap.kernels.cuda.runtime.device import (
     LI_GROUP,
     SIM,
     ballot,
-    bin_lane,
     fixed,
     lane_follows,
-    row_range,
 )
 from distshap.kernels.cuda.runtime.model import DeviceModel
 
@@ -130,7 +128,7 @@ def direct_kernel(transform: int, interactions: bool, warps: int):
         bi = cuda.blockIdx.x * warps + (tid >> 5)
         live = bi < bins.shape[0]
         b = bins[bi] if live else bins[0]
-        li, valid, feat, pos, start, k = bin_lane(lane_i, bin_offsets, b, lane, 0)
+        li, valid, feat, pos, start, k = bin_lane(lane_i, bin_offsets, b, lane)
         on = valid and live and pos >= 1 and lane_on[li] != 0
         group = lane_i[li, LI_GROUP]
         v = lane_d[li, LD_VALUE]

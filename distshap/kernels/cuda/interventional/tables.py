@@ -19,7 +19,7 @@ import numpy as np
 from numba import cuda
 
 from distshap.kernels.cuda.interventional.background import DeviceBackground
-from distshap.kernels.cuda.interventional.common import block_rows
+from distshap.kernels.cuda.interventional.common import bin_lane, block_rows, row_range
 from distshap.kernels.cuda.runtime.device import (
     CAT_OTHER_FLAG,
     FULL_MASK,
@@ -33,10 +33,8 @@ from distshap.kernels.cuda.runtime.device import (
     MISSING_FLAG,
     SIM,
     ballot,
-    bin_lane,
     fixed,
     follows,
-    row_range,
     stream,
     xp,
 )  # fmt: skip
@@ -194,7 +192,7 @@ def table_kernel(shared: bool, interactions: bool, warps: int, tile_values: int)
         if not shared and not live:
             return  # warp-uniform; with a shared tile every warp takes part in the barriers
         b = bins[bi] if live else bins[0]
-        li, valid, feat, pos, start, k = bin_lane(lane_i, bin_offsets, b, lane, 0)
+        li, valid, feat, pos, start, k = bin_lane(lane_i, bin_offsets, b, lane)
         toff = lane_toff[li]
         active = valid and live and pos >= 1 and toff >= 0
         group = lane_i[li, LI_GROUP]

@@ -30,9 +30,9 @@ from distshap.kernels import treeshap
 __all__ = [
     "CAT_OTHER_FLAG", "FULL_MASK", "LD_VALUE", "LD_ZERO", "LF_LOWER", "LF_UPPER", "LF_VALUE",
     "LF_ZERO", "LI_COLUMNS", "LI_FEATURE", "LI_FEATURES", "LI_FLAGS", "LI_GROUP", "LI_NBITS",
-    "LI_POSITION", "LI_START", "MISSING_FLAG", "SIM", "add_quotient", "ballot", "bin_lane",
-    "device_id", "extend_path", "fdiv", "fixed", "follows", "lane_follows", "read_split",
-    "row_range", "stream", "unwound_sum", "xp",
+    "LI_POSITION", "LI_START", "MISSING_FLAG", "SIM", "add_quotient", "ballot", "device_id",
+    "extend_path", "fdiv", "fixed", "follows", "lane_follows", "read_split", "stream",
+    "unwound_sum", "xp",
 ]  # fmt: skip
 
 SIM = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
@@ -158,33 +158,6 @@ def lane_follows(x, lane_f, lane_i, lane_cat, cat_words, li):
     return follows(x, lane_f[li, LF_LOWER], lane_f[li, LF_UPPER], (flags & MISSING_FLAG) != 0,
                    (flags & CAT_OTHER_FLAG) != 0, lane_cat[li], lane_i[li, LI_NBITS],
                    cat_words)  # fmt: skip
-
-
-@cuda.jit(device=True)
-def bin_lane(lane_i, bin_offsets, b, lane, no_feature):
-    """This lane of bin ``b``: lane index, whether it holds an element, feature
-    (``no_feature`` where it holds none), position in its path (0: bias lane), the path's first
-    lane in the bin, the path's features ``k``."""
-    base = bin_offsets[b]
-    valid = lane < bin_offsets[b + 1] - base
-    li = base + lane if valid else base
-    feat = lane_i[li, LI_FEATURE] if valid else no_feature
-    pos = lane_i[li, LI_POSITION] if valid else 0
-    start = lane_i[li, LI_START] if valid else lane
-    k = lane_i[li, LI_FEATURES] if valid else 0
-    return li, valid, feat, pos, start, k
-
-
-@cuda.jit(device=True)
-def row_range(block_y, rows_per_block, n_rows):
-    """The rows ``[r0, r1)`` of the block ``block_y`` (``cuda.blockIdx.y``): ``rows_per_block``
-    rows. (The block index is an argument: under the simulator a device function of another
-    module than the kernel's must not read ``cuda``.)"""
-    r0 = block_y * rows_per_block
-    r1 = r0 + rows_per_block
-    if r1 > n_rows:
-        r1 = n_rows
-    return r0, r1
 
 
 @cuda.jit(device=True)
