@@ -78,9 +78,7 @@ def shap_taylor_values(
             import cupy
 
             raw = cupy.asarray(raw)  # the traversal runs where the values are
-        check_additivity(
-            out, predict_margin(packed, raw), "Shapley-Taylor values", first_row
-        )
+        check_additivity(out, predict_margin(packed, raw), "Shapley-Taylor values", first_row)
     if is_cupy(out) and not is_cupy(rows):
         out = out.get()
     return out
