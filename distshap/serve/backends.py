@@ -274,6 +274,8 @@ def _is_worker_loss(err: BaseException) -> bool:
 
     lost = (_WorkerLost, KilledWorker, asyncio.CancelledError, concurrent.futures.CancelledError,
             OSError)  # fmt: skip
+    if isinstance(err, RuntimeError) and str(err).startswith("Worker holding Actor was lost"):
+        return True  # distributed's words when the actor's worker left (no own exception type)
     return isinstance(err, lost) or type(err).__name__ in (
         "CommClosedError",
         "FutureCancelledError",
