@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from distshap.background_size import warn_large_background
 from distshap.dispatch import run_request
 from distshap.encoding import encode_ensemble
 from distshap.explainer_pairs import PairMethods
@@ -267,6 +268,8 @@ class TreeExplainer(PairMethods):
         matrix = model_matrix(rows, self.packed, what="data (the background)")
         self.data = matrix.get() if is_cupy(matrix) else matrix
         user_names = getattr(self, "_user_feature_names", None)  # unset while constructing
+        if self.feature_perturbation == "interventional":  # shap's warning above 1,000 rows
+            warn_large_background(int(self.data.shape[0]))
         self.data_feature_names = None if user_names is None else list(user_names)
         if is_frame(rows) and user_names is None:
             names = self.packed.feature_names
