@@ -19,9 +19,9 @@ Two algorithms, chosen as shap chooses them:
   model, as shap defines them.
 
 Outputs: :meth:`TreeExplainer.shap_values` / :meth:`~TreeExplainer.shap_interaction_values`
-keep XGBoost's ``pred_contribs`` / ``pred_interactions`` layout (bias in the last column) by
-default, shap's (no bias, groups last; what shap's legacy plots such as ``summary_plot`` take)
-with ``layout="shap"``; calling the explainer returns a ``shap.Explanation`` in shap's own
+return shap's layout by default (no bias, groups last: what shap's plots and code written for
+``shap.TreeExplainer`` take), XGBoost's ``pred_contribs`` / ``pred_interactions`` (bias last)
+with ``layout="xgboost"``; calling the explainer returns a ``shap.Explanation`` in shap's own
 layouts, which shap's plots take. Inputs may be NumPy, pandas (a Series is one row), CuPy,
 scipy.sparse, ``xgboost.DMatrix``, a numeric ``catboost.Pool`` or Dask (lazy values;
 :class:`~distshap.layouts.DaskExplanation` for ``explainer(X)``).
@@ -140,12 +140,13 @@ class TreeExplainer(PairMethods):
         shap's constructor takes them and ignores them (``approximate`` is deprecated there);
         so does distshap, warning when ``approximate`` is given (``DeprecationWarning``) or
         ``link`` is no identity (``UserWarning``: use ``model_output="probability"``).
-    layout : {"xgboost", "shap"}
-        The layout of :meth:`shap_values` and :meth:`shap_interaction_values`: XGBoost's
-        ``pred_contribs`` / ``pred_interactions`` (default: ``(n, F+1)``, ``(n, G, F+1)``,
-        bias last) or shap's (``(n, F)``, ``(n, F, G)``, no bias), which shap's legacy plots
-        (``summary_plot``, ``dependence_plot``, ``force_plot``, ``decision_plot``) and code
-        written for ``shap.TreeExplainer`` expect. ``explainer(X)`` is shap's either way.
+    layout : {"shap", "xgboost"}
+        The layout of :meth:`shap_values` and :meth:`shap_interaction_values`: shap's
+        (default: ``(n, F)``, ``(n, F, G)``, no bias; the bias is :attr:`expected_value`),
+        which shap's plots (``summary_plot``, ``dependence_plot``, ``force_plot``,
+        ``decision_plot``) and code written for ``shap.TreeExplainer`` expect; or XGBoost's
+        ``pred_contribs`` / ``pred_interactions`` (``(n, F+1)``, ``(n, G, F+1)``, bias last).
+        ``explainer(X)`` is shap's either way.
     backend : {"auto", "cpu", "cuda"}
         Kernel backend. ``"auto"`` uses the GPU when one is visible, the CPU otherwise.
     algorithm : {"bfd", "ffd", "nf", "none"}
@@ -267,9 +268,9 @@ class TreeExplainer(PairMethods):
             check_dmatrix_sentinel(explain_input(data), self.packed)
         matrix = model_matrix(rows, self.packed, what="data (the background)")
         self.data = matrix.get() if is_cupy(matrix) else matrix
-        user_names = getattr(self, "_user_feature_names", None)  # unset while constructing
         if self.feature_perturbation == "interventional":  # shap's warning above 1,000 rows
             warn_large_background(int(self.data.shape[0]))
+        user_names = getattr(self, "_user_feature_names", None)  # unset while constructing
         self.data_feature_names = None if user_names is None else list(user_names)
         if is_frame(rows) and user_names is None:
             names = self.packed.feature_names
@@ -449,13 +450,12 @@ class TreeExplainer(PairMethods):
         progress: bool = False,
         iteration_range: tuple[int, int] | None = None,
     ) -> Any:
-        """SHAP values, in XGBoost's ``pred_contribs`` layout (bias in the last column) or, for
-        ``layout="shap"``, in shap's.
+        """SHAP values, in shap's layout (no bias column, groups last) or, for
+        ``layout="xgboost"``, in XGBoost's ``pred_contribs`` layout (bias in the last column).
 
-        shap's parameters in shap's order. The default layout is XGBoost's, not shap's: shap's
-        ``shap_values`` drops the bias and puts output groups last, as
-        ``TreeExplainer(model, layout="shap")`` does (``explainer(X).values`` has shap's
-        layout either way).
+        shap's parameters in shap's order, and by default the arrays shap (>= 0.45) returns,
+        the bias in :attr:`expected_value`; ``TreeExplainer(model, layout="xgboost")`` gives
+        XGBoost's ``pred_contribs`` (``explainer(X).values`` has shap's layout either way).
 
         Parameters
         ----------
@@ -496,11 +496,11 @@ class TreeExplainer(PairMethods):
         Returns
         -------
         ndarray
-            float32 ``(n, F + 1)``, or ``(n, G, F + 1)`` for ``G > 1`` output groups; the bias
-            is the last column. ``(F + 1,)`` / ``(G, F + 1)`` for one row. ``layout="shap"``:
-            ``(n, F)`` / ``(n, F, G)``, ``(F,)`` / ``(F, G)`` for one row, the bias in
-            :attr:`expected_value` (float32, where shap's are float64 but for XGBoost's
-            tree-path-dependent values). Same array family as ``X`` (lazy for Dask).
+            float32 ``(n, F)``, or ``(n, F, G)`` for ``G > 1`` output groups; ``(F,)`` /
+            ``(F, G)`` for one row; the bias in :attr:`expected_value` (float32, where shap's
+            are float64 but for XGBoost's tree-path-dependent values). ``layout="xgboost"``:
+            ``(n, F + 1)`` / ``(n, G, F + 1)``, the bias the last column, ``(F + 1,)`` /
+            ``(G, F + 1)`` for one row. Same array family as ``X`` (lazy for Dask).
         """
         check_approximate(approximate)
         out, inp, _ = self._compute(
@@ -519,7 +519,7 @@ class TreeExplainer(PairMethods):
         check_additivity: bool = True,
         iteration_range: tuple[int, int] | None = None,
     ) -> Any:
-        """SHAP interaction values, XGBoost's ``pred_interactions`` layout (or shap's).
+        """SHAP interaction values, in shap's layout (or XGBoost's ``pred_interactions``).
 
         Parameters
         ----------
@@ -532,10 +532,10 @@ class TreeExplainer(PairMethods):
         Returns
         -------
         ndarray
-            float32 ``(n, F + 1, F + 1)``, or ``(n, G, F + 1, F + 1)`` for ``G > 1`` groups;
-            row ``i`` sums to the SHAP value of feature ``i``; the bias is ``[F, F]``. Without
-            the row axis for one row. ``layout="shap"``: ``(n, F, F)`` / ``(n, F, F, G)``, no
-            bias (shap's layout).
+            float32 ``(n, F, F)``, or ``(n, F, F, G)`` for ``G > 1`` groups (shap's layout, no
+            bias); row ``i`` sums to the SHAP value of feature ``i``. ``layout="xgboost"``:
+            ``(n, F + 1, F + 1)`` / ``(n, G, F + 1, F + 1)``, the bias at ``[F, F]`` (the rest
+            of the bias row and column zero). Without the row axis for one row.
         """
         out, inp, _ = self._compute(
             X, y, True, check_additivity, progress, tree_limit, iteration_range

@@ -1,10 +1,11 @@
 """What the explainer returns: output layouts, ``shap.Explanation`` and its lazy Dask twin.
 
 The kernels give ``(n, G, F+1)`` / ``(n, G, F+1, F+1)`` (XGBoost's ``pred_contribs`` /
-``pred_interactions`` with the groups axis kept). Here they become XGBoost's layout (groups axis
-dropped for one group, row axis for one row), shap's (no bias column, groups last), or a
-``shap.Explanation`` (:class:`DaskExplanation` for Dask input) with shap's feature names and
-``data``.
+``pred_interactions`` with the groups axis kept). Here they become shap's layout (the default:
+no bias column, groups last, as ``shap.TreeExplainer.shap_values`` returns them), XGBoost's
+(``layout="xgboost"``: bias last, groups before features; groups axis dropped for one group,
+row axis for one row), or a ``shap.Explanation`` (:class:`DaskExplanation` for Dask input) with
+shap's feature names and ``data``.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ __all__ = [
 #: bias last, groups before features) or ``"shap"`` (shap's ``shap_values``: no bias column,
 #: groups last).
 LAYOUTS = ("xgboost", "shap")
-#: The layout a TreeExplainer gets when none is given.
-DEFAULT_LAYOUT = "xgboost"
+#: The layout a TreeExplainer gets when none is given: shap's, so that code written for
+#: ``shap.TreeExplainer`` runs unchanged.
+DEFAULT_LAYOUT = "shap"
 
 
 def layout_values(out: Any, one_row: bool, layout: str, interactions: bool) -> Any:

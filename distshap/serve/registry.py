@@ -27,7 +27,8 @@ OUTPUTS = {
     "margin": "the model's margin (raw score) from an independent tree traversal",
     "interaction_values": "SHAP interaction values, XGBoost's pred_interactions layout",
     "top_interactions": "the k strongest feature pairs of each row (parameter k)",
-    "interventional_values": "interventional SHAP values over the registered background",
+    "interventional_values": "interventional SHAP values over the registered background, "
+    "XGBoost's pred_contribs layout (bias last)",
 }
 #: The extra tensor that comes with top_interactions: the pairs' feature indices.
 PAIRS_OUTPUT = "top_interactions_pairs"
@@ -181,7 +182,7 @@ def load_model(spec: ModelSpec, backend: str = "auto") -> RegisteredModel:
     for what, path in (("model", spec.path), ("background", spec.background)):
         if path is not None and not os.path.isfile(path):
             raise FileNotFoundError(f"{what} file {path!r} of model {spec.name!r} does not exist")
-    explainer = TreeExplainer(spec.path, backend=backend)
+    explainer = TreeExplainer(spec.path, layout="xgboost", backend=backend)
     interventional = None
     digest = explainer.packed.digest
     if spec.background is not None:
