@@ -772,3 +772,82 @@ __all__ += [
     "interventional_shap",
     "interventional_shap_rows",
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Banzhaf values and Banzhaf interaction values (brute force over coalitions)
+# ---------------------------------------------------------------------------------------------
+# Every coalition of the other players weighs 1 / 2**(M - 1) (values) or 1 / 2**(M - 2)
+# (interactions). Layout as for SHAP: the bias column holds v(∅) (the expected value + base
+# score, or the mean background margin); interactions put the whole Banzhaf interaction index
+# at [i, j] and [j, i], phi_i - sum_{j != i} [i, j] on the diagonal (rows sum to the values).
+
+
+def _banzhaf_from_games(games: list[np.ndarray], m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean over ``games`` (each ``(G, 2**m)``) of the Banzhaf values ``(G, m)`` and the
+    Banzhaf interaction indices ``(G, m, m)`` (zero diagonal)."""
+    masks = np.arange(1 << m, dtype=np.int64)
+    G = games[0].shape[0]
+    values, pairs = np.zeros((G, m)), np.zeros((G, m, m))
+    for v in games:
+        for a in range(m):
+            without = masks[((masks >> a) & 1) == 0]
+            values[:, a] += (v[:, without | (1 << a)] - v[:, without]).sum(axis=1) / 2.0 ** (m - 1)
+            for b in range(a + 1, m):
+                both = (1 << a) | (1 << b)
+                rest = masks[(masks & both) == 0]
+                delta = v[:, rest | both] - v[:, rest | (1 << a)] - v[:, rest | (1 << b)]
+                pairs[:, a, b] += (delta + v[:, rest]).sum(axis=1) / 2.0 ** (m - 2)
+                pairs[:, b, a] = pairs[:, a, b]
+    return values / len(games), pairs / len(games)
+
+
+def _banzhaf_layout(ens: Ensemble, players: list[int], values, pairs, bias, interactions: bool):
+    F = ens.num_features
+    if not interactions:
+        out = np.zeros((ens.num_groups, F + 1))
+        out[:, players] = values
+        out[:, F] = bias
+        return out
+    out = np.zeros((ens.num_groups, F + 1, F + 1))
+    for a, fa in enumerate(players):
+        for b, fb in enumerate(players):
+            out[:, fa, fb] = pairs[:, a, b]
+        out[:, fa, fa] = values[:, a] - pairs[:, a].sum(axis=1)
+    out[:, F, F] = bias
+    return out
+
+
+def brute_force_banzhaf(
+    ens: Ensemble,
+    x: np.ndarray,
+    background: np.ndarray | None = None,
+    *,
+    interactions: bool = False,
+) -> np.ndarray:
+    """Exact Banzhaf values ``(G, F + 1)`` (or interaction values ``(G, F + 1, F + 1)``) of one
+    row by enumerating coalitions: of the path-dependent game :func:`subset_values` without
+    ``background``, else of the hybrid games ``f(x_S, r_notS)`` averaged over its rows."""
+    x = _as_row(ens, x)
+    players = _players(ens, None)
+    m = len(players)
+    if background is None:
+        games = [subset_values(ens, x, players)]
+        bias = games[0][:, 0] + ens.base_score
+    else:
+        games = [_hybrid_values(ens, x, r, players) for r in np.asarray(background, np.float64)]
+        bias = np.mean([v[:, 0] for v in games], axis=0)
+    values, pairs = _banzhaf_from_games(games, m) if m else (np.zeros((ens.num_groups, 0)),) * 2
+    return _banzhaf_layout(ens, players, values, pairs, bias, interactions)
+
+
+def brute_force_banzhaf_rows(
+    ens: Ensemble, X: np.ndarray, background: np.ndarray | None = None, *, interactions=False
+) -> np.ndarray:
+    """:func:`brute_force_banzhaf` of every row: ``(n, G, F + 1)`` / ``(n, G, F + 1, F + 1)``."""
+    X = np.asarray(X, dtype=np.float64)
+    rows = [brute_force_banzhaf(ens, x, background, interactions=interactions) for x in X]
+    return np.stack(rows)
+
+
+__all__ += ["brute_force_banzhaf", "brute_force_banzhaf_rows"]
