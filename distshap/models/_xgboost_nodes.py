@@ -17,7 +17,15 @@ from distshap.models._ubjson import UBJSONViews
 from distshap.models._xgboost_params import get, int_param
 from distshap.models.ensemble import UnsupportedModelError
 
-__all__ = ["Categories", "Nodes", "drop_deleted", "nodes_numpy", "nodes_threaded"]
+__all__ = [
+    "Categories",
+    "Nodes",
+    "drop_deleted",
+    "expand_vector_leaves",
+    "nodes_numpy",
+    "nodes_threaded",
+    "vector_leaf_values",
+]
 
 
 def _ragged_gather(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -198,10 +206,17 @@ Nodes = tuple[dict, np.ndarray, Categories, bool]
 
 
 def nodes_numpy(
-    trees: list, keep: np.ndarray, num_feature: int, weight_drop: np.ndarray | None
+    trees: list,
+    keep: np.ndarray,
+    num_feature: int,
+    weight_drop: np.ndarray | None,
+    leaf_size: int = 1,
 ) -> Nodes:
     """The kept trees' node arrays in NumPy: one Python step per tree, then one concatenation
-    per field (any document: JSON lists, or UBJSON arrays copied or viewed)."""
+    per field (any document: JSON lists, or UBJSON arrays copied or viewed).
+
+    ``leaf_size`` is the number of values per leaf (``base_weights`` holds that many per node);
+    the ``value`` of vector-leaf trees is :func:`vector_leaf_values`'s to fill."""
     lefts, rights, feats, conds, dlefts, stypes, hess = [], [], [], [], [], [], []
     cats = Categories()
     sizes = np.zeros(keep.size, dtype=np.int64)
@@ -222,7 +237,7 @@ def nodes_numpy(
         hess.append(_array(tree, "sum_hessian", np.float32, t, n))
         for name in ("parents", "loss_changes", "base_weights"):  # unused, but counted
             if name in tree:
-                _counted(tree, name, t, n)
+                _counted(tree, name, t, n * leaf_size if name == "base_weights" else n)
         stype = tree.get("split_type")
         if stype is None or len(stype) == 0:
             stypes.append(np.zeros(n, dtype=np.int8))
@@ -283,6 +298,7 @@ def nodes_threaded(
     num_feature: int,
     weight_drop: np.ndarray | None,
     views: UBJSONViews,
+    leaf_size: int = 1,
 ) -> Nodes | None:
     """:func:`nodes_numpy`'s arrays, bit for bit, read from the model's bytes in threads.
 
@@ -326,7 +342,8 @@ def nodes_threaded(
             row.append(at)
         for name in ("parents", "loss_changes", "base_weights"):  # unused, but counted
             arr = tree.get(name, left)
-            if type(arr) is not np.ndarray or arr.dtype.kind not in "iuf" or arr.shape != (n,):
+            size = n * leaf_size if name == "base_weights" and arr is not left else n
+            if type(arr) is not np.ndarray or arr.dtype.kind not in "iuf" or arr.shape != (size,):
                 return None
         try:
             num_deleted[k] = int_param(tree.get("tree_param") or {}, "num_deleted", 0)
@@ -348,3 +365,92 @@ def nodes_threaded(
     nodes["tree_offsets"] = tree_offsets
     every_node_named = not np.any(flags & _threaded.NOBODYS_CHILD)
     return nodes, num_deleted, cats, every_node_named
+
+
+def vector_leaf_values(
+    trees: list,
+    keep: np.ndarray,
+    nodes: dict,
+    leaf_size: int,
+    weight_drop: np.ndarray | None,
+) -> np.ndarray:
+    """The leaf values of the kept vector-leaf trees: float64 ``(n_nodes, leaf_size)``.
+
+    A vector-leaf tree (``multi_strategy="multi_output_tree"``) keeps its leaves' values in
+    ``leaf_weights``, ``leaf_size`` per leaf (learning rate included); a leaf's
+    ``right_children`` entry is its row there. Splits get 0; DART weights multiply the values,
+    as for scalar leaves. One Python step per tree, then one gather for all of them.
+    """
+    offsets = nodes["tree_offsets"]
+    sizes = np.diff(offsets)
+    rights, weights = [], []
+    num_leaves = np.zeros(keep.size, dtype=np.int64)
+    for k, t in enumerate(keep.tolist()):
+        tree = trees[t]
+        rights.append(_array(tree, "right_children", np.int64, t, int(sizes[k])))
+        w = _array(tree, "leaf_weights", np.float32, t, None)
+        if w.size % leaf_size:
+            raise ValueError(
+                f"inconsistent XGBoost model: tree {t} has {w.size} leaf_weights, no multiple "
+                f"of its {leaf_size} values per leaf (truncated or edited)"
+            )
+        weights.append(w)
+        num_leaves[k] = w.size // leaf_size
+    leaf = nodes["left"] < 0
+    row = np.concatenate(rights)[leaf]
+    tree_of_leaf = np.repeat(np.arange(keep.size), sizes)[leaf]
+    bad = np.flatnonzero((row < 0) | (row >= num_leaves[tree_of_leaf]))
+    if bad.size:
+        t = int(keep[tree_of_leaf[bad[0]]])
+        raise ValueError(
+            f"inconsistent XGBoost model: a leaf of tree {t} names row {int(row[bad[0]])} of "
+            f"its leaf_weights, which hold {int(num_leaves[tree_of_leaf[bad[0]]])} leaves "
+            "(truncated or edited)"
+        )
+    row += (np.cumsum(num_leaves) - num_leaves)[tree_of_leaf]
+    table = np.concatenate(weights).astype(np.float64).reshape(-1, leaf_size)
+    values = np.zeros((leaf.size, leaf_size), dtype=np.float64)
+    values[leaf] = table[row]
+    if weight_drop is not None:
+        values *= np.repeat(weight_drop[keep], sizes)[:, None]
+    return values
+
+
+def expand_vector_leaves(nodes: dict) -> dict:
+    """Every tree whose ``value`` holds ``k`` columns -> ``k`` trees of the same structure.
+
+    SHAP values are linear in the leaf values, so a tree of vector leaves explains as ``k``
+    trees with scalar leaves, tree ``j``'s copies consecutive (copy ``g`` holds column ``g``:
+    output group ``g``), as the trees of one boosting round of a multiclass model are.
+    """
+    value = nodes["value"]
+    k = value.shape[1]
+    offsets = nodes["tree_offsets"]
+    sizes = np.diff(offsets)
+    if int(offsets[-1]) * k >= np.iinfo(np.int32).max:
+        raise UnsupportedModelError(
+            f"the model's {int(offsets[-1])} nodes hold {k} values each: as {k} trees per "
+            "tree that is more nodes than int32 indexes"
+        )
+    lengths = np.repeat(sizes, k)
+    starts = np.repeat(offsets[:-1], k)
+    source = _ragged_gather(starts, lengths)  # the node each new node copies
+    tree_offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=tree_offsets[1:])
+    shift = np.repeat(tree_offsets[:-1] - starts, lengths)
+    out = {key: nodes[key][source] for key in _COPIED}
+    for key in ("left", "right"):
+        child = nodes[key][source]
+        out[key] = np.where(child >= 0, child + shift, -1).astype(np.int32)
+    group = np.repeat(np.tile(np.arange(k), sizes.size), lengths)
+    out["value"] = value[source, group]
+    cat_offsets = nodes["cat_offsets"]
+    counts = np.diff(cat_offsets)[source]
+    out["cat_values"] = nodes["cat_values"][_ragged_gather(cat_offsets[:-1][source], counts)]
+    out["cat_offsets"] = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    out["tree_offsets"] = tree_offsets
+    return out
+
+
+#: The per-node arrays :func:`expand_vector_leaves` copies unchanged.
+_COPIED = ("feature", "threshold", "default_left", "is_categorical", "cover")

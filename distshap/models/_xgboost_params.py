@@ -205,12 +205,41 @@ def category_values(cats: Any) -> dict[int, Any]:
     return out
 
 
+def _vector_leaf(trees: list, num_groups: int) -> bool:
+    """Whether the trees have vector leaves (``multi_output_tree``): ``num_groups`` values each.
+
+    A vector-leaf tree records ``size_leaf_vector`` and keeps its leaves' values apart, in
+    ``leaf_weights``. Every tree of a model is of one kind, with one value per output group.
+    """
+    kinds = set()
+    for t, tree in enumerate(trees):
+        if not isinstance(tree, dict):
+            continue  # Counts.check_tree says what is wrong
+        size = int_param(tree.get("tree_param") or {}, "size_leaf_vector", 1)
+        vector = "leaf_weights" in tree or size > 1
+        if vector and size != num_groups:
+            raise ValueError(
+                f"inconsistent XGBoost model: tree {t} has vector leaves of "
+                f"size_leaf_vector={size} but the model has {num_groups} outputs (edited)"
+            )
+        kinds.add(vector)
+        if len(kinds) > 1:
+            raise ValueError(
+                f"inconsistent XGBoost model: tree {t} differs from the trees before it in "
+                "having vector leaves (leaf_weights) or not (edited)"
+            )
+    return True in kinds
+
+
 class Counts:
     """The counts a document records, read and checked against each other.
 
     Attributes
     ----------
     num_trees, num_feature, num_groups, num_parallel_tree : int
+    vector_leaf : bool
+        Whether the trees have vector leaves (``multi_output_tree``): one value per output
+        group in each leaf, every tree serving every group.
     tree_info : int64 (num_trees,)
         Output group of each tree.
     indptr : int64 (rounds + 1,)
@@ -240,6 +269,7 @@ class Counts:
                 "(a model has classes or targets, each at least 1)"
             )
         self.num_groups = num_class if num_class > 0 else num_target
+        self.vector_leaf = _vector_leaf(trees, self.num_groups)
         self.num_parallel_tree = int_param(gbparam, "num_parallel_tree", 1)
         if self.num_parallel_tree < 1:
             raise ValueError(f"num_parallel_tree={self.num_parallel_tree} is below 1")
@@ -256,11 +286,18 @@ class Counts:
                 f"tree_info names output group {bad} but the model declares "
                 f"{self.num_groups} outputs"
             )
+        if self.vector_leaf and np.any(self.tree_info != 0):
+            raise ValueError(
+                "inconsistent XGBoost model: its vector-leaf trees hold every output, but "
+                "tree_info gives some of them an output group other than 0 (edited)"
+            )
         self.indptr = self._indptr(model.get("iteration_indptr"))
 
     def _indptr(self, raw: Any) -> np.ndarray:
         n = self.num_trees
-        per_round = self.num_parallel_tree * self.num_groups
+        # a vector-leaf tree holds every output group: a round has one per parallel tree
+        groups = 1 if self.vector_leaf else self.num_groups
+        per_round = self.num_parallel_tree * groups
         if raw is not None and len(raw) > 0:
             indptr = np.asarray(raw, dtype=np.int64).reshape(-1)
             if indptr[0] != 0 or indptr[-1] != n:
@@ -272,14 +309,14 @@ class Counts:
                 raise ValueError(
                     "inconsistent XGBoost model: iteration_indptr has rounds of other than "
                     f"{per_round} trees (num_parallel_tree={self.num_parallel_tree} x "
-                    f"{self.num_groups} outputs); the document is truncated or edited"
+                    f"{groups} trees per output); the document is truncated or edited"
                 )
             return indptr
         if n % per_round:
             raise ValueError(
                 f"inconsistent XGBoost model: {n} trees do not make whole boosting rounds of "
                 f"{per_round} (num_parallel_tree={self.num_parallel_tree} x "
-                f"{self.num_groups} outputs); the document is truncated or edited"
+                f"{groups} trees per output); the document is truncated or edited"
             )
         return np.arange(0, n + 1, per_round, dtype=np.int64)
 

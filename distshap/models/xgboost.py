@@ -15,6 +15,10 @@ What is converted:
 * ``gbtree`` and ``dart`` boosters (DART tree weights ``weight_drop`` are folded into the leaf
   values), random forests (``num_parallel_tree > 1``), any number of output groups (tree ``t``
   belongs to group ``tree_info[t]``);
+* vector-leaf trees (``multi_strategy="multi_output_tree"``, multi-target regression and
+  multiclass): every leaf holds one value per output group, and each such tree becomes one
+  tree per group, of the same structure, with that group's values (SHAP values are linear
+  in the leaf values); a boosting round then holds ``groups x num_parallel_tree`` trees;
 * numeric splits (XGBoost sends ``x < split_condition`` left, comparing float32 values, as the
   Ensemble does), the default direction of missing values, and categorical splits (XGBoost
   sends the listed categories right, the Ensemble convention, so no children are swapped);
@@ -24,8 +28,7 @@ What is converted:
 
 Every count the document records is checked (:class:`~distshap.models._xgboost_params.Counts`):
 a truncated or edited file is refused with what disagrees. Refused with
-:class:`UnsupportedModelError`: ``gblinear``, vector-leaf trees
-(``multi_strategy="multi_output_tree"``), and boosters or documents of any other kind.
+:class:`UnsupportedModelError`: ``gblinear``, and boosters or documents of any other kind.
 """
 
 from __future__ import annotations
@@ -46,13 +49,18 @@ from distshap.models._files import (
     sniff_model_bytes,
 )
 from distshap.models._ubjson import UBJSONError, UBJSONViews, decode_ubjson, decode_ubjson_views
-from distshap.models._xgboost_nodes import drop_deleted, nodes_numpy, nodes_threaded
+from distshap.models._xgboost_nodes import (
+    drop_deleted,
+    expand_vector_leaves,
+    nodes_numpy,
+    nodes_threaded,
+    vector_leaf_values,
+)
 from distshap.models._xgboost_params import (
     Counts,
     base_margin,
     category_values,
     get,
-    int_param,
     sklearn_missing,
 )
 from distshap.models.ensemble import Ensemble, UnsupportedModelError
@@ -173,7 +181,7 @@ def load_xgboost(model: Any, *, iteration_range: tuple[int, int] | None = None) 
     ValueError
         If a scikit-learn estimator is not fitted.
     UnsupportedModelError
-        For gblinear and vector-leaf (multi_output_tree) models.
+        For gblinear models.
     """
     import xgboost
 
@@ -270,7 +278,7 @@ def ensemble_from_xgboost_document(
     Raises
     ------
     UnsupportedModelError
-        For gblinear, vector-leaf trees, or a document of an unknown shape.
+        For gblinear, or a document of an unknown shape.
     ValueError
         For a document whose counts disagree (truncated or edited) or whose structure is not
         XGBoost's.
@@ -310,7 +318,7 @@ def ensemble_from_ubjson(
 def _booster_trees(booster: dict[str, Any], booster_name: str) -> tuple[dict, Any, Any]:
     """The booster's model, its trees and DART weights (``None``: not DART).
 
-    Refuses ``gblinear``, unknown boosters and vector-leaf trees.
+    Refuses ``gblinear`` and unknown boosters.
     """
     if booster_name == "gblinear":
         raise UnsupportedModelError(
@@ -331,16 +339,6 @@ def _booster_trees(booster: dict[str, Any], booster_name: str) -> tuple[dict, An
         # XGBoost >= 3.3 saves DART models as booster "gbtree" with the tree weights inside
         weight_drop = model["weight_drop"]
     trees = get(model, "trees", "gbtree model")
-    for t, tree in enumerate(trees if isinstance(trees, list) else []):
-        if not isinstance(tree, dict):
-            continue  # Counts.check_tree says what is wrong
-        leaf_size = int_param(tree.get("tree_param") or {}, "size_leaf_vector", 1)
-        if leaf_size > 1 or "leaf_weights" in tree:
-            raise UnsupportedModelError(
-                f"XGBoost tree {t} has vector leaves (size_leaf_vector={leaf_size}, "
-                "multi_strategy='multi_output_tree'): distshap cannot explain multi-target "
-                "trees; retrain with multi_strategy='one_output_per_tree' (the default)"
-            )
     return model, trees, weight_drop
 
 
@@ -388,12 +386,15 @@ def _ensemble(
         counts.check_tree(t, tree)
     keep = _iteration_trees(counts.indptr, iteration_range)
 
+    leaf_size = num_groups if counts.vector_leaf else 1
     found = None
     if views is not None:
-        found = nodes_threaded(trees, keep, num_feature, weight_drop, views)
+        found = nodes_threaded(trees, keep, num_feature, weight_drop, views, leaf_size)
     if found is None:
-        found = nodes_numpy(trees, keep, num_feature, weight_drop)
+        found = nodes_numpy(trees, keep, num_feature, weight_drop, leaf_size)
     nodes, num_deleted, cats, every_node_named = found
+    if counts.vector_leaf:
+        nodes["value"] = vector_leaf_values(trees, keep, nodes, leaf_size, weight_drop)
     cats.add_to(nodes)
 
     base_score = base_margin(
@@ -408,7 +409,7 @@ def _ensemble(
         "objective": objective,
         "num_parallel_tree": counts.num_parallel_tree,
         # the boosting rounds of the kept trees (distshap.models.iterations)
-        "iteration_indptr": _kept_indptr(counts.indptr, keep),
+        "iteration_indptr": _kept_indptr(counts.indptr, keep) * leaf_size,
         "xgboost_version": tuple(int(v) for v in version) if version is not None else None,
         "xgboost_feature_types": tuple(str(v) for v in types) if types is not None else None,
     }
@@ -418,9 +419,15 @@ def _ensemble(
 
     if num_deleted.any() or not every_node_named:
         nodes = drop_deleted(nodes, num_deleted, keep)
+    tree_group = counts.tree_info[keep].astype(np.int32)
+    if counts.vector_leaf:
+        # one tree per output group from each vector-leaf tree (SHAP is linear in the leaves)
+        nodes = expand_vector_leaves(nodes)
+        tree_group = np.tile(np.arange(num_groups, dtype=np.int32), keep.size)
+        extra["multi_strategy"] = "multi_output_tree"
     return Ensemble(
         **nodes,
-        tree_group=counts.tree_info[keep].astype(np.int32),
+        tree_group=tree_group,
         num_features=num_feature,
         num_groups=num_groups,
         base_score=base_score,
