@@ -103,13 +103,28 @@ def run_request(packed: Any, raw: Any, request: Request, y: Any = None, first_ro
     if backend == "auto":  # a Dask worker with NumPy chunks: its own device decides
         backend = kernels.resolve_backend(backend, cupy_data=is_cupy(rows))
     module = kernels.get_backend(backend)
-    if request.background is not None:
+    if request.method == "banzhaf":
+        out = _banzhaf(backend, packed, rows, request)
+    elif request.background is not None:
         out = _interventional(module, packed, raw, rows, request, y, first_row)
     else:
         out = _path_dependent(module, packed, raw, rows, request, first_row)
     if is_cupy(out) and not is_cupy(rows):
         out = out.get()
     return out
+
+
+def _banzhaf(backend: str, packed: Any, rows: Any, request: Request) -> Any:
+    """Banzhaf (interaction) values of the raw margin, unchecked: they sum to no traversal's
+    output (:mod:`distshap.explainer_banzhaf`)."""
+    from distshap.kernels.banzhaf import banzhaf_backend
+
+    module = banzhaf_backend(backend)
+    if request.background is None:
+        return module.banzhaf_values(packed, rows, request.interactions)
+    bias = bias_values(request.background, RAW)
+    return module.interventional_banzhaf_values(packed, request.background, rows, bias=bias,
+                                                interactions=request.interactions)  # fmt: skip
 
 
 def _path_dependent(

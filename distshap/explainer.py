@@ -38,6 +38,7 @@ import numpy as np
 from distshap.background_size import warn_large_background
 from distshap.dispatch import run_request
 from distshap.encoding import encode_ensemble
+from distshap.explainer_banzhaf import BanzhafMethods
 from distshap.explainer_pairs import PairMethods
 from distshap.frames import select_model_columns
 from distshap.inputs import (
@@ -105,7 +106,7 @@ class _Model:
     background: Any = None  # distshap.interventional.Background, interventional only
 
 
-class TreeExplainer(PairMethods):
+class TreeExplainer(PairMethods, BanzhafMethods):
     """Exact SHAP values and SHAP interaction values of a tree ensemble (shap's interface).
 
     Parameters

@@ -19,7 +19,10 @@ from distshap import kernels
 from distshap.interventional import MODEL_OUTPUTS, transform_id
 from distshap.kernels.interventional_math import LOG_LOSS, PROBABILITY, RAW, check_background
 
-__all__ = ["Request", "make_request"]
+__all__ = ["METHODS", "Request", "make_request"]
+
+#: The values a request can ask for: Shapley (SHAP) or Banzhaf.
+METHODS = ("shap", "banzhaf")
 
 _TARGETS = {
     RAW: "the model's margin",
@@ -47,6 +50,9 @@ class Request:
         The kernels' transform of ``model_output`` (:func:`distshap.interventional.transform_id`).
     background : distshap.interventional.Background or None
         Interventional values over these rows; ``None``: tree-path-dependent values.
+    method : {"shap", "banzhaf"}
+        Shapley values (and Shapley interaction values) or Banzhaf values (and Banzhaf
+        interaction values; raw margin only, no additivity check).
     """
 
     interactions: bool = False
@@ -55,6 +61,7 @@ class Request:
     model_output: str = "raw"
     transform: int = RAW
     background: Any = None
+    method: str = "shap"
 
     @property
     def needs_labels(self) -> bool:
@@ -65,6 +72,8 @@ class Request:
     def what(self) -> str:
         """The values' name in messages (``"interventional SHAP values"``, ...)."""
         values = "interaction values" if self.interactions else "SHAP values"
+        if self.method == "banzhaf":
+            values = "Banzhaf " + ("interaction values" if self.interactions else "values")
         return values if self.background is None else "interventional " + values
 
     @property
@@ -93,6 +102,7 @@ def make_request(
     background: Any = None,
     model_output: str = "raw",
     cupy_data: bool | None = False,
+    method: str = "shap",
 ) -> Request:
     """Validate a call once -> its :class:`Request`.
 
@@ -106,6 +116,8 @@ def make_request(
         Whether the rows are CuPy: the backend is resolved here for them. ``None``: rows of a
         Dask collection whose chunk kind is not known yet (only the name is checked;
         :meth:`Request.for_chunks` resolves it).
+    method : {"shap", "banzhaf"}
+        As :class:`Request` names it (Banzhaf: the raw margin only, never checked).
 
     Raises
     ------
@@ -118,6 +130,8 @@ def make_request(
     RuntimeError
         ``backend="cuda"`` for in-memory rows where no GPU is usable.
     """
+    if method not in METHODS:
+        raise ValueError(f"method={method!r} is unknown: use one of {METHODS}")
     transform = RAW
     if background is not None:
         check_background(background, packed)
@@ -128,6 +142,11 @@ def make_request(
         raise ValueError(
             f"model_output={model_output!r} is defined for interventional SHAP only: pass "
             "background data (e.g. a sample of the training rows), or use model_output='raw'"
+        )
+    if method == "banzhaf" and transform != RAW:
+        raise ValueError(
+            f"Banzhaf values explain the raw margin only, not model_output={model_output!r}: "
+            "use a TreeExplainer built with model_output='raw'"
         )
     if interactions and transform != RAW:
         raise ValueError(
@@ -141,4 +160,5 @@ def make_request(
             kernels.resolve_backend(backend)  # an unknown name, before anything is sent
     else:
         backend = kernels.resolve_backend(backend, cupy_data=cupy_data)
-    return Request(bool(interactions), backend, bool(check), model_output, transform, background)
+    check = bool(check) and method == "shap"  # Banzhaf values sum to no traversal's output
+    return Request(bool(interactions), backend, check, model_output, transform, background, method)

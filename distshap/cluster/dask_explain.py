@@ -242,6 +242,7 @@ def explain_dask(
     model_output: str = "raw",
     y: Any = None,
     balance: bool = True,
+    method: str = "shap",
 ) -> da.Array:
     """SHAP values (or SHAP interaction values) of a Dask collection, lazily.
 
@@ -278,6 +279,9 @@ def explain_dask(
         an equal share of the rows whatever their placement (see the module docstring): the
         surplus rows of over-full workers are copied now, in the background, to the others.
         ``False``: every chunk runs where the scheduler puts it (usually where it sits).
+    method : {"shap", "banzhaf"}
+        SHAP values or Banzhaf values (:mod:`distshap.explainer_banzhaf`; raw margin, never
+        checked).
 
     Returns
     -------
@@ -299,7 +303,8 @@ def explain_dask(
     """
     request = make_request(packed, interactions=interactions, backend=backend,
                            check=check_additivity, background=background,
-                           model_output=model_output, cupy_data=None)  # fmt: skip
+                           model_output=model_output, cupy_data=None,
+                           method=method)  # fmt: skip
     if request.needs_labels and y is None:
         raise ValueError("model_output='log_loss' needs the label of each row: pass y (n_rows,)")
     client = _get_client(client)
@@ -321,6 +326,7 @@ def explain_dask(
     labels = _labels_array(y, X) if request.needs_labels else None
     meta = meta_from_array(X._meta, ndim=len(tail) + 1, dtype=np.float32)
     label = "interactions" if interactions else "shap"
+    label = label if method == "shap" else f"{method}-{label}"
     if background is not None:
         label = "interventional-" + label
     travelling = dataclasses.replace(request, background=None)  # the background is `shipped`
