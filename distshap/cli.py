@@ -31,7 +31,8 @@ Errors are one line on stderr and exit code 2 (bad arguments, files, columns) or
 else); ``--verbose`` prints the traceback too. SIGTERM stops a run as Ctrl-C does: the output
 being written is discarded and the previous one kept (exit code 143, 130 for Ctrl-C); one that
 arrives once the new output is in place stops only the printing (exit code 0: the exit code
-says whether OUT is new).
+says whether OUT is new). A reader that closes stdout early (``distshap info MODEL | head -1``)
+ends the command quietly with exit code 141, as SIGPIPE ends other programs.
 """
 
 from __future__ import annotations
@@ -328,6 +329,56 @@ def _stopped(args: argparse.Namespace, before: Any, signal_name: str, code: int)
     return code
 
 
+class _StdoutClosed(BaseException):
+    """The reader of stdout went away (``distshap info MODEL | head -1``): stop quietly.
+
+    A ``BaseException``, so that no handler meant for the command's own errors takes it, and
+    output files being written are discarded as on Ctrl-C."""
+
+
+class _GuardedStdout:
+    """``sys.stdout`` whose writes raise :class:`_StdoutClosed` where the pipe is closed, so
+    that a broken pipe elsewhere (a socket to a scheduler) stays an error."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise _StdoutClosed() from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise _StdoutClosed() from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _guarded_stdout() -> Iterator[None]:
+    """While the command runs, a closed stdout raises :class:`_StdoutClosed`; afterwards
+    nothing more is written to it (the interpreter's last flush goes to ``os.devnull``)."""
+    original = sys.stdout
+    sys.stdout = guarded = _GuardedStdout(original)
+    try:
+        try:
+            yield
+        finally:  # also after --help's SystemExit
+            guarded.flush()
+    except _StdoutClosed:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, original.fileno())
+        os.close(devnull)
+        raise
+    finally:
+        sys.stdout = original
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``distshap`` command line; returns the exit code.
 
@@ -342,9 +393,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         0 on success, 2 for usage and input errors (bad arguments, unreadable files, missing
         columns, mismatched feature counts, an output that would replace an input or an
         existing file), 1 for other errors, 130 on Ctrl-C and 143 on SIGTERM before the output
-        is in place (0 after).
+        is in place (0 after), 141 (as for SIGPIPE) when the reader of stdout closed it.
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        with _guarded_stdout():
+            return _main(list(sys.argv[1:] if argv is None else argv))
+    except _StdoutClosed:
+        return 141
+
+
+def _main(argv: list[str]) -> int:
+    """:func:`main` with stdout guarded."""
     parser = _build_parser()
     args = parser.parse_args(argv)
     verbose = bool(getattr(args, "verbose", False))

@@ -43,7 +43,8 @@ def model_info(
     device_kind : str, optional
         Device kind ("H100", "H200", "generic") or full device name whose cost constants
         predict the CUDA strategy (:mod:`distshap.plan.predict`); default: the current GPU's
-        (generic defaults where there is none). No GPU is needed for a named kind.
+        (where there is none, no speed is predicted: ``cost_model`` is ``None``). No GPU is
+        needed for a named kind.
     n_rows : int
         Rows of the call whose speed is predicted.
 
@@ -57,7 +58,8 @@ def model_info(
         (pattern-table vs DP path counts, table bytes), ``cuda`` (how the CUDA kernels would
         run it; None without Numba's CUDA target), ``cost_model`` (the cost model's choice of
         SHAP kernels for the device kind and its predicted rows/s, beside all-quadrature and
-        all-tables; :func:`cost_model_info`).
+        all-tables; :func:`cost_model_info`; ``None`` without a GPU unless ``device_kind`` is
+        given).
     """
     from distshap.models import load_model
     from distshap.packed import build_packed_model
@@ -82,6 +84,7 @@ def model_info(
         }
     hist = np.bincount(lengths) if lengths.size else np.zeros(1, dtype=np.int64)
     stats = packed.stats
+    device = _device_name(device_kind)
     return {
         "model": {
             "kind": ens.model_kind,
@@ -112,8 +115,8 @@ def model_info(
             "lanes": int(stats.get("lanes", 0)),
             "build_seconds": float(stats.get("build_seconds", 0.0)),
         },
-        "cuda": _cuda_strategy(packed, _costs(device_kind)),
-        "cost_model": cost_model_info(packed, device_kind, n_rows),
+        "cuda": _cuda_strategy(packed, _costs(device)),
+        "cost_model": cost_model_info(packed, device, n_rows) if device else None,
     }
 
 
@@ -269,6 +272,11 @@ def format_info(info: dict, path: str) -> str:
     cm = info.get("cost_model")
     if cm is not None:
         lines.extend(_format_cost_model(cm))
+    else:
+        lines.append(
+            "SHAP strategy   no GPU visible: no speed predicted (--device-kind H100, H200 or "
+            "generic predicts one for that kind)"
+        )
     c = info["cuda"]
     if c is None:
         return "\n".join(lines)
