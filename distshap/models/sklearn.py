@@ -3,10 +3,13 @@
 Supported estimators, their number of output groups ``G`` and what one output (margin) is:
 
 * ``DecisionTreeRegressor``, ``RandomForestRegressor``, ``ExtraTreesRegressor``
-  (and ``ExtraTreeRegressor``): ``G = 1``, ``predict(X)`` (mean of the trees);
+  (and ``ExtraTreeRegressor``): ``G = 1``, ``predict(X)`` (mean of the trees); fitted on a
+  2-D target of ``K`` columns, ``G = K`` and output ``g`` is ``predict(X)[:, g]`` (each tree
+  becomes one tree per output, with that output's leaf values, as shap explains it);
 * ``DecisionTreeClassifier``, ``RandomForestClassifier``, ``ExtraTreesClassifier``
   (and ``ExtraTreeClassifier``): ``G = n_classes`` (binary included: 2 groups),
-  ``predict_proba(X)[:, g]``;
+  ``predict_proba(X)[:, g]``; classifiers fitted on several outputs are refused (shap's
+  values for them sum to each output's probabilities divided by the number of outputs);
 * ``GradientBoostingRegressor``: ``G = 1``, ``predict(X)``;
 * ``GradientBoostingClassifier``: ``G = 1`` (binary) or ``K``, ``decision_function(X)``;
 * ``HistGradientBoostingRegressor``: ``G = 1``, the raw prediction (``predict(X)`` for
@@ -88,20 +91,42 @@ def _check_single_output(est: Any, name: str) -> None:
         )
 
 
+def _check_classifier_outputs(est: Any, name: str) -> None:
+    """Refuse a classifier fitted on several outputs (a 2-D ``y``)."""
+    n_outputs = int(getattr(est.tree_, "n_outputs", 1))
+    if n_outputs != 1:
+        raise UnsupportedModelError(
+            f"{name} was fitted on {n_outputs} outputs: multi-output classifiers are not "
+            "supported (predict_proba gives one array per output, which shap's values do not "
+            "sum to either); fit one classifier per output"
+        )
+
+
 def _tree_estimators(model: Any, is_classifier: bool, scale: float) -> tuple[list, list, int]:
-    """Parts and groups for a single tree or a forest (averaged)."""
+    """Parts and groups for a single tree or a forest (averaged).
+
+    A regressor fitted on ``K`` outputs (a 2-D ``y``) has ``K`` values per leaf: each tree
+    becomes ``K`` trees of the same structure, one per output group (as shap explains it).
+    """
     estimators = [model] if hasattr(model, "tree_") else list(model.estimators_)
     name = type(model).__name__
     parts: list[dict[str, np.ndarray]] = []
     groups: list[int] = []
     num_groups = 1
     for est in estimators:
-        _check_single_output(est, name)
-        raw = np.asarray(est.tree_.value, dtype=np.float64)[:, 0, :]
         if not is_classifier:
-            parts.append(_tree_part(est.tree_, raw[:, 0] * scale))
+            raw = np.asarray(est.tree_.value, dtype=np.float64)[:, :, 0]
+            num_groups = raw.shape[1]
+            part = _tree_part(est.tree_, raw[:, 0] * scale)
+            parts.append(part)
             groups.append(0)
+            leaf = part["left"] < 0
+            for g in range(1, num_groups):
+                parts.append(dict(part, value=np.where(leaf, raw[:, g] * scale, 0.0)))
+                groups.append(g)
             continue
+        _check_classifier_outputs(est, name)
+        raw = np.asarray(est.tree_.value, dtype=np.float64)[:, 0, :]
         num_groups = raw.shape[1]
         total = raw.sum(axis=1, keepdims=True)
         total[total == 0.0] = 1.0
@@ -333,7 +358,7 @@ def load_sklearn(model: Any) -> Ensemble:
     Raises
     ------
     UnsupportedModelError
-        For multi-output trees, non-constant gradient boosting init estimators, other
+        For multi-output classifiers, non-constant gradient boosting init estimators, other
         scikit-learn estimators and unfitted models.
     """
     name = type(model).__name__
