@@ -4,7 +4,7 @@ Trains a small XGBoost regression on synthetic, housing-like data with named fea
 the model and the rows to a temporary directory, then runs the real ``distshap`` command line
 (``python -m distshap.cli``) on them: ``info``, ``explain`` and ``plot summary``. The outputs of
 ``info`` and ``explain`` are printed (they are what the README shows); the plot is written to
-``docs/summary.png`` (git-ignored: regenerate it rather than commit it).
+``docs/summary.png`` (committed: the README shows it).
 
 Usage, from the repository root (needs xgboost, pyarrow and matplotlib)::
 
