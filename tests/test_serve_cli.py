@@ -83,7 +83,7 @@ def test_sigterm_drains_and_exits_0(tmp_path):
         assert status.startswith(b"HTTP/1.1 200")
         out = json.loads(payload)["outputs"][0]
         values = np.array(out["data"], dtype=np.float32).reshape(out["shape"])
-        assert values.tobytes() == TreeExplainer(path).shap_values(rows).tobytes()
+        assert values.tobytes() == TreeExplainer(path, layout="xgboost").shap_values(rows).tobytes()
         assert "drained" in proc.stderr.read()
     finally:
         if proc.poll() is None:

@@ -42,7 +42,7 @@ def setup(tmp_path_factory):
     booster, X = build_multiclass()
     booster.save_model(path)
     X = np.asarray(X, dtype=np.float32)
-    ref = TreeExplainer(path).shap_values(X)
+    ref = TreeExplainer(path, layout="xgboost").shap_values(X)
     client = start_cluster(gpus=False, n_workers=2, threads_per_worker=1,
                            dashboard_address=None)  # fmt: skip
     registry = Registry.from_specs([parse_model_spec(f"mc={path}")])

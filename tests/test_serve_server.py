@@ -100,8 +100,10 @@ def test_health_and_metadata(server):
 
 def test_every_output_matches_in_process(server, files):
     rows = files["X"][:23]
-    ex = TreeExplainer(files["bin"])
-    iv = TreeExplainer(files["bin"], data=np.load(files["bg"]), model_output="probability")
+    ex = TreeExplainer(files["bin"], layout="xgboost")
+    iv = TreeExplainer(
+        files["bin"], data=np.load(files["bg"]), model_output="probability", layout="xgboost"
+    )
     outputs = ["shap_values", "margin", "interaction_values", "interventional_values",
                {"name": "top_interactions", "parameters": {"k": 4}}]  # fmt: skip
     status, _, body = infer(server.url, "bin", rows, outputs)
@@ -121,8 +123,10 @@ def test_every_output_matches_in_process(server, files):
 def test_concurrent_clients_across_batch_boundaries(server, files):
     """Requests of 1..100 rows from 16 threads (batches of 64 rows at most): each response
     equals its rows explained alone, and requests were merged."""
-    refs = {"bin": TreeExplainer(files["bin"]).shap_values(files["X"]),
-            "mc": TreeExplainer(files["mc"]).shap_values(files["Xm"])}  # fmt: skip
+    refs = {
+        name: TreeExplainer(files[name], layout="xgboost").shap_values(files[x])
+        for name, x in (("bin", "X"), ("mc", "Xm"))
+    }
     data = {"bin": files["X"], "mc": files["Xm"]}
     before = server.metrics.batch_rows.copy()
     rng = np.random.default_rng(5)
@@ -151,7 +155,7 @@ def test_tritonclient_json_and_binary(server, files):
     client = http.InferenceServerClient(server.url.removeprefix("http://"))
     assert client.is_server_live() and client.is_model_ready("mc", "3")
     rows = files["Xm"][:50].astype(np.float64)
-    ex = TreeExplainer(files["mc"])
+    ex = TreeExplainer(files["mc"], layout="xgboost")
     pairs, values = ex.top_interactions(rows, 2)
     for binary in (False, True):
         inp = http.InferInput("rows", list(rows.shape), "FP64")
@@ -220,7 +224,7 @@ def _slow_server(files, delay, **options):
 def test_back_pressure_503_with_retry_after(files):
     srv = _slow_server(files, 0.3, max_batch_rows=10, max_queue_rows=10, max_wait=0.0)
     rows = files["X"][:5]
-    ref = TreeExplainer(files["bin"]).shap_values(rows)
+    ref = TreeExplainer(files["bin"], layout="xgboost").shap_values(rows)
     try:
         with ThreadPoolExecutor(12) as pool:
             results = list(pool.map(lambda _: infer(srv.url, "bin", rows), range(12)))
@@ -251,7 +255,7 @@ def test_token(files):
         ExplanationServer(registry, InProcessExecutor(), ServeOptions(host="0.0.0.0", port=0))
     opts = ServeOptions(host="0.0.0.0", port=0, token="s3cret")
     srv = ExplanationServer(registry, InProcessExecutor(), opts).start()
-    url = f"http://127.0.0.1:{srv.httpd.server_address[1]}"
+    url = f"http://127.0.0.1:{srv.address[1]}"
     try:
         assert call(url, "/v2/health/live")[0] == 200  # health checks need no token
         assert call(url, "/v2/models/bin")[0] == 401

@@ -1,23 +1,25 @@
 """Dynamic batching: concurrent requests for one model and output merged into one batch.
 
-Each (model, output, parameters) has a :class:`BatchQueue`. Its thread takes the oldest request
-and waits for a free executor slot, so that requests pile up into the next batch while one
-runs; while a batch of the queue runs, it also waits at most ``max_wait`` seconds for the batch
-to reach ``max_rows`` rows (an idle queue sends at once). It concatenates the rows (as float64
-when any request sent FP64: widening is exact, and the model converts each value as it would
-alone), hands the batch to the executor and, when its values come back, splits them by the
-requests' row counts. Each row's values do not depend on the rows beside it, so every response
-equals its rows run alone. The queue is bounded in rows: a request that does not fit is refused
-at once (:class:`QueueFull`, the server's 503 + Retry-After).
+Each (model, output, parameters) has a :class:`BatchQueue`, which lives on the server's event
+loop (every method but the executor's callback runs there, so it takes no lock). A request
+that finds the queue idle is sent at once; while batches run, requests pile up, and a free
+executor slot takes the next batch when it holds ``max_rows`` rows or its oldest request has
+waited ``max_wait`` seconds (with one slot, as soon as the running batch ends). A batch
+concatenates its requests' rows (as float64 when any request sent FP64: widening is exact,
+and the model converts each value as it would alone), runs on the executor (up to
+``executor.slots()`` batches at once) and, when its values come back, is split by the requests'
+row counts. Each row's values do not depend on the rows beside it, so every response equals
+its rows run alone. The queue is bounded in rows: a request that does not fit is refused at
+once (:class:`QueueFull`, the server's 503 + Retry-After).
 """
 
 from __future__ import annotations
 
-import threading
+import asyncio
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -33,11 +35,11 @@ class QueueClosed(RuntimeError):
     """The queue takes no more requests (the server is draining)."""
 
 
-@dataclass(eq=False)
 class _Pending:
-    rows: np.ndarray
-    future: Future = field(default_factory=Future)
-    queued: float = field(default_factory=time.monotonic)
+    __slots__ = ("future", "queued", "rows")
+
+    def __init__(self, rows: np.ndarray, future: asyncio.Future) -> None:
+        self.rows, self.future, self.queued = rows, future, time.monotonic()
 
 
 class BatchQueue:
@@ -55,11 +57,16 @@ class BatchQueue:
     max_rows : int
         Rows of a batch at most (a larger single request runs alone).
     max_wait : float
-        Seconds the oldest request waits for others at most.
+        Seconds the oldest request waits for others at most while a batch runs.
     max_queue_rows : int
         Rows waiting at most; beyond, :meth:`put` raises :class:`QueueFull`.
     on_batch : callable, optional
-        Called with ``(rows, requests)`` of every batch (metrics).
+        Called with ``(rows, requests, assembly seconds, seconds its requests waited in
+        the queue, summed)`` of every batch (metrics).
+    on_run : callable, optional
+        Called with the seconds each batch took on the executor (metrics).
+    loop : asyncio.AbstractEventLoop, optional
+        The loop the queue lives on (default: the running one).
     """
 
     def __init__(
@@ -71,28 +78,30 @@ class BatchQueue:
         max_rows: int,
         max_wait: float,
         max_queue_rows: int,
-        on_batch: Any = None,
+        on_batch: Callable | None = None,
+        on_run: Callable | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self.resident, self.output, self.k = resident, output, k
         self.executor = executor
         self.max_rows, self.max_wait, self.max_queue_rows = max_rows, max_wait, max_queue_rows
-        self.on_batch = on_batch
+        self.on_batch, self.on_run = on_batch, on_run
+        self.loop = loop or asyncio.get_running_loop()
         self._items: deque[_Pending] = deque()
         self._queued_rows = 0
         self._running = 0
         self._closed = False
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._loop, name=f"distshap-batch-{output}",
-                                        daemon=True)  # fmt: skip
-        self._thread.start()
+        self._timer: asyncio.TimerHandle | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     @property
     def queued_rows(self) -> int:
         """Rows waiting for a batch."""
         return self._queued_rows
 
-    def put(self, rows: np.ndarray) -> Future:
-        """Queue ``rows`` -> a Future of their ``{tensor name: array}``.
+    def put(self, rows: np.ndarray) -> asyncio.Future:
+        """Queue ``rows`` -> a Future of their ``{tensor name: array}`` (on the loop).
 
         Raises
         ------
@@ -101,92 +110,90 @@ class BatchQueue:
         QueueClosed
             The queue is closed.
         """
-        item = _Pending(rows)
-        with self._cond:
-            if self._closed:
-                raise QueueClosed("the server is shutting down")
-            if self._queued_rows and self._queued_rows + len(rows) > self.max_queue_rows:
-                raise QueueFull(f"{self._queued_rows} rows are waiting")
-            self._items.append(item)
-            self._queued_rows += len(rows)
-            self._cond.notify_all()
+        if self._closed:
+            raise QueueClosed("the server is shutting down")
+        if self._queued_rows and self._queued_rows + len(rows) > self.max_queue_rows:
+            raise QueueFull(f"{self._queued_rows} rows are waiting")
+        item = _Pending(rows, self.loop.create_future())
+        self._items.append(item)
+        self._queued_rows += len(rows)
+        self._idle.clear()
+        self._schedule()
         return item.future
 
-    def _take(self) -> list[_Pending] | None:
-        """The next batch (None once closed and empty): waits for a free slot and for rows."""
-        with self._cond:
-            while not self._items or self._running >= self.executor.slots():
-                if self._closed and not self._items:
-                    return None
-                self._cond.wait(0.1)
-            deadline = self._items[0].queued + self.max_wait
-            # an idle queue sends at once; while a batch runs, the next one fills (max_wait)
-            while not self._closed and self._running:
-                left = deadline - time.monotonic()
-                if self._queued_rows >= self.max_rows or left <= 0:
-                    break
-                self._cond.wait(left)
-            batch = [self._items.popleft()]
-            rows = len(batch[0].rows)
-            while self._items and rows + len(self._items[0].rows) <= self.max_rows:
-                item = self._items.popleft()
-                batch.append(item)
+    def _schedule(self) -> None:
+        """Send the next batches that may go now; else wake up when the oldest must go."""
+        while self._items and self._running < self.executor.slots():
+            if self._running and self._queued_rows < self.max_rows:
+                left = self._items[0].queued + self.max_wait - time.monotonic()
+                if left > 0:  # a batch runs: let this one fill, max_wait at most
+                    if self._timer is None:
+                        self._timer = self.loop.call_later(left, self._wake)
+                    return
+            self._send()
+        if not self._items and not self._running:
+            self._idle.set()
+
+    def _wake(self) -> None:
+        self._timer = None
+        self._schedule()
+
+    def _send(self) -> None:
+        """Take the oldest requests (``max_rows`` rows at most) and run them as one batch."""
+        t0 = time.perf_counter()
+        live: list[_Pending] = []
+        rows = 0
+        while self._items and (not live or rows + len(self._items[0].rows) <= self.max_rows):
+            item = self._items.popleft()
+            self._queued_rows -= len(item.rows)
+            if not item.future.done():  # a request that timed out is not run
+                live.append(item)
                 rows += len(item.rows)
-            self._queued_rows -= rows
-            self._running += 1
-            return batch
-
-    def _loop(self) -> None:
-        while True:
-            batch = self._take()
-            if batch is None:
-                return
-            live = [p for p in batch if p.future.set_running_or_notify_cancel()]
-            if not live:
-                self._done()
-                continue
-            parts = [p.rows for p in live]
-            dtype = np.result_type(*parts)
-            rows = parts[0] if len(parts) == 1 else np.concatenate(parts).astype(dtype, copy=False)
-            if self.on_batch is not None:
-                self.on_batch(len(rows), len(live))
-            try:
-                future = self.executor.submit(self.resident, rows, self.output, self.k)
-            except BaseException as err:
-                self._fail(live, err)
-                continue
-            future.add_done_callback(lambda f, live=live: self._split(f, live))
-
-    def _done(self) -> None:
-        with self._cond:
-            self._running -= 1
-            self._cond.notify_all()
-
-    def _fail(self, live: list[_Pending], err: BaseException) -> None:
-        self._done()
-        for p in live:
-            p.future.set_exception(err)
-
-    def _split(self, future: Future, live: list[_Pending]) -> None:
-        err = future.exception()
-        if err is not None:
-            self._fail(live, err)
+        if not live:
             return
-        values = future.result()
-        self._done()
+        parts = [p.rows for p in live]
+        batch = parts[0] if len(parts) == 1 else np.concatenate(parts, dtype=np.result_type(*parts))
+        if self.on_batch is not None:
+            now = time.monotonic()
+            waited = sum(now - p.queued for p in live)
+            self.on_batch(rows, len(live), time.perf_counter() - t0, waited)
+        self._running += 1
+        started = time.perf_counter()
+        try:
+            future = self.executor.submit(self.resident, batch, self.output, self.k)
+        except BaseException as err:
+            self._finish(None, err, live, started)
+            return
+        future.add_done_callback(lambda f: self._done_elsewhere(f, live, started))
+
+    def _done_elsewhere(self, future: Future, live: list[_Pending], started: float) -> None:
+        """The executor's callback (any thread): hand the result to the loop."""
+        err = future.exception()
+        values = None if err is not None else future.result()
+        try:
+            self.loop.call_soon_threadsafe(self._finish, values, err, live, started)
+        except RuntimeError:  # the loop is closed: nobody waits for the answers
+            pass
+
+    def _finish(self, values: dict | None, err: BaseException | None, live: list, started: float):
+        self._running -= 1
+        if self.on_run is not None:
+            self.on_run(time.perf_counter() - started)
         start = 0
         for p in live:
             stop = start + len(p.rows)
-            p.future.set_result({name: a[start:stop] for name, a in values.items()})
+            if not p.future.done():
+                if err is not None:
+                    p.future.set_exception(err)
+                else:
+                    p.future.set_result({name: a[start:stop] for name, a in values.items()})
             start = stop
+        self._schedule()
 
-    def close(self, wait: bool = True) -> None:
-        """Take no more requests; run those queued (``wait``: until they are done)."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        if wait:
-            self._thread.join()
-            with self._cond:
-                while self._running:
-                    self._cond.wait(0.1)
+    def close(self) -> None:
+        """Take no more requests (those queued still run)."""
+        self._closed = True
+
+    async def wait_idle(self) -> None:
+        """Wait until every queued request has run."""
+        await self._idle.wait()

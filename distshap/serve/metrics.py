@@ -1,6 +1,8 @@
 """The server's Prometheus metrics, rendered in the text exposition format at ``/metrics``.
 
-Counters of requests (by model, output and status), rows and errors (by status); histograms of
+Counters of requests (by model, output and status), rows, errors (by status) and seconds spent
+in each stage of answering (decoding, waiting in the queue, batch assembly, running,
+encoding); histograms of
 batch sizes (rows) and request latency (seconds) per model and output; gauges of queued rows
 and connected workers, read when scraped.
 """
@@ -56,6 +58,7 @@ class Metrics:
         self.errors: dict[tuple, int] = defaultdict(int)
         self.latency: dict[tuple, _Histogram] = {}
         self.batch_rows: dict[tuple, _Histogram] = {}
+        self.stages: dict[tuple, float] = defaultdict(float)
         self.gauges: dict[str, tuple[str, Callable[[], dict[tuple, float]]]] = {}
 
     def request(self, model: str, output: str, status: int, rows: int, seconds: float) -> None:
@@ -69,11 +72,20 @@ class Metrics:
             else:
                 self.errors[(("status", str(status)),)] += 1
 
-    def batch(self, model: str, output: str, rows: int) -> None:
-        """One batch handed to the executor."""
+    def batch(self, model: str, output: str, rows: int, seconds: float = 0.0,
+              waited: float = 0.0) -> None:  # fmt: skip
+        """One batch handed to the executor (``seconds``: taking and joining its rows;
+        ``waited``: its requests' seconds in the queue, summed)."""
         key = (("model", model), ("output", output))
         with self._lock:
             self.batch_rows.setdefault(key, _Histogram(_ROW_BUCKETS)).observe(rows)
+            self.stages[(("stage", "assemble"),)] += seconds
+            self.stages[(("stage", "queue"),)] += waited
+
+    def stage(self, name: str, seconds: float) -> None:
+        """Seconds spent in one stage of answering (decode, assemble, run, encode)."""
+        with self._lock:
+            self.stages[(("stage", name),)] += seconds
 
     def gauge(self, name: str, help_text: str, read: Callable[[], dict[tuple, float]]) -> None:
         """A gauge read when scraped: ``read()`` -> ``{labels: value}``."""
@@ -89,6 +101,9 @@ class Metrics:
                 ("distshap_serve_rows_total", "counter", "rows explained", self.rows),
                 ("distshap_serve_errors_total", "counter", "requests refused or failed",
                  self.errors),
+                ("distshap_serve_stage_seconds_total", "counter", "seconds spent per stage: "
+                 "decode, queue (summed over requests), assemble, run (batches), encode",
+                 self.stages),
             ):  # fmt: skip
                 lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
                 lines += [f"{name}{_labels(k)} {v}" for k, v in sorted(series.items())]

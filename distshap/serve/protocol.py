@@ -16,11 +16,17 @@ from typing import Any
 
 import numpy as np
 
+try:  # one fast JSON codec where installed (the ``serve`` extra); the standard library else
+    import orjson
+except ImportError:  # pragma: no cover - exercised where orjson is missing
+    orjson = None
+
 __all__ = [
     "HEADER_LENGTH",
     "InferRequest",
     "OutputSpec",
     "ProtocolError",
+    "dumps",
     "encode_response",
     "parse_infer",
 ]
@@ -76,9 +82,24 @@ class InferRequest:
 _IGNORED_PARAMETERS = ("priority", "timeout", "sequence_id", "sequence_start", "sequence_end")
 
 
+def dumps(obj: Any) -> bytes:
+    """``obj`` as compact JSON bytes (NaN and infinities as JSON's ``NaN`` / ``Infinity``, as
+    Python's ``json`` writes them)."""
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _loads(data: bytes) -> Any:
+    if orjson is not None:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass  # NaN / Infinity literals (which Python's json writes), or malformed
+    return json.loads(data)
+
+
 def _json_object(data: bytes, what: str) -> dict:
     try:
-        obj = json.loads(data)
+        obj = _loads(data)
     except (ValueError, UnicodeDecodeError) as err:
         raise bad_request(f"{what} is not valid JSON ({err}): send a JSON object") from None
     if not isinstance(obj, dict):
@@ -219,11 +240,20 @@ def parse_infer(body: bytes, header_length: str | None = None) -> InferRequest:
     )
 
 
-def _json_values(a: np.ndarray) -> list:
-    """Flat values of ``a`` for JSON: float32 widened exactly (they read back bit for bit)."""
-    if a.dtype.kind == "f":
-        return a.astype(np.float64).ravel().tolist()
-    return a.ravel().tolist()
+def _json_values(a: np.ndarray) -> Any:
+    """Flat values of ``a`` for JSON: float32 widened exactly (they read back bit for bit); a
+    NumPy array where orjson writes it (finite values: orjson would write NaN as null)."""
+    flat = a.astype(np.float64).ravel() if a.dtype.kind == "f" else a.ravel()
+    if orjson is not None and (flat.dtype.kind != "f" or np.isfinite(flat).all()):
+        return np.ascontiguousarray(flat)
+    return flat.tolist()
+
+
+def _dumps_head(head: dict) -> bytes:
+    """The response's JSON: by orjson unless a tensor holds NaN or infinities (a list then)."""
+    if orjson is not None and not any(isinstance(t.get("data"), list) for t in head["outputs"]):
+        return orjson.dumps(head, option=orjson.OPT_SERIALIZE_NUMPY)
+    return json.dumps(head, separators=(",", ":"), default=lambda a: a.tolist()).encode()
 
 
 def encode_response(
@@ -254,7 +284,7 @@ def encode_response(
     head: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": tensors}
     if request_id is not None:
         head["id"] = request_id
-    header = json.dumps(head, separators=(",", ":")).encode()
+    header = _dumps_head(head)
     headers = {"Content-Type": "application/json"}
     if blobs:
         headers = {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(header))}

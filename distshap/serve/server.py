@@ -1,17 +1,20 @@
-"""The explanation server: the Open Inference Protocol over HTTP, on the standard library.
+"""The explanation server: the Open Inference Protocol over HTTP/1.1 on one asyncio event loop.
 
 Routes: ``GET /v2/health/live``, ``/v2/health/ready``, ``/v2``, ``/v2/models/{name}[/versions/
-{v}]`` (metadata), ``.../ready``, ``POST .../infer`` and ``GET /metrics`` (Prometheus). Each
-infer request is validated (400 naming the field, 404 for an unknown model, 413 beyond the size
-limits), queued per model and output (:class:`~distshap.serve.batching.BatchQueue`; a full queue
-is 503 with ``Retry-After``), and answered within ``request_timeout`` (504 otherwise). A
-non-loopback address needs a bearer token or ``insecure=True``. :meth:`ExplanationServer.drain`
-(SIGTERM under :func:`run`) refuses new requests, finishes those in flight and stops.
+{v}]`` (metadata), ``.../ready``, ``POST .../infer`` and ``GET /metrics`` (Prometheus). The
+loop reads every connection (:mod:`~distshap.serve.connection`, no thread a connection),
+checks an infer request's route, token and size from its head (404, 401 and 413 before the body
+is read), decodes its rows with NumPy (400 naming the field), queues them per model and output
+(:class:`~distshap.serve.batching.BatchQueue`; a full queue is 503 with ``Retry-After``) and
+answers within ``request_timeout`` (504 otherwise); batches run on the executor's threads or
+workers. A non-loopback address needs a bearer token or ``insecure=True``.
+:meth:`ExplanationServer.drain` (SIGTERM under ``distshap serve``) stops accepting, answers the
+requests begun (503 for new ones on open connections), and stops.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
+import asyncio
 import hmac
 import ipaddress
 import json
@@ -21,16 +24,17 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from distshap.serve.backends import NoWorkerError
 from distshap.serve.batching import BatchQueue, QueueClosed, QueueFull
+from distshap.serve.connection import Connection, Reply, Request, sweep
 from distshap.serve.metrics import Metrics
 from distshap.serve.protocol import (
     HEADER_LENGTH,
     OutputSpec,
     ProtocolError,
+    dumps,
     encode_response,
     parse_infer,
 )
@@ -41,6 +45,9 @@ __all__ = ["ExplanationServer", "ServeOptions"]
 log = logging.getLogger("distshap.serve")
 
 _MODEL_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?(/ready|/infer)?$")
+_JSON = {"Content-Type": "application/json"}
+#: Seconds an idle keep-alive connection is kept.
+_IDLE_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -94,48 +101,19 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True  # an idle keep-alive connection does not hold the process
-    request_queue_size = 1024  # the listen backlog: many clients connect at once
-    allow_reuse_address = True
-    app: ExplanationServer
+def _error(status: int, message: str, headers: dict | None = None) -> Reply:
+    """An answer other than 200: the JSON ``{"error": message}`` (one line)."""
+    return Reply(status, dumps({"error": message}), {**_JSON, **(headers or {})})
 
 
-class _Reply(Exception):
-    """An answer other than 200, raised from the routing: status, message, headers."""
-
-    def __init__(self, status: int, message: str, headers: dict | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers or {}
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive, as protocol clients expect
-    server: _HTTPServer
-    timeout = 60  # seconds an idle keep-alive connection is kept
-
-    def setup(self) -> None:
-        super().setup()
-        # headers and body are two writes: without this, Nagle's algorithm and the client's
-        # delayed ACK hold the body back
-        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
-        log.debug("http %s", format % args)
-
-    def do_GET(self) -> None:  # noqa: N802 (the base class's name)
-        self.server.app.handle(self, "GET")
-
-    def do_POST(self) -> None:  # noqa: N802
-        self.server.app.handle(self, "POST")
-
-    def send(self, status: int, body: bytes, headers: dict) -> None:
-        self.send_response(status)
-        for key, value in headers.items():
-            self.send_header(key, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)  # many clients connect at once
+    sock.setblocking(False)
+    return sock
 
 
 class ExplanationServer:
@@ -162,40 +140,61 @@ class ExplanationServer:
         self.registry, self.executor, self.options = registry, executor, options
         self.metrics = Metrics()
         self.draining = False
+        self.closing_connections = False
         self._queues: dict[tuple, BatchQueue] = {}
-        self._lock = threading.Lock()
+        self._connections: set[Connection] = set()
         self._active = 0
-        self._idle = threading.Condition(self._lock)
+        self._no_active: asyncio.Event | None = None
+        self._sock = _listen(options.host, options.port)
+        self.address: tuple[str, int] = self._sock.getsockname()[:2]
+        self.loop = asyncio.new_event_loop()
         self._thread: threading.Thread | None = None
         self._drained = threading.Event()
-        self.httpd = _HTTPServer((options.host, options.port), _Handler)
-        self.httpd.app = self
+        self._stopped = threading.Event()
         self.metrics.gauge("distshap_serve_queue_rows", "rows waiting for a batch", self._depths)
         self.metrics.gauge("distshap_serve_workers", "workers connected",
                            lambda: {(): self.executor.workers()})  # fmt: skip
         self.metrics.gauge("distshap_serve_in_flight", "requests being answered",
                            lambda: {(): self._active})  # fmt: skip
+        self.metrics.gauge("distshap_serve_connections", "open connections",
+                           lambda: {(): len(self._connections)})  # fmt: skip
 
     @property
     def url(self) -> str:
         """``http://host:port`` the server listens on."""
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        host, port = self.address
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     def start(self) -> ExplanationServer:
         """Serve in a background thread; returns ``self``."""
-        self._thread = threading.Thread(target=self._loop, name="distshap-serve",
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(target=self._run, name="distshap-serve", daemon=True)
         self._thread.start()
         return self
 
-    def _loop(self) -> None:
-        self.httpd.serve_forever(poll_interval=0.05)  # how soon a drain stops accepting
-
     def serve_forever(self) -> None:
         """Serve in this thread until :meth:`drain` (from another thread) stops it."""
-        self._loop()
+        self._run()
         self._drained.wait()
+
+    def _run(self) -> None:
+        loop = self.loop
+        asyncio.set_event_loop(loop)
+        self._no_active = asyncio.Event()
+        self._no_active.set()
+        self._server = loop.run_until_complete(
+            loop.create_server(lambda: Connection(self), sock=self._sock)
+        )
+        self._sweeper = loop.call_later(5.0, self._sweep)
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+            self._stopped.set()
+
+    def _sweep(self) -> None:
+        sweep(self._connections, _IDLE_SECONDS)
+        self._sweeper = self.loop.call_later(5.0, self._sweep)
 
     def ready(self) -> bool:
         """Whether requests can run now (not draining, a worker connected)."""
@@ -203,148 +202,191 @@ class ExplanationServer:
 
     def drain(self) -> None:
         """Refuse new requests, finish those in flight (``drain_timeout`` at most), stop."""
-        if self.draining:
-            self._drained.wait()
+        if self.draining or self._thread is None and not self.loop.is_running():
+            self._drained.wait() if self.draining else self._close_unstarted()
             return
         self.draining = True
         log.info("draining: %d request(s) in flight", self._active)
-        self.httpd.shutdown()
-        self.httpd.server_close()  # no new connections; those open are answered 503
-        deadline = time.monotonic() + self.options.drain_timeout
-        with self._idle:
-            while self._active and time.monotonic() < deadline:
-                self._idle.wait(0.05)
-        for queue in list(self._queues.values()):
-            queue.close(wait=False)
+        asyncio.run_coroutine_threadsafe(self._drain(), self.loop).result()
+        self.executor.close()
+        self._stopped.wait(10)
+        self._drained.set()
+
+    def _close_unstarted(self) -> None:
+        self.draining = True
+        self._sock.close()
         self.executor.close()
         self._drained.set()
 
-    # ----------------------------------------------------------------------------------------
-    # requests
-    # ----------------------------------------------------------------------------------------
-
-    def handle(self, req: _Handler, method: str) -> None:
-        """Answer one HTTP request (every answer goes through here)."""
-        start = time.perf_counter()
-        path = req.path.split("?", 1)[0].rstrip("/") or "/"
-        with self._lock:
-            self._active += 1
-        info: dict[str, Any] = {"model": "", "output": "", "rows": 0}
+    async def _drain(self) -> None:
+        self._server.close()  # no new connections; requests on open ones are answered 503
         try:
-            status, body, headers = 200, b"", {"Content-Type": "application/json"}
-            try:
-                body, headers = self._route(req, method, path, info)
-            except _Reply as reply:
-                status, body = reply.status, json.dumps({"error": reply.message}).encode()
-                headers = {"Content-Type": "application/json", **reply.headers}
-            if status == 413:
-                req.close_connection = True
-                headers["Connection"] = "close"
-            self._record(method, path, status, info, time.perf_counter() - start)
-            req.send(status, body, headers)
-        finally:
-            with self._idle:
-                self._active -= 1
-                self._idle.notify_all()
+            await asyncio.wait_for(self._no_active.wait(), self.options.drain_timeout)
+        except asyncio.TimeoutError:
+            log.warning("drain: %d request(s) still in flight after %s s", self._active,
+                        self.options.drain_timeout)  # fmt: skip
+        for queue in self._queues.values():
+            queue.close()
+        self.closing_connections = True
+        for conn in list(self._connections):
+            conn.close()
+        self._sweeper.cancel()
+        self.loop.call_soon(self.loop.stop)
 
-    def _record(self, method: str, path: str, status: int, info: dict, seconds: float) -> None:
-        """Metrics and the debug line of one answer (before it is sent: clients see both)."""
+    # ----------------------------------------------------------------------------------------
+    # the application the connections call (on the loop)
+    # ----------------------------------------------------------------------------------------
+
+    def opened(self, conn: Connection) -> None:
+        self._connections.add(conn)
+
+    def closed(self, conn: Connection) -> None:
+        self._connections.discard(conn)
+
+    def error(self, status: int, message: str) -> Reply:
+        return _error(status, message)
+
+    def begin(self, request: Request) -> Reply | None:
+        """Route a request from its head: an answer now, or None to read its body first."""
+        self._active += 1
+        self._no_active.clear()
+        request.state = {"model": "", "output": "", "rows": 0}
+        try:
+            return self._route(request)
+        except Reply as reply:
+            return reply
+        except Exception as err:  # an answer for every request, whatever went wrong
+            log.exception("while routing %s %s", request.method, request.path)
+            return _error(500, f"{type(err).__name__}: {str(err)[:200]}")
+
+    def respond(self, request: Request) -> Any:
+        """The answer to a request whose body has been read (an infer): a coroutine."""
+        return self._infer(request)
+
+    def abandoned(self, request: Request) -> None:
+        """A request whose client left before its body arrived."""
+        self._active -= 1
+        if not self._active:
+            self._no_active.set()
+
+    def answered(self, request: Request, reply: Reply) -> None:
+        """Metrics and the debug line of one answer (before it is written)."""
+        self._active -= 1
+        if not self._active:
+            self._no_active.set()
+        info = request.state
+        if info is None:
+            return
+        seconds = time.perf_counter() - request.received
+        path = request.path.rstrip("/") or "/"
         if path.endswith("/infer"):
-            self.metrics.request(info["model"], info["output"], status, info["rows"], seconds)
+            self.metrics.request(info["model"], info["output"], reply.status, info["rows"],
+                                 seconds)  # fmt: skip
         if log.isEnabledFor(logging.DEBUG):  # one structured line per request
-            line = {"method": method, "path": path, "status": status, **info}
+            line = {"method": request.method, "path": path, "status": reply.status, **info}
             log.debug(json.dumps({**line, "ms": round(seconds * 1e3, 3)}))
 
-    def _check_token(self, req: _Handler, path: str) -> None:
+    # ----------------------------------------------------------------------------------------
+    # routes
+    # ----------------------------------------------------------------------------------------
+
+    def _check_token(self, request: Request, path: str) -> None:
         token = self.options.token
         if not token or path.startswith("/v2/health/"):
             return
-        given = req.headers.get("Authorization", "")
+        given = request.headers.get("authorization", "")
         if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            raise _Reply(
+            raise _error(
                 401,
                 "missing or wrong token: send the header 'Authorization: Bearer "
                 "<token>' with the server's token",
                 {"WWW-Authenticate": "Bearer"},
             )
 
-    def _route(self, req: _Handler, method: str, path: str, info: dict) -> tuple[bytes, dict]:
-        self._check_token(req, path)
-        js = {"Content-Type": "application/json"}
+    def _route(self, request: Request) -> Reply | None:
+        method, path = request.method, request.path.rstrip("/") or "/"
+        self._check_token(request, path)
         if method == "GET" and path == "/v2/health/live":
-            return b"", js
+            return Reply(200, b"", _JSON)
         if method == "GET" and path == "/v2/health/ready":
-            if not self.ready():
-                raise _Reply(503, "not ready: " + self._why_not_ready())
-            return b"", js
+            return self._ready_reply()
         if method == "GET" and path == "/v2":
             meta = {"name": "distshap", "version": _version(), "extensions": ["binary_tensor_data"]}
-            return json.dumps(meta).encode(), js
+            return Reply(200, dumps(meta), _JSON)
         if method == "GET" and path == "/metrics":
-            return self.metrics.render().encode(), {"Content-Type": "text/plain; version=0.0.4"}
+            return Reply(200, self.metrics.render().encode(),
+                         {"Content-Type": "text/plain; version=0.0.4"})  # fmt: skip
         match = _MODEL_PATH.match(path)
         if match is None:
-            raise _Reply(404, f"no route {method} {path}: see /v2/models/NAME/infer")
+            raise _error(404, f"no route {method} {path}: see /v2/models/NAME/infer")
         name, version, action = match.groups()
         try:
             model = self.registry.get(name, version)
         except ProtocolError as err:
-            raise _Reply(err.status, str(err)) from None
-        info["model"] = name
+            raise _error(err.status, str(err)) from None
+        request.state["model"] = name
         if method == "GET" and action is None:
-            return json.dumps(model.metadata()).encode(), js
+            return Reply(200, dumps(model.metadata()), _JSON)
         if method == "GET" and action == "/ready":
-            if not self.ready():
-                raise _Reply(503, "not ready: " + self._why_not_ready())
-            return b"", js
+            return self._ready_reply()
         if method == "POST" and action == "/infer":
-            return self._infer(req, model, info)
-        raise _Reply(405, f"{method} {path} is not served: use POST for /infer, GET otherwise")
+            return self._infer_head(request, model)
+        raise _error(405, f"{method} {path} is not served: use POST for /infer, GET otherwise")
 
-    def _why_not_ready(self) -> str:
-        return "the server is shutting down" if self.draining else "no worker is connected"
+    def _ready_reply(self) -> Reply:
+        if not self.ready():
+            why = "the server is shutting down" if self.draining else "no worker is connected"
+            raise _error(503, "not ready: " + why)
+        return Reply(200, b"", _JSON)
 
-    def _read_body(self, req: _Handler) -> bytes:
-        try:
-            length = int(req.headers.get("Content-Length", ""))
-        except ValueError:
-            raise _Reply(411, "Content-Length is required: send the body with its length") from None
-        if length > self.options.max_body_bytes:
-            raise _Reply(
+    def _infer_head(self, request: Request, model: Any) -> None:
+        """Checks of an infer request before its body is read."""
+        if self.draining:
+            raise _error(503, "the server is shutting down", self._retry())
+        if "content-length" not in request.headers:
+            raise _error(411, "Content-Length is required: send the body with its length")
+        if request.length > self.options.max_body_bytes:
+            raise _error(
                 413,
-                f"the body has {length} bytes, more than the server's limit of "
+                f"the body has {request.length} bytes, more than the server's limit of "
                 f"{self.options.max_body_bytes}: split the rows over several requests",
             )
-        return req.rfile.read(length)
+        request.state["registered"] = model
+        return None
 
-    def _infer(self, req: _Handler, model: Any, info: dict) -> tuple[bytes, dict]:
-        opts = self.options
-        deadline = time.monotonic() + opts.request_timeout
-        if self.draining:  # a request begun before the drain is answered
-            raise _Reply(503, "the server is shutting down", self._retry())
-        body = self._read_body(req)
+    def _decode(self, request: Request, model: Any) -> tuple:
+        """The rows, the outputs asked for and their ``k`` of an infer body (400 / 413)."""
+        opts, info = self.options, request.state
         try:
-            parsed = parse_infer(body, req.headers.get(HEADER_LENGTH))
+            parsed = parse_infer(request.body, request.headers.get(HEADER_LENGTH.lower()))
             specs = parsed.outputs or (OutputSpec("shap_values", {}, parsed.binary_default),)
             ks = _output_ks(model, specs, parsed.parameters)
         except ProtocolError as err:
-            raise _Reply(err.status, str(err)) from None
+            raise _error(err.status, str(err)) from None
         n, F = parsed.rows.shape
         info.update(rows=n, output=",".join(s.name for s in specs))
         if n > opts.max_request_rows:
-            raise _Reply(
+            raise _error(
                 413,
                 f"inputs[0] has {n} rows, more than the server's limit of "
                 f"{opts.max_request_rows}: split them over several requests",
             )
         if F != model.num_features:
-            raise _Reply(
+            raise _error(
                 400,
                 f"inputs[0].shape: {F} features but model {model.name!r} expects "
                 f"{model.num_features}: send the columns it was trained on, in order",
             )
+        return parsed, specs, ks
+
+    async def _infer(self, request: Request) -> Reply:
+        model = request.state.pop("registered")
+        deadline = request.received + self.options.request_timeout
+        t0 = time.perf_counter()
+        parsed, specs, ks = self._decode(request, model)
+        self.metrics.stage("decode", time.perf_counter() - t0)
         if not self.executor.ready():
-            raise _Reply(503, "no worker is connected to run the request", self._retry())
+            raise _error(503, "no worker is connected to run the request", self._retry())
         futures = []
         try:
             for spec, k in zip(specs, ks, strict=True):
@@ -357,17 +399,20 @@ class ExplanationServer:
                 if isinstance(err, QueueClosed)
                 else (f"the queue of {model.name!r} is full ({err}): retry after a second")
             )
-            raise _Reply(503, what, self._retry()) from None
-        outputs = self._collect(futures, specs, deadline)
-        out_body, headers = encode_response(model.name, model.version, parsed.id, outputs)
-        return out_body, headers
+            raise _error(503, what, self._retry()) from None
+        outputs = await self._collect(futures, specs, deadline)
+        t0 = time.perf_counter()
+        body, headers = encode_response(model.name, model.version, parsed.id, outputs)
+        self.metrics.stage("encode", time.perf_counter() - t0)
+        return Reply(200, body, headers)
 
-    def _collect(self, futures: list, specs: tuple, deadline: float) -> list:
-        done, pending = cf.wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+    async def _collect(self, futures: list, specs: tuple, deadline: float) -> list:
+        timeout = max(0.0, deadline - time.perf_counter())
+        _, pending = await asyncio.wait(futures, timeout=timeout)
         if pending:
-            for f in pending:
+            for f in futures:
                 f.cancel()
-            raise _Reply(
+            raise _error(
                 504,
                 f"the request took longer than the server's timeout of "
                 f"{self.options.request_timeout} s: send fewer rows, or retry",
@@ -376,10 +421,10 @@ class ExplanationServer:
         for future, spec in zip(futures, specs, strict=True):
             err = future.exception()
             if isinstance(err, NoWorkerError):
-                raise _Reply(503, str(err), self._retry())
+                raise _error(503, str(err), self._retry())
             if err is not None:
                 first = (str(err).strip().splitlines() or [""])[0]
-                raise _Reply(500, f"{type(err).__name__}: {first}")
+                raise _error(500, f"{type(err).__name__}: {first}")
             for name, array in future.result().items():
                 outputs.append((name, array, spec.binary))
         return outputs
@@ -391,15 +436,14 @@ class ExplanationServer:
         key = (model.name, output, k)
         queue = self._queues.get(key)
         if queue is None:
-            with self._lock:
-                queue = self._queues.get(key)
-                if queue is None:
-                    opts = self.options
-                    queue = self._queues[key] = BatchQueue(
-                        model.resident, output, k, self.executor, opts.max_batch_rows,
-                        opts.max_wait, opts.max_queue_rows,
-                        lambda rows, _n, m=model.name, o=output: self.metrics.batch(m, o, rows),
-                    )  # fmt: skip
+            opts, metrics = self.options, self.metrics
+            queue = self._queues[key] = BatchQueue(
+                model.resident, output, k, self.executor, opts.max_batch_rows, opts.max_wait,
+                opts.max_queue_rows,
+                on_batch=lambda rows, _n, s, w, m=model.name, o=output:
+                    metrics.batch(m, o, rows, s, w),
+                on_run=lambda seconds: metrics.stage("run", seconds), loop=self.loop,
+            )  # fmt: skip
         return queue
 
     def _depths(self) -> dict:

@@ -1,0 +1,278 @@
+"""HTTP/1.1 on an asyncio event loop: one protocol object a connection, no thread a connection.
+
+The server's requests are small and many, so the connection does the least a request needs:
+it finds the head (request line and headers) in the bytes received, hands it to the
+application's ``begin`` (which may answer at once: routing, token and size checks happen
+before the body is read, so a 413 is sent without reading a too-large body), collects
+``Content-Length`` bytes of body (answering ``Expect: 100-continue``), and hands the whole
+request to the application's ``respond``, whose answer is written as soon as it is ready.
+Requests of one connection are answered in order (pipelined requests wait their turn);
+keep-alive is the default of HTTP/1.1, ``Connection: close`` and HTTP/1.0 close after the
+answer. Bodies need ``Content-Length``: ``Transfer-Encoding`` is refused with 411.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+
+__all__ = ["Connection", "Reply", "Request"]
+
+#: Bytes of a request's head (request line and headers) at most (then 431).
+MAX_HEAD_BYTES = 64 << 10
+#: Bytes buffered beyond the request being answered before the connection stops reading.
+_READ_AHEAD = 1 << 20
+
+#: Seconds a connection closed after an early answer keeps dropping what the client sends.
+_LINGER_SECONDS = 2.0
+
+_REASONS = {s.value: s.phrase for s in HTTPStatus}
+
+
+class Reply(Exception):
+    """An answer: status, body and headers (raised for answers other than 200)."""
+
+    def __init__(self, status: int, body: bytes = b"", headers: dict | None = None) -> None:
+        super().__init__(status)
+        self.status, self.body, self.headers = status, body, headers or {}
+
+
+@dataclass(eq=False)
+class Request:
+    """One request: method, path (query cut), headers (lower-case names), body when read."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    length: int
+    keep_alive: bool
+    received: float
+    body: bytes = b""
+    #: what the application keeps between ``begin`` and ``respond``
+    state: Any = None
+
+
+class _Malformed(Exception):
+    """A request that cannot be read: status and a one-line message; the connection ends."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _parse_head(head: bytes) -> Request:
+    """The request line and headers -> :class:`Request` (:class:`_Malformed` otherwise)."""
+    lines = head.decode("latin-1").split("\r\n")  # latin-1 decodes every byte
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise _Malformed(400, "malformed request line: send 'METHOD /path HTTP/1.1'")
+    method, target, version = parts
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or name[-1] in " \t":
+            raise _Malformed(400, f"malformed header line {line[:80]!r}: send 'Name: value'")
+        headers[name.lower()] = value.strip()
+    if "transfer-encoding" in headers:
+        raise _Malformed(411, "Transfer-Encoding is not supported: send the body with a "
+                              "Content-Length header")  # fmt: skip
+    length_text = headers.get("content-length", "0")
+    if not length_text.isdigit():
+        raise _Malformed(400, f"Content-Length must be a byte count, got {length_text[:40]!r}")
+    connection = headers.get("connection", "").lower()
+    keep_alive = "close" not in connection and (version != "HTTP/1.0" or "keep-alive" in connection)
+    path = target.split("?", 1)[0]
+    return Request(method, path, headers, int(length_text), keep_alive, time.perf_counter())
+
+
+def encode_reply(status: int, body: bytes, headers: dict, close: bool) -> bytes:
+    """The bytes of an HTTP/1.1 answer (status line, headers, ``Content-Length``, body)."""
+    lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}"]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    lines.append(f"Content-Length: {len(body)}")
+    if close:
+        lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+class Connection(asyncio.Protocol):
+    """One client connection of the server ``app``.
+
+    ``app`` provides ``begin(request) -> Reply | None`` (None: read the body),
+    ``respond(request) -> Reply | awaitable of Reply`` (the body read), ``error(status,
+    message) -> Reply`` for malformed requests, ``answered(request, reply)`` (metrics, logs),
+    ``abandoned(request)`` (the client left mid-body), ``opened`` / ``closed(connection)``
+    and ``closing_connections`` (set by a drain).
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.transport: asyncio.Transport | None = None
+        self._buf = bytearray()
+        self._request: Request | None = None  # head read, body awaited
+        self._busy = False  # an answer is being prepared
+        self._paused = False
+        self._closing = False
+        self._linger: asyncio.TimerHandle | None = None
+        self.last_active = time.monotonic()
+
+    # asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        self.app.opened(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        request = self._request
+        if request is not None and request.state is not _SKIP:
+            self.app.abandoned(request)  # the client left while sending the body
+        self._request = None
+        if self._linger is not None:
+            self._linger.cancel()
+        self.app.closed(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self._linger is not None:
+            return  # the answer said Connection: close; what still arrives is dropped
+        self._buf += data
+        self.last_active = time.monotonic()
+        if not self._busy:
+            self._advance()
+        elif len(self._buf) > _READ_AHEAD and not self._paused:
+            self._paused = True  # a client that sends faster than it reads waits
+            self.transport.pause_reading()
+
+    # requests -----------------------------------------------------------------------------
+
+    @property
+    def idle(self) -> bool:
+        """No request is being read or answered."""
+        return not self._busy and self._request is None and not self._buf
+
+    def close(self) -> None:
+        """Close the connection (what is being written is written first)."""
+        if not self._closing:
+            self._closing = True
+            self.transport.close()
+
+    def _advance(self) -> None:
+        """Read and answer the requests in the buffer, one at a time."""
+        while not self._busy and not self._closing:
+            request = self._request
+            if request is None:
+                end = self._buf.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
+                if end < 0:
+                    if len(self._buf) > MAX_HEAD_BYTES:
+                        self._fail(431, "the request's head is larger than 64 KiB")
+                    return
+                head = bytes(self._buf[:end])
+                del self._buf[: end + 4]
+                try:
+                    request = _parse_head(head)
+                except _Malformed as bad:
+                    self._fail(bad.status, str(bad))
+                    return
+                early = self.app.begin(request)
+                if early is not None:
+                    if early.status == 413:  # the body is not read: the connection ends
+                        request.keep_alive = False
+                        self._write(early, request, linger=True)
+                        return
+                    self._discard(request.length)
+                    self._write(early, request)
+                    continue
+                self._request = request
+                if request.length > len(self._buf) and (
+                    request.headers.get("expect", "").lower() == "100-continue"
+                ):
+                    self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            if len(self._buf) < request.length:
+                return
+            request.body = bytes(self._buf[: request.length])
+            del self._buf[: request.length]
+            self._request = None
+            self._answer(request)
+        if self._paused and not self._busy and len(self._buf) <= _READ_AHEAD:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def _discard(self, length: int) -> None:
+        """Skip the body of a request answered from its head (it may still be arriving)."""
+        if length <= len(self._buf):
+            del self._buf[:length]
+            return
+        # the rest arrives later: read it as a request whose answer is already known
+        self._request = Request("", "", {}, length, True, 0.0, state=_SKIP)
+
+    def _answer(self, request: Request) -> None:
+        if request.state is _SKIP:
+            return
+        try:
+            answer = self.app.respond(request)
+        except Reply as reply:
+            answer = reply
+        if isinstance(answer, Reply):
+            self._write(answer, request)
+            return
+        self._busy = True
+        future = asyncio.ensure_future(answer)
+        future.add_done_callback(lambda f, r=request: self._answered(f, r))
+
+    def _answered(self, future: asyncio.Future, request: Request) -> None:
+        self._busy = False
+        if future.cancelled():
+            reply = self.app.error(503, "the server is shutting down")
+        elif future.exception() is not None:
+            reply = future.exception()
+            if not isinstance(reply, Reply):
+                err = reply
+                reply = self.app.error(500, f"{type(err).__name__}: {str(err)[:200]}")
+        else:
+            reply = future.result()
+        self._write(reply, request)
+        if not self._closing:
+            self._advance()
+
+    def _write(self, reply: Reply, request: Request, linger: bool = False) -> None:
+        self.app.answered(request, reply)  # metrics first: a client sees them with its answer
+        if self._closing:
+            return
+        close = not request.keep_alive or self.app.closing_connections
+        self.transport.write(encode_reply(reply.status, reply.body, reply.headers, close))
+        if close and linger:
+            self._linger_close()
+        elif close:
+            self.close()
+
+    def _linger_close(self) -> None:
+        """Close after the answer without reading the rest of the body: the answer's bytes are
+        sent with a FIN, what the client still sends is dropped for a few seconds (closing at
+        once with unread bytes would reset the connection before the client reads the answer).
+        """
+        self._buf.clear()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self._linger = asyncio.get_running_loop().call_later(_LINGER_SECONDS, self.close)
+
+    def _fail(self, status: int, message: str) -> None:
+        """Answer a request that cannot be read, then close."""
+        reply = self.app.error(status, message)
+        self.transport.write(encode_reply(reply.status, reply.body, reply.headers, True))
+        self.close()
+
+
+#: The state of a request whose body is skipped.
+_SKIP = object()
+
+
+def sweep(connections: set, idle_seconds: float, now: Callable[[], float] = time.monotonic):
+    """Close the connections idle for more than ``idle_seconds``."""
+    limit = now() - idle_seconds
+    for conn in list(connections):
+        if conn.idle and conn.last_active < limit:
+            conn.close()
