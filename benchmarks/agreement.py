@@ -37,8 +37,10 @@ def agreement(shape: str, rows: int) -> dict:
     booster = train_model(name, size)
     X, _ = make_data(name, rows, seed=1)
     X = np.ascontiguousarray(X, np.float32)
-    ours_cpu = TreeExplainer(booster, backend="cpu").shap_values(X)
-    ours_gpu = cp.asnumpy(TreeExplainer(booster, backend="cuda").shap_values(cp.asarray(X)))
+    ours_cpu = TreeExplainer(booster, layout="xgboost", backend="cpu").shap_values(X)
+    ours_gpu = cp.asnumpy(
+        TreeExplainer(booster, layout="xgboost", backend="cuda").shap_values(cp.asarray(X))
+    )
     booster.set_param({"device": "cuda"})
     xgb_gpu = booster.predict(xgb.DMatrix(X), pred_contribs=True)
     booster.set_param({"device": "cpu"})

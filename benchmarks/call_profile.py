@@ -60,7 +60,7 @@ def profile_case(shape: str, kind: str, rows: int, calls: int, top: int) -> None
     booster = train_model(name, size)
     X, _ = make_data(name, rows, seed=1)
     Xd = cupy.asarray(np.ascontiguousarray(X, np.float32))
-    explainer = TreeExplainer(booster, backend="cuda")
+    explainer = TreeExplainer(booster, layout="xgboost", backend="cuda")
     call = explainer.shap_interaction_values if kind == "interactions" else explainer.shap_values
 
     def sync():

@@ -205,7 +205,7 @@ def _child(args: argparse.Namespace) -> dict:
     _timed(PathWalk, "fill", parts, "lanes")
     _timed(packed_module, "_digest", parts, "digest")
     t0, c0 = time.perf_counter(), time.process_time()
-    explainer = distshap.TreeExplainer(args.model, backend=args.backend)
+    explainer = distshap.TreeExplainer(args.model, layout="xgboost", backend=args.backend)
     t_build, c_build = time.perf_counter() - t0, time.process_time() - c0
     stats = explainer.packed.stats
     record = {
@@ -273,7 +273,9 @@ def _call(args: argparse.Namespace, explainer, kind: str, X, record: dict) -> tu
     name, _ = args.shape.rsplit("-", 1)
     background, _ = make_data(name, args.background_rows, seed=2)
     t0 = time.perf_counter()
-    interventional = distshap.TreeExplainer(args.model, background, backend=args.backend)
+    interventional = distshap.TreeExplainer(
+        args.model, background, layout="xgboost", backend=args.backend
+    )
     record["background_build_s"] = time.perf_counter() - t0
     return interventional.shap_values, X
 

@@ -70,7 +70,7 @@ def measure(shape: str, kind: str, args: argparse.Namespace) -> dict:
     name, size = shape.rsplit("-", 1)
     booster = train_model(name, size)
     booster.set_param({"nthread": args.threads})
-    explainer = TreeExplainer(booster, backend="cpu")
+    explainer = TreeExplainer(booster, layout="xgboost", backend="cpu")
     interactions = kind == "interactions"
     cap = min(args.max_rows, args.interaction_rows) if interactions else args.max_rows
     X, _ = make_data(name, cap, seed=1)

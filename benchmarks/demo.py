@@ -50,7 +50,7 @@ def main() -> None:
 
     booster = _train()
     t0 = time.perf_counter()
-    explainer = distshap.TreeExplainer(booster)
+    explainer = distshap.TreeExplainer(booster, layout="xgboost")
     stats = explainer.packed.stats
     print(
         f"model: {stats['paths']:,} paths in {stats['bins']:,} warps "

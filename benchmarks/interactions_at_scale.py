@@ -206,7 +206,7 @@ def run(args: argparse.Namespace) -> dict:
     X_host, _ = make_data(name, need, seed=1)
     X = xp.asarray(X_host)
     t0 = time.perf_counter()
-    explainer = TreeExplainer(booster, backend=backend)
+    explainer = TreeExplainer(booster, layout="xgboost", backend=backend)
     packed = explainer.packed
     t_prep = time.perf_counter() - t0
     t0 = time.perf_counter()

@@ -166,7 +166,8 @@ def measure(shape: str, n_background: int, rows: int, cpu_rows: int, shap_rows: 
 
     # distshap CPU
     t0 = time.perf_counter()
-    cpu = TreeExplainer(booster, background, model_output, "interventional", backend="cpu")
+    cpu = TreeExplainer(booster, background, model_output, "interventional", layout="xgboost",
+                        backend="cpu")  # fmt: skip
     rec["prepare_s"] = time.perf_counter() - t0
     rec["cpu_rows"] = cpu_rows
     y_cpu = None if y is None else y[:cpu_rows]
@@ -180,7 +181,7 @@ def measure(shape: str, n_background: int, rows: int, cpu_rows: int, shap_rows: 
         import cupy
 
         cuda = TreeExplainer(booster, background, model_output, "interventional",
-                             backend="cuda")  # fmt: skip
+                             layout="xgboost", backend="cuda")  # fmt: skip
         Xd = cupy.asarray(X[:rows])
         yd = None if y is None else cupy.asarray(y[:rows])
         n = min(cpu_rows, rows)

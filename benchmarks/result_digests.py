@@ -75,7 +75,7 @@ def _models() -> dict[str, tuple[xgb.Booster, object]]:
 
 def _outputs(booster: xgb.Booster, X, backend: str, background) -> dict:
     """Every output of the public API on ``X``, by name (each a NumPy array or a tuple)."""
-    explainer = distshap.TreeExplainer(booster, backend=backend)
+    explainer = distshap.TreeExplainer(booster, layout="xgboost", backend=backend)
     out = {
         "shap": lambda: explainer.shap_values(X),
         "interactions": lambda: explainer.shap_interaction_values(X),
@@ -84,12 +84,12 @@ def _outputs(booster: xgb.Booster, X, backend: str, background) -> dict:
         "taylor": lambda: explainer.shap_taylor_interaction_values(X),
         "rounds": lambda: explainer.shap_values(X, iteration_range=(0, 3)),
     }
-    interventional = distshap.TreeExplainer(booster, background, backend=backend)
+    interventional = distshap.TreeExplainer(booster, background, layout="xgboost", backend=backend)
     out["interventional"] = lambda: interventional.shap_values(X)
     out["interventional-inter"] = lambda: interventional.shap_interaction_values(X)
     if booster.attr("objective") == "binary:logistic" or "binary" in str(booster.save_config()):
         proba = distshap.TreeExplainer(
-            booster, background, model_output="probability", backend=backend
+            booster, background, model_output="probability", layout="xgboost", backend=backend
         )
         out["probability"] = lambda: proba.shap_values(X)
     return out

@@ -76,7 +76,7 @@ def measure(name: str, size: str, rows: int, interactions: bool, repeats: int) -
     booster = train_model(name, size)
     X, _ = make_data(name, rows, seed=1)
     X = np.ascontiguousarray(X, np.float32)
-    explainer = TreeExplainer(booster, backend="cuda")
+    explainer = TreeExplainer(booster, layout="xgboost", backend="cuda")
     packed = explainer.packed
     Xd = cupy.asarray(X)
     public = explainer.shap_interaction_values if interactions else explainer.shap_values

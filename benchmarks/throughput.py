@@ -63,7 +63,7 @@ def measure(name: str, size: str, rows: int, backend: str, interactions: bool, r
     booster = train_model(name, size)
     X, _ = make_data(name, rows, seed=1)
     t0 = time.perf_counter()
-    explainer = TreeExplainer(booster, backend=backend)
+    explainer = TreeExplainer(booster, layout="xgboost", backend=backend)
     prep = time.perf_counter() - t0
     fn_name = "shap_interaction_values" if interactions else "shap_values"
     if backend == "cuda":

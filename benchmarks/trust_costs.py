@@ -63,12 +63,12 @@ def main(argv: list[str] | None = None) -> None:
     float64_model = replace(ensemble, threshold64=ensemble.threshold.astype(np.float64))
     rec = {"shape": args.shape, "rows": args.rows, "backend": args.backend, "when": time.ctime()}
 
-    plain = TreeExplainer(ensemble, backend=args.backend)
+    plain = TreeExplainer(ensemble, layout="xgboost", backend=args.backend)
     rec["float32_s"], base = _timed(plain, _device(X32, args.backend), args.backend,
                                     args.repeats, False)  # fmt: skip
     rec["float32+check_s"], _ = _timed(plain, _device(X32, args.backend), args.backend,
                                        args.repeats, True)  # fmt: skip
-    wide = TreeExplainer(float64_model, backend=args.backend)
+    wide = TreeExplainer(float64_model, layout="xgboost", backend=args.backend)
     X64 = _device(X32.astype(np.float64), args.backend)
     rec["float64_s"], values = _timed(wide, X64, args.backend, args.repeats, False)
     rec["float64_bit_identical"] = bool(np.array_equal(values, base))
@@ -85,9 +85,10 @@ def main(argv: list[str] | None = None) -> None:
         exact = load_model(hgb)
         Xh = _device(np.asarray(X, np.float64), args.backend)
         rec["hgb_paths"] = int((exact.left < 0).sum())
-        explainer = TreeExplainer(exact, backend=args.backend)
+        explainer = TreeExplainer(exact, layout="xgboost", backend=args.backend)
         rec["hgb-float64_s"], phi = _timed(explainer, Xh, args.backend, args.repeats, False)
-        rounded = TreeExplainer(replace(exact, threshold64=None), backend=args.backend)
+        rounded = TreeExplainer(replace(exact, threshold64=None), layout="xgboost",
+                                backend=args.backend)  # fmt: skip
         rec["hgb-as-float32_s"], phi32 = _timed(rounded, Xh, args.backend, args.repeats, False)
         predict = hgb.predict(np.asarray(X, np.float64))
         rec["hgb_max_abs_diff_vs_predict"] = float(np.abs(phi.sum(axis=1) - predict).max())

@@ -125,10 +125,13 @@ def test_values_match_shap(setup, kind, perturbation, output):
     ours = TreeExplainer(model, data, output, perturbation, backend="cpu")
     ex = ours(X, y)
     rel_close(ex.values, want)
-    # shap_values keeps XGBoost's layout: bias last, groups before features
-    phi = ours.shap_values(X, y)
-    layout = phi[..., :-1] if phi.ndim == 2 else phi[..., :-1].transpose(0, 2, 1)
-    np.testing.assert_array_equal(layout, ex.values)
+    # shap_values: shap's layout by default (explainer(X)'s bits); XGBoost's (bias last, groups
+    # before features) with layout="xgboost"
+    np.testing.assert_array_equal(ours.shap_values(X, y), ex.values)
+    xgb_layout = TreeExplainer(model, data, output, perturbation, layout="xgboost", backend="cpu")
+    phi = xgb_layout.shap_values(X, y)
+    moved = phi[..., :-1] if phi.ndim == 2 else phi[..., :-1].transpose(0, 2, 1)
+    np.testing.assert_array_equal(moved, ex.values)
     if output == "log_loss":  # shap's expected_value is a function of the label
         for label in (0, 1):
             rel_close(ours.expected_value(label), peer.expected_value(label))
@@ -184,8 +187,10 @@ def test_interaction_explanation_matches_shap(setup, kind):
     rel_close(got.base_values, want.base_values)
     shape = (N_EXPLAIN, 5, 5) + ((3,) if kind == "multiclass" else ())
     assert got.values.shape == shape
-    # shap_interaction_values keeps XGBoost's layout
-    ours = TreeExplainer(model, backend="cpu").shap_interaction_values(X)
+    # shap_interaction_values: shap's layout by default, XGBoost's with layout="xgboost"
+    np.testing.assert_array_equal(TreeExplainer(model, backend="cpu").shap_interaction_values(X),
+                                  got.values)  # fmt: skip
+    ours = TreeExplainer(model, layout="xgboost", backend="cpu").shap_interaction_values(X)
     assert ours.shape == ((N_EXPLAIN, 3, 6, 6) if kind == "multiclass" else (N_EXPLAIN, 6, 6))
 
 
@@ -264,7 +269,7 @@ def forest():
 @pytest.mark.parametrize("rounds", [(0, 1), (0, 3), (1, 3), (2, 4), (0, 0)])
 def test_iteration_range_matches_xgboost(forest, rounds):
     booster, X = forest
-    explainer = TreeExplainer(booster, backend="cpu")
+    explainer = TreeExplainer(booster, layout="xgboost", backend="cpu")
     got = explainer.shap_values(X, iteration_range=rounds)
     if rounds[0] == 0:  # XGBoost's contributions take ranges from 0 only
         want = booster.predict(xgb.DMatrix(X), pred_contribs=True, iteration_range=rounds)
@@ -333,11 +338,12 @@ def test_iteration_range_lightgbm():
     y = (X[:, 0] > 0).astype(int) + (X[:, 1] > 0)
     model = lgb.LGBMClassifier(n_estimators=5, num_leaves=6, verbose=-1, random_state=0)
     model.fit(X, y)
-    got = TreeExplainer(model, backend="cpu").shap_values(X[:20], iteration_range=(0, 2))
+    explainer = TreeExplainer(model, layout="xgboost", backend="cpu")
+    got = explainer.shap_values(X[:20], iteration_range=(0, 2))
     want = model.booster_.predict(X[:20], num_iteration=2, pred_contrib=True)
     rel_close(got.reshape(20, -1), want)
     # shap hands tree_limit to LightGBM's num_iteration: rounds, not trees (3 classes here)
-    limited = TreeExplainer(model, backend="cpu").shap_values(X[:20], tree_limit=2)
+    limited = explainer.shap_values(X[:20], tree_limit=2)
     np.testing.assert_array_equal(limited, got)
     with pytest.raises(ValueError, match="counts boosting rounds"):
         TreeExplainer(model, backend="cpu").shap_values(X[:20], tree_limit=6)
@@ -365,14 +371,17 @@ def test_one_row_and_series(setup):
     flat = explainer(frame.to_numpy()[1])
     np.testing.assert_array_equal(flat.values, whole.values[1])
     multi = TreeExplainer(setup["models"]["multiclass"], backend="cpu")
-    assert multi.shap_values(setup["rows"][0]).shape == (3, 6)
+    assert multi.shap_values(setup["rows"][0]).shape == (5, 3)  # shap's layout, as explainer(x)
     assert multi(setup["rows"][0]).values.shape == (5, 3)
-    assert multi.shap_interaction_values(setup["rows"][0]).shape == (3, 6, 6)
+    assert multi.shap_interaction_values(setup["rows"][0]).shape == (5, 5, 3)
+    xgb_layout = TreeExplainer(setup["models"]["multiclass"], layout="xgboost", backend="cpu")
+    assert xgb_layout.shap_values(setup["rows"][0]).shape == (3, 6)
+    assert xgb_layout.shap_interaction_values(setup["rows"][0]).shape == (3, 6, 6)
 
 
 def test_dmatrix_input(setup):
     model, frame = setup["models"]["regression"], setup["frame"].iloc[:N_EXPLAIN]
-    explainer = TreeExplainer(model, backend="cpu")
+    explainer = TreeExplainer(model, layout="xgboost", backend="cpu")
     want = explainer.shap_values(frame)
     np.testing.assert_array_equal(explainer.shap_values(xgb.DMatrix(frame)), want)
     # the model's columns by name, as XGBoost matches them
@@ -393,7 +402,7 @@ def test_categorical_dmatrix():
     from xgb_models import build_categorical
 
     booster, frame = build_categorical()
-    explainer = TreeExplainer(booster, backend="cpu")
+    explainer = TreeExplainer(booster, layout="xgboost", backend="cpu")
     dm = xgb.DMatrix(frame.iloc[:30], enable_categorical=True)
     np.testing.assert_array_equal(explainer.shap_values(dm), explainer.shap_values(frame.iloc[:30]))
     rel_close(explainer.shap_values(dm), booster.predict(dm, pred_contribs=True))
@@ -404,7 +413,7 @@ def test_sparse_unstored_is_missing_for_xgboost(setup):
     rows[np.abs(np.nan_to_num(rows)) < 0.5] = 0.0
     dense = np.where(rows == 0.0, np.nan, rows)  # XGBoost reads unstored entries as missing
     csr = sp.csr_matrix(np.nan_to_num(rows))
-    explainer = TreeExplainer(model, backend="cpu")
+    explainer = TreeExplainer(model, layout="xgboost", backend="cpu")
     np.testing.assert_array_equal(explainer.shap_values(csr), explainer.shap_values(dense))
     want = model.get_booster().predict(xgb.DMatrix(csr), pred_contribs=True)
     rel_close(explainer.shap_values(csr), want)
@@ -534,16 +543,16 @@ def test_cli_background_probability(cli_files):
     out = _explain(cli_files, "prob.npy", "--background", cli_files["bg_parquet"],
                    "--model-output", "probability", "--drop", "label")  # fmt: skip
     want = TreeExplainer(cli_files["model"], cli_files["bg"], model_output="probability",
-                         backend="cpu").shap_values(cli_files["X"])  # fmt: skip
+                         layout="xgboost", backend="cpu").shap_values(cli_files["X"])  # fmt: skip
     np.testing.assert_array_equal(np.load(out), want)
     raw = _explain(cli_files, "raw.npy", "--background", cli_files["bg_npy"], "--drop", "label")
-    want = TreeExplainer(cli_files["model"], cli_files["bg"], backend="cpu")
+    want = TreeExplainer(cli_files["model"], cli_files["bg"], layout="xgboost", backend="cpu")
     np.testing.assert_array_equal(np.load(raw), want.shap_values(cli_files["X"]))
 
 
 def test_cli_log_loss_labels_column(cli_files, scheduler):
     explainer = TreeExplainer(cli_files["model"], cli_files["bg"], model_output="log_loss",
-                              backend="cpu")  # fmt: skip
+                              layout="xgboost", backend="cpu")  # fmt: skip
     want = explainer.shap_values(cli_files["X"], cli_files["y"])
     args = ["--background", cli_files["bg_parquet"], "--model-output", "log_loss",
             "--labels", "label"]  # fmt: skip
@@ -603,7 +612,7 @@ def test_dask_shap_layout(setup, scheduler):
     from distributed import Client
 
     model, X = setup["models"]["multiclass"], setup["rows"]
-    explainer = TreeExplainer(model, layout="shap", backend="cpu")
+    explainer = TreeExplainer(model, backend="cpu")  # shap's layout by default, Dask too
     with Client(scheduler) as client:
         explainer.client = client
         lazy = explainer.shap_values(da.from_array(X, chunks=(10, 5)))

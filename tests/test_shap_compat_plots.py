@@ -1,8 +1,9 @@
 """The drop-in audit: shap.TreeExplainer's constructor, layouts and plots across libraries.
 
 Each test holds distshap.TreeExplainer to what shap.TreeExplainer (0.51) does with the same
-call, on tiny models of every library: ``layout="shap"`` outputs (shap's ``shap_values`` /
-``shap_interaction_values`` shapes and values) and shap's legacy plots fed with them; shap's
+call, on tiny models of every library: the default layout's outputs (shap's ``shap_values`` /
+``shap_interaction_values`` shapes, values and ``expected_value``) and shap's legacy plots fed
+with them (``layout="xgboost"`` only where XGBoost's layout is the point); shap's
 constructor parameters (``feature_names``, the ignored ``approximate`` / ``link``);
 ``feature_perturbation="tree_path_dependent"`` with background data (trees weighted by the rows,
 as shap weights them); ``catboost.Pool`` inputs.
@@ -45,6 +46,7 @@ def models() -> dict:
     small = {"max_depth": 3, "n_estimators": 3, "random_state": 0}
     out = {
         "xgb_regression": (xgb.XGBRegressor(**small, n_jobs=1).fit(frame, y), frame),
+        "xgb_binary": (xgb.XGBClassifier(**small, n_jobs=1).fit(frame, yb), frame),
         "xgb_multiclass": (xgb.XGBClassifier(**small, n_jobs=1).fit(frame, y3), frame),
         "forest_binary": (RandomForestClassifier(**small).fit(dense, yb), dense),
         "hist_gb_binary": (
@@ -57,6 +59,14 @@ def models() -> dict:
 
         lgbm = lgb.LGBMClassifier(n_estimators=3, num_leaves=5, verbose=-1, n_jobs=1)
         out["lgbm_multiclass"] = (lgbm.fit(frame, y3), frame)
+    except ImportError:
+        pass
+    try:
+        import catboost as cb
+
+        boost = cb.CatBoostClassifier(iterations=3, depth=2, verbose=0, thread_count=1,
+                                      allow_writing_files=False)  # fmt: skip
+        out["catboost_binary"] = (boost.fit(frame, yb), frame)
     except ImportError:
         pass
     return out
@@ -76,20 +86,22 @@ def _close(got, want, tol: float = 1e-5) -> None:
 
 
 # ------------------------------------------------------------------------------------------
-# layout="shap": shap_values and shap_interaction_values as shap returns them
+# the default layout: shap_values and shap_interaction_values as shap returns them
 # ------------------------------------------------------------------------------------------
 
-KINDS = ["xgb_regression", "xgb_multiclass", "forest_binary", "hist_gb_binary", "lgbm_multiclass"]
+KINDS = ["xgb_regression", "xgb_binary", "xgb_multiclass", "forest_binary", "hist_gb_binary",
+         "lgbm_multiclass", "catboost_binary"]  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_shap_layout_matches_shap(models, kind):
     if kind not in models:
-        pytest.skip("lightgbm is not installed")
+        pytest.skip(f"the library of {kind} is not installed")
     model, frame = models[kind]
     X = frame.iloc[:12]
     peer = _peer(model)
-    ours = TreeExplainer(model, layout="shap", backend="cpu")
+    ours = TreeExplainer(model, backend="cpu")
+    assert ours.layout == "shap"
     want = peer.shap_values(X)
     got = ours.shap_values(X)
     _close(got, want)  # (n, F) / (n, F, G): the forest's two probabilities, classes last
@@ -99,8 +111,11 @@ def test_shap_layout_matches_shap(models, kind):
     inter = ours.shap_interaction_values(X.iloc[:4])
     _close(inter, peer.shap_interaction_values(X.iloc[:4]))  # (n, F, F) / (n, F, F, G)
     _close(inter.sum(axis=2), got[:4], 1e-4)
-    # the same numbers as distshap's default (XGBoost's) layout and as explainer(X)
-    xgb_layout = TreeExplainer(model, backend="cpu").shap_values(X)
+    # expected_value: a float for one output, (G,) for G (shap's: a float, (1,) or a list)
+    assert np.shape(ours.expected_value) == np.shape(np.squeeze(peer.expected_value))
+    _close(ours.expected_value, np.squeeze(peer.expected_value))
+    # the same numbers as XGBoost's layout (layout="xgboost") and as explainer(X)
+    xgb_layout = TreeExplainer(model, layout="xgboost", backend="cpu").shap_values(X)
     moved = xgb_layout[..., :-1] if xgb_layout.ndim == 2 else xgb_layout[..., :-1].swapaxes(1, 2)
     np.testing.assert_array_equal(got, moved)
     np.testing.assert_array_equal(got, ours(X).values)
@@ -109,7 +124,7 @@ def test_shap_layout_matches_shap(models, kind):
 def test_shap_layout_interventional_and_shap_call_signature(models):
     model, frame = models["xgb_multiclass"]
     X, bg = frame.iloc[:10], frame.iloc[60:100]
-    ours = TreeExplainer(model, bg, layout="shap", backend="cpu")
+    ours = TreeExplainer(model, bg, layout="shap", backend="cpu")  # the default, spelled out
     # shap's positional order, from_call included (shap's own flag; ignored)
     got = ours.shap_values(X, None, None, False, True, True)
     _close(got, _peer(model, bg).shap_values(X))
@@ -118,7 +133,7 @@ def test_shap_layout_interventional_and_shap_call_signature(models):
         TreeExplainer(model, layout="columns")
 
 
-def test_legacy_plots_take_shap_layout(models):
+def test_legacy_plots_take_the_default_layout(models):
     matplotlib = pytest.importorskip("matplotlib")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -126,7 +141,7 @@ def test_legacy_plots_take_shap_layout(models):
     for kind in ("xgb_regression", "xgb_multiclass"):
         model, frame = models[kind]
         X = frame.iloc[:20]
-        explainer = TreeExplainer(model, layout="shap", backend="cpu")
+        explainer = TreeExplainer(model, backend="cpu")
         sv = explainer.shap_values(X)
         ev = explainer.expected_value
         one = sv if sv.ndim == 2 else sv[:, :, 1]  # one class of a multiclass model
@@ -141,10 +156,10 @@ def test_legacy_plots_take_shap_layout(models):
             shap.summary_plot(inter, X, show=False)
             shap.dependence_plot(("bmi", "bp"), inter, X, show=False)
         plt.close("all")
-    # the default (XGBoost's) layout carries the bias column these plots do not take
-    default = TreeExplainer(models["xgb_regression"][0], backend="cpu")
+    # XGBoost's layout carries the bias column these plots do not take
+    xgb_layout = TreeExplainer(models["xgb_regression"][0], layout="xgboost", backend="cpu")
     with pytest.raises((ValueError, AssertionError)):
-        shap.summary_plot(default.shap_values(X), X, show=False)
+        shap.summary_plot(xgb_layout.shap_values(X), X, show=False)
     plt.close("all")
 
 

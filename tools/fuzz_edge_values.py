@@ -160,7 +160,7 @@ def fuzz_one(seed: int) -> list[tuple]:
         model, E, margin, contribs, cfg = _xgboost(rng, X, y)
     else:
         model, E, margin, contribs, cfg = _sklearn(rng, X, y, family)
-    phi = np.asarray(TreeExplainer(model, backend="cpu").shap_values(E))
+    phi = np.asarray(TreeExplainer(model, layout="xgboost", backend="cpu").shap_values(E))
     out = []
     scale = max(1.0, float(np.abs(margin).max()))
     diff = float(np.abs(phi.sum(-1) - margin).max())
