@@ -150,7 +150,7 @@ def _servers(args, path: str, booster) -> list[tuple[str, object]]:
 def _in_process(path: str, X: np.ndarray, n: int, backend: str) -> float:
     from distshap import TreeExplainer
 
-    explainer = TreeExplainer(path, backend=backend)
+    explainer = TreeExplainer(path, layout="xgboost", backend=backend)
     rows = X[np.arange(n) % len(X)]
     explainer.shap_values(rows)  # compile, upload
     times = []
