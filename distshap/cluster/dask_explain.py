@@ -258,6 +258,7 @@ def explain_dask(
         are computed here.
     interactions : bool
         Interaction values ``(n, G, F+1, F+1)`` instead of SHAP values ``(n, G, F+1)``.
+        ``method="banzhaf"``: Banzhaf (interaction) values instead (raw margin, unchecked).
     backend : {"auto", "cpu", "cuda"}
         Kernel run by the workers. ``"auto"``: CUDA for CuPy chunks, and for NumPy chunks on a
         worker that has a GPU; the CPU kernel otherwise.
@@ -279,9 +280,6 @@ def explain_dask(
         an equal share of the rows whatever their placement (see the module docstring): the
         surplus rows of over-full workers are copied now, in the background, to the others.
         ``False``: every chunk runs where the scheduler puts it (usually where it sits).
-    method : {"shap", "banzhaf"}
-        SHAP values or Banzhaf values (:mod:`distshap.explainer_banzhaf`; raw margin, never
-        checked).
 
     Returns
     -------
@@ -303,8 +301,7 @@ def explain_dask(
     """
     request = make_request(packed, interactions=interactions, backend=backend,
                            check=check_additivity, background=background,
-                           model_output=model_output, cupy_data=None,
-                           method=method)  # fmt: skip
+                           model_output=model_output, cupy_data=None, method=method)  # fmt: skip
     if request.needs_labels and y is None:
         raise ValueError("model_output='log_loss' needs the label of each row: pass y (n_rows,)")
     client = _get_client(client)
@@ -325,8 +322,7 @@ def explain_dask(
         tail, new_axis = ((groups,), (width,)), [2]
     labels = _labels_array(y, X) if request.needs_labels else None
     meta = meta_from_array(X._meta, ndim=len(tail) + 1, dtype=np.float32)
-    label = "interactions" if interactions else "shap"
-    label = label if method == "shap" else f"{method}-{label}"
+    label = ("" if method == "shap" else "banzhaf-") + ("interactions" if interactions else "shap")
     if background is not None:
         label = "interventional-" + label
     travelling = dataclasses.replace(request, background=None)  # the background is `shipped`
