@@ -54,6 +54,9 @@ from distshap.serve.command import add_parser as add_serve_parser
 __all__ = ["main"]
 
 
+_MODEL_HELP = "model file (XGBoost .json/.ubj, LightGBM .txt, CatBoost .json, scikit-learn .skops)"
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -118,7 +121,7 @@ def _add_explain(sub: Any) -> None:
         f"in this process (under {LOCAL_MAX_BYTES >> 20} MiB, unless a cluster option is "
         "given); larger ones on a local Dask cluster (GPU workers when GPUs are visible).",
     )
-    ex.add_argument("model", help="model file (XGBoost .json/.ubj, LightGBM .txt)")
+    ex.add_argument("model", help=_MODEL_HELP)
     ex.add_argument("data", help="Parquet / CSV / .npy file, directory or glob")
     ex.add_argument("-o", "--output", required=True, help="OUT: .npy, .parquet or .zarr")
     _overwrite_flag(ex)
@@ -162,7 +165,7 @@ def _add_info(sub: Any) -> None:
         description="Print the structure of MODEL and the statistics of its preprocessing: "
         "merged paths, bin packing per heuristic (NF/FFD/BFD), pattern tables.",
     )
-    info.add_argument("model", help="model file (XGBoost .json/.ubj, LightGBM .txt)")
+    info.add_argument("model", help=_MODEL_HELP)
     info.add_argument("--json", action="store_true", help="machine-readable JSON output")
     info.add_argument("--algorithm", choices=("bfd", "ffd", "nf"), default="bfd")
     info.add_argument(

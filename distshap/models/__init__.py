@@ -68,8 +68,10 @@ def load_model_file(path: str | os.PathLike[str]) -> Ensemble:
     """Load a saved model file; its content, not its name, decides the format.
 
     Read without the model's library: XGBoost JSON / UBJSON (``save_model('model.json')``),
-    LightGBM text (``save_model('model.txt')``) and CatBoost's JSON export
-    (``save_model('model.json', format='json')``). Files are parsed, never unpickled.
+    LightGBM text (``save_model('model.txt')``), CatBoost's JSON export
+    (``save_model('model.json', format='json')``) and scikit-learn tree models saved with
+    skops (``skops.io.dump(model, 'model.skops')``, loaded with an explicit list of trusted
+    types). Files are parsed, never unpickled.
 
     Parameters
     ----------
@@ -108,6 +110,10 @@ def load_model_file(path: str | os.PathLike[str]) -> Ensemble:
             from distshap.models.lightgbm import load_lightgbm_bytes
 
             return load_lightgbm_bytes(data, model_kind="lightgbm:file").validate()
+        if kind == "skops":
+            from distshap.models.skops_file import load_skops_bytes
+
+            return load_skops_bytes(data)
         views = None
         if kind == "ubjson":
             from distshap.models._ubjson import UBJSONError, decode_ubjson, decode_ubjson_views

@@ -1,26 +1,37 @@
 """Model files: tell the format from the content, parse safely, name the file in every error.
 
 A model file is parsed, never unpickled (unpickling runs arbitrary code). The content decides
-the loader, not the file name: XGBoost JSON / UBJSON, LightGBM's text format and CatBoost's
-JSON export are read; pickles, compressed files, CatBoost's binary format and unknown content
-get a one-line error saying what the file is and how to save the model in a format distshap
-reads. JSON nested too deeply for Python's parser is refused the same way.
+the loader, not the file name: XGBoost JSON / UBJSON, LightGBM's text format, CatBoost's
+JSON export and scikit-learn models saved with skops (:mod:`distshap.models.skops_file`, a zip
+archive holding ``schema.json``) are read; pickles, compressed files, CatBoost's binary format
+and unknown content get a one-line error saying what the file is and how to save the model in
+a format distshap reads. JSON nested too deeply for Python's parser is refused the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
+import zipfile
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["in_file", "parse_json", "read_model_bytes", "refusal", "sniff_model_bytes"]
+__all__ = [
+    "in_file",
+    "is_skops_bytes",
+    "parse_json",
+    "read_model_bytes",
+    "refusal",
+    "sniff_model_bytes",
+]
 
 _SAVE_HINT = (
     "save the model with booster.save_model('model.json') (XGBoost), "
     "booster.save_model('model.txt') (LightGBM) or model.save_model('model.json', "
-    "format='json') (CatBoost), or pass the fitted model object itself"
+    "format='json') (CatBoost), skops.io.dump(model, 'model.skops') (scikit-learn), or pass "
+    "the fitted model object itself"
 )
 
 # Leading bytes of formats that are no model distshap reads.
@@ -80,13 +91,25 @@ def _looks_like_json(data: bytes) -> bool:
     return head[1:].lstrip()[:1] in (b'"', b"}")
 
 
+def is_skops_bytes(data: bytes) -> bool:
+    """Whether ``data`` is a skops archive (a zip file holding ``schema.json``)."""
+    if not data.startswith(b"PK\x03\x04"):
+        return False
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            return "schema.json" in archive.namelist()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError):
+        return False
+
+
 def sniff_model_bytes(data: bytes) -> str:
     """The format of a model file's content.
 
     Returns
     -------
     str
-        ``"json"``, ``"ubjson"``, ``"lightgbm"`` (LightGBM's text format); or, for content
+        ``"json"``, ``"ubjson"``, ``"lightgbm"`` (LightGBM's text format), ``"skops"`` (a
+        skops archive); or, for content
         distshap refuses, ``"pickle"``, ``"catboost-binary"``, ``"compressed"``, ``"empty"``,
         ``"unknown"``.
     """
@@ -94,6 +117,8 @@ def sniff_model_bytes(data: bytes) -> str:
         return "empty"
     if data[:1] == b"\x80" and len(data) > 1 and 2 <= data[1] <= 5:
         return "pickle"  # protocol 2+ pickles (joblib.dump / pickle.dump) start with PROTO
+    if is_skops_bytes(data):
+        return "skops"
     if any(data.startswith(magic) for magic in _COMPRESSED):
         return "compressed"
     if data.startswith(b"CBM1"):
@@ -125,10 +150,15 @@ def refusal(kind: str, data: bytes) -> str:
         )
     if kind == "empty":
         return "the file is empty"
+    if kind == "skops":
+        return (
+            "this is a skops file (a scikit-learn model): load it with distshap.load_model(path) "
+            "or TreeExplainer(path), which read scikit-learn tree models from it"
+        )
     return (
         "the content is no model format distshap reads (XGBoost .json/.ubj, LightGBM text, "
-        "CatBoost JSON; an old XGBoost binary model must be loaded with xgboost and saved "
-        f"again as .json or .ubj): {_SAVE_HINT}"
+        "CatBoost JSON, scikit-learn .skops; an old XGBoost binary model must be loaded with "
+        f"xgboost and saved again as .json or .ubj): {_SAVE_HINT}"
     )
 
 
