@@ -58,9 +58,10 @@ class PairMethods:
 
         For each row (and output group), the feature pairs ``i < j`` (bias excluded) of largest
         ``|phi_ij|``, ``phi_ij`` being the entry ``[i, j]`` (upper triangle) of
-        :meth:`shap_interaction_values`, with the same bits. Order: ``|phi_ij|`` descending,
-        ties by ``(i, j)`` ascending: exactly what sorting the whole upper triangle gives (a row
-        with fewer than ``k`` non-zero pairs continues with its zero pairs in ``(i, j)`` order).
+        :meth:`shap_interaction_values` (either layout), with the same bits. Order: ``|phi_ij|``
+        descending, ties by ``(i, j)`` ascending: exactly what sorting the whole upper triangle
+        gives (a row with fewer than ``k`` non-zero pairs continues with its zero pairs in
+        ``(i, j)`` order).
         Only pairs that share a tree path can interact: the kernels accumulate those
         (:mod:`distshap.pair_slots`), never the ``(F+1)**2`` matrix, so memory is the output
         plus one batch of slot values.
@@ -132,10 +133,11 @@ class PairMethods:
             float64 ``(F+1, F+1)``, or ``(G, F+1, F+1)`` for ``G > 1`` groups: ``[i, j]`` and
             ``[j, i]`` the mean of ``|phi_ij|`` (``signed``: of ``phi_ij``) over the rows, the
             diagonal likewise of ``phi_ii``, ``[F, F]`` the bias, the rest of the bias row and
-            column 0: the mean of :meth:`shap_interaction_values` (absolute values unless
-            ``signed``). Values are summed as exact integers, so the bits do not depend on
-            batches, Dask chunks, the reduction tree or the number of GPUs (they do on the
-            backend). For Dask input, a lazy one-chunk Dask array.
+            column 0: the mean of :meth:`shap_interaction_values` in XGBoost's layout
+            (``layout="xgboost"``; absolute values unless ``signed``). Values are summed as
+            exact integers, so the bits do not depend on batches, Dask chunks, the reduction
+            tree or the number of GPUs (they do on the backend). For Dask input, a lazy
+            one-chunk Dask array.
             :func:`distshap.pair_interactions.top_pairs` lists its strongest pairs and
             :func:`distshap.plots.interaction_heatmap` draws them.
         """

@@ -34,11 +34,14 @@ def test_import_does_not_touch_cuda():
 def test_shapes_and_expected_value():
     booster, X = MODEL_KINDS["multiclass"]()
     explainer = TreeExplainer(booster, backend="cpu")
-    assert explainer.shap_values(X).shape == (len(X), 3, X.shape[1] + 1)
+    assert explainer.shap_values(X).shape == (len(X), X.shape[1], 3)  # shap's layout
     assert explainer.expected_value.shape == (3,)
+    xgb_layout = TreeExplainer(booster, layout="xgboost", backend="cpu")
+    assert xgb_layout.shap_values(X).shape == (len(X), 3, X.shape[1] + 1)
     booster, X = MODEL_KINDS["binary"]()
     explainer = TreeExplainer(booster, backend="cpu")
-    assert explainer.shap_values(X).shape == (len(X), X.shape[1] + 1)
+    assert explainer.shap_values(X).shape == (len(X), X.shape[1])
+    assert TreeExplainer(booster, layout="xgboost").shap_values(X).shape == (len(X), X.shape[1] + 1)
     assert isinstance(explainer.expected_value, float)
 
 

@@ -36,7 +36,7 @@ def _sorted_upper(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 def test_top_interactions_equal_the_sorted_full_matrix(model):
     booster, X = model
-    explainer = distshap.TreeExplainer(booster, backend="cpu")
+    explainer = distshap.TreeExplainer(booster, layout="xgboost", backend="cpu")
     pairs, values = explainer.top_interactions(X[:40], k=4)
     assert pairs.shape == (40, 4, 2) and values.shape == (40, 4)
     full = explainer.shap_interaction_values(X[:40])
@@ -51,7 +51,7 @@ def test_top_interactions_equal_the_sorted_full_matrix(model):
 
 def test_interaction_summary_is_the_mean_of_the_full_matrices(model):
     booster, X = model
-    explainer = distshap.TreeExplainer(booster, backend="cpu")
+    explainer = distshap.TreeExplainer(booster, layout="xgboost", backend="cpu")
     full = explainer.shap_interaction_values(X[:60]).astype(np.float64)
     summary = explainer.interaction_summary(X[:60])
     assert summary.shape == (7, 7)
