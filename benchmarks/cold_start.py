@@ -204,6 +204,7 @@ def _child(args: argparse.Namespace) -> dict:
     _timed(paths_module, "walk_paths", parts, "walk")
     _timed(PathWalk, "fill", parts, "lanes")
     _timed(packed_module, "_digest", parts, "digest")
+    n_before_build = len(profile.records)
     t0, c0 = time.perf_counter(), time.process_time()
     explainer = distshap.TreeExplainer(args.model, layout="xgboost", backend=args.backend)
     t_build, c_build = time.perf_counter() - t0, time.process_time() - c0
@@ -212,6 +213,7 @@ def _child(args: argparse.Namespace) -> dict:
         "numpy_import_s": t_numpy,
         "import_s": t_import,
         "build_s": t_build,
+        "build_compile_s": sum(r["seconds"] for r in profile.records[n_before_build:]),
         "cpu_s": {"import": c_import, "build": c_build},
         "cuda_import_s": t_cuda_import,
         "build_stages_s": {**stages, **parts, "packing": stats.get("packing_seconds", 0.0)},
@@ -258,6 +260,60 @@ def _child(args: argparse.Namespace) -> dict:
     return record
 
 
+def _peer_child(args: argparse.Namespace) -> dict:
+    """XGBoost's own cold start on the same file and rows: ``import xgboost``, the model
+    loaded (``Booster.load_model``) and the first ``predict(..., pred_contribs=True)`` (SHAP
+    values; on the GPU with ``--backend cuda``), then the median of ``--repeats`` later calls."""
+    import numpy as np
+
+    from benchmarks.shapes import make_data
+
+    name, _ = args.shape.rsplit("-", 1)
+    X, _ = make_data(name, args.rows, seed=1)
+    device = "cuda" if args.backend == "cuda" else "cpu"
+    if device == "cuda":
+        import cupy
+
+        X = cupy.asarray(X)
+        cupy.cuda.Device().synchronize()
+    t0 = time.perf_counter()
+    import xgboost as xgb
+
+    t_import = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    booster = xgb.Booster()
+    booster.load_model(args.model)
+    booster.set_param({"device": device, "nthread": args.threads})
+    t_load = time.perf_counter() - t0
+
+    def call():
+        out = booster.predict(xgb.DMatrix(X), pred_contribs=True)
+        if device == "cuda":
+            import cupy
+
+            cupy.cuda.Device().synchronize()
+        return out
+
+    t0 = time.perf_counter()
+    values = call()
+    t_first = time.perf_counter() - t0
+    times = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return {
+        "xgboost": xgb.__version__,
+        "device": device,
+        "import_s": t_import,
+        "load_s": t_load,
+        "first_s": t_first,
+        "warm_s": statistics.median(times) if times else float("nan"),
+        "end_to_end_s": t_import + t_load + t_first,
+        "shape": list(np.shape(values)),
+    }
+
+
 def _call(args: argparse.Namespace, explainer, kind: str, X, record: dict) -> tuple:
     """The method a kind calls, and its rows (``interventional``: a second explainer, over the
     first ``--background-rows`` rows, its build time in ``record["background_build_s"]``)."""
@@ -285,13 +341,15 @@ def _call(args: argparse.Namespace, explainer, kind: str, X, record: dict) -> tu
 # --------------------------------------------------------------------------------------------
 
 
-def _run_child(args: argparse.Namespace, model: str, cache_dir: str) -> tuple[dict, float]:
+def _run_child(
+    args: argparse.Namespace, model: str, cache_dir: str, role: str = "--child"
+) -> tuple[dict, float]:
     env = dict(os.environ)
     env["NUMBA_CACHE_DIR"] = cache_dir
     env["NUMBA_NUM_THREADS"] = str(args.threads)
     env["OMP_NUM_THREADS"] = str(args.threads)
     cmd = [
-        sys.executable, "-m", "benchmarks.cold_start", "--child", "--model", model,
+        sys.executable, "-m", "benchmarks.cold_start", role, "--model", model,
         "--shape", args.shape, "--rows", str(args.rows), "--backend", args.backend,
         "--kinds", args.kinds, "--repeats", str(args.repeats),
         "--interaction-rows", str(args.interaction_rows or args.rows),
@@ -338,13 +396,15 @@ def _summary(label: str, rec: dict, wall: float) -> str:
     for kind, k in rec["kinds"].items():
         build = rec["build_s"] if kind != "interventional" else rec["background_build_s"]
         to_first = rec["import_s"] + cuda + build + k["first_s"]
+        split = k.get("first_stages_s") or {}
+        if kind == "shap":
+            lines.append(_end_to_end(rec, k, split))
         lines.append(
             f"  {kind:14s} {k['rows']:6d} rows: first call {k['first_s']:.2f} s (compile "
             f"{k['compile_s']:.2f} s, {k['compiled_in_first_call']} specialisations; CPU "
             f"{k['first_cpu_s']:.2f} s), warm {k['warm_s']:.3f} s; build {build:.2f} s; "
             f"import + build + first = {to_first:.2f} s; values {k['values_sha256']}"
         )
-        split = k.get("first_stages_s") or {}
         if split:
             lines.append(
                 f"  {'':12s} first call: device model {split.get('device_model', 0.0):.2f} s, "
@@ -354,6 +414,34 @@ def _summary(label: str, rec: dict, wall: float) -> str:
                 f"margin {split.get('margin', 0.0):.2f} s (compilation included)"
             )
     return "\n".join(lines)
+
+
+def _end_to_end(rec: dict, k: dict, split: dict) -> str:
+    """The four parts of a SHAP cold start apart: ``load`` (the file), ``build`` (the rest of
+    the explainer), ``compile`` (seconds inside Numba's CPU and CUDA ``compile``, cache loads
+    included, in the build and the first call) and ``first call`` (the first call's other
+    seconds); compilation in a background thread can overlap the load, so the parts are each
+    measured, and their sum may exceed the end-to-end time."""
+    load = rec["build_stages_s"].get("load", 0.0)
+    build_compile = rec.get("build_compile_s", 0.0)
+    first_compile = k["compile_s"] + split.get("cuda_compile", 0.0)
+    total = rec["import_s"] + rec.get("cuda_import_s", 0.0) + rec["build_s"] + k["first_s"]
+    waits = rec.get("ahead_wait_s") or {}
+    wait = "".join(f", waited {v:.2f} s for {n} compiled ahead" for n, v in waits.items())
+    return (
+        f"  end to end {total:.2f} s: import {rec['import_s'] + rec.get('cuda_import_s', 0):.2f}"
+        f", load {load:.2f}, build {rec['build_s'] - load:.2f} (of these, compile "
+        f"{build_compile:.2f}), first call {k['first_s']:.2f} (of it, compile "
+        f"{first_compile:.2f}){wait}"
+    )
+
+
+def _peer_summary(label: str, rec: dict, wall: float) -> str:
+    return (
+        f"[{label}, XGBoost {rec['xgboost']} {rec['device']}] process wall {wall:.2f} s; end "
+        f"to end {rec['end_to_end_s']:.2f} s: import {rec['import_s']:.2f}, load "
+        f"{rec['load_s']:.2f}, first call {rec['first_s']:.2f}; warm {rec['warm_s']:.3f} s"
+    )
 
 
 def _profile_table(records: list[dict], top: int) -> str:
@@ -407,7 +495,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", action="store_true", help="per-function compile seconds")
     parser.add_argument("--top", type=int, default=25, help="functions listed by --profile")
     parser.add_argument("--json", help="write the records to this file")
+    parser.add_argument(
+        "--no-peer", dest="peer", action="store_false",
+        help="skip XGBoost's cold start (pred_contribs, in a fresh process)",
+    )  # fmt: skip
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--peer-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.shape is None:
@@ -416,6 +509,9 @@ def main(argv: list[str] | None = None) -> None:
         args.threads = (os.cpu_count() or 1) if args.backend == "cuda" else 2
     if args.child:
         print(json.dumps(_child(args)), flush=True)
+        return
+    if args.peer_child:
+        print(json.dumps(_peer_child(args)), flush=True)
         return
 
     from benchmarks.shapes import model_path, train_model
@@ -430,6 +526,12 @@ def main(argv: list[str] | None = None) -> None:
             for label in ("fresh cache", "filled cache"):
                 key = label if len(groups) == 1 else f"{kinds}, {label}"
                 results[key] = _measure(args, model, cache_dir, kinds, key)
+    if args.peer:  # the peer's own fresh process, same file and rows
+        with tempfile.TemporaryDirectory(prefix="distshap-numba-") as cache_dir:
+            rec, wall = _run_child(args, model, cache_dir, role="--peer-child")
+        rec.pop("stderr", None)
+        print(_peer_summary("peer", rec, wall), flush=True)
+        results["xgboost"] = rec
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"shape": args.shape, "backend": args.backend, **results}, fh, indent=1)
