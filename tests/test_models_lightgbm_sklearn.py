@@ -382,10 +382,10 @@ def test_sklearn_shap_matches_shap_package(case, backend):
     np.testing.assert_allclose(ours[0, :, -1], bias, rtol=0, atol=1e-5)
 
 
-def test_sklearn_refuses_multi_output():
+def test_sklearn_refuses_multi_output_classifiers():
     X, y, _ = _sk_data()
-    model = sk_tree.DecisionTreeRegressor(max_depth=3).fit(np.nan_to_num(X), np.c_[y, -y])
-    with pytest.raises(UnsupportedModelError, match="multi-output"):
+    model = sk_tree.DecisionTreeClassifier(max_depth=3).fit(np.nan_to_num(X), np.c_[y > 0, y < 1])
+    with pytest.raises(UnsupportedModelError, match="multi-output classifiers"):
         load_model(model)
 
 

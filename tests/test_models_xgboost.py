@@ -380,13 +380,15 @@ def test_gblinear_is_refused(tmp_path):
         load_model(str(path))
 
 
-def test_multi_output_tree_is_refused():
+def test_multi_output_tree_is_one_tree_per_output():
     _, X = MODEL_KINDS["regression"]()
     Y = np.column_stack([X[:, 0], X[:, 1]])
     params = {"multi_strategy": "multi_output_tree", "tree_method": "hist", "nthread": 1}
     booster = xgb.train(params, dmatrix(X, Y), 2)
-    with pytest.raises(UnsupportedModelError, match="multi_output_tree"):
-        load_model(booster)
+    ens = load_model(booster)
+    assert ens.num_groups == 2 and ens.num_trees == 4
+    assert ens.tree_group.tolist() == [0, 1, 0, 1]
+    assert_margin_matches(ens, booster, X)
 
 
 def test_multi_target_one_tree_per_output_is_supported():

@@ -386,7 +386,7 @@ def test_single_rows(backend):
 
 def test_unsupported_models_are_refused_clearly():
     X, y = _data()
-    multi_output = ensemble.RandomForestRegressor(3).fit(X, np.stack([y, -y], axis=1))
+    multi_output = ensemble.RandomForestClassifier(3).fit(X, np.stack([y > 0, y < 1], axis=1))
     with pytest.raises(UnsupportedModelError, match="2 outputs"):
         TreeExplainer(multi_output, backend="cpu")
     isolation = ensemble.IsolationForest(n_estimators=3, random_state=0).fit(X)

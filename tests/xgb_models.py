@@ -27,6 +27,9 @@ import xgboost as xgb
 
 __all__ = [
     "MODEL_KINDS",
+    "VECTOR_LEAF_KINDS",
+    "VECTOR_LEAF_KINDS_33",
+    "VECTOR_LEAF_SHAP",
     "as_array",
     "build_binary",
     "build_categorical",
@@ -210,4 +213,81 @@ MODEL_KINDS: dict[str, Callable[[], tuple[xgb.Booster, Any]]] = {
     "categorical": build_categorical,
     "dart": build_dart,
     "random_forest": build_random_forest,
+}
+
+
+# --- vector-leaf trees (multi_strategy="multi_output_tree") ------------------------------------
+
+#: XGBoost 3.3 added pred_contribs / pred_interactions, DART and categorical splits for
+#: vector-leaf trees; earlier versions train the numeric gbtree ones and predict margins.
+VECTOR_LEAF_SHAP = tuple(int(v) for v in xgb.__version__.split(".")[:2]) >= (3, 3)
+
+
+def _vector_leaf(params: dict, X: Any, y: np.ndarray, rounds: int) -> xgb.Booster:
+    base = {"multi_strategy": "multi_output_tree", "max_depth": 3}
+    base.update(params)
+    return _train(base, X, y, rounds)
+
+
+@_cached
+def build_vector_leaf_regression() -> tuple[xgb.Booster, np.ndarray]:
+    """Three targets, one vector-leaf tree per round (5 rounds, depth 4), ~15% NaNs."""
+    X = _features(21, n=200)
+    X[np.random.default_rng(22).random(X.shape) < 0.15] = np.nan
+    x = np.nan_to_num(X.astype(np.float64))
+    Y = np.column_stack([_signal(X), x[:, 2] * 2 - x[:, 3], np.isnan(X[:, 1]) + x[:, 4] ** 2])
+    return _vector_leaf({"max_depth": 4}, X, Y.astype(np.float32), 5), X
+
+
+@_cached
+def build_vector_leaf_multiclass() -> tuple[xgb.Booster, np.ndarray]:
+    """Three-class softprob with vector leaves: 5 trees of 3 values per leaf."""
+    X = _features(23, n=200)
+    s = _signal(X)
+    y = np.digitize(s, np.quantile(s, [0.3, 0.7])).astype(np.float32)
+    return _vector_leaf({"objective": "multi:softprob", "num_class": 3}, X, y, 5), X
+
+
+@_cached
+def build_vector_leaf_forest() -> tuple[xgb.Booster, np.ndarray]:
+    """Two targets, 3 rounds of ``num_parallel_tree=2`` subsampled vector-leaf trees."""
+    X = _features(24, n=200)
+    Y = np.column_stack([_signal(X), X[:, 0] - X[:, 5]]).astype(np.float32)
+    params = {"num_parallel_tree": 2, "subsample": 0.8, "colsample_bynode": 0.8}
+    return _vector_leaf(params, X, Y, 3), X
+
+
+@_cached
+def build_vector_leaf_dart() -> tuple[xgb.Booster, np.ndarray]:
+    """DART (XGBoost >= 3.3) with vector leaves: two targets, tree weights differ from 1."""
+    X = _features(25, n=200)
+    Y = np.column_stack([_signal(X), X[:, 1] * X[:, 2]]).astype(np.float32)
+    params = {"booster": "dart", "rate_drop": 0.4, "skip_drop": 0.0}
+    return _vector_leaf(params, X, Y, 5), X
+
+
+@_cached
+def build_vector_leaf_categorical() -> tuple[xgb.Booster, pd.DataFrame]:
+    """Categorical splits (XGBoost >= 3.3) in vector-leaf trees: two targets."""
+    rng = np.random.default_rng(26)
+    n = 200
+    a = rng.normal(size=n).astype(np.float32)
+    c = rng.integers(0, 6, n).astype(np.float64)
+    c[rng.random(n) < 0.1] = np.nan
+    X = pd.DataFrame({"a": a, "c": pd.Categorical(c, categories=list(range(6)))})
+    effect = np.array([0.0, 2.0, -1.0, 0.5, 3.0, -2.0])
+    code = np.nan_to_num(c).astype(int)
+    Y = np.column_stack([a + np.where(np.isnan(c), 0.7, effect[code]), (code % 2) - a])
+    return _vector_leaf({"max_cat_to_onehot": 1}, X, Y.astype(np.float32), 4), X
+
+
+#: Vector-leaf builders every XGBoost >= 2 trains, and those that need XGBoost >= 3.3.
+VECTOR_LEAF_KINDS: dict[str, Callable[[], tuple[xgb.Booster, Any]]] = {
+    "vector_regression": build_vector_leaf_regression,
+    "vector_multiclass": build_vector_leaf_multiclass,
+    "vector_forest": build_vector_leaf_forest,
+}
+VECTOR_LEAF_KINDS_33: dict[str, Callable[[], tuple[xgb.Booster, Any]]] = {
+    "vector_dart": build_vector_leaf_dart,
+    "vector_categorical": build_vector_leaf_categorical,
 }
