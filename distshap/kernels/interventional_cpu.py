@@ -18,6 +18,14 @@ accumulated in float64 over paths (packed order) and, per path, over the backgro
 neither the thread count nor the chunking. Paths of more than :data:`MAX_MASK_BITS` features
 (deep trees on many features) test each background row's elements directly, in row order.
 
+With the raw margin, paths of a few features
+(:func:`distshap.plan.interventional.cpu_table_plan`) skip all of that: their background sums
+are tables over ``xb``, filled once per background and kept with it
+(:mod:`distshap.kernels.interventional_tables_cpu`), holding the very float64 values the
+grouped masks give, so an explained row costs one test and one table entry per element and
+the bits are the same. When every path has a table, a task's rows are summed in a transposed
+copy (outputs by rows), so a path's element adds to consecutive rows.
+
 Memory: the grouped masks take ``20`` bytes per (path, background row) (``36`` while they are
 built); they are built for blocks of paths of at most :data:`BLOCK_ENTRIES` entries, and the
 float64 accumulator covers row blocks of at most :data:`ACCUMULATOR_BYTES`.
@@ -33,7 +41,7 @@ import numpy as np
 from numba import njit
 
 import distshap.kernels.interventional_math as im
-import distshap.kernels.treeshap as treeshap
+import distshap.kernels.interventional_tables_cpu as tables_cpu
 from distshap.compile_cache import announce, read_only
 from distshap.packed import PackedModel
 from distshap.parallel import num_threads, run_ranges
@@ -42,7 +50,9 @@ __all__ = [
     "ACCUMULATOR_BYTES",
     "BLOCK_ENTRIES",
     "MAX_MASK_BITS",
+    "LOCAL_BYTES",
     "MEMO_ROWS",
+    "TABLE_ROWS",
     "interventional_values",
 ]
 
@@ -54,41 +64,37 @@ BLOCK_ENTRIES = 1 << 22
 ACCUMULATOR_BYTES = 1 << 28
 #: Most explained rows whose masks share a path's background pass (raw margin).
 MEMO_ROWS = 64
+#: Most explained rows of a task when every path has a pattern table.
+TABLE_ROWS = 256
+#: Largest transposed copy of a row block's SHAP sums (the pattern-table route).
+LOCAL_BYTES = 1 << 21
 
 _inline = njit(inline="always", nogil=True, cache=True)
-_follows = _inline(treeshap.follows)
 _rescale = _inline(im.rescale)
+_popcount = tables_cpu.popcount
+_element_follows = tables_cpu.element_follows
+_add_pair = tables_cpu.add_pair
+_table_rows = tables_cpu.table_rows
 _transformed = _inline(im.transformed)
-
-
-@njit(inline="always", nogil=True, cache=True)
-def _popcount(v):
-    count = 0
-    while v:
-        v &= v - 1
-        count += 1
-    return count
-
-
-@njit(inline="always", nogil=True, cache=True)
-def _element_follows(row, e, feature, lower, upper, missing, cat_offsets, cat_nbits, cat_other,
-                     cat_words):  # fmt: skip
-    return _follows(row[feature[e]], lower[e], upper[e], missing[e], cat_other[e],
-                    cat_offsets[e], cat_nbits[e], cat_words)  # fmt: skip
 
 
 @njit(nogil=True, cache=True)
 def _path_masks(R, feature, lower, upper, missing, cat_offsets, cat_nbits, cat_other,
-                cat_words, path_offsets, p0, max_bits, rb, n_masks, lo, hi):  # fmt: skip
+                cat_words, path_offsets, p0, max_bits, table_off, rb, n_masks, lo,
+                hi):  # fmt: skip
     """Background masks ``rb[q, r]`` of block paths ``lo .. hi - 1`` (path ``p0 + q``): bit
     ``i`` set when row ``r`` follows the path's element ``i``. ``n_masks[q] = -1`` for a path
-    longer than ``max_bits`` (tested row by row in the kernel), else 0."""
+    longer than ``max_bits`` (tested row by row in the kernel), -2 for a path with a pattern
+    table (``table_off >= 0``: no masks), else 0."""
     B = R.shape[0]
     for q in range(lo, hi):
         p = p0 + q
         start = path_offsets[p]
         k = path_offsets[p + 1] - start - 1
         n_masks[q] = 0
+        if table_off[p] >= 0:
+            n_masks[q] = -2
+            continue
         if k > max_bits:
             n_masks[q] = -1
             continue
@@ -123,33 +129,6 @@ def _group_masks(rb, order, masks, counts, members, n_masks, lo, hi):
             counts[q, u] += 1
             members[q, j] = r
         n_masks[q] = u + 1
-
-
-@njit(inline="always", nogil=True, cache=True)
-def _add_pair(w, a, b, xr, k, weights, interactions, loc_phi, loc_int, cxr, totals):
-    """One contributing (x, group) pair of a path: ``X = xr`` (``a``), ``R = nx`` (``b``)."""
-    if b > 0:
-        totals[0] += w * weights[im.SHAP_R, a, b]
-    if a > 0:
-        wx = w * weights[im.SHAP_X, a, b]
-        for i in range(k):
-            if (xr >> i) & 1:
-                loc_phi[i] += wx
-    if interactions:
-        if b > 1:
-            totals[1] += w * weights[im.IR_RR, a, b]
-        if a > 0 and b > 0:
-            wxr = w * weights[im.IR_XR, a, b]
-            for i in range(k):
-                if (xr >> i) & 1:
-                    cxr[i] += wxr
-        if a > 1:
-            wxx = w * weights[im.IR_XX, a, b]
-            for i in range(k):
-                if (xr >> i) & 1:
-                    for j in range(k):
-                        if j != i and (xr >> j) & 1:
-                            loc_int[i, j] += wxx
 
 
 @njit(inline="always", nogil=True, cache=True)
@@ -294,10 +273,12 @@ def _kernel_for(long_paths: bool, interactions: bool, transform: int):  # noqa: 
     @njit(nogil=True, cache=True)
     def _kernel(X, x_margin, y, R, r_margin, feature, lower, upper, missing, cat_offsets,
                 cat_nbits, cat_other, cat_words, path_offsets, path_value, path_group, p0, p1,
-                masks, counts, members, n_masks, weights, max_len, block_rows, acc_phi, acc_int,
-                lo, hi):  # fmt: skip
+                masks, counts, members, n_masks, table_off, shap_tables, inter_off, inter_tables,
+                all_tables, weights, max_len, block_rows, acc_phi, acc_int, lo,
+                hi):  # fmt: skip
         """Add paths ``p0..p1-1`` of the rows of row blocks ``lo .. hi - 1`` (``block_rows`` rows
-        each) of ``X`` to ``acc_phi`` (and ``acc_int``).
+        each) of ``X`` to ``acc_phi`` (and ``acc_int``); paths with ``table_off >= 0`` through
+        their pattern tables (:func:`~.interventional_tables_cpu.table_rows`).
 
         Rows in blocks: with the raw margin a path's values depend on ``x`` only through its
         mask ``xb``, so each distinct mask of a block is combined with the background once
@@ -306,6 +287,7 @@ def _kernel_for(long_paths: bool, interactions: bool, transform: int):  # noqa: 
         """
         n = X.shape[0]
         B = R.shape[0]
+        _, G, C = acc_phi.shape
         memo = transform == 0
         slots = 1
         while slots < 2 * block_rows:
@@ -313,7 +295,8 @@ def _kernel_for(long_paths: bool, interactions: bool, transform: int):  # noqa: 
         for blk in range(lo, hi):
             r0 = blk * block_rows
             nb = min(n, r0 + block_rows) - r0
-            scale = np.ones((nb, B), np.float64)  # s(x, r) (one output group: binary models)
+            # s(x, r) (one output group: binary models)
+            scale = np.ones((nb, B if transform != 0 else 1), np.float64)
             if transform != 0:
                 for i in range(nb):
                     for r in range(B):
@@ -327,12 +310,26 @@ def _kernel_for(long_paths: bool, interactions: bool, transform: int):  # noqa: 
             keys = np.empty(slots, np.int64)
             where = np.empty(slots, np.int64)
             xf = np.empty(max_len, np.bool_)
+            Xt = np.ascontiguousarray(X[r0 : r0 + nb].T)  # the block's rows by feature
+            xbs = np.empty(nb, np.int64)
+            # every path through tables: SHAP sums in a transposed copy of the block's rows
+            local = all_tables
+            acc_t = np.empty((G, C, nb) if local else (1, 1, 1), np.float64)
+            if local:
+                for i in range(nb):
+                    acc_t[:, :, i] = acc_phi[r0 + i]
             for q in range(p1 - p0):
                 p = p0 + q
                 start = path_offsets[p]
                 k = path_offsets[p + 1] - start - 1
                 g = path_group[p]
                 v = path_value[p]
+                if table_off[p] >= 0:
+                    _table_rows(Xt, r0, nb, start, k, g, feature, lower, upper, missing,
+                                cat_offsets, cat_nbits, cat_other, cat_words, table_off[p],
+                                shap_tables, inter_off[p], inter_tables, interactions, xbs,
+                                local, acc_t, acc_phi, acc_int)  # fmt: skip
+                    continue
                 keys[:] = -1
                 used = 0
                 for i in range(nb):
@@ -372,6 +369,9 @@ def _kernel_for(long_paths: bool, interactions: bool, transform: int):  # noqa: 
                                         buf_cxr[t], buf_tot[t])  # fmt: skip
                     _scatter(row, g, v, start, k, xf, feature, interactions, buf_phi[t],
                              buf_int[t], buf_cxr[t], buf_tot[t], acc_phi, acc_int)  # fmt: skip
+            if local:
+                for i in range(nb):
+                    acc_phi[r0 + i] = acc_t[:, :, i]
 
     return _kernel
 
@@ -396,19 +396,39 @@ def _finish_interactions(acc_phi, acc_int, bias, out, lo, hi):
 
 
 def _background_masks(R: np.ndarray, model: tuple, path_offsets: np.ndarray, p0: int, p1: int,
-                      max_bits: int) -> tuple:  # fmt: skip
+                      max_bits: int, table_off: np.ndarray) -> tuple:  # fmt: skip
     """Grouped background masks of paths ``p0 .. p1 - 1``: ``(masks, counts, members,
-    n_masks)`` (:func:`_group_masks`), the masks sorted by NumPy's stable argsort."""
+    n_masks)`` (:func:`_group_masks`), the masks sorted by NumPy's stable argsort; none for
+    paths with a table (``table_off >= 0``)."""
     P, B = p1 - p0, R.shape[0]
+    if (table_off[p0:p1] >= 0).all():
+        empty = np.zeros((1, 1), np.int64)
+        return empty, empty, np.zeros((1, 1), np.int32), np.full(P, -2, np.int64)
     rb = np.zeros((P, B), np.int64)
     n_masks = np.zeros(P, np.int64)
     pieces = 4 * num_threads()
-    run_ranges(_path_masks, P, pieces, R, *model, path_offsets, p0, max_bits, rb, n_masks)
+    run_ranges(_path_masks, P, pieces, R, *model, path_offsets, p0, max_bits, table_off, rb,
+               n_masks)  # fmt: skip
     order = np.argsort(rb, axis=1, kind="stable")
     tables = (np.zeros((P, B), np.int64), np.zeros((P, B), np.int64),
               np.zeros((P, B), np.int32), n_masks)  # fmt: skip
     run_ranges(_group_masks, P, pieces, rb, order, *tables)
     return tables
+
+
+def _tables(packed: PackedModel, background: im.Background, transform: int,
+            interactions: bool) -> tuple:  # fmt: skip
+    """``(table_off, shap_tables, inter_off, inter_tables)`` of a call: the background's
+    pattern tables (raw margin; for interaction values the paths with both tables), else
+    none (every offset -1)."""
+    if transform != 0:
+        none = np.full(packed.num_paths, -1, np.int64)
+        return none, np.zeros(1), none, np.zeros(1)
+    found = tables_cpu.background_tables(packed, background, interactions)
+    table_off = found.shap_off
+    if interactions:
+        table_off = np.where(found.inter_off >= 0, found.shap_off, -1)
+    return table_off, found.shap, found.inter_off, found.inter
 
 
 def _model_args(packed: PackedModel) -> tuple:
@@ -501,7 +521,9 @@ def interventional_values(
     max_len = int(lengths.max()) if lengths.size else 0
     weights = im.weight_tables(max_len)
     n_paths = packed.num_paths
-    path_block = max(1, BLOCK_ENTRIES // B)
+    found = _tables(packed, background, transform, interactions)
+    # paths through tables need no masks: one block of every path when all have one
+    path_block = max(1, BLOCK_ENTRIES // B) if (found[0] < 0).any() else max(n_paths, 1)
     blocks = [(p0, min(p0 + path_block, n_paths)) for p0 in range(0, n_paths, path_block)]
     if transform != 0 and G != 1:
         raise ValueError(f"transforms explain binary models (one output group), not {G}")
@@ -510,10 +532,12 @@ def interventional_values(
     # rows per parallel task (the bits do not depend on it): a few tasks per thread, and
     # per-task buffers of a mask's values (k, or k * k for interactions) kept small
     width = max(max_len, 1) ** (2 if interactions else 1)
-    block_rows = int(min(MEMO_ROWS, max(1, (1 << 19) // width),
+    cap = TABLE_ROWS if bool((found[0] >= 0).all()) else MEMO_ROWS
+    block_rows = int(min(cap, max(1, (1 << 19) // width),
                          max(1, -(-n // (4 * numba.get_num_threads())))))  # fmt: skip
     model = _model_args(packed)
     kernel = _kernel_for(bool(max_len > max_mask_bits), bool(interactions), int(transform))
+    local = 8 * G * C * block_rows <= LOCAL_BYTES  # a transposed copy of a block's sums
     cached = None
     for r0 in range(0, n, row_block):
         r1 = min(n, r0 + row_block)
@@ -523,13 +547,15 @@ def interventional_values(
             if cached is not None:
                 tables = cached
             else:
-                tables = _background_masks(R, model, packed.path_offsets, p0, p1, max_mask_bits)
+                tables = _background_masks(R, model, packed.path_offsets, p0, p1, max_mask_bits,
+                                           found[0])  # fmt: skip
                 if len(blocks) == 1:
                     cached = tables
             n_blocks = -(-(r1 - r0) // block_rows)
             run_ranges(kernel, n_blocks, n_blocks, X[r0:r1], x_margin[r0:r1], y[r0:r1], R,
                        r_margin, *model, packed.path_offsets, packed.path_value,
-                       packed.path_group, p0, p1, *tables, weights, max(max_len, 1),
+                       packed.path_group, p0, p1, *tables, *found,
+                       local and bool((found[0][p0:p1] >= 0).all()), weights, max(max_len, 1),
                        block_rows, acc_phi, acc_int)  # fmt: skip
         row_bias = np.ascontiguousarray(
             np.broadcast_to(bias if bias.shape[0] == 1 else bias[r0:r1], (r1 - r0, G))

@@ -7,6 +7,10 @@ device from the background's pattern counts (one count per pattern and path with
 Paths are chosen shortest first within the configured budgets and feature limits; interaction
 tables only for paths with a SHAP table. Regular paths without a table run the direct kernels;
 paths longer than a warp run the oversize kernel, one launch position per (path, element).
+
+The CPU (:func:`cpu_table_plan`) keeps float64 tables of the same sizes, for paths of at most
+:data:`CPU_TABLE_MAX_FEATURES` features too (a table's fill visits ``3**k`` pattern pairs);
+its other paths combine grouped background masks per explained row.
 """
 
 from __future__ import annotations
@@ -19,7 +23,18 @@ from distshap.packed import PackedModel
 from distshap.plan.config import Config, get_config
 from distshap.plan.tables import choose_tables, path_features, regular_paths
 
-__all__ = ["TablePlan", "bins_maxk", "oversize_elements", "table_plan"]
+__all__ = [
+    "CPU_TABLE_MAX_FEATURES",
+    "CpuTablePlan",
+    "TablePlan",
+    "bins_maxk",
+    "cpu_table_plan",
+    "oversize_elements",
+    "table_plan",
+]
+
+#: Longest paths with a CPU table (its fill costs ``3**k`` pattern pairs per path).
+CPU_TABLE_MAX_FEATURES = 10
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,6 +98,58 @@ def table_plan(packed: PackedModel, config: Config | None = None) -> TablePlan:
     return TablePlan(k=k, regular=regular, shap=shap, interactions=inter, count=count,
                      n_counts=int(sizes.sum()), shap_max_features=shap_max,
                      interaction_max_features=inter_max)  # fmt: skip
+
+
+@dataclass(frozen=True, eq=False)
+class CpuTablePlan:
+    """The background tables of one model on the CPU.
+
+    Attributes
+    ----------
+    k : int64 (n_paths,)
+        Features of each path.
+    shap : int64 (n_paths,)
+        Offset of the path's SHAP table (``2**k * k`` float64 values); -1: none.
+    interactions : int64 (n_paths,)
+        Offset of the path's interaction table (``2**k * k * k`` float64 values), only for
+        paths with a SHAP table; -1: none (all -1 unless asked for).
+    """
+
+    k: np.ndarray
+    shap: np.ndarray
+    interactions: np.ndarray
+
+
+def cpu_table_plan(packed: PackedModel, interactions: bool = False,
+                   config: Config | None = None) -> CpuTablePlan:  # fmt: skip
+    """Which paths of ``packed`` get CPU background tables, shortest first.
+
+    Parameters
+    ----------
+    packed : PackedModel
+    interactions : bool
+        Plan the interaction tables too.
+    config : Config, optional
+        The limits and budgets of :func:`table_plan` (float64 values count twice a float32's
+        bytes), the features capped at :data:`CPU_TABLE_MAX_FEATURES`; default
+        :func:`get_config`.
+    """
+    cfg = get_config() if config is None else config
+    k = path_features(packed.path_offsets)
+    shap = choose_tables(
+        k,
+        cfg.interventional_table_budget_bytes // 2,
+        min(cfg.interventional_table_max_features, CPU_TABLE_MAX_FEATURES),
+    )
+    inter = np.full_like(shap, -1)
+    if interactions:
+        inter = choose_tables(
+            np.where(shap >= 0, k, 0),
+            cfg.interventional_interaction_table_budget_bytes // 2,
+            min(cfg.interventional_interaction_table_max_features, CPU_TABLE_MAX_FEATURES),
+            values_per_pattern="k*k",
+        )
+    return CpuTablePlan(k=k, shap=shap, interactions=inter)
 
 
 def bins_maxk(packed: PackedModel, k: np.ndarray,
