@@ -10,7 +10,7 @@ import pytest
 
 from distshap import TreeExplainer
 from distshap.interventional import bias_values, build_background
-from distshap.kernels import banzhaf_cpu
+from distshap.kernels import banzhaf_cpu, banzhaf_rows
 from distshap.request import make_request
 
 from conftest import to_host
@@ -129,8 +129,9 @@ def test_chunks_and_threads_do_not_change_a_bit():
             numba.set_num_threads(threads)
 
 
-def test_paths_without_tables_test_every_background_row():
-    """The row-by-row route of paths longer than a table gives the table's values."""
+def test_paths_without_tables_and_the_row_kernels():
+    """Paths without a pattern table (path-dependent: no table budget; interventional: longer
+    than ``table_bits``) and the row-by-row kernels give the tables' values."""
     ens = random_ensemble(7, n_features=7, n_trees=5, depth=6, n_groups=1, repeat_prob=0.1)
     X = random_rows(8, ens, n=5).astype(np.float32)
     R = random_rows(9, ens, n=12)
@@ -143,11 +144,17 @@ def test_paths_without_tables_test_every_background_row():
             packed, background, rows, bias=bias, interactions=interactions
         )
         direct = banzhaf_cpu.interventional_banzhaf_values(
-            packed, background, rows, bias=bias, interactions=interactions, zeta_bits=2
+            packed, background, rows, bias=bias, interactions=interactions, table_bits=2
         )
         np.testing.assert_allclose(direct, tables, rtol=1e-6, atol=1e-7)
         ref = brute_force_banzhaf_rows(ens, X, R, interactions=interactions)
         np.testing.assert_allclose(direct, ref, **TOL)
+    ref = brute_force_banzhaf_rows(ens, X)
+    no_tables = TreeExplainer(ens, table_budget_bytes=0).packed
+    np.testing.assert_allclose(banzhaf_cpu.banzhaf_values(no_tables, rows), ref, **TOL)
+    np.testing.assert_allclose(banzhaf_rows.banzhaf_values(packed, rows), ref, **TOL)
+    rows_route = banzhaf_rows.interventional_banzhaf_values(packed, background, rows, bias=bias)
+    np.testing.assert_allclose(rows_route, brute_force_banzhaf_rows(ens, X, R), **TOL)
 
 
 def test_banzhaf_differs_from_shap_and_agrees_on_two_feature_paths():

@@ -1,44 +1,22 @@
-"""Banzhaf values and Banzhaf interaction values on the CPU: serial ``nogil`` Numba functions
-over ranges of rows, run in threads (:func:`distshap.parallel.run_ranges`).
+"""Banzhaf values and Banzhaf interaction values on the CPU: :func:`banzhaf_values`
+(path-dependent) and :func:`interventional_banzhaf_values`. Interaction values run the per-row
+kernels of :mod:`distshap.kernels.banzhaf_rows`; values run by pattern tables, here.
 
-*The game of a path.* A merged path of ``k`` features with leaf value ``v`` contributes
-``v prod_j (j in S ? o_j : z_j)`` to the value of a coalition ``S``: ``o_j`` (0 or 1) says whether
-the row follows the path's elements on feature ``j``; ``z_j`` is their cover fraction
-(path-dependent game) or whether the background row ``r`` follows them (interventional game,
-averaged over the background rows). Banzhaf weighs every coalition of the other players
-``1 / 2**(M - 1)``, so the sum over coalitions factorises per path, and features off the path
-(dummies) drop out:
+A path's Banzhaf values depend on the explained row only through its *pattern*, the bit mask
+``xb`` of the path's elements the row follows (:mod:`distshap.kernels.banzhaf_rows` gives the
+formulas). A path of ``k`` features with a table stores its ``k`` values for each of the
+``2**k`` patterns (float32, computed in float64): for the path-dependent game from the cover
+fractions (:func:`_fill_path_dependent`, kept per model digest, within the model's table policy
+:func:`distshap.plan.tables.choose_tables` as the SHAP tables), for the interventional game from
+the superset sums of the background masks (:func:`_fill_interventional`, per call, paths of at
+most :data:`INTERVENTIONAL_TABLE_BITS` features). Explaining a row then costs one interval test
+and one table read per element, as the SHAP tables do.
 
-    phi_i  = v (o_i - z_i) prod_{j != i} (o_j + z_j) / 2
-    phi_ij = v (o_i - z_i) (o_j - z_j) prod_{l != i, j} (o_l + z_l) / 2
-
-(``phi_ij`` is the Banzhaf interaction index, with ``1 / 2**(M - 2)``).
-
-*Path-dependent* (:func:`banzhaf_values`): for each row and path, the products of the others
-by prefix and suffix products (no division, a zero factor needs no special case), float64 sums
-over paths in packed order.
-
-*Interventional* (:func:`interventional_banzhaf_values`): with 0/1 factors a background row
-contributes only when it follows every element ``x`` does not (``rb ⊇ nx``, ``nx`` the
-elements ``x`` does not follow, ``xb`` the others); then ``o + z`` is 2 on ``xb & rb``, 1 on the
-rest, and with ``h(m) = (rows of mask m) 2**|m|`` and its superset sums ``Z(m) = sum_{m' ⊇ m}
-h(m')`` (a zeta transform of ``2**k`` entries per path, built once per call):
-
-    phi_i  = c (Z(nx) - Z(nx | i))                              i in xb
-    phi_i  = -c Z(nx)                                           i in nx
-    phi_ij = 2 c (Z(nx) - Z(nx | i) - Z(nx | j) + Z(nx | i | j)) i, j in xb
-    phi_ij = -2 c (Z(nx) - Z(nx | i))                           i in xb, j in nx
-    phi_ij = 2 c Z(nx)                                          i, j in nx
-
-with ``c = v 2**(|xb| + 1 - 2 k) / B``. ``Z`` holds integers below ``2**53`` (exact in float64),
-so the differences are exact and each explained row costs ``O(k)`` per path (``O(k**2)`` for
-interactions) whatever the background size. Paths of more than :data:`ZETA_BITS` features test
-each background row instead (``O(B k)`` per row and path).
-
-Layouts as the SHAP kernels': ``(n, G, F + 1)`` with the bias (``v(∅)``) last; interactions
-``(n, G, F + 1, F + 1)`` with ``phi_ij`` at ``[i, j]`` and ``[j, i]``, the diagonal
-``phi_i - sum_{j != i} phi_ij`` (each row sums to the Banzhaf value) and the bias at ``[F, F]``.
-Each row is one task's, so the bits depend on neither the thread count nor the chunking.
+Rows run in blocks, features-major (the pattern tests of an element are one loop over the
+block's rows, which vectorises), a path's table stays in cache for the whole block, and the
+block's float64 sums are kept as ``acc[group * (F + 1) + feature, row]``. Paths without a table
+take the direct formulas: the path-dependent one over the block's rows (prefix and suffix
+products), the interventional one row by row over the background rows.
 """
 
 from __future__ import annotations
@@ -46,320 +24,297 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from distshap.compile_cache import read_only
-from distshap.kernels import treeshap
+from distshap.kernels import banzhaf_rows, treeshap
+from distshap.kernels.banzhaf_rows import _long_path, _rows, _run_blocks, _zeta_tables
 from distshap.kernels.interventional_math import check_background
-from distshap.packed import PackedModel
+from distshap.kernels.quadrature_cpu import block_rows
+from distshap.packed import PackedModel, host_form
 from distshap.parallel import num_threads, run_ranges
+from distshap.plan.tables import choose_tables, path_features, table_values
 
-__all__ = ["ZETA_BITS", "ZETA_BLOCK_ENTRIES", "banzhaf_values", "interventional_banzhaf_values"]
+__all__ = [
+    "INTERVENTIONAL_TABLE_BITS",
+    "TABLE_BLOCK_VALUES",
+    "banzhaf_values",
+    "interventional_banzhaf_values",
+    "path_dependent_tables",
+]
 
-#: Paths of at most this many features get a superset-sum table (``2**k`` float64 entries).
-ZETA_BITS = 16
-#: Table entries built at a time (paths are processed in blocks of at most this many).
-ZETA_BLOCK_ENTRIES = 1 << 24
-#: Largest float64 accumulator of a row block.
-_ACCUMULATOR_BYTES = 1 << 27
+#: Interventional tables for paths of at most this many features.
+INTERVENTIONAL_TABLE_BITS = 12
+#: Float32 table values of the paths processed at a time (interventional).
+TABLE_BLOCK_VALUES = 1 << 24
+#: Path-dependent tables kept (model digests).
+TABLE_CACHE_SIZE = 4
 
-_inline = njit(inline="always", nogil=True, cache=True)
-_follows = _inline(treeshap.follows)
-
-
-@_inline
-def _element(row, e, feature, lower, upper, missing, cat_offsets, cat_nbits, cat_other,
-             cat_words):  # fmt: skip
-    return _follows(row[feature[e]], lower[e], upper[e], missing[e], cat_other[e],
-                    cat_offsets[e], cat_nbits[e], cat_words)  # fmt: skip
-
-
-@_inline
-def _scatter(acc, row, g, feature, start, k, phi, pairs, interactions):
-    """Add a path's ``phi`` (and ``pairs``) to row ``row``'s float64 sums of group ``g``."""
-    for i in range(k):
-        fi = feature[start + i]
-        acc[row, g, fi, 0] += phi[i]
-        if interactions:
-            for j in range(k):
-                if j != i:
-                    acc[row, g, fi, 1 + feature[start + j]] += pairs[i, j]
+_follows = njit(inline="always", nogil=True, cache=True)(treeshap.follows)
 
 
 @njit(nogil=True, cache=True)
-def _path_dependent_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets,
-                         cat_nbits, cat_other, cat_words, path_offsets, path_value, path_group,
-                         max_k, interactions, acc, r0, lo, hi):  # fmt: skip
-    """Path-dependent values of rows ``r0 + lo .. r0 + hi - 1`` into ``acc[lo:hi]``."""
-    n_paths = path_offsets.shape[0] - 1
-    f = np.empty(max_k + 1, np.float64)  # (o + z) / 2
-    d = np.empty(max_k, np.float64)  # o - z
-    pre = np.empty(max_k + 1, np.float64)  # pre[i] = prod_{j < i} f_j
-    suf = np.empty(max_k + 1, np.float64)  # suf[i] = prod_{j >= i} f_j
-    phi = np.empty(max_k, np.float64)
-    pairs = np.empty((max_k, max_k) if interactions else (1, 1), np.float64)
-    for row in range(lo, hi):
-        x = X[r0 + row]
-        for p in range(n_paths):
-            start = path_offsets[p] + 1
-            k = path_offsets[p + 1] - start
-            v = path_value[p]
+def _fill_path_dependent(zero_fraction, path_offsets, path_value, table_offsets, tables, lo, hi):
+    """Tables of paths ``lo .. hi - 1``: ``v d_i prod_{j != i} f_j`` for every pattern."""
+    for p in range(lo, hi):
+        off = table_offsets[p]
+        if off < 0:
+            continue
+        start = path_offsets[p] + 1
+        k = path_offsets[p + 1] - start
+        v = path_value[p]
+        pre = np.empty(k + 1, np.float64)
+        f = np.empty(k, np.float64)
+        d = np.empty(k, np.float64)
+        for b in range(1 << k):
             pre[0] = 1.0
             for i in range(k):
-                e = start + i
-                o = 1.0 if _element(x, e, feature, lower, upper, missing, cat_offsets,
-                                    cat_nbits, cat_other, cat_words) else 0.0  # fmt: skip
-                z = zero_fraction[e]
+                o = 1.0 if (b >> i) & 1 else 0.0
+                z = zero_fraction[start + i]
                 d[i] = o - z
                 f[i] = 0.5 * (o + z)
                 pre[i + 1] = pre[i] * f[i]
-            suf[k] = 1.0
+            suf = 1.0
+            row = off + b * k
             for i in range(k - 1, -1, -1):
-                phi[i] = v * d[i] * pre[i] * suf[i + 1]
-                suf[i] = suf[i + 1] * f[i]
-            if interactions:
-                for i in range(k):
-                    mid = v * d[i] * pre[i]  # v d_i prod_{l < i} f_l prod_{i < l < j} f_l
-                    for j in range(i + 1, k):
-                        pairs[i, j] = pairs[j, i] = mid * d[j] * suf[j + 1]
-                        mid *= f[j]
-            _scatter(acc, row, path_group[p], feature, start, k, phi, pairs, interactions)
+                tables[row + i] = v * d[i] * pre[i] * suf
+                suf *= f[i]
 
 
 @njit(nogil=True, cache=True)
-def _zeta_tables(R, feature, lower, upper, missing, cat_offsets, cat_nbits, cat_other,
-                 cat_words, path_offsets, p0, table_offsets, tables, lo, hi):  # fmt: skip
-    """Superset sums ``Z`` of block paths ``lo .. hi - 1`` (path ``p0 + q``) with a table."""
-    B = R.shape[0]
+def _fill_interventional(zeta, zeta_offsets, path_offsets, path_value, p0, B, table_offsets,
+                         tables, lo, hi):  # fmt: skip
+    """Tables of block paths ``lo .. hi - 1`` from their superset sums ``zeta``."""
     for q in range(lo, hi):
         off = table_offsets[q]
         if off < 0:
             continue
         start = path_offsets[p0 + q] + 1
         k = path_offsets[p0 + q + 1] - start
-        size = 1 << k
-        z = tables[off : off + size]
-        z[:] = 0.0
-        for r in range(B):
-            mask = 0
-            weight = 1.0
+        z = zeta[zeta_offsets[q] : zeta_offsets[q] + (1 << k)]
+        full = (1 << k) - 1
+        for xb in range(1 << k):
+            nx = full & ~xb
+            count = k - _bits(nx)
+            c = path_value[p0 + q] / B * 2.0 ** (count + 1 - 2 * k)
+            base = z[nx]
+            row = off + xb * k
             for i in range(k):
-                if _element(R[r], start + i, feature, lower, upper, missing, cat_offsets,
-                            cat_nbits, cat_other, cat_words):  # fmt: skip
-                    mask |= 1 << i
-                    weight *= 2.0
-            z[mask] += weight
-        for i in range(k):  # superset sums, one bit at a time
-            bit = 1 << i
-            for m in range(size):
-                if not m & bit:
-                    z[m] += z[m | bit]
-
-
-@_inline
-def _from_table(z, xb, k, c, interactions, phi, pairs):
-    """A path's values for the explained mask ``xb`` from its superset sums ``z``."""
-    full = (1 << k) - 1
-    nx = full & ~xb
-    base = z[nx]
-    for i in range(k):
-        if (xb >> i) & 1:
-            phi[i] = c * (base - z[nx | (1 << i)])
-        else:
-            phi[i] = -c * base
-    if interactions:
-        c2 = 2.0 * c
-        for i in range(k):
-            ii = (xb >> i) & 1
-            for j in range(i + 1, k):
-                jj = (xb >> j) & 1
-                if ii and jj:
-                    val = base - z[nx | (1 << i)] - z[nx | (1 << j)] + z[nx | (1 << i) | (1 << j)]
-                elif ii:
-                    val = -(base - z[nx | (1 << i)])
-                elif jj:
-                    val = -(base - z[nx | (1 << j)])
+                if (xb >> i) & 1:
+                    tables[row + i] = c * (base - z[nx | (1 << i)])
                 else:
-                    val = base
-                pairs[i, j] = pairs[j, i] = c2 * val
+                    tables[row + i] = -c * base
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _bits(v):
+    count = 0
+    while v:
+        v &= v - 1
+        count += 1
+    return count
 
 
 @njit(nogil=True, cache=True)
-def _long_path(x, R, start, k, v, feature, lower, upper, missing, cat_offsets, cat_nbits,
-               cat_other, cat_words, xf, interactions, phi, pairs):  # fmt: skip
-    """A path without a table: every background row tested, in row order."""
-    B = R.shape[0]
-    phi[:k] = 0.0
-    if interactions:
-        pairs[:k, :k] = 0.0
-    rf = np.empty(k, np.bool_)
-    for r in range(B):
-        ok = True
-        m = 0  # features where exactly one of x and r follows
-        for i in range(k):
-            rf[i] = _element(R[r], start + i, feature, lower, upper, missing, cat_offsets,
-                             cat_nbits, cat_other, cat_words)  # fmt: skip
-            if not (xf[i] or rf[i]):
-                ok = False
-                break
-            if xf[i] != rf[i]:
-                m += 1
-        if not ok or m == 0:
-            continue
-        w = v / B * 2.0 ** (1 - m)
-        for i in range(k):
-            if xf[i] != rf[i]:
-                si = 1.0 if xf[i] else -1.0
-                phi[i] += si * w
-                if interactions:
-                    for j in range(i + 1, k):
-                        if xf[j] != rf[j]:
-                            val = 2.0 * w * si * (1.0 if xf[j] else -1.0)
-                            pairs[i, j] += val
-                            pairs[j, i] += val
-
-
-@njit(nogil=True, cache=True)
-def _interventional_rows(X, R, feature, lower, upper, missing, cat_offsets, cat_nbits,
-                         cat_other, cat_words, path_offsets, path_value, path_group, p0, p1,
-                         table_offsets, tables, max_k, interactions, acc, r0, lo, hi):  # fmt: skip
-    """Paths ``p0 .. p1 - 1`` of rows ``r0 + lo .. r0 + hi - 1``, added to ``acc[lo:hi]``."""
-    B = R.shape[0]
+def _value_rows(X, R, feature, lower, upper, missing, zero_fraction, cat_offsets, cat_nbits,
+                cat_other, cat_words, path_offsets, path_value, path_group, p0, p1,
+                table_offsets, tables, max_k, size, acc, r0, lo, hi):  # fmt: skip
+    """Paths ``p0 .. p1 - 1`` of rows ``r0 + lo .. r0 + hi - 1`` added to ``acc[lo:hi]``,
+    ``size`` rows at a time. ``R`` holds the background rows (interventional; none: zero rows,
+    the path-dependent game)."""
+    n_features = X.shape[1]
+    G, C = acc.shape[1], acc.shape[2]
+    interventional = R.shape[0] > 0
+    size = min(size, hi - lo)
+    XT = np.empty((n_features, size), np.float32)
+    block = np.empty((G * C, size), np.float64)
+    ones = np.empty((max_k, size), np.bool_)
+    index = np.empty(size, np.int64)
+    pre = np.empty((max_k + 1, size), np.float64)
+    suf = np.empty(size, np.float64)
     xf = np.empty(max_k, np.bool_)
     phi = np.empty(max_k, np.float64)
-    pairs = np.empty((max_k, max_k) if interactions else (1, 1), np.float64)
-    for row in range(lo, hi):
-        x = X[r0 + row]
+    pairs = np.empty((1, 1), np.float64)
+    for b0 in range(lo, hi, size):
+        n = min(hi, b0 + size) - b0
+        for r in range(n):
+            for f in range(n_features):
+                XT[f, r] = X[r0 + b0 + r, f]
+        block[:, :n] = 0.0
         for q in range(p1 - p0):
             p = p0 + q
             start = path_offsets[p] + 1
             k = path_offsets[p + 1] - start
-            xb = 0
-            count = 0
+            base = path_group[p] * C
             for i in range(k):
-                xf[i] = _element(x, start + i, feature, lower, upper, missing, cat_offsets,
-                                 cat_nbits, cat_other, cat_words)  # fmt: skip
-                if xf[i]:
-                    xb |= 1 << i
-                    count += 1
+                e = start + i
+                col = XT[feature[e]]
+                oi = ones[i]
+                lo_, hi_, miss, other = lower[e], upper[e], missing[e], cat_other[e]
+                if cat_offsets[e] < 0:  # a numeric test alone: a loop that vectorises
+                    for r in range(n):
+                        oi[r] = _follows(col[r], lo_, hi_, miss, other, -1, 0, cat_words)
+                else:
+                    co, nbits = cat_offsets[e], cat_nbits[e]
+                    for r in range(n):
+                        oi[r] = _follows(col[r], lo_, hi_, miss, other, co, nbits, cat_words)
             off = table_offsets[q]
             if off >= 0:
-                c = path_value[p] / B * 2.0 ** (count + 1 - 2 * k)
-                _from_table(tables[off : off + (1 << k)], xb, k, c, interactions, phi, pairs)
-            else:
-                _long_path(x, R, start, k, path_value[p], feature, lower, upper, missing,
-                           cat_offsets, cat_nbits, cat_other, cat_words, xf, interactions, phi,
-                           pairs)  # fmt: skip
-            _scatter(acc, row, path_group[p], feature, start, k, phi, pairs, interactions)
-
-
-@njit(nogil=True, cache=True)
-def _finish_values(acc, bias, out, r0, lo, hi):
-    """float64 sums -> float32 values of rows ``r0 + lo .. r0 + hi - 1``, bias last."""
-    G, C = acc.shape[1], acc.shape[2]
-    for row in range(lo, hi):
-        for g in range(G):
-            for i in range(C - 1):
-                out[r0 + row, g, i] = acc[row, g, i, 0]
-            out[r0 + row, g, C - 1] = bias[0 if bias.shape[0] == 1 else r0 + row, g]
-
-
-@njit(nogil=True, cache=True)
-def _finish_interactions(acc, bias, out, r0, lo, hi):
-    """float64 sums -> float32 interaction values of rows ``r0 + lo .. r0 + hi - 1``: the
-    diagonal ``phi_i - sum_{j != i} phi_ij`` and the bias at ``[F, F]``."""
-    G, C = acc.shape[1], acc.shape[2]
-    for row in range(lo, hi):
-        for g in range(G):
-            for i in range(C - 1):
-                diag = acc[row, g, i, 0]
-                for j in range(C - 1):
-                    if j != i:
-                        diag -= acc[row, g, i, 1 + j]
-                        out[r0 + row, g, i, j] = acc[row, g, i, 1 + j]
-                out[r0 + row, g, i, i] = diag
-                out[r0 + row, g, i, C - 1] = 0.0
-                out[r0 + row, g, C - 1, i] = 0.0
-            out[r0 + row, g, C - 1, C - 1] = bias[0 if bias.shape[0] == 1 else r0 + row, g]
+                index[:n] = 0
+                for i in range(k):
+                    oi = ones[i]
+                    for r in range(n):
+                        index[r] |= np.int64(oi[r]) << i
+                for r in range(n):
+                    index[r] = off + index[r] * k
+                for i in range(k):
+                    a = block[base + feature[start + i]]
+                    for r in range(n):
+                        a[r] += tables[index[r] + i]
+            elif interventional:
+                for r in range(n):
+                    for i in range(k):
+                        xf[i] = ones[i, r]
+                    _long_path(X[r0 + b0 + r], R, start, k, path_value[p], feature, lower, upper,
+                               missing, cat_offsets, cat_nbits, cat_other, cat_words, xf, False,
+                               phi, pairs)  # fmt: skip
+                    for i in range(k):
+                        block[base + feature[start + i], r] += phi[i]
+            else:  # phi_i = v d_i prod_{j < i} f_j prod_{j > i} f_j, f = (o + z) / 2, d = o - z
+                v = path_value[p]
+                pre[0, :n] = v
+                for i in range(k):
+                    z = zero_fraction[start + i]
+                    for r in range(n):
+                        pre[i + 1, r] = pre[i, r] * (0.5 * ((1.0 if ones[i, r] else 0.0) + z))
+                suf[:n] = 1.0
+                for i in range(k - 1, -1, -1):
+                    z = zero_fraction[start + i]
+                    a = block[base + feature[start + i]]
+                    for r in range(n):
+                        o = 1.0 if ones[i, r] else 0.0
+                        a[r] += pre[i, r] * (o - z) * suf[r]
+                        suf[r] *= 0.5 * (o + z)
+        for r in range(n):
+            for g in range(G):
+                for c in range(C):
+                    acc[b0 + r, g, c, 0] += block[g * C + c, r]
 
 
 def _lanes(packed: PackedModel) -> tuple:
-    return (packed.feature, packed.lower, packed.upper, packed.missing)
+    return (packed.feature, packed.lower, packed.upper, packed.missing, packed.zero_fraction,
+            packed.cat_offsets, packed.cat_nbits, packed.cat_other, packed.cat_words)  # fmt: skip
 
 
-def _categorical(packed: PackedModel) -> tuple:
-    return (packed.cat_offsets, packed.cat_nbits, packed.cat_other, packed.cat_words)
+def path_dependent_tables(packed: PackedModel) -> tuple[np.ndarray, np.ndarray]:
+    """The path-dependent Banzhaf tables of ``packed``, ``(table_offsets, tables)``, built on
+    first use and kept per model digest (the SHAP tables' policy picks the paths)."""
 
+    def build() -> tuple[np.ndarray, np.ndarray]:
+        k = path_features(packed.path_offsets)
+        offsets = choose_tables(k, packed.table_budget_bytes, packed.max_table_features)
+        tables = np.empty(table_values(k, offsets), np.float32)
+        run_ranges(_fill_path_dependent, k.size, 4 * num_threads(), packed.zero_fraction,
+                   packed.path_offsets, packed.path_value, offsets, tables)  # fmt: skip
+        return offsets, tables
 
-def _rows(X: np.ndarray, packed: PackedModel) -> np.ndarray:
-    X = np.ascontiguousarray(X, dtype=np.float32)
-    if X.ndim != 2 or X.shape[1] != packed.num_features:
-        raise ValueError(f"X must have shape (n_rows, {packed.num_features}), got {X.shape}")
-    return read_only(X)
+    return host_form(packed, "banzhaf tables", build, TABLE_CACHE_SIZE)
 
 
 def _max_k(packed: PackedModel) -> int:
-    k = np.diff(packed.path_offsets) - 1
+    k = path_features(packed.path_offsets)
     return max(int(k.max()), 1) if k.size else 1
 
 
-def _run_blocks(
-    n: int, packed: PackedModel, interactions: bool, bias: np.ndarray, add
-) -> np.ndarray:
-    """Rows in blocks of a bounded float64 accumulator: ``add(acc, r0)`` sums a block's paths,
-    :func:`_finish_values` / :func:`_finish_interactions` store it."""
-    G, C = packed.num_groups, packed.num_features + 1
-    out = np.empty((n, G, C) + ((C,) if interactions else ()), np.float32)
-    width = C if interactions else 1
-    block = max(1, _ACCUMULATOR_BYTES // (8 * G * C * width))
+def _path_dependent_values(packed: PackedModel, X: np.ndarray, acc: np.ndarray, r0: int) -> None:
+    """Add the path-dependent Banzhaf values of rows ``r0 .. r0 + len(acc) - 1`` of ``X`` to
+    ``acc`` (float64 ``(rows, G, F + 1, 1)``)."""
+    offsets, tables = path_dependent_tables(packed)
+    R = np.zeros((0, packed.num_features), np.float32)
+    size = block_rows(packed.num_groups, packed.num_features)
+    rows = acc.shape[0]
+    pieces = max(1, min(4 * num_threads(), -(-rows // size)))
+    run_ranges(_value_rows, rows, pieces, X, R, *_lanes(packed), packed.path_offsets,
+               packed.path_value, packed.path_group, 0, packed.num_paths, offsets, tables,
+               _max_k(packed), size, acc, r0)  # fmt: skip
+
+
+def _blocks(
+    packed: PackedModel, bits: int
+) -> list[tuple[int, int, np.ndarray, np.ndarray, int, int]]:
+    """Path blocks ``(p0, p1, table_offsets, zeta_offsets, values, zeta)`` of at most
+    :data:`TABLE_BLOCK_VALUES` table values (a longer path alone)."""
+    k = path_features(packed.path_offsets)
+    zeta = np.where(k <= bits, np.left_shift(1, np.minimum(k, bits)), 0)
+    values = zeta * k
+    blocks, p0 = [], 0
+    while p0 < k.size:
+        ends = np.cumsum(values[p0:])
+        p1 = p0 + max(1, int(np.searchsorted(ends, TABLE_BLOCK_VALUES, side="right")))
+        v, z = values[p0:p1], zeta[p0:p1]
+        table = np.where(v > 0, np.cumsum(v) - v, -1).astype(np.int64)
+        zoff = np.where(z > 0, np.cumsum(z) - z, -1).astype(np.int64)
+        blocks.append((p0, p1, table, zoff, int(v.sum()), int(z.sum())))
+        p0 = p1
+    return blocks
+
+
+def _interventional_values(packed: PackedModel, R: np.ndarray, X: np.ndarray, bits: int):
+    """``add(acc, r0, pieces)`` for :func:`banzhaf_rows._run_blocks`: the interventional Banzhaf
+    values over the background rows ``R`` (float32, encoded), tables built per call (kept
+    across row blocks when the paths fit one block)."""
+    lanes = _lanes(packed)
+    blocks = _blocks(packed, bits)
+    size = block_rows(packed.num_groups, packed.num_features)
+    built: dict[int, np.ndarray] = {}
     threads = num_threads()
-    for r0 in range(0, n, block):
-        rows = min(n, r0 + block) - r0
-        acc = np.zeros((rows, G, C, width), np.float64)
-        add(acc, r0, max(1, min(rows, 4 * threads)))
-        finish = _finish_interactions if interactions else _finish_values
-        run_ranges(finish, rows, threads, acc, bias, out, r0)
-    return out
+
+    def tables(b: int) -> np.ndarray:
+        if b in built:
+            return built[b]
+        p0, p1, offsets, zoff, n_values, n_zeta = blocks[b]
+        zeta = np.empty(n_zeta, np.float64)
+        no_long = np.where(zoff >= 0, zoff, -1)
+        run_ranges(_zeta_tables, p1 - p0, 4 * threads, R, lanes[0], lanes[1], lanes[2],
+                   lanes[3], *lanes[5:], packed.path_offsets, p0, no_long, zeta)  # fmt: skip
+        out = np.empty(n_values, np.float32)
+        run_ranges(_fill_interventional, p1 - p0, 4 * threads, zeta, zoff, packed.path_offsets,
+                   packed.path_value, p0, R.shape[0], offsets, out)  # fmt: skip
+        if len(blocks) == 1:
+            built[b] = out
+        return out
+
+    def add(acc: np.ndarray, r0: int, pieces: int) -> None:
+        rows = acc.shape[0]
+        pieces = max(1, min(4 * threads, -(-rows // size)))
+        for b, (p0, p1, offsets, *_) in enumerate(blocks):
+            run_ranges(_value_rows, rows, pieces, X, R, *lanes, packed.path_offsets,
+                       packed.path_value, packed.path_group, p0, p1, offsets, tables(b),
+                       _max_k(packed), size, acc, r0)  # fmt: skip
+
+    return add
 
 
 def banzhaf_values(packed: PackedModel, X: np.ndarray, interactions: bool = False) -> np.ndarray:
     """Path-dependent Banzhaf values of the rows of ``X``: float32 ``(n, G, F + 1)``, bias
     (``packed.expected_value``) last; ``interactions``: Banzhaf interaction values
-    ``(n, G, F + 1, F + 1)``.
+    ``(n, G, F + 1, F + 1)`` (:func:`distshap.kernels.banzhaf_rows.banzhaf_values`).
 
     Parameters
     ----------
     packed : PackedModel
+        Its Banzhaf tables are filled on the first call (:func:`path_dependent_tables`).
     X : array (n, F)
         Kernel input: the rows through the model's encoding.
     interactions : bool
         Interaction values instead.
     """
+    if interactions:
+        return banzhaf_rows.banzhaf_values(packed, X, True)
     X = _rows(X, packed)
     bias = np.asarray(packed.expected_value, np.float64).reshape(1, -1)
-    max_k = _max_k(packed)
 
     def add(acc: np.ndarray, r0: int, pieces: int) -> None:
-        run_ranges(_path_dependent_rows, acc.shape[0], pieces, X, *_lanes(packed),
-                   packed.zero_fraction, *_categorical(packed), packed.path_offsets,
-                   packed.path_value, packed.path_group, max_k, bool(interactions), acc,
-                   r0)  # fmt: skip
+        _path_dependent_values(packed, X, acc, r0)
 
-    return _run_blocks(X.shape[0], packed, interactions, bias, add)
-
-
-def _path_blocks(packed: PackedModel, zeta_bits: int) -> list[tuple[int, int, np.ndarray, int]]:
-    """Blocks of paths ``(p0, p1, table_offsets, entries)`` of at most
-    :data:`ZETA_BLOCK_ENTRIES` table entries (a longer path alone)."""
-    k = np.diff(packed.path_offsets) - 1
-    size = np.where(k <= zeta_bits, np.left_shift(1, np.minimum(k, zeta_bits)), 0)
-    blocks, p0 = [], 0
-    while p0 < k.size:
-        ends = np.cumsum(size[p0:])
-        p1 = p0 + max(1, int(np.searchsorted(ends, ZETA_BLOCK_ENTRIES, side="right")))
-        sizes = size[p0:p1]
-        offsets = np.where(sizes > 0, np.cumsum(sizes) - sizes, -1).astype(np.int64)
-        blocks.append((p0, p1, offsets, int(sizes.sum())))
-        p0 = p1
-    return blocks
+    return _run_blocks(X.shape[0], packed, False, bias, add)
 
 
 def interventional_banzhaf_values(
@@ -369,9 +324,11 @@ def interventional_banzhaf_values(
     *,
     bias: np.ndarray | None = None,
     interactions: bool = False,
-    zeta_bits: int = ZETA_BITS,
+    table_bits: int = INTERVENTIONAL_TABLE_BITS,
 ) -> np.ndarray:
-    """Interventional Banzhaf values (raw margin) of the rows of ``X`` over ``background``.
+    """Interventional Banzhaf values (raw margin) of the rows of ``X`` over ``background``:
+    float32 ``(n, G, F + 1)``, or interaction values ``(n, G, F + 1, F + 1)``
+    (:func:`distshap.kernels.banzhaf_rows.interventional_banzhaf_values`).
 
     Parameters
     ----------
@@ -384,42 +341,20 @@ def interventional_banzhaf_values(
         The bias column (``v(∅)``, the mean background margin); default zeros.
     interactions : bool
         Banzhaf interaction values instead.
-    zeta_bits : int
-        Paths with more features test each background row (a parameter so tests reach it).
-
-    Returns
-    -------
-    ndarray
-        float32 ``(n, G, F + 1)`` or ``(n, G, F + 1, F + 1)``.
+    table_bits : int
+        Paths with more features test each background row for each explained row (a
+        parameter so tests reach that route).
     """
+    if interactions:
+        return banzhaf_rows.interventional_banzhaf_values(
+            packed, background, X, bias=bias, interactions=True, zeta_bits=table_bits
+        )
     check_background(background, packed)
     X = _rows(X, packed)
     G = packed.num_groups
     bias = np.zeros((1, G)) if bias is None else np.ascontiguousarray(bias, dtype=np.float64)
     if bias.ndim != 2 or bias.shape[1] != G or bias.shape[0] not in (1, X.shape[0]):
         raise ValueError(f"bias has shape {bias.shape}, expected (1, {G}) or ({X.shape[0]}, {G})")
-    R = read_only(np.ascontiguousarray(background.rows, dtype=np.float32))
-    max_k = _max_k(packed)
-    threads = num_threads()
-    blocks = _path_blocks(packed, min(int(zeta_bits), ZETA_BITS))
-    built: dict[int, np.ndarray] = {}
-
-    def tables(b: int) -> np.ndarray:
-        if b in built:
-            return built[b]
-        p0, p1, offsets, entries = blocks[b]
-        z = np.empty(entries, np.float64)
-        run_ranges(_zeta_tables, p1 - p0, 4 * threads, R, *_lanes(packed), *_categorical(packed),
-                   packed.path_offsets, p0, offsets, z)  # fmt: skip
-        if len(blocks) == 1:
-            built[b] = z
-        return z
-
-    def add(acc: np.ndarray, r0: int, pieces: int) -> None:
-        for b, (p0, p1, offsets, _) in enumerate(blocks):
-            run_ranges(_interventional_rows, acc.shape[0], pieces, X, R, *_lanes(packed),
-                       *_categorical(packed), packed.path_offsets, packed.path_value,
-                       packed.path_group, p0, p1, offsets, tables(b), max_k,
-                       bool(interactions), acc, r0)  # fmt: skip
-
-    return _run_blocks(X.shape[0], packed, interactions, bias, add)
+    R = np.ascontiguousarray(background.rows, dtype=np.float32)
+    bits = min(int(table_bits), INTERVENTIONAL_TABLE_BITS)
+    return _run_blocks(X.shape[0], packed, False, bias, _interventional_values(packed, R, X, bits))
