@@ -37,6 +37,8 @@ MODELS = (
     "xgboost",
     "random_forest",
     "random_forest_classifier",
+    "random_forest_nan",
+    "random_forest_multioutput",
     "hist_gb_categorical",
     "lightgbm_multiclass",
     "catboost",
@@ -62,10 +64,16 @@ def make_model(kind: str, n_trees: int = 10, seed: int = 0) -> tuple[Any, np.nda
         params = {"max_depth": 3, "eta": 0.3, "seed": seed, "nthread": 1}
         booster = xgb.train(params, xgb.DMatrix(X, label=y), n_trees)
         return booster, X, lambda Z: booster.predict(xgb.DMatrix(Z), output_margin=True)[:, None]
-    if kind in ("random_forest", "random_forest_classifier"):
+    if kind.startswith("random_forest"):
         from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 
-        if kind == "random_forest":
+        if kind == "random_forest_nan":  # missing values, which sklearn's trees route
+            X[np.random.default_rng(seed + 1).random(X.shape) < 0.15] = np.nan
+        if kind == "random_forest_multioutput":
+            Y = np.c_[y, 3 * X[:, 4] - X[:, 0]]
+            model = RandomForestRegressor(n_trees, max_depth=4, random_state=seed).fit(X, Y)
+            return model, X, model.predict
+        if kind != "random_forest_classifier":
             model = RandomForestRegressor(n_trees, max_depth=4, random_state=seed).fit(X, y)
             return model, X, lambda Z: model.predict(Z)[:, None]
         model = RandomForestClassifier(n_trees, max_depth=4, random_state=seed).fit(X, y > 0.6)
