@@ -1,36 +1,44 @@
 """The explanation server under load, beside in-process throughput and a per-request baseline.
 
-For each concurrency (``--concurrency``) and request size (``--rows``), a load generator (threads
-with one keep-alive HTTP connection each, in a child process so that it does not share the
-server's interpreter) sends infer requests (FP32, the binary tensor extension) for
-``--duration`` seconds and reports the p50 / p99 latency and rows/s of:
+For each concurrency (``--concurrency``) and request size (``--rows``), a load generator sends
+infer requests (FP32, the binary tensor extension) for ``--duration`` seconds, each connection
+sending its next request when its answer is in, and reports the p50 / p99 latency and rows/s
+of:
 
 * ``distshap``: :func:`distshap.serve.serve` with dynamic batching, batches run in this process
   (``--backend local``) or on the workers of a local Dask cluster (``--backend dask``,
-  ``--workers N``; GPU workers when GPUs are visible), each model resident there;
-* ``baseline``: the same HTTP server calling XGBoost's
-  ``Booster.predict(DMatrix, pred_contribs=True)`` once per request, without batching;
+  ``--workers N``; GPU workers when GPUs are visible, one per GPU), each model resident there;
+* ``baseline``: the same server (the same HTTP front, one request a batch) calling XGBoost's
+  ``Booster.predict(DMatrix, pred_contribs=True)`` once per request, 8 requests at a time;
 
 and, in the same run, the in-process batch throughput of ``TreeExplainer.shap_values``
-(``--inproc-rows`` rows at once, median of 3 calls). Cells with more than ``--max-inflight-rows``
-rows in flight (concurrency x rows) are skipped.
+(``--inproc-rows`` rows at once, median of 3 calls). The load generator runs in
+``--client-procs`` child processes (asyncio, one keep-alive connection per concurrent client),
+so that neither its interpreter nor the server's limits the other. After each distshap cell,
+the server's own per-stage seconds (``/metrics``: decode, queue wait, batch assembly, run,
+encode) are printed, with the mean batch size; ``--front-only`` serves values of zeros
+without running a kernel (the HTTP front and batching alone). Cells with more than
+``--max-inflight-rows`` rows in flight (concurrency x rows) are skipped.
 
 Usage::
 
-    python -m benchmarks.serve --concurrency 1,16 --rows 1,100 --duration 2     # CPU, < 1 min
+    python -m benchmarks.serve --kernel-backend cpu --concurrency 1,16 --rows 1,100 \\
+        --duration 2                                                              # CPU, < 1 min
+    python -m benchmarks.serve --kernel-backend cuda --concurrency 1,16,256 \\
+        --rows 1,100,10000 --duration 2 --max-inflight-rows 400000                # one GPU
     python -m benchmarks.serve --backend dask --workers 2 --concurrency 1,16,256 \\
-        --rows 1,100,10000 --duration 10 --shape cal_housing-med                  # the issue's
+        --rows 1,100,10000 --duration 2                                           # two GPUs
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
+import asyncio
 import json
 import multiprocessing
+import os
 import statistics
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
@@ -38,51 +46,71 @@ from urllib.parse import urlparse
 import numpy as np
 
 
-def _body(rows: np.ndarray) -> tuple[bytes, dict]:
-    """An infer request for ``rows`` in the binary tensor extension: body and headers."""
+def _request(rows: np.ndarray, host: str) -> bytes:
+    """The bytes of one infer request for ``rows`` in the binary tensor extension."""
     head = json.dumps({
         "inputs": [{"name": "rows", "shape": list(rows.shape), "datatype": "FP32",
                     "parameters": {"binary_data_size": rows.nbytes}}],
         "outputs": [{"name": "shap_values", "parameters": {"binary_data": True}}],
     }).encode()  # fmt: skip
-    headers = {"Inference-Header-Content-Length": str(len(head)),
-               "Content-Type": "application/octet-stream"}  # fmt: skip
-    return head + rows.tobytes(), headers
+    body = head + rows.tobytes()
+    return (
+        f"POST /v2/models/m/infer HTTP/1.1\r\nHost: {host}\r\n"
+        f"Inference-Header-Content-Length: {len(head)}\r\n"
+        f"Content-Type: application/octet-stream\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
 
-def _client_thread(url: str, body: bytes, headers: dict, stop: float, out: list) -> None:
+async def _connection(host: str, port: int, request: bytes, stop: float, out: list) -> None:
     """Send requests on one keep-alive connection until ``stop``; latencies (or -status)."""
-    where = urlparse(url)
-    conn = http.client.HTTPConnection(where.hostname, where.port, timeout=120)
+    reader, writer = await asyncio.open_connection(host, port)
     while time.perf_counter() < stop:
         t0 = time.perf_counter()
-        conn.request("POST", "/v2/models/m/infer", body, headers)
-        resp = conn.getresponse()
-        resp.read()
-        out.append(time.perf_counter() - t0 if resp.status == 200 else -resp.status)
-    conn.close()
+        writer.write(request)
+        head = await reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        length = int(head.lower().split(b"\r\ncontent-length:", 1)[1].split(b"\r\n", 1)[0])
+        await reader.readexactly(length)
+        out.append(time.perf_counter() - t0 if status == 200 else -status)
+    writer.close()
 
 
-def _generate(url: str, rows: np.ndarray, concurrency: int, seconds: float) -> tuple:
-    """Child process: ``concurrency`` client threads for ``seconds`` (then until each has its
-    last answer) -> all latencies, and the seconds until the last answer."""
-    body, headers = _body(rows)
-    outs: list[list] = [[] for _ in range(concurrency)]
-    stop = time.perf_counter() + seconds
-    threads = [threading.Thread(target=_client_thread, args=(url, body, headers, stop, out))
-               for out in outs]  # fmt: skip
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return [x for out in outs for x in out], time.perf_counter() - start
+def _generate(url: str, request: bytes, connections: int, begin: float, seconds: float):
+    """Child process: ``connections`` clients from wall time ``begin`` for ``seconds`` (then
+    until each has its last answer) -> all latencies, first start and last answer (wall)."""
+    where = urlparse(url)
+    out: list[float] = []
+
+    async def run() -> tuple[float, float]:
+        await asyncio.sleep(max(0.0, begin - time.time()))
+        start = time.time()
+        stop = time.perf_counter() + seconds
+        await asyncio.gather(*(_connection(where.hostname, where.port, request, stop, out)
+                               for _ in range(connections)))  # fmt: skip
+        return start, time.time()
+
+    try:
+        import uvloop
+
+        loop = uvloop.new_event_loop()
+    except ImportError:
+        loop = asyncio.new_event_loop()
+    try:
+        start, end = loop.run_until_complete(run())
+    finally:
+        loop.close()
+    return out, start, end
 
 
-def _cell(url: str, rows: np.ndarray, concurrency: int, seconds: float) -> dict:
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(1) as pool:
-        samples, elapsed = pool.apply(_generate, (url, rows, concurrency, seconds))
+def _cell(pool, procs: int, url: str, rows: np.ndarray, concurrency: int, seconds: float):
+    """One load of ``concurrency`` clients over ``procs`` processes -> latencies, rows/s."""
+    shares = [concurrency // procs + (i < concurrency % procs) for i in range(procs)]
+    request = _request(rows, urlparse(url).netloc)
+    begin = time.time() + 0.3  # every process connects at once
+    jobs = [(url, request, c, begin, seconds) for c in shares if c]
+    parts = pool.starmap(_generate, jobs)
+    samples = [x for out, _, _ in parts for x in out]
+    elapsed = max(end for _, _, end in parts) - min(start for _, start, _ in parts)
     ok = sorted(s for s in samples if s >= 0)
     errors = len(samples) - len(ok)
     return {
@@ -92,6 +120,60 @@ def _cell(url: str, rows: np.ndarray, concurrency: int, seconds: float) -> dict:
         "p99_ms": 1e3 * ok[min(len(ok) - 1, int(0.99 * len(ok)))] if ok else float("nan"),
         "rows_per_s": len(ok) * len(rows) / elapsed,
     }
+
+
+def _stages(server) -> dict:
+    """The server's per-stage seconds, requests answered and batches so far."""
+    m = server.metrics
+    with m._lock:  # noqa: SLF001 (a consistent reading)
+        out = {key[0][1]: value for key, value in getattr(m, "stages", {}).items()}
+        out["requests"] = sum(h.counts and sum(h.counts) for h in m.latency.values())
+        out["latency"] = sum(h.sum for h in m.latency.values())
+        out["batches"] = sum(sum(h.counts) for h in m.batch_rows.values())
+        out["batch_rows"] = sum(h.sum for h in m.batch_rows.values())
+    out["cpu"] = time.process_time()  # the server's process (the load is in other processes)
+    return out
+
+
+def _stage_line(before: dict, after: dict) -> dict:
+    """Between two readings: microseconds a request of the server process's CPU time (all its
+    threads), latency, decoding, queue wait and encoding; a batch's assembly and run; the
+    mean batch (rows and requests)."""
+    d = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    n, batches = max(1, d["requests"]), max(1, d["batches"])
+    per = {k: 1e6 * d.get(k, 0) / n for k in ("cpu", "latency", "decode", "queue", "encode")}
+    per.update({f"{k}/batch": 1e6 * d.get(k, 0) / batches for k in ("assemble", "run")})
+    per["rows_per_batch"] = d["batch_rows"] / batches
+    per["requests_per_batch"] = n / batches
+    return per
+
+
+class _NullExecutor:
+    """Values without work (zeros of the right shape, at once): the front's own ceiling."""
+
+    name = "null"
+
+    def __init__(self, features: int) -> None:
+        self.features = features
+
+    def slots(self) -> int:
+        return 1
+
+    def ready(self) -> bool:
+        return True
+
+    def workers(self) -> int:
+        return 1
+
+    def submit(self, resident, rows, output, k):
+        from concurrent.futures import Future
+
+        future: Future = Future()
+        future.set_result({output: np.zeros((len(rows), self.features + 1), np.float32)})
+        return future
+
+    def close(self) -> None:
+        pass
 
 
 class _XGBoostExecutor:
@@ -132,6 +214,12 @@ def _servers(args, path: str, booster) -> list[tuple[str, object]]:
     from distshap.serve.registry import Registry, parse_model_spec
 
     client = None
+    if args.front_only:  # the front alone: no kernels, values of zeros
+        registry = Registry.from_specs([parse_model_spec(f"m={path}")], backend="cpu")
+        features = next(iter(registry.models.values())).num_features
+        opts = ServeOptions(port=0, max_batch_rows=args.max_batch_rows, max_queue_rows=1 << 24,
+                            max_wait=args.max_wait_ms / 1e3, request_timeout=600)  # fmt: skip
+        return [("front", ExplanationServer(registry, _NullExecutor(features), opts).start())]
     if args.backend == "dask":
         from distshap.cluster import start_cluster
 
@@ -179,7 +267,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
     parser.add_argument("--max-inflight-rows", type=int, default=1 << 20)
     parser.add_argument("--inproc-rows", type=int, default=100_000)
+    parser.add_argument("--client-procs", type=int, default=max(1, min(8, os.cpu_count() // 2)),
+                        help="processes of the load generator")  # fmt: skip
     parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument(
+        "--front-only",
+        action="store_true",
+        help="a server whose batches do no work (zeros): the front's ceiling",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON record per line")
     args = parser.parse_args(argv)
 
@@ -193,39 +288,55 @@ def main(argv: list[str] | None = None) -> None:
     tmp = tempfile.TemporaryDirectory()
     path = f"{tmp.name}/model.ubj"
     booster.save_model(path)
-    inproc = _in_process(path, X, args.inproc_rows, args.kernel_backend)
+    inproc = (
+        float("nan")
+        if args.front_only
+        else _in_process(path, X, args.inproc_rows, args.kernel_backend)
+    )
     servers = _servers(args, path, booster)
-    if args.no_baseline:
+    if args.no_baseline and len(servers) > 1:
         servers[1][1].drain()
         servers = servers[:1]
-    records = []
-    print(f"# {args.shape}, backend {args.backend}, in-process TreeExplainer.shap_values "
+    print(f"# {args.shape}, backend {args.backend}, kernels {args.kernel_backend}, "
+          f"{args.client_procs} client process(es); in-process TreeExplainer.shap_values "
           f"({args.inproc_rows} rows): {inproc:,.0f} rows/s", flush=True)  # fmt: skip
     print(f"{'server':<9} {'conc':>5} {'rows':>6} {'requests':>9} {'errors':>6} {'p50 ms':>8} "
           f"{'p99 ms':>8} {'rows/s':>11} {'of in-proc':>10}", flush=True)  # fmt: skip
-    for concurrency in args.concurrency:
-        for n in args.rows:
-            if concurrency * n > args.max_inflight_rows:
-                continue
-            rows = X[:n] if n <= len(X) else X[np.arange(n) % len(X)]
-            for label, server in servers:
-                _cell(server.url, rows[:1], 1, 0.2)  # warm: compile, connections
-                r = {"server": label, "concurrency": concurrency, "rows": n,
-                     **_cell(server.url, rows, concurrency, args.duration)}  # fmt: skip
-                r["of_in_process"] = r["rows_per_s"] / inproc
-                records.append(r)
-                if args.json:
-                    print(json.dumps(r), flush=True)
-                else:
-                    print(f"{label:<9} {concurrency:>5} {n:>6} {r['requests']:>9} "
-                          f"{r['errors']:>6} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} "
-                          f"{r['rows_per_s']:>11,.0f} {r['of_in_process']:>10.1%}",
-                          flush=True)  # fmt: skip
+    with multiprocessing.get_context("spawn").Pool(args.client_procs) as pool:
+        for concurrency in args.concurrency:
+            for n in args.rows:
+                if concurrency * n <= args.max_inflight_rows:
+                    _row(args, pool, servers, X, concurrency, n, inproc)
     for _, server in servers:
         server.drain()
         if getattr(server, "client", None) is not None:
             server.client.close()
     tmp.cleanup()
+
+
+def _row(args, pool, servers, X, concurrency: int, n: int, inproc: float) -> None:
+    """One cell of the grid for each server, printed (with distshap's stages)."""
+    rows = X[:n] if n <= len(X) else X[np.arange(n) % len(X)]
+    for label, server in servers:
+        _cell(pool, args.client_procs, server.url, rows[:1], 1, 0.2)  # warm: compile, connections
+        before = _stages(server)
+        cell = _cell(pool, args.client_procs, server.url, rows, concurrency, args.duration)
+        r = {"server": label, "concurrency": concurrency, "rows": n, **cell}
+        r["of_in_process"] = r["rows_per_s"] / inproc
+        if label != "baseline":
+            r["stages_us"] = _stage_line(before, _stages(server))
+        if args.json:
+            print(json.dumps(r), flush=True)
+            continue
+        print(f"{label:<9} {concurrency:>5} {n:>6} {r['requests']:>9} {r['errors']:>6} "
+              f"{r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['rows_per_s']:>11,.0f} "
+              f"{r['of_in_process']:>10.1%}", flush=True)  # fmt: skip
+        if "stages_us" in r:
+            print("#   us: " + ", ".join(f"{k} {v:,.0f}" for k, v in r["stages_us"].items()
+                                        if not k.endswith("_batch"))
+                  + f"; {r['stages_us']['rows_per_batch']:,.0f} rows "
+                  f"({r['stages_us']['requests_per_batch']:.1f} requests) a batch",
+                  flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

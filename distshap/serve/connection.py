@@ -103,7 +103,8 @@ class Connection(asyncio.Protocol):
     """One client connection of the server ``app``.
 
     ``app`` provides ``begin(request) -> Reply | None`` (None: read the body),
-    ``respond(request) -> Reply | awaitable of Reply`` (the body read), ``error(status,
+    ``respond(request, deliver) -> Reply | None`` (the body read; None: the application calls
+    ``deliver(request, reply)`` later, from a callback of the loop), ``error(status,
     message) -> Reply`` for malformed requests, ``answered(request, reply)`` (metrics, logs),
     ``abandoned(request)`` (the client left mid-body), ``opened`` / ``closed(connection)``
     and ``closing_connections`` (set by a drain).
@@ -212,28 +213,18 @@ class Connection(asyncio.Protocol):
     def _answer(self, request: Request) -> None:
         if request.state is _SKIP:
             return
+        self._busy = True
         try:
-            answer = self.app.respond(request)
+            answer = self.app.respond(request, self.deliver)
         except Reply as reply:
             answer = reply
-        if isinstance(answer, Reply):
+        if answer is not None:  # else the application calls deliver when it has the answer
+            self._busy = False
             self._write(answer, request)
-            return
-        self._busy = True
-        future = asyncio.ensure_future(answer)
-        future.add_done_callback(lambda f, r=request: self._answered(f, r))
 
-    def _answered(self, future: asyncio.Future, request: Request) -> None:
+    def deliver(self, request: Request, reply: Reply) -> None:
+        """The answer to ``request`` (called on the loop, after ``respond`` returned None)."""
         self._busy = False
-        if future.cancelled():
-            reply = self.app.error(503, "the server is shutting down")
-        elif future.exception() is not None:
-            reply = future.exception()
-            if not isinstance(reply, Reply):
-                err = reply
-                reply = self.app.error(500, f"{type(err).__name__}: {str(err)[:200]}")
-        else:
-            reply = future.result()
         self._write(reply, request)
         if not self._closing:
             self._advance()

@@ -106,6 +106,16 @@ def _error(status: int, message: str, headers: dict | None = None) -> Reply:
     return Reply(status, dumps({"error": message}), {**_JSON, **(headers or {})})
 
 
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's event loop where installed (the ``serve`` extra: the same API, less time in the
+    loop a request), else asyncio's own."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
 def _listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -147,7 +157,7 @@ class ExplanationServer:
         self._no_active: asyncio.Event | None = None
         self._sock = _listen(options.host, options.port)
         self.address: tuple[str, int] = self._sock.getsockname()[:2]
-        self.loop = asyncio.new_event_loop()
+        self.loop = _new_loop()
         self._thread: threading.Thread | None = None
         self._drained = threading.Event()
         self._stopped = threading.Event()
@@ -259,9 +269,15 @@ class ExplanationServer:
             log.exception("while routing %s %s", request.method, request.path)
             return _error(500, f"{type(err).__name__}: {str(err)[:200]}")
 
-    def respond(self, request: Request) -> Any:
-        """The answer to a request whose body has been read (an infer): a coroutine."""
-        return self._infer(request)
+    def respond(self, request: Request, deliver: Any) -> Reply | None:
+        """An infer request whose body has been read: queued, answered through ``deliver``."""
+        try:
+            return self._infer(request, deliver)
+        except Reply:
+            raise
+        except Exception as err:  # an answer for every request, whatever went wrong
+            log.exception("while answering %s", request.path)
+            return _error(500, f"{type(err).__name__}: {str(err)[:200]}")
 
     def abandoned(self, request: Request) -> None:
         """A request whose client left before its body arrived."""
@@ -379,9 +395,8 @@ class ExplanationServer:
             )
         return parsed, specs, ks
 
-    async def _infer(self, request: Request) -> Reply:
+    def _infer(self, request: Request, deliver: Any) -> None:
         model = request.state.pop("registered")
-        deadline = request.received + self.options.request_timeout
         t0 = time.perf_counter()
         parsed, specs, ks = self._decode(request, model)
         self.metrics.stage("decode", time.perf_counter() - t0)
@@ -400,34 +415,37 @@ class ExplanationServer:
                 else (f"the queue of {model.name!r} is full ({err}): retry after a second")
             )
             raise _error(503, what, self._retry()) from None
-        outputs = await self._collect(futures, specs, deadline)
+        call = _Call(self, request, deliver, futures, specs, (model, parsed.id))
+        left = request.received + self.options.request_timeout - time.perf_counter()
+        call.timer = self.loop.call_later(max(0.0, left), call.expire)
+        for f in futures:
+            f.add_done_callback(call.part_done)
+        return None
+
+    def _outputs(self, call: _Call) -> Reply:
+        """The answer to an infer call whose outputs are all in."""
+        outputs = []
+        for future, spec in zip(call.futures, call.specs, strict=True):
+            err = future.exception()
+            if isinstance(err, NoWorkerError):
+                return _error(503, str(err), self._retry())
+            if err is not None:
+                first = (str(err).strip().splitlines() or [""])[0]
+                return _error(500, f"{type(err).__name__}: {first}")
+            for name, array in future.result().items():
+                outputs.append((name, array, spec.binary))
         t0 = time.perf_counter()
-        body, headers = encode_response(model.name, model.version, parsed.id, outputs)
+        (model, request_id) = call.what
+        body, headers = encode_response(model.name, model.version, request_id, outputs)
         self.metrics.stage("encode", time.perf_counter() - t0)
         return Reply(200, body, headers)
 
-    async def _collect(self, futures: list, specs: tuple, deadline: float) -> list:
-        timeout = max(0.0, deadline - time.perf_counter())
-        _, pending = await asyncio.wait(futures, timeout=timeout)
-        if pending:
-            for f in futures:
-                f.cancel()
-            raise _error(
-                504,
-                f"the request took longer than the server's timeout of "
-                f"{self.options.request_timeout} s: send fewer rows, or retry",
-            )
-        outputs = []
-        for future, spec in zip(futures, specs, strict=True):
-            err = future.exception()
-            if isinstance(err, NoWorkerError):
-                raise _error(503, str(err), self._retry())
-            if err is not None:
-                first = (str(err).strip().splitlines() or [""])[0]
-                raise _error(500, f"{type(err).__name__}: {first}")
-            for name, array in future.result().items():
-                outputs.append((name, array, spec.binary))
-        return outputs
+    def _timeout(self) -> Reply:
+        return _error(
+            504,
+            f"the request took longer than the server's timeout of "
+            f"{self.options.request_timeout} s: send fewer rows, or retry",
+        )
 
     def _retry(self) -> dict:
         return {"Retry-After": str(self.options.retry_after)}
@@ -452,6 +470,36 @@ class ExplanationServer:
             key = (("model", name), ("output", output))
             out[key] = out.get(key, 0) + queue.queued_rows
         return out
+
+
+class _Call:
+    """An infer request waiting for its outputs (one future per output) or its deadline."""
+
+    __slots__ = ("deliver", "futures", "left", "request", "server", "specs", "timer", "what")
+
+    def __init__(self, server: ExplanationServer, request: Request, deliver: Any,
+                 futures: list, specs: tuple, what: tuple) -> None:  # fmt: skip
+        self.server, self.request, self.deliver = server, request, deliver
+        self.futures, self.specs, self.what = futures, specs, what
+        self.left = len(futures)
+        self.timer: Any = None
+
+    def part_done(self, _future: Any) -> None:
+        self.left -= 1
+        if self.left == 0 and self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+            try:
+                reply = self.server._outputs(self)
+            except Exception as err:  # an answer for every request, whatever went wrong
+                reply = _error(500, f"{type(err).__name__}: {str(err)[:200]}")
+            self.deliver(self.request, reply)
+
+    def expire(self) -> None:
+        self.timer = None  # what still arrives is dropped
+        for f in self.futures:
+            f.cancel()
+        self.deliver(self.request, self.server._timeout())
 
 
 def _output_ks(model: Any, specs: tuple, parameters: dict) -> list[int]:
