@@ -37,6 +37,7 @@ __all__ = [
     "TABLE_BLOCK_VALUES",
     "banzhaf_values",
     "interventional_banzhaf_values",
+    "interventional_tables",
     "path_dependent_tables",
 ]
 
@@ -256,6 +257,36 @@ def _blocks(
     return blocks
 
 
+def _block_tables(packed: PackedModel, R: np.ndarray, block: tuple) -> np.ndarray:
+    """The float32 tables of one path block of :func:`_blocks` over the background rows ``R``."""
+    lanes = _lanes(packed)
+    threads = num_threads()
+    p0, p1, offsets, zoff, n_values, n_zeta = block
+    zeta = np.empty(n_zeta, np.float64)
+    run_ranges(_zeta_tables, p1 - p0, 4 * threads, R, *lanes[:4], *lanes[5:],
+               packed.path_offsets, p0, zoff, zeta)  # fmt: skip
+    out = np.empty(n_values, np.float32)
+    run_ranges(_fill_interventional, p1 - p0, 4 * threads, zeta, zoff, packed.path_offsets,
+               packed.path_value, p0, R.shape[0], offsets, out)  # fmt: skip
+    return out
+
+
+def interventional_tables(
+    packed: PackedModel, R: np.ndarray, bits: int = INTERVENTIONAL_TABLE_BITS
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every path's interventional table over the background rows ``R`` (float32, encoded), in
+    one array: ``(table_offsets, tables)`` (offset -1: no table)."""
+    R = np.ascontiguousarray(R, dtype=np.float32)
+    offsets, parts, total = [], [], 0
+    for block in _blocks(packed, bits):
+        offsets.append(np.where(block[2] >= 0, block[2] + total, -1))
+        parts.append(_block_tables(packed, R, block))
+        total += block[4]
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(1, np.float32)
+    return np.concatenate(offsets), np.concatenate(parts + [np.zeros(1, np.float32)])
+
+
 def _interventional_values(packed: PackedModel, R: np.ndarray, X: np.ndarray, bits: int):
     """``add(acc, r0, pieces)`` for :func:`banzhaf_rows._run_blocks`: the interventional Banzhaf
     values over the background rows ``R`` (float32, encoded), tables built per call (kept
@@ -269,14 +300,7 @@ def _interventional_values(packed: PackedModel, R: np.ndarray, X: np.ndarray, bi
     def tables(b: int) -> np.ndarray:
         if b in built:
             return built[b]
-        p0, p1, offsets, zoff, n_values, n_zeta = blocks[b]
-        zeta = np.empty(n_zeta, np.float64)
-        no_long = np.where(zoff >= 0, zoff, -1)
-        run_ranges(_zeta_tables, p1 - p0, 4 * threads, R, lanes[0], lanes[1], lanes[2],
-                   lanes[3], *lanes[5:], packed.path_offsets, p0, no_long, zeta)  # fmt: skip
-        out = np.empty(n_values, np.float32)
-        run_ranges(_fill_interventional, p1 - p0, 4 * threads, zeta, zoff, packed.path_offsets,
-                   packed.path_value, p0, R.shape[0], offsets, out)  # fmt: skip
+        out = _block_tables(packed, R, blocks[b])
         if len(blocks) == 1:
             built[b] = out
         return out

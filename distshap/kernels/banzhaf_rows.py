@@ -54,7 +54,13 @@ from distshap.kernels.interventional_math import check_background
 from distshap.packed import PackedModel
 from distshap.parallel import num_threads, run_ranges
 
-__all__ = ["ZETA_BITS", "ZETA_BLOCK_ENTRIES", "banzhaf_values", "interventional_banzhaf_values"]
+__all__ = [
+    "ZETA_BITS",
+    "ZETA_BLOCK_ENTRIES",
+    "background_masks",
+    "banzhaf_values",
+    "interventional_banzhaf_values",
+]
 
 #: Paths of at most this many features get a superset-sum table (``2**k`` float64 entries).
 ZETA_BITS = 16
@@ -425,3 +431,40 @@ def interventional_banzhaf_values(
                        bool(interactions), acc, r0)  # fmt: skip
 
     return _run_blocks(X.shape[0], packed, interactions, bias, add)
+
+
+@njit(nogil=True, cache=True)
+def _masks(R, feature, lower, upper, missing, cat_offsets, cat_nbits, cat_other, cat_words,
+           path_offsets, mask_offsets, masks, lo, hi):  # fmt: skip
+    """``masks[mask_offsets[p] + r]``: bit ``i`` set when background row ``r`` follows element
+    ``i`` of path ``p`` (paths ``lo .. hi - 1`` with an offset)."""
+    for p in range(lo, hi):
+        off = mask_offsets[p]
+        if off < 0:
+            continue
+        start = path_offsets[p] + 1
+        k = path_offsets[p + 1] - start
+        for r in range(R.shape[0]):
+            bits = np.int64(0)
+            for i in range(k):
+                if _element(R[r], start + i, feature, lower, upper, missing, cat_offsets,
+                            cat_nbits, cat_other, cat_words):  # fmt: skip
+                    bits |= np.int64(1) << i
+            masks[off + r] = bits
+
+
+def background_masks(
+    packed: PackedModel, R: np.ndarray, which: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Background masks of the paths ``which`` (bool per path; default all) of at most 62
+    features: ``(masks, mask_offsets)``, row ``r``'s mask of path ``p`` at ``masks[mask_offsets[p]
+    + r]`` (``mask_offsets[p] = -1``: not built)."""
+    k = np.diff(packed.path_offsets) - 1
+    chosen = k <= 62 if which is None else (np.asarray(which, bool) & (k <= 62))
+    B = R.shape[0]
+    offsets = np.where(chosen, (np.cumsum(chosen) - 1) * B, -1).astype(np.int64)
+    masks = np.zeros(max(1, int(chosen.sum()) * B), np.int64)
+    R = np.ascontiguousarray(R, dtype=np.float32)
+    run_ranges(_masks, k.size, 4 * num_threads(), R, *_lanes(packed), *_categorical(packed),
+               packed.path_offsets, offsets, masks)  # fmt: skip
+    return masks, offsets
