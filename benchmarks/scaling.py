@@ -2,9 +2,9 @@
 
 For each worker count (1, 2, 4, ... GPUs, or CPU workers when no GPU is visible) a local
 cluster is started and the same rows (one seed per chunk, the same chunks for every count) are
-generated *on the workers* (CuPy chunks on GPUs) and persisted in two placements: balanced
-(``--chunks`` spread evenly) and each ``--uneven`` spec whose length is the worker count
-(``5/3``: 5 chunks on the first worker, 3 on the second). Every
+generated *on the workers* (CuPy chunks on GPUs; NumPy with ``--host-chunks``) and persisted
+in two placements: balanced (``--chunks`` spread evenly) and each ``--uneven`` spec whose length
+is the worker count (``5/3``: 5 chunks on the first worker, 3 on the second). Every
 placement is explained with ``explain_dask(..., balance=False)`` (each chunk runs where the
 scheduler puts it) and ``balance=True`` (equal row shares per worker, the default). Efficiency
 is rows/s over (workers x the single-worker rows/s). The per-chunk digests of every result are
@@ -268,7 +268,7 @@ def _one_count(n_workers: int, gpu: bool, packed, booster, args: argparse.Namesp
         for name, counts in _placements(n_workers, len(sizes), uneven):
             started = time.perf_counter()
             X, held = _pinned_rows(client, shape_name, packed.num_features, sizes, counts,
-                                   args.seed, gpu)  # fmt: skip
+                                   args.seed, gpu and not args.host_chunks)  # fmt: skip
             generate_s = time.perf_counter() - started
             # one small pass first (the scheduler learns the task durations)
             few = X[: sizes[0] * min(n_workers, X.numblocks[0])]
@@ -463,6 +463,7 @@ def run_scaling(args: argparse.Namespace) -> dict:
         "gpu": gpu,
         "device": _device_name(gpu),
         "backend": "cuda" if gpu else "cpu",
+        "chunks_in": "device" if gpu and not args.host_chunks else "host",
         "cpu_threads_per_worker": None if gpu else args.cpu_threads,
         "num_paths": packed.num_paths,
         "num_bins": packed.num_bins,
@@ -547,6 +548,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--xgb-repeats", type=int, default=1, help="xgboost.dask timings")
     parser.add_argument("--cpu-threads", type=int, default=1, help="Numba threads per CPU worker")
+    parser.add_argument(
+        "--host-chunks", action="store_true", help="on GPUs: NumPy chunks (default CuPy)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args(argv)
@@ -561,6 +565,7 @@ def main(argv: list[str] | None = None) -> dict:
     report = run_scaling(args)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"scaling-{args.shape}-{'gpu' if report['gpu'] else 'cpu'}"
+    stem += "-host" if report["gpu"] and args.host_chunks else ""
     json_path = args.out / f"{stem}.json"
     json_path.write_text(json.dumps(report, indent=2))
     png_path = args.out / f"{stem}.png"

@@ -183,7 +183,7 @@ def test_dataframe_equals_in_memory(client, frame_model, interactions):
     result = explain_dask(packed, dframe, interactions, "cpu", client=client)
     assert len(result.chunks[0]) == 3 and sum(result.chunks[0]) == len(frame)
     out = result.compute()
-    explainer = TreeExplainer(booster, backend="cpu")
+    explainer = TreeExplainer(booster, backend="cpu", layout="xgboost")
     in_memory = (
         explainer.shap_interaction_values(frame) if interactions else explainer.shap_values(frame)
     )
@@ -224,7 +224,7 @@ def test_dataframe_category_on_numeric_feature_refused_like_pandas(client, monke
     booster = xgb.train(
         {"max_depth": 3}, xgb.DMatrix(frame, label=frame["a"] + 2 * frame["b"]), num_boost_round=4
     )
-    explainer = TreeExplainer(booster, backend="cpu", client=client)
+    explainer = TreeExplainer(booster, backend="cpu", client=client, layout="xgboost")
     # the numeric frame gives the in-memory values
     out = explain_dask(explainer.packed, dd.from_pandas(frame, npartitions=2), client=client)
     np.testing.assert_array_equal(out.compute()[:, 0], explainer.shap_values(frame))
@@ -255,7 +255,7 @@ def test_float64_model_rows_never_rounded_to_float32(client):
 
     X, y = load_diabetes(return_X_y=True, as_frame=True)
     model = HistGradientBoostingRegressor(max_iter=50, random_state=0).fit(X, y)
-    explainer = TreeExplainer(model, backend="cpu", client=client)
+    explainer = TreeExplainer(model, backend="cpu", client=client, layout="xgboost")
     assert explainer.packed.encoding.float64
     expected = explainer.shap_values(X)  # additivity-checked against the model
     values = X.to_numpy()
@@ -277,8 +277,10 @@ def test_models_differing_only_in_names_or_categories_do_not_share_a_worker_copy
     rng = np.random.default_rng(11)
     frame = pd.DataFrame(rng.normal(size=(200, 3)), columns=["a", "b", "c"])
     booster = xgb.train({"max_depth": 3}, xgb.DMatrix(frame, label=frame["a"] - 2 * frame["c"]), 4)
-    first = TreeExplainer(booster, backend="cpu")
-    swapped = TreeExplainer(replace(first.ensemble, feature_names=("c", "b", "a")), backend="cpu")
+    first = TreeExplainer(booster, backend="cpu", layout="xgboost")
+    swapped = TreeExplainer(
+        replace(first.ensemble, feature_names=("c", "b", "a")), backend="cpu", layout="xgboost"
+    )
     assert swapped.packed.digest != first.packed.digest
     categories = {1: ["x", "y"]}
     coded = [

@@ -28,6 +28,7 @@ from dask.array.utils import meta_from_array
 from distshap import kernels
 from distshap.cluster.graph import InConfig, map_rows
 from distshap.cluster.shipping import _get_client, model_future
+from distshap.cluster.staging import run_host_rows, staged_blocks
 from distshap.cluster.watch import result_of, wait_for
 from distshap.dispatch import run_request
 from distshap.frames import select_model_columns
@@ -171,7 +172,10 @@ def _block_values(
     first_row = row_offset + (block_info[0]["array-location"][0][0] if block_info else 0)
     raw = block if converted else model_matrix(block, packed, allow_empty=True)
     y = check_labels(None if labels is None else labels[:, 0], n, request.transform)
-    out = run_request(packed, raw, request, y, first_row)
+    if not is_cupy(raw) and staged_blocks(n, request.backend):  # copies behind the kernels
+        out = run_host_rows(packed, raw, request, y, first_row)
+    else:
+        out = run_request(packed, raw, request, y, first_row)
     if is_cupy(out):
         import cupy
 
@@ -317,9 +321,9 @@ def explain_dask(
         def split_rows(rows: da.Array) -> da.Array:
             return _limit_output_chunks(rows, groups * width * width * 4)
 
-        tail, new_axis = ((groups,), (width,), (width,)), [2, 3]
+        tail = ((groups,), (width,), (width,))
     else:
-        tail, new_axis = ((groups,), (width,)), [2]
+        tail = ((groups,), (width,))
     labels = _labels_array(y, X) if request.needs_labels else None
     meta = meta_from_array(X._meta, ndim=len(tail) + 1, dtype=np.float32)
     label = ("" if method == "shap" else "banzhaf-") + ("interactions" if interactions else "shap")
@@ -328,7 +332,7 @@ def explain_dask(
     travelling = dataclasses.replace(request, background=None)  # the background is `shipped`
     return map_rows(
         client, X, _block_values, (model, travelling, shipped, converted),
-        tail, new_axis, np.float32, meta, f"distshap-{label}-{uuid.uuid4().hex}", balance,
+        tail, meta, f"distshap-{label}-{uuid.uuid4().hex}", balance,
         labels=labels, split_rows=split_rows,
     )  # fmt: skip
 

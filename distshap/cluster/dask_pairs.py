@@ -109,7 +109,7 @@ def top_interactions_dask(
     meta = meta_from_array(X._meta, ndim=4, dtype=np.float64)
     both = _map_rows(
         client, X, _block_top, (model, k, backend, check_additivity, batch_rows),
-        ((G,), (k,), (3,)), [2, 3], np.float64, meta,
+        ((G,), (k,), (3,)), meta,
         f"distshap-top-pairs-{uuid.uuid4().hex}", balance,
     )  # fmt: skip
     pairs = both.map_blocks(
@@ -177,7 +177,7 @@ def interaction_summary_dask(
     width = pair_slots(packed).num_slots + 1
     parts = _map_rows(
         client, X, _block_partial, (model, bool(signed), backend, check_additivity, batch_rows),
-        ((2,), (width,)), [2], np.int64, np.empty((0, 0, 0), np.int64),
+        ((2,), (width,)), np.empty((0, 0, 0), np.int64),
         f"distshap-pair-sums-{uuid.uuid4().hex}", balance, per_chunk=(1,),
     )  # fmt: skip
     total = parts.sum(axis=0, split_every=split_every, dtype=np.int64)

@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import inspect
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dask.array as da
 import numpy as np
 
 from distshap.cluster.shipping import _identity, worker_copy
+from distshap.inputs import is_cupy
 from distshap.plan.config import Config, config_context, get_config
+
+try:  # a literal value in a dask graph (dask >= 2024.12)
+    from dask._task_spec import DataNode
+except ImportError:  # older dask keeps literals as they are
+    DataNode = None
 
 __all__ = ["InConfig", "balance_plan", "map_rows"]
 
@@ -134,6 +140,8 @@ def _planned_pieces(client: Any, X: da.Array, max_rows: int | None) -> list | No
     most ``max_rows`` rows. None when ``X``'s placement is unknown (not every chunk in
     memory) or a single worker runs all.
     """
+    if not _persisted(X):  # nothing in memory to place: no scheduler round trip
+        return None
     workers = sorted(client.ncores())
     holders = _chunk_holders(client, X) if len(workers) > 1 else None
     if holders is None or any(h not in workers for hs in holders for h in hs):
@@ -176,14 +184,49 @@ def _piece_values(
     return func(source, *args, row_offset=row_offset)
 
 
+def _literal_block(node: Any) -> Any:
+    """``node`` (a graph value) as the array it holds, or None when it is not plain data."""
+    if DataNode is not None and isinstance(node, DataNode):
+        node = node.value
+    if isinstance(node, np.ndarray) or is_cupy(node):
+        return node
+    return None
+
+
+def _chunk_pieces(X: da.Array) -> list[tuple]:
+    """One piece (as :func:`_planned_pieces` gives them) per row chunk of ``X``, no worker.
+
+    A chunk that ``X``'s own graph layer holds as data (``da.from_array`` of an in-memory
+    array) is the piece's source itself, so the kernel's task reads it without a task in
+    front (one scheduler-to-worker hand-over fewer a call); otherwise the source is its key.
+    """
+    layer = X.dask.layers.get(X.name)
+    mapping = getattr(layer, "mapping", None)
+    pieces = []
+    for chunk, size in enumerate(X.chunks[0]):
+        key = (X.name, chunk) + (0,) * (X.ndim - 1)
+        data = _literal_block(mapping.get(key)) if isinstance(mapping, Mapping) else None
+        pieces.append((key if data is None else data, None, None, None, chunk, 0, size))
+    return pieces
+
+
+def _persisted(X: da.Array) -> bool:
+    """Every row chunk of ``X`` (one column chunk) is a Future: ``X`` was persisted."""
+    from distributed import Future
+
+    mapping = getattr(X.dask.layers.get(X.name), "mapping", None)
+    if not isinstance(mapping, Mapping):
+        return False
+    keys = [(X.name, chunk, 0) for chunk in range(X.numblocks[0])]
+    return all(isinstance(mapping.get(key), Future) for key in keys)
+
+
 def map_rows(
     client: Any,
     X: da.Array,
     func: Any,
     args: tuple,
     tail_chunks: tuple,
-    new_axis: list[int],
-    dtype: Any,
     meta: Any,
     name: str,
     balance: bool,
@@ -193,44 +236,43 @@ def map_rows(
 ) -> da.Array:
     """``func(block, *args[, labels], row_offset=...)`` over the row chunks of ``X``, lazily.
 
-    With ``balance`` and ``X`` persisted, the rows run in the pieces of
-    :func:`_planned_pieces`, each task reading the :func:`worker_copy` of every Future in
-    ``args`` on its piece's worker, so that all its inputs sit on one worker (one hand-built
-    graph layer: no alias tasks in front of the kernels, so the scheduler sees each worker's
-    whole queue at once and has nothing to steal). The output is merged back to ``X``'s row
-    chunks (``split_rows(X)``'s when given: a function that splits row chunks, e.g. for output
-    size limits). ``per_chunk``: output chunks of one task instead of its rows (e.g. ``(1,)``
-    for a partial sum per task; no merge then). Otherwise one ``map_blocks`` over ``X``.
-    Every task runs ``func`` inside the configuration in force here (:class:`InConfig`).
+    One hand-built graph layer, one task a piece, each task running ``func`` inside the
+    configuration in force here (:class:`InConfig`). With ``balance`` and ``X`` persisted, the
+    pieces are those of :func:`_planned_pieces`, each task reading the :func:`worker_copy` of
+    every Future in ``args`` on its piece's worker, so that all its inputs sit on one worker
+    (no alias tasks in front of the kernels, so the scheduler sees each worker's whole queue at
+    once and has nothing to steal); the output is merged back to ``X``'s row chunks. Otherwise
+    one piece a row chunk (:func:`_chunk_pieces`: in-memory chunks travel inside their task).
+    Row chunks are ``split_rows(X)``'s when given (a function that splits row chunks, e.g. for
+    output size limits). ``per_chunk``: output chunks of one task instead of its rows (e.g.
+    ``(1,)`` for a partial sum per task; no merge then).
     """
+    from dask.highlevelgraph import HighLevelGraph
+    from dask.utils import apply
     from distributed import Future
 
     func = InConfig(func, get_config())
-
     target = X if split_rows is None else split_rows(X)
     max_rows = None if split_rows is None else max(target.chunks[0], default=None)
     pieces = _planned_pieces(client, X, max_rows) if balance else None
+    source_rows = X
     if pieces is None:
-        extra = () if labels is None else (labels.rechunk({0: target.chunks[0]}),)
-        lead = per_chunk * target.numblocks[0] if per_chunk else target.chunks[0]
-        return da.map_blocks(
-            func, target, *args, *extra, chunks=(lead,) + tail_chunks, new_axis=new_axis,
-            dtype=dtype, meta=meta, name=name,
-        )  # fmt: skip
-    from dask.highlevelgraph import HighLevelGraph
-    from dask.utils import apply
-
-    starts = np.cumsum((0,) + X.chunks[0])
+        pieces, source_rows = _chunk_pieces(target), target
+        if labels is not None and labels.chunks[0] != target.chunks[0]:
+            labels = labels.rechunk({0: target.chunks[0]})
+    starts = np.cumsum((0,) + source_rows.chunks[0])
     dsk: dict = {}
     tail_index = (0,) * len(tail_chunks)
+    reads_keys = False
     for p, (source, start, stop, worker, chunk, lo, hi) in enumerate(pieces):
         copies = []
         for arg in args:
             if isinstance(arg, Future):
-                arg = worker_copy(client, arg, worker)
+                arg = arg if worker is None else worker_copy(client, arg, worker)
                 dsk[arg.key] = arg
                 arg = arg.key
             copies.append(arg)
+        reads_keys = reads_keys or _literal_block(source) is None
         if isinstance(source, Future):
             dsk[source.key] = source
             source = source.key
@@ -243,7 +285,7 @@ def map_rows(
         )  # fmt: skip
     sizes = tuple(hi - lo for *_, lo, hi in pieces)
     lead = per_chunk * len(pieces) if per_chunk else sizes
-    deps = [X] if labels is None else [X, labels]
+    deps = ([source_rows] if reads_keys else []) + ([] if labels is None else [labels])
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=deps)
     out = da.Array(graph, name, (lead,) + tail_chunks, meta=meta)
     if per_chunk is None and sizes != target.chunks[0]:
