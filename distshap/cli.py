@@ -44,6 +44,7 @@ import signal
 import sys
 import threading
 import traceback
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -304,6 +305,19 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def _one_line_warnings(command: str) -> Iterator[None]:
+    """While the command runs, a warning is one line on stderr naming the command (not the
+    module and line it was raised in)."""
+
+    def show(message: Any, category: type, filename: str, lineno: int, *rest: Any) -> None:
+        print(f"distshap {command}: warning: {one_line(message)}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
 def _output_state(args: argparse.Namespace) -> tuple[int, int] | None:
     """The identity of OUT on disk (inode, modification time), ``None`` when there is none.
 
@@ -413,7 +427,7 @@ def _main(argv: list[str]) -> int:
     command = args.command if args.command != "plot" else f"plot {args.plot}"
     before = _output_state(args)
     try:
-        with _sigterm_interrupts():
+        with _sigterm_interrupts(), _one_line_warnings(command):
             return int(args.func(args))
     except _Terminated:
         return _stopped(args, before, "terminated (SIGTERM)", 143)

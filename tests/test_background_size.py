@@ -39,3 +39,22 @@ def test_background_at_the_threshold_and_path_dependent_covers_do_not_warn():
         TreeExplainer(
             stump(), _rows(LARGE_BACKGROUND_ROWS + 1), feature_perturbation="tree_path_dependent"
         )
+
+
+def test_command_line_prints_the_warning_as_one_line(tmp_path, capsys):
+    from distshap.cli import main
+
+    from xgb_models import build_regression
+
+    booster, X = build_regression()
+    model, rows, background = tmp_path / "m.json", tmp_path / "X.npy", tmp_path / "bg.npy"
+    booster.save_model(model)
+    np.save(rows, np.asarray(X[:3], dtype=np.float32))
+    big = np.resize(np.asarray(X, dtype=np.float32), (LARGE_BACKGROUND_ROWS + 1, X.shape[1]))
+    np.save(background, big)
+    out = tmp_path / "v.npy"
+    args = ["explain", str(model), str(rows), "-o", str(out), "--background", str(background)]
+    assert main([*args, "--backend", "cpu"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("distshap explain: warning: the background has 1,001 rows")
+    assert err.count("\n") == 1
