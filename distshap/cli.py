@@ -27,12 +27,13 @@ written by :mod:`distshap.io` (an output never replaces an input, an existing ou
 ``--overwrite``, and every output is renamed into place once complete). Benchmarks are run
 from a source checkout as ``python -m benchmarks.NAME``.
 
-Errors are one line on stderr and exit code 2 (bad arguments, files, columns) or 1 (anything
-else); ``--verbose`` prints the traceback too. SIGTERM stops a run as Ctrl-C does: the output
-being written is discarded and the previous one kept (exit code 143, 130 for Ctrl-C); one that
-arrives once the new output is in place stops only the printing (exit code 0: the exit code
-says whether OUT is new). A reader that closes stdout early (``distshap info MODEL | head -1``)
-ends the command quietly with exit code 141, as SIGPIPE ends other programs.
+Errors and warnings are one line on stderr naming the command; errors exit with code 2 (bad
+arguments, files, columns) or 1 (anything else); ``--verbose`` prints the traceback too.
+SIGTERM stops a run as Ctrl-C does: the output being written is discarded and the previous one
+kept (exit code 143, 130 for Ctrl-C); one that arrives once the new output is in place stops
+only the printing (exit code 0: the exit code says whether OUT is new). A reader that closes
+stdout early (``distshap info MODEL | head -1``) ends the command quietly with exit code 141,
+as SIGPIPE ends other programs.
 """
 
 from __future__ import annotations
