@@ -82,7 +82,7 @@ def test_csv_with_pandas_integer_column_names_is_read(models, tmp_path):
     pd.DataFrame(models["X"]).to_csv(data, index=False)  # header "0,1,2,3,4,5"
     out = tmp_path / "out.npy"
     assert main(["explain", models["plain"], str(data), "-o", str(out), "--no-progress"]) == 0
-    want = TreeExplainer(models["plain"], backend="cpu").shap_values(models["X"])
+    want = TreeExplainer(models["plain"], layout="xgboost", backend="cpu").shap_values(models["X"])
     np.testing.assert_array_equal(np.load(out), want)
 
 
@@ -138,7 +138,7 @@ def test_csv_empty_fields_are_missing_values(models, tmp_path):
     data.write_text(text)
     out = tmp_path / "o.npy"
     assert main(["explain", models["named"], str(data), "-o", str(out), "--no-progress"]) == 0
-    want = TreeExplainer(models["named"], backend="cpu").shap_values(frame)
+    want = TreeExplainer(models["named"], layout="xgboost", backend="cpu").shap_values(frame)
     np.testing.assert_array_equal(np.load(out), want)
 
 
@@ -159,7 +159,7 @@ def test_csv_files_with_different_headers_are_refused(models, tmp_path, capsys):
 def test_category_column_on_numeric_feature_refused_like_the_api(models, tmp_path, capsys):
     frame = pd.DataFrame(models["X"], columns=NAMES)
     frame["bp"] = pd.Categorical(np.round(frame["bp"]).astype(int))
-    explainer = TreeExplainer(models["named"], backend="cpu")
+    explainer = TreeExplainer(models["named"], layout="xgboost", backend="cpu")
     with pytest.raises(TypeError, match="'bp'"):
         explainer.shap_values(frame)
     data = tmp_path / "cat.parquet"
@@ -185,7 +185,7 @@ def test_csv_labels_of_stored_string_categories_stay_text(tmp_path):
     y = frame["x"] + frame["c"].cat.codes.to_numpy()
     model = xgb.XGBRegressor(n_estimators=8, max_depth=3, enable_categorical=True, n_jobs=1)
     model.fit(frame, y)
-    explainer = TreeExplainer(model, backend="cpu")
+    explainer = TreeExplainer(model, layout="xgboost", backend="cpu")
     if explainer.packed.feature_categories is None:
         pytest.skip("this XGBoost does not store its training categories")
     model_path = tmp_path / "m.json"
@@ -220,7 +220,7 @@ def test_csv_codes_and_labels_of_a_categorical_feature_without_stored_categories
     booster = xgb.train({"max_depth": 3, "max_cat_to_onehot": 1, "nthread": 1}, dm, 6)
     model = tmp_path / "m.json"
     booster.save_model(model)
-    explainer = TreeExplainer(str(model), backend="cpu")
+    explainer = TreeExplainer(str(model), layout="xgboost", backend="cpu")
     assert explainer.packed.feature_categories is None
     data, out = tmp_path / "codes.csv", tmp_path / "o.npy"
     pd.DataFrame(X, columns=["a", "b"]).to_csv(data, index=False)
@@ -254,7 +254,9 @@ def lightgbm_model(tmp_path_factory):
     booster = lgb.train(params, lgb.Dataset(frame, y), num_boost_round=20)
     path = tmp_path_factory.mktemp("lgb") / "model.txt"
     booster.save_model(str(path))
-    rounded = TreeExplainer(str(path), backend="cpu").shap_values(X.astype(np.float32))
+    rounded = TreeExplainer(str(path), layout="xgboost", backend="cpu").shap_values(
+        X.astype(np.float32)
+    )
     exact = booster.predict(X, pred_contrib=True)
     assert np.abs(rounded - exact).max() > 0.5  # the data do tell rounding apart
     return str(path), booster, frame
@@ -273,7 +275,7 @@ def test_float64_model_rows_are_not_rounded(lightgbm_model, tmp_path, fmt):
     out = tmp_path / "o.npy"
     assert main(["explain", path, str(data), "-o", str(out), "--no-progress"]) == 0
     got = np.load(out)
-    want = TreeExplainer(path, backend="cpu").shap_values(frame)
+    want = TreeExplainer(path, layout="xgboost", backend="cpu").shap_values(frame)
     np.testing.assert_array_equal(got, want)
     contrib = booster.predict(frame, pred_contrib=True)
     np.testing.assert_allclose(got, contrib, rtol=0, atol=1e-5)
@@ -293,7 +295,9 @@ def test_lightgbm_names_with_spaces_match_as_in_the_api(tmp_path, capsys):
     booster.save_model(str(model))
     frame.assign(label=data.target).to_csv(csv, index=False)
     assert main(["explain", str(model), str(csv), "-o", str(out), "--no-progress"]) == 0
-    np.testing.assert_array_equal(np.load(out), TreeExplainer(str(model)).shap_values(frame))
+    np.testing.assert_array_equal(
+        np.load(out), TreeExplainer(str(model), layout="xgboost").shap_values(frame)
+    )
     frame.drop(columns="mean area").to_csv(csv, index=False)
     argv = ["explain", str(model), str(csv), "-o", str(tmp_path / "p.npy")]
     _refused(capsys, argv, "d.csv", "lacks the model's feature column 'mean_area'")
@@ -312,7 +316,9 @@ def test_interactions_on_dask_from_dataframe_input(models, tmp_path, scheduler, 
     out = tmp_path / "o.npy"
     argv = ["explain", models["mc"], str(data), "-o", str(out), "--interactions"]
     assert main([*argv, "--scheduler", scheduler, "--chunk-rows", "70", "--no-progress"]) == 0
-    want = TreeExplainer(models["mc"], backend="cpu").shap_interaction_values(frame)
+    want = TreeExplainer(models["mc"], layout="xgboost", backend="cpu").shap_interaction_values(
+        frame
+    )
     np.testing.assert_array_equal(np.load(out), want)
 
 
@@ -325,6 +331,8 @@ def test_interactions_on_a_local_cpu_cluster(models, tmp_path):
     argv = ["explain", models["named"], str(data), "-o", str(out), "--interactions"]
     assert main([*argv, "--gpus", "0", "--workers", "1", "--no-progress"]) == 0
     zarr = pytest.importorskip("zarr")
-    want = TreeExplainer(models["named"], backend="cpu").shap_interaction_values(frame)
+    want = TreeExplainer(models["named"], layout="xgboost", backend="cpu").shap_interaction_values(
+        frame
+    )
     np.testing.assert_array_equal(zarr.open_array(str(out), mode="r")[:], want)
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]

@@ -38,7 +38,11 @@ def model(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("safety")
     path = str(d / "model.json")
     booster.save_model(path)
-    return {"path": path, "X": X, "phi": TreeExplainer(path, backend="cpu").shap_values(X)}
+    return {
+        "path": path,
+        "X": X,
+        "phi": TreeExplainer(path, layout="xgboost", backend="cpu").shap_values(X),
+    }
 
 
 def _snapshot(root) -> dict:

@@ -45,7 +45,10 @@ def test_shap_layout_refuses_a_dmatrix_base_margin_it_cannot_hold():
     with pytest.raises(ValueError, match="base_margin.*layout='xgboost'"):
         distshap.TreeExplainer(booster, layout="shap").shap_values(dm)
     want = booster.predict(dm, pred_contribs=True)
-    assert np.abs(distshap.TreeExplainer(booster).shap_values(dm) - want).max() < 1e-6
+    assert (
+        np.abs(distshap.TreeExplainer(booster, layout="xgboost").shap_values(dm) - want).max()
+        < 1e-6
+    )
 
 
 def test_explanation_data_of_a_series_row_keeps_its_float64_values():

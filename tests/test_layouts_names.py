@@ -66,7 +66,7 @@ def test_cli_parquet_with_a_feature_named_bias(multiclass, tmp_path):
     assert cli_main(["explain", str(model), str(data), "-o", str(out), "--local"]) == 0
     got = pd.read_parquet(out)
     assert got.columns.is_unique
-    want = distshap.TreeExplainer(booster, backend="cpu").shap_values(X)
+    want = distshap.TreeExplainer(booster, layout="xgboost", backend="cpu").shap_values(X)
     np.testing.assert_array_equal(got.to_numpy(), want.reshape(len(X), -1))
     bias = "bias_2"  # the first name no feature has
     assert list(got.columns)[:5] == (

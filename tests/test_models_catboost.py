@@ -62,7 +62,7 @@ def test_catboost_shap_matches_catboost(case, backend):
     from distshap import TreeExplainer
 
     model, Xt = _fit(case)
-    ours = to_host(TreeExplainer(model, backend=backend).shap_values(Xt))
+    ours = to_host(TreeExplainer(model, layout="xgboost", backend=backend).shap_values(Xt))
     ref = np.asarray(model.get_feature_importance(cb.Pool(Xt), type="ShapValues"))
     ref = ref.reshape(ours.shape)
     scale = np.abs(model.predict(Xt, prediction_type="RawFormulaVal")).max()
@@ -88,7 +88,7 @@ def test_catboost_nonsymmetric_shap_matches_catboost_on_the_export(case, backend
 
     model, Xt = _fit(case)
     model.save_model(str(tmp_path / "m.json"), format="json")
-    ours = to_host(TreeExplainer(model, backend=backend).shap_values(Xt))
+    ours = to_host(TreeExplainer(model, layout="xgboost", backend=backend).shap_values(Xt))
     ref = exported_shap_values(tmp_path / "m.json", Xt).reshape(ours.shape)
     scale = np.abs(model.predict(Xt, prediction_type="RawFormulaVal")).max()
     np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-4 * scale)

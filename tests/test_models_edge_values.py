@@ -82,7 +82,7 @@ def test_rank_encoding_takes_every_float64_branch(seed):
     assert encoding.float64
     rows = encoding.apply(X)
     assert rows.dtype == np.float32 and rows.flags.c_contiguous
-    explainer = distshap.TreeExplainer(ens, backend="cpu")
+    explainer = distshap.TreeExplainer(ens, layout="xgboost", backend="cpu")
     phi = explainer.shap_values(X)
     np.testing.assert_allclose(phi.sum(axis=1), _margin64(ens, X)[:, 0], rtol=1e-6, atol=1e-6)
     # and the values are the exact TreeSHAP values of the float64 model (oracle on the encoding)
@@ -105,7 +105,7 @@ def test_histgradientboosting_diabetes_matches_predict():
 
     X, y = load_diabetes(return_X_y=True)
     model = HistGradientBoostingRegressor(max_iter=500, random_state=0).fit(X, y)
-    phi = distshap.TreeExplainer(model, backend="cpu").shap_values(X)
+    phi = distshap.TreeExplainer(model, layout="xgboost", backend="cpu").shap_values(X)
     np.testing.assert_allclose(phi.sum(axis=1), model.predict(X), rtol=1e-5, atol=1e-4)
 
 
@@ -117,7 +117,7 @@ def test_histgradientboosting_nan_float64_matches_predict():
     y = X[:, 0] * 2 + X[:, 1] ** 2 + rng.normal(size=200)
     X[rng.random(X.shape) < 0.1] = np.nan
     model = HistGradientBoostingRegressor(max_iter=200, random_state=0).fit(X, y)
-    phi = distshap.TreeExplainer(model, backend="cpu").shap_values(X)
+    phi = distshap.TreeExplainer(model, layout="xgboost", backend="cpu").shap_values(X)
     np.testing.assert_allclose(phi.sum(axis=1), model.predict(X), rtol=1e-5, atol=1e-4)
 
 
@@ -127,7 +127,7 @@ def test_lightgbm_breast_cancer_matches_pred_contrib():
 
     X, y = load_breast_cancer(return_X_y=True)
     model = lgb.LGBMClassifier(n_estimators=100, verbose=-1, random_state=0).fit(X, y)
-    phi = distshap.TreeExplainer(model, backend="cpu").shap_values(X)
+    phi = distshap.TreeExplainer(model, layout="xgboost", backend="cpu").shap_values(X)
     expected = model.predict(X, pred_contrib=True)
     np.testing.assert_allclose(phi, expected, rtol=1e-4, atol=1e-5)
 
@@ -146,7 +146,7 @@ def _sentinel_data():
 def test_xgboost_estimator_missing_sentinel_is_honoured():
     X, y = _sentinel_data()
     model = xgb.XGBClassifier(n_estimators=20, max_depth=4, missing=1e-8).fit(X, y)
-    phi = distshap.TreeExplainer(model, backend="cpu").shap_values(X)
+    phi = distshap.TreeExplainer(model, layout="xgboost", backend="cpu").shap_values(X)
     np.testing.assert_allclose(
         phi.sum(axis=1), model.predict(X, output_margin=True), rtol=1e-5, atol=1e-5
     )
@@ -158,11 +158,13 @@ def test_booster_missing_keyword():
     X, y = _sentinel_data()
     dtrain = xgb.DMatrix(X, y, missing=1e-8)
     booster = xgb.train({"max_depth": 4, "objective": "binary:logistic"}, dtrain, 20)
-    phi = distshap.TreeExplainer(booster, backend="cpu", missing=1e-8).shap_values(X)
+    phi = distshap.TreeExplainer(
+        booster, layout="xgboost", backend="cpu", missing=1e-8
+    ).shap_values(X)
     expected = booster.predict(xgb.DMatrix(X, missing=1e-8), pred_contribs=True)
     np.testing.assert_allclose(phi, expected, rtol=1e-4, atol=1e-5)
     # without it the sentinel is a number, as for xgboost.DMatrix(X) without missing=
-    plain = distshap.TreeExplainer(booster, backend="cpu").shap_values(X)
+    plain = distshap.TreeExplainer(booster, layout="xgboost", backend="cpu").shap_values(X)
     assert np.abs(plain - expected).max() > 1e-2
 
 
@@ -187,10 +189,10 @@ def test_lightgbm_frame_with_spaces_in_names():
     y = frame["first col"] * 2 + frame["c d e"]
     model = lgb.LGBMRegressor(n_estimators=20, verbose=-1).fit(frame, y)
     assert model.booster_.feature_name()[0] == "first_col"
-    phi = distshap.TreeExplainer(model, backend="cpu").shap_values(frame)
+    phi = distshap.TreeExplainer(model, layout="xgboost", backend="cpu").shap_values(frame)
     np.testing.assert_allclose(phi, model.predict(frame, pred_contrib=True), rtol=1e-4, atol=1e-5)
     # reordered columns are matched by name too
-    phi2 = distshap.TreeExplainer(model, backend="cpu").shap_values(
+    phi2 = distshap.TreeExplainer(model, layout="xgboost", backend="cpu").shap_values(
         frame[["c d e", "b", "first col"]]
     )
     np.testing.assert_array_equal(phi, phi2)
