@@ -157,7 +157,10 @@ def run_host_rows(
         values.get(stream=down, out=out[0][a:b], blocking=False)
         kept.append(values)
 
-    overlapped(len(blocks), upload, compute, download)
-    down.synchronize()
-    kept.clear()
+    try:
+        overlapped(len(blocks), upload, compute, download)
+    finally:  # no copy may outlive the buffers it reads or writes (on an error too)
+        up.synchronize()
+        down.synchronize()
+        kept.clear()
     return out[0]
