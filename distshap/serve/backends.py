@@ -144,6 +144,9 @@ class DaskExecutor:
         self._lock = threading.Lock()
         # (model digest, worker) -> (the actor's Future, the actor); the Future keeps it alive
         self._actors: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._refresher: threading.Thread | None = None
+        self._closed = threading.Event()
+        self._worker_list(0.0)
 
     def _worker_list(self, max_age: float = 0.5) -> list[str]:
         """Addresses of the connected workers (asked of the scheduler at most every max_age s)."""
@@ -159,8 +162,21 @@ class DaskExecutor:
             self._known = (time.monotonic(), workers)
         return workers
 
+    def _cached_workers(self) -> list[str]:
+        """The worker list without waiting for the scheduler (the server's event loop asks):
+        a thread of its own asks the scheduler every 0.25 s."""
+        if self._refresher is None:
+            self._refresher = threading.Thread(target=self._refresh, daemon=True,
+                                               name="distshap-serve-workers")  # fmt: skip
+            self._refresher.start()
+        return self._known[1]
+
+    def _refresh(self) -> None:
+        while not self._closed.wait(0.25):
+            self._worker_list(0.2)
+
     def workers(self) -> int:
-        return len(self._worker_list())
+        return len(self._cached_workers())
 
     def slots(self) -> int:
         return max(1, 2 * self.workers())
@@ -197,11 +213,12 @@ class DaskExecutor:
             return self._actors[key][1]
 
     def _forget(self, worker: str) -> None:
-        """Drop the actors of a worker that died (and the cached worker list)."""
+        """Drop the actors of a worker that died, and the worker from the cached list (which
+        is asked again of the scheduler on next use)."""
         with self._lock:
             for key in [key for key in self._actors if key[1] == worker]:
                 del self._actors[key]
-            self._known = (0.0, [])
+            self._known = (0.0, [w for w in self._known[1] if w != worker])
 
     def _run_block(self, resident: Resident, rows: np.ndarray, output: str, k: int) -> dict:
         for attempt in range(_ATTEMPTS):
@@ -261,6 +278,7 @@ class DaskExecutor:
         return self._pool.submit(self._run, resident, rows, output, k)
 
     def close(self) -> None:
+        self._closed.set()
         self._pool.shutdown(wait=True)
         self._blocks.shutdown(wait=True)
 
