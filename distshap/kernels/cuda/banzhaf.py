@@ -18,6 +18,8 @@ the formulas. Paths of more than :data:`MAX_K` features (no int64 mask) run on t
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import cuda, types
 
@@ -182,6 +184,27 @@ def _xp():
     return cupy
 
 
+#: The device arrays of the last model and tables (a call reuses them: no upload).
+_DEVICE: dict = {}
+
+
+def _device_arrays(packed: PackedModel, tables: tuple, masks: tuple) -> tuple:
+    """The kernel's arrays on the device, kept for the last ``(model, tables, masks)``."""
+    key = (packed.digest or id(packed), tuple(id(a) for a in (*tables, *masks)))
+    hit = _DEVICE.get("key")
+    if hit is not None and hit == key:
+        return _DEVICE["arrays"]
+    xp = _xp()
+    arrays = tuple(xp.asarray(a) for a in (
+        packed.feature, packed.lower, packed.upper, packed.missing, packed.zero_fraction,
+        packed.cat_offsets, packed.cat_nbits, packed.cat_other, packed.cat_words,
+        packed.path_offsets, packed.path_value, packed.path_group, *tables, *masks,
+    ))  # fmt: skip
+    _DEVICE.clear()
+    _DEVICE.update(key=key, arrays=arrays, keep=(tables, masks))
+    return arrays
+
+
 def _run(packed: PackedModel, X, interactions: bool, tables: tuple, masks: tuple, B: int, bias):
     xp = _xp()
     X = device_rows(X, packed.num_features)
@@ -189,11 +212,7 @@ def _run(packed: PackedModel, X, interactions: bool, tables: tuple, masks: tuple
     acc_phi = xp.zeros((G * C, n), np.float64)
     acc_int = xp.zeros((G * C * C, n) if interactions else (1, 1), np.float64)
     if n:
-        lanes = tuple(xp.asarray(a) for a in (
-            packed.feature, packed.lower, packed.upper, packed.missing, packed.zero_fraction,
-            packed.cat_offsets, packed.cat_nbits, packed.cat_other, packed.cat_words,
-            packed.path_offsets, packed.path_value, packed.path_group, *tables, *masks,
-        ))  # fmt: skip
+        lanes = _device_arrays(packed, tables, masks)
         blocks = -(-n // THREADS)
         shared = G * C * THREADS * 8 <= SHARED_BYTES
         _kernel[blocks, THREADS, 0, G * C * THREADS * 8 if shared else 0](
@@ -220,6 +239,11 @@ def _on_host(X):
     return np.asarray(X.get() if hasattr(X, "get") else X)
 
 
+@functools.cache
+def _no_masks(n_paths: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros(1, np.int64), np.zeros(n_paths, np.int64)
+
+
 def banzhaf_values(packed: PackedModel, X, interactions: bool = False):
     """Path-dependent Banzhaf (interaction) values of the rows of ``X`` (NumPy or CuPy), as
     :func:`distshap.kernels.banzhaf_cpu.banzhaf_values` lays them out."""
@@ -228,7 +252,7 @@ def banzhaf_values(packed: PackedModel, X, interactions: bool = False):
 
         return _xp().asarray(banzhaf_cpu.banzhaf_values(packed, _on_host(X), interactions))
     offsets, tables = path_dependent_tables(packed)
-    none = (np.zeros(1, np.int64), np.zeros(packed.num_paths, np.int64))
+    none = _no_masks(packed.num_paths)
     return _run(packed, X, interactions, (offsets, tables), none, 0, packed.expected_value)
 
 
