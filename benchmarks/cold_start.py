@@ -193,12 +193,14 @@ def _child(args: argparse.Namespace) -> dict:
         _cuda_compile_profile(first_stages)
     from distshap import packed as packed_module
     from distshap import paths as paths_module
+    from distshap import warmup
     from distshap.path_walk import PathWalk
 
     stages: dict[str, float] = {}
     for key, fn in _STAGES:
-        if hasattr(explainer_module, fn):
-            _timed(explainer_module, fn, stages, key)
+        for module in (explainer_module, warmup):  # the explainer loads through warmup
+            if hasattr(module, fn):
+                _timed(module, fn, stages, key)
     parts: dict[str, float] = {}  # inside "packed"
     _timed(paths_module, "extract_paths", parts, "paths")
     _timed(paths_module, "walk_paths", parts, "walk")
@@ -214,6 +216,7 @@ def _child(args: argparse.Namespace) -> dict:
         "import_s": t_import,
         "build_s": t_build,
         "build_compile_s": sum(r["seconds"] for r in profile.records[n_before_build:]),
+        "ahead_helpers": _ahead_state(),
         "cpu_s": {"import": c_import, "build": c_build},
         "cuda_import_s": t_cuda_import,
         "build_stages_s": {**stages, **parts, "packing": stats.get("packing_seconds", 0.0)},
@@ -255,9 +258,20 @@ def _child(args: argparse.Namespace) -> dict:
             "first_stages_s": first_split,
             "values_sha256": values_sha,
         }
+    from distshap.compile_cache import ahead_waits
+
+    record["ahead_wait_s"] = ahead_waits()
     if args.profile:
         record["compile_profile"] = profile.records
     return record
+
+
+def _ahead_state() -> dict:
+    """Names given to helper processes to compile ahead (:mod:`distshap.compile_cache`) and
+    not yet waited for, at the end of the build."""
+    from distshap import compile_cache
+
+    return {name: module for name, (module, _) in compile_cache._PENDING.items()}
 
 
 def _peer_child(args: argparse.Namespace) -> dict:

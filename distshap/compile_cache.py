@@ -14,19 +14,36 @@ reuses the cache.
 about to compile it (no usable entry in the cache, never when the cache is warm) the logger
 ``distshap.compile`` says so in one line, with the cache directory and ``distshap compile``,
 which compiles every kernel ahead (:func:`distshap.warmup.warm_up`).
+
+Compiling ahead in helper processes. Numba compiles one function at a time in a process (its
+compiler lock), mostly in Python (typing and lowering hold the GIL), so a cold start's
+compilations run one after another however many cores there are. :func:`start_helpers`
+starts processes that import a module (and run its ``ahead_prepare()``, e.g. a CUDA context)
+and wait; :func:`compile_ahead` hands them names, each compiled by the module's
+``ahead_compile(name)`` into the disk cache; :func:`wait_ahead`, called where the compiled
+function is first needed, waits for the helper that compiles it, so Numba then loads it from
+the cache. Nothing here changes what is compiled: a helper that fails, or a name no helper
+compiles, leaves the compilation to this process, as without helpers. Without a cache
+directory set (:func:`cache_dir`) nothing is started.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
+import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["announce", "cache_dir", "configure", "default_cache_dir", "logger", "read_only"]
+__all__ = [
+    "ahead_waits", "announce", "cache_dir", "cached_on_disk", "compile_ahead", "configure",
+    "default_cache_dir", "logger", "read_only", "start_helpers", "wait_ahead",
+]  # fmt: skip
 
 logger = logging.getLogger("distshap.compile")
 
@@ -142,3 +159,113 @@ def announce(what: str, seconds: float) -> Callable[[Any], Any]:
         return dispatcher
 
     return register
+
+
+# --------------------------------------------------------------------------------------------
+# Compiling ahead in helper processes
+# --------------------------------------------------------------------------------------------
+
+#: Seconds :func:`wait_ahead` waits for one helper at most (then this process compiles).
+AHEAD_TIMEOUT_S = 300.0
+_HELPERS_LOCK = threading.Lock()
+_IDLE: dict[str, list[subprocess.Popen]] = {}  # module -> helpers waiting for names
+_PENDING: dict[str, tuple[str, subprocess.Popen]] = {}  # name -> (module, its helper)
+_WAITED: dict[str, float] = {}  # name -> seconds this process waited for it
+
+
+def _start_helper(module: str) -> subprocess.Popen | None:
+    code = f"from distshap.compile_cache import _helper; _helper({module!r})"
+    try:
+        return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    except OSError:
+        return None
+
+
+def start_helpers(module: str, count: int) -> None:
+    """Start ``count`` helper processes that import ``module`` (and run its
+    ``ahead_prepare()``), then wait for :func:`compile_ahead` to give them names.
+
+    Nothing is started without a cache directory (:func:`cache_dir`). A helper given no
+    names exits when this process does, or when :func:`compile_ahead` releases it.
+    """
+    if cache_dir() is None or count <= 0:
+        return
+    started = [p for p in (_start_helper(module) for _ in range(count)) if p is not None]
+    with _HELPERS_LOCK:
+        _IDLE.setdefault(module, []).extend(started)
+
+
+def compile_ahead(module: str, names: Iterable[str], processes: int = 1) -> None:
+    """Have helpers of ``module`` compile ``names`` (its ``ahead_compile(name)`` each) into
+    the disk cache: the idle ones :func:`start_helpers` started, else up to ``processes`` new
+    ones, the names dealt round robin. Idle helpers left without a name are released.
+    """
+    with _HELPERS_LOCK:
+        idle = _IDLE.pop(module, [])
+        todo = [n for n in dict.fromkeys(names) if n not in _PENDING]
+    if todo and cache_dir() is not None and not idle:
+        idle = [p for p in (_start_helper(module) for _ in range(processes)) if p is not None]
+    given = {}
+    for i, proc in enumerate(idle):
+        group = todo[i :: len(idle)]
+        try:
+            proc.stdin.write("".join(f"{n}\n" for n in group).encode())
+            proc.stdin.close()
+        except OSError:
+            continue  # a helper that died: this process compiles its names
+        given.update(dict.fromkeys(group, (module, proc)))
+    with _HELPERS_LOCK:
+        _PENDING.update(given)
+
+
+def wait_ahead(names: Iterable[str] | None = None, module: str | None = None) -> float:
+    """Wait for the helpers compiling ``names`` (or every name given to helpers of
+    ``module``; a name no helper has: no wait), at most :data:`AHEAD_TIMEOUT_S` each; the
+    seconds waited (also in :func:`ahead_waits`)."""
+    if not _PENDING:
+        return 0.0
+    if names is None:
+        with _HELPERS_LOCK:
+            names = [n for n, (m, _) in _PENDING.items() if m == module]
+    total = 0.0
+    for name in names:
+        with _HELPERS_LOCK:
+            _, proc = _PENDING.pop(name, (None, None))
+        if proc is None:
+            continue
+        t0 = time.perf_counter()
+        try:
+            proc.wait(timeout=AHEAD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pass  # compiled here instead
+        waited = time.perf_counter() - t0
+        _WAITED[name] = _WAITED.get(name, 0.0) + waited
+        total += waited
+    return total
+
+
+def cached_on_disk(dispatcher: Any) -> bool:
+    """Whether Numba's disk cache holds an index of ``dispatcher`` (a jit function, CPU or
+    CUDA): compiled or loaded before on this machine (an entry may still be stale: then the
+    first call compiles). True where that cannot be told, so nothing is compiled ahead."""
+    try:
+        return os.path.exists(dispatcher._cache._cache_file._index_path)
+    except (AttributeError, TypeError):
+        return True
+
+
+def ahead_waits() -> dict[str, float]:
+    """Seconds this process waited for each name compiled ahead (:func:`wait_ahead`)."""
+    return dict(_WAITED)
+
+
+def _helper(module_name: str) -> None:
+    """A helper process: import the module, prepare, then compile every name read from stdin
+    (until this process's parent closes it)."""
+    module = importlib.import_module(module_name)
+    prepare = getattr(module, "ahead_prepare", None)
+    if prepare is not None:
+        prepare()
+    for name in sys.stdin.read().split():
+        module.ahead_compile(name)

@@ -63,7 +63,7 @@ from distshap.layouts import (
     in_batches,
     layout_values,
 )
-from distshap.models import Ensemble, load_model
+from distshap.models import Ensemble
 from distshap.models.iterations import select_iterations
 from distshap.packed import (
     DEFAULT_MAX_TABLE_FEATURES,
@@ -91,6 +91,7 @@ from distshap.shap_compat import (
     resolve_perturbation,
     rounds,
 )
+from distshap.warmup import load_ahead
 
 __all__ = ["PROGRESS_BATCH_ROWS", "TreeExplainer"]
 
@@ -228,7 +229,7 @@ class TreeExplainer(PairMethods, BanzhafMethods):
         feature_perturbation = resolve_perturbation(
             feature_perturbation, background is not None, model_output
         )
-        self.ensemble: Ensemble = load_model(model)
+        self.ensemble: Ensemble = load_ahead(model, backend)  # large files: kernels compiled ahead
         if missing is not None:
             self.ensemble = replace(self.ensemble, missing_value=float(missing))
         self._build_options = options

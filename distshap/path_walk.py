@@ -13,10 +13,14 @@ import numba
 import numpy as np
 from numba import njit
 
+from distshap.compile_cache import wait_ahead
 from distshap.models.ensemble import Ensemble
 from distshap.parallel import run_ranges
 
-__all__ = ["PathWalk", "bias_lane"]
+__all__ = ["AHEAD_NAME", "PathWalk", "ahead_compile", "bias_lane"]
+
+#: The walk's name for :func:`distshap.compile_cache.compile_ahead` (this module's helpers).
+AHEAD_NAME = "path_walk"
 
 
 class PathWalk:
@@ -58,6 +62,7 @@ class PathWalk:
         i32 = np.zeros(0, np.int32)
         unused = (i64, i64, i32, f32, f32, bool_, f64, i64, i32, bool_, np.zeros(0, np.uint32),
                   f64, i32, i32, f64, i32, i64)  # fmt: skip
+        wait_ahead((AHEAD_NAME,))  # a helper compiling the walk: load it from the cache
         self._run(*unused, False)
 
     @property
@@ -146,6 +151,26 @@ class PathWalk:
         ens = self.ensemble
         expected = ens.base_score.astype(np.float64)
         return expected + np.bincount(path_group, weights=mean_value, minlength=ens.num_groups)
+
+
+def ahead_compile(name: str) -> None:
+    """Compile the walk (``name``: :data:`AHEAD_NAME`) into Numba's disk cache, a helper
+    process's work (:func:`distshap.compile_cache.compile_ahead`): both passes over one split,
+    with the array types of a loaded ensemble."""
+    if name != AHEAD_NAME:
+        raise ValueError(f"name={name!r}: this module compiles ahead only {AHEAD_NAME!r}")
+    i32 = np.array([1, -1, -1], np.int32)
+    ens = Ensemble(
+        left=i32, right=np.array([2, -1, -1], np.int32), feature=np.array([0, -1, -1], np.int32),
+        threshold=np.zeros(3, np.float32), default_left=np.ones(3, bool),
+        is_categorical=np.zeros(3, bool), cat_offsets=np.zeros(4, np.int64),
+        cat_values=np.zeros(0, np.int32), value=np.array([0.0, -1.0, 1.0]),
+        cover=np.array([2.0, 1.0, 1.0]), tree_offsets=np.array([0, 3], np.int64),
+        tree_group=np.zeros(1, np.int32), num_features=1, num_groups=1,
+        base_score=np.zeros(1, np.float64),
+    )  # fmt: skip
+    walk = PathWalk(ens, np.zeros(1, np.int64))
+    walk.fill(np.array([1, 3], np.int64), 4, np.array([0, 1], np.int32))
 
 
 def _check_walk(bad: np.ndarray) -> None:

@@ -8,21 +8,39 @@ runs the margin traversal and the interventional kernels (SHAP and interaction v
 raw margin, SHAP values of the probability and of the log loss, and the row-by-row test of
 paths too long for a mask), so a later process finds all of them in the cache: the step for
 images and CI. It sits above the kernels, so the kernels never import the model-building side.
+
+:func:`start_ahead` is the cold start of a large model file (one that takes the compiled path
+walk) in a fresh environment: while the explainer loads it, helper processes
+(:mod:`distshap.compile_cache`) compile the path walk and, for the CUDA backend, the kernels
+of a SHAP call on a model of its shape into Numba's disk cache, each on a core of its own, so
+the build and the first call load them instead of compiling them one after another.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
+from distshap import compile_cache, path_walk
 from distshap.interventional import build_background
 from distshap.kernels import get_backend
 from distshap.kernels.interventional_cpu import MAX_MASK_BITS, interventional_values
 from distshap.kernels.margin import margin_model, predict_margin
+from distshap.models import load_model
+from distshap.models._threaded import WARM_UP_BYTES
 from distshap.models.ensemble import Ensemble
 from distshap.packed import PackedModel, build_packed_model
 from distshap.paths import extract_paths
+from distshap.plan.config import get_config
 
-__all__ = ["KINDS", "chain_ensemble", "warm_up"]
+__all__ = [
+    "KINDS", "chain_ensemble", "load_ahead", "longest_path_bound", "start_ahead", "warm_up",
+]  # fmt: skip
+
+_CUDA_AHEAD = "distshap.kernels.cuda.runtime.ptx"  # its helpers compile the CUDA kernels
 
 
 def chain_ensemble(depth: int, n_features: int) -> Ensemble:
@@ -104,3 +122,74 @@ def _interventional(packed: PackedModel, X: np.ndarray, long_paths: bool) -> Non
         interventional_values(packed, background, X, transform=transform, x_margin=margin,
                               y=y, max_mask_bits=bits)  # fmt: skip
     interventional_values(packed, background, X, interactions=True, max_mask_bits=bits)
+
+
+def _nothing(ensemble: Ensemble) -> None:
+    return None
+
+
+def start_ahead(model: Any, backend: str) -> Callable[[Ensemble], None]:
+    """Start compiling a large model file's kernels in helper processes; returns the function
+    to call with the loaded ensemble (it hands the CUDA helpers the kernels of its shape).
+
+    Only for a model file of more than :data:`~distshap.models._threaded.WARM_UP_BYTES` bytes
+    (smaller ones never take the compiled path walk), with a Numba cache directory, what is
+    not in the disk cache yet (a filled cache starts nothing) and at most
+    ``compile_ahead_processes`` helpers (:class:`~distshap.plan.config.Config`), fewer than the
+    cores. ``backend``: the explainer's (``"cuda"`` adds the CUDA helpers; ``"auto"`` where a
+    GPU is visible).
+    """
+    count = min(int(get_config().compile_ahead_processes), (os.cpu_count() or 1) - 1)
+    try:
+        large = os.path.getsize(model) > WARM_UP_BYTES
+    except (OSError, TypeError, ValueError):
+        large = False  # not a file: the loader says what is wrong with it
+    if count <= 0 or not large or compile_cache.cache_dir() is None:
+        return _nothing
+    if not compile_cache.cached_on_disk(path_walk._dfs_paths):
+        compile_cache.compile_ahead(path_walk.__name__, [path_walk.AHEAD_NAME])
+        count -= 1
+    if backend == "auto":
+        from distshap.kernels import cuda_available
+
+        backend = "cuda" if cuda_available() else "cpu"
+    if backend != "cuda" or count <= 0:
+        return _nothing
+    from distshap.kernels.cuda.runtime import ptx
+
+    if compile_cache.cached_on_disk(ptx.finish_kernel):
+        return _nothing  # the SHAP call's kernels were compiled here before
+    compile_cache.start_helpers(_CUDA_AHEAD, count)
+
+    def send(ensemble: Ensemble) -> None:
+        names = ptx.shap_kernel_names(
+            ensemble.num_features, ensemble.num_groups, longest_path_bound(ensemble)
+        )
+        compile_cache.compile_ahead(_CUDA_AHEAD, names)
+
+    return send
+
+
+def load_ahead(model: Any, backend: str) -> Ensemble:
+    """:func:`distshap.models.load_model` of ``model``, the kernels of a large model file
+    compiled ahead meanwhile (:func:`start_ahead`; ``backend``: the explainer's)."""
+    send = start_ahead(model, backend)
+    ensemble = load_model(model)
+    send(ensemble)
+    return ensemble
+
+
+def longest_path_bound(ensemble: Ensemble, most: int = 64) -> int:
+    """The most distinct features a path of ``ensemble`` can have: its features, or its
+    deepest tree's depth if smaller (counted level by level up to ``most``)."""
+    left, right = ensemble.left, ensemble.right
+    frontier = np.asarray(ensemble.tree_offsets[:-1], np.int64)
+    depth = 0
+    while depth < most:
+        frontier = frontier[(frontier >= 0) & (frontier < left.shape[0])]
+        frontier = frontier[left[frontier] >= 0]  # the splits of this level
+        if frontier.size == 0:
+            break
+        depth += 1
+        frontier = np.concatenate([left[frontier], right[frontier]]).astype(np.int64)
+    return min(depth, int(ensemble.num_features))

@@ -101,3 +101,48 @@ def test_compile_ahead_leaves_nothing_to_compile(tmp_path: Path) -> None:
     for kind in ("shap", "interventional"):
         later = _run(_EXPLAIN, kind, env=env)
         assert _notices(later) == [], later.stderr
+
+
+_AHEAD = """
+from distshap import compile_cache, path_walk
+from distshap.paths import extract_paths, walk_paths
+from distshap.warmup import chain_ensemble
+
+assert not compile_cache.cached_on_disk(path_walk._dfs_paths)
+compile_cache.compile_ahead("distshap.plan.config", ["nothing"])  # a helper that fails
+assert compile_cache.wait_ahead(["nothing"]) >= 0
+compile_cache.compile_ahead(path_walk.__name__, [path_walk.AHEAD_NAME])
+walk = walk_paths(chain_ensemble(5, 5))  # waits for the helper, then loads its work
+assert list(walk.lengths) == list(extract_paths(chain_ensemble(5, 5)).lengths), walk.lengths
+assert path_walk.AHEAD_NAME in compile_cache.ahead_waits()
+assert compile_cache.cached_on_disk(path_walk._dfs_paths)
+print(sum(path_walk._dfs_paths._cache_hits.values()),
+      sum(path_walk._dfs_paths._cache_misses.values()))
+"""
+
+
+def test_a_helper_process_compiles_the_walk_into_the_cache(tmp_path: Path) -> None:
+    proc = _run(_AHEAD, env={"NUMBA_CACHE_DIR": str(tmp_path)})
+    assert proc.stdout.split() == ["1", "0"], proc.stdout + proc.stderr  # loaded, not compiled
+
+
+def test_compiling_ahead_starts_nothing_for_small_files_or_objects(tmp_path: Path) -> None:
+    from distshap import compile_cache
+    from distshap.warmup import chain_ensemble, start_ahead
+
+    small = tmp_path / "model.json"
+    small.write_text("{}")
+    for model in (str(small), chain_ensemble(3, 3), tmp_path / "missing.json"):
+        before = dict(compile_cache._PENDING)
+        send = start_ahead(model, "cuda")
+        send(chain_ensemble(3, 3))
+        assert compile_cache._PENDING == before
+    assert compile_cache.wait_ahead(["never given"]) == 0.0
+
+
+def test_longest_path_bound_is_the_depth_or_the_features() -> None:
+    from distshap.warmup import chain_ensemble, longest_path_bound
+
+    assert longest_path_bound(chain_ensemble(3, 3)) == 3
+    assert longest_path_bound(chain_ensemble(33, 40)) == 33  # deeper than a warp
+    assert longest_path_bound(chain_ensemble(12, 5)) == 5  # features repeat along the chain

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 from numba import cuda
 
+from distshap.compile_cache import wait_ahead
 from distshap.kernels.cuda.runtime import device
 from distshap.kernels.cuda.runtime.caches import cached_model
 from distshap.kernels.cuda.runtime.device import device_id, stream
@@ -135,6 +136,9 @@ class SlotArrays:
 
 
 T = TypeVar("T")
+
+#: The module whose helpers compile the CUDA kernels ahead (:func:`distshap.warmup.start_ahead`).
+AHEAD_MODULE = "distshap.kernels.cuda.runtime.ptx"
 
 
 @dataclass(eq=False)
@@ -285,6 +289,7 @@ def device_model(packed: PackedModel) -> DeviceModel:
     device, config = device_id(), get_config()
 
     def build() -> DeviceModel:
+        wait_ahead(module=AHEAD_MODULE)  # kernels compiled ahead: the first launch loads them
         host = lane_arrays(packed, columns=False)  # checks the model before any copy
         return DeviceModel(**_to_device(host), **lane_columns(packed),
                            num_features=packed.num_features, num_groups=packed.num_groups,

@@ -6,12 +6,19 @@ atomics only (determinism), no spills to local memory in the hot kernels, warp v
 expected. Both Numba's built-in CUDA target and ``numba-cuda`` ask the current device for its
 compute capability while compiling a device function called from a kernel; where no GPU is
 visible they are told the target's capability for the duration of the compilation.
+
+The same names and signatures serve compiling ahead (:mod:`distshap.compile_cache`): a helper
+process compiles the kernels :func:`shap_kernel_names` lists for a model's shape into Numba's
+disk cache (:func:`ahead_compile`, on its own CUDA context), where the first call then finds
+them.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import cache
 
+import numpy as np
 from numba import cuda
 
 from distshap.kernels.cuda.fallback import oversize_kernel
@@ -23,8 +30,18 @@ from distshap.kernels.cuda.shap_quadrature import quadrature_kernel
 from distshap.kernels.cuda.table_fill import fill_kernel, shap_fill_kernel
 from distshap.kernels.cuda.tables import table_kernel
 from distshap.plan.config import get_config
+from distshap.plan.geometry import (
+    REGULAR_MAX_K,
+    local_tile_model,
+    quadrature_node_index,
+    quadrature_tile_columns,
+    quadrature_warps,
+    shared_tile_rows,
+)
 
-__all__ = ["compile_check", "kernel_ptx"]
+__all__ = [
+    "ahead_compile", "ahead_prepare", "compile_check", "kernel_ptx", "shap_kernel_names",
+]  # fmt: skip
 
 _X_ACC = "float32[:, ::1], int64[:, ::1], float64, int64"
 _TABLE_SIG = (
@@ -123,3 +140,52 @@ def kernel_ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, str]:
 def compile_check() -> None:
     """Compile every kernel to PTX for compute capability 9.0 (needs NVVM, not a GPU)."""
     kernel_ptx((9, 0))
+
+
+def shap_kernel_names(num_features: int, num_groups: int, longest_path: int) -> list[str]:
+    """Names (of :func:`kernel_ptx`) of the kernels a SHAP call can launch on a model that takes
+    the lane route (not the small one), with ``num_features`` features, ``num_groups`` output
+    groups and paths of at most ``longest_path`` features: the device model's lane fill, the
+    table fill and table kernel, the quadrature kernels of every node count such paths need
+    (the launchers' variant for this width), the oversize kernel and the finish kernel."""
+    F, config = int(num_features), get_config()
+    table = (
+        "shap_table_shared_kernel"
+        if shared_tile_rows(num_groups * (F + 1))
+        else "shap_table_kernel"
+    )
+    names = ["lane_fill_kernel", "fill_shap_tables_kernel", table]
+    if local_tile_model(F):
+        columns = quadrature_tile_columns(F)
+        suffix = "_local_2rows" if quadrature_warps(columns, 2) else "_local"
+    else:
+        rows = 2 if quadrature_warps(F, 2) or not quadrature_warps(F) else 1
+        suffix = ("_2rows" if rows == 2 else "") + ("_shared" if quadrature_warps(F, rows) else "")
+    longest = min(int(longest_path), F)
+    nodes = config.quadrature_nodes
+    used = np.unique(quadrature_node_index(np.arange(1, min(longest, REGULAR_MAX_K) + 1), nodes))
+    nodes = [nodes[q] for q in used if q < len(nodes)]
+    names += [f"shap_quadrature_kernel_{n}{suffix}" for n in nodes]
+    if longest > REGULAR_MAX_K:
+        names.append("oversize_kernel")
+    names.append("finish_kernel")
+    known = _ahead_kernels()
+    return [name for name in names if name in known]
+
+
+@cache
+def _ahead_kernels() -> dict:
+    return _kernels()
+
+
+def ahead_prepare() -> None:
+    """A helper process's start (:mod:`distshap.compile_cache`): its CUDA context, made while
+    the model still loads."""
+    cuda.current_context()
+
+
+def ahead_compile(name: str) -> None:
+    """Compile the kernel ``name`` (:func:`shap_kernel_names`) for the current device into
+    Numba's disk cache (or load it from there), as its first launch would."""
+    kernel, signature = _ahead_kernels()[name]
+    kernel.compile(signature)

@@ -1,0 +1,35 @@
+"""The CUDA kernels a SHAP call of a model's shape launches, as the helpers compile them ahead
+(:func:`distshap.kernels.cuda.runtime.ptx.shap_kernel_names`); no GPU needed."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("numba.cuda")
+
+from distshap.kernels.cuda.runtime import ptx  # noqa: E402
+from distshap.plan.config import config_context  # noqa: E402
+
+
+def test_a_narrow_deep_model_gets_its_node_counts_and_no_fallback() -> None:
+    names = ptx.shap_kernel_names(8, 1, 16)
+    assert names[:2] == ["lane_fill_kernel", "fill_shap_tables_kernel"]
+    assert names[-1] == "finish_kernel"
+    quadrature = [n for n in names if n.startswith("shap_quadrature")]
+    assert quadrature == ["shap_quadrature_kernel_2_2rows_shared",
+                          "shap_quadrature_kernel_4_2rows_shared"]  # fmt: skip
+    assert "oversize_kernel" not in names
+    assert set(names) <= set(ptx._kernels())
+
+
+def test_wide_models_get_local_tiles_and_long_paths_the_fallback() -> None:
+    names = ptx.shap_kernel_names(784, 10, 40)
+    assert "oversize_kernel" in names
+    quadrature = [n for n in names if n.startswith("shap_quadrature")]
+    assert quadrature and all(n.endswith("_local_2rows") for n in quadrature)
+    assert len(quadrature) == len(ptx.get_config().quadrature_nodes)
+    with config_context(quadrature_nodes=(4, 16)):
+        names = ptx.shap_kernel_names(6, 1, 6)
+    assert [n for n in names if n.startswith("shap_quadrature")] == [
+        "shap_quadrature_kernel_4_2rows_shared"
+    ]
