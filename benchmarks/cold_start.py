@@ -34,12 +34,21 @@ kernels are ``cuda.jit(cache=True)``, so the filled-cache run should load every 
 ``margin`` (the additivity check's traversal). After each run the parent counts the index
 files in the Numba cache directory (CPU and CUDA functions), the disk cache's state.
 
+Each SHAP run also prints one ``end to end`` line: import, ``load``, the rest of the build,
+the first call, and the compile seconds inside the build and inside the first call apart (with
+the seconds waited for helper processes compiling ahead, :func:`distshap.warmup.start_ahead`;
+``--ahead-processes 6,0`` runs every measurement with six helpers and with none). Then, unless
+``--no-peer``, XGBoost's own cold start on the same file and rows in a fresh process: ``import
+xgboost``, ``Booster.load_model`` and the first ``predict(pred_contribs=True)`` (on the GPU
+with ``--backend cuda``). ``--model-file`` measures a saved model other than the shape's.
+
 Usage::
 
     python -m benchmarks.cold_start                                  # cal_housing-med, CPU
     python -m benchmarks.cold_start --kinds interventional --background-rows 100
     python -m benchmarks.cold_start --profile --kinds shap
     python -m benchmarks.cold_start --backend cuda --kinds shap      # GPU: cal_housing-large
+    python -m benchmarks.cold_start --backend cuda --kinds shap --rows 10000 --ahead-processes 6,0
 """
 
 from __future__ import annotations
@@ -171,6 +180,8 @@ def _child(args: argparse.Namespace) -> dict:
     import distshap
 
     t_import, c_import = time.perf_counter() - t0, time.process_time() - c0
+    if args.ahead_processes is not None:
+        distshap.set_config(compile_ahead_processes=int(args.ahead_processes))
     from benchmarks.shapes import make_data
     from distshap import explainer as explainer_module
 
@@ -370,6 +381,8 @@ def _run_child(
         "--threads", str(args.threads),
         "--background-rows", str(args.background_rows),
     ] + (["--profile"] if args.profile else [])  # fmt: skip
+    if getattr(args, "ahead", None) is not None:
+        cmd += ["--ahead-processes", str(args.ahead)]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True)
@@ -513,6 +526,11 @@ def main(argv: list[str] | None = None) -> None:
         "--no-peer", dest="peer", action="store_false",
         help="skip XGBoost's cold start (pred_contribs, in a fresh process)",
     )  # fmt: skip
+    parser.add_argument("--model-file", help="this saved model instead of --shape's own "
+                        "(the rows still --shape's data)")  # fmt: skip
+    parser.add_argument("--ahead-processes", default=None,
+                        help="compile_ahead_processes of the child, a comma list runs each "
+                        "(e.g. 6,0: helpers and none; default: the configuration's)")  # fmt: skip
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--peer-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
@@ -531,15 +549,22 @@ def main(argv: list[str] | None = None) -> None:
     from benchmarks.shapes import model_path, train_model
 
     name, size = args.shape.rsplit("-", 1)
-    train_model(name, size, verbose=True)  # trained and saved once, outside the timings
-    model = str(model_path(name, size))
+    if args.model_file:
+        model = args.model_file
+    else:
+        train_model(name, size, verbose=True)  # trained and saved once, outside the timings
+        model = str(model_path(name, size))
     results = {}
     groups = args.kinds.split(",") if args.apart else [args.kinds]
-    for kinds in groups:
-        with tempfile.TemporaryDirectory(prefix="distshap-numba-") as cache_dir:
-            for label in ("fresh cache", "filled cache"):
-                key = label if len(groups) == 1 else f"{kinds}, {label}"
-                results[key] = _measure(args, model, cache_dir, kinds, key)
+    aheads = [None] if args.ahead_processes is None else args.ahead_processes.split(",")
+    for ahead in aheads:
+        args.ahead = ahead
+        for kinds in groups:
+            with tempfile.TemporaryDirectory(prefix="distshap-numba-") as cache_dir:
+                for label in ("fresh cache", "filled cache"):
+                    key = label if len(groups) == 1 else f"{kinds}, {label}"
+                    key += "" if ahead is None else f", {ahead} helpers"
+                    results[key] = _measure(args, model, cache_dir, kinds, key)
     if args.peer:  # the peer's own fresh process, same file and rows
         with tempfile.TemporaryDirectory(prefix="distshap-numba-") as cache_dir:
             rec, wall = _run_child(args, model, cache_dir, role="--peer-child")
