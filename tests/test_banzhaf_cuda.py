@@ -36,6 +36,8 @@ for budget in (1 << 30, 0):
                                                interactions=interactions),
              banzhaf_cpu.interventional_banzhaf_values(packed, background, rows, bias=bias,
                                                        interactions=interactions))
+gpu.SHARED_BYTES = 0  # values summed in global memory, as for models of many columns
+same(gpu.banzhaf_values(packed, rows), banzhaf_cpu.banzhaf_values(packed, rows))
 print("SIMULATOR-OK")
 """
 
