@@ -80,3 +80,17 @@ def test_response_binary():
     assert head["outputs"][0]["parameters"]["binary_data_size"] == values.nbytes
     assert head["outputs"][1]["datatype"] == "INT32"
     assert body[n:] == values.tobytes()
+
+
+def test_binary_header_read_once_still_checks_each_body():
+    """A repeated binary header is parsed once; each body's rows and length are its own."""
+    head = json.dumps({
+        "inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32",
+                    "parameters": {"binary_data_size": 24}}],
+    }).encode()  # fmt: skip
+    for seed in (1, 2):
+        rows = np.random.default_rng(seed).normal(size=(2, 3)).astype(np.float32)
+        req = parse_infer(head + rows.tobytes(), str(len(head)))
+        assert req.rows.tobytes() == rows.tobytes() and req.rows.shape == (2, 3)
+    with pytest.raises(ProtocolError, match="binary_data_size=24"):
+        parse_infer(head + rows.tobytes()[:-4], str(len(head)))
