@@ -90,8 +90,14 @@ def _body(X, feature, lower, upper, missing, zero_fraction, cat_offsets, cat_nbi
         xb = np.int64(0)
         for i in range(k):
             e = start + i
-            if _follows(X[row, feature[e]], lower[e], upper[e], missing[e], cat_other[e],
-                        cat_offsets[e], cat_nbits[e], cat_words):  # fmt: skip
+            co = cat_offsets[e]
+            if co < 0:  # numeric: the categorical lanes are not read
+                hit = _follows(X[row, feature[e]], lower[e], upper[e], missing[e], False, co, 0,
+                               cat_words)  # fmt: skip
+            else:
+                hit = _follows(X[row, feature[e]], lower[e], upper[e], missing[e], cat_other[e],
+                               co, cat_nbits[e], cat_words)  # fmt: skip
+            if hit:
                 xb |= np.int64(1) << i
         off = table_offsets[p]
         if off >= 0 and not interactions:
