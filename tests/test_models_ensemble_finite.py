@@ -53,7 +53,7 @@ def test_xgboost_nan_split_refused_infinite_split_exact(tmp_path):
                 load_model(str(path))
             continue
         booster = xgb.Booster(model_file=str(path))
-        got = distshap.TreeExplainer(str(path), backend="cpu").shap_values(X)
+        got = distshap.TreeExplainer(str(path), layout="xgboost", backend="cpu").shap_values(X)
         want = booster.predict(xgb.DMatrix(X), pred_contribs=True)
         np.testing.assert_allclose(got, want, atol=2e-5)
 
@@ -116,7 +116,7 @@ def test_hist_gradient_boosting_infinite_threshold_kept():
     est = ensemble_mod.HistGradientBoostingRegressor(max_iter=5, random_state=0).fit(Xn, yn)
     ens = load_model(est)
     assert np.isposinf(ens.threshold64[ens.left >= 0]).any()
-    got = distshap.TreeExplainer(est, backend="cpu").shap_values(Xn)
+    got = distshap.TreeExplainer(est, layout="xgboost", backend="cpu").shap_values(Xn)
     np.testing.assert_allclose(got.sum(axis=1), est.predict(Xn), atol=1e-4)
 
 

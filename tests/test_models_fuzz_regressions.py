@@ -29,7 +29,7 @@ def _lightgbm(X, y, categorical="auto", **params):
 
 
 def _assert_lightgbm(booster, E):
-    phi = TreeExplainer(booster, backend="cpu").shap_values(E)
+    phi = TreeExplainer(booster, layout="xgboost", backend="cpu").shap_values(E)
     np.testing.assert_allclose(phi.sum(-1), booster.predict(E, raw_score=True), atol=1e-6)
     np.testing.assert_allclose(phi, booster.predict(E, pred_contrib=True), atol=1e-6)
 
@@ -68,9 +68,9 @@ def test_hist_gradient_boosting_categorical_non_integer_is_unknown():
     y = 3.0 * (X[:, 0] == 0) + 1.5 * (X[:, 0] == 2) + X[:, 1]
     model = HistGradientBoostingRegressor(max_iter=2, categorical_features=[0]).fit(X, y)
     E = np.array([[v, 0.5] for v in (0.0, 0.5, 1e-36, 2.0, 2.999, 3.5, -0.5, np.nan)])
-    explainer = TreeExplainer(model, backend="cpu")
+    explainer = TreeExplainer(model, layout="xgboost", backend="cpu")
     phi = explainer.shap_values(E)
     np.testing.assert_allclose(phi.sum(-1), model.predict(E), atol=1e-6)
     # the interventional path reads its background the same way
-    background = TreeExplainer(model, E[:4], backend="cpu").shap_values(E)
+    background = TreeExplainer(model, E[:4], layout="xgboost", backend="cpu").shap_values(E)
     np.testing.assert_allclose(background.sum(-1), model.predict(E), atol=1e-6)

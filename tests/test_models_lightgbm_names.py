@@ -48,7 +48,7 @@ def test_generated_names_are_recognised():
 def test_unnamed_model_takes_a_frame_by_position(data, unnamed):
     X, _ = data
     rows = X[:20]
-    explainer = TreeExplainer(unnamed, backend="cpu")
+    explainer = TreeExplainer(unnamed, layout="xgboost", backend="cpu")
     want = explainer.shap_values(rows)
     frame = pd.DataFrame(rows, columns=["a", "b", "c"])
     got = explainer.shap_values(frame)

@@ -182,7 +182,7 @@ def test_lightgbm_tree_explainer_matches_pred_contrib(case, backend):
 
     booster, X = _lgb_train(LGB_CASES[case])
     Xt = _test_rows(X)
-    explainer = TreeExplainer(booster, backend=backend)
+    explainer = TreeExplainer(booster, layout="xgboost", backend=backend)
     phi = to_host(explainer.shap_values(Xt))
     contrib = booster.predict(Xt, pred_contrib=True).reshape(phi.shape)
     scale = np.abs(booster.predict(Xt, raw_score=True)).max()
@@ -365,7 +365,7 @@ def test_sklearn_shap_matches_shap_package(case, backend):
 
     model, Xt, _ = _fit_sk(case)
     Xt = np.nan_to_num(Xt)  # shap's sklearn support predates NaN routing
-    ours = to_host(TreeExplainer(model, backend=backend).shap_values(Xt))
+    ours = to_host(TreeExplainer(model, layout="xgboost", backend=backend).shap_values(Xt))
     ours = ours.reshape(len(Xt), -1, Xt.shape[1] + 1)
     if case == "gb_multiclass":  # shap supports GradientBoostingClassifier for binary only
         ens = load_model(model)
@@ -427,7 +427,7 @@ def test_sklearn_shap_matches_oracle(case, backend):
 
     model, Xt, _ = _fit_sk(case)
     Xt = Xt[:25]
-    ours = to_host(TreeExplainer(model, backend=backend).shap_values(Xt))
+    ours = to_host(TreeExplainer(model, layout="xgboost", backend=backend).shap_values(Xt))
     ref = naive.treeshap_recursive_rows(load_model(model), Xt).reshape(ours.shape)
     np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-5 * max(1.0, np.abs(ref).max()))
 
@@ -449,7 +449,7 @@ def test_lightgbm_dataframe_categories_coded_by_training_categories():
     model = lgb.LGBMRegressor(n_estimators=10, num_leaves=8, min_child_samples=5, verbose=-1)
     model.fit(frame, y)
     test = frame.assign(c=frame["c"].cat.reorder_categories(list("dcba")))
-    phi = to_host(TreeExplainer(model, backend="cpu").shap_values(test))
+    phi = to_host(TreeExplainer(model, layout="xgboost", backend="cpu").shap_values(test))
     contrib = model.predict(test, pred_contrib=True)
     np.testing.assert_allclose(phi, contrib, rtol=0, atol=1e-4 * np.abs(contrib).max())
 
@@ -472,5 +472,5 @@ def test_hist_gradient_boosting_pandas_categories_enter_as_values(backend):
     model = sk_ensemble.HistGradientBoostingRegressor(
         max_iter=15, categorical_features="from_dtype"
     ).fit(frame, y)
-    phi = to_host(TreeExplainer(model, backend=backend).shap_values(frame))
+    phi = to_host(TreeExplainer(model, layout="xgboost", backend=backend).shap_values(frame))
     np.testing.assert_allclose(phi.sum(axis=1), model.predict(frame), rtol=0, atol=1e-5)

@@ -46,7 +46,7 @@ def test_logistic_base_score_as_xgboost(objective, base_score, tmp_path):
     booster.save_model(json_path)
     booster.save_model(ubj_path)
     for model in (booster, str(json_path), str(ubj_path)):
-        got = distshap.TreeExplainer(model, backend="cpu").shap_values(X)
+        got = distshap.TreeExplainer(model, layout="xgboost", backend="cpu").shap_values(X)
         np.testing.assert_allclose(got, want, atol=2e-5, err_msg=str(model))
         np.testing.assert_allclose(got.sum(axis=1), margin, atol=2e-5)
 
@@ -79,7 +79,7 @@ def test_dmatrix_base_margin_in_bias(objective, groups, flat):
     booster = _trained(objective, groups)
     offsets = RNG.normal(size=(X.shape[0], groups)).astype(np.float32)
     dm = xgb.DMatrix(X, base_margin=offsets.ravel() if flat else offsets)
-    explainer = distshap.TreeExplainer(booster, backend="cpu")
+    explainer = distshap.TreeExplainer(booster, layout="xgboost", backend="cpu")
     np.testing.assert_allclose(
         explainer.shap_values(dm), booster.predict(dm, pred_contribs=True), atol=2e-5
     )

@@ -20,7 +20,7 @@ def _scale(ref: np.ndarray) -> float:
 @pytest.mark.parametrize("kind", sorted(MODEL_KINDS))
 def test_shap_values_match_pred_contribs(kind, backend):
     booster, X = MODEL_KINDS[kind]()
-    explainer = distshap.TreeExplainer(booster, backend=backend)
+    explainer = distshap.TreeExplainer(booster, layout="xgboost", backend=backend)
     got = to_host(explainer.shap_values(X))
     ref = booster.predict(dmatrix(X), pred_contribs=True)
     assert got.shape == ref.shape and got.dtype == np.float32
@@ -36,7 +36,7 @@ def test_shap_values_match_pred_contribs(kind, backend):
 def test_interactions_match_pred_interactions(kind, backend):
     booster, X = MODEL_KINDS[kind]()
     X = X.iloc[:60] if isinstance(X, pd.DataFrame) else X[:60]
-    explainer = distshap.TreeExplainer(booster, backend=backend)
+    explainer = distshap.TreeExplainer(booster, layout="xgboost", backend=backend)
     got = to_host(explainer.shap_interaction_values(X))
     ref = booster.predict(dmatrix(X), pred_interactions=True)
     assert got.shape == ref.shape
@@ -48,11 +48,11 @@ def test_interactions_match_pred_interactions(kind, backend):
 @pytest.mark.parametrize("kind", ["regression", "multiclass", "categorical"])
 def test_saved_model_files_give_identical_values(kind, tmp_path):
     booster, X = MODEL_KINDS[kind]()
-    expected = distshap.TreeExplainer(booster, backend="cpu").shap_values(X)
+    expected = distshap.TreeExplainer(booster, layout="xgboost", backend="cpu").shap_values(X)
     for suffix in ("json", "ubj"):
         path = tmp_path / f"model.{suffix}"
         booster.save_model(path)
-        got = distshap.TreeExplainer(str(path), backend="cpu").shap_values(X)
+        got = distshap.TreeExplainer(str(path), layout="xgboost", backend="cpu").shap_values(X)
         assert np.array_equal(got, expected)
 
 
@@ -60,7 +60,7 @@ def test_packing_heuristic_does_not_change_values():
     booster, X = MODEL_KINDS["multiclass"]()
     X = as_array(X)
     results = [
-        distshap.TreeExplainer(booster, backend="cpu", algorithm=a).shap_values(X)
+        distshap.TreeExplainer(booster, layout="xgboost", backend="cpu", algorithm=a).shap_values(X)
         for a in ("bfd", "ffd", "nf", "none")
     ]
     for other in results[1:]:
@@ -69,7 +69,7 @@ def test_packing_heuristic_does_not_change_values():
 
 def test_input_layouts_give_identical_values():
     booster, X = MODEL_KINDS["missing"]()
-    explainer = distshap.TreeExplainer(booster, backend="cpu")
+    explainer = distshap.TreeExplainer(booster, layout="xgboost", backend="cpu")
     expected = explainer.shap_values(X)
     assert np.array_equal(explainer.shap_values(np.asfortranarray(X)), expected)
     assert np.array_equal(explainer.shap_values(X.astype(np.float64)), expected)
@@ -99,7 +99,7 @@ def test_categories_are_coded_by_the_training_categories():
     import xgboost as xgb
 
     booster, frame = _string_category_model()
-    explainer = TreeExplainer(booster, backend="cpu")
+    explainer = TreeExplainer(booster, layout="xgboost", backend="cpu")
     if explainer.packed.feature_categories is None:
         pytest.skip("this XGBoost does not store its training categories")
     reordered = frame.assign(
@@ -120,6 +120,6 @@ def test_early_stopped_estimator_uses_its_best_iteration():
     model = xgb.XGBRegressor(n_estimators=200, early_stopping_rounds=3, max_depth=3, n_jobs=1)
     model.fit(X[:300], y[:300], eval_set=[(X[300:], y[300:])], verbose=False)
     assert model.best_iteration + 1 < model.get_booster().num_boosted_rounds()
-    phi = TreeExplainer(model, backend="cpu").shap_values(X)
+    phi = TreeExplainer(model, layout="xgboost", backend="cpu").shap_values(X)
     margin = model.predict(X, output_margin=True)
     np.testing.assert_allclose(phi.sum(axis=1), margin, atol=1e-4 * _scale(margin), rtol=0)
