@@ -22,10 +22,10 @@ from distshap.cluster.shipping import _identity, worker_copy
 from distshap.inputs import is_cupy
 from distshap.plan.config import Config, config_context, get_config
 
-try:  # a literal value in a dask graph (dask >= 2024.12)
-    from dask._task_spec import DataNode
-except ImportError:  # older dask keeps literals as they are
-    DataNode = None
+try:  # the task spec of dask >= 2024.12
+    from dask._task_spec import DataNode, Task, TaskRef
+except ImportError:  # older dask: tuples, literals and keys as they are
+    DataNode = Task = TaskRef = None
 
 __all__ = ["InConfig", "balance_plan", "map_rows"]
 
@@ -184,6 +184,17 @@ def _piece_values(
     return func(source, *args, row_offset=row_offset)
 
 
+def _task(key: Any, func: Any, *args: Any) -> Any:
+    """A graph task ``func(*args)`` (``key`` None: one nested in another task's arguments);
+    keys in ``args`` made by :func:`_ref`, Futures as they are (dependencies either way)."""
+    return (func, *args) if Task is None else Task(key, func, *args)
+
+
+def _ref(key: Any) -> Any:
+    """``key`` as a task argument that is replaced by its value."""
+    return key if TaskRef is None else TaskRef(key)
+
+
 def _literal_block(node: Any) -> Any:
     """``node`` (a graph value) as the array it holds, or None when it is not plain data."""
     if DataNode is not None and isinstance(node, DataNode):
@@ -248,7 +259,6 @@ def map_rows(
     ``(1,)`` for a partial sum per task; no merge then).
     """
     from dask.highlevelgraph import HighLevelGraph
-    from dask.utils import apply
     from distributed import Future
 
     func = InConfig(func, get_config())
@@ -265,24 +275,19 @@ def map_rows(
     tail_index = (0,) * len(tail_chunks)
     reads_keys = False
     for p, (source, start, stop, worker, chunk, lo, hi) in enumerate(pieces):
-        copies = []
-        for arg in args:
-            if isinstance(arg, Future):
-                arg = arg if worker is None else worker_copy(client, arg, worker)
-                dsk[arg.key] = arg
-                arg = arg.key
-            copies.append(arg)
+        copies = [  # Futures stay Futures: dependencies from outside the graph
+            worker_copy(client, arg, worker) if isinstance(arg, Future) and worker else arg
+            for arg in args
+        ]
         reads_keys = reads_keys or _literal_block(source) is None
-        if isinstance(source, Future):
-            dsk[source.key] = source
-            source = source.key
+        if isinstance(source, tuple):  # a chunk's key
+            source = _ref(source)
         label_rows = None
         if labels is not None:
-            label_rows = (_rows_slice, (labels.name, chunk, 0), lo, hi)
+            label_rows = _task(None, _rows_slice, _ref((labels.name, chunk, 0)), lo, hi)
         first = int(starts[chunk]) + lo
-        dsk[(name, p) + tail_index] = (
-            apply, _piece_values, [func, source, start, stop, label_rows, *copies, first]
-        )  # fmt: skip
+        key = (name, p) + tail_index
+        dsk[key] = _task(key, _piece_values, func, source, start, stop, label_rows, *copies, first)
     sizes = tuple(hi - lo for *_, lo, hi in pieces)
     lead = per_chunk * len(pieces) if per_chunk else sizes
     deps = ([source_rows] if reads_keys else []) + ([] if labels is None else [labels])
