@@ -10,8 +10,13 @@ the same rows:
   masker is ``shap.maskers.Independent(background, max_samples=B)``: given the rows
   themselves, shap keeps a random 100 of them (``max_samples=100``), so above 100 rows it
   would explain (and be timed on) another background than distshap;
+* ``WOODELF`` (``pip install woodelf-explainer``; model output ``raw`` only):
+  ``WoodelfExplainer(model, background).shap_values(X)`` on the first ``--woodelf-rows`` rows
+  (pandas DataFrames, float32 values), its BLAS / OpenMP pools limited to ``--threads``;
 * ``distshap CPU``: ``distshap.TreeExplainer(model, background,
-  feature_perturbation="interventional", backend="cpu")`` on ``--cpu-rows`` rows (every core);
+  feature_perturbation="interventional", backend="cpu")`` on ``--cpu-rows`` rows (every core,
+  or ``--threads``: ``DISTSHAP_NUM_THREADS``), and beside it the same model's path-dependent
+  SHAP values (``TreeExplainer(model, backend="cpu")``) on the same rows;
 * ``distshap CUDA``: the same with ``backend="cuda"`` on ``--rows`` CuPy rows, with its
   rows/s and whether its values are the CPU's bits;
 * ``Dask``: :func:`distshap.cluster.explain_dask` with the background on a local cluster of 1,
@@ -27,6 +32,8 @@ Usage::
 
     python -m benchmarks.interventional                                  # GPU if any
     python -m benchmarks.interventional --backend cpu --rows 2000 --shap-rows 50   # smoke
+    python -m benchmarks.interventional --backend cpu --threads 2 --cpu-rows 5000 \
+        --shap-rows 200 --woodelf-rows 1000                         # CPU against its peers
     python -m benchmarks.interventional --backgrounds 100 --dask-workers 1,2,4
     python -m benchmarks.interventional --shape adult-med --model-output probability \
         --backgrounds 100 --dask-workers=
@@ -122,9 +129,45 @@ def _dask_rate(shape_name: str, booster, background, n_workers: int, gpu: bool, 
     return rows / min(seconds)
 
 
+def _woodelf(rec: dict, booster, background, X, rows: int, repeats: int,
+             threads: int | None) -> np.ndarray | None:  # fmt: skip
+    """WOODELF's rows/s on the first ``rows`` rows into ``rec``; its values, or None."""
+    try:
+        import pandas as pd
+        from threadpoolctl import threadpool_limits
+        from woodelf import WoodelfExplainer
+    except ImportError:
+        rec["woodelf_rows_s"] = None
+        return None
+    cols = [f"f{i}" for i in range(X.shape[1])]
+    booster.feature_names = cols
+    data = pd.DataFrame(np.asarray(background, np.float32), columns=cols)
+    frame = pd.DataFrame(np.asarray(X[:rows], np.float32), columns=cols)
+    with threadpool_limits(threads):
+        t0 = time.perf_counter()
+        explainer = WoodelfExplainer(booster, data)
+        rec["woodelf_setup_s"] = time.perf_counter() - t0
+        s, out, first = _median(lambda: explainer.shap_values(frame, verbose=False), repeats,
+                                False)  # fmt: skip
+    booster.feature_names = None
+    rec.update(woodelf_rows=len(frame), woodelf_s=s, woodelf_first_s=first,
+               woodelf_rows_s=len(frame) / s)  # fmt: skip
+    return np.asarray(out)
+
+
+def _path_dependent(rec: dict, booster, X, repeats: int) -> None:
+    """distshap's path-dependent SHAP values of the same rows on the CPU, into ``rec``."""
+    from distshap import TreeExplainer
+
+    explainer = TreeExplainer(booster, backend="cpu")
+    s, _, _ = _median(lambda: explainer.shap_values(X), repeats, False)
+    rec.update(path_dependent_s=s, path_dependent_rows_s=len(X) / s)
+
+
 def measure(shape: str, n_background: int, rows: int, cpu_rows: int, shap_rows: int,
             backend: str, repeats: int, dask_workers: list[int], chunks_per_worker: int,
-            dask_rows: int | None, model_output: str = "raw") -> dict:  # fmt: skip
+            dask_rows: int | None, model_output: str = "raw", woodelf_rows: int = 0,
+            threads: int | None = None) -> dict:  # fmt: skip
     """One background size: every measurement of the module docstring, as a record."""
     from distshap import TreeExplainer
 
@@ -164,6 +207,11 @@ def measure(shape: str, n_background: int, rows: int, cpu_rows: int, shap_rows: 
     except ImportError:
         rec["shap_rows_s"] = None
 
+    wood = None
+    if woodelf_rows and model_output == "raw":
+        wood = _woodelf(rec, booster, background, X, min(woodelf_rows, X.shape[0]), repeats,
+                        threads)  # fmt: skip
+
     # distshap CPU
     t0 = time.perf_counter()
     cpu = TreeExplainer(booster, background, model_output, "interventional", layout="xgboost",
@@ -175,6 +223,11 @@ def measure(shape: str, n_background: int, rows: int, cpu_rows: int, shap_rows: 
     rec.update(cpu_s=s, cpu_first_s=first, cpu_rows_s=cpu_rows / s)
     if theirs is not None:
         rec["cpu_diff_vs_shap"] = _rel_diff(cpu_out[:n_shap], theirs)
+    if wood is not None:
+        n_wood = min(rec["woodelf_rows"], cpu_rows)
+        rec["cpu_diff_vs_woodelf"] = _rel_diff(cpu_out[:n_wood], wood[:n_wood])
+    if not gpu:
+        _path_dependent(rec, booster, X[:cpu_rows], repeats)
 
     # distshap CUDA
     if gpu:
@@ -225,11 +278,17 @@ def _fmt(x, digits: int = 0) -> str:
 def table(records: list[dict], backend: str, dask_workers: list[int]) -> str:
     """The markdown table of :func:`measure` records."""
     head = ["background", "shap rows/s (rows)", "CPU rows/s", "CPU / shap"]
+    wood = any("woodelf_rows_s" in r for r in records)
+    pd_rate = any("path_dependent_rows_s" in r for r in records)
+    if wood:
+        head += ["WOODELF rows/s (rows)", "CPU / WOODELF"]
+    if pd_rate:
+        head += ["path-dependent rows/s", "CPU / path-dependent"]
     if backend == "cuda":
         head += ["CUDA rows/s", "CUDA / shap"]
     head += [f"Dask {w} {'GPU' if backend == 'cuda' else 'CPU worker'}{'s' if w > 1 else ''}"
              for w in dask_workers]  # fmt: skip
-    head += ["max rel diff vs shap"]
+    head += ["max rel diff vs shap (CPU, CUDA), vs WOODELF"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in records:
         shap_rate = r.get("shap_rows_s")
@@ -239,13 +298,20 @@ def table(records: list[dict], backend: str, dask_workers: list[int]) -> str:
             _fmt(r["cpu_rows_s"]),
             _fmt(shap_rate and r["cpu_rows_s"] / shap_rate) + "x",
         ]
+        if wood:
+            w_rate = r.get("woodelf_rows_s")
+            row += [f"{_fmt(w_rate, 1)} ({r.get('woodelf_rows', '-')})",
+                    _fmt(w_rate and r["cpu_rows_s"] / w_rate, 1) + "x"]  # fmt: skip
+        if pd_rate:
+            p_rate = r.get("path_dependent_rows_s")
+            row += [_fmt(p_rate), f"{100 * r['cpu_rows_s'] / p_rate:.0f}%" if p_rate else "-"]
         if backend == "cuda":
             row += [_fmt(r["cuda_rows_s"]), _fmt(shap_rate and r["cuda_rows_s"] / shap_rate) + "x"]
         for w in dask_workers:
             eff = r.get(f"dask_{w}_efficiency")
             row.append(_fmt(r.get(f"dask_{w}_rows_s"))
                        + (f" ({100 * eff:.0f}%)" if eff and w > 1 else ""))  # fmt: skip
-        diffs = [r.get(k) for k in ("cpu_diff_vs_shap", "cuda_diff_vs_shap")]
+        diffs = [r.get(k) for k in ("cpu_diff_vs_shap", "cuda_diff_vs_shap", "cpu_diff_vs_woodelf")]
         row.append(", ".join(f"{d:.1e}" for d in diffs if d is not None) or "-")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
@@ -271,10 +337,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--dask-rows", type=int, help="rows per worker of the Dask runs (GPU default 2M)"
     )
+    parser.add_argument("--woodelf-rows", type=int, default=0,
+                        help="rows of the WOODELF run (raw output; 0: none)")  # fmt: skip
+    parser.add_argument(
+        "--threads", type=int, help="threads of distshap (DISTSHAP_NUM_THREADS) and WOODELF's pools"
+    )
     parser.add_argument("--chunks-per-worker", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", help="append JSON lines of the records to this file")
     args = parser.parse_args(argv)
+    if args.threads:
+        os.environ["DISTSHAP_NUM_THREADS"] = str(args.threads)
     if args.backend == "auto":
         from distshap.kernels import cuda_available
 
@@ -295,13 +368,13 @@ def main(argv: list[str] | None = None) -> None:
     for b in (int(v) for v in args.backgrounds.split(",") if v):
         rec = measure(args.shape, b, args.rows, cpu_rows, args.shap_rows, args.backend,
                       args.repeats, workers, args.chunks_per_worker, args.dask_rows,
-                      args.model_output)  # fmt: skip
+                      args.model_output, args.woodelf_rows, args.threads)  # fmt: skip
         records.append(rec)
         print(json.dumps(rec), flush=True)
         if args.json:
             with open(args.json, "a") as fh:
                 fh.write(json.dumps(rec) + "\n")
-    device = "GPU" if gpu else f"{os.cpu_count()} CPU cores"
+    device = "GPU" if gpu else f"{args.threads or os.cpu_count()} CPU threads"
     print(
         f"\n{args.shape}, interventional SHAP values ({args.model_output}), {device}; "
         "shap runs on one thread"

@@ -269,7 +269,7 @@ def _kernel_for(long_paths: bool, interactions: bool, transform: int):  # noqa: 
     what += ("", " of the probability", " of the log loss")[transform]
     what += ", paths longer than a mask" if long_paths else ""
 
-    @announce(f"the CPU interventional kernel ({what})", 3 if interactions else 2)
+    @announce(f"the CPU interventional kernel ({what})", 4 if interactions else 3)
     @njit(nogil=True, cache=True)
     def _kernel(X, x_margin, y, R, r_margin, feature, lower, upper, missing, cat_offsets,
                 cat_nbits, cat_other, cat_words, path_offsets, path_value, path_group, p0, p1,
@@ -310,14 +310,19 @@ def _kernel_for(long_paths: bool, interactions: bool, transform: int):  # noqa: 
             keys = np.empty(slots, np.int64)
             where = np.empty(slots, np.int64)
             xf = np.empty(max_len, np.bool_)
-            Xt = np.ascontiguousarray(X[r0 : r0 + nb].T)  # the block's rows by feature
+            Xt = np.empty((X.shape[1], nb), np.float32)  # the block's rows by feature
+            for i in range(nb):
+                for f in range(X.shape[1]):
+                    Xt[f, i] = X[r0 + i, f]
             xbs = np.empty(nb, np.int64)
             # every path through tables: SHAP sums in a transposed copy of the block's rows
             local = all_tables
             acc_t = np.empty((G, C, nb) if local else (1, 1, 1), np.float64)
             if local:
                 for i in range(nb):
-                    acc_t[:, :, i] = acc_phi[r0 + i]
+                    for gg in range(G):
+                        for c in range(C):
+                            acc_t[gg, c, i] = acc_phi[r0 + i, gg, c]
             for q in range(p1 - p0):
                 p = p0 + q
                 start = path_offsets[p]
@@ -371,7 +376,9 @@ def _kernel_for(long_paths: bool, interactions: bool, transform: int):  # noqa: 
                              buf_int[t], buf_cxr[t], buf_tot[t], acc_phi, acc_int)  # fmt: skip
             if local:
                 for i in range(nb):
-                    acc_phi[r0 + i] = acc_t[:, :, i]
+                    for gg in range(G):
+                        for c in range(C):
+                            acc_phi[r0 + i, gg, c] = acc_t[gg, c, i]
 
     return _kernel
 

@@ -26,20 +26,21 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from numba import njit
 
 import distshap.kernels.interventional_math as im
 import distshap.kernels.treeshap as treeshap
-from distshap.compile_cache import announce
-from distshap.kernels.interventional_math import Background
+from distshap.kernels.interventional_math import IR_RR, IR_XR, IR_XX, SHAP_R, SHAP_X, Background
 from distshap.packed import PackedModel
 from distshap.parallel import num_threads, run_ranges
 from distshap.plan.config import get_config
 from distshap.plan.interventional import cpu_table_plan
 
 __all__ = [
+    "FILL_BYTES",
     "MAX_KEPT",
     "BackgroundTables",
     "add_pair",
@@ -52,6 +53,8 @@ __all__ = [
 
 #: Backgrounds whose tables are kept (least recently used dropped; the table budget too).
 MAX_KEPT = 4
+#: Bytes of the temporaries of one batch of paths filled together (NumPy).
+FILL_BYTES = 1 << 26
 
 _inline = njit(inline="always", nogil=True, cache=True)
 follows = _inline(treeshap.follows)
@@ -108,33 +111,7 @@ def add_pair(w, a, b, xr, k, weights, interactions, loc_phi, loc_int, cxr, total
                             loc_int[i, j] += wxx
 
 
-@njit(inline="always", nogil=True, cache=True)
-def _store(mx, k, v, loc_phi, loc_int, cxr, totals, interactions, shap, s0, inter, i0):
-    """Pattern ``mx``'s entries: ``shap[s0 + mx k + i]`` and ``inter[i0 + (mx k + i) k + j]``,
-    scaled by the leaf value as the grouped-mask route scales them."""
-    base = s0 + mx * k
-    for i in range(k):
-        shap[base + i] = v * (loc_phi[i] if (mx >> i) & 1 else -totals[0])
-    if interactions:
-        half = 0.5 * v
-        for i in range(k):
-            xi = (mx >> i) & 1
-            for j in range(k):
-                if j == i:
-                    continue
-                xj = (mx >> j) & 1
-                if xi and xj:
-                    val = loc_int[i, j]
-                elif xi:
-                    val = -cxr[i]
-                elif xj:
-                    val = -cxr[j]
-                else:
-                    val = totals[1]
-                inter[i0 + (mx * k + i) * k + j] = half * val
-
-
-@njit(inline="always", nogil=True, cache=True)
+@njit(nogil=True, cache=True)
 def table_rows(Xt, r0, nb, start, k, g, feature, lower, upper, missing, cat_offsets, cat_nbits,
                 cat_other, cat_words, s0, shap_tables, i0, inter_tables, interactions, xbs,
                 local, acc_t, acc_phi, acc_int):  # fmt: skip
@@ -181,56 +158,92 @@ def table_rows(Xt, r0, nb, start, k, g, feature, lower, upper, missing, cat_offs
                         acc_int[r0 + i, g, fi, fj] += inter_tables[at + xbs[i] * k * k]
 
 
-@announce("the CPU interventional table fill", 2)
-@njit(nogil=True, cache=True)
-def _fill(R, feature, lower, upper, missing, cat_offsets, cat_nbits, cat_other, cat_words,
-          path_offsets, path_value, paths, shap_off, inter_off, weights, max_k, shap, inter,
-          lo, hi):  # fmt: skip
-    """The tables of ``paths[lo .. hi - 1]``: pattern counts of the background ``R``, then per
-    pattern ``mx`` the sums over the patterns holding every element ``x`` misses, ascending
-    (``inter_off[p] < 0``: SHAP entries only)."""
-    B = R.shape[0]
-    counts = np.zeros(1 << max_k, np.int64)
-    loc_phi = np.zeros(max_k, np.float64)
-    cxr = np.zeros(max_k, np.float64)
-    loc_int = np.zeros((max_k, max_k), np.float64)
-    totals = np.zeros(2, np.float64)
+@njit(nogil=True, cache=True)  # compiled within the kernel's announced seconds
+def _count_patterns(R, feature, lower, upper, missing, cat_offsets, cat_nbits, cat_other,
+                    cat_words, path_offsets, paths, counts, lo, hi):  # fmt: skip
+    """``counts[t, m]``: the background rows of ``R`` whose pattern of path ``paths[t]``'s
+    elements is ``m``, for ``t`` in ``lo .. hi - 1``."""
     for t in range(lo, hi):
         p = paths[t]
         start = path_offsets[p]
         k = path_offsets[p + 1] - start - 1
-        full = (np.int64(1) << k) - 1
-        counts[: full + 1] = 0
-        for r in range(B):
+        for r in range(R.shape[0]):
             bits = np.int64(0)
             for i in range(k):
                 if element_follows(R[r], start + 1 + i, feature, lower, upper, missing,
                                    cat_offsets, cat_nbits, cat_other, cat_words):  # fmt: skip
                     bits |= np.int64(1) << i
-            counts[bits] += 1
-        interactions = inter_off[p] >= 0
-        for mx in range(full + 1):
-            loc_phi[:k] = 0.0
-            cxr[:k] = 0.0
-            totals[:] = 0.0
-            if interactions:
-                loc_int[:k, :k] = 0.0
-            nx = full & ~mx
-            b = popcount(nx)
-            sub = np.int64(0)  # the elements both follow: every submask of mx, ascending
-            while True:
-                c = counts[nx | sub]
-                if c != 0:
-                    xr = mx & ~sub
-                    a = popcount(xr)
-                    if a + b > 0:
-                        add_pair(c / B, a, b, xr, k, weights, interactions, loc_phi, loc_int,
-                                 cxr, totals)  # fmt: skip
-                if sub == mx:
-                    break
-                sub = (sub - mx) & mx
-            _store(mx, k, path_value[p], loc_phi, loc_int, cxr, totals, interactions, shap,
-                   shap_off[p], inter, inter_off[p])  # fmt: skip
+            counts[t, bits] += 1
+
+
+@lru_cache(maxsize=16)
+def _submasks(k: int) -> tuple:
+    """For ``j = 0 .. 2**k - 1``: the patterns ``mx`` with at least ``j + 1`` submasks and
+    their ``j``-th submask in ascending order (the bits of ``j`` deposited on those of
+    ``mx``), as int64 array pairs."""
+    out = []
+    mx = np.arange(1 << k, dtype=np.int64)
+    ones = _popcounts(mx)
+    for j in range(1 << k):
+        sel = mx[(np.int64(1) << ones) > j]
+        sub = np.zeros(sel.size, np.int64)
+        for t, m in enumerate(sel.tolist()):
+            rest, at, bits = j, 0, 0
+            while rest:
+                while not (m >> at) & 1:
+                    at += 1
+                bits |= (rest & 1) << at
+                rest >>= 1
+                at += 1
+            sub[t] = bits
+        out.append((sel, sub))
+    return tuple(out)
+
+
+def _popcounts(v: np.ndarray) -> np.ndarray:
+    return np.array([bin(int(x)).count("1") for x in v.ravel()], np.int64).reshape(v.shape)
+
+
+def _fill_group(counts: np.ndarray, k: int, B: int, value: np.ndarray, weights: np.ndarray,
+                interactions: bool) -> tuple:  # fmt: skip
+    """The tables of paths of ``k`` features with pattern ``counts`` ``(P, 2**k)``: ``(P,
+    2**k, k)`` SHAP entries and ``(P, 2**k, k, k)`` interaction entries (or None).
+
+    Each (path, ``mx``) sum runs over the submasks of ``mx`` ascending, one float64 add a
+    step (a step whose pattern no row follows adds an exact 0), as :func:`add_pair` sums;
+    the leaf value scales each sum as the grouped-mask route does."""
+    M = 1 << k
+    P = counts.shape[0]
+    mx = np.arange(M, dtype=np.int64)
+    nx = (M - 1) & ~mx
+    b = _popcounts(nx)
+    bit = (mx[:, None] >> np.arange(k)) & 1  # (M, k): does x follow element i
+    phi = np.zeros((P, M, k))
+    tot = np.zeros((P, M, 2))
+    cxr = np.zeros((P, M, k)) if interactions else None
+    pair = np.zeros((P, M, k, k)) if interactions else None
+    off_diag = 1.0 - np.eye(k)
+    for sel, sub in _submasks(k):
+        xr = sel & ~sub
+        a, bb = _popcounts(xr), b[sel]
+        w = counts[:, nx[sel] | sub] / B  # (P, S)
+        xbits = bit[xr]  # (S, k)
+        tot[:, sel, 0] += w * weights[SHAP_R, a, bb]
+        phi[:, sel] += (w * weights[SHAP_X, a, bb])[:, :, None] * xbits
+        if interactions:
+            tot[:, sel, 1] += w * weights[IR_RR, a, bb]
+            cxr[:, sel] += (w * weights[IR_XR, a, bb])[:, :, None] * xbits
+            both = xbits[:, :, None] * xbits[:, None, :] * off_diag
+            pair[:, sel] += (w * weights[IR_XX, a, bb])[:, :, None, None] * both
+    v = value[:, None, None]
+    shap = v * np.where(bit[None] == 1, phi, -tot[:, :, :1])
+    if not interactions:
+        return shap, None
+    xi = bit[None, :, :, None] == 1
+    xj = bit[None, :, None, :] == 1
+    val = np.where(xi & xj, pair, np.where(xi, -cxr[:, :, :, None],
+                   np.where(xj, -cxr[:, :, None, :], tot[:, :, 1, None, None])))  # fmt: skip
+    return shap, (0.5 * value)[:, None, None, None] * val * off_diag
 
 
 @dataclass(frozen=True, eq=False)
@@ -270,16 +283,26 @@ def _build(packed: PackedModel, background: Background, interactions: bool) -> B
     inter_sizes = np.where(inter_off >= 0, np.int64(1) << np.minimum(k, 62), 0) * k * k
     shap = np.zeros(max(int(sizes.sum()), 1), np.float64)
     inter = np.zeros(max(int(inter_sizes.sum()), 1), np.float64)
-    paths = np.flatnonzero(has).astype(np.int64)
-    if paths.size:
-        max_k = int(k[paths].max())
-        weights = im.weight_tables(max_k)
-        R = np.ascontiguousarray(background.rows, dtype=np.float32)
-        model = (packed.feature, packed.lower, packed.upper, packed.missing, packed.cat_offsets,
-                 packed.cat_nbits, packed.cat_other, packed.cat_words)  # fmt: skip
-        run_ranges(_fill, paths.size, 8 * num_threads(), R, *model, packed.path_offsets,
-                   packed.path_value, paths, shap_off, inter_off, weights, max_k, shap,
-                   inter)  # fmt: skip
+    R = np.ascontiguousarray(background.rows, dtype=np.float32)
+    model = (packed.feature, packed.lower, packed.upper, packed.missing, packed.cat_offsets,
+             packed.cat_nbits, packed.cat_other, packed.cat_words)  # fmt: skip
+    for kk in np.unique(k[has]).tolist():
+        for with_inter in (False, True) if interactions else (False,):
+            paths = np.flatnonzero(has & (k == kk) & ((inter_off >= 0) == with_inter))
+            per_path = (8 << kk) * (4 * kk + 2 + 5 * kk * kk * with_inter)  # temporaries
+            step = max(1, FILL_BYTES // max(per_path, 1))
+            for t0 in range(0, paths.size, step):
+                part = paths[t0 : t0 + step]
+                counts = np.zeros((part.size, 1 << kk), np.int64)
+                run_ranges(_count_patterns, part.size, 4 * num_threads(), R, *model,
+                           packed.path_offsets, part, counts)  # fmt: skip
+                values, pairs = _fill_group(counts, kk, R.shape[0], packed.path_value[part],
+                                            im.weight_tables(kk), with_inter)  # fmt: skip
+                span = np.arange(kk << kk)
+                shap[shap_off[part][:, None] + span] = values.reshape(part.size, -1)
+                if with_inter:
+                    span = np.arange((kk * kk) << kk)
+                    inter[inter_off[part][:, None] + span] = pairs.reshape(part.size, -1)
     for a in (shap, inter):
         a.setflags(write=False)
     return BackgroundTables(shap_off=shap_off, inter_off=inter_off, shap=shap, inter=inter,
