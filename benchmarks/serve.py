@@ -225,6 +225,7 @@ def _servers(args, path: str, booster) -> list[tuple[str, object]]:
 
         client = start_cluster(n_workers=args.workers, dashboard_address=None)
     server = serve([f"m={path}"], client=client, backend=args.kernel_backend, port=0,
+                   slots=args.slots,
                    max_batch_rows=args.max_batch_rows, max_wait=args.max_wait_ms / 1e3,
                    max_queue_rows=1 << 24, request_timeout=600)  # fmt: skip
     server.client = client
@@ -265,6 +266,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per cell")
     parser.add_argument("--max-batch-rows", type=int, default=16384)
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
+    parser.add_argument("--slots", type=int, default=1,
+                        help="--backend local: batches run at once in the server")  # fmt: skip
     parser.add_argument("--max-inflight-rows", type=int, default=1 << 20)
     parser.add_argument("--inproc-rows", type=int, default=100_000)
     parser.add_argument("--client-procs", type=int, default=max(1, min(8, os.cpu_count() // 2)),

@@ -314,3 +314,24 @@ def test_blocks_run_under_the_configuration_the_model_was_registered_with():
     thread.join(10)
     assert seen[0]["shap_values"][0] == 64
     assert get_config().tile_rows != 64
+
+
+def test_two_slots_run_batches_side_by_side_with_the_same_bits(files):
+    """Two batches at once in this process (``slots=2``): every response keeps its bits."""
+    srv = serve([f"mc={files['mc']}"], port=0, slots=2, max_batch_rows=16, max_wait=0.0)
+    X = files["Xm"]
+    ref = TreeExplainer(files["mc"], layout="xgboost").shap_values(X)
+
+    def run(i):
+        start, n = (i * 7) % (len(X) - 12), 1 + i % 12
+        status, _, body = infer(srv.url, "mc", X[start : start + n])
+        return status == 200 and same_bits(tensors(body)["shap_values"], ref[start : start + n])
+
+    try:
+        assert srv.executor.slots() == 2
+        with ThreadPoolExecutor(8) as pool:
+            assert all(pool.map(run, range(48)))
+    finally:
+        srv.drain()
+    with pytest.raises(ValueError, match="slots=0"):
+        InProcessExecutor(0)

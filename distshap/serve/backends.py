@@ -78,16 +78,23 @@ def _explain_block(resident: Resident, rows: np.ndarray, output: str, k: int) ->
 
 
 class InProcessExecutor:
-    """Runs batches in this process, one at a time (each kernel call uses every core)."""
+    """Runs batches in this process, ``slots`` at a time.
+
+    One at a time suits the CPU (each kernel call uses every core); on a GPU a second slot
+    lets one batch's host work (conversion, copies, checks) overlap the other's kernels.
+    """
 
     name = "in-process"
 
-    def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="distshap-serve-run")
+    def __init__(self, slots: int = 1) -> None:
+        if not isinstance(slots, int) or slots < 1:
+            raise ValueError(f"slots={slots!r}: give the number of batches run at once, >= 1")
+        self._slots = slots
+        self._pool = ThreadPoolExecutor(slots, thread_name_prefix="distshap-serve-run")
 
     def slots(self) -> int:
         """Batches that may run at once."""
-        return 1
+        return self._slots
 
     def ready(self) -> bool:
         return True

@@ -34,6 +34,7 @@ def serve(
     client: Any = None,
     backend: str = "auto",
     start: bool = True,
+    slots: int = 1,
     **options: Any,
 ) -> ExplanationServer:
     """Start an explanation server (in a background thread) over ``models``.
@@ -49,6 +50,9 @@ def serve(
         Kernel backend of the explainers.
     start : bool
         Serve in a background thread now (else call ``serve_forever``).
+    slots : int
+        Batches run at once in this process (without ``client``): 1 suits the CPU, 2 lets a
+        GPU's kernels overlap the host work of the next batch.
     **options
         Fields of :class:`~distshap.serve.server.ServeOptions` (``port=0``: any free port).
 
@@ -59,7 +63,7 @@ def serve(
     """
     specs = [parse_model_spec(m) if isinstance(m, str) else m for m in models]
     registry = Registry.from_specs(specs, backend=backend)
-    executor: Any = InProcessExecutor() if client is None else DaskExecutor(client)
+    executor: Any = InProcessExecutor(slots) if client is None else DaskExecutor(client)
     for model in registry.models.values():
         if client is not None:
             executor.preload(model.resident)  # on every worker, its kernel compiled
@@ -98,6 +102,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--gpus", type=int, help="local cluster with N GPU workers (0: CPU workers)")
     p.add_argument("--workers", type=int, help="local workers (GPUs: first N; CPU: default 1)")
     p.add_argument("--backend", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--slots", type=int, default=1,
+                   help="with --local: batches run at once (2 overlaps a GPU's kernels with the "
+                   "next batch's host work; default 1)")  # fmt: skip
     d = ServeOptions()
     for flag, kind, default, text in (
         ("--max-batch-rows", int, d.max_batch_rows, "rows of a batch at most"),
@@ -150,7 +157,8 @@ def run_command(args: argparse.Namespace) -> int:
     specs = [parse_model_spec(m) for m in args.model]
     client = _client(args)
     try:
-        server = serve(specs, client=client, backend=args.backend, start=False, **options)
+        server = serve(specs, client=client, backend=args.backend, start=False,
+                       slots=args.slots, **options)  # fmt: skip
         stop = lambda *_: threading.Thread(target=server.drain, daemon=True).start()  # noqa: E731
         previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
         where = "in this process" if client is None else f"on {server.executor.workers()} worker(s)"
