@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from distshap.compile_cache import announce
 from distshap.kernels import banzhaf_rows, treeshap
 from distshap.kernels.banzhaf_rows import _long_path, _rows, _run_blocks, _zeta_tables
 from distshap.kernels.interventional_math import check_background
@@ -113,6 +114,7 @@ def _bits(v):
     return count
 
 
+@announce("the CPU Banzhaf kernel", 2)
 @njit(nogil=True, cache=True)
 def _value_rows(X, R, feature, lower, upper, missing, zero_fraction, cat_offsets, cat_nbits,
                 cat_other, cat_words, path_offsets, path_value, path_group, p0, p1,

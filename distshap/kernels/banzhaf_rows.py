@@ -48,7 +48,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from distshap.compile_cache import read_only
+from distshap.compile_cache import announce, read_only
 from distshap.kernels import treeshap
 from distshap.kernels.interventional_math import check_background
 from distshap.packed import PackedModel
@@ -92,6 +92,7 @@ def _scatter(acc, row, g, feature, start, k, phi, pairs, interactions):
                     acc[row, g, fi, 1 + feature[start + j]] += pairs[i, j]
 
 
+@announce("the CPU Banzhaf row kernel (path-dependent)", 2)
 @njit(nogil=True, cache=True)
 def _path_dependent_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets,
                          cat_nbits, cat_other, cat_words, path_offsets, path_value, path_group,
@@ -225,6 +226,7 @@ def _long_path(x, R, start, k, v, feature, lower, upper, missing, cat_offsets, c
                             pairs[j, i] += val
 
 
+@announce("the CPU Banzhaf row kernel (interventional)", 2)
 @njit(nogil=True, cache=True)
 def _interventional_rows(X, R, feature, lower, upper, missing, cat_offsets, cat_nbits,
                          cat_other, cat_words, path_offsets, path_value, path_group, p0, p1,
