@@ -14,12 +14,12 @@ from distshap.plan.config import config_context  # noqa: E402
 def test_a_narrow_deep_model_gets_its_node_counts_and_no_fallback() -> None:
     names = ptx.shap_kernel_names(8, 1, 16)
     assert names[:2] == ["lane_fill_kernel", "fill_shap_tables_kernel"]
-    assert names[-1] == "finish_kernel"
+    assert names[-4:] == ["finish_kernel", *ptx.MARGIN_KERNELS]
     quadrature = [n for n in names if n.startswith("shap_quadrature")]
     assert quadrature == ["shap_quadrature_kernel_2_2rows_shared",
                           "shap_quadrature_kernel_4_2rows_shared"]  # fmt: skip
     assert "oversize_kernel" not in names
-    assert set(names) <= set(ptx._kernels())
+    assert set(names) <= set(ptx._kernels()) | set(ptx.MARGIN_KERNELS)
 
 
 def test_wide_models_get_local_tiles_and_long_paths_the_fallback() -> None:

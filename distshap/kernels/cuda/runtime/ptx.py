@@ -143,11 +143,12 @@ def compile_check() -> None:
 
 
 def shap_kernel_names(num_features: int, num_groups: int, longest_path: int) -> list[str]:
-    """Names (of :func:`kernel_ptx`) of the kernels a SHAP call can launch on a model that takes
-    the lane route (not the small one), with ``num_features`` features, ``num_groups`` output
-    groups and paths of at most ``longest_path`` features: the device model's lane fill, the
-    table fill and table kernel, the quadrature kernels of every node count such paths need
-    (the launchers' variant for this width), the oversize kernel and the finish kernel."""
+    """Names (of :func:`kernel_ptx`, and :data:`MARGIN_KERNELS`) of the kernels a SHAP call can
+    launch on a model that takes the lane route (not the small one), with ``num_features``
+    features, ``num_groups`` output groups and paths of at most ``longest_path`` features: the
+    device model's lane fill, the table fill and table kernel, the quadrature kernels of every
+    node count such paths need (the launchers' variant for this width), the oversize kernel,
+    the finish kernel and the additivity check's kernels."""
     F, config = int(num_features), get_config()
     table = (
         "shap_table_shared_kernel"
@@ -168,14 +169,36 @@ def shap_kernel_names(num_features: int, num_groups: int, longest_path: int) -> 
     names += [f"shap_quadrature_kernel_{n}{suffix}" for n in nodes]
     if longest > REGULAR_MAX_K:
         names.append("oversize_kernel")
-    names.append("finish_kernel")
+    names += ["finish_kernel", *MARGIN_KERNELS]
     known = _ahead_kernels()
     return [name for name in names if name in known]
 
 
+_TRAVERSAL = "int32[::1], int64[::1], float64[::1], boolean[::1]"  # the margin model's arrays
+
+#: The additivity check's kernels (float32 rows, as XGBoost's): up to
+#: :data:`~distshap.kernels.cuda.traversal.BLOCK_ROWS_MAX` rows the block traversal with the
+#: check, more rows the thread-per-row traversal and the check against its margins.
+MARGIN_KERNELS = ("margin_check_kernel", "margin_rows_kernel", "margin_values_kernel")
+
+
 @cache
 def _ahead_kernels() -> dict:
-    return _kernels()
+    """:func:`_kernels` and the additivity check's kernels (:data:`MARGIN_KERNELS`)."""
+    from distshap.kernels.cuda import traversal
+
+    rows_kernel, _, check_kernel, values_kernel = traversal._kernels()
+    return {
+        **_kernels(),
+        MARGIN_KERNELS[0]: (
+            check_kernel,
+            f"void(float32[:, :, ::1], float32[:, ::1], {_TRAVERSAL}, int32[::1], float64)",
+        ),
+        MARGIN_KERNELS[1]: (rows_kernel, f"void(float32[:, ::1], {_TRAVERSAL}, float64[:, ::1])"),
+        MARGIN_KERNELS[2]: (
+            values_kernel, "void(float32[:, :, ::1], float64[:, ::1], int32[::1], float64)",
+        ),
+    }  # fmt: skip
 
 
 def ahead_prepare() -> None:
