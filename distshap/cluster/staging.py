@@ -159,8 +159,8 @@ def run_host_rows(
 
     try:
         overlapped(len(blocks), upload, compute, download)
-    finally:  # no copy may outlive the buffers it reads or writes (on an error too)
-        up.synchronize()
-        down.synchronize()
+    finally:  # no copy or kernel may outlive the buffers it uses (on an error too)
+        for stream in (up, compute_stream, down):
+            stream.synchronize()
         kept.clear()
     return out[0]
