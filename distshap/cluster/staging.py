@@ -154,7 +154,10 @@ def run_host_rows(
         if out[0] is None:
             out[0] = cupyx.empty_pinned((source.shape[0],) + values.shape[1:], values.dtype)
         down.wait_event(compute_stream.record())
-        values.get(stream=down, out=out[0][a:b], blocking=False)
+        try:
+            values.get(stream=down, out=out[0][a:b], blocking=False)
+        except TypeError:  # CuPy before 13: a copy given a stream is asynchronous already
+            values.get(stream=down, out=out[0][a:b])
         kept.append(values)
 
     try:
