@@ -32,7 +32,10 @@ from distshap.kernels.margin import predict_margin  # noqa: E402
 from distshap.models import _threaded, load_model  # noqa: E402
 from distshap.models._ubjson import decode_ubjson_views  # noqa: E402
 from distshap.models.ensemble import Ensemble  # noqa: E402
-from distshap.models.xgboost import ensemble_from_ubjson  # noqa: E402
+from distshap.models.xgboost import (  # noqa: E402
+    ensemble_from_ubjson,
+    ensemble_from_xgboost_document,
+)
 
 from xgb_models import (  # noqa: E402
     VECTOR_LEAF_KINDS,
@@ -243,3 +246,53 @@ def test_saved_files_rounds_and_threaded_read_keep_the_bits(tmp_path, monkeypatc
     for name in ("left", "right", "feature", "threshold", "value", "cover", "tree_offsets",
                  "tree_group", "cat_offsets", "cat_values", "base_score"):  # fmt: skip
         assert getattr(threaded, name).tobytes() == getattr(ens, name).tobytes(), name
+
+
+def _drop_leaf_weight(doc):
+    doc["learner"]["gradient_booster"]["model"]["trees"][1]["leaf_weights"].pop()
+
+
+def _leaf_row_outside(doc):
+    tree = doc["learner"]["gradient_booster"]["model"]["trees"][0]
+    leaf = tree["left_children"].index(-1)
+    tree["right_children"][leaf] = len(tree["leaf_weights"])
+
+
+def _scalar_tree_among_vector_ones(doc):
+    tree = doc["learner"]["gradient_booster"]["model"]["trees"][2]
+    del tree["leaf_weights"]
+    tree["tree_param"]["size_leaf_vector"] = "1"
+
+
+def _wrong_leaf_size(doc):
+    doc["learner"]["gradient_booster"]["model"]["trees"][0]["tree_param"]["size_leaf_vector"] = "2"
+
+
+def _tree_info_group(doc):
+    doc["learner"]["gradient_booster"]["model"]["tree_info"][1] = 2
+
+
+def _short_base_weights(doc):
+    doc["learner"]["gradient_booster"]["model"]["trees"][0]["base_weights"].pop()
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (_drop_leaf_weight, r"tree 1 has \d+ leaf_weights, no multiple of its 3 values"),
+        (
+            _leaf_row_outside,
+            r"a leaf of tree 0 names row \d+ of its leaf_weights, which hold",
+        ),
+        (_scalar_tree_among_vector_ones, "tree 2 differs from the trees before it"),
+        (_wrong_leaf_size, "tree 0 has vector leaves of size_leaf_vector=2 but the model has 3"),
+        (_tree_info_group, "tree_info gives some of them an output group other than 0"),
+        (_short_base_weights, "tree 0's base_weights has shape"),
+    ],
+)
+def test_edited_documents_are_refused(edit, message):
+    booster, _ = VECTOR_LEAF_KINDS["vector_regression"]()
+    doc = json.loads(booster.save_raw("json"))
+    edit(doc)
+    with pytest.raises(ValueError, match=message):
+        ensemble_from_xgboost_document(doc)
