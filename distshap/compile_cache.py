@@ -196,19 +196,24 @@ def start_helpers(module: str, count: int) -> None:
         _IDLE.setdefault(module, []).extend(started)
 
 
-def compile_ahead(module: str, names: Iterable[str], processes: int = 1) -> None:
+def compile_ahead(module: str, names: Iterable[str | tuple[str, ...]], processes: int = 1) -> None:
     """Have helpers of ``module`` compile ``names`` (its ``ahead_compile(name)`` each) into
     the disk cache: the idle ones :func:`start_helpers` started, else up to ``processes`` new
-    ones, the names dealt round robin. Idle helpers left without a name are released.
+    ones. A tuple of names goes to one helper, in order: functions that share a cache index
+    (closures of one factory) must, as Numba rewrites a whole index file to add an entry.
+    Idle helpers left without a name are released.
     """
     with _HELPERS_LOCK:
         idle = _IDLE.pop(module, [])
-        todo = [n for n in dict.fromkeys(names) if n not in _PENDING]
+        todo = [(n,) if isinstance(n, str) else tuple(n) for n in names]
+        todo = [t for t in (tuple(n for n in t if n not in _PENDING) for t in todo) if t]
     if todo and cache_dir() is not None and not idle:
         idle = [p for p in (_start_helper(module) for _ in range(processes)) if p is not None]
+    shares: list[list[str]] = [[] for _ in idle]
+    for names_of_one in sorted(todo, key=len, reverse=True):  # the largest groups first
+        min(shares, key=len).extend(names_of_one)
     given = {}
-    for i, proc in enumerate(idle):
-        group = todo[i :: len(idle)]
+    for proc, group in zip(idle, shares, strict=True):
         try:
             proc.stdin.write("".join(f"{n}\n" for n in group).encode())
             proc.stdin.close()

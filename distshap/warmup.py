@@ -165,7 +165,7 @@ def start_ahead(model: Any, backend: str) -> Callable[[Ensemble], None]:
         names = ptx.shap_kernel_names(
             ensemble.num_features, ensemble.num_groups, longest_path_bound(ensemble)
         )
-        compile_cache.compile_ahead(_CUDA_AHEAD, names)
+        compile_cache.compile_ahead(_CUDA_AHEAD, ptx.ahead_groups(names))
 
     return send
 

@@ -33,3 +33,12 @@ def test_wide_models_get_local_tiles_and_long_paths_the_fallback() -> None:
     assert [n for n in names if n.startswith("shap_quadrature")] == [
         "shap_quadrature_kernel_4_2rows_shared"
     ]
+
+
+def test_kernels_sharing_a_cache_index_go_to_one_helper() -> None:
+    names = ptx.shap_kernel_names(54, 8, 16)
+    groups = ptx.ahead_groups(names)
+    assert sorted(n for g in groups for n in g) == sorted(names)
+    quadrature = [g for g in groups if g[0].startswith("shap_quadrature")]
+    assert len(quadrature) == 1 and len(quadrature[0]) == 4  # one factory's closures
+    assert ("finish_kernel",) in groups

@@ -40,7 +40,8 @@ from distshap.plan.geometry import (
 )
 
 __all__ = [
-    "ahead_compile", "ahead_prepare", "compile_check", "kernel_ptx", "shap_kernel_names",
+    "MARGIN_KERNELS", "ahead_compile", "ahead_groups", "ahead_prepare", "compile_check",
+    "kernel_ptx", "shap_kernel_names",
 ]  # fmt: skip
 
 _X_ACC = "float32[:, ::1], int64[:, ::1], float64, int64"
@@ -199,6 +200,19 @@ def _ahead_kernels() -> dict:
             values_kernel, "void(float32[:, :, ::1], float64[:, ::1], int32[::1], float64)",
         ),
     }  # fmt: skip
+
+
+def ahead_groups(names: list[str]) -> list[tuple[str, ...]]:
+    """``names`` grouped by the disk-cache index their kernels share (the closures of one
+    factory, as the quadrature kernels of each node count): one helper compiles a group
+    (:func:`distshap.compile_cache.compile_ahead`)."""
+    kernels = _ahead_kernels()
+    groups: dict[tuple, list[str]] = {}
+    for name in names:
+        f = kernels[name][0].py_func
+        key = (f.__module__, f.__qualname__, f.__code__.co_firstlineno)
+        groups.setdefault(key, []).append(name)
+    return [tuple(group) for group in groups.values()]
 
 
 def ahead_prepare() -> None:
