@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -77,17 +78,29 @@ def test_bits_across_clients_and_workers(setup):
 
 
 def test_worker_killed_under_load(setup):
+    """Requests keep coming from before the kill until the scheduler has dropped the worker
+    and a little after: every one is answered with the in-process bits."""
     server, client, X, ref = setup
     victim = sorted(client.nthreads())[0]
+    gone = threading.Event()
+
+    def load():
+        results, after = [], 0
+        while after < 3 and len(results) < 2000:
+            results += _load(server, X, ref, 12, 6)
+            after += gone.is_set()
+        return results
+
     with ThreadPoolExecutor(2) as pool:
-        results = pool.submit(_load, server, X, ref, 120, 6)
+        results = pool.submit(load)
         time.sleep(0.3)
         kill = pool.submit(client.run, os._exit, 1, workers=[victim])
-        assert set(results.result(timeout=120)) == {True}
         assert kill.exception(timeout=30) is not None  # its comm closed: the worker died
-    deadline = time.monotonic() + 30  # the scheduler may learn of it a moment later
-    while victim in client.nthreads() and time.monotonic() < deadline:
-        time.sleep(0.1)
+        deadline = time.monotonic() + 30  # the scheduler may learn of it a moment later
+        while victim in client.nthreads() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        gone.set()
+        assert set(results.result(timeout=120)) == {True}
     assert victim not in client.nthreads()
 
 
