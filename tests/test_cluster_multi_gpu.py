@@ -46,9 +46,10 @@ def _on_workers(n_gpus: int, fn) -> list:
 
 def test_one_and_two_gpus_give_the_same_bits(binary):
     booster, X = binary
-    path_dependent = TreeExplainer(booster, backend="cuda")
-    interventional = TreeExplainer(booster, X[:100], backend="cuda")
-    probability = TreeExplainer(booster, X[:100], "probability", backend="cuda")
+    # XGBoost's layout: explain_dask's, bias last
+    path_dependent = TreeExplainer(booster, backend="cuda", layout="xgboost")
+    interventional = TreeExplainer(booster, X[:100], backend="cuda", layout="xgboost")
+    probability = TreeExplainer(booster, X[:100], "probability", backend="cuda", layout="xgboost")
     expected = {
         "path": np.asarray(path_dependent.shap_values(X)),  # NumPy in, NumPy out
         "interventional": np.asarray(interventional.shap_values(X)),
