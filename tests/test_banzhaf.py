@@ -98,6 +98,13 @@ def test_layout_shap_and_one_row():
     np.testing.assert_array_equal(inter, ours.banzhaf_interaction_values(X[:5])[:, :-1, :-1])
     np.testing.assert_array_equal(ours.banzhaf_values(X[0]), ours.banzhaf_values(X[:1])[0])
     assert ours.banzhaf_values(X[:2])[0, -1] == np.float32(ours.expected_value)
+    first = TreeExplainer(model.get_booster()[0:2], layout="xgboost").banzhaf_values(X[:5])
+    np.testing.assert_array_equal(ours.banzhaf_values(X[:5], iteration_range=(0, 2)), first)
+    margin = np.arange(5, dtype=np.float32)
+    shifted = ours.banzhaf_values(xgb.DMatrix(X[:5], base_margin=margin))
+    np.testing.assert_array_equal(shifted[:, :-1], ours.banzhaf_values(X[:5])[:, :-1])
+    base = float(ours.ensemble.base_score[0])
+    np.testing.assert_allclose(shifted[:, -1], margin + ours.expected_value - base, rtol=1e-6)
 
 
 def test_chunks_and_threads_do_not_change_a_bit():
