@@ -14,7 +14,9 @@ Bits: a table entry is the float64 sum the grouped-mask route of
 :mod:`distshap.kernels.interventional_cpu` forms for that pattern, term for term in the same
 order (the contributing background patterns ascending: the submasks of ``mx`` enumerated
 upwards), times the leaf value as that route scales it; so both routes add the same float64
-values to a row's accumulators.
+values to a row's accumulators. The counts come from one small kernel; the sums are NumPy,
+vectorised over the paths of one length and the patterns, one submask rank at a time
+(:func:`_fill_group`), so the tables add no kernel to a first call's compilation.
 
 The tables are kept with the background (:func:`background_tables`): the last few, keyed by
 the background's digest (which covers the packed model's), within the table budget.
