@@ -92,8 +92,6 @@ class BatchQueue:
         self._running = 0
         self._closed = False
         self._timer: asyncio.TimerHandle | None = None
-        self._idle = asyncio.Event()
-        self._idle.set()
 
     @property
     def queued_rows(self) -> int:
@@ -117,7 +115,6 @@ class BatchQueue:
         item = _Pending(rows, self.loop.create_future())
         self._items.append(item)
         self._queued_rows += len(rows)
-        self._idle.clear()
         self._schedule()
         return item.future
 
@@ -131,8 +128,6 @@ class BatchQueue:
                         self._timer = self.loop.call_later(left, self._wake)
                     return
             self._send()
-        if not self._items and not self._running:
-            self._idle.set()
 
     def _wake(self) -> None:
         self._timer = None
@@ -193,7 +188,3 @@ class BatchQueue:
     def close(self) -> None:
         """Take no more requests (those queued still run)."""
         self._closed = True
-
-    async def wait_idle(self) -> None:
-        """Wait until every queued request has run."""
-        await self._idle.wait()
