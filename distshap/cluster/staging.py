@@ -129,7 +129,9 @@ def run_host_rows(
 
     blocks = row_blocks(raw.shape[0], min_rows)
     device = cupy.cuda.Device()
-    up, compute_stream, down = (cupy.cuda.Stream(non_blocking=True) for _ in range(3))
+    device.synchronize()  # nothing earlier on this device still uses memory the pool hands out
+    # streams that wait for the legacy default stream, where a model upload may be in flight
+    up, compute_stream, down = (cupy.cuda.Stream() for _ in range(3))
     source = np.ascontiguousarray(raw)
     device_rows = cupy.empty(source.shape, source.dtype)
     out: list[Any] = [None]
