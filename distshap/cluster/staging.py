@@ -18,6 +18,7 @@ GPU worker come here (:func:`staged_blocks`); the CPU path and CuPy chunks never
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +34,27 @@ __all__ = ["overlapped", "row_blocks", "run_host_rows", "staged_blocks"]
 BLOCKS_PER_CHUNK = 4
 #: Fewest rows of a block: below this a block's kernels are too short to hide a copy behind.
 MIN_BLOCK_ROWS = 1 << 16
+
+_STREAMS: dict = {}  # (process id, device id, thread id) -> the streams of run_host_rows
+_STREAMS_LOCK = threading.Lock()
+
+
+def _streams(device_id: int) -> tuple:
+    """Upload, compute and download streams of this thread on ``device_id``.
+
+    Made once per process (a forked child makes its own), as the kernels' launch caches are
+    keyed by stream. They wait for the legacy default stream, where a model's upload may still
+    be in flight.
+    """
+    import cupy
+
+    key = (os.getpid(), device_id, threading.get_ident())
+    streams = _STREAMS.get(key)
+    if streams is None:
+        streams = tuple(cupy.cuda.Stream() for _ in range(3))
+        with _STREAMS_LOCK:
+            _STREAMS[key] = streams
+    return streams
 
 
 def row_blocks(n: int, min_rows: int = MIN_BLOCK_ROWS) -> list[tuple[int, int]]:
@@ -130,8 +152,7 @@ def run_host_rows(
     blocks = row_blocks(raw.shape[0], min_rows)
     device = cupy.cuda.Device()
     device.synchronize()  # nothing earlier on this device still uses memory the pool hands out
-    # streams that wait for the legacy default stream, where a model upload may be in flight
-    up, compute_stream, down = (cupy.cuda.Stream() for _ in range(3))
+    up, compute_stream, down = _streams(device.id)
     source = np.ascontiguousarray(raw)
     device_rows = cupy.empty(source.shape, source.dtype)
     out: list[Any] = [None]
