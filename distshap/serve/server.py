@@ -160,6 +160,8 @@ class ExplanationServer:
         self.loop = _new_loop()
         self._thread: threading.Thread | None = None
         self._drained = threading.Event()
+        self._launched = False
+        self._serving = threading.Event()
         self._stopped = threading.Event()
         self.metrics.gauge("distshap_serve_queue_rows", "rows waiting for a batch", self._depths)
         self.metrics.gauge("distshap_serve_workers", "workers connected",
@@ -176,13 +178,18 @@ class ExplanationServer:
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     def start(self) -> ExplanationServer:
-        """Serve in a background thread; returns ``self``."""
+        """Serve in a background thread; returns ``self`` once it serves."""
+        self._launched = True
         self._thread = threading.Thread(target=self._run, name="distshap-serve", daemon=True)
         self._thread.start()
+        while not self._serving.wait(0.1):
+            if not self._thread.is_alive():
+                raise RuntimeError("the server stopped before it served: see the log above")
         return self
 
     def serve_forever(self) -> None:
         """Serve in this thread until :meth:`drain` (from another thread) stops it."""
+        self._launched = True
         self._run()
         self._drained.wait()
 
@@ -195,6 +202,7 @@ class ExplanationServer:
             loop.create_server(lambda: Connection(self), sock=self._sock)
         )
         self._sweeper = loop.call_later(5.0, self._sweep)
+        loop.call_soon(self._serving.set)
         try:
             loop.run_forever()
         finally:
@@ -212,10 +220,14 @@ class ExplanationServer:
 
     def drain(self) -> None:
         """Refuse new requests, finish those in flight (``drain_timeout`` at most), stop."""
-        if self.draining or self._thread is None and not self.loop.is_running():
-            self._drained.wait() if self.draining else self._close_unstarted()
+        if self.draining:
+            self._drained.wait()
             return
         self.draining = True
+        if not self._launched:
+            self._close_unstarted()
+            return
+        self._serving.wait()
         log.info("draining: %d request(s) in flight", self._active)
         asyncio.run_coroutine_threadsafe(self._drain(), self.loop).result()
         self.executor.close()
@@ -223,7 +235,6 @@ class ExplanationServer:
         self._drained.set()
 
     def _close_unstarted(self) -> None:
-        self.draining = True
         self._sock.close()
         self.executor.close()
         self._drained.set()
