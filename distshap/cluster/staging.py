@@ -71,9 +71,12 @@ def staged_blocks(n: int, backend: str, min_rows: int = MIN_BLOCK_ROWS) -> bool:
     if backend == "cpu" or len(row_blocks(n, min_rows)) < 2:
         return False
     from distshap import kernels
+
+    if kernels.resolve_backend(backend) != "cuda":  # a CPU worker stops here, CUDA untouched
+        return False
     from distshap.kernels.cuda.runtime.device import SIM
 
-    return not SIM and kernels.resolve_backend(backend) == "cuda"
+    return not SIM
 
 
 def overlapped(
