@@ -6,7 +6,8 @@ and answers each with the values ``TreeExplainer(model)`` gives for its rows, bi
 Modules: :mod:`~distshap.serve.protocol` (JSON and binary tensors, validation),
 :mod:`~distshap.serve.registry` (models by name), :mod:`~distshap.serve.batching` (queues),
 :mod:`~distshap.serve.backends` (in-process and Dask executors),
-:mod:`~distshap.serve.server` (HTTP, limits, metrics, drain), :mod:`~distshap.serve.command`.
+:mod:`~distshap.serve.connection` (HTTP/1.1 on the event loop),
+:mod:`~distshap.serve.server` (routes, limits, metrics, drain), :mod:`~distshap.serve.command`.
 """
 
 from distshap.serve.command import serve
