@@ -29,7 +29,9 @@ SETTINGS = settings(max_examples=25, deadline=None)
 def test_additivity(seeded, budget):
     seed, ens = seeded
     X = tiny.random_rows(seed, ens, 20, 0.1)
-    phi = TreeExplainer(ens, backend="cpu", table_budget_bytes=budget).shap_values(X)
+    phi = TreeExplainer(
+        ens, layout="xgboost", backend="cpu", table_budget_bytes=budget
+    ).shap_values(X)
     phi = phi.reshape(len(X), ens.num_groups, -1)
     margin = naive.predict_margin(ens, X)
     np.testing.assert_allclose(phi.sum(-1), margin, atol=1e-5 * max(1, np.abs(margin).max()))
@@ -40,7 +42,7 @@ def test_additivity(seeded, budget):
 def test_interactions_symmetric_and_sum_to_shap(seeded):
     seed, ens = seeded
     X = tiny.random_rows(seed, ens, 8, 0.1)
-    explainer = TreeExplainer(ens, backend="cpu")
+    explainer = TreeExplainer(ens, layout="xgboost", backend="cpu")
     inter = explainer.shap_interaction_values(X)
     phi = explainer.shap_values(X)
     tol = 1e-5 * max(1.0, float(np.abs(inter).max()))
@@ -57,7 +59,7 @@ def test_dummy_feature_gets_zero(seeded):
     rng = np.random.default_rng(seed)
     X = tiny.random_rows(seed, ens, 10, 0.1)
     X = np.hstack([X, rng.normal(size=(len(X), 1)).astype(np.float32)])
-    explainer = TreeExplainer(wider, backend="cpu")
+    explainer = TreeExplainer(wider, layout="xgboost", backend="cpu")
     phi = explainer.shap_values(X).reshape(len(X), ens.num_groups, -1)
     assert np.all(phi[..., ens.num_features] == 0)
     inter = explainer.shap_interaction_values(X).reshape(
@@ -79,8 +81,12 @@ def test_permuting_columns_permutes_values(seeded, random):
     moved = np.where(ens.feature >= 0, inverse[np.maximum(ens.feature, 0)], -1).astype(np.int32)
     permuted = dataclasses.replace(ens, feature=moved)
     X = tiny.random_rows(seed, ens, 15, 0.1)
-    phi = TreeExplainer(ens, backend="cpu").shap_values(X).reshape(len(X), ens.num_groups, -1)
-    phi_p = TreeExplainer(permuted, backend="cpu").shap_values(X[:, perm])
+    phi = (
+        TreeExplainer(ens, layout="xgboost", backend="cpu")
+        .shap_values(X)
+        .reshape(len(X), ens.num_groups, -1)
+    )
+    phi_p = TreeExplainer(permuted, layout="xgboost", backend="cpu").shap_values(X[:, perm])
     phi_p = phi_p.reshape(phi.shape)
     np.testing.assert_allclose(phi_p[..., :-1], phi[..., perm], atol=1e-6)
     np.testing.assert_allclose(phi_p[..., -1], phi[..., -1], atol=1e-6)

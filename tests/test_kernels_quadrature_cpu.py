@@ -326,7 +326,9 @@ def test_interactions_match_xgboost_with_and_without_tables(kind):
     ref = booster.predict(dmatrix(X), pred_interactions=True)
     scale = max(1.0, float(np.abs(ref).max()))
     for budget in (0, 1 << 30):
-        explainer = TreeExplainer(booster, backend="cpu", table_budget_bytes=budget)
+        explainer = TreeExplainer(
+            booster, layout="xgboost", backend="cpu", table_budget_bytes=budget
+        )
         got = explainer.shap_interaction_values(X)
         assert got.shape == ref.shape and got.dtype == np.float32
         np.testing.assert_allclose(got, ref, atol=1e-5 * scale, rtol=0)

@@ -56,7 +56,7 @@ def pred_contrib(model, X) -> np.ndarray:
 
 def check_against_lightgbm(model, X, backend: str, n_interaction_rows: int = 10) -> None:
     """Values equal ``pred_contrib``; values and interactions sum to the raw score."""
-    explainer = TreeExplainer(model, backend=backend)
+    explainer = TreeExplainer(model, layout="xgboost", backend=backend)
     phi = explainer.shap_values(X)
     assert to_host(phi).dtype == np.float32
     assert_close(phi, pred_contrib(model, X))
@@ -98,7 +98,7 @@ def test_sparse_input_is_explained_as_lightgbm_reads_it_or_refused_clearly(layou
         params["num_class"] = n_classes
     booster = lgb.train(params, lgb.Dataset(X, y.ravel().astype(float)), 20)
     X = X.tocsr() if layout == "csr" else X.tocsc()
-    explainer = TreeExplainer(booster, backend="cpu")
+    explainer = TreeExplainer(booster, layout="xgboost", backend="cpu")
     try:
         got = explainer.shap_values(X)
     except (TypeError, ValueError) as err:
@@ -315,7 +315,7 @@ def test_pandas_categorical(categorical_feature, tmp_path):
     model.booster_.save_model(path)
     reloaded = lgb.Booster(model_file=str(path))
     check_against_lightgbm(reloaded, test, "cpu")
-    from_file = TreeExplainer(str(path), backend="cpu").shap_values(test)
+    from_file = TreeExplainer(str(path), layout="xgboost", backend="cpu").shap_values(test)
     assert_close(from_file, pred_contrib(reloaded, test))
 
 
@@ -330,7 +330,7 @@ def test_numeric_column_on_a_pandas_categorical_feature_is_refused():
     with pytest.raises(ValueError, match="categorical_feature"):
         model.predict(numeric)  # what LightGBM does
     with pytest.raises((TypeError, ValueError)):
-        TreeExplainer(model, backend="cpu").shap_values(numeric)
+        TreeExplainer(model, layout="xgboost", backend="cpu").shap_values(numeric)
 
 
 @pytest.mark.parametrize("n_classes", [0, 2, 3], ids=["regressor", "binary", "multiclass"])

@@ -62,7 +62,7 @@ def margin(booster: xgb.Booster, X, **dmatrix_kw) -> np.ndarray:
 
 def check_against_xgboost(booster, X, backend: str, n_interaction_rows: int = 20, **kw) -> None:
     """Values and interactions equal XGBoost's; each sums to the margin."""
-    explainer = TreeExplainer(booster, backend=backend, missing=kw.get("missing"))
+    explainer = TreeExplainer(booster, layout="xgboost", backend=backend, missing=kw.get("missing"))
     phi = explainer.shap_values(X)
     assert to_host(phi).dtype == np.float32
     assert_close(phi, contribs(booster, X, **kw))
@@ -156,7 +156,7 @@ def test_and_function_has_the_papers_values(backend):
     y = np.array([1.0, 0.0, 0.0, 0.0])
     params = {"max_depth": 2, "base_score": 0.0, "eta": 1.0, "lambda": 0, "nthread": 1}
     booster = xgb.train(params, xgb.DMatrix(X, y), 1)
-    explainer = TreeExplainer(booster, backend=backend)
+    explainer = TreeExplainer(booster, layout="xgboost", backend=backend)
     phi = to_host(explainer.shap_values(X[:1]))
     np.testing.assert_array_equal(phi, [[0.375, 0.375, 0.25]])
     phi_ref, inter_ref = brute_force(xgboost_trees(booster), X[0], base=0.0)
@@ -178,7 +178,7 @@ def test_random_models_match_brute_force(params, n_rows, n_features, rounds, bac
     X = rng.randn(n_rows, n_features).astype(np.float32)
     y = rng.randn(n_rows)
     booster = xgb.train(dict(params, nthread=1), xgb.DMatrix(X, y), rounds)
-    explainer = TreeExplainer(booster, backend=backend)
+    explainer = TreeExplainer(booster, layout="xgboost", backend=backend)
     trees = xgboost_trees(booster)
     rows = X[:3]
     phi = to_host(explainer.shap_values(rows))
@@ -198,7 +198,7 @@ def test_exact_method_with_pruned_nodes(backend):
     params = {"tree_method": "exact", "max_depth": 5, "base_score": 1.0, "eta": 0.1}
     booster = xgb.train(dict(params, gamma=2.0, nthread=1), xgb.DMatrix(X, y), 10)
     check_against_xgboost(booster, X, backend)
-    phi = to_host(TreeExplainer(booster, backend=backend).shap_values(X[:2]))
+    phi = to_host(TreeExplainer(booster, layout="xgboost", backend=backend).shap_values(X[:2]))
     for r in range(2):
         assert_close(phi[r], brute_force(xgboost_trees(booster), X[r], base=1.0)[0])
 
@@ -313,7 +313,9 @@ def test_empty_input_is_refused_clearly():
     X, y = _diabetes()
     booster = xgb.train({"nthread": 1}, xgb.DMatrix(X, y), 2)
     with pytest.raises(ValueError, match="no rows"):
-        TreeExplainer(booster, backend="cpu").shap_values(np.empty((0, X.shape[1])))
+        TreeExplainer(booster, layout="xgboost", backend="cpu").shap_values(
+            np.empty((0, X.shape[1]))
+        )
 
 
 def _categorical_frame(n_rows: int, n_features: int, n_categories: int, seed: int = 0):
@@ -345,7 +347,7 @@ def test_recoded_categories_follow_the_training_categories(backend):
     )
     recoded = pd.DataFrame({"c": pd.Categorical(["def", "abc"])})
     assert list(recoded["c"].cat.codes) == [1, 0]  # not the training codes 2, 0
-    explainer = TreeExplainer(booster, backend=backend)
+    explainer = TreeExplainer(booster, layout="xgboost", backend=backend)
     for kind in ("values", "interactions"):
         fn = explainer.shap_values if kind == "values" else explainer.shap_interaction_values
         got = to_host(fn(recoded))
@@ -373,7 +375,7 @@ def test_numeric_column_on_a_categorical_feature_is_refused():
     with pytest.raises(ValueError, match="data type"):
         booster.inplace_predict(numeric)  # what XGBoost does
     with pytest.raises((TypeError, ValueError)):
-        TreeExplainer(booster, backend="cpu").shap_values(numeric)
+        TreeExplainer(booster, layout="xgboost", backend="cpu").shap_values(numeric)
 
 
 def test_category_not_seen_in_training_is_refused():
@@ -383,7 +385,7 @@ def test_category_not_seen_in_training_is_refused():
     with pytest.raises(ValueError, match="not in the training"):
         booster.inplace_predict(unseen)  # what XGBoost does
     with pytest.raises((TypeError, ValueError)):
-        TreeExplainer(booster, backend="cpu").shap_values(unseen)
+        TreeExplainer(booster, layout="xgboost", backend="cpu").shap_values(unseen)
 
 
 # --- tests/python/test_predict.py ---------------------------------------------------------------
@@ -394,13 +396,13 @@ def test_output_layouts(backend):
 
     X, y = _diabetes()
     one_tree = xgb.XGBRegressor(n_jobs=1, n_estimators=1).fit(X, y)
-    explainer = TreeExplainer(one_tree, backend=backend)
+    explainer = TreeExplainer(one_tree, layout="xgboost", backend=backend)
     assert explainer.shap_values(X).shape == (len(X), X.shape[1] + 1)
     assert explainer.shap_interaction_values(X[:5]).shape == (5, X.shape[1] + 1, X.shape[1] + 1)
     assert isinstance(explainer.expected_value, float)
     Xi, yi = load_iris(return_X_y=True)
     multiclass = xgb.XGBClassifier(n_jobs=1, n_estimators=3).fit(Xi, yi)
-    explainer = TreeExplainer(multiclass, backend=backend)
+    explainer = TreeExplainer(multiclass, layout="xgboost", backend=backend)
     assert explainer.shap_values(Xi).shape == (len(Xi), 3, Xi.shape[1] + 1)
     assert explainer.shap_interaction_values(Xi[:5]).shape == (5, 3, 5, 5)
     assert np.shape(explainer.expected_value) == (3,)
@@ -419,7 +421,9 @@ def test_missing_value_sentinel(backend):
     booster = xgb.train({"tree_method": "hist", "nthread": 1}, xgb.DMatrix(X, y, missing=11), 10)
     check_against_xgboost(booster, X, backend, missing=11)
     estimator = xgb.XGBRegressor(n_jobs=1, n_estimators=10, missing=11).fit(X, y)
-    phi = TreeExplainer(estimator, backend=backend).shap_values(X)  # the estimator records it
+    phi = TreeExplainer(estimator, layout="xgboost", backend=backend).shap_values(
+        X
+    )  # the estimator records it
     assert_close(phi, contribs(estimator.get_booster(), X, missing=11))
 
 
@@ -427,7 +431,7 @@ def test_input_dtypes_and_layouts():
     rng = np.random.default_rng(9)
     X = rng.integers(-5, 6, size=(200, 4))
     booster = xgb.train({"max_depth": 3, "nthread": 1}, xgb.DMatrix(X, X[:, 0] + X[:, 1]), 10)
-    explainer = TreeExplainer(booster, backend="cpu")
+    explainer = TreeExplainer(booster, layout="xgboost", backend="cpu")
     expected = explainer.shap_values(X.astype(np.float32))
     assert_close(expected, contribs(booster, X.astype(np.float32)))
     for dtype in (np.int8, np.int16, np.int32, np.int64, np.float16, np.float64):
@@ -447,7 +451,7 @@ def test_input_dtypes_and_layouts():
 def test_threaded_calls_give_identical_values():
     X, y = _sentinel_data()
     booster = xgb.train({"max_depth": 5, "nthread": 1}, xgb.DMatrix(X, y), 20)
-    explainer = TreeExplainer(booster, backend="cpu")
+    explainer = TreeExplainer(booster, layout="xgboost", backend="cpu")
     expected = explainer.shap_values(X)
     results: dict[int, np.ndarray] = {}
 
@@ -470,7 +474,7 @@ def test_sparse_matrix_is_explained_as_xgboost_reads_it_or_refused_clearly():
     X[rng.random(X.shape) < 0.5] = 0.0
     csr = sp.csr_matrix(X)
     booster = xgb.train({"max_depth": 4, "nthread": 1}, xgb.DMatrix(csr, X[:, 0]), 10)
-    explainer = TreeExplainer(booster, backend="cpu")
+    explainer = TreeExplainer(booster, layout="xgboost", backend="cpu")
     try:
         got = explainer.shap_values(csr)
     except (TypeError, ValueError) as err:
