@@ -147,7 +147,7 @@ def test_paper_example_exact_values(backend):
     """The two-feature tree of the consistency paper: exact SHAP values, bias 20."""
     X = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=float)
     model = tree.DecisionTreeRegressor(max_depth=2).fit(X, [0, 0, 0, 80])
-    explainer = TreeExplainer(model, backend=backend)
+    explainer = TreeExplainer(model, layout="xgboost", backend=backend)
     expected = [[-10, -10, 20], [-30, 10, 20], [10, -30, 20], [30, 30, 20]]
     np.testing.assert_allclose(to_host(explainer.shap_values(X)), expected, rtol=0, atol=1e-5)
     check_sums(explainer, X, model.predict(X))
@@ -157,7 +157,7 @@ def test_decision_tree_with_missing_values(backend):
     """A tree trained on NaN (scikit-learn >= 1.3): class 1 gets 4/5 for the row that has it."""
     X = np.array([[1], [np.nan], [np.nan], [np.nan], [100]])
     model = tree.DecisionTreeClassifier().fit(X, [1, 0, 0, 0, 0])
-    explainer = TreeExplainer(model, backend=backend)
+    explainer = TreeExplainer(model, layout="xgboost", backend=backend)
     phi = to_host(explainer.shap_values(X))
     np.testing.assert_allclose(phi[:, 1, 0], [0.8, -0.2, -0.2, -0.2, -0.2], atol=1e-6)
     np.testing.assert_allclose(phi[:, 0, 0], [-0.8, 0.2, 0.2, 0.2, 0.2], atol=1e-6)
@@ -269,7 +269,7 @@ def test_sklearn_models(name, backend):
     }[task.split("-")[0]]
     with threadpool_limits(1):  # one OpenMP thread: HistGradientBoosting trains fast
         model = make().fit(X, target)
-    explainer = TreeExplainer(model, backend=backend)
+    explainer = TreeExplainer(model, layout="xgboost", backend=backend)
     phi = check_sums(explainer, X, raw_output(model, X))
     if name == "boosting-3-classes":  # shap explains binary GradientBoostingClassifiers only
         return
@@ -288,7 +288,7 @@ def test_fully_grown_trees_on_iris(estimator, backend):
     else:
         model = ensemble.RandomForestClassifier(n_estimators=100, random_state=0)
     model.fit(X, y)
-    explainer = TreeExplainer(model, backend=backend)
+    explainer = TreeExplainer(model, layout="xgboost", backend=backend)
     phi = check_sums(explainer, X, model.predict_proba(X))
     assert_close(phi, shap_reference(model, X))
     np.testing.assert_allclose(phi[:, 0, :-1], -phi[:, 1, :-1], atol=1e-6)  # mirror images
@@ -354,7 +354,7 @@ def test_hist_gradient_boosting_categorical_splits(backend):
     )
     with threadpool_limits(1):
         model.fit(X, target)
-    explainer = TreeExplainer(model, backend=backend)
+    explainer = TreeExplainer(model, layout="xgboost", backend=backend)
     phi = check_sums(explainer, X, model.decision_function(X))
     for r in (0, 1, 17, 34):
         assert_close(phi[r], _hgb_brute_force(model, X[r]))
@@ -367,14 +367,16 @@ def test_gradient_boosting_with_zero_init(backend):
     """shap refuses ``init="zero"``; its raw output is still the sum of its trees."""
     X, y = _data()
     model = ensemble.GradientBoostingClassifier(n_estimators=10, init="zero").fit(X, y > 0)
-    check_sums(TreeExplainer(model, backend=backend), X, model.decision_function(X))
+    check_sums(
+        TreeExplainer(model, layout="xgboost", backend=backend), X, model.decision_function(X)
+    )
 
 
 def test_single_rows(backend):
     X, y = _data()
     frame = pd.DataFrame(X, columns=list("abcde"))
     model = ensemble.GradientBoostingRegressor(n_estimators=10, max_depth=6).fit(frame, y)
-    explainer = TreeExplainer(model, backend=backend)
+    explainer = TreeExplainer(model, layout="xgboost", backend=backend)
     full = to_host(explainer.shap_values(frame))
     np.testing.assert_array_equal(to_host(explainer.shap_values(frame.iloc[[7]])), full[[7]])
     np.testing.assert_array_equal(to_host(explainer.shap_values(X[7:8])), full[[7]])
@@ -407,7 +409,7 @@ def test_nullable_pandas_dtypes(backend):
     rows = frame.iloc[:5].copy()
     rows.iloc[2, 0] = pd.NA
     rows.iloc[3, 1] = pd.NA
-    explainer = TreeExplainer(model, backend=backend)
+    explainer = TreeExplainer(model, layout="xgboost", backend=backend)
     phi = check_sums(explainer, rows, model.predict_proba(rows))
     numeric = rows.to_numpy(dtype=float, na_value=np.nan)
     np.testing.assert_array_equal(phi, to_host(explainer.shap_values(numeric)))
@@ -420,12 +422,12 @@ def test_expected_value_is_the_mean_training_prediction():
         tree.DecisionTreeRegressor(max_depth=4, random_state=0).fit(X, y),
         ensemble.GradientBoostingRegressor(n_estimators=10, random_state=0).fit(X, y),
     ):
-        explainer = TreeExplainer(model, backend="cpu")
+        explainer = TreeExplainer(model, layout="xgboost", backend="cpu")
         assert explainer.expected_value == pytest.approx(model.predict(X).mean(), abs=1e-6)
     booster = xgb.train(
         {"max_depth": 4, "min_child_weight": 0, "nthread": 1}, xgb.DMatrix(X, y), 10
     )
-    explainer = TreeExplainer(booster, backend="cpu")
+    explainer = TreeExplainer(booster, layout="xgboost", backend="cpu")
     margin = booster.predict(xgb.DMatrix(X), output_margin=True)
     assert explainer.expected_value == pytest.approx(float(margin.mean()), abs=1e-5)
 
@@ -442,7 +444,7 @@ def _xgb_contribs(model, X, **kw) -> np.ndarray:
 def test_xgboost_regressors(estimator, backend):
     X, y = load_diabetes(return_X_y=True)
     model = estimator(n_estimators=20, max_depth=4, n_jobs=1).fit(X, y)
-    explainer = TreeExplainer(model, backend=backend)
+    explainer = TreeExplainer(model, layout="xgboost", backend=backend)
     check_sums(explainer, X, model.predict(X, output_margin=True))
     assert_close(explainer.shap_values(X), _xgb_contribs(model, X))
 
@@ -455,28 +457,38 @@ def test_xgboost_missing_sentinel_propagates(estimator, backend):
     X[np.ix_(rng.random(len(X)) < 0.3, rng.random(X.shape[1]) < 0.5)] = 1e-8
     model = estimator(n_estimators=10, max_depth=4, missing=1e-8, n_jobs=1, random_state=42)
     model.fit(X, y)
-    check_sums(TreeExplainer(model, backend=backend), X, model.predict(X, output_margin=True))
+    check_sums(
+        TreeExplainer(model, layout="xgboost", backend=backend),
+        X,
+        model.predict(X, output_margin=True),
+    )
 
 
 def test_xgboost_direct_against_shap(backend):
     rng = np.random.RandomState(0)
     X, y = rng.standard_normal(size=(100, 4)), rng.standard_normal(size=100)
     model = xgb.XGBRegressor(n_jobs=1, n_estimators=20, random_state=0).fit(X, y)
-    got = to_host(TreeExplainer(model, backend=backend).shap_values(X))
+    got = to_host(TreeExplainer(model, layout="xgboost", backend=backend).shap_values(X))
     assert_close(got, shap_reference(model, X))
 
 
 def test_xgboost_multiclass(backend):
     X, y = load_iris(return_X_y=True)
     model = xgb.XGBClassifier(n_jobs=1, n_estimators=10, max_depth=4).fit(X, y)
-    explainer = TreeExplainer(model, backend=backend)
+    explainer = TreeExplainer(model, layout="xgboost", backend=backend)
     check_sums(explainer, X, model.predict(X, output_margin=True))
     assert_close(explainer.shap_values(X), _xgb_contribs(model, X))
     # shap refuses multiclass forests; XGBoost has their contributions
     forest = xgb.XGBRFClassifier(n_jobs=1, n_estimators=4, max_depth=3).fit(X, y)
-    assert_close(TreeExplainer(forest, backend=backend).shap_values(X), _xgb_contribs(forest, X))
+    assert_close(
+        TreeExplainer(forest, layout="xgboost", backend=backend).shap_values(X),
+        _xgb_contribs(forest, X),
+    )
     stacked = xgb.XGBClassifier(n_jobs=1, n_estimators=2, num_parallel_tree=3).fit(X, y)
-    assert_close(TreeExplainer(stacked, backend=backend).shap_values(X), _xgb_contribs(stacked, X))
+    assert_close(
+        TreeExplainer(stacked, layout="xgboost", backend=backend).shap_values(X),
+        _xgb_contribs(stacked, X),
+    )
 
 
 def test_xgboost_ranking(backend):
@@ -485,7 +497,11 @@ def test_xgboost_ranking(backend):
     params = dict(objective="rank:pairwise", learning_rate=0.1, gamma=1.0, min_child_weight=0.1)
     model = xgb.XGBRanker(n_jobs=1, **params, max_depth=5, n_estimators=4)
     model.fit(X, relevance, qid=np.repeat(np.arange(10), 20))
-    check_sums(TreeExplainer(model, backend=backend), X, model.predict(X, output_margin=True))
+    check_sums(
+        TreeExplainer(model, layout="xgboost", backend=backend),
+        X,
+        model.predict(X, output_margin=True),
+    )
 
 
 def test_xgboost_mixed_column_types(backend):
@@ -494,7 +510,7 @@ def test_xgboost_mixed_column_types(backend):
     frame["HouseAge"] = (X[:, 3] * 10 + 30).astype(np.int64)
     frame["IsOld"] = frame["HouseAge"] > 30
     booster = xgb.train({"learning_rate": 0.1, "nthread": 1}, xgb.DMatrix(frame, y), 50)
-    explainer = TreeExplainer(booster, backend=backend)
+    explainer = TreeExplainer(booster, layout="xgboost", backend=backend)
     assert_close(explainer.shap_values(frame), _xgb_contribs(booster, frame))
     check_sums(explainer, frame, booster.predict(xgb.DMatrix(frame), output_margin=True))
 
@@ -506,7 +522,11 @@ def test_xgboost_tree_limit_after_early_stopping(backend):
         model = xgb.XGBClassifier(n_jobs=1, n_estimators=500, early_stopping_rounds=1, **extra)
         model.fit(X[::2], y[::2], eval_set=[(X[1::2], y[1::2])], verbose=False)
         assert model.best_iteration + 1 < model.get_booster().num_boosted_rounds()
-        check_sums(TreeExplainer(model, backend=backend), X, model.predict(X, output_margin=True))
+        check_sums(
+            TreeExplainer(model, layout="xgboost", backend=backend),
+            X,
+            model.predict(X, output_margin=True),
+        )
     Xr, yr = load_diabetes(return_X_y=True)
     data = xgb.DMatrix(Xr[:300], yr[:300])
     booster = xgb.train(
@@ -518,21 +538,21 @@ def test_xgboost_tree_limit_after_early_stopping(backend):
         verbose_eval=False,
     )
     margin = booster.predict(xgb.DMatrix(Xr), output_margin=True)  # a Booster: every tree
-    check_sums(TreeExplainer(booster, backend=backend), Xr, margin)
+    check_sums(TreeExplainer(booster, layout="xgboost", backend=backend), Xr, margin)
 
 
 def test_xgboost_tweedie_regression(backend):
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(100, 5)), rng.exponential(size=100)
     model = xgb.XGBRegressor(n_jobs=1, objective="reg:tweedie", n_estimators=20).fit(X, y)
-    check_sums(TreeExplainer(model, backend=backend), X, np.log(model.predict(X)))
+    check_sums(TreeExplainer(model, layout="xgboost", backend=backend), X, np.log(model.predict(X)))
 
 
 def test_xgboost_dart_regression(backend):
     rng = np.random.default_rng(0)
     X, y = rng.random((10, 5)), np.array([0] * 5 + [1] * 5)
     model = xgb.XGBRegressor(n_jobs=1, booster="dart", n_estimators=20, rate_drop=0.3).fit(X, y)
-    explainer = TreeExplainer(model, backend=backend)
+    explainer = TreeExplainer(model, layout="xgboost", backend=backend)
     check_sums(explainer, X, model.predict(X, output_margin=True))
     assert_close(explainer.shap_values(X), _xgb_contribs(model, X))
 
@@ -542,7 +562,7 @@ def test_xgboost_expected_value_does_not_change(backend):
 
     X, y = make_classification(n_samples=200, n_features=10, random_state=42)
     model = xgb.XGBClassifier(n_jobs=1, n_estimators=50, random_state=42).fit(X[:150], y[:150])
-    explainer = TreeExplainer(model, backend=backend)
+    explainer = TreeExplainer(model, layout="xgboost", backend=backend)
     before = explainer.expected_value
     phi = to_host(explainer.shap_values(X[150:]))
     assert explainer.expected_value == before
@@ -572,7 +592,7 @@ def test_lightgbm_regression_with_a_categorical_feature(backend):
     y = y + (X[:, -1] == 2) * 1.5
     data = lgb.Dataset(X, y, categorical_feature=[X.shape[1] - 1])
     booster = lgb.train({"verbose": -1, "num_threads": 1}, data, 200)
-    explainer = TreeExplainer(booster, backend=backend)
+    explainer = TreeExplainer(booster, layout="xgboost", backend=backend)
     assert_close(explainer.shap_values(X), _lgb_contribs(booster, X))
     check_sums(explainer, X, booster.predict(X, raw_score=True))
 
@@ -580,7 +600,7 @@ def test_lightgbm_regression_with_a_categorical_feature(backend):
 def test_lightgbm_constant_target_gives_stumps(backend):
     X, y = _data()
     booster = lgb.train(QUIET_LGB, lgb.Dataset(X, np.full(len(y), y.mean())), 50)
-    phi = to_host(TreeExplainer(booster, backend=backend).shap_values(X))
+    phi = to_host(TreeExplainer(booster, layout="xgboost", backend=backend).shap_values(X))
     np.testing.assert_array_equal(phi[:, :-1], 0.0)
     assert_close(phi[:, -1], booster.predict(X, raw_score=True))
     Xi, _ = load_iris(return_X_y=True)
@@ -588,7 +608,7 @@ def test_lightgbm_constant_target_gives_stumps(backend):
         n_jobs=1, n_estimators=20, objective="multiclass", num_class=3, verbose=-1
     )
     model.fit(Xi, np.ones(len(Xi), dtype=int))
-    explainer = TreeExplainer(model, backend=backend)
+    explainer = TreeExplainer(model, layout="xgboost", backend=backend)
     phi = check_sums(explainer, Xi, model.predict(Xi, raw_score=True))
     np.testing.assert_array_equal(phi[..., :-1], 0.0)
 
@@ -597,7 +617,7 @@ def test_lightgbm_constant_target_gives_stumps(backend):
 def test_lightgbm_classifiers(task, backend):
     X, y = load_breast_cancer(return_X_y=True) if task == "binary" else load_iris(return_X_y=True)
     model = lgb.LGBMClassifier(n_jobs=1, n_estimators=50, verbose=-1).fit(X, y)
-    explainer = TreeExplainer(model, backend=backend)
+    explainer = TreeExplainer(model, layout="xgboost", backend=backend)
     assert_close(explainer.shap_values(X), _lgb_contribs(model, X))
     check_sums(explainer, X, model.predict(X, raw_score=True))
 
@@ -608,7 +628,7 @@ def test_lightgbm_interactions_of_one_row(backend):
     model = lgb.LGBMRegressor(n_jobs=1, n_estimators=20, min_child_samples=5, verbose=-1).fit(
         frame, y
     )
-    explainer = TreeExplainer(model, backend=backend)
+    explainer = TreeExplainer(model, layout="xgboost", backend=backend)
     check_sums(explainer, frame, model.predict(frame, raw_score=True))
     one = to_host(explainer.shap_interaction_values(frame.iloc[[0]]))
     assert_close(one.sum(), model.predict(frame.iloc[[0]], raw_score=True)[0])
@@ -620,7 +640,7 @@ def test_lightgbm_pandas_category_column(backend):
     frame["categ"] = pd.Categorical(np.repeat(["M", "F"], len(frame) // 2))
     label = (X[:, 0] + (frame["categ"] == "M") > 0).astype(int)
     model = lgb.LGBMClassifier(n_jobs=1, n_estimators=7, verbose=-1).fit(frame, label)
-    explainer = TreeExplainer(model, backend=backend)
+    explainer = TreeExplainer(model, layout="xgboost", backend=backend)
     assert_close(explainer.shap_values(frame), _lgb_contribs(model, frame))
     check_sums(explainer, frame, model.predict(frame, raw_score=True))
 
@@ -631,14 +651,14 @@ def test_lightgbm_categorical_split_interactions(backend):
     frame["group"] = _house_age_group(X).astype(int)
     model = lgb.LGBMRegressor(n_jobs=1, n_estimators=100, max_cat_to_onehot=1, verbose=-1)
     model.fit(frame, y + frame["group"] % 2, categorical_feature=[frame.columns.get_loc("group")])
-    explainer = TreeExplainer(model, backend=backend)
+    explainer = TreeExplainer(model, layout="xgboost", backend=backend)
     check_sums(explainer, frame.iloc[:100], model.predict(frame.iloc[:100], raw_score=True))
 
 
 def test_lightgbm_digits_interactions(backend):
     X, y = load_digits(return_X_y=True)
     model = lgb.LGBMClassifier(n_jobs=1, n_estimators=10, max_depth=3, verbose=-1).fit(X, y)
-    explainer = TreeExplainer(model, backend=backend)
+    explainer = TreeExplainer(model, layout="xgboost", backend=backend)
     check_sums(explainer, X[:200], model.predict(X[:200], raw_score=True), n_interaction_rows=4)
 
 
@@ -673,7 +693,7 @@ def _native_categorical_data(n_categories: int, with_missing: bool = False):
 
 
 def _check_native(booster, X, backend):
-    explainer = TreeExplainer(booster, backend=backend)
+    explainer = TreeExplainer(booster, layout="xgboost", backend=backend)
     assert_close(explainer.shap_values(X), _lgb_contribs(booster, X))
     check_sums(explainer, X, booster.predict(X, raw_score=True), n_interaction_rows=len(X))
 
@@ -721,12 +741,12 @@ def test_catboost_models(backend):
         frame, y
     )
     raw = regressor.predict(frame, prediction_type="RawFormulaVal")
-    check_sums(TreeExplainer(regressor, backend=backend), frame, raw)
+    check_sums(TreeExplainer(regressor, layout="xgboost", backend=backend), frame, raw)
     Xb, yb = load_breast_cancer(return_X_y=True)
     classifier = catboost.CatBoostClassifier(iterations=10, learning_rate=0.5, **QUIET_CB).fit(
         Xb, yb
     )
-    explainer = TreeExplainer(classifier, backend=backend)
+    explainer = TreeExplainer(classifier, layout="xgboost", backend=backend)
     check_sums(explainer, Xb, classifier.predict(Xb, prediction_type="RawFormulaVal"))
     ref = classifier.get_feature_importance(catboost.Pool(Xb), type="ShapValues")
     assert_close(explainer.shap_values(Xb), ref)
@@ -751,7 +771,7 @@ def test_catboost_depth_one_interactions(task, backend):
     else:
         model = catboost.CatBoostClassifier(depth=1, iterations=10, **QUIET_CB).fit(frame, y > 0)
     check_sums(
-        TreeExplainer(model, backend=backend),
+        TreeExplainer(model, layout="xgboost", backend=backend),
         frame,
         model.predict(frame, prediction_type="RawFormulaVal"),
         50,
@@ -763,7 +783,7 @@ def test_catboost_column_names_with_special_characters(backend):
     frame = pd.DataFrame({"x5=ROMÁNIA": rng.choice([0.0, 1.0], 10), "b": rng.normal(size=10)})
     model = catboost.CatBoostClassifier(iterations=3, depth=1, **QUIET_CB)
     model.fit(frame, rng.choice([0, 1], 10))
-    explainer = TreeExplainer(model, backend=backend)
+    explainer = TreeExplainer(model, layout="xgboost", backend=backend)
     assert explainer.feature_names == ("x5=ROMÁNIA", "b")
     check_sums(explainer, frame, model.predict(frame, prediction_type="RawFormulaVal"))
 
@@ -798,7 +818,7 @@ def test_consistent_outputs_across_libraries(task, backend):
             "proba": lambda m: m.predict_proba(frame),
             "predict": lambda m: m.predict(frame),
         }[kind](model)
-        explainer = TreeExplainer(model, backend=backend)
+        explainer = TreeExplainer(model, layout="xgboost", backend=backend)
         phi = check_sums(explainer, frame, raw, n_interaction_rows=50)
         expected_shape = (50, 2, 6) if kind == "proba" else (50, 6)
         assert phi.shape == expected_shape
@@ -843,13 +863,15 @@ GPU_TASKS = [
 @pytest.mark.parametrize("name", GPU_TASKS)
 def test_gpu_task_list_interactions(name, backend):
     model, X, raw = _gpu_task(name)
-    check_sums(TreeExplainer(model, backend=backend), X, raw, n_interaction_rows=20)
+    check_sums(
+        TreeExplainer(model, layout="xgboost", backend=backend), X, raw, n_interaction_rows=20
+    )
 
 
 def test_gpu_task_with_missing_values(backend):
     model, X, _ = _gpu_task("xgboost-base")
     X = X.copy()
     X[::10, 0] = np.nan
-    explainer = TreeExplainer(model, backend=backend)
+    explainer = TreeExplainer(model, layout="xgboost", backend=backend)
     assert_close(explainer.shap_values(X), model.predict(xgb.DMatrix(X), pred_contribs=True))
     check_sums(explainer, X, model.predict(xgb.DMatrix(X), output_margin=True))
