@@ -81,7 +81,7 @@ def test_explain_npy_in_process_matches_explainer(files):
     out = str(files["dir"] / "reg_out.npy")
     proc = run_cli("explain", files["reg"], files["npy"], "-o", out)
     got = np.load(out)
-    want = TreeExplainer(files["reg"], backend="cpu").shap_values(files["X"])
+    want = TreeExplainer(files["reg"], layout="xgboost", backend="cpu").shap_values(files["X"])
     assert got.dtype == np.float32 and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
     n = len(files["X"])
@@ -93,7 +93,7 @@ def test_explain_parquet_columns_by_model_names(files):
     run_cli("explain", files["named"], files["parquet"], "-o", out, "--local")
     got = pd.read_parquet(out)
     assert list(got.columns) == NAMES + ["bias"]
-    explainer = TreeExplainer(files["named"], backend="cpu")
+    explainer = TreeExplainer(files["named"], layout="xgboost", backend="cpu")
     want = explainer.shap_values(files["frame"][NAMES].to_numpy(np.float32))
     np.testing.assert_array_equal(got.to_numpy(), want)
     assert got.dtypes.eq(np.float32).all()
@@ -103,7 +103,7 @@ def test_explain_multiclass_csv_to_parquet_and_zarr_on_cluster(files, scheduler)
     out = str(files["dir"] / "mc_out.parquet")
     run_cli("explain", files["mc"], files["csv"], "-o", out, "--scheduler", scheduler)
     got = pd.read_parquet(out)
-    explainer = TreeExplainer(files["mc"], backend="cpu")
+    explainer = TreeExplainer(files["mc"], layout="xgboost", backend="cpu")
     want = explainer.shap_values(files["X_mc"])  # (n, G, F+1)
     n, groups, width = want.shape
     assert groups == 3
@@ -125,7 +125,7 @@ def test_explain_glob_of_npy_on_cluster_keeps_row_order(files, scheduler):
     out = str(files["dir"] / "glob_out.npy")
     args = ["--scheduler", scheduler, "--chunk-rows", "50", "--no-progress"]
     proc = run_cli("explain", files["reg"], files["npy_glob"], "-o", out, *args)
-    want = TreeExplainer(files["reg"], backend="cpu").shap_values(files["X"])
+    want = TreeExplainer(files["reg"], layout="xgboost", backend="cpu").shap_values(files["X"])
     np.testing.assert_array_equal(np.load(out), want)
     assert "1 Dask worker" in proc.stdout
 
@@ -226,8 +226,9 @@ def test_explain_returns_shap_explanation(files):
     frame = pd.DataFrame(files["X_mc"], columns=[f"x{j}" for j in range(6)])
     ex = explainer.explain(frame)
     assert isinstance(ex, shap.Explanation)
-    phi = explainer.shap_values(files["X_mc"])
     assert ex.values.shape == (len(frame), 6, 3) and ex.base_values.shape == (len(frame), 3)
+    np.testing.assert_array_equal(ex.values, explainer.shap_values(files["X_mc"]))
+    phi = TreeExplainer(files["mc"], layout="xgboost", backend="cpu").shap_values(files["X_mc"])
     np.testing.assert_array_equal(ex.values, phi[:, :, :-1].transpose(0, 2, 1))
     np.testing.assert_array_equal(ex.base_values, phi[:, :, -1])
     assert list(ex.feature_names) == list(frame.columns)
@@ -245,7 +246,7 @@ def test_parquet_category_columns_read_as_values(files):
     shuffled.to_parquet(data)
     out = str(files["dir"] / "cat_out.npy")
     run_cli("explain", model, str(data), "-o", out)
-    want = TreeExplainer(model, backend="cpu").shap_values(frame)
+    want = TreeExplainer(model, layout="xgboost", backend="cpu").shap_values(frame)
     np.testing.assert_array_equal(np.load(out), want)
 
 
@@ -281,7 +282,7 @@ def test_categories_coded_by_the_models_training_categories(tmp_path, scheduler)
     y = frame["x"] + frame["c"].astype(float) / 10
     model = xgb.XGBRegressor(n_estimators=10, max_depth=3, enable_categorical=True, n_jobs=1)
     model.fit(frame, y)
-    explainer = TreeExplainer(model, backend="cpu")
+    explainer = TreeExplainer(model, layout="xgboost", backend="cpu")
     if explainer.packed.feature_categories is None:
         pytest.skip("this XGBoost does not store its training categories")
     model_path = tmp_path / "m.json"
