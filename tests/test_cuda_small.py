@@ -349,7 +349,7 @@ def test_gpu_small_route_against_regular_route_and_xgboost(monkeypatch):
     X[rng.random(X.shape) < 0.05] = np.nan
     y = np.nan_to_num(X[:, 0]) * 2 + np.nan_to_num(X[:, 3]) * np.nan_to_num(X[:, 5])
     booster = xgb.train({"max_depth": 3}, xgb.DMatrix(X, label=y), num_boost_round=10)
-    explainer = TreeExplainer(booster, backend="cuda")
+    explainer = TreeExplainer(booster, layout="xgboost", backend="cuda")
     packed = explainer.packed
     assert small_fits(packed, False) and small_fits(packed, True)
     for inter, n in ((False, 3000), (True, 200)):
@@ -830,7 +830,7 @@ def test_gpu_gather_and_raw_launch(monkeypatch):
                                       "num_class": 3}):  # fmt: skip
         label = y if "num_class" not in params else np.digitize(y, [-0.5, 0.5])
         booster = xgb.train(params, xgb.DMatrix(X, label=label), num_boost_round=10)
-        explainer = TreeExplainer(booster, backend="cuda")
+        explainer = TreeExplainer(booster, layout="xgboost", backend="cuda")
         packed = explainer.packed
         rows = cupy.asarray(packed.encoding.apply(X))
         for inter, n in ((False, 3000), (True, 200)):

@@ -64,14 +64,14 @@ def test_catboost_export_on_gpu_matches_catboost(case):
     d = FIXTURES / case
     ens = load_catboost_json(str(d / "model.json"))
     Xt, ref, raw = (np.load(d / f"{name}.npy") for name in ("rows", "shap", "raw"))
-    gpu = TreeExplainer(ens, backend="cuda")
+    gpu = TreeExplainer(ens, layout="xgboost", backend="cuda")
     ours = to_host(gpu.shap_values(Xt)).astype(np.float64)
     scale = np.abs(raw).max()
     np.testing.assert_allclose(ours, ref.reshape(ours.shape), rtol=0, atol=1e-4 * scale)
     np.testing.assert_allclose(ours.sum(axis=-1).reshape(raw.shape), raw, rtol=0,
                                atol=1e-5 * scale)  # fmt: skip
     inter = to_host(gpu.shap_interaction_values(Xt)).astype(np.float64)
-    cpu = TreeExplainer(ens, backend="cpu").shap_interaction_values(Xt)
+    cpu = TreeExplainer(ens, layout="xgboost", backend="cpu").shap_interaction_values(Xt)
     np.testing.assert_allclose(inter, cpu, rtol=0, atol=2e-6 * max(1.0, np.abs(cpu).max()))
     np.testing.assert_allclose(inter.sum(axis=-1), ours, rtol=0, atol=1e-5 * scale)
 
