@@ -128,6 +128,14 @@ def _nothing(ensemble: Ensemble) -> None:
     return None
 
 
+def _cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def start_ahead(model: Any, backend: str) -> Callable[[Ensemble], None]:
     """Start compiling a large model file's kernels in helper processes; returns the function
     to call with the loaded ensemble (it hands the CUDA helpers the kernels of its shape).
@@ -135,11 +143,13 @@ def start_ahead(model: Any, backend: str) -> Callable[[Ensemble], None]:
     Only for a model file of more than :data:`~distshap.models._threaded.WARM_UP_BYTES` bytes
     (smaller ones never take the compiled path walk), with a Numba cache directory, what is
     not in the disk cache yet (a filled cache starts nothing) and at most
-    ``compile_ahead_processes`` helpers (:class:`~distshap.plan.config.Config`), fewer than the
-    cores. ``backend``: the explainer's (``"cuda"`` adds the CUDA helpers; ``"auto"`` where a
-    GPU is visible).
+    ``compile_ahead_processes`` helpers (:class:`~distshap.plan.config.Config`), and two
+    fewer than the cores: the loading process compiles the file's decoders in a thread of its
+    own meanwhile, and a helper without an idle core slows that down more than it saves.
+    ``backend``: the explainer's (``"cuda"`` adds the CUDA helpers; ``"auto"`` where a GPU is
+    visible).
     """
-    count = min(int(get_config().compile_ahead_processes), (os.cpu_count() or 1) - 1)
+    count = min(int(get_config().compile_ahead_processes), _cores() - 2)
     try:
         large = os.path.getsize(model) > WARM_UP_BYTES
     except (OSError, TypeError, ValueError):
