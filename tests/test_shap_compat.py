@@ -618,7 +618,11 @@ def test_dask_shap_layout(setup, scheduler):
         lazy = explainer.shap_values(da.from_array(X, chunks=(10, 5)))
         assert isinstance(lazy, da.Array) and lazy.shape == (N_EXPLAIN, 5, 3)
         got = lazy.compute()
+        inter = explainer.shap_interaction_values(da.from_array(X[:6], chunks=(3, 5)))
+        assert isinstance(inter, da.Array) and inter.shape == (6, 5, 5, 3)
+        inter = inter.compute()
     np.testing.assert_array_equal(got, explainer.shap_values(X))
+    np.testing.assert_array_equal(inter, explainer.shap_interaction_values(X[:6]))
 
 
 def test_dask_frame_explanation(setup, scheduler):
