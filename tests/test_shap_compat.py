@@ -223,8 +223,12 @@ def test_lightgbm_and_forest_match_shap(output):
             warnings.simplefilter("ignore")
             peer = shap.TreeExplainer(model, bg, model_output=output)
             want = peer.shap_values(rows, labels)
-        got = TreeExplainer(model, bg, model_output=output, backend="cpu")(rows, labels)
+        ours = TreeExplainer(model, bg, model_output=output, backend="cpu")
+        got = ours(rows, labels)
         rel_close(got.values, want)  # the forest: (n, F, 2), as shap's
+        np.testing.assert_array_equal(ours.shap_values(rows, labels), got.values)  # the same call
+        if output != "log_loss":
+            rel_close(ours.expected_value, np.squeeze(peer.expected_value))
 
 
 def test_shap_plots_take_the_explanation(setup):
