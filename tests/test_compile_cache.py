@@ -146,3 +146,39 @@ def test_longest_path_bound_is_the_depth_or_the_features() -> None:
     assert longest_path_bound(chain_ensemble(3, 3)) == 3
     assert longest_path_bound(chain_ensemble(33, 40)) == 33  # deeper than a warp
     assert longest_path_bound(chain_ensemble(12, 5)) == 5  # features repeat along the chain
+
+
+class _FakeHelper:
+    """Stands for a started helper: what it is given stays readable after the close."""
+
+    def __init__(self) -> None:
+        self.given = b""
+        self.stdin = self
+
+    def write(self, data: bytes) -> None:
+        self.given += data
+
+    def close(self) -> None:
+        pass
+
+    def wait(self, timeout: float | None = None) -> int:
+        return 0
+
+
+def test_names_sharing_an_index_go_to_one_helper_and_idle_helpers_are_released() -> None:
+    from distshap import compile_cache
+
+    module = "tests.fake_helpers"
+    helpers = [_FakeHelper() for _ in range(3)]
+    compile_cache._IDLE[module] = list(helpers)
+    compile_cache.compile_ahead(module, [("q2", "q4", "q6"), "finish", "fill"])
+    shares = [h.given.decode().split() for h in helpers]
+    assert ["q2", "q4", "q6"] in shares  # one helper, in order
+    assert sorted(n for s in shares for n in s) == ["fill", "finish", "q2", "q4", "q6"]
+    assert all(shares)  # dealt over every helper
+    assert compile_cache.wait_ahead(module=module) >= 0.0
+    assert not any(m == module for m, _ in compile_cache._PENDING.values())
+    idle = _FakeHelper()
+    compile_cache._IDLE[module] = [idle]
+    compile_cache.compile_ahead(module, [])  # nothing to compile: released with no names
+    assert idle.given == b"" and module not in compile_cache._IDLE
