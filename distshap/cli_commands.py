@@ -418,7 +418,13 @@ def run_plot_summary(args: argparse.Namespace) -> int:
         phi = explainer.shap_values(rows, progress=_progress_enabled(args))
         values = model_matrix(rows, explainer.packed)  # the feature values the dots are coloured by
     fig = summary_plot(
-        phi, values, names, kind=args.kind, max_display=args.max_display, group=args.group
+        phi,
+        values,
+        names,
+        kind=args.kind,
+        max_display=args.max_display,
+        group=args.group,
+        layout=explainer.layout,
     )
     io.save_figure(fig, args.output, fmt, args.overwrite, dpi=args.dpi, bbox_inches="tight")
     print(f"{len(rows)} rows -> {args.output}")

@@ -3,10 +3,11 @@
 :func:`interaction_heatmap` draws the strongest feature pairs of an interaction summary
 (:func:`distshap.pair_interactions.interaction_summary`) as a heat map.
 
-:func:`summary_plot` takes the arrays :meth:`distshap.TreeExplainer.shap_values` returns (bias
-in the last column) and draws either the mean |SHAP| per feature as a horizontal bar chart
-(stacked by class for multiclass models) or a beeswarm-like scatter: one row per feature, one
-dot per explained row at its SHAP value, coloured by the feature's value. It builds a
+:func:`summary_plot` takes the arrays :meth:`distshap.TreeExplainer.shap_values` returns (shap's
+layout by default, XGBoost's with ``layout="xgboost"``) and draws either the mean |SHAP| per
+feature as a horizontal bar chart (stacked by class for multiclass models) or a beeswarm-like
+scatter: one row per feature, one dot per explained row at its SHAP value, coloured by the
+feature's value. It builds a
 :class:`matplotlib.figure.Figure` directly (no pyplot, no GUI backend), so it works headless;
 save it with ``fig.savefig("summary.png")``.
 """
@@ -61,22 +62,49 @@ def check_image_size(size: tuple[float, float], dpi: Any, what: str = "dpi") -> 
         )
 
 
-def _as_groups(shap_values: Any) -> np.ndarray:
-    """``(n, F+1)`` / ``(n, G, F+1)`` -> float64 ``(n, G, F)`` without the bias column."""
+def _as_groups(shap_values: Any, layout: str = "shap") -> np.ndarray:
+    """SHAP values in ``layout`` -> float64 ``(n, G, F)`` without a bias column.
+
+    ``"shap"``: ``(n, F)`` / ``(n, F, G)``; ``"xgboost"``: ``(n, F+1)`` / ``(n, G, F+1)``, the
+    bias last.
+    """
+    from distshap.layouts import check_layout
+
+    check_layout(layout)
     phi = np.asarray(shap_values.get() if hasattr(shap_values, "get") else shap_values)
     if phi.ndim == 2:
-        phi = phi[:, None, :]
-    if phi.ndim != 3 or phi.shape[2] < 2:
+        phi = phi[:, None, :] if layout == "xgboost" else phi[:, :, None]
+    smallest = 2 if layout == "xgboost" else 1
+    if phi.ndim != 3 or phi.shape[2 if layout == "xgboost" else 1] < smallest:
+        want = "(n, F+1) or (n, G, F+1)" if layout == "xgboost" else "(n, F) or (n, F, G)"
         raise ValueError(
-            f"shap_values has shape {phi.shape}: pass the (n, F+1) or (n, G, F+1) array "
-            "TreeExplainer.shap_values returns (bias in the last column)"
+            f"shap_values has shape {phi.shape}: pass the {want} array "
+            f"TreeExplainer(..., layout={layout!r}).shap_values returns"
         )
-    return phi[:, :, :-1].astype(np.float64)
+    if layout == "xgboost":
+        return phi[:, :, :-1].astype(np.float64)
+    return phi.transpose(0, 2, 1).astype(np.float64)
 
 
-def mean_abs_shap(shap_values: Any) -> np.ndarray:
-    """Mean |SHAP value| per output group and feature, ``(G, F)`` (bias column excluded)."""
-    return np.abs(_as_groups(shap_values)).mean(axis=0)
+def mean_abs_shap(shap_values: Any, layout: str = "shap") -> np.ndarray:
+    """Mean |SHAP value| per output group and feature, ``(G, F)`` (no bias column)."""
+    return np.abs(_as_groups(shap_values, layout)).mean(axis=0)
+
+
+def _check_width(n_features: int, data: Any, feature_names: Any, layout: str) -> None:
+    """The values' feature count agrees with ``data`` and ``feature_names`` (else the layout
+    was misread: a bias column taken for a feature, or the last feature for the bias)."""
+    widths = {
+        "data": None if data is None else np.shape(data)[-1],
+        "feature_names": None if feature_names is None else len(feature_names),
+    }
+    for what, width in widths.items():
+        if width is not None and width != n_features:
+            other = "xgboost" if layout == "shap" else "shap"
+            raise ValueError(
+                f"shap_values read in layout={layout!r} has {n_features} features but {what} "
+                f"has {width}: pass layout={other!r} if the values are in that layout"
+            )
 
 
 def _swarm_offsets(x: np.ndarray, n_bins: int = 80, width: float = 0.4) -> np.ndarray:
@@ -199,13 +227,15 @@ def summary_plot(
     class_names: Sequence[str] | None = None,
     title: str | None = None,
     max_points: int = 20_000,
+    layout: str = "shap",
 ) -> Any:
     """A summary plot of SHAP values.
 
     Parameters
     ----------
     shap_values : ndarray
-        ``(n, F+1)`` or ``(n, G, F+1)`` as :meth:`TreeExplainer.shap_values` returns.
+        As :meth:`TreeExplainer.shap_values` returns: ``(n, F)`` / ``(n, F, G)`` (shap's
+        layout) or ``(n, F+1)`` / ``(n, G, F+1)`` (``layout="xgboost"``).
     data : ndarray, optional
         ``(n, F)`` feature values, colouring the beeswarm dots (grey where NaN).
     feature_names : sequence of str, optional
@@ -222,6 +252,8 @@ def summary_plot(
     title : str, optional
     max_points : int
         The beeswarm draws at most this many rows (an evenly spaced subset).
+    layout : {"shap", "xgboost"}
+        The layout of ``shap_values`` (the explainer's ``layout``).
 
     Returns
     -------
@@ -232,8 +264,9 @@ def summary_plot(
         raise ValueError(f"unknown kind {kind!r}: use 'auto', 'bar' or 'beeswarm'")
     if max_display < 1:
         raise ValueError(f"max_display={max_display} must be >= 1")
-    phi = _as_groups(shap_values)
+    phi = _as_groups(shap_values, layout)
     n, n_groups, n_features = phi.shape
+    _check_width(n_features, data, feature_names, layout)
     names = _names(feature_names, n_features)
     if group is not None and not 0 <= group < n_groups:
         raise ValueError(f"group={group} but the values have {n_groups} output group(s)")

@@ -18,7 +18,7 @@ matches a DataFrame's (the explainer converts the values, once):
 
 Outputs (:mod:`distshap.io.write`, checked and staged by :mod:`distshap.io.staging`):
 
-* ``.npy``: the array exactly as :meth:`distshap.TreeExplainer.shap_values` returns it —
+* ``.npy``: the array exactly as ``TreeExplainer(model, layout="xgboost").shap_values`` returns it —
   ``(n, F+1)``, ``(n, G, F+1)``, ``(n, F+1, F+1)`` or ``(n, G, F+1, F+1)``, float32, bias last.
 * ``.parquet``: one float32 column per feature plus ``"bias"`` (:func:`output_columns`); for
   ``G > 1`` output groups, ``"<feature>[class k]"`` and ``"bias[class k]"``, class by class.

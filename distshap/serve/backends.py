@@ -1,7 +1,7 @@
 """Where a batch runs: in this process, or on the workers of a Dask cluster.
 
 Both run :func:`explain_block`, the public :class:`~distshap.TreeExplainer` calls on a block of
-rows, so a response is what ``TreeExplainer(model).shap_values(rows)`` returns, bit for bit
+rows, so a response is what ``TreeExplainer(model, layout="xgboost").shap_values(rows)`` returns, bit for bit
 (each row's values do not depend on the rows beside it). The Dask executor keeps each model
 resident on every worker (:func:`distshap.cluster.shipping.model_future`, a recoverable task,
 and one pinned copy per worker) and sends a block as ONE task on that copy
