@@ -1,12 +1,13 @@
 """Where a batch runs: in this process, or on the workers of a Dask cluster.
 
 Both run :func:`explain_block`, the public :class:`~distshap.TreeExplainer` calls on a block of
-rows, so a response is what ``TreeExplainer(model, layout="xgboost").shap_values(rows)`` returns, bit for bit
-(each row's values do not depend on the rows beside it). The Dask executor keeps each model
-resident on every worker (:func:`distshap.cluster.shipping.model_future`, a recoverable task,
-and one pinned copy per worker) and sends a block as ONE task on that copy
-(``client.submit``): no collection, no graph per request. A block whose worker dies is run
-again on another; with no worker left the batch fails at once with :class:`NoWorkerError`.
+rows, so a response is what ``TreeExplainer(model, layout="xgboost").shap_values(rows)``
+returns, bit for bit (each row's values do not depend on the rows beside it). The Dask
+executor keeps each model resident on every worker
+(:func:`distshap.cluster.shipping.model_future`, a recoverable task, and one pinned copy per
+worker) and sends a block as ONE task on that copy (``client.submit``): no collection, no graph
+per request. A block whose worker dies is run again on another; with no worker left the batch
+fails at once with :class:`NoWorkerError`.
 """
 
 from __future__ import annotations
