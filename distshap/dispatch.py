@@ -23,6 +23,7 @@ from distshap.interventional import apply_transform, bias_values, check_labels
 from distshap.kernels.interventional_math import RAW
 from distshap.kernels.margin import predict_margin
 from distshap.request import Request, make_request
+from distshap.sparse_blocks import dense_rows
 
 __all__ = ["explain_rows", "run_request"]
 
@@ -86,7 +87,7 @@ def run_request(packed: Any, raw: Any, request: Request, y: Any = None, first_ro
     Parameters
     ----------
     packed : PackedModel
-    raw : ndarray or cupy.ndarray
+    raw : ndarray, cupy.ndarray or SparseRows
         The rows' values as the model compares them (:func:`distshap.inputs.model_matrix`:
         the caller converts them, once).
     request : Request
@@ -98,6 +99,7 @@ def run_request(packed: Any, raw: Any, request: Request, y: Any = None, first_ro
     first_row : int
         Row index of ``raw[0]`` in the whole input, for error messages.
     """
+    raw = dense_rows(raw)  # scipy.sparse rows: a block of them, dense now
     rows = packed.encoding.apply(raw)  # the values as the kernels compare them
     backend = request.backend
     if backend == "auto":  # a Dask worker with NumPy chunks: its own device decides

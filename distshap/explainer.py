@@ -55,12 +55,10 @@ from distshap.kernels.margin import margin_model
 from distshap.layouts import (
     DEFAULT_LAYOUT,
     check_layout,
-    check_output_fits,
     distinct_names,
     explanation,
     explanation_names,
     import_shap,
-    in_batches,
     layout_values,
 )
 from distshap.models import Ensemble
@@ -72,6 +70,7 @@ from distshap.packed import (
     pack_ensemble,
 )
 from distshap.request import make_request
+from distshap.row_blocks import feature_values, run_blocks, used_columns
 from distshap.shap_compat import (
     UNSET,
     add_base_margin,
@@ -403,6 +402,7 @@ class TreeExplainer(PairMethods, BanzhafMethods):
         progress: bool,
         tree_limit: int | None,
         iteration_range: Any,
+        features: str = "all",
     ) -> tuple[Any, ExplainInput, _Model]:
         """Values ``(n, G, F+1)`` / ``(n, G, F+1, F+1)`` (lazy for Dask), the input, the model."""
         check_flags(check_additivity=check_additivity, progress=progress, interactions=interactions)
@@ -418,14 +418,13 @@ class TreeExplainer(PairMethods, BanzhafMethods):
             y = label_values(y, inp) if self.model_output == "log_loss" else None
             out = explain_dask(packed, inp.rows, backend=self.backend, client=self.client,
                                check_additivity=check_additivity, y=y, **ask)  # fmt: skip
-            return out, inp, model
+            return used_columns(out, packed, features, interactions), inp, model
         request = make_request(packed, backend=self.backend, check=check_additivity,
                                cupy_data=is_cupy(inp.rows), **ask)  # fmt: skip
-        raw = model_matrix(inp.rows, packed)  # the rows' one conversion
+        raw = model_matrix(inp.rows, packed, blocks=True)  # the rows' one conversion
         n = raw.shape[0]
         labels = label_values(y, inp) if request.needs_labels else None
         labels = check_labels(labels, n, request.transform)
-        check_output_fits(n, packed, interactions)
 
         def run(start: int, stop: int) -> Any:
             whole = (start, stop) == (0, n)
@@ -434,10 +433,7 @@ class TreeExplainer(PairMethods, BanzhafMethods):
             out = run_request(packed, rows, request, y_rows, start)
             return add_base_margin(out, inp, self.ensemble.base_score, start, interactions)
 
-        if progress and not is_cupy(raw) and n > PROGRESS_BATCH_ROWS:
-            out = in_batches(run, n, packed, interactions, PROGRESS_BATCH_ROWS)
-        else:
-            out = run(0, n)
+        out = run_blocks(run, n, packed, interactions, raw, progress, features, PROGRESS_BATCH_ROWS)
         return out, inp, model
 
     def shap_values(
@@ -451,6 +447,7 @@ class TreeExplainer(PairMethods, BanzhafMethods):
         *,
         progress: bool = False,
         iteration_range: tuple[int, int] | None = None,
+        features: str = "all",
     ) -> Any:
         """SHAP values, in shap's layout (no bias column, groups last) or, for
         ``layout="xgboost"``, in XGBoost's ``pred_contribs`` layout (bias in the last column).
@@ -494,6 +491,9 @@ class TreeExplainer(PairMethods, BanzhafMethods):
         iteration_range : (int, int), optional
             Explain boosting rounds ``[begin, end)`` only, as XGBoost's
             ``predict(iteration_range=...)`` (``(0, 0)``: all). Excludes ``tree_limit``.
+        features : {"all", "used"}
+            ``"used"``: only the features the model splits on (the others' values are 0): a
+            :class:`~distshap.row_blocks.UsedFeatureValues` (``values`` (n, U), ``features``).
 
         Returns
         -------
@@ -505,11 +505,11 @@ class TreeExplainer(PairMethods, BanzhafMethods):
             ``(G, F + 1)`` for one row. Same array family as ``X`` (lazy for Dask).
         """
         check_approximate(approximate)
-        out, inp, _ = self._compute(
-            X, y, False, check_additivity, progress, tree_limit, iteration_range
+        out, inp, model = self._compute(
+            X, y, False, check_additivity, progress, tree_limit, iteration_range, features
         )
         check_shap_layout_margin(inp, self.layout)
-        return layout_values(out, inp.one_row, self.layout, False)
+        return feature_values(out, inp.one_row, self.layout, features, model.packed)
 
     def shap_interaction_values(
         self,

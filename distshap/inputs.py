@@ -19,6 +19,7 @@ rows.
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from dataclasses import dataclass
@@ -27,6 +28,9 @@ from typing import Any
 import numpy as np
 
 from distshap.frames import model_frame_matrix, native_frame, select_model_columns
+from distshap.sparse_blocks import SparseRows
+from distshap.sparse_blocks import is_sparse as _is_sparse
+from distshap.sparse_blocks import sparse_matrix as _sparse_matrix
 
 __all__ = [
     "ExplainInput",
@@ -130,13 +134,17 @@ def prepare_rows(X: Any, packed: Any, allow_empty: bool = False) -> Any:
     return packed.encoding.apply(model_matrix(X, packed, allow_empty))
 
 
-def model_matrix(X: Any, packed: Any, allow_empty: bool = False, *, what: str = "X") -> Any:
+def model_matrix(
+    X: Any, packed: Any, allow_empty: bool = False, *, what: str = "X", blocks: bool = False
+) -> Any:
     """User rows -> a validated ``(n, F)`` matrix of the model's raw feature values.
 
     Like :func:`prepare_rows` without the encoding: float64 when the model compares in float64
     (else float32), columns in the model's order, category columns coded. Its values are the
     ones the model's own library compares, which the additivity check traverses the trees with.
-    ``what`` names the argument in error messages (``"data"`` for a background).
+    ``what`` names the argument in error messages (``"data"`` for a background). ``blocks``:
+    a scipy.sparse ``X`` stays sparse, as :class:`~distshap.sparse_blocks.SparseRows` (dense a
+    block of rows at a time, each block's values those of the dense matrix).
     """
     encoding = packed.encoding
     dtype = encoding.input_dtype
@@ -145,6 +153,8 @@ def model_matrix(X: Any, packed: Any, allow_empty: bool = False, *, what: str = 
     if is_frame(X):
         columns = select_model_columns(X, F, packed.feature_names, encoding.name_style, what=what)
         X = model_frame_matrix(X[columns], packed, what)
+    elif _is_sparse(X) and blocks and X.ndim == 2:
+        X = SparseRows(X, encoding.library, dtype, _categorize(encoding))
     elif _is_sparse(X):
         X = _sparse_matrix(X, encoding.library, dtype, what)
     elif is_cupy(X):
@@ -173,9 +183,18 @@ def model_matrix(X: Any, packed: Any, allow_empty: bool = False, *, what: str = 
             f"{what} has {X.shape[1]} features but the model expects {F}: pass the "
             "columns the model was trained on, in the same order"
         )
-    if encoding.categorical_rule is not None:
+    if encoding.categorical_rule is not None and not isinstance(X, SparseRows):
         X = _library_categories(X, encoding.categorical, encoding.categorical_rule)
     return X
+
+
+def _categorize(encoding: Any) -> Any:
+    """:func:`_library_categories` of ``encoding``'s rule for each dense block, or ``None``."""
+    if encoding.categorical_rule is None:
+        return None
+    return functools.partial(
+        _library_categories, categorical=encoding.categorical, rule=encoding.categorical_rule
+    )
 
 
 def _library_categories(X: Any, categorical: np.ndarray, rule: str) -> Any:
@@ -193,30 +212,6 @@ def _library_categories(X: Any, categorical: np.ndarray, rule: str) -> Any:
     out = X.copy()
     out[:, columns] = xp.where(odd, value, block)
     return out
-
-
-def _is_sparse(X: Any) -> bool:
-    return type(X).__module__.split(".")[0] == "scipy" and hasattr(X, "tocoo")
-
-
-def _sparse_matrix(X: Any, library: str, dtype: Any, what: str = "X") -> np.ndarray:
-    """A scipy.sparse matrix, dense: unstored entries are missing for XGBoost (as its DMatrix
-    reads them), zeros for the other libraries (as LightGBM and scikit-learn read them)."""
-    indices, indptr = getattr(X, "indices", None), getattr(X, "indptr", None)
-    if indices is not None and indptr is not None and indices.dtype != indptr.dtype:
-        # int64 indptr with int32 indices (LightGBM, XGBoost and toarray() take it; scipy's
-        # tocoo() does not): one index type for both
-        X = X.copy()
-        X.indices, X.indptr = indices.astype(np.int64), indptr.astype(np.int64)
-    coo = X.tocoo()
-    coo.sum_duplicates()  # a non-canonical matrix's repeated entries add up, as in scipy
-    if coo.ndim != 2:
-        raise ValueError(
-            f"{what} is a {coo.ndim}-D sparse array; pass a 2-D (n_rows, n_features) one"
-        )
-    dense = np.full(coo.shape, np.nan if library == "xgboost" else 0.0, dtype=dtype)
-    dense[coo.row, coo.col] = coo.data
-    return dense
 
 
 # ------------------------------------------------------------------------------------------

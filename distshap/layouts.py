@@ -18,6 +18,7 @@ import numpy as np
 
 from distshap.frames import select_model_columns
 from distshap.inputs import ExplainInput, is_cupy, is_dask, is_frame, model_matrix
+from distshap.sparse_blocks import used_features
 
 __all__ = [
     "DEFAULT_LAYOUT",
@@ -126,9 +127,12 @@ def check_layout(layout: Any) -> None:
         )
 
 
-def check_output_fits(n_rows: int, packed: Any, interactions: bool) -> None:
-    """Refuse an in-memory result larger than half of this machine's memory, with a way out."""
-    width = packed.num_features + 1
+def check_output_fits(
+    n_rows: int, packed: Any, interactions: bool, columns: int | None = None
+) -> None:
+    """Refuse an in-memory result larger than half of this machine's memory, with a way out
+    (``columns``: output columns a group, ``F + 1`` when ``None``)."""
+    width = packed.num_features + 1 if columns is None else columns
     per_row = packed.num_groups * width * (width if interactions else 1) * 4
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -141,7 +145,16 @@ def check_output_fits(n_rows: int, packed: Any, interactions: bool) -> None:
             f"({per_row:,} bytes a row), more than half of this machine's "
             f"{memory / 2**30:.0f} GiB: explain fewer rows at a time, or a Dask array "
             "(distshap.start_cluster) and write the result with .to_zarr(...)"
+            + _used_hint(packed, interactions, width)
         )
+
+
+def _used_hint(packed: Any, interactions: bool, width: int) -> str:
+    """The used-features way out of a too-large SHAP values output, where it is narrower."""
+    used = len(used_features(packed))
+    if interactions or used + 1 >= width:
+        return ""
+    return f"; or shap_values(X, features='used'): the {used:,} features the model splits on"
 
 
 class DaskExplanation:
