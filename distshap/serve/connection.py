@@ -81,7 +81,7 @@ def _parse_head(head: bytes) -> Request:
         raise _Malformed(411, "Transfer-Encoding is not supported: send the body with a "
                               "Content-Length header")  # fmt: skip
     length_text = headers.get("content-length", "0")
-    if not length_text.isdigit():
+    if not (length_text.isascii() and length_text.isdigit()):  # "²".isdigit() is True
         raise _Malformed(400, f"Content-Length must be a byte count, got {length_text[:40]!r}")
     connection = headers.get("connection", "").lower()
     keep_alive = "close" not in connection and (version != "HTTP/1.0" or "keep-alive" in connection)
@@ -162,7 +162,14 @@ class Connection(asyncio.Protocol):
             self.transport.close()
 
     def _advance(self) -> None:
-        """Read and answer the requests in the buffer, one at a time."""
+        """Read and answer the requests in the buffer, one at a time; with none being answered,
+        read on (the buffer ends inside a request whose rest is still to come)."""
+        self._read_requests()
+        if self._paused and not self._busy and not self._closing:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def _read_requests(self) -> None:
         while not self._busy and not self._closing:
             request = self._request
             if request is None:
@@ -198,9 +205,6 @@ class Connection(asyncio.Protocol):
             del self._buf[: request.length]
             self._request = None
             self._answer(request)
-        if self._paused and not self._busy and len(self._buf) <= _READ_AHEAD:
-            self._paused = False
-            self.transport.resume_reading()
 
     def _discard(self, length: int) -> None:
         """Skip the body of a request answered from its head (it may still be arriving)."""
