@@ -1,0 +1,208 @@
+"""scipy.sparse rows explained a block at a time, and ``shap_values(X, features="used")``.
+
+Every sparse format, explained block by block, gives the bits of its dense form (unstored
+entries missing for XGBoost, 0.0 for other libraries; stored NaN missing; repeated entries
+summed); ``features="used"`` gives the used columns of the full values (the others are 0) with
+their indices, in both layouts; only one block is ever dense.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from distshap import TreeExplainer
+from distshap.dispatch import run_request
+from distshap.inputs import model_matrix
+from distshap.layouts import check_output_fits
+from distshap.request import make_request
+from distshap.row_blocks import UsedFeatureValues, run_blocks
+from distshap.sparse_blocks import SparseRows, block_rows, used_features
+from tests.tiny import Leaf, Split, build_ensemble, random_ensemble
+
+xgb = pytest.importorskip("xgboost")
+
+
+def _odd_matrix(n: int = 60, F: int = 12, seed: int = 0) -> sp.coo_matrix:
+    """Random entries with explicit zeros, stored NaN and repeated (row, column) entries."""
+    rng = np.random.default_rng(seed)
+    nnz = n * F // 3
+    row, col = rng.integers(0, n, nnz), rng.integers(0, F, nnz)
+    data = rng.normal(size=nnz)
+    data[::17] = 0.0
+    data[5::23] = np.nan
+    row = np.concatenate([row, row[:40], row[:40]])  # each repeated entry stored 3 times
+    col = np.concatenate([col, col[:40], col[:40]])
+    data = np.concatenate([data, rng.normal(size=80) * 1e-3])
+    return sp.coo_matrix((data, (row, col)), shape=(n, F))
+
+
+@pytest.fixture(scope="module")
+def xgb_model():
+    X = _odd_matrix(200, 12, seed=1).tocsr()
+    y = np.random.default_rng(2).normal(size=200)
+    return xgb.train({"max_depth": 4, "nthread": 1}, xgb.DMatrix(X, y), 15)
+
+
+def _formats(coo: sp.coo_matrix) -> dict:
+    csr = coo.tocsr()
+    mixed = csr.copy()
+    mixed.indptr = mixed.indptr.astype(np.int64)  # int64 indptr, int32 indices
+    return {
+        "coo": coo,
+        "csr-noncanonical": sp.csr_matrix((coo.data, (coo.row, coo.col)), shape=coo.shape),
+        "csr": csr,
+        "csc": coo.tocsc(),
+        "csr-mixed-index": mixed,
+        "lil": coo.tolil(),
+        "csr_array": sp.csr_array(coo),
+    }
+
+
+def _blocked(packed, X, interactions: bool, block_bytes: int, backend: str):
+    """Values of sparse ``X`` through run_blocks, in blocks of few rows."""
+    raw = model_matrix(X, packed, blocks=True)
+    raw.block_bytes = block_bytes
+    request = make_request(packed, interactions=interactions, backend=backend)
+
+    def run(start: int, stop: int):
+        rows = raw if (start, stop) == (0, raw.shape[0]) else raw[start:stop]
+        return run_request(packed, rows, request, None, start)
+
+    return run_blocks(run, raw.shape[0], packed, interactions, raw)
+
+
+@pytest.mark.parametrize("interactions", [False, True])
+def test_every_format_in_blocks_has_the_bits_of_the_dense_route(xgb_model, backend, interactions):
+    explainer = TreeExplainer(xgb_model, backend=backend)
+    packed = explainer.packed
+    coo = _odd_matrix()
+    dense = model_matrix(coo, packed)  # the whole-matrix route
+    assert np.isnan(dense).sum() > np.isnan(coo.data).sum()  # unstored -> missing (XGBoost)
+    request = make_request(packed, interactions=interactions, backend=backend)
+    want = np.asarray(run_request(packed, dense, request))
+    width = packed.num_features + 1
+    per_row = packed.num_groups * width * (width if interactions else 1)
+    small = 7 * (2 * packed.num_features * 4 + 4 * per_row)  # 7 rows a block
+    assert block_rows(packed.num_features, per_row, 4, small) == 7
+    for name, X in _formats(coo).items():
+        got = _blocked(packed, X, interactions, small, backend)
+        np.testing.assert_array_equal(got, want, err_msg=name)
+    assert coo.nnz == coo.data.size and not coo.has_canonical_format  # the input is not summed
+
+
+def test_sparse_rows_keep_zero_for_other_libraries_and_the_explainer_route():
+    ens = random_ensemble(3, n_features=6, n_trees=4, depth=3)
+    explainer = TreeExplainer(ens, layout="xgboost")
+    coo = _odd_matrix(40, 6, seed=4)
+    dense = coo.toarray()  # scipy sums repeats; unstored entries are 0.0 for this library
+    raw = model_matrix(coo.tocsr(), explainer.packed, blocks=True)
+    assert isinstance(raw, SparseRows) and raw.shape == (40, 6)
+    np.testing.assert_array_equal(raw[3:17], dense[3:17].astype(np.float32))
+    np.testing.assert_array_equal(explainer.shap_values(coo), explainer.shap_values(dense))
+    np.testing.assert_array_equal(
+        explainer.shap_interaction_values(coo.tocsc()), explainer.shap_interaction_values(dense)
+    )
+
+
+def test_sparse_rows_refuse_what_dense_rows_refuse(xgb_model):
+    explainer = TreeExplainer(xgb_model)
+    with pytest.raises(ValueError, match="has 11 features but the model expects 12"):
+        explainer.shap_values(sp.random(5, 11, density=0.3, format="csr"))
+    with pytest.raises(ValueError, match="has no rows"):
+        explainer.shap_values(sp.csr_matrix((0, 12)))
+
+
+# ------------------------------------------------------------------------------------------
+# features="used"
+# ------------------------------------------------------------------------------------------
+
+
+def _wide_model(F: int, groups: int = 1):
+    """Trees on features 3, F // 2 and F - 1 of ``F``."""
+    a, b, c = 3, F // 2, F - 1
+    trees = [
+        Split(a, 0.5, Split(b, 0.25, Leaf(1.0, 10), Leaf(-2.0, 30)), Leaf(0.5, 60)),
+        Split(c, 0.75, Leaf(-1.0, 50), Split(a, 0.8, Leaf(3.0, 20), Leaf(0.0, 30))),
+    ] * groups
+    return build_ensemble(trees, F, num_groups=groups)
+
+
+@pytest.mark.parametrize("layout", ["shap", "xgboost"])
+@pytest.mark.parametrize("groups", [1, 3])
+def test_used_features_are_the_used_columns_of_the_full_values(layout, groups):
+    F = 40
+    explainer = TreeExplainer(_wide_model(F, groups), layout=layout)
+    X = sp.random(30, F, density=0.2, format="csr", random_state=5)
+    full = explainer.shap_values(X)
+    got = explainer.shap_values(X, features="used")
+    assert isinstance(got, UsedFeatureValues)
+    np.testing.assert_array_equal(got.features, [3, F // 2, F - 1])
+    np.testing.assert_array_equal(got.dense(), full)
+    unused = np.setdiff1d(np.arange(F), got.features)
+    axis = -1 if layout == "xgboost" or groups == 1 else -2
+    assert not np.take(full, unused, axis=axis).any()  # what was left out is exactly 0
+    assert got.values.shape[axis] == 3 + (layout == "xgboost")
+    one = explainer.shap_values(X.toarray()[4], features="used")
+    np.testing.assert_array_equal(one.values, got.values[4])
+
+
+def test_used_features_of_dense_rows_run_in_blocks_of_full_width():
+    F = 50
+    explainer = TreeExplainer(_wide_model(F), layout="xgboost")
+    packed = explainer.packed
+    X = np.random.default_rng(6).random((45, F)).astype(np.float32)
+    request = make_request(packed)
+    calls = []
+
+    def run(start: int, stop: int):
+        calls.append(stop - start)
+        return run_request(packed, X[start:stop], request, None, start)
+
+    block = 8 * (2 * F * 4 + 4 * (F + 1))
+    got = run_blocks(run, 45, packed, False, X, False, "used", 65536, block)
+    assert calls == [8] * 5 + [5]
+    want = explainer.shap_values(X)[:, [3, F // 2, F - 1, F]]
+    np.testing.assert_array_equal(got[:, 0], want)
+    assert explainer.shap_values(X, features="used").feature_names is None
+
+
+def test_features_argument_and_the_too_large_output_name_the_way_out():
+    explainer = TreeExplainer(_wide_model(1000))
+    with pytest.raises(ValueError, match="features='everything': use 'all'"):
+        explainer.shap_values(np.zeros((2, 1000)), features="everything")
+    with pytest.raises(ValueError, match=r"features='used'\): the 3 features the model splits"):
+        check_output_fits(10**9, explainer.packed, False)
+    check_output_fits(10**6, explainer.packed, False, columns=4)  # 16 MB: fits
+    with pytest.raises(ValueError) as err:
+        check_output_fits(10**9, explainer.packed, True)
+    assert "features=" not in str(err.value)  # interaction values have no such option
+
+
+def test_a_wide_sparse_matrix_is_never_dense_at_once():
+    F, n = 20_000, 1000
+    explainer = TreeExplainer(_wide_model(F))
+    packed = explainer.packed
+    X = sp.random(n, F, density=0.002, format="csr", random_state=7, dtype=np.float32)
+    dense_bytes = n * F * 4  # 80 MB, and as much again for full-width values
+    request = make_request(packed)
+    head = explainer.shap_values(X[:50], features="used")  # the model's plans built first
+    tracemalloc.start()
+    try:
+        raw = model_matrix(X, packed, blocks=True)
+        raw.block_bytes = 8 * 2**20  # 34 rows a block
+
+        def run(start: int, stop: int):
+            return run_request(packed, raw[start:stop], request, None, start)
+
+        got = run_blocks(run, n, packed, False, raw, False, "used")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert got.shape == (n, 1, 4)
+    assert peak < dense_bytes // 4  # about one block (8 MiB: dense twice, and its values)
+    np.testing.assert_array_equal(got[:50, 0, :3], head.values)
+    assert used_features(packed).tolist() == [3, F // 2, F - 1]
