@@ -184,7 +184,11 @@ def load_ahead(model: Any, backend: str) -> Ensemble:
     """:func:`distshap.models.load_model` of ``model``, the kernels of a large model file
     compiled ahead meanwhile (:func:`start_ahead`; ``backend``: the explainer's)."""
     send = start_ahead(model, backend)
-    ensemble = load_model(model)
+    try:
+        ensemble = load_model(model)
+    except BaseException:
+        compile_cache.compile_ahead(_CUDA_AHEAD, [])  # the helpers started for it exit
+        raise
     send(ensemble)
     return ensemble
 
