@@ -97,8 +97,8 @@ def _config_block(block, *args, row_offset=0):
 def _map(client, X, balance):
     from distshap.cluster.graph import map_rows
 
-    return map_rows(client, X, _config_block, (), ((2,),), [], np.float64,
-                    np.empty((0, 2)), f"config-{balance}-{id(X)}", balance)  # fmt: skip
+    return map_rows(client, X, _config_block, (), ((2,),), np.empty((0, 2)),
+                    f"config-{balance}-{id(X)}", balance)  # fmt: skip
 
 
 @pytest.mark.parametrize("balance", [False, True])
