@@ -66,7 +66,8 @@ ACCUMULATOR_BYTES = 1 << 28
 MEMO_ROWS = 64
 #: Most explained rows of a task when every path has a pattern table.
 TABLE_ROWS = 256
-#: Largest transposed copy of a row block's SHAP sums (the pattern-table route).
+#: Largest transposed copy of a row block's SHAP sums (and interaction sums, each on its own)
+#: on the pattern-table route.
 LOCAL_BYTES = 1 << 21
 
 _inline = njit(inline="always", nogil=True, cache=True)
@@ -323,6 +324,14 @@ def _kernel_for(long_paths: bool, interactions: bool, transform: int):  # noqa: 
                     for gg in range(G):
                         for c in range(C):
                             acc_t[gg, c, i] = acc_phi[r0 + i, gg, c]
+            local_int = local and interactions and G * C * C * nb <= LOCAL_BYTES // 8
+            acc_ti = np.empty((G, C, C, nb) if local_int else (1, 1, 1, 1), np.float64)
+            if local_int:
+                for i in range(nb):
+                    for gg in range(G):
+                        for c in range(C):
+                            for d in range(C):
+                                acc_ti[gg, c, d, i] = acc_int[r0 + i, gg, c, d]
             for q in range(p1 - p0):
                 p = p0 + q
                 start = path_offsets[p]
@@ -333,7 +342,7 @@ def _kernel_for(long_paths: bool, interactions: bool, transform: int):  # noqa: 
                     _table_rows(Xt, r0, nb, start, k, g, feature, lower, upper, missing,
                                 cat_offsets, cat_nbits, cat_other, cat_words, table_off[p],
                                 shap_tables, inter_off[p], inter_tables, interactions, xbs,
-                                local, acc_t, acc_phi, acc_int)  # fmt: skip
+                                local, acc_t, local_int, acc_ti, acc_phi, acc_int)  # fmt: skip
                     continue
                 keys[:] = -1
                 used = 0
@@ -379,6 +388,12 @@ def _kernel_for(long_paths: bool, interactions: bool, transform: int):  # noqa: 
                     for gg in range(G):
                         for c in range(C):
                             acc_phi[r0 + i, gg, c] = acc_t[gg, c, i]
+            if local_int:
+                for i in range(nb):
+                    for gg in range(G):
+                        for c in range(C):
+                            for d in range(C):
+                                acc_int[r0 + i, gg, c, d] = acc_ti[gg, c, d, i]
 
     return _kernel
 

@@ -116,12 +116,13 @@ def add_pair(w, a, b, xr, k, weights, interactions, loc_phi, loc_int, cxr, total
 @njit(nogil=True, cache=True)
 def table_rows(Xt, r0, nb, start, k, g, feature, lower, upper, missing, cat_offsets, cat_nbits,
                 cat_other, cat_words, s0, shap_tables, i0, inter_tables, interactions, xbs,
-                local, acc_t, acc_phi, acc_int):  # fmt: skip
+                local, acc_t, local_int, acc_ti, acc_phi, acc_int):  # fmt: skip
     """Rows ``r0 .. r0 + nb - 1`` (``Xt``: the block's rows, transposed) through one path's
     pattern tables (SHAP at ``s0``, interactions at ``i0``): the pattern ``xbs[i]`` of each
     row, one element at a time (its test's arguments held in registers), then one entry per
     element (and ``k - 1`` more per element for interactions). SHAP values go to ``acc_t``
-    (the block's ``acc_phi`` transposed, ``local``) or ``acc_phi``; a path adds to each
+    (the block's ``acc_phi`` transposed, ``local``) or ``acc_phi``, interaction values to
+    ``acc_ti`` (``local_int``) or ``acc_int``; a path adds to each
     (row, output) entry once, so the order of its elements does not change the bits."""
     xbs[:nb] = 0
     for e in range(k):
@@ -156,8 +157,13 @@ def table_rows(Xt, r0, nb, start, k, g, feature, lower, upper, missing, cat_offs
                 if j != e:
                     fj = feature[start + 1 + j]
                     at = i0 + e * k + j
-                    for i in range(nb):
-                        acc_int[r0 + i, g, fi, fj] += inter_tables[at + xbs[i] * k * k]
+                    if local_int:
+                        dst = acc_ti[g, fi, fj]
+                        for i in range(nb):
+                            dst[i] += inter_tables[at + xbs[i] * k * k]
+                    else:
+                        for i in range(nb):
+                            acc_int[r0 + i, g, fi, fj] += inter_tables[at + xbs[i] * k * k]
 
 
 @njit(nogil=True, cache=True)  # compiled within the kernel's announced seconds
