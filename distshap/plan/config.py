@@ -85,7 +85,8 @@ interventional_interaction_table_budget_bytes : int
         Warps (bins) per block of the interventional mask and direct kernels (compiled in).
     compile_ahead_processes : int
         Helper processes that compile a large model file's kernels into Numba's disk cache
-        while the explainer loads it (:func:`distshap.warmup.start_ahead`); 0: none.
+        while the explainer loads it (:func:`distshap.warmup.start_ahead`); 0 (the default,
+        until a gain is measured on a GPU machine): none.
     """
 
     quadrature_nodes: tuple[int, ...] = (2, 4, 6, 8, 12, 16)
@@ -117,7 +118,7 @@ interventional_interaction_table_budget_bytes : int
     interventional_interaction_table_budget_bytes: int = 1 << 30
     interventional_mask_budget_bytes: int = 1 << 31
     interventional_warps_per_block: int = 4
-    compile_ahead_processes: int = 6
+    compile_ahead_processes: int = 0
 
     def replace(self, **changes: Any) -> Config:
         """A copy with ``changes`` applied (unknown names refused, naming the valid ones)."""
