@@ -224,10 +224,14 @@ def compile_ahead(module: str, names: Iterable[str | tuple[str, ...]], processes
         _PENDING.update(given)
 
 
-def wait_ahead(names: Iterable[str] | None = None, module: str | None = None) -> float:
+def wait_ahead(
+    names: Iterable[str] | None = None, module: str | None = None, timeout: float | None = None
+) -> float:
     """Wait for the helpers compiling ``names`` (or every name given to helpers of
-    ``module``; a name no helper has: no wait), at most :data:`AHEAD_TIMEOUT_S` each; the
+    ``module``; a name no helper has: no wait), at most ``timeout`` seconds each (default
+    :data:`AHEAD_TIMEOUT_S`; a helper still busy then is ended, its names compiled here); the
     seconds waited (also in :func:`ahead_waits`)."""
+    timeout = AHEAD_TIMEOUT_S if timeout is None else timeout
     if not _PENDING:
         return 0.0
     if names is None:
@@ -241,9 +245,10 @@ def wait_ahead(names: Iterable[str] | None = None, module: str | None = None) ->
             continue
         t0 = time.perf_counter()
         try:
-            proc.wait(timeout=AHEAD_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            pass  # compiled here instead
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:  # compiled here instead: its other names too
+            proc.kill()
+            proc.wait()
         waited = time.perf_counter() - t0
         _WAITED[name] = _WAITED.get(name, 0.0) + waited
         total += waited

@@ -1,15 +1,18 @@
-"""A large model file that fails to load releases the helper processes started to compile its
-CUDA kernels ahead (they would otherwise wait, each with its CUDA context, until this process
-exits). Fake helpers stand in for the processes: what is checked is that each is released."""
+"""Helper processes compiling ahead are let go: those started for a large model file that fails
+to load (they would otherwise wait, each with its CUDA context, until this process exits; fake
+helpers stand in for them), and a helper still compiling at the wait's timeout (ended, so that
+its other names are not waited for one by one)."""
 
 from __future__ import annotations
 
 import io
+import os
 
 import pytest
 
 from distshap import compile_cache, path_walk, warmup
 from distshap.models._threaded import WARM_UP_BYTES
+from distshap.plan.config import config_context
 
 
 class _Helper:
@@ -37,8 +40,23 @@ def test_a_failed_load_releases_the_cuda_helpers(tmp_path, monkeypatch):
     path = tmp_path / "model.json"
     with open(path, "wb") as f:
         f.truncate(WARM_UP_BYTES + 1)  # large enough to compile ahead, and no model
-    with pytest.raises(ValueError, match="model.json"):
+    with config_context(compile_ahead_processes=4), pytest.raises(ValueError, match="model.json"):
         warmup.load_ahead(str(path), "auto")
     assert started  # helpers were started for the CUDA kernels
     assert all(h.stdin.closed for h in started)  # and each told there is nothing to compile
     assert not compile_cache._IDLE.get(warmup._CUDA_AHEAD)
+
+
+def test_a_helper_past_the_timeout_is_ended(tmp_path, monkeypatch):
+    (tmp_path / "stuck_helper_module.py").write_text(
+        "import time\n\ndef ahead_compile(name):\n    time.sleep(600)\n"
+    )
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{os.path.dirname(os.path.dirname(__file__))}")
+    compile_cache.compile_ahead("stuck_helper_module", [("a", "b", "c")])
+    helpers = {id(p): p for m, p in compile_cache._PENDING.values() if m == "stuck_helper_module"}
+    assert len(helpers) == 1
+    compile_cache.wait_ahead(module="stuck_helper_module", timeout=0.5)
+    (helper,) = helpers.values()
+    assert helper.poll() is not None  # ended, not left compiling (or waited for name by name)
+    assert not [m for m, _ in compile_cache._PENDING.values() if m == "stuck_helper_module"]
