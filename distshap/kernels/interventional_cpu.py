@@ -442,7 +442,8 @@ def _tables(packed: PackedModel, background: im.Background, transform: int,
             interactions: bool) -> tuple:  # fmt: skip
     """``(table_off, shap_tables, inter_off, inter_tables)`` of a call: the background's
     pattern tables (raw margin; for interaction values the paths with both tables), else
-    none (every offset -1)."""
+    none (every offset -1). A path of no feature (a tree that is one leaf) adds nothing on
+    either route: it counts as one with a table (of no entry)."""
     if transform != 0:
         none = np.full(packed.num_paths, -1, np.int64)
         return none, np.zeros(1), none, np.zeros(1)
@@ -450,6 +451,7 @@ def _tables(packed: PackedModel, background: im.Background, transform: int,
     table_off = found.shap_off
     if interactions:
         table_off = np.where(found.inter_off >= 0, found.shap_off, -1)
+    table_off = np.where(np.diff(packed.path_offsets) == 1, 0, table_off)
     return table_off, found.shap, found.inter_off, found.inter
 
 
