@@ -132,8 +132,8 @@ def run_host_rows(
     min_rows: int = MIN_BLOCK_ROWS,
 ) -> np.ndarray:
     """:func:`~distshap.dispatch.run_request` of host rows on this worker's GPU, in overlapped
-    blocks: the values of one call on all of ``raw``, as a NumPy array in pinned memory
-    (CuPy's pinned pool takes it back when it is freed).
+    blocks: the values of one call on all of ``raw``, as a NumPy array (copied out of the
+    pinned buffer the blocks were downloaded into, which CuPy's pinned pool keeps for reuse).
 
     Parameters
     ----------
@@ -192,4 +192,8 @@ def run_host_rows(
         for stream in (up, compute_stream, down):
             stream.synchronize()
         kept.clear()
-    return out[0]
+    # An ordinary array: Dask may hold a result long, and page-locked memory held by results
+    # would grow with them; the pinned block goes back to CuPy's pool for the next chunk.
+    result = np.array(out[0])
+    out.clear()
+    return result
