@@ -101,3 +101,19 @@ def test_tables_are_kept_per_background_and_model():
     assert fresh is not kept and not np.array_equal(fresh.shap, kept.shap)
     with config_context(interventional_table_max_features=1):
         assert tables_cpu.background_tables(packed, first, False) is not kept
+
+
+@pytest.mark.parametrize("interactions", [False, True], ids=["shap", "interactions"])
+def test_a_bare_leaf_tree_and_two_groups_keep_the_bits(interactions):
+    ens = tiny.multiclass_ensemble()  # tree 4 is a bare leaf (the bias's alone)
+    packed = pack(ens)
+    X = tiny.random_rows(1, ens, n=10)
+    B = tiny.random_rows(2, ens, n=7)
+    background = build_background(packed, B)
+    off = dict(interventional_table_max_features=0,
+               interventional_interaction_table_max_features=0)  # fmt: skip
+    tables = _values(packed, X, background, interactions)
+    np.testing.assert_array_equal(tables, _values(packed, X, background, interactions, **off))
+    oracle = naive.interventional_interactions_rows if interactions else (
+        naive.interventional_shap_rows)  # fmt: skip
+    close(tables, oracle(ens, X, B))
