@@ -426,14 +426,14 @@ class TreeExplainer(PairMethods, BanzhafMethods):
         labels = label_values(y, inp) if request.needs_labels else None
         labels = check_labels(labels, n, request.transform)
 
-        def run(start: int, stop: int) -> Any:
+        def run(start: int, stop: int, rows: Any = None, packed: Any = packed) -> Any:
             whole = (start, stop) == (0, n)
-            rows = raw if whole else raw[start:stop]
+            rows = (raw if whole else raw[start:stop]) if rows is None else rows
             y_rows = labels if labels is None or whole else labels[start:stop]
             out = run_request(packed, rows, request, y_rows, start)
             return add_base_margin(out, inp, self.ensemble.base_score, start, interactions)
 
-        out = run_blocks(run, n, packed, interactions, raw, progress, features, PROGRESS_BATCH_ROWS)
+        out = run_blocks(run, n, model, interactions, raw, progress, features, PROGRESS_BATCH_ROWS)
         return out, inp, model
 
     def shap_values(

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from distshap.frames import model_frame_matrix, native_frame, select_model_columns
-from distshap.sparse_blocks import SparseRows
+from distshap.sparse_blocks import SparseRows, sparse_chunks
 from distshap.sparse_blocks import is_sparse as _is_sparse
 from distshap.sparse_blocks import sparse_matrix as _sparse_matrix
 
@@ -276,8 +276,8 @@ def explain_input(X: Any, what: str = "X") -> ExplainInput:
             "back (nor add its base_margin to the bias): pass the Dask array or DataFrame it "
             "was built from (Dask rows are explained chunk by chunk on the cluster)"
         )
-    if is_dask(X):
-        return ExplainInput(X, columns=_column_names(X))
+    if is_dask(X):  # scipy.sparse chunks: dense on their workers, as in memory
+        return ExplainInput(sparse_chunks(X), columns=_column_names(X))
     if _is_series(X):
         # object columns: labels on categorical features (a row keeps no dtypes), else values
         frame = X.astype(object).to_frame().T

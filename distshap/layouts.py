@@ -18,7 +18,7 @@ import numpy as np
 
 from distshap.frames import select_model_columns
 from distshap.inputs import ExplainInput, is_cupy, is_dask, is_frame, model_matrix
-from distshap.sparse_blocks import used_features
+from distshap.sparse_blocks import has_sparse_chunks, used_features
 
 __all__ = [
     "DEFAULT_LAYOUT",
@@ -306,8 +306,11 @@ def dask_data(X: Any, packed: Any) -> Any:
     """The lazy ``data`` of a Dask input: an array as given, a frame's model values."""
     import dask.array as da
 
-    if isinstance(X, da.Array):
+    if isinstance(X, da.Array) and not has_sparse_chunks(X):
         return X
+    if isinstance(X, da.Array):  # scipy.sparse chunks: their model values, as in memory
+        meta = np.empty((0, packed.num_features), dtype=packed.encoding.input_dtype)
+        return X.rechunk({1: -1}).map_blocks(_frame_block_values, packed, meta=meta)
     cols = select_model_columns(
         X, packed.num_features, packed.feature_names, packed.encoding.name_style
     )

@@ -24,7 +24,14 @@ import numpy as np
 
 from distshap.inputs import array_module, is_cupy
 from distshap.layouts import check_output_fits, layout_values, progress_bar
-from distshap.sparse_blocks import DEFAULT_BLOCK_BYTES, SparseRows, block_rows, used_features
+from distshap.sparse_blocks import (
+    DEFAULT_BLOCK_BYTES,
+    SparseRows,
+    block_rows,
+    used_features,
+    used_model,
+    used_rows,
+)
 
 __all__ = [
     "FEATURES",
@@ -117,7 +124,7 @@ def used_columns(out: Any, packed: Any, features: Any, interactions: bool) -> An
 def run_blocks(
     run: Any,
     n: int,
-    packed: Any,
+    model: Any,
     interactions: bool,
     raw: Any,
     progress: bool = False,
@@ -130,17 +137,24 @@ def run_blocks(
     Parameters
     ----------
     run : callable
-        One range of rows -> their full-width values.
+        ``run(start, stop)``: rows ``start:stop`` -> their full-width values;
+        ``run(start, stop, rows, packed)``: the values of ``rows`` (those rows' used columns)
+        under ``packed`` (the model over its used features, :func:`~distshap.sparse_blocks
+        .used_model`).
     n : int
         Rows.
-    packed : PackedModel
+    model : PackedModel, or an object with ``packed`` and ``background`` attributes
+        The model (with its background, interventional values are never cut short: they run
+        at full width).
     interactions : bool
     raw : ndarray, cupy.ndarray or SparseRows
         The rows (their kind decides the blocks).
     progress : bool
         Blocks of at most ``batch_rows`` rows with a progress bar (host rows only).
     features : {"all", "used"}
-        ``"used"``: only the used features' columns (and the bias) are kept.
+        ``"used"``: only the used features' columns (and the bias): computed by the model over
+        its used features, from those columns of the rows, where
+        :func:`~distshap.sparse_blocks.used_model` offers it; else cut from full-width blocks.
     block_bytes : int
         For sparse rows and ``features="used"``: one block's dense rows and full-width output
         at most (:func:`~distshap.sparse_blocks.block_rows`; at least one row a block).
@@ -155,14 +169,17 @@ def run_blocks(
     ValueError
         An unknown ``features``; an output larger than half of this machine's memory.
     """
+    packed = getattr(model, "packed", model)
     columns = output_columns(packed, features)
     check_output_fits(n, packed, interactions, None if columns is None else len(columns))
+    narrow = None if columns is None else used_model(packed, getattr(model, "background", None))
     sparse = isinstance(raw, SparseRows)
     step = n
     if sparse or columns is not None:
-        F, width = packed.num_features, packed.num_features + 1
+        F = packed.num_features if narrow is None else narrow.num_features
+        width = F + 1
         per_row = packed.num_groups * width * (width if interactions else 1)
-        budget = raw.block_bytes if sparse else block_bytes
+        budget = min(raw.block_bytes, block_bytes) if sparse else block_bytes
         step = block_rows(F, per_row, np.dtype(packed.encoding.input_dtype).itemsize, budget)
     if progress and not is_cupy(raw) and n > batch_rows:
         step = min(step, batch_rows)
@@ -174,7 +191,10 @@ def run_blocks(
     try:
         for start in range(0, n, step):
             stop = min(start + step, n)
-            part = _select(run(start, stop), columns, interactions)
+            if narrow is None:
+                part = _select(run(start, stop), columns, interactions)
+            else:
+                part = run(start, stop, used_rows(raw, start, stop, columns[:-1]), narrow)
             if out is None:
                 out = array_module(part).empty((n,) + part.shape[1:], dtype=part.dtype)
             out[start:stop] = part

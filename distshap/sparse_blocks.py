@@ -23,9 +23,13 @@ __all__ = [
     "SparseRows",
     "block_rows",
     "dense_rows",
+    "has_sparse_chunks",
     "is_sparse",
+    "sparse_chunks",
     "sparse_matrix",
     "used_features",
+    "used_model",
+    "used_rows",
 ]
 
 #: Bytes of one block's dense rows plus its full-width output, at most (at least one row).
@@ -128,15 +132,22 @@ class SparseRows:
             raise ValueError(f"rows {rows!r}: SparseRows takes slices of consecutive rows")
         return self.block(start, max(start, stop))
 
-    def block(self, start: int, stop: int) -> np.ndarray:
-        """Dense float ``(stop - start, F)`` rows ``start:stop``."""
+    def block(self, start: int, stop: int, columns: np.ndarray | None = None) -> np.ndarray:
+        """Dense float ``(stop - start, F)`` rows ``start:stop``; with ``columns`` (increasing
+        feature indices) ``(stop - start, len(columns))``, those columns only."""
         import scipy.sparse as sp
 
         lo, hi = int(self.indptr[start]), int(self.indptr[stop])
         indptr = np.asarray(self.indptr[start : stop + 1]) - lo
-        part = sp.csr_matrix(
-            (self.data[lo:hi], self.indices[lo:hi], indptr), shape=(stop - start, self.shape[1])
-        )
+        data, indices, width = self.data[lo:hi], self.indices[lo:hi], self.shape[1]
+        if columns is not None:  # the entries of those columns, in their order
+            position = np.full(width, -1, dtype=np.int64)
+            position[columns] = np.arange(len(columns))
+            at = position[indices]
+            keep = at >= 0
+            indptr = np.concatenate(([0], np.cumsum(keep)))[indptr]
+            data, indices, width = data[keep], at[keep], len(columns)
+        part = sp.csr_matrix((data, indices, indptr), shape=(stop - start, width))
         dense = sparse_matrix(part, self.library, self.dtype)
         return dense if self.categorize is None else self.categorize(dense)
 
@@ -167,3 +178,94 @@ def used_features(packed: Any) -> np.ndarray:
     feature's SHAP and interaction values are 0 in every row)."""
     lanes = np.asarray(packed.feature)
     return np.unique(lanes[lanes >= 0]).astype(np.int64)
+
+
+#: Name prefix of a Dask array whose NumPy-labelled chunks are scipy.sparse (:func:`sparse_chunks`).
+SPARSE_CHUNKS = "distshap-sparse-chunks-"
+
+
+def _csr_chunk(block: Any) -> Any:
+    return block.tocsr() if is_sparse(block) else block
+
+
+def sparse_chunks(X: Any) -> Any:
+    """A Dask array of scipy.sparse chunks -> the same rows, chunks CSR, labelled as NumPy.
+
+    The explainer's Dask route takes NumPy (or CuPy) chunks; each worker makes its chunk's
+    model values with :func:`~distshap.inputs.model_matrix`, which reads a sparse chunk as the
+    in-memory route reads a sparse matrix (the same bits). So a sparse chunk is dense only on
+    its worker, one chunk at a time. Other arrays are returned as they are.
+    """
+    meta = getattr(X, "_meta", None)
+    if not is_sparse(meta) or getattr(X, "ndim", 0) != 2:
+        return X
+    from dask.base import tokenize
+
+    return X.map_blocks(
+        _csr_chunk,
+        dtype=X.dtype,
+        meta=np.empty((0, 0), dtype=X.dtype),
+        name=SPARSE_CHUNKS + tokenize(X),
+    )
+
+
+def has_sparse_chunks(X: Any) -> bool:
+    """Whether ``X`` is a :func:`sparse_chunks` array (its chunks are not what its meta says)."""
+    return str(getattr(X, "name", "")).startswith(SPARSE_CHUNKS)
+
+
+def used_model(packed: Any, background: Any = None) -> Any:
+    """``packed`` over its used features only (feature ``features[k]`` becomes ``k``), or
+    ``None`` where that is not offered (a background, categorical or float64-ranked features).
+
+    The paths, bins and every value are ``packed``'s: the kernels do the same arithmetic and
+    write column ``k`` where ``packed`` writes column ``features[k]``, so its values are the
+    used columns of ``packed``'s, bit for bit, and its rows need only those columns.
+    """
+    encoding = packed.encoding
+    if background is not None or encoding.categorical.size or encoding.rank_features.size:
+        return None
+    key = packed.digest
+    if key and key in _USED_MODELS:
+        return _USED_MODELS[key]
+    import dataclasses
+    import hashlib
+
+    used = used_features(packed)
+    position = np.full(packed.num_features + 1, -1, dtype=np.int32)  # [-1]: a bias lane's -1
+    position[used] = np.arange(len(used), dtype=np.int32)
+    margin = packed.margin
+    if margin is not None:
+        margin = {**margin, "feature": position[margin["feature"]].astype(np.int32)}
+    names = packed.feature_names
+    digest = hashlib.sha256(f"{packed.digest}:used".encode()).hexdigest() if key else ""
+    out = dataclasses.replace(
+        packed,
+        feature=position[packed.feature].astype(packed.feature.dtype),
+        num_features=len(used),
+        feature_names=None if names is None else tuple(names[j] for j in used),
+        margin=margin,
+        digest=digest,
+    )
+    if key:
+        while len(_USED_MODELS) >= 4:
+            _USED_MODELS.pop(next(iter(_USED_MODELS)))
+        _USED_MODELS[key] = out
+    return out
+
+
+#: The last few :func:`used_model` results, by the full model's digest.
+_USED_MODELS: dict[str, Any] = {}
+
+
+def used_rows(raw: Any, start: int, stop: int, features: np.ndarray) -> Any:
+    """Rows ``start:stop`` of ``raw`` (:class:`SparseRows`, NumPy or CuPy), columns
+    ``features`` only."""
+    if isinstance(raw, SparseRows):
+        return raw.block(start, stop, features)
+    rows = raw[start:stop]
+    if not isinstance(rows, np.ndarray):  # CuPy rows: a CuPy index
+        import cupy
+
+        features = cupy.asarray(features)
+    return rows[:, features]

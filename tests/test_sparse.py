@@ -150,24 +150,38 @@ def test_used_features_are_the_used_columns_of_the_full_values(layout, groups):
     np.testing.assert_array_equal(one.values, got.values[4])
 
 
-def test_used_features_of_dense_rows_run_in_blocks_of_full_width():
+@pytest.mark.parametrize("sparse", [False, True])
+def test_used_features_run_a_block_of_used_columns_at_a_time(sparse):
     F = 50
     explainer = TreeExplainer(_wide_model(F), layout="xgboost")
     packed = explainer.packed
     X = np.random.default_rng(6).random((45, F)).astype(np.float32)
+    X[X < 0.3] = 0.0
+    raw = model_matrix(sp.csr_matrix(X), packed, blocks=True) if sparse else X
     request = make_request(packed)
     calls = []
 
-    def run(start: int, stop: int):
-        calls.append(stop - start)
-        return run_request(packed, X[start:stop], request, None, start)
+    def run(start: int, stop: int, rows=None, model=packed):
+        calls.append((stop - start, rows.shape[1], model.num_features))
+        return run_request(model, rows, request, None, start)
 
-    block = 8 * (2 * F * 4 + 4 * (F + 1))
-    got = run_blocks(run, 45, packed, False, X, False, "used", 65536, block)
-    assert calls == [8] * 5 + [5]
+    block = 8 * (2 * 3 * 4 + 4 * 4)  # 8 rows of the 3 used features
+    got = run_blocks(run, 45, packed, False, raw, False, "used", 65536, block)
+    assert calls == [(8, 3, 3)] * 5 + [(5, 3, 3)]
     want = explainer.shap_values(X)[:, [3, F // 2, F - 1, F]]
     np.testing.assert_array_equal(got[:, 0], want)
     assert explainer.shap_values(X, features="used").feature_names is None
+
+
+def test_used_features_of_a_real_model_have_the_full_values_bits(xgb_model):
+    explainer = TreeExplainer(xgb_model, layout="xgboost")
+    coo = _odd_matrix(70, 12, seed=9)
+    full = explainer.shap_values(coo)
+    for X in (coo.tocsr(), model_matrix(coo, explainer.packed)):
+        got = explainer.shap_values(X, features="used")
+        np.testing.assert_array_equal(got.dense(), full)
+    names = TreeExplainer(xgb_model, feature_names=[f"c{j}" for j in range(12)])
+    assert names.packed.feature_names is None  # the model's own names only
 
 
 def test_features_argument_and_the_too_large_output_name_the_way_out():
@@ -195,14 +209,41 @@ def test_a_wide_sparse_matrix_is_never_dense_at_once():
         raw = model_matrix(X, packed, blocks=True)
         raw.block_bytes = 8 * 2**20  # 34 rows a block
 
-        def run(start: int, stop: int):
-            return run_request(packed, raw[start:stop], request, None, start)
+        def run(start: int, stop: int, rows=None, model=packed):
+            rows = raw[start:stop] if rows is None else rows
+            return run_request(model, rows, request, None, start)
 
         got = run_blocks(run, n, packed, False, raw, False, "used")
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert got.shape == (n, 1, 4)
+    full = run_blocks(run, n, packed, False, raw, False, "all")[:, :, [3, F // 2, F - 1, F]]
+    np.testing.assert_array_equal(got, full)  # in blocks of the full width too
     assert peak < dense_bytes // 4  # about one block (8 MiB: dense twice, and its values)
     np.testing.assert_array_equal(got[:50, 0, :3], head.values)
     assert used_features(packed).tolist() == [3, F // 2, F - 1]
+
+
+# ------------------------------------------------------------------------------------------
+# Dask arrays of scipy.sparse chunks
+# ------------------------------------------------------------------------------------------
+
+
+def test_dask_sparse_chunks_have_the_in_memory_bits(xgb_model):
+    da = pytest.importorskip("dask.array")
+    pytest.importorskip("distributed")
+    pytest.importorskip("shap")
+    from distshap import start_cluster
+
+    coo = _odd_matrix(90, 12, seed=8)
+    csr = coo.tocsr()
+    X = da.from_array(csr, chunks=(25, 5), asarray=False)  # ragged rows, columns split
+    with start_cluster(n_workers=1, processes=False, gpus=False, dashboard_address=":0") as c:
+        explainer = TreeExplainer(xgb_model, layout="xgboost", client=c)
+        want = explainer.shap_values(coo)
+        np.testing.assert_array_equal(explainer.shap_values(X).compute(), want)
+        used = explainer.shap_values(X, features="used")
+        np.testing.assert_array_equal(used.values.compute(), want[:, list(used.features) + [12]])
+        data = explainer(X).compute().data
+        np.testing.assert_array_equal(data, model_matrix(coo, explainer.packed))
