@@ -6,9 +6,11 @@ bits either way). Blocks are taken for
 
 * scipy.sparse rows (:class:`~distshap.sparse_blocks.SparseRows`): only one block is ever
   dense, so a matrix whose dense form would not fit in memory can be explained;
-* ``features="used"``: each block's full-width output ``(b, G, F+1)`` is cut to the ``U``
-  features the model splits on (and the bias) before the next block runs, so the result is
-  ``(n, G, U+1)`` however wide the data (every other feature's value is exactly 0);
+* ``features="used"``: the result is ``(n, G, U+1)``, the ``U`` features the model splits on
+  and the bias, however wide the data (every other feature's value is exactly 0). The model
+  over its used features (:func:`~distshap.sparse_blocks.used_model`: the same paths and bins,
+  features renumbered) runs on those columns of each block, so no block is ever ``F`` wide;
+  where it is not offered (interventional values), full-width blocks are cut to the columns;
 * ``progress=True``: a progress bar step per block.
 
 :class:`UsedFeatureValues` is what ``shap_values(X, features="used")`` returns: the values in
