@@ -257,12 +257,20 @@ def test_strategy_stats_account_for_every_path():
 
 
 @pytest.mark.skipif(not nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
-def test_compile_check_and_ptx():
-    from distshap.kernels.cuda.runtime.ptx import kernel_ptx
+def test_compile_check_and_ptx(monkeypatch):
+    from distshap.kernels.cuda.runtime import ptx as ptx_module
 
     kc = _kc()
+    real, compiled = ptx_module.kernel_ptx, []
+
+    def recorded(cc=(9, 0)):  # compile_check's own PTX, read below: every kernel compiled once
+        compiled.append((cc, real(cc)))
+        return compiled[-1][1]
+
+    monkeypatch.setattr(ptx_module, "kernel_ptx", recorded)
     assert kc.compile_check() is None
-    ptx = kernel_ptx((9, 0))
+    [(cc, ptx)] = compiled
+    assert cc == (9, 0)
     local = [name for name in ptx if name.endswith("_local")]  # chunk-local feature tiles
     assert len(local) == len(get_config().quadrature_nodes), sorted(ptx)
     for name, text in ptx.items():

@@ -517,9 +517,10 @@ def same(a, b, what):
     a, b = np.asarray(a), np.asarray(b)
     assert a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32)), what
 
-def slots_match(packed, X, what, **kw):
+def slots_match(packed, X, what, full=None, **kw):
+    # full: the matrices of the same model and rows where only the slot kernels' settings changed
     slots = build_pair_slots(packed)
-    full = kc.interaction_values(packed, X)
+    full = kc.interaction_values(packed, X) if full is None else full
     group = np.repeat(np.arange(slots.num_groups), np.diff(slots.slot_offsets))
     same(kp.interaction_slot_values(packed, X, slots, **kw),
          full[:, group, slots.slot_i, slots.slot_j], what)
@@ -529,18 +530,19 @@ kp.TOPK_MAX_THREADS = 8  # simulated threads are slow; 8 still merge across thre
 set_config(small_max_paths=0)  # no one-launch route for these tiny models: the slot kernels
 ens = tiny.random_ensemble(3, n_features=6, n_trees=3, depth=3, n_groups=2, n_categorical=1)
 X = tiny.random_rows(2, ens, 4, 0.15)
-slots_match(_packed(ens, 0), X, "quadrature", batch_rows=3)
+full_q = slots_match(_packed(ens, 0), X, "quadrature", batch_rows=3)
 set_config(slot_quadrature_rows=3)  # blocks of 3 rows: one full, one of a single row
-slots_match(_packed(ens, 0), X, "three rows a block")
+slots_match(_packed(ens, 0), X, "three rows a block", full_q)
 set_config(slot_quadrature_rows=1)  # the one-row kernel
-slots_match(_packed(ens, 0), X, "one row a block")
+slots_match(_packed(ens, 0), X, "one row a block", full_q)
 set_config(slot_quadrature_rows=2, quadrature_chunk_paths=3)  # several blocks
 slots_match(_packed(ens, 0), X, "chunks of 3 paths")
 set_config(quadrature_chunk_paths=256)
 packed = _packed(ens, 700)  # tables beside quadrature
 full = slots_match(packed, X, "mixed")
+tops = {}
 for k in (4, 15):  # 15: every pair, the zero ones last
-    pairs, values = pi.top_interactions(packed, X, k, backend="cuda")
+    pairs, values = tops[k] = pi.top_interactions(packed, X, k, backend="cuda")
     want = sorted_pairs(full, k)
     assert np.array_equal(pairs, want[0]), k
     same(values, want[1], k)
@@ -555,8 +557,7 @@ want = sorted_pairs(full_w, 3)
 assert np.array_equal(pairs, want[0])
 same(values, want[1], "wide")
 batched = pi.top_interactions(packed, X, 4, backend="cuda", batch_rows=3)
-assert all(np.array_equal(a, b) for a, b in zip(batched, pi.top_interactions(packed, X[:4], 4,
-                                                                             backend="cuda")))
+assert len(X) == 4 and all(np.array_equal(a, b) for a, b in zip(batched, tops[4]))
 for signed in (False, True):
     got = pi.interaction_summary(packed, X, signed, backend="cuda")
     ref = full.astype(np.float64)
@@ -577,18 +578,19 @@ set_config(min_tile_rows=8)
 # small chunks, small tiles: some blocks sum in a tile, the others add to the row directly
 # (with the rows' features in shared memory, then without)
 set_config(quadrature_chunk_paths=3)
+tiles = {}
 for shared_bytes in (8 * 8 + 2 * 6 * 4, 8 * 8):
     set_config(quadrature_shared_bytes=shared_bytes)
-    slots_match(_packed(ens, 0), X, ("mixed tiles", shared_bytes))
+    tiles[shared_bytes] = slots_match(_packed(ens, 0), X, ("mixed tiles", shared_bytes))
 reset_config()
 set_config(small_max_paths=0)
 # launches too large for 32-bit offsets run the gathered kernel: forced here
 import distshap.kernels.cuda.slot_quadrature as sq
 flat_views = sq.slot_kernel_arrays
 sq.slot_kernel_arrays = lambda lay: None
-slots_match(_packed(ens, 700), X, "gathered kernel")
+slots_match(_packed(ens, 700), X, "gathered kernel", full)  # the full matrices' settings
 set_config(quadrature_chunk_paths=3, quadrature_shared_bytes=8 * 8 + 2 * 6 * 4)
-slots_match(_packed(ens, 0), X, "gathered kernel, mixed tiles")
+slots_match(_packed(ens, 0), X, "gathered kernel, mixed tiles", tiles[8 * 8 + 2 * 6 * 4])
 sq.slot_kernel_arrays = flat_views
 reset_config()
 set_config(small_max_paths=0)
