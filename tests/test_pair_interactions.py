@@ -495,7 +495,7 @@ def test_slot_kernels_compile_with_integer_atomics_only():
                 assert "vote.sync" in ptx, name
 
 
-_SIM_SCRIPT = r"""
+_SIM_COMMON = r"""
 from distshap.plan import gpu as plan_gpu
 import numpy as np
 import tiny
@@ -530,6 +530,9 @@ kp.TOPK_MAX_THREADS = 8  # simulated threads are slow; 8 still merge across thre
 set_config(small_max_paths=0)  # no one-launch route for these tiny models: the slot kernels
 ens = tiny.random_ensemble(3, n_features=6, n_trees=3, depth=3, n_groups=2, n_categorical=1)
 X = tiny.random_rows(2, ens, 4, 0.15)
+"""
+
+_SIM_SLOT_KERNELS = r"""  # after _SIM_COMMON
 full_q = slots_match(_packed(ens, 0), X, "quadrature", batch_rows=3)
 set_config(slot_quadrature_rows=3)  # blocks of 3 rows: one full, one of a single row
 slots_match(_packed(ens, 0), X, "three rows a block", full_q)
@@ -538,6 +541,39 @@ slots_match(_packed(ens, 0), X, "one row a block", full_q)
 set_config(slot_quadrature_rows=2, quadrature_chunk_paths=3)  # several blocks
 slots_match(_packed(ens, 0), X, "chunks of 3 paths")
 set_config(quadrature_chunk_paths=256)
+# the table kernel adding to global memory, the quadrature kernel without a shared tile
+set_config(min_tile_rows=1 << 30, quadrature_shared_bytes=0)
+assert plan_gpu.strategy_stats(_packed(ens, 700))["interaction_table_paths"] > 0  # tables still run
+slots_match(_packed(ens, 700), X, "global")
+set_config(min_tile_rows=8)
+# small chunks, small tiles: some blocks sum in a tile, the others add to the row directly
+# (with the rows' features in shared memory, then without)
+set_config(quadrature_chunk_paths=3)
+tiles = {}
+for shared_bytes in (8 * 8 + 2 * 6 * 4, 8 * 8):
+    set_config(quadrature_shared_bytes=shared_bytes)
+    tiles[shared_bytes] = slots_match(_packed(ens, 0), X, ("mixed tiles", shared_bytes))
+reset_config()
+set_config(small_max_paths=0)
+# launches too large for 32-bit offsets run the gathered kernel: forced here
+import distshap.kernels.cuda.slot_quadrature as sq
+flat_views = sq.slot_kernel_arrays
+sq.slot_kernel_arrays = lambda lay: None
+slots_match(_packed(ens, 700), X, "gathered kernel")
+set_config(quadrature_chunk_paths=3, quadrature_shared_bytes=8 * 8 + 2 * 6 * 4)
+slots_match(_packed(ens, 0), X, "gathered kernel, mixed tiles", tiles[8 * 8 + 2 * 6 * 4])
+sq.slot_kernel_arrays = flat_views
+reset_config()
+set_config(small_max_paths=0)
+# paths of 32 features (longer than a warp): the fallback kernel
+Xc = np.full((1, 32), 0.25, np.float32)
+Xc[0, 5] = 0.75
+Xc[0, 30] = np.nan
+slots_match(_packed(chain_ensemble(32, 32), 0), Xc, "fallback")
+print("SIMULATOR-OK")
+"""
+
+_SIM_TOP_PAIRS = r"""  # after _SIM_COMMON
 packed = _packed(ens, 700)  # tables beside quadrature
 full = slots_match(packed, X, "mixed")
 tops = {}
@@ -570,43 +606,21 @@ kp.TOPK_SHARED_BYTES = 16
 pairs, values = pi.top_interactions(packed, X, 4, backend="cuda")
 assert np.array_equal(pairs, sorted_pairs(full, 4)[0])
 kp.TOPK_SHARED_BYTES = 44 * 1024
-# the table kernel adding to global memory, the quadrature kernel without a shared tile
-set_config(min_tile_rows=1 << 30, quadrature_shared_bytes=0)
-assert plan_gpu.strategy_stats(_packed(ens, 700))["interaction_table_paths"] > 0  # tables still run
-slots_match(_packed(ens, 700), X, "global")
-set_config(min_tile_rows=8)
-# small chunks, small tiles: some blocks sum in a tile, the others add to the row directly
-# (with the rows' features in shared memory, then without)
-set_config(quadrature_chunk_paths=3)
-tiles = {}
-for shared_bytes in (8 * 8 + 2 * 6 * 4, 8 * 8):
-    set_config(quadrature_shared_bytes=shared_bytes)
-    tiles[shared_bytes] = slots_match(_packed(ens, 0), X, ("mixed tiles", shared_bytes))
-reset_config()
-set_config(small_max_paths=0)
-# launches too large for 32-bit offsets run the gathered kernel: forced here
-import distshap.kernels.cuda.slot_quadrature as sq
-flat_views = sq.slot_kernel_arrays
-sq.slot_kernel_arrays = lambda lay: None
-slots_match(_packed(ens, 700), X, "gathered kernel", full)  # the full matrices' settings
-set_config(quadrature_chunk_paths=3, quadrature_shared_bytes=8 * 8 + 2 * 6 * 4)
-slots_match(_packed(ens, 0), X, "gathered kernel, mixed tiles", tiles[8 * 8 + 2 * 6 * 4])
-sq.slot_kernel_arrays = flat_views
-reset_config()
-set_config(small_max_paths=0)
-# paths of 32 features (longer than a warp): the fallback kernel
-Xc = np.full((1, 32), 0.25, np.float32)
-Xc[0, 5] = 0.75
-Xc[0, 30] = np.nan
-slots_match(_packed(chain_ensemble(32, 32), 0), Xc, "fallback")
 print("SIMULATOR-OK")
 """
 
 
 def test_pair_kernels_under_cuda_simulator():
-    """The slot, top-k and summary kernels in Numba's CUDA simulator against the GPU's own
-    full matrices (which the simulator runs too): same bits, same top pairs, exact sums."""
-    assert_simulator_ok(_SIM_SCRIPT, timeout=900)
+    """The slot kernels in Numba's CUDA simulator against the GPU's own full matrices (which
+    the simulator runs too): same bits in every variant (rows a block, chunks, tiles, tables,
+    gathered and fallback kernels)."""
+    assert_simulator_ok(_SIM_COMMON + _SIM_SLOT_KERNELS, timeout=900)
+
+
+def test_pair_top_and_summary_under_cuda_simulator():
+    """The top-k and summary kernels in Numba's CUDA simulator against the GPU's own full
+    matrices: same top pairs and bits, exact sums."""
+    assert_simulator_ok(_SIM_COMMON + _SIM_TOP_PAIRS, timeout=900)
 
 
 @pytest.mark.gpu
