@@ -480,16 +480,19 @@ def run(mm, packed, X, raw, inter, check):
     flag, s = small_kernels.launch_merged(mm, X, raw, out, inter, check)
     return out, small_model.read_flag(flag, s)
 
-def merged(packed, X, what, raw=None, K=None):
-    # the unrolled DP and the loops: the same bits, checked or not, SHAP and interactions
+def merged(packed, X, what, raw=None, K=None, base=None):
+    # the unrolled DP and the loops: the same bits, checked or not, SHAP and interactions;
+    # base: the unchecked values of a call on the same model and rows (checked runs only)
     mm = small_model.merged_model(packed)
     if K is not None:
         assert mm.K == K, (what, mm.K)
     loops = dataclasses.replace(mm, K=0)
+    runs = ((None, False), (X if raw is None else raw, True)) if base is None else ((raw, True),)
+    values = {}
     for inter in (False, True):
-        outs = []
+        outs = [] if base is None else [base[inter]]
         for m in (mm, loops):
-            for r, check in ((None, False), (X if raw is None else raw, True)):
+            for r, check in runs:
                 out, failed = run(m, packed, X, r, inter, check)
                 assert not failed, (what, inter)
                 outs.append(out)
@@ -498,12 +501,14 @@ def merged(packed, X, what, raw=None, K=None):
         ref = (cpu.interaction_values if inter else cpu.shap_values)(packed, X)
         err = float(np.abs(outs[0] - ref).max())
         assert err <= 2e-6 * max(1.0, float(np.abs(ref).max())), (what, err)
+        values[inter] = outs[0]
+    return values
 
 ens = tiny.random_ensemble(3, n_features=6, n_trees=4, depth=3, n_groups=2, n_categorical=1)
 X = tiny.random_rows(2, ens, 4, 0.2)
 packed = packed_of(ens)
-merged(packed, X, "multiclass, categorical, NaN", K=3)
-merged(packed, X, "raw float64", raw=X.astype(np.float64))
+base = merged(packed, X, "multiclass, categorical, NaN", K=3)
+merged(packed, X, "raw float64", raw=X.astype(np.float64), base=base)
 ens5 = tiny.random_ensemble(8, n_features=6, n_trees=2, depth=5)
 merged(packed_of(ens5), tiny.random_rows(8, ens5, 2, 0.3), "depth 5")
 K8 = get_config().small_max_path_features
