@@ -59,7 +59,8 @@ class UsedFeatureValues:
     values : ndarray, cupy.ndarray or dask.array.Array
         The explainer's layout with ``U`` feature columns instead of ``F``: shap's ``(n, U)``
         / ``(n, U, G)``; XGBoost's ``(n, U+1)`` / ``(n, G, U+1)``, the bias last. Without the
-        row axis for one row.
+        row axis for one row. In shap's layout a strided view of the ``(n, G, U+1)`` result
+        (the output is never copied: ``numpy.ascontiguousarray`` makes a contiguous copy).
     features : ndarray
         int64 ``(U,)``, increasing: column ``k`` of ``values`` is the model's feature
         ``features[k]`` (a column of ``X``).
@@ -210,10 +211,16 @@ def run_blocks(
 
 def feature_values(out: Any, one_row: bool, layout: str, features: str, packed: Any) -> Any:
     """``shap_values``' return: :func:`~distshap.layouts.layout_values` of ``out``, as it is
-    for ``features="all"``, a :class:`UsedFeatureValues` for ``"used"``."""
-    values = layout_values(out, one_row, layout, False)
+    for ``features="all"``, a :class:`UsedFeatureValues` for ``"used"`` (its values views of
+    ``out``: no copy of the output)."""
     if features == "all":
-        return values
+        return layout_values(out, one_row, layout, False)
+    groups = out.shape[1]
+    if layout == "xgboost":
+        values = out[:, 0] if groups == 1 else out
+    else:  # shap's: no bias column, groups last
+        values = out[:, 0, :-1] if groups == 1 else out[:, :, :-1].transpose(0, 2, 1)
+    values = values[0] if one_row else values
     used = used_features(packed)
     names = packed.feature_names
     names = None if names is None else tuple(str(names[j]) for j in used)

@@ -32,8 +32,9 @@ __all__ = [
     "used_rows",
 ]
 
-#: Bytes of one block's dense rows plus its full-width output, at most (at least one row).
-DEFAULT_BLOCK_BYTES = 128 * 2**20
+#: Bytes of one block's dense rows (twice: their encoded copy) and output, at most (at least
+#: one row); the kernels' accumulators and the additivity check's float64 sums come beside it.
+DEFAULT_BLOCK_BYTES = 32 * 2**20
 
 
 def is_sparse(X: Any) -> bool:

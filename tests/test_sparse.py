@@ -173,13 +173,19 @@ def test_used_features_run_a_block_of_used_columns_at_a_time(sparse):
     assert explainer.shap_values(X, features="used").feature_names is None
 
 
-def test_used_features_of_a_real_model_have_the_full_values_bits(xgb_model):
-    explainer = TreeExplainer(xgb_model, layout="xgboost")
+def test_used_features_of_a_real_model_have_the_full_values_bits(xgb_model, backend):
+    explainer = TreeExplainer(xgb_model, layout="xgboost", backend=backend)
     coo = _odd_matrix(70, 12, seed=9)
     full = explainer.shap_values(coo)
-    for X in (coo.tocsr(), model_matrix(coo, explainer.packed)):
+    inputs = [coo.tocsr(), model_matrix(coo, explainer.packed)]
+    if backend == "cuda":
+        import cupy
+
+        inputs.append(cupy.asarray(inputs[1]))
+    for X in inputs:
         got = explainer.shap_values(X, features="used")
-        np.testing.assert_array_equal(got.dense(), full)
+        dense = got.dense()
+        np.testing.assert_array_equal(dense.get() if hasattr(dense, "get") else dense, full)
     names = TreeExplainer(xgb_model, feature_names=[f"c{j}" for j in range(12)])
     assert names.packed.feature_names is None  # the model's own names only
 
