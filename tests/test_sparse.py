@@ -173,6 +173,24 @@ def test_used_features_run_a_block_of_used_columns_at_a_time(sparse):
     assert explainer.shap_values(X, features="used").feature_names is None
 
 
+def test_progress_runs_batches_of_its_rows_and_the_same_values():
+    explainer = TreeExplainer(_wide_model(20), layout="xgboost")
+    X = np.random.default_rng(7).random((40, 20)).astype(np.float32)
+    request = make_request(explainer.packed)
+    calls = []
+
+    def run(start: int, stop: int):
+        calls.append(stop - start)
+        return run_request(explainer.packed, X[start:stop], request, None, start)
+
+    got = run_blocks(run, 40, explainer.packed, False, X, True, "all", 16)
+    assert calls == [16, 16, 8]
+    np.testing.assert_array_equal(got[:, 0], explainer.shap_values(X))
+    calls.clear()
+    run_blocks(run, 40, explainer.packed, False, X, False, "all", 16)
+    assert calls == [40]  # no progress bar: one call
+
+
 def test_used_features_of_a_real_model_have_the_full_values_bits(xgb_model, backend):
     explainer = TreeExplainer(xgb_model, layout="xgboost", backend=backend)
     coo = _odd_matrix(70, 12, seed=9)
