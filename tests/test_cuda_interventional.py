@@ -219,7 +219,7 @@ def test_every_kernel_compiles_with_integer_atomics_only():
     assert "div.rn.f64" in ptx["interventional_factor_kernel"]
 
 
-_SIM_SCRIPT = r"""
+_SIM_COMMON = r"""
 import numpy as np
 import naive
 import tiny
@@ -252,8 +252,9 @@ def budgets(shap, inter):  # a new configuration: new device models, backgrounds
 
 def run(packed, bg, X, **kw):
     return interventional_values(packed, bg, X, **kw)
+"""
 
-
+_SIM_PATTERNS = r"""  # after _SIM_COMMON: sections 1 and 2
 # 1. two groups, a categorical feature, NaNs: background tables and direct kernels
 ens = tiny.random_ensemble(3, n_features=4, n_trees=3, depth=3, n_groups=2, n_categorical=1)
 X = tiny.random_rows(2, ens, 3, 0.2)
@@ -317,7 +318,10 @@ budgets(0, 0)
 want = path_reference(packed, X[:1], R, xm, bg.margin, interactions=True)
 close(run(packed, bg, X[:1], interactions=True), want, "interactions direct B=33")
 budgets(1 << 30, 1 << 30)
+print("SIMULATOR-OK")
+"""
 
+_SIM_LONG_PATHS = r"""  # after _SIM_COMMON: sections 3 to 5
 # 3. paths of up to 9 features: tables for the short ones (<= 6 here), direct for the others
 ens = chain_ensemble(9, 9)
 packed = make_packed(ens)
@@ -391,8 +395,16 @@ print("SIMULATOR-OK")
 
 
 def test_kernels_under_cuda_simulator():
-    """The real kernel code in Numba's CUDA simulator (no GPU) against the oracles."""
-    assert_simulator_ok(_SIM_SCRIPT, timeout=900)
+    """The real kernel code in Numba's CUDA simulator (no GPU) against the oracles: two
+    groups, categorical splits and NaNs (tables, direct kernels, tiles), then 33 background
+    rows (the transforms, factor chunks, batches)."""
+    assert_simulator_ok(_SIM_COMMON + _SIM_PATTERNS, timeout=900)
+
+
+def test_long_paths_and_bad_input_under_cuda_simulator():
+    """The same in the simulator: paths of up to 9 features (tables and direct kernels), of 32
+    and 33 (the oversize kernel), and the errors bad input raises."""
+    assert_simulator_ok(_SIM_COMMON + _SIM_LONG_PATHS, timeout=900)
 
 
 # ------------------------------------------------------------------------------------------
