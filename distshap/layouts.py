@@ -30,7 +30,6 @@ __all__ = [
     "explanation",
     "explanation_names",
     "import_shap",
-    "in_batches",
     "layout_values",
     "shap_layout",
 ]
@@ -316,25 +315,6 @@ def dask_data(X: Any, packed: Any) -> Any:
     )
     meta = np.empty((0, packed.num_features), dtype=packed.encoding.input_dtype)
     return X[cols].map_partitions(_frame_block_values, packed, meta=meta, enforce_metadata=False)
-
-
-def in_batches(run: Any, n: int, packed: Any, interactions: bool, batch_rows: int) -> np.ndarray:
-    """``run(start, stop)`` over batches of ``batch_rows`` rows into one output, with a
-    progress bar."""
-    width = packed.num_features + 1
-    shape = (n, packed.num_groups, width) + ((width,) if interactions else ())
-    out = np.empty(shape, dtype=np.float32)
-    bar = progress_bar(n, "interaction values" if interactions else "SHAP values")
-    try:
-        for start in range(0, n, batch_rows):
-            stop = min(start + batch_rows, n)
-            out[start:stop] = run(start, stop)
-            if bar is not None:
-                bar.update(stop - start)
-    finally:
-        if bar is not None:
-            bar.close()
-    return out
 
 
 def progress_bar(total: int, desc: str) -> Any:
