@@ -55,7 +55,23 @@ from distshap.models._common import (
 from distshap.models.ensemble import Ensemble, UnsupportedModelError
 from distshap.models.iterations import iterations_indptr
 
-__all__ = ["load_sklearn"]
+__all__ = ["SKLEARN_MODELS", "load_sklearn"]
+
+#: The scikit-learn classes :func:`load_sklearn` converts.
+SKLEARN_MODELS = (
+    "DecisionTreeRegressor",
+    "DecisionTreeClassifier",
+    "ExtraTreeRegressor",
+    "ExtraTreeClassifier",
+    "RandomForestRegressor",
+    "RandomForestClassifier",
+    "ExtraTreesRegressor",
+    "ExtraTreesClassifier",
+    "GradientBoostingRegressor",
+    "GradientBoostingClassifier",
+    "HistGradientBoostingRegressor",
+    "HistGradientBoostingClassifier",
+)
 
 
 def _tree_part(tree: Any, values: np.ndarray) -> dict[str, np.ndarray]:
@@ -362,23 +378,9 @@ def load_sklearn(model: Any) -> Ensemble:
         scikit-learn estimators and unfitted models.
     """
     name = type(model).__name__
-    supported = (
-        "DecisionTreeRegressor",
-        "DecisionTreeClassifier",
-        "ExtraTreeRegressor",
-        "ExtraTreeClassifier",
-        "RandomForestRegressor",
-        "RandomForestClassifier",
-        "ExtraTreesRegressor",
-        "ExtraTreesClassifier",
-        "GradientBoostingRegressor",
-        "GradientBoostingClassifier",
-        "HistGradientBoostingRegressor",
-        "HistGradientBoostingClassifier",
-    )
-    if name not in supported:
+    if name not in SKLEARN_MODELS:
         raise UnsupportedModelError(
-            f"cannot explain a scikit-learn {name}: supported are {', '.join(supported)}"
+            f"cannot explain a scikit-learn {name}: supported are {', '.join(SKLEARN_MODELS)}"
         )
     fitted = hasattr(model, "tree_") or hasattr(model, "estimators_")
     fitted = fitted or hasattr(model, "_predictors")

@@ -24,24 +24,10 @@ from typing import Any
 
 from distshap.models._files import parse_json
 from distshap.models.ensemble import Ensemble, UnsupportedModelError
+from distshap.models.sklearn import SKLEARN_MODELS
 
-__all__ = ["SKLEARN_MODELS", "TRUSTED_TYPES", "load_skops_bytes"]
+__all__ = ["TRUSTED_TYPES", "load_skops_bytes"]
 
-#: The scikit-learn classes a ``.skops`` file may hold (those :func:`load_sklearn` converts).
-SKLEARN_MODELS = (
-    "DecisionTreeRegressor",
-    "DecisionTreeClassifier",
-    "ExtraTreeRegressor",
-    "ExtraTreeClassifier",
-    "RandomForestRegressor",
-    "RandomForestClassifier",
-    "ExtraTreesRegressor",
-    "ExtraTreesClassifier",
-    "GradientBoostingRegressor",
-    "GradientBoostingClassifier",
-    "HistGradientBoostingRegressor",
-    "HistGradientBoostingClassifier",
-)
 
 #: Types beyond skops' default trust that those models are made of: the only ones passed as
 #: ``trusted=`` (never ``trusted=True``).
