@@ -95,6 +95,8 @@ def build_background(packed: Any, data: Any) -> Background:
     if is_cupy(raw):
         raw = raw.get()
     rows = np.ascontiguousarray(packed.encoding.apply(raw), dtype=np.float32)
+    if np.may_share_memory(rows, raw):  # the caller's array: writing it must not change these
+        rows = rows.copy()
     margin = np.ascontiguousarray(predict_margin(packed, raw), dtype=np.float64)
     h = hashlib.sha256()
     h.update(str(packed.digest).encode())
