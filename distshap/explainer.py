@@ -70,7 +70,7 @@ from distshap.packed import (
     pack_ensemble,
 )
 from distshap.request import make_request
-from distshap.row_blocks import feature_values, run_blocks, used_columns
+from distshap.row_blocks import feature_values, output_columns, run_blocks, used_columns
 from distshap.shap_compat import (
     UNSET,
     add_base_margin,
@@ -274,8 +274,7 @@ class TreeExplainer(PairMethods, BanzhafMethods):
         user_names = getattr(self, "_user_feature_names", None)  # unset while constructing
         self.data_feature_names = None if user_names is None else list(user_names)
         if is_frame(rows) and user_names is None:
-            names = self.packed.feature_names
-            style = self.packed.encoding.name_style
+            names, style = self.packed.feature_names, self.packed.encoding.name_style
             what = "data (the background)"
             cols = select_model_columns(rows, self.num_features, names, style, what=what)
             self.data_feature_names = [str(c) for c in cols]
@@ -410,6 +409,7 @@ class TreeExplainer(PairMethods, BanzhafMethods):
         model = self._model(tree_limit, iteration_range)
         packed = model.packed
         check_dmatrix_sentinel(inp, packed)
+        output_columns(packed, features)  # an unknown ``features`` refused before the rows
         ask = {"interactions": interactions, "background": model.background,
                "model_output": self.model_output}  # fmt: skip
         if is_dask(inp.rows):

@@ -14,6 +14,7 @@ value keeps its bits).
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -233,7 +234,10 @@ def used_model(packed: Any, background: Any = None) -> Any:
     import hashlib
 
     used = used_features(packed)
-    position = np.full(packed.num_features + 1, -1, dtype=np.int32)  # [-1]: a bias lane's -1
+    # [-1]: a bias lane's -1; a split on a feature no path keeps (every leaf under it is 0)
+    # reads column 0, which exists whenever there is a split
+    position = np.zeros(packed.num_features + 1, dtype=np.int32)
+    position[-1] = -1
     position[used] = np.arange(len(used), dtype=np.int32)
     margin = packed.margin
     if margin is not None:
@@ -249,14 +253,16 @@ def used_model(packed: Any, background: Any = None) -> Any:
         digest=digest,
     )
     if key:
-        while len(_USED_MODELS) >= 4:
-            _USED_MODELS.pop(next(iter(_USED_MODELS)))
-        _USED_MODELS[key] = out
+        with _USED_LOCK:  # server slots explain in threads
+            while len(_USED_MODELS) >= 4:
+                _USED_MODELS.pop(next(iter(_USED_MODELS)), None)
+            _USED_MODELS[key] = out
     return out
 
 
 #: The last few :func:`used_model` results, by the full model's digest.
 _USED_MODELS: dict[str, Any] = {}
+_USED_LOCK = threading.Lock()
 
 
 def used_rows(raw: Any, start: int, stop: int, features: np.ndarray) -> Any:

@@ -47,13 +47,30 @@ def xgb_model():
     return xgb.train({"max_depth": 4, "nthread": 1}, xgb.DMatrix(X, y), 15)
 
 
+def _noncanonical(coo: sp.coo_matrix) -> sp.csr_matrix:
+    """``coo`` as a CSR matrix with each row's entries in reverse column order and every
+    entry stored twice, as two halves (scipy sums duplicates; halves of a float add exactly)."""
+    csr = coo.tocsr()
+    data, indices, indptr = [], [], [0]
+    for r in range(csr.shape[0]):
+        a, b = csr.indptr[r], csr.indptr[r + 1]
+        values, cols = csr.data[a:b][::-1], csr.indices[a:b][::-1]
+        data += [v / 2 for v in values for _ in range(2)]
+        indices += [c for c in cols for _ in range(2)]
+        indptr.append(len(data))
+    out = sp.csr_matrix((np.array(data, csr.dtype), np.array(indices, np.int32), indptr),
+                        shape=csr.shape)  # fmt: skip
+    assert not out.has_canonical_format
+    return out
+
+
 def _formats(coo: sp.coo_matrix) -> dict:
     csr = coo.tocsr()
     mixed = csr.copy()
     mixed.indptr = mixed.indptr.astype(np.int64)  # int64 indptr, int32 indices
     return {
         "coo": coo,
-        "csr-noncanonical": sp.csr_matrix((coo.data, (coo.row, coo.col)), shape=coo.shape),
+        "csr-noncanonical": _noncanonical(coo),
         "csr": csr,
         "csc": coo.tocsc(),
         "csr-mixed-index": mixed,
