@@ -61,39 +61,50 @@ if SIM:  # pragma: no cover - only under NUMBA_ENABLE_CUDASIM=1
     from numba.cuda.simulator import kernel as _sim_kernel
 
     _SWAP_LOCK = threading.Lock()
-    _SWAP_DEPTH: dict[int, tuple[int, dict]] = {}
+    _CUDA_NAMES: dict[int, tuple[dict, list]] = {}  # id(globals) -> (globals, names of cuda)
+    _SWAPPED: set[int] = set()  # the module globals holding the launch's fake module now
+    # this module's own ``cuda`` is swapped while its device functions run: keep the real one
+    # where no swap reaches it
+    _REAL_CUDA = (cuda,)
 
     @contextmanager
-    def _counted_module_swap(fn, fake_cuda_module):
-        """The simulator's swap of a device function's ``cuda`` global, made safe for threads.
+    def _launch_module_swap(fn, fake_cuda_module):
+        """The simulator's swap of a function's ``cuda`` global, made safe for threads.
 
         On each device-function call the simulator puts its fake ``cuda`` module in the
         function's module globals and puts the real one back on return. The threads of a
         block call a device function of another module at once, so one thread's return put the
         real module back while another thread was still inside it (``module 'numba.cuda' has
-        no attribute 'threadIdx'``, at random). Here the first thread in swaps and the last
-        one out restores.
+        no attribute 'threadIdx'``, at random). Here a device function's module keeps the
+        launch's fake module until the launch ends (the host thread's swap of the kernel
+        restores every module swapped meanwhile), and a thread finding it in place already
+        takes no lock: hundreds of threads taking one lock twice a device call queued behind
+        the host thread's polling for many minutes.
         """
         globs = fn.__globals__
         key = id(globs)
-        with _SWAP_LOCK:
-            depth, orig = _SWAP_DEPTH.get(key, (0, None))
-            if depth == 0:
-                orig = {k: v for k, v in globs.items() if v is cuda}
-                globs.update(dict.fromkeys(orig, fake_cuda_module))
-            _SWAP_DEPTH[key] = (depth + 1, orig)
+        entry = _CUDA_NAMES.get(key)
+        if entry is None or any(globs[name] is not fake_cuda_module for name in entry[1]):
+            with _SWAP_LOCK:
+                entry = _CUDA_NAMES.get(key)
+                if entry is None:
+                    entry = (globs, [name for name, v in globs.items() if v is _REAL_CUDA[0]])
+                    _CUDA_NAMES[key] = entry
+                globs.update(dict.fromkeys(entry[1], fake_cuda_module))
+                _SWAPPED.add(key)
+        if isinstance(threading.current_thread(), _sim_kernel.BlockThread):
+            yield  # a device function inside a launch
+            return
         try:
             yield
-        finally:
+        finally:  # the launch ended: every module swapped during it gets the real module back
             with _SWAP_LOCK:
-                depth, orig = _SWAP_DEPTH[key]
-                if depth == 1:
-                    globs.update(orig)
-                    del _SWAP_DEPTH[key]
-                else:
-                    _SWAP_DEPTH[key] = (depth - 1, orig)
+                for swapped in _SWAPPED:
+                    module_globals, names = _CUDA_NAMES[swapped]
+                    module_globals.update(dict.fromkeys(names, _REAL_CUDA[0]))
+                _SWAPPED.clear()
 
-    _sim_kernel.swapped_cuda_module = _counted_module_swap
+    _sim_kernel.swapped_cuda_module = _launch_module_swap
 
     @cuda.jit(device=True)  # a device function: the simulator lends it its thread context
     def ballot(mask, predicate):
