@@ -55,6 +55,7 @@ extend_path = cuda.jit(device=True)(treeshap.extend_path)
 unwound_sum = cuda.jit(device=True)(treeshap.unwound_sum)
 
 if SIM:  # pragma: no cover - only under NUMBA_ENABLE_CUDASIM=1
+    import sys
     import threading
     from contextlib import contextmanager
 
@@ -105,6 +106,31 @@ if SIM:  # pragma: no cover - only under NUMBA_ENABLE_CUDASIM=1
                 _SWAPPED.clear()
 
     _sim_kernel.swapped_cuda_module = _launch_module_swap
+
+    from numba.core import types as _types
+    from numba.cuda.simulator import kernelapi as _sim_api
+    from numba.np import numpy_support as _numpy_support
+
+    _SHARED_LOCK = threading.Lock()
+
+    def _block_shared_array(self, shape, dtype):
+        """The simulator's ``cuda.shared.array``, its array made once per block and call site
+        under a lock (the simulator's own check-then-store let two threads of a block each
+        make an array at once: each wrote its own, and a reduction read another's)."""
+        if isinstance(dtype, _types.Type):
+            dtype = _numpy_support.as_dtype(dtype)
+        if shape == 0:  # dynamic shared memory: one buffer for the block already
+            return _plain_shared_array(self, shape, dtype)
+        frame = sys._getframe(1)
+        caller = (frame.f_code.co_filename, frame.f_lineno)
+        with _SHARED_LOCK:
+            array = self._allocations.get(caller)
+            if array is None:
+                array = self._allocations[caller] = np.empty(shape, dtype)
+        return array
+
+    _plain_shared_array = _sim_api.FakeCUDAShared.array
+    _sim_api.FakeCUDAShared.array = _block_shared_array
 
     @cuda.jit(device=True)  # a device function: the simulator lends it its thread context
     def ballot(mask, predicate):
