@@ -98,3 +98,20 @@ def test_real_data_shapes_and_leaf_table(tmp_path, monkeypatch):
     assert est["trees"] == 100 and rounds[0] == 0 and len(rounds) >= 2
     assert all(a < b < 100 for a, b in zip(rounds, rounds[1:], strict=False))
     assert 0 < est["leaves"] <= 100 * 2**8
+
+
+def test_benchmark_scripts_shadow_no_module_the_libraries_import():
+    """``python3 benchmarks/demo.py`` puts benchmarks/ first on sys.path: a script named like a
+    module a library tries to import (``sparse``, which dask probes for) is imported in its
+    place. The demo's imports must work with benchmarks/ first on the path."""
+    import pathlib
+    import subprocess
+    import sys
+
+    here = pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
+    code = (f"import sys; sys.path.insert(0, {str(here)!r}); "
+            "import dask.array, dask.dataframe, distributed, numpy, scipy.sparse, xgboost; "
+            "import distshap, distshap.cluster")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]

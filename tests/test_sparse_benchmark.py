@@ -1,4 +1,4 @@
-"""benchmarks/sparse.py at a small scale: its measurements run and compare what they claim."""
+"""benchmarks/sparse_input.py at a small scale: its measurements run and compare what they claim."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ pytest.importorskip("xgboost")
 
 
 def test_narrow_case_compares_equal_bits_and_the_peer():
-    from benchmarks.sparse import main
+    from benchmarks.sparse_input import main
 
     report = main(["--cases", "narrow", "--scale", "0.002", "--trees", "5", "--repeats", "1"])
     narrow = report["narrow"]
@@ -20,7 +20,7 @@ def test_narrow_case_compares_equal_bits_and_the_peer():
 def test_wide_child_measures_the_used_features_call(tmp_path):
     import scipy.sparse as sp
 
-    from benchmarks.sparse import make_csr, train, wide_child
+    from benchmarks.sparse_input import make_csr, train, wide_child
 
     X, y = make_csr(300, 400, 0.01, seed=3)
     assert X.has_canonical_format and X.shape == (300, 400)

@@ -20,8 +20,8 @@ tree; unstored entries are missing, as XGBoost reads a CSR matrix):
 
 Usage::
 
-    python -m benchmarks.sparse                      # both cases, full size (< 3 min, 2 cores)
-    python -m benchmarks.sparse --scale 0.01         # everything 100x smaller (the test's)
+    python -m benchmarks.sparse_input                      # both cases, full size (< 3 min, 2 cores)
+    python -m benchmarks.sparse_input --scale 0.01         # everything 100x smaller (the test's)
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def wide(args: argparse.Namespace, scale: float) -> dict:
         del X, y
         env = {**os.environ, "DISTSHAP_NUM_THREADS": str(args.threads)}
         code = (
-            "import json, sys; from benchmarks.sparse import wide_child; "
+            "import json, sys; from benchmarks.sparse_input import wide_child; "
             "print(json.dumps(wide_child(sys.argv[1], sys.argv[2])))"
         )
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
