@@ -25,10 +25,10 @@ import numpy as np
 from numba import njit
 
 from distshap.compile_cache import announce
-from distshap.kernels import banzhaf_rows, treeshap
+from distshap.kernels import banzhaf_rows
 from distshap.kernels.banzhaf_rows import _long_path, _rows, _run_blocks, _zeta_tables
 from distshap.kernels.interventional_math import check_background
-from distshap.kernels.quadrature_cpu import block_rows
+from distshap.kernels.quadrature_cpu import block_rows, element_ones
 from distshap.packed import PackedModel, host_form
 from distshap.parallel import num_threads, run_ranges
 from distshap.plan.tables import choose_tables, path_features, table_values
@@ -48,8 +48,6 @@ INTERVENTIONAL_TABLE_BITS = 12
 TABLE_BLOCK_VALUES = 1 << 24
 #: Path-dependent tables kept (model digests).
 TABLE_CACHE_SIZE = 4
-
-_follows = njit(inline="always", nogil=True, cache=True)(treeshap.follows)
 
 
 @njit(nogil=True, cache=True)
@@ -148,16 +146,8 @@ def _value_rows(X, R, feature, lower, upper, missing, zero_fraction, cat_offsets
             base = path_group[p] * C
             for i in range(k):
                 e = start + i
-                col = XT[feature[e]]
-                oi = ones[i]
-                lo_, hi_, miss, other = lower[e], upper[e], missing[e], cat_other[e]
-                if cat_offsets[e] < 0:  # a numeric test alone: a loop that vectorises
-                    for r in range(n):
-                        oi[r] = _follows(col[r], lo_, hi_, miss, other, -1, 0, cat_words)
-                else:
-                    co, nbits = cat_offsets[e], cat_nbits[e]
-                    for r in range(n):
-                        oi[r] = _follows(col[r], lo_, hi_, miss, other, co, nbits, cat_words)
+                element_ones(ones[i], XT[feature[e]], n, e, lower, upper, missing, cat_offsets,
+                             cat_nbits, cat_other, cat_words)  # fmt: skip
             off = table_offsets[q]
             if off >= 0:
                 index[:n] = 0

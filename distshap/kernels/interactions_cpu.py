@@ -50,8 +50,7 @@ import numpy as np
 from numba import njit
 
 from distshap.compile_cache import announce, read_only
-from distshap.kernels import treeshap
-from distshap.kernels.quadrature_cpu import pattern_model, pattern_rows
+from distshap.kernels.quadrature_cpu import element_ones, pattern_model, pattern_rows
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
 from distshap.packed import host_form
 from distshap.parallel import run_ranges
@@ -74,8 +73,6 @@ _FILL_ROWS = 1 << 12
 _FILL_VALUES = 1 << 23
 #: Models whose interaction tables are kept.
 TABLE_CACHE_SIZE = 4
-
-_follows = njit(inline="always", nogil=True, cache=True)(treeshap.follows)
 
 
 @announce("the CPU interaction-values kernel", 3)
@@ -150,17 +147,8 @@ def _interaction_rows(X, feature, lower, upper, missing, zero_fraction, cat_offs
                         e += 1
                 for i in range(k):
                     el = start + i
-                    col = XT[feature[el]]
-                    oi = ones[i]
-                    lo_, hi_, miss, other = lower[el], upper[el], missing[el], cat_other[el]
-                    if cat_offsets[el] < 0:  # a numeric test alone: a loop that vectorises
-                        for r in range(n):
-                            oi[r] = _follows(col[r], lo_, hi_, miss, other, -1, 0, cat_words)
-                    else:
-                        co, nbits = cat_offsets[el], cat_nbits[el]
-                        for r in range(n):
-                            oi[r] = _follows(col[r], lo_, hi_, miss, other, co, nbits,
-                                             cat_words)  # fmt: skip
+                    element_ones(ones[i], XT[feature[el]], n, el, lower, upper, missing,
+                                 cat_offsets, cat_nbits, cat_other, cat_words)  # fmt: skip
                 off = table_offsets[p]
                 if off >= 0:  # k <= 24 (choose_tables): the pattern is an int64 bit mask
                     for r in range(n):

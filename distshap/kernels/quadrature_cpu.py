@@ -47,7 +47,14 @@ from distshap.kernels import treeshap
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
 from distshap.parallel import run_ranges
 
-__all__ = ["block_rows", "fill_tables", "pattern_model", "pattern_rows", "shap_values"]
+__all__ = [
+    "block_rows",
+    "element_ones",
+    "fill_tables",
+    "pattern_model",
+    "pattern_rows",
+    "shap_values",
+]
 
 #: Float64 sums of one row block: about 2 MiB, and at most 1,024 rows (larger blocks read each
 #: path's lanes and table fewer times).
@@ -59,6 +66,21 @@ _FILL_ROWS = 1 << 12
 _FILL_VALUES = 1 << 23
 
 _follows = njit(inline="always", nogil=True, cache=True)(treeshap.follows)
+
+
+@njit(inline="always", nogil=True, cache=True)
+def element_ones(oi, col, n, e, lower, upper, missing, cat_offsets, cat_nbits, cat_other,
+                 cat_words):  # fmt: skip
+    """``oi[r]``: whether row ``r`` of a block (its values of the element's feature in
+    ``col``) follows path element ``e``, for ``r < n``."""
+    lo_, hi_, miss, other = lower[e], upper[e], missing[e], cat_other[e]
+    if cat_offsets[e] < 0:  # a numeric test alone: a loop that vectorises
+        for r in range(n):
+            oi[r] = _follows(col[r], lo_, hi_, miss, other, -1, 0, cat_words)
+    else:
+        co, nbits = cat_offsets[e], cat_nbits[e]
+        for r in range(n):
+            oi[r] = _follows(col[r], lo_, hi_, miss, other, co, nbits, cat_words)
 
 
 @announce("the CPU SHAP kernel", 2)
@@ -92,16 +114,8 @@ def _shap_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, ca
             base = path_group[p] * n_cols
             for i in range(k):
                 e = start + i
-                col = XT[feature[e]]
-                oi = ones[i]
-                lo_, hi_, miss, other = lower[e], upper[e], missing[e], cat_other[e]
-                if cat_offsets[e] < 0:  # a numeric test alone: a loop that vectorises
-                    for r in range(n):
-                        oi[r] = _follows(col[r], lo_, hi_, miss, other, -1, 0, cat_words)
-                else:
-                    co, nbits = cat_offsets[e], cat_nbits[e]
-                    for r in range(n):
-                        oi[r] = _follows(col[r], lo_, hi_, miss, other, co, nbits, cat_words)
+                element_ones(ones[i], XT[feature[e]], n, e, lower, upper, missing, cat_offsets,
+                             cat_nbits, cat_other, cat_words)  # fmt: skip
             off = table_offsets[p]
             if off >= 0:  # k <= 24 (choose_tables): the pattern is an int64 bit mask
                 for r in range(n):
