@@ -28,6 +28,7 @@ from distshap.compile_cache import announce
 from distshap.kernels import banzhaf_rows
 from distshap.kernels.banzhaf_rows import _long_path, _rows, _run_blocks, _zeta_tables
 from distshap.kernels.interventional_math import check_background
+from distshap.kernels.interventional_tables_cpu import popcount
 from distshap.kernels.quadrature_cpu import block_rows, element_ones
 from distshap.packed import PackedModel, host_form
 from distshap.parallel import num_threads, run_ranges
@@ -92,7 +93,7 @@ def _fill_interventional(zeta, zeta_offsets, path_offsets, path_value, p0, B, ta
         full = (1 << k) - 1
         for xb in range(1 << k):
             nx = full & ~xb
-            count = k - _bits(nx)
+            count = k - popcount(nx)
             c = path_value[p0 + q] / B * 2.0 ** (count + 1 - 2 * k)
             base = z[nx]
             row = off + xb * k
@@ -101,15 +102,6 @@ def _fill_interventional(zeta, zeta_offsets, path_offsets, path_value, p0, B, ta
                     tables[row + i] = c * (base - z[nx | (1 << i)])
                 else:
                     tables[row + i] = -c * base
-
-
-@njit(inline="always", nogil=True, cache=True)
-def _bits(v):
-    count = 0
-    while v:
-        v &= v - 1
-        count += 1
-    return count
 
 
 @announce("the CPU Banzhaf kernel", 2)
