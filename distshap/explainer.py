@@ -306,9 +306,7 @@ class TreeExplainer(PairMethods, BanzhafMethods):
         other._models = {None: _Model(self.packed, other.background)}
         return other
 
-    # --------------------------------------------------------------------------------------
-    # the model of a range of boosting rounds
-    # --------------------------------------------------------------------------------------
+    # ---- the model of a range of boosting rounds ----
 
     def _build_packed(self, ensemble: Ensemble) -> PackedModel:
         encoded, encoding = encode_ensemble(ensemble)
@@ -336,9 +334,7 @@ class TreeExplainer(PairMethods, BanzhafMethods):
             model = self._models[key] = _Model(packed, background)
         return model
 
-    # --------------------------------------------------------------------------------------
-    # attributes
-    # --------------------------------------------------------------------------------------
+    # ---- attributes ----
 
     @property
     def expected_value(self) -> Any:
@@ -388,9 +384,7 @@ class TreeExplainer(PairMethods, BanzhafMethods):
             return tuple(distinct_names(columns))
         return tuple(f"f{j}" for j in range(self.num_features))
 
-    # --------------------------------------------------------------------------------------
-    # computing
-    # --------------------------------------------------------------------------------------
+    # ---- computing ----
 
     def _compute(
         self,
@@ -402,8 +396,9 @@ class TreeExplainer(PairMethods, BanzhafMethods):
         tree_limit: int | None,
         iteration_range: Any,
         features: str = "all",
+        method: str = "shap",
     ) -> tuple[Any, ExplainInput, _Model]:
-        """Values ``(n, G, F+1)`` / ``(n, G, F+1, F+1)`` (lazy for Dask), the input, the model."""
+        """Values (n, G, F+1) / (n, G, F+1, F+1) of ``method`` (lazy for Dask), input, model."""
         check_flags(check_additivity=check_additivity, progress=progress, interactions=interactions)
         inp = explain_input(X, base_margin=self.background is None)
         model = self._model(tree_limit, iteration_range)
@@ -411,7 +406,7 @@ class TreeExplainer(PairMethods, BanzhafMethods):
         check_dmatrix_sentinel(inp, packed)
         output_columns(packed, features)  # an unknown ``features`` refused before the rows
         ask = {"interactions": interactions, "background": model.background,
-               "model_output": self.model_output}  # fmt: skip
+               "model_output": self.model_output, "method": method}  # fmt: skip
         if is_dask(inp.rows):
             from distshap.cluster import explain_dask
 

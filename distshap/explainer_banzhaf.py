@@ -30,56 +30,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from distshap.dispatch import run_request
-from distshap.inputs import is_cupy, is_dask, model_matrix
-from distshap.layouts import check_output_fits, layout_values
-from distshap.request import make_request
-from distshap.shap_compat import (
-    add_base_margin,
-    check_dmatrix_sentinel,
-    check_shap_layout_margin,
-    explain_input,
-)
+from distshap.layouts import layout_values
+from distshap.shap_compat import check_shap_layout_margin
 
 __all__ = ["BanzhafMethods"]
 
 
 class BanzhafMethods:
     """:meth:`banzhaf_values` and :meth:`banzhaf_interaction_values` of an explainer (its
-    ``background``, ``backend``, ``client``, ``layout``, ``model_output``, ``ensemble`` and
-    ``_model(tree_limit, iteration_range)``)."""
+    ``layout`` and ``_compute``, the route of its SHAP values with ``method="banzhaf"``)."""
 
-    background: Any
-    backend: str
-    client: Any
     layout: str
-    model_output: str
-    ensemble: Any
 
     def _banzhaf(
         self, X: Any, interactions: bool, tree_limit: int | None, iteration_range: Any
     ) -> Any:
-        inp = explain_input(X, base_margin=self.background is None)
-        model = self._model(tree_limit, iteration_range)  # type: ignore[attr-defined]
-        packed = model.packed
-        check_dmatrix_sentinel(inp, packed)
+        out, inp, _ = self._compute(  # type: ignore[attr-defined]
+            X, None, interactions, False, False, tree_limit, iteration_range, method="banzhaf"
+        )
         check_shap_layout_margin(inp, self.layout)
-        ask = {"interactions": interactions, "background": model.background,
-               "model_output": self.model_output, "method": "banzhaf"}  # fmt: skip
-        if is_dask(inp.rows):
-            from distshap.cluster import explain_dask
-
-            out = explain_dask(packed, inp.rows, backend=self.backend, client=self.client,
-                               check_additivity=False, **ask)  # fmt: skip
-        else:
-            request = make_request(packed, backend=self.backend, check=False,
-                                   cupy_data=is_cupy(inp.rows), **ask)  # fmt: skip
-            raw = model_matrix(inp.rows, packed)
-            if raw.shape[0] == 0:
-                raise ValueError("X has no rows: nothing to explain")
-            check_output_fits(raw.shape[0], packed, interactions)
-            out = run_request(packed, raw, request)
-            out = add_base_margin(out, inp, self.ensemble.base_score, 0, interactions)
         return layout_values(out, inp.one_row, self.layout, interactions)
 
     def banzhaf_values(
