@@ -9,7 +9,7 @@ Subcommands::
                      [--chunk-rows N] [--drop COL]
     distshap info MODEL [--json] [--device-kind KIND] [--rows N]
     distshap calibrate [--scale S] [--repeats N] [--dry-run] [--json]
-    distshap compile [--backend auto|cpu|cuda] [--kinds shap,interactions,interventional]
+    distshap compile [--backend auto|cpu|cuda] [--kinds shap,interactions,interventional,banzhaf]
     distshap plot summary MODEL DATA -o out.png [--max-display 20] [--kind bar|beeswarm]
     distshap plot interactions MODEL DATA -o out.png [--max-display 20] [--group G] [--signed]
     distshap serve --model NAME=PATH[,background=FILE][,output=O] [--host H] [--port P]
@@ -217,9 +217,9 @@ def _add_compile(sub: Any) -> None:
     )  # fmt: skip
     comp.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="auto",
                       help="default auto: CUDA if a GPU is visible")  # fmt: skip
-    comp.add_argument("--kinds", default="shap,interactions,interventional",
-                      help="comma-separated: shap, interactions, interventional (CPU) (default "
-                      "all)")  # fmt: skip
+    comp.add_argument("--kinds", default="shap,interactions,interventional,banzhaf",
+                      help="comma-separated: shap, interactions, interventional (CPU), banzhaf "
+                      "(default all)")  # fmt: skip
     _common(comp)
     comp.set_defaults(func=commands.run_compile)
 

@@ -13,7 +13,9 @@ reuses the cache.
 :func:`announce` registers a kernel whose compilation takes noticeably long; when Numba is
 about to compile it (no usable entry in the cache, never when the cache is warm) the logger
 ``distshap.compile`` says so in one line, with the cache directory and ``distshap compile``,
-which compiles every kernel ahead (:func:`distshap.warmup.warm_up`).
+which compiles every kernel ahead (:func:`distshap.warmup.warm_up`). The CUDA kernels have one
+such line for all of them (:func:`listen_cuda`, :func:`cuda_compiling`): the first time in a
+process that Numba's CUDA target starts compiling one of them (it found no entry in the cache).
 
 Compiling ahead in helper processes. Numba compiles one function at a time in a process (its
 compiler lock), mostly in Python (typing and lowering hold the GIL), so a cold start's
@@ -42,7 +44,8 @@ from typing import Any
 
 __all__ = [
     "ahead_waits", "announce", "cache_dir", "cached_on_disk", "compile_ahead", "configure",
-    "default_cache_dir", "logger", "read_only", "start_helpers", "wait_ahead",
+    "cuda_compiling", "default_cache_dir", "listen_cuda", "logger", "read_only",
+    "start_helpers", "wait_ahead",
 ]  # fmt: skip
 
 logger = logging.getLogger("distshap.compile")
@@ -51,6 +54,9 @@ _ANNOUNCED: dict[Any, tuple[str, float]] = {}  # py_func -> (what, rough seconds
 _SAID: set[Any] = set()  # py_funcs already announced in this process
 _LOCK = threading.Lock()
 _listening = False
+_CUDA_MODULES = "distshap.kernels.cuda."  # the package of every CUDA kernel of distshap
+_CUDA_SAID = "cuda"  # in _SAID once the CUDA line was said
+_cuda_listening = False
 
 
 def default_cache_dir() -> str:
@@ -159,6 +165,57 @@ def announce(what: str, seconds: float) -> Callable[[Any], Any]:
         return dispatcher
 
     return register
+
+
+def cuda_compiling(module: str | None) -> bool:
+    """Say the CUDA kernels' compile line if ``module`` (the module of a function Numba's CUDA
+    target starts compiling: never one loaded from the disk cache) holds distshap's CUDA
+    kernels, the first time in this process; True when the line was said."""
+    if not module or not module.startswith(_CUDA_MODULES):
+        return False
+    with _LOCK:
+        if _CUDA_SAID in _SAID:
+            return False
+        _SAID.add(_CUDA_SAID)
+    where = cache_dir() or "__pycache__ beside distshap's modules"
+    logger.warning(
+        "distshap: compiling the CUDA kernels for this GPU, about 1 s each (5 to 10 s for the "
+        "first call, more on a busy CPU); cached in %s (`distshap compile --backend cuda` "
+        "compiles them ahead)",
+        where,
+    )
+    return True
+
+
+def listen_cuda() -> None:
+    """Register the listener of the compiler passes Numba's CUDA target runs (each pass of a
+    compilation, not of a cache load), which calls :func:`cuda_compiling`: on Numba's own
+    events (``numba:run_pass``), and on numba-cuda's where it has its own compiler
+    (``numba-cuda:run_pass``). Idempotent; run by :mod:`distshap.kernels.cuda.runtime.device`."""
+    global _cuda_listening
+    with _LOCK:
+        if _cuda_listening:
+            return
+        _cuda_listening = True
+    for name, kind in (("numba.core.event", "numba:run_pass"),
+                       ("numba.cuda.core.event", "numba-cuda:run_pass")):  # fmt: skip
+        try:
+            event = importlib.import_module(name)
+        except ImportError:
+            continue
+
+        class _Passes(event.Listener):
+            def on_start(self, ev: Any) -> None:
+                if _CUDA_SAID not in _SAID:
+                    cuda_compiling((ev.data or {}).get("module"))
+
+            def on_end(self, ev: Any) -> None:
+                pass
+
+        try:
+            event.register(kind, _Passes())
+        except ValueError:  # a kind this version does not know
+            continue
 
 
 # --------------------------------------------------------------------------------------------

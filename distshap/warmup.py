@@ -77,7 +77,7 @@ def chain_ensemble(depth: int, n_features: int) -> Ensemble:
     )  # fmt: skip
 
 
-KINDS = ("shap", "interactions", "interventional")
+KINDS = ("shap", "interactions", "interventional", "banzhaf")
 
 
 def warm_up(backend: str = "cpu", kinds: tuple[str, ...] = KINDS) -> None:
@@ -86,9 +86,11 @@ def warm_up(backend: str = "cpu", kinds: tuple[str, ...] = KINDS) -> None:
     Parameters
     ----------
     backend : {"cpu", "cuda"}
-    kinds : tuple of {"shap", "interactions", "interventional"}
+    kinds : tuple of {"shap", "interactions", "interventional", "banzhaf"}
         The kernels to compile: path-dependent SHAP values, interaction values, interventional
-        values (CPU only: every transform, SHAP and interaction values).
+        values (CPU only: every transform, SHAP and interaction values), Banzhaf values
+        (path-dependent and interventional, values and interaction values; the backend's
+        :func:`~distshap.kernels.banzhaf.banzhaf_backend`).
     """
     unknown = set(kinds) - set(KINDS)
     if unknown:
@@ -106,6 +108,8 @@ def warm_up(backend: str = "cpu", kinds: tuple[str, ...] = KINDS) -> None:
             predict_margin(packed, X)  # the additivity check's traversal
             if "interventional" in kinds:
                 _interventional(packed, X, long_paths=depth > 3)
+        if "banzhaf" in kinds:
+            _banzhaf(backend, packed, X)
     if backend == "cuda":
         from numba import cuda
 
@@ -122,6 +126,18 @@ def _interventional(packed: PackedModel, X: np.ndarray, long_paths: bool) -> Non
         interventional_values(packed, background, X, transform=transform, x_margin=margin,
                               y=y, max_mask_bits=bits)  # fmt: skip
     interventional_values(packed, background, X, interactions=True, max_mask_bits=bits)
+
+
+def _banzhaf(backend: str, packed: PackedModel, X: np.ndarray) -> None:
+    """The Banzhaf kernels of ``backend``: path-dependent and interventional, values and
+    interaction values."""
+    from distshap.kernels.banzhaf import banzhaf_backend
+
+    module = banzhaf_backend(backend)
+    background = build_background(packed, X)
+    for interactions in (False, True):
+        module.banzhaf_values(packed, X, interactions)
+        module.interventional_banzhaf_values(packed, background, X, interactions=interactions)
 
 
 def _nothing(ensemble: Ensemble) -> None:

@@ -182,3 +182,73 @@ def test_names_sharing_an_index_go_to_one_helper_and_idle_helpers_are_released()
     compile_cache._IDLE[module] = [idle]
     compile_cache.compile_ahead(module, [])  # nothing to compile: released with no names
     assert idle.given == b"" and module not in compile_cache._IDLE
+
+
+def test_the_cuda_line_is_said_once_and_only_for_distshap_cuda_kernels(caplog) -> None:
+    from distshap import compile_cache
+
+    said = compile_cache._CUDA_SAID in compile_cache._SAID
+    compile_cache._SAID.discard(compile_cache._CUDA_SAID)
+    try:
+        with caplog.at_level("WARNING", logger="distshap.compile"):
+            assert not compile_cache.cuda_compiling(None)
+            assert not compile_cache.cuda_compiling("distshap.kernels.banzhaf_cpu")  # a CPU one
+            assert not compile_cache.cuda_compiling("numba.cuda.tests")
+            assert compile_cache.cuda_compiling("distshap.kernels.cuda.tables")
+            assert not compile_cache.cuda_compiling("distshap.kernels.cuda.launch")  # once
+        lines = [r.getMessage() for r in caplog.records if r.name == "distshap.compile"]
+        assert len(lines) == 1, lines
+        assert lines[0].startswith(_NOTICE) and "CUDA kernels" in lines[0] and "about" in lines[0]
+        assert "distshap compile --backend cuda" in lines[0]
+        assert (compile_cache.cache_dir() or "__pycache__") in lines[0]
+    finally:
+        if not said:
+            compile_cache._SAID.discard(compile_cache._CUDA_SAID)
+
+
+_CUDA_PTX = """
+import logging
+from numba import cuda
+from distshap.kernels.cuda.runtime.ptx import _device_free_compilation
+from distshap.kernels.cuda.runtime.upload import LANE_FILL_SIGNATURE, lane_fill_kernel
+
+with _device_free_compilation((9, 0)):
+    for _ in range(2):  # each call compiles again (no cache): still one line
+        cuda.compile_ptx(lane_fill_kernel.py_func, LANE_FILL_SIGNATURE, cc=(9, 0))
+"""
+
+
+def test_compiling_a_cuda_kernel_says_the_cuda_line_once(tmp_path: Path) -> None:
+    """Through Numba's own compiler events: PTX compiled without a GPU (NVVM needed)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from cudasim import nvvm_available
+
+    if not nvvm_available():
+        pytest.skip("NVVM (CUDA toolkit compiler) not found")
+    proc = _run(_CUDA_PTX, env={"NUMBA_CACHE_DIR": str(tmp_path)})
+    lines = _notices(proc)
+    assert len(lines) == 1 and "CUDA kernels" in lines[0], proc.stderr
+    assert str(tmp_path) in lines[0]
+
+
+_BANZHAF = """
+import numpy as np
+import distshap
+from distshap.warmup import chain_ensemble
+
+X = np.random.default_rng(0).random((40, 6)).astype(np.float32)
+for background in (None, X[:10]):
+    explainer = distshap.TreeExplainer(chain_ensemble(6, 6), background)
+    explainer.banzhaf_values(X)
+    explainer.banzhaf_interaction_values(X)
+print("done")
+"""
+
+
+def test_compile_ahead_covers_the_banzhaf_kernels(tmp_path: Path) -> None:
+    env = {"NUMBA_CACHE_DIR": str(tmp_path)}
+    code = "import sys; from distshap.cli import main; sys.exit(main(sys.argv[1:]))"
+    ahead = _run(code, "compile", "--backend", "cpu", "--kinds", "banzhaf", env=env)
+    assert "cpu kernels (banzhaf)" in ahead.stdout
+    later = _run(_BANZHAF, env=env)
+    assert "done" in later.stdout and _notices(later) == [], later.stderr

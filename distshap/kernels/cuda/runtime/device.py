@@ -25,6 +25,7 @@ import os
 import numpy as np
 from numba import cuda
 
+from distshap import compile_cache
 from distshap.kernels import treeshap
 
 __all__ = [
@@ -49,6 +50,8 @@ LI_COLUMNS = 8  # one spare column: rows of 32 bytes
 LD_ZERO, LD_VALUE = 0, 1
 # bits of lane_i[:, LI_FLAGS]: NaN follows the element; other categories follow it
 MISSING_FLAG, CAT_OTHER_FLAG = 1, 2
+
+compile_cache.listen_cuda()  # one line when a CUDA kernel is compiled, not loaded
 
 follows = cuda.jit(device=True)(treeshap.follows)
 extend_path = cuda.jit(device=True)(treeshap.extend_path)
