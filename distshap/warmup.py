@@ -37,7 +37,8 @@ from distshap.paths import extract_paths
 from distshap.plan.config import get_config
 
 __all__ = [
-    "KINDS", "chain_ensemble", "load_ahead", "longest_path_bound", "start_ahead", "warm_up",
+    "COMPUTE_MODE_DEFAULT", "KINDS", "chain_ensemble", "gpu_compute_mode",
+    "helpers_may_share_gpu", "load_ahead", "longest_path_bound", "start_ahead", "warm_up",
 ]  # fmt: skip
 
 _CUDA_AHEAD = "distshap.kernels.cuda.runtime.ptx"  # its helpers compile the CUDA kernels
@@ -163,7 +164,7 @@ def start_ahead(model: Any, backend: str) -> Callable[[Ensemble], None]:
     fewer than the cores: the loading process compiles the file's decoders in a thread of its
     own meanwhile, and a helper without an idle core slows that down more than it saves.
     ``backend``: the explainer's (``"cuda"`` adds the CUDA helpers; ``"auto"`` where a GPU is
-    visible).
+    visible; none on a GPU whose compute mode is not the default: :func:`helpers_may_share_gpu`).
     """
     count = min(int(get_config().compile_ahead_processes), _cores() - 2)
     try:
@@ -185,6 +186,8 @@ def start_ahead(model: Any, backend: str) -> Callable[[Ensemble], None]:
 
     if compile_cache.cached_on_disk(ptx.finish_kernel):
         return _nothing  # the SHAP call's kernels were compiled here before
+    if not helpers_may_share_gpu(gpu_compute_mode()):
+        return _nothing  # a helper's context could keep this process off the GPU
     compile_cache.start_helpers(_CUDA_AHEAD, count)
 
     def send(ensemble: Ensemble) -> None:
@@ -194,6 +197,35 @@ def start_ahead(model: Any, backend: str) -> Callable[[Ensemble], None]:
         compile_cache.compile_ahead(_CUDA_AHEAD, ptx.ahead_groups(names))
 
     return send
+
+
+#: ``CU_DEVICE_ATTRIBUTE_COMPUTE_MODE`` of a GPU any number of processes may hold contexts on.
+COMPUTE_MODE_DEFAULT = 0
+
+
+def gpu_compute_mode(device: int = 0) -> int | None:
+    """The compute mode of the CUDA device ``device`` (the first visible one: where the CUDA
+    helpers make their contexts), read through the driver without making a context in this
+    process; None where it cannot be read (no driver, the CUDA simulator)."""
+    from distshap.kernels.cuda.runtime.device import SIM
+
+    if SIM:
+        return None
+    try:
+        from numba.cuda.cudadrv.driver import driver
+
+        return int(driver.get_device(device).COMPUTE_MODE)
+    except Exception:  # no driver or device, an attribute this binding does not name
+        return None
+
+
+def helpers_may_share_gpu(mode: int | None) -> bool:
+    """Whether CUDA helper processes may make contexts on a GPU of compute ``mode``
+    (:func:`gpu_compute_mode`): only in the default mode. In exclusive-process mode a helper's
+    context would keep the explaining process off the GPU until the helper exits (its own
+    context fails meanwhile); in prohibited mode, or where the mode is unknown, no helper
+    starts."""
+    return mode == COMPUTE_MODE_DEFAULT
 
 
 def load_ahead(model: Any, backend: str) -> Ensemble:

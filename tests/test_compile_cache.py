@@ -252,3 +252,13 @@ def test_compile_ahead_covers_the_banzhaf_kernels(tmp_path: Path) -> None:
     assert "cpu kernels (banzhaf)" in ahead.stdout
     later = _run(_BANZHAF, env=env)
     assert "done" in later.stdout and _notices(later) == [], later.stderr
+
+
+def test_cuda_helpers_start_only_on_a_gpu_in_the_default_compute_mode() -> None:
+    from distshap.warmup import gpu_compute_mode, helpers_may_share_gpu
+
+    assert helpers_may_share_gpu(0)
+    for mode in (1, 2, 3, None):  # exclusive thread, prohibited, exclusive process, unknown
+        assert not helpers_may_share_gpu(mode)
+    mode = gpu_compute_mode()
+    assert mode is None or mode in (0, 1, 2, 3)
