@@ -228,6 +228,10 @@ def model_frame_matrix(frame: Any, packed: Any, what: str = "X") -> np.ndarray:
     """A frame in the model's column order -> its matrix, by the model library's conventions."""
     encoding = packed.encoding
     categories, categorical = packed.feature_categories, encoding.categorical
+    if encoding.library == "catboost" and categories:  # category values -> the model's codes
+        from distshap.models.catboost_categorical import frame_codes
+
+        frame, categories = frame_codes(frame, categories, what), None
     frame = _labels_as_categories(frame, packed).infer_objects()  # other object columns: values
     if encoding.category_lists is not None:
         # LightGBM codes the k-th category column of a frame by its k-th stored list, whatever

@@ -150,6 +150,10 @@ def model_matrix(
     dtype = encoding.input_dtype
     F = packed.num_features
     X = native_frame(X, what)
+    if encoding.library == "catboost" and packed.feature_categories and not is_frame(X):
+        from distshap.models.catboost_categorical import rows_frame  # text or integer values
+
+        X = rows_frame(X, packed.feature_names, what)
     if is_frame(X):
         columns = select_model_columns(X, F, packed.feature_names, encoding.name_style, what=what)
         X = model_frame_matrix(X[columns], packed, what)

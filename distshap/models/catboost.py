@@ -17,10 +17,16 @@ trees.
   model's scale, plus the per-dimension bias as ``base_score``. A multi-dimensional model
   (MultiClass, MultiRMSE) has one group per dimension, each tree copied once per group.
 
-Categorical, text and embedding features (CTR / one-hot splits) are refused: their splits depend
-on statistics distshap does not model. The counts the JSON implies are checked: every tree's
-leaf values and weights against its depth and the model's dimension (the length of the bias),
-every split's feature against ``features_info``; a truncated or edited file is refused.
+* **Categorical features.** One-hot splits and CTR splits over one categorical feature become
+  categorical splits on category codes fixed at load time
+  (:mod:`~distshap.models.catboost_categorical`), so SHAP values and everything else are
+  attributed to the categorical feature itself; ``extra["category_values"]`` holds each such
+  feature's known category keys, by which the input side codes its values. CTRs over feature
+  combinations, text and embedding features are refused.
+
+The counts the JSON implies are checked: every tree's leaf values and weights against its depth
+and the model's dimension (the length of the bias), every split's feature against
+``features_info``; a truncated or edited file is refused.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from distshap.models._files import (
     refusal,
     sniff_model_bytes,
 )
+from distshap.models.catboost_categorical import CategoricalSplits
 from distshap.models.ensemble import Ensemble, UnsupportedModelError
 
 __all__ = ["is_catboost_document", "load_catboost", "load_catboost_json"]
@@ -74,7 +81,8 @@ def load_catboost(model: Any) -> Ensemble:
     Parameters
     ----------
     model : catboost.CatBoost
-        A fitted model with numeric features only.
+        A fitted model with numeric features, and categorical ones split one-hot or by CTRs
+        of one feature each.
 
     Returns
     -------
@@ -83,7 +91,7 @@ def load_catboost(model: Any) -> Ensemble:
     Raises
     ------
     UnsupportedModelError
-        For models with categorical, text or embedding features.
+        For models with CTRs over feature combinations, text or embedding features.
     """
     if not hasattr(model, "save_model"):
         raise TypeError(f"cannot read a CatBoost model from a {type(model).__name__}")
@@ -96,26 +104,29 @@ def load_catboost(model: Any) -> Ensemble:
 
 
 def _refuse_features(info: dict) -> None:
-    for key, what in (
-        ("categorical_features", "categorical"),
-        ("text_features", "text"),
-        ("embedding_features", "embedding"),
-        ("ctrs", "categorical (CTR)"),
-    ):
+    for key, what in (("text_features", "text"), ("embedding_features", "embedding")):
         if info.get(key):
             raise UnsupportedModelError(
-                f"the CatBoost model has {what} features: their splits use target statistics "
+                f"the CatBoost model has {what} features: their splits use statistics "
                 "distshap cannot explain exactly; encode them as numeric features before fitting"
             )
 
 
-def _split_params(split: Any, float_features: dict[int, dict]) -> tuple[int, np.float32, bool]:
+#: A split's (feature, threshold, default_left, codes that go right or None when numeric).
+_Split = tuple[int, np.float32, bool, "np.ndarray | None"]
+
+
+def _split_params(split: Any, float_features: dict[int, dict], cats: Any) -> _Split:
     if not isinstance(split, dict):
         raise _fail(f"a split is a {type(split).__name__}, not an object")
-    if split.get("split_type", "FloatFeature") != "FloatFeature":
+    kind = split.get("split_type", "FloatFeature")
+    if kind in ("OneHotFeature", "OnlineCtr") and cats is not None:
+        feature, codes, default_left = cats.split(split)
+        return feature, np.float32(0.0), default_left, codes
+    if kind != "FloatFeature":
         raise UnsupportedModelError(
-            f"the CatBoost model has a {split.get('split_type')} split: only numeric "
-            "(FloatFeature) splits can be explained exactly"
+            f"the CatBoost model has a {kind} split: only numeric, one-hot and CTR splits "
+            "can be explained exactly"
         )
     try:
         index = int(split["float_feature_index"])
@@ -128,7 +139,19 @@ def _split_params(split: Any, float_features: dict[int, dict]) -> tuple[int, np.
     feature = int(ff.get("flat_feature_index", ff.get("feature_index")))
     t = le_threshold_to_lt_float32(np.float64(border))
     default_left = ff.get("nan_value_treatment", "AsIs") != "AsTrue"
-    return feature, np.float32(t), default_left
+    return feature, np.float32(t), default_left, None
+
+
+def _categorical_arrays(codes: list, n: int) -> dict[str, np.ndarray]:
+    """``is_categorical``, ``cat_sizes`` and ``cat_values`` of a tree's nodes (``None``:
+    a numeric split or a leaf)."""
+    sizes = np.array([0 if c is None else c.size for c in codes] + [0] * (n - len(codes)))
+    listed = [c for c in codes if c is not None]
+    return {
+        "is_categorical": np.array([c is not None for c in codes] + [False] * (n - len(codes))),
+        "cat_sizes": sizes.astype(np.int64),
+        "cat_values": np.concatenate(listed).astype(np.int32) if listed else EMPTY_CATS,
+    }
 
 
 def _numbers(tree: dict, key: str, t: int) -> np.ndarray:
@@ -140,7 +163,9 @@ def _numbers(tree: dict, key: str, t: int) -> np.ndarray:
         raise _fail(f"tree {t}'s {key} holds values that are no numbers") from None
 
 
-def _oblivious_part(tree: dict, t: int, ff: dict[int, dict], scale: float, dim: int) -> list:
+def _oblivious_part(
+    tree: dict, t: int, ff: dict[int, dict], scale: float, dim: int, cats: Any
+) -> list:
     splits = tree.get("splits") or []
     depth = len(splits)
     if depth > _MAX_DEPTH:
@@ -162,12 +187,15 @@ def _oblivious_part(tree: dict, t: int, ff: dict[int, dict], scale: float, dim: 
     feature = np.full(n, -1, dtype=np.int32)
     thr = np.zeros(n, dtype=np.float32)
     dl = np.zeros(n, dtype=bool)
+    codes: list = []
     for lv in range(depth):
-        f, th, d = _split_params(splits[depth - 1 - lv], ff)
+        f, th, d, c = _split_params(splits[depth - 1 - lv], ff, cats)
         sel = inner & (level == lv)
         feature[sel] = f
         thr[sel] = th
         dl[sel] = d
+        codes.extend([c] * (1 << lv))  # the nodes of a level, in index order
+    categorical = _categorical_arrays(codes, n)
     cover = np.zeros(n)
     cover[n_inner:] = weights
     for i in range(n_inner - 1, -1, -1):
@@ -185,9 +213,7 @@ def _oblivious_part(tree: dict, t: int, ff: dict[int, dict], scale: float, dim: 
                 "feature": feature,
                 "threshold": thr,
                 "default_left": dl,
-                "is_categorical": np.zeros(n, dtype=bool),
-                "cat_sizes": np.zeros(n, dtype=np.int64),
-                "cat_values": EMPTY_CATS,
+                **categorical,
                 "value": val,
                 "cover": cover.copy(),
             }
@@ -195,7 +221,9 @@ def _oblivious_part(tree: dict, t: int, ff: dict[int, dict], scale: float, dim: 
     return parts
 
 
-def _nested_part(tree: dict, t: int, ff: dict[int, dict], scale: float, dim: int) -> list:
+def _nested_part(
+    tree: dict, t: int, ff: dict[int, dict], scale: float, dim: int, cats: Any
+) -> list:
     """A nested (Depthwise / Lossguide) tree, walked with an explicit stack in pre-order."""
     feature: list[int] = []
     thr: list[float] = []
@@ -205,6 +233,7 @@ def _nested_part(tree: dict, t: int, ff: dict[int, dict], scale: float, dim: int
     values: list[np.ndarray] = []
     cover: list[float] = []
     inner: list[int] = []
+    codes: list = []
     stack: list[tuple[Any, int, int, str]] = [(tree, 0, -1, "")]  # node, depth, parent, side
     while stack:
         node, depth, parent, side = stack.pop()
@@ -214,6 +243,7 @@ def _nested_part(tree: dict, t: int, ff: dict[int, dict], scale: float, dim: int
         feature.append(-1)
         thr.append(0.0)
         dl.append(False)
+        codes.append(None)
         left.append(-1)
         right.append(-1)
         values.append(np.zeros(dim))
@@ -232,7 +262,7 @@ def _nested_part(tree: dict, t: int, ff: dict[int, dict], scale: float, dim: int
             continue
         if "left" not in node or "right" not in node:
             raise _fail(f"tree {t} has a split without both children")
-        feature[idx], th, dl[idx] = _split_params(node["split"], ff)
+        feature[idx], th, dl[idx], codes[idx] = _split_params(node["split"], ff, cats)
         thr[idx] = float(th)
         inner.append(idx)
         stack.append((node["right"], depth + 1, idx, "r"))
@@ -240,6 +270,7 @@ def _nested_part(tree: dict, t: int, ff: dict[int, dict], scale: float, dim: int
     for idx in reversed(inner):  # children come after their parent
         cover[idx] = cover[left[idx]] + cover[right[idx]]
     n = len(feature)
+    categorical = _categorical_arrays(codes, n)
     parts = []
     for g in range(dim):
         parts.append(
@@ -249,9 +280,7 @@ def _nested_part(tree: dict, t: int, ff: dict[int, dict], scale: float, dim: int
                 "feature": np.array(feature, dtype=np.int32),
                 "threshold": np.array(thr, dtype=np.float32),
                 "default_left": np.array(dl, dtype=bool),
-                "is_categorical": np.zeros(n, dtype=bool),
-                "cat_sizes": np.zeros(n, dtype=np.int64),
-                "cat_values": EMPTY_CATS,
+                **categorical,
                 "value": np.array([v[g] for v in values]),
                 "cover": np.array(cover, dtype=np.float64),
             }
@@ -321,12 +350,15 @@ def _from_document(doc: Any, model_kind: str) -> Ensemble:
     _refuse_features(info)
     try:
         float_features = {int(f["feature_index"]): f for f in info.get("float_features", [])}
-        flat = [
-            int(f.get("flat_feature_index", f["feature_index"])) for f in float_features.values()
-        ]
+        named = {
+            int(f.get("flat_feature_index", f["feature_index"])): str(f.get("feature_id", ""))
+            for f in [*float_features.values(), *(info.get("categorical_features") or [])]
+        }
+        n_float_bins = sum(len(f.get("borders") or []) for f in float_features.values())
     except (KeyError, TypeError, ValueError):
         raise _fail("features_info.float_features lacks feature indices") from None
-    num_features = check_num_features(1 + max(flat, default=-1), "the CatBoost features_info")
+    num_features = check_num_features(1 + max(named, default=-1), "the CatBoost features_info")
+    cats = CategoricalSplits(doc, info, n_float_bins) if info.get("categorical_features") else None
     sb = doc.get("scale_and_bias", [1.0, [0.0]])
     try:
         scale = float(sb[0])
@@ -344,13 +376,16 @@ def _from_document(doc: Any, model_kind: str) -> Ensemble:
     for t, tree in enumerate(trees):
         if not isinstance(tree, dict):
             raise _fail(f"tree {t} is no object")
-        parts.extend(convert(tree, t, float_features, scale, dim))
+        parts.extend(convert(tree, t, float_features, scale, dim, cats))
         groups.extend(range(dim))
     if not parts:
         raise ValueError("the CatBoost model has no trees: nothing to explain")
     if bias.size == 1 and dim > 1:
         bias = np.repeat(bias, dim)
-    names = tuple(str(f.get("feature_id", "")) for f in float_features.values())
+    names = tuple(named.get(j, "") for j in range(num_features))
+    extra = {}
+    if cats is not None:  # the known categories' keys, by which rows are coded
+        extra["category_values"] = {j: tuple(int(k) for k in v) for j, v in cats.keys.items()}
     return Ensemble(
         **assemble_trees(parts),
         tree_group=np.asarray(groups, dtype=np.int32),
@@ -359,4 +394,5 @@ def _from_document(doc: Any, model_kind: str) -> Ensemble:
         base_score=bias.astype(np.float64),
         feature_names=names if all(names) and len(names) == num_features else None,
         model_kind=model_kind,
+        extra=extra,
     ).validate()
