@@ -25,7 +25,6 @@ in raw-score space only:
 
 from __future__ import annotations
 
-import lightgbm as lgb
 import numpy as np
 import pandas as pd
 import pytest
@@ -34,6 +33,8 @@ import scipy.sparse as sp
 from distshap import TreeExplainer
 
 from conftest import to_host
+
+lgb = pytest.importorskip("lightgbm")
 
 TOL = 1e-5  # float32 outputs: differences relative to the output's scale
 QUIET = {"verbose": -1, "num_threads": 1}

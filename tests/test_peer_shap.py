@@ -51,7 +51,6 @@ import importlib
 import itertools
 import math
 
-import lightgbm as lgb
 import numpy as np
 import pandas as pd
 import pytest
@@ -67,7 +66,7 @@ from conftest import to_host
 
 class _Absent:
     """An optional library that is not installed: a test touching it is skipped (the GPU
-    machine has no catboost and no shap; CI has both)."""
+    machine has no catboost, LightGBM or shap; CI has them)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -84,6 +83,7 @@ def _optional(name: str):
 
 
 catboost = _optional("catboost")
+lgb = _optional("lightgbm")
 shap = _optional("shap")
 
 TOL = 1e-5  # float32 outputs: differences relative to the output's scale
