@@ -1,5 +1,5 @@
 """The CUDA Banzhaf kernels under Numba's CUDA simulator (no GPU needed) against the CPU
-kernels, and their PTX (needs NVVM only)."""
+kernels and the brute-force oracle, and their PTX (needs NVVM only)."""
 
 from __future__ import annotations
 
@@ -46,9 +46,76 @@ def test_simulator_matches_the_cpu_kernels():
     assert_simulator_ok(SCRIPT, timeout=600)
 
 
+PRODUCT_SCRIPT = r"""
+import numpy as np
+from naive import brute_force_banzhaf_rows
+from tiny import random_ensemble, random_rows, tiny_ensembles, zero_cover_subtree
+from distshap import TreeExplainer
+from distshap.kernels import banzhaf_cpu
+from distshap.kernels.cuda import banzhaf_product as bp
+
+# tiles of at most 16 lanes: paths across several tiles; sums in shared and in global memory
+models = dict(tiny_ensembles(), zero_cover_subtree=zero_cover_subtree(),
+              random=random_ensemble(5, n_features=6, n_trees=6, depth=4, n_groups=2,
+                                     n_categorical=2))
+for name, ens in models.items():
+    packed = TreeExplainer(ens).packed
+    X = random_rows(1, ens, n=5)
+    rows = packed.encoding.apply(X.astype(np.float32))
+    ref = brute_force_banzhaf_rows(ens, X)
+    for sums in (40 * 1024, 0):
+        bp.SUMS_BYTES = sums
+        out = bp.product_values(packed, rows, tile=16)
+        np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-7, err_msg=name)
+assert len(bp.lane_tiles(packed.path_offsets, 16)) > 10
+
+# 32 threads a block (14 columns' sums fit 8000 bytes for 32 threads, not for 64): 3 blocks;
+# the bits do not depend on the block size, the row's place in the batch or the tiles
+X = random_rows(7, ens, n=150)
+rows = packed.encoding.apply(X.astype(np.float32))
+bp.SUMS_BYTES = 8000
+assert bp._threads(14) == 32
+small = bp.product_values(packed, rows, tile=16)
+bp.SUMS_BYTES = 40 * 1024
+big = bp.product_values(packed, rows)
+np.testing.assert_array_equal(small, big)
+np.testing.assert_array_equal(bp.product_values(packed, rows[37:]), big[37:])
+np.testing.assert_allclose(big, banzhaf_cpu.banzhaf_values(packed, rows), rtol=1e-5, atol=1e-6)
+assert bp.product_values(packed, rows[:0]).shape == (0, 2, 7)
+print("SIMULATOR-OK")
+"""
+
+
+def test_product_kernel_matches_the_oracle_under_the_simulator():
+    assert_simulator_ok(PRODUCT_SCRIPT, timeout=600)
+
+
+def test_lane_tiles_hold_whole_paths():
+    import numpy as np
+
+    from distshap.kernels.cuda.banzhaf_product import lane_tiles
+
+    offsets = np.array([0, 3, 9, 10, 14, 20], np.int64)
+    np.testing.assert_array_equal(lane_tiles(offsets, 9), [0, 9, 14, 20])
+    np.testing.assert_array_equal(lane_tiles(offsets, 10), [0, 10, 20])
+    np.testing.assert_array_equal(lane_tiles(offsets[:1], 8), [0])
+    with pytest.raises(ValueError, match="tile=5"):
+        lane_tiles(offsets, 5)
+
+
 @pytest.mark.skipif(not nvvm_available(), reason="NVVM not available")
 def test_kernel_compiles_to_ptx():
     from distshap.kernels.cuda.banzhaf import kernel_ptx
 
     ptx = kernel_ptx((9, 0))
     assert ".entry" in ptx and ".f64" in ptx
+
+
+@pytest.mark.skipif(not nvvm_available(), reason="NVVM not available")
+@pytest.mark.parametrize("shared", [True, False])
+def test_product_kernel_compiles_without_local_memory(shared):
+    from distshap.kernels.cuda.banzhaf_product import kernel_ptx
+
+    ptx = kernel_ptx(shared, (9, 0))
+    assert ".entry" in ptx and "bar.sync" in ptx
+    assert ".local" not in ptx  # no per-thread arrays: the products live in registers

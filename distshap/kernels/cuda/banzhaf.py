@@ -27,6 +27,7 @@ from numba import cuda, types
 from distshap.kernels import treeshap
 from distshap.kernels.banzhaf_cpu import interventional_tables, path_dependent_tables
 from distshap.kernels.banzhaf_rows import background_masks
+from distshap.kernels.cuda.banzhaf_product import product_values
 from distshap.kernels.cuda.launch import device_rows
 from distshap.kernels.cuda.runtime.device import SIM
 from distshap.kernels.interventional_math import check_background
@@ -284,6 +285,8 @@ def banzhaf_values(packed: PackedModel, X, interactions: bool = False):
         from distshap.kernels import banzhaf_cpu
 
         return _xp().asarray(banzhaf_cpu.banzhaf_values(packed, _on_host(X), interactions))
+    if not interactions:
+        return product_values(packed, X)
     offsets, tables = path_dependent_tables(packed)
     none = _no_masks(packed.num_paths)
     return _run(packed, X, interactions, (offsets, tables), none, 0, packed.expected_value)
