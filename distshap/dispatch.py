@@ -18,7 +18,7 @@ from typing import Any
 
 from distshap import kernels
 from distshap.additivity import check_additivity, check_margin
-from distshap.inputs import is_cupy, model_matrix
+from distshap.inputs import is_cupy, model_matrix, on_gpu
 from distshap.interventional import apply_transform, bias_values, check_labels
 from distshap.kernels.interventional_math import RAW
 from distshap.kernels.margin import predict_margin
@@ -75,7 +75,7 @@ def explain_rows(
     """
     request = make_request(packed, interactions=interactions, backend=backend, check=check,
                            background=background, model_output=model_output,
-                           cupy_data=is_cupy(X))  # fmt: skip
+                           cupy_data=on_gpu(X))  # fmt: skip
     raw = model_matrix(X, packed, allow_empty)  # the one conversion
     y = check_labels(y, raw.shape[0], request.transform)
     return run_request(packed, raw, request, y, first_row)

@@ -48,6 +48,7 @@ from distshap.inputs import (
     is_dask,
     is_frame,
     model_matrix,
+    on_gpu,
 )
 from distshap.interventional import check_labels
 from distshap.kernels import resolve_backend
@@ -415,7 +416,7 @@ class TreeExplainer(PairMethods, BanzhafMethods):
                                check_additivity=check_additivity, y=y, **ask)  # fmt: skip
             return used_columns(out, packed, features, interactions), inp, model
         request = make_request(packed, backend=self.backend, check=check_additivity,
-                               cupy_data=is_cupy(inp.rows), **ask)  # fmt: skip
+                               cupy_data=on_gpu(inp.rows), **ask)  # fmt: skip
         raw = model_matrix(inp.rows, packed, blocks=True)  # the rows' one conversion
         n = raw.shape[0]
         labels = label_values(y, inp) if request.needs_labels else None

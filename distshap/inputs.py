@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from distshap.frames import model_frame_matrix, native_frame, select_model_columns
-from distshap.sparse_blocks import SparseRows, sparse_chunks
+from distshap.sparse_blocks import SparseRows, is_cupy_sparse, sparse_chunks
 from distshap.sparse_blocks import is_sparse as _is_sparse
 from distshap.sparse_blocks import sparse_matrix as _sparse_matrix
 
@@ -39,6 +39,7 @@ __all__ = [
     "dmatrix_input",
     "explain_input",
     "is_cupy",
+    "on_gpu",
     "is_dask",
     "model_matrix",
     "prepare_rows",
@@ -51,6 +52,12 @@ def is_dask(X: Any) -> bool:
 
 def is_cupy(X: Any) -> bool:
     return type(X).__module__.split(".")[0] == "cupy"
+
+
+def on_gpu(X: Any) -> bool:
+    """Rows that live on the GPU: a CuPy array, a cupyx.scipy.sparse matrix, or
+    :class:`~distshap.sparse_blocks.SparseRows` made from one (they need the CUDA backend)."""
+    return is_cupy(X) or is_cupy_sparse(X) or bool(getattr(X, "on_gpu", False))
 
 
 def array_module(X: Any) -> Any:
@@ -157,10 +164,14 @@ def model_matrix(
     if is_frame(X):
         columns = select_model_columns(X, F, packed.feature_names, encoding.name_style, what=what)
         X = model_frame_matrix(X[columns], packed, what)
-    elif _is_sparse(X) and blocks and X.ndim == 2:
+    elif (_is_sparse(X) or is_cupy_sparse(X)) and blocks and X.ndim == 2:
         X = SparseRows(X, encoding.library, dtype, _categorize(encoding))
     elif _is_sparse(X):
         X = _sparse_matrix(X, encoding.library, dtype, what)
+    elif is_cupy_sparse(X):  # dense on the host as scipy's would be, then back on the GPU
+        import cupy
+
+        X = cupy.asarray(_sparse_matrix(X.get(), encoding.library, dtype, what))
     elif is_cupy(X):
         import cupy
 
@@ -288,7 +299,7 @@ def explain_input(X: Any, what: str = "X") -> ExplainInput:
         return ExplainInput(frame, one_row=True, columns=[str(c) for c in X.index])
     if is_frame(X):
         return ExplainInput(X, columns=_column_names(X))
-    if _is_sparse(X) or is_cupy(X):
+    if _is_sparse(X) or is_cupy(X) or is_cupy_sparse(X):
         if getattr(X, "ndim", 2) == 1 and is_cupy(X):
             return ExplainInput(X.reshape(1, -1), one_row=True)
         return ExplainInput(X)

@@ -25,6 +25,7 @@ __all__ = [
     "block_rows",
     "dense_rows",
     "has_sparse_chunks",
+    "is_cupy_sparse",
     "is_sparse",
     "sparse_chunks",
     "sparse_matrix",
@@ -41,6 +42,11 @@ DEFAULT_BLOCK_BYTES = 32 * 2**20
 def is_sparse(X: Any) -> bool:
     """A scipy.sparse matrix or array."""
     return type(X).__module__.split(".")[0] == "scipy" and hasattr(X, "tocoo")
+
+
+def is_cupy_sparse(X: Any) -> bool:
+    """A ``cupyx.scipy.sparse`` matrix (CuPy's sparse rows, on the GPU)."""
+    return type(X).__module__.startswith("cupyx.scipy.sparse") and hasattr(X, "get")
 
 
 def sparse_matrix(X: Any, library: str, dtype: Any, what: str = "X") -> np.ndarray:
@@ -87,11 +93,16 @@ def _row_grouped(X: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 class SparseRows:
-    """Rows of a 2-D scipy.sparse matrix, made dense a block of rows at a time.
+    """Rows of a 2-D scipy.sparse (or cupyx.scipy.sparse) matrix, made dense a block of rows
+    at a time.
+
+    A CuPy sparse matrix is copied to the host once (its own size: the stored entries) and
+    each dense block goes back to the GPU as a CuPy array, so its values are CuPy like those
+    of any CuPy rows, with the bits of the same matrix from scipy.
 
     Parameters
     ----------
-    X : scipy.sparse matrix or array
+    X : scipy.sparse or cupyx.scipy.sparse matrix or array
         ``(n, F)`` rows (any format; not written).
     library : str
         The model's library: unstored entries are NaN for ``"xgboost"``, ``0.0`` otherwise.
@@ -107,6 +118,8 @@ class SparseRows:
     shape : (int, int)
     ndim : int
         2.
+    on_gpu : bool
+        Whether ``X`` was a CuPy matrix (blocks are then CuPy arrays).
     """
 
     ndim = 2
@@ -119,6 +132,9 @@ class SparseRows:
         categorize: Any = None,
         block_bytes: int = DEFAULT_BLOCK_BYTES,
     ) -> None:
+        self.on_gpu = is_cupy_sparse(X)
+        if self.on_gpu:
+            X = X.get()  # the stored entries, on the host: blocks are made dense here
         self.shape = (int(X.shape[0]), int(X.shape[1]))
         self.indptr, self.indices, self.data = _row_grouped(X)
         self.library = library
@@ -151,7 +167,12 @@ class SparseRows:
             data, indices, width = data[keep], at[keep], len(columns)
         part = sp.csr_matrix((data, indices, indptr), shape=(stop - start, width))
         dense = sparse_matrix(part, self.library, self.dtype)
-        return dense if self.categorize is None else self.categorize(dense)
+        dense = dense if self.categorize is None else self.categorize(dense)
+        if self.on_gpu:
+            import cupy
+
+            return cupy.asarray(dense)
+        return dense
 
     def dense(self) -> np.ndarray:
         """All rows dense (for callers that take a block of rows at a time)."""

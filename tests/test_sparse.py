@@ -17,6 +17,7 @@ import scipy.sparse as sp
 from distshap import TreeExplainer
 from distshap.dispatch import run_request
 from distshap.inputs import model_matrix
+from distshap.kernels import cuda_available
 from distshap.layouts import check_output_fits
 from distshap.request import make_request
 from distshap.row_blocks import UsedFeatureValues, run_blocks
@@ -288,3 +289,37 @@ def test_dask_sparse_chunks_have_the_in_memory_bits(xgb_model):
         np.testing.assert_array_equal(used.values.compute(), want[:, list(used.features) + [12]])
         data = explainer(X).compute().data
         np.testing.assert_array_equal(data, model_matrix(coo, explainer.packed))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="needs a GPU and CuPy")
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+def test_cupy_sparse_rows_have_the_bits_of_scipy_rows_and_stay_on_the_gpu(xgb_model, fmt):
+    import cupy
+    import cupyx.scipy.sparse as cusp
+
+    explainer = TreeExplainer(xgb_model, backend="cuda", layout="xgboost")
+    coo = _odd_matrix(50, 12, seed=5)
+    coo.sum_duplicates()  # cupyx's own conversions may sum repeats in another order
+    want = explainer.shap_values(coo.tocsr())
+    X = {"csr": cusp.csr_matrix, "csc": cusp.csc_matrix, "coo": cusp.coo_matrix}[fmt](
+        getattr(coo, "to" + fmt)()
+    )
+    got = explainer.shap_values(X)
+    assert isinstance(got, cupy.ndarray)
+    np.testing.assert_array_equal(got.get(), want)
+    raw = model_matrix(X, explainer.packed, blocks=True)
+    assert isinstance(raw, SparseRows) and raw.on_gpu
+    assert isinstance(raw[2:9], cupy.ndarray)
+    small = explainer.packed
+    request = make_request(small, interactions=True, backend="cuda")
+    raw.block_bytes = 7 * (2 * small.num_features * 4 + 4 * (small.num_features + 1) ** 2)
+
+    def run(start: int, stop: int):
+        rows = raw if (start, stop) == (0, raw.shape[0]) else raw[start:stop]
+        return run_request(small, rows, request, None, start)
+
+    blocked = run_blocks(run, raw.shape[0], small, True, raw)
+    assert isinstance(blocked, cupy.ndarray)
+    whole = run_request(small, model_matrix(coo.tocsr(), small), request)
+    np.testing.assert_array_equal(blocked.get(), np.asarray(whole))
