@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distshap.models import UnsupportedModelError, load_model
+from distshap.models import load_model
 
 import naive
 from conftest import to_host
@@ -69,14 +69,15 @@ def test_catboost_shap_matches_catboost(case, backend):
     np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-4 * scale)
 
 
-def test_catboost_categorical_features_are_refused():
+def test_catboost_categorical_features_become_categorical_splits():
+    """(Their values: tests/test_models_catboost_categorical.py.)"""
     X, y, _ = _data()
     cats = np.where(X[:, 2] > 0, "a", "b").astype(object)
     data = np.c_[np.nan_to_num(X[:, :2]).astype(object), cats]
     model = cb.CatBoostRegressor(iterations=3, depth=2, verbose=0, thread_count=1)
     model.fit(data, y + (cats == "a"), cat_features=[2])
-    with pytest.raises(UnsupportedModelError, match="categorical"):
-        load_model(model)
+    ens = load_model(model)
+    assert set(ens.feature[ens.is_categorical].tolist()) == {2}
 
 
 @pytest.mark.parametrize("case", ["depthwise", "lossguide_multiclass"])
