@@ -3,7 +3,9 @@
 The command registers the models given by ``--model``, starts (or connects to) a Dask cluster
 and ships every model to every worker before it listens (``--local``: batches run in this
 process instead), then serves until SIGTERM or Ctrl-C, which drain it: requests in flight are
-answered, new ones refused, and the command exits 0.
+answered, new ones refused, and the command exits 0. ``--processes N`` serves from N processes
+sharing the port (:class:`~distshap.serve.group.ServerGroup`); one that exits on its own stops
+the group, and the command exits 1.
 """
 
 from __future__ import annotations
@@ -16,10 +18,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from distshap.serve.backends import DaskExecutor, InProcessExecutor
-from distshap.serve.registry import ModelSpec, Registry, parse_model_spec
+from distshap.serve.group import ServerGroup, build_server
+from distshap.serve.registry import ModelSpec, parse_model_spec
 from distshap.serve.server import ExplanationServer, ServeOptions
 
 __all__ = ["TOKEN_VARIABLE", "add_parser", "run_command", "serve"]
@@ -35,8 +35,9 @@ def serve(
     backend: str = "auto",
     start: bool = True,
     slots: int = 1,
+    processes: int = 1,
     **options: Any,
-) -> ExplanationServer:
+) -> ExplanationServer | ServerGroup:
     """Start an explanation server (in a background thread) over ``models``.
 
     Parameters
@@ -53,24 +54,38 @@ def serve(
     slots : int
         Batches run at once in this process (without ``client``): 1 suits the CPU, 2 lets a
         GPU's kernels overlap the host work of the next batch.
+    processes : int
+        Server processes sharing the port (> 1: a :class:`~distshap.serve.group.ServerGroup`,
+        each process with its own copy of the models, or its own client to ``client``'s
+        cluster; ``start`` then starts the processes).
     **options
         Fields of :class:`~distshap.serve.server.ServeOptions` (``port=0``: any free port).
 
     Returns
     -------
-    ExplanationServer
+    ExplanationServer or ServerGroup
         ``.url`` is its address; ``.drain()`` stops it.
+
+    Raises
+    ------
+    ValueError
+        ``processes`` < 1, or > 1 with a cluster other processes cannot reach.
     """
     specs = [parse_model_spec(m) if isinstance(m, str) else m for m in models]
-    registry = Registry.from_specs(specs, backend=backend)
-    executor: Any = InProcessExecutor(slots) if client is None else DaskExecutor(client)
-    for model in registry.models.values():
-        if client is not None:
-            executor.preload(model.resident)  # on every worker, its kernel compiled
-        else:  # compile the SHAP kernel before the first request
-            warm = np.zeros((1, model.num_features), dtype=np.float32)
-            executor.submit(model.resident, warm, "shap_values", 0).result()
-    server = ExplanationServer(registry, executor, ServeOptions(**options))
+    if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+        raise ValueError(f"processes={processes!r}: give the number of server processes, >= 1")
+    if processes > 1:
+        scheduler = None if client is None else client.scheduler.address
+        if scheduler is not None and not scheduler.startswith(("tcp://", "tls://", "ucx://")):
+            raise ValueError(
+                f"processes={processes} with a cluster at {scheduler!r}: other processes "
+                "cannot reach it; start the cluster with worker processes (or use processes=1)"
+            )
+        group = ServerGroup(specs, processes, ServeOptions(**options), backend=backend,
+                            slots=slots, scheduler=scheduler)  # fmt: skip
+        return group.start() if start else group
+    server = build_server(specs, ServeOptions(**options), client=client, backend=backend,
+                          slots=slots)  # fmt: skip
     return server.start() if start else server
 
 
@@ -102,6 +117,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--gpus", type=int, help="local cluster with N GPU workers (0: CPU workers)")
     p.add_argument("--workers", type=int, help="local workers (GPUs: first N; CPU: default 1)")
     p.add_argument("--backend", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--processes", type=int, default=1,
+                   help="server processes sharing the port, each with its own copy of the "
+                   "models (or client of the cluster): one process decodes and encodes on one "
+                   "core (default 1)")  # fmt: skip
     p.add_argument("--slots", type=int, default=1,
                    help="with --local: batches run at once (2 overlaps a GPU's kernels with the "
                    "next batch's host work; default 1)")  # fmt: skip
@@ -157,20 +176,34 @@ def run_command(args: argparse.Namespace) -> int:
     specs = [parse_model_spec(m) for m in args.model]
     client = _client(args)
     try:
-        server = serve(specs, client=client, backend=args.backend, start=False,
-                       slots=args.slots, **options)  # fmt: skip
+        server = serve(specs, client=client, backend=args.backend, start=args.processes > 1,
+                       slots=args.slots, processes=args.processes, **options)  # fmt: skip
         stop = lambda *_: threading.Thread(target=server.drain, daemon=True).start()  # noqa: E731
         previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
-        where = "in this process" if client is None else f"on {server.executor.workers()} worker(s)"
-        names = ", ".join(server.registry.models)
-        print(f"distshap serve: {names} at {server.url} ({where})", file=sys.stderr, flush=True)
+        print(f"distshap serve: {_where(server, specs, client)}", file=sys.stderr, flush=True)
         try:
             server.serve_forever()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+        failure = getattr(server, "failure", None)
+        if failure:
+            print(f"distshap serve: {failure}; the others drained, stopped", file=sys.stderr,
+                  flush=True)  # fmt: skip
+            return 1
         print("distshap serve: drained, stopped", file=sys.stderr, flush=True)
     finally:
         if client is not None:
             client.close()
     return 0
+
+
+def _where(server: Any, specs: list[ModelSpec], client: Any) -> str:
+    """The line saying what serves where."""
+    names = ", ".join(s.name for s in specs)
+    if isinstance(server, ServerGroup):
+        runs = "each in its own process" if client is None else "on the cluster's workers"
+        pids = ", ".join(str(p) for p in server.pids)
+        return f"{names} at {server.url} ({server.processes} processes, pids {pids}; {runs})"
+    where = "in this process" if client is None else f"on {server.executor.workers()} worker(s)"
+    return f"{names} at {server.url} ({where})"

@@ -76,6 +76,9 @@ class ServeOptions:
         Seconds :meth:`ExplanationServer.drain` waits for requests in flight.
     retry_after : int
         The ``Retry-After`` seconds of a 503.
+    reuse_port : bool
+        Listen with ``SO_REUSEPORT`` (the processes of a
+        :class:`~distshap.serve.group.ServerGroup` share the port).
     """
 
     host: str = "127.0.0.1"
@@ -90,6 +93,7 @@ class ServeOptions:
     request_timeout: float = 30.0
     drain_timeout: float = 30.0
     retry_after: int = 1
+    reuse_port: bool = False
 
 
 def _is_loopback(host: str) -> bool:
@@ -116,10 +120,12 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def _listen(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:  # the kernel spreads the connections over the processes listening
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     sock.listen(1024)  # many clients connect at once
     sock.setblocking(False)
@@ -155,7 +161,11 @@ class ExplanationServer:
         self._connections: set[Connection] = set()
         self._active = 0
         self._no_active: asyncio.Event | None = None
-        self._sock = _listen(options.host, options.port)
+        #: Whether every process of the group serves (None: a server of one process).
+        self.group_ready: Any = None
+        #: The other processes' metrics snapshots, merged into ``/metrics``.
+        self.peer_metrics: Any = list
+        self._sock = _listen(options.host, options.port, options.reuse_port)
         self.address: tuple[str, int] = self._sock.getsockname()[:2]
         self.loop = _new_loop()
         self._thread: threading.Thread | None = None
@@ -216,7 +226,13 @@ class ExplanationServer:
 
     def ready(self) -> bool:
         """Whether requests can run now (not draining, a worker connected)."""
+        if self.group_ready is not None and not self.group_ready():
+            return False
         return not self.draining and self.executor.ready()
+
+    def wait_drained(self, timeout: float | None = None) -> bool:
+        """Wait until :meth:`drain` has stopped the server; whether it has."""
+        return self._drained.wait(timeout)
 
     def drain(self) -> None:
         """Refuse new requests, finish those in flight (``drain_timeout`` at most), stop."""
@@ -341,7 +357,7 @@ class ExplanationServer:
             meta = {"name": "distshap", "version": _version(), "extensions": ["binary_tensor_data"]}
             return Reply(200, dumps(meta), _JSON)
         if method == "GET" and path == "/metrics":
-            return Reply(200, self.metrics.render().encode(),
+            return Reply(200, self.metrics.render(self.peer_metrics()).encode(),
                          {"Content-Type": "text/plain; version=0.0.4"})  # fmt: skip
         match = _MODEL_PATH.match(path)
         if match is None:
@@ -362,7 +378,11 @@ class ExplanationServer:
 
     def _ready_reply(self) -> Reply:
         if not self.ready():
-            why = "the server is shutting down" if self.draining else "no worker is connected"
+            why = "no worker is connected"
+            if self.draining:
+                why = "the server is shutting down"
+            elif self.group_ready is not None and not self.group_ready():
+                why = "not every process of the server is serving"
             raise _error(503, "not ready: " + why)
         return Reply(200, b"", _JSON)
 
