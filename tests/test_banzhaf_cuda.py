@@ -46,54 +46,64 @@ def test_simulator_matches_the_cpu_kernels():
     assert_simulator_ok(SCRIPT, timeout=600)
 
 
-PRODUCT_SCRIPT = r"""
+TILES_SCRIPT = r"""
+import time
 import numpy as np
 from naive import brute_force_banzhaf_rows
 from tiny import random_ensemble, random_rows, tiny_ensembles, zero_cover_subtree
 from distshap import TreeExplainer
 from distshap.kernels import banzhaf_cpu
-from distshap.kernels.cuda import banzhaf_product as bp
+from distshap.kernels.cuda import banzhaf_tiles as bt
 
-# tiles of at most 16 lanes: paths across several tiles; sums in shared and in global memory
+# tiles of at most 16 lanes: paths across several tiles; sums in shared memory (8000 bytes: 32
+# to 128 threads a block, by the model's columns) and in global memory
+t0 = time.time()
 models = dict(tiny_ensembles(), zero_cover_subtree=zero_cover_subtree(),
               random=random_ensemble(5, n_features=6, n_trees=6, depth=4, n_groups=2,
                                      n_categorical=2))
 for name, ens in models.items():
     packed = TreeExplainer(ens).packed
     X = random_rows(1, ens, n=5)
+    R = random_rows(2, ens, n=4)
     rows = packed.encoding.apply(X.astype(np.float32))
+    background = packed.encoding.apply(R.astype(np.float32))
     ref = brute_force_banzhaf_rows(ens, X)
-    for sums in (40 * 1024, 0):
-        bp.SUMS_BYTES = sums
-        out = bp.product_values(packed, rows, tile=16)
+    ref_bg = brute_force_banzhaf_rows(ens, X, R)
+    for sums in (8000, 0) if name in ("multiclass", "random") else (8000,):
+        bt.SUMS_BYTES = sums
+        out = bt.product_values(packed, rows, tile=16)
         np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-7, err_msg=name)
-assert len(bp.lane_tiles(packed.path_offsets, 16)) > 10
+        out = bt.background_values(packed, background, rows, ref_bg[:1, :, -1], tile=16)
+        np.testing.assert_allclose(out, ref_bg, rtol=1e-6, atol=1e-7, err_msg=name)
+assert len(bt.lane_tiles(packed.path_offsets, 16)) > 10
+print("oracle", time.time() - t0)
 
 # 32 threads a block (14 columns' sums fit 8000 bytes for 32 threads, not for 64): 3 blocks;
 # the bits do not depend on the block size, the row's place in the batch or the tiles
-X = random_rows(7, ens, n=150)
+X = random_rows(7, ens, n=70)
 rows = packed.encoding.apply(X.astype(np.float32))
-bp.SUMS_BYTES = 8000
-assert bp._threads(14) == 32
-small = bp.product_values(packed, rows, tile=16)
-bp.SUMS_BYTES = 40 * 1024
-big = bp.product_values(packed, rows)
+bt.SUMS_BYTES = 8000
+assert bt._threads(14) == 32
+small = bt.product_values(packed, rows, tile=16)
+bt.SUMS_BYTES = 40 * 1024
+big = bt.product_values(packed, rows)
 np.testing.assert_array_equal(small, big)
-np.testing.assert_array_equal(bp.product_values(packed, rows[37:]), big[37:])
+np.testing.assert_array_equal(bt.product_values(packed, rows[37:]), big[37:])
 np.testing.assert_allclose(big, banzhaf_cpu.banzhaf_values(packed, rows), rtol=1e-5, atol=1e-6)
-assert bp.product_values(packed, rows[:0]).shape == (0, 2, 7)
+assert bt.product_values(packed, rows[:0]).shape == (0, 2, 7)
+print("blocks", time.time() - t0)
 print("SIMULATOR-OK")
 """
 
 
-def test_product_kernel_matches_the_oracle_under_the_simulator():
-    assert_simulator_ok(PRODUCT_SCRIPT, timeout=600)
+def test_tile_kernels_match_the_oracle_under_the_simulator():
+    assert_simulator_ok(TILES_SCRIPT, timeout=600)
 
 
 def test_lane_tiles_hold_whole_paths():
     import numpy as np
 
-    from distshap.kernels.cuda.banzhaf_product import lane_tiles
+    from distshap.kernels.cuda.banzhaf_tiles import lane_tiles
 
     offsets = np.array([0, 3, 9, 10, 14, 20], np.int64)
     np.testing.assert_array_equal(lane_tiles(offsets, 9), [0, 9, 14, 20])
@@ -113,9 +123,10 @@ def test_kernel_compiles_to_ptx():
 
 @pytest.mark.skipif(not nvvm_available(), reason="NVVM not available")
 @pytest.mark.parametrize("shared", [True, False])
-def test_product_kernel_compiles_without_local_memory(shared):
-    from distshap.kernels.cuda.banzhaf_product import kernel_ptx
+def test_tile_kernels_compile_without_local_memory(shared):
+    from distshap.kernels.cuda.banzhaf_tiles import kernel_ptx
 
-    ptx = kernel_ptx(shared, (9, 0))
-    assert ".entry" in ptx and "bar.sync" in ptx
-    assert ".local" not in ptx  # no per-thread arrays: the products live in registers
+    for background in (False, True):
+        ptx = kernel_ptx(shared, background, (9, 0))
+        assert ".entry" in ptx and "bar.sync" in ptx
+        assert ".local" not in ptx  # no per-thread arrays: the products live in registers

@@ -27,7 +27,7 @@ from numba import cuda, types
 from distshap.kernels import treeshap
 from distshap.kernels.banzhaf_cpu import interventional_tables, path_dependent_tables
 from distshap.kernels.banzhaf_rows import background_masks
-from distshap.kernels.cuda.banzhaf_product import product_values
+from distshap.kernels.cuda.banzhaf_tiles import background_values, product_values
 from distshap.kernels.cuda.launch import device_rows
 from distshap.kernels.cuda.runtime.device import SIM
 from distshap.kernels.interventional_math import check_background
@@ -307,6 +307,8 @@ def interventional_banzhaf_values(packed: PackedModel, background, X, *, bias=No
         )
         return _xp().asarray(out)
     R = np.ascontiguousarray(background.rows, dtype=np.float32)
+    if not interactions:
+        return background_values(packed, R, X, bias)
     tables = interventional_tables(packed, R)
     masks = background_masks(packed, R, None if interactions else tables[0] < 0)
     return _run(packed, X, interactions, tables, masks, R.shape[0], bias)

@@ -1,0 +1,364 @@
+"""Banzhaf values on the GPU (Numba CUDA): lanes staged in shared-memory tiles, two rows a
+thread; the path-dependent game by the product form, the interventional one by pattern tables.
+
+**Path-dependent game: the product form**, O(k) per path and row. With uniform coalition
+weights a path's Banzhaf value of its element ``i`` factorises: for the one-fractions ``o_j``
+(does the row follow element ``j``) and zero fractions ``z_j``, ``phi_i = v d_i prod_{j != i}
+f_j`` with ``f_j = (o_j + z_j) / 2`` and ``d_j = o_j - z_j``. Let ``P = v prod_j f_j``; then
+``phi_i = P q_i`` with ``q_i = d_i / f_i``: ``-2`` where the row does not follow element ``i``,
+``2 (1 - z_i) / (1 + z_i)`` (computed on the host) where it does. Where ``f_i = 0`` (``o_i =
+z_i = 0``) ``d_i`` is 0 too, and ``P = 0`` gives the right 0. So a thread forms ``P`` while it
+tests the path's elements (one multiply each) and adds ``P q_i`` to each element's column: no
+tables, no prefix arrays, no division. ``P`` and the sums are float64: a contribution is
+``k + 2`` roundings from exact (about ``1e-15`` relative).
+
+**Interventional game** (:func:`background_values`): a path's values depend on the row only
+through its pattern ``xb`` (the bits of the elements it follows). Paths of at most
+:data:`~distshap.kernels.banzhaf_cpu.INTERVENTIONAL_TABLE_BITS` features read the ``k`` values
+of row ``xb`` of their table (the CPU's, built on the host per call: float32 values computed in
+float64); longer ones sum over the background rows' masks ``rb`` (a background row counts when
+``xb | rb`` covers the path; ``m`` = the bits of ``xb ^ rb``, each adding ``+-v / B 2^(1 - m)``).
+
+**Layout.** Rows ``t`` and ``t + blockDim`` of the block's row tile are thread ``t``'s; ``XT``
+is features x rows, so a warp's reads of one feature are coalesced. A block stages the lanes in
+tiles of whole paths (at most :data:`TILE_LANES` lanes, :func:`lane_tiles`) into shared memory
+with coalesced reads, and every thread then reads them there (a broadcast). A path's bias lane
+carries its ``k``, its output column base ``group * C``, its value (``v``, or ``v / B``) and,
+interventional, its table offset or mask offset. Row sums live in dynamic shared memory
+(``[column * 2 blockDim + t]``) where they fit :data:`SUMS_BYTES`, with 128, 64 or 32 threads a
+block; else in global memory (``acc[column, row]``, coalesced; a column for each thread's two
+rows, those past the last row too). Each row's sums are added by one thread in packed path
+order, so the bits depend neither on the launch, the batch nor the device; the float32 output
+is the rounded sum.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda, types
+
+from distshap.kernels import treeshap
+from distshap.kernels.cuda.launch import device_rows
+from distshap.kernels.cuda.runtime.device import stream, xp
+from distshap.packed import PackedModel, host_form
+
+__all__ = [
+    "SUMS_BYTES", "TILE_LANES", "background_values", "kernel_ptx", "lane_tiles",
+    "product_values",
+]  # fmt: skip
+
+#: Lanes a block stages in shared memory at a time (a path's lanes stay in one tile).
+TILE_LANES = 256
+#: Most dynamic shared memory a block's row sums take (more: global memory).
+SUMS_BYTES = 40 * 1024
+_THREADS = (128, 64, 32)  # threads a block, the first whose sums fit shared memory
+_MISSING, _CATEGORICAL = 1, 2  # bits of a feature lane's meta word
+_TWO_M62 = 2.0**-62
+
+_follows = cuda.jit(device=True, inline=True)(treeshap.follows)
+
+
+@cuda.jit(device=True, inline=True)
+def _test(x, li, e0, s_lower, s_upper, s_meta, cat_offsets, cat_nbits, cat_other, cat_words):
+    """Whether ``x`` follows staged lane ``li`` (global lane ``e0 + li``)."""
+    mt = s_meta[li]
+    missing = (mt & _MISSING) != 0
+    if (mt & _CATEGORICAL) == 0:
+        return _follows(x, s_lower[li], s_upper[li], missing, False, -1, 0, cat_words)
+    e = e0 + li
+    return _follows(x, s_lower[li], s_upper[li], missing, cat_other[e], cat_offsets[e],
+                    cat_nbits[e], cat_words)  # fmt: skip
+
+
+@cuda.jit(device=True, inline=True)
+def _mask_values(sums, acc, shared, rs, stride, tid, ra, rb, masks, moff, n_background, xa, xb,
+                 full, w0, s_column, h, base):  # fmt: skip
+    """The interventional values of a path without a table for the rows of patterns ``xa`` and
+    ``xb``, over the background rows' masks ``masks[moff:moff + n_background]``."""
+    for r in range(n_background):
+        rm = masks[moff + r]
+        for rr in range(2):
+            x = xa if rr == 0 else xb
+            sym = x ^ rm
+            if (x | rm) != full or sym == 0:
+                continue
+            m = 0
+            s = sym
+            while s:
+                s &= s - np.uint64(1)
+                m += 1
+            w = w0 * (np.float64(np.int64(1) << np.int64(63 - m)) * _TWO_M62)  # w0 2^(1 - m)
+            bit = np.uint64(1)
+            li = np.uint32(h + 1)
+            while sym >= bit:
+                if sym & bit:
+                    c = np.uint32(base + s_column[li])
+                    v = w if x & bit else -w
+                    if shared:
+                        sums[np.uint32(c * rs + (stride if rr else 0) + tid)] += v
+                    else:
+                        acc[c, ra if rr == 0 else rb] += v
+                bit <<= np.uint64(1)
+                li = np.uint32(li + 1)
+
+
+def _make_kernel(tile: int, shared: bool, background: bool):
+    """The kernel for tiles of at most ``tile`` lanes, row sums in shared memory (``shared``)
+    or in global memory, the interventional game (``background``) or the path-dependent one."""
+
+    @cuda.jit(cache=True)
+    def kernel(XT, lower, upper, zero, q, column, meta, ref, cat_offsets, cat_nbits, cat_other,
+               cat_words, tile_offsets, tables, masks, n_background, init, acc, out):  # fmt: skip
+        u0 = np.uint32(0)
+        u1 = np.uint32(1)
+        tid = np.uint32(cuda.threadIdx.x)  # 32-bit unsigned indices: no wraparound tests
+        stride = np.uint32(cuda.blockDim.x)
+        rs = np.uint32(2 * stride)
+        n = XT.shape[1]
+        width = np.uint32(init.shape[0])
+        ra = cuda.blockIdx.x * 2 * cuda.blockDim.x + cuda.threadIdx.x
+        rb = ra + cuda.blockDim.x
+        has_a = ra < n
+        has_b = rb < n
+        xa = XT[:, ra if has_a else n - 1]  # computed, never stored: every thread stages
+        xb = XT[:, rb if has_b else n - 1]
+        sums = cuda.shared.array(0, types.float64)  # [column * rs + (row b) * stride + tid]
+        for c in range(width):
+            if shared:
+                sums[np.uint32(c * rs + tid)] = init[c]
+                sums[np.uint32(c * rs + stride + tid)] = init[c]
+            else:
+                acc[c, ra] = init[c]
+                acc[c, rb] = init[c]
+        s_lower = cuda.shared.array(tile, types.float32)
+        s_upper = cuda.shared.array(tile, types.float32)
+        s_zero = cuda.shared.array(tile if not background else 1, types.float64)
+        s_q = cuda.shared.array(tile, types.float64)
+        s_column = cuda.shared.array(tile, types.uint32)
+        s_meta = cuda.shared.array(tile, types.uint32)
+        s_ref = cuda.shared.array(tile if background else 1, types.int64)
+        for t in range(tile_offsets.shape[0] - 1):
+            e0 = tile_offsets[t]
+            m = np.uint32(tile_offsets[t + 1] - e0)
+            cuda.syncthreads()  # the previous tile is done with
+            li = tid
+            while li < m:
+                s_lower[li] = lower[e0 + li]
+                s_upper[li] = upper[e0 + li]
+                s_q[li] = q[e0 + li]
+                s_column[li] = column[e0 + li]
+                s_meta[li] = meta[e0 + li]
+                if background:
+                    s_ref[li] = ref[e0 + li]
+                else:
+                    s_zero[li] = zero[e0 + li]
+                li = np.uint32(li + stride)
+            cuda.syncthreads()
+            h = u0
+            while h < m:  # h: the bias lane of a path
+                k = s_meta[h]
+                end = np.uint32(h + u1 + k)
+                base = s_column[h]
+                pa = s_q[h]  # v (v / B), then v prod f_j
+                pb = pa
+                bits_a = np.uint64(0)
+                bits_b = np.uint64(0)
+                bit = np.uint64(1)
+                li = np.uint32(h + u1)
+                while li < end:
+                    f = s_column[li]
+                    fa = _test(xa[f], li, e0, s_lower, s_upper, s_meta, cat_offsets, cat_nbits,
+                               cat_other, cat_words)  # fmt: skip
+                    fb = _test(xb[f], li, e0, s_lower, s_upper, s_meta, cat_offsets, cat_nbits,
+                               cat_other, cat_words)  # fmt: skip
+                    if fa:
+                        bits_a |= bit
+                    if fb:
+                        bits_b |= bit
+                    if not background:
+                        z = s_zero[li]
+                        pa *= 0.5 * (1.0 + z) if fa else 0.5 * z
+                        pb *= 0.5 * (1.0 + z) if fb else 0.5 * z
+                    bit <<= np.uint64(1)
+                    li = np.uint32(li + u1)
+                if background and s_ref[h] < 0:  # no table: the background rows' masks
+                    full = (np.uint64(1) << np.uint64(k)) - np.uint64(1)
+                    _mask_values(sums, acc, shared, rs, stride, tid, ra, rb, masks,
+                                 -1 - s_ref[h], n_background, bits_a, bits_b, full, pa,
+                                 s_column, h, base)  # fmt: skip
+                    h = end
+                    continue
+                if background:
+                    ta = s_ref[h] + np.int64(bits_a) * np.int64(k) - np.int64(h + u1)
+                    tb = s_ref[h] + np.int64(bits_b) * np.int64(k) - np.int64(h + u1)
+                bit = np.uint64(1)
+                li = np.uint32(h + u1)
+                while li < end:
+                    c = np.uint32(base + s_column[li])
+                    if background:  # row xb of the table: its k values
+                        va = np.float64(tables[ta + li])
+                        vb = np.float64(tables[tb + li])
+                    else:
+                        va = pa * (s_q[li] if bits_a & bit else -2.0)
+                        vb = pb * (s_q[li] if bits_b & bit else -2.0)
+                    if shared:
+                        sums[np.uint32(c * rs + tid)] += va
+                        sums[np.uint32(c * rs + stride + tid)] += vb
+                    else:
+                        acc[c, ra] += va
+                        acc[c, rb] += vb
+                    bit <<= np.uint64(1)
+                    li = np.uint32(li + u1)
+                h = end
+        for c in range(width):
+            if shared:
+                va = sums[np.uint32(c * rs + tid)]
+                vb = sums[np.uint32(c * rs + stride + tid)]
+            else:
+                va = acc[c, ra]
+                vb = acc[c, rb]
+            if has_a:
+                out[ra, c] = np.float32(va)
+            if has_b:
+                out[rb, c] = np.float32(vb)
+
+    return kernel
+
+
+_KERNELS: dict = {}
+
+
+def _kernel(shared: bool, background: bool, tile: int = TILE_LANES):
+    key = (shared, background, tile)
+    if key not in _KERNELS:
+        _KERNELS[key] = _make_kernel(tile, shared, background)
+    return _KERNELS[key]
+
+
+_SIGNATURE = (
+    "void(float32[:, ::1], float32[::1], float32[::1], float64[::1], float64[::1], uint32[::1], "
+    "uint32[::1], int64[::1], int64[::1], int32[::1], boolean[::1], uint32[::1], int64[::1], "
+    "float32[::1], int64[::1], int64, float64[::1], float64[:, ::1], float32[:, ::1])"
+)
+
+
+def kernel_ptx(shared: bool = True, background: bool = False, cc: tuple[int, int] = (9, 0)) -> str:
+    """PTX of the kernel (row sums in shared memory or not; the interventional game or the
+    path-dependent one) for compute capability ``cc`` (needs NVVM, not a GPU)."""
+    from distshap.kernels.cuda.runtime.ptx import _device_free_compilation
+
+    with _device_free_compilation(cc):
+        ptx, _ = cuda.compile_ptx(_kernel(shared, background).py_func, _SIGNATURE, cc=cc)
+    return ptx
+
+
+def lane_tiles(path_offsets: np.ndarray, tile: int = TILE_LANES) -> np.ndarray:
+    """Lane offsets of tiles of whole paths, each of at most ``tile`` lanes (greedy, packed
+    order): int64, from the first path's first lane to the last path's end."""
+    starts = np.asarray(path_offsets, np.int64)
+    if np.diff(starts).max(initial=0) > tile:
+        raise ValueError(f"a path of more than tile={tile} lanes: use a larger tile")
+    out = [int(starts[0])]
+    end = int(starts[-1])
+    while out[-1] < end:  # the last path start at most a tile beyond this tile's start
+        out.append(int(starts[np.searchsorted(starts, out[-1] + tile, side="right") - 1]))
+    return np.asarray(out, np.int64)
+
+
+def _model_lanes(packed: PackedModel, tile: int) -> tuple:
+    """The lane arrays of ``packed`` both games share: ``(q, column, meta, tile_offsets)``,
+    ``q`` the product form's (path value on bias lanes)."""
+    offsets = np.asarray(packed.path_offsets, np.int64)
+    heads = offsets[:-1]
+    z = np.asarray(packed.zero_fraction, np.float64)
+    q = 2.0 * (1.0 - z) / (1.0 + z)
+    q[heads] = packed.path_value
+    column = np.asarray(packed.feature, np.int64).copy()
+    column[heads] = np.asarray(packed.path_group, np.int64) * (packed.num_features + 1)
+    meta = np.where(packed.missing, _MISSING, 0).astype(np.uint32)
+    meta |= np.where(np.asarray(packed.cat_offsets) >= 0, _CATEGORICAL, 0).astype(np.uint32)
+    meta[heads] = np.diff(offsets) - 1
+    return q, column.astype(np.uint32), meta, lane_tiles(offsets, tile)
+
+
+_DEVICE: dict = {}  # the device arrays of the last model
+
+
+def _device_lanes(packed: PackedModel, tile: int) -> tuple:
+    """``(lower, upper, zero, q, column, meta, cat_offsets, cat_nbits, cat_other, cat_words,
+    tile_offsets)`` on the device, kept for the last model."""
+    key = (packed.digest or id(packed), tile)
+    if _DEVICE.get("key") != key:
+        q, column, meta, tiles = host_form(
+            packed, f"banzhaf-cuda-lanes-{tile}", lambda: _model_lanes(packed, tile), 2
+        )
+        arrays = (packed.lower, packed.upper, packed.zero_fraction, q, column, meta,
+                  packed.cat_offsets, packed.cat_nbits, packed.cat_other, packed.cat_words,
+                  tiles)  # fmt: skip
+        _DEVICE.clear()
+        _DEVICE.update(key=key, arrays=tuple(xp().asarray(a) for a in arrays), packed=packed)
+    return _DEVICE["arrays"]
+
+
+def _threads(width: int) -> int:
+    """Threads a block whose row sums fit shared memory; 0: none (global memory)."""
+    for threads in _THREADS:
+        if 2 * width * threads * 8 <= SUMS_BYTES:
+            return threads
+    return 0
+
+
+def _launch(packed: PackedModel, X, bias, tile: int, game: tuple | None):
+    """Run the kernel on the rows of ``X``; ``game``: ``(q, ref, tables, masks, B)`` of the
+    interventional game (device arrays), ``None``: the path-dependent game."""
+    X = device_rows(X, packed.num_features)
+    n, G, C = X.shape[0], packed.num_groups, packed.num_features + 1
+    width = G * C
+    init = np.zeros((G, C))
+    init[:, C - 1] = np.broadcast_to(np.asarray(bias, np.float64).ravel(), (G,))
+    out = xp().empty((n, width), np.float32)
+    if n:
+        lower, upper, zero, q, column, meta, *cats, tiles = _device_lanes(packed, tile)
+        ref, masks, B = xp().zeros(1, np.int64), xp().zeros(1, np.int64), 0
+        tables = xp().zeros(1, np.float32)
+        if game is not None:
+            q, ref, tables, masks, B = game
+        XT = xp().ascontiguousarray(X.T)  # (features, rows): a warp reads 32 rows of a feature
+        threads = _threads(width)
+        shared = threads > 0
+        threads = threads or _THREADS[0]
+        blocks = -(-n // (2 * threads))
+        acc = xp().empty((width, blocks * 2 * threads) if not shared else (1, 1), np.float64)
+        sums = 2 * width * threads * 8 if shared else 0
+        kernel = _kernel(shared, game is not None, tile)
+        kernel[blocks, threads, stream(), sums](
+            XT, lower, upper, zero, q, column, meta, ref, *cats, tiles, tables, masks,
+            np.int64(B), xp().asarray(init.ravel()), acc, out,
+        )  # fmt: skip
+    return out.reshape(n, G, C)
+
+
+def product_values(packed: PackedModel, X, tile: int = TILE_LANES):
+    """Path-dependent Banzhaf values of the rows of ``X`` (NumPy or CuPy), float32 ``(n, G, F +
+    1)``, the bias column the model's expected value; paths of at most 62 features."""
+    return _launch(packed, X, packed.expected_value, tile, None)
+
+
+def background_values(packed: PackedModel, R: np.ndarray, X, bias, tile: int = TILE_LANES):
+    """Interventional Banzhaf values of the rows of ``X`` over the background rows ``R``
+    (float32, encoded), float32 ``(n, G, F + 1)``, the bias column ``bias`` (per group); paths
+    of at most 62 features."""
+    from distshap.kernels.banzhaf_cpu import interventional_tables
+    from distshap.kernels.banzhaf_rows import background_masks
+
+    B = R.shape[0]
+    offsets, tables = interventional_tables(packed, R)
+    masks, mask_offsets = background_masks(packed, R, offsets < 0)
+    heads = np.asarray(packed.path_offsets[:-1], np.int64)
+    q, *_ = host_form(packed, f"banzhaf-cuda-lanes-{tile}", lambda: _model_lanes(packed, tile), 2)
+    q = q.copy()
+    q[heads] = np.asarray(packed.path_value, np.float64) / B
+    ref = np.zeros(q.size, np.int64)  # bias lanes: the table's offset, or -1 - the mask offset
+    ref[heads] = np.where(offsets >= 0, offsets, -1 - mask_offsets)
+    game = tuple(xp().asarray(a) for a in (q, ref, tables, masks)) + (B,)
+    return _launch(packed, X, bias, tile, game)
