@@ -8,6 +8,8 @@ of:
 * ``distshap``: :func:`distshap.serve.serve` with dynamic batching, batches run in this process
   (``--backend local``) or on the workers of a local Dask cluster (``--backend dask``,
   ``--workers N``; GPU workers when GPUs are visible, one per GPU), each model resident there;
+  with ``--processes 1,4``, one such server for each number of server processes (``distshap/4``:
+  four processes sharing the port, each with its own copy of the model, or client);
 * ``baseline``: the same server (the same HTTP front, one request a batch) calling XGBoost's
   ``Booster.predict(DMatrix, pred_contribs=True)`` once per request, 8 requests at a time;
 
@@ -16,7 +18,8 @@ and, in the same run, the in-process batch throughput of ``TreeExplainer.shap_va
 ``--client-procs`` child processes (asyncio, one keep-alive connection per concurrent client),
 so that neither its interpreter nor the server's limits the other. After each distshap cell,
 the server's own per-stage seconds (``/metrics``: decode, queue wait, batch assembly, run,
-encode) are printed, with the mean batch size; ``--front-only`` serves values of zeros
+encode; summed over a group's processes, CPU time of all of them) are printed, with the mean
+batch size; ``--front-only`` serves values of zeros
 without running a kernel (the HTTP front and batching alone). Cells with more than
 ``--max-inflight-rows`` rows in flight (concurrency x rows) are skipped.
 
@@ -28,6 +31,8 @@ Usage::
         --rows 1,100,10000 --duration 2 --max-inflight-rows 400000                # one GPU
     python -m benchmarks.serve --backend dask --workers 2 --concurrency 1,16,256 \\
         --rows 1,100,10000 --duration 2                                           # two GPUs
+    python -m benchmarks.serve --kernel-backend cuda --concurrency 1,16,256 --rows 1,100 \\
+        --processes 1,4 --client-procs 6 --max-inflight-rows 400000       # one GPU, 1 and 4 fronts
 """
 
 from __future__ import annotations
@@ -37,9 +42,11 @@ import asyncio
 import json
 import multiprocessing
 import os
+import re
 import statistics
 import sys
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
 
@@ -122,8 +129,37 @@ def _cell(pool, procs: int, url: str, rows: np.ndarray, concurrency: int, second
     }
 
 
+_SERIES = re.compile(r"^(distshap_serve_[a-z_]+)(\{[^}]*\})? (\S+)$", re.M)
+
+
+def _group_stages(group) -> dict:
+    """:func:`_stages` of a server of several processes, from its ``/metrics`` (summed over
+    the processes) and their CPU time (``/proc``)."""
+    time.sleep(0.6)  # every process's metrics written for the others
+    text = urllib.request.urlopen(group.url + "/metrics", timeout=30).read().decode()
+    out: dict = {"requests": 0, "latency": 0.0, "batches": 0, "batch_rows": 0.0}
+    names = {"distshap_serve_request_seconds_count": "requests",
+             "distshap_serve_request_seconds_sum": "latency",
+             "distshap_serve_batch_rows_count": "batches",
+             "distshap_serve_batch_rows_sum": "batch_rows"}  # fmt: skip
+    for name, labels, value in _SERIES.findall(text):
+        if name in names:
+            out[names[name]] += float(value)
+        elif name == "distshap_serve_stage_seconds_total":
+            out[labels.split('"')[1]] = float(value)
+    ticks = os.sysconf("SC_CLK_TCK")
+    out["cpu"] = 0.0
+    for pid in group.pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        out["cpu"] += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return out
+
+
 def _stages(server) -> dict:
     """The server's per-stage seconds, requests answered and batches so far."""
+    if not hasattr(server, "metrics"):
+        return _group_stages(server)
     m = server.metrics
     with m._lock:  # noqa: SLF001 (a consistent reading)
         out = {key[0][1]: value for key, value in getattr(m, "stages", {}).items()}
@@ -224,16 +260,20 @@ def _servers(args, path: str, booster) -> list[tuple[str, object]]:
         from distshap.cluster import start_cluster
 
         client = start_cluster(n_workers=args.workers, dashboard_address=None)
-    server = serve([f"m={path}"], client=client, backend=args.kernel_backend, port=0,
-                   slots=args.slots,
-                   max_batch_rows=args.max_batch_rows, max_wait=args.max_wait_ms / 1e3,
-                   max_queue_rows=1 << 24, request_timeout=600)  # fmt: skip
-    server.client = client
+    out: list[tuple[str, object]] = []
+    for processes in args.processes:
+        server = serve([f"m={path}"], client=client, backend=args.kernel_backend, port=0,
+                       slots=args.slots, processes=processes,
+                       max_batch_rows=args.max_batch_rows, max_wait=args.max_wait_ms / 1e3,
+                       max_queue_rows=1 << 24, request_timeout=600)  # fmt: skip
+        label = "distshap" if args.processes == [1] else f"distshap/{processes}"
+        out.append((label, server))
+    out[-1][1].client = client
     registry = Registry.from_specs([parse_model_spec(f"m={path}")])
     opts = ServeOptions(port=0, max_batch_rows=1, max_wait=0.0, max_queue_rows=1 << 24,
                         request_timeout=600)  # fmt: skip
     baseline = ExplanationServer(registry, _XGBoostExecutor(booster, 8), opts).start()
-    return [("distshap", server), ("baseline", baseline)]
+    return [*out, ("baseline", baseline)]
 
 
 def _in_process(path: str, X: np.ndarray, n: int, backend: str) -> float:
@@ -268,6 +308,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
     parser.add_argument("--slots", type=int, default=1,
                         help="--backend local: batches run at once in the server")  # fmt: skip
+    parser.add_argument("--processes", type=_ints, default=[1],
+                        help="server processes of the distshap server; several (1,4): one "
+                        "server for each, in the same run")  # fmt: skip
     parser.add_argument("--max-inflight-rows", type=int, default=1 << 20)
     parser.add_argument("--inproc-rows", type=int, default=100_000)
     parser.add_argument("--client-procs", type=int, default=max(1, min(8, os.cpu_count() // 2)),
@@ -298,12 +341,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     servers = _servers(args, path, booster)
     if args.no_baseline and len(servers) > 1:
-        servers[1][1].drain()
-        servers = servers[:1]
+        servers[-1][1].drain()
+        servers = servers[:-1]
     print(f"# {args.shape}, backend {args.backend}, kernels {args.kernel_backend}, "
           f"{args.client_procs} client process(es); in-process TreeExplainer.shap_values "
           f"({args.inproc_rows} rows): {inproc:,.0f} rows/s", flush=True)  # fmt: skip
-    print(f"{'server':<9} {'conc':>5} {'rows':>6} {'requests':>9} {'errors':>6} {'p50 ms':>8} "
+    print(f"{'server':<11} {'conc':>5} {'rows':>6} {'requests':>9} {'errors':>6} {'p50 ms':>8} "
           f"{'p99 ms':>8} {'rows/s':>11} {'of in-proc':>10}", flush=True)  # fmt: skip
     with multiprocessing.get_context("spawn").Pool(args.client_procs) as pool:
         for concurrency in args.concurrency:
@@ -331,7 +374,7 @@ def _row(args, pool, servers, X, concurrency: int, n: int, inproc: float) -> Non
         if args.json:
             print(json.dumps(r), flush=True)
             continue
-        print(f"{label:<9} {concurrency:>5} {n:>6} {r['requests']:>9} {r['errors']:>6} "
+        print(f"{label:<11} {concurrency:>5} {n:>6} {r['requests']:>9} {r['errors']:>6} "
               f"{r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['rows_per_s']:>11,.0f} "
               f"{r['of_in_process']:>10.1%}", flush=True)  # fmt: skip
         if "stages_us" in r:
