@@ -63,6 +63,7 @@ from benchmarks.scaling import (  # noqa: E402
     _pinned_rows,
     _placements,
     _timed_persist,
+    _to_host,
 )
 
 __all__ = ["host_commands", "main", "project", "run_multihost", "separate_cluster"]
@@ -75,6 +76,8 @@ DEFAULT_CLI_ROWS = {"gpu": 1_000_000, "cpu": 4_000}
 PROJECTED = (8, 32)
 #: Chunks of one row in the per-chunk measurement.
 SMALL_CHUNKS = 32
+#: Options of every process started here: serve on 127.0.0.1 only, no dashboard.
+LISTEN = ["--host", "127.0.0.1", "--no-dashboard", "--dashboard-address", "127.0.0.1:0"]
 
 
 def _split(items: Sequence, parts: int) -> list[list]:
@@ -101,35 +104,13 @@ def host_commands(
     hosts = max(1, min(hosts, n_workers))
     out = []
     for k, share in enumerate(_split(list(range(n_workers)), hosts)):
-        common = [
-            "--host",
-            "127.0.0.1",
-            "--nthreads",
-            "1",
-            "--no-dashboard",
-            "--dashboard-address",
-            "127.0.0.1:0",
-            "--local-directory",
-            str(Path(workdir) / f"host{k}"),
-            "--death-timeout",
-            "60",
-        ]
+        common = [*LISTEN, "--nthreads", "1", "--local-directory", str(Path(workdir) / f"host{k}")]
         if gpu:
             argv = [sys.executable, "-m", "dask", "cuda", "worker", address, *common]
             env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, share))}
         else:
-            argv = [
-                sys.executable,
-                "-m",
-                "dask",
-                "worker",
-                address,
-                *common,
-                "--nworkers",
-                str(len(share)),
-                "--name",
-                f"host{k}",
-            ]
+            argv = [sys.executable, "-m", "dask", "worker", address, *common]
+            argv += ["--nworkers", str(len(share)), "--name", f"host{k}"]
             env = {
                 name: str(threads)
                 for name in ("DISTSHAP_NUM_THREADS", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS")
@@ -206,21 +187,8 @@ def separate_cluster(
         deadline = time.monotonic() + start_timeout
         try:
             log = work / "scheduler.log"
-            argv = [
-                sys.executable,
-                "-m",
-                "dask",
-                "scheduler",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--no-dashboard",
-                "--dashboard-address",
-                "127.0.0.1:0",
-                "--scheduler-file",
-                str(work / "scheduler.json"),
-            ]
+            argv = [sys.executable, "-m", "dask", "scheduler", *LISTEN, "--port", "0"]
+            argv += ["--scheduler-file", str(work / "scheduler.json")]
             started.append((_spawn(argv, {}, log), log))
             address = _scheduler_address(work / "scheduler.json", started, deadline)
             for k, (argv, env) in enumerate(
@@ -256,7 +224,7 @@ def _fixed_costs(explainer, X: np.ndarray, rows: Sequence[int], calls: int) -> d
     t_many = median_ms(lambda: explainer.shap_values(many).compute(), calls)
     out["per_chunk_ms"] = (t_many - t_one) / (SMALL_CHUNKS - 1)
     values = [
-        np.asarray(explainer.shap_values(da.from_array(X[:n], chunks=(n, -1))).compute())
+        _to_host(explainer.shap_values(da.from_array(X[:n], chunks=(n, -1))).compute())
         for n in rows
     ]
     out["_values"] = values
@@ -366,18 +334,8 @@ def _cli_end_to_end(address: str, booster, args, gpu: bool, n_workers: int) -> d
             ("local", ["--local"]),
         ):
             target = Path(tmp) / f"{where}.npy"
-            argv = [
-                sys.executable,
-                "-m",
-                "distshap.cli",
-                "explain",
-                str(model),
-                str(data),
-                "-o",
-                str(target),
-                "--no-progress",
-                *extra,
-            ]
+            argv = [sys.executable, "-m", "distshap.cli", "explain", str(model), str(data)]
+            argv += ["-o", str(target), "--no-progress", *extra]
             started = time.perf_counter()
             proc = subprocess.run(
                 argv,
@@ -403,30 +361,30 @@ def _cli_end_to_end(address: str, booster, args, gpu: bool, n_workers: int) -> d
     return out
 
 
-def project(
-    rate: float,
-    fixed_s: float,
-    chunk_s: float,
-    rows_per_worker: float,
-    chunks_per_worker: int,
-    counts: Sequence[int],
-) -> list[dict]:
+def project(base: dict, counts: Sequence[int]) -> list[dict]:
     """Projected rows/s and efficiency of one call at each worker count in ``counts``.
 
-    A call of ``N * rows_per_worker`` rows (each worker holding ``chunks_per_worker`` chunks)
-    takes ``fixed_s`` (graph, scheduling, the result's hand-back) plus the chunk costs plus
-    ``rows_per_worker / rate``. The chunk costs are ``chunks_per_worker * chunk_s`` when the
-    workers pay them side by side (``best``), ``N * chunks_per_worker * chunk_s`` when every
-    chunk is paid one after the other at the scheduler (``worst``). Efficiency is the
-    throughput over ``N * rate``. The same laws with the total rows of the measured call held
-    fixed (``strong_*``: each worker's share shrinks with ``N``) are given beside.
+    ``base`` holds the per-worker kernel rate ``rate`` (rows/s), the per-call ``fixed_seconds``
+    (graph, scheduling, the result's hand-back), the ``per_chunk_seconds`` and the measured
+    call's ``rows`` and ``chunks`` at ``workers`` workers. A call whose workers each explain
+    ``share`` rows in ``k`` chunks takes ``fixed + chunk costs + share / rate``; the chunk costs
+    are ``k * per_chunk`` when the workers pay them side by side (``best``) and ``N * k *
+    per_chunk`` when the scheduler pays them one after the other (``worst``). ``weak``: each of
+    ``N`` workers gets the measured call's share a worker (rows and chunks); ``strong``: the
+    measured call's rows are shared by all ``N`` (at least one chunk each, as balancing
+    splits chunks). Efficiency is the throughput over ``N * rate``.
     """
+    rate, n0 = base["rate"], base["workers"]
     out = []
     for n in counts:
         row = {"workers": n}
-        for law, share in (("weak", rows_per_worker), ("strong", rows_per_worker / n)):
-            for case, chunks in (("best", chunks_per_worker), ("worst", n * chunks_per_worker)):
-                seconds = fixed_s + chunks * chunk_s + share / rate
+        laws = {
+            "weak": (base["rows"] / n0, max(1, math.ceil(base["chunks"] / n0))),
+            "strong": (base["rows"] / n, max(1, math.ceil(base["chunks"] / n))),
+        }
+        for law, (share, k) in laws.items():
+            for case, chunks in (("best", k), ("worst", n * k)):
+                seconds = base["fixed_seconds"] + chunks * base["per_chunk_seconds"] + share / rate
                 row[f"{law}_{case}_rows_per_s"] = n * share / seconds
                 row[f"{law}_{case}_efficiency"] = share / seconds / rate
         out.append(row)
@@ -436,28 +394,21 @@ def project(
 def _projection(report: dict) -> dict:
     """The model's inputs from the smallest count's separate-process run, and its outputs."""
     recs = [r for r in report["results"] if r["cluster"] == "separate"]
-    base = min(recs, key=lambda r: r["workers"])
-    n, rows = base["workers"], base["rows"]
-    chunks = report["chunks"] / n
-    fixed_s = base[f"call_{min(report['call_rows'])}_ms"] / 1e3
-    chunk_s = max(base["per_chunk_ms"], 0.0) / 1e3
-    kernel_s = min(base["seconds"]) - fixed_s - chunks * chunk_s
-    rate = rows / n / max(kernel_s, 1e-9)
-    counts = sorted({r["workers"] for r in recs} | set(PROJECTED))
+    first = min(recs, key=lambda r: r["workers"])
+    n, rows = first["workers"], first["rows"]
+    chunk_s = max(first["per_chunk_ms"], 0.0) / 1e3
+    fixed_s = max(first[f"call_{min(report['call_rows'])}_ms"] / 1e3 - chunk_s, 0.0)
+    k = max(1, math.ceil(report["chunks"] / n))
+    kernel_s = min(first["seconds"]) - fixed_s - k * chunk_s
+    base = {"rate": rows / n / max(kernel_s, 1e-9), "fixed_seconds": fixed_s,
+            "per_chunk_seconds": chunk_s, "rows": rows, "chunks": report["chunks"],
+            "workers": n}  # fmt: skip
     measured = {r["workers"]: r["rows_per_s"] for r in recs}
-    table = project(rate, fixed_s, chunk_s, rows / n, math.ceil(chunks), counts)
+    table = project(base, sorted(set(measured) | set(PROJECTED)))
     for row in table:
         row["measured_rows_per_s"] = measured.get(row["workers"])
-    out_bytes = 4 * (report["num_features"] + 1) * report["num_groups"]
-    return {
-        "per_worker_rate": rate,
-        "fixed_seconds": fixed_s,
-        "per_chunk_seconds": chunk_s,
-        "rows_per_worker": rows / n,
-        "chunks_per_worker": math.ceil(chunks),
-        "output_bytes_per_row": out_bytes,
-        "table": table,
-    }
+    base["output_bytes_per_row"] = 4 * (report["num_features"] + 1) * report["num_groups"]
+    return {**base, "table": table}
 
 
 def run_multihost(args: argparse.Namespace) -> dict:
@@ -496,7 +447,7 @@ def run_multihost(args: argparse.Namespace) -> dict:
     ref_digest = int(_digest_block(ref.reshape(len(ref), -1))[0])
     local = TreeExplainer(booster, backend=backend, layout="xgboost")
     in_ms = {n: median_ms(lambda n=n: local.shap_values(X[:n]), args.calls) for n in args.call_rows}
-    in_vals = [np.asarray(local.shap_values(X[:n])) for n in args.call_rows]
+    in_vals = [_to_host(local.shap_values(X[:n])) for n in args.call_rows]
     for rec in records:
         values = rec.pop("_values")
         rec["bits_as_in_process"] = bool(
@@ -550,10 +501,10 @@ def _table(report: dict) -> str:
     p = report["projection"]
     lines += [
         "",
-        f"Projection (not measured) from {report['results'][0]['workers']} {unit}' separate-"
-        f"process run: per-worker kernel rate {p['per_worker_rate']:,.0f} rows/s, fixed "
-        f"{1e3 * p['fixed_seconds']:.1f} ms a call, {1e3 * p['per_chunk_seconds']:.2f} ms a "
-        f"chunk, {p['rows_per_worker']:,.0f} rows and {p['chunks_per_worker']} chunk(s) a worker",
+        f"Projection (not measured) from the {p['workers']} {unit}' separate-process run: "
+        f"kernel rate {p['rate']:,.0f} rows/s a worker, fixed {1e3 * p['fixed_seconds']:.1f} ms "
+        f"a call, {1e3 * p['per_chunk_seconds']:.2f} ms a chunk; {p['rows']:,} rows in "
+        f"{p['chunks']} chunks measured ('measured': the same call on the clusters above)",
         f"{unit:>7}  {'weak best':>13}  {'weak worst':>13}  {'strong best':>13}  "
         f"{'strong worst':>13}  {'measured':>12}",
     ]
@@ -568,13 +519,13 @@ def _table(report: dict) -> str:
             + "  ".join(f"{c:>13}" for c in cells)
             + f"  {'' if seen is None else f'{seen:,.0f}':>12}"
         )
-    rate = p["per_worker_rate"] * PROJECTED[-1]
+    rate = p["rate"] * PROJECTED[-1]
     lines += [
         "assumptions: rows already on the workers, evenly; results stay there (persisted);",
         "  the network between hosts is not measured (loopback here); the scheduler and the",
-        "  fixed cost do not grow with the worker count; weak = the measured rows a worker,",
-        "  strong = the measured call's rows shared by all; best = chunk costs paid in parallel,",
-        "  worst = one after the other at the scheduler. Collecting the results would move",
+        "  fixed cost do not grow with the worker count; weak = the measured rows and chunks a",
+        "  worker, strong = the measured call's rows shared by all; best = chunk costs paid in",
+        "  parallel, worst = one after the other at the scheduler. Collecting the results moves",
         f"  {p['output_bytes_per_row']} B a row: {rate * p['output_bytes_per_row'] / 1e9:.2f} "
         f"GB/s at {PROJECTED[-1]} {unit}' kernel rate.",
     ]
@@ -607,6 +558,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict:
     """Command-line entry point; returns the report (also written to ``--out``)."""
     args = _parse(argv)
+    # a SIGTERM (a timeout's) unwinds like an error, so the processes started here are ended
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     report = run_multihost(args)
     print()
     print(_table(report))
