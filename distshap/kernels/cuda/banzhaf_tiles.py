@@ -23,7 +23,7 @@ float64); longer ones sum over the background rows' masks ``rb`` (a background r
 is features x rows, so a warp's reads of one feature are coalesced. A block stages the lanes in
 tiles of whole paths (at most :data:`TILE_LANES` lanes, :func:`lane_tiles`) into shared memory
 with coalesced reads, and every thread then reads them there (a broadcast). A path's bias lane
-carries its ``k``, its output column base ``group * C``, its value (``v``, or ``v / B``) and,
+carries its ``k``, its output column base ``group * C``, its value (``v 2^-k``, or ``v / B``) and,
 interventional, its table offset or mask offset. Row sums live in dynamic shared memory
 (``[column * 2 blockDim + t]``) where they fit :data:`SUMS_BYTES`, with 128, 64 or 32 threads a
 block; else in global memory (``acc[column, row]``, coalesced; a column for each thread's two
@@ -59,15 +59,22 @@ _follows = cuda.jit(device=True, inline=True)(treeshap.follows)
 
 
 @cuda.jit(device=True, inline=True)
-def _test(x, li, e0, s_lower, s_upper, s_meta, cat_offsets, cat_nbits, cat_other, cat_words):
-    """Whether ``x`` follows staged lane ``li`` (global lane ``e0 + li``)."""
+def _tests(x_a, x_b, li, e0, s_lower, s_upper, s_meta, cat_offsets, cat_nbits, cat_other,
+           cat_words):  # fmt: skip
+    """Whether ``x_a`` and ``x_b`` follow staged lane ``li`` (global lane ``e0 + li``)."""
     mt = s_meta[li]
+    lo = s_lower[li]
+    up = s_upper[li]
     missing = (mt & _MISSING) != 0
-    if (mt & _CATEGORICAL) == 0:
-        return _follows(x, s_lower[li], s_upper[li], missing, False, -1, 0, cat_words)
+    if (mt & _CATEGORICAL) == 0:  # numeric: follows' categorical branch compiled out
+        return (_follows(x_a, lo, up, missing, False, -1, 0, cat_words),
+                _follows(x_b, lo, up, missing, False, -1, 0, cat_words))  # fmt: skip
     e = e0 + li
-    return _follows(x, s_lower[li], s_upper[li], missing, cat_other[e], cat_offsets[e],
-                    cat_nbits[e], cat_words)  # fmt: skip
+    other = cat_other[e]
+    co = cat_offsets[e]
+    nbits = cat_nbits[e]
+    return (_follows(x_a, lo, up, missing, other, co, nbits, cat_words),
+            _follows(x_b, lo, up, missing, other, co, nbits, cat_words))  # fmt: skip
 
 
 @cuda.jit(device=True, inline=True)
@@ -159,7 +166,7 @@ def _make_kernel(tile: int, shared: bool, background: bool):
                 k = s_meta[h]
                 end = np.uint32(h + u1 + k)
                 base = s_column[h]
-                pa = s_q[h]  # v (v / B), then v prod f_j
+                pa = s_q[h]  # v 2^-k (v / B), then v prod f_j
                 pb = pa
                 bits_a = np.uint64(0)
                 bits_b = np.uint64(0)
@@ -167,18 +174,16 @@ def _make_kernel(tile: int, shared: bool, background: bool):
                 li = np.uint32(h + u1)
                 while li < end:
                     f = s_column[li]
-                    fa = _test(xa[f], li, e0, s_lower, s_upper, s_meta, cat_offsets, cat_nbits,
-                               cat_other, cat_words)  # fmt: skip
-                    fb = _test(xb[f], li, e0, s_lower, s_upper, s_meta, cat_offsets, cat_nbits,
-                               cat_other, cat_words)  # fmt: skip
+                    fa, fb = _tests(xa[f], xb[f], li, e0, s_lower, s_upper, s_meta, cat_offsets,
+                                    cat_nbits, cat_other, cat_words)  # fmt: skip
                     if fa:
                         bits_a |= bit
                     if fb:
                         bits_b |= bit
-                    if not background:
+                    if not background:  # the 2^-k of the f_j is in v 2^-k
                         z = s_zero[li]
-                        pa *= 0.5 * (1.0 + z) if fa else 0.5 * z
-                        pb *= 0.5 * (1.0 + z) if fb else 0.5 * z
+                        pa *= 1.0 + z if fa else z
+                        pb *= 1.0 + z if fb else z
                     bit <<= np.uint64(1)
                     li = np.uint32(li + u1)
                 if background and s_ref[h] < 0:  # no table: the background rows' masks
@@ -267,12 +272,13 @@ def lane_tiles(path_offsets: np.ndarray, tile: int = TILE_LANES) -> np.ndarray:
 
 def _model_lanes(packed: PackedModel, tile: int) -> tuple:
     """The lane arrays of ``packed`` both games share: ``(q, column, meta, tile_offsets)``,
-    ``q`` the product form's (path value on bias lanes)."""
+    ``q`` the product form's (``v 2^-k`` on bias lanes: exact, and the kernel multiplies by
+    ``o_j + z_j`` instead of ``f_j``, the same roundings)."""
     offsets = np.asarray(packed.path_offsets, np.int64)
     heads = offsets[:-1]
     z = np.asarray(packed.zero_fraction, np.float64)
     q = 2.0 * (1.0 - z) / (1.0 + z)
-    q[heads] = packed.path_value
+    q[heads] = np.ldexp(np.asarray(packed.path_value, np.float64), -(np.diff(offsets) - 1))
     column = np.asarray(packed.feature, np.int64).copy()
     column[heads] = np.asarray(packed.path_group, np.int64) * (packed.num_features + 1)
     meta = np.where(packed.missing, _MISSING, 0).astype(np.uint32)
