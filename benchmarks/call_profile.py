@@ -7,12 +7,23 @@ benchmark runs it), after a warm-up:
 * ``wall``: median microseconds a call, the GPU synchronized before the clock stops;
 * ``host``: median microseconds until the call returns, the GPU synchronized before it starts
   (what the host spends; the rest of ``wall`` is the GPU's tail);
+* ``kernels alone`` (the kernel route without the check: ``distshap.kernels.cuda`` on the
+  prepared rows): ``host``, median microseconds until the call returns, the GPU synchronized
+  before it starts and not waited for (what the launches cost the host), and ``GPU``, the
+  GPU's microseconds a call with ``--calls`` calls queued behind a sleeping kernel (CUDA
+  events; the launches' host time hidden), so ``host`` above ``GPU`` says the call is bound
+  by its launches, below it by its kernels;
 * the ``--top`` functions by own host time over ``--calls`` calls (cProfile), microseconds a
   call, and how often each ran a call (kernel launches show as Numba dispatcher calls).
 
 ``--launch-micro``: host microseconds of one launch of a trivial kernel with four array
-arguments: CuPy arrays, Numba device arrays made once, views made at each launch
-(``cuda.as_cuda_array``), and each with the configuration built at each launch / kept.
+arguments: CuPy arrays, Numba device arrays made once, read-only hints of them made once
+(``cuda.In``), views made at each launch (``cuda.as_cuda_array``), and each with the
+configuration built at each launch / kept.
+
+Before / after: the starting tree on ``PYTHONPATH`` runs this script the same way
+(``cd /tmp/b && PYTHONPATH=/tmp/b python3 /path/to/benchmarks/call_profile.py ...``); the
+script uses only what both trees have.
 
 Needs a GPU::
 
@@ -33,7 +44,7 @@ import numpy as np
 
 from benchmarks.shapes import make_data, train_model
 
-__all__ = ["launch_micro", "profile_case"]
+__all__ = ["kernel_split", "launch_micro", "profile_case"]
 
 
 def _median_us(fn, repeats: int, sync, sync_first: bool) -> float:
@@ -76,6 +87,11 @@ def profile_case(shape: str, kind: str, rows: int, calls: int, top: int) -> None
     host = _median_us(fn, calls, sync, sync_first=True)
     print(f"\n== {shape} {kind} {rows} rows: wall {wall:.0f} us a call, host {host:.0f} us, "
           f"{rows / wall * 1e6:,.0f} rows/s")  # fmt: skip
+    issue, gpu, hidden = kernel_split(explainer.packed, Xd, kind, calls)
+    print(
+        f"   kernels alone (no check): host {issue:.0f} us a call, GPU {gpu:.0f} us a call"
+        + ("" if hidden else " (the queue ran dry: GPU time includes host gaps)")
+    )
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(calls):
@@ -89,6 +105,55 @@ def profile_case(shape: str, kind: str, rows: int, calls: int, top: int) -> None
         where = "/".join(path.split("/")[-2:])
         print(f"{1e6 * tottime / calls:12.1f} {1e6 * cumtime / calls:12.1f} "
               f"{ncalls / calls:10.1f}  {func} ({where}:{line})")  # fmt: skip
+
+
+def _sleep_kernel():
+    from numba import cuda
+
+    @cuda.jit(cache=False)
+    def sleep(ns):  # one thread holds its stream for about ns nanoseconds
+        t = 0
+        while t < ns:
+            cuda.nanosleep(1000)
+            t += 1000
+
+    return sleep
+
+
+def kernel_split(packed, Xd, kind: str, calls: int) -> tuple[float, float, bool]:
+    """``(host, gpu, hidden)`` microseconds a call of the kernel route alone (module
+    docstring); ``hidden``: the queued calls were all issued before the sleeping kernel ended
+    (else ``gpu`` includes the host's gaps)."""
+    import cupy
+    from numba import cuda
+
+    from distshap.inputs import prepare_rows
+    from distshap.kernels import cuda as kc
+
+    fn = kc.interaction_values if kind == "interactions" else kc.shap_values
+    rows = prepare_rows(Xd, packed)
+
+    def sync():
+        cupy.cuda.Device().synchronize()
+
+    for _ in range(3):
+        fn(packed, rows)
+    host = _median_us(lambda: fn(packed, rows), calls, sync, sync_first=True)
+    sleep = _sleep_kernel()
+    ptr = cupy.cuda.get_current_stream().ptr
+    s = cuda.external_stream(ptr) if ptr else cuda.default_stream()
+    sleep[1, 1, s](1000)  # compiled before the measurement
+    sync()
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    sleep[1, 1, s](int(max(50_000, 4 * calls * host) * 1000))  # ~4x the calls' host time
+    start.record()
+    for _ in range(calls):
+        fn(packed, rows)
+    end.record()
+    hidden = not start.query()  # the sleep still running: every call was queued behind it
+    end.synchronize()
+    gpu = 1000.0 * cupy.cuda.get_elapsed_time(start, end) / calls
+    return host, gpu, hidden
 
 
 def launch_micro(repeats: int = 2000) -> None:
@@ -106,10 +171,12 @@ def launch_micro(repeats: int = 2000) -> None:
 
     arrays = [cupy.zeros(256, np.float64) for _ in range(4)]
     made_once = [cuda.as_cuda_array(a, sync=False) for a in arrays]
+    hints = [cuda.In(a) for a in made_once]
     s = args.current_stream()
     variants = {
         "CuPy arrays": lambda: arrays,
         "device arrays made once": lambda: made_once,
+        "read-only hints made once": lambda: hints,
         "views made each launch": lambda: [cuda.as_cuda_array(a, sync=False) for a in arrays],
     }
     print("\n== one launch, 4 arrays + 1 scalar: host us a launch")

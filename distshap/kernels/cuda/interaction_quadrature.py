@@ -20,6 +20,7 @@ import functools
 import numpy as np
 from numba import cuda, types
 
+from distshap.kernels.cuda.runtime.args import configured
 from distshap.kernels.cuda.runtime.device import (
     LF_VALUE,
     LF_ZERO,
@@ -263,15 +264,18 @@ def launch_interaction_quadrature(model, plan, Xb, acc, scale, F1, stream) -> No
     """Run the quadrature launches of ``plan`` on the row batch ``Xb``, adding interaction
     values (``F1 = F + 1`` columns a matrix) to ``acc``: a row's matrix in a shared tile where
     it fits (:func:`~distshap.plan.geometry.interaction_tile_fits`), else in global
-    memory."""
+    memory. Launch configurations are kept (:func:`~.runtime.args.configured`), the model's
+    and plan's arrays go as read-only hints kept with the model
+    (:meth:`~.runtime.model.DeviceModel.read_only`)."""
     nb = int(Xb.shape[0])
     shared = interaction_tile_fits(F1)
+    shared_bytes = F1 * F1 * 8 if shared else 0
     for launch in plan.quadrature:
         kernel = interaction_kernel(launch.n_nodes, shared)
+        kept = model.read_only(("interaction_quadrature", id(launch)), lambda launch=launch: (
+            model.lane_f, model.lane_i, model.lane_cat, model.cat_words, model.path_offsets,
+            launch.paths, launch.offsets, launch.group,
+        ))  # fmt: skip
         for row0 in range(0, nb, 65535):  # grid.y is at most 65535
             grid = (launch.n_chunks, min(nb - row0, 65535))
-            kernel[grid, 128, stream, F1 * F1 * 8 if shared else 0](
-                model.lane_f, model.lane_i, model.lane_cat, model.cat_words,
-                model.path_offsets, launch.paths, launch.offsets, launch.group, Xb, acc,
-                scale, F1, row0,
-            )  # fmt: skip
+            configured(kernel, grid, 128, stream, shared_bytes)(*kept, Xb, acc, scale, F1, row0)

@@ -269,6 +269,7 @@ def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool):
     readers += len(plan.quadrature) * -(-n // 65535) if interactions else 0
     shared_rows = readers >= 3 and (interactions or not quadrature)
     run_quadrature = launch_interaction_quadrature if interactions else launch_quadrature
+    expected = model.read_only("expected_value", lambda: (model.expected_value,))[0]
 
     def kept_batch(r0, r1, Xb, acc, s):
         if shared_rows:
@@ -280,8 +281,8 @@ def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool):
         if model.n_oversize:
             launch_fallback(model, Xb, acc, scale, F1, s, interactions)
         rows_out = out2 if r0 == 0 and r1 == n else out2[r0:r1]
-        launch_finish(finish_kernel, acc, rows_out, 1.0 / scale, model.expected_value,
-                      group_size, bias_offset, s)  # fmt: skip
+        launch_finish(finish_kernel, acc, rows_out, 1.0 / scale, expected, group_size,
+                      bias_offset, s)  # fmt: skip
 
     run_batches(X, out2.shape[1], batch_rows, kept_batch, keep=True)  # cap 1 << 24, as above
     return out
@@ -305,11 +306,14 @@ def run_slot_batches(packed: PackedModel, X, slots, consume, batch_rows: int | N
     scale = 2.0**model.interaction_shift
     F1 = packed.num_features + 1
     small_route = small_fits(packed, True)
+    readers = (plan.n_table_bins > 0) + len(plan.quadrature) + -(-model.n_oversize // 65535)
 
     def batch(r0, r1, Xb, acc, s):
         if dev.num_slots and small_route:  # the integers of the one-launch route's matrices
             small.launch_slots(packed, Xb, acc, dev, s)
         elif dev.num_slots:
+            if readers >= 3:  # the rows as one Numba view for all their launches (as in _run)
+                Xb = args.view(Xb)
             launch_tables(model, plan, Xb, acc, scale, F1, s, slots=dev)
             launch_slot_quadrature(model, plan, Xb, acc, scale, s, dev)
             launch_fallback(model, Xb, acc, scale, F1, s, True, slots=dev)

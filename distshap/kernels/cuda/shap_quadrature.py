@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, types
 
+from distshap.kernels.cuda.runtime.args import configured, view
 from distshap.kernels.cuda.runtime.device import (
     CAT_OTHER_FLAG,
     LF_LOWER,
@@ -380,7 +381,12 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream) -> None:
     ``acc``): chunk-local feature tiles where :func:`local_tiles` (per launch, where its
     widest tile fits ``quadrature_shared_bytes``), else a column per feature. Interaction
     values: :func:`~distshap.kernels.cuda.interaction_quadrature.launch_interaction_quadrature`,
-    pair slots: :func:`~distshap.kernels.cuda.slot_quadrature.launch_slot_quadrature`."""
+    pair slots: :func:`~distshap.kernels.cuda.slot_quadrature.launch_slot_quadrature`.
+
+    Launch configurations are kept (:func:`~.runtime.args.configured`), and the transposed
+    rows are one Numba view (:func:`~.runtime.args.view`) where three or more launches read
+    them (a view costs about two CuPy arguments); the model's and plan's arrays are passed as
+    read-only hints kept with the model (:func:`_kept_arrays`)."""
     nb = int(Xb.shape[0])
     XT = xp().ascontiguousarray(Xb.T)  # (features, rows): a warp reads 32 rows of a feature
     n_features = F1 - 1
@@ -392,6 +398,8 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream) -> None:
     tpb = 32 * (warps or min(4, int(get_config().shap_quadrature_warps)))
     shared_bytes = tpb * n_features * 8 * rows if shared else 0
     rows_per_launch = 65535 * tpb * rows  # grid.y (row tiles) is at most 65535
+    if len(plan.quadrature) * -(-nb // rows_per_launch) >= 3:
+        XT = view(XT)
     local = local_tiles(plan)
     for launch in plan.quadrature:
         if local:
@@ -404,15 +412,28 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream) -> None:
                               local_rows)  # fmt: skip
                 continue
         kernel = quadrature_kernel(launch.n_nodes, shared, rows=rows)
-        extra = ()
-        if rows == 2:  # the two-row kernel's signature: local-tile arrays unused
-            extra = (launch.offsets, launch.offsets, launch.offsets)
+        kept = _kept_arrays(model, plan, launch, rows, False)
         for row0 in range(0, nb, rows_per_launch):
             grid = (launch.n_chunks, -(-min(nb - row0, rows_per_launch) // (tpb * rows)))
-            kernel[grid, tpb, stream, shared_bytes](
-                model.lane_f, model.lane_i, model.lane_cat, model.cat_words, model.path_offsets,
-                launch.paths, launch.offsets, launch.group, *extra, XT, acc, scale, F1, row0,
-            )  # fmt: skip
+            configured(kernel, grid, tpb, stream, shared_bytes)(*kept, XT, acc, scale, F1, row0)
+
+
+def _kept_arrays(model, plan, launch, rows: int, local: bool) -> tuple:
+    """The model's and ``launch``'s arrays of a quadrature launch, before the rows, as kept
+    read-only hints (:meth:`~.runtime.model.DeviceModel.read_only`): with chunk-local tiles
+    (``local``), else a column per feature (the two-row kernel takes the local-tile arrays,
+    unused)."""
+
+    def arrays() -> tuple:
+        model_arrays = (model.lane_f, model.lane_i, model.lane_cat, model.cat_words,
+                        model.path_offsets, launch.paths)  # fmt: skip
+        if local:
+            return model_arrays + (launch.local_offsets, launch.local_group, plan.lane_column,
+                                   launch.local_features, launch.local_feature_offsets)  # fmt: skip
+        extra = (launch.offsets,) * 3 if rows == 2 else ()
+        return model_arrays + (launch.offsets, launch.group, *extra)
+
+    return model.read_only(("shap_quadrature", id(launch), rows, local), arrays)
 
 
 def _launch_local(model, plan, launch, XT, acc, scale, F1, stream, warps: int,
@@ -424,10 +445,7 @@ def _launch_local(model, plan, launch, XT, acc, scale, F1, stream, warps: int,
     shared_bytes = tpb * launch.local_columns * 8 * rows
     rows_per_launch = 65535 * tpb * rows  # grid.y (row tiles) is at most 65535
     kernel = quadrature_kernel(launch.n_nodes, True, local=True, rows=rows)
+    kept = _kept_arrays(model, plan, launch, rows, True)
     for row0 in range(0, nb, rows_per_launch):
         grid = (launch.n_local, -(-min(nb - row0, rows_per_launch) // (tpb * rows)))
-        kernel[grid, tpb, stream, shared_bytes](
-            model.lane_f, model.lane_i, model.lane_cat, model.cat_words, model.path_offsets,
-            launch.paths, launch.local_offsets, launch.local_group, plan.lane_column,
-            launch.local_features, launch.local_feature_offsets, XT, acc, scale, F1, row0,
-        )  # fmt: skip
+        configured(kernel, grid, tpb, stream, shared_bytes)(*kept, XT, acc, scale, F1, row0)

@@ -32,6 +32,7 @@ import numpy as np
 from numba import cuda, types
 
 from distshap.kernels.cuda.interaction_quadrature import pair_steps
+from distshap.kernels.cuda.runtime.args import configured
 from distshap.kernels.cuda.runtime.device import CAT_OTHER_FLAG, MISSING_FLAG, follows, read_split
 from distshap.kernels.cuda.slot_layout import SlotLayout, slot_layout
 from distshap.plan.geometry import gauss_legendre, slot_rows_shape
@@ -424,27 +425,40 @@ def slot_kernel_arrays(lay: SlotLayout) -> tuple | None:
     return None
 
 
+def _kept_arrays(model, launch, lay: SlotLayout, slots) -> tuple:
+    """The model's, layout's and slots' arrays of a slot quadrature launch as read-only hints
+    kept with the model (:meth:`~.runtime.model.DeviceModel.read_only`; the layout's flat
+    views of :func:`slot_kernel_arrays` made once): those before the rows, and the tile
+    arrays after them."""
+
+    def arrays() -> tuple:
+        flat = slot_kernel_arrays(lay)
+        ef, ei, ecat, tmap = (lay.ef, lay.ei, lay.ecat, lay.tmap) if flat is None else flat
+        return (ef, ei, ecat, lay.pk, lay.pv, model.cat_words, launch.paths, lay.offsets, tmap,
+                slots.map_offsets, slots.path_map, lay.tile_offsets, lay.tile_slots)  # fmt: skip
+
+    kept = model.read_only(("slot_quadrature", id(lay)), arrays)
+    return kept[:11], kept[11:]
+
+
 def launch_slot_quadrature(model, plan, Xb, acc, scale, stream, slots) -> None:
     """The quadrature launches of ``plan`` (the interaction plan) into pair slots on the batch
     ``Xb``, adding to ``acc``; ``slots`` is the device model's
-    :class:`~distshap.kernels.cuda.runtime.model.SlotArrays`."""
+    :class:`~distshap.kernels.cuda.runtime.model.SlotArrays`. Launch configurations and the
+    layouts' flat views are kept."""
     nb, n_features = int(Xb.shape[0]), int(Xb.shape[1])
     layouts = slot_layout(model, plan, slots, stream)
     for launch, lay in zip(plan.quadrature, layouts, strict=True):
         rows, cache_x, capacity = slot_rows_shape(n_features, lay.most)
         shared_bytes = 8 * rows * capacity + (4 * rows * n_features if cache_x else 0)
-        flat = slot_kernel_arrays(lay)
-        if flat is None:  # 32-bit offsets too short: int64 indices
-            ef, ei, ecat, tmap = lay.ef, lay.ei, lay.ecat, lay.tmap
+        kept, tiles = _kept_arrays(model, launch, lay, slots)
+        if kept[0].value.ndim == 2:  # 32-bit offsets too short: int64 indices (2-D arrays)
             run = gathered_slot_kernel(launch.n_nodes, rows, cache_x)
         else:
-            ef, ei, ecat, tmap = flat
             run = split_slot_kernel(launch.n_nodes, rows, cache_x)
         per_launch = 65535 * rows  # grid.y is at most 65535
         for row0 in range(0, nb, per_launch):
             grid = (lay.n_blocks, -(-min(nb - row0, per_launch) // rows))
-            run[grid, _THREADS, stream, shared_bytes](
-                ef, ei, ecat, lay.pk, lay.pv, model.cat_words, launch.paths, lay.offsets, tmap,
-                slots.map_offsets, slots.path_map, Xb, acc, scale, row0, lay.tile_offsets,
-                lay.tile_slots, capacity,
+            configured(run, grid, _THREADS, stream, shared_bytes)(
+                *kept, Xb, acc, scale, row0, *tiles, capacity
             )  # fmt: skip

@@ -315,7 +315,9 @@ def _rows_per_warp(n_rows: int, n_bins: int) -> int:
 def launch_tables(model, plan, Xb, acc, scale, F1, stream, slots=None):
     """Run the table kernel over the table bins of ``plan`` on the batch ``Xb``: SHAP values
     where ``plan.per_pattern == "k"``, else interaction values; ``slots`` (the device model's
-    :class:`~.runtime.model.SlotArrays`): interaction values into pair slots."""
+    :class:`~.runtime.model.SlotArrays`): interaction values into pair slots. The model's and
+    plan's arrays go as read-only hints kept with the model
+    (:meth:`~.runtime.model.DeviceModel.read_only`), the launch configuration is kept."""
     if not plan.n_table_bins:
         return
     shap = plan.per_pattern == "k"
@@ -324,16 +326,17 @@ def launch_tables(model, plan, Xb, acc, scale, F1, stream, slots=None):
     rpb = _rows_per_warp(nb, plan.n_table_bins)
     warps = int(get_config().table_warps_per_block)
     grid = (-(-plan.n_table_bins // warps), -(-nb // rpb))
-    args = (
+    kept = model.read_only(("tables", id(plan)), lambda: (
         model.lane_f, model.lane_i, model.lane_cat, plan.lane_table, model.cat_words,
-        plan.tables, model.bin_offsets, plan.table_maxk, plan.table_bins, Xb, acc, scale, rpb,
-        tile_rows or rpb,
-    )  # fmt: skip
+        plan.tables, model.bin_offsets, plan.table_maxk, plan.table_bins,
+    ))  # fmt: skip
     rows4 = shap  # SHAP values: four rows a step
     kernel = table_kernel(tile_rows > 0, slots=slots is not None, shap=shap, rows4=rows4,
                           warps=warps)  # fmt: skip
     launch = configured(kernel, grid, 32 * warps, stream)
     if slots is None:
-        launch(*args, F1)
+        launch(*kept, Xb, acc, scale, rpb, tile_rows or rpb, F1)
     else:
-        launch(*args, slots.path_map, slots.lane_map)
+        slot_maps = model.read_only(("table_slots", id(slots)),
+                                    lambda: (slots.path_map, slots.lane_map))  # fmt: skip
+        launch(*kept, Xb, acc, scale, rpb, tile_rows or rpb, *slot_maps)

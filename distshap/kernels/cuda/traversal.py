@@ -84,6 +84,14 @@ def device_arrays(packed: PackedModel) -> tuple:
     return device_model(packed).form("margin", lambda: _copied(packed.margin))
 
 
+def _kept_arrays(packed: PackedModel) -> tuple:
+    """:func:`device_arrays` of ``packed`` as read-only hints kept with its device model
+    (:meth:`~distshap.kernels.cuda.runtime.model.DeviceModel.read_only`): a launch hands them
+    on as they are."""
+    model = device_model(packed)
+    return model.read_only("margin", lambda: device_arrays(packed))
+
+
 def _copied(margin: dict) -> tuple:
     host = packed_arrays(margin)
     return tuple(cuda.to_device(host[name]) for name, _, _ in _SECTIONS)
@@ -296,7 +304,7 @@ def gpu_margin(packed: PackedModel, X: Any, out: Any) -> None:
     if n == 0:
         return
     rows_kernel, block_kernel, _, _ = _kernels()
-    arrays = device_arrays(packed)
+    arrays = _kept_arrays(packed)
     s = args.current_stream()
     groups = int(packed.margin["base_score"].shape[0])
     if n <= BLOCK_ROWS_MAX and groups <= _THREADS:
@@ -325,7 +333,7 @@ def check_rows(packed: PackedModel, X: Any, values: Any, rtol: float):
     flag = check_flag()
     if n:
         args.configured(check_kernel, _block_grid(n), _THREADS, s)(
-            values, X, *device_arrays(packed), flag, float(rtol)
+            values, X, *_kept_arrays(packed), flag, float(rtol)
         )
     return flag, s
 

@@ -187,6 +187,14 @@ class DeviceModel:
                     hit = self._forms[key] = build()
             return hit
 
+    def read_only(self, key: Hashable, arrays: Callable[[], tuple]) -> tuple:
+        """``arrays()`` as read-only argument hints (``numba.cuda.In``), made once per ``key``
+        and kept with the model (:meth:`form`). ``arrays`` gives device arrays this model keeps
+        (its own, its plans', its other forms'), so a key names the same arrays as long as the
+        model lives. A launch hands a kept hint on as it is and its type is found once; a bare
+        array is wrapped again at every launch."""
+        return self.form(("read_only", key), lambda: tuple(cuda.In(a) for a in arrays()))
+
     @property
     def shap(self) -> Plan:
         """The SHAP :class:`Plan` (built on first use: :func:`shap_plan`)."""
@@ -269,10 +277,15 @@ def _host_lane_columns(packed: PackedModel, k: np.ndarray) -> dict:
 
 
 def _to_device(host: dict) -> dict:
+    """``host``'s NumPy arrays copied to the device and its other device arrays (CuPy: the
+    filled tables) as Numba device arrays, each made once: a launch types and converts a Numba
+    device array from what it keeps, a CuPy array anew at every launch."""
     out = {}
     for name, a in host.items():
         if isinstance(a, np.ndarray):
             a = cuda.to_device(a)
+        elif hasattr(a, "__cuda_array_interface__") and not hasattr(a, "__cuda_memory__"):
+            a = cuda.as_cuda_array(a)  # a view that keeps ``a`` (freed with the model)
         elif name == "quadrature":
             a = tuple(QuadratureLaunch(**_to_device(launch)) for launch in a)
         out[name] = a
