@@ -7,6 +7,7 @@ installed, and once under the CUDA simulator.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 
@@ -16,6 +17,7 @@ import pytest
 from distshap import TreeExplainer
 from distshap.inputs import model_matrix
 from distshap.models import UnsupportedModelError, load_model
+from distshap.models.catboost import load_catboost_json
 
 import naive
 from conftest import to_host
@@ -150,12 +152,24 @@ def test_arrays_of_objects_and_one_row_read_as_the_frame():
     np.testing.assert_array_equal(to_host(explainer.shap_values(rows.iloc[3])), ours[3])
 
 
-def test_a_missing_category_is_refused_in_one_line():
+@pytest.mark.parametrize("value, held", [(None, "a missing value"), (1.5, "1.5")])
+def test_a_missing_or_fractional_category_is_refused_in_one_line(value, held):
     model, rows = _fit("one_hot")
-    rows.loc[2, "c"] = None
-    with pytest.raises(TypeError, match="column 'c' holds a missing value") as err:
+    rows["c"] = rows["c"].astype(object)
+    rows.loc[2, "c"] = value
+    with pytest.raises(TypeError, match=f"column 'c' holds {held}: CatBoost") as err:
         TreeExplainer(model).shap_values(rows)
     assert "\n" not in str(err.value)
+
+
+def test_an_edited_one_hot_value_is_refused(tmp_path):
+    model, _ = _fit("one_hot")
+    model.save_model(str(tmp_path / "m.json"), format="json")
+    doc = json.loads((tmp_path / "m.json").read_text())
+    listed = [c for c in doc["features_info"]["categorical_features"] if c.get("values")]
+    listed[0]["values"] = listed[0]["values"][1:]
+    with pytest.raises(ValueError, match="tests the value .* which features_info does not list"):
+        load_catboost_json(doc)
 
 
 def test_a_combination_ctr_is_refused_naming_its_features():

@@ -68,6 +68,13 @@ def projection_keys(hashes: Any) -> np.ndarray:
         return _MAGIC * (_MAGIC * signed)
 
 
+def _fail(what: str) -> ValueError:
+    return ValueError(
+        f"inconsistent CatBoost model: {what}; save the model again with "
+        "model.save_model('model.json', format='json')"
+    )
+
+
 def _combination_name(elements: list, names: dict[int, str], float_names: dict[int, str]) -> str:
     parts = []
     for e in elements:
@@ -141,10 +148,10 @@ class CategoricalSplits:
                 )
             cat = int(elements[0]["cat_feature_index"])
             if cat not in self._flat:
-                raise ValueError(f"a CTR uses categorical feature {cat}, which is not listed")
+                raise _fail(f"a CTR uses categorical feature {cat}, which is not listed")
             key = str(ctr["identifier"])
             if key not in tables:
-                raise ValueError(f"the CTR {key} has no table in ctr_data")
+                raise _fail(f"the CTR {key} has no table in ctr_data")
             self._ctrs.append(
                 _Ctr(
                     cat,
@@ -178,7 +185,13 @@ class CategoricalSplits:
         if split["split_type"] == "OneHotFeature":
             cat = int(split["cat_feature_index"])
             keys = self.keys[self._flat[cat]]
-            code = np.searchsorted(keys, projection_keys([int(split["value"])]))
+            key = projection_keys([int(split["value"])])
+            code = np.searchsorted(keys, key)
+            if code[0] >= keys.size or keys[code[0]] != key[0]:
+                raise _fail(
+                    f"a one-hot split on {self.names[cat]!r} tests the value {split['value']}, "
+                    "which features_info does not list"
+                )
             return self._flat[cat], code.astype(np.int32), True
         ctr, border = self._ctr_of(split)
         keys = self.keys[self._flat[ctr.cat]]
@@ -205,7 +218,7 @@ class CategoricalSplits:
                     break
                 return ctr, border
             k -= ctr.borders.size
-        raise ValueError(
+        raise _fail(
             f"a CTR split (split_index {split['split_index']}, border {float(border)}) matches "
             "no CTR border of features_info"
         )
@@ -216,11 +229,11 @@ def _read_table(table: dict, kind: str) -> tuple[np.ndarray, np.ndarray, int]:
     stride = int(table["hash_stride"])
     flat = table["hash_map"]
     if stride < 2 or len(flat) % stride:
-        raise ValueError(f"a CTR table has {len(flat)} entries, not a multiple of {stride}")
+        raise _fail(f"a CTR table has {len(flat)} entries, not a multiple of {stride}")
     keys = np.array([int(k) for k in flat[::stride]], dtype=np.uint64)
     counts = np.array([flat[i::stride] for i in range(1, stride)], dtype=np.float64).T
     if kind in _COUNTS and stride != 2:
-        raise ValueError(f"a {kind} CTR table has stride {stride}, not 2")
+        raise _fail(f"a {kind} CTR table has stride {stride}, not 2")
     order = np.argsort(keys, kind="stable")
     denominator = int(table.get("counter_denominator", 0))
     return keys[order], counts[order].astype(np.float32), denominator
