@@ -204,19 +204,63 @@ def _literal_block(node: Any) -> Any:
     return None
 
 
+def _held_array(graph: Any, name: str) -> Any:
+    """The array that layer ``name`` of ``graph`` holds as its only value, else None."""
+    mapping = getattr(graph.layers.get(name), "mapping", None)
+    if not isinstance(mapping, Mapping) or len(mapping) != 1:
+        return None
+    return _literal_block(mapping.get(name))
+
+
+def _sliced_chunks(X: da.Array) -> dict:
+    """Chunks of ``X`` that slice an in-memory array of its graph: key -> the slice, taken here.
+
+    ``da.from_array`` of an array that dask does not slice at once (CuPy) makes a task holding
+    the array and one slicing task a chunk; the slices (views) taken here travel inside the
+    kernels' tasks instead, two scheduler-to-worker hand-overs fewer a call. Empty when the
+    chunks are anything else (nothing else runs here).
+    """
+    from dask.array.optimization import GETTERS
+
+    graph = X.dask
+    held = {dep: _held_array(graph, dep) for dep in graph.dependencies.get(X.name, ())}
+    if Task is None or any(value is None for value in held.values()):
+        return {}
+    sliced = {}
+    for key, node in graph.layers[X.name].items():
+        if not (
+            isinstance(node, Task)
+            and node.func in GETTERS
+            and not node.kwargs.get("lock")
+            and node.dependencies <= held.keys()
+        ):
+            return {}
+        try:
+            value = node({dep: held[dep] for dep in node.dependencies})
+        except Exception:  # e.g. a conversion only the workers can make: they do it
+            return {}
+        if _literal_block(value) is None:
+            return {}
+        sliced[key] = value
+    return sliced
+
+
 def _chunk_pieces(X: da.Array) -> list[tuple]:
     """One piece (as :func:`_planned_pieces` gives them) per row chunk of ``X``, no worker.
 
-    A chunk that ``X``'s own graph layer holds as data (``da.from_array`` of an in-memory
-    array) is the piece's source itself, so the kernel's task reads it without a task in
-    front (one scheduler-to-worker hand-over fewer a call); otherwise the source is its key.
+    A chunk that ``X``'s own graph layer holds as data (``da.from_array`` of an in-memory NumPy
+    array), or a slice of an array held in ``X``'s graph (:func:`_sliced_chunks`), is the
+    piece's source itself, so the kernel's task reads it without a task in front (one
+    scheduler-to-worker hand-over fewer a call); otherwise the source is its key.
     """
     layer = X.dask.layers.get(X.name)
     mapping = getattr(layer, "mapping", None)
+    sliced = _sliced_chunks(X) if not isinstance(mapping, Mapping) else {}
     pieces = []
     for chunk, size in enumerate(X.chunks[0]):
         key = (X.name, chunk) + (0,) * (X.ndim - 1)
         data = _literal_block(mapping.get(key)) if isinstance(mapping, Mapping) else None
+        data = sliced.get(key) if data is None else data
         pieces.append((key if data is None else data, None, None, None, chunk, 0, size))
     return pieces
 
