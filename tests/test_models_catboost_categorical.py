@@ -99,6 +99,16 @@ def test_shap_values_match_catboost_and_add_up_to_its_margin(case, backend):
     np.testing.assert_allclose(total, raw.reshape(total.shape), rtol=0, atol=2e-6)
 
 
+@pytest.mark.parametrize("case", ["mixed_binary", "ctr_multiclass"])
+def test_interaction_values_match_catboost(case):
+    model, rows = _fit(case)
+    ours = to_host(TreeExplainer(model).shap_interaction_values(rows))
+    pool = cb.Pool(rows, cat_features=CATS)
+    ref = np.asarray(model.get_feature_importance(pool, "ShapInteractionValues"))
+    ref = ref[:, :-1, :-1] if ref.ndim == 3 else np.moveaxis(ref[:, :, :-1, :-1], 1, -1)
+    np.testing.assert_allclose(ours, ref, rtol=0, atol=2e-6)
+
+
 @pytest.mark.parametrize("case", ["one_hot", "ctr", "ctr_multiclass"])
 def test_every_row_reaches_catboosts_leaf(case):
     """The leaf of each oblivious tree fixes every split's outcome, categorical ones too."""
