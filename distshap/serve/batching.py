@@ -10,12 +10,15 @@ and the model converts each value as it would alone), runs on the executor (up t
 ``executor.slots()`` batches at once) and, when its values come back, is split by the requests'
 row counts. Each row's values do not depend on the rows beside it, so every response equals
 its rows run alone. The queue is bounded in rows: a request that does not fit is refused at
-once (:class:`QueueFull`, the server's 503 + Retry-After).
+once (:class:`QueueFull`, the server's 503 + Retry-After). A request's answer is a callback
+called on the loop (no Future, no extra turn of the loop per request); its handle's ``cancel``
+drops its rows from batches not yet sent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -25,6 +28,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["BatchQueue", "QueueClosed", "QueueFull"]
+
+log = logging.getLogger("distshap.serve")
 
 
 class QueueFull(RuntimeError):
@@ -36,10 +41,16 @@ class QueueClosed(RuntimeError):
 
 
 class _Pending:
-    __slots__ = ("future", "queued", "rows")
+    """A request's rows in the queue; ``cancel`` drops them (its callback is not called)."""
 
-    def __init__(self, rows: np.ndarray, future: asyncio.Future) -> None:
-        self.rows, self.future, self.queued = rows, future, time.monotonic()
+    __slots__ = ("done", "on_done", "queued", "rows")
+
+    def __init__(self, rows: np.ndarray, on_done: Callable, now: float) -> None:
+        self.rows, self.on_done, self.queued = rows, on_done, now
+        self.done = False
+
+    def cancel(self) -> None:
+        self.done = True
 
 
 class BatchQueue:
@@ -98,8 +109,9 @@ class BatchQueue:
         """Rows waiting for a batch."""
         return self._queued_rows
 
-    def put(self, rows: np.ndarray) -> asyncio.Future:
-        """Queue ``rows`` -> a Future of their ``{tensor name: array}`` (on the loop).
+    def put(self, rows: np.ndarray, on_done: Callable) -> _Pending:
+        """Queue ``rows``; ``on_done(values, error)`` is called on the loop with their
+        ``{tensor name: array}`` (or the batch's error) -> a handle whose ``cancel()`` drops them.
 
         Raises
         ------
@@ -112,11 +124,11 @@ class BatchQueue:
             raise QueueClosed("the server is shutting down")
         if self._queued_rows and self._queued_rows + len(rows) > self.max_queue_rows:
             raise QueueFull(f"{self._queued_rows} rows are waiting")
-        item = _Pending(rows, self.loop.create_future())
+        item = _Pending(rows, on_done, time.monotonic())
         self._items.append(item)
         self._queued_rows += len(rows)
         self._schedule()
-        return item.future
+        return item
 
     def _schedule(self) -> None:
         """Send the next batches that may go now; else wake up when the oldest must go."""
@@ -141,7 +153,7 @@ class BatchQueue:
         while self._items and (not live or rows + len(self._items[0].rows) <= self.max_rows):
             item = self._items.popleft()
             self._queued_rows -= len(item.rows)
-            if not item.future.done():  # a request that timed out is not run
+            if not item.done:  # a request that timed out is not run
                 live.append(item)
                 rows += len(item.rows)
         if not live:
@@ -177,11 +189,13 @@ class BatchQueue:
         start = 0
         for p in live:
             stop = start + len(p.rows)
-            if not p.future.done():
-                if err is not None:
-                    p.future.set_exception(err)
-                else:
-                    p.future.set_result({name: a[start:stop] for name, a in values.items()})
+            if not p.done:
+                p.done = True
+                part = None if err is not None else {k: a[start:stop] for k, a in values.items()}
+                try:
+                    p.on_done(part, err)
+                except Exception:  # one answer's failure does not stop the others'
+                    log.exception("while answering a request of a batch")
             start = stop
         self._schedule()
 

@@ -24,6 +24,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from distshap.serve.backends import NoWorkerError
@@ -48,6 +49,8 @@ _MODEL_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?(/ready|/inf
 _JSON = {"Content-Type": "application/json"}
 #: Seconds an idle keep-alive connection is kept.
 _IDLE_SECONDS = 60.0
+#: Seconds of one deadline bucket: a request past its timeout is answered 504 within this.
+_TICK = 0.05
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,9 @@ class ExplanationServer:
         self.draining = False
         self.closing_connections = False
         self._queues: dict[tuple, BatchQueue] = {}
+        # deadline bucket -> the calls whose deadline falls in it (one timer a bucket, not a
+        # timer a request)
+        self._deadlines: dict[int, set] = {}
         self._connections: set[Connection] = set()
         self._active = 0
         self._no_active: asyncio.Event | None = None
@@ -433,37 +439,49 @@ class ExplanationServer:
         self.metrics.stage("decode", time.perf_counter() - t0)
         if not self.executor.ready():
             raise _error(503, "no worker is connected to run the request", self._retry())
-        futures = []
+        call = _Call(self, request, deliver, specs, (model, parsed.id))
         try:
-            for spec, k in zip(specs, ks, strict=True):
-                futures.append(self._queue(model, spec.name, k).put(parsed.rows))
+            for i, (spec, k) in enumerate(zip(specs, ks, strict=True)):
+                done = call.part_done if len(specs) == 1 else partial(call.part_of, i)
+                call.handles.append(self._queue(model, spec.name, k).put(parsed.rows, done))
         except (QueueFull, QueueClosed) as err:
-            for f in futures:
-                f.cancel()
+            for handle in call.handles:
+                handle.cancel()
             what = (
                 "the server is shutting down"
                 if isinstance(err, QueueClosed)
                 else (f"the queue of {model.name!r} is full ({err}): retry after a second")
             )
             raise _error(503, what, self._retry()) from None
-        call = _Call(self, request, deliver, futures, specs, (model, parsed.id))
-        left = request.received + self.options.request_timeout - time.perf_counter()
-        call.timer = self.loop.call_later(max(0.0, left), call.expire)
-        for f in futures:
-            f.add_done_callback(call.part_done)
+        if call.left:  # not answered at once
+            self._watch(call)
         return None
+
+    def _watch(self, call: _Call) -> None:
+        """Put ``call`` in its deadline's bucket (the bucket's timer answers it 504)."""
+        deadline = call.request.received + self.options.request_timeout
+        key = int(deadline / _TICK) + 1
+        bucket = self._deadlines.get(key)
+        if bucket is None:
+            bucket = self._deadlines[key] = set()
+            self.loop.call_later(max(0.0, key * _TICK - time.perf_counter()), self._expire, key)
+        bucket.add(call)
+        call.bucket = bucket
+
+    def _expire(self, key: int) -> None:
+        for call in list(self._deadlines.pop(key, ())):
+            call.expire()
 
     def _outputs(self, call: _Call) -> Reply:
         """The answer to an infer call whose outputs are all in."""
         outputs = []
-        for future, spec in zip(call.futures, call.specs, strict=True):
-            err = future.exception()
+        for (values, err), spec in zip(call.results, call.specs, strict=True):
             if isinstance(err, NoWorkerError):
                 return _error(503, str(err), self._retry())
             if err is not None:
                 first = (str(err).strip().splitlines() or [""])[0]
                 return _error(500, f"{type(err).__name__}: {first}")
-            for name, array in future.result().items():
+            for name, array in values.items():
                 outputs.append((name, array, spec.binary))
         t0 = time.perf_counter()
         (model, request_id) = call.what
@@ -504,32 +522,45 @@ class ExplanationServer:
 
 
 class _Call:
-    """An infer request waiting for its outputs (one future per output) or its deadline."""
+    """An infer request waiting for its outputs (one queue handle per output) or its deadline
+    (``bucket``: its deadline's bucket, None once answered)."""
 
-    __slots__ = ("deliver", "futures", "left", "request", "server", "specs", "timer", "what")
+    __slots__ = ("bucket", "deliver", "handles", "left", "request", "results", "server", "specs",
+                 "what")  # fmt: skip
 
-    def __init__(self, server: ExplanationServer, request: Request, deliver: Any,
-                 futures: list, specs: tuple, what: tuple) -> None:  # fmt: skip
+    def __init__(self, server: ExplanationServer, request: Request, deliver: Any, specs: tuple,
+                 what: tuple) -> None:  # fmt: skip
         self.server, self.request, self.deliver = server, request, deliver
-        self.futures, self.specs, self.what = futures, specs, what
-        self.left = len(futures)
-        self.timer: Any = None
+        self.specs, self.what = specs, what
+        self.handles: list = []
+        self.results: list = [None] * len(specs)
+        self.left = len(specs)
+        self.bucket: Any = None
 
-    def part_done(self, _future: Any) -> None:
+    def part_done(self, values: dict | None, err: BaseException | None) -> None:
+        """The one output's values (or error)."""
+        self.part_of(0, values, err)
+
+    def part_of(self, index: int, values: dict | None, err: BaseException | None) -> None:
+        """Output ``index``'s values (or error); the answer once all are in."""
+        self.results[index] = (values, err)
         self.left -= 1
-        if self.left == 0 and self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-            try:
-                reply = self.server._outputs(self)
-            except Exception as err:  # an answer for every request, whatever went wrong
-                reply = _error(500, f"{type(err).__name__}: {str(err)[:200]}")
-            self.deliver(self.request, reply)
+        if self.left:  # more to come, or expired (negative: what still arrives is dropped)
+            return
+        if self.bucket is not None:
+            self.bucket.discard(self)
+            self.bucket = None
+        try:
+            reply = self.server._outputs(self)
+        except Exception as err:  # an answer for every request, whatever went wrong
+            reply = _error(500, f"{type(err).__name__}: {str(err)[:200]}")
+        self.deliver(self.request, reply)
 
     def expire(self) -> None:
-        self.timer = None  # what still arrives is dropped
-        for f in self.futures:
-            f.cancel()
+        self.bucket = None
+        self.left = -1  # what still arrives is dropped
+        for handle in self.handles:
+            handle.cancel()
         self.deliver(self.request, self.server._timeout())
 
 
