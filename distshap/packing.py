@@ -43,7 +43,12 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-__all__ = ["ALGORITHMS", "MAX_CAPACITY", "NUMPY_MAX_ITEMS", "Packing", "bin_order", "pack"]
+from distshap.compile_cache import wait_ahead
+
+__all__ = [
+    "AHEAD_NAME", "ALGORITHMS", "MAX_CAPACITY", "NUMPY_MAX_ITEMS", "Packing", "ahead_compile",
+    "bin_order", "pack",
+]  # fmt: skip
 
 #: Names accepted by :func:`pack`.
 ALGORITHMS: tuple[str, ...] = ("none", "nf", "ffd", "bfd")
@@ -341,6 +346,7 @@ def _warm_up(key: str, capacity: int = 32) -> None:
         key = f"ffd-{np.dtype(_tree_dtype(capacity)).name}"
     if key in _warm:
         return
+    wait_ahead((AHEAD_NAME,))  # a helper compiling BFD and the grouping: load them instead
     tiny = np.array([3, 1, 2], dtype=np.int64)
     out = np.zeros(tiny.shape[0], dtype=np.int32)
     if key == "order":
@@ -348,6 +354,20 @@ def _warm_up(key: str, capacity: int = 32) -> None:
     else:
         _KERNELS[key.split("-")[0]](tiny, capacity, out)
     _warm.add(key)
+
+
+#: The compiled BFD and grouping's name for :func:`distshap.compile_cache.compile_ahead` (this
+#: module's helpers), the packing of a large model.
+AHEAD_NAME = "packing"
+
+
+def ahead_compile(name: str) -> None:
+    """Compile the compiled BFD and grouping by bin (``name``: :data:`AHEAD_NAME`) into Numba's
+    disk cache, a helper process's work (:func:`distshap.compile_cache.compile_ahead`)."""
+    if name != AHEAD_NAME:
+        raise ValueError(f"name={name!r}: this module compiles ahead only {AHEAD_NAME!r}")
+    _warm_up("bfd")
+    _warm_up("order")
 
 
 def _check_sizes(sizes: np.ndarray) -> np.ndarray:

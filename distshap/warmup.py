@@ -11,9 +11,9 @@ images and CI. It sits above the kernels, so the kernels never import the model-
 
 :func:`start_ahead` is the cold start of a large model file (one that takes the compiled path
 walk) in a fresh environment: while the explainer loads it, helper processes
-(:mod:`distshap.compile_cache`) compile the path walk and, for the CUDA backend, the kernels
-of a SHAP call on a model of its shape into Numba's disk cache, each on a core of its own, so
-the build and the first call load them instead of compiling them one after another.
+(:mod:`distshap.compile_cache`) compile the path walk, the packing and, for the CUDA backend,
+the kernels of a SHAP call on a model of its shape into Numba's disk cache, each on a core of
+its own, so the build and the first call load them instead of compiling them one after another.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from distshap import compile_cache, path_walk
+from distshap import compile_cache, packing, path_walk
 from distshap.interventional import build_background
 from distshap.kernels import get_backend
 from distshap.kernels.interventional_cpu import MAX_MASK_BITS, interventional_values
@@ -173,9 +173,13 @@ def start_ahead(model: Any, backend: str) -> Callable[[Ensemble], None]:
         large = False  # not a file: the loader says what is wrong with it
     if count <= 0 or not large or compile_cache.cache_dir() is None:
         return _nothing
-    if not compile_cache.cached_on_disk(path_walk._dfs_paths):
-        compile_cache.compile_ahead(path_walk.__name__, [path_walk.AHEAD_NAME])
-        count -= 1
+    for module, name, compiled in (
+        (path_walk, path_walk.AHEAD_NAME, path_walk._dfs_paths),
+        (packing, packing.AHEAD_NAME, packing._bfd_compiled),
+    ):  # a helper each, while the file loads
+        if count > 0 and not compile_cache.cached_on_disk(compiled):
+            compile_cache.compile_ahead(module.__name__, [name])
+            count -= 1
     if backend == "auto":
         from distshap.kernels import cuda_available
 

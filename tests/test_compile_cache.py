@@ -126,6 +126,25 @@ def test_a_helper_process_compiles_the_walk_into_the_cache(tmp_path: Path) -> No
     assert proc.stdout.split() == ["1", "0"], proc.stdout + proc.stderr  # loaded, not compiled
 
 
+_AHEAD_PACKING = """
+import numpy as np
+from distshap import compile_cache, packing
+
+assert not compile_cache.cached_on_disk(packing._bfd_compiled)
+compile_cache.compile_ahead(packing.__name__, [packing.AHEAD_NAME])
+sizes = np.arange(packing.NUMPY_MAX_ITEMS + 1) % 7 + 1  # the compiled route
+order, lanes = packing.bin_order(packing.pack(sizes), sizes)  # waits, then loads
+assert packing.AHEAD_NAME in compile_cache.ahead_waits()
+print(*(sum(getattr(f, c).values()) for f in (packing._bfd_compiled,
+        packing._group_by_bin_compiled) for c in ("_cache_hits", "_cache_misses")))
+"""
+
+
+def test_a_helper_process_compiles_the_packing_into_the_cache(tmp_path: Path) -> None:
+    proc = _run(_AHEAD_PACKING, env={"NUMBA_CACHE_DIR": str(tmp_path)})
+    assert proc.stdout.split() == ["1", "0", "1", "0"], proc.stdout + proc.stderr
+
+
 def test_compiling_ahead_starts_nothing_for_small_files_or_objects(tmp_path: Path) -> None:
     from distshap import compile_cache
     from distshap.warmup import chain_ensemble, start_ahead
