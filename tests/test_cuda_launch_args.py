@@ -119,6 +119,7 @@ def test_gpu_launch_arrays_are_numba_device_arrays():
     from distshap.packed import build_packed_model
     from distshap.pair_slots import pair_slots
     from distshap.paths import extract_paths
+    from distshap.plan import costs as plan_costs
     from distshap.plan.config import config_context
 
     import tiny
@@ -128,7 +129,7 @@ def test_gpu_launch_arrays_are_numba_device_arrays():
     ens = tiny.random_ensemble(6, n_features=8, n_trees=20, depth=5, n_groups=2)
     X = tiny.random_rows(2, ens, 50, 0.15)
     packed = build_packed_model(extract_paths(ens), table_budget_bytes=6000)
-    with config_context(small_max_paths=0):
+    with config_context(small_max_paths=0), plan_costs.use_costs(plan_costs.tables_everywhere()):
         first = to_host(kc.shap_values(packed, X)).view(np.uint32).copy()
         model = kc.device_model(packed)
         plans = (model.shap, interaction_plan(packed, model))
@@ -136,6 +137,9 @@ def test_gpu_launch_arrays_are_numba_device_arrays():
         namespace["assert_made_once"](model, plans, slots)
         for where, a in namespace["device_arrays"]((model, plans, slots)):
             assert hasattr(a, "__cuda_memory__"), f"{where} is a {type(a).__name__}"
+        kept = {k: v for k, v in model._forms.items() if k[0] == "read_only"}
+        assert {"tables", "shap_quadrature"} <= {k[1][0] for k in kept}, kept
         for _ in range(2):
             again = to_host(kc.shap_values(packed, X)).view(np.uint32)
             assert np.array_equal(again, first)
+            assert all(model._forms[k] is v for k, v in kept.items()), "a hint was made again"
