@@ -145,12 +145,18 @@ def _split_params(split: Any, float_features: dict[int, dict], cats: Any) -> _Sp
 def _categorical_arrays(codes: list, n: int) -> dict[str, np.ndarray]:
     """``is_categorical``, ``cat_sizes`` and ``cat_values`` of a tree's nodes (``None``:
     a numeric split or a leaf)."""
-    sizes = np.array([0 if c is None else c.size for c in codes] + [0] * (n - len(codes)))
     listed = [c for c in codes if c is not None]
+    if not listed:
+        return {
+            "is_categorical": np.zeros(n, dtype=bool),
+            "cat_sizes": np.zeros(n, dtype=np.int64),
+            "cat_values": EMPTY_CATS,
+        }
+    sizes = np.array([0 if c is None else c.size for c in codes] + [0] * (n - len(codes)))
     return {
         "is_categorical": np.array([c is not None for c in codes] + [False] * (n - len(codes))),
         "cat_sizes": sizes.astype(np.int64),
-        "cat_values": np.concatenate(listed).astype(np.int32) if listed else EMPTY_CATS,
+        "cat_values": np.concatenate(listed).astype(np.int32),
     }
 
 

@@ -117,10 +117,14 @@ class CategoricalSplits:
     def __init__(self, doc: dict, info: dict, n_float_bins: int) -> None:
         cats = info.get("categorical_features") or []
         self._flat = {int(c["feature_index"]): int(c["flat_feature_index"]) for c in cats}
-        names = {int(c["feature_index"]): str(c.get("feature_id") or c["flat_feature_index"])
-                 for c in cats}  # fmt: skip
-        float_names = {int(f["feature_index"]): str(f.get("feature_id") or f["feature_index"])
-                       for f in info.get("float_features") or []}  # fmt: skip
+        names = {
+            int(c["feature_index"]): str(c.get("feature_id") or c["flat_feature_index"])
+            for c in cats
+        }
+        float_names = {
+            int(f["feature_index"]): str(f.get("feature_id") or f["feature_index"])
+            for f in info.get("float_features") or []
+        }
         self.names = names
         known: dict[int, list] = {c: [] for c in self._flat}
         self._one_hot_count = 0
@@ -163,7 +167,7 @@ class CategoricalSplits:
                     np.float32(ctr["scale"]),
                     np.asarray(ctr["borders"], dtype=np.float32).reshape(-1),
                     key,
-                )  # fmt: skip
+                )
             )
             if key not in self._tables:
                 self._tables[key] = _read_table(tables[key], kind)
