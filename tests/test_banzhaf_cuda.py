@@ -14,12 +14,13 @@ from distshap import TreeExplainer
 from distshap.interventional import build_background, bias_values
 from distshap.kernels import banzhaf_cpu
 from distshap.kernels.cuda import banzhaf as gpu
+from distshap.kernels.cuda import banzhaf_tiles as bt
 
 def same(a, b):
     np.testing.assert_allclose(np.asarray(a), b, rtol=1e-5, atol=1e-6)
 
-# a path of 14 features: no interventional table (the masks route), none path-dependent either
-# with table_budget_bytes=0
+# a path of 14 features: no interventional table (the masks route); the CPU kernels with and
+# without path-dependent tables (table_budget_bytes=0)
 ens = random_ensemble(3, n_features=15, n_trees=2, depth=14, n_groups=2, n_categorical=2,
                       split_prob=0.5, repeat_prob=0.0)
 X = random_rows(4, ens, n=3)
@@ -36,8 +37,10 @@ for budget in (1 << 30, 0):
                                                interactions=interactions),
              banzhaf_cpu.interventional_banzhaf_values(packed, background, rows, bias=bias,
                                                        interactions=interactions))
-gpu.SHARED_BYTES = 0  # values summed in global memory, as for models of many columns
+bt.SUMS_BYTES = 0  # values summed in global memory, as for models of many columns
 same(gpu.banzhaf_values(packed, rows), banzhaf_cpu.banzhaf_values(packed, rows))
+same(gpu.interventional_banzhaf_values(packed, background, rows, bias=bias),
+     banzhaf_cpu.interventional_banzhaf_values(packed, background, rows, bias=bias))
 print("SIMULATOR-OK")
 """
 
@@ -100,6 +103,39 @@ def test_tile_kernels_match_the_oracle_under_the_simulator():
     assert_simulator_ok(TILES_SCRIPT, timeout=600)
 
 
+PAIRS_SCRIPT = r"""
+import numpy as np
+from naive import brute_force_banzhaf_rows
+from tiny import random_ensemble, random_rows, tiny_ensembles, zero_cover_subtree
+from distshap import TreeExplainer
+from distshap.kernels.cuda import banzhaf_tiles as bt
+
+# interaction values: the product form's pairs and diagonals, the background masks' (every path)
+tiny = tiny_ensembles()
+models = dict(categorical=tiny["categorical"], multiclass=tiny["multiclass"],
+              nan_default=tiny["nan_default"], zero_cover_subtree=zero_cover_subtree(),
+              random=random_ensemble(5, n_features=5, n_trees=3, depth=4, n_groups=2,
+                                     n_categorical=1))
+for name, ens in models.items():
+    packed = TreeExplainer(ens).packed
+    X = random_rows(1, ens, n=3)
+    R = random_rows(2, ens, n=4)
+    rows = packed.encoding.apply(X.astype(np.float32))
+    background = packed.encoding.apply(R.astype(np.float32))
+    ref = brute_force_banzhaf_rows(ens, X, interactions=True)
+    ref_bg = brute_force_banzhaf_rows(ens, X, R, interactions=True)
+    out = bt.product_values(packed, rows, interactions=True, tile=16)
+    np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-7, err_msg=name)
+    out = bt.background_values(packed, background, rows, ref_bg[:1, :, -1, -1], True, tile=16)
+    np.testing.assert_allclose(out, ref_bg, rtol=1e-6, atol=1e-7, err_msg=name)
+print("SIMULATOR-OK")
+"""
+
+
+def test_tile_kernels_interaction_values_match_the_oracle_under_the_simulator():
+    assert_simulator_ok(PAIRS_SCRIPT, timeout=600)
+
+
 def test_lane_tiles_hold_whole_paths():
     import numpy as np
 
@@ -114,19 +150,13 @@ def test_lane_tiles_hold_whole_paths():
 
 
 @pytest.mark.skipif(not nvvm_available(), reason="NVVM not available")
-def test_kernel_compiles_to_ptx():
+@pytest.mark.parametrize(
+    "shared, background, pairs",
+    [(True, False, False), (False, True, False), (False, False, True), (False, True, True)],
+)
+def test_kernels_compile_to_ptx_without_local_memory(shared, background, pairs):
     from distshap.kernels.cuda.banzhaf import kernel_ptx
 
-    ptx = kernel_ptx((9, 0))
-    assert ".entry" in ptx and ".f64" in ptx
-
-
-@pytest.mark.skipif(not nvvm_available(), reason="NVVM not available")
-@pytest.mark.parametrize("shared", [True, False])
-def test_tile_kernels_compile_without_local_memory(shared):
-    from distshap.kernels.cuda.banzhaf_tiles import kernel_ptx
-
-    for background in (False, True):
-        ptx = kernel_ptx(shared, background, (9, 0))
-        assert ".entry" in ptx and "bar.sync" in ptx
-        assert ".local" not in ptx  # no per-thread arrays: the products live in registers
+    ptx = kernel_ptx(shared, background, pairs, (9, 0))
+    assert ".entry" in ptx and ".f64" in ptx and "bar.sync" in ptx
+    assert ".local" not in ptx  # no per-thread arrays: the products live in registers

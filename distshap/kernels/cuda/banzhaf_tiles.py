@@ -38,6 +38,8 @@ import numpy as np
 from numba import cuda, types
 
 from distshap.kernels import treeshap
+from distshap.kernels.banzhaf_cpu import interventional_tables
+from distshap.kernels.banzhaf_rows import background_masks
 from distshap.kernels.cuda.launch import device_rows
 from distshap.kernels.cuda.runtime.device import stream, xp
 from distshap.packed import PackedModel, host_form
@@ -78,14 +80,50 @@ def _tests(x_a, x_b, li, e0, s_lower, s_upper, s_meta, cat_offsets, cat_nbits, c
 
 
 @cuda.jit(device=True, inline=True)
-def _mask_values(sums, acc, shared, rs, stride, tid, ra, rb, masks, moff, n_background, xa, xb,
-                 full, w0, s_column, h, base):  # fmt: skip
-    """The interventional values of a path without a table for the rows of patterns ``xa`` and
-    ``xb``, over the background rows' masks ``masks[moff:moff + n_background]``."""
+def _product_pairs(acc_int, ra, rb, C, base, h, end, pa, pb, bits_a, bits_b, qa_sum, qb_sum,
+                   s_q, s_column):  # fmt: skip
+    """A path's interaction values in product form, ``P q_i q_j`` (both orders), and its
+    diagonal, ``P q_i - sum_{j != i} P q_i q_j = P q_i (1 - Q + q_i)`` with ``Q = sum_j q_j``."""
+    bit = np.uint64(1)
+    li = np.uint32(h + 1)
+    while li < end:
+        fi = s_column[li]
+        ci = np.uint32((base + fi) * C)
+        qa = s_q[li] if bits_a & bit else -2.0
+        qb = s_q[li] if bits_b & bit else -2.0
+        va = pa * qa
+        vb = pb * qb
+        acc_int[ci + fi, ra] += va * (1.0 - qa_sum + qa)
+        acc_int[ci + fi, rb] += vb * (1.0 - qb_sum + qb)
+        bj = bit << np.uint64(1)
+        lj = np.uint32(li + 1)
+        while lj < end:
+            fj = s_column[lj]
+            cj = np.uint32((base + fj) * C)
+            wa = va * (s_q[lj] if bits_a & bj else -2.0)
+            wb = vb * (s_q[lj] if bits_b & bj else -2.0)
+            acc_int[ci + fj, ra] += wa
+            acc_int[cj + fi, ra] += wa
+            acc_int[ci + fj, rb] += wb
+            acc_int[cj + fi, rb] += wb
+            bj <<= np.uint64(1)
+            lj = np.uint32(lj + 1)
+        bit <<= np.uint64(1)
+        li = np.uint32(li + 1)
+
+
+@cuda.jit(device=True, inline=True)
+def _mask_values(sums, acc, acc_int, shared, pairs, rs, stride, tid, ra, rb, C, masks, moff,
+                 n_background, xa, xb, full, w0, s_column, h, base):  # fmt: skip
+    """The interventional values (``pairs``: interaction values) of a path for the rows of
+    patterns ``xa`` and ``xb``, over the background rows' masks ``masks[moff:moff + B]``: row
+    ``r`` adds ``s_i = +-w`` (``w = v / B 2^(1 - m)``) for each element ``i`` of ``xa ^ rb``,
+    pairs ``2 s_i s_j / w``, diagonals ``s_i - sum_{j != i} 2 s_i s_j / w``."""
     for r in range(n_background):
-        rm = masks[moff + r]
+        rm = np.uint64(masks[moff + r])
         for rr in range(2):
             x = xa if rr == 0 else xb
+            row = ra if rr == 0 else rb
             sym = x ^ rm
             if (x | rm) != full or sym == 0:
                 continue
@@ -94,34 +132,59 @@ def _mask_values(sums, acc, shared, rs, stride, tid, ra, rb, masks, moff, n_back
             while s:
                 s &= s - np.uint64(1)
                 m += 1
+            signs = -m  # sum of the signs over sym: 2 |sym & x| - m
+            s = sym & x
+            while s:
+                s &= s - np.uint64(1)
+                signs += 2
             w = w0 * (np.float64(np.int64(1) << np.int64(63 - m)) * _TWO_M62)  # w0 2^(1 - m)
             bit = np.uint64(1)
             li = np.uint32(h + 1)
             while sym >= bit:
                 if sym & bit:
-                    c = np.uint32(base + s_column[li])
-                    v = w if x & bit else -w
-                    if shared:
-                        sums[np.uint32(c * rs + (stride if rr else 0) + tid)] += v
+                    fi = s_column[li]
+                    sign = 1 if x & bit else -1
+                    v = w * sign
+                    if not pairs:
+                        c = np.uint32(base + fi)
+                        if shared:
+                            sums[np.uint32(c * rs + (stride if rr else 0) + tid)] += v
+                        else:
+                            acc[c, row] += v
                     else:
-                        acc[c, ra if rr == 0 else rb] += v
+                        ci = np.uint32((base + fi) * C)
+                        acc_int[ci + fi, row] += v * (1 - 2 * (signs - sign))
+                        bj = bit << np.uint64(1)
+                        lj = np.uint32(li + 1)
+                        while sym >= bj:
+                            if sym & bj:
+                                fj = s_column[lj]
+                                val = 2.0 * v if x & bj else -2.0 * v
+                                acc_int[ci + fj, row] += val
+                                acc_int[np.uint32((base + fj) * C) + fi, row] += val
+                            bj <<= np.uint64(1)
+                            lj = np.uint32(lj + 1)
                 bit <<= np.uint64(1)
                 li = np.uint32(li + 1)
 
 
-def _make_kernel(tile: int, shared: bool, background: bool):
-    """The kernel for tiles of at most ``tile`` lanes, row sums in shared memory (``shared``)
-    or in global memory, the interventional game (``background``) or the path-dependent one."""
+def _make_kernel(tile: int, shared: bool, background: bool, pairs: bool):
+    """The kernel for tiles of at most ``tile`` lanes: the interventional game
+    (``background``) or the path-dependent one; values, row sums in shared memory
+    (``shared``) or in global memory, or interaction values (``pairs``, in ``acc_int``)."""
+    shared = shared and not pairs
 
     @cuda.jit(cache=True)
     def kernel(XT, lower, upper, zero, q, column, meta, ref, cat_offsets, cat_nbits, cat_other,
-               cat_words, tile_offsets, tables, masks, n_background, init, acc, out):  # fmt: skip
+               cat_words, tile_offsets, tables, masks, n_background, init, acc, out,
+               acc_int):  # fmt: skip
         u0 = np.uint32(0)
         u1 = np.uint32(1)
         tid = np.uint32(cuda.threadIdx.x)  # 32-bit unsigned indices: no wraparound tests
         stride = np.uint32(cuda.blockDim.x)
         rs = np.uint32(2 * stride)
         n = XT.shape[1]
+        C = np.uint32(XT.shape[0] + 1)
         width = np.uint32(init.shape[0])
         ra = cuda.blockIdx.x * 2 * cuda.blockDim.x + cuda.threadIdx.x
         rb = ra + cuda.blockDim.x
@@ -130,7 +193,7 @@ def _make_kernel(tile: int, shared: bool, background: bool):
         xa = XT[:, ra if has_a else n - 1]  # computed, never stored: every thread stages
         xb = XT[:, rb if has_b else n - 1]
         sums = cuda.shared.array(0, types.float64)  # [column * rs + (row b) * stride + tid]
-        for c in range(width):
+        for c in range(width if not pairs else 0):
             if shared:
                 sums[np.uint32(c * rs + tid)] = init[c]
                 sums[np.uint32(c * rs + stride + tid)] = init[c]
@@ -168,6 +231,8 @@ def _make_kernel(tile: int, shared: bool, background: bool):
                 base = s_column[h]
                 pa = s_q[h]  # v 2^-k (v / B), then v prod f_j
                 pb = pa
+                qa_sum = 0.0
+                qb_sum = 0.0
                 bits_a = np.uint64(0)
                 bits_b = np.uint64(0)
                 bit = np.uint64(1)
@@ -184,13 +249,21 @@ def _make_kernel(tile: int, shared: bool, background: bool):
                         z = s_zero[li]
                         pa *= 1.0 + z if fa else z
                         pb *= 1.0 + z if fb else z
+                        if pairs:
+                            qa_sum += s_q[li] if fa else -2.0
+                            qb_sum += s_q[li] if fb else -2.0
                     bit <<= np.uint64(1)
                     li = np.uint32(li + u1)
                 if background and s_ref[h] < 0:  # no table: the background rows' masks
                     full = (np.uint64(1) << np.uint64(k)) - np.uint64(1)
-                    _mask_values(sums, acc, shared, rs, stride, tid, ra, rb, masks,
-                                 -1 - s_ref[h], n_background, bits_a, bits_b, full, pa,
+                    _mask_values(sums, acc, acc_int, shared, pairs, rs, stride, tid, ra, rb, C,
+                                 masks, -1 - s_ref[h], n_background, bits_a, bits_b, full, pa,
                                  s_column, h, base)  # fmt: skip
+                    h = end
+                    continue
+                if pairs:
+                    _product_pairs(acc_int, ra, rb, C, base, h, end, pa, pb, bits_a, bits_b,
+                                   qa_sum, qb_sum, s_q, s_column)  # fmt: skip
                     h = end
                     continue
                 if background:
@@ -215,7 +288,7 @@ def _make_kernel(tile: int, shared: bool, background: bool):
                     bit <<= np.uint64(1)
                     li = np.uint32(li + u1)
                 h = end
-        for c in range(width):
+        for c in range(width if not pairs else 0):
             if shared:
                 va = sums[np.uint32(c * rs + tid)]
                 vb = sums[np.uint32(c * rs + stride + tid)]
@@ -233,27 +306,31 @@ def _make_kernel(tile: int, shared: bool, background: bool):
 _KERNELS: dict = {}
 
 
-def _kernel(shared: bool, background: bool, tile: int = TILE_LANES):
-    key = (shared, background, tile)
+def _kernel(shared: bool, background: bool, pairs: bool, tile: int = TILE_LANES):
+    key = (shared and not pairs, background, pairs, tile)
     if key not in _KERNELS:
-        _KERNELS[key] = _make_kernel(tile, shared, background)
+        _KERNELS[key] = _make_kernel(tile, *key[:3])
     return _KERNELS[key]
 
 
 _SIGNATURE = (
     "void(float32[:, ::1], float32[::1], float32[::1], float64[::1], float64[::1], uint32[::1], "
     "uint32[::1], int64[::1], int64[::1], int32[::1], boolean[::1], uint32[::1], int64[::1], "
-    "float32[::1], int64[::1], int64, float64[::1], float64[:, ::1], float32[:, ::1])"
+    "float32[::1], int64[::1], int64, float64[::1], float64[:, ::1], float32[:, ::1], "
+    "float64[:, ::1])"
 )
 
 
-def kernel_ptx(shared: bool = True, background: bool = False, cc: tuple[int, int] = (9, 0)) -> str:
+def kernel_ptx(shared: bool = True, background: bool = False, pairs: bool = False,
+               cc: tuple[int, int] = (9, 0)) -> str:  # fmt: skip
     """PTX of the kernel (row sums in shared memory or not; the interventional game or the
-    path-dependent one) for compute capability ``cc`` (needs NVVM, not a GPU)."""
+    path-dependent one; interaction values) for compute capability ``cc`` (needs NVVM, not a
+    GPU)."""
     from distshap.kernels.cuda.runtime.ptx import _device_free_compilation
 
     with _device_free_compilation(cc):
-        ptx, _ = cuda.compile_ptx(_kernel(shared, background).py_func, _SIGNATURE, cc=cc)
+        kernel = _kernel(shared, background, pairs).py_func
+        ptx, _ = cuda.compile_ptx(kernel, _SIGNATURE, cc=cc)
     return ptx
 
 
@@ -314,15 +391,23 @@ def _threads(width: int) -> int:
     return 0
 
 
-def _launch(packed: PackedModel, X, bias, tile: int, game: tuple | None):
+def _launch(packed: PackedModel, X, bias, tile: int, game: tuple | None, pairs: bool):
     """Run the kernel on the rows of ``X``; ``game``: ``(q, ref, tables, masks, B)`` of the
-    interventional game (device arrays), ``None``: the path-dependent game."""
+    interventional game (device arrays), ``None``: the path-dependent game. Values ``(n, G,
+    C)``, interaction values (``pairs``) ``(n, G, C, C)``, float32."""
     X = device_rows(X, packed.num_features)
     n, G, C = X.shape[0], packed.num_groups, packed.num_features + 1
     width = G * C
+    bias = np.broadcast_to(np.asarray(bias, np.float64).ravel(), (G,))
     init = np.zeros((G, C))
-    init[:, C - 1] = np.broadcast_to(np.asarray(bias, np.float64).ravel(), (G,))
-    out = xp().empty((n, width), np.float32)
+    init[:, C - 1] = bias
+    out = xp().empty((n, width) if not pairs else (1, 1), np.float32)
+    threads = _threads(width) if not pairs else 0
+    shared = threads > 0
+    threads = threads or _THREADS[0]
+    blocks = -(-n // (2 * threads))
+    padded = blocks * 2 * threads  # global sums: a column for each thread's two rows
+    acc_int = xp().zeros((width * C, padded) if pairs else (1, 1), np.float64)
     if n:
         lower, upper, zero, q, column, meta, *cats, tiles = _device_lanes(packed, tile)
         ref, masks, B = xp().zeros(1, np.int64), xp().zeros(1, np.int64), 0
@@ -330,35 +415,37 @@ def _launch(packed: PackedModel, X, bias, tile: int, game: tuple | None):
         if game is not None:
             q, ref, tables, masks, B = game
         XT = xp().ascontiguousarray(X.T)  # (features, rows): a warp reads 32 rows of a feature
-        threads = _threads(width)
-        shared = threads > 0
-        threads = threads or _THREADS[0]
-        blocks = -(-n // (2 * threads))
-        acc = xp().empty((width, blocks * 2 * threads) if not shared else (1, 1), np.float64)
+        acc = xp().empty((width, padded) if not (shared or pairs) else (1, 1), np.float64)
         sums = 2 * width * threads * 8 if shared else 0
-        kernel = _kernel(shared, game is not None, tile)
+        kernel = _kernel(shared, game is not None, pairs, tile)
         kernel[blocks, threads, stream(), sums](
             XT, lower, upper, zero, q, column, meta, ref, *cats, tiles, tables, masks,
-            np.int64(B), xp().asarray(init.ravel()), acc, out,
+            np.int64(B), xp().asarray(init.ravel()), acc, out, acc_int,
         )  # fmt: skip
-    return out.reshape(n, G, C)
+    if not pairs:
+        return out.reshape(n, G, C)
+    inter = acc_int[:, :n].T.reshape(n, G, C, C)
+    inter[:, :, C - 1, C - 1] = xp().asarray(bias)
+    return inter.astype(np.float32)
 
 
-def product_values(packed: PackedModel, X, tile: int = TILE_LANES):
+def product_values(packed: PackedModel, X, interactions: bool = False, tile: int = TILE_LANES):
     """Path-dependent Banzhaf values of the rows of ``X`` (NumPy or CuPy), float32 ``(n, G, F +
-    1)``, the bias column the model's expected value; paths of at most 62 features."""
-    return _launch(packed, X, packed.expected_value, tile, None)
+    1)``, the bias column the model's expected value, or interaction values ``(n, G, F + 1, F +
+    1)``; paths of at most 62 features."""
+    return _launch(packed, X, packed.expected_value, tile, None, interactions)
 
 
-def background_values(packed: PackedModel, R: np.ndarray, X, bias, tile: int = TILE_LANES):
-    """Interventional Banzhaf values of the rows of ``X`` over the background rows ``R``
-    (float32, encoded), float32 ``(n, G, F + 1)``, the bias column ``bias`` (per group); paths
-    of at most 62 features."""
-    from distshap.kernels.banzhaf_cpu import interventional_tables
-    from distshap.kernels.banzhaf_rows import background_masks
-
+def background_values(packed: PackedModel, R: np.ndarray, X, bias, interactions: bool = False,
+                      tile: int = TILE_LANES):  # fmt: skip
+    """Interventional Banzhaf (interaction) values of the rows of ``X`` over the background
+    rows ``R`` (float32, encoded), laid out as :func:`product_values`'s, the bias ``bias`` (per
+    group); paths of at most 62 features. Interaction values use the masks of every path."""
     B = R.shape[0]
-    offsets, tables = interventional_tables(packed, R)
+    if interactions:
+        offsets, tables = np.full(packed.num_paths, -1, np.int64), np.zeros(1, np.float32)
+    else:
+        offsets, tables = interventional_tables(packed, R)
     masks, mask_offsets = background_masks(packed, R, offsets < 0)
     heads = np.asarray(packed.path_offsets[:-1], np.int64)
     q, *_ = host_form(packed, f"banzhaf-cuda-lanes-{tile}", lambda: _model_lanes(packed, tile), 2)
@@ -367,4 +454,4 @@ def background_values(packed: PackedModel, R: np.ndarray, X, bias, tile: int = T
     ref = np.zeros(q.size, np.int64)  # bias lanes: the table's offset, or -1 - the mask offset
     ref[heads] = np.where(offsets >= 0, offsets, -1 - mask_offsets)
     game = tuple(xp().asarray(a) for a in (q, ref, tables, masks)) + (B,)
-    return _launch(packed, X, bias, tile, game)
+    return _launch(packed, X, bias, tile, game, interactions)
