@@ -94,3 +94,16 @@ def test_binary_header_read_once_still_checks_each_body():
         assert req.rows.tobytes() == rows.tobytes() and req.rows.shape == (2, 3)
     with pytest.raises(ProtocolError, match="binary_data_size=24"):
         parse_infer(head + rows.tobytes()[:-4], str(len(head)))
+
+
+def test_binary_response_header_made_once_is_the_same():
+    from distshap.serve import protocol
+
+    rng = np.random.default_rng(3)
+    a, b = rng.random((4, 7), dtype=np.float32), rng.random((4, 7), dtype=np.float32)
+    first = encode_response("m", "1", "x", [("shap_values", a, True)])
+    second = encode_response("m", "1", "x", [("shap_values", b, True)])  # the header reused
+    protocol._RESPONSE_HEADS.clear()
+    fresh = encode_response("m", "1", "x", [("shap_values", b, True)])
+    assert second == fresh and first[0] != second[0]
+    assert second[0].endswith(b.tobytes()) and second[1] == fresh[1]

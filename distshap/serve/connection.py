@@ -64,8 +64,25 @@ class _Malformed(Exception):
         self.status = status
 
 
+#: Heads already read -> what :func:`_parse_head` made of them: a client sends the same head
+#: with every request of one size, so it is parsed once (the headers dict is shared, read-only).
+_HEADS: dict[bytes, tuple] = {}
+_HEADS_KEPT = 256
+
+
 def _parse_head(head: bytes) -> Request:
     """The request line and headers -> :class:`Request` (:class:`_Malformed` otherwise)."""
+    known = _HEADS.get(head)
+    if known is None:
+        known = _read_head(head)
+        if len(_HEADS) >= _HEADS_KEPT:
+            _HEADS.clear()
+        _HEADS[head] = known
+    return Request(*known, time.perf_counter())
+
+
+def _read_head(head: bytes) -> tuple:
+    """The fields of a :class:`Request` but the time, from its head."""
     lines = head.decode("latin-1").split("\r\n")  # latin-1 decodes every byte
     parts = lines[0].split(" ")
     if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
@@ -86,7 +103,7 @@ def _parse_head(head: bytes) -> Request:
     connection = headers.get("connection", "").lower()
     keep_alive = "close" not in connection and (version != "HTTP/1.0" or "keep-alive" in connection)
     path = target.split("?", 1)[0]
-    return Request(method, path, headers, int(length_text), keep_alive, time.perf_counter())
+    return method, path, headers, int(length_text), keep_alive
 
 
 def encode_reply(status: int, body: bytes, headers: dict, close: bool) -> bytes:

@@ -208,6 +208,9 @@ def _output_specs(obj: dict, binary_default: bool) -> tuple[OutputSpec, ...]:
 #: same header with every request of one shape, so it is parsed and checked once.
 _HEADERS: dict[bytes, tuple] = {}
 _HEADERS_KEPT = 256
+#: Binary answers' JSON headers and HTTP headers by (model, version, id, tensors' names, dtypes
+#: and shapes).
+_RESPONSE_HEADS: dict[tuple, tuple] = {}
 
 
 def parse_infer(body: bytes, header_length: str | None = None) -> InferRequest:
@@ -293,6 +296,14 @@ def encode_response(
 
     Binary outputs follow the JSON header in order; the headers then carry its length.
     """
+    binary = all(b for _, _, b in outputs)
+    if binary:  # the JSON header of answers of one shape is made once
+        key = (model, version, request_id, tuple((n, a.dtype.str, a.shape) for n, a, _ in outputs))
+        known = _RESPONSE_HEADS.get(key)
+        if known is not None:
+            blobs = [np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()
+                     for _, a, _ in outputs]  # fmt: skip
+            return known[0] + b"".join(blobs), known[1]
     tensors, blobs = [], []
     for name, array, binary in outputs:
         array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
@@ -315,4 +326,8 @@ def encode_response(
     headers = {"Content-Type": "application/json"}
     if blobs:
         headers = {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(header))}
+    if binary:
+        if len(_RESPONSE_HEADS) >= _HEADERS_KEPT:
+            _RESPONSE_HEADS.clear()
+        _RESPONSE_HEADS[key] = (header, headers)
     return header + b"".join(blobs), headers

@@ -164,6 +164,7 @@ class ExplanationServer:
         # deadline bucket -> the calls whose deadline falls in it (one timer a bucket, not a
         # timer a request)
         self._deadlines: dict[int, set] = {}
+        self._checked: dict[tuple, tuple] = {}
         self._connections: set[Connection] = set()
         self._active = 0
         self._no_active: asyncio.Event | None = None
@@ -412,8 +413,7 @@ class ExplanationServer:
         opts, info = self.options, request.state
         try:
             parsed = parse_infer(request.body, request.headers.get(HEADER_LENGTH.lower()))
-            specs = parsed.outputs or (OutputSpec("shap_values", {}, parsed.binary_default),)
-            ks = _output_ks(model, specs, parsed.parameters)
+            specs, ks = self._outputs_of(model, parsed)
         except ProtocolError as err:
             raise _error(err.status, str(err)) from None
         n, F = parsed.rows.shape
@@ -431,6 +431,21 @@ class ExplanationServer:
                 f"{model.num_features}: send the columns it was trained on, in order",
             )
         return parsed, specs, ks
+
+    def _outputs_of(self, model: Any, parsed: Any) -> tuple:
+        """The outputs a request asks for and their ``k``, checked once per parsed header (a
+        binary request's outputs and parameters are the same objects for every request of
+        its header: see :func:`~distshap.serve.protocol.parse_infer`)."""
+        key = (id(model), id(parsed.outputs), id(parsed.parameters), parsed.binary_default)
+        hit = self._checked.get(key)  # the entry holds its objects: their ids are not reused
+        if hit is not None and hit[0] is parsed.outputs and hit[1] is parsed.parameters:
+            return hit[2], hit[3]
+        specs = parsed.outputs or (OutputSpec("shap_values", {}, parsed.binary_default),)
+        ks = _output_ks(model, specs, parsed.parameters)
+        if len(self._checked) >= 256:
+            self._checked.clear()
+        self._checked[key] = (parsed.outputs, parsed.parameters, specs, ks, model)
+        return specs, ks
 
     def _infer(self, request: Request, deliver: Any) -> None:
         model = request.state.pop("registered")
