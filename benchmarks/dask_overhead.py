@@ -12,12 +12,16 @@ median milliseconds of ``--calls`` calls of:
 * ``dask``: ``explainer.shap_values(da.from_array(X, chunks=-1)).compute()`` (one chunk;
   ``--chunk-kinds`` ``numpy`` and, on a GPU worker, ``cupy``: the chunk as a CuPy array);
 * ``build``: ``explainer.shap_values(dask_X)`` alone (the client's graph construction);
+* ``same bits``: the ``dask`` call's values equal the ``in-process`` call's, bit for bit;
 * ``tasks``: tasks the worker ran a ``dask`` call (each a hand-over by the scheduler, which
-  batches its messages to a worker at most every 5 ms), a count that a busy machine does not
-  blur.
+  batches its messages to a worker for the stream's interval), a count that a busy machine
+  does not blur.
 
-for each ``--rows`` count. The explainer is the public one, additivity check on, XGBoost's
-layout. ``dask - in-process`` is the fixed cost per call that the issue is about. With
+for each ``--rows`` count, after a line with the batching interval of each message stream of
+the cluster (``--batch-interval``: :func:`distshap.start_cluster`'s argument, ``none`` for
+distributed's own: 10 ms client to scheduler, 5 ms scheduler to worker, 2 ms worker to
+scheduler and scheduler to client). The explainer is the public one, additivity check on,
+XGBoost's layout. ``dask - in-process`` is the fixed cost per call that the issue is about. With
 ``--profile ROWS`` the client side of ``--calls`` Dask calls of ``ROWS`` rows is profiled
 (cProfile, the ``--top`` functions by cumulative time).
 
@@ -26,6 +30,7 @@ Run from the repository root; a ``PYTHONPATH`` naming another checkout measures 
 
     python3 benchmarks/dask_overhead.py                             # CPU worker
     python3 benchmarks/dask_overhead.py --device gpu --chunk-kinds numpy,cupy
+    python3 benchmarks/dask_overhead.py --batch-interval none       # distributed's batching
     PYTHONPATH=/path/to/other/checkout python3 benchmarks/dask_overhead.py
 """
 
@@ -48,7 +53,7 @@ if str(ROOT) not in sys.path:  # after PYTHONPATH: another checkout's distshap w
 
 from benchmarks import shapes  # noqa: E402
 
-__all__ = ["main", "median_ms", "tasks_per_call"]
+__all__ = ["main", "median_ms", "stream_intervals", "tasks_per_call"]
 
 
 def median_ms(fn, calls: int, warm: int = 3, sync=None) -> float:
@@ -63,6 +68,10 @@ def median_ms(fn, calls: int, warm: int = 3, sync=None) -> float:
             sync()
         times.append(time.perf_counter() - started)
     return 1e3 * statistics.median(times)
+
+
+def _host(values) -> np.ndarray:
+    return values.get() if hasattr(values, "get") else np.asarray(values)
 
 
 def _one() -> int:
@@ -80,18 +89,43 @@ def tasks_per_call(client, call, calls: int = 5) -> float:
     return len(stream.data) / calls
 
 
-def _client(gpu: bool):
+def _client(gpu: bool, batch_interval: str | None):
     from distshap.cluster import start_cluster
 
+    # only when asked: a checkout whose start_cluster has no such argument runs as it is
+    extra = {} if batch_interval is None else {"batch_interval": _seconds(batch_interval)}
     if gpu:
-        return start_cluster(n_workers=1, gpus=True, dashboard_address=":0")
+        return start_cluster(n_workers=1, gpus=True, dashboard_address=":0", **extra)
     return start_cluster(
         n_workers=1,
         gpus=False,
         threads_per_worker=1,
         dashboard_address=":0",
         env={"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
+        **extra,
     )
+
+
+def _seconds(value: str) -> float | None:
+    return None if value == "none" else float(value)
+
+
+def stream_intervals(client) -> dict:
+    """Milliseconds each message stream batches for: client, scheduler and worker side."""
+
+    def scheduler_side(dask_scheduler):
+        to_workers = [s.interval for s in dask_scheduler.stream_comms.values()]
+        to_clients = [s.interval for s in dask_scheduler.client_comms.values()]
+        return sorted(set(to_workers)), sorted(set(to_clients))
+
+    to_workers, to_clients = client.run_on_scheduler(scheduler_side)
+    workers = client.run(lambda dask_worker: dask_worker.batched_stream.interval)
+    return {
+        "client_to_scheduler": 1e3 * client.scheduler_comm.interval,
+        "scheduler_to_workers": [1e3 * v for v in to_workers],
+        "scheduler_to_clients": [1e3 * v for v in to_clients],
+        "workers_to_scheduler": sorted({1e3 * v for v in workers.values()}),
+    }
 
 
 def _profile(call, calls: int, top: int) -> str:
@@ -136,7 +170,9 @@ def run(args: argparse.Namespace) -> dict:
 
     report = {"shape": args.shape, "device": "gpu" if gpu else "cpu", "calls": args.calls,
               "distshap": str(Path(distshap.__file__).parent), "cases": []}  # fmt: skip
-    with _client(gpu) as client:
+    with _client(gpu, args.batch_interval) as client:
+        report["intervals_ms"] = stream_intervals(client)
+        print(f"stream batching intervals (ms): {report['intervals_ms']}", flush=True)
         explainer = TreeExplainer(booster, backend=backend, client=client, layout="xgboost")
         report["round_trip_ms"] = median_ms(
             lambda: client.submit(_one, pure=False).result(), args.calls
@@ -156,6 +192,12 @@ def run(args: argparse.Namespace) -> dict:
                     lambda d=dX: explainer.shap_values(d).compute(), args.calls
                 )
                 case["fixed_ms"] = case["dask_ms"] - case["in_process_ms"]
+                case["same_bits"] = bool(
+                    np.array_equal(
+                        _host(explainer.shap_values(dX).compute()),
+                        _host(explainer.shap_values(part)),
+                    )
+                )
                 case["tasks"] = tasks_per_call(
                     client, lambda d=dX: explainer.shap_values(d).compute()
                 )
@@ -164,7 +206,7 @@ def run(args: argparse.Namespace) -> dict:
                     f"{n:>6} rows {kind:>5}: in-process {case['in_process_ms']:7.2f} ms, "
                     f"dask {case['dask_ms']:7.2f} ms (build {case['build_ms']:.2f}), "
                     f"fixed {case['fixed_ms']:7.2f} ms, {case['tasks']:.0f} tasks; "
-                    f"dask array {case['dask_array_ms']:.2f}",
+                    f"dask array {case['dask_array_ms']:.2f}; same bits {case['same_bits']}",
                     flush=True,
                 )
         if args.profile:
@@ -185,6 +227,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--calls", type=int, default=30, help="timed calls a case (default 30)")
     parser.add_argument("--profile", type=int, default=0, help="profile calls of this many rows")
     parser.add_argument("--top", type=int, default=25, help="functions shown by --profile")
+    parser.add_argument(
+        "--batch-interval",
+        help="start_cluster(batch_interval=...): seconds, or none for distributed's own "
+        "(default: start_cluster's default; left out of the call, so older checkouts run)",
+    )
     parser.add_argument("--out", type=Path, help="write the numbers as JSON here")
     return parser.parse_args(argv)
 
