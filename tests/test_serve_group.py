@@ -160,3 +160,10 @@ def test_cli_sigterm_drains_every_process_and_exits_0(model):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_bad_processes_and_missing_file_refused_before_any_process(tmp_path):
+    with pytest.raises(ValueError, match="processes=0: give the number of server processes"):
+        serve([f"m={tmp_path / 'm.json'}"], port=0, processes=0)
+    with pytest.raises(FileNotFoundError, match="model file .* does not exist"):
+        serve([f"m={tmp_path / 'm.json'}"], port=0, processes=2)

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from distshap.serve.backends import DaskExecutor, InProcessExecutor
-from distshap.serve.registry import ModelSpec, Registry
+from distshap.serve.registry import ModelSpec, Registry, check_files
 from distshap.serve.server import ExplanationServer, ServeOptions
 
 __all__ = ["ServerGroup", "build_server"]
@@ -104,6 +104,8 @@ class ServerGroup:
     ------
     ValueError
         ``processes`` < 2, or a platform without ``SO_REUSEPORT``.
+    FileNotFoundError
+        A model or background file that does not exist.
     """
 
     def __init__(
@@ -120,6 +122,8 @@ class ServerGroup:
             raise ValueError(f"processes={processes!r}: a group has 2 or more; use 1 otherwise")
         if not hasattr(socket, "SO_REUSEPORT"):
             raise ValueError(f"processes={processes}: this platform lacks SO_REUSEPORT; use 1")
+        for spec in specs:  # before any process starts
+            check_files(spec)
         self._reserved = _reserve(options.host, options.port)
         self.address: tuple[str, int] = self._reserved.getsockname()[:2]
         self.options = replace(options, port=self.address[1], reuse_port=True)

@@ -19,7 +19,15 @@ import numpy as np
 from distshap.plan.config import Config, get_config
 from distshap.serve.protocol import ProtocolError
 
-__all__ = ["OUTPUTS", "ModelSpec", "Registry", "RegisteredModel", "Resident", "parse_model_spec"]
+__all__ = [
+    "OUTPUTS",
+    "ModelSpec",
+    "Registry",
+    "RegisteredModel",
+    "Resident",
+    "check_files",
+    "parse_model_spec",
+]
 
 #: Output name -> what it is, for metadata and errors.
 OUTPUTS = {
@@ -175,13 +183,18 @@ class RegisteredModel:
         }
 
 
+def check_files(spec: ModelSpec) -> None:
+    """FileNotFoundError naming the model or background file of ``spec`` that is missing."""
+    for what, path in (("model", spec.path), ("background", spec.background)):
+        if path is not None and not os.path.isfile(path):
+            raise FileNotFoundError(f"{what} file {path!r} of model {spec.name!r} does not exist")
+
+
 def load_model(spec: ModelSpec, backend: str = "auto") -> RegisteredModel:
     """Load, pack and check one model (and read its background) -> :class:`RegisteredModel`."""
     from distshap.explainer import TreeExplainer
 
-    for what, path in (("model", spec.path), ("background", spec.background)):
-        if path is not None and not os.path.isfile(path):
-            raise FileNotFoundError(f"{what} file {path!r} of model {spec.name!r} does not exist")
+    check_files(spec)
     explainer = TreeExplainer(spec.path, layout="xgboost", backend=backend)
     interventional = None
     digest = explainer.packed.digest
