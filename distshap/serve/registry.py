@@ -26,6 +26,7 @@ __all__ = [
     "RegisteredModel",
     "Resident",
     "check_files",
+    "output_ks",
     "parse_model_spec",
 ]
 
@@ -240,3 +241,23 @@ class Registry:
             known = ", ".join(f"{m.name} (version {m.version})" for m in self.models.values())
             raise ProtocolError(404, f"unknown model {name!r} version {version!r}; known: {known}")
         return model
+
+
+def output_ks(model: Any, specs: tuple, parameters: dict) -> list[int]:
+    """Each output's ``k`` (0 for outputs that take none); the request's ``k`` (as tritonclient
+    sends parameters) applies to ``top_interactions`` unless the output gives its own."""
+    unknown = sorted(set(parameters) - {"k"})
+    if unknown:
+        raise ProtocolError(
+            400, f"parameters: unknown parameter {unknown[0]!r}; the request takes k (for "
+            "top_interactions) and the protocol's binary_data_output",
+        )  # fmt: skip
+    if "k" in parameters and not any(s.name == "top_interactions" for s in specs):
+        raise ProtocolError(400, "parameters.k applies to top_interactions: ask for that output")
+    ks = []
+    for spec in specs:
+        params = spec.parameters
+        if spec.name == "top_interactions":
+            params = {**parameters, **params}
+        ks.append(model.check_output(spec.name, params))
+    return ks

@@ -39,7 +39,7 @@ from distshap.serve.protocol import (
     encode_response,
     parse_infer,
 )
-from distshap.serve.registry import Registry
+from distshap.serve.registry import Registry, output_ks
 
 __all__ = ["ExplanationServer", "ServeOptions"]
 
@@ -441,7 +441,7 @@ class ExplanationServer:
         if hit is not None and hit[0] is parsed.outputs and hit[1] is parsed.parameters:
             return hit[2], hit[3]
         specs = parsed.outputs or (OutputSpec("shap_values", {}, parsed.binary_default),)
-        ks = _output_ks(model, specs, parsed.parameters)
+        ks = output_ks(model, specs, parsed.parameters)
         if len(self._checked) >= 256:
             self._checked.clear()
         self._checked[key] = (parsed.outputs, parsed.parameters, specs, ks, model)
@@ -577,26 +577,6 @@ class _Call:
         for handle in self.handles:
             handle.cancel()
         self.deliver(self.request, self.server._timeout())
-
-
-def _output_ks(model: Any, specs: tuple, parameters: dict) -> list[int]:
-    """Each output's ``k`` (0 for outputs that take none); the request's ``k`` (as tritonclient
-    sends parameters) applies to ``top_interactions`` unless the output gives its own."""
-    unknown = sorted(set(parameters) - {"k"})
-    if unknown:
-        raise ProtocolError(
-            400, f"parameters: unknown parameter {unknown[0]!r}; the request takes k (for "
-            "top_interactions) and the protocol's binary_data_output",
-        )  # fmt: skip
-    if "k" in parameters and not any(s.name == "top_interactions" for s in specs):
-        raise ProtocolError(400, "parameters.k applies to top_interactions: ask for that output")
-    ks = []
-    for spec in specs:
-        params = spec.parameters
-        if spec.name == "top_interactions":
-            params = {**parameters, **params}
-        ks.append(model.check_output(spec.name, params))
-    return ks
 
 
 def _version() -> str:
