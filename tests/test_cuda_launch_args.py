@@ -87,6 +87,21 @@ for rep in range(2):  # the kept hints: the same objects, the same bits
     assert all(np.array_equal(a, b) for a, b in zip([bits(False), bits(True)], first))
     again = {k: v for k, v in model._forms.items() if k[0] == "read_only"}
     assert all(again[k] is v for k, v in kept.items()), "a hint was made again"
+# pair slots (split kernel, then the gathered one forced): the full matrices' entries
+from distshap.kernels.cuda import pairs, slot_quadrature
+ps = pair_slots(packed)
+full = launch.interaction_values(packed, X)
+group = np.repeat(np.arange(ps.num_groups), np.diff(ps.slot_offsets))
+want = np.asarray(full)[:, group, ps.slot_i, ps.slot_j].view(np.uint32)
+got = np.asarray(pairs.interaction_slot_values(packed, X, ps)).view(np.uint32)
+assert np.array_equal(got[:, : want.shape[1]], want)
+real = slot_quadrature.slot_kernel_arrays
+slot_quadrature.slot_kernel_arrays = lambda lay: None
+got = np.asarray(pairs.interaction_slot_values(packed, X, ps)).view(np.uint32)
+slot_quadrature.slot_kernel_arrays = real
+assert np.array_equal(got[:, : want.shape[1]], want), "gathered kernel"
+assert {k[1][2] for k in model._forms if k[0] == "read_only" and k[1][0] == "slot_quadrature"
+        } == {False, True}
 # the margin's arrays, kept as hints by the fused check
 flag, _ = check_rows(packed, X, launch.shap_values(packed, X), 1e-3)
 assert flag[0] == 0 and ("read_only", "margin") in model._forms

@@ -27,6 +27,7 @@ launch whose gathered arrays have ``2**32`` elements or more runs :func:`gathere
 from __future__ import annotations
 
 import functools
+import weakref
 
 import numpy as np
 from numba import cuda, types
@@ -412,32 +413,46 @@ def _flat(a):
     return a.reshape(int(np.prod(a.shape)))
 
 
+_FLAT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # layout -> (flat views,)
+
+
 def slot_kernel_arrays(lay: SlotLayout) -> tuple | None:
     """``(ef, ei, ecat, tmap)`` of ``lay`` as the flat views :func:`split_slot_kernel` takes
-    (no copy), or ``None`` where an array has ``2**32`` elements or more (the kernel's offsets
-    are 32-bit: ``tmap`` is ``(k (k + 1) / 2, P)`` for ``P`` paths of at most ``k`` features,
-    so ``k = 31`` reaches it at 8.7M paths in one launch); such a launch runs
-    :func:`gathered_slot_kernel` on the 2-D arrays.
+    (no copy; made once per layout and kept while it lives), or ``None`` where an array has
+    ``2**32`` elements or more (the kernel's offsets are 32-bit: ``tmap`` is
+    ``(k (k + 1) / 2, P)`` for ``P`` paths of at most ``k`` features, so ``k = 31`` reaches it
+    at 8.7M paths in one launch); such a launch runs :func:`gathered_slot_kernel` on the 2-D
+    arrays.
     """
-    arrays = (lay.ef, lay.ei, lay.ecat, lay.tmap)
-    if all(int(np.prod(a.shape)) < 2**32 for a in arrays):
-        return tuple(_flat(a) for a in arrays)
-    return None
+    try:
+        hit = _FLAT.get(lay)
+    except TypeError:  # an object without weak references: made each time
+        hit = None
+    if hit is None:
+        arrays = (lay.ef, lay.ei, lay.ecat, lay.tmap)
+        flat = None
+        if all(int(np.prod(a.shape)) < 2**32 for a in arrays):
+            flat = tuple(_flat(a) for a in arrays)
+        hit = (flat,)
+        try:
+            _FLAT[lay] = hit
+        except TypeError:
+            pass
+    return hit[0]
 
 
-def _kept_arrays(model, launch, lay: SlotLayout, slots) -> tuple:
+def _kept_arrays(model, launch, lay: SlotLayout, slots, flat) -> tuple:
     """The model's, layout's and slots' arrays of a slot quadrature launch as read-only hints
-    kept with the model (:meth:`~.runtime.model.DeviceModel.read_only`; the layout's flat
-    views of :func:`slot_kernel_arrays` made once): those before the rows, and the tile
-    arrays after them."""
+    kept with the model (:meth:`~.runtime.model.DeviceModel.read_only`), with the layout's
+    ``flat`` views (:func:`slot_kernel_arrays`) or, for ``None``, its 2-D arrays: those before
+    the rows, and the tile arrays after them."""
 
     def arrays() -> tuple:
-        flat = slot_kernel_arrays(lay)
         ef, ei, ecat, tmap = (lay.ef, lay.ei, lay.ecat, lay.tmap) if flat is None else flat
         return (ef, ei, ecat, lay.pk, lay.pv, model.cat_words, launch.paths, lay.offsets, tmap,
                 slots.map_offsets, slots.path_map, lay.tile_offsets, lay.tile_slots)  # fmt: skip
 
-    kept = model.read_only(("slot_quadrature", id(lay)), arrays)
+    kept = model.read_only(("slot_quadrature", id(lay), flat is None), arrays)
     return kept[:11], kept[11:]
 
 
@@ -451,11 +466,12 @@ def launch_slot_quadrature(model, plan, Xb, acc, scale, stream, slots) -> None:
     for launch, lay in zip(plan.quadrature, layouts, strict=True):
         rows, cache_x, capacity = slot_rows_shape(n_features, lay.most)
         shared_bytes = 8 * rows * capacity + (4 * rows * n_features if cache_x else 0)
-        kept, tiles = _kept_arrays(model, launch, lay, slots)
-        if kept[0].value.ndim == 2:  # 32-bit offsets too short: int64 indices (2-D arrays)
+        flat = slot_kernel_arrays(lay)
+        if flat is None:  # 32-bit offsets too short: int64 indices
             run = gathered_slot_kernel(launch.n_nodes, rows, cache_x)
         else:
             run = split_slot_kernel(launch.n_nodes, rows, cache_x)
+        kept, tiles = _kept_arrays(model, launch, lay, slots, flat)
         per_launch = 65535 * rows  # grid.y is at most 65535
         for row0 in range(0, nb, per_launch):
             grid = (lay.n_blocks, -(-min(nb - row0, per_launch) // rows))
