@@ -501,7 +501,7 @@ def _table(report: dict) -> str:
     p = report["projection"]
     lines += [
         "",
-        f"Projection (not measured) from the {p['workers']} {unit}' separate-process run: "
+        f"Projection (not measured) from the separate processes on {p['workers']} {unit}: "
         f"kernel rate {p['rate']:,.0f} rows/s a worker, fixed {1e3 * p['fixed_seconds']:.1f} ms "
         f"a call, {1e3 * p['per_chunk_seconds']:.2f} ms a chunk; {p['rows']:,} rows in "
         f"{p['chunks']} chunks measured ('measured': the same call on the clusters above)",
@@ -526,8 +526,8 @@ def _table(report: dict) -> str:
         "  fixed cost do not grow with the worker count; weak = the measured rows and chunks a",
         "  worker, strong = the measured call's rows shared by all; best = chunk costs paid in",
         "  parallel, worst = one after the other at the scheduler. Collecting the results moves",
-        f"  {p['output_bytes_per_row']} B a row: {rate * p['output_bytes_per_row'] / 1e9:.2f} "
-        f"GB/s at {PROJECTED[-1]} {unit}' kernel rate.",
+        f"  {p['output_bytes_per_row']} B a row: {rate * p['output_bytes_per_row'] / 1e6:,.1f} "
+        f"MB/s at {PROJECTED[-1]} {unit}' kernel rate.",
     ]
     return "\n".join(lines)
 
