@@ -41,7 +41,8 @@ from distshap.kernels import treeshap
 from distshap.kernels.banzhaf_cpu import interventional_tables
 from distshap.kernels.banzhaf_rows import background_masks
 from distshap.kernels.cuda.launch import device_rows
-from distshap.kernels.cuda.runtime.device import stream, xp
+from distshap.kernels.cuda.runtime.args import configured, current_stream, view
+from distshap.kernels.cuda.runtime.device import device_id, xp
 from distshap.packed import PackedModel, host_form
 
 __all__ = [
@@ -364,23 +365,26 @@ def _model_lanes(packed: PackedModel, tile: int) -> tuple:
     return q, column.astype(np.uint32), meta, lane_tiles(offsets, tile)
 
 
-_DEVICE: dict = {}  # the device arrays of the last model
+_DEVICE: dict = {}  # "last": (key, the device arrays of the last model), replaced at once
 
 
 def _device_lanes(packed: PackedModel, tile: int) -> tuple:
     """``(lower, upper, zero, q, column, meta, cat_offsets, cat_nbits, cat_other, cat_words,
-    tile_offsets)`` on the device, kept for the last model."""
-    key = (packed.digest or id(packed), tile)
-    if _DEVICE.get("key") != key:
-        q, column, meta, tiles = host_form(
-            packed, f"banzhaf-cuda-lanes-{tile}", lambda: _model_lanes(packed, tile), 2
-        )
-        arrays = (packed.lower, packed.upper, packed.zero_fraction, q, column, meta,
-                  packed.cat_offsets, packed.cat_nbits, packed.cat_other, packed.cat_words,
-                  tiles)  # fmt: skip
-        _DEVICE.clear()
-        _DEVICE.update(key=key, arrays=tuple(xp().asarray(a) for a in arrays), packed=packed)
-    return _DEVICE["arrays"]
+    tile_offsets)`` on the current device, kept for the last model (views made once: a
+    launch converts them cheapest)."""
+    key = (packed.digest or id(packed), tile, device_id())
+    last = _DEVICE.get("last")
+    if last is not None and last[0] == key:
+        return last[1]
+    q, column, meta, tiles = host_form(
+        packed, f"banzhaf-cuda-lanes-{tile}", lambda: _model_lanes(packed, tile), 2
+    )
+    arrays = (packed.lower, packed.upper, packed.zero_fraction, q, column, meta,
+              packed.cat_offsets, packed.cat_nbits, packed.cat_other, packed.cat_words,
+              tiles)  # fmt: skip
+    arrays = tuple(view(xp().asarray(a)) for a in arrays)
+    _DEVICE["last"] = (key, arrays)
+    return arrays
 
 
 def _threads(width: int) -> int:
@@ -418,7 +422,7 @@ def _launch(packed: PackedModel, X, bias, tile: int, game: tuple | None, pairs: 
         acc = xp().empty((width, padded) if not (shared or pairs) else (1, 1), np.float64)
         sums = 2 * width * threads * 8 if shared else 0
         kernel = _kernel(shared, game is not None, pairs, tile)
-        kernel[blocks, threads, stream(), sums](
+        configured(kernel, blocks, threads, current_stream(), sums)(
             XT, lower, upper, zero, q, column, meta, ref, *cats, tiles, tables, masks,
             np.int64(B), xp().asarray(init.ravel()), acc, out, acc_int,
         )  # fmt: skip
