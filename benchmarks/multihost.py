@@ -96,18 +96,23 @@ def host_commands(
 ) -> list[tuple[list[str], dict[str, str]]]:
     """The worker command (argv, extra environment) of each "host" of ``n_workers`` workers.
 
-    GPU hosts run ``dask cuda worker`` on their share of GPUs ``0 .. n_workers-1`` (one worker
-    per visible GPU); CPU hosts run ``dask worker --nworkers K --nthreads 1`` with Numba's
+    GPU hosts run ``dask cuda worker`` on their share of the first ``n_workers`` GPUs this
+    process may use (the entries of its ``CUDA_VISIBLE_DEVICES``, else ``0, 1, ...``; one worker
+    per GPU); CPU hosts run ``dask worker --nworkers K --nthreads 1`` with Numba's
     thread count in ``DISTSHAP_NUM_THREADS`` (read by distshap at each call). All listen on
     127.0.0.1 with no dashboard.
     """
     hosts = max(1, min(hosts, n_workers))
     out = []
-    for k, share in enumerate(_split(list(range(n_workers)), hosts)):
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    devices = [d for d in visible if d] or [str(i) for i in range(n_workers)]
+    if gpu and len(devices) < n_workers:
+        raise ValueError(f"{n_workers} GPU workers but CUDA_VISIBLE_DEVICES holds {devices}")
+    for k, share in enumerate(_split(devices[:n_workers] if gpu else [0] * n_workers, hosts)):
         common = [*LISTEN, "--nthreads", "1", "--local-directory", str(Path(workdir) / f"host{k}")]
         if gpu:
             argv = [sys.executable, "-m", "dask", "cuda", "worker", address, *common]
-            env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, share))}
+            env = {"CUDA_VISIBLE_DEVICES": ",".join(share)}
         else:
             argv = [sys.executable, "-m", "dask", "worker", address, *common]
             argv += ["--nworkers", str(len(share)), "--name", f"host{k}"]

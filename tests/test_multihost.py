@@ -44,12 +44,18 @@ def _explain_cli(address: str, model: Path, data: Path, out: Path) -> np.ndarray
     return np.load(out)
 
 
-def test_host_commands_split_workers_and_gpus_over_hosts():
+def test_host_commands_split_workers_and_gpus_over_hosts(monkeypatch):
     cpu = host_commands("tcp://127.0.0.1:1", 3, 2, gpu=False, threads=2)
     assert [argv[argv.index("--nworkers") + 1] for argv, _ in cpu] == ["2", "1"]
     assert all(env["DISTSHAP_NUM_THREADS"] == "2" for _, env in cpu)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     gpu = host_commands("tcp://127.0.0.1:1", 3, 2, gpu=True)
     assert [env["CUDA_VISIBLE_DEVICES"] for _, env in gpu] == ["0,1", "2"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7,9")  # this process's GPUs, not 0, 1, 2
+    hosts = host_commands("tcp://127.0.0.1:1", 3, 2, gpu=True)
+    assert [env["CUDA_VISIBLE_DEVICES"] for _, env in hosts] == ["5,7", "9"]
+    with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES"):
+        host_commands("tcp://127.0.0.1:1", 4, 2, gpu=True)
     assert all(argv[3:5] == ["cuda", "worker"] for argv, _ in gpu)
     assert all(argv[argv.index("--host") + 1] == "127.0.0.1" for argv, _ in cpu + gpu)
 
