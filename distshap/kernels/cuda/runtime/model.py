@@ -11,6 +11,10 @@ that needs them, tables filled on the device:
   host policy (:mod:`distshap.plan.gpu`, which also reports it without a GPU:
   :func:`~distshap.plan.gpu.strategy_stats`); this module fills the tables and copies the plan.
 
+The launchers pass these arrays as read-only hints made once and kept with the model
+(:meth:`DeviceModel.read_only`); tables the device fills (CuPy) become Numba device arrays when
+the plan is made, as the copied arrays are.
+
 Pair slots (:func:`slot_arrays`, on the first call that needs them): the host
 :class:`~distshap.pair_slots.PairSlots` maps and the quadrature kernel's chunk tiles
 (:func:`~distshap.plan.launches.chunk_tiles`), kept on the device model. Fixed-point shifts:
@@ -191,8 +195,9 @@ class DeviceModel:
         """``arrays()`` as read-only argument hints (``numba.cuda.In``), made once per ``key``
         and kept with the model (:meth:`form`). ``arrays`` gives device arrays this model keeps
         (its own, its plans', its other forms'), so a key names the same arrays as long as the
-        model lives. A launch hands a kept hint on as it is and its type is found once; a bare
-        array is wrapped again at every launch."""
+        model lives. A launch hands a kept hint on as it is; a bare array is wrapped in a new
+        hint (``InOut``, whose conversion also copies nothing for a device array) at every
+        launch."""
         return self.form(("read_only", key), lambda: tuple(cuda.In(a) for a in arrays()))
 
     @property
