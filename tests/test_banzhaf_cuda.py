@@ -54,6 +54,7 @@ import numpy as np
 from naive import brute_force_banzhaf_rows
 from tiny import random_ensemble, random_rows, tiny_ensembles, zero_cover_subtree
 from distshap import TreeExplainer
+from distshap.interventional import build_background
 from distshap.kernels import banzhaf_cpu
 from distshap.kernels.cuda import banzhaf_tiles as bt
 
@@ -67,7 +68,7 @@ for name, ens in models.items():
     X = random_rows(1, ens, n=5)
     R = random_rows(2, ens, n=4)
     rows = packed.encoding.apply(X.astype(np.float32))
-    background = packed.encoding.apply(R.astype(np.float32))
+    background = build_background(packed, R)
     ref = brute_force_banzhaf_rows(ens, X)
     ref_bg = brute_force_banzhaf_rows(ens, X, R)
     for sums in (8000, 0) if name in ("multiclass", "random") else (8000,):
@@ -84,6 +85,7 @@ BLOCKS_SCRIPT = r"""
 import numpy as np
 from tiny import random_ensemble, random_rows
 from distshap import TreeExplainer
+from distshap.interventional import build_background
 from distshap.kernels import banzhaf_cpu
 from distshap.kernels.cuda import banzhaf_tiles as bt
 
@@ -95,7 +97,7 @@ X = random_rows(7, ens, n=70)
 rows = packed.encoding.apply(X.astype(np.float32))
 bt.SUMS_BYTES = 8000
 assert bt._threads(14) == 32
-R = packed.encoding.apply(random_rows(8, ens, n=6).astype(np.float32))
+R = build_background(packed, random_rows(8, ens, n=6))
 small = bt.product_values(packed, rows, tile=16)
 bg_small = bt.background_values(packed, R, rows, [0.5, 1.0], tile=16)
 bt.SUMS_BYTES = 40 * 1024
@@ -122,6 +124,7 @@ import numpy as np
 from naive import brute_force_banzhaf_rows
 from tiny import random_ensemble, random_rows, tiny_ensembles, zero_cover_subtree
 from distshap import TreeExplainer
+from distshap.interventional import build_background
 from distshap.kernels.cuda import banzhaf_tiles as bt
 
 # interaction values: the product form's pairs and diagonals, the background masks' (every path)
@@ -135,7 +138,7 @@ for name, ens in models.items():
     X = random_rows(1, ens, n=3)
     R = random_rows(2, ens, n=4)
     rows = packed.encoding.apply(X.astype(np.float32))
-    background = packed.encoding.apply(R.astype(np.float32))
+    background = build_background(packed, R)
     ref = brute_force_banzhaf_rows(ens, X, interactions=True)
     ref_bg = brute_force_banzhaf_rows(ens, X, R, interactions=True)
     out = bt.product_values(packed, rows, interactions=True, tile=16)

@@ -58,5 +58,4 @@ def interventional_banzhaf_values(packed: PackedModel, background, X, *, bias=No
             packed, background, _on_host(X), bias=bias, interactions=interactions
         )
         return xp().asarray(out)
-    R = np.ascontiguousarray(background.rows, dtype=np.float32)
-    return background_values(packed, R, X, bias, interactions)
+    return background_values(packed, background, X, bias, interactions)

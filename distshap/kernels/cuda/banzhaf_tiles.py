@@ -365,7 +365,7 @@ def _model_lanes(packed: PackedModel, tile: int) -> tuple:
     return q, column.astype(np.uint32), meta, lane_tiles(offsets, tile)
 
 
-_DEVICE: dict = {}  # "last": (key, the device arrays of the last model), replaced at once
+_DEVICE: dict = {}  # "last" / "game": (key, the last model's / background's device arrays)
 
 
 def _device_lanes(packed: PackedModel, tile: int) -> tuple:
@@ -440,13 +440,18 @@ def product_values(packed: PackedModel, X, interactions: bool = False, tile: int
     return _launch(packed, X, packed.expected_value, tile, None, interactions)
 
 
-def background_values(packed: PackedModel, R: np.ndarray, X, bias, interactions: bool = False,
-                      tile: int = TILE_LANES):  # fmt: skip
-    """Interventional Banzhaf (interaction) values of the rows of ``X`` over the background
-    rows ``R`` (float32, encoded), laid out as :func:`product_values`'s, the bias ``bias`` (per
-    group); paths of at most 62 features. Interaction values use the masks of every path."""
+def _game(packed: PackedModel, background, interactions: bool, tile: int) -> tuple:
+    """The interventional game's device arrays ``(q, ref, tables, masks, B)`` over the rows of
+    ``background`` (a :class:`~distshap.kernels.interventional_math.Background`), kept for the
+    last background (by its digest: the model's and the rows')."""
+    digest = getattr(background, "digest", "")
+    key = (digest, packed.digest, tile, interactions, device_id())
+    last = _DEVICE.get("game")
+    if digest and last is not None and last[0] == key:
+        return last[1]
+    R = np.ascontiguousarray(background.rows, dtype=np.float32)
     B = R.shape[0]
-    if interactions:
+    if interactions:  # the masks of every path
         offsets, tables = np.full(packed.num_paths, -1, np.int64), np.zeros(1, np.float32)
     else:
         offsets, tables = interventional_tables(packed, R)
@@ -457,5 +462,17 @@ def background_values(packed: PackedModel, R: np.ndarray, X, bias, interactions:
     q[heads] = np.asarray(packed.path_value, np.float64) / B
     ref = np.zeros(q.size, np.int64)  # bias lanes: the table's offset, or -1 - the mask offset
     ref[heads] = np.where(offsets >= 0, offsets, -1 - mask_offsets)
-    game = tuple(xp().asarray(a) for a in (q, ref, tables, masks)) + (B,)
-    return _launch(packed, X, bias, tile, game, interactions)
+    game = tuple(view(xp().asarray(a)) for a in (q, ref, tables, masks)) + (B,)
+    _DEVICE["game"] = (key, game)
+    return game
+
+
+def background_values(packed: PackedModel, background, X, bias, interactions: bool = False,
+                      tile: int = TILE_LANES):  # fmt: skip
+    """Interventional Banzhaf (interaction) values of the rows of ``X`` over the rows of
+    ``background`` (a :class:`~distshap.kernels.interventional_math.Background`), laid out as
+    :func:`product_values`'s, the bias ``bias`` (per group); paths of at most 62 features.
+    Values of paths of at most :data:`~distshap.kernels.banzhaf_cpu.INTERVENTIONAL_TABLE_BITS`
+    features read pattern tables; the others, and interaction values, the background masks."""
+    return _launch(packed, X, bias, tile, _game(packed, background, interactions, tile),
+                   interactions)  # fmt: skip
