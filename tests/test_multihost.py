@@ -15,6 +15,7 @@ from pathlib import Path
 
 import dask.array as da
 import numpy as np
+import psutil
 import pytest
 
 from benchmarks.multihost import host_commands, separate_cluster
@@ -26,11 +27,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie left to a parent that does not reap it does not)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    return True
 
 
 def _explain_cli(address: str, model: Path, data: Path, out: Path) -> np.ndarray:
