@@ -12,6 +12,8 @@ too, which CuPy allocates), and the values keep their bits with the hints kept.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -20,12 +22,9 @@ from distshap.kernels import cuda_available
 from conftest import to_host
 from cudasim import assert_simulator_ok
 
-_CHECKS = r"""
-import dataclasses
-import numpy as np
 
-def device_arrays(obj, where=""):
-    '''Every array field of obj (dataclasses, tuples of them) with its name.'''
+def device_arrays(obj, where: str = ""):
+    """``(name, array)`` of every array field of ``obj`` (dataclasses and tuples of them)."""
     if isinstance(obj, (tuple, list)):
         for i, o in enumerate(obj):
             yield from device_arrays(o, f"{where}[{i}]")
@@ -39,19 +38,21 @@ def device_arrays(obj, where=""):
     if hasattr(obj, "shape") and hasattr(obj, "dtype"):
         yield where, obj
 
-def assert_made_once(model, plans, slots):
+
+def assert_made_once(model, plans, slots) -> None:
+    """No array of the device model, its ``plans`` and ``slots`` is a NumPy array (which a
+    launch would copy to the device every time); tables and quadrature launches among them."""
     names = []
     for where, a in device_arrays((model, plans, slots)):
         assert not isinstance(a, np.ndarray), f"{where} is a NumPy array"
         names.append(where)
     assert any("tables" in n for n in names) and any("quadrature" in n for n in names), names
-    return names
-"""
 
-_SCRIPT = (
-    _CHECKS
-    + r"""
+
+_SCRIPT = r"""
+import dataclasses
 import gc
+import numpy as np
 import weakref
 import tiny
 from distshap.kernels.cuda import launch
@@ -63,6 +64,7 @@ from distshap.packed import build_packed_model
 from distshap.pair_slots import pair_slots
 from distshap.paths import extract_paths
 from distshap.plan.config import set_config
+from test_cuda_launch_args import assert_made_once
 
 set_config(small_max_paths=0)  # the batched route: tables, quadrature, finish
 ens = tiny.random_ensemble(6, n_features=5, n_trees=3, depth=3, n_groups=1)
@@ -119,7 +121,6 @@ gc.collect()
 assert ref() is None, "a device model outlived its last reference"
 print("SIMULATOR-OK")
 """
-)
 
 
 def test_launch_arrays_made_once_and_kept_with_the_model():
@@ -139,8 +140,6 @@ def test_gpu_launch_arrays_are_numba_device_arrays():
 
     import tiny
 
-    namespace: dict = {}
-    exec(_CHECKS, namespace)  # noqa: S102 - the same checks as the simulator script
     ens = tiny.random_ensemble(6, n_features=8, n_trees=20, depth=5, n_groups=2)
     X = tiny.random_rows(2, ens, 50, 0.15)
     packed = build_packed_model(extract_paths(ens), table_budget_bytes=6000)
@@ -149,8 +148,8 @@ def test_gpu_launch_arrays_are_numba_device_arrays():
         model = kc.device_model(packed)
         plans = (model.shap, interaction_plan(packed, model))
         slots = slot_arrays(packed, model, pair_slots(packed), plans[1])
-        namespace["assert_made_once"](model, plans, slots)
-        for where, a in namespace["device_arrays"]((model, plans, slots)):
+        assert_made_once(model, plans, slots)
+        for where, a in device_arrays((model, plans, slots)):
             assert hasattr(a, "__cuda_memory__"), f"{where} is a {type(a).__name__}"
         kept = {k: v for k, v in model._forms.items() if k[0] == "read_only"}
         assert {"tables", "shap_quadrature"} <= {k[1][0] for k in kept}, kept
