@@ -475,7 +475,8 @@ def run_multihost(args: argparse.Namespace) -> dict:
         "in_process_ms": {str(n): v for n, v in in_ms.items()},
         "results": records,
         "bits_identical": len({tuple(r["digests"]) for r in records}) == 1
-        and all(r["bits_as_in_process"] for r in records),
+        and all(r["bits_as_in_process"] for r in records)
+        and all(r.get("cli", {}).get("bits_identical", True) for r in records),
     }
     report["projection"] = _projection(report)
     return report
@@ -500,7 +501,7 @@ def _table(report: dict) -> str:
         + ", ".join(f"{n} rows {v:.2f} ms" for n, v in report["in_process_ms"].items())
     )
     lines.append(
-        "bits identical (separate processes, local cluster, in-process): "
+        "bits identical (separate processes, local cluster, in-process, CLI): "
         + ("yes" if report["bits_identical"] else "NO")
     )
     p = report["projection"]
@@ -571,6 +572,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.out is not None:
         args.out.write_text(json.dumps(report, indent=1))
         print(f"\nwrote {args.out}")
+    if not report["bits_identical"]:
+        raise SystemExit("the separate processes, the local cluster and in-process differ")
     return report
 
 
