@@ -24,6 +24,7 @@ import contextlib
 import difflib
 import inspect
 import logging
+import numbers
 import os
 import shutil
 import signal
@@ -325,6 +326,16 @@ class _WorkerStream(WorkerPlugin):
         _set_interval(getattr(worker, "batched_stream", None), self.seconds)
 
 
+def _check_batch_interval(value: Any) -> None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1
+    ):
+        raise ClusterError(
+            f"batch_interval={value!r} must be seconds between 0 and 1 (e.g. 0.001), "
+            "or None for distributed's own intervals"
+        )
+
+
 def _prompt_streams(client: Client, seconds: float) -> None:
     """Every message stream of ``client``'s cluster batches for at most ``seconds``.
 
@@ -474,15 +485,7 @@ def start_cluster(
         raise ClusterError(
             f"threads_per_worker={threads_per_worker} must be >= 1 (or None for the default 1)"
         )
-    if batch_interval is not None and (
-        isinstance(batch_interval, bool)
-        or not isinstance(batch_interval, (int, float))
-        or not 0 <= batch_interval <= 1
-    ):
-        raise ClusterError(
-            f"batch_interval={batch_interval!r} must be seconds between 0 and 1 (e.g. 0.001), "
-            "or None for distributed's own intervals"
-        )
+    _check_batch_interval(batch_interval)
     threads = 1 if threads_per_worker is None else int(threads_per_worker)
     if gpus is None:
         use_gpu = count_gpus() > 0
