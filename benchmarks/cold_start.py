@@ -13,7 +13,8 @@ process times
   path extraction of models of usual size) or ``walk`` and ``lanes`` (the compiled walk's
   counting pass, and its second pass writing the packed lanes, for large models), ``packing``
   (the packing algorithm alone, from ``packed.stats``) and ``digest``; Numba compilation falls
-  into the stage that triggers it;
+  into the stage that triggers it; its CPU seconds, of them the kernel's (``system``: mapping
+  fresh memory pages, among others), and the process's peak memory;
 * ``first``: the first ``shap_values`` call (compilation, tables, additivity check included),
   split into ``compile`` (seconds inside Numba's ``Dispatcher.compile``: compiling, or loading
   from the disk cache) and the rest; ``warm``: the median of ``--repeats`` later calls; then
@@ -170,6 +171,17 @@ def _cuda_compile_profile(sink: dict) -> None:
     CUDADispatcher.compile = compile
 
 
+def _usage() -> tuple[float, float]:
+    """CPU seconds this process spent in the kernel (mapping fresh pages among them) and its
+    peak resident memory so far, MB (zeros where unknown)."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return 0.0, 0.0
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_stime, use.ru_maxrss / ((1 << 20) if sys.platform == "darwin" else 1024)
+
+
 def _child(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     import numpy as np  # timed apart: every Python program using distshap has it
@@ -218,9 +230,10 @@ def _child(args: argparse.Namespace) -> dict:
     _timed(PathWalk, "fill", parts, "lanes")
     _timed(packed_module, "_digest", parts, "digest")
     n_before_build = len(profile.records)
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0, sys0 = time.perf_counter(), time.process_time(), _usage()[0]
     explainer = distshap.TreeExplainer(args.model, layout="xgboost", backend=args.backend)
     t_build, c_build = time.perf_counter() - t0, time.process_time() - c0
+    sys_build, peak_mb = _usage()[0] - sys0, _usage()[1]
     stats = explainer.packed.stats
     record = {
         "numpy_import_s": t_numpy,
@@ -228,7 +241,8 @@ def _child(args: argparse.Namespace) -> dict:
         "build_s": t_build,
         "build_compile_s": sum(r["seconds"] for r in profile.records[n_before_build:]),
         "ahead_helpers": _ahead_state(),
-        "cpu_s": {"import": c_import, "build": c_build},
+        "cpu_s": {"import": c_import, "build": c_build, "build_system": sys_build},
+        "max_rss_mb": peak_mb,
         "cuda_import_s": t_cuda_import,
         "build_stages_s": {**stages, **parts, "packing": stats.get("packing_seconds", 0.0)},
         "paths": stats.get("paths"),
@@ -417,8 +431,9 @@ def _summary(label: str, rec: dict, wall: float) -> str:
     lines = [
         f"[{label}] process wall {wall:.2f} s; import distshap {rec['import_s']:.2f} s "
         f"(numpy {rec['numpy_import_s']:.2f}){cuda_part}; build {rec['build_s']:.2f} s "
-        f"({stages}; CPU {rec['cpu_s']['build']:.2f} s); {rec['paths']} paths, "
-        f"{rec['lanes']} lanes"
+        f"({stages}; CPU {rec['cpu_s']['build']:.2f} s, of it system "
+        f"{rec['cpu_s'].get('build_system', 0.0):.2f} s; peak memory "
+        f"{rec.get('max_rss_mb', 0.0):.0f} MB); {rec['paths']} paths, {rec['lanes']} lanes"
     ]
     for kind, k in rec["kinds"].items():
         build = rec["build_s"] if kind != "interventional" else rec["background_build_s"]
