@@ -100,7 +100,7 @@ assert bt._threads(14) == 32
 R = build_background(packed, random_rows(8, ens, n=6))
 small = bt.product_values(packed, rows, tile=16)
 bg_small = bt.background_values(packed, R, rows, [0.5, 1.0], tile=16)
-bt.SUMS_BYTES = 40 * 1024
+bt.SUMS_BYTES = 39 * 1024
 big = bt.product_values(packed, rows)
 np.testing.assert_array_equal(small, big)
 np.testing.assert_array_equal(bg_small, bt.background_values(packed, R, rows, [0.5, 1.0]))
@@ -172,8 +172,13 @@ def test_lane_tiles_hold_whole_paths():
     [(True, False, False), (False, True, False), (False, False, True), (False, True, True)],
 )
 def test_kernels_compile_to_ptx_without_local_memory(shared, background, pairs):
+    import re
+
     from distshap.kernels.cuda.banzhaf import kernel_ptx
+    from distshap.kernels.cuda.banzhaf_tiles import SUMS_BYTES
 
     ptx = kernel_ptx(shared, background, pairs, (9, 0))
     assert ".entry" in ptx and ".f64" in ptx and "bar.sync" in ptx
     assert ".local" not in ptx  # no per-thread arrays: the products live in registers
+    static = sum(int(b) for b in re.findall(r"^\.visible \.shared .*\[(\d+)\];$", ptx, re.M))
+    assert 8 * 1024 <= static and static + SUMS_BYTES <= 48 * 1024  # no opt-in needed

@@ -52,8 +52,9 @@ __all__ = [
 
 #: Lanes a block stages in shared memory at a time (a path's lanes stay in one tile).
 TILE_LANES = 256
-#: Most dynamic shared memory a block's row sums take (more: global memory).
-SUMS_BYTES = 40 * 1024
+#: Most dynamic shared memory a block's row sums take (more: global memory); with the staged
+#: tile's 8 KiB (and a few bytes) within the 48 KiB a block gets without opting in.
+SUMS_BYTES = 39 * 1024
 _THREADS = (128, 64, 32)  # threads a block, the first whose sums fit shared memory
 _MISSING, _CATEGORICAL = 1, 2  # bits of a feature lane's meta word
 _TWO_M62 = 2.0**-62
@@ -395,6 +396,18 @@ def _threads(width: int) -> int:
     return 0
 
 
+def _unused() -> tuple:
+    """One-element arrays for the kernel's unused arguments (never written), kept per device:
+    ``(int64 (1,), float32 (1,), float64 (1, 1), float32 (1, 1))``."""
+    key = ("unused", device_id())
+    hit = _DEVICE.get(key)
+    if hit is None:
+        hit = (xp().zeros(1, np.int64), xp().zeros(1, np.float32), xp().zeros((1, 1)),
+               xp().zeros((1, 1), np.float32))  # fmt: skip
+        _DEVICE[key] = hit
+    return hit
+
+
 def _launch(packed: PackedModel, X, bias, tile: int, game: tuple | None, pairs: bool):
     """Run the kernel on the rows of ``X``; ``game``: ``(q, ref, tables, masks, B)`` of the
     interventional game (device arrays), ``None``: the path-dependent game. Values ``(n, G,
@@ -405,21 +418,21 @@ def _launch(packed: PackedModel, X, bias, tile: int, game: tuple | None, pairs: 
     bias = np.broadcast_to(np.asarray(bias, np.float64).ravel(), (G,))
     init = np.zeros((G, C))
     init[:, C - 1] = bias
-    out = xp().empty((n, width) if not pairs else (1, 1), np.float32)
     threads = _threads(width) if not pairs else 0
     shared = threads > 0
     threads = threads or _THREADS[0]
     blocks = -(-n // (2 * threads))
     padded = blocks * 2 * threads  # global sums: a column for each thread's two rows
-    acc_int = xp().zeros((width * C, padded) if pairs else (1, 1), np.float64)
+    i64, f32, f64_2d, f32_2d = _unused()
+    out = xp().empty((n, width), np.float32) if not pairs else f32_2d
+    acc_int = xp().zeros((width * C, padded), np.float64) if pairs else f64_2d
     if n:
         lower, upper, zero, q, column, meta, *cats, tiles = _device_lanes(packed, tile)
-        ref, masks, B = xp().zeros(1, np.int64), xp().zeros(1, np.int64), 0
-        tables = xp().zeros(1, np.float32)
+        ref, tables, masks, B = i64, f32, i64, 0
         if game is not None:
             q, ref, tables, masks, B = game
         XT = xp().ascontiguousarray(X.T)  # (features, rows): a warp reads 32 rows of a feature
-        acc = xp().empty((width, padded) if not (shared or pairs) else (1, 1), np.float64)
+        acc = xp().empty((width, padded), np.float64) if not (shared or pairs) else f64_2d
         sums = 2 * width * threads * 8 if shared else 0
         kernel = _kernel(shared, game is not None, pairs, tile)
         configured(kernel, blocks, threads, current_stream(), sums)(
