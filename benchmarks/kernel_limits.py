@@ -164,8 +164,9 @@ def _spin(seconds: float = 2e-4) -> None:
 
 
 def _parts(packed, interactions: bool) -> tuple:
-    """The device model, plan, fixed-point scale and the call's launches as ``(label,
-    fn(Xb, acc))`` in launch order (as :func:`distshap.kernels.cuda.launch._run` runs them)."""
+    """The device model, plan, fixed-point scale and the call's launches as functions
+    ``fn(Xb, acc)`` in the order of :func:`~benchmarks.kernel_work.plan_work` (tables, each
+    quadrature launch, the rows' transposition, fallback; the finish pass is the caller's)."""
     import cupy
 
     from distshap.kernels.cuda.fallback import launch_fallback
@@ -267,11 +268,14 @@ def _explainer(shape: str, rows: int):
 
 
 def measure(shape: str, kind: str, rows: int, repeats: int, peaks: Peaks, sass: bool = True,
-            nvdisasm: str | None = None, xgboost: bool = True,
-            ncu_rows: int | None = None) -> dict:  # fmt: skip
+            nvdisasm: str | None = None, xgboost: bool = True, ncu_rows: int | None = None,
+            variants: tuple[str, ...] = ()) -> dict:  # fmt: skip
     """One shape and kind on the GPU (module docstring): a record with the call's and the
     peer's seconds, and per launch its label, seconds, counted work and shares of the peaks
-    (and its counted warp instructions at ``ncu_rows`` rows, for ``--ncu``)."""
+    (and its counted warp instructions at ``ncu_rows`` rows, for ``--ncu``). ``variants``:
+    configuration changes (``"name=value,name=value"``, :mod:`distshap.plan.config`), each
+    call timed under its change in the same process, its output's bits compared with the
+    default's."""
     import cupy
 
     from distshap.plan.routes import small_fits
@@ -284,6 +288,7 @@ def measure(shape: str, kind: str, rows: int, repeats: int, peaks: Peaks, sass: 
     record = {"shape": shape, "kind": kind, "rows": rows, "paths": int(packed.num_paths),
               "call_s": _median(lambda: call(Xd), repeats)}  # fmt: skip
     record["xgboost_s"] = _xgb_seconds(booster, X, interactions, repeats) if xgboost else None
+    record["variants"] = _variants(call, Xd, variants, repeats)
     if small_fits(packed, interactions):
         record["launches"], record["note"] = [], "one-launch small-model route: not counted"
         return record
@@ -293,6 +298,12 @@ def measure(shape: str, kind: str, rows: int, repeats: int, peaks: Peaks, sass: 
                      nvdisasm)  # fmt: skip
     if len(work) != len(seconds):  # cannot happen: both follow the plan's launches
         raise RuntimeError(f"{len(work)} counted launches against {len(seconds)} timed")
+    # a SHAP quadrature launch alone transposes the rows too (the call does it once): its
+    # kernel's time is the part's less the transposition's
+    moved = [t for w, t in zip(work, seconds, strict=True) if w.label.startswith("rows transp")]
+    if moved:
+        seconds = [max(0.0, t - moved[0]) if w.label.startswith("quadrature") else t
+                   for w, t in zip(work, seconds, strict=True)]  # fmt: skip
     record["launches"] = [
         {"label": w.label, "seconds": t, "level": w.level, "registers": w.registers,
          "counts": dict(w.counts), "hbm_bytes": w.hbm_bytes, "elements": w.elements,
@@ -307,6 +318,28 @@ def measure(shape: str, kind: str, rows: int, repeats: int, peaks: Peaks, sass: 
     return record
 
 
+def _variants(call, Xd, variants: tuple[str, ...], repeats: int) -> list[dict]:
+    """Each configuration change's call seconds and whether its output has the default's bits."""
+    import cupy
+
+    from distshap.plan.config import config_context
+
+    if not variants:
+        return []
+    base = cupy.asarray(call(Xd)).view(np.uint32)
+    out = []
+    for text in variants:
+        changes = {}
+        for item in text.split(","):
+            name, _, value = item.partition("=")
+            changes[name.strip()] = int(value)
+        with config_context(**changes):
+            seconds = _median(lambda: call(Xd), repeats)
+            same = bool(cupy.array_equal(cupy.asarray(call(Xd)).view(np.uint32), base))
+        out.append({"variant": text, "call_s": seconds, "bits_equal": same})
+    return out
+
+
 def _print(record: dict, ncu: list | None = None) -> None:
     rows, call = record["rows"], record["call_s"]
     head = f"== {record['shape']} {record['kind']}, {rows:,} rows, {record['paths']:,} paths: "
@@ -315,6 +348,11 @@ def _print(record: dict, ncu: list | None = None) -> None:
         head += f", XGBoost GPU {rows / record['xgboost_s']:,.0f} rows/s: "
         head += f"{record['xgboost_s'] / call:.2f}x"
     print(head)
+    for v in record.get("variants", []):
+        print(
+            f"   variant {v['variant']}: call {v['call_s']:.4f} s ({rows / v['call_s']:,.0f} "
+            f"rows/s, {call / v['call_s']:.3f}x the default), bits equal: {v['bits_equal']}"
+        )
     if record.get("note"):
         print(f"   {record['note']}")
         return
@@ -483,6 +521,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-xgboost", action="store_true")
     parser.add_argument("--count-only", action="store_true", help="no GPU: counted work only")
     parser.add_argument("--json", help="append one JSON line per shape and kind")
+    parser.add_argument("--variant", action="append", default=[],
+                        help="configuration change timed beside the default, e.g. "
+                        "quadrature_tile_features=8 (repeatable; bits compared)")  # fmt: skip
     parser.add_argument("--ncu-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
@@ -508,7 +549,7 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             ncu_rows = (args.ncu_rows or max(1, rows // 10)) if args.ncu else None
             rec = measure(shape, kind, rows, args.repeats, peaks, not args.ptx, args.nvdisasm,
-                          not args.no_xgboost, ncu_rows)  # fmt: skip
+                          not args.no_xgboost, ncu_rows, tuple(args.variant))  # fmt: skip
             ncu = None
             if args.ncu and rec.get("launches"):
                 ncu = run_ncu(shape, kind, ncu_rows, len(rec["launches"]))
