@@ -1,5 +1,6 @@
-"""Banzhaf values on the GPU (Numba CUDA): lanes staged in shared-memory tiles, two rows a
-thread; the path-dependent game by the product form, the interventional one by pattern tables.
+"""Banzhaf (interaction) values on the GPU (Numba CUDA): lanes staged in shared-memory tiles,
+two rows a thread; the path-dependent game by the product form, the interventional one by
+pattern tables and background masks.
 
 **Path-dependent game: the product form**, O(k) per path and row. With uniform coalition
 weights a path's Banzhaf value of its element ``i`` factorises: for the one-fractions ``o_j``
@@ -10,14 +11,17 @@ f_j`` with ``f_j = (o_j + z_j) / 2`` and ``d_j = o_j - z_j``. Let ``P = v prod_j
 z_i = 0``) ``d_i`` is 0 too, and ``P = 0`` gives the right 0. So a thread forms ``P`` while it
 tests the path's elements (one multiply each) and adds ``P q_i`` to each element's column: no
 tables, no prefix arrays, no division. ``P`` and the sums are float64: a contribution is
-``k + 2`` roundings from exact (about ``1e-15`` relative).
+``k + 2`` roundings from exact (about ``1e-15`` relative; the GPU fuses the last multiply into
+the sum's add). Interaction values: ``P q_i q_j`` at ``[i, j]`` and ``[j, i]``, and on the
+diagonal ``P q_i - sum_{j != i} P q_i q_j = P q_i (1 - Q + q_i)`` with ``Q = sum_j q_j``.
 
 **Interventional game** (:func:`background_values`): a path's values depend on the row only
 through its pattern ``xb`` (the bits of the elements it follows). Paths of at most
 :data:`~distshap.kernels.banzhaf_cpu.INTERVENTIONAL_TABLE_BITS` features read the ``k`` values
-of row ``xb`` of their table (the CPU's, built on the host per call: float32 values computed in
-float64); longer ones sum over the background rows' masks ``rb`` (a background row counts when
-``xb | rb`` covers the path; ``m`` = the bits of ``xb ^ rb``, each adding ``+-v / B 2^(1 - m)``).
+of row ``xb`` of their table (the CPU's, built on the host for each background and kept for the
+last: float32 values computed in float64); longer ones, and interaction values, sum over the
+background rows' masks ``rb`` (a background row counts when ``xb | rb`` covers the path; ``m`` =
+the bits of ``xb ^ rb``, each adding ``+-v / B 2^(1 - m)``).
 
 **Layout.** Rows ``t`` and ``t + blockDim`` of the block's row tile are thread ``t``'s; ``XT``
 is features x rows, so a warp's reads of one feature are coalesced. A block stages the lanes in
@@ -27,9 +31,9 @@ carries its ``k``, its output column base ``group * C``, its value (``v 2^-k``, 
 interventional, its table offset or mask offset. Row sums live in dynamic shared memory
 (``[column * 2 blockDim + t]``) where they fit :data:`SUMS_BYTES`, with 128, 64 or 32 threads a
 block; else in global memory (``acc[column, row]``, coalesced; a column for each thread's two
-rows, those past the last row too). Each row's sums are added by one thread in packed path
-order, so the bits depend neither on the launch, the batch nor the device; the float32 output
-is the rounded sum.
+rows, those past the last row too); interaction values in global memory (``acc_int[(g C + i) C
++ j, row]``). Each row's sums are added by one thread in packed path order, so the bits depend
+neither on the launch, the batch nor the device; the float32 output is the rounded sum.
 """
 
 from __future__ import annotations
