@@ -452,9 +452,9 @@ def run_ncu(shape: str, kind: str, rows: int, n_parts: int) -> list | str:
                    "--page", "raw", "--print-units", "base", "--log-file", log, "--metrics",
                    ",".join(metrics), *child]  # fmt: skip
             try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
             except subprocess.TimeoutExpired:
-                return "ncu ran over 300 s"
+                return "ncu ran over 120 s"
             text = open(log).read() if os.path.exists(log) else ""
             kernels = _parse_ncu(text) or _parse_ncu(proc.stdout)
             if kernels:
