@@ -20,8 +20,10 @@ so that neither its interpreter nor the server's limits the other. After each di
 the server's own per-stage seconds (``/metrics``: decode, queue wait, batch assembly, run,
 encode; summed over a group's processes, CPU time of all of them) are printed, with the mean
 batch size; ``--front-only`` serves values of zeros
-without running a kernel (the HTTP front and batching alone). Cells with more than
-``--max-inflight-rows`` rows in flight (concurrency x rows) are skipped.
+without running a kernel (the HTTP front and batching alone); ``--front-cpu N`` feeds N
+binary requests of each ``--rows`` straight into 64 connection objects of such a server (no
+sockets, no load generator: the front's own CPU microseconds a request, median of 3). Cells
+with more than ``--max-inflight-rows`` rows in flight (concurrency x rows) are skipped.
 
 Usage::
 
@@ -276,6 +278,60 @@ def _servers(args, path: str, booster) -> list[tuple[str, object]]:
     return [*out, ("baseline", baseline)]
 
 
+class _Sink:
+    """A transport that drops what is written (``--front-cpu``)."""
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def _front_cpu(path: str, X: np.ndarray, n: int, requests: int) -> float:
+    """CPU microseconds a request of the front alone: ``requests`` binary requests of ``n``
+    rows fed into 64 connections on the server's loop, batches of zeros."""
+    import threading
+
+    from distshap.serve import ExplanationServer, ServeOptions
+    from distshap.serve.connection import Connection
+    from distshap.serve.registry import Registry, parse_model_spec
+
+    registry = Registry.from_specs([parse_model_spec(f"m={path}")], backend="cpu")
+    opts = ServeOptions(port=0, max_queue_rows=1 << 24, request_timeout=600)
+    server = ExplanationServer(registry, _NullExecutor(X.shape[1]), opts).start()
+    request = _request(X[np.arange(n) % len(X)], "localhost")
+    left, finished, spent = [requests], threading.Event(), []
+
+    def pump(conns: list, t0: float) -> None:
+        for conn in conns:
+            if conn.idle and left[0] > 0:
+                left[0] -= 1
+                conn.data_received(request)
+        if left[0] > 0 or not all(conn.idle for conn in conns):
+            server.loop.call_soon(pump, conns, t0)
+            return
+        spent.append(time.process_time() - t0)
+        finished.set()
+
+    def begin() -> None:
+        conns = [Connection(server) for _ in range(64)]
+        for conn in conns:
+            conn.connection_made(_Sink())
+        pump(conns, time.process_time())
+
+    server.loop.call_soon_threadsafe(begin)
+    finished.wait()
+    server.drain()
+    return 1e6 * spent[0] / requests
+
+
 def _in_process(path: str, X: np.ndarray, n: int, backend: str) -> float:
     from distshap import TreeExplainer
 
@@ -321,6 +377,9 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="a server whose batches do no work (zeros): the front's ceiling",
     )
+    parser.add_argument("--front-cpu", type=int, metavar="N", default=0,
+                        help="only the front's CPU microseconds a request, over N requests fed "
+                        "without sockets (per --rows)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="one JSON record per line")
     args = parser.parse_args(argv)
 
@@ -334,6 +393,12 @@ def main(argv: list[str] | None = None) -> None:
     tmp = tempfile.TemporaryDirectory()
     path = f"{tmp.name}/model.ubj"
     booster.save_model(path)
+    if args.front_cpu:
+        for n in args.rows:
+            us = sorted(_front_cpu(path, X, n, args.front_cpu) for _ in range(3))
+            print(f"front CPU, {n}-row binary requests: {us[1]:.1f} us a request "
+                  f"(median of {', '.join(f'{u:.1f}' for u in us)})", flush=True)  # fmt: skip
+        return
     inproc = (
         float("nan")
         if args.front_only
