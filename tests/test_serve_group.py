@@ -88,7 +88,7 @@ def test_metrics_sum_the_processes():
 def test_two_processes_bit_identical_then_a_killed_one_stops_the_group(model):
     path, X = model
     group = serve([f"m={path}"], port=0, processes=2, backend="cpu", token="t")
-    watcher = threading.Thread(target=group.serve_forever, daemon=True)
+    watcher = threading.Thread(target=group.serve_forever, daemon=True)  # returns once stopped
     watcher.start()
     try:
         assert group.ready() and len(set(group.pids)) == 2

@@ -178,6 +178,7 @@ class ServerGroup:
             self.drain()
             raise
         self._serving.value = 1
+        threading.Thread(target=self._watch, name="distshap-serve-group", daemon=True).start()
         return self
 
     def _wait_started(self, pipes: list) -> None:
@@ -210,10 +211,15 @@ class ServerGroup:
         )
 
     def serve_forever(self) -> None:
-        """Start (when not started) and watch the processes until :meth:`drain` stops them, or
-        one exits on its own (then ``failure`` says which, and the others are drained)."""
+        """Start (when not started) and wait until :meth:`drain` stops the processes, or one
+        exits on its own (then ``failure`` says which, and the others are drained)."""
         self.start()
-        while not self._drained.is_set():
+        while not self._drained.wait(0.5):  # the main thread stays free for signals
+            pass
+
+    def _watch(self) -> None:
+        """The group's thread: a process that exits on its own stops the group."""
+        while not self.draining:
             gone = wait([p.sentinel for p in self._procs], timeout=0.5)
             if gone and not self.draining:
                 proc = next(p for p in self._procs if p.sentinel in gone)
@@ -222,8 +228,6 @@ class ServerGroup:
                                 f"code {proc.exitcode}")  # fmt: skip
                 log.error("%s: draining the others", self.failure)
                 self.drain()
-            elif gone:
-                self._drained.wait(0.5)
 
     def drain(self) -> None:
         """Send SIGTERM to every process (each drains), wait for them, stop."""
