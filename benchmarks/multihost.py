@@ -331,6 +331,7 @@ def _cli_end_to_end(address: str, booster, args, gpu: bool, n_workers: int) -> d
         booster.save_model(str(model))
         np.save(data, np.ascontiguousarray(X, dtype=np.float32))
         chunk = str(math.ceil(args.cli_rows / n_workers))
+        backend = "cuda" if gpu else "cpu"
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         values = {}
@@ -340,7 +341,7 @@ def _cli_end_to_end(address: str, booster, args, gpu: bool, n_workers: int) -> d
         ):
             target = Path(tmp) / f"{where}.npy"
             argv = [sys.executable, "-m", "distshap.cli", "explain", str(model), str(data)]
-            argv += ["-o", str(target), "--no-progress", *extra]
+            argv += ["-o", str(target), "--no-progress", "--backend", backend, *extra]
             started = time.perf_counter()
             proc = subprocess.run(
                 argv,

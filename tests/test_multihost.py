@@ -38,7 +38,8 @@ def _explain_cli(address: str, model: Path, data: Path, out: Path) -> np.ndarray
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     argv = [sys.executable, "-m", "distshap.cli", "explain", str(model), str(data), "-o",
-            str(out), "--scheduler", address, "--chunk-rows", "70", "--no-progress"]  # fmt: skip
+            str(out), "--scheduler", address, "--chunk-rows", "70", "--no-progress",
+            "--backend", "cpu"]  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "on 1 Dask worker(s)" in proc.stdout
@@ -52,13 +53,13 @@ def test_host_commands_split_workers_and_gpus_over_hosts(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     gpu = host_commands("tcp://127.0.0.1:1", 3, 2, gpu=True)
     assert [env["CUDA_VISIBLE_DEVICES"] for _, env in gpu] == ["0,1", "2"]
+    assert all(argv[3:5] == ["cuda", "worker"] for argv, _ in gpu)
+    assert all(argv[argv.index("--host") + 1] == "127.0.0.1" for argv, _ in cpu + gpu)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7,9")  # this process's GPUs, not 0, 1, 2
     hosts = host_commands("tcp://127.0.0.1:1", 3, 2, gpu=True)
     assert [env["CUDA_VISIBLE_DEVICES"] for _, env in hosts] == ["5,7", "9"]
     with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES"):
         host_commands("tcp://127.0.0.1:1", 4, 2, gpu=True)
-    assert all(argv[3:5] == ["cuda", "worker"] for argv, _ in gpu)
-    assert all(argv[argv.index("--host") + 1] == "127.0.0.1" for argv, _ in cpu + gpu)
 
 
 def test_separate_processes_give_the_in_process_bits_and_end_on_error(tmp_path):
@@ -76,7 +77,9 @@ def test_separate_processes_give_the_in_process_bits_and_end_on_error(tmp_path):
                 assert len(pids) == 2 and os.getpid() not in pids
                 threads = client.run(lambda: os.environ.get("DISTSHAP_NUM_THREADS"))
                 assert list(threads.values()) == ["1"]
-                explainer = TreeExplainer(str(model), layout="xgboost", client=client)
+                explainer = TreeExplainer(
+                    str(model), layout="xgboost", backend="cpu", client=client
+                )
                 values = explainer.shap_values(da.from_array(X, chunks=(70, -1))).compute()
                 assert values.tobytes() == expected.tobytes()
             cli = _explain_cli(address, model, data, tmp_path / "out.npy")
