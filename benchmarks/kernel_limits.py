@@ -50,7 +50,7 @@ import time
 
 import numpy as np
 
-from benchmarks.kernel_work import KernelWork, host_plan, plan_work
+from benchmarks.kernel_work import KernelWork, host_plan, load_counts, plan_work, save_counts
 from benchmarks.shapes import make_data, train_model
 
 __all__ = ["DEFAULT_ROWS", "NCU_METRICS", "Peaks", "device_peaks", "main", "measure", "shares"]
@@ -83,6 +83,7 @@ NCU_METRICS: tuple[str, ...] = (
     *(f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for r in _STALLS),
 )  # fmt: skip
 _NCU_CORE = 7
+_SAVED_COUNTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_counts_sm90.json")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -524,12 +525,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--variant", action="append", default=[],
                         help="configuration change timed beside the default, e.g. "
                         "quadrature_tile_features=8 (repeatable; bits compared)")  # fmt: skip
+    parser.add_argument(
+        "--counts",
+        default=_SAVED_COUNTS,
+        help="SASS counts made elsewhere, used where ptxas / nvdisasm are missing",
+    )
+    parser.add_argument("--save-counts", help="write every kernel's counts to this file, exit")
     parser.add_argument("--ncu-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     for k in kinds:
         if k not in ("shap", "interactions"):
             raise SystemExit(f"--kinds: unknown kind {k!r}: use shap and/or interactions")
+    if args.save_counts:
+        save_counts(args.save_counts, args.nvdisasm)
+        return
+    if args.counts and os.path.exists(args.counts) and not args.ptx:
+        load_counts(args.counts)
     shapes = [s for s in args.shapes.split(",") if s]
     rows_of = {s: DEFAULT_ROWS.get(s, (20_000, 100)) for s in shapes}
     if args.ncu_child:

@@ -1,27 +1,29 @@
 """Counted work of the GPU kernels of a SHAP / interaction call (no GPU needed).
 
-The counting half of :mod:`benchmarks.kernel_limits`. A kernel's PTX is compiled for sm_90
-and, where ``nvdisasm`` is found (``pip install nvidia-cuda-nvdisasm``, or ``nvdisasm=``),
-assembled to SASS (:mod:`benchmarks.kernel_isa`). :func:`loop_counts` finds its loops and
-counts, for one iteration of each, the instructions of the longest path through it (an
-if-else counts its longer arm, a branch skipping work counts as taken, inner loops count by
-their own trips, categorical-only blocks of the innermost loops are left out as in
-``kernel_isa``) by class: ``issue`` (every instruction), ``fp32`` (FADD/FMUL/FFMA), ``xu``
-(MUFU and float<->int64 conversions), ``atoms`` (shared-memory atomics), ``atomg`` (global
-atomics). :func:`kernel_counts` names the loops by role (element, path, pair, ...) and undoes
-the compiler's unrolling (the reciprocals or int64 conversions one source iteration runs
-tell the unroll factor; remainder copies are taken out of the enclosing loop).
-:func:`plan_work` multiplies them by the trip counts of a plan on ``nb`` rows (paths, elements
-``k``, chunks, tiles, rows; a warp of the interaction kernel runs its longest path) and adds a
-lower bound of the HBM bytes: the rows, the launch's lanes (and tables) read once, the
-accumulator's values read and written once where it exceeds the L2 cache (50 MB). ptxas moves
-the table kernels' loops across each other: those are counted in PTX.
+The counting half of :mod:`benchmarks.kernel_limits`. :func:`loop_counts` finds the loops of
+a kernel's PTX or SASS (:mod:`benchmarks.kernel_isa`; SASS where ``ptxas`` and ``nvdisasm``
+are found) and counts one iteration of each along its longest path (an if-else counts its
+longer arm, a skipped block counts as run, inner loops by their own trips, categorical-only
+blocks left out as in ``kernel_isa``) by class: ``issue`` (all), ``fp32`` (FADD/FMUL/FFMA),
+``xu`` (MUFU, float<->int64 conversions), ``atoms`` / ``atomg`` (shared / global atomics).
+:func:`kernel_counts` names the loops by role and undoes unrolling (the reciprocals or int64
+conversions of one source iteration give the factor; remainder copies leave the enclosing
+loop). :func:`plan_work` multiplies them by a plan's trip counts on ``nb`` rows (a warp of the
+interaction kernel runs its longest path) and adds a lower bound of the HBM bytes (rows,
+lanes and tables read once, the accumulator read and written once where it exceeds 50 MB of
+L2). The table kernels count in PTX (ptxas moves their loops across each other). A GPU
+machine without the tools loads SASS counts made elsewhere (:func:`save_counts`,
+:func:`load_counts`; ``benchmarks/kernel_counts_sm90.json``: this commit's, CPU machine).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import re
+import shutil
+import subprocess
 import sys
 from collections import Counter
 
@@ -29,7 +31,10 @@ import numpy as np
 
 from benchmarks import kernel_isa
 
-__all__ = ["CLASSES", "KernelWork", "host_plan", "kernel_counts", "loop_counts", "plan_work"]
+__all__ = [
+    "CLASSES", "VARIANTS", "KernelWork", "host_plan", "kernel_counts", "load_counts",
+    "loop_counts", "plan_work", "save_counts",
+]  # fmt: skip
 
 #: Instruction classes counted besides ``issue`` (every instruction).
 CLASSES = ("fp32", "xu", "atoms", "atomg")
@@ -40,9 +45,8 @@ _INT_SIG = (
     "int64[::1], int32[::1], float32[:, ::1], int64[:, ::1], float64, int64, int64)"
 )
 _TAB_SIG = (
-    "void(float32[:, ::1], int32[:, ::1], int64[::1], int64[::1], uint32[::1], float32[::1], "
-    "int64[::1], int32[::1], int32[::1], float32[:, ::1], int64[:, ::1], float64, int64, int64, "
-    "int64)"
+    "void(float32[:, ::1], int32[:, ::1], int64[::1], int64[::1], uint32[::1], float32[::1], int64"
+    "[::1], int32[::1], int32[::1], float32[:, ::1], int64[:, ::1], float64, int64, int64, int64)"
 )
 
 
@@ -70,11 +74,8 @@ def _classes(op: str, sass: bool) -> tuple[str, ...]:
         return ("xu",)
     if parts[0] == "cvt" and parts[-1] == "f32" and parts[-2] in ("s64", "u64"):
         return ("xu", "cvt64")
-    if (
-        parts[0] == "cvt"
-        and any(p in ("f32", "f64") for p in parts)
-        and any(p in ("s64", "u64", "f64") for p in parts[1:])
-    ):
+    wide = any(p in ("s64", "u64", "f64") for p in parts[1:])
+    if parts[0] == "cvt" and wide and any(p in ("f32", "f64") for p in parts):
         return ("xu",)
     if parts[0] in ("add", "sub", "mul", "fma") and "f32" in parts:
         return ("fp32",)
@@ -315,12 +316,47 @@ def _kernel(kind: str, n_nodes: int, mode: str):
         return interaction_kernel(n_nodes, mode == "shared"), _INT_SIG
     from distshap.kernels.cuda.tables import table_kernel
 
-    return table_kernel(
-        mode == "shared", shap=kind == "table_shap", rows4=kind == "table_shap"
-    ), _TAB_SIG
+    shap = kind == "table_shap"
+    return table_kernel(mode == "shared", shap=shap, rows4=shap), _TAB_SIG
 
 
 _COUNTS: dict = {}
+#: Counts loaded by :func:`load_counts` (``"kind/n_nodes/mode"`` -> a :func:`kernel_counts` dict).
+_SAVED: dict = {}
+#: Every kernel variant a plan may launch (:func:`save_counts`).
+VARIANTS: tuple = (
+    *((k, n, m) for k, modes in (("shap", ("local", "shared", "global")),
+                                 ("interaction", ("shared", "global")))
+      for n in (2, 4, 6, 8, 12, 16) for m in modes),
+    *((k, 0, m) for k in ("table_shap", "table_int") for m in ("shared", "global")),
+)  # fmt: skip
+
+
+def save_counts(path: str, nvdisasm: str | None = None) -> None:
+    """Writes the SASS counts (PTX where SASS is not to be had) of every :data:`VARIANTS`
+    kernel to the JSON file ``path`` (for a GPU machine without ``ptxas`` / ``nvdisasm``)."""
+    out = {}
+    for kind, n, mode in VARIANTS:
+        c = kernel_counts(kind, n, mode, True, nvdisasm)
+        roles = {r: dict(v) for r, v in (c["roles"] or {}).items()}
+        out[f"{kind}/{n}/{mode}"] = {
+            "level": c["level"],
+            "registers": c["registers"],
+            "roles": roles,
+        }
+    with open(path, "w") as fh:
+        json.dump(out, fh, indent=0, sort_keys=True)
+
+
+def load_counts(path: str) -> int:
+    """Loads :func:`save_counts`' file: :func:`kernel_counts` returns its SASS counts (level
+    ``sass*``) where it cannot make its own. Returns the number of kernels loaded."""
+    with open(path) as fh:
+        data = json.load(fh)
+    for key, c in data.items():
+        roles = {r: Counter(v) for r, v in c["roles"].items()} or None
+        _SAVED[key] = {"level": c["level"] + "*", "registers": c["registers"], "roles": roles}
+    return len(data)
 
 
 def kernel_counts(kind: str, n_nodes: int = 0, mode: str = "shared", sass: bool = True,
@@ -333,12 +369,16 @@ def kernel_counts(kind: str, n_nodes: int = 0, mode: str = "shared", sass: bool 
     key = (kind, n_nodes, mode, sass, nvdisasm, arch)
     if key in _COUNTS:
         return _COUNTS[key]
+    saved = _SAVED.get(f"{kind}/{n_nodes}/{mode}")
+    nvdisasm = nvdisasm or kernel_isa._default_nvdisasm()
+    tools = nvdisasm and os.path.exists(nvdisasm) and shutil.which("ptxas")
+    if sass and not tools and saved is not None and saved["level"].startswith("sass"):
+        return saved  # no SASS here: the counts made elsewhere
     kernel, sig = _kernel(kind, n_nodes, mode)
     ptx = kernel_isa.kernel_ptx(kernel, sig, cc=(int(arch[3]), int(arch[4:])))
     cold = kernel_isa.cold_lines(kernel)
     result = {"level": "ptx", "roles": None, "registers": None}
-    nvdisasm = nvdisasm or kernel_isa._default_nvdisasm()
-    if sass and nvdisasm and not kind.startswith("table"):  # table loops: PTX (docstring)
+    if sass and tools and not kind.startswith("table"):  # table loops: PTX (docstring)
         try:
             lines, source, rep = kernel_isa.sass_of(ptx, arch=arch, nvdisasm=nvdisasm)
             regs = re.search(r"Used (\d+) registers", rep)
@@ -346,8 +386,8 @@ def kernel_counts(kind: str, n_nodes: int = 0, mode: str = "shared", sass: bool 
             loops = loop_counts(lines, True, source, cold)
             result["roles"] = _roles(loops, kind, n_nodes) if loops else None
             result["level"] = "sass"
-        except (OSError, RuntimeError, ValueError) as exc:  # no ptxas: PTX counts
-            print(f"  (SASS unavailable: {exc}; PTX counts)", file=sys.stderr)
+        except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as exc:
+            print(f"  (SASS unavailable: {exc}; saved or PTX counts)", file=sys.stderr)
     if result["roles"] is None:
         lines, source = kernel_isa._ptx_lines(ptx)
         result["roles"] = _roles(loop_counts(lines, False, source, cold), kind, n_nodes)
@@ -397,9 +437,8 @@ def _npairs(k: np.ndarray) -> np.ndarray:
     return np.maximum(k[:, None] - a[None, :] - 2, 0).sum(axis=1)
 
 
-def _shap_launch(
-    q: dict, k: np.ndarray, F: int, G: int, nb: int, local: bool, opts: dict
-) -> KernelWork:
+def _shap_launch(q: dict, k: np.ndarray, F: int, G: int, nb: int, local: bool,
+                 opts: dict) -> KernelWork:  # fmt: skip
     """The two-row SHAP quadrature launch ``q`` (host arrays) on ``nb`` rows."""
     from distshap.plan.geometry import quadrature_warps
 

@@ -104,3 +104,20 @@ def test_plan_work_of_a_small_model():
         assert w.counts["xu"] >= 4 * w.elements / 64, w
         assert w.counts["issue"] > w.counts["fp32"] > 0, w
     assert work[-1].hbm_bytes == 20.0 * rows * (packed.num_features + 1)
+
+
+def test_saved_counts_stand_in_for_missing_tools(tmp_path):
+    import json
+
+    from benchmarks import kernel_work
+
+    path = tmp_path / "counts.json"
+    entry = {"level": "sass", "registers": 48, "roles": {"element": {"issue": 127, "fp32": 24}}}
+    path.write_text(json.dumps({"shap/2/shared": entry}))
+    try:
+        assert kernel_work.load_counts(str(path)) == 1
+        got = kernel_work.kernel_counts("shap", 2, "shared", sass=True, nvdisasm="/no/nvdisasm")
+        assert got["level"] == "sass*" and got["registers"] == 48
+        assert got["roles"]["element"] == Counter(issue=127, fp32=24)
+    finally:
+        kernel_work._SAVED.clear()
