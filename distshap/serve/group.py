@@ -103,7 +103,8 @@ class ServerGroup:
     Raises
     ------
     ValueError
-        ``processes`` < 2, or a platform without ``SO_REUSEPORT``.
+        ``processes`` < 2, a platform without ``SO_REUSEPORT``, or in-process batches on a
+        GPU whose compute mode admits one process only.
     FileNotFoundError
         A model or background file that does not exist.
     """
@@ -124,6 +125,8 @@ class ServerGroup:
             raise ValueError(f"processes={processes}: this platform lacks SO_REUSEPORT; use 1")
         for spec in specs:  # before any process starts
             check_files(spec)
+        if scheduler is None and backend != "cpu":
+            _check_gpu_shared(processes)
         self._reserved = _reserve(options.host, options.port)
         self.address: tuple[str, int] = self._reserved.getsockname()[:2]
         self.options = replace(options, port=self.address[1], reuse_port=True)
@@ -253,6 +256,19 @@ class ServerGroup:
         self._reserved.close()
         shutil.rmtree(self._dir, ignore_errors=True)
         self._drained.set()
+
+
+def _check_gpu_shared(processes: int) -> None:
+    """ValueError when the GPU admits one process only (its compute mode is not the default),
+    read without making a context here."""
+    from distshap.warmup import COMPUTE_MODE_DEFAULT, gpu_compute_mode
+
+    mode = gpu_compute_mode()
+    if mode is not None and mode != COMPUTE_MODE_DEFAULT:
+        raise ValueError(
+            f"processes={processes}: the GPU's compute mode ({mode}) lets one process only use "
+            "it; use processes=1, or the Dask backend (one worker a GPU)"
+        )
 
 
 class _Snapshots:
