@@ -41,19 +41,18 @@ import argparse
 import dataclasses
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 
+from benchmarks.kernel_ncu import ncu_line, run_ncu
 from benchmarks.kernel_work import KernelWork, host_plan, load_counts, plan_work, save_counts
 from benchmarks.shapes import make_data, train_model
 
-__all__ = ["DEFAULT_ROWS", "NCU_METRICS", "Peaks", "device_peaks", "main", "measure", "shares"]
+__all__ = ["DEFAULT_ROWS", "Peaks", "device_peaks", "main", "measure", "shares"]
 
 #: Shapes measured by default and their rows (SHAP, interactions).
 DEFAULT_ROWS: dict[str, tuple[int, int]] = {
@@ -62,27 +61,6 @@ DEFAULT_ROWS: dict[str, tuple[int, int]] = {
     "fashion_mnist-med": (20_000, 10),
     "cal_housing-large": (20_000, 100),
 }
-_STALLS = ("long_scoreboard", "short_scoreboard", "mio_throttle", "lg_throttle", "wait",
-           "math_pipe_throttle", "not_selected", "barrier", "branch_resolving", "dispatch_stall",
-           "no_instruction", "drain", "membar", "imc_miss", "tex_throttle", "misc")  # fmt: skip
-#: ncu metrics of ``--ncu`` (the first ones alone where the full list is refused).
-NCU_METRICS: tuple[str, ...] = (
-    "gpu__time_duration.sum", "sm__inst_executed.sum",
-    "smsp__issue_active.avg.pct_of_peak_sustained_active",
-    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-    "dram__throughput.avg.pct_of_peak_sustained_elapsed", "dram__bytes.sum",
-    "sm__warps_active.avg.pct_of_peak_sustained_active",
-    "smsp__cycles_elapsed.avg.per_second",
-    "smsp__sass_inst_executed_op_shared_atom.sum",
-    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_atom.sum",
-    "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active",
-    "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active",
-    "sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active",
-    "launch__registers_per_thread", "launch__occupancy_limit_registers",
-    "launch__occupancy_limit_shared_mem",
-    *(f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for r in _STALLS),
-)  # fmt: skip
-_NCU_CORE = 7
 _SAVED_COUNTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_counts_sm90.json")
 
 
@@ -319,6 +297,35 @@ def measure(shape: str, kind: str, rows: int, repeats: int, peaks: Peaks, sass: 
     return record
 
 
+def _changes(text: str) -> dict[str, int]:
+    """``"name=value,name=value"`` as configuration changes (integer values)."""
+    changes = {}
+    for item in text.split(","):
+        name, _, value = item.partition("=")
+        try:
+            changes[name.strip()] = int(value)
+        except ValueError:
+            raise SystemExit(f"--variant {text!r}: {item!r} is not name=integer; "
+                             "pass e.g. quadrature_tile_features=12") from None  # fmt: skip
+    return changes
+
+
+def _check_args(shapes: list[str], variants: list[str]) -> None:
+    """One line naming a bad ``--shapes`` entry or ``--variant``, before any long work."""
+    from benchmarks.shapes import DATASETS, REAL_DATASETS, SIZES
+    from distshap.plan.config import get_config
+
+    for shape in shapes:
+        name, _, size = shape.rpartition("-")
+        if (name not in DATASETS and name not in REAL_DATASETS) or size not in SIZES:
+            raise SystemExit(f"--shapes: unknown shape {shape!r}: use name-size, e.g. covtype-med")
+    for text in variants:
+        try:
+            get_config().replace(**_changes(text))
+        except (TypeError, ValueError) as exc:
+            raise SystemExit(f"--variant {text!r}: {exc}") from None
+
+
 def _variants(call, Xd, variants: tuple[str, ...], repeats: int) -> list[dict]:
     """Each configuration change's call seconds and whether its output has the default's bits."""
     import cupy
@@ -330,11 +337,7 @@ def _variants(call, Xd, variants: tuple[str, ...], repeats: int) -> list[dict]:
     base = cupy.asarray(call(Xd)).view(np.uint32)
     out = []
     for text in variants:
-        changes = {}
-        for item in text.split(","):
-            name, _, value = item.partition("=")
-            changes[name.strip()] = int(value)
-        with config_context(**changes):
+        with config_context(**_changes(text)):
             seconds = _median(lambda: call(Xd), repeats)
             same = bool(cupy.array_equal(cupy.asarray(call(Xd)).view(np.uint32), base))
         out.append({"variant": text, "call_s": seconds, "bits_equal": same})
@@ -373,103 +376,7 @@ def _print(record: dict, ncu: list | None = None) -> None:
             f"{100 * x['seconds'] / parts:5.1f}% {regs:>4} {x['level']:>5} | {cells} | {bound}"
         )
         if ncu and i < len(ncu) and ncu[i]:
-            print("      ncu: " + _ncu_line(ncu[i], x))
-
-
-def _ncu_line(kernels: list[dict], x: dict) -> str:
-    """One launch's ncu figures (its longest kernel; instructions summed over its kernels)."""
-    num = lambda r, k: r.get(k, float("nan"))  # noqa: E731
-    main = max(kernels, key=lambda r: num(r, "gpu__time_duration.sum"))
-    inst = sum(num(r, "sm__inst_executed.sum") for r in kernels)
-    counted = x.get("ncu_counted_issue")
-    name = str(main.get("Kernel Name", "?"))[:28]
-    text = f"{name} {num(main, 'gpu__time_duration.sum') / 1e3:.1f} us"
-    text += f", inst {inst:.3g}"
-    if counted:
-        text += f" (counted/ncu {counted / inst:.2f})"
-    for key, name in (("smsp__issue_active", "issue"), ("sm__throughput", "SM"),
-                      ("dram__throughput", "DRAM"), ("sm__warps_active", "warps"),
-                      ("sm__inst_executed_pipe_fma", "fma"), ("sm__inst_executed_pipe_xu", "xu"),
-                      ("sm__inst_executed_pipe_alu", "alu")):  # fmt: skip
-        hit = [v for k, v in main.items() if k.startswith(key + ".") and isinstance(v, float)]
-        if hit:
-            text += f", {name} {hit[0]:.0f}%"
-    clock = main.get("smsp__cycles_elapsed.avg.per_second")
-    if isinstance(clock, float):
-        text += f", {clock / 1e9:.2f} GHz"
-    atoms = main.get("smsp__sass_inst_executed_op_shared_atom.sum")
-    if isinstance(atoms, float) and atoms:
-        waves = main.get("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_atom.sum", float("nan"))
-        text += f", ATOMS {atoms:.3g} ({waves / atoms:.1f} wavefronts each)"
-    for key, name in (("launch__registers_per_thread", "regs"),
-                      ("launch__occupancy_limit_registers", "blocks/SM by regs"),
-                      ("launch__occupancy_limit_shared_mem", "by smem")):  # fmt: skip
-        if isinstance(main.get(key), float):
-            text += f", {name} {main[key]:.0f}"
-    stalls = {k.split("stalled_")[1].split("_per")[0]: v for k, v in main.items()
-              if "issue_stalled_" in k and isinstance(v, float)}  # fmt: skip
-    top = sorted(stalls.items(), key=lambda kv: -kv[1])[:3]
-    if top:
-        text += ", stalls " + " ".join(f"{k} {v:.2f}" for k, v in top)
-    return text
-
-
-def _parse_ncu(text: str) -> list[dict]:
-    """Kernel records of ncu's ``--csv --page raw`` output (values as floats where numbers)."""
-    import csv
-
-    lines = text.splitlines()
-    at = next((i for i, x in enumerate(lines) if x.startswith('"ID"')), None)
-    if at is None:
-        return []
-    rows = list(csv.reader(lines[at:]))
-    header, out = rows[0], []
-    for row in rows[1:]:
-        if len(row) != len(header) or not row[0].strip().isdigit():
-            continue  # the units row, or lines of the application
-        rec = {}
-        for k, v in zip(header, row, strict=True):
-            try:
-                rec[k] = float(v.replace(",", ""))
-            except ValueError:
-                rec[k] = v
-        out.append(rec)
-    return out
-
-
-def run_ncu(shape: str, kind: str, rows: int, n_parts: int) -> list | str:
-    """Every launch of one call (``n_parts``, the finish pass last) profiled once under
-    ``ncu`` in a child process: per launch, its kernels' records; or why not."""
-    exe = shutil.which("ncu")
-    if exe is None:
-        return "ncu not found on PATH"
-    child = [sys.executable, "-m", "benchmarks.kernel_limits", "--ncu-child", "--shapes", shape,
-             "--kinds", kind, "--rows", str(rows), "--interaction-rows", str(rows)]  # fmt: skip
-    why = ""
-    with tempfile.TemporaryDirectory() as tmp:
-        log = os.path.join(tmp, "ncu.csv")
-        for metrics in (NCU_METRICS, NCU_METRICS[:_NCU_CORE]):
-            cmd = [exe, "--clock-control", "none", "--profile-from-start", "off", "--csv",
-                   "--page", "raw", "--print-units", "base", "--log-file", log, "--metrics",
-                   ",".join(metrics), *child]  # fmt: skip
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-            except subprocess.TimeoutExpired:
-                return "ncu ran over 120 s"
-            text = open(log).read() if os.path.exists(log) else ""
-            kernels = _parse_ncu(text) or _parse_ncu(proc.stdout)
-            if kernels:
-                break
-            why = (text + proc.stdout + proc.stderr).strip()[-300:]
-        else:
-            return f"ncu gave no kernel records: {why}"
-    groups: list[list[dict]] = []
-    for rec in kernels:
-        if "spin" in str(rec.get("Kernel Name", "")):
-            groups.append([])
-        elif groups:
-            groups[-1].append(rec)
-    return groups[:n_parts]
+            print("      ncu: " + ncu_line(ncu[i], x))
 
 
 def _ncu_child(shape: str, kind: str, rows: int) -> None:
@@ -543,6 +450,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.counts and os.path.exists(args.counts) and not args.ptx:
         load_counts(args.counts)
     shapes = [s for s in args.shapes.split(",") if s]
+    _check_args(shapes, args.variant)
     rows_of = {s: DEFAULT_ROWS.get(s, (20_000, 100)) for s in shapes}
     if args.ncu_child:
         kind = kinds[0]

@@ -121,3 +121,20 @@ def test_saved_counts_stand_in_for_missing_tools(tmp_path):
         assert got["roles"]["element"] == Counter(issue=127, fp32=24)
     finally:
         kernel_work._SAVED.clear()
+
+
+def test_ncu_raw_csv_is_read():
+    from benchmarks.kernel_ncu import _parse_ncu
+
+    text = (
+        "==PROF== Connected to process 1\n"
+        '"ID","Process ID","Kernel Name","gpu__time_duration.sum","sm__inst_executed.sum"\n'
+        '"","","","nsecond","warp"\n'
+        '"0","7","spin","200,064","1"\n'
+        '"1","7","kernel","1,234,567","98765432"\n'
+        "application output\n"
+    )
+    got = _parse_ncu(text)
+    assert [r["Kernel Name"] for r in got] == ["spin", "kernel"]
+    assert got[1]["gpu__time_duration.sum"] == 1234567.0
+    assert got[1]["sm__inst_executed.sum"] == 98765432.0
