@@ -27,7 +27,8 @@ def test_help_lists_every_option(capsys):
     assert info.value.code == 0
     text = capsys.readouterr().out
     for flag in ("--model", "--host", "--token", "--insecure", "--local", "--scheduler",
-                 "--max-batch-rows", "--max-wait-ms", "--request-timeout"):  # fmt: skip
+                 "--max-batch-rows", "--max-wait-ms", "--request-timeout",
+                 "--processes"):  # fmt: skip
         assert flag in text
 
 
