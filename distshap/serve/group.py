@@ -301,8 +301,13 @@ def _watch(server: ExplanationServer, snapshots: _Snapshots) -> None:
     """A process's thread: its metrics written for the others; a drain when the parent dies."""
     parent = multiprocessing.parent_process()
     while not server.wait_drained(0):
-        snapshots.write(server)
-        if parent is not None and wait([parent.sentinel], timeout=_SNAPSHOT_SECONDS):
+        try:
+            snapshots.write(server)
+        except OSError:  # the folder is gone: the group is stopping
+            pass
+        if parent is None:
+            server.wait_drained(_SNAPSHOT_SECONDS)
+        elif wait([parent.sentinel], timeout=_SNAPSHOT_SECONDS):
             log.warning("the parent process exited: draining")
             server.drain()
             return
