@@ -344,6 +344,13 @@ def _variants(call, Xd, variants: tuple[str, ...], repeats: int) -> list[dict]:
     return out
 
 
+def _role_split(counts: dict) -> str:
+    """The counted issue by loop role (:mod:`benchmarks.kernel_work`), as shares."""
+    total = counts.get("issue", 0)
+    parts = {k[6:]: v for k, v in counts.items() if k.startswith("issue:") and v}
+    return ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in parts.items()) if total else ""
+
+
 def _print(record: dict, ncu: list | None = None) -> None:
     rows, call = record["rows"], record["call_s"]
     head = f"== {record['shape']} {record['kind']}, {rows:,} rows, {record['paths']:,} paths: "
@@ -375,6 +382,8 @@ def _print(record: dict, ncu: list | None = None) -> None:
             f"   {x['label'][:44]:44} {1e3 * x['seconds']:8.3f} "
             f"{100 * x['seconds'] / parts:5.1f}% {regs:>4} {x['level']:>5} | {cells} | {bound}"
         )
+        if _role_split(x["counts"]):
+            print(f"      counted issue by loop: {_role_split(x['counts'])}")
         if ncu and i < len(ncu) and ncu[i]:
             print("      ncu: " + ncu_line(ncu[i], x))
 
@@ -413,6 +422,8 @@ def _count_only(shape: str, kind: str, rows: int, peaks: Peaks, sass: bool, nvdi
         floors["hbm"] = w.hbm_bytes / rates["hbm"]
         cells = " ".join(f"{k} {1e3 * v:.3f}" for k, v in floors.items() if v)
         print(f"   {w.label[:44]:44} {w.level:>4} {w.registers or '':>3} | ms at peak: {cells}")
+        if _role_split(w.counts):
+            print(f"      counted issue by loop: {_role_split(w.counts)}")
 
 
 def main(argv: list[str] | None = None) -> None:

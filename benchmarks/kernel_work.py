@@ -227,19 +227,17 @@ def _around(loops: list[dict], middle: int) -> tuple[Counter, Counter]:
 
 
 def _per_iteration(own: Counter, marker: str, per: float) -> Counter:
-    """``own`` divided by the times the compiler unrolled its loop: ``own[marker]`` over the
-    ``per`` markers one source iteration runs (reciprocals: one a node and row; float to int64
-    conversions: one a value)."""
+    """``own`` over its loop's unroll factor: ``own[marker]`` / the ``per`` markers one source
+    iteration runs (reciprocals: one a node and row; float to int64 conversions: one a value)."""
     unroll = max(1, round(own.get(marker, 0) / per)) if per > 0 else 1
     return Counter({k: v / unroll for k, v in own.items()})
 
 
 def _without(own: Counter, per_iteration: Counter, marker: str, per: float,
              legit: float = 0) -> Counter:  # fmt: skip
-    """A loop's ``own`` instructions without the remainder copies of an unrolled inner loop
-    (``per_iteration``, ``per`` ``marker`` instructions an iteration) that the compiler put in
-    it: its ``marker`` instructions beyond its ``legit`` own ones (the inner loop's trip
-    count already counts every iteration)."""
+    """A loop's ``own`` without the remainder copies of an unrolled inner loop (``per_iteration``,
+    ``per`` ``marker`` instructions an iteration) in it: its markers beyond its ``legit`` ones
+    (the inner loop's trips count every iteration)."""
     copies = max(0.0, (own.get(marker, 0) - legit) / per) if per > 0 else 0.0
     return Counter({k: max(0.0, v - copies * per_iteration.get(k, 0)) for k, v in own.items()})
 
@@ -421,17 +419,19 @@ def _acc_bytes(rows: int, width: int) -> float:
 
 
 def _scaled(roles: dict, trips: dict) -> Counter:
+    """Per-iteration counts x trips, and each role's issue as ``"issue:<role>"``."""
     out = Counter()
     for role, n in trips.items():
         for k, v in roles.get(role, {}).items():
             if k in CLASSES or k == "issue":
                 out[k] += v * n
+        out[f"issue:{role}"] = roles.get(role, {}).get("issue", 0) * n
     return out
 
 
 def _npairs(k: np.ndarray) -> np.ndarray:
-    """Iterations of the interaction kernel's pair loop for a path of ``k`` elements: element
-    ``a = 0, 2, 4, ...`` against each ``c >= a + 2``."""
+    """Pair-loop iterations of the interaction kernel for ``k`` elements (``a = 0, 2, ...``
+    against each ``c >= a + 2``)."""
     k = np.asarray(k, np.int64)
     a = np.arange(0, max(int(k.max(initial=0)), 1), 2)
     return np.maximum(k[:, None] - a[None, :] - 2, 0).sum(axis=1)
