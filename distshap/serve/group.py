@@ -5,7 +5,8 @@ One Python process reads, decodes and encodes requests on one core; a fast devic
 state, no GPU context, is inherited), each with its own registry, executor and batcher, each
 listening on the same address with ``SO_REUSEPORT`` (Linux spreads the connections over them).
 In-process batches run on each process's own copy of the models (on the GPU: one copy per
-process); with a Dask cluster each process has its own client to it. Every process applies the
+process), their CPU kernels on ``cores / processes`` threads (``DISTSHAP_NUM_THREADS`` unless
+set); with a Dask cluster each process has its own client to it. Every process applies the
 same token and limits, and answers each request with the values ``TreeExplainer(model)`` gives
 for its rows, bit for bit.
 
@@ -36,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from distshap.parallel import THREADS_VARIABLE
 from distshap.serve.backends import DaskExecutor, InProcessExecutor
 from distshap.serve.registry import ModelSpec, Registry, check_files
 from distshap.serve.server import ExplanationServer, ServeOptions
@@ -318,6 +320,8 @@ def _process_main(index: int, processes: int, specs: list, options: ServeOptions
                   level: int) -> None:  # fmt: skip
     """One server process of a group: build, serve, drain on SIGTERM, exit 0."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which drains
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    os.environ.setdefault(THREADS_VARIABLE, str(max(1, (cores or 1) // processes)))
     logging.basicConfig(level=level, format=f"%(asctime)s %(name)s[{index}] %(message)s")
     client = None
     try:
