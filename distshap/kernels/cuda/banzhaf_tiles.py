@@ -46,7 +46,7 @@ from distshap.kernels.banzhaf_cpu import interventional_tables
 from distshap.kernels.banzhaf_rows import background_masks
 from distshap.kernels.cuda.launch import device_rows
 from distshap.kernels.cuda.runtime.args import configured, current_stream, view
-from distshap.kernels.cuda.runtime.device import device_id, xp
+from distshap.kernels.cuda.runtime.device import SIM, device_id, xp
 from distshap.packed import PackedModel, host_form
 
 __all__ = [
@@ -439,7 +439,11 @@ def _launch(packed: PackedModel, X, bias, tile: int, game: tuple | None, pairs: 
         acc = xp().empty((width, padded), np.float64) if not (shared or pairs) else f64_2d
         sums = 2 * width * threads * 8 if shared else 0
         kernel = _kernel(shared, game is not None, pairs, tile)
-        configured(kernel, blocks, threads, current_stream(), sums)(
+        if SIM:  # the simulator's kernel[...] sets the kernel's own dimensions: none kept
+            kernel = kernel[blocks, threads, 0, sums]
+        else:
+            kernel = configured(kernel, blocks, threads, current_stream(), sums)
+        kernel(
             XT, lower, upper, zero, q, column, meta, ref, *cats, tiles, tables, masks,
             np.int64(B), xp().asarray(init.ravel()), acc, out, acc_int,
         )  # fmt: skip
