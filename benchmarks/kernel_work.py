@@ -596,5 +596,5 @@ def host_plan(packed, interactions: bool, device_plan=None) -> dict:
         on = np.flatnonzero(np.asarray(lane_table)[: packed.lane_path.shape[0]] >= 0)
         plan["table_lanes"] = int(on.size)
         plan["table_elements"] = int(np.count_nonzero(packed.feature[on] >= 0)) if on.size else 0
-    plan["n_oversize"] = int((k > 31).sum())
+    plan["n_oversize"] = int((~gpu.path_info(packed)[2]).sum())  # the fallback kernel's
     return plan
