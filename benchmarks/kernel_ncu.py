@@ -2,7 +2,7 @@
 
 :func:`run_ncu` runs ``python -m benchmarks.kernel_limits --ncu-child`` under ``ncu
 --clock-control none --profile-from-start off`` with :data:`NCU_METRICS` (the first
-``_NCU_CORE`` alone where ncu refuses the full list); the child runs every launch of the call
+``_NCU_CORE`` alone, in ncu's own units, where ncu refuses the full list); the child runs every launch of the call
 once inside a profiler range, a spin kernel before each, and the records are split at the spin
 kernels. :func:`ncu_line` prints one launch's figures beside the counted ones.
 """
@@ -112,10 +112,10 @@ def run_ncu(shape: str, kind: str, rows: int, n_parts: int) -> list | str:
     why = ""
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "ncu.csv")
-        for metrics in (NCU_METRICS, NCU_METRICS[:_NCU_CORE]):
+        for metrics, units in ((NCU_METRICS, True), (NCU_METRICS[:_NCU_CORE], False)):
             cmd = [exe, "--clock-control", "none", "--profile-from-start", "off", "--csv",
-                   "--page", "raw", "--print-units", "base", "--log-file", log, "--metrics",
-                   ",".join(metrics), *child]  # fmt: skip
+                   "--page", "raw", *(("--print-units", "base") if units else ()),
+                   "--log-file", log, "--metrics", ",".join(metrics), *child]  # fmt: skip
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
             except subprocess.TimeoutExpired:
