@@ -331,7 +331,7 @@ def _check_batch_interval(value: Any) -> None:
         isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1
     ):
         raise ClusterError(
-            f"batch_interval={value!r} must be seconds between 0 and 1 (e.g. 0.001), "
+            f"batch_interval={value!r} must be seconds between 0 and 1 (e.g. 0.0), "
             "or None for distributed's own intervals"
         )
 
@@ -419,7 +419,7 @@ def start_cluster(
     processes: bool = True,
     threads_per_worker: int | None = None,
     start_timeout: float = 120.0,
-    batch_interval: float | None = 0.001,
+    batch_interval: float | None = 0.0,
     **kwargs: Any,
 ) -> Client:
     """Start a local Dask cluster (GPU or CPU), or connect to a running scheduler.
@@ -448,8 +448,10 @@ def start_cluster(
     batch_interval : float or None
         A local cluster only: seconds for which each message stream (client to scheduler,
         scheduler to workers and client, workers to scheduler) batches messages, instead of
-        distributed's 10, 5 and 2 ms, which a small call pays at several hops. Shorter means
-        more, smaller messages when many tasks finish at once. ``None``: distributed's own.
+        distributed's 10, 5 and 2 ms, which a small call pays at several hops. Default 0: a
+        message leaves as soon as the sender's event loop is free (those queued meanwhile go
+        together); more, smaller messages when many tasks finish at once. ``None``:
+        distributed's own.
     **kwargs
         Passed to ``LocalCUDACluster`` / ``LocalCluster`` (e.g. ``dashboard_address``,
         ``memory_limit``, ``env``). CPU worker processes get ``DISTSHAP_NUM_THREADS`` in
