@@ -2,9 +2,10 @@
 
 :func:`run_ncu` runs ``python -m benchmarks.kernel_limits --ncu-child`` under ``ncu
 --clock-control none --profile-from-start off`` with :data:`NCU_METRICS` (the first
-``_NCU_CORE`` alone, in ncu's own units, where ncu refuses the full list); the child runs every launch of the call
-once inside a profiler range, a spin kernel before each, and the records are split at the spin
-kernels. :func:`ncu_line` prints one launch's figures beside the counted ones.
+``_NCU_CORE`` alone, in ncu's own units, where ncu refuses the full list); the child runs
+every launch of the call once inside a profiler range, a spin kernel before each, and the
+records are split at the spin kernels. :func:`ncu_line` prints one launch's figures beside
+the counted ones.
 """
 
 from __future__ import annotations
