@@ -59,7 +59,7 @@ DEFAULT_ROWS: dict[str, tuple[int, int]] = {
     "cal_housing-med": (200_000, 200),
     "covtype-med": (50_000, 200),
     "fashion_mnist-med": (20_000, 10),
-    "cal_housing-large": (20_000, 100),
+    "cal_housing-large": (2_000, 50),
 }
 _SAVED_COUNTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_counts_sm90.json")
 
