@@ -148,6 +148,7 @@ def test_concurrent_clients_across_batch_boundaries(server, files):
     batches = sum(h.counts and sum(h.counts) for h in server.metrics.batch_rows.values())
     earlier = sum(sum(h.counts) for h in before.values())
     assert batches - earlier < len(jobs)  # some requests shared a batch
+    assert not server._deadlines  # answered requests keep no deadline timer
 
 
 def test_tritonclient_json_and_binary(server, files):
@@ -245,6 +246,7 @@ def test_request_timeout_504(files):
     try:
         status, _, body = infer(srv.url, "bin", files["X"][:2])
         assert status == 504 and "timeout of 0.2 s" in json.loads(body)["error"]
+        assert not srv._deadlines  # the expired request's bucket is gone
     finally:
         srv.drain()
 

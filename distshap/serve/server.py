@@ -163,7 +163,7 @@ class ExplanationServer:
         self._queues: dict[tuple, BatchQueue] = {}
         # deadline bucket -> the calls whose deadline falls in it (one timer a bucket, not a
         # timer a request)
-        self._deadlines: dict[int, set] = {}
+        self._deadlines: dict[int, _Bucket] = {}
         self._checked: dict[tuple, tuple] = {}
         self._connections: set[Connection] = set()
         self._active = 0
@@ -478,8 +478,10 @@ class ExplanationServer:
         key = int(deadline / _TICK) + 1
         bucket = self._deadlines.get(key)
         if bucket is None:
-            bucket = self._deadlines[key] = set()
-            self.loop.call_later(max(0.0, key * _TICK - time.perf_counter()), self._expire, key)
+            bucket = self._deadlines[key] = _Bucket()
+            bucket.key = key
+            left = max(0.0, key * _TICK - time.perf_counter())
+            bucket.timer = self.loop.call_later(left, self._expire, key)
         bucket.add(call)
         call.bucket = bucket
 
@@ -536,6 +538,12 @@ class ExplanationServer:
         return out
 
 
+class _Bucket(set):
+    """The calls whose deadline falls in one tick, with the tick (``key``) and its timer."""
+
+    __slots__ = ("key", "timer")
+
+
 class _Call:
     """An infer request waiting for its outputs (one queue handle per output) or its deadline
     (``bucket``: its deadline's bucket, None once answered)."""
@@ -562,9 +570,13 @@ class _Call:
         self.left -= 1
         if self.left:  # more to come, or expired (negative: what still arrives is dropped)
             return
-        if self.bucket is not None:
-            self.bucket.discard(self)
+        bucket = self.bucket
+        if bucket is not None:
             self.bucket = None
+            bucket.discard(self)
+            if not bucket:  # its timer is not needed any more
+                bucket.timer.cancel()
+                self.server._deadlines.pop(bucket.key, None)
         try:
             reply = self.server._outputs(self)
         except Exception as err:  # an answer for every request, whatever went wrong
