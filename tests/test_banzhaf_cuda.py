@@ -37,7 +37,7 @@ for budget in (1 << 30, 0):
                                                interactions=interactions),
              banzhaf_cpu.interventional_banzhaf_values(packed, background, rows, bias=bias,
                                                        interactions=interactions))
-bt.SUMS_BYTES = 0  # values summed in global memory, as for models of many columns
+bt.SHARED_BYTES = 0  # values summed in global memory, as for models of many columns
 same(gpu.banzhaf_values(packed, rows), banzhaf_cpu.banzhaf_values(packed, rows))
 same(gpu.interventional_banzhaf_values(packed, background, rows, bias=bias),
      banzhaf_cpu.interventional_banzhaf_values(packed, background, rows, bias=bias))
@@ -58,8 +58,8 @@ from distshap.interventional import build_background
 from distshap.kernels import banzhaf_cpu
 from distshap.kernels.cuda import banzhaf_tiles as bt
 
-# tiles of at most 16 lanes: paths across several tiles; sums in shared memory (8000 bytes: 32
-# to 128 threads a block, by the model's columns) and in global memory
+# tiles of at most 16 lanes: paths across several tiles; sums and rows in shared memory, and
+# both in global memory
 models = dict(tiny_ensembles(), zero_cover_subtree=zero_cover_subtree(),
               random=random_ensemble(5, n_features=6, n_trees=4, depth=4, n_groups=2,
                                      n_categorical=2))
@@ -71,8 +71,8 @@ for name, ens in models.items():
     background = build_background(packed, R)
     ref = brute_force_banzhaf_rows(ens, X)
     ref_bg = brute_force_banzhaf_rows(ens, X, R)
-    for sums in (8000, 0) if name in ("multiclass", "random") else (8000,):
-        bt.SUMS_BYTES = sums
+    for sums in (43 * 1024, 0) if name in ("multiclass", "random") else (43 * 1024,):
+        bt.SHARED_BYTES = sums
         out = bt.product_values(packed, rows, tile=16)
         np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-7, err_msg=name)
         out = bt.background_values(packed, background, rows, ref_bg[:1, :, -1], tile=16)
@@ -91,16 +91,17 @@ from distshap.kernels.cuda import banzhaf_tiles as bt
 
 ens = random_ensemble(5, n_features=6, n_trees=4, depth=4, n_groups=2, n_categorical=2)
 packed = TreeExplainer(ens).packed
-# 32 threads a block (14 columns' sums fit 8000 bytes for 32 threads, not for 64): 3 blocks;
-# the bits do not depend on the block size, the row's place in the batch or the tiles
+# 32 threads a block (14 columns' sums fit 8000 bytes for 32 threads, not for 64; the rows not
+# after them): 3 blocks; the bits do not depend on the block size, the row's place in the batch,
+# the tiles or where the rows are read
 X = random_rows(7, ens, n=70)
 rows = packed.encoding.apply(X.astype(np.float32))
-bt.SUMS_BYTES = 8000
+bt.SHARED_BYTES = 8000
 assert bt._threads(14) == 32
 R = build_background(packed, random_rows(8, ens, n=6))
 small = bt.product_values(packed, rows, tile=16)
 bg_small = bt.background_values(packed, R, rows, [0.5, 1.0], tile=16)
-bt.SUMS_BYTES = 39 * 1024
+bt.SHARED_BYTES = 43 * 1024
 big = bt.product_values(packed, rows)
 np.testing.assert_array_equal(small, big)
 np.testing.assert_array_equal(bg_small, bt.background_values(packed, R, rows, [0.5, 1.0]))
@@ -168,17 +169,18 @@ def test_lane_tiles_hold_whole_paths():
 
 @pytest.mark.skipif(not nvvm_available(), reason="NVVM not available")
 @pytest.mark.parametrize(
-    "shared, background, pairs",
-    [(True, False, False), (False, True, False), (False, False, True), (False, True, True)],
-)
-def test_kernels_compile_to_ptx_without_local_memory(shared, background, pairs):
+    "shared, background, pairs, rows",
+    [(True, False, False, True), (False, True, False, False), (False, False, True, True),
+     (True, True, True, False)],
+)  # fmt: skip
+def test_kernels_compile_to_ptx_without_local_memory(shared, background, pairs, rows):
     import re
 
     from distshap.kernels.cuda.banzhaf import kernel_ptx
-    from distshap.kernels.cuda.banzhaf_tiles import SUMS_BYTES
+    from distshap.kernels.cuda.banzhaf_tiles import SHARED_BYTES
 
-    ptx = kernel_ptx(shared, background, pairs, (9, 0))
+    ptx = kernel_ptx(shared, background, pairs, rows, (9, 0))
     assert ".entry" in ptx and ".f64" in ptx and "bar.sync" in ptx
     assert ".local" not in ptx  # no per-thread arrays: the products live in registers
     static = sum(int(b) for b in re.findall(r"^\.visible \.shared .*\[(\d+)\];$", ptx, re.M))
-    assert 8 * 1024 <= static and static + SUMS_BYTES <= 48 * 1024  # no opt-in needed
+    assert 4 * 1024 <= static and static + SHARED_BYTES <= 48 * 1024  # no opt-in needed

@@ -29,11 +29,14 @@ tiles of whole paths (at most :data:`TILE_LANES` lanes, :func:`lane_tiles`) into
 with coalesced reads, and every thread then reads them there (a broadcast). A path's bias lane
 carries its ``k``, its output column base ``group * C``, its value (``v 2^-k``, or ``v / B``) and,
 interventional, its table offset or mask offset. Row sums live in dynamic shared memory
-(``[column * 2 blockDim + t]``) where they fit :data:`SUMS_BYTES`, with 128, 64 or 32 threads a
+(``[column * 2 blockDim + t]``) where they fit :data:`SHARED_BYTES`, with 128, 64 or 32 threads a
 block; else in global memory (``acc[column, row]``, coalesced; a column for each thread's two
 rows, those past the last row too); interaction values in global memory (``acc_int[(g C + i) C
-+ j, row]``). Each row's sums are added by one thread in packed path order, so the bits depend
-neither on the launch, the batch nor the device; the float32 output is the rounded sum.
++ j, row]``). Where they fit after the sums, each thread copies its two rows' values to shared
+memory once (the sums and the tiles leave L1 little room: read from ``XT``, the rows' values
+would come from L2 at every element). Each row's sums are added by one thread in packed path
+order, so the bits depend neither on the launch, the batch nor the device; the float32 output
+is the rounded sum.
 """
 
 from __future__ import annotations
@@ -50,15 +53,16 @@ from distshap.kernels.cuda.runtime.device import SIM, device_id, xp
 from distshap.packed import PackedModel, host_form
 
 __all__ = [
-    "SUMS_BYTES", "TILE_LANES", "background_values", "kernel_ptx", "lane_tiles",
+    "SHARED_BYTES", "TILE_LANES", "background_values", "kernel_ptx", "lane_tiles",
     "product_values",
 ]  # fmt: skip
 
 #: Lanes a block stages in shared memory at a time (a path's lanes stay in one tile).
-TILE_LANES = 256
-#: Most dynamic shared memory a block's row sums take (more: global memory); with the staged
-#: tile's 8 KiB (and a few bytes) within the 48 KiB a block gets without opting in.
-SUMS_BYTES = 39 * 1024
+TILE_LANES = 128
+#: Most dynamic shared memory a block takes: its row sums (more: global memory), then its
+#: rows' values (where they fit: else read from global memory); with the staged tile's 4 KiB
+#: (and a few bytes) within the 48 KiB a block gets without opting in.
+SHARED_BYTES = 43 * 1024
 _THREADS = (128, 64, 32)  # threads a block, the first whose sums fit shared memory
 _MISSING, _CATEGORICAL = 1, 2  # bits of a feature lane's meta word
 _TWO_M62 = 2.0**-62
@@ -174,10 +178,11 @@ def _mask_values(sums, acc, acc_int, shared, pairs, rs, stride, tid, ra, rb, C, 
                 li = np.uint32(li + 1)
 
 
-def _make_kernel(tile: int, shared: bool, background: bool, pairs: bool):
+def _make_kernel(tile: int, shared: bool, background: bool, pairs: bool, rows: bool):
     """The kernel for tiles of at most ``tile`` lanes: the interventional game
     (``background``) or the path-dependent one; values, row sums in shared memory
-    (``shared``) or in global memory, or interaction values (``pairs``, in ``acc_int``)."""
+    (``shared``) or in global memory, or interaction values (``pairs``, in ``acc_int``); the
+    thread's rows copied to shared memory after the sums (``rows``) or read from ``XT``."""
     shared = shared and not pairs
 
     @cuda.jit(cache=True)
@@ -199,6 +204,13 @@ def _make_kernel(tile: int, shared: bool, background: bool, pairs: bool):
         xa = XT[:, ra if has_a else n - 1]  # computed, never stored: every thread stages
         xb = XT[:, rb if has_b else n - 1]
         sums = cuda.shared.array(0, types.float64)  # [column * rs + (row b) * stride + tid]
+        # the rows' values, [x0 + feature * rs + (row b) * stride + tid]: only the thread reads
+        # its own, so no barrier; shared memory holds them next to the lanes (L1 holds little)
+        xs = cuda.shared.array(0, types.float32)
+        x0 = np.uint32(2 * width * rs) if shared else u0  # after the sums (float32 units)
+        for f in range(XT.shape[0] if rows else 0):
+            xs[np.uint32(x0 + f * rs + tid)] = xa[f]
+            xs[np.uint32(x0 + f * rs + stride + tid)] = xb[f]
         for c in range(width if not pairs else 0):
             if shared:
                 sums[np.uint32(c * rs + tid)] = init[c]
@@ -245,7 +257,13 @@ def _make_kernel(tile: int, shared: bool, background: bool, pairs: bool):
                 li = np.uint32(h + u1)
                 while li < end:
                     f = s_column[li]
-                    fa, fb = _tests(xa[f], xb[f], li, e0, s_lower, s_upper, s_meta, cat_offsets,
+                    if rows:
+                        x_a = xs[np.uint32(x0 + f * rs + tid)]
+                        x_b = xs[np.uint32(x0 + f * rs + stride + tid)]
+                    else:
+                        x_a = xa[f]
+                        x_b = xb[f]
+                    fa, fb = _tests(x_a, x_b, li, e0, s_lower, s_upper, s_meta, cat_offsets,
                                     cat_nbits, cat_other, cat_words)  # fmt: skip
                     if fa:
                         bits_a |= bit
@@ -283,8 +301,9 @@ def _make_kernel(tile: int, shared: bool, background: bool, pairs: bool):
                         va = np.float64(tables[ta + li])
                         vb = np.float64(tables[tb + li])
                     else:
-                        va = pa * (s_q[li] if bits_a & bit else -2.0)
-                        vb = pb * (s_q[li] if bits_b & bit else -2.0)
+                        qi = s_q[li]  # one read for both rows
+                        va = pa * (qi if bits_a & bit else -2.0)
+                        vb = pb * (qi if bits_b & bit else -2.0)
                     if shared:
                         sums[np.uint32(c * rs + tid)] += va
                         sums[np.uint32(c * rs + stride + tid)] += vb
@@ -312,10 +331,10 @@ def _make_kernel(tile: int, shared: bool, background: bool, pairs: bool):
 _KERNELS: dict = {}
 
 
-def _kernel(shared: bool, background: bool, pairs: bool, tile: int = TILE_LANES):
-    key = (shared and not pairs, background, pairs, tile)
+def _kernel(shared: bool, background: bool, pairs: bool, rows: bool, tile: int = TILE_LANES):
+    key = (shared and not pairs, background, pairs, rows, tile)
     if key not in _KERNELS:
-        _KERNELS[key] = _make_kernel(tile, *key[:3])
+        _KERNELS[key] = _make_kernel(tile, *key[:4])
     return _KERNELS[key]
 
 
@@ -328,14 +347,14 @@ _SIGNATURE = (
 
 
 def kernel_ptx(shared: bool = True, background: bool = False, pairs: bool = False,
-               cc: tuple[int, int] = (9, 0)) -> str:  # fmt: skip
+               rows: bool = True, cc: tuple[int, int] = (9, 0)) -> str:  # fmt: skip
     """PTX of the kernel (row sums in shared memory or not; the interventional game or the
-    path-dependent one; interaction values) for compute capability ``cc`` (needs NVVM, not a
-    GPU)."""
+    path-dependent one; interaction values; rows in shared memory or not) for compute
+    capability ``cc`` (needs NVVM, not a GPU)."""
     from distshap.kernels.cuda.runtime.ptx import _device_free_compilation
 
     with _device_free_compilation(cc):
-        kernel = _kernel(shared, background, pairs).py_func
+        kernel = _kernel(shared, background, pairs, rows).py_func
         ptx, _ = cuda.compile_ptx(kernel, _SIGNATURE, cc=cc)
     return ptx
 
@@ -395,7 +414,7 @@ def _device_lanes(packed: PackedModel, tile: int) -> tuple:
 def _threads(width: int) -> int:
     """Threads a block whose row sums fit shared memory; 0: none (global memory)."""
     for threads in _THREADS:
-        if 2 * width * threads * 8 <= SUMS_BYTES:
+        if 2 * width * threads * 8 <= SHARED_BYTES:
             return threads
     return 0
 
@@ -438,11 +457,13 @@ def _launch(packed: PackedModel, X, bias, tile: int, game: tuple | None, pairs: 
         XT = xp().ascontiguousarray(X.T)  # (features, rows): a warp reads 32 rows of a feature
         acc = xp().empty((width, padded), np.float64) if not (shared or pairs) else f64_2d
         sums = 2 * width * threads * 8 if shared else 0
-        kernel = _kernel(shared, game is not None, pairs, tile)
+        rows = sums + 2 * threads * 4 * (C - 1) <= SHARED_BYTES  # the rows after the sums
+        dynamic = sums + 2 * threads * 4 * (C - 1) if rows else sums
+        kernel = _kernel(shared, game is not None, pairs, rows, tile)
         if SIM:  # the simulator's kernel[...] sets the kernel's own dimensions: none kept
-            kernel = kernel[blocks, threads, 0, sums]
+            kernel = kernel[blocks, threads, 0, dynamic]
         else:
-            kernel = configured(kernel, blocks, threads, current_stream(), sums)
+            kernel = configured(kernel, blocks, threads, current_stream(), dynamic)
         kernel(
             XT, lower, upper, zero, q, column, meta, ref, *cats, tiles, tables, masks,
             np.int64(B), xp().asarray(init.ravel()), acc, out, acc_int,
