@@ -25,7 +25,6 @@ import functools
 import numpy as np
 from numba import cuda
 
-from distshap.kernels.cuda.runtime.args import configured
 from distshap.kernels.cuda.runtime.device import (
     CAT_OTHER_FLAG,
     FULL_MASK,
@@ -44,6 +43,7 @@ from distshap.kernels.cuda.runtime.device import (
     follows,
     read_split,
 )  # fmt: skip
+from distshap.kernels.cuda.shap_quadrature import launch_config
 from distshap.plan.config import get_config
 from distshap.plan.geometry import shared_tile_rows
 
@@ -317,7 +317,8 @@ def launch_tables(model, plan, Xb, acc, scale, F1, stream, slots=None):
     where ``plan.per_pattern == "k"``, else interaction values; ``slots`` (the device model's
     :class:`~.runtime.model.SlotArrays`): interaction values into pair slots. The model's and
     plan's arrays go as read-only hints kept with the model
-    (:meth:`~.runtime.model.DeviceModel.read_only`), the launch configuration is kept."""
+    (:meth:`~.runtime.model.DeviceModel.read_only`), the launch configuration is kept
+    (:func:`~.shap_quadrature.launch_config`)."""
     if not plan.n_table_bins:
         return
     shap = plan.per_pattern == "k"
@@ -333,7 +334,7 @@ def launch_tables(model, plan, Xb, acc, scale, F1, stream, slots=None):
     rows4 = shap  # SHAP values: four rows a step
     kernel = table_kernel(tile_rows > 0, slots=slots is not None, shap=shap, rows4=rows4,
                           warps=warps)  # fmt: skip
-    launch = configured(kernel, grid, 32 * warps, stream)
+    launch = launch_config(kernel, grid, 32 * warps, stream, 0)
     if slots is None:
         launch(*kept, Xb, acc, scale, rpb, tile_rows or rpb, F1)
     else:
