@@ -22,7 +22,10 @@ the cluster (``--batch-interval``: :func:`distshap.start_cluster`'s argument, ``
 distributed's own: 10 ms client to scheduler, 5 ms scheduler to worker, 2 ms worker to
 scheduler and scheduler to client). The explainer is the public one, additivity check on,
 XGBoost's layout. ``dask - in-process`` is the fixed cost per call that the issue is about
-(``min``: the same of the fastest calls, which a loaded machine blurs less than medians). With
+(``min``: the same of the fastest calls, which a loaded machine blurs less than medians).
+``--interleave R`` adds, per case, round trips and ``dask`` calls timed in ``R`` rounds that
+switch the streams between distributed's intervals and the cluster's own every 5 calls, so that
+both settings see the same load (medians and first quartiles). With
 ``--profile ROWS`` the client side of ``--calls`` Dask calls of ``ROWS`` rows is profiled
 (cProfile, the ``--top`` functions by cumulative time).
 
@@ -54,7 +57,14 @@ if str(ROOT) not in sys.path:  # after PYTHONPATH: another checkout's distshap w
 
 from benchmarks import shapes  # noqa: E402
 
-__all__ = ["main", "median_ms", "stream_intervals", "tasks_per_call", "timings_ms"]
+__all__ = [
+    "interleaved",
+    "main",
+    "median_ms",
+    "stream_intervals",
+    "tasks_per_call",
+    "timings_ms",
+]
 
 
 def timings_ms(fn, calls: int, warm: int = 3, sync=None) -> list[float]:
@@ -132,6 +142,62 @@ def stream_intervals(client) -> dict:
         "scheduler_to_clients": [1e3 * v for v in to_clients],
         "workers_to_scheduler": sorted({1e3 * v for v in workers.values()}),
     }
+
+
+def _set_intervals(client, seconds: tuple) -> None:
+    """Set the streams' intervals (client, scheduler to workers, to clients, workers) now."""
+    to_client, to_workers, to_clients, from_workers = seconds
+    client.scheduler_comm.interval = to_client
+
+    def scheduler_side(dask_scheduler):
+        for stream in dask_scheduler.stream_comms.values():
+            stream.interval = to_workers
+        for stream in dask_scheduler.client_comms.values():
+            stream.interval = to_clients
+
+    client.run_on_scheduler(scheduler_side)
+    client.run(lambda dask_worker: setattr(dask_worker.batched_stream, "interval", from_workers))
+
+
+def interleaved(client, calls: dict, rounds: int, block: int = 5) -> dict:
+    """``calls`` (name -> function) timed under distributed's intervals and under the cluster's
+    own (``start_cluster``'s), switched every ``block`` calls: both see the same load.
+
+    Returns ``{setting: {name: [ms, ...]}}``, settings ``"distributed"`` and ``"cluster"``.
+    """
+    own = stream_intervals(client)
+    settings = {
+        "distributed": (0.010, 0.005, 0.002, 0.002),
+        "cluster": (
+            own["client_to_scheduler"] / 1e3,
+            own["scheduler_to_workers"][0] / 1e3,
+            own["scheduler_to_clients"][0] / 1e3,
+            own["workers_to_scheduler"][0] / 1e3,
+        ),
+    }
+    times: dict = {setting: {name: [] for name in calls} for setting in settings}
+    try:
+        for _ in range(rounds):
+            for setting, seconds in settings.items():
+                _set_intervals(client, seconds)
+                for name, call in calls.items():
+                    times[setting][name] += timings_ms(call, block, warm=1)
+    finally:
+        _set_intervals(client, settings["cluster"])
+    return times
+
+
+def _interleaved_lines(label: str, times: dict) -> list[str]:
+    lines = []
+    for setting, by_call in times.items():
+        parts = []
+        for name, values in by_call.items():
+            ordered = sorted(values)
+            parts.append(
+                f"{name} {statistics.median(ordered):.2f} (p25 {ordered[len(ordered) // 4]:.2f})"
+            )
+        lines.append(f"{label}, {setting:>11} intervals: " + ", ".join(parts) + " ms")
+    return lines
 
 
 def _profile(call, calls: int, top: int) -> str:
@@ -220,6 +286,17 @@ def run(args: argparse.Namespace) -> dict:
                     f"dask array {case['dask_array_ms']:.2f}; same bits {case['same_bits']}",
                     flush=True,
                 )
+                if args.interleave:
+                    times = interleaved(
+                        client,
+                        {
+                            "round trip": lambda: client.submit(_one, pure=False).result(),
+                            "dask": lambda d=dX: explainer.shap_values(d).compute(),
+                        },
+                        args.interleave,
+                    )
+                    case["interleaved_ms"] = times
+                    print("\n".join(_interleaved_lines(f"{n:>6} rows {kind:>5}", times)))
         if args.profile:
             dX = da.from_array(X[: args.profile], chunks=(args.profile, -1))
             report["profile"] = _profile(
@@ -242,6 +319,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--batch-interval",
         help="start_cluster(batch_interval=...): seconds, or none for distributed's own "
         "(default: start_cluster's default; left out of the call, so older checkouts run)",
+    )
+    parser.add_argument(
+        "--interleave",
+        type=int,
+        default=0,
+        help="also time round trips and dask calls in this many rounds of 5 calls each under "
+        "distributed's intervals and under the cluster's own, alternately (same load)",
     )
     parser.add_argument("--out", type=Path, help="write the numbers as JSON here")
     return parser.parse_args(argv)
