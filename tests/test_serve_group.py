@@ -167,3 +167,12 @@ def test_bad_processes_and_missing_file_refused_before_any_process(tmp_path):
         serve([f"m={tmp_path / 'm.json'}"], port=0, processes=0)
     with pytest.raises(FileNotFoundError, match="model file .* does not exist"):
         serve([f"m={tmp_path / 'm.json'}"], port=0, processes=2)
+
+
+def test_a_port_another_server_holds_is_refused_not_shared(model):
+    with socket.socket() as other:  # another group's process: SO_REUSEPORT, listening
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        other.bind(("127.0.0.1", 0))
+        other.listen(1)
+        with pytest.raises(OSError):
+            serve([f"m={model[0]}"], port=other.getsockname()[1], processes=2)

@@ -75,8 +75,14 @@ def build_server(
 
 def _reserve(host: str, port: int) -> socket.socket:
     """A socket bound to the address with ``SO_REUSEPORT``, not listening: it holds the port
-    (and picks it for port 0) while the processes listen on it."""
+    while the processes listen on it. The port is first bound without ``SO_REUSEPORT`` (and
+    picked, for port 0), so that a port another server holds is refused as for one process,
+    not shared with it."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))  # OSError when the port is taken
+        port = probe.getsockname()[1]
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
