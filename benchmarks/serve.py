@@ -23,7 +23,9 @@ batch size; ``--front-only`` serves values of zeros
 without running a kernel (the HTTP front and batching alone); ``--front-cpu N`` feeds N
 binary requests of each ``--rows`` straight into 64 connection objects of such a server (no
 sockets, no load generator: the front's own CPU microseconds a request, median of 3). Cells
-with more than ``--max-inflight-rows`` rows in flight (concurrency x rows) are skipped.
+with more than ``--max-inflight-rows`` rows in flight (concurrency x rows) are skipped. Each
+distshap cell runs its load for ``--warm`` seconds before the measured ``--duration`` (the
+server's batches and device buffers at their steady size).
 
 Usage::
 
@@ -372,6 +374,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--processes", type=_ints, default=[1],
                         help="server processes of the distshap server; several (1,4): one "
                         "server for each, in the same run")  # fmt: skip
+    parser.add_argument("--warm", type=float, default=0.3,
+                        help="seconds of a distshap cell's load before it is measured")  # fmt: skip
     parser.add_argument("--max-inflight-rows", type=int, default=1 << 20)
     parser.add_argument("--inproc-rows", type=int, default=100_000)
     parser.add_argument("--client-procs", type=int, default=max(1, min(8, os.cpu_count() // 2)),
@@ -434,7 +438,10 @@ def _row(args, pool, servers, X, concurrency: int, n: int, inproc: float) -> Non
     """One cell of the grid for each server, printed (with distshap's stages)."""
     rows = X[:n] if n <= len(X) else X[np.arange(n) % len(X)]
     for label, server in servers:
-        _cell(pool, args.client_procs, server.url, rows[:1], 1, 0.2)  # warm: compile, connections
+        if label == "baseline":  # warm: connections
+            _cell(pool, args.client_procs, server.url, rows[:1], 1, 0.2)
+        else:  # the same load a moment first: batch sizes and device buffers as they will be
+            _cell(pool, args.client_procs, server.url, rows, concurrency, args.warm)
         before = _stages(server)
         cell = _cell(pool, args.client_procs, server.url, rows, concurrency, args.duration)
         r = {"server": label, "concurrency": concurrency, "rows": n, **cell}
