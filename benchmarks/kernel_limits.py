@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import statistics
@@ -237,13 +238,20 @@ def _xgb_seconds(booster, X, interactions: bool, repeats: int) -> float:
         booster.set_param({"device": "cpu"})
 
 
-def _explainer(shape: str, rows: int):
+@functools.lru_cache(maxsize=1)
+def _model(shape: str):
+    """The booster and CUDA explainer of ``shape`` (kept for the next kind of the same shape:
+    a large model's build takes a while)."""
     from distshap import TreeExplainer
 
     name, size = shape.rsplit("-", 1)
     booster = train_model(name, size)
-    X, _ = make_data(name, rows, seed=1)
-    return booster, TreeExplainer(booster, layout="xgboost", backend="cuda"), X
+    return booster, TreeExplainer(booster, layout="xgboost", backend="cuda")
+
+
+def _explainer(shape: str, rows: int):
+    booster, explainer = _model(shape)
+    return booster, explainer, make_data(shape.rsplit("-", 1)[0], rows, seed=1)[0]
 
 
 def measure(shape: str, kind: str, rows: int, repeats: int, peaks: Peaks, sass: bool = True,
