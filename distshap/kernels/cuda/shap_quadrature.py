@@ -42,7 +42,6 @@ from distshap.kernels.cuda.runtime.device import (
     LI_FLAGS,
     LI_NBITS,
     MISSING_FLAG,
-    SIM,
     add_quotient,
     follows,
     lane_follows,
@@ -420,11 +419,7 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream) -> None:
 
 
 def launch_config(kernel, grid, tpb: int, stream, shared_bytes: int):
-    """``kernel[grid, tpb, stream, shared_bytes]``, kept (:func:`~.runtime.args.configured`);
-    under the simulator made at each launch (its ``kernel[...]`` re-dimensions the kernel
-    object itself, so a kept one would launch with the last dimensions set)."""
-    if SIM:
-        return kernel[grid, tpb, stream, shared_bytes]
+    """``kernel[grid, tpb, stream, shared_bytes]``, kept (:func:`~.runtime.args.configured`)."""
     return configured(kernel, grid, tpb, stream, shared_bytes)
 
 

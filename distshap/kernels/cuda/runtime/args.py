@@ -65,8 +65,12 @@ def stream_key(s) -> int:
 
 def configured(kernel, grid, block, s, shared: int = 0):
     """``kernel[grid, block, s, shared]``, built once per grid, block, shared memory size and
-    stream and kept (the last 512), with no warning about small grids."""
-    key = (id(kernel), grid, block, shared, 0 if SIM else stream_key(s))
+    stream and kept (the last 512), with no warning about small grids. Under the simulator it
+    is made at each launch: the simulator's ``kernel[...]`` re-dimensions the kernel object
+    itself, so a kept one would launch with the dimensions set last."""
+    if SIM:
+        return kernel[grid, block, s, shared]
+    key = (id(kernel), grid, block, shared, stream_key(s))
     hit = _CONFIGS.get(key)
     if hit is not None:
         return hit
