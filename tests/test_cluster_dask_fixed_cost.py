@@ -18,6 +18,7 @@ import distshap.cluster.graph as graph
 from distshap import TreeExplainer, kernels
 from distshap.cluster import ClusterError, explain_dask, start_cluster
 from distshap.cluster.local import _set_interval
+from distshap.interventional import build_background
 
 xgb = pytest.importorskip("xgboost")
 
@@ -93,6 +94,27 @@ def test_unsliced_chunks_same_bits(client, packed, rows):
     np.testing.assert_array_equal(out.compute(), expected)
     numpy_chunks = explain_dask(packed, da.from_array(rows, chunks=(40, -1)), client=client)
     np.testing.assert_array_equal(numpy_chunks.compute(), expected)
+
+
+def test_in_memory_labels_travel_in_kernel_tasks(client, rows):
+    """``model_output="log_loss"``: in-memory labels add no task; the values are those of
+    labels given as a Dask array (read from their own chunks' tasks)."""
+    y = (np.nan_to_num(rows[:, 0]) > 0).astype(np.float32)
+    booster = xgb.train(
+        {"max_depth": 2, "objective": "binary:logistic"}, xgb.DMatrix(rows, label=y), 3
+    )
+    packed = TreeExplainer(booster, backend="cpu").packed
+    ask = {"backend": "cpu", "client": client, "model_output": "log_loss",
+           "background": build_background(packed, np.nan_to_num(rows[:10]))}  # fmt: skip
+    one_chunk = explain_dask(packed, da.from_array(rows, chunks=(-1, -1)), y=y, **ask)
+    assert len(_tasks(client, one_chunk)) == 2
+    chunked = explain_dask(packed, da.from_array(rows, chunks=(40, -1)), y=y, **ask)
+    assert len(_tasks(client, chunked)) == 3 + 1
+    lazy_y = explain_dask(
+        packed, da.from_array(rows, chunks=(40, -1)), y=da.from_array(y, chunks=30), **ask
+    )
+    np.testing.assert_array_equal(one_chunk.compute(), lazy_y.compute())
+    np.testing.assert_array_equal(chunked.compute(), lazy_y.compute())
 
 
 def test_only_in_memory_slices_are_taken_here(rows):

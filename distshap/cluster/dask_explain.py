@@ -216,13 +216,17 @@ def _check_backend(backend: str, kind: str) -> None:
 
 
 def _labels_array(y: Any, X: da.Array) -> da.Array:
-    """``y`` (n,) -> a dask array ``(n, 1)`` chunked like the rows of ``X``."""
+    """``y`` (n,) -> a dask array ``(n, 1)`` chunked like the rows of ``X``.
+
+    In-memory labels become in-memory chunks (no task of their own: each travels inside its
+    rows' task).
+    """
     if _is_dask_frame(y):
         y = y.to_dask_array(lengths=True)
     elif not isinstance(y, da.Array):
         y = np.asarray(y)
         if y.ndim == 1 and y.shape[0] == X.shape[0]:
-            y = da.from_array(y, chunks=(X.chunks[0],))
+            return da.from_array(y.reshape(-1, 1), chunks=(X.chunks[0], 1))
     if y.ndim != 1 or (not math.isnan(y.shape[0]) and y.shape[0] != X.shape[0]):
         raise ValueError(
             f"y has shape {y.shape} but X has {X.shape[0]:,} rows: pass one label per row, "

@@ -317,7 +317,9 @@ def map_rows(
     starts = np.cumsum((0,) + source_rows.chunks[0])
     dsk: dict = {}
     tail_index = (0,) * len(tail_chunks)
-    reads_keys = False
+    reads_keys = reads_labels = False
+    # each chunk of ``labels``: its data when held in memory (it travels inside the task)
+    label_blocks = [] if labels is None else [piece[0] for piece in _chunk_pieces(labels)]
     for p, (source, start, stop, worker, chunk, lo, hi) in enumerate(pieces):
         copies = [  # Futures stay Futures: dependencies from outside the graph
             worker_copy(client, arg, worker) if isinstance(arg, Future) and worker else arg
@@ -327,14 +329,17 @@ def map_rows(
         if isinstance(source, tuple):  # a chunk's key
             source = _ref(source)
         label_rows = None
-        if labels is not None:
-            label_rows = _task(None, _rows_slice, _ref((labels.name, chunk, 0)), lo, hi)
+        if labels is not None and _literal_block(label_blocks[chunk]) is not None:
+            label_rows = label_blocks[chunk][lo:hi]
+        elif labels is not None:
+            label_rows = _task(None, _rows_slice, _ref(label_blocks[chunk]), lo, hi)
+            reads_labels = True
         first = int(starts[chunk]) + lo
         key = (name, p) + tail_index
         dsk[key] = _task(key, _piece_values, func, source, start, stop, label_rows, *copies, first)
     sizes = tuple(hi - lo for *_, lo, hi in pieces)
     lead = per_chunk * len(pieces) if per_chunk else sizes
-    deps = ([source_rows] if reads_keys else []) + ([] if labels is None else [labels])
+    deps = ([source_rows] if reads_keys else []) + ([labels] if reads_labels else [])
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=deps)
     out = da.Array(graph, name, (lead,) + tail_chunks, meta=meta)
     if per_chunk is None and sizes != target.chunks[0]:
