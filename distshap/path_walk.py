@@ -9,6 +9,8 @@ the NumPy extraction (:mod:`distshap.path_merge`); both give the same bits.
 
 from __future__ import annotations
 
+import mmap
+
 import numba
 import numpy as np
 from numba import njit
@@ -17,7 +19,9 @@ from distshap.compile_cache import wait_ahead
 from distshap.models.ensemble import Ensemble
 from distshap.parallel import run_ranges
 
-__all__ = ["AHEAD_NAME", "PathWalk", "ahead_compile", "bias_lane"]
+__all__ = [
+    "AHEAD_NAME", "PAGE_ARRAY_BYTES", "PathWalk", "ahead_compile", "bias_lane", "page_array",
+]  # fmt: skip
 
 #: The walk's name for :func:`distshap.compile_cache.compile_ahead` (this module's helpers).
 AHEAD_NAME = "path_walk"
@@ -103,17 +107,17 @@ class PathWalk:
         word_offsets = np.zeros(self.num_paths + 1, dtype=np.int64)
         np.cumsum(self.word_counts, out=word_offsets[1:])
         out = {
-            "feature": np.empty(n_elements, np.int32),
-            "lower": np.empty(n_elements, np.float32),
-            "upper": np.empty(n_elements, np.float32),
-            "missing": np.empty(n_elements, np.bool_),
-            "zero_fraction": np.empty(n_elements, np.float64),
-            "cat_offsets": np.empty(n_elements, np.int64),
-            "cat_nbits": np.empty(n_elements, np.int32),
-            "cat_other": np.empty(n_elements, np.bool_),
+            "feature": page_array(n_elements, np.int32),
+            "lower": page_array(n_elements, np.float32),
+            "upper": page_array(n_elements, np.float32),
+            "missing": page_array(n_elements, np.bool_),
+            "zero_fraction": page_array(n_elements, np.float64),
+            "cat_offsets": page_array(n_elements, np.int64),
+            "cat_nbits": page_array(n_elements, np.int32),
+            "cat_other": page_array(n_elements, np.bool_),
         }
-        cat_words = np.empty(int(word_offsets[-1]), np.uint32)
-        mean_value = np.empty(self.num_paths, np.float64)
+        cat_words = page_array(int(word_offsets[-1]), np.uint32)
+        mean_value = page_array(self.num_paths, np.float64)
         dtypes = {"lane_path": np.int32, "path_value": np.float64, "path_group": np.int32,
                   "node_group": np.int64}  # fmt: skip
         packed = {name: np.zeros(0, dtype) for name, dtype in dtypes.items()}  # none
@@ -125,7 +129,7 @@ class PathWalk:
             n_packed = int(np.count_nonzero(rank >= 0))
             sizes = (n_elements, n_packed, n_packed, self.num_paths)
             packed = {
-                name: np.empty(n, dtypes[name]) for name, n in zip(dtypes, sizes, strict=True)
+                name: page_array(n, dtypes[name]) for name, n in zip(dtypes, sizes, strict=True)
             }
         starts = np.ascontiguousarray(starts, np.int64)
         self._run(starts, word_offsets, *out.values(), cat_words, mean_value, rank,
@@ -151,6 +155,32 @@ class PathWalk:
         ens = self.ensemble
         expected = ens.base_score.astype(np.float64)
         return expected + np.bincount(path_group, weights=mean_value, minlength=ens.num_groups)
+
+
+#: Arrays of at least this many bytes come from :func:`page_array`'s own mapping (NumPy's
+#: threshold for its huge-page hint); smaller ones from ``np.empty``.
+PAGE_ARRAY_BYTES = 1 << 22
+
+
+def page_array(n: int, dtype: np.dtype | type) -> np.ndarray:
+    """An array of ``n`` items of ``dtype`` for the walk to fill, in an anonymous memory
+    mapping of its own: without the transparent-huge-page hint NumPy gives its arrays of 4 MB
+    and more (``madvise(MADV_HUGEPAGE)``).
+
+    The second pass writes a large model's lanes, a gigabyte for millions of paths, in packed
+    order. Where the kernel compacts memory into huge pages when an advised page is first
+    touched (``/sys/kernel/mm/transparent_hugepage/defrag`` ``madvise``), that compaction was
+    most of a large model's build (``benchmarks/RESULTS.md``, the host build stage by stage);
+    unadvised, the pages are the kernel's usual ones. The contents start as zeros; the pass
+    writes every item it returns. The mapping is released with the array.
+    """
+    dtype = np.dtype(dtype)
+    if n * dtype.itemsize < PAGE_ARRAY_BYTES:
+        return np.empty(n, dtype)
+    try:
+        return np.frombuffer(mmap.mmap(-1, n * dtype.itemsize), dtype, count=n)
+    except (OSError, ValueError):  # no anonymous mappings here: NumPy's allocation
+        return np.empty(n, dtype)
 
 
 def ahead_compile(name: str) -> None:
