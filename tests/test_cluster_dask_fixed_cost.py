@@ -16,7 +16,7 @@ import pytest
 
 import distshap.cluster.graph as graph
 from distshap import TreeExplainer, kernels
-from distshap.cluster import ClusterError, explain_dask, start_cluster
+from distshap.cluster import ClusterError, explain_dask, local, start_cluster
 from distshap.cluster.local import _set_interval
 from distshap.interventional import build_background
 
@@ -168,6 +168,16 @@ def test_streams_batch_for_the_interval_asked(client):
     client.wait_for_workers(2, timeout=60)
     assert _intervals(client) == (0.002, [0.002], [0.002])
     assert len(client.scheduler_info()["workers"]) == 2
+
+
+def test_refused_plugins_warn_and_leave_the_cluster_working(client, monkeypatch):
+    def refuse(plugin, name=None):
+        raise ValueError("plugins are off here")
+
+    monkeypatch.setattr(client, "register_plugin", refuse)
+    with pytest.warns(RuntimeWarning, match="plugins are off here"):
+        local._prompt_streams(client, 0.002)
+    assert client.submit(sum, [1, 2]).result() == 3
 
 
 def test_streams_keep_distributed_intervals_on_none():

@@ -30,6 +30,7 @@ import shutil
 import signal
 import subprocess
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -342,11 +343,21 @@ def _prompt_streams(client: Client, seconds: float) -> None:
     distributed batches the messages of a stream: one sent within the interval after the last
     waits for its end (client to scheduler 10 ms, scheduler to worker 5 ms, worker to scheduler
     and scheduler to client 2 ms), and a call runs through several such hops back to back. A
-    shorter interval means more, smaller messages when many tasks finish at once.
+    shorter interval means more, smaller messages when many tasks finish at once. A cluster
+    that refuses the plugins (e.g. a scheduler that unpickles nothing) keeps its intervals,
+    with a warning: it works as before.
     """
     _set_interval(getattr(client, "scheduler_comm", None), seconds)
-    client.register_plugin(_SchedulerStreams(seconds))
-    client.register_plugin(_WorkerStream(seconds))
+    try:
+        client.register_plugin(_SchedulerStreams(seconds))
+        client.register_plugin(_WorkerStream(seconds))
+    except Exception as err:
+        warnings.warn(
+            f"distshap: the cluster's message streams keep distributed's batching intervals "
+            f"({_root_cause(err)}); pass batch_interval=None to skip this step",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def _root_cause(err: BaseException) -> str:
