@@ -49,7 +49,9 @@ class PathWalk:
         self.ensemble = ens
         self.is_path = (ens.left < 0) & (ens.value != 0.0)
         # a leaf's path index (node order)
-        self.path_of_node = np.cumsum(self.is_path, dtype=np.int64) - 1
+        self.path_of_node = page_array(self.is_path.shape[0], np.int64)
+        np.cumsum(self.is_path, dtype=np.int64, out=self.path_of_node)
+        self.path_of_node -= 1
         n_paths = int(self.path_of_node[-1]) + 1 if self.path_of_node.size else 0
         self.lengths = np.zeros(n_paths, np.int64)
         self.word_counts = np.zeros(n_paths, np.int64)
