@@ -150,7 +150,7 @@ def kernel_split(packed, Xd, kind: str, calls: int) -> tuple[float, float, bool]
     for _ in range(calls):
         fn(packed, rows)
     end.record()
-    hidden = not start.query()  # the sleep still running: every call was queued behind it
+    hidden = not start.done  # the sleep still running: every call was queued behind it
     end.synchronize()
     gpu = 1000.0 * cupy.cuda.get_elapsed_time(start, end) / calls
     return host, gpu, hidden
