@@ -91,14 +91,9 @@ def main(argv: list[str] | None = None) -> None:
         "packing (BFD, order)", pk._packed_order, walk.lengths, 32, "bfd"
     )
 
-    def ranks():
-        starts = np.zeros(walk.num_paths, np.int64)
-        starts[order] = path_offsets[:-1] + 1
-        rank = np.full(walk.num_paths, -1, np.int32)
-        rank[order] = np.arange(order.shape[0], dtype=np.int32)
-        return starts, rank
-
-    starts, rank = stage("starts and ranks", ranks)
+    starts, rank = stage(
+        "starts and ranks", pk._starts_and_ranks, walk.num_paths, order, path_offsets
+    )
     filled = stage("walk: second pass (lanes)", walk.fill, starts, int(path_offsets[-1]), rank)
     fields = dict(
         bin_offsets=bin_offsets, **{n: filled[n] for n in pk._LANE_FIELDS},

@@ -41,7 +41,7 @@ from distshap.encoding import InputEncoding
 from distshap.models.ensemble import Ensemble
 from distshap.packing import Packing, bin_order, pack
 from distshap.parallel import run_ranges
-from distshap.path_walk import bias_lane
+from distshap.path_walk import bias_lane, page_array
 from distshap.paths import Paths
 
 __all__ = [
@@ -265,10 +265,7 @@ def pack_ensemble(
     walk = paths_module.walk_paths(ensemble)  # first pass: each path's element count
     t0 = time.perf_counter()
     packing, order, bin_offsets, path_offsets = _packed_order(walk.lengths, capacity, algorithm)
-    starts = np.zeros(walk.num_paths, np.int64)  # each packed path's first element lane
-    starts[order] = path_offsets[:-1] + 1
-    rank = np.full(walk.num_paths, -1, np.int32)
-    rank[order] = np.arange(order.shape[0], dtype=np.int32)
+    starts, rank = _starts_and_ranks(walk.num_paths, order, path_offsets)
     filled = walk.fill(starts, int(path_offsets[-1]), rank)  # second pass: the lanes
     fields = dict(
         bin_offsets=bin_offsets,
@@ -335,13 +332,29 @@ def _packed_order(
     and the packed paths' lane offsets (a bias lane then ``k`` lanes a path)."""
     every = k_all.size == 0 or int(k_all.min()) > 0  # usual: every path has a feature
     keep = None if every else np.flatnonzero(k_all > 0)
-    sizes = k_all + 1 if every else k_all[keep] + 1
+    kept = k_all if every else k_all[keep]
+    sizes = np.add(kept, 1, out=page_array(kept.shape[0], kept.dtype))
     packing = pack(sizes, capacity=capacity, algorithm=algorithm)
     item_order, bin_offsets = bin_order(packing, sizes)
     order = item_order if every else keep[item_order]
-    path_offsets = np.zeros(order.shape[0] + 1, dtype=np.int64)
+    path_offsets = page_array(order.shape[0] + 1, np.int64)
+    path_offsets[0] = 0
     np.cumsum(sizes[item_order], out=path_offsets[1:])
     return packing, order, bin_offsets, path_offsets
+
+
+def _starts_and_ranks(
+    n_paths: int, order: np.ndarray, path_offsets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each path's first element lane (0 where not packed) and packed index (-1: not packed),
+    for :meth:`~distshap.path_walk.PathWalk.fill`."""
+    starts = page_array(n_paths, np.int64)
+    starts.fill(0)
+    starts[order] = path_offsets[:-1] + 1
+    rank = page_array(n_paths, np.int32)
+    rank.fill(-1)
+    rank[order] = np.arange(order.shape[0], dtype=np.int32)
+    return starts, rank
 
 
 def _packed_model(

@@ -44,6 +44,7 @@ import numba
 import numpy as np
 
 from distshap.compile_cache import wait_ahead
+from distshap.path_walk import page_array
 
 __all__ = [
     "AHEAD_NAME", "ALGORITHMS", "MAX_CAPACITY", "NUMPY_MAX_ITEMS", "Packing", "ahead_compile",
@@ -436,7 +437,7 @@ def pack(sizes: np.ndarray, capacity: int = 32, algorithm: str = "bfd") -> Packi
         num_bins = n
         num_oversize = int(np.count_nonzero(arr > capacity))
     else:
-        bin_of_item = np.empty(n, dtype=np.int32)
+        bin_of_item = page_array(n, np.int32)  # every item labelled below
         kernel = _bfd if algorithm == "bfd" else _KERNELS[algorithm]
         regular = int(kernel(arr, capacity, bin_of_item))
         num_oversize = int(_label_oversize(arr, capacity, bin_of_item, regular))
