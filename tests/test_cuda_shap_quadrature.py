@@ -122,7 +122,7 @@ def test_paths_longer_than_the_bound_get_a_chunk_of_their_own():
 def test_narrow_models_keep_the_all_features_tile_and_bad_settings_are_refused():
     packed = _packed(tiny.random_ensemble(2, n_features=8, n_trees=5, depth=4))
     none = np.full(packed.num_paths, -1, np.int64)
-    assert plan_gpu.plan_arrays(packed, none, local=True)["lane_column"] is None  # 8 <= 16 columns
+    assert plan_gpu.plan_arrays(packed, none, local=True)["lane_column"] is None  # 8 <= 8 columns
     with config_context(quadrature_tile_features=0):
         with pytest.raises(ValueError, match="quadrature_tile_features must be at least 1, got 0"):
             plan_gpu.plan_arrays(packed, none, local=True)

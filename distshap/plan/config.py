@@ -92,7 +92,7 @@ interventional_interaction_table_budget_bytes : int
     quadrature_nodes: tuple[int, ...] = (2, 4, 6, 8, 12, 16)
     quadrature_chunk_paths: int = 256
     quadrature_shared_bytes: int = 48 * 1024
-    quadrature_tile_features: int = 16
+    quadrature_tile_features: int = 8
     quadrature_tile_window: int = 256
     shap_quadrature_warps: int = 4
     slot_quadrature_rows: int = 2
