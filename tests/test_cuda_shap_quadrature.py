@@ -173,6 +173,13 @@ X = tiny.random_rows(42, wide, 5, 0.15)
 packed = build_packed_model(extract_paths(wide), table_budget_bytes=0)
 got, plan = variants(packed, X, 16, batch=True)
 assert max(q.local_columns for q in plan.quadrature) <= 16
+with config_context(quadrature_tile_features=16):  # a few rows' shorter chunks: the same bits
+    model = kc.device_model(packed)
+    few = kc.few_rows_shap_plan(packed, model)
+    assert sum(q.n_chunks for q in few.quadrature) > sum(q.n_chunks for q in model.shap.quadrature)
+    with config_context(few_rows=0):
+        whole = kc.shap_values(packed, X)
+    assert np.array_equal(got.view(np.uint32), whole.view(np.uint32)), "few-rows chunks"
 close(got, cpu.shap_values(packed, X))
 close(got, naive.treeshap_recursive_rows(wide, X))
 # too wide for a column per feature (global atomics), a 1-warp local tile (16 columns)
@@ -377,6 +384,29 @@ def test_gpu_local_tiles_keep_the_bits(tile_features):
         assert np.array_equal(old.view(np.uint32), other.view(np.uint32))
     ref = cpu.shap_values(packed, X)
     np.testing.assert_allclose(new, ref, rtol=0, atol=2e-6 * max(1.0, np.abs(ref).max()))
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_few_rows_take_shorter_chunks_and_keep_the_bits():
+    from distshap.kernels import cuda as kc
+
+    wide = tiny.random_ensemble(57, n_features=150, n_trees=60, depth=8, n_groups=2,
+                                n_categorical=4)  # fmt: skip
+    narrow = tiny.random_ensemble(58, n_features=8, n_trees=200, depth=8)
+    for ensemble in (wide, narrow):
+        X = tiny.random_rows(59, ensemble, 600, 0.1)
+        packed = _packed(ensemble)
+        with config_context(small_max_paths=0):
+            model = kc.device_model(packed)
+            few = kc.few_rows_shap_plan(packed, model)
+            chunks = [sum(q.n_chunks for q in plan.quadrature) for plan in (few, model.shap)]
+            assert chunks[0] > chunks[1]
+            for n in (1, 7, 512, 513):
+                got = to_host(kc.shap_values(packed, X[:n]))
+                with config_context(few_rows=0):
+                    want = to_host(kc.shap_values(packed, X[:n]))
+                assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), n
 
 
 @pytest.mark.gpu

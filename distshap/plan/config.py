@@ -37,6 +37,11 @@ class Config:
         of ``k`` features needs ``ceil(k / 2)`` nodes and runs in the smallest kernel with enough.
     quadrature_chunk_paths : int
         Paths per chunk of the quadrature kernels (one thread block runs one chunk on its rows).
+    few_rows, few_rows_chunk_paths : int
+        SHAP calls (a batch) of at most ``few_rows`` rows run quadrature chunks of
+        ``few_rows_chunk_paths`` paths: each block's thread has few rows to share its paths
+        with, so shorter chunks spread a call over more blocks. The sums are integers: the bits
+        do not depend on the chunks.
     quadrature_shared_bytes : int
         Shared memory of a quadrature kernel's block at most (its per-row accumulators).
     quadrature_tile_features : int
@@ -91,6 +96,8 @@ interventional_interaction_table_budget_bytes : int
 
     quadrature_nodes: tuple[int, ...] = (2, 4, 6, 8, 12, 16)
     quadrature_chunk_paths: int = 256
+    few_rows: int = 512
+    few_rows_chunk_paths: int = 32
     quadrature_shared_bytes: int = 48 * 1024
     quadrature_tile_features: int = 8
     quadrature_tile_window: int = 256

@@ -39,12 +39,13 @@ from distshap.kernels.cuda.runtime.model import (
     Plan,
     QuadratureLaunch,
     device_model,
+    few_rows_shap_plan,
     interaction_plan,
 )  # fmt: skip
 from distshap.kernels.cuda.runtime.ptx import compile_check
 
 __all__ = [
     "DeviceModel", "Plan", "QuadratureLaunch", "checked_values", "clear_cache", "compile_check",
-    "default_batch_rows", "device_model", "interaction_plan", "interaction_values",
-    "interventional_values", "shap_values",
+    "default_batch_rows", "device_model", "few_rows_shap_plan", "interaction_plan",
+    "interaction_values", "interventional_values", "shap_values",
 ]  # fmt: skip

@@ -39,7 +39,12 @@ from distshap.kernels.cuda.interaction_quadrature import launch_interaction_quad
 from distshap.kernels.cuda.runtime import args
 from distshap.kernels.cuda.runtime.caches import KEPT_ACC_BYTES, give_back, kept_accumulator
 from distshap.kernels.cuda.runtime.device import SIM, xp
-from distshap.kernels.cuda.runtime.model import device_model, interaction_plan, slot_arrays
+from distshap.kernels.cuda.runtime.model import (
+    device_model,
+    few_rows_shap_plan,
+    interaction_plan,
+    slot_arrays,
+)
 from distshap.kernels.cuda.shap_quadrature import launch_quadrature
 from distshap.kernels.cuda.slot_quadrature import launch_slot_quadrature
 from distshap.kernels.cuda.small.model import read_flag
@@ -252,9 +257,14 @@ def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool):
         _check_batch_rows(batch_rows)  # the bits do not depend on it: one launch
         return _run_small(packed, X, None, interactions)[0]
     model = device_model(packed)
-    plan = interaction_plan(packed, model) if interactions else model.shap
     X = device_rows(X, packed.num_features)
     n = int(X.shape[0])
+    if interactions:
+        plan = interaction_plan(packed, model)
+    elif n <= get_config().few_rows:  # the same bits through shorter chunks
+        plan = few_rows_shap_plan(packed, model)
+    else:
+        plan = model.shap
     F1 = packed.num_features + 1
     out, out2, group_size, bias_offset = new_output(packed, n, interactions)
     if n == 0:

@@ -6,7 +6,8 @@ device from the packed model's own arrays by :func:`.upload.lane_columns`), the 
 oversize bins and the fixed-point shifts. The two :class:`Plan` s are built on the first call
 that needs them, tables filled on the device:
 
-* SHAP values (:func:`shap_plan`, ``model.shap``) and interaction values
+* SHAP values (:func:`shap_plan`, ``model.shap``; for calls of few rows
+  :func:`few_rows_shap_plan`, the same paths in shorter quadrature chunks) and interaction values
   (:func:`interaction_plan`): which path runs on the table, quadrature or fallback kernel is
   host policy (:mod:`distshap.plan.gpu`, which also reports it without a GPU:
   :func:`~distshap.plan.gpu.strategy_stats`); this module fills the tables and copies the plan.
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -337,6 +338,24 @@ def shap_plan(packed: PackedModel, model: DeviceModel) -> Plan:
     return model.form(("shap", forced_costs()), lambda: _filled_plan(
         packed, model, shap_table_offsets(packed), fill_shap_tables, "k"
     ))  # fmt: skip
+
+
+def few_rows_shap_plan(packed: PackedModel, model: DeviceModel) -> Plan:
+    """The SHAP :class:`Plan` of ``model`` for calls of few rows: :func:`shap_plan`'s tables
+    and paths, its quadrature launches cut into chunks of ``few_rows_chunk_paths`` paths
+    (:class:`~distshap.plan.config.Config`), so a call of a few rows still fills the GPU."""
+    plan = model.shap
+
+    def build() -> Plan:
+        chunk = int(get_config().few_rows_chunk_paths)
+        with config_context(quadrature_chunk_paths=chunk):
+            host = plan_arrays(packed, shap_table_offsets(packed), local=True)
+        quadrature = _to_device({"quadrature": host["quadrature"]})["quadrature"]
+        column = host["lane_column"]
+        column = None if column is None else cuda.to_device(column)
+        return replace(plan, quadrature=quadrature, lane_column=column)
+
+    return model.form(("shap few rows", forced_costs()), build)
 
 
 def interaction_plan(packed: PackedModel, model: DeviceModel) -> Plan:
