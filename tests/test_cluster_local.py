@@ -141,3 +141,28 @@ def test_cpu_workers_share_the_memory_as_a_local_cluster_does():
         limits = [w["memory_limit"] for w in client.scheduler_info()["workers"].values()]
     assert len(limits) == 2
     assert all(abs(limit - MEMORY_LIMIT / 2) <= 0.01 * MEMORY_LIMIT for limit in limits), limits
+
+
+@pytest.mark.parametrize(
+    ("visible", "wanted", "devices"),
+    [("3,5,6", 2, "3,5"), (None, 2, "0,1"), ("GPU-a,GPU-b", 1, "GPU-a"), ("3,5,6", 3, None)],
+)
+def test_gpu_workers_take_this_process_s_first_visible_devices(
+    monkeypatch, visible, wanted, devices
+):
+    from distshap.cluster import local
+
+    made = {}
+
+    class FakeCluster:
+        def __init__(self, **kwargs):
+            made.update(kwargs)
+
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    monkeypatch.setattr(local, "_physical_gpu_count", lambda: 8)
+    monkeypatch.setattr(local, "_import_dask_cuda", lambda: FakeCluster)
+    local._gpu_cluster(None, wanted, 1, {})
+    assert made.get("CUDA_VISIBLE_DEVICES") == devices

@@ -179,7 +179,9 @@ def _gpu_cluster(
                 f"asked for {wanted} GPU(s) but {visible} visible here: ask for at most "
                 f"{visible}, or pass gpus=False for a CPU cluster"
             )
-        devices = None if wanted == visible else list(range(wanted))
+        entries = _parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES") or "")
+        # the first ``wanted`` of this process's devices (their ids where it is restricted)
+        devices = None if wanted == visible else (entries or list(range(visible)))[:wanted]
     elif visible == 0:
         raise ClusterError(
             f"asked for GPUs {devices} but none is visible here: pass gpus=False for a CPU cluster"
