@@ -107,3 +107,13 @@ def test_binary_response_header_made_once_is_the_same():
     fresh = encode_response("m", "1", "x", [("shap_values", b, True)])
     assert second == fresh and first[0] != second[0]
     assert second[0].endswith(b.tobytes()) and second[1] == fresh[1]
+
+
+@pytest.mark.parametrize("flags", [(False, True), (True, False)])
+def test_response_of_json_and_binary_outputs_reads_back(flags):
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    body, headers = encode_response("m", "1", None, [("x", a, flags[0]), ("y", a + 1, flags[1])])
+    length = int(headers["Inference-Header-Content-Length"])
+    head = json.loads(body[:length])
+    assert [("data" in t) for t in head["outputs"]] == [not f for f in flags]
+    assert body[length:] == (a + 1 if flags[1] else a).tobytes()

@@ -305,14 +305,14 @@ def encode_response(
                      for _, a, _ in outputs]  # fmt: skip
             return known[0] + b"".join(blobs), known[1]
     tensors, blobs = [], []
-    for name, array, binary in outputs:
+    for name, array, as_binary in outputs:
         array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
         tensor: dict[str, Any] = {
             "name": name,
             "datatype": _DATATYPE_OF[np.dtype(array.dtype)],
             "shape": list(array.shape),
         }
-        if binary:
+        if as_binary:
             blob = array.tobytes()
             tensor["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
