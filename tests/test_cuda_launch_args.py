@@ -113,6 +113,12 @@ assert np.array_equal(bits(False), first[0])
 plain = dataclasses.replace(packed, digest="")
 m = device_model(plain)
 assert device_model(plain) is not m, "a model without a digest was cached"
+from distshap.kernels.cuda import traversal
+made, real_model = [], traversal.device_model
+traversal.device_model = lambda p: made.append(p) or real_model(p)
+traversal.check_rows(plain, X[:1], launch.shap_values(plain, X[:1]), 1e-3)
+traversal.device_model = real_model
+assert len(made) == 1, f"the check made {len(made)} device models of a model without a digest"
 hints = m.read_only(("probe",), lambda: (m.lane_f, m.path_offsets))
 assert m.read_only(("probe",), lambda: ()) is hints
 ref = weakref.ref(m)

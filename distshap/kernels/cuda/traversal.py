@@ -88,8 +88,8 @@ def _kept_arrays(packed: PackedModel) -> tuple:
     """:func:`device_arrays` of ``packed`` as read-only hints kept with its device model
     (:meth:`~distshap.kernels.cuda.runtime.model.DeviceModel.read_only`): a launch hands them
     on as they are."""
-    model = device_model(packed)
-    return model.read_only("margin", lambda: device_arrays(packed))
+    model = device_model(packed)  # one model: a model without a digest is made at each call
+    return model.read_only("margin", lambda: model.form("margin", lambda: _copied(packed.margin)))
 
 
 def _copied(margin: dict) -> tuple:
