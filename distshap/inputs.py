@@ -57,7 +57,7 @@ def is_cupy(X: Any) -> bool:
 def on_gpu(X: Any) -> bool:
     """Rows that live on the GPU: a CuPy array, a cupyx.scipy.sparse matrix, or
     :class:`~distshap.sparse_blocks.SparseRows` made from one (they need the CUDA backend)."""
-    return is_cupy(X) or is_cupy_sparse(X) or bool(getattr(X, "on_gpu", False))
+    return is_cupy(X) or is_cupy_sparse(X) or (isinstance(X, SparseRows) and X.on_gpu)
 
 
 def array_module(X: Any) -> Any:

@@ -323,3 +323,12 @@ def test_cupy_sparse_rows_have_the_bits_of_scipy_rows_and_stay_on_the_gpu(xgb_mo
     assert isinstance(blocked, cupy.ndarray)
     whole = run_request(small, model_matrix(coo.tocsr(), small), request)
     np.testing.assert_array_equal(blocked.get(), np.asarray(whole))
+
+
+def test_host_rows_are_not_on_the_gpu_whatever_their_columns():
+    pd = pytest.importorskip("pandas")
+    from distshap.inputs import on_gpu
+
+    frame = pd.DataFrame({"on_gpu": [1.0, 2.0], "b": [0.0, 1.0]})  # a column of that name
+    assert not on_gpu(frame) and not on_gpu(frame.to_numpy())
+    assert not on_gpu(SparseRows(sp.csr_matrix(np.eye(3, dtype=np.float32)), "xgboost", np.float32))
