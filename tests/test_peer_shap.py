@@ -27,8 +27,8 @@ background data, no probability or loss outputs, no Saabas approximation):
   binary, multiclass, ``test_lightgbm_interaction`` (symmetry, one row),
   ``test_lightgbm_call_explanation`` (a pandas category column),
   ``test_lightgbm_categorical_split`` and ``test_lightgbm_interactions`` (digits).
-* ``test_tree.py``, CatBoost: ``test_catboost`` (a string category column is refused
-  clearly; numeric regression and classification), ``test_catboost_interactions``,
+* ``test_tree.py``, CatBoost: ``test_catboost`` (a string category column, against
+  CatBoost's own values; numeric regression and classification), ``test_catboost_interactions``,
   ``test_catboost_regression_interactions`` and
   ``test_catboost_column_names_with_special_characters``; and
   ``test_check_consistent_outputs_binary_classification`` / ``_for_regression``.
@@ -752,14 +752,18 @@ def test_catboost_models(backend):
     assert_close(explainer.shap_values(Xb), ref)
 
 
-def test_catboost_string_category_is_refused_clearly():
+def test_catboost_string_category_matches_catboost(backend):
     X, y = _data()
     frame = pd.DataFrame(X, columns=[f"x{j}" for j in range(X.shape[1])])
     frame["IsOld"] = (frame["x3"] > 0).astype(str)
     model = catboost.CatBoostRegressor(iterations=10, cat_features=["IsOld"], **QUIET_CB)
     model.fit(frame, y)
-    with pytest.raises(UnsupportedModelError, match="categorical"):
-        TreeExplainer(model, backend="cpu")
+    ref = model.get_feature_importance(catboost.Pool(frame, cat_features=["IsOld"]),
+                                       type="ShapValues")  # fmt: skip
+    explainer = TreeExplainer(model, layout="xgboost", backend=backend)
+    assert_close(explainer.shap_values(frame), ref)
+    raw = model.predict(frame, prediction_type="RawFormulaVal")
+    check_sums(explainer, frame, raw)
 
 
 @pytest.mark.parametrize("task", ["regression", "classification"])
