@@ -167,6 +167,9 @@ def test_bad_processes_and_missing_file_refused_before_any_process(tmp_path):
         serve([f"m={tmp_path / 'm.json'}"], port=0, processes=0)
     with pytest.raises(FileNotFoundError, match="model file .* does not exist"):
         serve([f"m={tmp_path / 'm.json'}"], port=0, processes=2)
+    for processes in (1, 2):  # a missing token is refused before any model loads
+        with pytest.raises(ValueError, match="needs a token"):
+            serve([f"m={tmp_path / 'm.json'}"], host="0.0.0.0", port=0, processes=processes)
 
 
 def test_a_port_another_server_holds_is_refused_not_shared(model):

@@ -40,7 +40,7 @@ import numpy as np
 from distshap.parallel import THREADS_VARIABLE
 from distshap.serve.backends import DaskExecutor, InProcessExecutor
 from distshap.serve.registry import ModelSpec, Registry, check_files
-from distshap.serve.server import ExplanationServer, ServeOptions
+from distshap.serve.server import ExplanationServer, ServeOptions, check_access
 
 __all__ = ["ServerGroup", "build_server"]
 
@@ -62,6 +62,7 @@ def build_server(
 ) -> ExplanationServer:
     """A server (not started) over ``specs``: models loaded, resident and their kernels
     compiled (on every worker of ``client``, or in this process)."""
+    check_access(options)  # before the models load
     registry = Registry.from_specs(specs, backend=backend)
     executor: Any = InProcessExecutor(slots) if client is None else DaskExecutor(client)
     for model in registry.models.values():
@@ -131,7 +132,8 @@ class ServerGroup:
             raise ValueError(f"processes={processes!r}: a group has 2 or more; use 1 otherwise")
         if not hasattr(socket, "SO_REUSEPORT"):
             raise ValueError(f"processes={processes}: this platform lacks SO_REUSEPORT; use 1")
-        for spec in specs:  # before any process starts
+        check_access(options)  # before any process starts
+        for spec in specs:
             check_files(spec)
         if scheduler is None and backend != "cpu":
             _check_gpu_shared(processes)

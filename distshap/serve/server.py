@@ -41,7 +41,7 @@ from distshap.serve.protocol import (
 )
 from distshap.serve.registry import Registry, output_ks
 
-__all__ = ["ExplanationServer", "ServeOptions"]
+__all__ = ["ExplanationServer", "ServeOptions", "check_access"]
 
 log = logging.getLogger("distshap.serve")
 
@@ -99,13 +99,17 @@ class ServeOptions:
     reuse_port: bool = False
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
+def check_access(options: ServeOptions) -> None:
+    """Refuse a non-loopback host without a token or ``insecure`` (before any model loads)."""
     try:
-        return ipaddress.ip_address(host).is_loopback
+        loopback = options.host == "localhost" or ipaddress.ip_address(options.host).is_loopback
     except ValueError:
-        return False
+        loopback = False
+    if not (loopback or options.token or options.insecure):
+        raise ValueError(
+            f"listening on {options.host!r} (not loopback) needs a token: pass --token "
+            "(or set DISTSHAP_SERVE_TOKEN), or --insecure to allow anyone on the network"
+        )
 
 
 def _error(status: int, message: str, headers: dict | None = None) -> Reply:
@@ -151,11 +155,7 @@ class ExplanationServer:
     """
 
     def __init__(self, registry: Registry, executor: Any, options: ServeOptions) -> None:
-        if not _is_loopback(options.host) and not options.token and not options.insecure:
-            raise ValueError(
-                f"listening on {options.host!r} (not loopback) needs a token: pass --token "
-                "(or set DISTSHAP_SERVE_TOKEN), or --insecure to allow anyone on the network"
-            )
+        check_access(options)
         self.registry, self.executor, self.options = registry, executor, options
         self.metrics = Metrics()
         self.draining = False
