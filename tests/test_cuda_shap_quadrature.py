@@ -122,10 +122,13 @@ def test_paths_longer_than_the_bound_get_a_chunk_of_their_own():
 def test_narrow_models_keep_the_all_features_tile_and_bad_settings_are_refused():
     packed = _packed(tiny.random_ensemble(2, n_features=8, n_trees=5, depth=4))
     none = np.full(packed.num_paths, -1, np.int64)
-    assert plan_gpu.plan_arrays(packed, none, local=True)["lane_column"] is None  # 8 <= 8 columns
-    with config_context(quadrature_tile_features=0):
-        with pytest.raises(ValueError, match="quadrature_tile_features must be at least 1, got 0"):
+    assert plan_gpu.plan_arrays(packed, none, local=True)["lane_column"] is None  # 8 <= 16 columns
+    with pytest.raises(ValueError, match="quadrature_tile_features=-1: pass a non-negative"):
+        with config_context(quadrature_tile_features=-1):
             plan_gpu.plan_arrays(packed, none, local=True)
+    with pytest.raises(ValueError, match=r"quadrature_tile_features must be at least 1 \(or"):
+        plan_launches.local_chunks(packed, np.arange(packed.num_paths), 0, 256,
+                                   np.full(packed.feature.shape[0], -1, np.int16), 0)  # fmt: skip
 
 
 _SIM_SCRIPT = r"""

@@ -18,7 +18,7 @@ import pytest
 from distshap.packed import pack_ensemble
 from distshap.plan import costs as cost_model
 from distshap.plan import gpu
-from distshap.plan.config import get_config
+from distshap.plan.geometry import local_tile_model
 from distshap.plan.launches import quadrature_launches
 from distshap.plan.tables import gpu_shap_table_offsets, regular_paths
 
@@ -175,6 +175,6 @@ def test_plan_as_before_on_benchmark_models(name):
     packed = pack_ensemble(load_model_file(path))
     costs = {n: c for n, c in _costs().items() if n in ("H200", "everywhere", "partial")}
     _check_model(packed, costs)
-    if packed.num_features > get_config().quadrature_tile_features:  # the local tiles run too
+    if local_tile_model(packed.num_features):  # the local tiles run too
         offsets = gpu.shap_table_offsets(packed, costs["H200"])
         assert gpu.plan_arrays(packed, offsets, local=True)["lane_column"] is not None

@@ -46,7 +46,8 @@ class Config:
         Shared memory of a quadrature kernel's block at most (its per-row accumulators).
     quadrature_tile_features : int
         Distinct features of one chunk of the SHAP quadrature kernel at most (its shared tile's
-        columns); models with at most this many features keep one column per feature.
+        columns); models with at most this many features keep one column per feature. 0 (the
+        default): chosen per model (:func:`~distshap.plan.geometry.tile_bound`).
     quadrature_tile_window : int
         Paths a chunk looks ahead to find the one adding the fewest new features (0: greedy in
         plan order). Moves only which chunk sums a contribution, never a bit.
@@ -99,7 +100,7 @@ interventional_interaction_table_budget_bytes : int
     few_rows: int = 512
     few_rows_chunk_paths: int = 32
     quadrature_shared_bytes: int = 48 * 1024
-    quadrature_tile_features: int = 8
+    quadrature_tile_features: int = 0
     quadrature_tile_window: int = 256
     shap_quadrature_warps: int = 4
     slot_quadrature_rows: int = 2

@@ -14,6 +14,8 @@ from distshap.packed import MAX_TABLE_FEATURES_LIMIT
 from distshap.plan.config import get_config
 
 __all__ = [
+    "AUTO_TILE_MAX",
+    "AUTO_TILE_MIN",
     "REGULAR_MAX_K",
     "SHAP_TABLE_MAX_FEATURES",
     "gauss_legendre",
@@ -26,10 +28,15 @@ __all__ = [
     "quadrature_warps",
     "shared_tile_rows",
     "slot_rows_shape",
+    "tile_bound",
 ]
 
 #: Most features of a path in a regular bin (one warp of 32 lanes, the bias lane included).
 REGULAR_MAX_K = 31
+#: The default chunk-local tile (``quadrature_tile_features=0``): models of more than
+#: ``AUTO_TILE_MAX`` features get tiles of their longest quadrature path's features, at least
+#: ``AUTO_TILE_MIN`` and at most ``AUTO_TILE_MAX``.
+AUTO_TILE_MIN, AUTO_TILE_MAX = 8, 16
 #: Longest path with a SHAP pattern table (the table fill kernel's local arrays have this size).
 SHAP_TABLE_MAX_FEATURES = MAX_TABLE_FEATURES_LIMIT
 
@@ -64,10 +71,20 @@ def quadrature_warps(num_features: int, rows: int = 1) -> int:
     return min(most, config.quadrature_shared_bytes // per_warp)
 
 
+def tile_bound(longest: int = AUTO_TILE_MAX) -> int:
+    """Features of a chunk-local tile at most: ``quadrature_tile_features``, or for its default
+    0 the longest quadrature path's features ``longest`` within ``AUTO_TILE_MIN`` and
+    ``AUTO_TILE_MAX``. A narrower tile leaves room for more blocks an SM; a path of more
+    features than the tile gets a chunk of its own, so the tile is never below a model's
+    usual path."""
+    bound = int(get_config().quadrature_tile_features)
+    return bound if bound != 0 else min(AUTO_TILE_MAX, max(AUTO_TILE_MIN, int(longest)))
+
+
 def local_tile_model(num_features: int) -> bool:
     """Whether SHAP plans of a model of ``num_features`` features get chunk-local feature tiles
-    (more features than ``quadrature_tile_features``)."""
-    return int(num_features) > int(get_config().quadrature_tile_features)
+    (more features than :func:`tile_bound` allows a tile)."""
+    return int(num_features) > tile_bound()
 
 
 def local_tiles(plan) -> bool:
@@ -84,7 +101,7 @@ def quadrature_tile_columns(num_features: int) -> int:
     F = int(num_features)
     if not local_tile_model(F):
         return F
-    return min(F, max(int(get_config().quadrature_tile_features), REGULAR_MAX_K))
+    return min(F, max(tile_bound(), REGULAR_MAX_K))
 
 
 def quadrature_shared(num_features: int) -> bool:

@@ -33,9 +33,11 @@ from distshap.plan.geometry import (
     REGULAR_MAX_K,
     SHAP_TABLE_MAX_FEATURES,
     interaction_tile_fits,
+    local_tile_model,
     quadrature_node_index,
     quadrature_warps,
     shared_tile_rows,
+    tile_bound,
 )
 from distshap.plan.launches import local_chunks, nonempty, quadrature_launches
 
@@ -184,8 +186,9 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
     else:
         lane_table = path_table[packed.lane_path]
     lane_column = None
-    max_features = int(config.quadrature_tile_features)
-    if local and packed.num_features > max_features and launches:
+    is_q = ~has_table & regular
+    max_features = tile_bound(int(k[is_q].max()) if is_q.any() else 0)
+    if local and local_tile_model(packed.num_features) and launches:
         lane_column = np.full(max(int(packed.feature.shape[0]), 1), -1, np.int16)
         for launch in launches:
             launch.update(local_chunks(packed, launch["paths"], max_features,

@@ -241,7 +241,10 @@ def local_chunks(packed: PackedModel, paths: np.ndarray, max_features: int, chun
     its own and integer addition is associative), so the SHAP values keep their bits.
     """
     if int(max_features) < 1:
-        raise ValueError(f"quadrature_tile_features must be at least 1, got {max_features}")
+        raise ValueError(
+            f"quadrature_tile_features must be at least 1 (or 0: chosen per model), got "
+            f"{max_features}"
+        )
     paths = np.ascontiguousarray(paths, np.int64)
     out = {}
     if int(window) > 0 and paths.size:
