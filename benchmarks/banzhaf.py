@@ -13,9 +13,7 @@ GPU (when CUDA is usable): ``banzhaf_values`` and ``shap_values`` of distshap
 (``backend="cuda"``, XGBoost layout, the additivity check of the SHAP values on, as users call
 them) on ``--gpu-rows`` rows (CuPy input), path-dependent, and ``banzhaf_values`` over the
 ``--background`` rows; rows/s of each, and the largest difference between the GPU's Banzhaf
-values and the CPU kernels' on the first 2000 rows. ``--ab-rows`` also times the path-dependent
-values with the rows read from global memory (``banzhaf_tiles.SHARED_BYTES`` lowered to the row
-sums alone for the call), against the rows copied to shared memory (the default where they fit).
+values and the CPU kernels' on the first 2000 rows.
 
 Usage::
 
@@ -71,21 +69,7 @@ def _cpu(booster, X, background, repeats: int) -> list[dict]:
     return out
 
 
-def _rows_global(explainer, rows):
-    """``banzhaf_values`` with the rows read from global memory (``--ab-rows``)."""
-    from distshap.kernels.cuda import banzhaf_tiles
-
-    keep = banzhaf_tiles.SHARED_BYTES
-    G, F = explainer.packed.num_groups, explainer.packed.num_features
-    threads = banzhaf_tiles._threads(G * (F + 1))
-    banzhaf_tiles.SHARED_BYTES = 2 * G * (F + 1) * threads * 8  # the sums fit, the rows not
-    try:
-        return explainer.banzhaf_values(rows)
-    finally:
-        banzhaf_tiles.SHARED_BYTES = keep
-
-
-def _gpu(booster, X, background, repeats: int, ab_rows: bool = False) -> list[dict]:
+def _gpu(booster, X, background, repeats: int) -> list[dict]:
     import cupy
 
     from distshap import TreeExplainer
@@ -99,8 +83,6 @@ def _gpu(booster, X, background, repeats: int, ab_rows: bool = False) -> list[di
         "shap_values": lambda: explainer.shap_values(rows),
         "banzhaf_values background": lambda: with_background.banzhaf_values(rows),
     }
-    if ab_rows:
-        calls["banzhaf_values rows global"] = lambda: _rows_global(explainer, rows)
     for name, fn in calls.items():
 
         def timed(fn=fn):
@@ -130,7 +112,6 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--background", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-cpu", action="store_true")
-    parser.add_argument("--ab-rows", action="store_true")
     parser.add_argument("--json", help="write the results to this file")
     args = parser.parse_args(argv)
     threads = str(args.threads)
@@ -154,7 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
                   f"{r['max_abs_diff']:.2e} of {r['scale']:.2f}", flush=True)  # fmt: skip
     if cuda_available():
         bg = X[-args.background :]
-        result["gpu"] = _gpu(booster, X[: args.gpu_rows], bg, args.repeats, args.ab_rows)
+        result["gpu"] = _gpu(booster, X[: args.gpu_rows], bg, args.repeats)
         for r in result["gpu"]:
             diff = ""
             if "scale" in r:
