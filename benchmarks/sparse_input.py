@@ -20,8 +20,8 @@ tree; unstored entries are missing, as XGBoost reads a CSR matrix):
 
 Usage::
 
-    python -m benchmarks.sparse_input                      # both cases, full size (< 3 min, 2 cores)
-    python -m benchmarks.sparse_input --scale 0.01         # everything 100x smaller (the test's)
+    python -m benchmarks.sparse_input               # both cases, full size (< 3 min, 2 cores)
+    python -m benchmarks.sparse_input --scale 0.01  # everything 100x smaller (the test's)
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ pytest.importorskip("xgboost")
 
 from distshap import TreeExplainer  # noqa: E402
 from distshap.plots import mean_abs_shap, summary_plot  # noqa: E402
+
 from xgb_models import build_multiclass  # noqa: E402
 
 
