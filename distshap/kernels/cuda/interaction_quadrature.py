@@ -20,6 +20,7 @@ import functools
 import numpy as np
 from numba import cuda, types
 
+from distshap.kernels.cuda.runtime.args import configured
 from distshap.kernels.cuda.runtime.device import (
     LF_VALUE,
     LF_ZERO,
@@ -29,7 +30,6 @@ from distshap.kernels.cuda.runtime.device import (
     lane_follows,
     read_split,
 )  # fmt: skip
-from distshap.kernels.cuda.shap_quadrature import launch_config
 from distshap.plan.geometry import gauss_legendre, interaction_tile_fits
 
 __all__ = ["interaction_kernel", "launch_interaction_quadrature", "pair_steps"]
@@ -264,7 +264,7 @@ def launch_interaction_quadrature(model, plan, Xb, acc, scale, F1, stream) -> No
     """Run the quadrature launches of ``plan`` on the row batch ``Xb``, adding interaction
     values (``F1 = F + 1`` columns a matrix) to ``acc``: a row's matrix in a shared tile where
     it fits (:func:`~distshap.plan.geometry.interaction_tile_fits`), else in global
-    memory. Launch configurations are kept (:func:`~.shap_quadrature.launch_config`), the model's
+    memory. Launch configurations are kept (:func:`~.runtime.args.configured`), the model's
     and plan's arrays go as read-only hints kept with the model
     (:meth:`~.runtime.model.DeviceModel.read_only`)."""
     nb = int(Xb.shape[0])
@@ -278,4 +278,4 @@ def launch_interaction_quadrature(model, plan, Xb, acc, scale, F1, stream) -> No
         ))  # fmt: skip
         for row0 in range(0, nb, 65535):  # grid.y is at most 65535
             grid = (launch.n_chunks, min(nb - row0, 65535))
-            launch_config(kernel, grid, 128, stream, shared_bytes)(*kept, Xb, acc, scale, F1, row0)
+            configured(kernel, grid, 128, stream, shared_bytes)(*kept, Xb, acc, scale, F1, row0)

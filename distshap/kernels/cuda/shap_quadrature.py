@@ -54,7 +54,7 @@ from distshap.plan.geometry import (
     quadrature_warps,
 )
 
-__all__ = ["launch_config", "launch_quadrature", "quadrature_kernel"]
+__all__ = ["launch_quadrature", "quadrature_kernel"]
 
 
 def _make_shap_kernel(n_nodes: int, shared: bool):
@@ -383,9 +383,9 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream) -> None:
     values: :func:`~distshap.kernels.cuda.interaction_quadrature.launch_interaction_quadrature`,
     pair slots: :func:`~distshap.kernels.cuda.slot_quadrature.launch_slot_quadrature`.
 
-    Launch configurations are kept (:func:`launch_config`), and the transposed rows are one
-    Numba view (:func:`~.runtime.args.view`) where three or more launches read them (for
-    fewer the view costs more than the CuPy arguments it saves); the model's and plan's
+    Launch configurations are kept (:func:`~.runtime.args.configured`), and the transposed
+    rows are one Numba view (:func:`~.runtime.args.view`) where three or more launches read
+    them (for fewer the view costs more than the CuPy arguments it saves); the model's and plan's
     arrays are passed as read-only hints kept with the model (:func:`_kept_arrays`)."""
     nb = int(Xb.shape[0])
     XT = xp().ascontiguousarray(Xb.T)  # (features, rows): a warp reads 32 rows of a feature
@@ -415,12 +415,7 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream) -> None:
         kept = _kept_arrays(model, plan, launch, rows, False)
         for row0 in range(0, nb, rows_per_launch):
             grid = (launch.n_chunks, -(-min(nb - row0, rows_per_launch) // (tpb * rows)))
-            launch_config(kernel, grid, tpb, stream, shared_bytes)(*kept, XT, acc, scale, F1, row0)
-
-
-def launch_config(kernel, grid, tpb: int, stream, shared_bytes: int):
-    """``kernel[grid, tpb, stream, shared_bytes]``, kept (:func:`~.runtime.args.configured`)."""
-    return configured(kernel, grid, tpb, stream, shared_bytes)
+            configured(kernel, grid, tpb, stream, shared_bytes)(*kept, XT, acc, scale, F1, row0)
 
 
 def _kept_arrays(model, plan, launch, rows: int, local: bool) -> tuple:
@@ -453,4 +448,4 @@ def _launch_local(model, plan, launch, XT, acc, scale, F1, stream, warps: int,
     kept = _kept_arrays(model, plan, launch, rows, True)
     for row0 in range(0, nb, rows_per_launch):
         grid = (launch.n_local, -(-min(nb - row0, rows_per_launch) // (tpb * rows)))
-        launch_config(kernel, grid, tpb, stream, shared_bytes)(*kept, XT, acc, scale, F1, row0)
+        configured(kernel, grid, tpb, stream, shared_bytes)(*kept, XT, acc, scale, F1, row0)

@@ -33,8 +33,8 @@ import numpy as np
 from numba import cuda, types
 
 from distshap.kernels.cuda.interaction_quadrature import pair_steps
+from distshap.kernels.cuda.runtime.args import configured
 from distshap.kernels.cuda.runtime.device import CAT_OTHER_FLAG, MISSING_FLAG, follows, read_split
-from distshap.kernels.cuda.shap_quadrature import launch_config
 from distshap.kernels.cuda.slot_layout import SlotLayout, slot_layout
 from distshap.plan.geometry import gauss_legendre, slot_rows_shape
 
@@ -475,6 +475,6 @@ def launch_slot_quadrature(model, plan, Xb, acc, scale, stream, slots) -> None:
         per_launch = 65535 * rows  # grid.y is at most 65535
         for row0 in range(0, nb, per_launch):
             grid = (lay.n_blocks, -(-min(nb - row0, per_launch) // rows))
-            launch_config(run, grid, _THREADS, stream, shared_bytes)(
+            configured(run, grid, _THREADS, stream, shared_bytes)(
                 *kept, Xb, acc, scale, row0, *tiles, capacity
             )  # fmt: skip

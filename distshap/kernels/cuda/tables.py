@@ -25,6 +25,7 @@ import functools
 import numpy as np
 from numba import cuda
 
+from distshap.kernels.cuda.runtime.args import configured
 from distshap.kernels.cuda.runtime.device import (
     CAT_OTHER_FLAG,
     FULL_MASK,
@@ -43,7 +44,6 @@ from distshap.kernels.cuda.runtime.device import (
     follows,
     read_split,
 )  # fmt: skip
-from distshap.kernels.cuda.shap_quadrature import launch_config
 from distshap.plan.config import get_config
 from distshap.plan.geometry import shared_tile_rows
 
@@ -318,7 +318,7 @@ def launch_tables(model, plan, Xb, acc, scale, F1, stream, slots=None):
     :class:`~.runtime.model.SlotArrays`): interaction values into pair slots. The model's and
     plan's arrays go as read-only hints kept with the model
     (:meth:`~.runtime.model.DeviceModel.read_only`), the launch configuration is kept
-    (:func:`~.shap_quadrature.launch_config`)."""
+    (:func:`~.runtime.args.configured`)."""
     if not plan.n_table_bins:
         return
     shap = plan.per_pattern == "k"
@@ -334,7 +334,7 @@ def launch_tables(model, plan, Xb, acc, scale, F1, stream, slots=None):
     rows4 = shap  # SHAP values: four rows a step
     kernel = table_kernel(tile_rows > 0, slots=slots is not None, shap=shap, rows4=rows4,
                           warps=warps)  # fmt: skip
-    launch = launch_config(kernel, grid, 32 * warps, stream, 0)
+    launch = configured(kernel, grid, 32 * warps, stream, 0)
     if slots is None:
         launch(*kept, Xb, acc, scale, rpb, tile_rows or rpb, F1)
     else:

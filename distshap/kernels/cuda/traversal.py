@@ -77,11 +77,13 @@ def packed_arrays(model: dict) -> dict:
     return out
 
 
-def device_arrays(packed: PackedModel) -> tuple:
+def device_arrays(packed: PackedModel, model: Any = None) -> tuple:
     """``(ints, longs, f64s, bools)`` of :func:`packed_arrays` of ``packed.margin`` on the
     current GPU: a form of the packed model's
-    :class:`~distshap.kernels.cuda.runtime.model.DeviceModel`, copied on first use."""
-    return device_model(packed).form("margin", lambda: _copied(packed.margin))
+    :class:`~distshap.kernels.cuda.runtime.model.DeviceModel` (``model``, default
+    ``device_model(packed)``), copied on first use."""
+    model = device_model(packed) if model is None else model
+    return model.form("margin", lambda: _copied(packed.margin))
 
 
 def _kept_arrays(packed: PackedModel) -> tuple:
@@ -89,7 +91,7 @@ def _kept_arrays(packed: PackedModel) -> tuple:
     (:meth:`~distshap.kernels.cuda.runtime.model.DeviceModel.read_only`): a launch hands them
     on as they are."""
     model = device_model(packed)  # one model: a model without a digest is made at each call
-    return model.read_only("margin", lambda: model.form("margin", lambda: _copied(packed.margin)))
+    return model.read_only("margin", lambda: device_arrays(packed, model))
 
 
 def _copied(margin: dict) -> tuple:
