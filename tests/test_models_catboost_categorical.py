@@ -222,3 +222,17 @@ print("SIMULATOR-OK")
 
 def test_cuda_simulator_matches_catboost():
     assert_simulator_ok(SIMULATED, timeout=300)
+
+
+def test_category_hashes_are_asked_of_catboost_once_a_value(monkeypatch):
+    from distshap.models import catboost_categorical as cc
+
+    monkeypatch.setattr(cc, "_HASHES", {})
+    asked = []
+    real = cc._hash_batch
+    monkeypatch.setattr(cc, "_hash_batch", lambda texts: asked.append(list(texts)) or real(texts))
+    first = cc.catboost_hashes(["red", "green"])
+    again = cc.catboost_hashes(["green", "blue", "red"])
+    assert asked == [["red", "green"], ["blue"]]
+    np.testing.assert_array_equal(again[[0, 2]], first[[1, 0]])
+    np.testing.assert_array_equal(again[1:2], real(["blue"])["blue"])

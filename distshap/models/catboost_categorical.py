@@ -316,14 +316,29 @@ def _hash_batch(texts: list[str]) -> dict[str, int]:
     return {str(e["value"]): int(e["hash"]) for e in listed}
 
 
+#: Hashes asked of CatBoost so far in this process (a value's hash never changes), so a call
+#: whose values were seen before exports nothing; emptied past ``_MOST_HASHES`` values.
+_HASHES: dict[str, int] = {}
+_MOST_HASHES = 1 << 20
+
+
 def catboost_hashes(texts: list[str]) -> np.ndarray:
-    """CatBoost's 32-bit hashes (uint32) of category values given as text, by CatBoost itself."""
+    """CatBoost's 32-bit hashes (uint32) of category values given as text, by CatBoost itself
+    (once a value in a process)."""
     if not texts:
         return np.zeros(0, np.uint32)
-    found = _hash_batch(texts)
-    for t in texts:  # two values of one hash: the export lists one of them
-        if t not in found:
-            found.update(_hash_batch([t]))
+    with _HASHER_LOCK:
+        found = {t: _HASHES[t] for t in texts if t in _HASHES}
+    new = [t for t in texts if t not in found]
+    if new:
+        found.update(_hash_batch(new))
+        for t in new:  # two values of one hash: the export lists one of them
+            if t not in found:
+                found.update(_hash_batch([t]))
+        with _HASHER_LOCK:
+            if len(_HASHES) + len(new) > _MOST_HASHES:
+                _HASHES.clear()
+            _HASHES.update((t, found[t]) for t in new)
     return np.array([found[t] for t in texts], dtype=np.uint32)
 
 
