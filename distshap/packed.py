@@ -40,8 +40,9 @@ from distshap import paths as paths_module
 from distshap.encoding import InputEncoding
 from distshap.models.ensemble import Ensemble
 from distshap.packing import Packing, bin_order, pack
+from distshap.pages import page_array
 from distshap.parallel import run_ranges
-from distshap.path_walk import bias_lane, page_array
+from distshap.path_walk import bias_lane
 from distshap.paths import Paths
 
 __all__ = [

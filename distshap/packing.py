@@ -44,7 +44,7 @@ import numba
 import numpy as np
 
 from distshap.compile_cache import wait_ahead
-from distshap.path_walk import page_array
+from distshap.pages import page_array
 
 __all__ = [
     "AHEAD_NAME", "ALGORITHMS", "MAX_CAPACITY", "NUMPY_MAX_ITEMS", "Packing", "ahead_compile",

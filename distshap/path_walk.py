@@ -9,19 +9,16 @@ the NumPy extraction (:mod:`distshap.path_merge`); both give the same bits.
 
 from __future__ import annotations
 
-import mmap
-
 import numba
 import numpy as np
 from numba import njit
 
 from distshap.compile_cache import wait_ahead
 from distshap.models.ensemble import Ensemble
+from distshap.pages import page_array
 from distshap.parallel import run_ranges
 
-__all__ = [
-    "AHEAD_NAME", "PAGE_ARRAY_BYTES", "PathWalk", "ahead_compile", "bias_lane", "page_array",
-]  # fmt: skip
+__all__ = ["AHEAD_NAME", "PathWalk", "ahead_compile", "bias_lane"]
 
 #: The walk's name for :func:`distshap.compile_cache.compile_ahead` (this module's helpers).
 AHEAD_NAME = "path_walk"
@@ -157,32 +154,6 @@ class PathWalk:
         ens = self.ensemble
         expected = ens.base_score.astype(np.float64)
         return expected + np.bincount(path_group, weights=mean_value, minlength=ens.num_groups)
-
-
-#: Arrays of at least this many bytes come from :func:`page_array`'s own mapping (NumPy's
-#: threshold for its huge-page hint); smaller ones from ``np.empty``.
-PAGE_ARRAY_BYTES = 1 << 22
-
-
-def page_array(n: int, dtype: np.dtype | type) -> np.ndarray:
-    """An array of ``n`` items of ``dtype`` for the walk to fill, in an anonymous memory
-    mapping of its own: without the transparent-huge-page hint NumPy gives its arrays of 4 MB
-    and more (``madvise(MADV_HUGEPAGE)``).
-
-    The second pass writes a large model's lanes, a gigabyte for millions of paths, in packed
-    order. Where the kernel compacts memory into huge pages when an advised page is first
-    touched (``/sys/kernel/mm/transparent_hugepage/defrag`` ``madvise``), that compaction was
-    most of a large model's build (``benchmarks/RESULTS.md``, the host build stage by stage);
-    unadvised, the pages are the kernel's usual ones. The contents start as zeros; the pass
-    writes every item it returns. The mapping is released with the array.
-    """
-    dtype = np.dtype(dtype)
-    if n * dtype.itemsize < PAGE_ARRAY_BYTES:
-        return np.empty(n, dtype)
-    try:
-        return np.frombuffer(mmap.mmap(-1, n * dtype.itemsize), dtype, count=n)
-    except (OSError, ValueError):  # no anonymous mappings here: NumPy's allocation
-        return np.empty(n, dtype)
 
 
 def ahead_compile(name: str) -> None:

@@ -1,4 +1,4 @@
-"""The walk's output arrays in mappings of their own (:func:`distshap.path_walk.page_array`).
+"""The walk's output arrays in mappings of their own (:func:`distshap.pages.page_array`).
 
 Large ones come from an anonymous memory mapping (no transparent-huge-page hint), small ones
 from ``np.empty``; either is an ordinary writable NumPy array to NumPy, Numba and pickle.
@@ -12,7 +12,7 @@ import pickle
 import numpy as np
 from numba import njit
 
-from distshap.path_walk import PAGE_ARRAY_BYTES, page_array
+from distshap.pages import PAGE_ARRAY_BYTES, page_array
 
 
 @njit(cache=False)
