@@ -1,8 +1,8 @@
 """Where one public GPU call's time goes: wall time, host time, and the host's profile.
 
 For each ``--cases`` entry ``shape:kind:rows`` (kind ``shap`` or ``interactions``), on CuPy
-rows through :class:`distshap.TreeExplainer` (the additivity check on, as the throughput
-benchmark runs it), after a warm-up:
+rows (NumPy rows with ``--host-rows``) through :class:`distshap.TreeExplainer` (the additivity
+check on, as the throughput benchmark runs it), after a warm-up:
 
 * ``wall``: median microseconds a call, the GPU synchronized before the clock stops;
 * ``host``: median microseconds until the call returns, the GPU synchronized before it starts
@@ -61,8 +61,12 @@ def _median_us(fn, repeats: int, sync, sync_first: bool) -> float:
     return 1e6 * statistics.median(times)
 
 
-def profile_case(shape: str, kind: str, rows: int, calls: int, top: int) -> None:
-    """Prints the wall and host time of one case and the host's profile (module docstring)."""
+def profile_case(
+    shape: str, kind: str, rows: int, calls: int, top: int, host_rows: bool = False
+) -> None:
+    """Prints the wall and host time of one case and the host's profile (module docstring);
+    ``host_rows``: the rows given as a NumPy array (the values come back to host memory), as
+    a server's batch or most users' calls give them."""
     import cupy
 
     from distshap import TreeExplainer
@@ -77,16 +81,19 @@ def profile_case(shape: str, kind: str, rows: int, calls: int, top: int) -> None
     def sync():
         cupy.cuda.Device().synchronize()
 
+    rows_in = np.ascontiguousarray(X, np.float32) if host_rows else Xd
+
     def fn():
-        call(Xd)
+        call(rows_in)
 
     for _ in range(3):
         fn()
     sync()
     wall = _median_us(fn, calls, sync, sync_first=False)
     host = _median_us(fn, calls, sync, sync_first=True)
-    print(f"\n== {shape} {kind} {rows} rows: wall {wall:.0f} us a call, host {host:.0f} us, "
-          f"{rows / wall * 1e6:,.0f} rows/s")  # fmt: skip
+    where = "NumPy" if host_rows else "CuPy"
+    print(f"\n== {shape} {kind} {rows} rows ({where}): wall {wall:.0f} us a call, "
+          f"host {host:.0f} us, {rows / wall * 1e6:,.0f} rows/s")  # fmt: skip
     issue, gpu, hidden = kernel_split(explainer.packed, Xd, kind, calls)
     print(
         f"   kernels alone (no check): host {issue:.0f} us a call, GPU {gpu:.0f} us a call"
@@ -219,12 +226,15 @@ def main(argv=None) -> None:
     parser.add_argument("--calls", type=int, default=30)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--launch-micro", action="store_true", help="one launch's host cost")
+    parser.add_argument(
+        "--host-rows", action="store_true", help="rows as a NumPy array, values back in host memory"
+    )
     args = parser.parse_args(argv)
     if args.launch_micro:
         launch_micro()
     for case in args.cases.split(","):
         shape, kind, rows = case.split(":")
-        profile_case(shape, kind, int(rows), args.calls, args.top)
+        profile_case(shape, kind, int(rows), args.calls, args.top, args.host_rows)
 
 
 if __name__ == "__main__":
