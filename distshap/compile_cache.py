@@ -43,9 +43,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = [
-    "ahead_waits", "announce", "cache_dir", "cached_on_disk", "compile_ahead", "configure",
-    "cuda_compiling", "default_cache_dir", "listen_cuda", "logger", "read_only",
-    "start_helpers", "wait_ahead",
+    "ahead_waits", "announce", "cache_dir", "cached_on_disk",
+    "compile_ahead", "compile_later", "compiled", "configure", "cuda_compiling",
+    "default_cache_dir", "listen_cuda", "logger", "pending", "read_only", "start_helpers",
+    "wait_ahead",
 ]  # fmt: skip
 
 logger = logging.getLogger("distshap.compile")
@@ -228,10 +229,11 @@ _HELPERS_LOCK = threading.Lock()
 _IDLE: dict[str, list[subprocess.Popen]] = {}  # module -> helpers waiting for names
 _PENDING: dict[str, tuple[str, subprocess.Popen]] = {}  # name -> (module, its helper)
 _WAITED: dict[str, float] = {}  # name -> seconds this process waited for it
+_RUNS: dict[str, str] = {}  # module -> the module its helpers import (start_helpers' runs)
 
 
-def _start_helper(module: str) -> subprocess.Popen | None:
-    code = f"from distshap.compile_cache import _helper; _helper({module!r})"
+def _start_helper(module: str, later: bool = False) -> subprocess.Popen | None:
+    code = f"from distshap.compile_cache import _helper; _helper({module!r}, {later!r})"
     try:
         return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
@@ -239,16 +241,22 @@ def _start_helper(module: str) -> subprocess.Popen | None:
         return None
 
 
-def start_helpers(module: str, count: int) -> None:
+def start_helpers(module: str, count: int, runs: str | None = None) -> None:
     """Start ``count`` helper processes that import ``module`` (and run its
     ``ahead_prepare()``), then wait for :func:`compile_ahead` to give them names.
 
-    Nothing is started without a cache directory (:func:`cache_dir`). A helper given no
-    names exits when this process does, or when :func:`compile_ahead` releases it.
+    ``runs``: the module the helpers import instead (its ``ahead_prepare`` and
+    ``ahead_compile``), from now on for every helper of ``module``; their names are still
+    given and waited for as ``module``'s (:func:`wait_ahead`). Nothing is started without a
+    cache directory (:func:`cache_dir`). A helper given no names exits when this process does,
+    or when :func:`compile_ahead` releases it.
     """
     if cache_dir() is None or count <= 0:
         return
-    started = [p for p in (_start_helper(module) for _ in range(count)) if p is not None]
+    if runs is not None:
+        _RUNS[module] = runs
+    runs = _RUNS.get(module, module)
+    started = [p for p in (_start_helper(runs) for _ in range(count)) if p is not None]
     with _HELPERS_LOCK:
         _IDLE.setdefault(module, []).extend(started)
 
@@ -265,7 +273,8 @@ def compile_ahead(module: str, names: Iterable[str | tuple[str, ...]], processes
         todo = [(n,) if isinstance(n, str) else tuple(n) for n in names]
         todo = [t for t in (tuple(n for n in t if n not in _PENDING) for t in todo) if t]
     if todo and cache_dir() is not None and not idle:
-        idle = [p for p in (_start_helper(module) for _ in range(processes)) if p is not None]
+        runs = _RUNS.get(module, module)
+        idle = [p for p in (_start_helper(runs) for _ in range(processes)) if p is not None]
     shares: list[list[str]] = [[] for _ in idle]
     for names_of_one in sorted(todo, key=len, reverse=True):  # the largest groups first
         min(shares, key=len).extend(names_of_one)
@@ -322,16 +331,61 @@ def cached_on_disk(dispatcher: Any) -> bool:
         return True
 
 
+def compiled(*dispatchers: Any) -> bool:
+    """Whether calling each of ``dispatchers`` (Numba CPU jit functions) compiles nothing:
+    it has a specialisation in this process or an index in the disk cache
+    (:func:`cached_on_disk`)."""
+    return all(bool(d.signatures) or cached_on_disk(d) for d in dispatchers)
+
+
+def pending(name: str) -> bool:
+    """Whether a helper compiles ``name`` for this process (:func:`compile_ahead`; not yet
+    waited for): :func:`wait_ahead` then loads it from the disk cache."""
+    with _HELPERS_LOCK:
+        return name in _PENDING
+
+
+_LATER: set[tuple[str, str]] = set()  # (module, name) given to a helper for later processes
+
+
+def compile_later(module: str, name: str) -> bool:
+    """Have one helper process compile ``name`` of ``module`` (its ``ahead_compile(name)``)
+    into the disk cache for later processes, while this one goes on without it (its NumPy
+    route); nothing waits for it, and it exits when done. The helper runs at the lowest CPU
+    priority, so on a busy machine it takes only cores this process leaves idle. Once per
+    name and process, and only with a cache directory; True when started."""
+    key = (module, name)
+    with _HELPERS_LOCK:
+        if key in _LATER or name in _PENDING or cache_dir() is None:
+            return False
+        _LATER.add(key)
+    proc = _start_helper(module, later=True)
+    if proc is None:
+        return False
+    try:
+        proc.stdin.write(f"{name}\n".encode())
+        proc.stdin.close()
+    except OSError:
+        return False
+    return True
+
+
 def ahead_waits() -> dict[str, float]:
     """Seconds this process waited for each name compiled ahead (:func:`wait_ahead`)."""
     return dict(_WAITED)
 
 
-def _helper(module_name: str) -> None:
+def _helper(module_name: str, later: bool = False) -> None:
     """A helper process: import the module, prepare, then compile every name read from stdin
-    (until this process's parent closes it)."""
+    (until this process's parent closes it); ``later`` (:func:`compile_later`): at the lowest
+    CPU priority, nothing prepared."""
+    if later and hasattr(os, "nice"):
+        try:
+            os.nice(19)
+        except OSError:
+            pass
     module = importlib.import_module(module_name)
-    prepare = getattr(module, "ahead_prepare", None)
+    prepare = None if later else getattr(module, "ahead_prepare", None)
     if prepare is not None:
         prepare()
     for name in sys.stdin.read().split():

@@ -25,7 +25,10 @@ counts); a *bin* is one warp of ``capacity`` (32) lanes. Four algorithms are off
     NumPy, one run of equal sizes at a time (a run fills whole bins in a row; see
     :func:`_best_fit_decreasing`), so packing a model of usual size compiles nothing (a first
     call in a fresh environment saves about a second of Numba compilation); larger inputs, and
-    ``"nf"`` and ``"ffd"``, run compiled kernels, compiled on their first use.
+    ``"nf"`` and ``"ffd"``, run compiled kernels, compiled on their first use, except inputs
+    of up to :data:`COLD_NUMPY_ITEMS` items while the compiled BFD is not compiled here (a
+    cold start): they run in NumPy too, and a helper process compiles the kernels for later
+    processes (:func:`distshap.compile_cache.compile_later`).
 
 The decreasing order is a stable counting (or radix) sort by size, not a comparison sort.
 Items larger than ``capacity`` (possible only for paths of more than ``capacity - 1`` features)
@@ -43,12 +46,12 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from distshap.compile_cache import wait_ahead
+from distshap.compile_cache import compile_later, compiled, pending, wait_ahead
 from distshap.pages import page_array
 
 __all__ = [
-    "AHEAD_NAME", "ALGORITHMS", "MAX_CAPACITY", "NUMPY_MAX_ITEMS", "Packing", "ahead_compile",
-    "bin_order", "pack",
+    "AHEAD_NAME", "ALGORITHMS", "COLD_NUMPY_ITEMS", "MAX_CAPACITY", "NUMPY_MAX_ITEMS", "Packing",
+    "ahead_compile", "bin_order", "pack",
 ]  # fmt: skip
 
 #: Names accepted by :func:`pack`.
@@ -61,6 +64,11 @@ MAX_CAPACITY = 65536
 #: first call) and compiled beyond, where they are a few times faster once compiled
 #: (``benchmarks/RESULTS.md``, cold start).
 NUMPY_MAX_ITEMS = 1 << 18
+
+#: Item counts above the first and up to the second run BFD and :func:`bin_order` in NumPy
+#: too while their compiled kernels are not compiled here (not in this process, not in Numba's
+#: disk cache, no helper compiling them for it): NumPy costs less than compiling up to there.
+COLD_NUMPY_ITEMS = (NUMPY_MAX_ITEMS, 1 << 23)
 
 
 @dataclass(frozen=True, eq=False)
@@ -328,9 +336,22 @@ def _ffd(sizes: np.ndarray, capacity: int, out: np.ndarray) -> int:
 
 
 def _bfd(sizes: np.ndarray, capacity: int, out: np.ndarray) -> int:
-    if sizes.shape[0] <= NUMPY_MAX_ITEMS:
+    if _numpy_route(sizes.shape[0]):
         return _best_fit_decreasing(sizes, capacity, out)
     return _bfd_compiled(sizes, capacity, out)
+
+
+def _numpy_route(n: int) -> bool:
+    """Whether BFD and :func:`bin_order` of ``n`` items run in NumPy: up to
+    :data:`NUMPY_MAX_ITEMS` items, and within :data:`COLD_NUMPY_ITEMS` while the compiled
+    kernels are not compiled here (then a helper compiles them for later processes)."""
+    if n <= NUMPY_MAX_ITEMS:
+        return True
+    lo, hi = COLD_NUMPY_ITEMS
+    if not lo < n <= hi or pending(AHEAD_NAME) or compiled(_bfd_compiled, _group_by_bin_compiled):
+        return False
+    compile_later(__name__, AHEAD_NAME)
+    return True
 
 
 _KERNELS = {"nf": _next_fit, "ffd": _ffd, "bfd": _bfd_compiled}
@@ -428,7 +449,7 @@ def pack(sizes: np.ndarray, capacity: int = 32, algorithm: str = "bfd") -> Packi
         )
     arr = _check_sizes(sizes)
     n = arr.shape[0]
-    if algorithm in ("nf", "ffd") or (algorithm == "bfd" and n > NUMPY_MAX_ITEMS):
+    if algorithm in ("nf", "ffd") or (algorithm == "bfd" and not _numpy_route(n)):
         _warm_up(algorithm, capacity)
 
     start = time.perf_counter()
@@ -481,7 +502,7 @@ def bin_order(packing: Packing, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarr
             f"sizes has {arr.shape[0]} items but the packing has {packing.num_items}: "
             "pass the sizes the packing was made from"
         )
-    if arr.shape[0] > NUMPY_MAX_ITEMS:
+    if not _numpy_route(arr.shape[0]):
         _warm_up("order")
         bins = np.ascontiguousarray(packing.bin_of_item, dtype=np.int32)
         return _group_by_bin_compiled(bins, arr, packing.num_bins)

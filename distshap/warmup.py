@@ -6,8 +6,10 @@ backend once on chain-shaped trees (:func:`chain_ensemble`): a short chain (patt
 and one longer than a warp (quadrature; the CUDA backend's fallback kernel). On the CPU it also
 runs the margin traversal and the interventional kernels (SHAP and interaction values of the
 raw margin, SHAP values of the probability and of the log loss, and the row-by-row test of
-paths too long for a mask), so a later process finds all of them in the cache: the step for
-images and CI. It sits above the kernels, so the kernels never import the model-building side.
+paths too long for a mask), and for either backend the host passes of large models (the
+loader's node reader and checks, the compiled path walk, BFD packing and its grouping by bin),
+so a later process finds all of them in the cache: the step for images and CI. It sits above
+the kernels, so the kernels never import the model-building side.
 
 :func:`start_ahead` is the cold start of a large model file (one that takes the compiled path
 walk) in a fresh environment: while the explainer loads it, helper processes
@@ -29,7 +31,7 @@ from distshap.interventional import build_background
 from distshap.kernels import get_backend
 from distshap.kernels.interventional_cpu import MAX_MASK_BITS, interventional_values
 from distshap.kernels.margin import margin_model, predict_margin
-from distshap.models import load_model
+from distshap.models import _threaded, load_model
 from distshap.models._threaded import WARM_UP_BYTES
 from distshap.models.ensemble import Ensemble
 from distshap.packed import PackedModel, build_packed_model
@@ -37,11 +39,12 @@ from distshap.paths import extract_paths
 from distshap.plan.config import get_config
 
 __all__ = [
-    "COMPUTE_MODE_DEFAULT", "KINDS", "chain_ensemble", "gpu_compute_mode",
+    "COMPUTE_MODE_DEFAULT", "KINDS", "chain_ensemble", "gpu_capability", "gpu_compute_mode",
     "helpers_may_share_gpu", "load_ahead", "longest_path_bound", "start_ahead", "warm_up",
 ]  # fmt: skip
 
-_CUDA_AHEAD = "distshap.kernels.cuda.runtime.ptx"  # its helpers compile the CUDA kernels
+_CUDA_AHEAD = "distshap.kernels.cuda.runtime.ptx"  # the CUDA kernels' helpers, waited for as
+_CUDA_HELPER = "distshap.kernels.cuda.runtime.ahead"  # what they run: compiling, no context
 
 
 def chain_ensemble(depth: int, n_features: int) -> Ensemble:
@@ -97,6 +100,9 @@ def warm_up(backend: str = "cpu", kinds: tuple[str, ...] = KINDS) -> None:
     if unknown:
         raise ValueError(f"unknown kinds {sorted(unknown)}: use {', '.join(KINDS)}")
     kernels = get_backend(backend)
+    _threaded.ahead_compile(_threaded.AHEAD_NAME)  # the host passes of large models
+    path_walk.ahead_compile(path_walk.AHEAD_NAME)
+    packing.ahead_compile(packing.AHEAD_NAME)
     for depth in (3, 33):  # the second has paths longer than a warp (CUDA: fallback kernel)
         ensemble = chain_ensemble(depth, depth)
         packed = build_packed_model(extract_paths(ensemble), margin=margin_model(ensemble))
@@ -163,8 +169,10 @@ def start_ahead(model: Any, backend: str) -> Callable[[Ensemble], None]:
     ``compile_ahead_processes`` helpers (:class:`~distshap.plan.config.Config`), and two
     fewer than the cores: the loading process compiles the file's decoders in a thread of its
     own meanwhile, and a helper without an idle core slows that down more than it saves.
-    ``backend``: the explainer's (``"cuda"`` adds the CUDA helpers; ``"auto"`` where a GPU is
-    visible; none on a GPU whose compute mode is not the default: :func:`helpers_may_share_gpu`).
+    ``backend``: the explainer's (``"cuda"`` adds the CUDA helpers, which compile for the
+    GPU's compute capability, :func:`gpu_capability`, and make no CUDA context:
+    :mod:`distshap.kernels.cuda.runtime.ahead`; ``"auto"`` where a GPU is visible; none on a
+    GPU whose compute mode is not the default: :func:`helpers_may_share_gpu`).
     """
     count = min(int(get_config().compile_ahead_processes), _cores() - 2)
     try:
@@ -190,15 +198,18 @@ def start_ahead(model: Any, backend: str) -> Callable[[Ensemble], None]:
 
     if compile_cache.cached_on_disk(ptx.finish_kernel):
         return _nothing  # the SHAP call's kernels were compiled here before
-    if not helpers_may_share_gpu(gpu_compute_mode()):
-        return _nothing  # a helper's context could keep this process off the GPU
-    compile_cache.start_helpers(_CUDA_AHEAD, count)
+    cc = gpu_capability()
+    if cc is None or not helpers_may_share_gpu(gpu_compute_mode()):
+        return _nothing
+    compile_cache.start_helpers(_CUDA_AHEAD, count, runs=_CUDA_HELPER)
 
     def send(ensemble: Ensemble) -> None:
+        from distshap.kernels.cuda.runtime.ahead import ahead_names
+
         names = ptx.shap_kernel_names(
             ensemble.num_features, ensemble.num_groups, longest_path_bound(ensemble)
         )
-        compile_cache.compile_ahead(_CUDA_AHEAD, ptx.ahead_groups(names))
+        compile_cache.compile_ahead(_CUDA_AHEAD, ahead_names(ptx.ahead_groups(names), cc))
 
     return send
 
@@ -220,6 +231,23 @@ def gpu_compute_mode(device: int = 0) -> int | None:
 
         return int(driver.get_device(device).COMPUTE_MODE)
     except Exception:  # no driver or device, an attribute this binding does not name
+        return None
+
+
+def gpu_capability(device: int = 0) -> tuple[int, int] | None:
+    """The compute capability of the CUDA device ``device`` (the first visible one: the
+    explaining process's), read through the driver without making a context; None where it
+    cannot be read (no driver, the CUDA simulator)."""
+    from distshap.kernels.cuda.runtime.device import SIM
+
+    if SIM:
+        return None
+    try:
+        from numba.cuda.cudadrv.driver import driver
+
+        major, minor = driver.get_device(device).compute_capability
+        return int(major), int(minor)
+    except Exception:  # no driver or device
         return None
 
 

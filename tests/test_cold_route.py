@@ -1,0 +1,151 @@
+"""The cold routes: NumPy where a large model's compiled passes are not compiled yet.
+
+The loader's node reader and checks (``distshap/models/_threaded.py``) and BFD packing with its
+grouping by bin (``distshap/packing.py``) run in NumPy for sizes in their ``COLD_NUMPY_*``
+ranges while their compiled functions are neither compiled in the process nor in Numba's disk
+cache. Both routes must give the same arrays bit for bit (and the same flags and answers), and
+the cold route must ask a helper to compile the kernels for later processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from distshap import compile_cache, packing
+from distshap.models import _threaded
+from distshap.models._ubjson import decode_ubjson_views
+from distshap.models.xgboost import ensemble_from_ubjson
+
+import tiny
+from xgb_models import MODEL_KINDS
+
+
+def _reader_calls(raw: bytes, monkeypatch) -> tuple:
+    """The arguments the loader gives ``xgboost_node_arrays`` for the model ``raw``."""
+    calls = []
+    reader = _threaded.xgboost_node_arrays
+
+    def spy(*args):
+        calls.append(args)
+        return reader(*args)
+
+    monkeypatch.setattr(_threaded, "MIN_NODES", 0)
+    monkeypatch.setattr(_threaded, "xgboost_node_arrays", spy)
+    try:
+        ensemble_from_ubjson(decode_ubjson_views(raw))
+    except ValueError:  # a broken model: read, flagged, then refused by the NumPy code
+        pass
+    assert len(calls) == 1
+    return calls[0]
+
+
+def _broken(raw: bytes, name: str, value: int) -> bytes:
+    """``raw`` with the first int32 of tree 1's ``name`` array set to ``value``."""
+    views = decode_ubjson_views(raw)
+    arr = views.value["learner"]["gradient_booster"]["model"]["trees"][1][name]
+    at = views.offsets[id(arr)]
+    return raw[:at] + np.array([value], ">i4").tobytes() + raw[at + 4 :]
+
+
+def _same_nodes(a: tuple, b: tuple) -> None:
+    (nodes_a, flags_a), (nodes_b, flags_b) = a, b
+    assert flags_a.dtype == flags_b.dtype and flags_a.tobytes() == flags_b.tobytes()
+    assert nodes_a.keys() == nodes_b.keys()
+    for name, x in nodes_a.items():
+        y = nodes_b[name]
+        assert x.dtype == y.dtype and x.shape == y.shape, name
+        assert x.tobytes() == y.tobytes(), name  # bits: NaN payloads and -0.0 included
+
+
+@pytest.mark.parametrize("kind", ["regression", "multiclass", "dart", "categorical", "missing"])
+def test_numpy_reader_equals_the_compiled_one(kind, monkeypatch):
+    raw = bytes(MODEL_KINDS[kind]()[0].save_raw(raw_format="ubj"))
+    models = [raw]
+    if kind == "regression":  # flagged trees: a child outside, a bad feature, an unnamed node
+        models += [_broken(raw, "left_children", 10_000), _broken(raw, "split_indices", -2)]
+        right = decode_ubjson_views(raw).value["learner"]["gradient_booster"]["model"]["trees"]
+        models.append(_broken(raw, "right_children", int(right[1]["left_children"][0])))
+    for model in models:
+        args = _reader_calls(model, monkeypatch)
+        monkeypatch.setattr(_threaded, "COLD_NUMPY_NODES", (0, 0))  # every size compiled
+        _same_nodes(_threaded.xgboost_node_arrays(*args), _threaded._xgboost_numpy(*args))
+        monkeypatch.undo()
+    if kind == "regression":
+        assert _threaded._xgboost_numpy(*args)[1].any()  # the last one was flagged
+
+
+def _ensembles():
+    yield from tiny.tiny_ensembles().values()
+    for seed in range(3):
+        yield tiny.random_ensemble(seed, n_trees=4, depth=5, n_categorical=seed % 2)
+    tree = tiny.Split(0, 0.5, tiny.Leaf(1.0), tiny.Split(0, 0.7, tiny.Leaf(2.0), tiny.Leaf(3.0)))
+    ens = tiny.build_ensemble([tree, tree], num_features=1).validate()
+    for name, i, v in [
+        ("left", 2, 6), ("right", 2, 10), ("left", 2, 1), ("right", 0, 5), ("left", 5, 5),
+        ("feature", 0, 1), ("feature", 0, -1), ("right", 0, -1), ("cover", 1, np.nan),
+        ("cover", 3, -1.0), ("cover", 5, 0.0), ("tree_offsets", 1, 0),
+    ]:  # fmt: skip
+        array = getattr(ens, name).copy()
+        array[i] = v
+        yield dataclasses.replace(ens, **{name: array})
+
+
+def test_numpy_node_checks_answer_as_the_compiled_ones(monkeypatch):
+    monkeypatch.setattr(_threaded, "COLD_NUMPY_NODES", (0, 0))
+    answers = []
+    for ens in _ensembles():
+        args = (ens.left, ens.right, ens.feature, ens.cover, ens.tree_offsets, ens.num_features)
+        answers.append(_threaded.nodes_valid(*args))
+        assert _threaded._nodes_valid_numpy(*args) == answers[-1]
+    assert any(answers) and not all(answers)
+
+
+def test_cold_sizes_take_numpy_and_ask_for_a_helper(monkeypatch):
+    later = []
+    monkeypatch.setattr(compile_cache, "compile_later", lambda m, n: later.append((m, n)))
+    monkeypatch.setattr(compile_cache, "compiled", lambda *d: False)
+    monkeypatch.setattr(_threaded, "COLD_NUMPY_NODES", (0, 100))
+    assert not _threaded.compiled_route(100) and _threaded.compiled_route(101)
+    assert later == [(_threaded.__name__, _threaded.AHEAD_NAME)]
+    monkeypatch.setattr(_threaded, "COLD_NUMPY_NODES", (0, 1 << 30))
+    monkeypatch.setattr(_threaded, "_check_trees", None)  # would fail if called
+    monkeypatch.setattr(_threaded, "run_ranges", None)
+    ens = tiny.random_ensemble(0, n_trees=4, depth=5)
+    assert _threaded.nodes_valid(
+        ens.left, ens.right, ens.feature, ens.cover, ens.tree_offsets, ens.num_features
+    )
+
+
+def test_cold_packing_is_the_compiled_packing(monkeypatch):
+    sizes = np.random.default_rng(3).integers(1, 40, size=3000)  # some oversize items
+    monkeypatch.setattr(packing, "NUMPY_MAX_ITEMS", 10)
+    compiled = packing.pack(sizes)
+    compiled_order = packing.bin_order(compiled, sizes)
+    later = []
+    monkeypatch.setattr(packing, "COLD_NUMPY_ITEMS", (10, 3000))
+    monkeypatch.setattr(packing, "compiled", lambda *d: False)
+    monkeypatch.setattr(packing, "compile_later", lambda m, n: later.append((m, n)))
+    monkeypatch.setattr(packing, "_bfd_compiled", None)  # would fail if called
+    monkeypatch.setattr(packing, "_group_by_bin_compiled", None)
+    cold = packing.pack(sizes)
+    assert cold.num_bins == compiled.num_bins and cold.num_oversize == compiled.num_oversize
+    np.testing.assert_array_equal(cold.bin_of_item, compiled.bin_of_item)
+    for a, b in zip(packing.bin_order(cold, sizes), compiled_order, strict=True):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    assert set(later) == {(packing.__name__, packing.AHEAD_NAME)}
+
+
+def test_compile_later_starts_one_low_priority_helper_once(monkeypatch, tmp_path):
+    started = []
+    monkeypatch.setattr(compile_cache, "_LATER", set())
+    monkeypatch.setattr(compile_cache, "_start_helper", lambda m, later: started.append(later))
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    assert not compile_cache.compile_later("distshap.packing", "packing")  # no cache directory
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    assert not compile_cache.compile_later("distshap.packing", "packing")  # no process
+    assert not compile_cache.compile_later("distshap.packing", "packing")  # asked once
+    assert started == [True]
