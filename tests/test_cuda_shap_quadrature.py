@@ -123,6 +123,13 @@ def test_narrow_models_keep_the_all_features_tile_and_bad_settings_are_refused()
     packed = _packed(tiny.random_ensemble(2, n_features=8, n_trees=5, depth=4))
     none = np.full(packed.num_paths, -1, np.int64)
     assert plan_gpu.plan_arrays(packed, none, local=True)["lane_column"] is None  # 8 <= 16 columns
+    wider = _packed(tiny.random_ensemble(3, n_features=12, n_trees=6, depth=4))
+    none = np.full(wider.num_paths, -1, np.int64)
+    plan = plan_gpu.plan_arrays(wider, none, local=True)  # paths of <= 4 features: tiles of 8
+    assert plan["lane_column"] is not None
+    assert max(q["local_columns"] for q in plan["quadrature"]) <= 8
+    with config_context(quadrature_tile_features=12):  # a tile as wide as the model: none
+        assert plan_gpu.plan_arrays(wider, none, local=True)["lane_column"] is None
     with pytest.raises(ValueError, match="quadrature_tile_features=-1: pass a non-negative"):
         with config_context(quadrature_tile_features=-1):
             plan_gpu.plan_arrays(packed, none, local=True)

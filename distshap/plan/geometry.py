@@ -33,8 +33,8 @@ __all__ = [
 
 #: Most features of a path in a regular bin (one warp of 32 lanes, the bias lane included).
 REGULAR_MAX_K = 31
-#: The default chunk-local tile (``quadrature_tile_features=0``): models of more than
-#: ``AUTO_TILE_MAX`` features get tiles of their longest quadrature path's features, at least
+#: The default chunk-local tile (``quadrature_tile_features=0``): models of more features than
+#: their longest quadrature path has get tiles of that path's features, at least
 #: ``AUTO_TILE_MIN`` and at most ``AUTO_TILE_MAX``.
 AUTO_TILE_MIN, AUTO_TILE_MAX = 8, 16
 #: Longest path with a SHAP pattern table (the table fill kernel's local arrays have this size).
@@ -81,10 +81,12 @@ def tile_bound(longest: int = AUTO_TILE_MAX) -> int:
     return bound if bound != 0 else min(AUTO_TILE_MAX, max(AUTO_TILE_MIN, int(longest)))
 
 
-def local_tile_model(num_features: int) -> bool:
-    """Whether SHAP plans of a model of ``num_features`` features get chunk-local feature tiles
-    (more features than :func:`tile_bound` allows a tile)."""
-    return int(num_features) > tile_bound()
+def local_tile_model(num_features: int, longest: int = AUTO_TILE_MAX) -> bool:
+    """Whether SHAP plans of a model of ``num_features`` features, its longest quadrature path
+    of ``longest``, get chunk-local feature tiles: more features than :func:`tile_bound` of
+    ``longest`` allows a tile. A tile narrower than a column per feature leaves room for more
+    blocks an SM."""
+    return int(num_features) > tile_bound(longest)
 
 
 def local_tiles(plan) -> bool:
@@ -93,15 +95,15 @@ def local_tiles(plan) -> bool:
     return getattr(plan, "lane_column", None) is not None
 
 
-def quadrature_tile_columns(num_features: int) -> int:
+def quadrature_tile_columns(num_features: int, longest: int = AUTO_TILE_MAX) -> int:
     """Int64 columns a thread of the SHAP quadrature kernel sums a row in at most: the model's
-    features, or with chunk-local feature tiles (:func:`local_tile_model`) the tile bound, or
-    the longest regular path's features where they exceed it (such a path gets a chunk of its
-    own), whichever is fewer than the model's."""
+    features, or with chunk-local feature tiles (:func:`local_tile_model` of ``longest``) the
+    tile bound, or the longest regular path's features where they exceed it (such a path gets a
+    chunk of its own), whichever is fewer than the model's."""
     F = int(num_features)
-    if not local_tile_model(F):
+    if not local_tile_model(F, longest):
         return F
-    return min(F, max(tile_bound(), REGULAR_MAX_K))
+    return min(F, max(tile_bound(longest), REGULAR_MAX_K))
 
 
 def quadrature_shared(num_features: int) -> bool:

@@ -187,8 +187,9 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
         lane_table = path_table[packed.lane_path]
     lane_column = None
     is_q = ~has_table & regular
-    max_features = tile_bound(int(k[is_q].max()) if is_q.any() else 0)
-    if local and local_tile_model(packed.num_features) and launches:
+    longest = int(k[is_q].max()) if is_q.any() else 0
+    max_features = tile_bound(longest)
+    if local and local_tile_model(packed.num_features, longest) and launches:
         lane_column = np.full(max(int(packed.feature.shape[0]), 1), -1, np.int16)
         for launch in launches:
             launch.update(local_chunks(packed, launch["paths"], max_features,

@@ -180,7 +180,7 @@ def _quadrature_sums(shape: ModelShape, is_q: np.ndarray, idx: np.ndarray,
     chunks = int((-(-counts // chunk_paths)).sum())
     wide_shared = quadrature_warps(F) > 0  # the all-features tile fits
     all_features = (0.0, float(chunks * F)) if wide_shared else (lanes, 0.0)
-    if not local_tile_model(F):
+    if not local_tile_model(F, int(k[is_q].max())):
         return all_features
     if shape.lane_feature is None or shape.path_offsets is None:
         # no lane features, an estimate: a column a feature of each all-features chunk (the

@@ -157,8 +157,8 @@ def shap_kernel_names(num_features: int, num_groups: int, longest_path: int) -> 
         else "shap_table_kernel"
     )
     names = ["lane_fill_kernel", "fill_shap_tables_kernel", table]
-    if local_tile_model(F):
-        columns = quadrature_tile_columns(F)
+    if local_tile_model(F, longest_path):
+        columns = quadrature_tile_columns(F, longest_path)
         suffix = "_local_2rows" if quadrature_warps(columns, 2) else "_local"
     else:
         rows = 2 if quadrature_warps(F, 2) or not quadrature_warps(F) else 1
