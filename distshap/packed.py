@@ -36,6 +36,7 @@ from typing import TypeVar
 import numba
 import numpy as np
 
+from distshap import build_cache
 from distshap import paths as paths_module
 from distshap.encoding import InputEncoding
 from distshap.models.ensemble import Ensemble
@@ -240,7 +241,9 @@ def pack_ensemble(
     each path's elements, which is all the packing needs, and the second writes every path
     straight into its packed lanes, bias lane and ``lane_path`` included. The paths' element
     arrays in node order, and the gather of the lanes from them (random reads of every array
-    for every path), are never made.
+    for every path), are never made. An ensemble loaded from a large model file by
+    :func:`distshap.build_cache.load_ensemble` has its packed model saved, and found again by
+    a later process (:mod:`distshap.build_cache`).
 
     Parameters
     ----------
@@ -261,6 +264,12 @@ def pack_ensemble(
         feature_categories=feature_categories, encoding=encoding, margin=margin,
         model_kind=model_kind,
     )  # fmt: skip
+    return build_cache.load_packed(ensemble, options, lambda: _pack(ensemble, options))
+
+
+def _pack(ensemble: Ensemble, options: dict) -> PackedModel:
+    """:func:`pack_ensemble` itself (``options``: its keyword arguments)."""
+    algorithm, capacity = options["algorithm"], options["capacity"]
     if ensemble.num_nodes <= paths_module.NUMPY_MAX_NODES:
         return build_packed_model(paths_module.extract_paths(ensemble), **options)
     walk = paths_module.walk_paths(ensemble)  # first pass: each path's element count
@@ -279,8 +288,9 @@ def pack_ensemble(
     )
     return _packed_model(
         fields, packing, t0, ensemble.num_features, ensemble.num_groups, capacity,
-        table_budget_bytes, max_table_features, feature_names, feature_categories, encoding,
-        margin, model_kind,
+        options["table_budget_bytes"], options["max_table_features"], options["feature_names"],
+        options["feature_categories"], options["encoding"], options["margin"],
+        options["model_kind"],
     )  # fmt: skip
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from distshap import compile_cache, packing, path_walk
+from distshap import build_cache, compile_cache, packing, path_walk
 from distshap.interventional import build_background
 from distshap.kernels import get_backend
 from distshap.kernels.interventional_cpu import MAX_MASK_BITS, interventional_values
@@ -262,10 +262,12 @@ def helpers_may_share_gpu(mode: int | None) -> bool:
 
 def load_ahead(model: Any, backend: str) -> Ensemble:
     """:func:`distshap.models.load_model` of ``model``, the kernels of a large model file
-    compiled ahead meanwhile (:func:`start_ahead`; ``backend``: the explainer's)."""
+    compiled ahead meanwhile (:func:`start_ahead`; ``backend``: the explainer's); a large
+    model file's ensemble is saved, and found again by a later process
+    (:func:`distshap.build_cache.load_ensemble`)."""
     send = start_ahead(model, backend)
     try:
-        ensemble = load_model(model)
+        ensemble = build_cache.load_ensemble(model, WARM_UP_BYTES, load_model)
     except BaseException:
         compile_cache.compile_ahead(_CUDA_AHEAD, [])  # the helpers started for it exit
         raise

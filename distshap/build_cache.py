@@ -1,0 +1,287 @@
+"""Saved builds of large model files: the loaded ensemble and its packed model, on disk.
+
+Loading a model file of millions of nodes and packing its paths takes seconds even with every
+kernel compiled. For a model file of more than
+:data:`~distshap.models._threaded.WARM_UP_BYTES` bytes, the explainer's build is kept in the
+compile cache's directory (``distshap-builds`` in :func:`distshap.compile_cache.cache_dir`),
+and a later process with the same file maps it back instead of building it again:
+
+* the key of a file is the SHA-256 of its bytes (hashed in pieces, in threads), of distshap's
+  own source files, and of the NumPy and Python versions: any change to the file or to the code
+  that builds from it gives a new key. :func:`load_ensemble` keys the loaded ensemble by it;
+  :func:`load_packed` keys a packed model by it, the packing options and the input encoding;
+* an entry is one file: the object pickled with its arrays out of band, each array's bytes
+  aligned and checked (a CRC-32 of each piece of 16 MB), written to a temporary file and
+  renamed into place, in a background thread (:func:`store`), so a partly written entry is
+  never seen; entries beyond :data:`MAX_BYTES` in all are removed, the least recently used
+  first;
+* a read maps the file copy-on-write, checks every array's bytes and only then unpickles, so the
+  arrays are the saved ones bit for bit, writable (private pages), and read from the page cache
+  only where used. An entry that fails any check (truncated, corrupted, unreadable) is removed
+  and the build runs as without it.
+
+The packed model of an ensemble is taken from the cache only for the very ensemble object
+:func:`load_ensemble` returned (not a copy with other covers or missing value), with the same
+options, encoding and margin arrays as saved.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import mmap
+import os
+import pickle
+import sys
+import threading
+import uuid
+import weakref
+import zlib
+from typing import Any
+
+import numpy as np
+
+from distshap import compile_cache
+from distshap.parallel import run_ranges
+
+__all__ = [
+    "MAX_BYTES", "directory", "file_key", "key_of", "load", "load_ensemble", "load_packed",
+    "store", "wait_stores",
+]  # fmt: skip
+
+#: Entries kept in all, bytes; the least recently used are removed beyond (and an entry larger
+#: than this is not written).
+MAX_BYTES = 8 << 30
+
+_PIECE = 1 << 24  # bytes hashed per piece, in threads
+_MAGIC = b"distshap-build-1"
+_KEYS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # ensemble -> its file's key
+_STORES: list[threading.Thread] = []
+
+
+def directory() -> str | None:
+    """Where entries are kept: ``distshap-builds`` in the compile cache's directory (None
+    without one: nothing is kept)."""
+    root = compile_cache.cache_dir()
+    return None if root is None else os.path.join(root, "distshap-builds")
+
+
+def _pieces(buffer: Any, check: Any, threads: bool) -> list:
+    """``check`` of each piece of :data:`_PIECE` bytes of ``buffer``, in threads (or in this
+    one: the same list)."""
+    raw = memoryview(buffer).cast("B")
+    pieces = [raw[lo : lo + _PIECE] for lo in range(0, max(len(raw), 1), _PIECE)]
+    out = [None] * len(pieces)
+
+    def check_pieces(lo: int, hi: int) -> None:
+        for j in range(lo, hi):
+            out[j] = check(pieces[j])
+
+    if threads:
+        run_ranges(check_pieces, len(pieces), len(pieces))
+    else:
+        check_pieces(0, len(pieces))
+    return out
+
+
+def _sha256(buffer: Any) -> bytes:
+    """SHA-256 of ``buffer``'s bytes, as the digest of its pieces' digests (in threads)."""
+    digests = _pieces(buffer, lambda piece: hashlib.sha256(piece).digest(), True)
+    return hashlib.sha256(b"".join(digests)).digest()
+
+
+def _crcs(buffer: Any, threads: bool = True) -> list[int]:
+    """CRC-32 of each piece of ``buffer``: what an entry's arrays are checked by (a check for
+    damaged bytes, at memory speed; the key, not this, tells files apart)."""
+    return _pieces(buffer, zlib.crc32, threads)
+
+
+@functools.cache
+def _code_key() -> bytes:
+    """SHA-256 of distshap's source files, NumPy's and Python's versions."""
+    root = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256(f"{np.__version__} {sys.version} {sys.byteorder}".encode())
+    for folder, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, name)
+            h.update(os.path.relpath(path, root).encode())
+            with open(path, "rb") as fh:
+                h.update(hashlib.sha256(fh.read()).digest())
+    return h.digest()
+
+
+def file_key(model: Any, min_bytes: int) -> str | None:
+    """The key of the model file ``model`` (:mod:`distshap.build_cache`), or None: not a path
+    of a file of more than ``min_bytes`` bytes, or no cache directory."""
+    if directory() is None or not isinstance(model, (str, os.PathLike)):
+        return None
+    try:
+        with open(model, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size <= min_bytes:
+                return None
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                digest = _sha256(data)
+    except (OSError, ValueError):
+        return None  # the loader says what is wrong with it
+    return hashlib.sha256(_code_key() + digest).hexdigest()
+
+
+def key_of(ensemble: Any) -> str | None:
+    """The file key of an ensemble :func:`load_ensemble` returned (None for any other)."""
+    try:
+        return _KEYS.get(ensemble)
+    except TypeError:
+        return None
+
+
+def _path(name: str) -> str:
+    return os.path.join(directory() or "", name + ".bin")
+
+
+def load(name: str) -> Any:
+    """The object of the entry ``name``, its arrays checked bit for bit; None where there is
+    none, or it fails a check (then it is removed)."""
+    path = _path(name)
+    try:
+        with open(path, "rb") as fh:
+            data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    except (OSError, ValueError):
+        return None
+    try:
+        if data[: len(_MAGIC)] != _MAGIC:
+            raise ValueError("not an entry")
+        n = int.from_bytes(data[-8:], "little")
+        spans, checks, head = pickle.loads(data[len(data) - 8 - n : len(data) - 8])
+        view = memoryview(data)
+        buffers = [view[at : at + size] for at, size in spans]
+        if [_crcs(b) for b in buffers] != checks:
+            raise ValueError("an array's bytes differ from the ones saved")
+        value = pickle.loads(head, buffers=buffers)
+        os.utime(path)  # recently used
+        return value
+    except Exception:  # noqa: BLE001 - any failure: not to be trusted, built again
+        _remove(path)
+        return None
+
+
+def store(name: str, value: Any) -> None:
+    """Write ``value`` as the entry ``name``, in a background thread (the process waits for it
+    at exit; :func:`wait_stores`); then remove the least recently used entries beyond
+    :data:`MAX_BYTES`."""
+    thread = threading.Thread(target=_write, args=(name, value), name="distshap-build-cache")
+    _STORES.append(thread)
+    thread.start()
+
+
+def wait_stores() -> None:
+    """Wait for the entries :func:`store` is writing."""
+    while _STORES:
+        _STORES.pop().join()
+
+
+def _write(name: str, value: Any) -> None:
+    """The entry ``name`` of ``value`` written (in the background: hashed in this thread, the
+    thread pool being shut down at exit), then :func:`_evict`."""
+    buffers: list[pickle.PickleBuffer] = []
+    temporary = ""
+    try:
+        head = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+        raws = [b.raw() for b in buffers]
+        if sum(r.nbytes for r in raws) > MAX_BYTES:
+            return
+        os.makedirs(directory() or "", exist_ok=True)
+        path = _path(name)
+        temporary = f"{path}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+        spans = []
+        with open(temporary, "wb") as fh:
+            fh.write(_MAGIC)
+            for raw in raws:
+                fh.write(b"\0" * (-fh.tell() % 64))  # aligned arrays
+                spans.append((fh.tell(), raw.nbytes))
+                fh.write(raw)
+            checks = [_crcs(r, threads=False) for r in raws]
+            footer = pickle.dumps((spans, checks, head), protocol=5)
+            fh.write(footer)
+            fh.write(len(footer).to_bytes(8, "little"))
+        os.replace(temporary, path)
+    except Exception:  # noqa: BLE001 - nothing saved: a later process builds again
+        _remove(temporary)
+        return
+    _evict()
+
+
+def _evict() -> None:
+    """Remove the least recently used entries beyond :data:`MAX_BYTES` in all."""
+    folder = directory()
+    try:
+        entries = [os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".bin")]
+        stats = sorted(((os.stat(p).st_mtime, os.stat(p).st_size, p) for p in entries),
+                       reverse=True)  # fmt: skip
+    except (OSError, TypeError):
+        return
+    total = 0
+    for _, size, path in stats:
+        total += size
+        if total > MAX_BYTES:
+            _remove(path)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def load_ensemble(model: Any, min_bytes: int, load_model: Any) -> Any:
+    """``load_model(model)``, or the ensemble saved for the same file (and code) before; the
+    ensemble is keyed by its file for :func:`load_packed`, and saved when it was loaded."""
+    key = file_key(model, min_bytes)
+    ensemble = None if key is None else load(f"{key}.ensemble")
+    if ensemble is None:
+        ensemble = load_model(model)
+        if key is not None:
+            store(f"{key}.ensemble", ensemble)
+    if key is not None:
+        _KEYS[ensemble] = key
+    return ensemble
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two values are equal, arrays bit for bit (dtype, shape and bytes)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+            return False
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        bits = [np.ascontiguousarray(x).reshape(-1).view(np.uint8) for x in (a, b)]
+        return bool(np.array_equal(*bits))
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True  # NaN: the same missing-value sentinel
+    return bool(a == b)
+
+
+def load_packed(ensemble: Any, options: dict, build: Any) -> Any:
+    """``build()``, or the packed model saved for the same file, options and inputs before.
+
+    ``options``: :func:`distshap.packed.pack_ensemble`'s arguments; the margin arrays and the
+    encoding must equal the saved model's, bit for bit. Only for an ensemble
+    :func:`load_ensemble` keyed; the packed model it builds is saved.
+    """
+    key = key_of(ensemble)
+    if key is None:
+        return build()
+    plain = {k: v for k, v in sorted(options.items()) if k not in ("margin", "encoding")}
+    name = f"{key}.packed.{hashlib.sha256(repr(plain).encode()).hexdigest()[:32]}"
+    packed = load(name)
+    if packed is not None and _same(packed.margin, options.get("margin")):
+        encoding = options.get("encoding")
+        if encoding is None or _same(vars(packed.encoding), vars(encoding)):
+            return packed
+    packed = build()
+    store(name, packed)
+    return packed

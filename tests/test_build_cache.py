@@ -1,0 +1,146 @@
+"""Saved builds of large model files (``distshap/build_cache.py``).
+
+A model file's loaded ensemble and packed model are kept in the compile cache's directory and
+mapped back by a later build of the same file: the same arrays bit for bit, the same SHAP
+values; an entry whose bytes were damaged is removed and built again. The size bound of the
+explainer's use (``WARM_UP_BYTES``: large model files only) is lowered here for a small model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from distshap import build_cache
+from distshap.encoding import encode_ensemble
+from distshap.kernels.margin import margin_model
+from distshap.models import load_model
+from distshap.packed import pack_ensemble
+
+from xgb_models import MODEL_KINDS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def model_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "model.ubj"
+    path.write_bytes(bytes(MODEL_KINDS["categorical"]()[0].save_raw(raw_format="ubj")))
+    return path
+
+
+def _counted(calls: list):
+    def load(model):
+        calls.append(model)
+        return load_model(model)
+
+    return load
+
+
+def _same_arrays(a, b) -> None:
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape, f.name
+            assert x.tobytes() == y.tobytes(), f.name
+
+
+def _pack(ensemble):
+    encoded, encoding = encode_ensemble(ensemble)
+    options = dict(encoding=encoding, margin=margin_model(ensemble), model_kind="k")
+    return pack_ensemble(encoded, **options)
+
+
+def test_a_build_is_found_again_bit_for_bit(model_file):
+    calls: list = []
+    first = build_cache.load_ensemble(model_file, 0, _counted(calls))
+    packed = _pack(first)
+    build_cache.wait_stores()
+    assert len(calls) == 1 and len(os.listdir(build_cache.directory())) == 2
+    again = build_cache.load_ensemble(model_file, 0, _counted(calls))
+    assert len(calls) == 1 and again is not first  # mapped back, not loaded
+    _same_arrays(again, first)
+    assert again.left.flags.writeable and again.extra.keys() == first.extra.keys()
+    packed_again = _pack(again)
+    _same_arrays(packed_again, packed)
+    assert packed_again.digest == packed.digest and packed_again.stats == packed.stats
+    assert build_cache.key_of(dataclasses.replace(again)) is None  # a copy: built, not found
+    assert build_cache.load_ensemble(model_file, os.path.getsize(model_file), load_model)
+    assert build_cache.file_key(model_file, os.path.getsize(model_file)) is None  # too small
+
+
+def test_other_options_or_margins_are_built(model_file, monkeypatch):
+    ensemble = build_cache.load_ensemble(model_file, 0, load_model)
+    packed = _pack(ensemble)
+    build_cache.wait_stores()
+    built = []
+    monkeypatch.setattr(build_cache, "store", lambda name, value: built.append(name))
+    margin = {k: v.copy() for k, v in packed.margin.items()}
+    margin["value"][0] += 1.0
+    other = pack_ensemble(ensemble, encoding=packed.encoding, margin=margin, model_kind="k")
+    assert built and other.digest != packed.digest
+    other = pack_ensemble(ensemble, encoding=packed.encoding, margin=packed.margin,
+                          model_kind="k", capacity=16)  # fmt: skip
+    assert len(built) == 2 and other.capacity == 16
+
+
+def test_damaged_entries_are_removed_and_built_again(model_file):
+    calls: list = []
+    build_cache.load_ensemble(model_file, 0, _counted(calls))
+    build_cache.wait_stores()
+    (entry,) = Path(build_cache.directory()).iterdir()
+    raw = bytearray(entry.read_bytes())
+    raw[len(raw) // 3] ^= 0x40  # one bit of an array
+    entry.write_bytes(bytes(raw))
+    build_cache.load_ensemble(model_file, 0, _counted(calls))
+    assert len(calls) == 2  # not trusted: loaded again (and saved again)
+    build_cache.wait_stores()
+    entry.write_bytes(entry.read_bytes()[:-100])  # truncated
+    build_cache.load_ensemble(model_file, 0, _counted(calls))
+    assert len(calls) == 3
+    build_cache.wait_stores()
+    build_cache.load_ensemble(model_file, 0, _counted(calls))
+    assert len(calls) == 3  # the saved one again
+
+
+def test_a_changed_file_has_another_key(model_file):
+    key = build_cache.file_key(model_file, 0)
+    model_file.write_bytes(model_file.read_bytes() + b"N")  # a UBJSON no-op: the same model
+    assert build_cache.file_key(model_file, 0) not in (None, key)
+
+
+_EXPLAIN = """
+import hashlib, sys
+import numpy as np
+import distshap
+from distshap import warmup
+
+warmup.WARM_UP_BYTES = 0  # a small file taken as a large one
+loads = []
+load_model = warmup.load_model
+warmup.load_model = lambda model: loads.append(1) or load_model(model)
+X = np.random.default_rng(0).integers(0, 3, (20, 4)).astype(np.float32)  # category codes
+values = distshap.TreeExplainer(sys.argv[1], backend="cpu").shap_values(X)
+print(len(loads), hashlib.sha256(np.ascontiguousarray(values).tobytes()).hexdigest())
+"""
+
+
+def test_a_second_process_finds_the_build_and_explains_the_same(model_file, tmp_path):
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    out = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", _EXPLAIN, str(model_file)], env=env,
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out.append(proc.stdout.split())
+    assert out[0][0] == "1" and out[1][0] == "0"  # loaded, then found
+    assert out[0][1] == out[1][1]
+    assert len(list((tmp_path / "cache" / "distshap-builds").iterdir())) == 2
