@@ -4,8 +4,10 @@ The command registers the models given by ``--model``, starts (or connects to) a
 and ships every model to every worker before it listens (``--local``: batches run in this
 process instead), then serves until SIGTERM or Ctrl-C, which drain it: requests in flight are
 answered, new ones refused, and the command exits 0. ``--processes N`` serves from N processes
-sharing the port (:class:`~distshap.serve.group.ServerGroup`); one that exits on its own stops
-the group, and the command exits 1.
+sharing the port (:class:`~distshap.serve.group.ServerGroup`): with ``--local`` on a GPU they
+are fronts (HTTP, decoding, batching, encoding) and one device process per GPU runs every
+batch (``--device-processes`` sets how many; 0: each process runs its own); one process that
+exits on its own stops the group, and the command exits 1.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ def serve(
     client: Any = None,
     backend: str = "auto",
     start: bool = True,
-    slots: int = 1,
+    slots: int | None = None,
     processes: int = 1,
+    device_processes: int | None = None,
     **options: Any,
 ) -> ExplanationServer | ServerGroup:
     """Start an explanation server (in a background thread) over ``models``.
@@ -51,13 +54,18 @@ def serve(
         Kernel backend of the explainers.
     start : bool
         Serve in a background thread now (else call ``serve_forever``).
-    slots : int
-        Batches run at once in this process (without ``client``): 1 suits the CPU, 2 lets a
-        GPU's kernels overlap the host work of the next batch.
+    slots : int, optional
+        Batches run at once in each process that runs them (without ``client``): 1 suits the
+        CPU, 2 lets a GPU's kernels overlap the host work of the next batch. Default: 1 in
+        this process or each front, 2 in a device process on a GPU.
     processes : int
-        Server processes sharing the port (> 1: a :class:`~distshap.serve.group.ServerGroup`,
-        each process with its own copy of the models, or its own client to ``client``'s
-        cluster; ``start`` then starts the processes).
+        Server processes sharing the port (> 1: a :class:`~distshap.serve.group.ServerGroup`
+        of front processes; ``start`` then starts the processes).
+    device_processes : int, optional
+        With ``processes`` (without ``client``): processes that run every front's batches,
+        one GPU each; 0: each front runs its own batches on its own copy of the models.
+        Default: one per visible GPU on a GPU backend, 0 on CPU (and with ``client``). Given
+        > 0 with ``processes=1``: one front and the device processes.
     **options
         Fields of :class:`~distshap.serve.server.ServeOptions` (``port=0``: any free port).
 
@@ -74,7 +82,7 @@ def serve(
     specs = [parse_model_spec(m) if isinstance(m, str) else m for m in models]
     if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
         raise ValueError(f"processes={processes!r}: give the number of server processes, >= 1")
-    if processes > 1:
+    if processes > 1 or device_processes:
         scheduler = None if client is None else client.scheduler.address
         if scheduler is not None and not scheduler.startswith(("tcp://", "tls://", "ucx://")):
             raise ValueError(
@@ -82,10 +90,11 @@ def serve(
                 "cannot reach it; start the cluster with worker processes (or use processes=1)"
             )
         group = ServerGroup(specs, processes, ServeOptions(**options), backend=backend,
-                            slots=slots, scheduler=scheduler)  # fmt: skip
+                            slots=slots, scheduler=scheduler,
+                            device_processes=device_processes)  # fmt: skip
         return group.start() if start else group
     server = build_server(specs, ServeOptions(**options), client=client, backend=backend,
-                          slots=slots)  # fmt: skip
+                          slots=slots or 1)  # fmt: skip
     return server.start() if start else server
 
 
@@ -118,12 +127,20 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--workers", type=int, help="local workers (GPUs: first N; CPU: default 1)")
     p.add_argument("--backend", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--processes", type=int, default=1,
-                   help="server processes sharing the port, each with its own copy of the "
-                   "models (or client of the cluster): one process decodes and encodes on one "
-                   "core (default 1)")  # fmt: skip
-    p.add_argument("--slots", type=int, default=1,
-                   help="with --local: batches run at once (2 overlaps a GPU's kernels with the "
-                   "next batch's host work; default 1)")  # fmt: skip
+                   help="server processes sharing the port: each reads, decodes, batches and "
+                   "encodes on one core. With --local on a GPU they send their batches to one "
+                   "device process per GPU, which holds the models and merges batches (no "
+                   "CUDA context in the server processes); on CPU (or --device-processes 0) "
+                   "each runs its own batches on its own copy of the models; with a cluster "
+                   "each is its own client (default 1)")  # fmt: skip
+    p.add_argument("--device-processes", type=int, metavar="N",
+                   help="with --local: processes that run every batch, one GPU each (default: "
+                   "one per visible GPU on a GPU backend when --processes > 1, none on CPU; "
+                   "0: each server process runs its own batches)")  # fmt: skip
+    p.add_argument("--slots", type=int,
+                   help="with --local: batches run at once in each process that runs them (2 "
+                   "overlaps a GPU's kernels with the next batch's host work; default 1, 2 in "
+                   "a device process on a GPU)")  # fmt: skip
     d = ServeOptions()
     for flag, kind, default, text in (
         ("--max-batch-rows", int, d.max_batch_rows, "rows of a batch at most"),
@@ -176,8 +193,10 @@ def run_command(args: argparse.Namespace) -> int:
     specs = [parse_model_spec(m) for m in args.model]
     client = _client(args)
     try:
-        server = serve(specs, client=client, backend=args.backend, start=args.processes > 1,
-                       slots=args.slots, processes=args.processes, **options)  # fmt: skip
+        grouped = args.processes > 1 or bool(args.device_processes)
+        server = serve(specs, client=client, backend=args.backend, start=grouped,
+                       slots=args.slots, processes=args.processes,
+                       device_processes=args.device_processes, **options)  # fmt: skip
         stop = lambda *_: threading.Thread(target=server.drain, daemon=True).start()  # noqa: E731
         previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
         print(f"distshap serve: {_where(server, specs, client)}", file=sys.stderr, flush=True)
@@ -203,6 +222,9 @@ def _where(server: Any, specs: list[ModelSpec], client: Any) -> str:
     names = ", ".join(s.name for s in specs)
     if isinstance(server, ServerGroup):
         runs = "each in its own process" if client is None else "on the cluster's workers"
+        if server.device_pids:
+            devices = ", ".join(str(p) for p in server.device_pids)
+            runs = f"batches on {len(server.device_pids)} device process(es), pids {devices}"
         pids = ", ".join(str(p) for p in server.pids)
         return f"{names} at {server.url} ({server.processes} processes, pids {pids}; {runs})"
     where = "in this process" if client is None else f"on {server.executor.workers()} worker(s)"

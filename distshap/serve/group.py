@@ -1,22 +1,33 @@
 """A server of several processes: N explanation servers sharing one port.
 
 One Python process reads, decodes and encodes requests on one core; a fast device answers more.
-:class:`ServerGroup` starts ``processes`` server processes (``spawn``: nothing of this process's
-state, no GPU context, is inherited), each with its own registry, executor and batcher, each
-listening on the same address with ``SO_REUSEPORT`` (Linux spreads the connections over them).
-In-process batches run on each process's own copy of the models (on the GPU: one copy per
-process), their CPU kernels on ``cores / processes`` threads (``DISTSHAP_NUM_THREADS`` unless
-set); with a Dask cluster each process has its own client to it. Every process applies the
-same token and limits, and answers each request with the values ``TreeExplainer(model)`` gives
-for its rows, bit for bit.
+:class:`ServerGroup` starts ``processes`` server processes, the fronts (``spawn``: nothing of
+this process's state, no GPU context, is inherited), each with its own registry and batcher,
+each listening on the same address with ``SO_REUSEPORT`` (Linux spreads the connections over
+them). Where their batches run:
+
+* on device processes (``device_processes`` > 0; by default one per visible GPU when batches
+  run on a GPU without a Dask cluster): each holds the models' explainers on its own GPU and
+  runs every front's batches, merging those that wait for the same model and output
+  (:mod:`~distshap.serve.device_process`); the fronts make no CUDA context;
+* in each front (``device_processes=0``; the default on CPU): each process runs its batches on
+  its own copy of the models, its CPU kernels on ``cores / processes`` threads
+  (``DISTSHAP_NUM_THREADS`` unless set);
+* on a Dask cluster (``scheduler``): each front has its own client to it.
+
+Every process applies the same token and limits, and answers each request with the values
+``TreeExplainer(model)`` gives for its rows, bit for bit.
 
 Operations: the group is ready when every process serves (``/v2/health/ready`` answers 503
 before, and while draining); :meth:`ServerGroup.drain` (SIGTERM to ``distshap serve``) sends
 SIGTERM to every process, each drains as a single server does, and the group stops. A process
 that exits on its own is reported (``ServerGroup.failure``), the others are drained, and
-``distshap serve`` exits 1: the group is not restarted piecemeal, the supervisor restarts it.
+``distshap serve`` exits 1: the group is not restarted piecemeal, the supervisor restarts it
+(a device process that exits fails its batches in flight and every new one with 503 at once).
+Draining stops the fronts first (their requests answered), then the device processes.
 ``/metrics`` in any process renders the sum over all processes (the others' series as they
-were at most half a second before), and each process's request count.
+were at most half a second before), each process's request count and, with device processes,
+their calls, rows and merged calls.
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ import numpy as np
 
 from distshap.parallel import THREADS_VARIABLE
 from distshap.serve.backends import DaskExecutor, InProcessExecutor
+from distshap.serve.device_process import DeviceExecutor, device_main, read_device_stats
 from distshap.serve.registry import ModelSpec, Registry, check_files
 from distshap.serve.server import ExplanationServer, ServeOptions, check_access
 
@@ -50,6 +62,8 @@ log = logging.getLogger("distshap.serve")
 _SNAPSHOT_SECONDS = 0.5
 #: Seconds a process may take to load its models and listen.
 _START_SECONDS = 900.0
+#: Seconds the device processes are given to stop on their own once the fronts have exited.
+_DEVICE_EXIT_SECONDS = 10.0
 
 
 def build_server(
@@ -72,6 +86,48 @@ def build_server(
             warm = np.zeros((1, model.num_features), dtype=np.float32)
             executor.submit(model.resident, warm, "shap_values", 0).result()
     return ExplanationServer(registry, executor, options)
+
+
+def build_front(specs: list[ModelSpec], options: ServeOptions, conns: list) -> ExplanationServer:
+    """A front server (not started) whose batches run on the device processes at the other
+    ends of ``conns``: its models loaded for their metadata and checks, no kernel of its own."""
+    check_access(options)
+    registry = Registry.from_specs(specs, backend="cpu")
+    residents = [model.resident for model in registry.models.values()]
+    return ExplanationServer(registry, DeviceExecutor(conns, residents), options)
+
+
+def device_plan(backend: str, scheduler: str | None, device_processes: int | None) -> list:
+    """The GPU of each device process (``CUDA_VISIBLE_DEVICES`` value; None: unchanged, as
+    on CPU); an empty list where each front runs its own batches.
+
+    By default one device process per visible GPU for in-process batches on a GPU backend
+    (counted without a CUDA context), none on CPU or with a Dask cluster.
+    """
+    if device_processes is not None and (
+        not isinstance(device_processes, int) or isinstance(device_processes, bool)
+        or device_processes < 0
+    ):  # fmt: skip
+        raise ValueError(f"device_processes={device_processes!r}: give a number >= 0, or None "
+                         "for one a visible GPU")  # fmt: skip
+    if scheduler is not None:
+        if device_processes:
+            raise ValueError(f"device_processes={device_processes} with a Dask scheduler: "
+                             "batches run on its workers; give one or the other")  # fmt: skip
+        return []
+    if device_processes == 0 or (device_processes is None and backend == "cpu"):
+        return []
+    gpus: list[str] = []
+    if backend != "cpu":
+        from distshap.cluster.local import count_gpus
+
+        count = count_gpus()
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        ids = [g.strip() for g in visible.split(",")] if visible is not None else []
+        gpus = (ids if visible is not None else [str(i) for i in range(count)])[:count]
+    if device_processes is None:
+        device_processes = max(1, len(gpus)) if backend == "cuda" else len(gpus)
+    return [gpus[i % len(gpus)] if gpus else None for i in range(device_processes)]
 
 
 def _reserve(host: str, port: int) -> socket.socket:
@@ -99,21 +155,26 @@ class ServerGroup:
     specs : list of ModelSpec
         The models every process registers.
     processes : int
-        Server processes, >= 2.
+        Front processes, >= 2 (>= 1 with device processes).
     options : ServeOptions
         Address, token and limits (each process applies them).
     backend : {"auto", "cpu", "cuda"}
         Kernel backend of the explainers.
-    slots : int
-        Batches run at once in each process (without ``scheduler``).
+    slots : int, optional
+        Batches run at once in each process that runs them: each front without device
+        processes (default 1), each device process (default 2 on a GPU, 1 on CPU).
     scheduler : str, optional
         Address of a Dask scheduler: each process connects its own client there.
+    device_processes : int, optional
+        Processes that run every front's batches, one GPU each (round robin over the visible
+        GPUs); 0: each front runs its own. Default: one per visible GPU on a GPU backend
+        without ``scheduler``, else 0.
 
     Raises
     ------
     ValueError
-        ``processes`` < 2, a platform without ``SO_REUSEPORT``, or in-process batches on a
-        GPU whose compute mode admits one process only.
+        Too few ``processes``, a platform without ``SO_REUSEPORT``, device processes with a
+        scheduler, or batches in every front on a GPU whose compute mode admits one process.
     FileNotFoundError
         A model or background file that does not exist.
     """
@@ -125,27 +186,36 @@ class ServerGroup:
         options: ServeOptions,
         *,
         backend: str = "auto",
-        slots: int = 1,
+        slots: int | None = None,
         scheduler: str | None = None,
+        device_processes: int | None = None,
     ) -> None:
-        if not isinstance(processes, int) or processes < 2:
-            raise ValueError(f"processes={processes!r}: a group has 2 or more; use 1 otherwise")
+        if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+            raise ValueError(f"processes={processes!r}: give the number of front processes")
         if not hasattr(socket, "SO_REUSEPORT"):
             raise ValueError(f"processes={processes}: this platform lacks SO_REUSEPORT; use 1")
         check_access(options)  # before any process starts
         for spec in specs:
             check_files(spec)
-        if scheduler is None and backend != "cpu":
+        #: The GPU of each device process (None: as this process sees them, e.g. on CPU).
+        self.gpus = device_plan(backend, scheduler, device_processes)
+        if processes < 2 and not self.gpus:
+            raise ValueError(f"processes={processes!r}: a group has 2 or more (or device "
+                             "processes); use 1 otherwise")  # fmt: skip
+        if scheduler is None and backend != "cpu" and not self.gpus:
             _check_gpu_shared(processes)
         self._reserved = _reserve(options.host, options.port)
         self.address: tuple[str, int] = self._reserved.getsockname()[:2]
         self.options = replace(options, port=self.address[1], reuse_port=True)
         self.specs, self.processes = list(specs), processes
+        if slots is None:
+            slots = 2 if self.gpus and backend != "cpu" else 1
         self.backend, self.slots, self.scheduler = backend, slots, scheduler
         self._ctx = multiprocessing.get_context("spawn")
         self._serving = self._ctx.RawValue("b", 0)
         self._dir = tempfile.mkdtemp(prefix="distshap-serve-")
         self._procs: list[Any] = []
+        self._devices: list[Any] = []
         self._lock = threading.Lock()
         self._drained = threading.Event()
         self.draining = False
@@ -160,8 +230,13 @@ class ServerGroup:
 
     @property
     def pids(self) -> list[int]:
-        """The server processes' ids."""
+        """The front processes' ids."""
         return [p.pid for p in self._procs]
+
+    @property
+    def device_pids(self) -> list[int]:
+        """The device processes' ids (none without device processes)."""
+        return [p.pid for p in self._devices]
 
     def start(self) -> ServerGroup:
         """Start every process; returns once all serve.
@@ -173,20 +248,27 @@ class ServerGroup:
         """
         if self._procs:
             return self
-        pipes = []
+        level = log.getEffectiveLevel()
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        threads = max(1, (cores or 1) // max(1, len(self.gpus)))
+        # links[front][device]: (the front's end, the device process's end)
+        links = [[self._ctx.Pipe(duplex=True) for _ in self.gpus] for _ in range(self.processes)]
+        waiting = []
+        for index, gpu in enumerate(self.gpus):
+            conns = [links[front][index][1] for front in range(self.processes)]
+            args = (index, self.specs, self.backend, gpu, conns)
+            waiting.append(self._launch(device_main, f"distshap-device-{index}", args,
+                                        (self.slots, self._dir, level, threads), conns,
+                                        self._devices))  # fmt: skip
         for index in range(self.processes):
-            ours, theirs = self._ctx.Pipe(duplex=False)
+            conns = [links[index][device][0] for device in range(len(self.gpus))] or None
             args = (index, self.processes, self.specs, self.options, self.backend, self.slots,
-                    self.scheduler, theirs, self._serving, self._dir,
-                    log.getEffectiveLevel())  # fmt: skip
-            proc = self._ctx.Process(target=_process_main, args=args, daemon=True,
-                                     name=f"distshap-serve-{index}")  # fmt: skip
-            proc.start()
-            theirs.close()
-            self._procs.append(proc)
-            pipes.append(ours)
+                    self.scheduler, conns, len(self.gpus))  # fmt: skip
+            waiting.append(self._launch(_process_main, f"distshap-serve-{index}", args,
+                                        (self._serving, self._dir, level), conns or [],
+                                        self._procs))  # fmt: skip
         try:
-            self._wait_started(pipes)
+            self._wait_started(waiting)
         except BaseException:
             self.drain()
             raise
@@ -194,33 +276,45 @@ class ServerGroup:
         threading.Thread(target=self._watch, name="distshap-serve-group", daemon=True).start()
         return self
 
-    def _wait_started(self, pipes: list) -> None:
-        waiting = dict(enumerate(pipes))
+    def _launch(self, target: Any, name: str, args: tuple, tail: tuple, conns: list,
+                into: list) -> tuple:  # fmt: skip
+        """Start one process (its start pipe between ``args`` and ``tail``); the ends it was
+        handed are closed here (its copies keep them open) -> (process, start pipe)."""
+        ours, theirs = self._ctx.Pipe(duplex=False)
+        proc = self._ctx.Process(target=target, args=(*args, theirs, *tail), daemon=True,
+                                 name=name)  # fmt: skip
+        proc.start()
+        theirs.close()
+        for conn in conns:
+            conn.close()
+        into.append(proc)
+        return proc, ours
+
+    def _wait_started(self, waiting: list) -> None:
+        waiting = list(waiting)
         while waiting:
-            sentinels = {self._procs[i].sentinel: i for i in waiting}
-            ready = wait([*waiting.values(), *sentinels], timeout=_START_SECONDS)
+            ready = wait([x for proc, pipe in waiting for x in (pipe, proc.sentinel)],
+                         timeout=_START_SECONDS)  # fmt: skip
             if not ready:
-                raise RuntimeError(f"server processes {sorted(waiting)} did not start in "
-                                   f"{_START_SECONDS:g} s")  # fmt: skip
-            for index, pipe in list(waiting.items()):
-                message = None
-                if pipe in ready or self._procs[index].sentinel in ready:
-                    try:
-                        message = pipe.recv()
-                    except EOFError:
-                        message = ("error", f"exited with code {self._procs[index].exitcode}")
-                if message is None:
+                names = sorted(proc.name for proc, _ in waiting)
+                raise RuntimeError(f"processes {names} did not start in {_START_SECONDS:g} s")
+            for proc, pipe in list(waiting):
+                if pipe not in ready and proc.sentinel not in ready:
                     continue
+                try:
+                    message = pipe.recv()
+                except EOFError:
+                    message = ("error", f"exited with code {proc.exitcode}")
                 if message[0] != "ready":
-                    raise RuntimeError(f"server process {index} failed to start: {message[1]}")
-                del waiting[index]
+                    raise RuntimeError(f"process {proc.name} failed to start: {message[1]}")
+                waiting.remove((proc, pipe))
 
     def ready(self) -> bool:
         """Whether every process serves."""
         return (
             bool(self._serving.value)
             and not self.draining
-            and all(p.is_alive() for p in self._procs)
+            and all(p.is_alive() for p in (*self._procs, *self._devices))
         )
 
     def serve_forever(self) -> None:
@@ -232,10 +326,11 @@ class ServerGroup:
 
     def _watch(self) -> None:
         """The group's thread: a process that exits on its own stops the group."""
+        procs = [*self._procs, *self._devices]
         while not self.draining:
-            gone = wait([p.sentinel for p in self._procs], timeout=0.5)
+            gone = wait([p.sentinel for p in procs], timeout=0.5)
             if gone and not self.draining:
-                proc = next(p for p in self._procs if p.sentinel in gone)
+                proc = next(p for p in procs if p.sentinel in gone)
                 proc.join()
                 self.failure = (f"server process {proc.name} (pid {proc.pid}) exited with "
                                 f"code {proc.exitcode}")  # fmt: skip
@@ -243,7 +338,8 @@ class ServerGroup:
                 self.drain()
 
     def drain(self) -> None:
-        """Send SIGTERM to every process (each drains), wait for them, stop."""
+        """Send SIGTERM to every front (each drains), wait for them, then stop the device
+        processes."""
         with self._lock:
             if self.draining:
                 first = False
@@ -253,19 +349,26 @@ class ServerGroup:
             self._drained.wait()
             return
         self._serving.value = 0
-        for proc in self._procs:
+        self._stop(self._procs, 0.0)  # the fronts' requests answered first
+        self._stop(self._devices, _DEVICE_EXIT_SECONDS)  # they stop once no front is left
+        self._reserved.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+        self._drained.set()
+
+    def _stop(self, procs: list, grace: float) -> None:
+        """Wait ``grace`` seconds for ``procs`` to exit on their own, then SIGTERM the others
+        and wait for them (a process that does not stop is killed)."""
+        for proc in procs:
+            proc.join(grace)
             if proc.is_alive():
                 os.kill(proc.pid, signal.SIGTERM)
-        for proc in self._procs:
+        for proc in procs:
             proc.join(self.options.drain_timeout + 30)
             if proc.is_alive():
                 proc.kill()
                 proc.join()
             if proc.exitcode and self.failure is None:
                 self.failure = f"server process {proc.name} exited with code {proc.exitcode}"
-        self._reserved.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
-        self._drained.set()
 
 
 def _check_gpu_shared(processes: int) -> None:
@@ -324,10 +427,13 @@ def _watch(server: ExplanationServer, snapshots: _Snapshots) -> None:
 
 
 def _process_main(index: int, processes: int, specs: list, options: ServeOptions, backend: str,
-                  slots: int, scheduler: str | None, pipe: Any, serving: Any, folder: str,
-                  level: int) -> None:  # fmt: skip
-    """One server process of a group: build, serve, drain on SIGTERM, exit 0."""
+                  slots: int, scheduler: str | None, conns: list | None, devices: int, pipe: Any,
+                  serving: Any, folder: str, level: int) -> None:  # fmt: skip
+    """One front process of a group: build, serve, drain on SIGTERM, exit 0 (``conns``: its
+    pipes to the ``devices`` device processes, which run its batches)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which drains
+    if conns is not None:  # the device processes hold the GPUs: no context here
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     os.environ.setdefault(THREADS_VARIABLE, str(max(1, (cores or 1) // processes)))
     logging.basicConfig(level=level, format=f"%(asctime)s %(name)s[{index}] %(message)s")
@@ -337,12 +443,17 @@ def _process_main(index: int, processes: int, specs: list, options: ServeOptions
             from distshap.cluster import start_cluster
 
             client = start_cluster(address=scheduler)
-        server = build_server(specs, options, client=client, backend=backend, slots=slots)
+        if conns is not None:
+            server = build_front(specs, options, conns)
+        else:
+            server = build_server(specs, options, client=client, backend=backend, slots=slots)
     except BaseException as err:
         pipe.send(("error", f"{type(err).__name__}: {str(err).strip()[:300]}"))
         sys.exit(1)
     server.group_ready = lambda: bool(serving.value)
     server.metrics.process = index
+    if devices and index == 0:  # one front reports the device processes' counters
+        _device_gauges(server, folder, devices)
     snapshots = _Snapshots(folder, index, processes)
     server.peer_metrics = snapshots.peers
     signal.signal(
@@ -356,3 +467,12 @@ def _process_main(index: int, processes: int, specs: list, options: ServeOptions
         pass
     if client is not None:
         client.close()
+
+
+def _device_gauges(server: ExplanationServer, folder: str, devices: int) -> None:
+    """The device processes' counters as gauges of ``server``'s ``/metrics``."""
+    read = lambda name: lambda: read_device_stats(folder, devices)[name]  # noqa: E731
+    for name, what in (("calls", "calls run on each device process (merged batches)"),
+                       ("rows", "rows of those calls"),
+                       ("merged", "calls that merged several batches")):  # fmt: skip
+        server.metrics.gauge(f"distshap_serve_device_{name}", what, read(name))

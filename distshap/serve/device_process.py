@@ -1,0 +1,492 @@
+"""Device processes: the processes of a server group that run every batch, one per GPU.
+
+In a :class:`~distshap.serve.group.ServerGroup` with device processes, the front processes read,
+decode, batch and encode requests and make no CUDA context; each device process holds the
+models' explainers (its GPU's copy of them) and runs the batches the fronts send it. Each front
+is joined to each device process by one duplex pipe. A batch travels as a small fixed header
+(id, model, output, dtype, ``k``, shape) then its rows' raw bytes; an answer as a header naming
+its tensors (name, dtype, shape) then each tensor's raw bytes, or an error's type and message:
+no array is pickled. A front may have several batches in flight on one pipe (the ids pair them
+with their answers).
+
+A device process (:class:`DeviceLoop`) reads its pipes on one thread and runs batches on
+``slots`` others: each takes the oldest batch waiting and every other waiting batch of the same
+model, output, ``k`` and dtype, up to ``merge_rows`` rows, runs them as ONE call of
+:func:`~distshap.serve.backends.explain_block` (rows concatenated) and sends each front its
+rows' part. A row's values do not depend on the rows beside it, so every answer equals its
+rows run alone, bit for bit. While one batch runs, the next is read and joined.
+
+A front's :class:`DeviceExecutor` sends each batch to the live device process with the fewest
+rows in flight. When a device process exits, its batches in flight fail at once with
+:class:`~distshap.serve.backends.NoWorkerError` (the server's 503), and so does every new one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import multiprocessing
+import os
+import queue
+import signal
+import struct
+import sys
+import threading
+from collections import deque
+from concurrent.futures import Future
+from multiprocessing.connection import Connection, wait
+
+import numpy as np
+
+from distshap.parallel import THREADS_VARIABLE
+from distshap.serve.backends import NoWorkerError, explain_block
+from distshap.serve.registry import OUTPUTS, PAIRS_OUTPUT, Registry, Resident
+
+__all__ = ["DeviceExecutor", "DeviceLoop", "device_main", "read_device_stats"]
+
+log = logging.getLogger("distshap.serve")
+
+#: Output names as their index in a header.
+_OUTPUTS = tuple(OUTPUTS)
+#: Tensor names of an answer as their index in a header.
+_TENSORS = (*OUTPUTS, PAIRS_OUTPUT)
+#: Dtypes of rows and tensors as their index in a header.
+_DTYPES = tuple(np.dtype(t) for t in ("<f4", "<f8", "<i4", "<i8"))
+_DTYPE_CODE = {dtype: i for i, dtype in enumerate(_DTYPES)}
+#: A batch: id, model (its index in the group's specs), output, dtype, k, rows, features.
+_BATCH = struct.Struct("<QHBBIII")
+#: An answer: id, status (0: values, 1: error), tensors.
+_ANSWER = struct.Struct("<QBB")
+#: A tensor of an answer: name, dtype, dimensions (then one uint32 a dimension).
+_TENSOR = struct.Struct("<BBB")
+#: The id of the goodbye a front sends on closing (the device process answers it and drops
+#: the pipe); batch ids start at 1.
+_BYE = 0
+#: Rows a merged call holds at most.
+MERGE_ROWS = 1 << 17
+#: Batches a front keeps in flight on each device process.
+IN_FLIGHT = 2
+#: Seconds between two writes of a device process's counters.
+_STATS_SECONDS = 0.5
+#: Seconds :meth:`DeviceExecutor.close` waits for answers still due, then for its threads.
+_CLOSE_SECONDS = 10.0
+
+
+class _Item:
+    """A batch received from a front, waiting to run."""
+
+    __slots__ = ("conn", "ident", "key", "rows")
+
+    def __init__(self, conn: Connection, ident: int, key: tuple, rows: np.ndarray) -> None:
+        self.conn, self.ident, self.key, self.rows = conn, ident, key, rows
+
+
+def _answer(ident: int, values: dict | None, err: BaseException | None, a: int, b: int) -> list:
+    """The messages answering one batch: rows ``a:b`` of ``values``, or ``err``."""
+    if err is not None:
+        text = f"{type(err).__name__}\n{str(err).strip()[:2000]}"
+        return [_ANSWER.pack(ident, 1, 0) + text.encode("utf-8", "replace")]
+    head = [_ANSWER.pack(ident, 0, len(values))]
+    arrays = []
+    for name, array in values.items():
+        part = np.ascontiguousarray(array[a:b])
+        head.append(_TENSOR.pack(_TENSORS.index(name), _DTYPE_CODE[part.dtype], part.ndim))
+        head.append(struct.pack(f"<{part.ndim}I", *part.shape))
+        arrays.append(part)
+    return [b"".join(head), *arrays]
+
+
+class DeviceLoop:
+    """A device process's work: read batches from the fronts' pipes, run them merged, answer.
+
+    Parameters
+    ----------
+    residents : list of Resident
+        The models' explainers, in the order of the group's specs (a batch names its model by
+        that index).
+    conns : list of multiprocessing Connection
+        One duplex pipe per front.
+    slots : int
+        Batches run at once (2 on a GPU: one batch's host work overlaps the other's kernels).
+    merge_rows : int
+        Rows of a merged call at most.
+    """
+
+    def __init__(self, residents: list[Resident], conns: list[Connection], slots: int = 1,
+                 merge_rows: int = MERGE_ROWS) -> None:  # fmt: skip
+        if not isinstance(slots, int) or slots < 1:
+            raise ValueError(f"slots={slots!r}: give the number of batches run at once, >= 1")
+        self.residents, self.slots, self.merge_rows = residents, slots, merge_rows
+        self._conns = list(conns)
+        self._send_locks = {conn: threading.Lock() for conn in self._conns}
+        self._pending: deque[_Item] = deque()
+        self._cond = threading.Condition()
+        self._receiving = True
+        self._stop = threading.Event()
+        self._stats_lock = threading.Lock()
+        #: Calls run, rows they held, calls that merged several batches, batches received.
+        self.stats = {"calls": 0, "rows": 0, "merged": 0, "batches": 0}
+
+    def stop(self) -> None:
+        """Read no more batches; those received still run (safe from a signal handler)."""
+        self._stop.set()
+
+    def run(self, watch: tuple = ()) -> None:
+        """Serve until every front has closed its pipe, :meth:`stop`, or one of ``watch``
+        (sentinels, e.g. the parent process's) is ready; the batches received run first."""
+        runners = [threading.Thread(target=self._runner, name=f"distshap-device-run-{i}",
+                                    daemon=True) for i in range(self.slots)]  # fmt: skip
+        for thread in runners:
+            thread.start()
+        try:
+            self._receive(list(watch))
+        finally:
+            with self._cond:
+                self._receiving = False
+                self._cond.notify_all()
+            for thread in runners:
+                thread.join()
+
+    def _receive(self, watch: list) -> None:
+        while self._conns and not self._stop.is_set():
+            for conn in wait([*self._conns, *watch], timeout=0.25):
+                if not isinstance(conn, Connection):
+                    log.warning("the parent process exited: the device process stops")
+                    return
+                try:
+                    self._take(conn)
+                except (EOFError, OSError):  # the front exited
+                    self._conns.remove(conn)
+
+    def _take(self, conn: Connection) -> None:
+        """Read one batch (or a goodbye) from ``conn``."""
+        ident, model, output, dtype, k, n, features = _BATCH.unpack(conn.recv_bytes())
+        if ident == _BYE:
+            self._conns.remove(conn)
+            self._send(conn, [_ANSWER.pack(_BYE, 0, 0)])
+            return
+        data = conn.recv_bytes()
+        rows = np.frombuffer(data, dtype=_DTYPES[dtype]).reshape(n, features)
+        with self._cond:
+            self._pending.append(_Item(conn, ident, (model, output, k, dtype), rows))
+            self._cond.notify()
+
+    def _send(self, conn: Connection, messages: list) -> None:
+        try:
+            with self._send_locks[conn]:
+                for message in messages:
+                    conn.send_bytes(message)
+        except (OSError, ValueError):  # the front exited: nobody waits for the answer
+            pass
+
+    def _runner(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and self._receiving:
+                    self._cond.wait(0.5)
+                if not self._pending:
+                    return
+                items = self._next_call()
+            self._run(items)
+
+    def _next_call(self) -> list[_Item]:
+        """The oldest batch and every other waiting batch of its key (``merge_rows`` at most),
+        taken from the waiting ones (the condition's lock held)."""
+        first = self._pending.popleft()
+        items, rows, kept = [first], len(first.rows), deque()
+        for item in self._pending:
+            if item.key == first.key and rows + len(item.rows) <= self.merge_rows:
+                items.append(item)
+                rows += len(item.rows)
+            else:
+                kept.append(item)
+        self._pending = kept
+        return items
+
+    def _run(self, items: list[_Item]) -> None:
+        """One call for ``items`` (rows concatenated); each front gets its rows' values."""
+        parts = [item.rows for item in items]
+        batch = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        model, output, k, _ = items[0].key
+        values, err = None, None
+        try:
+            values = explain_block(self.residents[model], batch, _OUTPUTS[output], k)
+        except Exception as error:  # every front hears of it
+            err = error
+        with self._stats_lock:
+            self.stats["calls"] += 1
+            self.stats["rows"] += len(batch)
+            self.stats["merged"] += len(items) > 1
+            self.stats["batches"] += len(items)
+        start = 0
+        for item in items:
+            stop = start + len(item.rows)
+            try:
+                messages = _answer(item.ident, values, err, start, stop)
+            except Exception as error:  # a tensor the header cannot name
+                messages = _answer(item.ident, None, error, start, stop)
+            self._send(item.conn, messages)
+            start = stop
+
+    def write_stats(self, path: str) -> None:
+        """The counters as JSON at ``path`` (replaced whole: readers never see half a file)."""
+        with self._stats_lock:
+            text = json.dumps(self.stats)
+        with open(path + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)
+
+
+def read_device_stats(folder: str, devices: int) -> dict:
+    """``{counter: {(("device", "i"),): value}}`` of the device processes' counters in
+    ``folder`` (those not written yet left out): the fronts' ``/metrics`` gauges."""
+    out: dict = {"calls": {}, "rows": {}, "merged": {}}
+    for index in range(devices):
+        try:
+            with open(os.path.join(folder, f"device-{index}.json")) as f:
+                stats = json.load(f)
+        except (OSError, ValueError):
+            continue
+        for name, series in out.items():
+            series[(("device", str(index)),)] = stats.get(name, 0)
+    return out
+
+
+class _Link:
+    """A front's view of one device process: its pipe, the batches in flight on it (id ->
+    (Future, rows)) and the threads that send batches and read answers."""
+
+    def __init__(self, index: int, conn: Connection) -> None:
+        self.index, self.conn = index, conn
+        self.alive = True
+        self.rows = 0
+        self.in_flight: dict[int, tuple[Future, int]] = {}
+        self.outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.sender: threading.Thread | None = None
+        self.reader: threading.Thread | None = None
+
+
+_REMOTE_ERRORS: dict[str, type] = {}
+
+
+def _remote_error(text: str) -> BaseException:
+    """An exception of the type a device process raised (by name), with its message."""
+    name, _, message = text.partition("\n")
+    cls = _REMOTE_ERRORS.get(name)
+    if cls is None:
+        cls = _REMOTE_ERRORS[name] = type(name, (RuntimeError,), {"__module__": __name__})
+    return cls(message)
+
+
+class DeviceExecutor:
+    """A front's executor: batches run on the group's device processes (see the module).
+
+    The interface of :class:`~distshap.serve.backends.InProcessExecutor`.
+
+    Parameters
+    ----------
+    conns : list of multiprocessing Connection
+        One duplex pipe per device process.
+    residents : list of Resident
+        This process's registered models in the order of the group's specs: a batch names its
+        model by its index there.
+    in_flight : int
+        Batches this front keeps in flight on each device process.
+    """
+
+    name = "device-process"
+
+    def __init__(self, conns: list[Connection], residents: list[Resident],
+                 in_flight: int = IN_FLIGHT) -> None:  # fmt: skip
+        self._index = {resident: i for i, resident in enumerate(residents)}
+        self._in_flight = in_flight
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._closed = False
+        self._links = [_Link(i, conn) for i, conn in enumerate(conns)]
+        for link in self._links:
+            link.sender = threading.Thread(target=self._send_loop, args=(link,), daemon=True,
+                                           name=f"distshap-device-send-{link.index}")  # fmt: skip
+            link.reader = threading.Thread(target=self._read_loop, args=(link,), daemon=True,
+                                           name=f"distshap-device-read-{link.index}")  # fmt: skip
+            link.sender.start()
+            link.reader.start()
+
+    def workers(self) -> int:
+        """Device processes alive."""
+        return sum(link.alive for link in self._links)
+
+    def slots(self) -> int:
+        """Batches in flight at once: ``in_flight`` on each device process alive."""
+        return self._in_flight * max(1, self.workers())
+
+    def ready(self) -> bool:
+        """Whether every device process is alive (the group stops when one is not)."""
+        return not self._closed and all(link.alive for link in self._links)
+
+    def loads(self) -> list[int]:
+        """Rows in flight on each device process (-1: gone)."""
+        return [link.rows if link.alive else -1 for link in self._links]
+
+    def _pick(self) -> _Link:
+        """The live device process with the fewest rows in flight (the lock held)."""
+        live = [link for link in self._links if link.alive]
+        if not live or self._closed:
+            raise NoWorkerError("no device process is running: the server is stopping")
+        return min(live, key=lambda link: (link.rows, len(link.in_flight), link.index))
+
+    def submit(self, resident: Resident, rows: np.ndarray, output: str, k: int) -> Future:
+        """Send a batch to the least loaded device process -> a Future of its dict.
+
+        Raises
+        ------
+        NoWorkerError
+            No device process is alive.
+        """
+        rows = np.ascontiguousarray(rows)
+        dtype = _DTYPE_CODE.get(rows.dtype)
+        if dtype is None:
+            raise TypeError(f"rows of dtype {rows.dtype}: send FP32, FP64, INT32 or INT64")
+        n, features = rows.shape
+        ident = next(self._ids)
+        head = _BATCH.pack(ident, self._index[resident], _OUTPUTS.index(output), dtype, k, n,
+                           features)  # fmt: skip
+        future: Future = Future()
+        with self._lock:
+            link = self._pick()
+            link.in_flight[ident] = (future, n)
+            link.rows += n
+        link.outbox.put((head, rows))
+        return future
+
+    def _send_loop(self, link: _Link) -> None:
+        while True:
+            job = link.outbox.get()
+            if job is None:
+                return
+            try:
+                for message in job:
+                    if message is not None:
+                        link.conn.send_bytes(message)
+            except (OSError, ValueError) as err:
+                self._lost(link, err)
+                return
+
+    def _read_loop(self, link: _Link) -> None:
+        try:
+            while self._read_one(link):
+                pass
+        except (EOFError, OSError, ValueError) as err:
+            self._lost(link, err)
+
+    def _read_one(self, link: _Link) -> bool:
+        """Read one answer and settle its Future; False on the goodbye's answer."""
+        head = link.conn.recv_bytes()
+        ident, status, count = _ANSWER.unpack_from(head)
+        if ident == _BYE:
+            return False
+        values, err = {}, None
+        if status:
+            err = _remote_error(head[_ANSWER.size :].decode("utf-8", "replace"))
+        else:
+            at = _ANSWER.size
+            for _ in range(count):
+                name, dtype, ndim = _TENSOR.unpack_from(head, at)
+                shape = struct.unpack_from(f"<{ndim}I", head, at + _TENSOR.size)
+                at += _TENSOR.size + 4 * ndim
+                data = link.conn.recv_bytes()
+                values[_TENSORS[name]] = np.frombuffer(data, _DTYPES[dtype]).reshape(shape)
+        with self._lock:
+            future, n = link.in_flight.pop(ident)
+            link.rows -= n
+        if err is not None:
+            future.set_exception(err)
+        else:
+            future.set_result(values)
+        return True
+
+    def _lost(self, link: _Link, err: BaseException) -> None:
+        """The device process behind ``link`` is gone: its batches in flight fail now."""
+        with self._lock:
+            if not link.alive:
+                return
+            link.alive = False
+            failed = list(link.in_flight.values())
+            link.in_flight.clear()
+            link.rows = 0
+        link.outbox.put(None)
+        if not self._closed:
+            log.error("device process %d is gone (%s): its batches fail", link.index,
+                      type(err).__name__)  # fmt: skip
+        why = f"device process {link.index} exited: the server is stopping, retry later"
+        for future, _ in failed:
+            future.set_exception(NoWorkerError(why))
+
+    def close(self) -> None:
+        """Wait for the answers still due (bounded), say goodbye to each device process and
+        close the pipes."""
+        deadline = threading.Event()
+        for _ in range(int(_CLOSE_SECONDS / 0.05)):
+            with self._lock:
+                if not any(link.in_flight for link in self._links if link.alive):
+                    break
+            deadline.wait(0.05)
+        self._closed = True
+        for link in self._links:
+            link.outbox.put((_BATCH.pack(_BYE, 0, 0, 0, 0, 0, 0), None))
+            link.outbox.put(None)
+        for link in self._links:
+            link.sender.join(_CLOSE_SECONDS)
+            link.reader.join(_CLOSE_SECONDS)
+            link.conn.close()
+            self._lost(link, EOFError("closed"))
+
+
+def _warm(residents: list[Resident]) -> None:
+    """Compile each model's SHAP kernel (and make this device's copy) before serving."""
+    for resident in residents:
+        features = resident.explainer.num_features
+        explain_block(resident, np.zeros((1, features), dtype=np.float32), "shap_values", 0)
+
+
+def _write_stats(loop: DeviceLoop, path: str, done: threading.Event) -> None:
+    while not done.wait(_STATS_SECONDS):
+        try:
+            loop.write_stats(path)
+        except OSError:  # the folder is gone: the group is stopping
+            return
+
+
+def device_main(index: int, specs: list, backend: str, gpu: str | None, conns: list,
+                pipe: Connection, slots: int, folder: str, level: int,
+                threads: int) -> None:  # fmt: skip
+    """One device process of a group: load the models (on GPU ``gpu``: the only one this
+    process sees; CPU kernels on ``threads`` threads unless ``DISTSHAP_NUM_THREADS`` is set),
+    compile, serve the fronts' pipes until they close or SIGTERM, exit 0."""
+    if gpu is not None:  # before anything makes a CUDA context
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    os.environ.setdefault(THREADS_VARIABLE, str(threads))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which drains
+    logging.basicConfig(level=level, format=f"%(asctime)s %(name)s[device {index}] %(message)s")
+    try:
+        registry = Registry.from_specs(specs, backend=backend)
+        residents = [model.resident for model in registry.models.values()]
+        _warm(residents)
+        loop = DeviceLoop(residents, conns, slots)
+    except BaseException as err:
+        pipe.send(("error", f"{type(err).__name__}: {str(err).strip()[:300]}"))
+        sys.exit(1)
+    signal.signal(signal.SIGTERM, lambda *_: loop.stop())
+    done = threading.Event()
+    path = os.path.join(folder, f"device-{index}.json")
+    threading.Thread(target=_write_stats, args=(loop, path, done), daemon=True).start()
+    pipe.send(("ready", os.getpid()))
+    pipe.close()
+    parent = multiprocessing.parent_process()
+    loop.run(watch=() if parent is None else (parent.sentinel,))
+    done.set()
+    try:
+        loop.write_stats(path)
+    except OSError:
+        pass
