@@ -12,8 +12,11 @@ process times
   :func:`distshap.packed.pack_ensemble`), ``packed`` split further into ``paths`` (the NumPy
   path extraction of models of usual size) or ``walk`` and ``lanes`` (the compiled walk's
   counting pass, and its second pass writing the packed lanes, for large models), ``packing``
-  (the packing algorithm alone, from ``packed.stats``) and ``digest``; Numba compilation falls
-  into the stage that triggers it; its CPU seconds, of them the kernel's (``system``: mapping
+  (the packing algorithm alone, from ``packed.stats``) and ``digest``; ``file key`` and
+  ``saved build`` (a large model file's saved build, :mod:`distshap.build_cache`: hashing the
+  file, and mapping back and checking the saved ensemble and packed model; a fresh cache
+  directory has none, a filled one both); Numba compilation falls into the stage that
+  triggers it; its CPU seconds, of them the kernel's (``system``: mapping
   fresh memory pages, among others), and the process's peak memory;
 * ``first``: the first ``shap_values`` call (compilation, tables, additivity check included),
   split into ``compile`` (seconds inside Numba's ``Dispatcher.compile``: compiling, or loading
@@ -214,9 +217,9 @@ def _child(args: argparse.Namespace) -> dict:
         _timed_everywhere(cuda_model, "device_model", first_stages, "device_model")
         _timed_everywhere(margin, "predict_margin", first_stages, "margin")
         _cuda_compile_profile(first_stages)
+    from distshap import build_cache, warmup
     from distshap import packed as packed_module
     from distshap import paths as paths_module
-    from distshap import warmup
     from distshap.path_walk import PathWalk
 
     stages: dict[str, float] = {}
@@ -229,6 +232,8 @@ def _child(args: argparse.Namespace) -> dict:
     _timed(paths_module, "walk_paths", parts, "walk")
     _timed(PathWalk, "fill", parts, "lanes")
     _timed(packed_module, "_digest", parts, "digest")
+    _timed(build_cache, "file_key", parts, "file key")
+    _timed(build_cache, "load", parts, "saved build")
     n_before_build = len(profile.records)
     t0, c0, sys0 = time.perf_counter(), time.process_time(), _usage()[0]
     explainer = distshap.TreeExplainer(args.model, layout="xgboost", backend=args.backend)
