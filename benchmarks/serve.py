@@ -9,7 +9,9 @@ of:
   (``--backend local``) or on the workers of a local Dask cluster (``--backend dask``,
   ``--workers N``; GPU workers when GPUs are visible, one per GPU), each model resident there;
   with ``--processes 1,4``, one such server for each number of server processes (``distshap/4``:
-  four processes sharing the port, each with its own copy of the model, or client);
+  four processes sharing the port, each with its own copy of the model, or client;
+  ``distshap/4+1dev``: four front processes whose batches run on one device process, the
+  default for several processes on a GPU: ``--device-processes`` sets how many, 0 for none);
 * ``baseline``: the same server (the same HTTP front, one request a batch) calling XGBoost's
   ``Booster.predict(DMatrix, pred_contribs=True)`` once per request, 8 requests at a time;
 
@@ -19,7 +21,8 @@ and, in the same run, the in-process batch throughput of ``TreeExplainer.shap_va
 so that neither its interpreter nor the server's limits the other. After each distshap cell,
 the server's own per-stage seconds (``/metrics``: decode, queue wait, batch assembly, run,
 encode; summed over a group's processes, CPU time of all of them) are printed, with the mean
-batch size; ``--front-only`` serves values of zeros
+batch size (and, with device processes, their CPU time a request and rows a merged call);
+``--front-only`` serves values of zeros
 without running a kernel (the HTTP front and batching alone); ``--front-cpu N`` feeds N
 binary requests of each ``--rows`` straight into 64 connection objects of such a server (no
 sockets, no load generator: the front's own CPU microseconds a request, median of 3). Cells
@@ -37,6 +40,9 @@ Usage::
         --rows 1,100,10000 --duration 2                                           # two GPUs
     python -m benchmarks.serve --kernel-backend cuda --concurrency 1,16,256 --rows 1,100 \\
         --processes 1,4 --client-procs 6 --max-inflight-rows 400000       # one GPU, 1 and 4 fronts
+    python -m benchmarks.serve --kernel-backend cpu --concurrency 16 --rows 100 \
+        --processes 2 --device-processes 0,1                   # CPU: each front runs its batches,
+                                                               # then one device process runs them
 """
 
 from __future__ import annotations
@@ -145,18 +151,23 @@ def _group_stages(group) -> dict:
     names = {"distshap_serve_request_seconds_count": "requests",
              "distshap_serve_request_seconds_sum": "latency",
              "distshap_serve_batch_rows_count": "batches",
-             "distshap_serve_batch_rows_sum": "batch_rows"}  # fmt: skip
+             "distshap_serve_batch_rows_sum": "batch_rows",
+             "distshap_serve_device_calls": "device_calls",
+             "distshap_serve_device_rows": "device_rows"}  # fmt: skip
     for name, labels, value in _SERIES.findall(text):
         if name in names:
-            out[names[name]] += float(value)
+            out[names[name]] = out.get(names[name], 0) + float(value)
         elif name == "distshap_serve_stage_seconds_total":
             out[labels.split('"')[1]] = float(value)
     ticks = os.sysconf("SC_CLK_TCK")
-    out["cpu"] = 0.0
-    for pid in group.pids:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        out["cpu"] += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    for key, pids in (("cpu", group.pids), ("device_cpu", group.device_pids)):
+        out[key] = 0.0
+        for pid in pids:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[key] += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    if not group.device_pids:
+        del out["device_cpu"]
     return out
 
 
@@ -176,13 +187,17 @@ def _stages(server) -> dict:
 
 
 def _stage_line(before: dict, after: dict) -> dict:
-    """Between two readings: microseconds a request of the server process's CPU time (all its
-    threads), latency, decoding, queue wait and encoding; a batch's assembly and run; the
-    mean batch (rows and requests)."""
+    """Between two readings: microseconds a request of the server processes' CPU time (all
+    their threads; the device processes' apart), latency, decoding, queue wait and encoding;
+    a batch's assembly and run; the mean batch (rows and requests) and a device process's
+    mean call (rows)."""
     d = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     n, batches = max(1, d["requests"]), max(1, d["batches"])
-    per = {k: 1e6 * d.get(k, 0) / n for k in ("cpu", "latency", "decode", "queue", "encode")}
+    keys = ("cpu", "device_cpu", "latency", "decode", "queue", "encode")
+    per = {k: 1e6 * d[k] / n for k in keys if k in d}
     per.update({f"{k}/batch": 1e6 * d.get(k, 0) / batches for k in ("assemble", "run")})
+    if d.get("device_calls"):
+        per["rows_per_call"] = d["device_rows"] / d["device_calls"]
     per["rows_per_batch"] = d["batch_rows"] / batches
     per["requests_per_batch"] = n / batches
     return per
@@ -266,16 +281,20 @@ def _servers(args, path: str, booster) -> list[tuple[str, object]]:
         client = start_cluster(n_workers=args.workers, dashboard_address=None)
     out: list[tuple[str, object]] = []
     for processes in args.processes:
-        label = "distshap" if args.processes == [1] else f"distshap/{processes}"
-        try:
-            server = serve([f"m={path}"], client=client, backend=args.kernel_backend, port=0,
-                           slots=args.slots, processes=processes,
-                           max_batch_rows=args.max_batch_rows, max_wait=args.max_wait_ms / 1e3,
-                           max_queue_rows=1 << 24, request_timeout=600)  # fmt: skip
-        except (ValueError, RuntimeError) as err:  # the others still run
-            print(f"# {label} not run: {err}", flush=True)
-            continue
-        out.append((label, server))
+        for devices in args.device_processes:
+            label = "distshap" if args.processes == [1] else f"distshap/{processes}"
+            try:
+                server = serve([f"m={path}"], client=client, backend=args.kernel_backend,
+                               port=0, slots=args.slots, processes=processes,
+                               device_processes=devices, max_batch_rows=args.max_batch_rows,
+                               max_wait=args.max_wait_ms / 1e3, max_queue_rows=1 << 24,
+                               request_timeout=600)  # fmt: skip
+            except (ValueError, RuntimeError) as err:  # the others still run
+                print(f"# {label} (device processes {devices}) not run: {err}", flush=True)
+                continue
+            if getattr(server, "device_pids", None):
+                label = f"{label}+{len(server.device_pids)}dev"
+            out.append((label, server))
     if out:
         out[-1][1].client = client
     registry = Registry.from_specs([parse_model_spec(f"m={path}")])
@@ -357,6 +376,10 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
+def _devices(text: str) -> list[int | None]:
+    return [None if x == "auto" else int(x) for x in text.split(",") if x]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="cal_housing-med", help="NAME-SIZE (benchmarks.shapes)")
@@ -369,8 +392,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per cell")
     parser.add_argument("--max-batch-rows", type=int, default=16384)
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
-    parser.add_argument("--slots", type=int, default=1,
-                        help="--backend local: batches run at once in the server")  # fmt: skip
+    parser.add_argument("--slots", type=int, default=None,
+                        help="--backend local: batches run at once in each process that runs "
+                        "them (default 1; 2 in a device process on a GPU)")  # fmt: skip
+    parser.add_argument("--device-processes", type=_devices, default=[None],
+                        help="with several --processes: processes running every batch, one "
+                        "a GPU (default auto: one a visible GPU on a GPU backend, none on "
+                        "CPU); 0: each process runs its own; 0,1: a server each",
+                        )  # fmt: skip
     parser.add_argument("--processes", type=_ints, default=[1],
                         help="server processes of the distshap server; several (1,4): one "
                         "server for each, in the same run")  # fmt: skip
@@ -420,7 +449,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"# {args.shape}, backend {args.backend}, kernels {args.kernel_backend}, "
           f"{args.client_procs} client process(es); in-process TreeExplainer.shap_values "
           f"({args.inproc_rows} rows): {inproc:,.0f} rows/s", flush=True)  # fmt: skip
-    print(f"{'server':<11} {'conc':>5} {'rows':>6} {'requests':>9} {'errors':>6} {'p50 ms':>8} "
+    print(f"{'server':<16} {'conc':>5} {'rows':>6} {'requests':>9} {'errors':>6} {'p50 ms':>8} "
           f"{'p99 ms':>8} {'rows/s':>11} {'of in-proc':>10}", flush=True)  # fmt: skip
     with multiprocessing.get_context("spawn").Pool(args.client_procs) as pool:
         for concurrency in args.concurrency:
@@ -451,14 +480,16 @@ def _row(args, pool, servers, X, concurrency: int, n: int, inproc: float) -> Non
         if args.json:
             print(json.dumps(r), flush=True)
             continue
-        print(f"{label:<11} {concurrency:>5} {n:>6} {r['requests']:>9} {r['errors']:>6} "
+        print(f"{label:<16} {concurrency:>5} {n:>6} {r['requests']:>9} {r['errors']:>6} "
               f"{r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['rows_per_s']:>11,.0f} "
               f"{r['of_in_process']:>10.1%}", flush=True)  # fmt: skip
         if "stages_us" in r:
             print("#   us: " + ", ".join(f"{k} {v:,.0f}" for k, v in r["stages_us"].items()
-                                        if not k.endswith("_batch"))
+                                        if not k.endswith(("_batch", "_call")))
                   + f"; {r['stages_us']['rows_per_batch']:,.0f} rows "
-                  f"({r['stages_us']['requests_per_batch']:.1f} requests) a batch",
+                  f"({r['stages_us']['requests_per_batch']:.1f} requests) a batch"
+                  + (f", {r['stages_us']['rows_per_call']:,.0f} rows a device call"
+                     if "rows_per_call" in r["stages_us"] else ""),
                   flush=True)  # fmt: skip
 
 
