@@ -74,8 +74,9 @@ def is_frame(X: Any) -> bool:
     return hasattr(X, "dtypes") and hasattr(X, "columns")
 
 
-def _numeric_array(X: Any, what: str) -> np.ndarray:
-    """``np.asarray(X)``, refusing what is no table of numbers in one line."""
+def _numeric_array(X: Any, what: str, text: bool = False) -> np.ndarray:
+    """``np.asarray(X)``, refusing what is no table of numbers in one line (``text``: an array
+    of text or objects passes, for :func:`model_matrix` to read or refuse)."""
     rows = (
         "rows (a 2-D array or DataFrame of the model's features, or one row as a 1-D array or "
         "pandas Series)"
@@ -99,7 +100,7 @@ def _numeric_array(X: Any, what: str) -> np.ndarray:
                 "value per feature (NaN where one is missing)"
             ) from None
         raise ValueError(f"{what} cannot be read as an array ({err})") from None
-    if X.dtype.kind not in "biuf":
+    if X.dtype.kind not in ("biufUSO" if text else "biuf"):
         raise TypeError(
             f"{what} has dtype {X.dtype}; SHAP values need numeric input: convert strings "
             "to numbers, or pass a pandas DataFrame with category columns"
@@ -160,7 +161,7 @@ def model_matrix(
     if encoding.library == "catboost" and packed.feature_categories and not is_frame(X):
         from distshap.models.catboost_categorical import rows_frame  # text or integer values
 
-        X = rows_frame(X, packed.feature_names, what)
+        X = rows_frame(X, packed.feature_names, what, packed.feature_categories)
     if is_frame(X):
         columns = select_model_columns(X, F, packed.feature_names, encoding.name_style, what=what)
         X = model_frame_matrix(X[columns], packed, what)
@@ -254,6 +255,9 @@ class ExplainInput:
     base_margin : ndarray or None
         For a DMatrix with a ``base_margin``: float32 ``(n, G)`` or ``(n,)`` per-row margins,
         which XGBoost's predictions start from instead of the model's ``base_score``.
+    given : ndarray or None
+        For a list of rows holding text: its values as given (an object array shaped as
+        ``rows``, which is NumPy's text array of them), for ``Explanation.data``.
     """
 
     rows: Any
@@ -262,6 +266,7 @@ class ExplainInput:
     columns: list[str] | None = None
     stored: np.ndarray | None = None
     base_margin: np.ndarray | None = None
+    given: np.ndarray | None = None
 
 
 def explain_input(X: Any, what: str = "X") -> ExplainInput:
@@ -270,15 +275,16 @@ def explain_input(X: Any, what: str = "X") -> ExplainInput:
     A 1-D array of ``F`` values (NumPy, CuPy, a list, a polars Series, ...) or a pandas Series
     (index = feature names) is one row; an ``xgboost.DMatrix`` gives its stored rows
     (:func:`dmatrix_input`); a DataFrame of another library becomes a pandas one
-    (:func:`~distshap.frames.native_frame`); other array-likes become NumPy arrays. The values
-    are checked later by :func:`model_matrix`. ``what`` names the argument in errors.
+    (:func:`~distshap.frames.native_frame`); other array-likes become NumPy arrays (a list of
+    rows holding text: NumPy's text array, its values kept as ``given``, for a model with
+    CatBoost categorical features). The values are checked later by :func:`model_matrix`.
+    ``what`` names the argument in errors.
 
     Raises
     ------
     TypeError
         For an ``xgboost.QuantileDMatrix`` (it holds bins, not values) or a DMatrix whose data
-        cannot be read back; ``None``, a path, a dict or anything else that is no table of
-        numbers.
+        cannot be read back; ``None``, a path, a dict or anything else that is no table.
     ValueError
         A single number, or a ragged list.
     """
@@ -303,15 +309,18 @@ def explain_input(X: Any, what: str = "X") -> ExplainInput:
         if getattr(X, "ndim", 2) == 1 and is_cupy(X):
             return ExplainInput(X.reshape(1, -1), one_row=True)
         return ExplainInput(X)
-    if not isinstance(X, np.ndarray):
-        X = _numeric_array(X, what)
+    given = None
+    if not isinstance(X, np.ndarray):  # rows holding text: the model reads or refuses them
+        listed, X = X, _numeric_array(X, what, text=True)
+        given = np.array(listed, dtype=object) if X.dtype.kind in "US" else None
     if X.ndim == 0:
         raise ValueError(_scalar_message(X, what))
     if X.ndim == 1 and X.size == 0:
         raise ValueError(f"{what} is empty: pass at least one row of the model's features")
     if X.ndim == 1:
-        return ExplainInput(X.reshape(1, -1), one_row=True)
-    return ExplainInput(X)
+        given = None if given is None else given.reshape(1, -1)
+        return ExplainInput(X.reshape(1, -1), one_row=True, given=given)
+    return ExplainInput(X, given=given)
 
 
 def background_input(data: Any) -> Any:

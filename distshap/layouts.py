@@ -277,7 +277,8 @@ def shap_layout(out: Any, interactions: bool) -> tuple[Any, Any]:
 
 def explanation_data(inp: ExplainInput, packed: Any) -> np.ndarray:
     """``Explanation.data``: the input's own values where it is plain numbers, else the values
-    the model reads (category codes; NaN for missing, sparse and DMatrix inputs)."""
+    the model reads (category codes; NaN for missing, sparse and DMatrix inputs); for CatBoost
+    categorical features the values given (an object array)."""
     rows = inp.rows
     if isinstance(rows, np.ndarray) and rows.dtype.kind in "biuf":
         return rows
@@ -292,6 +293,11 @@ def explanation_data(inp: ExplainInput, packed: Any) -> np.ndarray:
             values = frame.to_numpy()
             if values.dtype.kind in "biuf":
                 return values
+    if packed.encoding.library == "catboost" and packed.feature_categories:
+        from distshap.models.catboost_categorical import user_values  # values, not codes
+
+        given = frame if is_frame(rows) else rows if inp.given is None else inp.given
+        return user_values(given, packed.feature_categories)
     raw = model_matrix(rows, packed)
     return raw.get() if is_cupy(raw) else np.asarray(raw)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -42,7 +43,9 @@ __all__ = [
     "catboost_hashes",
     "frame_codes",
     "projection_keys",
+    "number_column",
     "rows_frame",
+    "user_values",
 ]
 
 #: The multiplier of CatBoost's hash of a CTR projection.
@@ -401,17 +404,24 @@ def frame_codes(frame: Any, keys: dict[int, Any], what: str = "X") -> Any:
     return out
 
 
-def rows_frame(X: Any, names: tuple[str, ...] | None, what: str = "X") -> Any:
-    """Rows that are no DataFrame (a 2-D NumPy array, object or integer) -> a pandas one.
+def rows_frame(
+    X: Any, names: tuple[str, ...] | None, what: str = "X", categorical: Any = ()
+) -> Any:
+    """Rows that are no DataFrame (a 2-D NumPy array: numbers, text or objects) -> a pandas one.
 
-    CatBoost takes category values as text or integers, which only a NumPy array of objects
-    or a DataFrame holds; its columns are named by the model's features (by position when the
-    model has no names), so :func:`frame_codes` reads them as a frame's.
+    CatBoost takes category values as text or integers, which only a NumPy array of text or
+    objects (what NumPy makes of a list of rows) or a DataFrame holds; its columns are named by
+    the model's features (by position when the model has no names), so :func:`frame_codes`
+    reads them as a frame's. A numeric feature's column that is not numbers already becomes the
+    floats CatBoost reads from it (:func:`number_column`); ``categorical`` lists the positions
+    of the categorical features.
 
     Raises
     ------
     TypeError
         For a CuPy array, a sparse matrix or other rows that hold no category values.
+    ValueError
+        For a value of a numeric feature that CatBoost reads as no number.
     """
     import pandas as pd
 
@@ -423,4 +433,82 @@ def rows_frame(X: Any, names: tuple[str, ...] | None, what: str = "X") -> Any:
             "values are text or integers; pass a pandas DataFrame or a 2-D NumPy array"
         )
     columns = list(names) if names is not None and len(names) == X.shape[1] else None
-    return pd.DataFrame(X, columns=columns)
+    frame = pd.DataFrame(X, columns=columns)
+    if X.dtype.kind in "biuf":
+        return frame
+    for j in sorted(set(range(X.shape[1])) - {int(c) for c in categorical}):
+        frame.isetitem(j, number_column(X[:, j], frame.columns[j], what))
+    return frame
+
+
+#: Text CatBoost reads as a missing number (besides text of blanks only).
+_MISSING_TEXT = frozenset(
+    ("#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+     "N/A", "NA", "NULL", "NaN", "n/a", "nan", "null", "NAN", "Na", "na", "Null", "none",
+     "None", "-")
+)  # fmt: skip
+#: Text CatBoost reads as a number: a decimal numeral.
+_NUMERAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def _number(value: Any, name: Any, what: str) -> float:
+    """One value of a numeric feature as CatBoost reads it (float64; NaN for missing)."""
+    if value is None:
+        return float("nan")
+    if isinstance(value, (bool, np.bool_, int, np.integer, float, np.floating)):
+        return float(value)
+    text = value.decode("ascii", "replace") if isinstance(value, (bytes, np.bytes_)) else value
+    if isinstance(text, str):
+        if not text.strip() or text in _MISSING_TEXT:
+            return float("nan")
+        if _NUMERAL.fullmatch(text):
+            return float(text)
+    raise ValueError(
+        f"{what}'s numeric column {name!r} holds {value!r}, which CatBoost reads as no number: "
+        "pass numbers (or decimal text) there, NaN or None where a value is missing"
+    )
+
+
+def number_column(values: np.ndarray, name: Any, what: str = "X") -> np.ndarray:
+    """A numeric feature's column of text or objects -> float64, as CatBoost reads it.
+
+    Numbers (and booleans) are taken as they are, text as a decimal numeral (double precision,
+    as CatBoost parses it), ``None``, NaN and the text CatBoost reads as missing (``"nan"``,
+    ``"NA"``, ``""``, ...) as NaN.
+
+    Raises
+    ------
+    ValueError
+        For any other value (such as ``"x"`` or ``"inf"``), naming the column and the value.
+    """
+    if values.dtype.kind in "biuf":
+        return values.astype(np.float64)
+    seen: dict[Any, float] = {}
+    out = np.empty(values.shape[0], dtype=np.float64)
+    for i, v in enumerate(values.tolist()):
+        if isinstance(v, str):  # text repeats: read each once
+            if v not in seen:
+                seen[v] = _number(v, name, what)
+            out[i] = seen[v]
+        else:
+            out[i] = _number(v, name, what)
+    return out
+
+
+def user_values(rows: Any, categories: dict[int, Any]) -> np.ndarray:
+    """``Explanation.data`` of rows of a model with CatBoost categorical features: the values
+    as given, not their codes.
+
+    ``rows``: the model's columns in its order, a DataFrame or a 2-D array (already read as
+    the model's input). A numeric array is returned as it is; otherwise an object array whose
+    categorical columns hold the values given (text, integers, a category column's labels) and
+    whose numeric columns hold the floats CatBoost reads (NaN where missing).
+    """
+    if isinstance(rows, np.ndarray) and rows.dtype.kind in "biuf":
+        return rows
+    if not isinstance(rows, np.ndarray):  # a DataFrame
+        return rows.to_numpy(dtype=object)
+    out = rows.astype(object)
+    for j in sorted(set(range(rows.shape[1])) - set(categories)):
+        out[:, j] = number_column(rows[:, j], j).tolist()
+    return out
