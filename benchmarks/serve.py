@@ -145,7 +145,9 @@ _SERIES = re.compile(r"^(distshap_serve_[a-z_]+)(\{[^}]*\})? (\S+)$", re.M)
 def _group_stages(group) -> dict:
     """:func:`_stages` of a server of several processes, from its ``/metrics`` (summed over
     the processes) and their CPU time (``/proc``)."""
-    time.sleep(0.6)  # every process's metrics written for the others
+    # every process's metrics written for the others (the device processes' counters pass
+    # through front 0's)
+    time.sleep(1.1 if group.device_pids else 0.6)
     text = urllib.request.urlopen(group.url + "/metrics", timeout=30).read().decode()
     out: dict = {"requests": 0, "latency": 0.0, "batches": 0, "batch_rows": 0.0}
     names = {"distshap_serve_request_seconds_count": "requests",

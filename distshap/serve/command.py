@@ -191,6 +191,10 @@ def run_command(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
     options = _options(args)
     specs = [parse_model_spec(m) for m in args.model]
+    if args.device_processes and not args.local:
+        raise ValueError(f"--device-processes {args.device_processes} runs batches in "
+                         "processes of this host: add --local (without it they run on Dask "
+                         "workers)")  # fmt: skip
     client = _client(args)
     try:
         grouped = args.processes > 1 or bool(args.device_processes)
