@@ -268,6 +268,7 @@ class _XGBoostExecutor:
 def _servers(args, path: str, booster) -> list[tuple[str, object]]:
     """The distshap server and the baseline, started."""
     from distshap.serve import ExplanationServer, ServeOptions, serve
+    from distshap.serve.group import device_plan
     from distshap.serve.registry import Registry, parse_model_spec
 
     client = None
@@ -282,9 +283,21 @@ def _servers(args, path: str, booster) -> list[tuple[str, object]]:
 
         client = start_cluster(n_workers=args.workers, dashboard_address=None)
     out: list[tuple[str, object]] = []
+    seen = set()
     for processes in args.processes:
         for devices in args.device_processes:
             label = "distshap" if args.processes == [1] else f"distshap/{processes}"
+            if processes > 1 or devices:  # a group: as many device processes as it will have
+                scheduler = None if client is None else "tcp://"
+                try:
+                    count = len(device_plan(args.kernel_backend, scheduler, devices))
+                except ValueError as err:
+                    print(f"# {label} (device processes {devices}) not run: {err}", flush=True)
+                    continue
+                label += f"+{count}dev" if count else ""
+            if label in seen:  # the same server as one before
+                continue
+            seen.add(label)
             try:
                 server = serve([f"m={path}"], client=client, backend=args.kernel_backend,
                                port=0, slots=args.slots, processes=processes,
@@ -294,8 +307,6 @@ def _servers(args, path: str, booster) -> list[tuple[str, object]]:
             except (ValueError, RuntimeError) as err:  # the others still run
                 print(f"# {label} (device processes {devices}) not run: {err}", flush=True)
                 continue
-            if getattr(server, "device_pids", None):
-                label = f"{label}+{len(server.device_pids)}dev"
             out.append((label, server))
     if out:
         out[-1][1].client = client
