@@ -3,15 +3,16 @@
 In a :class:`~distshap.serve.group.ServerGroup` with device processes, the front processes read,
 decode, batch and encode requests and make no CUDA context; each device process holds the
 models' explainers (its GPU's copy of them) and runs the batches the fronts send it. Each front
-is joined to each device process by one duplex pipe. A batch travels as a small fixed header
-(id, model, output, dtype, ``k``, shape) then its rows' raw bytes; an answer as a header naming
-its tensors (name, dtype, shape) then each tensor's raw bytes, or an error's type and message:
-no array is pickled. A front may have several batches in flight on one pipe (the ids pair them
-with their answers).
+is joined to each device process by one duplex pipe (a socket pair). A batch travels as a
+small fixed header (id, model, output, dtype, ``k``, shape) then its rows' raw bytes, written
+with one ``writev`` and read straight into the array that holds them; an answer as a header
+naming its tensors (name, dtype, shape) then each tensor's raw bytes, or an error's type and
+message: no array is pickled or copied on the way. A front may have several batches in flight
+on one pipe (the ids pair them with their answers).
 
-A device process (:class:`DeviceLoop`) reads its pipes on one thread and runs batches on
-``slots`` others: each takes the oldest batch waiting and every other waiting batch of the same
-model, output, ``k`` and dtype, up to ``merge_rows`` rows, runs them as ONE call of
+A device process (:class:`DeviceLoop`) reads each pipe on a thread of its own and runs
+batches on ``slots`` others: each takes the oldest batch waiting and every other waiting batch
+of the same model, output, ``k`` and dtype, up to ``merge_rows`` rows, runs them as ONE call of
 :func:`~distshap.serve.backends.explain_block` (rows concatenated) and sends each front its
 rows' part. A row's values do not depend on the rows beside it, so every answer equals its
 rows run alone, bit for bit. While one batch runs, the next is read and joined.
@@ -56,8 +57,9 @@ _DTYPES = tuple(np.dtype(t) for t in ("<f4", "<f8", "<i4", "<i8"))
 _DTYPE_CODE = {dtype: i for i, dtype in enumerate(_DTYPES)}
 #: A batch: id, model (its index in the group's specs), output, dtype, k, rows, features.
 _BATCH = struct.Struct("<QHBBIII")
-#: An answer: id, status (0: values, 1: error), tensors.
-_ANSWER = struct.Struct("<QBB")
+#: An answer: id, status (0: values, 1: error), tensors, bytes of the tensors' descriptions
+#: (or of the error) that follow, then the tensors' data.
+_ANSWER = struct.Struct("<QBBI")
 #: A tensor of an answer: name, dtype, dimensions (then one uint32 a dimension).
 _TENSOR = struct.Struct("<BBB")
 #: The id of the goodbye a front sends on closing (the device process answers it and drops
@@ -82,19 +84,54 @@ class _Item:
         self.conn, self.ident, self.key, self.rows = conn, ident, key, rows
 
 
+def _write(fd: int, parts: list) -> None:
+    """Write every byte of ``parts`` (bytes, or C-contiguous arrays) to ``fd``."""
+    views = [memoryview(p).cast("B") for p in parts if len(p) and getattr(p, "size", 1)]
+    while views:
+        sent = os.writev(fd, views)
+        while views and sent >= len(views[0]):
+            sent -= len(views.pop(0))
+        if sent:
+            views[0] = views[0][sent:]
+
+
+def _read_into(fd: int, view: memoryview) -> None:
+    """Fill ``view`` (bytes) from ``fd``; EOFError when the other end is closed first."""
+    got, size = 0, len(view)
+    while got < size:
+        n = os.readv(fd, [view[got:]])
+        if n == 0:
+            raise EOFError("the other end of the pipe is closed")
+        got += n
+
+
+def _read(fd: int, size: int) -> bytearray:
+    out = bytearray(size)
+    _read_into(fd, memoryview(out))
+    return out
+
+
+def _array(fd: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """An array of ``shape`` read from ``fd`` (its raw bytes)."""
+    out = np.empty(shape, dtype=dtype)
+    if out.size:
+        _read_into(fd, memoryview(out).cast("B"))
+    return out
+
+
 def _answer(ident: int, values: dict | None, err: BaseException | None, a: int, b: int) -> list:
-    """The messages answering one batch: rows ``a:b`` of ``values``, or ``err``."""
+    """What answers one batch: rows ``a:b`` of ``values``, or ``err``."""
     if err is not None:
-        text = f"{type(err).__name__}\n{str(err).strip()[:2000]}"
-        return [_ANSWER.pack(ident, 1, 0) + text.encode("utf-8", "replace")]
-    head = [_ANSWER.pack(ident, 0, len(values))]
-    arrays = []
+        text = f"{type(err).__name__}\n{str(err).strip()[:2000]}".encode("utf-8", "replace")
+        return [_ANSWER.pack(ident, 1, 0, len(text)) + text]
+    head, arrays = [], []
     for name, array in values.items():
         part = np.ascontiguousarray(array[a:b])
         head.append(_TENSOR.pack(_TENSORS.index(name), _DTYPE_CODE[part.dtype], part.ndim))
         head.append(struct.pack(f"<{part.ndim}I", *part.shape))
-        arrays.append(part if part.size else b"")  # a pipe sends no view of zero length
-    return [b"".join(head), *arrays]
+        arrays.append(part)
+    described = b"".join(head)
+    return [_ANSWER.pack(ident, 0, len(values), len(described)) + described, *arrays]
 
 
 class DeviceLoop:
@@ -137,10 +174,18 @@ class DeviceLoop:
         (sentinels, e.g. the parent process's) is ready; the batches received run first."""
         runners = [threading.Thread(target=self._runner, name=f"distshap-device-run-{i}",
                                     daemon=True) for i in range(self.slots)]  # fmt: skip
-        for thread in runners:
+        readers = [threading.Thread(target=self._receive, args=(conn,), daemon=True,
+                                    name=f"distshap-device-read-{i}")
+                   for i, conn in enumerate(self._conns)]  # fmt: skip
+        for thread in [*runners, *readers]:
             thread.start()
         try:
-            self._receive(list(watch))
+            while not self._stop.is_set() and any(t.is_alive() for t in readers):
+                if watch and wait(list(watch), timeout=0.25):
+                    log.warning("the parent process exited: the device process stops")
+                    return
+                if not watch:
+                    self._stop.wait(0.25)
         finally:
             with self._cond:
                 self._receiving = False
@@ -148,35 +193,27 @@ class DeviceLoop:
             for thread in runners:
                 thread.join()
 
-    def _receive(self, watch: list) -> None:
-        while self._conns and not self._stop.is_set():
-            for conn in wait([*self._conns, *watch], timeout=0.25):
-                if not isinstance(conn, Connection):
-                    log.warning("the parent process exited: the device process stops")
+    def _receive(self, conn: Connection) -> None:
+        """A reader thread: the batches of one front until its goodbye or its exit."""
+        fd = conn.fileno()
+        try:
+            while not self._stop.is_set():
+                head = _read(fd, _BATCH.size)
+                ident, model, output, dtype, k, n, features = _BATCH.unpack(head)
+                if ident == _BYE:
+                    self._send(conn, [_ANSWER.pack(_BYE, 0, 0, 0)])
                     return
-                try:
-                    self._take(conn)
-                except (EOFError, OSError):  # the front exited
-                    self._conns.remove(conn)
-
-    def _take(self, conn: Connection) -> None:
-        """Read one batch (or a goodbye) from ``conn``."""
-        ident, model, output, dtype, k, n, features = _BATCH.unpack(conn.recv_bytes())
-        if ident == _BYE:
-            self._conns.remove(conn)
-            self._send(conn, [_ANSWER.pack(_BYE, 0, 0)])
+                rows = _array(fd, (n, features), _DTYPES[dtype])
+                with self._cond:
+                    self._pending.append(_Item(conn, ident, (model, output, k, dtype), rows))
+                    self._cond.notify()
+        except (EOFError, OSError):  # the front exited
             return
-        data = conn.recv_bytes()
-        rows = np.frombuffer(data, dtype=_DTYPES[dtype]).reshape(n, features)
-        with self._cond:
-            self._pending.append(_Item(conn, ident, (model, output, k, dtype), rows))
-            self._cond.notify()
 
-    def _send(self, conn: Connection, messages: list) -> None:
+    def _send(self, conn: Connection, parts: list) -> None:
         try:
             with self._send_locks[conn]:
-                for message in messages:
-                    conn.send_bytes(message)
+                _write(conn.fileno(), parts)
         except (OSError, ValueError):  # the front exited: nobody waits for the answer
             pass
 
@@ -357,7 +394,7 @@ class DeviceExecutor:
             link = self._pick()
             link.in_flight[ident] = (future, n)
             link.rows += n
-        link.outbox.put((head, rows if rows.size else b""))
+        link.outbox.put((head, rows))
         return future
 
     def _send_loop(self, link: _Link) -> None:
@@ -366,9 +403,7 @@ class DeviceExecutor:
             if job is None:
                 return
             try:
-                for message in job:
-                    if message is not None:
-                        link.conn.send_bytes(message)
+                _write(link.conn.fileno(), job)
             except (OSError, ValueError) as err:
                 self._lost(link, err)
                 return
@@ -382,21 +417,21 @@ class DeviceExecutor:
 
     def _read_one(self, link: _Link) -> bool:
         """Read one answer and settle its Future; False on the goodbye's answer."""
-        head = link.conn.recv_bytes()
-        ident, status, count = _ANSWER.unpack_from(head)
+        fd = link.conn.fileno()
+        ident, status, count, size = _ANSWER.unpack(_read(fd, _ANSWER.size))
         if ident == _BYE:
             return False
+        described = _read(fd, size)
         values, err = {}, None
         if status:
-            err = _remote_error(head[_ANSWER.size :].decode("utf-8", "replace"))
+            err = _remote_error(described.decode("utf-8", "replace"))
         else:
-            at = _ANSWER.size
+            at = 0
             for _ in range(count):
-                name, dtype, ndim = _TENSOR.unpack_from(head, at)
-                shape = struct.unpack_from(f"<{ndim}I", head, at + _TENSOR.size)
+                name, dtype, ndim = _TENSOR.unpack_from(described, at)
+                shape = struct.unpack_from(f"<{ndim}I", described, at + _TENSOR.size)
                 at += _TENSOR.size + 4 * ndim
-                data = link.conn.recv_bytes()
-                values[_TENSORS[name]] = np.frombuffer(data, _DTYPES[dtype]).reshape(shape)
+                values[_TENSORS[name]] = _array(fd, shape, _DTYPES[dtype])
         with self._lock:
             future, n = link.in_flight.pop(ident)
             link.rows -= n
@@ -434,7 +469,7 @@ class DeviceExecutor:
             deadline.wait(0.05)
         self._closed = True
         for link in self._links:
-            link.outbox.put((_BATCH.pack(_BYE, 0, 0, 0, 0, 0, 0), None))
+            link.outbox.put((_BATCH.pack(_BYE, 0, 0, 0, 0, 0, 0),))
             link.outbox.put(None)
         for link in self._links:
             link.sender.join(_CLOSE_SECONDS)
