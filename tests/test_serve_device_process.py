@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from distshap import TreeExplainer
+from distshap.kernels import cuda_available
 from distshap.serve import ExplanationServer, ServeOptions, serve
 from distshap.serve.backends import NoWorkerError, explain_block
 from distshap.serve.device_process import DeviceExecutor, DeviceLoop
@@ -336,3 +337,38 @@ def test_cli_sigterm_drains_fronts_then_the_device_process_exit_0(files):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible")
+def test_gpu_group_a_device_process_a_gpu_and_fronts_without_a_context(files):
+    from distshap.cluster.local import count_gpus
+
+    X = files["X"]
+    group = serve([f"bin={files['bin']}"], port=0, processes=2, backend="cuda", token="t")
+    ex = TreeExplainer(files["bin"], layout="xgboost", backend="cuda")
+    want = {"shap_values": ex.shap_values(X), "interaction_values": ex.shap_interaction_values(X)}
+
+    def run(i):
+        a, n = (i * 13) % 250, 1 + i % 50
+        obj = {"inputs": [{"name": "rows", "shape": [n, X.shape[1]], "datatype": "FP32",
+                           "data": X[a : a + n].astype(np.float64).ravel().tolist()}],
+               "outputs": [{"name": "shap_values"}, {"name": "interaction_values"}]}  # fmt: skip
+        status, answer = _post(group.url, obj, "t")
+        assert status == 200, answer
+        got = {o["name"]: np.array(o["data"], np.float32).reshape(o["shape"])
+               for o in answer["outputs"]}  # fmt: skip
+        return all(same_bits(got[k], want[k][a : a + n]) for k in want)
+
+    try:
+        assert len(group.device_pids) == max(1, count_gpus())
+        with ThreadPoolExecutor(16) as pool:
+            assert all(pool.map(run, range(64)))
+        listed = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=30).stdout  # fmt: skip
+        holders = {int(p) for p in listed.split() if p.isdigit()}
+        if set(group.device_pids) <= holders:  # pids as this namespace sees them
+            assert not set(group.pids) & holders
+    finally:
+        group.drain()
+    assert group.failure is None
