@@ -25,7 +25,10 @@ batch size (and, with device processes, their CPU time a request and rows a merg
 ``--front-only`` serves values of zeros
 without running a kernel (the HTTP front and batching alone); ``--front-cpu N`` feeds N
 binary requests of each ``--rows`` straight into 64 connection objects of such a server (no
-sockets, no load generator: the front's own CPU microseconds a request, median of 3). Cells
+sockets, no load generator: the front's own CPU microseconds a request, median of 3);
+``--pipe-cpu N`` sends N batches of each ``--rows`` one after the other through a front's
+pipe to a device process whose values are zeros (the front's CPU and wall microseconds a round
+trip: what the device-process route adds to a batch). Cells
 with more than ``--max-inflight-rows`` rows in flight (concurrency x rows) are skipped. Each
 distshap cell runs its load for ``--warm`` seconds before the measured ``--duration`` (the
 server's batches and device buffers at their steady size).
@@ -371,6 +374,47 @@ def _front_cpu(path: str, X: np.ndarray, n: int, requests: int) -> float:
     return 1e6 * spent[0] / requests
 
 
+class _Zeros:
+    """An explainer whose values are zeros (``--pipe-cpu``: the pipe alone)."""
+
+    num_features = 8
+
+    def shap_values(self, rows):
+        return np.zeros((len(rows), self.num_features + 1), np.float32)
+
+
+def _zero_device(conn) -> None:
+    from distshap.serve.device_process import DeviceLoop
+    from distshap.serve.registry import Resident
+
+    DeviceLoop([Resident("zeros", _Zeros())], [conn]).run()
+
+
+def _pipe_cpu(n: int, batches: int) -> tuple[float, float]:
+    """A front's CPU and wall microseconds a round trip of an ``n``-row batch (8 FP32
+    features) to a device process of :class:`_Zeros`, ``batches`` one after the other."""
+    from distshap.serve.device_process import DeviceExecutor
+    from distshap.serve.registry import Resident
+
+    ctx = multiprocessing.get_context("spawn")
+    ours, theirs = ctx.Pipe(duplex=True)
+    device = ctx.Process(target=_zero_device, args=(theirs,), daemon=True)
+    device.start()
+    theirs.close()
+    resident = Resident("zeros", _Zeros())
+    executor = DeviceExecutor([ours], [resident])
+    rows = np.zeros((n, _Zeros.num_features), np.float32)
+    for _ in range(min(100, batches)):  # warm: the device process started, pages touched
+        executor.submit(resident, rows, "shap_values", 0).result()
+    t0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(batches):
+        executor.submit(resident, rows, "shap_values", 0).result()
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    executor.close()
+    device.join(10)
+    return 1e6 * cpu / batches, 1e6 * wall / batches
+
+
 def _in_process(path: str, X: np.ndarray, n: int, backend: str) -> float:
     from distshap import TreeExplainer
 
@@ -431,8 +475,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--front-cpu", type=int, metavar="N", default=0,
                         help="only the front's CPU microseconds a request, over N requests fed "
                         "without sockets (per --rows)")  # fmt: skip
+    parser.add_argument("--pipe-cpu", type=int, metavar="N", default=0,
+                        help="only a front's CPU and wall microseconds a batch's round trip "
+                        "to a device process (values of zeros), over N batches (per --rows)",
+                        )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="one JSON record per line")
     args = parser.parse_args(argv)
+    if args.pipe_cpu:
+        for n in args.rows:
+            cpu, wall = _pipe_cpu(n, args.pipe_cpu)
+            print(f"pipe to a device process, {n}-row batches: {cpu:.1f} us of the front's CPU, "
+                  f"{wall:.1f} us wall a round trip", flush=True)  # fmt: skip
+        return
 
     import tempfile
 
