@@ -123,7 +123,7 @@ def device_plan(backend: str, scheduler: str | None, device_processes: int | Non
 
         count = count_gpus()
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        ids = [g.strip() for g in visible.split(",")] if visible is not None else []
+        ids = [g.strip() for g in (visible or "").split(",") if g.strip()]
         gpus = (ids if visible is not None else [str(i) for i in range(count)])[:count]
     if device_processes is None:
         device_processes = max(1, len(gpus)) if backend == "cuda" else len(gpus)
