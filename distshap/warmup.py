@@ -266,6 +266,7 @@ def load_ahead(model: Any, backend: str) -> Ensemble:
     model file's ensemble is saved, and found again by a later process
     (:func:`distshap.build_cache.load_ensemble`)."""
     send = start_ahead(model, backend)
+    _threaded.start_warm_up(model)  # Numba starts meanwhile, a saved build found or not
     try:
         ensemble = build_cache.load_ensemble(model, WARM_UP_BYTES, load_model)
     except BaseException:

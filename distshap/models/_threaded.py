@@ -293,8 +293,8 @@ def start_warm_up(path: str | os.PathLike[str] | None = None) -> None:
         try:
             if os.path.getsize(path) <= WARM_UP_BYTES:
                 return
-        except OSError:
-            return  # the loader says what is wrong with the path
+        except (OSError, TypeError, ValueError):
+            return  # not a file: the loader says what is wrong with it
     with _warm_up_lock:
         if _warm_up_started:
             return
