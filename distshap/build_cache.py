@@ -34,6 +34,7 @@ import os
 import pickle
 import sys
 import threading
+import time
 import uuid
 import weakref
 import zlib
@@ -213,10 +214,16 @@ def _write(name: str, value: Any) -> None:
 
 
 def _evict() -> None:
-    """Remove the least recently used entries beyond :data:`MAX_BYTES` in all."""
+    """Remove the least recently used entries beyond :data:`MAX_BYTES` in all, and temporary
+    files a day old (left by a process ended while writing)."""
     folder = directory()
     try:
-        entries = [os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".bin")]
+        names = os.listdir(folder)
+        for name in (n for n in names if n.endswith(".tmp")):
+            path = os.path.join(folder, name)
+            if time.time() - os.stat(path).st_mtime > 86400:
+                _remove(path)
+        entries = [os.path.join(folder, n) for n in names if n.endswith(".bin")]
         stats = sorted(((os.stat(p).st_mtime, os.stat(p).st_size, p) for p in entries),
                        reverse=True)  # fmt: skip
     except (OSError, TypeError):

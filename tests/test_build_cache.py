@@ -110,6 +110,22 @@ def test_damaged_entries_are_removed_and_built_again(model_file):
     assert len(calls) == 3  # the saved one again
 
 
+def test_old_entries_and_left_temporary_files_are_removed(model_file, monkeypatch):
+    build_cache.load_ensemble(model_file, 0, load_model)
+    build_cache.wait_stores()
+    folder = Path(build_cache.directory())
+    (entry,) = folder.iterdir()
+    old, new = folder / "old.bin.1.x.tmp", folder / "new.bin.2.y.tmp"
+    for path in (old, new):
+        path.write_bytes(b"partial")
+    os.utime(old, (0, 0))
+    monkeypatch.setattr(build_cache, "MAX_BYTES", entry.stat().st_size)
+    (folder / "older.bin").write_bytes(b"x")
+    os.utime(folder / "older.bin", (0, 0))
+    build_cache._evict()
+    assert sorted(p.name for p in folder.iterdir()) == sorted([entry.name, new.name])
+
+
 def test_a_changed_file_has_another_key(model_file):
     key = build_cache.file_key(model_file, 0)
     model_file.write_bytes(model_file.read_bytes() + b"N")  # a UBJSON no-op: the same model
