@@ -182,6 +182,22 @@ def wait_stores() -> None:
         _STORES.pop().join()
 
 
+def _writing(path: str) -> bool:
+    """Whether the entry at ``path`` exists, or another process is writing it (a temporary file
+    of it less than an hour old): processes that start on one model together write it once."""
+    folder, base = os.path.split(path)
+    try:
+        if os.path.exists(path):
+            return True
+        for name in os.listdir(folder):
+            if name.startswith(base + ".") and name.endswith(".tmp"):
+                if time.time() - os.stat(os.path.join(folder, name)).st_mtime < 3600:
+                    return True
+    except OSError:
+        pass
+    return False
+
+
 def _write(name: str, value: Any) -> None:
     """The entry ``name`` of ``value`` written (in the background: hashed in this thread, the
     thread pool being shut down at exit), then :func:`_evict`."""
@@ -194,6 +210,8 @@ def _write(name: str, value: Any) -> None:
             return
         os.makedirs(directory() or "", exist_ok=True)
         path = _path(name)
+        if _writing(path):
+            return
         temporary = f"{path}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
         spans = []
         with open(temporary, "wb") as fh:

@@ -100,7 +100,7 @@ def test_damaged_entries_are_removed_and_built_again(model_file):
     raw[len(raw) // 3] ^= 0x40  # one bit of an array
     entry.write_bytes(bytes(raw))
     build_cache.load_ensemble(model_file, 0, _counted(calls))
-    assert len(calls) == 2  # not trusted: loaded again (and saved again)
+    assert len(calls) == 2  # not trusted: removed, loaded again (and saved again)
     build_cache.wait_stores()
     entry.write_bytes(entry.read_bytes()[:-100])  # truncated
     build_cache.load_ensemble(model_file, 0, _counted(calls))
@@ -124,6 +124,16 @@ def test_old_entries_and_left_temporary_files_are_removed(model_file, monkeypatc
     os.utime(folder / "older.bin", (0, 0))
     build_cache._evict()
     assert sorted(p.name for p in folder.iterdir()) == sorted([entry.name, new.name])
+
+
+def test_an_entry_being_written_elsewhere_is_not_written_again(model_file):
+    key = build_cache.file_key(model_file, 0)
+    folder = Path(build_cache.directory())
+    folder.mkdir(parents=True)
+    (folder / f"{key}.ensemble.bin.1.x.tmp").write_bytes(b"partial")  # another process's
+    build_cache.load_ensemble(model_file, 0, load_model)
+    build_cache.wait_stores()
+    assert [p.name for p in folder.iterdir()] == [f"{key}.ensemble.bin.1.x.tmp"]
 
 
 def test_a_changed_file_has_another_key(model_file):
