@@ -13,8 +13,10 @@ and a later process with the same file maps it back instead of building it again
 * an entry is one file: the object pickled with its arrays out of band, each array's bytes
   aligned and checked (a CRC-32 of each piece of 16 MB), written to a temporary file and
   renamed into place, in a background thread (:func:`store`), so a partly written entry is
-  never seen; entries beyond :data:`MAX_BYTES` in all are removed, the least recently used
-  first;
+  never seen; entries beyond the configuration's ``saved_build_bytes`` in all are removed, the
+  least recently used first (0: nothing is saved or read); the first entry a process saves is
+  announced in one line (logger ``distshap.compile``) with its size, its place and how to turn
+  saving off;
 * a read maps the file copy-on-write, checks every array's bytes and only then unpickles, so the
   arrays are the saved ones bit for bit, writable (private pages), and read from the page cache
   only where used. An entry that fails any check (truncated, corrupted, unreadable) is removed
@@ -46,18 +48,23 @@ from distshap import compile_cache
 from distshap.parallel import run_ranges
 
 __all__ = [
-    "MAX_BYTES", "directory", "file_key", "key_of", "load", "load_ensemble", "load_packed",
+    "directory", "file_key", "key_of", "load", "load_ensemble", "load_packed", "max_bytes",
     "store", "wait_stores",
 ]  # fmt: skip
-
-#: Entries kept in all, bytes; the least recently used are removed beyond (and an entry larger
-#: than this is not written).
-MAX_BYTES = 8 << 30
 
 _PIECE = 1 << 24  # bytes hashed per piece, in threads
 _MAGIC = b"distshap-build-1"
 _KEYS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # ensemble -> its file's key
 _STORES: list[threading.Thread] = []
+_ANNOUNCED: list[bool] = []  # the first save of this process was announced
+
+
+def max_bytes() -> int:
+    """Entries kept in all, bytes (the configuration's ``saved_build_bytes``): the least
+    recently used are removed beyond it, an entry larger is not written; 0: none is kept."""
+    from distshap.plan.config import get_config
+
+    return max(int(get_config().saved_build_bytes), 0)
 
 
 def directory() -> str | None:
@@ -115,7 +122,7 @@ def _code_key() -> bytes:
 def file_key(model: Any, min_bytes: int) -> str | None:
     """The key of the model file ``model`` (:mod:`distshap.build_cache`), or None: not a path
     of a file of more than ``min_bytes`` bytes, or no cache directory."""
-    if directory() is None or not isinstance(model, (str, os.PathLike)):
+    if directory() is None or not isinstance(model, (str, os.PathLike)) or not max_bytes():
         return None
     try:
         with open(model, "rb") as fh:
@@ -170,8 +177,9 @@ def load(name: str) -> Any:
 def store(name: str, value: Any) -> None:
     """Write ``value`` as the entry ``name``, in a background thread (the process waits for it
     at exit; :func:`wait_stores`); then remove the least recently used entries beyond
-    :data:`MAX_BYTES`."""
-    thread = threading.Thread(target=_write, args=(name, value), name="distshap-build-cache")
+    the configuration's ``saved_build_bytes``."""
+    thread = threading.Thread(target=_write, args=(name, value, max_bytes()),
+                              name="distshap-build-cache")  # fmt: skip
     _STORES.append(thread)
     thread.start()
 
@@ -198,7 +206,7 @@ def _writing(path: str) -> bool:
     return False
 
 
-def _write(name: str, value: Any) -> None:
+def _write(name: str, value: Any, limit: int) -> None:
     """The entry ``name`` of ``value`` written (in the background: hashed in this thread, the
     thread pool being shut down at exit), then :func:`_evict`."""
     buffers: list[pickle.PickleBuffer] = []
@@ -206,12 +214,14 @@ def _write(name: str, value: Any) -> None:
     try:
         head = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
         raws = [b.raw() for b in buffers]
-        if sum(r.nbytes for r in raws) > MAX_BYTES:
+        size = sum(r.nbytes for r in raws)
+        if size > limit:
             return
         os.makedirs(directory() or "", exist_ok=True)
         path = _path(name)
         if _writing(path):
             return
+        _announce(size)
         temporary = f"{path}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
         spans = []
         with open(temporary, "wb") as fh:
@@ -228,12 +238,27 @@ def _write(name: str, value: Any) -> None:
     except Exception:  # noqa: BLE001 - nothing saved: a later process builds again
         _remove(temporary)
         return
-    _evict()
+    _evict(limit)
 
 
-def _evict() -> None:
-    """Remove the least recently used entries beyond :data:`MAX_BYTES` in all, and temporary
-    files a day old (left by a process ended while writing)."""
+def _announce(size: int) -> None:
+    """One line, the first time this process saves an entry: what, how large, where, and how
+    to turn it off."""
+    if _ANNOUNCED:
+        return
+    _ANNOUNCED.append(True)
+    compile_cache.logger.warning(
+        "distshap: saving this model file's build (%.1f GB) in %s, so that later processes "
+        "map it back instead of loading and packing it again; "
+        "distshap.set_config(saved_build_bytes=0) turns this off",
+        size / 1e9, directory(),
+    )  # fmt: skip
+
+
+def _evict(limit: int | None = None) -> None:
+    """Remove the least recently used entries beyond ``limit`` bytes in all (default
+    :func:`max_bytes`), and temporary files a day old (left by a process ended while
+    writing)."""
     folder = directory()
     try:
         names = os.listdir(folder)
@@ -246,10 +271,10 @@ def _evict() -> None:
                        reverse=True)  # fmt: skip
     except (OSError, TypeError):
         return
-    total = 0
+    total, limit = 0, max_bytes() if limit is None else limit
     for _, size, path in stats:
         total += size
-        if total > MAX_BYTES:
+        if total > limit:
             _remove(path)
 
 

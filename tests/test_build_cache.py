@@ -22,6 +22,7 @@ from distshap.encoding import encode_ensemble
 from distshap.kernels.margin import margin_model
 from distshap.models import load_model
 from distshap.packed import pack_ensemble
+from distshap.plan.config import config_context
 
 from xgb_models import MODEL_KINDS
 
@@ -110,7 +111,24 @@ def test_damaged_entries_are_removed_and_built_again(model_file):
     assert len(calls) == 3  # the saved one again
 
 
-def test_old_entries_and_left_temporary_files_are_removed(model_file, monkeypatch):
+def test_saving_is_announced_once_and_turned_off_by_the_configuration(model_file, caplog):
+    calls: list = []
+    with config_context(saved_build_bytes=0):
+        assert build_cache.file_key(model_file, 0) is None
+        build_cache.load_ensemble(model_file, 0, _counted(calls))
+        build_cache.wait_stores()
+    assert not Path(build_cache.directory()).exists()  # nothing saved
+    build_cache._ANNOUNCED.clear()
+    with caplog.at_level("WARNING", logger="distshap.compile"):
+        build_cache.load_ensemble(model_file, 0, _counted(calls))
+        build_cache.wait_stores()
+    said = [r.getMessage() for r in caplog.records if "build" in r.getMessage()]
+    assert len(said) == 1 and "saved_build_bytes=0" in said[0], said
+    build_cache.load_ensemble(model_file, 0, _counted(calls))
+    assert len(calls) == 2  # the second build of the file was mapped back
+
+
+def test_old_entries_and_left_temporary_files_are_removed(model_file):
     build_cache.load_ensemble(model_file, 0, load_model)
     build_cache.wait_stores()
     folder = Path(build_cache.directory())
@@ -119,10 +137,10 @@ def test_old_entries_and_left_temporary_files_are_removed(model_file, monkeypatc
     for path in (old, new):
         path.write_bytes(b"partial")
     os.utime(old, (0, 0))
-    monkeypatch.setattr(build_cache, "MAX_BYTES", entry.stat().st_size)
     (folder / "older.bin").write_bytes(b"x")
     os.utime(folder / "older.bin", (0, 0))
-    build_cache._evict()
+    with config_context(saved_build_bytes=entry.stat().st_size):
+        build_cache._evict()
     assert sorted(p.name for p in folder.iterdir()) == sorted([entry.name, new.name])
 
 

@@ -93,6 +93,11 @@ interventional_interaction_table_budget_bytes : int
         Helper processes that compile a large model file's kernels into Numba's disk cache
         while the explainer loads it (:func:`distshap.warmup.start_ahead`); 0 (the default,
         until a gain is measured on a GPU machine): none.
+    saved_build_bytes : int
+        Disk space the saved builds of large model files take at most
+        (:mod:`distshap.build_cache`: a later process maps a file's loaded and packed model
+        back instead of building it again); the least recently used go beyond it. 0: nothing
+        is saved or read.
     """
 
     quadrature_nodes: tuple[int, ...] = (2, 4, 6, 8, 12, 16)
@@ -127,6 +132,7 @@ interventional_interaction_table_budget_bytes : int
     interventional_mask_budget_bytes: int = 1 << 31
     interventional_warps_per_block: int = 4
     compile_ahead_processes: int = 0
+    saved_build_bytes: int = 8 << 30
 
     def replace(self, **changes: Any) -> Config:
         """A copy with ``changes`` applied (unknown names refused, naming the valid ones)."""
