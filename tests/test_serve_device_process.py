@@ -327,7 +327,7 @@ def test_cli_sigterm_drains_fronts_then_the_device_process_exit_0(files):
         assert proc.wait(60) == 0
         status, _, payload = answer.partition(b"\r\n\r\n")
         assert status.startswith(b"HTTP/1.1 200")
-        want = TreeExplainer(files["bin"], layout="xgboost").shap_values(rows)
+        want = TreeExplainer(files["bin"], layout="xgboost", backend="cpu").shap_values(rows)
         got = np.array(json.loads(payload)["outputs"][0]["data"], np.float32).reshape(want.shape)
         assert same_bits(got, want)
         assert "drained" in proc.stderr.read()
