@@ -167,11 +167,14 @@ def load(name: str) -> Any:
         if [_crcs(b) for b in buffers] != checks:
             raise ValueError("an array's bytes differ from the ones saved")
         value = pickle.loads(head, buffers=buffers)
-        os.utime(path)  # recently used
-        return value
     except Exception:  # noqa: BLE001 - any failure: not to be trusted, built again
         _remove(path)
         return None
+    try:
+        os.utime(path)  # recently used
+    except OSError:  # a read-only directory, another user's entry: still sound
+        pass
+    return value
 
 
 def store(name: str, value: Any) -> None:

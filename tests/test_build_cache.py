@@ -188,3 +188,18 @@ def test_a_second_process_finds_the_build_and_explains_the_same(model_file, tmp_
     assert out[0][0] == "1" and out[1][0] == "0"  # loaded, then found
     assert out[0][1] == out[1][1]
     assert len(list((tmp_path / "cache" / "distshap-builds").iterdir())) == 2
+
+
+def test_an_entry_that_cannot_be_touched_is_still_used_and_kept(model_file, monkeypatch):
+    """A cache directory shared read-only (or an entry of another user): the entry's use time
+    cannot be set, yet it is read, not removed."""
+    calls: list = []
+    build_cache.load_ensemble(model_file, 0, _counted(calls))
+    build_cache.wait_stores()
+
+    def refuse(*args, **kwargs):
+        raise PermissionError("read-only")
+
+    monkeypatch.setattr(build_cache.os, "utime", refuse)
+    build_cache.load_ensemble(model_file, 0, _counted(calls))
+    assert len(calls) == 1 and len(os.listdir(build_cache.directory())) == 1
