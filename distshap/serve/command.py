@@ -94,7 +94,7 @@ def serve(
                             device_processes=device_processes)  # fmt: skip
         return group.start() if start else group
     server = build_server(specs, ServeOptions(**options), client=client, backend=backend,
-                          slots=slots or 1)  # fmt: skip
+                          slots=1 if slots is None else slots)  # fmt: skip
     return server.start() if start else server
 
 
