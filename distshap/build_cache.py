@@ -288,13 +288,26 @@ def _remove(path: str) -> None:
         pass
 
 
+def _identity(model: Any) -> tuple | None:
+    """The file ``model`` as the system tells it apart: device, inode, size and times."""
+    try:
+        st = os.stat(model)
+    except (OSError, TypeError, ValueError):
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
 def load_ensemble(model: Any, min_bytes: int, load_model: Any) -> Any:
     """``load_model(model)``, or the ensemble saved for the same file (and code) before; the
-    ensemble is keyed by its file for :func:`load_packed`, and saved when it was loaded."""
+    ensemble is keyed by its file for :func:`load_packed`, and saved when it was loaded (not
+    where the file changed between its key and its load: the key would not be of its bytes)."""
+    before = _identity(model)
     key = file_key(model, min_bytes)
     ensemble = None if key is None else load(f"{key}.ensemble")
     if ensemble is None:
         ensemble = load_model(model)
+        if key is not None and _identity(model) != before:
+            key = None
         if key is not None:
             store(f"{key}.ensemble", ensemble)
     if key is not None:

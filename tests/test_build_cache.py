@@ -203,3 +203,22 @@ def test_an_entry_that_cannot_be_touched_is_still_used_and_kept(model_file, monk
     monkeypatch.setattr(build_cache.os, "utime", refuse)
     build_cache.load_ensemble(model_file, 0, _counted(calls))
     assert len(calls) == 1 and len(os.listdir(build_cache.directory())) == 1
+
+
+def test_a_file_replaced_while_it_loads_is_not_saved_under_its_first_bytes(model_file):
+    """The key is of the bytes hashed before the load: a file replaced in between (a new
+    model deployed at the same path) must not have its new model saved under the old key."""
+    old = model_file.read_bytes()
+    new = bytes(MODEL_KINDS["regression"]()[0].save_raw(raw_format="ubj"))
+    calls: list = []
+
+    def replaced_then_loaded(model):
+        model_file.write_bytes(new)
+        return _counted(calls)(model)
+
+    build_cache.load_ensemble(model_file, 0, replaced_then_loaded)
+    build_cache.wait_stores()
+    model_file.write_bytes(old)
+    again = build_cache.load_ensemble(model_file, 0, _counted(calls))
+    assert len(calls) == 2  # the first bytes loaded again, not the new model mapped back
+    _same_arrays(again, load_model(model_file))
