@@ -158,6 +158,33 @@ def test_batches_of_two_fronts_merge_into_one_call_with_every_rows_bits(files, r
     assert not thread.is_alive()  # both fronts said goodbye: the device loop returned
 
 
+def test_batches_that_cannot_be_merged_fail_and_the_device_runs_on(files, residents):
+    """Batches whose rows cannot be put together (widths the front would have refused) are
+    answered with the error, and the device process's slot keeps running batches."""
+    gate = _Gate()
+    held = [*residents, Resident("gate", gate)]
+    loops, (a, b), _ = _wire(2, [held])
+    thread = _start(loops[0])
+    X = files["X"]
+    try:
+        busy = a.submit(held[2], X[:1], "shap_values", 0)
+        assert gate.entered.wait(30)
+        wide = a.submit(held[0], X[:2], "shap_values", 0)
+        narrow = b.submit(held[0], np.ascontiguousarray(X[:2, :3]), "shap_values", 0)
+        _until(lambda: len(loops[0]._pending) == 2)
+        gate.open.set()
+        busy.result(30)
+        for future in (wide, narrow):
+            with pytest.raises(Exception, match="dimension"):
+                future.result(30)
+        assert a.submit(held[0], X[:3], "shap_values", 0).result(30)["shap_values"].shape[0] == 3
+    finally:
+        gate.open.set()
+        a.close()
+        b.close()
+        thread.join(10)
+
+
 def test_each_batch_goes_to_the_least_loaded_device(files, residents):
     loops, (front,), _ = _wire(1, [residents, residents])
     X = files["X"]

@@ -244,16 +244,16 @@ class DeviceLoop:
     def _run(self, items: list[_Item]) -> None:
         """One call for ``items`` (rows concatenated); each front gets its rows' values."""
         parts = [item.rows for item in items]
-        batch = parts[0] if len(parts) == 1 else np.concatenate(parts)
         model, output, k, _ = items[0].key
         values, err = None, None
-        try:
+        try:  # rows put together inside: a failure answers the batches, the slot runs on
+            batch = parts[0] if len(parts) == 1 else np.concatenate(parts)
             values = explain_block(self.residents[model], batch, _OUTPUTS[output], k)
         except Exception as error:  # every front hears of it
             err = error
         with self._stats_lock:
             self.stats["calls"] += 1
-            self.stats["rows"] += len(batch)
+            self.stats["rows"] += sum(len(part) for part in parts)
             self.stats["merged"] += len(items) > 1
             self.stats["batches"] += len(items)
         start = 0
