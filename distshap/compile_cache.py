@@ -233,6 +233,8 @@ _RUNS: dict[str, str] = {}  # module -> the module its helpers import (start_hel
 
 
 def _start_helper(module: str, later: bool = False) -> subprocess.Popen | None:
+    if getattr(sys, "frozen", False):  # a frozen app's executable is the app, not Python
+        return None
     code = f"from distshap.compile_cache import _helper; _helper({module!r}, {later!r})"
     try:
         return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
@@ -353,12 +355,16 @@ def compile_later(module: str, name: str) -> bool:
     into the disk cache for later processes, while this one goes on without it (its NumPy
     route); nothing waits for it, and it exits when done. The helper runs at the lowest CPU
     priority, so on a busy machine it takes only cores this process leaves idle. Once per
-    name and process, and only with a cache directory; True when started."""
+    name and process, and only with a cache directory; processes that start together (a
+    server's fronts, Dask workers) start one for all: the first claims the name in the cache
+    directory for :data:`LATER_CLAIM_S`. True when started."""
     key = (module, name)
     with _HELPERS_LOCK:
         if key in _LATER or name in _PENDING or cache_dir() is None:
             return False
         _LATER.add(key)
+    if not _claim(f"{module}.{name}"):
+        return False
     proc = _start_helper(module, later=True)
     if proc is None:
         return False
@@ -367,6 +373,27 @@ def compile_later(module: str, name: str) -> bool:
         proc.stdin.close()
     except OSError:
         return False
+    return True
+
+
+#: Seconds a claim of :func:`compile_later` holds (a helper that died leaves one this old).
+LATER_CLAIM_S = 3600.0
+
+
+def _claim(what: str) -> bool:
+    """Whether this process claimed ``what`` in the cache directory: no other process did in
+    the last :data:`LATER_CLAIM_S` seconds (an exclusive create of a claim file)."""
+    folder = os.path.join(cache_dir() or "", "distshap-later")
+    path = os.path.join(folder, what + ".claim")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        if os.path.exists(path) and time.time() - os.stat(path).st_mtime > LATER_CLAIM_S:
+            os.remove(path)  # a claim of a helper long gone
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    except OSError:
+        return True  # no place for claims: as before, one helper a process
     return True
 
 

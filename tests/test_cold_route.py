@@ -10,6 +10,8 @@ the cold route must ask a helper to compile the kernels for later processes.
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -149,3 +151,24 @@ def test_compile_later_starts_one_low_priority_helper_once(monkeypatch, tmp_path
     assert not compile_cache.compile_later("distshap.packing", "packing")  # no process
     assert not compile_cache.compile_later("distshap.packing", "packing")  # asked once
     assert started == [True]
+
+
+def test_compile_later_is_claimed_once_by_processes_sharing_a_cache(monkeypatch, tmp_path):
+    started = []
+    monkeypatch.setattr(compile_cache, "_start_helper", lambda m, later: started.append(later))
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(compile_cache, "_LATER", set())
+    compile_cache.compile_later("distshap.packing", "packing")
+    monkeypatch.setattr(compile_cache, "_LATER", set())  # as another process sees it
+    compile_cache.compile_later("distshap.packing", "packing")
+    assert started == [True]  # one helper for both
+    (claim,) = (tmp_path / "distshap-later").iterdir()
+    os.utime(claim, (0, 0))  # a claim of a helper long gone
+    monkeypatch.setattr(compile_cache, "_LATER", set())
+    compile_cache.compile_later("distshap.packing", "packing")
+    assert started == [True, True]
+
+
+def test_no_helper_is_started_from_a_frozen_application(monkeypatch):
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    assert compile_cache._start_helper("distshap.packing", later=True) is None
