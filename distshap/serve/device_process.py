@@ -209,6 +209,10 @@ class DeviceLoop:
                     self._cond.notify()
         except (EOFError, OSError):  # the front exited
             return
+        except Exception as err:  # noqa: BLE001 - a batch not read: the front sees the pipe close
+            log.error("a front's batch could not be read (%s): its pipe is closed",
+                      type(err).__name__)  # fmt: skip
+            conn.close()
 
     def _send(self, conn: Connection, parts: list) -> None:
         try:
@@ -404,7 +408,7 @@ class DeviceExecutor:
                 return
             try:
                 _write(link.conn.fileno(), job)
-            except (OSError, ValueError) as err:
+            except Exception as err:  # noqa: BLE001 - any failure: the link's batches fail now
                 self._lost(link, err)
                 return
 
@@ -412,7 +416,7 @@ class DeviceExecutor:
         try:
             while self._read_one(link):
                 pass
-        except (EOFError, OSError, ValueError) as err:
+        except Exception as err:  # noqa: BLE001 - any failure: the link's batches fail now
             self._lost(link, err)
 
     def _read_one(self, link: _Link) -> bool:
