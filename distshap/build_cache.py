@@ -1,8 +1,8 @@
 """Saved builds of large model files: the loaded ensemble and its packed model, on disk.
 
 Loading a model file of millions of nodes and packing its paths takes seconds even with every
-kernel compiled. For a model file of more than
-:data:`~distshap.models._threaded.WARM_UP_BYTES` bytes, the explainer's build is kept in the
+kernel compiled. For a model file of more than ``large_model_file_bytes`` bytes
+(:class:`~distshap.plan.config.Config`), the explainer's build is kept in the
 compile cache's directory (``distshap-builds`` in :func:`distshap.compile_cache.cache_dir`),
 and a later process with the same file maps it back instead of building it again:
 

@@ -21,14 +21,15 @@ counts); a *bin* is one warp of ``capacity`` (32) lanes. Four algorithms are off
     item costs ``O(capacity)`` and the whole packing ``O(capacity * n)``. Among bins of equal
     residual the one that reached that residual most recently is taken (the stack top); this
     choice does not change the number of bins, only which bin gets which label. Same
-    ``11/9 OPT + 6/9`` guarantee as FFD. Up to :data:`NUMPY_MAX_ITEMS` items it runs in
-    NumPy, one run of equal sizes at a time (a run fills whole bins in a row; see
-    :func:`_best_fit_decreasing`), so packing a model of usual size compiles nothing (a first
-    call in a fresh environment saves about a second of Numba compilation); larger inputs, and
-    ``"nf"`` and ``"ffd"``, run compiled kernels, compiled on their first use, except inputs
-    of up to :data:`COLD_NUMPY_ITEMS` items while the compiled BFD is not compiled here (a
-    cold start): they run in NumPy too, and a helper process compiles the kernels for later
-    processes (:func:`distshap.compile_cache.compile_later`).
+    ``11/9 OPT + 6/9`` guarantee as FFD. Up to ``packing_numpy_max_items`` items
+    (:class:`~distshap.plan.config.Config`) it runs in NumPy, one run of equal sizes at a time
+    (a run fills whole bins in a row; see :func:`_best_fit_decreasing`), so packing a model of
+    usual size compiles nothing (a first call in a fresh environment saves about a second of
+    Numba compilation); larger inputs, and ``"nf"`` and ``"ffd"``, run compiled kernels,
+    compiled on their first use, except inputs of up to ``packing_cold_max_items`` items while
+    the compiled BFD is not compiled here (a cold start): they run in NumPy too, and a helper
+    process compiles the kernels for later processes
+    (:func:`distshap.compile_cache.compile_later`).
 
 The decreasing order is a stable counting (or radix) sort by size, not a comparison sort.
 Items larger than ``capacity`` (possible only for paths of more than ``capacity - 1`` features)
@@ -48,10 +49,10 @@ import numpy as np
 
 from distshap.compile_cache import compile_later, compiled, pending, wait_ahead
 from distshap.pages import page_array
+from distshap.plan.config import get_config
 
 __all__ = [
-    "AHEAD_NAME", "ALGORITHMS", "COLD_NUMPY_ITEMS", "MAX_CAPACITY", "NUMPY_MAX_ITEMS", "Packing",
-    "ahead_compile", "bin_order", "pack",
+    "AHEAD_NAME", "ALGORITHMS", "MAX_CAPACITY", "Packing", "ahead_compile", "bin_order", "pack",
 ]  # fmt: skip
 
 #: Names accepted by :func:`pack`.
@@ -59,16 +60,6 @@ ALGORITHMS: tuple[str, ...] = ("none", "nf", "ffd", "bfd")
 
 #: Largest bin capacity :func:`pack` accepts (BFD keeps one stack per residual capacity).
 MAX_CAPACITY = 65536
-
-#: BFD and :func:`bin_order` run in NumPy up to this many items (nothing to compile: a short
-#: first call) and compiled beyond, where they are a few times faster once compiled
-#: (``benchmarks/RESULTS.md``, cold start).
-NUMPY_MAX_ITEMS = 1 << 18
-
-#: Item counts above the first and up to the second run BFD and :func:`bin_order` in NumPy
-#: too while their compiled kernels are not compiled here (not in this process, not in Numba's
-#: disk cache, no helper compiling them for it): NumPy costs less than compiling up to there.
-COLD_NUMPY_ITEMS = (NUMPY_MAX_ITEMS, 1 << 23)
 
 
 @dataclass(frozen=True, eq=False)
@@ -343,12 +334,14 @@ def _bfd(sizes: np.ndarray, capacity: int, out: np.ndarray) -> int:
 
 def _numpy_route(n: int) -> bool:
     """Whether BFD and :func:`bin_order` of ``n`` items run in NumPy: up to
-    :data:`NUMPY_MAX_ITEMS` items, and within :data:`COLD_NUMPY_ITEMS` while the compiled
+    ``packing_numpy_max_items`` items, and up to ``packing_cold_max_items`` while the compiled
     kernels are not compiled here (then a helper compiles them for later processes)."""
-    if n <= NUMPY_MAX_ITEMS:
+    config = get_config()
+    if n <= config.packing_numpy_max_items:
         return True
-    lo, hi = COLD_NUMPY_ITEMS
-    if not lo < n <= hi or pending(AHEAD_NAME) or compiled(_bfd_compiled, _group_by_bin_compiled):
+    if n > config.packing_cold_max_items or pending(AHEAD_NAME):
+        return False
+    if compiled(_bfd_compiled, _group_by_bin_compiled):
         return False
     compile_later(__name__, AHEAD_NAME)
     return True
@@ -361,7 +354,7 @@ _warm: set = set()
 def _warm_up(key: str, capacity: int = 32) -> None:
     """Compile (or load from Numba's cache) the kernel of ``key`` once, so timings exclude it.
 
-    ``key``: "nf", "ffd", "bfd" (the compiled BFD, for more than :data:`NUMPY_MAX_ITEMS`
+    ``key``: "nf", "ffd", "bfd" (the compiled BFD, for more than ``packing_numpy_max_items``
     items) or "order" (the compiled grouping by bin).
     """
     if key == "ffd":

@@ -32,7 +32,6 @@ from distshap.kernels import get_backend
 from distshap.kernels.interventional_cpu import MAX_MASK_BITS, interventional_values
 from distshap.kernels.margin import margin_model, predict_margin
 from distshap.models import _threaded, load_model
-from distshap.models._threaded import WARM_UP_BYTES
 from distshap.models.ensemble import Ensemble
 from distshap.packed import PackedModel, build_packed_model
 from distshap.paths import extract_paths
@@ -163,7 +162,7 @@ def start_ahead(model: Any, backend: str) -> Callable[[Ensemble], None]:
     """Start compiling a large model file's kernels in helper processes; returns the function
     to call with the loaded ensemble (it hands the CUDA helpers the kernels of its shape).
 
-    Only for a model file of more than :data:`~distshap.models._threaded.WARM_UP_BYTES` bytes
+    Only for a model file of more than ``large_model_file_bytes`` bytes
     (smaller ones never take the compiled path walk), with a Numba cache directory, what is
     not in the disk cache yet (a filled cache starts nothing) and at most
     ``compile_ahead_processes`` helpers (:class:`~distshap.plan.config.Config`), and two
@@ -176,7 +175,7 @@ def start_ahead(model: Any, backend: str) -> Callable[[Ensemble], None]:
     """
     count = min(int(get_config().compile_ahead_processes), _cores() - 2)
     try:
-        large = os.path.getsize(model) > WARM_UP_BYTES
+        large = os.path.getsize(model) > get_config().large_model_file_bytes
     except (OSError, TypeError, ValueError):
         large = False  # not a file: the loader says what is wrong with it
     if count <= 0 or not large or compile_cache.cache_dir() is None:
@@ -268,7 +267,7 @@ def load_ahead(model: Any, backend: str) -> Ensemble:
     send = start_ahead(model, backend)
     _threaded.start_warm_up(model)  # Numba starts meanwhile, a saved build found or not
     try:
-        ensemble = build_cache.load_ensemble(model, WARM_UP_BYTES, load_model)
+        ensemble = build_cache.load_ensemble(model, get_config().large_model_file_bytes, load_model)
     except BaseException:
         compile_cache.compile_ahead(_CUDA_AHEAD, [])  # the helpers started for it exit
         raise

@@ -3,7 +3,8 @@
 A model file's loaded ensemble and packed model are kept in the compile cache's directory and
 mapped back by a later build of the same file: the same arrays bit for bit, the same SHAP
 values; an entry whose bytes were damaged is removed and built again. The size bound of the
-explainer's use (``WARM_UP_BYTES``: large model files only) is lowered here for a small model.
+explainer's use (``large_model_file_bytes``: large model files only) is lowered here for a
+small model.
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ import numpy as np
 import distshap
 from distshap import warmup
 
-warmup.WARM_UP_BYTES = 0  # a small file taken as a large one
+distshap.set_config(large_model_file_bytes=0)  # a small file taken as a large one
 loads = []
 load_model = warmup.load_model
 warmup.load_model = lambda model: loads.append(1) or load_model(model)

@@ -1,10 +1,11 @@
 """The cold routes: NumPy where a large model's compiled passes are not compiled yet.
 
 The loader's node reader and checks (``distshap/models/_threaded.py``) and BFD packing with its
-grouping by bin (``distshap/packing.py``) run in NumPy for sizes in their ``COLD_NUMPY_*``
-ranges while their compiled functions are neither compiled in the process nor in Numba's disk
-cache. Both routes must give the same arrays bit for bit (and the same flags and answers), and
-the cold route must ask a helper to compile the kernels for later processes.
+grouping by bin (``distshap/packing.py``) run in NumPy for sizes up to the configuration's
+``loader_cold_max_nodes`` and ``packing_cold_max_items`` while their compiled functions are neither
+compiled in the process nor in Numba's disk cache. Both routes must give the same arrays bit for bit
+(and the same flags and answers), and the cold route must ask a helper to compile the kernels for
+later processes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 
-from distshap import compile_cache, packing
+from distshap import compile_cache, config_context, packing
 from distshap.models import _threaded
 from distshap.models._ubjson import decode_ubjson_views
 from distshap.models.xgboost import ensemble_from_ubjson
@@ -34,12 +35,12 @@ def _reader_calls(raw: bytes, monkeypatch) -> tuple:
         calls.append(args)
         return reader(*args)
 
-    monkeypatch.setattr(_threaded, "MIN_NODES", 0)
     monkeypatch.setattr(_threaded, "xgboost_node_arrays", spy)
-    try:
-        ensemble_from_ubjson(decode_ubjson_views(raw))
-    except ValueError:  # a broken model: read, flagged, then refused by the NumPy code
-        pass
+    with config_context(loader_threaded_min_nodes=0):
+        try:
+            ensemble_from_ubjson(decode_ubjson_views(raw))
+        except ValueError:  # a broken model: read, flagged, then refused by the NumPy code
+            pass
     assert len(calls) == 1
     return calls[0]
 
@@ -72,8 +73,8 @@ def test_numpy_reader_equals_the_compiled_one(kind, monkeypatch):
         models.append(_broken(raw, "right_children", int(right[1]["left_children"][0])))
     for model in models:
         args = _reader_calls(model, monkeypatch)
-        monkeypatch.setattr(_threaded, "COLD_NUMPY_NODES", (0, 0))  # every size compiled
-        _same_nodes(_threaded.xgboost_node_arrays(*args), _threaded._xgboost_numpy(*args))
+        with config_context(loader_cold_max_nodes=0):  # every size compiled
+            _same_nodes(_threaded.xgboost_node_arrays(*args), _threaded._xgboost_numpy(*args))
         monkeypatch.undo()
     if kind == "regression":
         assert _threaded._xgboost_numpy(*args)[1].any()  # the last one was flagged
@@ -95,12 +96,12 @@ def _ensembles():
         yield dataclasses.replace(ens, **{name: array})
 
 
-def test_numpy_node_checks_answer_as_the_compiled_ones(monkeypatch):
-    monkeypatch.setattr(_threaded, "COLD_NUMPY_NODES", (0, 0))
+def test_numpy_node_checks_answer_as_the_compiled_ones():
     answers = []
     for ens in _ensembles():
         args = (ens.left, ens.right, ens.feature, ens.cover, ens.tree_offsets, ens.num_features)
-        answers.append(_threaded.nodes_valid(*args))
+        with config_context(loader_threaded_min_nodes=0, loader_cold_max_nodes=0):
+            answers.append(_threaded.nodes_valid(*args))  # every size compiled
         assert _threaded._nodes_valid_numpy(*args) == answers[-1]
     assert any(answers) and not all(answers)
 
@@ -109,33 +110,35 @@ def test_cold_sizes_take_numpy_and_ask_for_a_helper(monkeypatch):
     later = []
     monkeypatch.setattr(compile_cache, "compile_later", lambda m, n: later.append((m, n)))
     monkeypatch.setattr(compile_cache, "compiled", lambda *d: False)
-    monkeypatch.setattr(_threaded, "COLD_NUMPY_NODES", (0, 100))
-    assert not _threaded.compiled_route(100) and _threaded.compiled_route(101)
+    with config_context(loader_threaded_min_nodes=0, loader_cold_max_nodes=100):
+        assert not _threaded.compiled_route(100) and _threaded.compiled_route(101)
+    assert _threaded.compiled_route(100)  # the defaults: up to 2**19 nodes never cold
     assert later == [(_threaded.__name__, _threaded.AHEAD_NAME)]
-    monkeypatch.setattr(_threaded, "COLD_NUMPY_NODES", (0, 1 << 30))
     monkeypatch.setattr(_threaded, "_check_trees", None)  # would fail if called
     monkeypatch.setattr(_threaded, "run_ranges", None)
     ens = tiny.random_ensemble(0, n_trees=4, depth=5)
-    assert _threaded.nodes_valid(
-        ens.left, ens.right, ens.feature, ens.cover, ens.tree_offsets, ens.num_features
-    )
+    with config_context(loader_threaded_min_nodes=0, loader_cold_max_nodes=1 << 30):
+        assert _threaded.nodes_valid(
+            ens.left, ens.right, ens.feature, ens.cover, ens.tree_offsets, ens.num_features
+        )
 
 
 def test_cold_packing_is_the_compiled_packing(monkeypatch):
     sizes = np.random.default_rng(3).integers(1, 40, size=3000)  # some oversize items
-    monkeypatch.setattr(packing, "NUMPY_MAX_ITEMS", 10)
-    compiled = packing.pack(sizes)
-    compiled_order = packing.bin_order(compiled, sizes)
+    with config_context(packing_numpy_max_items=10, packing_cold_max_items=0):
+        compiled = packing.pack(sizes)  # nothing cold: 3000 items compiled
+        compiled_order = packing.bin_order(compiled, sizes)
     later = []
-    monkeypatch.setattr(packing, "COLD_NUMPY_ITEMS", (10, 3000))
     monkeypatch.setattr(packing, "compiled", lambda *d: False)
     monkeypatch.setattr(packing, "compile_later", lambda m, n: later.append((m, n)))
     monkeypatch.setattr(packing, "_bfd_compiled", None)  # would fail if called
     monkeypatch.setattr(packing, "_group_by_bin_compiled", None)
-    cold = packing.pack(sizes)
+    with config_context(packing_numpy_max_items=10, packing_cold_max_items=3000):
+        cold = packing.pack(sizes)
+        cold_order = packing.bin_order(cold, sizes)
     assert cold.num_bins == compiled.num_bins and cold.num_oversize == compiled.num_oversize
     np.testing.assert_array_equal(cold.bin_of_item, compiled.bin_of_item)
-    for a, b in zip(packing.bin_order(cold, sizes), compiled_order, strict=True):
+    for a, b in zip(cold_order, compiled_order, strict=True):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
     assert set(later) == {(packing.__name__, packing.AHEAD_NAME)}

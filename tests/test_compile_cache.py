@@ -128,11 +128,11 @@ def test_a_helper_process_compiles_the_walk_into_the_cache(tmp_path: Path) -> No
 
 _AHEAD_PACKING = """
 import numpy as np
-from distshap import compile_cache, packing
+from distshap import compile_cache, get_config, packing
 
 assert not compile_cache.cached_on_disk(packing._bfd_compiled)
 compile_cache.compile_ahead(packing.__name__, [packing.AHEAD_NAME])
-sizes = np.arange(packing.NUMPY_MAX_ITEMS + 1) % 7 + 1  # the compiled route
+sizes = np.arange(get_config().packing_numpy_max_items + 1) % 7 + 1  # the compiled route
 order, lanes = packing.bin_order(packing.pack(sizes), sizes)  # waits, then loads
 assert packing.AHEAD_NAME in compile_cache.ahead_waits()
 print(*(sum(getattr(f, c).values()) for f in (packing._bfd_compiled,

@@ -13,8 +13,7 @@ import io
 import pytest
 
 from distshap import compile_cache, path_walk, warmup
-from distshap.models._threaded import WARM_UP_BYTES
-from distshap.plan.config import config_context
+from distshap.plan.config import config_context, get_config
 
 from cudasim import nvvm_available
 
@@ -92,7 +91,7 @@ def test_cuda_helpers_run_without_a_context_and_are_waited_for_as_ptx(tmp_path, 
     monkeypatch.setattr(compile_cache, "cached_on_disk", lambda f: f is path_walk._dfs_paths)
     path = tmp_path / "model.ubj"
     with open(path, "wb") as f:
-        f.truncate(WARM_UP_BYTES + 1)
+        f.truncate(get_config().large_model_file_bytes + 1)
     with config_context(compile_ahead_processes=3):
         send = warmup.start_ahead(str(path), "cuda")
     cuda = [h for m, h in started if m == warmup._CUDA_HELPER]

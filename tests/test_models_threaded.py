@@ -1,9 +1,9 @@
 """The threaded load of large models (``distshap/models/_threaded.py``) against the NumPy code.
 
-Models of more than ``_threaded.MIN_NODES`` nodes read their node arrays straight from the
-UBJSON bytes and check their structure in one compiled pass, in threads over trees. Here
-``MIN_NODES`` is 0, so tiny models take that route: the Ensemble must be the NumPy route's bit
-for bit, for one and two threads and any ranges of trees, and anything the NumPy code refuses
+Models of more than ``loader_threaded_min_nodes`` nodes (the configuration) read their node arrays
+straight from the UBJSON bytes and check their structure in one compiled pass, in threads over
+trees. Here that bound is 0, so tiny models take that route: the Ensemble must be the NumPy route's
+bit for bit, for one and two threads and any ranges of trees, and anything the NumPy code refuses
 must be refused with the same error.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import xgboost as xgb
 
-from distshap import parallel
+from distshap import config_context, parallel
 from distshap.models import _threaded, load_model
 from distshap.models._ubjson import decode_ubjson, decode_ubjson_views
 from distshap.models.xgboost import (
@@ -45,9 +45,9 @@ def threaded(monkeypatch):
         calls.append(1)
         return reader(*args, **kwargs)
 
-    monkeypatch.setattr(_threaded, "MIN_NODES", 0)
     monkeypatch.setattr(_threaded, "xgboost_node_arrays", counted)
-    return calls
+    with config_context(loader_threaded_min_nodes=0):
+        yield calls
 
 
 def _same(a, b) -> None:
@@ -205,7 +205,7 @@ def _with(ens, **changes):
         {"tree_offsets": (1, 0)},  # an empty tree
     ],
 )
-def test_validate_refuses_as_the_numpy_checks(changes, monkeypatch):
+def test_validate_refuses_as_the_numpy_checks(changes):
     tree = tiny.Split(0, 0.5, tiny.Leaf(1.0), tiny.Split(0, 0.7, tiny.Leaf(2.0), tiny.Leaf(3.0)))
     ens = tiny.build_ensemble([tree, tree], num_features=1).validate()
     bad = _with(ens, **changes)
@@ -214,8 +214,10 @@ def test_validate_refuses_as_the_numpy_checks(changes, monkeypatch):
     )
     with pytest.raises((ValueError, IndexError)) as numpy_error:
         bad.validate()
-    monkeypatch.setattr(_threaded, "MIN_NODES", 0)
-    with pytest.raises(type(numpy_error.value)) as threaded_error:
+    with (
+        config_context(loader_threaded_min_nodes=0),
+        pytest.raises(type(numpy_error.value)) as threaded_error,
+    ):
         bad.validate()
     assert str(threaded_error.value) == str(numpy_error.value)
     assert ens.validate() is ens
@@ -244,13 +246,13 @@ def test_warm_up_starts_once_for_large_files(monkeypatch, tmp_path):
     monkeypatch.setattr(_threaded, "_warm_up_started", False)
     path = tmp_path / "model.ubj"
     path.write_bytes(b"{" * 100)
-    monkeypatch.setattr(_threaded, "WARM_UP_BYTES", 100)
-    _threaded.start_warm_up(path)  # not larger: no thread
-    _threaded.start_warm_up(tmp_path / "missing.ubj")
+    with config_context(large_model_file_bytes=100):
+        _threaded.start_warm_up(path)  # not larger: no thread
+        _threaded.start_warm_up(tmp_path / "missing.ubj")
     assert not _threaded._warm_up_started
-    monkeypatch.setattr(_threaded, "WARM_UP_BYTES", 99)
-    _threaded.start_warm_up(path)
-    _threaded.start_warm_up(path)  # once a process
+    with config_context(large_model_file_bytes=99):
+        _threaded.start_warm_up(path)
+        _threaded.start_warm_up(path)  # once a process
     for thread in threading.enumerate():
         if thread.name == "distshap-warm-up":
             thread.join()

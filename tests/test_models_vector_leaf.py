@@ -27,9 +27,9 @@ from conftest import to_host
 
 xgb = pytest.importorskip("xgboost")
 
-from distshap import TreeExplainer  # noqa: E402
+from distshap import TreeExplainer, config_context  # noqa: E402
 from distshap.kernels.margin import predict_margin  # noqa: E402
-from distshap.models import _threaded, load_model  # noqa: E402
+from distshap.models import load_model  # noqa: E402
 from distshap.models._ubjson import decode_ubjson_views  # noqa: E402
 from distshap.models.ensemble import Ensemble  # noqa: E402
 from distshap.models.xgboost import (  # noqa: E402
@@ -241,8 +241,8 @@ def test_saved_files_rounds_and_threaded_read_keep_the_bits(tmp_path, monkeypatc
     sub = xgb.Booster(model_file=str(tmp_path / "model.json"))[0:2]
     _close(first.sum(axis=-1), sub.predict(dmatrix(X[:30]), output_margin=True))
     ens = load_model(booster)
-    monkeypatch.setattr(_threaded, "MIN_NODES", 0)
-    threaded = ensemble_from_ubjson(decode_ubjson_views(booster.save_raw("ubj"))).validate()
+    with config_context(loader_threaded_min_nodes=0):
+        threaded = ensemble_from_ubjson(decode_ubjson_views(booster.save_raw("ubj"))).validate()
     for name in ("left", "right", "feature", "threshold", "value", "cover", "tree_offsets",
                  "tree_group", "cat_offsets", "cat_values", "base_score"):  # fmt: skip
         assert getattr(threaded, name).tobytes() == getattr(ens, name).tobytes(), name

@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from distshap import packed, packing, path_walk, paths
+from distshap import config_context, packed, packing, path_walk, paths
 from distshap.parallel import run_ranges
 
 import tiny
@@ -206,11 +206,12 @@ def test_item_count_decides_the_packing_implementation(monkeypatch):
     sizes = np.random.default_rng(4).integers(1, 20, size=500)
     small = packing.pack(sizes, 32, "bfd")
     small_order = packing.bin_order(small, sizes)
-    monkeypatch.setattr(packing, "NUMPY_MAX_ITEMS", 10)
     monkeypatch.setattr(packing, "_best_fit_decreasing", None)  # would fail if called
-    large = packing.pack(sizes, 32, "bfd")
+    with config_context(packing_numpy_max_items=10, packing_cold_max_items=0):
+        large = packing.pack(sizes, 32, "bfd")
+        large_order = packing.bin_order(large, sizes)
     np.testing.assert_array_equal(small.bin_of_item, large.bin_of_item)
-    for a, b in zip(small_order, packing.bin_order(large, sizes), strict=True):
+    for a, b in zip(small_order, large_order, strict=True):
         np.testing.assert_array_equal(a, b)
 
 

@@ -11,8 +11,7 @@ import os
 import pytest
 
 from distshap import compile_cache, path_walk, warmup
-from distshap.models._threaded import WARM_UP_BYTES
-from distshap.plan.config import config_context
+from distshap.plan.config import config_context, get_config
 
 
 class _Helper:
@@ -39,7 +38,7 @@ def test_a_failed_load_releases_the_cuda_helpers(tmp_path, monkeypatch):
     monkeypatch.setattr(compile_cache, "cached_on_disk", lambda f: f is path_walk._dfs_paths)
     path = tmp_path / "model.json"
     with open(path, "wb") as f:
-        f.truncate(WARM_UP_BYTES + 1)  # large enough to compile ahead, and no model
+        f.truncate(get_config().large_model_file_bytes + 1)  # large: compiled ahead; no model
     with config_context(compile_ahead_processes=4), pytest.raises(ValueError, match="model.json"):
         warmup.load_ahead(str(path), "auto")
     assert started  # helpers were started for the CUDA kernels

@@ -3,8 +3,8 @@
 Loading a model of millions of nodes in NumPy is a chain of whole-array steps on one thread
 (byte swaps, one concatenation per field, masks, rebased child indices, each a new array), and
 its structure check (:meth:`~distshap.models.ensemble.Ensemble.validate`) is several more. For
-ensembles of more than :data:`MIN_NODES` nodes two ``nogil`` compiled functions do that work
-in one pass each, in threads over ranges of trees
+ensembles of more than :attr:`~distshap.plan.config.Config.loader_threaded_min_nodes` nodes
+two ``nogil`` compiled functions do that work in one pass each, in threads over ranges of trees
 (:func:`distshap.parallel.run_ranges`):
 
 * :func:`xgboost_node_arrays` reads every kept tree's node arrays straight from a UBJSON model's
@@ -17,7 +17,8 @@ in one pass each, in threads over ranges of trees
 Both only *accept*: a model they flag, or cannot read, goes through the NumPy code, which
 raises its own error for what is wrong. Every array they write is the NumPy code's bit for bit
 (``tests/test_models_threaded.py``); no result depends on the ranges. Models of up to
-:data:`MIN_NODES` nodes never reach them, so loading a model of usual size compiles nothing.
+``loader_threaded_min_nodes`` nodes never reach them, so loading a model of usual size compiles
+nothing.
 
 The first compiled call of a fresh process also initialises Numba (its typing and target
 registries, importing ``scipy.linalg`` on the way, holding the GIL).
@@ -26,9 +27,9 @@ thread while the loader reads the file (a system call that releases the GIL).
 
 Cold route. Where the two functions are not in Numba's disk cache yet (a fresh environment),
 compiling them would cost more than the passes save for an ensemble of up to
-:data:`COLD_NUMPY_NODES` nodes: both functions then do the same work in NumPy
-(:func:`compiled_route`), with the same arrays and answers, no thread is started, and one
-helper process compiles them for later processes where a core is spare
+:attr:`~distshap.plan.config.Config.loader_cold_max_nodes` nodes: both functions then do the same
+work in NumPy (:func:`compiled_route`), with the same arrays and answers, no thread is started, and
+one helper process compiles them for later processes where a core is spare
 (:func:`distshap.compile_cache.compile_later`).
 """
 
@@ -43,24 +44,12 @@ from numba import njit
 
 from distshap import compile_cache
 from distshap.parallel import run_ranges
+from distshap.plan.config import get_config
 
 __all__ = [
-    "AHEAD_NAME", "COLD_NUMPY_NODES", "MIN_NODES", "WARM_UP_BYTES", "ahead_compile",
-    "compiled_route", "nodes_valid", "start_warm_up", "xgboost_node_arrays",
+    "AHEAD_NAME", "ahead_compile", "compiled_route", "nodes_valid", "start_warm_up",
+    "xgboost_node_arrays",
 ]  # fmt: skip
-
-#: Ensembles of more nodes than this load and validate through the compiled passes (the same
-#: bound as :data:`distshap.paths.NUMPY_MAX_NODES`: a model that takes the compiled path walk).
-MIN_NODES = 1 << 19
-
-#: Model files of more bytes than this start :func:`start_warm_up` before they are read (an
-#: XGBoost UBJSON node takes about 34 bytes: :data:`MIN_NODES` nodes are about 18 MB).
-WARM_UP_BYTES = 1 << 24
-
-#: Ensembles of more nodes than the first and at most the second take the NumPy route of
-#: :func:`xgboost_node_arrays` and :func:`nodes_valid` while their compiled functions are not
-#: compiled here (:func:`compiled_route`): NumPy costs less than compiling up to there.
-COLD_NUMPY_NODES = (1 << 19, 1 << 24)
 
 #: The two functions' name for :func:`distshap.compile_cache.compile_later` (this module's
 #: helpers).
@@ -172,10 +161,12 @@ def nodes_valid(
 
 def compiled_route(n_nodes: int) -> bool:
     """Whether an ensemble of ``n_nodes`` nodes takes the compiled passes: always, but for
-    sizes in :data:`COLD_NUMPY_NODES` where they are not compiled here (not in this process,
-    not in Numba's disk cache); such a call asks a helper to compile them for later processes
-    (:func:`~distshap.compile_cache.compile_later`) and takes the NumPy route."""
-    lo, hi = COLD_NUMPY_NODES
+    sizes above ``loader_threaded_min_nodes`` and up to ``loader_cold_max_nodes``
+    (:class:`~distshap.plan.config.Config`) where they are not compiled here (not in this
+    process, not in Numba's disk cache); such a call asks a helper to compile them for later
+    processes (:func:`~distshap.compile_cache.compile_later`) and takes the NumPy route."""
+    config = get_config()
+    lo, hi = config.loader_threaded_min_nodes, config.loader_cold_max_nodes
     if not lo < n_nodes <= hi or compile_cache.compiled(_xgboost_trees, _check_trees):
         return True
     compile_cache.compile_later(__name__, AHEAD_NAME)
@@ -283,15 +274,15 @@ _warm_up_lock = threading.Lock()
 def start_warm_up(path: str | os.PathLike[str] | None = None) -> None:
     """Initialise Numba and load this module's compiled functions in a background thread.
 
-    Once a process, and only for a model file of more than :data:`WARM_UP_BYTES` bytes when
-    ``path`` is given (smaller models never call the compiled functions). The loader goes on
-    at once; its own first call waits for the thread where the two meet (Numba's compiler
-    lock). Whatever fails here is left to that call, which raises it.
+    Once a process, and only for a model file of more than ``large_model_file_bytes`` bytes
+    (:class:`~distshap.plan.config.Config`) when ``path`` is given (smaller models never call the
+    compiled functions). The loader goes on at once; its own first call waits for the thread where
+    the two meet (Numba's compiler lock). Whatever fails here is left to that call, which raises it.
     """
     global _warm_up_started
     if path is not None:
         try:
-            if os.path.getsize(path) <= WARM_UP_BYTES:
+            if os.path.getsize(path) <= get_config().large_model_file_bytes:
                 return
         except (OSError, TypeError, ValueError):
             return  # not a file: the loader says what is wrong with it

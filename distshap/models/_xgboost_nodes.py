@@ -16,6 +16,7 @@ import numpy as np
 from distshap.models._ubjson import UBJSONViews
 from distshap.models._xgboost_params import get, int_param
 from distshap.models.ensemble import UnsupportedModelError
+from distshap.plan.config import get_config
 
 __all__ = [
     "Categories",
@@ -302,7 +303,7 @@ def nodes_threaded(
 ) -> Nodes | None:
     """:func:`nodes_numpy`'s arrays, bit for bit, read from the model's bytes in threads.
 
-    For models of more than :data:`~distshap.models._threaded.MIN_NODES` nodes whose node
+    For models of more than ``loader_threaded_min_nodes`` nodes (the configuration) whose node
     arrays are all views of the decoded bytes (:func:`~distshap.models._ubjson.
     decode_ubjson_views`) of XGBoost's own types: one Python step per tree records where its
     arrays are, then :func:`~distshap.models._threaded.xgboost_node_arrays` reads them all,
@@ -311,7 +312,8 @@ def nodes_threaded(
     """
     from distshap.models import _threaded
 
-    if sum(len(trees[t]["left_children"]) for t in keep.tolist()) <= _threaded.MIN_NODES:
+    bound = get_config().loader_threaded_min_nodes
+    if sum(len(trees[t]["left_children"]) for t in keep.tolist()) <= bound:
         return None
     known = views.offsets
     rows = []

@@ -30,6 +30,7 @@ import numpy as np
 
 from distshap.models import _threaded
 from distshap.models._common import check_num_features
+from distshap.plan.config import get_config
 
 __all__ = ["Ensemble", "UnsupportedModelError"]
 
@@ -123,9 +124,10 @@ class Ensemble:
     def validate(self) -> Ensemble:
         """Check array shapes, dtypes and tree structure; raise ``ValueError`` if broken.
 
-        Ensembles of more than :data:`distshap.models._threaded.MIN_NODES` nodes have their
-        per-node checks made by one compiled pass in threads over trees; the NumPy checks
-        then run only for an ensemble that fails it, to say what is wrong.
+        Ensembles of more than ``loader_threaded_min_nodes`` nodes
+        (:class:`~distshap.plan.config.Config`) have their per-node checks made by one compiled
+        pass in threads over trees; the NumPy checks then run only for an ensemble that fails
+        it, to say what is wrong.
         """
         check_num_features(self.num_features, "the ensemble")
         n = self.num_nodes
@@ -167,7 +169,7 @@ class Ensemble:
         if np.any((self.tree_group < 0) | (self.tree_group >= self.num_groups)):
             raise ValueError("Ensemble.tree_group holds a group outside [0, num_groups)")
         self._check_finite()
-        if n > _threaded.MIN_NODES and self._nodes_valid():
+        if n > get_config().loader_threaded_min_nodes and self._nodes_valid():
             return self  # every check below passes (one compiled pass, in threads over trees)
         internal = ~self.is_leaf()
         if np.any((self.right[internal] < 0) | (self.feature[internal] < 0)):

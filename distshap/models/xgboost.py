@@ -1,14 +1,14 @@
 """XGBoost models -> :class:`~distshap.models.ensemble.Ensemble`.
 
-There is one code path: a saved model document (XGBoost's JSON schema, read from ``.json`` text
-or from ``.ubj`` Universal Binary JSON) is turned into flat node arrays with NumPy, one Python
-step per *tree* and none per node. A UBJSON model of more than
-:data:`~distshap.models._threaded.MIN_NODES` nodes has its node arrays read straight from the
-bytes instead, by one compiled pass in threads over trees (:func:`ensemble_from_ubjson`; the
-same Ensemble bit for bit, and anything it cannot read, or that is wrong, goes through the
-NumPy code). :func:`load_xgboost` serialises an in-memory ``Booster`` to UBJSON bytes
-(``Booster.save_raw("ubj")``) and goes through the same parser; :func:`load_xgboost_file` needs
-no ``xgboost`` installation at all (Dask workers need not have it).
+There is one code path: a saved model document (XGBoost's JSON schema, read from ``.json`` text or
+from ``.ubj`` Universal Binary JSON) is turned into flat node arrays with NumPy, one Python step per
+*tree* and none per node. A UBJSON model of more than
+:attr:`~distshap.plan.config.Config.loader_threaded_min_nodes` nodes has its node arrays read
+straight from the bytes instead, by one compiled pass in threads over trees
+(:func:`ensemble_from_ubjson`; the same Ensemble bit for bit, and anything it cannot read, or that
+is wrong, goes through the NumPy code). :func:`load_xgboost` serialises an in-memory ``Booster`` to
+UBJSON bytes (``Booster.save_raw("ubj")``) and goes through the same parser;
+:func:`load_xgboost_file` needs no ``xgboost`` installation at all (Dask workers need not have it).
 
 What is converted:
 
@@ -292,8 +292,9 @@ def ensemble_from_ubjson(
     """:func:`ensemble_from_xgboost_document` of a UBJSON model decoded with views.
 
     The same Ensemble, bit for bit; a model of more than
-    :data:`~distshap.models._threaded.MIN_NODES` nodes has its node arrays read straight from
-    the bytes, in threads over trees (no per-tree copies, byte swaps or concatenations).
+    :attr:`~distshap.plan.config.Config.loader_threaded_min_nodes` nodes has its node arrays read
+    straight from the bytes, in threads over trees (no per-tree copies, byte swaps or
+    concatenations).
 
     Parameters
     ----------

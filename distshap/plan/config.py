@@ -98,6 +98,27 @@ interventional_interaction_table_budget_bytes : int
         (:mod:`distshap.build_cache`: a later process maps a file's loaded and packed model
         back instead of building it again); the least recently used go beyond it. 0: nothing
         is saved or read.
+    loader_threaded_min_nodes : int
+        Ensembles of more nodes than this have their node arrays read and checked by the
+        loaders' compiled passes, in threads over trees (:mod:`distshap.models._threaded`); the
+        others by NumPy code, which compiles nothing. The default is
+        :data:`distshap.paths.NUMPY_MAX_NODES`: the models that take the compiled path walk.
+    large_model_file_bytes : int
+        Model files of more bytes than this are large: the warm-up of those compiled passes
+        starts before they are read (:func:`~distshap.models._threaded.start_warm_up`), their
+        kernels may be compiled ahead (:func:`distshap.warmup.start_ahead`) and their builds
+        are saved (:mod:`distshap.build_cache`). An XGBoost UBJSON node takes about 34 bytes:
+        ``2**19`` nodes are about 18 MB.
+    loader_cold_max_nodes : int
+        Ensembles of more than ``loader_threaded_min_nodes`` nodes and at most this many take
+        the NumPy code too while those passes are not compiled here (not in this process, not
+        in Numba's disk cache): NumPy costs less than compiling up to there.
+    packing_numpy_max_items : int
+        BFD packing and :func:`~distshap.packing.bin_order` run in NumPy up to this many items
+        (nothing to compile), compiled beyond (:mod:`distshap.packing`).
+    packing_cold_max_items : int
+        Item counts above ``packing_numpy_max_items`` and up to this one run in NumPy too while
+        the compiled kernels are not compiled here and no helper is compiling them.
     """
 
     quadrature_nodes: tuple[int, ...] = (2, 4, 6, 8, 12, 16)
@@ -133,6 +154,11 @@ interventional_interaction_table_budget_bytes : int
     interventional_warps_per_block: int = 4
     compile_ahead_processes: int = 0
     saved_build_bytes: int = 8 << 30
+    loader_threaded_min_nodes: int = 1 << 19
+    large_model_file_bytes: int = 1 << 24
+    loader_cold_max_nodes: int = 1 << 24
+    packing_numpy_max_items: int = 1 << 18
+    packing_cold_max_items: int = 1 << 23
 
     def replace(self, **changes: Any) -> Config:
         """A copy with ``changes`` applied (unknown names refused, naming the valid ones)."""
