@@ -167,6 +167,9 @@ def test_bad_processes_and_missing_file_refused_before_any_process(tmp_path):
         serve([f"m={tmp_path / 'm.json'}"], port=0, processes=0)
     with pytest.raises(FileNotFoundError, match="model file .* does not exist"):
         serve([f"m={tmp_path / 'm.json'}"], port=0, processes=2)
+    for slots in (0, -1, 1.5, True):  # refused by the group itself, not once a process starts
+        with pytest.raises(ValueError, match=f"slots={slots!r}: give the number of batches"):
+            serve([f"m={tmp_path / 'm.json'}"], port=0, processes=2, slots=slots)
     for processes in (1, 2):  # a missing token is refused before any model loads
         with pytest.raises(ValueError, match="needs a token"):
             serve([f"m={tmp_path / 'm.json'}"], host="0.0.0.0", port=0, processes=processes)

@@ -173,8 +173,9 @@ class ServerGroup:
     Raises
     ------
     ValueError
-        Too few ``processes``, a platform without ``SO_REUSEPORT``, device processes with a
-        scheduler, or batches in every front on a GPU whose compute mode admits one process.
+        Too few ``processes``, ``slots`` not an int >= 1, a platform without ``SO_REUSEPORT``,
+        device processes with a scheduler, or batches in every front on a GPU whose compute
+        mode admits one process.
     FileNotFoundError
         A model or background file that does not exist.
     """
@@ -192,6 +193,8 @@ class ServerGroup:
     ) -> None:
         if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
             raise ValueError(f"processes={processes!r}: give the number of front processes")
+        if slots is not None and (type(slots) is not int or slots < 1):
+            raise ValueError(f"slots={slots!r}: give the number of batches run at once, >= 1")
         if not hasattr(socket, "SO_REUSEPORT"):
             raise ValueError(f"processes={processes}: this platform lacks SO_REUSEPORT; use 1")
         check_access(options)  # before any process starts
