@@ -256,8 +256,9 @@ class ExplainInput:
         For a DMatrix with a ``base_margin``: float32 ``(n, G)`` or ``(n,)`` per-row margins,
         which XGBoost's predictions start from instead of the model's ``base_score``.
     given : ndarray or None
-        For a list of rows holding text: its values as given (an object array shaped as
-        ``rows``, which is NumPy's text array of them), for ``Explanation.data``.
+        For a list of rows holding text: its values as given, the object array that is
+        ``rows`` too (a model reads each value as the object it is: NumPy's text array of
+        them would turn ``True`` into ``'True'``), for ``Explanation.data``.
     """
 
     rows: Any
@@ -276,8 +277,8 @@ def explain_input(X: Any, what: str = "X") -> ExplainInput:
     (index = feature names) is one row; an ``xgboost.DMatrix`` gives its stored rows
     (:func:`dmatrix_input`); a DataFrame of another library becomes a pandas one
     (:func:`~distshap.frames.native_frame`); other array-likes become NumPy arrays (a list of
-    rows holding text: NumPy's text array, its values kept as ``given``, for a model with
-    CatBoost categorical features). The values are checked later by :func:`model_matrix`.
+    rows holding text: an object array of the values as given, also kept as ``given``, for a
+    model with CatBoost categorical features). The values are checked later by :func:`model_matrix`.
     ``what`` names the argument in errors.
 
     Raises
@@ -312,7 +313,9 @@ def explain_input(X: Any, what: str = "X") -> ExplainInput:
     given = None
     if not isinstance(X, np.ndarray):  # rows holding text: the model reads or refuses them
         listed, X = X, _numeric_array(X, what, text=True)
-        given = np.array(listed, dtype=object) if X.dtype.kind in "US" else None
+        if X.dtype.kind in "US":
+            given = np.array(listed, dtype=object)
+            given, X = (given, given) if given.shape == X.shape else (None, X)
     if X.ndim == 0:
         raise ValueError(_scalar_message(X, what))
     if X.ndim == 1 and X.size == 0:

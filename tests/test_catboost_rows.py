@@ -85,6 +85,51 @@ def test_numeric_text_and_missing_values_read_as_catboost_reads_them(model):
     np.testing.assert_allclose(total, raw, rtol=0, atol=2e-6)
 
 
+def test_values_numpy_would_make_text_are_read_as_the_objects_they_are(model):
+    rows = _test_rows()[:5]
+    rows[0][0], rows[1][0], rows[2][0] = True, False, float("inf")  # NumPy: 'True', ..., 'inf'
+    rows[3][2], rows[4][2] = True, np.int64(2)  # a boolean category: CatBoost reads 1
+    explainer = TreeExplainer(model)
+    ours = explainer.shap_values(rows)
+    as_read = [[float(r[0]), r[1], int(r[2])] for r in rows]
+    np.testing.assert_array_equal(ours, explainer.shap_values(pd.DataFrame(as_read)))
+    np.testing.assert_allclose(ours, _catboost_shap(model, rows), rtol=0, atol=2e-6)
+    assert explainer(rows).data.tolist() == [[float(r[0]), r[1], r[2]] for r in rows]
+
+
+def test_blanks_before_a_number_are_skipped_alone_zero_after_it_refused(model):
+    rows = _test_rows()[:4]
+    for row, text in zip(rows, [" 0.5", "\t-1", "\n +.5e1", "  "], strict=True):
+        row[0] = text
+    explainer = TreeExplainer(model)
+    ours = explainer.shap_values(rows)
+    as_numbers = [[v, r[1], r[2]] for v, r in zip([0.5, -1.0, 5.0, 0.0], rows, strict=True)]
+    np.testing.assert_array_equal(ours, explainer.shap_values(as_numbers))
+    np.testing.assert_allclose(ours, _catboost_shap(model, rows), rtol=0, atol=2e-6)
+    rows[1][0] = "0.5 "
+    with pytest.raises(cb.CatBoostError, match="Cannot convert '0.5 ' to float"):
+        _catboost_shap(model, rows)
+    with pytest.raises(ValueError, match="numeric column .* holds '0.5 ', which CatBoost"):
+        explainer.shap_values(rows)
+
+
+@pytest.mark.parametrize("value", [1.0, np.float32(2.0), np.float64(-1.0)])
+def test_a_float_category_is_refused_in_one_line_as_catboost_refuses_it(model, value):
+    rows = _test_rows()
+    rows[3][2] = value
+    with pytest.raises(cb.CatBoostError, match="cat_features must be integer or string"):
+        _catboost_shap(model, rows)
+    frame = pd.DataFrame(_test_rows(), columns=NAMES).astype({"k": object})
+    frame.loc[3, "k"] = value  # among integers, one of which pandas counts as equal
+    held = re.escape(repr(value))
+    floats = frame.astype({"k": float})  # every value a float: the first one is named
+    for given, name in ((rows, f"2 holds {held}"), (frame, f"'k' holds {held}"),
+                        (floats, f"'k' holds {float(floats.k[0])!r}")):  # fmt: skip
+        with pytest.raises(TypeError, match=f"categorical column {name}: CatBoost") as err:
+            TreeExplainer(model).shap_values(given)
+        assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("value", ["x", "inf", "1,5", object()])
 def test_a_value_of_no_number_in_a_numeric_column_is_refused_in_one_line(model, value):
     rows = _test_rows()
@@ -102,7 +147,7 @@ def test_ragged_rows_and_numeric_models_keep_their_errors(model):
     numeric = cb.CatBoostRegressor(iterations=2, depth=2, verbose=0, thread_count=1,
                                    allow_writing_files=False)  # fmt: skip
     numeric.fit([[0.0], [1.0]] * 4, [0, 1] * 4)
-    with pytest.raises(TypeError, match="X has dtype <U1; SHAP values need numeric input"):
+    with pytest.raises(TypeError, match="X has dtype object; SHAP values need numeric input"):
         TreeExplainer(numeric).shap_values([["a"]])
 
 
@@ -118,7 +163,7 @@ def test_explanation_data_holds_the_values_given(model):
     assert explainer(frame.iloc[2]).data.tolist() == rows[2]
     categories = frame.astype({"c": "category"})
     assert explainer(categories).data.tolist() == rows
-    codes_as_numbers = frame.assign(c=frame.c.map({"a": 0, "b": 1, "cc": 2}).fillna(3))
+    codes_as_numbers = frame.assign(c=frame.c.map({"a": 0, "b": 1, "cc": 2}).fillna(3).astype(int))
     numbers = explainer(codes_as_numbers)
     assert numbers.data.dtype == np.float64  # numeric rows: as given, as before
     shap = pytest.importorskip("shap")

@@ -202,7 +202,7 @@ def test_whole_float_options_accepted(numeric):
     [
         ({"a": [1.0]}, TypeError, r"X is a dict: pass pandas\.DataFrame\(X\)"),
         ("rows.parquet", TypeError, "X is a file name or text"),
-        ([["a", "b", "c", "d"]], TypeError, "X has dtype <U1; SHAP values need numeric input"),
+        ([["a", "b", "c", "d"]], TypeError, "X has dtype object; SHAP values need numeric input"),
     ],
 )
 def test_what_is_no_table(numeric, X, error, message):

@@ -346,15 +346,12 @@ def catboost_hashes(texts: list[str]) -> np.ndarray:
 
 
 def _as_text(value: Any, name: Any, what: str) -> str:
-    """A category value as CatBoost reads it: text as is, an integer as its decimal text."""
+    """A category value as CatBoost reads it: text as is, an integer (a boolean: 1 or 0) as its
+    decimal text; CatBoost refuses any other value, a float such as ``1.0`` included."""
     if isinstance(value, str):
         return value
-    if isinstance(value, (bool, np.bool_)):
-        pass
-    elif isinstance(value, (int, np.integer)):
+    if isinstance(value, (bool, np.bool_, int, np.integer)):
         return str(int(value))
-    elif isinstance(value, (float, np.floating)) and np.isfinite(value) and value == int(value):
-        return str(int(value))  # an integer column made float (NaN elsewhere, a file's reader)
     held = "a missing value" if value is None or value != value else f"{value!r}"
     raise TypeError(
         f"{what}'s categorical column {name!r} holds {held}: CatBoost reads categories as text or "
@@ -386,6 +383,8 @@ def frame_codes(frame: Any, keys: dict[int, Any], what: str = "X") -> Any:
         inverse, uniques = pd.factorize(column, use_na_sentinel=True)
         if np.any(inverse < 0):
             _as_text(None, frame.columns[j], what)
+        if column.dtype == object and not all(isinstance(u, str) for u in uniques):
+            _no_float(column.to_numpy(), frame.columns[j], what)  # 1.0 is 1's key to pandas
         labels = [_as_text(v, frame.columns[j], what) for v in np.asarray(uniques, dtype=object)]
         texts.update(dict.fromkeys(labels))
         plans.append((j, inverse, labels))
@@ -402,6 +401,13 @@ def frame_codes(frame: Any, keys: dict[int, Any], what: str = "X") -> Any:
         codes = np.where(hit, pos, np.nan).astype(np.float64)
         out.isetitem(j, pd.Series(codes[inverse], index=frame.index, name=frame.columns[j]))
     return out
+
+
+def _no_float(values: np.ndarray, name: Any, what: str) -> None:
+    """Refuse (:func:`_as_text`) the first float among a categorical column's objects."""
+    for v in values.tolist():
+        if isinstance(v, (float, np.floating)):
+            _as_text(v, name, what)
 
 
 def rows_frame(
@@ -441,14 +447,16 @@ def rows_frame(
     return frame
 
 
-#: Text CatBoost reads as a missing number (besides text of blanks only).
+#: Text CatBoost reads as a missing number (besides the empty text).
 _MISSING_TEXT = frozenset(
     ("#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
      "N/A", "NA", "NULL", "NaN", "n/a", "nan", "null", "NAN", "Na", "na", "Null", "none",
      "None", "-")
 )  # fmt: skip
-#: Text CatBoost reads as a number: a decimal numeral.
-_NUMERAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+#: Blanks CatBoost skips before a number (text of blanks only it reads as 0).
+_BLANKS = " \t\n\v\f\r"
+#: Text CatBoost reads as a number: a decimal numeral, after any blanks (none after it).
+_NUMERAL = re.compile(rf"[{_BLANKS}]*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 def _number(value: Any, name: Any, what: str) -> float:
@@ -459,10 +467,12 @@ def _number(value: Any, name: Any, what: str) -> float:
         return float(value)
     text = value.decode("ascii", "replace") if isinstance(value, (bytes, np.bytes_)) else value
     if isinstance(text, str):
-        if not text.strip() or text in _MISSING_TEXT:
+        if not text or text in _MISSING_TEXT:
             return float("nan")
         if _NUMERAL.fullmatch(text):
             return float(text)
+        if not text.strip(_BLANKS):
+            return 0.0
     raise ValueError(
         f"{what}'s numeric column {name!r} holds {value!r}, which CatBoost reads as no number: "
         "pass numbers (or decimal text) there, NaN or None where a value is missing"
@@ -473,8 +483,9 @@ def number_column(values: np.ndarray, name: Any, what: str = "X") -> np.ndarray:
     """A numeric feature's column of text or objects -> float64, as CatBoost reads it.
 
     Numbers (and booleans) are taken as they are, text as a decimal numeral (double precision,
-    as CatBoost parses it), ``None``, NaN and the text CatBoost reads as missing (``"nan"``,
-    ``"NA"``, ``""``, ...) as NaN.
+    as CatBoost parses it; blanks before it are skipped, not after; text of blanks only is 0),
+    ``None``, NaN and the text CatBoost reads as missing (``"nan"``, ``"NA"``, ``""``, ...) as
+    NaN.
 
     Raises
     ------
