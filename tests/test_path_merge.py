@@ -1,7 +1,7 @@
 """Model building in NumPy (small models) equals the compiled kernels (large models).
 
 :func:`distshap.paths.extract_paths` takes NumPy up to ``NUMPY_MAX_NODES`` nodes, BFD
-packing and :func:`distshap.packing.bin_order` up to ``NUMPY_MAX_ITEMS`` items and the
+packing and :func:`distshap.packing.bin_order` up to ``packing_numpy_max_items`` items and the
 packed model's lanes up to ``packed.NUMPY_MAX_PATHS`` paths (nothing to compile on a first
 call), compiled kernels beyond; both must give the same arrays, bit for bit, so that the packed
 model and its digest do not depend on the model's size class (nor on the thread count).
