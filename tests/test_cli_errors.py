@@ -30,6 +30,19 @@ def files(tmp_path_factory) -> dict:
 
 
 @pytest.fixture
+def python_signals():
+    """Python's own Ctrl-C handler (and the default SIGTERM one) for the test: the CLI's
+    handling is under test, not whatever an earlier test in the same worker process left."""
+    previous = {
+        s: signal.signal(s, h)
+        for s, h in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL))
+    }
+    yield
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
+@pytest.fixture
 def no_computing(monkeypatch):
     """Any SHAP computation fails the test: the error must come before it."""
 
@@ -114,7 +127,9 @@ def _explain(files, out) -> list[str]:
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_signal_before_the_rename_writes_nothing(files, tmp_path, capsys, monkeypatch, sig, code):
+def test_signal_before_the_rename_writes_nothing(
+    files, tmp_path, capsys, monkeypatch, sig, code, python_signals
+):
     real = staging.os.replace
 
     def stopped(src, dst):
@@ -131,7 +146,9 @@ def test_signal_before_the_rename_writes_nothing(files, tmp_path, capsys, monkey
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_during_the_rename_keeps_the_new_output(files, tmp_path, capsys, monkeypatch, sig):
+def test_signal_during_the_rename_keeps_the_new_output(
+    files, tmp_path, capsys, monkeypatch, sig, python_signals
+):
     real = os.replace
 
     def replace_signalled(src, dst):
@@ -148,7 +165,7 @@ def test_signal_during_the_rename_keeps_the_new_output(files, tmp_path, capsys, 
     assert os.listdir(tmp_path) == ["o.npy"]
 
 
-def test_signal_after_the_output_is_in_place(files, tmp_path, capsys, monkeypatch):
+def test_signal_after_the_output_is_in_place(files, tmp_path, capsys, monkeypatch, python_signals):
     import distshap.io as io
 
     real = io.write_array
