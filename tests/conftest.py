@@ -1,9 +1,12 @@
-"""Shared fixtures: the kernel backends numeric tests run on, and a Dask scheduler."""
+"""Shared fixtures: the kernel backends numeric tests run on, a Dask scheduler, and the
+process's signal handlers kept as each test found them."""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -22,6 +25,21 @@ BACKENDS = [
         ],
     ),
 ]
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_kept(request):
+    """A test that leaves another Ctrl-C or SIGTERM handler in this worker process is named
+    in a warning and the handler put back: later tests (the CLI's signal tests) see Python's."""
+    watched = (signal.SIGINT, signal.SIGTERM)
+    before = {sig: signal.getsignal(sig) for sig in watched}
+    yield
+    for sig in watched:
+        after = signal.getsignal(sig)
+        if after is not before[sig]:
+            warnings.warn(f"{request.node.nodeid} left the {sig.name} handler {after!r}",
+                          stacklevel=1)  # fmt: skip
+            signal.signal(sig, before[sig])
 
 
 @pytest.fixture(params=BACKENDS)
