@@ -26,25 +26,6 @@ import tiny
 from xgb_models import MODEL_KINDS
 
 
-def _reader_calls(raw: bytes, monkeypatch) -> tuple:
-    """The arguments the loader gives ``xgboost_node_arrays`` for the model ``raw``."""
-    calls = []
-    reader = _threaded.xgboost_node_arrays
-
-    def spy(*args):
-        calls.append(args)
-        return reader(*args)
-
-    monkeypatch.setattr(_threaded, "xgboost_node_arrays", spy)
-    with config_context(loader_threaded_min_nodes=0):
-        try:
-            ensemble_from_ubjson(decode_ubjson_views(raw))
-        except ValueError:  # a broken model: read, flagged, then refused by the NumPy code
-            pass
-    assert len(calls) == 1
-    return calls[0]
-
-
 def _broken(raw: bytes, name: str, value: int) -> bytes:
     """``raw`` with the first int32 of tree 1's ``name`` array set to ``value``."""
     views = decode_ubjson_views(raw)
@@ -53,31 +34,50 @@ def _broken(raw: bytes, name: str, value: int) -> bytes:
     return raw[:at] + np.array([value], ">i4").tobytes() + raw[at + 4 :]
 
 
-def _same_nodes(a: tuple, b: tuple) -> None:
-    (nodes_a, flags_a), (nodes_b, flags_b) = a, b
-    assert flags_a.dtype == flags_b.dtype and flags_a.tobytes() == flags_b.tobytes()
-    assert nodes_a.keys() == nodes_b.keys()
-    for name, x in nodes_a.items():
-        y = nodes_b[name]
-        assert x.dtype == y.dtype and x.shape == y.shape, name
-        assert x.tobytes() == y.tobytes(), name  # bits: NaN payloads and -0.0 included
+def _cold(monkeypatch) -> None:
+    """The compiled loader passes are not in the cache, and would fail if called."""
+    monkeypatch.setattr(compile_cache, "compile_later", lambda m, n: None)
+    monkeypatch.setattr(compile_cache, "compiled", lambda *d: False)
+    monkeypatch.setattr(_threaded, "_xgboost_trees", None)
+    monkeypatch.setattr(_threaded, "_check_trees", None)
+
+
+def _load(raw: bytes):
+    """The ensemble of ``raw``, validated, or the loader's error message."""
+    try:
+        return ensemble_from_ubjson(decode_ubjson_views(raw)).validate()
+    except ValueError as err:
+        return str(err)
+
+
+def _same(a, b) -> None:
+    assert type(a) is type(b), (a, b)
+    if isinstance(a, str):
+        assert a == b
+        return
+    for field in dataclasses.fields(a):
+        x, y = getattr(a, field.name), getattr(b, field.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape, field.name
+            assert x.tobytes() == y.tobytes(), field.name  # NaN payloads and -0.0 included
 
 
 @pytest.mark.parametrize("kind", ["regression", "multiclass", "dart", "categorical", "missing"])
-def test_numpy_reader_equals_the_compiled_one(kind, monkeypatch):
+def test_cold_loader_reads_the_compiled_loaders_bits(kind, monkeypatch):
     raw = bytes(MODEL_KINDS[kind]()[0].save_raw(raw_format="ubj"))
     models = [raw]
     if kind == "regression":  # flagged trees: a child outside, a bad feature, an unnamed node
         models += [_broken(raw, "left_children", 10_000), _broken(raw, "split_indices", -2)]
         right = decode_ubjson_views(raw).value["learner"]["gradient_booster"]["model"]["trees"]
         models.append(_broken(raw, "right_children", int(right[1]["left_children"][0])))
-    for model in models:
-        args = _reader_calls(model, monkeypatch)
-        with config_context(loader_cold_max_nodes=0):  # every size compiled
-            _same_nodes(_threaded.xgboost_node_arrays(*args), _threaded._xgboost_numpy(*args))
-        monkeypatch.undo()
+    with config_context(loader_threaded_min_nodes=0, loader_cold_max_nodes=0):
+        compiled = [_load(model) for model in models]  # every size compiled
+    _cold(monkeypatch)
+    with config_context(loader_threaded_min_nodes=0, loader_cold_max_nodes=1 << 30):
+        for model, want in zip(models, compiled, strict=True):
+            _same(_load(model), want)
     if kind == "regression":
-        assert _threaded._xgboost_numpy(*args)[1].any()  # the last one was flagged
+        assert isinstance(compiled[-1], str)  # the last one was refused
 
 
 def _ensembles():
@@ -96,14 +96,21 @@ def _ensembles():
         yield dataclasses.replace(ens, **{name: array})
 
 
-def test_numpy_node_checks_answer_as_the_compiled_ones():
-    answers = []
-    for ens in _ensembles():
-        args = (ens.left, ens.right, ens.feature, ens.cover, ens.tree_offsets, ens.num_features)
-        with config_context(loader_threaded_min_nodes=0, loader_cold_max_nodes=0):
-            answers.append(_threaded.nodes_valid(*args))  # every size compiled
-        assert _threaded._nodes_valid_numpy(*args) == answers[-1]
-    assert any(answers) and not all(answers)
+def _validated(ens) -> bool | str:
+    try:
+        return ens.validate() is ens
+    except ValueError as err:
+        return str(err)
+
+
+def test_cold_node_checks_answer_as_the_compiled_ones(monkeypatch):
+    ensembles = list(_ensembles())
+    with config_context(loader_threaded_min_nodes=0, loader_cold_max_nodes=0):
+        answers = [_validated(ens) for ens in ensembles]  # every size compiled
+    _cold(monkeypatch)
+    with config_context(loader_threaded_min_nodes=0, loader_cold_max_nodes=1 << 30):
+        assert [_validated(ens) for ens in ensembles] == answers
+    assert True in answers and any(isinstance(a, str) for a in answers)
 
 
 def test_cold_sizes_take_numpy_and_ask_for_a_helper(monkeypatch):
@@ -118,9 +125,10 @@ def test_cold_sizes_take_numpy_and_ask_for_a_helper(monkeypatch):
     monkeypatch.setattr(_threaded, "run_ranges", None)
     ens = tiny.random_ensemble(0, n_trees=4, depth=5)
     with config_context(loader_threaded_min_nodes=0, loader_cold_max_nodes=1 << 30):
-        assert _threaded.nodes_valid(
+        assert not _threaded.nodes_valid(  # declined: validate's NumPy checks answer
             ens.left, ens.right, ens.feature, ens.cover, ens.tree_offsets, ens.num_features
         )
+        assert ens.validate() is ens
 
 
 def test_cold_packing_is_the_compiled_packing(monkeypatch):

@@ -27,9 +27,9 @@ thread while the loader reads the file (a system call that releases the GIL).
 
 Cold route. Where the two functions are not in Numba's disk cache yet (a fresh environment),
 compiling them would cost more than the passes save for an ensemble of up to
-:attr:`~distshap.plan.config.Config.loader_cold_max_nodes` nodes: both functions then do the same
-work in NumPy (:func:`compiled_route`), with the same arrays and answers, no thread is started, and
-one helper process compiles them for later processes where a core is spare
+:attr:`~distshap.plan.config.Config.loader_cold_max_nodes` nodes (:func:`compiled_route`): the
+loader and ``validate`` then run their own NumPy code, as for a small model, and one helper
+process compiles the two functions for later processes where a core is spare
 (:func:`distshap.compile_cache.compile_later`).
 """
 
@@ -106,8 +106,6 @@ def xgboost_node_arrays(
     """
     n_trees = int(tree_offsets.shape[0] - 1)
     n = int(tree_offsets[-1])
-    if not compiled_route(n):
-        return _xgboost_numpy(buffer, offsets, tree_offsets, weights, num_feature)
     nodes = {
         "left": np.empty(n, np.int32),
         "right": np.empty(n, np.int32),
@@ -149,7 +147,7 @@ def nodes_valid(
     if n_trees <= 0:
         return False
     if not compiled_route(left.shape[0]):
-        return _nodes_valid_numpy(left, right, feature, cover, tree_offsets, num_features)
+        return False  # not compiled here: validate's NumPy checks answer
     bad = np.zeros(n_trees, np.int8)
     n_parents = np.empty(left.shape[0], np.uint8)  # each range writes its own trees' nodes
     pieces = min(n_trees, 8 * numba.get_num_threads())
@@ -180,91 +178,6 @@ def ahead_compile(name: str) -> None:
         raise ValueError(f"name={name!r}: this module compiles ahead only {AHEAD_NAME!r}")
     for function, args in _warm_up_calls():
         function(*args)
-
-
-def _xgboost_numpy(
-    buffer: bytes | bytearray,
-    offsets: np.ndarray,
-    tree_offsets: np.ndarray,
-    weights: np.ndarray | None,
-    num_feature: int,
-) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """:func:`xgboost_node_arrays` in NumPy: the same arrays and flags, bit for bit."""
-    sizes = np.diff(tree_offsets).astype(np.int64)
-    n_trees, n = sizes.shape[0], int(tree_offsets[-1])
-
-    def column(f: int, dtype: str) -> np.ndarray:
-        pairs = zip(sizes.tolist(), offsets[:, f].tolist(), strict=True)
-        views = [np.frombuffer(buffer, dtype, k, at) for k, at in pairs]
-        return np.concatenate(views).astype(np.dtype(dtype).newbyteorder("="))
-
-    lc, rc, f = column(0, ">i4"), column(1, ">i4"), column(2, ">i4")
-    cond, hess = column(3, ">f4"), column(6, ">f4")
-    split = lc >= 0
-    tree = np.repeat(np.arange(n_trees), sizes)
-    size, base = sizes[tree], np.asarray(tree_offsets[:-1], np.int64)[tree]
-    outside = split & ((lc >= size) | (rc < 0) | (rc >= size))
-    bad_feature = split & ((f < 0) | (f >= max(int(num_feature), 1)))
-    flags = np.zeros(n_trees, np.int8)
-    for mask, flag in ((outside, CHILD_OUTSIDE), (bad_feature, BAD_FEATURE)):
-        flags[np.unique(tree[mask])] |= flag
-    named = np.zeros(n, np.bool_)
-    named[np.asarray(tree_offsets[:-1], np.int64)] = True
-    ok = split & ~outside
-    named[(base + lc)[ok]] = True
-    named[(base + rc)[ok]] = True
-    flags[np.unique(tree[~named])] |= NOBODYS_CHILD
-    categorical = np.zeros(n, np.bool_)
-    typed = np.flatnonzero(offsets[:, 5] >= 0)  # the others have no split types
-    if typed.size:
-        types = [np.frombuffer(buffer, np.uint8, int(sizes[t]), int(offsets[t, 5])) for t in typed]
-        categorical[np.repeat(offsets[:, 5] >= 0, sizes)] = np.concatenate(types) == 1
-    categorical &= split
-    value = np.where(split, 0.0, cond.astype(np.float64))
-    if weights is not None and len(weights) > 0:
-        value *= np.repeat(np.asarray(weights, np.float64), sizes)
-    nodes = {
-        "left": np.where(split, base + lc, -1).astype(np.int32),
-        "right": np.where(split, base + rc, -1).astype(np.int32),
-        "feature": np.where(split, f, -1).astype(np.int32),
-        "threshold": np.where(split & ~categorical, cond, np.float32(0.0)),
-        "default_left": split & (column(4, "u1") != 0),
-        "is_categorical": categorical,
-        "value": value,
-        "cover": hess.astype(np.float64),
-    }
-    return nodes, flags
-
-
-def _nodes_valid_numpy(
-    left: np.ndarray,
-    right: np.ndarray,
-    feature: np.ndarray,
-    cover: np.ndarray,
-    tree_offsets: np.ndarray,
-    num_features: int,
-) -> bool:
-    """:func:`nodes_valid` in NumPy: the same answer."""
-    n = left.shape[0]
-    offsets = np.asarray(tree_offsets, np.int64)
-    sizes = np.diff(offsets)
-    if np.any(sizes <= 0) or offsets[0] < 0 or offsets[-1] > n:
-        return False
-    roots, first, end = offsets[:-1], int(offsets[0]), int(offsets[-1])
-    covers = cover[first:end]
-    if not (np.all(np.isfinite(covers)) and np.all(covers >= 0) and np.all(cover[roots] > 0)):
-        return False
-    split = np.flatnonzero(left[first:end] >= 0)
-    tree = np.repeat(np.arange(sizes.shape[0]), sizes)[split]
-    split += first
-    lo, hi = offsets[tree], offsets[tree + 1]
-    lc, rc, f = left[split], right[split], feature[split]
-    inside = (lc >= lo) & (lc < hi) & (rc >= lo) & (rc < hi)
-    if not (np.all(inside) and np.all((f >= 0) & (f < num_features))):
-        return False
-    parents = np.bincount(lc, minlength=n) + np.bincount(rc, minlength=n)
-    parents[roots] += 1  # a root is nobody's child: counted as one
-    return bool(np.all(parents[first:end] == 1))
 
 
 _warm_up_started = False

@@ -307,14 +307,15 @@ def nodes_threaded(
     arrays are all views of the decoded bytes (:func:`~distshap.models._ubjson.
     decode_ubjson_views`) of XGBoost's own types: one Python step per tree records where its
     arrays are, then :func:`~distshap.models._threaded.xgboost_node_arrays` reads them all,
-    in threads over trees. ``None`` for any other model, or one whose arrays the NumPy
-    conversion refuses: it then runs and raises its own error.
+    in threads over trees. ``None`` for any other model, one whose arrays the NumPy
+    conversion refuses (it then runs and raises its own error), or while the compiled reader
+    is not in Numba's disk cache (:func:`~distshap.models._threaded.compiled_route`).
     """
     from distshap.models import _threaded
 
-    bound = get_config().loader_threaded_min_nodes
-    if sum(len(trees[t]["left_children"]) for t in keep.tolist()) <= bound:
-        return None
+    total = sum(len(trees[t]["left_children"]) for t in keep.tolist())
+    if total <= get_config().loader_threaded_min_nodes or not _threaded.compiled_route(total):
+        return None  # small, or not compiled here: the NumPy conversion
     known = views.offsets
     rows = []
     cats = Categories()
