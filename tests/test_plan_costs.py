@@ -541,7 +541,11 @@ def test_calibrate_on_gpu(tmp_path):
     # a quadrature lane's cost is quad_lane + n quad_lane_node (n nodes); since the lean
     # kernels the fit may put all of it on the per-node term (quad_lane 0 on an H200)
     lane = r.costs.quad_lane + 4 * r.costs.quad_lane_node
-    assert r.costs.quad_lane >= 0 and 1e-13 < lane < 1e-9 and r.costs.table_bin > 0, r.costs
+    assert r.costs.quad_lane >= 0 and 1e-13 < lane < 1e-9, r.costs
+    # a table bin's fixed cost is small beside its lanes: with other kernels sharing the GPU
+    # (tests run in parallel) the non-negative fit may put it at 0; it may never go negative,
+    # and the lanes of a table path must keep a positive cost
+    assert r.costs.table_bin >= 0 and r.costs.table_lane > 0, r.costs
     assert max(abs(m["fit_error"]) for m in r.measurements) < 0.5, r.measurements
 
 
