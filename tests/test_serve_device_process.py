@@ -67,7 +67,7 @@ class _Gate:
         return np.zeros((len(rows), 2), dtype=np.float32)
 
 
-def _wire(fronts: int, device_residents: list, slots: int = 1) -> tuple:
+def _wire(fronts: int, device_residents: list, slots: int = 1, in_flight=None) -> tuple:
     """Device loops (not started) joined to ``fronts`` executors by pipes of this process."""
     ctx = multiprocessing.get_context("spawn")
     links = [[ctx.Pipe(duplex=True) for _ in device_residents] for _ in range(fronts)]
@@ -76,7 +76,11 @@ def _wire(fronts: int, device_residents: list, slots: int = 1) -> tuple:
         for d, res in enumerate(device_residents)
     ]
     executors = [
-        DeviceExecutor([links[f][d][0] for d in range(len(loops))], device_residents[0])
+        DeviceExecutor(
+            [links[f][d][0] for d in range(len(loops))],
+            device_residents[0],
+            **({} if in_flight is None else {"in_flight": in_flight}),
+        )
         for f in range(fronts)
     ]
     return loops, executors, links
@@ -208,6 +212,40 @@ def test_each_batch_goes_to_the_least_loaded_device(files, residents):
         thread.join(10)
 
 
+def test_in_flight_sets_a_fronts_batches_on_each_device_and_is_checked_first(files, residents):
+    for in_flight, slots in ((None, 4), (3, 6)):  # on each of 2 device processes; default 2
+        loops, (front,), _ = _wire(1, [residents, residents], in_flight=in_flight)
+        threads = [_start(loop) for loop in loops]
+        try:
+            assert front.slots() == slots
+            rows = files["X"][:3]
+            got = front.submit(residents[0], rows, "shap_values", 0).result(30)["shap_values"]
+            assert same_bits(
+                got, explain_block(residents[0], rows, "shap_values", 0)["shap_values"]
+            )
+        finally:
+            front.close()
+        for thread in threads:
+            thread.join(10)
+    for bad in (0, -1, 1.5, True, None):  # before any thread starts
+        with pytest.raises(ValueError, match=f"in_flight={bad!r}: give the batches a front"):
+            DeviceExecutor([], residents, in_flight=bad)
+    model = f"bin={files['bin']}"  # refused before any process starts
+    with pytest.raises(ValueError, match="in_flight=0: give the batches a front keeps"):
+        serve([model], port=0, processes=2, backend="cpu", device_processes=1, in_flight=0)
+    with pytest.raises(ValueError, match="in_flight=3: .* this group has none; leave it out"):
+        serve([model], port=0, processes=2, backend="cpu", in_flight=3)
+    with pytest.raises(ValueError, match="in_flight=3: .* one process has none"):
+        serve([model], port=0, backend="cpu", in_flight=3)
+    model = f"bin={files['bin']}"
+    with pytest.raises(ValueError, match="in_flight=0: give the batches a front keeps"):
+        serve([model], port=0, processes=2, backend="cpu", device_processes=1, in_flight=0)
+    with pytest.raises(ValueError, match="in_flight=3: .* this group has none; leave it out"):
+        serve([model], port=0, processes=2, backend="cpu", in_flight=3)
+    with pytest.raises(ValueError, match="in_flight=3: .* one process has none"):
+        serve([model], port=0, backend="cpu", in_flight=3)
+
+
 def test_a_device_that_dies_fails_its_batches_and_new_ones_with_503(files, residents):
     registry = Registry.from_specs(
         [parse_model_spec(f"bin={files['bin']},background={files['bg']},output=probability"),
@@ -276,7 +314,7 @@ def _post(url: str, obj: dict, token: str) -> tuple[int, dict | bytes]:
 def test_group_with_a_device_process_then_the_device_killed(files):
     X = files["X"]
     group = serve([f"bin={files['bin']}"], port=0, processes=2, backend="cpu", token="t",
-                  device_processes=1)  # fmt: skip
+                  device_processes=1, in_flight=3)  # fmt: skip
     watcher = threading.Thread(target=group.serve_forever, daemon=True)
     watcher.start()
     ex = TreeExplainer(files["bin"], layout="xgboost", backend="cpu")

@@ -39,6 +39,7 @@ def serve(
     slots: int | None = None,
     processes: int = 1,
     device_processes: int | None = None,
+    in_flight: int | None = None,
     **options: Any,
 ) -> ExplanationServer | ServerGroup:
     """Start an explanation server (in a background thread) over ``models``.
@@ -66,6 +67,9 @@ def serve(
         one GPU each; 0: each front runs its own batches on its own copy of the models.
         Default: one per visible GPU on a GPU backend, 0 on CPU (and with ``client``). Given
         > 0 with ``processes=1``: one front and the device processes.
+    in_flight : int, optional
+        With device processes: batches each front keeps in flight on each device process
+        (default 2; more lets a device process merge more of them into one call).
     **options
         Fields of :class:`~distshap.serve.server.ServeOptions` (``port=0``: any free port).
 
@@ -77,7 +81,8 @@ def serve(
     Raises
     ------
     ValueError
-        ``processes`` < 1, or > 1 with a cluster other processes cannot reach.
+        ``processes`` < 1, or > 1 with a cluster other processes cannot reach;
+        ``in_flight`` without device processes.
     """
     specs = [parse_model_spec(m) if isinstance(m, str) else m for m in models]
     if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
@@ -91,8 +96,12 @@ def serve(
             )
         group = ServerGroup(specs, processes, ServeOptions(**options), backend=backend,
                             slots=slots, scheduler=scheduler,
-                            device_processes=device_processes)  # fmt: skip
+                            device_processes=device_processes, in_flight=in_flight)  # fmt: skip
         return group.start() if start else group
+    if in_flight is not None:
+        raise ValueError(f"in_flight={in_flight!r}: batches in flight on device processes, "
+                         "and one process has none; give processes > 1 or "
+                         "device_processes")  # fmt: skip
     server = build_server(specs, ServeOptions(**options), client=client, backend=backend,
                           slots=1 if slots is None else slots)  # fmt: skip
     return server.start() if start else server
@@ -141,6 +150,10 @@ def add_parser(sub: Any) -> None:
                    help="with --local: batches run at once in each process that runs them (2 "
                    "overlaps a GPU's kernels with the next batch's host work; default 1, 2 in "
                    "a device process on a GPU)")  # fmt: skip
+    p.add_argument("--in-flight", type=int, metavar="N",
+                   help="with device processes: batches each server process keeps in flight on "
+                   "each device process (default 2; more lets a device process merge more of "
+                   "them into one call)")  # fmt: skip
     d = ServeOptions()
     for flag, kind, default, text in (
         ("--max-batch-rows", int, d.max_batch_rows, "rows of a batch at most"),
@@ -200,7 +213,8 @@ def run_command(args: argparse.Namespace) -> int:
         grouped = args.processes > 1 or bool(args.device_processes)
         server = serve(specs, client=client, backend=args.backend, start=grouped,
                        slots=args.slots, processes=args.processes,
-                       device_processes=args.device_processes, **options)  # fmt: skip
+                       device_processes=args.device_processes, in_flight=args.in_flight,
+                       **options)  # fmt: skip
         stop = lambda *_: threading.Thread(target=server.drain, daemon=True).start()  # noqa: E731
         previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
         print(f"distshap serve: {_where(server, specs, client)}", file=sys.stderr, flush=True)

@@ -44,7 +44,14 @@ from distshap.parallel import THREADS_VARIABLE
 from distshap.serve.backends import NoWorkerError, explain_block
 from distshap.serve.registry import OUTPUTS, PAIRS_OUTPUT, Registry, Resident
 
-__all__ = ["DeviceExecutor", "DeviceLoop", "device_main", "read_device_stats"]
+__all__ = [
+    "IN_FLIGHT",
+    "DeviceExecutor",
+    "DeviceLoop",
+    "check_in_flight",
+    "device_main",
+    "read_device_stats",
+]
 
 log = logging.getLogger("distshap.serve")
 
@@ -294,6 +301,14 @@ def read_device_stats(folder: str, devices: int) -> dict:
     return out
 
 
+def check_in_flight(in_flight: object) -> None:
+    """ValueError unless ``in_flight`` (a front's batches in flight on each device process) is
+    an int >= 1."""
+    if type(in_flight) is not int or in_flight < 1:
+        raise ValueError(f"in_flight={in_flight!r}: give the batches a front keeps in flight on "
+                         "each device process, an int >= 1")  # fmt: skip
+
+
 class _Link:
     """A front's view of one device process: its pipe, the batches in flight on it (id ->
     (Future, rows)) and the threads that send batches and read answers."""
@@ -340,6 +355,7 @@ class DeviceExecutor:
 
     def __init__(self, conns: list[Connection], residents: list[Resident],
                  in_flight: int = IN_FLIGHT) -> None:  # fmt: skip
+        check_in_flight(in_flight)
         self._index = {resident: i for i, resident in enumerate(residents)}
         self._in_flight = in_flight
         self._ids = itertools.count(1)

@@ -50,7 +50,13 @@ import numpy as np
 
 from distshap.parallel import THREADS_VARIABLE
 from distshap.serve.backends import DaskExecutor, InProcessExecutor
-from distshap.serve.device_process import DeviceExecutor, device_main, read_device_stats
+from distshap.serve.device_process import (
+    IN_FLIGHT,
+    DeviceExecutor,
+    check_in_flight,
+    device_main,
+    read_device_stats,
+)
 from distshap.serve.registry import ModelSpec, Registry, check_files
 from distshap.serve.server import ExplanationServer, ServeOptions, check_access
 
@@ -88,13 +94,15 @@ def build_server(
     return ExplanationServer(registry, executor, options)
 
 
-def build_front(specs: list[ModelSpec], options: ServeOptions, conns: list) -> ExplanationServer:
+def build_front(specs: list[ModelSpec], options: ServeOptions, conns: list,
+                in_flight: int = IN_FLIGHT) -> ExplanationServer:  # fmt: skip
     """A front server (not started) whose batches run on the device processes at the other
-    ends of ``conns``: its models loaded for their metadata and checks, no kernel of its own."""
+    ends of ``conns`` (``in_flight`` at once on each): its models loaded for their metadata
+    and checks, no kernel of its own."""
     check_access(options)
     registry = Registry.from_specs(specs, backend="cpu")
     residents = [model.resident for model in registry.models.values()]
-    return ExplanationServer(registry, DeviceExecutor(conns, residents), options)
+    return ExplanationServer(registry, DeviceExecutor(conns, residents, in_flight), options)
 
 
 def device_plan(backend: str, scheduler: str | None, device_processes: int | None) -> list:
@@ -169,13 +177,17 @@ class ServerGroup:
         Processes that run every front's batches, one GPU each (round robin over the visible
         GPUs); 0: each front runs its own. Default: one per visible GPU on a GPU backend
         without ``scheduler``, else 0.
+    in_flight : int, optional
+        With device processes: batches each front keeps in flight on each device process
+        (default :data:`~distshap.serve.device_process.IN_FLIGHT`). More lets a device process
+        merge more batches into one call; each front's batches then wait less for a free one.
 
     Raises
     ------
     ValueError
-        Too few ``processes``, ``slots`` not an int >= 1, a platform without ``SO_REUSEPORT``,
-        device processes with a scheduler, or batches in every front on a GPU whose compute
-        mode admits one process.
+        Too few ``processes``, ``slots`` or ``in_flight`` not an int >= 1, ``in_flight``
+        without device processes, a platform without ``SO_REUSEPORT``, device processes with
+        a scheduler, or batches in every front on a GPU whose compute mode admits one process.
     FileNotFoundError
         A model or background file that does not exist.
     """
@@ -190,6 +202,7 @@ class ServerGroup:
         slots: int | None = None,
         scheduler: str | None = None,
         device_processes: int | None = None,
+        in_flight: int | None = None,
     ) -> None:
         if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
             raise ValueError(f"processes={processes!r}: give the number of front processes")
@@ -202,6 +215,13 @@ class ServerGroup:
             check_files(spec)
         #: The GPU of each device process (None: as this process sees them, e.g. on CPU).
         self.gpus = device_plan(backend, scheduler, device_processes)
+        if in_flight is not None:
+            check_in_flight(in_flight)
+            if not self.gpus:
+                raise ValueError(f"in_flight={in_flight}: batches in flight on device processes, "
+                                 "and this group has none; leave it out")  # fmt: skip
+        #: Batches each front keeps in flight on each device process.
+        self.in_flight = IN_FLIGHT if in_flight is None else in_flight
         if processes < 2 and not self.gpus:
             raise ValueError(f"processes={processes!r}: a group has 2 or more (or device "
                              "processes); use 1 otherwise")  # fmt: skip
@@ -266,7 +286,7 @@ class ServerGroup:
         for index in range(self.processes):
             conns = [links[index][device][0] for device in range(len(self.gpus))] or None
             args = (index, self.processes, self.specs, self.options, self.backend, self.slots,
-                    self.scheduler, conns, len(self.gpus))  # fmt: skip
+                    self.scheduler, conns, len(self.gpus), self.in_flight)  # fmt: skip
             waiting.append(self._launch(_process_main, f"distshap-serve-{index}", args,
                                         (self._serving, self._dir, level), conns or [],
                                         self._procs))  # fmt: skip
@@ -430,10 +450,12 @@ def _watch(server: ExplanationServer, snapshots: _Snapshots) -> None:
 
 
 def _process_main(index: int, processes: int, specs: list, options: ServeOptions, backend: str,
-                  slots: int, scheduler: str | None, conns: list | None, devices: int, pipe: Any,
-                  serving: Any, folder: str, level: int) -> None:  # fmt: skip
+                  slots: int, scheduler: str | None, conns: list | None, devices: int,
+                  in_flight: int, pipe: Any, serving: Any, folder: str,
+                  level: int) -> None:  # fmt: skip
     """One front process of a group: build, serve, drain on SIGTERM, exit 0 (``conns``: its
-    pipes to the ``devices`` device processes, which run its batches)."""
+    pipes to the ``devices`` device processes, which run its batches, ``in_flight`` at once
+    on each)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which drains
     if conns is not None:  # the device processes hold the GPUs: no context here
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -447,7 +469,7 @@ def _process_main(index: int, processes: int, specs: list, options: ServeOptions
 
             client = start_cluster(address=scheduler)
         if conns is not None:
-            server = build_front(specs, options, conns)
+            server = build_front(specs, options, conns, in_flight)
         else:
             server = build_server(specs, options, client=client, backend=backend, slots=slots)
     except BaseException as err:
