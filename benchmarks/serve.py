@@ -12,8 +12,15 @@ of:
   four processes sharing the port, each with its own copy of the model, or client;
   ``distshap/4+1dev``: four front processes whose batches run on one device process, the
   default for several processes on a GPU: ``--device-processes`` sets how many, 0 for none);
+  ``--slots 1,2`` and ``--in-flight 2,4`` (batches a front keeps in flight on each device
+  process) add a server for each value (``distshap/4+1dev s2 f4``); each server runs alone,
+  started before its cells and drained after them;
 * ``baseline``: the same server (the same HTTP front, one request a batch) calling XGBoost's
   ``Booster.predict(DMatrix, pred_contribs=True)`` once per request, 8 requests at a time;
+* the floor (unless ``--no-floor``): ``floor/infer``, the same front in this process whose
+  batches are zeros made without work (HTTP, decoding, batching and encoding alone), and
+  ``floor/ready``, ``GET /v2/health/ready`` on it (HTTP alone; its rows/s are requests/s, one
+  row a concurrency): what the load generator and the HTTP front cost before any explaining;
 
 and, in the same run, the in-process batch throughput of ``TreeExplainer.shap_values``
 (``--inproc-rows`` rows at once, median of 3 calls). The load generator runs in
@@ -22,16 +29,17 @@ so that neither its interpreter nor the server's limits the other. After each di
 the server's own per-stage seconds (``/metrics``: decode, queue wait, batch assembly, run,
 encode; summed over a group's processes, CPU time of all of them) are printed, with the mean
 batch size (and, with device processes, their CPU time a request and rows a merged call);
-``--front-only`` serves values of zeros
-without running a kernel (the HTTP front and batching alone); ``--front-cpu N`` feeds N
+``--front-only`` runs the floor alone; ``--front-cpu N`` feeds N
 binary requests of each ``--rows`` straight into 64 connection objects of such a server (no
 sockets, no load generator: the front's own CPU microseconds a request, median of 3);
 ``--pipe-cpu N`` sends N batches of each ``--rows`` one after the other through a front's
 pipe to a device process whose values are zeros (the front's CPU and wall microseconds a round
-trip: what the device-process route adds to a batch). Cells
+trip: what the device-process route adds to a batch; ``benchmarks.serve_hop`` splits such a
+round trip into its steps). ``--cells 1x1,256x100`` runs those cells only; otherwise cells
 with more than ``--max-inflight-rows`` rows in flight (concurrency x rows) are skipped. Each
 distshap cell runs its load for ``--warm`` seconds before the measured ``--duration`` (the
-server's batches and device buffers at their steady size).
+server's batches and device buffers at their steady size). A table of every server's rows/s
+(p99) by cell, and its ratio to the baseline's, ends the run.
 
 Usage::
 
@@ -43,6 +51,9 @@ Usage::
         --rows 1,100,10000 --duration 2                                           # two GPUs
     python -m benchmarks.serve --kernel-backend cuda --concurrency 1,16,256 --rows 1,100 \\
         --processes 1,4 --client-procs 6 --max-inflight-rows 400000       # one GPU, 1 and 4 fronts
+    python -m benchmarks.serve --kernel-backend cuda --cells 1x1,16x1,256x100 --processes 4,8 \
+        --slots 1,2 --in-flight 2,4 --duration 1 --client-procs 6  # one GPU: the device route's
+                                                                   # settings side by side
     python -m benchmarks.serve --kernel-backend cpu --concurrency 16 --rows 100 \
         --processes 2 --device-processes 0,1                   # CPU: each front runs its batches,
                                                                # then one device process runs them
@@ -64,6 +75,8 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
 
 import numpy as np
+
+from benchmarks.serve_hop import front_cpu, pipe_cpu
 
 
 def _request(rows: np.ndarray, host: str) -> bytes:
@@ -122,10 +135,10 @@ def _generate(url: str, request: bytes, connections: int, begin: float, seconds:
     return out, start, end
 
 
-def _cell(pool, procs: int, url: str, rows: np.ndarray, concurrency: int, seconds: float):
-    """One load of ``concurrency`` clients over ``procs`` processes -> latencies, rows/s."""
+def _cell(pool, procs: int, url: str, request: bytes, n: int, concurrency: int, seconds: float):
+    """One load of ``concurrency`` clients over ``procs`` processes sending ``request`` (of
+    ``n`` rows) -> latencies, rows/s."""
     shares = [concurrency // procs + (i < concurrency % procs) for i in range(procs)]
-    request = _request(rows, urlparse(url).netloc)
     begin = time.time() + 0.3  # every process connects at once
     jobs = [(url, request, c, begin, seconds) for c in shares if c]
     parts = pool.starmap(_generate, jobs)
@@ -138,7 +151,7 @@ def _cell(pool, procs: int, url: str, rows: np.ndarray, concurrency: int, second
         "errors": errors,
         "p50_ms": 1e3 * statistics.median(ok) if ok else float("nan"),
         "p99_ms": 1e3 * ok[min(len(ok) - 1, int(0.99 * len(ok)))] if ok else float("nan"),
-        "rows_per_s": len(ok) * len(rows) / elapsed,
+        "rows_per_s": len(ok) * n / elapsed,
     }
 
 
@@ -268,151 +281,68 @@ class _XGBoostExecutor:
         self._pool.shutdown(wait=True)
 
 
-def _servers(args, path: str, booster) -> list[tuple[str, object]]:
-    """The distshap server and the baseline, started."""
-    from distshap.serve import ExplanationServer, ServeOptions, serve
+def _variants(args) -> list[tuple[str, dict]]:
+    """Each distshap server of the run: its label and its arguments of ``serve`` (one for
+    each number of ``--processes``, of ``--device-processes``, of ``--slots`` and, with
+    device processes, of ``--in-flight``)."""
     from distshap.serve.group import device_plan
-    from distshap.serve.registry import Registry, parse_model_spec
 
-    client = None
-    if args.front_only:  # the front alone: no kernels, values of zeros
-        registry = Registry.from_specs([parse_model_spec(f"m={path}")], backend="cpu")
-        features = next(iter(registry.models.values())).num_features
-        opts = ServeOptions(port=0, max_batch_rows=args.max_batch_rows, max_queue_rows=1 << 24,
-                            max_wait=args.max_wait_ms / 1e3, request_timeout=600)  # fmt: skip
-        return [("front", ExplanationServer(registry, _NullExecutor(features), opts).start())]
-    if args.backend == "dask":
-        from distshap.cluster import start_cluster
-
-        client = start_cluster(n_workers=args.workers, dashboard_address=None)
-    out: list[tuple[str, object]] = []
+    scheduler = "tcp://" if args.backend == "dask" else None
+    out: list[tuple[str, dict]] = []
     seen = set()
     for processes in args.processes:
         for devices in args.device_processes:
-            label = "distshap" if args.processes == [1] else f"distshap/{processes}"
+            label, count = "distshap" if args.processes == [1] else f"distshap/{processes}", 0
             if processes > 1 or devices:  # a group: as many device processes as it will have
-                scheduler = None if client is None else "tcp://"
                 try:
                     count = len(device_plan(args.kernel_backend, scheduler, devices))
                 except ValueError as err:
                     print(f"# {label} (device processes {devices}) not run: {err}", flush=True)
                     continue
                 label += f"+{count}dev" if count else ""
-            if label in seen:  # the same server as one before
-                continue
-            seen.add(label)
-            try:
-                server = serve([f"m={path}"], client=client, backend=args.kernel_backend,
-                               port=0, slots=args.slots, processes=processes,
-                               device_processes=devices, max_batch_rows=args.max_batch_rows,
-                               max_wait=args.max_wait_ms / 1e3, max_queue_rows=1 << 24,
-                               request_timeout=600)  # fmt: skip
-            except (ValueError, RuntimeError) as err:  # the others still run
-                print(f"# {label} (device processes {devices}) not run: {err}", flush=True)
-                continue
-            out.append((label, server))
-    if out:
-        out[-1][1].client = client
-    registry = Registry.from_specs([parse_model_spec(f"m={path}")])
-    opts = ServeOptions(port=0, max_batch_rows=1, max_wait=0.0, max_queue_rows=1 << 24,
-                        request_timeout=600)  # fmt: skip
-    baseline = ExplanationServer(registry, _XGBoostExecutor(booster, 8), opts).start()
-    return [*out, ("baseline", baseline)]
+            for slots in args.slots:
+                for in_flight in args.in_flight if count else [None]:
+                    name = label + ("" if slots is None else f" s{slots}")
+                    name += "" if in_flight is None else f" f{in_flight}"
+                    if name not in seen:  # not the same server as one before
+                        seen.add(name)
+                        out.append((name, {"processes": processes, "slots": slots,
+                                           "device_processes": devices,
+                                           "in_flight": in_flight}))  # fmt: skip
+    return out
 
 
-class _Sink:
-    """A transport that drops what is written (``--front-cpu``)."""
+def _start(args, path: str, client, kwargs: dict):
+    """One distshap server of :func:`_variants`, started."""
+    from distshap.serve import serve
 
-    def write(self, data: bytes) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
+    return serve([f"m={path}"], client=client, backend=args.kernel_backend, port=0,
+                 max_batch_rows=args.max_batch_rows, max_wait=args.max_wait_ms / 1e3,
+                 max_queue_rows=1 << 24, request_timeout=600, **kwargs)  # fmt: skip
 
 
-def _front_cpu(path: str, X: np.ndarray, n: int, requests: int) -> float:
-    """CPU microseconds a request of the front alone: ``requests`` binary requests of ``n``
-    rows fed into 64 connections on the server's loop, batches of zeros."""
-    import threading
-
+def _peers(args, path: str, booster) -> list[tuple[str, object]]:
+    """The servers every distshap server is compared with, started: the baseline, and the
+    floor (the same front, batches whose values are zeros made without work)."""
     from distshap.serve import ExplanationServer, ServeOptions
-    from distshap.serve.connection import Connection
     from distshap.serve.registry import Registry, parse_model_spec
 
-    registry = Registry.from_specs([parse_model_spec(f"m={path}")], backend="cpu")
-    opts = ServeOptions(port=0, max_queue_rows=1 << 24, request_timeout=600)
-    server = ExplanationServer(registry, _NullExecutor(X.shape[1]), opts).start()
-    request = _request(X[np.arange(n) % len(X)], "localhost")
-    left, finished, spent = [requests], threading.Event(), []
-
-    def pump(conns: list, t0: float) -> None:
-        for conn in conns:
-            if conn.idle and left[0] > 0:
-                left[0] -= 1
-                conn.data_received(request)
-        if left[0] > 0 or not all(conn.idle for conn in conns):
-            server.loop.call_soon(pump, conns, t0)
-            return
-        spent.append(time.process_time() - t0)
-        finished.set()
-
-    def begin() -> None:
-        conns = [Connection(server) for _ in range(64)]
-        for conn in conns:
-            conn.connection_made(_Sink())
-        pump(conns, time.process_time())
-
-    server.loop.call_soon_threadsafe(begin)
-    finished.wait()
-    server.drain()
-    return 1e6 * spent[0] / requests
-
-
-class _Zeros:
-    """An explainer whose values are zeros (``--pipe-cpu``: the pipe alone)."""
-
-    num_features = 8
-
-    def shap_values(self, rows):
-        return np.zeros((len(rows), self.num_features + 1), np.float32)
-
-
-def _zero_device(conn) -> None:
-    from distshap.serve.device_process import DeviceLoop
-    from distshap.serve.registry import Resident
-
-    DeviceLoop([Resident("zeros", _Zeros())], [conn]).run()
-
-
-def _pipe_cpu(n: int, batches: int) -> tuple[float, float]:
-    """A front's CPU and wall microseconds a round trip of an ``n``-row batch (8 FP32
-    features) to a device process of :class:`_Zeros`, ``batches`` one after the other."""
-    from distshap.serve.device_process import DeviceExecutor
-    from distshap.serve.registry import Resident
-
-    ctx = multiprocessing.get_context("spawn")
-    ours, theirs = ctx.Pipe(duplex=True)
-    device = ctx.Process(target=_zero_device, args=(theirs,), daemon=True)
-    device.start()
-    theirs.close()
-    resident = Resident("zeros", _Zeros())
-    executor = DeviceExecutor([ours], [resident])
-    rows = np.zeros((n, _Zeros.num_features), np.float32)
-    for _ in range(min(100, batches)):  # warm: the device process started, pages touched
-        executor.submit(resident, rows, "shap_values", 0).result()
-    t0, c0 = time.perf_counter(), time.process_time()
-    for _ in range(batches):
-        executor.submit(resident, rows, "shap_values", 0).result()
-    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
-    executor.close()
-    device.join(10)
-    return 1e6 * cpu / batches, 1e6 * wall / batches
+    out: list[tuple[str, object]] = []
+    if not args.no_baseline and not args.front_only:
+        registry = Registry.from_specs([parse_model_spec(f"m={path}")])
+        opts = ServeOptions(port=0, max_batch_rows=1, max_wait=0.0, max_queue_rows=1 << 24,
+                            request_timeout=600)  # fmt: skip
+        out.append(("baseline", ExplanationServer(registry, _XGBoostExecutor(booster, 8), opts)))
+    if not args.no_floor:
+        registry = Registry.from_specs([parse_model_spec(f"m={path}")], backend="cpu")
+        features = next(iter(registry.models.values())).num_features
+        opts = ServeOptions(port=0, max_batch_rows=args.max_batch_rows, max_queue_rows=1 << 24,
+                            max_wait=args.max_wait_ms / 1e3, request_timeout=600)  # fmt: skip
+        floor = ExplanationServer(registry, _NullExecutor(features), opts)
+        out += [("floor/infer", floor), ("floor/ready", floor)]
+    for server in {id(server): server for _, server in out}.values():
+        server.start()
+    return out
 
 
 def _in_process(path: str, X: np.ndarray, n: int, backend: str) -> float:
@@ -433,8 +363,12 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
-def _devices(text: str) -> list[int | None]:
+def _optional_ints(text: str) -> list[int | None]:
     return [None if x == "auto" else int(x) for x in text.split(",") if x]
+
+
+def _cells(text: str) -> list[tuple[int, int]]:
+    return [tuple(int(v) for v in x.split("x")) for x in text.split(",") if x]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -449,10 +383,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per cell")
     parser.add_argument("--max-batch-rows", type=int, default=16384)
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
-    parser.add_argument("--slots", type=int, default=None,
+    parser.add_argument("--slots", type=_optional_ints, default=[None],
                         help="--backend local: batches run at once in each process that runs "
-                        "them (default 1; 2 in a device process on a GPU)")  # fmt: skip
-    parser.add_argument("--device-processes", type=_devices, default=[None],
+                        "them (default 1; 2 in a device process on a GPU); 1,2,3: a server "
+                        "each")  # fmt: skip
+    parser.add_argument("--in-flight", type=_optional_ints, default=[None],
+                        help="with device processes: batches each front keeps in flight on "
+                        "each device process (default 2); 2,4: a server each")  # fmt: skip
+    parser.add_argument("--cells", type=_cells, default=None,
+                        help="CxN,...: only these concurrency x rows cells (instead of the "
+                        "grid of --concurrency and --rows)")  # fmt: skip
+    parser.add_argument("--device-processes", type=_optional_ints, default=[None],
                         help="with several --processes: processes running every batch, one "
                         "a GPU (default auto: one a visible GPU on a GPU backend, none on "
                         "CPU); 0: each process runs its own; 0,1: a server each",
@@ -467,10 +408,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--client-procs", type=int, default=max(1, min(8, os.cpu_count() // 2)),
                         help="processes of the load generator")  # fmt: skip
     parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--no-floor", action="store_true",
+                        help="no floor rows (the front with batches of zeros made without "
+                        "work, and GET /v2/health/ready)")  # fmt: skip
     parser.add_argument(
         "--front-only",
         action="store_true",
-        help="a server whose batches do no work (zeros): the front's ceiling",
+        help="only the floor: the front with batches of zeros made without work",
     )
     parser.add_argument("--front-cpu", type=int, metavar="N", default=0,
                         help="only the front's CPU microseconds a request, over N requests fed "
@@ -483,7 +427,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.pipe_cpu:
         for n in args.rows:
-            cpu, wall = _pipe_cpu(n, args.pipe_cpu)
+            cpu, wall = pipe_cpu(n, args.pipe_cpu)
             print(f"pipe to a device process, {n}-row batches: {cpu:.1f} us of the front's CPU, "
                   f"{wall:.1f} us wall a round trip", flush=True)  # fmt: skip
         return
@@ -500,7 +444,9 @@ def main(argv: list[str] | None = None) -> None:
     booster.save_model(path)
     if args.front_cpu:
         for n in args.rows:
-            us = sorted(_front_cpu(path, X, n, args.front_cpu) for _ in range(3))
+            request = _request(X[np.arange(n) % len(X)], "localhost")
+            us = sorted(front_cpu(path, request, _NullExecutor(X.shape[1]), args.front_cpu)
+                        for _ in range(3))  # fmt: skip
             print(f"front CPU, {n}-row binary requests: {us[1]:.1f} us a request "
                   f"(median of {', '.join(f'{u:.1f}' for u in us)})", flush=True)  # fmt: skip
         return
@@ -509,55 +455,98 @@ def main(argv: list[str] | None = None) -> None:
         if args.front_only
         else _in_process(path, X, args.inproc_rows, args.kernel_backend)
     )
-    servers = _servers(args, path, booster)
-    if args.no_baseline and len(servers) > 1:
-        servers[-1][1].drain()
-        servers = servers[:-1]
+    cells = args.cells or [(c, n) for c in args.concurrency for n in args.rows
+                           if c * n <= args.max_inflight_rows]  # fmt: skip
+    client = None
+    if args.backend == "dask" and not args.front_only:
+        from distshap.cluster import start_cluster
+
+        client = start_cluster(n_workers=args.workers, dashboard_address=None)
     print(f"# {args.shape}, backend {args.backend}, kernels {args.kernel_backend}, "
           f"{args.client_procs} client process(es); in-process TreeExplainer.shap_values "
           f"({args.inproc_rows} rows): {inproc:,.0f} rows/s", flush=True)  # fmt: skip
-    print(f"{'server':<16} {'conc':>5} {'rows':>6} {'requests':>9} {'errors':>6} {'p50 ms':>8} "
+    print(f"{'server':<24} {'conc':>5} {'rows':>6} {'requests':>9} {'errors':>6} {'p50 ms':>8} "
           f"{'p99 ms':>8} {'rows/s':>11} {'of in-proc':>10}", flush=True)  # fmt: skip
+    results = []
     with multiprocessing.get_context("spawn").Pool(args.client_procs) as pool:
-        for concurrency in args.concurrency:
-            for n in args.rows:
-                if concurrency * n <= args.max_inflight_rows:
-                    _row(args, pool, servers, X, concurrency, n, inproc)
-    for _, server in servers:
-        server.drain()
-        if getattr(server, "client", None) is not None:
-            server.client.close()
+        for label, kwargs in [] if args.front_only else _variants(args):
+            try:  # one server at a time: the others' processes do not share the machine
+                server = _start(args, path, client, kwargs)
+            except (ValueError, RuntimeError) as err:  # the others still run
+                print(f"# {label} not run: {err}", flush=True)
+                continue
+            try:
+                for concurrency, n in cells:
+                    results.append(_row(args, pool, label, server, X, concurrency, n, inproc))
+            finally:
+                server.drain()
+        peers = _peers(args, path, booster)
+        for label, server in peers:
+            for concurrency, n in cells:
+                if label != "floor/ready" or n == min(m for c, m in cells if c == concurrency):
+                    results.append(_row(args, pool, label, server, X, concurrency, n, inproc))
+        for server in {id(server): server for _, server in peers}.values():
+            server.drain()
+    if client is not None:
+        client.close()
     tmp.cleanup()
+    if not args.json:
+        _table(results, cells)
 
 
-def _row(args, pool, servers, X, concurrency: int, n: int, inproc: float) -> None:
-    """One cell of the grid for each server, printed (with distshap's stages)."""
+def _row(args, pool, label: str, server, X, concurrency: int, n: int, inproc: float) -> dict:
+    """One cell of the grid for one server, printed (with distshap's stages) -> its record.
+
+    ``floor/ready`` sends ``GET /v2/health/ready`` (no body, no batch) instead of an infer."""
     rows = X[:n] if n <= len(X) else X[np.arange(n) % len(X)]
-    for label, server in servers:
-        if label == "baseline":  # warm: connections
-            _cell(pool, args.client_procs, server.url, rows[:1], 1, 0.2)
-        else:  # the same load a moment first: batch sizes and device buffers as they will be
-            _cell(pool, args.client_procs, server.url, rows, concurrency, args.warm)
-        before = _stages(server)
-        cell = _cell(pool, args.client_procs, server.url, rows, concurrency, args.duration)
-        r = {"server": label, "concurrency": concurrency, "rows": n, **cell}
-        r["of_in_process"] = r["rows_per_s"] / inproc
-        if label != "baseline":
-            r["stages_us"] = _stage_line(before, _stages(server))
-        if args.json:
-            print(json.dumps(r), flush=True)
-            continue
-        print(f"{label:<16} {concurrency:>5} {n:>6} {r['requests']:>9} {r['errors']:>6} "
-              f"{r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['rows_per_s']:>11,.0f} "
-              f"{r['of_in_process']:>10.1%}", flush=True)  # fmt: skip
-        if "stages_us" in r:
-            print("#   us: " + ", ".join(f"{k} {v:,.0f}" for k, v in r["stages_us"].items()
-                                        if not k.endswith(("_batch", "_call")))
-                  + f"; {r['stages_us']['rows_per_batch']:,.0f} rows "
-                  f"({r['stages_us']['requests_per_batch']:.1f} requests) a batch"
-                  + (f", {r['stages_us']['rows_per_call']:,.0f} rows a device call"
-                     if "rows_per_call" in r["stages_us"] else ""),
-                  flush=True)  # fmt: skip
+    host = urlparse(server.url).netloc
+    request = _request(rows, host)
+    if label == "floor/ready":
+        request, n = f"GET /v2/health/ready HTTP/1.1\r\nHost: {host}\r\n\r\n".encode(), 1
+    if label == "baseline":  # warm: connections
+        _cell(pool, args.client_procs, server.url, _request(rows[:1], host), 1, 1, 0.2)
+    else:  # the same load a moment first: batch sizes and device buffers as they will be
+        _cell(pool, args.client_procs, server.url, request, n, concurrency, args.warm)
+    before = _stages(server)
+    cell = _cell(pool, args.client_procs, server.url, request, n, concurrency, args.duration)
+    r = {"server": label, "concurrency": concurrency, "rows": n, **cell}
+    r["of_in_process"] = r["rows_per_s"] / inproc
+    if label not in ("baseline", "floor/ready"):
+        r["stages_us"] = _stage_line(before, _stages(server))
+    if args.json:
+        print(json.dumps(r), flush=True)
+        return r
+    print(f"{label:<24} {concurrency:>5} {n:>6} {r['requests']:>9} {r['errors']:>6} "
+          f"{r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['rows_per_s']:>11,.0f} "
+          f"{r['of_in_process']:>10.1%}", flush=True)  # fmt: skip
+    if "stages_us" in r:
+        print("#   us: " + ", ".join(f"{k} {v:,.0f}" for k, v in r["stages_us"].items()
+                                    if not k.endswith(("_batch", "_call")))
+              + f"; {r['stages_us']['rows_per_batch']:,.0f} rows "
+              f"({r['stages_us']['requests_per_batch']:.1f} requests) a batch"
+              + (f", {r['stages_us']['rows_per_call']:,.0f} rows a device call"
+                 if "rows_per_call" in r["stages_us"] else ""),
+              flush=True)  # fmt: skip
+    return r
+
+
+def _table(results: list[dict], cells: list[tuple[int, int]]) -> None:
+    """Every server's rows/s (p99 ms) by cell, one line a server (``floor/ready``: requests/s,
+    under each concurrency's smallest request), then each server's ratio to the baseline."""
+    labels = list(dict.fromkeys(r["server"] for r in results))
+    got = {(r["server"], r["concurrency"], r["rows"]): r for r in results}
+    print("\n# rows/s (p99 ms) by concurrency x rows; then x the baseline's rows/s")
+    print(f"{'server':<24} " + " ".join(f"{f'{c} x {n}':>20}" for c, n in cells))
+    for label in labels:
+        line, ratios = [], []
+        for c, n in cells:
+            r = got.get((label, c, n)) or got.get((label, c, 1) if label == "floor/ready" else 0)
+            base = got.get(("baseline", c, n))
+            line.append(f"{r['rows_per_s']:>11,.0f} ({r['p99_ms']:>5.1f})" if r else "")
+            ratios.append(f"{r['rows_per_s'] / base['rows_per_s']:.1f}x" if r and base else "")
+        print(f"{label:<24} " + " ".join(f"{x:>20}" for x in line))
+        if any(ratios) and label != "baseline":
+            print(f"{'':<24} " + " ".join(f"{x:>20}" for x in ratios))
 
 
 if __name__ == "__main__":
