@@ -22,6 +22,11 @@ and a later process with the same file maps it back instead of building it again
   only where used. An entry that fails any check (truncated, corrupted, unreadable) is removed
   and the build runs as without it.
 
+A loaded or mapped ensemble's key is also noted under its file's identity (device, inode,
+size, times) and the code's key (in ``distshap-build-notes`` beside the entries), so
+:func:`saved` tells whether a file has a saved ensemble without reading it (the loader's
+warm-up, :mod:`distshap.models._threaded`, is then skipped).
+
 The packed model of an ensemble is taken from the cache only for the very ensemble object
 :func:`load_ensemble` returned (not a copy with other covers or missing value), with the same
 options, encoding and margin arrays as saved.
@@ -49,7 +54,7 @@ from distshap.parallel import run_ranges
 
 __all__ = [
     "directory", "file_key", "key_of", "load", "load_ensemble", "load_packed", "max_bytes",
-    "store", "wait_stores",
+    "saved", "store", "wait_stores",
 ]  # fmt: skip
 
 _PIECE = 1 << 24  # bytes hashed per piece, in threads
@@ -269,6 +274,7 @@ def _evict(limit: int | None = None) -> None:
             path = os.path.join(folder, name)
             if time.time() - os.stat(path).st_mtime > 86400:
                 _remove(path)
+        _forget(set(names))
         entries = [os.path.join(folder, n) for n in names if n.endswith(".bin")]
         stats = sorted(((os.stat(p).st_mtime, os.stat(p).st_size, p) for p in entries),
                        reverse=True)  # fmt: skip
@@ -279,6 +285,19 @@ def _evict(limit: int | None = None) -> None:
         total += size
         if total > limit:
             _remove(path)
+
+
+def _forget(names: set[str]) -> None:
+    """Remove the notes (:func:`_note`) of entries not among ``names``."""
+    folder = _notes()
+    try:
+        notes = os.listdir(folder) if folder is not None else []
+    except OSError:
+        return
+    for name in notes:
+        key = _noted(os.path.join(folder, name))
+        if key is None or f"{key}.ensemble.bin" not in names:
+            _remove(os.path.join(folder, name))
 
 
 def _remove(path: str) -> None:
@@ -300,7 +319,8 @@ def _identity(model: Any) -> tuple | None:
 def load_ensemble(model: Any, min_bytes: int, load_model: Any) -> Any:
     """``load_model(model)``, or the ensemble saved for the same file (and code) before; the
     ensemble is keyed by its file for :func:`load_packed`, and saved when it was loaded (not
-    where the file changed between its key and its load: the key would not be of its bytes)."""
+    where the file changed between its key and its load: the key would not be of its bytes).
+    Its key is noted under the file's identity (:func:`saved`)."""
     before = _identity(model)
     key = file_key(model, min_bytes)
     ensemble = None if key is None else load(f"{key}.ensemble")
@@ -312,7 +332,61 @@ def load_ensemble(model: Any, min_bytes: int, load_model: Any) -> Any:
             store(f"{key}.ensemble", ensemble)
     if key is not None:
         _KEYS[ensemble] = key
+        _note(before, key)
     return ensemble
+
+
+def _note_path(identity: tuple | None) -> str | None:
+    """The note of a file identity (:func:`_identity`) under this code: where :func:`saved`
+    finds the key of the file's entry without reading the file."""
+    folder = _notes()
+    if identity is None or folder is None:
+        return None
+    name = hashlib.sha256(repr(identity).encode() + _code_key()).hexdigest()[:32]
+    return os.path.join(folder, f"{name}.key")
+
+
+def _notes() -> str | None:
+    """Where the notes of :func:`_note` are kept: ``distshap-build-notes`` beside
+    :func:`directory`."""
+    root = compile_cache.cache_dir()
+    return None if root is None else os.path.join(root, "distshap-build-notes")
+
+
+def _note(identity: tuple | None, key: str) -> None:
+    """Note ``key`` as the key of the file of ``identity`` (once; nothing where it cannot be
+    written)."""
+    path = _note_path(identity)
+    if path is None or _noted(path) == key:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        temporary = f"{path}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+        with open(temporary, "w") as fh:
+            fh.write(key)
+        os.replace(temporary, path)
+    except OSError:
+        pass
+
+
+def _noted(path: str) -> str | None:
+    try:
+        with open(path) as fh:
+            return fh.read(100).strip() or None
+    except OSError:
+        return None
+
+
+def saved(model: Any) -> bool:
+    """Whether the model file ``model`` has a saved ensemble, told without reading the file:
+    by the key :func:`load_ensemble` noted for the file as it is now (device, inode, size and
+    times) under this code, and that key's entry on disk (not checked yet: :func:`load` checks
+    it, and a model whose entry fails its checks is loaded as without it)."""
+    if directory() is None or not max_bytes():
+        return False
+    path = _note_path(_identity(model))
+    key = None if path is None else _noted(path)
+    return key is not None and os.path.exists(_path(f"{key}.ensemble"))
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -51,7 +51,7 @@ from distshap.inputs import (
     on_gpu,
 )
 from distshap.interventional import check_labels
-from distshap.kernels import resolve_backend
+from distshap.kernels import prepare, resolve_backend
 from distshap.kernels.margin import margin_model
 from distshap.layouts import (
     DEFAULT_LAYOUT,
@@ -229,7 +229,8 @@ class TreeExplainer(PairMethods, BanzhafMethods):
         feature_perturbation = resolve_perturbation(
             feature_perturbation, background is not None, model_output
         )
-        self.ensemble: Ensemble = load_ahead(model, backend)  # large files: kernels compiled ahead
+        gpu = prepare.start(model, backend, client, feature_perturbation)  # GPU ready meanwhile
+        self.ensemble: Ensemble = gpu.loaded(load_ahead(model, backend))  # kernels compiled ahead
         if missing is not None:
             self.ensemble = replace(self.ensemble, missing_value=float(missing))
         self._build_options = options
@@ -253,6 +254,7 @@ class TreeExplainer(PairMethods, BanzhafMethods):
         if self._user_feature_names is not None:
             self.data_feature_names = list(self._user_feature_names)
         self._models[None] = _Model(self.packed, self.background)
+        gpu.packed(self.packed)  # its device model made in the background
 
     def _count_covers(self, rows: Any, data: Any) -> None:
         """shap's tree-path-dependent explainer with data: the trees weighted by the rows

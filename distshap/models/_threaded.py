@@ -42,7 +42,7 @@ import numba
 import numpy as np
 from numba import njit
 
-from distshap import compile_cache
+from distshap import build_cache, compile_cache
 from distshap.parallel import run_ranges
 from distshap.plan.config import get_config
 
@@ -189,8 +189,11 @@ def start_warm_up(path: str | os.PathLike[str] | None = None) -> None:
 
     Once a process, and only for a model file of more than ``large_model_file_bytes`` bytes
     (:class:`~distshap.plan.config.Config`) when ``path`` is given (smaller models never call the
-    compiled functions). The loader goes on at once; its own first call waits for the thread where
-    the two meet (Numba's compiler lock). Whatever fails here is left to that call, which raises it.
+    compiled functions), and not for a file whose build is saved
+    (:func:`distshap.build_cache.saved`: the saved ensemble is mapped back, the loader does not
+    run; if it runs after all, its own call here starts the thread). The loader goes on at once;
+    its own first call waits for the thread where the two meet (Numba's compiler lock).
+    Whatever fails here is left to that call, which raises it.
     """
     global _warm_up_started
     if path is not None:
@@ -199,6 +202,8 @@ def start_warm_up(path: str | os.PathLike[str] | None = None) -> None:
                 return
         except (OSError, TypeError, ValueError):
             return  # not a file: the loader says what is wrong with it
+        if build_cache.saved(path):
+            return
     with _warm_up_lock:
         if _warm_up_started:
             return

@@ -33,6 +33,7 @@ import numpy as np
 from numba import cuda
 
 from distshap.compile_cache import wait_ahead
+from distshap.kernels import prepare
 from distshap.kernels.cuda.runtime import device
 from distshap.kernels.cuda.runtime.caches import cached_model
 from distshap.kernels.cuda.runtime.device import device_id, stream
@@ -302,9 +303,11 @@ def device_model(packed: PackedModel) -> DeviceModel:
     """The :class:`DeviceModel` of ``packed`` on the current device under the configuration in
     force (:func:`distshap.plan.config.get_config`): made once, then kept in the one cache
     (:mod:`.caches`, keyed by ``(packed.digest, device id, configuration)``); a model without a
-    digest is copied on every call."""
+    digest is copied on every call. Waits first for the GPU preparations under way
+    (:func:`distshap.kernels.prepare.wait`), which may have made it already."""
     if not isinstance(packed, PackedModel):
         raise TypeError(f"expected a PackedModel, got {type(packed).__name__}")
+    prepare.wait()  # an explainer's GPU preparation under way: its model, kernels and context
     device, config = device_id(), get_config()
 
     def build() -> DeviceModel:

@@ -1,0 +1,112 @@
+"""The stages of a GPU preparation (:mod:`distshap.kernels.prepare`), each run in its thread.
+
+* :func:`context`: the CUDA backend imported (importing this module does it), the context
+  made, CuPy started on it, and the kernels a first SHAP call launches on a model of any shape
+  loaded (:data:`ANY_SHAPE`);
+* :func:`kernels`: the kernels of the loaded ensemble's shape
+  (:func:`~.ptx.shap_kernel_names`), once the helpers compiling them ahead are done
+  (:func:`distshap.compile_cache.wait_ahead`);
+* :func:`device_model`: the packed model's device model (:func:`.model.device_model`), its
+  SHAP plan (tables filled on the device) and the additivity check's margin arrays, every
+  launch finished.
+
+A kernel is loaded as a launch loads it: the dispatcher's ``compile`` for the launch's argument
+types (from Numba's disk cache, else compiled and saved there), then bound to the context.
+Under the CUDA simulator nothing is loaded (its kernels are Python).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+from distshap import compile_cache
+from distshap.kernels import cuda_available
+from distshap.kernels.cuda import traversal
+from distshap.kernels.cuda.runtime import model as runtime_model
+from distshap.kernels.cuda.runtime import ptx
+from distshap.kernels.cuda.runtime.device import SIM, device_id, xp
+
+__all__ = ["ANY_SHAPE", "context", "device_model", "kernels", "load_kernels", "longest_path"]
+
+#: Kernels a SHAP call on any model taking the lane route launches (:func:`.ptx.shap_kernel_names`).
+ANY_SHAPE = ("lane_fill_kernel", "fill_shap_tables_kernel", "finish_kernel", *ptx.MARGIN_KERNELS)
+
+
+def context(backend: str, path_dependent: bool) -> bool:
+    """The first stage: the context, CuPy on it and, for a tree-path-dependent explainer
+    (``path_dependent``), the kernels of :data:`ANY_SHAPE`; False, and nothing made, for the
+    ``"auto"`` backend where no GPU is visible."""
+    _numba_main_thread()
+    if backend == "auto" and not cuda_available():
+        return False
+    cuda.current_context()  # made meanwhile by the driver's thread (or here)
+    device_id()  # CuPy's runtime on the same (primary) context
+    cp = xp()
+    cp.ascontiguousarray(cp.zeros((2, 2), np.float32).T)  # CuPy's copy, as a call copies rows
+    if path_dependent:
+        load_kernels(ANY_SHAPE)
+    return True
+
+
+def _numba_main_thread() -> None:
+    """Numba's CUDA runtime takes the thread that imports it for the one whose
+    ``numba.cuda.close()`` destroys the contexts: the process's main thread, as where the
+    backend is imported in it, not this one."""
+    from numba.cuda.cudadrv import devices
+
+    runtime = getattr(devices, "_runtime", None)
+    first = getattr(runtime, "_mainthread", None)
+    if isinstance(first, threading.Thread) and first.name.startswith("distshap-gpu"):
+        runtime._mainthread = threading.main_thread()
+
+
+def kernels(ensemble: Any) -> None:
+    """The second stage: the kernels of the shape of ``ensemble`` (an
+    :class:`~distshap.models.Ensemble`) not loaded by the first."""
+    compile_cache.wait_ahead(module=runtime_model.AHEAD_MODULE)
+    names = ptx.shap_kernel_names(ensemble.num_features, ensemble.num_groups,
+                                  longest_path(ensemble))  # fmt: skip
+    load_kernels([name for name in names if name not in ANY_SHAPE])
+
+
+def device_model(packed: Any) -> None:
+    """The last stage: ``packed``'s device model, SHAP plan and margin arrays."""
+    model = runtime_model.device_model(packed)
+    model.shap  # noqa: B018 - the plan, its tables filled on the device
+    if packed.margin is not None:
+        traversal.device_arrays(packed, model)
+    cuda.synchronize()
+
+
+def load_kernels(names: Any) -> None:
+    """Load (or compile) the kernels ``names`` of :func:`.ptx.shap_kernel_names` into the
+    current context, as their first launch would."""
+    if SIM:
+        return
+    from numba.core import sigutils
+
+    known = ptx._ahead_kernels()
+    for name in names:
+        kernel, signature = known[name]
+        argtypes, _ = sigutils.normalize_signature(signature)
+        kernel.compile(tuple(argtypes)).bind()  # the key a launch compiles and looks up
+
+
+def longest_path(ensemble: Any, most: int = 64) -> int:
+    """An upper bound of the distinct features of a path of ``ensemble``: the depth of its
+    deepest tree (counted up to ``most``), at most its feature count."""
+    left, right = np.asarray(ensemble.left), np.asarray(ensemble.right)
+    nodes = np.asarray(ensemble.tree_offsets[:-1], np.int64)
+    depth = 0
+    while depth < most:
+        nodes = nodes[(nodes >= 0) & (nodes < left.shape[0])]
+        nodes = nodes[left[nodes] >= 0]
+        if nodes.size == 0:
+            break
+        depth += 1
+        nodes = np.concatenate((left[nodes], right[nodes])).astype(np.int64)
+    return min(depth, int(ensemble.num_features))
