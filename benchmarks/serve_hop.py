@@ -1,24 +1,24 @@
 """Where a batch's round trip through a front and a device process goes, stage by stage.
 
-A front's :class:`~distshap.serve.batching.BatchQueue` and
-:class:`~distshap.serve.device_process.DeviceExecutor` run in this process on an asyncio loop,
-as in a server's front; ``--clients`` coroutines each queue one ``--rows``-row request, wait
-for its answer and queue the next, for ``--seconds``. A device process (spawned, a
+``--fronts`` fronts, each a :class:`~distshap.serve.batching.BatchQueue` and a
+:class:`~distshap.serve.device_process.DeviceExecutor` with its own pipe, run in this process
+on one asyncio loop (a server's fronts are processes of their own); ``--clients`` coroutines,
+spread over the fronts, each queue one ``--rows``-row request, wait for its answer and queue
+the next, for ``--seconds``. A device process (spawned, a
 :class:`~distshap.serve.device_process.DeviceLoop` with ``--slots`` runner threads) runs
 every batch on a stand-in explainer whose call holds the GIL for ``--hold-us`` microseconds
 (host work of a call: busy Python) then waits ``--wait-us`` without it (a GPU's kernels).
 Each batch is stamped (``time.perf_counter``: the system's monotonic clock, the same in both
 processes) at:
 
-submit (the front's loop hands it to the executor), written (the front's sender thread wrote
-it), received (the device process's reader put it in the waiting list), taken (a runner took
-it, merged with the others waiting), call start / call end (the stand-in explainer), answered
-(its answer written), read (the front's reader settled its Future), resumed (the front's loop
-ran the request's answer).
+submit (the front's loop hands it to the executor), received (the device process's reader put
+it in the waiting list), taken (a runner took it, merged with the others waiting), call start
+/ call end (the stand-in explainer), answered (its answer made, about to be written), read
+(the front's reader settled its Future), resumed (the front's loop ran the request's answer).
 
 The medians of each step's microseconds are printed, with a request's median latency, the
-requests a second, batches a device call and calls a second, for each ``--slots`` and
-``--in-flight`` given (a device process for each).
+requests a second, batches a device call and calls a second, for each ``--slots``,
+``--overlap-rows`` and ``--in-flight`` given (a device process for each).
 
 :func:`front_cpu` and :func:`pipe_cpu` (``benchmarks.serve --front-cpu`` and ``--pipe-cpu``)
 measure the front's CPU a request without sockets, and a front's CPU and wall time a round
@@ -26,13 +26,14 @@ trip to a device process whose values are zeros, one batch after the other.
 
 Usage::
 
-    python -m benchmarks.serve_hop --clients 1,4 --slots 1,2 --in-flight 2 --seconds 2
+    python -m benchmarks.serve_hop --clients 1,16 --slots 1,2 --overlap-rows 0,2048 --seconds 2
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import multiprocessing
 import os
@@ -44,7 +45,7 @@ import time
 
 import numpy as np
 
-_STEPS = ("submit", "written", "received", "taken", "call_start", "call_end", "answered", "read",
+_STEPS = ("submit", "received", "taken", "call_start", "call_end", "answered", "read",
           "resumed")  # fmt: skip
 _FEATURES = 8
 
@@ -69,20 +70,25 @@ class _Standin:
         return np.zeros((len(rows), _FEATURES + 1), np.float32)
 
 
-def _device(conn, slots: int, hold: float, wait: float, path: str) -> None:
-    """The device process: a stamped DeviceLoop until the front says goodbye; stamps to
-    ``path`` (JSON, {id: {step: seconds}})."""
+def _device(conns: list, slots: int, overlap: int, hold: float, wait: float, path: str) -> None:
+    """The device process: a stamped DeviceLoop until every front says goodbye; stamps to
+    ``path`` (JSON, {"front id": {step: seconds}})."""
     from collections import deque
 
     from distshap.serve import device_process as dp
+    from distshap.serve import wire
     from distshap.serve.registry import Resident
 
     stamps: dict = {}
     standin = _Standin(hold, wait)
+    front = {conn: i for i, conn in enumerate(conns)}
+
+    def own(conn, ident: int) -> dict:
+        return stamps.setdefault(f"{front[conn]} {ident}", {})
 
     class Stamped(deque):
         def append(self, item) -> None:
-            stamps.setdefault(item.ident, {})["received"] = time.perf_counter()
+            own(item.conn, item.ident)["received"] = time.perf_counter()
             super().append(item)
 
     class Loop(dp.DeviceLoop):
@@ -90,7 +96,7 @@ def _device(conn, slots: int, hold: float, wait: float, path: str) -> None:
             items = super()._next_call()
             now = time.perf_counter()
             for item in items:
-                stamps[item.ident]["taken"] = now
+                own(item.conn, item.ident)["taken"] = now
             self._pending = Stamped(self._pending)
             return items
 
@@ -98,27 +104,27 @@ def _device(conn, slots: int, hold: float, wait: float, path: str) -> None:
             standin.local.span = (float("nan"), float("nan"))
             super()._run(items)
             for item in items:
-                stamps[item.ident]["call_start"], stamps[item.ident]["call_end"] = (
-                    standin.local.span
-                )
+                mine = own(item.conn, item.ident)
+                mine["call_start"], mine["call_end"] = standin.local.span
 
         def _send(self, conn, parts) -> None:
+            ident = wire.ANSWER.unpack_from(parts[0])[0]
+            if ident != wire.BYE:
+                own(conn, ident)["answered"] = time.perf_counter()
             super()._send(conn, parts)
-            ident = dp._ANSWER.unpack_from(parts[0])[0]
-            if ident != dp._BYE:
-                stamps[ident]["answered"] = time.perf_counter()
 
-    loop = Loop([Resident("standin", standin)], [conn], slots)
+    loop = Loop([Resident("standin", standin)], conns, slots, overlap_rows=overlap)
     loop._pending = Stamped()
     loop.run()
     with open(path, "w") as f:
         json.dump(stamps, f)
 
 
-async def _load(queue, clients: int, rows: np.ndarray, seconds: float, out: list) -> None:
+async def _load(queues: list, clients: int, rows: np.ndarray, seconds: float, out: list) -> None:
+    """``clients`` coroutines over ``queues`` (round robin), each a request at a time."""
     loop = asyncio.get_running_loop()
 
-    async def client() -> None:
+    async def client(queue) -> None:
         stop = time.perf_counter() + seconds
         while time.perf_counter() < stop:
             done = loop.create_future()
@@ -128,43 +134,22 @@ async def _load(queue, clients: int, rows: np.ndarray, seconds: float, out: list
             assert err is None, err
             out.append(time.perf_counter() - t0)
 
-    await asyncio.gather(*(client() for _ in range(clients)))
+    await asyncio.gather(*(client(queues[i % len(queues)]) for i in range(clients)))
 
 
-def _one(clients: int, slots: int, in_flight: int, n: int, args) -> dict:
-    """One device process and one front's load -> the medians of each step (us) and rates."""
-    from distshap.serve import device_process as dp
-    from distshap.serve.batching import BatchQueue
-    from distshap.serve.registry import Resident
-
-    ctx = multiprocessing.get_context("spawn")
-    ours, theirs = ctx.Pipe(duplex=True)
-    path = tempfile.mktemp(suffix=".json")
-    device = ctx.Process(target=_device, daemon=True, args=(theirs, slots, args.hold_us / 1e6,
-                                                            args.wait_us / 1e6, path))  # fmt: skip
-    device.start()
-    theirs.close()
-    stamps: dict = {}
-    write = dp._write
-
-    def stamped_write(fd, parts) -> None:  # the front's sender thread
-        write(fd, parts)
-        if len(parts[0]) == dp._BATCH.size:
-            stamps.setdefault(dp._BATCH.unpack(parts[0])[0], {})["written"] = time.perf_counter()
-
-    dp._write = stamped_write
-    resident = Resident("standin", _Standin(0, 0))
-    executor = dp.DeviceExecutor([ours], [resident], in_flight)
+def _stamped(executor, front: int, stamps: dict, loop) -> None:
+    """Stamp ``executor``'s batches at submit, read (its reader thread) and resumed (the
+    loop runs what the reader handed it)."""
     submit, ids = executor.submit, iter(range(1, 1 << 62))
 
     def stamped_submit(resident, rows, output, k):
         ident = next(ids)  # the executor's own count, in step
         t0 = time.perf_counter()
         future = submit(resident, rows, output, k)
-        own = stamps.setdefault(ident, {})
+        own = stamps.setdefault(f"{front} {ident}", {})
         own["submit"] = t0
 
-        def settled(_) -> None:  # the reader thread; then the loop, as the queue's answer
+        def settled(_) -> None:
             own["read"] = time.perf_counter()
             loop.call_soon_threadsafe(lambda: own.__setitem__("resumed", time.perf_counter()))
 
@@ -172,21 +157,49 @@ def _one(clients: int, slots: int, in_flight: int, n: int, args) -> dict:
         return future
 
     executor.submit = stamped_submit
+
+
+def _one(clients: int, slots: int, overlap: int, in_flight: int, n: int, args) -> dict:
+    """One device process and ``--fronts`` fronts' load -> the medians of each step (us) and
+    rates."""
+    from distshap.serve import device_process as dp
+    from distshap.serve.batching import BatchQueue
+    from distshap.serve.registry import Resident
+
+    ctx = multiprocessing.get_context("spawn")
+    pairs = [ctx.Pipe(duplex=True) for _ in range(args.fronts)]
+    path = tempfile.mktemp(suffix=".json")
+    work = (args.hold_us / 1e6, args.wait_us / 1e6)
+    device = ctx.Process(target=_device, daemon=True,
+                         args=([t for _, t in pairs], slots, overlap, *work, path))  # fmt: skip
+    device.start()
+    for _, theirs in pairs:
+        theirs.close()
+    stamps: dict = {}
+    resident = Resident("standin", _Standin(0, 0))
+    rows = np.zeros((n, _FEATURES), np.float32)
+    executors = [dp.DeviceExecutor([ours], [resident], in_flight) for ours, _ in pairs]
+    loop = asyncio.new_event_loop()
+    for front, executor in enumerate(executors):
+        _stamped(executor, front, stamps, loop)
+    for executor in executors:  # the device process started and answering
+        executor.submit(resident, rows, "shap_values", 0).result(60)
+    stamps.clear()
     latencies: list[float] = []
 
     async def main() -> None:
-        queue = BatchQueue(resident, "shap_values", 0, executor, args.max_batch_rows,
-                           args.max_wait_ms / 1e3, 1 << 24)  # fmt: skip
-        await _load(queue, clients, np.zeros((n, _FEATURES), np.float32), args.seconds, latencies)
+        queues = [BatchQueue(resident, "shap_values", 0, executor, args.max_batch_rows,
+                             args.max_wait_ms / 1e3, 1 << 24)
+                  for executor in executors]  # fmt: skip
+        await _load(queues, clients, rows, args.seconds, latencies)
 
-    loop = asyncio.new_event_loop()
     loop.run_until_complete(main())
     loop.close()
-    executor.close()
+    for executor in executors:
+        executor.close()
     device.join(30)
-    dp._write = write
     with open(path) as f:
-        far = {int(k): v for k, v in json.load(f).items()}
+        far = json.load(f)
     os.unlink(path)
     return _summary(stamps, far, latencies, args.seconds)
 
@@ -311,6 +324,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clients", type=ints, default=[1, 4])
     parser.add_argument("--slots", type=ints, default=[1, 2])
     parser.add_argument("--in-flight", type=ints, default=[2])
+    parser.add_argument("--fronts", type=int, default=4, help="fronts (one loop, this process)")
+    parser.add_argument("--overlap-rows", type=ints, default=[0, 2048])
     parser.add_argument("--rows", type=int, default=1)
     parser.add_argument("--hold-us", type=float, default=800.0)
     parser.add_argument("--wait-us", type=float, default=200.0)
@@ -319,12 +334,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=2.0)
     args = parser.parse_args(argv)
     for clients in args.clients:
-        for slots in args.slots:
-            for in_flight in args.in_flight:
-                r = _one(clients, slots, in_flight, args.rows, args)
-                print(f"clients {clients} slots {slots} in-flight {in_flight}: "
-                      + ", ".join(f"{k} {v:,.0f}" if v >= 10 else f"{k} {v:.2f}"
-                                  for k, v in r.items()), flush=True)  # fmt: skip
+        for slots, overlap, in_flight in itertools.product(args.slots, args.overlap_rows,
+                                                           args.in_flight):  # fmt: skip
+            r = _one(clients, slots, overlap, in_flight, args.rows, args)
+            print(f"clients {clients} slots {slots} overlap-rows {overlap} in-flight "
+                  f"{in_flight}: " + ", ".join(f"{k} {v:,.0f}" if v >= 10 else f"{k} {v:.2f}"
+                                               for k, v in r.items()), flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

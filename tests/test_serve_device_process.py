@@ -212,7 +212,7 @@ def test_each_batch_goes_to_the_least_loaded_device(files, residents):
         thread.join(10)
 
 
-def test_in_flight_sets_a_fronts_batches_on_each_device_and_is_checked_first(files, residents):
+def test_in_flight_sets_a_fronts_batches_on_each_device_and_settings_are_checked(files, residents):
     for in_flight, slots in ((None, 4), (3, 6)):  # on each of 2 device processes; default 2
         loops, (front,), _ = _wire(1, [residents, residents], in_flight=in_flight)
         threads = [_start(loop) for loop in loops]
@@ -233,17 +233,70 @@ def test_in_flight_sets_a_fronts_batches_on_each_device_and_is_checked_first(fil
     model = f"bin={files['bin']}"  # refused before any process starts
     with pytest.raises(ValueError, match="in_flight=0: give the batches a front keeps"):
         serve([model], port=0, processes=2, backend="cpu", device_processes=1, in_flight=0)
-    with pytest.raises(ValueError, match="in_flight=3: .* this group has none; leave it out"):
-        serve([model], port=0, processes=2, backend="cpu", in_flight=3)
-    with pytest.raises(ValueError, match="in_flight=3: .* one process has none"):
-        serve([model], port=0, backend="cpu", in_flight=3)
-    model = f"bin={files['bin']}"
-    with pytest.raises(ValueError, match="in_flight=0: give the batches a front keeps"):
-        serve([model], port=0, processes=2, backend="cpu", device_processes=1, in_flight=0)
-    with pytest.raises(ValueError, match="in_flight=3: .* this group has none; leave it out"):
-        serve([model], port=0, processes=2, backend="cpu", in_flight=3)
-    with pytest.raises(ValueError, match="in_flight=3: .* one process has none"):
-        serve([model], port=0, backend="cpu", in_flight=3)
+    with pytest.raises(ValueError, match="overlap_rows=-1: give the rows that wait before"):
+        serve([model], port=0, processes=2, backend="cpu", device_processes=1, overlap_rows=-1)
+    for name in ("in_flight", "overlap_rows"):
+        with pytest.raises(ValueError, match=f"{name}=3: a setting of device processes, and "
+                           "this group has none; leave it out"):  # fmt: skip
+            serve([model], port=0, processes=2, backend="cpu", **{name: 3})
+        with pytest.raises(ValueError, match=f"{name}=3: .* one process has none"):
+            serve([model], port=0, backend="cpu", **{name: 3})
+
+
+class _Echo:
+    """An explainer whose values are its rows doubled (every byte of them checked)."""
+
+    def shap_values(self, rows):
+        return rows * 2
+
+
+def test_a_batch_larger_than_the_pipe_holds_is_written_whole_and_before_the_next():
+    echo = [Resident("echo", _Echo())]
+    loops, (front,), _ = _wire(1, [echo])
+    big = np.arange(4 << 20, dtype=np.float32).reshape(-1, 4)  # 16 MiB: more than the pipe holds
+    small = np.full((3, 4), 7, dtype=np.float32)
+    try:
+        first = front.submit(echo[0], big, "shap_values", 0)
+        link = front._links[0]
+        assert link.sending or link.outbox  # the rest of it is the sender's
+        second = front.submit(echo[0], small, "shap_values", 0)  # behind it, not written now
+        thread = _start(loops[0])
+        assert same_bits(first.result(60)["shap_values"], big * 2)
+        assert same_bits(second.result(60)["shap_values"], small * 2)
+    finally:
+        front.close()
+    thread.join(10)
+
+
+def test_a_call_starts_beside_a_running_one_once_overlap_rows_wait(files, residents):
+    gate = _Gate()
+    held = [*residents, Resident("gate", gate)]
+    ctx = multiprocessing.get_context("spawn")
+    ours, theirs = ctx.Pipe(duplex=True)
+    loop = DeviceLoop(held, [theirs], slots=2, overlap_rows=50)
+    front = DeviceExecutor([ours], held, in_flight=4)
+    thread = _start(loop)
+    X = files["X"]
+    try:
+        busy = front.submit(held[2], X[:1], "shap_values", 0)
+        assert gate.entered.wait(30)
+        few = front.submit(held[0], X[:10], "shap_values", 0)
+        time.sleep(0.3)  # 10 rows wait: no call beside the running one
+        assert not few.done() and loop.stats["batches"] == 0
+        more = front.submit(held[0], X[10:55], "shap_values", 0)  # 55 rows wait: a call starts
+        want = explain_block(held[0], X[:55], "shap_values", 0)["shap_values"]
+        assert same_bits(few.result(30)["shap_values"], want[:10])
+        assert same_bits(more.result(30)["shap_values"], want[10:55])
+        assert not busy.done() and loop.stats == {"calls": 1, "rows": 55, "merged": 1,
+                                                  "batches": 2}  # fmt: skip
+        gate.open.set()
+        assert busy.result(30)["shap_values"].shape == (1, 2)
+    finally:
+        gate.open.set()
+        front.close()
+    thread.join(10)
+    with pytest.raises(ValueError, match="overlap_rows=1.5: give the rows that wait before"):
+        DeviceLoop(held, [], overlap_rows=1.5)
 
 
 def test_a_device_that_dies_fails_its_batches_and_new_ones_with_503(files, residents):

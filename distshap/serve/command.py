@@ -40,6 +40,7 @@ def serve(
     processes: int = 1,
     device_processes: int | None = None,
     in_flight: int | None = None,
+    overlap_rows: int | None = None,
     **options: Any,
 ) -> ExplanationServer | ServerGroup:
     """Start an explanation server (in a background thread) over ``models``.
@@ -70,6 +71,10 @@ def serve(
     in_flight : int, optional
         With device processes: batches each front keeps in flight on each device process
         (default 2; more lets a device process merge more of them into one call).
+    overlap_rows : int, optional
+        With device processes: rows that wait before a device process starts a call beside
+        one that runs (default 2048; 0: as soon as one of its ``slots`` is free; fewer rows
+        wait for the running call and run merged after it).
     **options
         Fields of :class:`~distshap.serve.server.ServeOptions` (``port=0``: any free port).
 
@@ -82,7 +87,7 @@ def serve(
     ------
     ValueError
         ``processes`` < 1, or > 1 with a cluster other processes cannot reach;
-        ``in_flight`` without device processes.
+        ``in_flight`` or ``overlap_rows`` without device processes.
     """
     specs = [parse_model_spec(m) if isinstance(m, str) else m for m in models]
     if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
@@ -96,12 +101,13 @@ def serve(
             )
         group = ServerGroup(specs, processes, ServeOptions(**options), backend=backend,
                             slots=slots, scheduler=scheduler,
-                            device_processes=device_processes, in_flight=in_flight)  # fmt: skip
+                            device_processes=device_processes, in_flight=in_flight,
+                            overlap_rows=overlap_rows)  # fmt: skip
         return group.start() if start else group
-    if in_flight is not None:
-        raise ValueError(f"in_flight={in_flight!r}: batches in flight on device processes, "
-                         "and one process has none; give processes > 1 or "
-                         "device_processes")  # fmt: skip
+    for name, value in (("in_flight", in_flight), ("overlap_rows", overlap_rows)):
+        if value is not None:
+            raise ValueError(f"{name}={value!r}: a setting of device processes, and one process "
+                             "has none; give processes > 1 or device_processes")  # fmt: skip
     server = build_server(specs, ServeOptions(**options), client=client, backend=backend,
                           slots=1 if slots is None else slots)  # fmt: skip
     return server.start() if start else server
@@ -154,6 +160,10 @@ def add_parser(sub: Any) -> None:
                    help="with device processes: batches each server process keeps in flight on "
                    "each device process (default 2; more lets a device process merge more of "
                    "them into one call)")  # fmt: skip
+    p.add_argument("--overlap-rows", type=int, metavar="N",
+                   help="with device processes: rows that wait before a device process starts a "
+                   "call beside one that runs (default 2048; 0: as soon as a slot is free; "
+                   "fewer wait for the running call and run merged after it)")  # fmt: skip
     d = ServeOptions()
     for flag, kind, default, text in (
         ("--max-batch-rows", int, d.max_batch_rows, "rows of a batch at most"),
@@ -214,7 +224,7 @@ def run_command(args: argparse.Namespace) -> int:
         server = serve(specs, client=client, backend=args.backend, start=grouped,
                        slots=args.slots, processes=args.processes,
                        device_processes=args.device_processes, in_flight=args.in_flight,
-                       **options)  # fmt: skip
+                       overlap_rows=args.overlap_rows, **options)  # fmt: skip
         stop = lambda *_: threading.Thread(target=server.drain, daemon=True).start()  # noqa: E731
         previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
         print(f"distshap serve: {_where(server, specs, client)}", file=sys.stderr, flush=True)

@@ -7,19 +7,25 @@ is joined to each device process by one duplex pipe (a socket pair). A batch tra
 small fixed header (id, model, output, dtype, ``k``, shape) then its rows' raw bytes, written
 with one ``writev`` and read straight into the array that holds them; an answer as a header
 naming its tensors (name, dtype, shape) then each tensor's raw bytes, or an error's type and
-message: no array is pickled or copied on the way. A front may have several batches in flight
-on one pipe (the ids pair them with their answers).
+message (:mod:`~distshap.serve.wire`): no array is pickled or copied on the way. A front may
+have several batches in flight on one pipe (the ids pair them with their answers).
 
 A device process (:class:`DeviceLoop`) reads each pipe on a thread of its own and runs
 batches on ``slots`` others: each takes the oldest batch waiting and every other waiting batch
 of the same model, output, ``k`` and dtype, up to ``merge_rows`` rows, runs them as ONE call of
 :func:`~distshap.serve.backends.explain_block` (rows concatenated) and sends each front its
-rows' part. A row's values do not depend on the rows beside it, so every answer equals its
-rows run alone, bit for bit. While one batch runs, the next is read and joined.
+rows' part. While a call runs, another starts only once ``overlap_rows`` rows wait: a call's
+host work holds the interpreter, so two small calls side by side take turns on it (each lasts
+about as long as both), where their rows wait for the running call to end and then run as one
+merged call; a large call's host work overlaps the other's kernels. A row's values do not
+depend on the rows beside it, so every answer equals its rows run alone, bit for bit. While
+one batch runs, the next is read and joined.
 
 A front's :class:`DeviceExecutor` sends each batch to the live device process with the fewest
-rows in flight. When a device process exits, its batches in flight fail at once with
-:class:`~distshap.serve.backends.NoWorkerError` (the server's 503), and so does every new one.
+rows in flight, written by the thread that submits it when the pipe takes it at once (a sender
+thread writes what it does not take). When a device process exits, its batches in flight fail
+at once with :class:`~distshap.serve.backends.NoWorkerError` (the server's 503), and so does
+every new one.
 """
 
 from __future__ import annotations
@@ -29,8 +35,8 @@ import json
 import logging
 import multiprocessing
 import os
-import queue
 import signal
+import socket
 import struct
 import sys
 import threading
@@ -42,40 +48,41 @@ import numpy as np
 
 from distshap.parallel import THREADS_VARIABLE
 from distshap.serve.backends import NoWorkerError, explain_block
-from distshap.serve.registry import OUTPUTS, PAIRS_OUTPUT, Registry, Resident
+from distshap.serve.registry import Registry, Resident
+from distshap.serve.wire import (
+    ANSWER,
+    BATCH,
+    BYE,
+    DTYPE_CODE,
+    DTYPES,
+    OUTPUT_NAMES,
+    TENSOR,
+    TENSOR_NAMES,
+    answer_parts,
+    read_array,
+    read_bytes,
+    write_parts,
+)
 
 __all__ = [
     "IN_FLIGHT",
+    "OVERLAP_ROWS",
     "DeviceExecutor",
     "DeviceLoop",
     "check_in_flight",
+    "check_overlap_rows",
     "device_main",
     "read_device_stats",
 ]
 
 log = logging.getLogger("distshap.serve")
 
-#: Output names as their index in a header.
-_OUTPUTS = tuple(OUTPUTS)
-#: Tensor names of an answer as their index in a header.
-_TENSORS = (*OUTPUTS, PAIRS_OUTPUT)
-#: Dtypes of rows and tensors as their index in a header.
-_DTYPES = tuple(np.dtype(t) for t in ("<f4", "<f8", "<i4", "<i8"))
-_DTYPE_CODE = {dtype: i for i, dtype in enumerate(_DTYPES)}
-#: A batch: id, model (its index in the group's specs), output, dtype, k, rows, features.
-_BATCH = struct.Struct("<QHBBIII")
-#: An answer: id, status (0: values, 1: error), tensors, bytes of the tensors' descriptions
-#: (or of the error) that follow, then the tensors' data.
-_ANSWER = struct.Struct("<QBBI")
-#: A tensor of an answer: name, dtype, dimensions (then one uint32 a dimension).
-_TENSOR = struct.Struct("<BBB")
-#: The id of the goodbye a front sends on closing (the device process answers it and drops
-#: the pipe); batch ids start at 1.
-_BYE = 0
 #: Rows a merged call holds at most.
 MERGE_ROWS = 1 << 17
 #: Batches a front keeps in flight on each device process.
 IN_FLIGHT = 2
+#: Rows that wait before a call starts beside one that runs.
+OVERLAP_ROWS = 2048
 #: Seconds between two writes of a device process's counters.
 _STATS_SECONDS = 0.5
 #: Seconds :meth:`DeviceExecutor.close` waits for answers still due, then for its threads.
@@ -89,56 +96,6 @@ class _Item:
 
     def __init__(self, conn: Connection, ident: int, key: tuple, rows: np.ndarray) -> None:
         self.conn, self.ident, self.key, self.rows = conn, ident, key, rows
-
-
-def _write(fd: int, parts: list) -> None:
-    """Write every byte of ``parts`` (bytes, or C-contiguous arrays) to ``fd``."""
-    views = [memoryview(p).cast("B") for p in parts if len(p) and getattr(p, "size", 1)]
-    while views:
-        sent = os.writev(fd, views)
-        while views and sent >= len(views[0]):
-            sent -= len(views.pop(0))
-        if sent:
-            views[0] = views[0][sent:]
-
-
-def _read_into(fd: int, view: memoryview) -> None:
-    """Fill ``view`` (bytes) from ``fd``; EOFError when the other end is closed first."""
-    got, size = 0, len(view)
-    while got < size:
-        n = os.readv(fd, [view[got:]])
-        if n == 0:
-            raise EOFError("the other end of the pipe is closed")
-        got += n
-
-
-def _read(fd: int, size: int) -> bytearray:
-    out = bytearray(size)
-    _read_into(fd, memoryview(out))
-    return out
-
-
-def _array(fd: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
-    """An array of ``shape`` read from ``fd`` (its raw bytes)."""
-    out = np.empty(shape, dtype=dtype)
-    if out.size:
-        _read_into(fd, memoryview(out).cast("B"))
-    return out
-
-
-def _answer(ident: int, values: dict | None, err: BaseException | None, a: int, b: int) -> list:
-    """What answers one batch: rows ``a:b`` of ``values``, or ``err``."""
-    if err is not None:
-        text = f"{type(err).__name__}\n{str(err).strip()[:2000]}".encode("utf-8", "replace")
-        return [_ANSWER.pack(ident, 1, 0, len(text)) + text]
-    head, arrays = [], []
-    for name, array in values.items():
-        part = np.ascontiguousarray(array[a:b])
-        head.append(_TENSOR.pack(_TENSORS.index(name), _DTYPE_CODE[part.dtype], part.ndim))
-        head.append(struct.pack(f"<{part.ndim}I", *part.shape))
-        arrays.append(part)
-    described = b"".join(head)
-    return [_ANSWER.pack(ident, 0, len(values), len(described)) + described, *arrays]
 
 
 class DeviceLoop:
@@ -155,13 +112,21 @@ class DeviceLoop:
         Batches run at once (2 on a GPU: one batch's host work overlaps the other's kernels).
     merge_rows : int
         Rows of a merged call at most.
+    overlap_rows : int
+        Rows that wait before a call starts while another runs (0: as soon as a slot is
+        free); with fewer, they wait for the running call to end and run merged.
     """
 
     def __init__(self, residents: list[Resident], conns: list[Connection], slots: int = 1,
-                 merge_rows: int = MERGE_ROWS) -> None:  # fmt: skip
+                 merge_rows: int = MERGE_ROWS,
+                 overlap_rows: int = OVERLAP_ROWS) -> None:  # fmt: skip
         if not isinstance(slots, int) or slots < 1:
             raise ValueError(f"slots={slots!r}: give the number of batches run at once, >= 1")
+        check_overlap_rows(overlap_rows)
         self.residents, self.slots, self.merge_rows = residents, slots, merge_rows
+        self.overlap_rows = overlap_rows
+        self._waiting_rows = 0
+        self._running = 0
         self._conns = list(conns)
         self._send_locks = {conn: threading.Lock() for conn in self._conns}
         self._pending: deque[_Item] = deque()
@@ -205,14 +170,15 @@ class DeviceLoop:
         fd = conn.fileno()
         try:
             while not self._stop.is_set():
-                head = _read(fd, _BATCH.size)
-                ident, model, output, dtype, k, n, features = _BATCH.unpack(head)
-                if ident == _BYE:
-                    self._send(conn, [_ANSWER.pack(_BYE, 0, 0, 0)])
+                head = read_bytes(fd, BATCH.size)
+                ident, model, output, dtype, k, n, features = BATCH.unpack(head)
+                if ident == BYE:
+                    self._send(conn, [ANSWER.pack(BYE, 0, 0, 0)])
                     return
-                rows = _array(fd, (n, features), _DTYPES[dtype])
+                rows = read_array(fd, (n, features), DTYPES[dtype])
                 with self._cond:
                     self._pending.append(_Item(conn, ident, (model, output, k, dtype), rows))
+                    self._waiting_rows += n
                     self._cond.notify()
         except (EOFError, OSError):  # the front exited
             return
@@ -224,18 +190,28 @@ class DeviceLoop:
     def _send(self, conn: Connection, parts: list) -> None:
         try:
             with self._send_locks[conn]:
-                _write(conn.fileno(), parts)
+                write_parts(conn.fileno(), parts)
         except (OSError, ValueError):  # the front exited: nobody waits for the answer
             pass
 
+    def _may_start(self) -> bool:
+        """Whether a call may start now (the condition's lock held)."""
+        if not self._pending:
+            return False
+        return not self._running or self._waiting_rows >= self.overlap_rows or not self._receiving
+
     def _runner(self) -> None:
+        ran = 0  # calls this runner has ended since it last held the lock
         while True:
             with self._cond:
-                while not self._pending and self._receiving:
+                self._running -= ran
+                while not self._may_start() and self._receiving:
                     self._cond.wait(0.5)
                 if not self._pending:
                     return
                 items = self._next_call()
+                self._running += 1
+            ran = 1
             self._run(items)
 
     def _next_call(self) -> list[_Item]:
@@ -250,6 +226,7 @@ class DeviceLoop:
             else:
                 kept.append(item)
         self._pending = kept
+        self._waiting_rows -= rows
         return items
 
     def _run(self, items: list[_Item]) -> None:
@@ -259,7 +236,7 @@ class DeviceLoop:
         values, err = None, None
         try:  # rows put together inside: a failure answers the batches, the slot runs on
             batch = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            values = explain_block(self.residents[model], batch, _OUTPUTS[output], k)
+            values = explain_block(self.residents[model], batch, OUTPUT_NAMES[output], k)
         except Exception as error:  # every front hears of it
             err = error
         with self._stats_lock:
@@ -271,9 +248,9 @@ class DeviceLoop:
         for item in items:
             stop = start + len(item.rows)
             try:
-                messages = _answer(item.ident, values, err, start, stop)
+                messages = answer_parts(item.ident, values, err, start, stop)
             except Exception as error:  # a tensor the header cannot name
-                messages = _answer(item.ident, None, error, start, stop)
+                messages = answer_parts(item.ident, None, error, start, stop)
             self._send(item.conn, messages)
             start = stop
 
@@ -301,6 +278,13 @@ def read_device_stats(folder: str, devices: int) -> dict:
     return out
 
 
+def check_overlap_rows(overlap_rows: object) -> None:
+    """ValueError unless ``overlap_rows`` is an int >= 0."""
+    if type(overlap_rows) is not int or overlap_rows < 0:
+        raise ValueError(f"overlap_rows={overlap_rows!r}: give the rows that wait before a call "
+                         "starts beside a running one, an int >= 0 (0: at once)")  # fmt: skip
+
+
 def check_in_flight(in_flight: object) -> None:
     """ValueError unless ``in_flight`` (a front's batches in flight on each device process) is
     an int >= 1."""
@@ -311,16 +295,58 @@ def check_in_flight(in_flight: object) -> None:
 
 class _Link:
     """A front's view of one device process: its pipe, the batches in flight on it (id ->
-    (Future, rows)) and the threads that send batches and read answers."""
+    (Future, rows)) and the threads that send batches and read answers.
+
+    A batch is written by the thread that submits it when nothing waits to be written before
+    it and the pipe takes it without blocking (no other thread woken); otherwise, or for the
+    rest of it, the sender thread writes it (``outbox``, in order; ``sending`` while it
+    writes one)."""
 
     def __init__(self, index: int, conn: Connection) -> None:
         self.index, self.conn = index, conn
         self.alive = True
         self.rows = 0
         self.in_flight: dict[int, tuple[Future, int]] = {}
-        self.outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.outbox: deque = deque()
+        self.sending = False
+        self.cond = threading.Condition()
+        self.sock = socket.socket(fileno=os.dup(conn.fileno()))
         self.sender: threading.Thread | None = None
         self.reader: threading.Thread | None = None
+
+    def put(self, job: tuple | list | None) -> None:
+        """Hand ``job`` (the parts of a message; None: the sender's end) to the sender."""
+        with self.cond:
+            self.outbox.append(job)
+            self.cond.notify()
+
+    def write(self, parts: tuple) -> None:
+        """Write ``parts`` now if nothing is ahead of them and the pipe takes them without
+        blocking; what is left goes to the sender. OSError: the device process is gone."""
+        with self.cond:
+            if not self.outbox and not self.sending:
+                views = [memoryview(p).cast("B") for p in parts if len(p) and getattr(p, "size", 1)]
+                try:
+                    sent = self.sock.sendmsg(views, [], socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    sent = 0
+                while views and sent >= len(views[0]):
+                    sent -= len(views.pop(0))
+                if not views:
+                    return
+                views[0] = views[0][sent:]
+                parts = views
+            self.outbox.append(parts)
+            self.cond.notify()
+
+    def take(self) -> tuple | list | None:
+        """The sender's next job (waits for one); marks the link as writing it."""
+        with self.cond:
+            self.sending = False
+            while not self.outbox:
+                self.cond.wait()
+            self.sending = True
+            return self.outbox.popleft()
 
 
 _REMOTE_ERRORS: dict[str, type] = {}
@@ -402,28 +428,31 @@ class DeviceExecutor:
             No device process is alive.
         """
         rows = np.ascontiguousarray(rows)
-        dtype = _DTYPE_CODE.get(rows.dtype)
+        dtype = DTYPE_CODE.get(rows.dtype)
         if dtype is None:
             raise TypeError(f"rows of dtype {rows.dtype}: send FP32, FP64, INT32 or INT64")
         n, features = rows.shape
         ident = next(self._ids)
-        head = _BATCH.pack(ident, self._index[resident], _OUTPUTS.index(output), dtype, k, n,
+        head = BATCH.pack(ident, self._index[resident], OUTPUT_NAMES.index(output), dtype, k, n,
                            features)  # fmt: skip
         future: Future = Future()
         with self._lock:
             link = self._pick()
             link.in_flight[ident] = (future, n)
             link.rows += n
-        link.outbox.put((head, rows))
+        try:
+            link.write((head, rows))
+        except OSError as err:  # the device process is gone: this batch fails with the others
+            self._lost(link, err)
         return future
 
     def _send_loop(self, link: _Link) -> None:
         while True:
-            job = link.outbox.get()
+            job = link.take()
             if job is None:
                 return
             try:
-                _write(link.conn.fileno(), job)
+                write_parts(link.conn.fileno(), job)
             except Exception as err:  # noqa: BLE001 - any failure: the link's batches fail now
                 self._lost(link, err)
                 return
@@ -438,20 +467,20 @@ class DeviceExecutor:
     def _read_one(self, link: _Link) -> bool:
         """Read one answer and settle its Future; False on the goodbye's answer."""
         fd = link.conn.fileno()
-        ident, status, count, size = _ANSWER.unpack(_read(fd, _ANSWER.size))
-        if ident == _BYE:
+        ident, status, count, size = ANSWER.unpack(read_bytes(fd, ANSWER.size))
+        if ident == BYE:
             return False
-        described = _read(fd, size)
+        described = read_bytes(fd, size)
         values, err = {}, None
         if status:
             err = _remote_error(described.decode("utf-8", "replace"))
         else:
             at = 0
             for _ in range(count):
-                name, dtype, ndim = _TENSOR.unpack_from(described, at)
-                shape = struct.unpack_from(f"<{ndim}I", described, at + _TENSOR.size)
-                at += _TENSOR.size + 4 * ndim
-                values[_TENSORS[name]] = _array(fd, shape, _DTYPES[dtype])
+                name, dtype, ndim = TENSOR.unpack_from(described, at)
+                shape = struct.unpack_from(f"<{ndim}I", described, at + TENSOR.size)
+                at += TENSOR.size + 4 * ndim
+                values[TENSOR_NAMES[name]] = read_array(fd, shape, DTYPES[dtype])
         with self._lock:
             future, n = link.in_flight.pop(ident)
             link.rows -= n
@@ -470,7 +499,7 @@ class DeviceExecutor:
             failed = list(link.in_flight.values())
             link.in_flight.clear()
             link.rows = 0
-        link.outbox.put(None)
+        link.put(None)
         if not self._closed:
             log.error("device process %d is gone (%s): its batches fail", link.index,
                       type(err).__name__)  # fmt: skip
@@ -489,12 +518,13 @@ class DeviceExecutor:
             deadline.wait(0.05)
         self._closed = True
         for link in self._links:
-            link.outbox.put((_BATCH.pack(_BYE, 0, 0, 0, 0, 0, 0),))
-            link.outbox.put(None)
+            link.put((BATCH.pack(BYE, 0, 0, 0, 0, 0, 0),))
+            link.put(None)
         for link in self._links:
             link.sender.join(_CLOSE_SECONDS)
             link.reader.join(_CLOSE_SECONDS)
             link.conn.close()
+            link.sock.close()
             self._lost(link, EOFError("closed"))
 
 
@@ -514,8 +544,8 @@ def _write_stats(loop: DeviceLoop, path: str, done: threading.Event) -> None:
 
 
 def device_main(index: int, specs: list, backend: str, gpu: str | None, conns: list,
-                pipe: Connection, slots: int, folder: str, level: int,
-                threads: int) -> None:  # fmt: skip
+                pipe: Connection, slots: int, folder: str, level: int, threads: int,
+                overlap_rows: int = OVERLAP_ROWS) -> None:  # fmt: skip
     """One device process of a group: load the models (on GPU ``gpu``: the only one this
     process sees; CPU kernels on ``threads`` threads unless ``DISTSHAP_NUM_THREADS`` is set),
     compile, serve the fronts' pipes until they close or SIGTERM, exit 0."""
@@ -528,7 +558,7 @@ def device_main(index: int, specs: list, backend: str, gpu: str | None, conns: l
         registry = Registry.from_specs(specs, backend=backend)
         residents = [model.resident for model in registry.models.values()]
         _warm(residents)
-        loop = DeviceLoop(residents, conns, slots)
+        loop = DeviceLoop(residents, conns, slots, overlap_rows=overlap_rows)
     except BaseException as err:
         pipe.send(("error", f"{type(err).__name__}: {str(err).strip()[:300]}"))
         sys.exit(1)

@@ -1,0 +1,104 @@
+"""The wire format between a server group's fronts and its device processes.
+
+A batch travels as a small fixed header (:data:`BATCH`: id, model, output, dtype, ``k``,
+shape) then its rows' raw bytes, written with one ``writev`` and read straight into the array
+that holds them; an answer as a header (:data:`ANSWER`) naming its tensors (:data:`TENSOR`:
+name, dtype, shape) then each tensor's raw bytes, or an error's type and message. No array is
+pickled or copied on the way.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import numpy as np
+
+from distshap.serve.registry import OUTPUTS, PAIRS_OUTPUT
+
+__all__ = [
+    "ANSWER",
+    "BATCH",
+    "BYE",
+    "DTYPES",
+    "DTYPE_CODE",
+    "OUTPUT_NAMES",
+    "TENSOR",
+    "TENSOR_NAMES",
+    "answer_parts",
+    "read_array",
+    "read_bytes",
+    "read_into",
+    "write_parts",
+]
+
+#: Output names as their index in a header.
+OUTPUT_NAMES = tuple(OUTPUTS)
+#: Tensor names of an answer as their index in a header.
+TENSOR_NAMES = (*OUTPUTS, PAIRS_OUTPUT)
+#: Dtypes of rows and tensors as their index in a header.
+DTYPES = tuple(np.dtype(t) for t in ("<f4", "<f8", "<i4", "<i8"))
+DTYPE_CODE = {dtype: i for i, dtype in enumerate(DTYPES)}
+#: A batch: id, model (its index in the group's specs), output, dtype, k, rows, features.
+BATCH = struct.Struct("<QHBBIII")
+#: An answer: id, status (0: values, 1: error), tensors, bytes of the tensors' descriptions
+#: (or of the error) that follow, then the tensors' data.
+ANSWER = struct.Struct("<QBBI")
+#: A tensor of an answer: name, dtype, dimensions (then one uint32 a dimension).
+TENSOR = struct.Struct("<BBB")
+#: The id of the goodbye a front sends on closing (the device process answers it and drops
+#: the pipe); batch ids start at 1.
+BYE = 0
+
+
+def write_parts(fd: int, parts: list) -> None:
+    """Write every byte of ``parts`` (bytes, or C-contiguous arrays) to ``fd``."""
+    views = [memoryview(p).cast("B") for p in parts if len(p) and getattr(p, "size", 1)]
+    while views:
+        sent = os.writev(fd, views)
+        while views and sent >= len(views[0]):
+            sent -= len(views.pop(0))
+        if sent:
+            views[0] = views[0][sent:]
+
+
+def read_into(fd: int, view: memoryview) -> None:
+    """Fill ``view`` (bytes) from ``fd``; EOFError when the other end is closed first."""
+    got, size = 0, len(view)
+    while got < size:
+        n = os.readv(fd, [view[got:]])
+        if n == 0:
+            raise EOFError("the other end of the pipe is closed")
+        got += n
+
+
+def read_bytes(fd: int, size: int) -> bytearray:
+    """``size`` bytes read from ``fd``."""
+    out = bytearray(size)
+    read_into(fd, memoryview(out))
+    return out
+
+
+def read_array(fd: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """An array of ``shape`` read from ``fd`` (its raw bytes)."""
+    out = np.empty(shape, dtype=dtype)
+    if out.size:
+        read_into(fd, memoryview(out).cast("B"))
+    return out
+
+
+def answer_parts(
+    ident: int, values: dict | None, err: BaseException | None, a: int, b: int
+) -> list:
+    """What answers one batch: rows ``a:b`` of ``values``, or ``err``."""
+    if err is not None:
+        text = f"{type(err).__name__}\n{str(err).strip()[:2000]}".encode("utf-8", "replace")
+        return [ANSWER.pack(ident, 1, 0, len(text)) + text]
+    head, arrays = [], []
+    for name, array in values.items():
+        part = np.ascontiguousarray(array[a:b])
+        head.append(TENSOR.pack(TENSOR_NAMES.index(name), DTYPE_CODE[part.dtype], part.ndim))
+        head.append(struct.pack(f"<{part.ndim}I", *part.shape))
+        arrays.append(part)
+    described = b"".join(head)
+    return [ANSWER.pack(ident, 0, len(values), len(described)) + described, *arrays]
