@@ -20,7 +20,7 @@ import functools
 import numpy as np
 from numba import cuda, types
 
-from distshap.kernels.cuda.runtime.args import configured
+from distshap.kernels.cuda.runtime.args import launch as launch_kernel
 from distshap.kernels.cuda.runtime.device import (
     LF_VALUE,
     LF_ZERO,
@@ -264,8 +264,8 @@ def launch_interaction_quadrature(model, plan, Xb, acc, scale, F1, stream) -> No
     """Run the quadrature launches of ``plan`` on the row batch ``Xb``, adding interaction
     values (``F1 = F + 1`` columns a matrix) to ``acc``: a row's matrix in a shared tile where
     it fits (:func:`~distshap.plan.geometry.interaction_tile_fits`), else in global
-    memory. Launch configurations are kept (:func:`~.runtime.args.configured`), the model's
-    and plan's arrays go as read-only hints kept with the model
+    memory. Launches go through the driver where they can (:func:`~.runtime.args.launch`);
+    the model's and plan's arrays go as read-only hints kept with the model
     (:meth:`~.runtime.model.DeviceModel.read_only`)."""
     nb = int(Xb.shape[0])
     shared = interaction_tile_fits(F1)
@@ -278,4 +278,5 @@ def launch_interaction_quadrature(model, plan, Xb, acc, scale, F1, stream) -> No
         ))  # fmt: skip
         for row0 in range(0, nb, 65535):  # grid.y is at most 65535
             grid = (launch.n_chunks, min(nb - row0, 65535))
-            configured(kernel, grid, 128, stream, shared_bytes)(*kept, Xb, acc, scale, F1, row0)
+            arguments = (*kept, Xb, acc, scale, F1, row0)
+            launch_kernel(kernel, grid, 128, stream, shared_bytes, arguments)

@@ -168,8 +168,8 @@ def launch_finish(kernel, acc, out, inv_scale, expected, group_size, bias_offset
     """Launches a finish kernel (:func:`finish_kernel` or its interventional form) on one batch:
     ``kernel(acc, out, inv_scale, expected, group_size, bias_offset)``, 256 threads a block."""
     blocks = int(min(-(-(acc.shape[0] * acc.shape[1]) // 256), 65535))
-    args.configured(kernel, blocks, 256, s)(acc, out, inv_scale, expected, group_size,
-                                            bias_offset)  # fmt: skip
+    args.launch(kernel, blocks, 256, s, 0, (acc, out, inv_scale, expected, group_size,
+                                           bias_offset))  # fmt: skip
 
 
 def new_output(packed: PackedModel, n: int, interactions: bool):

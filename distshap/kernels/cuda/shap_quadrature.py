@@ -31,7 +31,8 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, types
 
-from distshap.kernels.cuda.runtime.args import configured, view
+from distshap.kernels.cuda.runtime.args import launch as launch_kernel
+from distshap.kernels.cuda.runtime.args import view
 from distshap.kernels.cuda.runtime.device import (
     CAT_OTHER_FLAG,
     LF_LOWER,
@@ -383,10 +384,11 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream) -> None:
     values: :func:`~distshap.kernels.cuda.interaction_quadrature.launch_interaction_quadrature`,
     pair slots: :func:`~distshap.kernels.cuda.slot_quadrature.launch_slot_quadrature`.
 
-    Launch configurations are kept (:func:`~.runtime.args.configured`), and the transposed
-    rows are one Numba view (:func:`~.runtime.args.view`) where three or more launches read
-    them (for fewer the view costs more than the CuPy arguments it saves); the model's and plan's
-    arrays are passed as read-only hints kept with the model (:func:`_kept_arrays`)."""
+    Launches go through the driver where they can (:func:`~.runtime.args.launch`), and the
+    transposed rows are one Numba view (:func:`~.runtime.args.view`) where three or more
+    launches read them (for fewer the view costs more than the CuPy arguments it saves); the
+    model's and plan's arrays are passed as read-only hints kept with the model
+    (:func:`_kept_arrays`)."""
     nb = int(Xb.shape[0])
     XT = xp().ascontiguousarray(Xb.T)  # (features, rows): a warp reads 32 rows of a feature
     n_features = F1 - 1
@@ -415,7 +417,9 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream) -> None:
         kept = _kept_arrays(model, plan, launch, rows, False)
         for row0 in range(0, nb, rows_per_launch):
             grid = (launch.n_chunks, -(-min(nb - row0, rows_per_launch) // (tpb * rows)))
-            configured(kernel, grid, tpb, stream, shared_bytes)(*kept, XT, acc, scale, F1, row0)
+            launch_kernel(
+                kernel, grid, tpb, stream, shared_bytes, (*kept, XT, acc, scale, F1, row0)
+            )
 
 
 def _kept_arrays(model, plan, launch, rows: int, local: bool) -> tuple:
@@ -448,4 +452,4 @@ def _launch_local(model, plan, launch, XT, acc, scale, F1, stream, warps: int,
     kept = _kept_arrays(model, plan, launch, rows, True)
     for row0 in range(0, nb, rows_per_launch):
         grid = (launch.n_local, -(-min(nb - row0, rows_per_launch) // (tpb * rows)))
-        configured(kernel, grid, tpb, stream, shared_bytes)(*kept, XT, acc, scale, F1, row0)
+        launch_kernel(kernel, grid, tpb, stream, shared_bytes, (*kept, XT, acc, scale, F1, row0))

@@ -26,6 +26,7 @@ import numpy as np
 from numba import cuda
 
 from distshap.kernels.cuda.runtime.args import configured
+from distshap.kernels.cuda.runtime.args import launch as launch_kernel
 from distshap.kernels.cuda.runtime.device import (
     CAT_OTHER_FLAG,
     FULL_MASK,
@@ -334,10 +335,11 @@ def launch_tables(model, plan, Xb, acc, scale, F1, stream, slots=None):
     rows4 = shap  # SHAP values: four rows a step
     kernel = table_kernel(tile_rows > 0, slots=slots is not None, shap=shap, rows4=rows4,
                           warps=warps)  # fmt: skip
-    launch = configured(kernel, grid, 32 * warps, stream, 0)
     if slots is None:
-        launch(*kept, Xb, acc, scale, rpb, tile_rows or rpb, F1)
+        arguments = (*kept, Xb, acc, scale, rpb, tile_rows or rpb, F1)
+        launch_kernel(kernel, grid, 32 * warps, stream, 0, arguments)
     else:
+        launch = configured(kernel, grid, 32 * warps, stream, 0)
         slot_maps = model.read_only(("table_slots", id(slots)),
                                     lambda: (slots.path_map, slots.lane_map))  # fmt: skip
         launch(*kept, Xb, acc, scale, rpb, tile_rows or rpb, *slot_maps)

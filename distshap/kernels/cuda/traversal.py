@@ -310,10 +310,10 @@ def gpu_margin(packed: PackedModel, X: Any, out: Any) -> None:
     s = args.current_stream()
     groups = int(packed.margin["base_score"].shape[0])
     if n <= BLOCK_ROWS_MAX and groups <= _THREADS:
-        args.configured(block_kernel, _block_grid(n), _THREADS, s)(X, *arrays, out)
+        args.launch(block_kernel, _block_grid(n), _THREADS, s, 0, (X, *arrays, out))
     else:
         threads = 128
-        args.configured(rows_kernel, -(-n // threads), threads, s)(X, *arrays, out)
+        args.launch(rows_kernel, -(-n // threads), threads, s, 0, (X, *arrays, out))
 
 
 def check_rows(packed: PackedModel, X: Any, values: Any, rtol: float):
@@ -334,9 +334,8 @@ def check_rows(packed: PackedModel, X: Any, values: Any, rtol: float):
     s = args.current_stream()
     flag = check_flag()
     if n:
-        args.configured(check_kernel, _block_grid(n), _THREADS, s)(
-            values, X, *_kept_arrays(packed), flag, float(rtol)
-        )
+        arguments = (values, X, *_kept_arrays(packed), flag, float(rtol))
+        args.launch(check_kernel, _block_grid(n), _THREADS, s, 0, arguments)
     return flag, s
 
 
@@ -352,6 +351,6 @@ def check_values(values: Any, margin: Any, rtol: float):
     flag = check_flag()
     n = int(values.shape[0])
     if n:
-        args.configured(values_kernel, _block_grid(n), _THREADS, s)(values, margin, flag,
-                                                                    float(rtol))  # fmt: skip
+        arguments = (values, margin, flag, float(rtol))
+        args.launch(values_kernel, _block_grid(n), _THREADS, s, 0, arguments)
     return flag, s

@@ -25,9 +25,10 @@ import threading
 import warnings
 from collections import OrderedDict
 
+from distshap.kernels.cuda.runtime import rawlaunch
 from distshap.kernels.cuda.runtime.device import SIM
 
-__all__ = ["clear", "configured", "current_stream", "stream_key", "view"]
+__all__ = ["clear", "configured", "current_stream", "launch", "stream_key", "view"]
 
 _CONFIGS: OrderedDict = OrderedDict()  # (id(kernel), grid, block, shared, stream key) -> config
 _KERNELS: dict = {}  # id(kernel) -> kernel: an id in a key stays that kernel's
@@ -83,6 +84,40 @@ def configured(kernel, grid, block, s, shared: int = 0):
         while len(_CONFIGS) > _MAX_CONFIGS:
             _CONFIGS.popitem(last=False)
     return hit
+
+
+class _Stream:
+    """A stream as :func:`.rawlaunch.launch` takes it: its handle as ``ptr``."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+
+def _signature(a) -> tuple | type:
+    """What a kernel's compiled types depend on in the argument ``a``: an array's kind,
+    dtype, dimensions and C-contiguity; a scalar's Python type."""
+    if not hasattr(a, "dtype") or not hasattr(a, "shape"):
+        return type(a)
+    flags = a.flags
+    contiguous = flags["C_CONTIGUOUS"] if isinstance(flags, dict) else flags.c_contiguous
+    return type(a), a.dtype.str, len(a.shape), bool(contiguous)
+
+
+def launch(kernel, grid, block: int, s, shared: int, arguments: tuple) -> None:
+    """``configured(kernel, grid, block, s, shared)(*arguments)``, launched through the driver
+    with a kept parameter block (:func:`.rawlaunch.launch`: the same compiled kernel, so the
+    same bits, for a fraction of Numba's host time a launch) where it can be, else by Numba.
+    Read-only hints (``numba.cuda.In``) are handed to the driver as the arrays they wrap."""
+    if not SIM:
+        from numba.cuda.args import ArgHint
+
+        bare = tuple(a.value if isinstance(a, ArgHint) else a for a in arguments)
+        key = ("args", *(_signature(a) for a in bare))
+        if rawlaunch.launch(kernel, key, grid, block, shared, bare, _Stream(stream_key(s))):
+            return
+    configured(kernel, grid, block, s, shared)(*arguments)
 
 
 def view(a):

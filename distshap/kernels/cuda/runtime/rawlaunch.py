@@ -174,8 +174,9 @@ def _kernel(dispatcher, key, args, device: int):
     return hit
 
 
-def launch(dispatcher, key, grid: int, block: int, shared: int, args, stream) -> bool:
-    """Launch ``dispatcher`` (a ``cuda.jit`` kernel) on ``grid`` x ``block`` threads with
+def launch(dispatcher, key, grid: int | tuple, block: int, shared: int, args, stream) -> bool:
+    """Launch ``dispatcher`` (a ``cuda.jit`` kernel) on ``grid`` (blocks, or ``(x, y)``
+    blocks) x ``block`` threads with
     ``shared`` bytes of dynamic shared memory and ``args`` on the CuPy ``stream``; ``False``
     (nothing launched) where it must go through Numba (the simulator, a layout that does not
     match). ``key`` names the argument types: every call with one key
@@ -214,7 +215,8 @@ def launch(dispatcher, key, grid: int, block: int, shared: int, args, stream) ->
             slots[at : at + 1] = np.array([a], np.float64).view(np.int64)
         else:
             slots[at] = int(np.array([a], np.float32).view(np.int32)[0])
-    cupy.cuda.driver.launchKernel(handle, grid, 1, 1, block, 1, 1, shared, stream.ptr,
+    gx, gy = (int(grid[0]), int(grid[1])) if isinstance(grid, tuple) else (int(grid), 1)
+    cupy.cuda.driver.launchKernel(handle, gx, gy, 1, block, 1, 1, shared, stream.ptr,
                                   b.address, 0)  # fmt: skip
     return True
 
