@@ -35,8 +35,12 @@ backend, timed before the build), ``device model`` (the packed model's device ar
 lane columns and copies), ``cuda compile`` (seconds inside the CUDA dispatchers' ``compile``,
 with how many kernels were compiled and how many loaded from Numba's disk cache: the CUDA
 kernels are ``cuda.jit(cache=True)``, so the filled-cache run should load every one) and
-``margin`` (the additivity check's traversal). After each run the parent counts the index
-files in the Numba cache directory (CPU and CUDA functions), the disk cache's state.
+``margin`` (the additivity check's traversal), and the GPU preparation the explainer ran in
+background threads while it was built (:mod:`distshap.kernels.prepare`): each stage's seconds
+in its thread, and the seconds the first call ``waited`` for it. ``packing`` is the packing's
+own seconds when the model was packed here, left out when its saved build was mapped back. After
+each run the parent counts the index files in the Numba cache directory (CPU and CUDA
+functions), the disk cache's state.
 
 Each SHAP run also prints one ``end to end`` line: import, ``load``, the rest of the build,
 the first call, and the compile seconds inside the build and inside the first call apart (with
@@ -67,6 +71,13 @@ import sys
 import tempfile
 import threading
 import time
+
+from benchmarks.cold_start_report import (
+    cache_index_files,
+    peer_summary,
+    profile_table,
+    summary,
+)
 
 _STAGES = (
     ("load", "load_model"),
@@ -174,6 +185,18 @@ def _cuda_compile_profile(sink: dict) -> None:
     CUDADispatcher.compile = compile
 
 
+def _captured(module, name: str) -> list:
+    """Wrap ``module.name`` so that the values it returns are kept (the returned list)."""
+    kept, original = [], getattr(module, name)
+
+    def wrapper(*args, **kwargs):
+        kept.append(original(*args, **kwargs))
+        return kept[-1]
+
+    setattr(module, name, wrapper)
+    return kept
+
+
 def _usage() -> tuple[float, float]:
     """CPU seconds this process spent in the kernel (mapping fresh pages among them) and its
     peak resident memory so far, MB (zeros where unknown)."""
@@ -234,6 +257,8 @@ def _child(args: argparse.Namespace) -> dict:
     _timed(packed_module, "_digest", parts, "digest")
     _timed(build_cache, "file_key", parts, "file key")
     _timed(build_cache, "load", parts, "saved build")
+    preparations = _captured(distshap.kernels.prepare, "start")
+    packings = _captured(packed_module, "_pack")  # packed here, not mapped back
     n_before_build = len(profile.records)
     t0, c0, sys0 = time.perf_counter(), time.process_time(), _usage()[0]
     explainer = distshap.TreeExplainer(args.model, layout="xgboost", backend=args.backend)
@@ -249,7 +274,11 @@ def _child(args: argparse.Namespace) -> dict:
         "cpu_s": {"import": c_import, "build": c_build, "build_system": sys_build},
         "max_rss_mb": peak_mb,
         "cuda_import_s": t_cuda_import,
-        "build_stages_s": {**stages, **parts, "packing": stats.get("packing_seconds", 0.0)},
+        "build_stages_s": {
+            **stages,
+            **parts,
+            **({"packing": stats.get("packing_seconds", 0.0)} if packings else {}),
+        },
         "paths": stats.get("paths"),
         "lanes": stats.get("lanes"),
         "kinds": {},
@@ -270,6 +299,10 @@ def _child(args: argparse.Namespace) -> dict:
         sync()
         first, first_cpu = time.perf_counter() - t0, time.process_time() - c0
         first_split = dict(first_stages)
+        if preparations and preparations[0].active:
+            first_split["prepare_waited"] = distshap.kernels.prepare.waited()
+            first_split["prepare_stages"] = dict(preparations[0].seconds)
+            first_split["prepare_error"] = repr(preparations[0].error)
         host = values.get() if hasattr(values, "get") else np.asarray(values)
         values_sha = hashlib.sha256(np.ascontiguousarray(host).tobytes()).hexdigest()[:16]
         times = []
@@ -413,109 +446,16 @@ def _run_child(
     return record, wall
 
 
-def _cache_index_files(cache_dir: str) -> str:
-    """The Numba cache directory's state: index files (one per cached function, CPU or CUDA;
-    those of ``distshap/kernels/cuda`` counted apart) and data files (one per signature)."""
-    index = cuda_dir = data = 0
-    for root, _dirs, files in os.walk(cache_dir):
-        for name in files:
-            index += name.endswith(".nbi")
-            data += name.endswith(".nbc")
-            cuda_dir += name.endswith(".nbi") and "kernels_cuda" in root.replace(os.sep, "_")
-    return (
-        f"{index} index files ({cuda_dir} of distshap/kernels/cuda), {data} data files in "
-        f"{cache_dir}"
-    )
-
-
-def _summary(label: str, rec: dict, wall: float) -> str:
-    st = rec["build_stages_s"]
-    stages = ", ".join(f"{k} {v:.2f}" for k, v in st.items())
-    cuda = rec.get("cuda_import_s", 0.0)
-    cuda_part = f"; import distshap.kernels.cuda {cuda:.2f} s" if cuda else ""
-    lines = [
-        f"[{label}] process wall {wall:.2f} s; import distshap {rec['import_s']:.2f} s "
-        f"(numpy {rec['numpy_import_s']:.2f}){cuda_part}; build {rec['build_s']:.2f} s "
-        f"({stages}; CPU {rec['cpu_s']['build']:.2f} s, of it system "
-        f"{rec['cpu_s'].get('build_system', 0.0):.2f} s; peak memory "
-        f"{rec.get('max_rss_mb', 0.0):.0f} MB); {rec['paths']} paths, {rec['lanes']} lanes"
-    ]
-    for kind, k in rec["kinds"].items():
-        build = rec["build_s"] if kind != "interventional" else rec["background_build_s"]
-        to_first = rec["import_s"] + cuda + build + k["first_s"]
-        split = k.get("first_stages_s") or {}
-        if kind == "shap":
-            lines.append(_end_to_end(rec, k, split))
-        lines.append(
-            f"  {kind:14s} {k['rows']:6d} rows: first call {k['first_s']:.2f} s (compile "
-            f"{k['compile_s']:.2f} s, {k['compiled_in_first_call']} specialisations; CPU "
-            f"{k['first_cpu_s']:.2f} s), warm {k['warm_s']:.3f} s; build {build:.2f} s; "
-            f"import + build + first = {to_first:.2f} s; values {k['values_sha256']}"
-        )
-        if split:
-            lines.append(
-                f"  {'':12s} first call: device model {split.get('device_model', 0.0):.2f} s, "
-                f"cuda compile {split.get('cuda_compile', 0.0):.2f} s "
-                f"({split.get('cuda_compiled', 0)} kernels compiled, "
-                f"{split.get('cuda_cached', 0)} from the disk cache), "
-                f"margin {split.get('margin', 0.0):.2f} s (compilation included)"
-            )
-    return "\n".join(lines)
-
-
-def _end_to_end(rec: dict, k: dict, split: dict) -> str:
-    """The four parts of a SHAP cold start apart: ``load`` (the file), ``build`` (the rest of
-    the explainer), ``compile`` (seconds inside Numba's CPU and CUDA ``compile``, cache loads
-    included, in the build and the first call) and ``first call`` (the first call's other
-    seconds); compilation in a background thread can overlap the load, so the parts are each
-    measured, and their sum may exceed the end-to-end time."""
-    load = rec["build_stages_s"].get("load", 0.0)
-    build_compile = rec.get("build_compile_s", 0.0)
-    first_compile = k["compile_s"] + split.get("cuda_compile", 0.0)
-    total = rec["import_s"] + rec.get("cuda_import_s", 0.0) + rec["build_s"] + k["first_s"]
-    waits = rec.get("ahead_wait_s") or {}
-    wait = "".join(f", waited {v:.2f} s for {n} compiled ahead" for n, v in waits.items())
-    return (
-        f"  end to end {total:.2f} s: import {rec['import_s'] + rec.get('cuda_import_s', 0):.2f}"
-        f", load {load:.2f}, build {rec['build_s'] - load:.2f} (of these, compile "
-        f"{build_compile:.2f}), first call {k['first_s']:.2f} (of it, compile "
-        f"{first_compile:.2f}){wait}"
-    )
-
-
-def _peer_summary(label: str, rec: dict, wall: float) -> str:
-    return (
-        f"[{label}, XGBoost {rec['xgboost']} {rec['device']}] process wall {wall:.2f} s; end "
-        f"to end {rec['end_to_end_s']:.2f} s: import {rec['import_s']:.2f}, load "
-        f"{rec['load_s']:.2f}, first call {rec['first_s']:.2f}; warm {rec['warm_s']:.3f} s"
-    )
-
-
-def _profile_table(records: list[dict], top: int) -> str:
-    by_fn: dict[str, list] = {}
-    for r in records:
-        by_fn.setdefault(r["function"], []).append(r)
-    rows = sorted(by_fn.items(), key=lambda kv: -sum(r["seconds"] for r in kv[1]))
-    out = [f"  {'wall s':>8s} {'CPU s':>8s} {'specs':>5s}  function (how)"]
-    for fn, recs in rows[:top]:
-        how = ",".join(sorted({r["how"] for r in recs}))
-        wall, cpu = (sum(r[key] for r in recs) for key in ("seconds", "cpu_seconds"))
-        out.append(f"  {wall:8.3f} {cpu:8.3f} {len(recs):5d}  {fn} ({how})")
-    wall, cpu = (sum(r[key] for r in records) for key in ("seconds", "cpu_seconds"))
-    out.append(f"  {wall:8.3f} {cpu:8.3f} {len(records):5d}  total")
-    return "\n".join(out)
-
-
 def _measure(args: argparse.Namespace, model: str, cache_dir: str, kinds: str, label: str) -> dict:
     """One child process on ``cache_dir`` for ``kinds``, its summary printed."""
     rec, wall = _run_child(argparse.Namespace(**{**vars(args), "kinds": kinds}), model, cache_dir)
-    rec["disk_cache_index_files"] = _cache_index_files(cache_dir)
-    print(_summary(label, rec, wall), flush=True)
+    rec["disk_cache_index_files"] = cache_index_files(cache_dir)
+    print(summary(label, rec, wall), flush=True)
     for line in rec["stderr"].splitlines():
         print(f"  stderr: {line}", flush=True)
     print(f"  Numba disk cache after the run: {rec['disk_cache_index_files']}", flush=True)
     if args.profile:
-        print(_profile_table(rec["compile_profile"], args.top), flush=True)
+        print(profile_table(rec["compile_profile"], args.top), flush=True)
     return rec
 
 
@@ -589,7 +529,7 @@ def main(argv: list[str] | None = None) -> None:
         with tempfile.TemporaryDirectory(prefix="distshap-numba-") as cache_dir:
             rec, wall = _run_child(args, model, cache_dir, role="--peer-child")
         rec.pop("stderr", None)
-        print(_peer_summary("peer", rec, wall), flush=True)
+        print(peer_summary("peer", rec, wall), flush=True)
         results["xgboost"] = rec
     if args.json:
         with open(args.json, "w") as fh:
