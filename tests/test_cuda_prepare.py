@@ -318,3 +318,13 @@ def test_an_error_in_the_preparation_is_raised_by_the_first_call(tmp_path, monke
         with pytest.raises(ValueError, match="lane arrays broken"):
             explainer.shap_values(X)
     assert seen and seen[0].active and isinstance(seen[0].error, ValueError)
+
+
+def test_saved_margin_arrays_are_compared_bit_for_bit_in_pieces():
+    a = np.arange(5 * (1 << 20), dtype=np.float64)  # 40 MB: three pieces, the last short
+    for where in (0, a.size // 2, a.size - 1):
+        b = a.copy()
+        b[where] = -b[where] if b[where] else -0.0  # -0.0 == 0.0, but not its bits
+        assert not build_cache._same({"x": a}, {"x": b})
+    assert build_cache._same({"x": a, "y": a[:3]}, {"x": a.copy(), "y": a[:3].copy()})
+    assert not build_cache._same({"x": a}, {"x": a.astype(np.float32)})
