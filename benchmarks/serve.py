@@ -12,9 +12,10 @@ of:
   four processes sharing the port, each with its own copy of the model, or client;
   ``distshap/4+1dev``: four front processes whose batches run on one device process, the
   default for several processes on a GPU: ``--device-processes`` sets how many, 0 for none);
-  ``--slots 1,2`` and ``--in-flight 2,4`` (batches a front keeps in flight on each device
-  process) add a server for each value (``distshap/4+1dev s2 f4``); each server runs alone,
-  started before its cells and drained after them;
+  ``--slots 1,2``, ``--max-wait-ms 2,0``, ``--in-flight 2,4`` (batches a front keeps in
+  flight on each device process) and ``--overlap-rows 0,2048`` (rows that wait before a device
+  process starts a call beside a running one) add a server for each value (``distshap/4+1dev
+  s2 f4 o0``); each server runs alone, started before its cells and drained after them;
 * ``baseline``: the same server (the same HTTP front, one request a batch) calling XGBoost's
   ``Booster.predict(DMatrix, pred_contribs=True)`` once per request, 8 requests at a time;
 * the floor (unless ``--no-floor``): ``floor/infer``, the same front in this process whose
@@ -52,8 +53,8 @@ Usage::
     python -m benchmarks.serve --kernel-backend cuda --concurrency 1,16,256 --rows 1,100 \\
         --processes 1,4 --client-procs 6 --max-inflight-rows 400000       # one GPU, 1 and 4 fronts
     python -m benchmarks.serve --kernel-backend cuda --cells 1x1,16x1,256x100 --processes 4,8 \
-        --slots 1,2 --in-flight 2,4 --duration 1 --client-procs 6  # one GPU: the device route's
-                                                                   # settings side by side
+        --slots 1,2 --in-flight 2,4 --overlap-rows 0,2048 --duration 1 \
+        --client-procs 6                        # one GPU: the device route's settings side by side
     python -m benchmarks.serve --kernel-backend cpu --concurrency 16 --rows 100 \
         --processes 2 --device-processes 0,1                   # CPU: each front runs its batches,
                                                                # then one device process runs them
@@ -283,8 +284,11 @@ class _XGBoostExecutor:
 
 def _variants(args) -> list[tuple[str, dict]]:
     """Each distshap server of the run: its label and its arguments of ``serve`` (one for
-    each number of ``--processes``, of ``--device-processes``, of ``--slots`` and, with
-    device processes, of ``--in-flight``)."""
+    each number of ``--processes``, of ``--device-processes``, of ``--slots``, of
+    ``--max-wait-ms`` and, with device processes, of ``--in-flight`` and ``--overlap-rows``;
+    the label names each setting given as a list of several)."""
+    import itertools
+
     from distshap.serve.group import device_plan
 
     scheduler = "tcp://" if args.backend == "dask" else None
@@ -300,15 +304,22 @@ def _variants(args) -> list[tuple[str, dict]]:
                     print(f"# {label} (device processes {devices}) not run: {err}", flush=True)
                     continue
                 label += f"+{count}dev" if count else ""
-            for slots in args.slots:
-                for in_flight in args.in_flight if count else [None]:
-                    name = label + ("" if slots is None else f" s{slots}")
-                    name += "" if in_flight is None else f" f{in_flight}"
-                    if name not in seen:  # not the same server as one before
-                        seen.add(name)
-                        out.append((name, {"processes": processes, "slots": slots,
-                                           "device_processes": devices,
-                                           "in_flight": in_flight}))  # fmt: skip
+            device = (args.in_flight, args.overlap_rows) if count else ([None], [None])
+            for slots, wait, in_flight, overlap in itertools.product(
+                args.slots, args.max_wait_ms, *device
+            ):
+                if slots == 1 and overlap is not None:  # one call at a time: no overlap
+                    overlap = None
+                name = label + ("" if slots is None else f" s{slots}")
+                name += "" if in_flight is None else f" f{in_flight}"
+                name += "" if overlap is None else f" o{overlap}"
+                name += f" w{wait:g}" if len(args.max_wait_ms) > 1 else ""
+                if name not in seen:  # not the same server as one before
+                    seen.add(name)
+                    out.append((name, {"processes": processes, "slots": slots,
+                                       "device_processes": devices, "in_flight": in_flight,
+                                       "overlap_rows": overlap,
+                                       "max_wait": wait / 1e3}))  # fmt: skip
     return out
 
 
@@ -317,8 +328,8 @@ def _start(args, path: str, client, kwargs: dict):
     from distshap.serve import serve
 
     return serve([f"m={path}"], client=client, backend=args.kernel_backend, port=0,
-                 max_batch_rows=args.max_batch_rows, max_wait=args.max_wait_ms / 1e3,
-                 max_queue_rows=1 << 24, request_timeout=600, **kwargs)  # fmt: skip
+                 max_batch_rows=args.max_batch_rows, max_queue_rows=1 << 24,
+                 request_timeout=600, **kwargs)  # fmt: skip
 
 
 def _peers(args, path: str, booster) -> list[tuple[str, object]]:
@@ -337,7 +348,7 @@ def _peers(args, path: str, booster) -> list[tuple[str, object]]:
         registry = Registry.from_specs([parse_model_spec(f"m={path}")], backend="cpu")
         features = next(iter(registry.models.values())).num_features
         opts = ServeOptions(port=0, max_batch_rows=args.max_batch_rows, max_queue_rows=1 << 24,
-                            max_wait=args.max_wait_ms / 1e3, request_timeout=600)  # fmt: skip
+                            max_wait=args.max_wait_ms[0] / 1e3, request_timeout=600)  # fmt: skip
         floor = ExplanationServer(registry, _NullExecutor(features), opts)
         out += [("floor/infer", floor), ("floor/ready", floor)]
     for server in {id(server): server for _, server in out}.values():
@@ -382,7 +393,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", type=_ints, default=[1, 100, 10000])
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per cell")
     parser.add_argument("--max-batch-rows", type=int, default=16384)
-    parser.add_argument("--max-wait-ms", type=float, default=2.0)
+    parser.add_argument("--max-wait-ms", type=lambda t: [float(x) for x in t.split(",") if x],
+                        default=[2.0], help="ms a request waits for a batch to fill while "
+                        "one runs (default 2); 2,0: a server each")  # fmt: skip
     parser.add_argument("--slots", type=_optional_ints, default=[None],
                         help="--backend local: batches run at once in each process that runs "
                         "them (default 1; 2 in a device process on a GPU); 1,2,3: a server "
@@ -390,6 +403,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--in-flight", type=_optional_ints, default=[None],
                         help="with device processes: batches each front keeps in flight on "
                         "each device process (default 2); 2,4: a server each")  # fmt: skip
+    parser.add_argument("--overlap-rows", type=_optional_ints, default=[None],
+                        help="with device processes: rows that wait before a device process "
+                        "starts a call beside a running one (default 2048; 0: at once); "
+                        "0,2048: a server each")  # fmt: skip
     parser.add_argument("--cells", type=_cells, default=None,
                         help="CxN,...: only these concurrency x rows cells (instead of the "
                         "grid of --concurrency and --rows)")  # fmt: skip

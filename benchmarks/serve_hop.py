@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import itertools
 import json
 import multiprocessing
@@ -76,8 +77,12 @@ def _device(conns: list, slots: int, overlap: int, hold: float, wait: float, pat
     from collections import deque
 
     from distshap.serve import device_process as dp
-    from distshap.serve import wire
     from distshap.serve.registry import Resident
+
+    try:
+        from distshap.serve.wire import ANSWER, BYE
+    except ImportError:  # code from before serve/wire.py
+        ANSWER, BYE = dp._ANSWER, dp._BYE
 
     stamps: dict = {}
     standin = _Standin(hold, wait)
@@ -108,12 +113,14 @@ def _device(conns: list, slots: int, overlap: int, hold: float, wait: float, pat
                 mine["call_start"], mine["call_end"] = standin.local.span
 
         def _send(self, conn, parts) -> None:
-            ident = wire.ANSWER.unpack_from(parts[0])[0]
-            if ident != wire.BYE:
+            ident = ANSWER.unpack_from(parts[0])[0]
+            if ident != BYE:
                 own(conn, ident)["answered"] = time.perf_counter()
             super()._send(conn, parts)
 
-    loop = Loop([Resident("standin", standin)], conns, slots, overlap_rows=overlap)
+    known = inspect.signature(dp.DeviceLoop).parameters  # code from before overlap_rows: 0
+    more = {"overlap_rows": overlap} if "overlap_rows" in known else {}
+    loop = Loop([Resident("standin", standin)], conns, slots, **more)
     loop._pending = Stamped()
     loop.run()
     with open(path, "w") as f:
