@@ -280,6 +280,7 @@ def _model_file(tmp_path, rounds: int = 30):
 def test_first_call_after_preparation_gives_the_bits_of_one_without(tmp_path):
     import distshap
     from distshap.kernels.cuda import clear_cache
+    from distshap.kernels.cuda.runtime import caches
 
     path, X = _model_file(tmp_path)
     small = os.path.getsize(path) - 1
@@ -291,6 +292,7 @@ def test_first_call_after_preparation_gives_the_bits_of_one_without(tmp_path):
         with config_context(large_model_file_bytes=small):
             prepared = distshap.TreeExplainer(path, backend="cuda")
             prepare.wait()
+            assert len(caches._MODELS) == 1  # the device model, made by the preparation
             got = prepared.shap_values(X)
     assert want.tobytes() == got.tobytes()
 
