@@ -113,9 +113,18 @@ def launch(kernel, grid, block: int, s, shared: int, arguments: tuple) -> None:
     if not SIM:
         from numba.cuda.args import ArgHint
 
-        bare = tuple(a.value if isinstance(a, ArgHint) else a for a in arguments)
-        key = ("args", *(_signature(a) for a in bare))
-        if rawlaunch.launch(kernel, key, grid, block, shared, bare, _Stream(stream_key(s))):
+        bare, key = [], ["args"]
+        for a in arguments:
+            if isinstance(a, ArgHint):  # a kept hint wraps the same array for life: typed once
+                sig = getattr(a, "_distshap_signature", None)
+                if sig is None:
+                    sig = a._distshap_signature = _signature(a.value)
+                bare.append(a.value)
+                key.append(sig)
+            else:
+                bare.append(a)
+                key.append(_signature(a))
+        if rawlaunch.launch(kernel, tuple(key), grid, block, shared, bare, _Stream(stream_key(s))):
             return
     configured(kernel, grid, block, s, shared)(*arguments)
 
