@@ -32,12 +32,13 @@ compile notices of :mod:`distshap.compile_cache`) is printed under its summary.
 
 With ``--backend cuda`` the first call is split too: ``cuda import`` (importing the CUDA
 backend, timed before the build), ``device model`` (the packed model's device arrays: host
-lane columns and copies), ``cuda compile`` (seconds inside the CUDA dispatchers' ``compile``,
-with how many kernels were compiled and how many loaded from Numba's disk cache: the CUDA
-kernels are ``cuda.jit(cache=True)``, so the filled-cache run should load every one) and
-``margin`` (the additivity check's traversal), and the GPU preparation the explainer ran in
-background threads while it was built (:mod:`distshap.kernels.prepare`): each stage's seconds
-in its thread, and the seconds the first call ``waited`` for it. ``packing`` is the packing's
+lane columns and copies; with a GPU preparation, mostly the wait for it), ``cuda compile``
+(seconds inside the CUDA dispatchers' ``compile``, with how many kernels were compiled and how
+many loaded from Numba's disk cache: the CUDA kernels are ``cuda.jit(cache=True)``, so the
+filled-cache run should load every one) and ``margin`` (the additivity check's traversal), each
+in the main thread; and the GPU preparation the explainer ran in background threads while it was
+built (:mod:`distshap.kernels.prepare`): each stage's seconds in its thread, and the seconds the
+first call ``waited`` for it. ``packing`` is the packing's
 own seconds when the model was packed here, left out when its saved build was mapped back. After
 each run the parent counts the index files in the Numba cache directory (CPU and CUDA
 functions), the disk cache's state.
@@ -136,7 +137,8 @@ class _CompileProfile:
 
 
 def _timed(module, name: str, sink: dict, key: str) -> None:
-    """Wrap ``module.name`` so that its calls add their seconds to ``sink[key]``."""
+    """Wrap ``module.name`` so that its calls in the main thread add their seconds to
+    ``sink[key]`` (not the GPU preparation's threads: their stages are timed apart)."""
     original = getattr(module, name)
 
     def wrapper(*args, **kwargs):
@@ -144,7 +146,8 @@ def _timed(module, name: str, sink: dict, key: str) -> None:
         try:
             return original(*args, **kwargs)
         finally:
-            sink[key] = sink.get(key, 0.0) + time.perf_counter() - t0
+            if threading.current_thread() is threading.main_thread():
+                sink[key] = sink.get(key, 0.0) + time.perf_counter() - t0
 
     setattr(module, name, wrapper)
 
@@ -163,9 +166,9 @@ def _timed_everywhere(module, name: str, sink: dict, key: str) -> None:
 
 
 def _cuda_compile_profile(sink: dict) -> None:
-    """Seconds inside the CUDA dispatchers' ``compile`` (``sink["cuda_compile"]``), and how
-    many kernels were compiled (``cuda_compiled``) or loaded from the disk cache
-    (``cuda_cached``)."""
+    """Seconds inside the CUDA dispatchers' ``compile`` in the main thread
+    (``sink["cuda_compile"]``), and how many kernels it compiled (``cuda_compiled``) or loaded
+    from the disk cache (``cuda_cached``)."""
     from numba.cuda.dispatcher import CUDADispatcher
 
     original = CUDADispatcher.compile
@@ -176,11 +179,13 @@ def _cuda_compile_profile(sink: dict) -> None:
         t0 = time.perf_counter()
         try:
             return original(disp, sig)
-        finally:
-            sink["cuda_compile"] = sink.get("cuda_compile", 0.0) + time.perf_counter() - t0
-            if len(disp.overloads) > before:
-                how = "cuda_cached" if sum(disp._cache_hits.values()) > hits else "cuda_compiled"
-                sink[how] = sink.get(how, 0) + 1
+        finally:  # the main thread's (the GPU preparation's are in its stages' seconds)
+            if threading.current_thread() is threading.main_thread():
+                sink["cuda_compile"] = sink.get("cuda_compile", 0.0) + time.perf_counter() - t0
+                if len(disp.overloads) > before:
+                    cached = sum(disp._cache_hits.values()) > hits
+                    how = "cuda_cached" if cached else "cuda_compiled"
+                    sink[how] = sink.get(how, 0) + 1
 
     CUDADispatcher.compile = compile
 

@@ -94,13 +94,13 @@ class Preparation:
             thread.join()
 
     def _then(self, stage: str, *args: Any) -> None:
-        with _LOCK:
+        with _LOCK:  # with wait()'s look at the last thread: a new stage is always waited for
+            before = self._thread
+            self._thread = threading.Thread(target=self._run, args=(before, stage, args),
+                                            name=f"distshap-gpu-{stage}", daemon=True)  # fmt: skip
+            self._thread.start()
             if self not in _PENDING:  # a call waited for the stages before: wait for this one
                 _PENDING.append(self)
-        before = self._thread
-        self._thread = threading.Thread(target=self._run, args=(before, stage, args),
-                                        name=f"distshap-gpu-{stage}", daemon=True)  # fmt: skip
-        self._thread.start()
 
     def _run(self, before: threading.Thread | None, stage: str, args: tuple) -> None:
         if before is not None:
