@@ -30,7 +30,10 @@ from distshap.kernels.cuda.runtime import model as runtime_model
 from distshap.kernels.cuda.runtime import ptx
 from distshap.kernels.cuda.runtime.device import SIM, device_id, xp
 
-__all__ = ["ANY_SHAPE", "context", "device_model", "kernels", "load_kernels", "longest_path"]
+__all__ = [
+    "ANY_SHAPE", "ONLY_CACHED", "context", "device_model", "kernels", "load_kernels",
+    "longest_path",
+]  # fmt: skip
 
 #: Kernels a SHAP call on any model taking the lane route launches (:func:`.ptx.shap_kernel_names`).
 ANY_SHAPE = ("lane_fill_kernel", "fill_shap_tables_kernel", "finish_kernel", *ptx.MARGIN_KERNELS)
@@ -82,9 +85,17 @@ def device_model(packed: Any) -> None:
     cuda.synchronize()
 
 
+#: Kernels loaded where Numba's disk cache has them, never compiled here: the additivity
+#: check's kernel of calls of up to :data:`~distshap.kernels.cuda.traversal.BLOCK_ROWS_MAX`
+#: rows (the others of the check serve larger calls), which a call of more rows never
+#: launches and which compiles longest of them.
+ONLY_CACHED = ("margin_check_kernel",)
+
+
 def load_kernels(names: Any) -> None:
     """Load (or compile) the kernels ``names`` of :func:`.ptx.shap_kernel_names` into the
-    current context, as their first launch would."""
+    current context, as their first launch would (those of :data:`ONLY_CACHED` only where
+    the disk cache has them)."""
     if SIM:
         return
     from numba.core import sigutils
@@ -92,6 +103,8 @@ def load_kernels(names: Any) -> None:
     known = ptx._ahead_kernels()
     for name in names:
         kernel, signature = known[name]
+        if name in ONLY_CACHED and not compile_cache.cached_on_disk(kernel):
+            continue
         argtypes, _ = sigutils.normalize_signature(signature)
         kernel.compile(tuple(argtypes)).bind()  # the key a launch compiles and looks up
 
