@@ -46,7 +46,8 @@ functions), the disk cache's state.
 Each SHAP run also prints one ``end to end`` line: import, ``load``, the rest of the build,
 the first call, and the compile seconds inside the build and inside the first call apart (with
 the seconds waited for helper processes compiling ahead, :func:`distshap.warmup.start_ahead`;
-``--ahead-processes 6,0`` runs every measurement with six helpers and with none). Then, unless
+``--ahead-processes 6,0`` runs every measurement with six helpers and with none; ``--prepare
+on,off`` with the explainer's GPU preparation and without it). Then, unless
 ``--no-peer``, XGBoost's own cold start on the same file and rows in a fresh process: ``import
 xgboost``, ``Booster.load_model`` and the first ``predict(pred_contribs=True)`` (on the GPU
 with ``--backend cuda``). ``--model-file`` measures a saved model other than the shape's.
@@ -58,6 +59,7 @@ Usage::
     python -m benchmarks.cold_start --profile --kinds shap
     python -m benchmarks.cold_start --backend cuda --kinds shap      # GPU: cal_housing-large
     python -m benchmarks.cold_start --backend cuda --kinds shap --rows 10000 --ahead-processes 6,0
+    python -m benchmarks.cold_start --backend cuda --kinds shap --rows 10000 --prepare on,off
 """
 
 from __future__ import annotations
@@ -262,6 +264,8 @@ def _child(args: argparse.Namespace) -> dict:
     _timed(packed_module, "_digest", parts, "digest")
     _timed(build_cache, "file_key", parts, "file key")
     _timed(build_cache, "load", parts, "saved build")
+    if args.prepare == "off":  # the explainer as without the GPU preparation
+        distshap.kernels.prepare.start = lambda *a, **k: distshap.kernels.prepare.Preparation()
     preparations = _captured(distshap.kernels.prepare, "start")
     packings = _captured(packed_module, "_pack")  # packed here, not mapped back
     n_before_build = len(profile.records)
@@ -440,6 +444,7 @@ def _run_child(
     ] + (["--profile"] if args.profile else [])  # fmt: skip
     if getattr(args, "ahead", None) is not None:
         cmd += ["--ahead-processes", str(args.ahead)]
+    cmd += ["--prepare", getattr(args, "prep", args.prepare)]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True)
@@ -496,6 +501,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ahead-processes", default=None,
                         help="compile_ahead_processes of the child, a comma list runs each "
                         "(e.g. 6,0: helpers and none; default: the configuration's)")  # fmt: skip
+    parser.add_argument("--prepare", default="on",
+                        help="the explainer's GPU preparation (distshap.kernels.prepare): on, "
+                        "off, or on,off to run each")  # fmt: skip
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--peer-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
@@ -522,13 +530,14 @@ def main(argv: list[str] | None = None) -> None:
     results = {}
     groups = args.kinds.split(",") if args.apart else [args.kinds]
     aheads = [None] if args.ahead_processes is None else args.ahead_processes.split(",")
-    for ahead in aheads:
-        args.ahead = ahead
+    runs = [(a, p) for a in aheads for p in args.prepare.split(",")]
+    for args.ahead, args.prep in runs:
         for kinds in groups:
             with tempfile.TemporaryDirectory(prefix="distshap-numba-") as cache_dir:
                 for label in ("fresh cache", "filled cache"):
                     key = label if len(groups) == 1 else f"{kinds}, {label}"
-                    key += "" if ahead is None else f", {ahead} helpers"
+                    key += "" if args.ahead is None else f", {args.ahead} helpers"
+                    key += ", GPU preparation off" if args.prep == "off" else ""
                     results[key] = _measure(args, model, cache_dir, kinds, key)
     if args.peer:  # the peer's own fresh process, same file and rows
         with tempfile.TemporaryDirectory(prefix="distshap-numba-") as cache_dir:
