@@ -305,15 +305,14 @@ def _variants(args) -> list[tuple[str, dict]]:
                     continue
                 label += f"+{count}dev" if count else ""
             device = (args.in_flight, args.overlap_rows) if count else ([None], [None])
-            for slots, wait, in_flight, overlap in itertools.product(
-                args.slots, args.max_wait_ms, *device
-            ):
+            waits = args.max_wait_ms[:1] if count else args.max_wait_ms  # merged there
+            for slots, wait, in_flight, overlap in itertools.product(args.slots, waits, *device):
                 if slots == 1 and overlap is not None:  # one call at a time: no overlap
                     overlap = None
                 name = label + ("" if slots is None else f" s{slots}")
                 name += "" if in_flight is None else f" f{in_flight}"
                 name += "" if overlap is None else f" o{overlap}"
-                name += f" w{wait:g}" if len(args.max_wait_ms) > 1 else ""
+                name += f" w{wait:g}" if len(waits) > 1 else ""
                 if name not in seen:  # not the same server as one before
                     seen.add(name)
                     out.append((name, {"processes": processes, "slots": slots,
@@ -395,14 +394,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-batch-rows", type=int, default=16384)
     parser.add_argument("--max-wait-ms", type=lambda t: [float(x) for x in t.split(",") if x],
                         default=[2.0], help="ms a request waits for a batch to fill while "
-                        "one runs (default 2); 2,0: a server each")  # fmt: skip
+                        "one runs (default 2; not with device processes: they merge what "
+                        "waits); 2,0: a server each")  # fmt: skip
     parser.add_argument("--slots", type=_optional_ints, default=[None],
                         help="--backend local: batches run at once in each process that runs "
                         "them (default 1; 2 in a device process on a GPU); 1,2,3: a server "
                         "each")  # fmt: skip
     parser.add_argument("--in-flight", type=_optional_ints, default=[None],
                         help="with device processes: batches each front keeps in flight on "
-                        "each device process (default 2); 2,4: a server each")  # fmt: skip
+                        "each device process (default 4); 2,4: a server each")  # fmt: skip
     parser.add_argument("--overlap-rows", type=_optional_ints, default=[None],
                         help="with device processes: rows that wait before a device process "
                         "starts a call beside a running one (default 2048; 0: at once); "

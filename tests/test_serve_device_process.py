@@ -205,7 +205,7 @@ def test_each_batch_goes_to_the_least_loaded_device(files, residents):
         for n, future in zip(sizes, futures, strict=True):
             assert same_bits(future.result(30)["shap_values"], want[:n])
         assert [loop.stats["rows"] for loop in loops] == [51, 53]
-        assert front.loads() == [0, 0] and front.workers() == 2 and front.slots() == 4
+        assert front.loads() == [0, 0] and front.workers() == 2 and front.slots() == 8
     finally:
         front.close()
     for thread in threads:
@@ -213,7 +213,7 @@ def test_each_batch_goes_to_the_least_loaded_device(files, residents):
 
 
 def test_in_flight_sets_a_fronts_batches_on_each_device_and_settings_are_checked(files, residents):
-    for in_flight, slots in ((None, 4), (3, 6)):  # on each of 2 device processes; default 2
+    for in_flight, slots in ((None, 8), (3, 6)):  # on each of 2 device processes; default 4
         loops, (front,), _ = _wire(1, [residents, residents], in_flight=in_flight)
         threads = [_start(loop) for loop in loops]
         try:

@@ -4,7 +4,9 @@ Each (model, output, parameters) has a :class:`BatchQueue`, which lives on the s
 loop (every method but the executor's callback runs there, so it takes no lock). A request
 that finds the queue idle is sent at once; while batches run, requests pile up, and a free
 executor slot takes the next batch when it holds ``max_rows`` rows or its oldest request has
-waited ``max_wait`` seconds (with one slot, as soon as the running batch ends). A batch
+waited ``max_wait`` seconds (with one slot, as soon as the running batch ends; with an executor
+that merges the batches waiting for it itself, ``merges``, as a device process does, as soon
+as a slot is free: it does not wait there as well). A batch
 concatenates its requests' rows (as float64 when any request sent FP64: widening is exact,
 and the model converts each value as it would alone), runs on the executor (up to
 ``executor.slots()`` batches at once) and, when its values come back, is split by the requests'
@@ -68,7 +70,8 @@ class BatchQueue:
     max_rows : int
         Rows of a batch at most (a larger single request runs alone).
     max_wait : float
-        Seconds the oldest request waits for others at most while a batch runs.
+        Seconds the oldest request waits for others at most while a batch runs (0 for an
+        executor whose ``merges`` is true).
     max_queue_rows : int
         Rows waiting at most; beyond, :meth:`put` raises :class:`QueueFull`.
     on_batch : callable, optional
@@ -95,6 +98,8 @@ class BatchQueue:
     ) -> None:
         self.resident, self.output, self.k = resident, output, k
         self.executor = executor
+        if getattr(executor, "merges", False):  # it merges what waits for it: no wait here too
+            max_wait = 0.0
         self.max_rows, self.max_wait, self.max_queue_rows = max_rows, max_wait, max_queue_rows
         self.on_batch, self.on_run = on_batch, on_run
         self.loop = loop or asyncio.get_running_loop()

@@ -70,7 +70,7 @@ def serve(
         > 0 with ``processes=1``: one front and the device processes.
     in_flight : int, optional
         With device processes: batches each front keeps in flight on each device process
-        (default 2; more lets a device process merge more of them into one call).
+        (default 4; more lets a device process merge more of them into one call).
     overlap_rows : int, optional
         With device processes: rows that wait before a device process starts a call beside
         one that runs (default 2048; 0: as soon as one of its ``slots`` is free; fewer rows
@@ -158,7 +158,7 @@ def add_parser(sub: Any) -> None:
                    "a device process on a GPU)")  # fmt: skip
     p.add_argument("--in-flight", type=int, metavar="N",
                    help="with device processes: batches each server process keeps in flight on "
-                   "each device process (default 2; more lets a device process merge more of "
+                   "each device process (default 4; more lets a device process merge more of "
                    "them into one call)")  # fmt: skip
     p.add_argument("--overlap-rows", type=int, metavar="N",
                    help="with device processes: rows that wait before a device process starts a "

@@ -80,7 +80,7 @@ log = logging.getLogger("distshap.serve")
 #: Rows a merged call holds at most.
 MERGE_ROWS = 1 << 17
 #: Batches a front keeps in flight on each device process.
-IN_FLIGHT = 2
+IN_FLIGHT = 4
 #: Rows that wait before a call starts beside one that runs.
 OVERLAP_ROWS = 2048
 #: Seconds between two writes of a device process's counters.
@@ -378,6 +378,9 @@ class DeviceExecutor:
     """
 
     name = "device-process"
+    #: A device process merges the batches that wait for it: a front's queue sends each batch
+    #: as soon as one of its ``in_flight`` is free.
+    merges = True
 
     def __init__(self, conns: list[Connection], residents: list[Resident],
                  in_flight: int = IN_FLIGHT) -> None:  # fmt: skip
