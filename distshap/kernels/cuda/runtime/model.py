@@ -55,7 +55,7 @@ from distshap.plan.tables import path_features
 
 __all__ = [
     "DeviceModel", "Plan", "QuadratureLaunch", "SlotArrays", "device_model",
-    "interaction_plan", "lane_arrays", "shap_plan", "slot_arrays",
+    "interaction_plan", "lane_arrays", "shap_plan", "shap_plan_host", "slot_arrays",
 ]  # fmt: skip
 
 
@@ -322,10 +322,13 @@ def device_model(packed: PackedModel) -> DeviceModel:
     return cached_model((packed.digest, device, config), build)
 
 
-def _filled_plan(packed: PackedModel, model: DeviceModel, offsets, fill, per_pattern: str):
+def _filled_plan(packed: PackedModel, model: DeviceModel, offsets, fill, per_pattern: str,
+                 host: dict | None = None):  # fmt: skip
     """A :class:`Plan` whose tables (at ``offsets``) ``fill`` computes on the device (SHAP
-    plans, ``per_pattern`` ``"k"``, with chunk-local feature tiles: :func:`plan_arrays`)."""
-    plan = plan_arrays(packed, offsets, local=per_pattern == "k")
+    plans, ``per_pattern`` ``"k"``, with chunk-local feature tiles: :func:`plan_arrays`, or
+    ``host``, made by it before)."""
+    local = per_pattern == "k"
+    plan = plan_arrays(packed, offsets, local=local) if host is None else dict(host)
     tables, total = fill(
         model.lane_d, model.path_offsets, path_features(packed.path_offsets), offsets,
         stream(),
@@ -334,13 +337,26 @@ def _filled_plan(packed: PackedModel, model: DeviceModel, offsets, fill, per_pat
     return Plan(**_to_device(plan))
 
 
-def shap_plan(packed: PackedModel, model: DeviceModel) -> Plan:
+def shap_plan_host(packed: PackedModel) -> tuple:
+    """The host side of :func:`shap_plan`, which needs no device model: the table offsets
+    (:func:`~distshap.plan.gpu.shap_table_offsets`) and the plan's host arrays
+    (:func:`~distshap.plan.gpu.plan_arrays`), under the configuration in force."""
+    offsets = shap_table_offsets(packed)
+    return offsets, plan_arrays(packed, offsets, local=True)
+
+
+def shap_plan(packed: PackedModel, model: DeviceModel, host: tuple | None = None) -> Plan:
     """The SHAP :class:`Plan` of ``model``: SHAP tables
     (:func:`~distshap.plan.gpu.shap_table_offsets`, filled on the device on first use) and the
-    quadrature kernels for the other regular paths."""
-    return model.form(("shap", forced_costs()), lambda: _filled_plan(
-        packed, model, shap_table_offsets(packed), fill_shap_tables, "k"
-    ))  # fmt: skip
+    quadrature kernels for the other regular paths; ``host``: :func:`shap_plan_host` of
+    ``packed``, made before under the same configuration (a GPU preparation makes it while the
+    device model is copied)."""
+
+    def build() -> Plan:
+        offsets, plan = shap_plan_host(packed) if host is None else host
+        return _filled_plan(packed, model, offsets, fill_shap_tables, "k", plan)
+
+    return model.form(("shap", forced_costs()), build)
 
 
 def few_rows_shap_plan(packed: PackedModel, model: DeviceModel) -> Plan:

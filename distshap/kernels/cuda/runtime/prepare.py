@@ -7,8 +7,8 @@
   (:func:`~.ptx.shap_kernel_names`), once the helpers compiling them ahead are done
   (:func:`distshap.compile_cache.wait_ahead`);
 * :func:`device_model`: the packed model's device model (:func:`.model.device_model`), its
-  SHAP plan (tables filled on the device) and the additivity check's margin arrays, every
-  launch finished.
+  SHAP plan (tables filled on the device) and the additivity check's margin arrays, in threads
+  where they do not wait for each other, every launch finished.
 
 A kernel is loaded as a launch loads it: the dispatcher's ``compile`` for the launch's argument
 types (from Numba's disk cache, else compiled and saved there), then bound to the context.
@@ -17,7 +17,9 @@ Under the CUDA simulator nothing is loaded (its kernels are Python).
 
 from __future__ import annotations
 
+import contextvars
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -29,6 +31,7 @@ from distshap.kernels.cuda import traversal
 from distshap.kernels.cuda.runtime import model as runtime_model
 from distshap.kernels.cuda.runtime import ptx
 from distshap.kernels.cuda.runtime.device import SIM, device_id, xp
+from distshap.plan.gpu import path_info
 
 __all__ = [
     "ANY_SHAPE", "ONLY_CACHED", "context", "device_model", "kernels", "load_kernels",
@@ -77,12 +80,30 @@ def kernels(ensemble: Any) -> None:
 
 
 def device_model(packed: Any) -> None:
-    """The last stage: ``packed``'s device model, SHAP plan and margin arrays."""
+    """The last stage: ``packed``'s device model, SHAP plan and margin arrays.
+
+    The plan's host side (:func:`.model.shap_plan_host`) is made in a thread of its own while
+    this one makes the device model, then the margin arrays in another while this one fills
+    the plan's tables: host work of the three at once (NumPy, mostly without the GIL)."""
+    path_info(packed)  # what the three share, made once
+    plan_host = _meanwhile(runtime_model.shap_plan_host, packed)
     model = runtime_model.device_model(packed)
-    model.shap  # noqa: B018 - the plan, its tables filled on the device
+    margin = None
     if packed.margin is not None:
-        traversal.device_arrays(packed, model)
+        margin = _meanwhile(traversal.device_arrays, packed, model)
+    runtime_model.shap_plan(packed, model, plan_host.result())
+    if margin is not None:
+        margin.result()
     cuda.synchronize()
+
+
+def _meanwhile(function: Any, *args: Any) -> Future:
+    """``function(*args)`` in a thread of its own under this thread's configuration
+    (:mod:`contextvars`); its future."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="distshap-gpu-part")
+    future = pool.submit(contextvars.copy_context().run, function, *args)
+    pool.shutdown(wait=False)
+    return future
 
 
 #: Kernels loaded where Numba's disk cache has them, never compiled here: the additivity
