@@ -29,7 +29,8 @@ short), and ``"auto"`` where no GPU is visible (where CuPy is missing the first 
 before importing the backend; elsewhere it asks :func:`~distshap.kernels.cuda_available`
 before making a context). The threads work under the configuration in force at :func:`start`
 (:mod:`contextvars`), on the device a new thread gets (the first visible one); a call made on
-another device makes its own device model.
+another device makes its own device model. They are no daemons: a process that ends while they
+work waits for them (each ends by itself), so CUDA is not torn down under a copy or a compile.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ class Preparation:
         with _LOCK:  # with wait()'s look at the last thread: a new stage is always waited for
             before = self._thread
             self._thread = threading.Thread(target=self._run, args=(before, stage, args),
-                                            name=f"distshap-gpu-{stage}", daemon=True)  # fmt: skip
+                                            name=f"distshap-gpu-{stage}")  # fmt: skip
             self._thread.start()
             if self not in _PENDING:  # a call waited for the stages before: wait for this one
                 _PENDING.append(self)
@@ -115,7 +116,7 @@ class Preparation:
                 return
             if stage == "context":  # the driver makes it while this thread imports the backend
                 threading.Thread(target=_driver_context, args=(self.backend,),
-                                 name="distshap-gpu-driver", daemon=True).start()  # fmt: skip
+                                 name="distshap-gpu-driver").start()  # fmt: skip
             work = getattr(importlib.import_module(_WORK), stage)
             if self._context.copy().run(work, *args) is False:
                 self._stop = True  # "auto" where no GPU is visible: nothing more to do
