@@ -53,10 +53,6 @@ class Config:
         plan order). Moves only which chunk sums a contribution, never a bit.
     shap_quadrature_warps : int
         Warps a block of the SHAP quadrature kernel at most.
-    shap_quadrature_rows : int
-        Rows a thread of the SHAP quadrature kernels at most, 1 or 2: two rows share each path
-        element's loads; one row halves a block's shared memory, so more blocks fit an SM. The
-        sums are integers: the bits do not depend on it.
     slot_quadrature_rows : int
         Rows a block of the pair-slot quadrature kernel at most.
     interaction_table_max_features, interaction_table_budget_bytes : int
@@ -133,7 +129,6 @@ interventional_interaction_table_budget_bytes : int
     quadrature_tile_features: int = 0
     quadrature_tile_window: int = 256
     shap_quadrature_warps: int = 4
-    shap_quadrature_rows: int = 2
     slot_quadrature_rows: int = 2
     interaction_table_max_features: int = 10
     interaction_table_budget_bytes: int = 128 << 20

@@ -377,14 +377,6 @@ def quadrature_kernel(n_nodes: int, shared: bool, local: bool = False, rows: int
     return kernel
 
 
-def _rows_a_thread() -> int:
-    """``shap_quadrature_rows`` of the configuration, checked."""
-    rows = get_config().shap_quadrature_rows
-    if rows not in (1, 2):
-        raise ValueError(f"shap_quadrature_rows={rows!r}: give 1 or 2 rows a thread")
-    return int(rows)
-
-
 def launch_quadrature(model, plan, Xb, acc, scale, F1, stream) -> None:
     """Run the SHAP quadrature launches of ``plan`` on the row batch ``Xb`` (adding to
     ``acc``): chunk-local feature tiles where :func:`local_tiles` (per launch, where its
@@ -400,8 +392,8 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream) -> None:
     nb = int(Xb.shape[0])
     XT = xp().ascontiguousarray(Xb.T)  # (features, rows): a warp reads 32 rows of a feature
     n_features = F1 - 1
-    rows = most_rows = _rows_a_thread()
-    if quadrature_warps(n_features, rows) == 0 < quadrature_warps(n_features):
+    rows = 2
+    if quadrature_warps(n_features, 2) == 0 < quadrature_warps(n_features):
         rows = 1  # two rows' sums would not fit shared memory where one row's do
     warps = quadrature_warps(n_features, rows)
     shared = warps > 0
@@ -413,7 +405,7 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream) -> None:
     local = local_tiles(plan)
     for launch in plan.quadrature:
         if local:
-            local_rows = most_rows
+            local_rows = 2
             local_warps = quadrature_warps(launch.local_columns, local_rows)
             if local_warps == 0:
                 local_rows, local_warps = 1, quadrature_warps(launch.local_columns)
