@@ -549,7 +549,8 @@ def _row(args, pool, label: str, server, X, concurrency: int, n: int, inproc: fl
 
 def _table(results: list[dict], cells: list[tuple[int, int]]) -> None:
     """Every server's rows/s (p99 ms) by cell, one line a server (``floor/ready``: requests/s,
-    under each concurrency's smallest request), then each server's ratio to the baseline."""
+    under each of its concurrency's cells), then each server's ratio to the baseline (of
+    requests/s for ``floor/ready``)."""
     labels = list(dict.fromkeys(r["server"] for r in results))
     got = {(r["server"], r["concurrency"], r["rows"]): r for r in results}
     print("\n# rows/s (p99 ms) by concurrency x rows; then x the baseline's rows/s")
@@ -560,7 +561,9 @@ def _table(results: list[dict], cells: list[tuple[int, int]]) -> None:
             r = got.get((label, c, n)) or got.get((label, c, 1) if label == "floor/ready" else 0)
             base = got.get(("baseline", c, n))
             line.append(f"{r['rows_per_s']:>11,.0f} ({r['p99_ms']:>5.1f})" if r else "")
-            ratios.append(f"{r['rows_per_s'] / base['rows_per_s']:.1f}x" if r and base else "")
+            per = n if label == "floor/ready" else 1  # requests/s against the baseline's
+            ratio = per * r["rows_per_s"] / base["rows_per_s"] if r and base else None
+            ratios.append("" if ratio is None else f"{ratio:.1f}x")
         print(f"{label:<24} " + " ".join(f"{x:>20}" for x in line))
         if any(ratios) and label != "baseline":
             print(f"{'':<24} " + " ".join(f"{x:>20}" for x in ratios))
