@@ -239,6 +239,7 @@ def run_explain(args: argparse.Namespace) -> int:
     """``distshap explain``: SHAP (interaction) values of DATA written to OUT."""
     from distshap import io
     from distshap.explainer import TreeExplainer
+    from distshap.plan.config import config_context
 
     _check_output_options(args)
     fmt = io.output_format(args.output, interactions=args.interactions)
@@ -250,11 +251,14 @@ def run_explain(args: argparse.Namespace) -> int:
     io.check_output(args.output, fmt, inputs, args.overwrite)
     labels = _label_column(args, ds)
     drop = list(args.drop) + ([args.labels] if args.labels is not None else [])
-    explainer = TreeExplainer(args.model, layout="xgboost", backend=args.backend)
-    ds = io.select_features(ds, explainer.packed, drop)
-    explainer = _with_background(args, explainer, bg, drop)
+    use_cluster = _use_cluster(args, ds.nbytes)
+    # on a cluster the workers run the kernels: no CUDA context in this process
+    with config_context(gpu_preparation=0) if use_cluster else contextlib.nullcontext():
+        explainer = TreeExplainer(args.model, layout="xgboost", backend=args.backend)
+        ds = io.select_features(ds, explainer.packed, drop)
+        explainer = _with_background(args, explainer, bg, drop)
     names = explainer.output_feature_names(_Columns(ds.columns))
-    if not _use_cluster(args, ds.nbytes):
+    if not use_cluster:
         # compile (JIT) and upload the model on one row first, so the timing is the real work
         _explain_fn(explainer, args.interactions)(
             np.zeros((1, explainer.num_features), dtype=np.float32),

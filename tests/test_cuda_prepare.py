@@ -114,8 +114,46 @@ def test_nothing_starts_where_the_explainer_runs_no_cuda_here(fake_work, tmp_pat
             preparation.packed("packed")
     with config_context(large_model_file_bytes=200):  # not larger
         assert not prepare.start(large, "cuda", None, "tree_path_dependent").active
+    with config_context(large_model_file_bytes=100, gpu_preparation=0):  # turned off
+        assert not prepare.start(large, "cuda", None, "tree_path_dependent").active
     prepare.wait()
     assert fake_work == []
+
+
+def test_the_cli_on_a_cluster_prepares_no_gpu_here(tmp_path, monkeypatch):
+    """``distshap explain`` on a cluster: its workers run the kernels, so the explainers it
+    builds in this process start no preparation (it decides before building them)."""
+    import xgboost as xgb
+
+    from distshap import cli_commands
+    from distshap.cli import main
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50, 3)).astype(np.float32)
+    model, data = str(tmp_path / "m.json"), str(tmp_path / "X.npy")
+    xgb.train({"max_depth": 2}, xgb.DMatrix(X, label=X[:, 0]), 3).save_model(model)
+    np.save(data, X)
+    seen = []
+    start = prepare.start
+
+    def recorded(*args):
+        seen.append(get_config().gpu_preparation)
+        return start(*args)
+
+    class Stop(Exception):
+        pass
+
+    def no_cluster(args):
+        raise Stop
+
+    monkeypatch.setattr(prepare, "start", recorded)
+    monkeypatch.setattr(cli_commands, "_start_client", no_cluster)
+    out = str(tmp_path / "out.npy")
+    assert main(["explain", model, data, "-o", out, "--workers", "1"]) != 0  # Stop, reported
+    assert seen and all(v == 0 for v in seen)
+    seen.clear()
+    assert main(["explain", model, data, "-o", str(tmp_path / "local.npy")]) == 0
+    assert seen and all(v == 1 for v in seen)
 
 
 @pytest.mark.skipif(cuda_available(), reason="checks the CPU-only machine")

@@ -144,7 +144,9 @@ def start(model: Any, backend: str, client: Any, feature_perturbation: str) -> P
     """Start preparing the GPU for an explainer of ``model`` (its constructor's arguments;
     ``feature_perturbation`` resolved), where it will run CUDA in this process (module
     docstring); an inactive :class:`Preparation` elsewhere."""
-    if backend == "cpu" or client is not None or _dask_client():
+    if backend == "cpu" or client is not None or not get_config().gpu_preparation:
+        return Preparation()
+    if _dask_client():
         return Preparation()
     if not isinstance(model, (str, os.PathLike)):
         return Preparation()  # an in-memory model

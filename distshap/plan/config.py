@@ -98,6 +98,11 @@ interventional_interaction_table_budget_bytes : int
         (:mod:`distshap.build_cache`: a later process maps a file's loaded and packed model
         back instead of building it again); the least recently used go beyond it. 0: nothing
         is saved or read.
+    gpu_preparation : int
+        1: a CUDA explainer of a model file of more than ``large_model_file_bytes`` makes the
+        GPU ready in background threads while it builds (:mod:`distshap.kernels.prepare`);
+        0: its first call does that work (e.g. where the explainer only plans work for Dask
+        workers and this process should make no CUDA context).
     loader_threaded_min_nodes : int
         Ensembles of more nodes than this have their node arrays read and checked by the
         loaders' compiled passes, in threads over trees (:mod:`distshap.models._threaded`); the
@@ -154,6 +159,7 @@ interventional_interaction_table_budget_bytes : int
     interventional_warps_per_block: int = 4
     compile_ahead_processes: int = 0
     saved_build_bytes: int = 8 << 30
+    gpu_preparation: int = 1
     loader_threaded_min_nodes: int = 1 << 19
     large_model_file_bytes: int = 1 << 24
     loader_cold_max_nodes: int = 1 << 24
