@@ -113,9 +113,12 @@ def _device(conns: list, slots: int, overlap: int, hold: float, wait: float, pat
                 mine["call_start"], mine["call_end"] = standin.local.span
 
         def _send(self, conn, parts) -> None:
-            ident = ANSWER.unpack_from(parts[0])[0]
-            if ident != BYE:
-                own(conn, ident)["answered"] = time.perf_counter()
+            now, at = time.perf_counter(), 0
+            while at < len(parts):  # one front's answers: a header (+ its tensors) each
+                ident, status, count, _ = ANSWER.unpack_from(parts[at])
+                if ident != BYE:
+                    own(conn, ident)["answered"] = now
+                at += 1 + (0 if status else count)
             super()._send(conn, parts)
 
     known = inspect.signature(dp.DeviceLoop).parameters  # code from before overlap_rows: 0

@@ -268,6 +268,28 @@ def test_a_batch_larger_than_the_pipe_holds_is_written_whole_and_before_the_next
     thread.join(10)
 
 
+def test_a_calls_answers_to_one_front_go_together_however_many(files):
+    gate = _Gate()
+    held = [Resident("echo", _Echo()), Resident("gate", gate)]
+    loops, (front,), _ = _wire(1, [held])
+    thread = _start(loops[0])
+    rows = np.arange(600 * 4, dtype=np.float32).reshape(600, 4)
+    try:
+        busy = front.submit(held[1], rows[:1], "shap_values", 0)
+        assert gate.entered.wait(30)
+        futures = [front.submit(held[0], rows[i : i + 1], "shap_values", 0) for i in range(600)]
+        _until(lambda: len(loops[0]._pending) == 600)
+        gate.open.set()  # one call of 600 batches: 1,200 parts, more than a writev takes
+        for i, future in enumerate(futures):
+            assert same_bits(future.result(30)["shap_values"], rows[i : i + 1] * 2)
+        assert busy.result(30)["shap_values"].shape == (1, 2)
+        assert loops[0].stats == {"calls": 2, "rows": 601, "merged": 1, "batches": 601}
+    finally:
+        gate.open.set()
+        front.close()
+    thread.join(10)
+
+
 def test_a_call_starts_beside_a_running_one_once_overlap_rows_wait(files, residents):
     gate = _Gate()
     held = [*residents, Resident("gate", gate)]

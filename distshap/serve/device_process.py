@@ -244,15 +244,17 @@ class DeviceLoop:
             self.stats["rows"] += sum(len(part) for part in parts)
             self.stats["merged"] += len(items) > 1
             self.stats["batches"] += len(items)
-        start = 0
+        start, answers = 0, {}  # each front's answers, written together
         for item in items:
             stop = start + len(item.rows)
             try:
                 messages = answer_parts(item.ident, values, err, start, stop)
             except Exception as error:  # a tensor the header cannot name
                 messages = answer_parts(item.ident, None, error, start, stop)
-            self._send(item.conn, messages)
+            answers.setdefault(item.conn, []).extend(messages)
             start = stop
+        for conn, messages in answers.items():
+            self._send(conn, messages)
 
     def write_stats(self, path: str) -> None:
         """The counters as JSON at ``path`` (replaced whole: readers never see half a file)."""

@@ -22,6 +22,7 @@ __all__ = [
     "BYE",
     "DTYPES",
     "DTYPE_CODE",
+    "IOV_PARTS",
     "OUTPUT_NAMES",
     "TENSOR",
     "TENSOR_NAMES",
@@ -46,20 +47,25 @@ BATCH = struct.Struct("<QHBBIII")
 ANSWER = struct.Struct("<QBBI")
 #: A tensor of an answer: name, dtype, dimensions (then one uint32 a dimension).
 TENSOR = struct.Struct("<BBB")
+#: Parts a ``writev`` takes at most (systems allow 1024 or more).
+IOV_PARTS = 512
 #: The id of the goodbye a front sends on closing (the device process answers it and drops
 #: the pipe); batch ids start at 1.
 BYE = 0
 
 
 def write_parts(fd: int, parts: list) -> None:
-    """Write every byte of ``parts`` (bytes, or C-contiguous arrays) to ``fd``."""
+    """Write every byte of ``parts`` (bytes, or C-contiguous arrays) to ``fd``, at most
+    :data:`IOV_PARTS` of them a ``writev``."""
     views = [memoryview(p).cast("B") for p in parts if len(p) and getattr(p, "size", 1)]
-    while views:
-        sent = os.writev(fd, views)
-        while views and sent >= len(views[0]):
-            sent -= len(views.pop(0))
+    at = 0
+    while at < len(views):
+        sent = os.writev(fd, views[at : at + IOV_PARTS])
+        while at < len(views) and sent >= len(views[at]):
+            sent -= len(views[at])
+            at += 1
         if sent:
-            views[0] = views[0][sent:]
+            views[at] = views[at][sent:]
 
 
 def read_into(fd: int, view: memoryview) -> None:
