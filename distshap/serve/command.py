@@ -107,7 +107,8 @@ def serve(
     for name, value in (("in_flight", in_flight), ("overlap_rows", overlap_rows)):
         if value is not None:
             raise ValueError(f"{name}={value!r}: a setting of device processes, and one process "
-                             "has none; give processes > 1 or device_processes")  # fmt: skip
+                             "has none; give device_processes >= 1 (or processes > 1 on a GPU), "
+                             "or leave it out")  # fmt: skip
     server = build_server(specs, ServeOptions(**options), client=client, backend=backend,
                           slots=1 if slots is None else slots)  # fmt: skip
     return server.start() if start else server
