@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> None:
     ints = lambda text: [int(x) for x in text.split(",") if x]  # noqa: E731
     parser.add_argument("--clients", type=ints, default=[1, 4])
     parser.add_argument("--slots", type=ints, default=[1, 2])
-    parser.add_argument("--in-flight", type=ints, default=[2])
+    parser.add_argument("--in-flight", type=ints, default=[4])
     parser.add_argument("--fronts", type=int, default=4, help="fronts (one loop, this process)")
     parser.add_argument("--overlap-rows", type=ints, default=[0, 2048])
     parser.add_argument("--rows", type=int, default=1)
