@@ -57,9 +57,9 @@ def serve(
     start : bool
         Serve in a background thread now (else call ``serve_forever``).
     slots : int, optional
-        Batches run at once in each process that runs them (without ``client``): 1 suits the
-        CPU, 2 lets a GPU's kernels overlap the host work of the next batch. Default: 1 in
-        this process or each front, 2 in a device process on a GPU.
+        Batches run at once in each process that runs them (without ``client``; default 1):
+        2 lets a GPU's kernels overlap the host work of the next batch, 1 merges more of the
+        waiting batches into each call.
     processes : int
         Server processes sharing the port (> 1: a :class:`~distshap.serve.group.ServerGroup`
         of front processes; ``start`` then starts the processes).
@@ -155,8 +155,8 @@ def add_parser(sub: Any) -> None:
                    "0: each server process runs its own batches)")  # fmt: skip
     p.add_argument("--slots", type=int,
                    help="with --local: batches run at once in each process that runs them (2 "
-                   "overlaps a GPU's kernels with the next batch's host work; default 1, 2 in "
-                   "a device process on a GPU)")  # fmt: skip
+                   "overlaps a GPU's kernels with the next batch's host work, 1 merges more "
+                   "batches a call; default 1)")  # fmt: skip
     p.add_argument("--in-flight", type=int, metavar="N",
                    help="with device processes: batches each server process keeps in flight on "
                    "each device process (default 4; more lets a device process merge more of "

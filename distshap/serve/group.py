@@ -244,7 +244,7 @@ class ServerGroup:
         self.options = replace(options, port=self.address[1], reuse_port=True)
         self.specs, self.processes = list(specs), processes
         if slots is None:
-            slots = 2 if self.gpus and backend != "cpu" else 1
+            slots = 1  # one call at a time merges the most batches a call
         self.backend, self.slots, self.scheduler = backend, slots, scheduler
         self._ctx = multiprocessing.get_context("spawn")
         self._serving = self._ctx.RawValue("b", 0)
