@@ -15,9 +15,9 @@ from simfork import run_forked
 __all__ = ["assert_simulator_ok", "nvvm_available"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-#: Fork each script from a parent that imported the dependencies once (tests/simfork.py);
-#: False: a fresh ``python -c`` for each.
-FORK = hasattr(os, "fork")
+#: Fork each script from a parent that imported the dependencies once (tests/simfork.py), on
+#: Linux; elsewhere a fresh ``python -c`` for each.
+FORK = sys.platform.startswith("linux")
 
 
 def assert_simulator_ok(script: str, timeout: float) -> None:
