@@ -30,6 +30,11 @@ warm-up, :mod:`distshap.models._threaded`, is then skipped).
 The packed model of an ensemble is taken from the cache only for the very ensemble object
 :func:`load_ensemble` returned (not a copy with other covers or missing value), with the same
 options, encoding and margin arrays as saved.
+
+What is computed from such a packed model alone (the host arrays of its device model and plans)
+is kept beside it by :func:`load_derived`: keyed by the code, the packed model's digest and the
+inputs the caller names (the configuration fields it depends on), saved by the first process
+that computes it, mapped back and checked like the rest by the later ones.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ import time
 import uuid
 import weakref
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -53,13 +59,14 @@ from distshap import compile_cache
 from distshap.parallel import run_ranges
 
 __all__ = [
-    "directory", "file_key", "key_of", "load", "load_ensemble", "load_packed", "max_bytes",
-    "saved", "store", "wait_stores",
+    "directory", "file_key", "key_of", "load", "load_derived", "load_ensemble", "load_packed",
+    "max_bytes", "saved", "store", "wait_stores",
 ]  # fmt: skip
 
 _PIECE = 1 << 24  # bytes hashed per piece, in threads
 _MAGIC = b"distshap-build-1"
 _KEYS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # ensemble -> its file's key
+_PACKED: weakref.WeakSet = weakref.WeakSet()  # packed models of saved builds (load_packed)
 _STORES: list[threading.Thread] = []
 _ANNOUNCED: list[bool] = []  # the first save of this process was announced
 
@@ -436,7 +443,46 @@ def load_packed(ensemble: Any, options: dict, build: Any) -> Any:
     if packed is not None and _same(packed.margin, options.get("margin")):
         encoding = options.get("encoding")
         if encoding is None or _same(vars(packed.encoding), vars(encoding)):
+            _PACKED.add(packed)
             return packed
     packed = build()
     store(name, packed)
+    _PACKED.add(packed)
     return packed
+
+
+def load_derived(packed: Any, part: str, inputs: Any, build: Callable[[], Any]) -> Any:
+    """``build()``, or the value saved for ``packed`` under ``part`` and ``inputs`` before.
+
+    For a packed model :func:`load_packed` returned (a saved build's): the value is keyed by
+    distshap's code, ``packed.digest`` (its every array), ``part`` and ``repr(inputs)``, so
+    other code, another model or other inputs never reuse it; where none is saved, the value
+    ``build()`` gives is saved (:func:`store`). Any other packed model: ``build()``.
+
+    Parameters
+    ----------
+    packed : PackedModel
+        The model the value is computed from.
+    part : str
+        What the value is (one name per kind of value).
+    inputs : object
+        Everything else the value depends on (configuration fields, cost constants), by its
+        ``repr``.
+    build : callable
+        Computes the value: a picklable object of NumPy arrays and plain values, the same
+        bits for the same ``packed`` and ``inputs``.
+    """
+    digest = getattr(packed, "digest", "")
+    try:
+        known = packed in _PACKED
+    except TypeError:
+        known = False
+    if not known or not digest or directory() is None or not max_bytes():
+        return build()
+    h = hashlib.sha256(_code_key() + f"{digest} {part} {inputs!r}".encode()).hexdigest()
+    name = f"{h[:40]}.{part}"
+    value = load(name)
+    if value is None:
+        value = build()
+        store(name, value)
+    return value

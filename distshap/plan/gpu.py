@@ -45,6 +45,7 @@ __all__ = [
     "fixed_point_shift",
     "interaction_table_offsets",
     "interaction_tables_too_wide",
+    "keep_path_info",
     "path_bounds",
     "path_info",
     "plan_arrays",
@@ -93,6 +94,19 @@ def path_info(packed: PackedModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     with _PATH_INFO_LOCK:
         _PATH_INFO[packed] = (k, path_bin, regular)
     return k, path_bin, regular
+
+
+def keep_path_info(packed: PackedModel, info: tuple) -> tuple:
+    """Make ``info``, the value :func:`path_info` gives ``packed`` (mapped back with a saved
+    build: the same arrays bit for bit), the one it returns from now on, unless one is kept
+    already; the one kept (read-only)."""
+    with _PATH_INFO_LOCK:
+        hit = _PATH_INFO.get(packed)
+        if hit is None:
+            for a in info:
+                a.flags.writeable = False
+            hit = _PATH_INFO[packed] = tuple(info)
+    return hit
 
 
 def shap_table_policy(packed: PackedModel) -> np.ndarray:

@@ -16,6 +16,12 @@ The launchers pass these arrays as read-only hints made once and kept with the m
 (:meth:`DeviceModel.read_only`); tables the device fills (CuPy) become Numba device arrays when
 the plan is made, as the copied arrays are.
 
+The host arrays of the model and of its SHAP plan (:func:`lane_host`, :func:`shap_plan_host`)
+are deterministic functions of the packed model and the configuration: for the packed model of
+a saved build (:mod:`distshap.build_cache`) they are kept with it
+(:func:`~distshap.build_cache.load_derived`, keyed by the configuration fields that shape them,
+:func:`saved_inputs`), so a later process maps them back instead of computing them.
+
 Pair slots (:func:`slot_arrays`, on the first call that needs them): the host
 :class:`~distshap.pair_slots.PairSlots` maps and the quadrature kernel's chunk tiles
 (:func:`~distshap.plan.launches.chunk_tiles`), kept on the device model. Fixed-point shifts:
@@ -24,7 +30,9 @@ Pair slots (:func:`slot_arrays`, on the first call that needs them): the host
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+import weakref
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -32,6 +40,7 @@ from typing import Any, TypeVar
 import numpy as np
 from numba import cuda
 
+from distshap import build_cache
 from distshap.compile_cache import wait_ahead
 from distshap.kernels import prepare
 from distshap.kernels.cuda.runtime import device
@@ -41,10 +50,11 @@ from distshap.kernels.cuda.runtime.upload import lane_columns
 from distshap.kernels.cuda.table_fill import fill_interaction_tables, fill_shap_tables
 from distshap.packed import PackedModel
 from distshap.plan.config import Config, config_context, get_config
-from distshap.plan.costs import forced_costs
+from distshap.plan.costs import device_costs, forced_costs
 from distshap.plan.gpu import (
     fixed_point_shift,
     interaction_table_offsets,
+    keep_path_info,
     path_bounds,
     path_info,
     plan_arrays,
@@ -55,7 +65,8 @@ from distshap.plan.tables import path_features
 
 __all__ = [
     "DeviceModel", "Plan", "QuadratureLaunch", "SlotArrays", "device_model",
-    "interaction_plan", "lane_arrays", "shap_plan", "shap_plan_host", "slot_arrays",
+    "interaction_plan", "lane_arrays", "lane_host", "saved_inputs", "shap_plan",
+    "shap_plan_host", "slot_arrays",
 ]  # fmt: skip
 
 
@@ -225,16 +236,16 @@ def lane_arrays(packed: PackedModel, columns: bool = True) -> dict:
             f"the CUDA kernels need a model packed with capacity=32 (one warp), got "
             f"capacity={packed.capacity}: rebuild it with build_packed_model(paths, capacity=32)"
         )
-    k, _, regular = path_info(packed)
-    lanes = _host_lane_columns(packed, k) if columns else {}
-    oversize_paths = np.flatnonzero(~regular).astype(np.int32)
+    derived = lane_host(packed)
+    k = derived["path_info"][0]
+    oversize_paths = derived["oversize_paths"]
     longest = get_config().max_fallback_features  # the fallback kernel's compiled size
     if oversize_paths.size and int(k[oversize_paths].max()) > longest:
         raise ValueError(
             f"a path has {int(k[oversize_paths].max())} distinct features; the CUDA backend "
             f"handles at most {longest}: use backend='cpu' for this model"
         )
-    shap_bound, inter_bound = path_bounds(packed)
+    lanes = _host_lane_columns(packed, k) if columns else {}
     return dict(
         **lanes,
         cat_words=_nonempty(packed.cat_words, np.uint32),
@@ -243,9 +254,60 @@ def lane_arrays(packed: PackedModel, columns: bool = True) -> dict:
         oversize_paths=_nonempty(oversize_paths, np.int32),
         expected_value=np.ascontiguousarray(packed.expected_value, np.float64),
         n_oversize=int(oversize_paths.size),
-        shap_shift=fixed_point_shift(shap_bound),
-        interaction_shift=fixed_point_shift(inter_bound),
+        shap_shift=fixed_point_shift(derived["shap_bound"]),
+        interaction_shift=fixed_point_shift(derived["interaction_bound"]),
     )
+
+
+#: Configuration fields that shape no host array of a device model (loading, packing, caches,
+#: helper processes, call batching): left out of :func:`saved_inputs`, so that changing one
+#: still finds the arrays kept with a saved build.
+NOT_SHAPING = frozenset((
+    "batch_budget_bytes", "cache_size", "compile_ahead_processes", "saved_build_bytes",
+    "gpu_preparation", "loader_threaded_min_nodes", "large_model_file_bytes",
+    "loader_cold_max_nodes", "packing_numpy_max_items", "packing_cold_max_items",
+))  # fmt: skip
+
+
+def saved_inputs(costs: bool = False) -> tuple:
+    """What host arrays of a device model depend on besides the packed model, as the key of
+    the ones kept with a saved build (:func:`distshap.build_cache.load_derived`): every field
+    of the configuration in force but those of :data:`NOT_SHAPING` and, with ``costs``, the
+    constants choosing the SHAP tables (:func:`~distshap.plan.costs.device_costs`)."""
+    config = get_config()
+    fields = tuple((f.name, getattr(config, f.name)) for f in dataclasses.fields(config)
+                   if f.name not in NOT_SHAPING)  # fmt: skip
+    return (*fields, device_costs()) if costs else fields
+
+
+def lane_host(packed: PackedModel) -> dict:
+    """What the device model computes from ``packed`` on the host: ``path_info``
+    (:func:`~distshap.plan.gpu.path_info`, kept as ``packed``'s), the paths run by the
+    fallback kernel (``oversize_paths``, int32) and the fixed-point bounds (``shap_bound``,
+    ``interaction_bound``: :func:`~distshap.plan.gpu.path_bounds`); mapped back where a saved
+    build keeps them (module docstring), else computed (and kept there); made once a model
+    object (none of it depends on the configuration)."""
+    with _LANES_LOCK:
+        hit = _LANES.get(packed)
+    if hit is not None:
+        return hit
+    derived = build_cache.load_derived(packed, "device-lanes", (), lambda: _lane_host(packed))
+    derived = dict(derived, path_info=keep_path_info(packed, derived["path_info"]))
+    with _LANES_LOCK:
+        return _LANES.setdefault(packed, derived)
+
+
+_LANES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # packed -> lane_host's
+_LANES_LOCK = threading.Lock()
+
+
+def _lane_host(packed: PackedModel) -> dict:
+    info = path_info(packed)
+    shap_bound, interaction_bound = path_bounds(packed)
+    return dict(
+        path_info=info, oversize_paths=np.flatnonzero(~info[2]).astype(np.int32),
+        shap_bound=shap_bound, interaction_bound=interaction_bound,
+    )  # fmt: skip
 
 
 def _host_lane_columns(packed: PackedModel, k: np.ndarray) -> dict:
@@ -340,7 +402,13 @@ def _filled_plan(packed: PackedModel, model: DeviceModel, offsets, fill, per_pat
 def shap_plan_host(packed: PackedModel) -> tuple:
     """The host side of :func:`shap_plan`, which needs no device model: the table offsets
     (:func:`~distshap.plan.gpu.shap_table_offsets`) and the plan's host arrays
-    (:func:`~distshap.plan.gpu.plan_arrays`), under the configuration in force."""
+    (:func:`~distshap.plan.gpu.plan_arrays`), under the configuration in force; mapped back
+    where a saved build keeps them (module docstring), else computed (and kept there)."""
+    return build_cache.load_derived(packed, "device-shap", saved_inputs(costs=True),
+                                    lambda: _shap_plan_host(packed))  # fmt: skip
+
+
+def _shap_plan_host(packed: PackedModel) -> tuple:
     offsets = shap_table_offsets(packed)
     return offsets, plan_arrays(packed, offsets, local=True)
 

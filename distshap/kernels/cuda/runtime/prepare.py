@@ -8,7 +8,9 @@
   (:func:`distshap.compile_cache.wait_ahead`);
 * :func:`device_model`: the packed model's device model (:func:`.model.device_model`), its
   SHAP plan (tables filled on the device) and the additivity check's margin arrays, in threads
-  where they do not wait for each other, every launch finished.
+  where they do not wait for each other, every launch finished. Their host arrays are mapped
+  back where the packed model's saved build keeps them (:func:`.model.lane_host`,
+  :func:`.model.shap_plan_host`, :func:`margin_arrays`), else computed and kept there.
 
 A kernel is loaded as a launch loads it: the dispatcher's ``compile`` for the launch's argument
 types (from Numba's disk cache, else compiled and saved there), then bound to the context.
@@ -25,17 +27,16 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from distshap import compile_cache
+from distshap import build_cache, compile_cache
 from distshap.kernels import cuda_available
 from distshap.kernels.cuda import traversal
 from distshap.kernels.cuda.runtime import model as runtime_model
 from distshap.kernels.cuda.runtime import ptx
 from distshap.kernels.cuda.runtime.device import SIM, device_id, xp
-from distshap.plan.gpu import path_info
 
 __all__ = [
     "ANY_SHAPE", "ONLY_CACHED", "context", "device_model", "kernels", "load_kernels",
-    "longest_path",
+    "longest_path", "margin_arrays",
 ]  # fmt: skip
 
 #: Kernels a SHAP call on any model taking the lane route launches (:func:`.ptx.shap_kernel_names`).
@@ -85,16 +86,34 @@ def device_model(packed: Any) -> None:
     The plan's host side (:func:`.model.shap_plan_host`) is made in a thread of its own while
     this one makes the device model, then the margin arrays in another while this one fills
     the plan's tables: host work of the three at once (NumPy, mostly without the GIL)."""
-    path_info(packed)  # what the three share, made once
+    runtime_model.lane_host(packed)  # what the three share (path_info), made once
     plan_host = _meanwhile(runtime_model.shap_plan_host, packed)
     model = runtime_model.device_model(packed)
     margin = None
     if packed.margin is not None:
-        margin = _meanwhile(traversal.device_arrays, packed, model)
+        margin = _meanwhile(margin_arrays, packed, model)
     runtime_model.shap_plan(packed, model, plan_host.result())
     if margin is not None:
         margin.result()
     cuda.synchronize()
+
+
+#: The order of :func:`~distshap.kernels.cuda.traversal.device_arrays`' arrays.
+_MARGIN_ARRAYS = ("ints", "longs", "f64s", "bools")
+
+
+def margin_arrays(packed: Any, model: Any) -> tuple:
+    """:func:`~distshap.kernels.cuda.traversal.device_arrays` of ``packed`` (the form
+    ``"margin"`` of its device model ``model``), from host arrays mapped back where the
+    packed model's saved build keeps them, else computed
+    (:func:`~distshap.kernels.cuda.traversal.packed_arrays`) and kept there."""
+
+    def build() -> tuple:
+        host = build_cache.load_derived(packed, "device-margin", (),
+                                        lambda: traversal.packed_arrays(packed.margin))  # fmt: skip
+        return tuple(cuda.to_device(host[name]) for name in _MARGIN_ARRAYS)
+
+    return model.form("margin", build)
 
 
 def _meanwhile(function: Any, *args: Any) -> Future:
