@@ -183,7 +183,8 @@ def made(packed):
     rp.device_model(packed)  # the preparation's last stage
     build_cache.wait_stores()
     model = km.device_model(packed)
-    return model, model.shap, traversal.device_arrays(packed, model)
+    few = km.few_rows_shap_plan(packed, model)  # the plan of calls of few rows: its own key
+    return model, model.shap, traversal.device_arrays(packed, model), few
 
 hits = []  # the parts mapped back
 read = build_cache.load
@@ -214,8 +215,8 @@ with config_context(small_max_paths=0, large_model_file_bytes=0, quadrature_tile
     assert again is not plain
     hits.clear()
     got = made(again)  # mapped back
-    assert sorted(hits) == ["device-lanes", "device-margin", "device-shap"], hits
-    assert len(os.listdir(build_cache.directory())) == n == 5, n
+    assert sorted(hits) == ["device-lanes", "device-margin", "device-shap", "device-shap"], hits
+    assert len(os.listdir(build_cache.directory())) == n == 6, n
     same(got, without)
     assert shap_values(again, X).tobytes() == want.tobytes()
 print("SIMULATOR-OK")

@@ -436,7 +436,7 @@ def few_rows_shap_plan(packed: PackedModel, model: DeviceModel) -> Plan:
     def build() -> Plan:
         chunk = int(get_config().few_rows_chunk_paths)
         with config_context(quadrature_chunk_paths=chunk):
-            host = plan_arrays(packed, shap_table_offsets(packed), local=True)
+            host = shap_plan_host(packed)[1]  # its own key where a saved build keeps it
         quadrature = _to_device({"quadrature": host["quadrature"]})["quadrature"]
         column = host["lane_column"]
         column = None if column is None else cuda.to_device(column)
