@@ -184,6 +184,7 @@ def made(packed):
     build_cache.wait_stores()
     model = km.device_model(packed)
     few = km.few_rows_shap_plan(packed, model)  # the plan of calls of few rows: its own key
+    build_cache.wait_stores()
     return model, model.shap, traversal.device_arrays(packed, model), few
 
 hits = []  # the parts mapped back
