@@ -21,6 +21,7 @@ import pytest
 
 import distshap
 from distshap import build_cache
+from distshap.kernels import cuda_available
 from distshap.kernels.cuda.runtime import model as km
 from distshap.plan import gpu
 from distshap.plan.config import Config, config_context
@@ -136,6 +137,31 @@ def test_only_a_saved_builds_packed_model_keeps_them(model_file):
     got = build_cache.load_derived(packed, "part", (), build)
     assert len(calls) == 3 and _mapped(got["a"]) and got["a"].tolist() == [0, 1, 2]
     assert build_cache.load_derived(packed, "part", (1,), build) is not None and len(calls) == 4
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
+def test_a_first_call_from_saved_arrays_gives_the_bits_of_one_without(model_file):
+    from distshap.kernels import prepare
+    from distshap.kernels.cuda import clear_cache
+
+    X = MODEL_KINDS["categorical"]()[1]
+    with config_context(small_max_paths=0):  # the lane route: device model, plan, margin check
+        clear_cache()
+        first = distshap.TreeExplainer(model_file, backend="cuda")
+        prepare.wait()
+        want = first.shap_values(X).copy()
+        build_cache.wait_stores()
+        saved = _entries()
+        parts = {name.split(".")[1] for name in saved if ".device-" in name}
+        assert parts == {"device-lanes", "device-shap", "device-margin"}, saved
+        clear_cache()
+        again = distshap.TreeExplainer(model_file, backend="cuda")  # its arrays mapped back
+        prepare.wait()
+        assert all(_mapped(a) for a in gpu.path_info(again.packed))
+        got = again.shap_values(X)
+        build_cache.wait_stores()
+    assert want.tobytes() == got.tobytes() and _entries() == saved
 
 
 _SIM_SCRIPT = """
