@@ -307,8 +307,17 @@ def _frame_block_values(partition: Any, packed: Any) -> Any:
     return model_matrix(partition, packed, allow_empty=True)
 
 
+def _given_block_values(partition: Any, packed: Any) -> Any:
+    """A Dask DataFrame partition of a CatBoost model with categorical features -> its values
+    as given (an object array, :func:`explanation_data`'s in memory; on a worker)."""
+    from distshap.models.catboost_categorical import user_values
+
+    return user_values(partition, packed.feature_categories)
+
+
 def dask_data(X: Any, packed: Any) -> Any:
-    """The lazy ``data`` of a Dask input: an array as given, a frame's model values."""
+    """The lazy ``data`` of a Dask input: an array as given, a frame's model values (for
+    CatBoost categorical features the values given, an object array, as in memory)."""
     import dask.array as da
 
     if isinstance(X, da.Array) and not has_sparse_chunks(X):
@@ -319,6 +328,10 @@ def dask_data(X: Any, packed: Any) -> Any:
     cols = select_model_columns(
         X, packed.num_features, packed.feature_names, packed.encoding.name_style
     )
+    if packed.encoding.library == "catboost" and packed.feature_categories:
+        meta = np.empty((0, packed.num_features), dtype=object)
+        return X[cols].map_partitions(_given_block_values, packed, meta=meta,
+                                      enforce_metadata=False)  # fmt: skip
     meta = np.empty((0, packed.num_features), dtype=packed.encoding.input_dtype)
     return X[cols].map_partitions(_frame_block_values, packed, meta=meta, enforce_metadata=False)
 

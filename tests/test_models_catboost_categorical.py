@@ -236,3 +236,20 @@ def test_category_hashes_are_asked_of_catboost_once_a_value(monkeypatch):
     assert asked == [["red", "green"], ["blue"]]
     np.testing.assert_array_equal(again[[0, 2]], first[[1, 0]])
     np.testing.assert_array_equal(again[1:2], real(["blue"])["blue"])
+
+
+def test_a_dask_frame_explanation_holds_the_values_given(scheduler):
+    """``explainer(ddf).compute().data``, as in memory: the categories as given, not codes."""
+    dd = pytest.importorskip("dask.dataframe")
+    from distributed import Client
+
+    model, rows = _fit("ctr")
+    explainer = TreeExplainer(model)
+    in_memory = explainer(rows)
+    with Client(scheduler) as client:
+        explainer.client = client
+        got = explainer(dd.from_pandas(rows, npartitions=3)).compute()
+    assert got.data.dtype == object and got.data.shape == in_memory.data.shape
+    assert list(got.data[:, 1]) == list(rows["c"]) and list(got.data[:, 2]) == list(rows["k"])
+    np.testing.assert_array_equal(got.data[:, 0].astype(np.float64), rows["x"].to_numpy(float))
+    np.testing.assert_array_equal(got.values, in_memory.values)
