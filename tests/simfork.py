@@ -46,6 +46,12 @@ def child(script, out, err):
     except BaseException:
         traceback.print_exc()
         code = 1
+    try:  # as the interpreter ends: its threads joined, then its exit functions
+        import atexit, threading
+        threading._shutdown()
+        atexit._run_exitfuncs()
+    except BaseException:
+        traceback.print_exc()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
