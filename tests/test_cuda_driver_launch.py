@@ -21,6 +21,8 @@ def test_signature_tells_apart_what_compiles_apart():
     assert _signature(a) != _signature(a.astype(np.float64))
     assert _signature(a) != _signature(a.T)  # not C-contiguous
     assert _signature(a) != _signature(a[0])  # one dimension fewer
+    b = np.zeros((4, 6), np.float32)  # F-contiguous and strided: Numba's layouts F and A
+    assert _signature(np.asfortranarray(b)) != _signature(b[:, ::2])
     assert _signature(1.0) is float and _signature(3) is int and _signature(True) is bool
 
 

@@ -97,12 +97,16 @@ class _Stream:
 
 def _signature(a) -> tuple | type:
     """What a kernel's compiled types depend on in the argument ``a``: an array's kind,
-    dtype, dimensions and C-contiguity; a scalar's Python type."""
+    dtype, dimensions and layout as Numba types it (C-, else F-contiguous, else any); a
+    scalar's Python type."""
     if not hasattr(a, "dtype") or not hasattr(a, "shape"):
         return type(a)
     flags = a.flags
-    contiguous = flags["C_CONTIGUOUS"] if isinstance(flags, dict) else flags.c_contiguous
-    return type(a), a.dtype.str, len(a.shape), bool(contiguous)
+    if isinstance(flags, dict):  # a Numba device array's
+        c, f = flags["C_CONTIGUOUS"], flags["F_CONTIGUOUS"]
+    else:
+        c, f = flags.c_contiguous, flags.f_contiguous
+    return type(a), a.dtype.str, len(a.shape), "C" if c else "F" if f else "A"
 
 
 def launch(kernel, grid, block: int, s, shared: int, arguments: tuple) -> None:
