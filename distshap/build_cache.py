@@ -295,16 +295,25 @@ def _evict(limit: int | None = None) -> None:
 
 
 def _forget(names: set[str]) -> None:
-    """Remove the notes (:func:`_note`) of entries not among ``names``."""
+    """Remove the notes (:func:`_note`) of entries not among ``names``, noted more than an
+    hour ago: a note is made as its entry starts to be written (in the background, and maybe
+    by another process), so a younger one may name an entry still on its way (:func:`saved`
+    checks the entry itself)."""
     folder = _notes()
     try:
         notes = os.listdir(folder) if folder is not None else []
     except OSError:
         return
     for name in notes:
-        key = _noted(os.path.join(folder, name))
+        path = os.path.join(folder, name)
+        key = _noted(path)
         if key is None or f"{key}.ensemble.bin" not in names:
-            _remove(os.path.join(folder, name))
+            try:
+                if time.time() - os.stat(path).st_mtime < 3600:
+                    continue
+            except OSError:
+                continue
+            _remove(path)
 
 
 def _remove(path: str) -> None:

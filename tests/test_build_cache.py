@@ -13,6 +13,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -143,6 +144,31 @@ def test_old_entries_and_left_temporary_files_are_removed(model_file):
     with config_context(saved_build_bytes=entry.stat().st_size):
         build_cache._evict()
     assert sorted(p.name for p in folder.iterdir()) == sorted([entry.name, new.name])
+
+
+def test_a_note_outlives_an_eviction_while_its_entry_is_written(model_file, monkeypatch):
+    """An entry written meanwhile (here or by another process) evicts while the ensemble's own
+    entry is still on its way: its note stays; a note an hour old naming no entry goes."""
+    real, gate = build_cache._write, threading.Event()
+
+    def held(name, value, limit):
+        if name.endswith(".ensemble"):
+            gate.wait()
+        real(name, value, limit)
+
+    monkeypatch.setattr(build_cache, "_write", held)
+    build_cache.load_ensemble(model_file, 0, load_model)  # its entry's write held back
+    real("other", {"a": np.arange(3)}, 1 << 30)  # written and evicted meanwhile
+    gate.set()
+    build_cache.wait_stores()
+    assert build_cache.saved(model_file)
+    (note,) = Path(build_cache._notes()).iterdir()
+    os.remove(build_cache._path(f"{note.read_text()}.ensemble"))
+    build_cache._evict()
+    assert note.exists()  # young: its entry may be on its way
+    os.utime(note, (0, 0))
+    build_cache._evict()
+    assert not note.exists() and not build_cache.saved(model_file)
 
 
 def test_an_entry_being_written_elsewhere_is_not_written_again(model_file):
