@@ -12,6 +12,8 @@ preparation gives the bits of one without.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -104,6 +106,7 @@ def test_nothing_starts_where_the_explainer_runs_no_cuda_here(fake_work, tmp_pat
     with config_context(large_model_file_bytes=100):
         for model, backend, client in [
             (large, "cpu", None),  # the CPU backend
+            (large, "auto", None),  # "auto": CUDA untouched until a call (a fork may follow)
             (large, "cuda", object()),  # a Dask client: its workers run the kernels
             (str(tmp_path / "missing.ubj"), "cuda", None),  # the loader's error
             (np.zeros(3), "cuda", None),  # an in-memory model
@@ -156,13 +159,27 @@ def test_the_cli_on_a_cluster_prepares_no_gpu_here(tmp_path, monkeypatch):
     assert seen and all(v == 1 for v in seen)
 
 
-@pytest.mark.skipif(cuda_available(), reason="checks the CPU-only machine")
-def test_auto_without_a_gpu_stops_at_the_first_stage(tmp_path):
-    with config_context(large_model_file_bytes=100):
-        preparation = prepare.start(_large_file(tmp_path), "auto", None, "tree_path_dependent")
-        preparation.loaded("ensemble")
-    prepare.wait()
-    assert preparation.active and preparation._stop and preparation.error is None
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
+def test_gpu_a_fork_after_an_auto_explainer_of_a_large_file_runs_on_the_gpu(tmp_path):
+    """A process builds an ``"auto"`` explainer of a large model file, then forks (a prefork
+    server): CUDA must still be untouched, so the child's call runs on the GPU."""
+    script = f"""
+import os, numpy as np, xgboost as xgb, distshap
+X = np.random.default_rng(0).random((200, 6)).astype(np.float32)
+path = {str(tmp_path / "m.ubj")!r}
+xgb.train({{"max_depth": 6}}, xgb.DMatrix(X, label=X[:, 0]), 30).save_model(path)
+distshap.set_config(large_model_file_bytes=0)
+explainer = distshap.TreeExplainer(path)
+pid = os.fork()
+if pid == 0:
+    explainer.shap_values(X[:5])
+    os._exit(0)
+assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0, "the forked child failed"
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def test_the_explainer_hands_its_ensemble_and_packed_model(monkeypatch, tmp_path):

@@ -22,12 +22,13 @@ threads only make what the call would make itself, the same way and into the sam
 stage is kept (:attr:`Preparation.error`) and the later stages are skipped: the call then makes
 what is missing itself and raises there whatever it raises without the threads.
 
-Nothing starts, and nothing here touches CUDA, where the explainer will not run CUDA in this
-process: the CPU backend, a Dask client given or current (its workers run the kernels), model
-files of up to ``large_model_file_bytes`` bytes and in-memory models (their first call is
-short), and ``"auto"`` where no GPU is visible (where CuPy is missing the first stage stops
-before importing the backend; elsewhere it asks :func:`~distshap.kernels.cuda_available`
-before making a context). The threads work under the configuration in force at :func:`start`
+Only ``backend="cuda"`` starts it: the constructor of such an explainer sets CUDA up anyway.
+``"auto"`` starts nothing, so that a process may build an explainer and then fork (a prefork
+server, a ``multiprocessing`` pool) with CUDA still untouched, as CUDA requires. Nothing starts
+either, and nothing here touches CUDA, where the explainer will not run CUDA in this process:
+the CPU backend, a Dask client given or current (its workers run the kernels), model files of
+up to ``large_model_file_bytes`` bytes and in-memory models (their first call is short). The
+threads work under the configuration in force at :func:`start`
 (:mod:`contextvars`), on the device a new thread gets (the first visible one); a call made on
 another device makes its own device model. They are no daemons: a process that ends while they
 work waits for them (each ends by itself), so CUDA is not torn down under a copy or a compile.
@@ -37,7 +38,6 @@ from __future__ import annotations
 
 import contextvars
 import importlib
-import importlib.util
 import os
 import sys
 import threading
@@ -73,7 +73,7 @@ class Preparation:
         self.seconds: dict[str, float] = {}
         self._context = contextvars.copy_context() if active else None
         self._thread: threading.Thread | None = None
-        self._stop = False  # no GPU here ("auto"), or a stage failed: the later ones skip
+        self._stop = False  # a stage failed: the later ones skip
 
     def loaded(self, ensemble: Any) -> Any:
         """Hand the loaded ensemble to the second stage (for a tree-path-dependent explainer);
@@ -111,15 +111,11 @@ class Preparation:
         _LOCAL.preparing = True
         t0 = time.perf_counter()
         try:
-            if self.backend == "auto" and importlib.util.find_spec("cupy") is None:
-                self._stop = True  # no CUDA backend here: the explainer runs on the CPU
-                return
             if stage == "context":  # the driver makes it while this thread imports the backend
                 threading.Thread(target=_driver_context, args=(self.backend,),
                                  name="distshap-gpu-driver").start()  # fmt: skip
             work = getattr(importlib.import_module(_WORK), stage)
-            if self._context.copy().run(work, *args) is False:
-                self._stop = True  # "auto" where no GPU is visible: nothing more to do
+            self._context.copy().run(work, *args)
         except Exception as exc:  # noqa: BLE001 - the call makes it again and raises there
             self.error = exc
             self._stop = True
@@ -128,14 +124,12 @@ class Preparation:
 
 
 def _driver_context(backend: str) -> None:
-    """The CUDA context, made through Numba's driver alone (the first stage then finds it);
-    none for ``"auto"`` where the driver sees no GPU. Whatever fails here the first stage
-    meets again, and keeps."""
+    """The CUDA context, made through Numba's driver alone (the first stage then finds it).
+    Whatever fails here the first stage meets again, and keeps."""
     try:
         from numba import cuda
 
-        if backend != "auto" or cuda.is_available():
-            cuda.current_context()
+        cuda.current_context()
     except Exception:  # noqa: BLE001 - met again by the first stage
         pass
 
@@ -144,7 +138,7 @@ def start(model: Any, backend: str, client: Any, feature_perturbation: str) -> P
     """Start preparing the GPU for an explainer of ``model`` (its constructor's arguments;
     ``feature_perturbation`` resolved), where it will run CUDA in this process (module
     docstring); an inactive :class:`Preparation` elsewhere."""
-    if backend == "cpu" or client is not None or not get_config().gpu_preparation:
+    if backend != "cuda" or client is not None or not get_config().gpu_preparation:
         return Preparation()
     if _dask_client():
         return Preparation()

@@ -28,7 +28,6 @@ import numpy as np
 from numba import cuda
 
 from distshap import build_cache, compile_cache
-from distshap.kernels import cuda_available
 from distshap.kernels.cuda import traversal
 from distshap.kernels.cuda.runtime import model as runtime_model
 from distshap.kernels.cuda.runtime import ptx
@@ -43,20 +42,16 @@ __all__ = [
 ANY_SHAPE = ("lane_fill_kernel", "fill_shap_tables_kernel", "finish_kernel", *ptx.MARGIN_KERNELS)
 
 
-def context(backend: str, path_dependent: bool) -> bool:
-    """The first stage: the context, CuPy on it and, for a tree-path-dependent explainer
-    (``path_dependent``), the kernels of :data:`ANY_SHAPE`; False, and nothing made, for the
-    ``"auto"`` backend where no GPU is visible."""
+def context(backend: str, path_dependent: bool) -> None:
+    """The first stage (``backend``: ``"cuda"``): the context, CuPy on it and, for a
+    tree-path-dependent explainer (``path_dependent``), the kernels of :data:`ANY_SHAPE`."""
     _numba_main_thread()
-    if backend == "auto" and not cuda_available():
-        return False
     cuda.current_context()  # made meanwhile by the driver's thread (or here)
     device_id()  # CuPy's runtime on the same (primary) context
     cp = xp()
     cp.ascontiguousarray(cp.zeros((2, 2), np.float32).T)  # CuPy's copy, as a call copies rows
     if path_dependent:
         load_kernels(ANY_SHAPE)
-    return True
 
 
 def _numba_main_thread() -> None:
