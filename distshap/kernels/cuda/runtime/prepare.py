@@ -101,14 +101,12 @@ def margin_arrays(packed: Any, model: Any) -> tuple:
     """:func:`~distshap.kernels.cuda.traversal.device_arrays` of ``packed`` (the form
     ``"margin"`` of its device model ``model``), from host arrays mapped back where the
     packed model's saved build keeps them, else computed
-    (:func:`~distshap.kernels.cuda.traversal.packed_arrays`) and kept there."""
-
-    def build() -> tuple:
-        host = build_cache.load_derived(packed, "device-margin", (),
-                                        lambda: traversal.packed_arrays(packed.margin))  # fmt: skip
-        return tuple(cuda.to_device(host[name]) for name in _MARGIN_ARRAYS)
-
-    return model.form("margin", build)
+    (:func:`~distshap.kernels.cuda.traversal.packed_arrays`) and kept there. The host arrays
+    are made before the form is entered: a form holds the model's lock, and the SHAP plan's
+    tables fill under it meanwhile."""
+    host = build_cache.load_derived(packed, "device-margin", (),
+                                    lambda: traversal.packed_arrays(packed.margin))  # fmt: skip
+    return model.form("margin", lambda: tuple(cuda.to_device(host[n]) for n in _MARGIN_ARRAYS))
 
 
 def _meanwhile(function: Any, *args: Any) -> Future:
