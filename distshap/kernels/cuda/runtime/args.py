@@ -117,9 +117,10 @@ def launch(kernel, grid, block: int, s, shared: int, arguments: tuple) -> None:
     if not SIM:
         from numba.cuda.args import ArgHint
 
-        bare, key = [], ["args"]
+        bare, key, constants = [], ["args"], []
         for a in arguments:
-            if isinstance(a, ArgHint):  # a kept hint wraps the same array for life: typed once
+            hint = isinstance(a, ArgHint)
+            if hint:  # a kept hint wraps the same array for life: typed once
                 sig = getattr(a, "_distshap_signature", None)
                 if sig is None:
                     sig = a._distshap_signature = _signature(a.value)
@@ -128,7 +129,9 @@ def launch(kernel, grid, block: int, s, shared: int, arguments: tuple) -> None:
             else:
                 bare.append(a)
                 key.append(_signature(a))
-        if rawlaunch.launch(kernel, tuple(key), grid, block, shared, bare, _Stream(stream_key(s))):
+            constants.append(hint)  # only a model's arrays are kept between launches
+        stream = _Stream(stream_key(s))
+        if rawlaunch.launch(kernel, tuple(key), grid, block, shared, bare, stream, constants):
             return
     configured(kernel, grid, block, s, shared)(*arguments)
 

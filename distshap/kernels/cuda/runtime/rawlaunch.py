@@ -174,14 +174,18 @@ def _kernel(dispatcher, key, args, device: int):
     return hit
 
 
-def launch(dispatcher, key, grid: int | tuple, block: int, shared: int, args, stream) -> bool:
+def launch(dispatcher, key, grid: int | tuple, block: int, shared: int, args, stream,
+           constants: tuple | None = None) -> bool:  # fmt: skip
     """Launch ``dispatcher`` (a ``cuda.jit`` kernel) on ``grid`` (blocks, or ``(x, y)``
     blocks) x ``block`` threads with
     ``shared`` bytes of dynamic shared memory and ``args`` on the CuPy ``stream``; ``False``
     (nothing launched) where it must go through Numba (the simulator, a layout that does not
     match). ``key`` names the argument types: every call with one key
     passes arrays of the same dtypes, dimensions and C-contiguity, and scalars of the same
-    types, on each device (the caller's promise; the first call's types are compiled)."""
+    types, on each device (the caller's promise; the first call's types are compiled).
+    ``constants`` (a flag an argument): the arrays that stay the same object for life (a
+    model's), whose fields are written again only when another object comes; the others are
+    not kept (by default: every array but CuPy's is kept, until the next launch)."""
     if SIM:
         return False
     import cupy
@@ -207,8 +211,11 @@ def launch(dispatcher, key, grid: int | tuple, block: int, shared: int, args, st
                 continue  # the same constant array as the last launch: the same fields
             ptr, shape, strides, size, itemsize = _array_fields(a)
             slots[at : at + 5 + 2 * extra] = (0, 0, size, itemsize, ptr, *shape, *strides)
-            if not hasattr(getattr(a, "data", None), "ptr"):  # not CuPy (rows, outputs):
-                last[i] = a  # a model's constants or a flag, kept (its id stays its own)
+            if constants is None:
+                keep = not hasattr(getattr(a, "data", None), "ptr")  # not CuPy
+            else:
+                keep = constants[i]
+            last[i] = a if keep else None  # kept, its id stays its own
         elif kind in ("int", "bool"):
             slots[at] = int(a)  # little-endian: the low bytes hold the value
         elif kind == "float64":
