@@ -260,7 +260,9 @@ def _labels_as_categories(frame: Any, packed: Any) -> Any:
     object columns, its category columns holding labels (text or numbers). The labels are the
     model's, so they are coded by the model's training categories exactly as a category column
     is (an unknown label as the library reads one); on a feature without stored labels a text
-    column stays refused.
+    column stays refused. scikit-learn's encoder maps numbers by value too: for its models a
+    numeric column on such a feature holds labels as well (polars, e.g., has no numeric category
+    columns).
     """
     import pandas as pd
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
@@ -272,12 +274,13 @@ def _labels_as_categories(frame: Any, packed: Any) -> Any:
         for j in (int(k) for k in np.ravel(encoding.categorical))
         if encoding.category_lists is not None or _has_labels(cats, j)
     }
+    by_value = encoding.library == "sklearn"
     text = [
         j
         for j, (_, c) in enumerate(frame.items())
         if j in labelled
         and not isinstance(c.dtype, pd.CategoricalDtype)
-        and not (is_numeric_dtype(c.dtype) or is_bool_dtype(c.dtype))
+        and (by_value or not (is_numeric_dtype(c.dtype) or is_bool_dtype(c.dtype)))
     ]
     if not text:
         return frame

@@ -162,6 +162,8 @@ def model_matrix(
         from distshap.models.catboost_categorical import rows_frame  # text or integer values
 
         X = rows_frame(X, packed.feature_names, what, packed.feature_categories)
+    if encoding.library == "sklearn" and _label_features(packed) and not is_frame(X):
+        X = _labelled_frame(X, packed, what)
     if is_frame(X):
         columns = select_model_columns(X, F, packed.feature_names, encoding.name_style, what=what)
         X = model_frame_matrix(X[columns], packed, what)
@@ -202,6 +204,34 @@ def model_matrix(
     if encoding.categorical_rule is not None and not isinstance(X, SparseRows):
         X = _library_categories(X, encoding.categorical, encoding.categorical_rule)
     return X
+
+
+def _label_features(packed: Any) -> list[int]:
+    """Features whose training labels the model stores (not ``"values"``)."""
+    return [j for j, v in (packed.feature_categories or {}).items() if not isinstance(v, str)]
+
+
+def _labelled_frame(X: Any, packed: Any, what: str) -> Any:
+    """Rows that are no DataFrame, for a scikit-learn model with stored labels -> a DataFrame.
+
+    scikit-learn's histogram gradient boosting encodes such a feature by its training labels,
+    by value, whatever the input's type: a 2-D NumPy array's values are labels, not codes, so
+    its columns go through the frame conversion, which codes them by the labels.
+    """
+    import pandas as pd
+
+    if not isinstance(X, np.ndarray) or X.ndim != 2:
+        kind = f"{type(X).__module__.split('.')[0]}.{type(X).__name__}"
+        shape = f" of {X.ndim} dimensions" if isinstance(X, np.ndarray) else ""
+        names = [packed.feature_names[j] if packed.feature_names else j for j in
+                 _label_features(packed)]  # fmt: skip
+        raise TypeError(
+            f"{what} is a {kind}{shape}, but the model encodes feature(s) {names} by their "
+            "training categories: pass a pandas DataFrame (or a 2-D NumPy array) whose columns "
+            "hold the category values"
+        )
+    names = packed.feature_names
+    return pd.DataFrame(X, columns=list(names) if names and len(names) == X.shape[1] else None)
 
 
 def _categorize(encoding: Any) -> Any:

@@ -408,7 +408,10 @@ def test_sklearn_refuses_other_estimators():
         load_model(sk_ensemble.RandomForestRegressor())
 
 
-def test_sklearn_refuses_string_categories():
+def test_sklearn_string_categories_keep_the_training_labels():
+    """Text categories stay the encoder's codes, the labels stored to code a frame by."""
+    from distshap import TreeExplainer
+
     pd = pytest.importorskip("pandas")
     X, y, _ = _sk_data()
     df = pd.DataFrame(np.nan_to_num(X[:, [0, 1]]), columns=["a", "b"])
@@ -416,8 +419,12 @@ def test_sklearn_refuses_string_categories():
     yy = y + 3 * (X[:, 2] > 10)
     model = sk_ensemble.HistGradientBoostingRegressor(max_iter=3, categorical_features="from_dtype")
     model.fit(df, yy)
-    with pytest.raises(UnsupportedModelError, match="integer category codes"):
-        load_model(model)
+    ens = load_model(model)
+    assert ens.extra["category_values"] == {2: ("hi", "lo")}
+    ours = TreeExplainer(model, layout="xgboost").shap_values(df[:25])
+    codes = df[:25].assign(c=(df["c"][:25] == "lo").astype(np.float64)).to_numpy()  # hi 0, lo 1
+    ref = naive.treeshap_recursive_rows(ens, codes).reshape(ours.shape)
+    np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-5 * max(1.0, np.abs(ref).max()))
 
 
 @pytest.mark.parametrize("case", list(SK_CASES))

@@ -31,8 +31,11 @@ threshold becomes ``x < t`` on float32 (exact for every float32 input) and ``thr
 loader also sets ``threshold64 = nextafter(threshold, +inf)`` (``x <= thr  <=>  x < t`` on
 doubles), which :mod:`distshap.encoding` keeps exact. NaN follows ``missing_go_to_left``.
 Histogram gradient boosting's categorical splits are converted back to the raw category values
-of the input (its internal ordinal encoder is undone), which must be non-negative integers;
-unknown categories and NaN follow the missing direction, as sklearn's predictor does.
+of the input (its internal ordinal encoder is undone) where those are non-negative integers;
+other categories (text, negative or fractional numbers) stay the encoder's codes and are kept
+as the feature's training labels (``extra["category_values"]``), by which a DataFrame's category
+column is coded, as the encoder codes it. Unknown categories and NaN follow the missing
+direction, as sklearn's predictor does.
 
 Histogram gradient boosting is read through private attributes (``_predictors``,
 ``_baseline_prediction``, ``_bin_mapper``, ``_preprocessor``); a scikit-learn release that
@@ -218,28 +221,25 @@ def _hgb_feature_map(model: Any, n_features: int) -> tuple[np.ndarray, list | No
     return perm, categories
 
 
-def _raw_codes(cats: Any, codes: np.ndarray, model: Any, feature: int) -> np.ndarray:
-    """Raw category values of encoder codes; they must be non-negative integers."""
-    if cats is None:
-        return codes.astype(np.int32)
-    vals = np.asarray(cats)[codes]
+def _integer_values(cats: Any) -> np.ndarray | None:
+    """The encoder's categories as int32 when all are non-negative integers (NaN, the missing
+    category, aside), else None."""
     try:
-        fvals = vals.astype(np.float64)
+        values = np.asarray(cats).astype(np.float64)
     except (TypeError, ValueError):
-        fvals = None
-    if (
-        fvals is None
-        or np.any(~np.isfinite(fvals))
-        or np.any(fvals < 0)
-        or np.any(fvals != np.floor(fvals))
-        or np.any(fvals >= 2**31)
-    ):
-        raise UnsupportedModelError(
-            f"{type(model).__name__}: categorical feature {feature} has categories "
-            f"{vals[:5].tolist()}...; distshap needs non-negative integer category codes: "
-            "encode the column (e.g. pandas .cat.codes) before fitting"
-        )
-    return fvals.astype(np.int32)
+        return None
+    values = values[~np.isnan(values)]
+    if np.any(values < 0) or np.any(values != np.floor(values)) or np.any(values >= 2**31):
+        return None
+    return values.astype(np.int32)
+
+
+def _split_categories(cats: Any, codes: np.ndarray) -> np.ndarray:
+    """The category values a split lists: the raw values of encoder codes where the encoder's
+    categories are non-negative integers, else the codes (the feature then keeps its labels)."""
+    if cats is None or _integer_values(cats) is None:
+        return codes.astype(np.int32)
+    return np.asarray(cats, dtype=np.float64)[codes].astype(np.int32)
 
 
 def _hist_gradient_boosting(model: Any) -> Ensemble:
@@ -295,9 +295,9 @@ def _hist_gradient_boosting(model: Any) -> Ensemble:
                     codes = np.flatnonzero(left_bits)
                     left[j], right[j] = right[j], left[j]
                 dl[j] = True
-                cat_lists[j] = np.sort(_raw_codes(categories[f] if categories else None,
-                                                  codes, model, int(perm[f])))  # fmt: skip
-                if categories and categories[f] is not None:
+                cats = categories[f] if categories else None
+                cat_lists[j] = np.sort(_split_categories(cats, codes))
+                if cats is not None:
                     raw_value_features.add(int(perm[f]))
             parts.append(
                 {
@@ -326,11 +326,26 @@ def _hist_gradient_boosting(model: Any) -> Ensemble:
         types = tuple("c" if c else "q" for c in np.asarray(is_cat_in, dtype=bool))
     ens = _finish(model, parts, groups, k, baseline, f"sklearn:{name}", types)
     ens.extra["iteration_indptr"] = iterations_indptr(len(parts), k)  # k trees per iteration
-    if raw_value_features:
-        # DataFrame category columns of these features enter as their values (the splits list
-        # values), not as the frame's codes: see distshap.inputs.frame_to_float32
-        ens.extra["category_values"] = dict.fromkeys(sorted(raw_value_features), "values")
+    stored = _stored_categories(perm, categories, raw_value_features)
+    if stored:
+        ens.extra["category_values"] = stored
     return ens
+
+
+def _stored_categories(perm: np.ndarray, categories: list | None, split: set[int]) -> dict:
+    """Input column -> ``"values"`` (a DataFrame category column enters as its values, which
+    the splits list) or the training labels (text or other categories: a column is coded by
+    them, as the encoder codes it; see :func:`distshap.frames.frame_to_matrix`)."""
+    stored: dict[int, Any] = {}
+    for f, cats in enumerate(categories or ()):
+        if cats is None:
+            continue
+        if _integer_values(cats) is None:
+            stored[int(perm[f])] = tuple(c for c in np.asarray(cats, dtype=object).tolist()
+                                         if not (isinstance(c, float) and np.isnan(c)))  # fmt: skip
+        elif int(perm[f]) in split:
+            stored[int(perm[f])] = "values"
+    return dict(sorted(stored.items()))
 
 
 def _finish(
