@@ -10,14 +10,9 @@ import os
 import subprocess
 import sys
 
-from simfork import run_forked
-
 __all__ = ["assert_simulator_ok", "nvvm_available"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-#: Fork each script from a parent that imported the dependencies once (tests/simfork.py), on
-#: Linux; elsewhere a fresh ``python -c`` for each.
-FORK = sys.platform.startswith("linux")
 
 
 def assert_simulator_ok(script: str, timeout: float) -> None:
@@ -25,13 +20,9 @@ def assert_simulator_ok(script: str, timeout: float) -> None:
     ``SIMULATOR-OK`` (the end of its stderr is the failure message)."""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     env["PYTHONPATH"] = os.pathsep.join([HERE, os.path.dirname(HERE), env.get("PYTHONPATH", "")])
-    if FORK:  # a child of one parent per test process that imported the dependencies once
-        proc = run_forked(script, env, timeout)
-    else:
-        proc = subprocess.run(
-            [sys.executable, "-c", script], env=env, capture_output=True, text=True,
-            timeout=timeout,
-        )  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0 and "SIMULATOR-OK" in proc.stdout, proc.stderr[-4000:]
 
 
