@@ -7,7 +7,9 @@ from ``.ubj`` Universal Binary JSON) is turned into flat node arrays with NumPy,
 straight from the bytes instead, by one compiled pass in threads over trees
 (:func:`ensemble_from_ubjson`; the same Ensemble bit for bit, and anything it cannot read, or that
 is wrong, goes through the NumPy code). :func:`load_xgboost` serialises an in-memory ``Booster`` to
-UBJSON bytes (``Booster.save_raw("ubj")``) and goes through the same parser;
+UBJSON bytes (``Booster.save_raw("ubj")``, on the calling thread: XGBoost's OpenMP threads do
+not survive ``fork``, and a forked child that serialises with them hangs) and goes through the
+same parser;
 :func:`load_xgboost_file` needs no ``xgboost`` installation at all (Dask workers need not have it).
 
 What is converted:
@@ -33,6 +35,7 @@ a truncated or edited file is refused with what disagrees. Refused with
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import replace
@@ -213,11 +216,21 @@ def load_xgboost(model: Any, *, iteration_range: tuple[int, int] | None = None) 
             if best is not None:
                 iteration_range = (0, best + 1)
         missing = _estimator_missing(model)
-    raw = booster.save_raw(raw_format="ubj")  # a bytearray, decoded in place
+    with _calling_thread(xgboost):
+        raw = booster.save_raw(raw_format="ubj")  # a bytearray, decoded in place
     ens = ensemble_from_ubjson(decode_ubjson_views(raw), iteration_range=iteration_range)
     if not math.isnan(missing):
         ens = replace(ens, missing_value=missing)
     return ens
+
+
+def _calling_thread(xgboost: Any) -> Any:
+    """A context in which XGBoost runs on the calling thread only (its global ``nthread``,
+    which is per thread and outranks the booster's): a child forked from a process whose
+    OpenMP threads ran (training, loading, predicting) waits for ever on those threads."""
+    if "nthread" not in xgboost.get_config():  # XGBoost < 2: no such setting
+        return contextlib.nullcontext()
+    return xgboost.config_context(nthread=1)
 
 
 def _estimator_missing(model: Any) -> float:
