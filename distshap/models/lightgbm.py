@@ -1,7 +1,9 @@
 """LightGBM models -> :class:`~distshap.models.ensemble.Ensemble`.
 
 The loader parses LightGBM's text model format (``Booster.model_to_string()`` or a saved ``.txt``
-file), so :func:`load_lightgbm_file` does not need lightgbm installed.
+file), so :func:`load_lightgbm_file` does not need lightgbm installed. An in-memory booster is
+written out on one thread (LightGBM's OpenMP threads do not survive ``fork``: a forked child that
+writes with them hangs).
 
 Conversion of LightGBM's split semantics (``include/LightGBM/tree.h``, LightGBM 4.x):
 
@@ -43,8 +45,12 @@ refused: their leaves are not constants.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -129,8 +135,38 @@ def load_lightgbm(model: Any) -> Ensemble:
             raise TypeError(
                 f"the {type(model).__name__} is not fitted: call fit() before explaining it"
             ) from exc
-    text = booster.model_to_string()
+    with _one_thread():
+        text = booster.model_to_string()
     return load_lightgbm_string(text, model_kind=f"lightgbm:{type(model).__name__}")
+
+
+_MAX_THREADS_LOCK = threading.Lock()  # one save at a time restores the process-wide limit
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """LightGBM runs on one thread inside (its process-wide maximum, restored after).
+
+    A child forked from a process whose LightGBM OpenMP threads ran (training, predicting)
+    waits for ever on those threads; on one thread the text is the same. LightGBM < 4 has no
+    such limit: nothing changes there.
+    """
+    try:
+        from lightgbm.basic import _LIB
+
+        get_max, set_max = _LIB.LGBM_GetMaxThreads, _LIB.LGBM_SetMaxThreads
+    except (ImportError, AttributeError):
+        yield
+        return
+    with _MAX_THREADS_LOCK:
+        before = ctypes.c_int(-1)
+        if get_max(ctypes.byref(before)) != 0 or set_max(ctypes.c_int(1)) != 0:
+            yield
+            return
+        try:
+            yield
+        finally:
+            set_max(before)
 
 
 def load_lightgbm_file(path: str | os.PathLike) -> Ensemble:
