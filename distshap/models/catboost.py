@@ -95,12 +95,33 @@ def load_catboost(model: Any) -> Ensemble:
     """
     if not hasattr(model, "save_model"):
         raise TypeError(f"cannot read a CatBoost model from a {type(model).__name__}")
+    _refuse_declared(model)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.json")
         model.save_model(path, format="json")
         with open(path, encoding="utf-8") as fh:
             doc = json.load(fh)
     return load_catboost_json(doc, model_kind=f"catboost:{type(model).__name__}")
+
+
+def _refuse_declared(model: Any) -> None:
+    """Refuse a fitted model declaring text or embedding features, naming them, before the
+    JSON export (which fails on some and leaves the others out, with their columns)."""
+    names = list(getattr(model, "feature_names_", None) or [])
+    for method, what in (
+        ("get_text_feature_indices", "text"),
+        ("get_embedding_feature_indices", "embedding"),
+    ):
+        try:
+            indices = [int(i) for i in getattr(model, method)()]
+        except Exception:  # an older CatBoost, or no such features: the document decides
+            continue
+        if indices:
+            shown = [names[i] if i < len(names) else i for i in indices]
+            raise UnsupportedModelError(
+                f"the CatBoost model has {what} features {shown}: their splits use statistics "
+                "distshap cannot explain exactly; encode them as numeric features before fitting"
+            )
 
 
 def _refuse_features(info: dict) -> None:
