@@ -49,6 +49,7 @@ def test_binary_rows_and_request_parameters():
         (_body(datatype="INT8"), None, "inputs[0].datatype"),
         (_body(data=[1, 2, 3]), None, "inputs[0].data has 3 values"),
         (_body(data=["a"] * 6), None, "numbers only"),
+        (_body(data=[1, 2, 3, 4, 5, -1e308]), None, "-1e+308, beyond FP32's range"),
         (_body(shape=[0, 3], data=[]), None, "0 rows"),
         (_body(), "12x", "Inference-Header-Content-Length"),
         (_body(), "100000", "Inference-Header-Content-Length=100000"),

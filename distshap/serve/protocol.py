@@ -184,6 +184,13 @@ def _input_rows(spec: dict, binary: bytes | memoryview) -> np.ndarray:
         rows = np.array(values, dtype=np.float64)
     except (TypeError, ValueError):
         raise bad_request("inputs[0].data must hold numbers only (NaN for missing)") from None
+    if dtype == np.float32:  # a finite number FP32 cannot hold would become infinite
+        over = np.isfinite(rows) & (np.abs(rows) > np.finfo(np.float32).max)
+        if over.any():
+            raise bad_request(
+                f"inputs[0].data holds {float(rows[over][0])!r}, beyond FP32's range: send the rows "
+                "as FP64, or values within +-3.4e38"
+            )
     return rows.astype(dtype).reshape(n, F)
 
 
