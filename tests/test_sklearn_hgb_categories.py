@@ -114,3 +114,16 @@ def test_interventional_and_interactions_add_up(model_and_frame):
     explainer = distshap.TreeExplainer(model)
     pairs = explainer.shap_interaction_values(X.iloc[:10])
     _check_sums(explainer, pairs.sum(axis=2), model, X.iloc[:10])
+
+
+def test_text_labels_that_read_as_numbers_stay_distinct():
+    rng = np.random.RandomState(1)
+    X = pd.DataFrame({"p": rng.randn(120)})
+    labels = rng.choice(["01", "1", "2"], 120)
+    X["c"] = pd.Categorical(labels)
+    y = X["p"].to_numpy() + 5.0 * (labels == "01") - 5.0 * (labels == "1")
+    model = sklearn_ensemble.HistGradientBoostingRegressor(
+        max_iter=4, max_leaf_nodes=4, categorical_features="from_dtype"
+    ).fit(X, y)
+    explainer = distshap.TreeExplainer(model)
+    _check_sums(explainer, explainer.shap_values(X), model, X)

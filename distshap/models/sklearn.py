@@ -223,7 +223,10 @@ def _hgb_feature_map(model: Any, n_features: int) -> tuple[np.ndarray, list | No
 
 def _integer_values(cats: Any) -> np.ndarray | None:
     """The encoder's categories as int32 when all are non-negative integers (NaN, the missing
-    category, aside), else None."""
+    category, aside), else None. Text categories are labels even where they read as numbers
+    (``"01"`` and ``"1"`` are two categories)."""
+    if any(isinstance(c, (str, bytes)) for c in np.asarray(cats, dtype=object).tolist()):
+        return None
     try:
         values = np.asarray(cats).astype(np.float64)
     except (TypeError, ValueError):
