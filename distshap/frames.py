@@ -220,6 +220,15 @@ def _has_labels(categories: dict[int, Any] | None, j: int) -> bool:
     return categories is not None and j in categories and not _as_values(categories, j)
 
 
+def _number_labels(categories: dict[int, Any] | None, j: int) -> bool:
+    """Whether feature ``j``'s stored labels hold a number (a numeric column may name one; on
+    text labels it is refused, as scikit-learn refuses it)."""
+    labels = (categories or {}).get(j)
+    return not isinstance(labels, str) and any(
+        isinstance(v, (int, float, np.number)) and not isinstance(v, bool) for v in labels or ()
+    )
+
+
 def _as_values(categories: dict[int, Any] | None, j: int) -> bool:
     return categories is not None and isinstance(categories.get(j), str)
 
@@ -280,7 +289,10 @@ def _labels_as_categories(frame: Any, packed: Any) -> Any:
         for j, (_, c) in enumerate(frame.items())
         if j in labelled
         and not isinstance(c.dtype, pd.CategoricalDtype)
-        and (by_value or not (is_numeric_dtype(c.dtype) or is_bool_dtype(c.dtype)))
+        and (
+            (by_value and _number_labels(cats, j))
+            or not (is_numeric_dtype(c.dtype) or is_bool_dtype(c.dtype))
+        )
     ]
     if not text:
         return frame

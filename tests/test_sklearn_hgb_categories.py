@@ -127,3 +127,13 @@ def test_text_labels_that_read_as_numbers_stay_distinct():
     ).fit(X, y)
     explainer = distshap.TreeExplainer(model)
     _check_sums(explainer, explainer.shap_values(X), model, X)
+
+
+def test_numbers_on_text_labels_refused(model_and_frame):
+    model, X = model_and_frame
+    explainer = distshap.TreeExplainer(model)
+    numbers = X.assign(city=np.arange(len(X)) % 4)  # codes, not the labels the model knows
+    with pytest.raises(TypeError, match="column 'city' is numeric"):
+        explainer.shap_values(numbers)
+    with pytest.raises(TypeError, match="column 'city' is numeric"):
+        explainer.shap_values(numbers.to_numpy(dtype=np.float64))
