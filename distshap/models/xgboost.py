@@ -7,9 +7,9 @@ from ``.ubj`` Universal Binary JSON) is turned into flat node arrays with NumPy,
 straight from the bytes instead, by one compiled pass in threads over trees
 (:func:`ensemble_from_ubjson`; the same Ensemble bit for bit, and anything it cannot read, or that
 is wrong, goes through the NumPy code). :func:`load_xgboost` serialises an in-memory ``Booster`` to
-UBJSON bytes (``Booster.save_raw("ubj")``, on the calling thread: XGBoost's OpenMP threads do
-not survive ``fork``, and a forked child that serialises with them hangs) and goes through the
-same parser;
+UBJSON bytes (``Booster.save_raw("ubj")``, on one OpenMP thread, in a thread of its own:
+XGBoost's OpenMP threads do not survive ``fork``, and a forked child that serialises with them
+hangs) and goes through the same parser;
 :func:`load_xgboost_file` needs no ``xgboost`` installation at all (Dask workers need not have it).
 
 What is converted:
@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -216,12 +217,34 @@ def load_xgboost(model: Any, *, iteration_range: tuple[int, int] | None = None) 
             if best is not None:
                 iteration_range = (0, best + 1)
         missing = _estimator_missing(model)
-    with _calling_thread(xgboost):
-        raw = booster.save_raw(raw_format="ubj")  # a bytearray, decoded in place
+    raw = _save_on_one_thread(booster, xgboost)  # a bytearray, decoded in place
     ens = ensemble_from_ubjson(decode_ubjson_views(raw), iteration_range=iteration_range)
     if not math.isnan(missing):
         ens = replace(ens, missing_value=missing)
     return ens
+
+
+def _save_on_one_thread(booster: Any, xgboost: Any) -> bytearray:
+    """``booster.save_raw("ubj")`` under :func:`_calling_thread`, in a thread of its own: XGBoost's
+    setting and OpenMP's thread count are per thread, and leaving the context does not give an
+    unset ``nthread`` back (the thread keeps one OpenMP thread), so the caller's stay as they
+    were. The caller's other XGBoost settings (its verbosity) hold there too."""
+    config = xgboost.get_config()
+    out: dict[str, Any] = {}
+
+    def save() -> None:
+        try:
+            with xgboost.config_context(**config), _calling_thread(xgboost):
+                out["raw"] = booster.save_raw(raw_format="ubj")
+        except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
+            out["error"] = exc
+
+    thread = threading.Thread(target=save, name="distshap-xgboost-save")
+    thread.start()
+    thread.join()
+    if "error" in out:
+        raise out["error"]
+    return out["raw"]
 
 
 def _calling_thread(xgboost: Any) -> Any:
