@@ -141,6 +141,21 @@ def load_lightgbm(model: Any) -> Ensemble:
 
 
 _MAX_THREADS_LOCK = threading.Lock()  # one save at a time restores the process-wide limit
+_SAVING: list[Any] = []  # (the limit before, LGBM_SetMaxThreads) of the save in progress
+
+
+def _after_fork_in_child() -> None:
+    """A child forked while another thread saved: its lock free again, the limit given back
+    (that thread, which would release and restore both, does not exist in the child)."""
+    global _MAX_THREADS_LOCK
+    _MAX_THREADS_LOCK = threading.Lock()
+    if _SAVING:
+        before, set_max = _SAVING.pop()
+        set_max(before)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @contextlib.contextmanager
@@ -163,9 +178,11 @@ def _one_thread() -> Iterator[None]:
         if get_max(ctypes.byref(before)) != 0 or set_max(ctypes.c_int(1)) != 0:
             yield
             return
+        _SAVING.append((before, set_max))
         try:
             yield
         finally:
+            _SAVING.clear()
             set_max(before)
 
 
