@@ -25,6 +25,12 @@ def test_json_rows_flat_and_nested():
     assert parse_infer(_body(datatype="FP64")).rows.dtype == np.float64
 
 
+def test_json_fp32_largest_as_printed_is_held():
+    largest = np.finfo(np.float32).max
+    rows = parse_infer(_body(data=[1, 2, 3, 4, 5, float(str(largest))])).rows  # 3.4028235e+38
+    assert rows[1, 2] == largest
+
+
 def test_binary_rows_and_request_parameters():
     rows = np.arange(6, dtype=np.float64).reshape(2, 3) / 7
     head = json.dumps({
@@ -50,6 +56,8 @@ def test_binary_rows_and_request_parameters():
         (_body(data=[1, 2, 3]), None, "inputs[0].data has 3 values"),
         (_body(data=["a"] * 6), None, "numbers only"),
         (_body(data=[1, 2, 3, 4, 5, -1e308]), None, "-1e+308, beyond FP32's range"),
+        (_body(data=[1, 2, 3, 4, 5, 3.4028236e38]), None, "3.4028236e+38, beyond FP32's range"),
+        (_body(data=[1, 2, 3, 4, 5, 10**400]), None, "integer beyond FP64's range"),
         (_body(shape=[0, 3], data=[]), None, "0 rows"),
         (_body(), "12x", "Inference-Header-Content-Length"),
         (_body(), "100000", "Inference-Header-Content-Length=100000"),

@@ -182,14 +182,17 @@ def _input_rows(spec: dict, binary: bytes | memoryview) -> np.ndarray:
         )
     try:
         rows = np.array(values, dtype=np.float64)
+    except OverflowError:  # an integer literal of more digits than FP64 holds
+        raise bad_request("inputs[0].data holds an integer beyond FP64's range") from None
     except (TypeError, ValueError):
         raise bad_request("inputs[0].data must hold numbers only (NaN for missing)") from None
     if dtype == np.float32:  # a finite number FP32 cannot hold would become infinite
-        over = np.isfinite(rows) & (np.abs(rows) > np.finfo(np.float32).max)
+        with np.errstate(over="ignore"):  # a number that rounds to FP32's largest is held
+            over = np.isfinite(rows) & np.isinf(rows.astype(np.float32))
         if over.any():
             raise bad_request(
-                f"inputs[0].data holds {float(rows[over][0])!r}, beyond FP32's range: send the rows "
-                "as FP64, or values within +-3.4e38"
+                f"inputs[0].data holds {float(rows[over][0])!r}, beyond FP32's range: send the "
+                "rows as FP64, or values within +-3.4e38"
             )
     return rows.astype(dtype).reshape(n, F)
 
