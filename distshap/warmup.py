@@ -170,7 +170,8 @@ def start_ahead(model: Any, backend: str) -> Callable[[Ensemble], None]:
     own meanwhile, and a helper without an idle core slows that down more than it saves.
     ``backend``: the explainer's (``"cuda"`` adds the CUDA helpers, which compile for the
     GPU's compute capability, :func:`gpu_capability`, and make no CUDA context:
-    :mod:`distshap.kernels.cuda.runtime.ahead`; ``"auto"`` where a GPU is visible; none on a
+    :mod:`distshap.kernels.cuda.runtime.ahead`; none for ``"auto"``, whose constructor leaves
+    the CUDA driver untouched, so that the process may fork; none on a
     GPU whose compute mode is not the default: :func:`helpers_may_share_gpu`).
     """
     count = min(int(get_config().compile_ahead_processes), _cores() - 2)
@@ -187,11 +188,7 @@ def start_ahead(model: Any, backend: str) -> Callable[[Ensemble], None]:
         if count > 0 and not compile_cache.cached_on_disk(compiled):
             compile_cache.compile_ahead(module.__name__, [name])
             count -= 1
-    if backend == "auto":
-        from distshap.kernels import cuda_available
-
-        backend = "cuda" if cuda_available() else "cpu"
-    if backend != "cuda" or count <= 0:
+    if backend != "cuda" or count <= 0:  # "auto": asking for a GPU would start the driver
         return _nothing
     from distshap.kernels.cuda.runtime import ptx
 
