@@ -230,8 +230,13 @@ def _labelled_frame(X: Any, packed: Any, what: str) -> Any:
             "training categories: pass a pandas DataFrame (or a 2-D NumPy array) whose columns "
             "hold the category values"
         )
+    if X.shape[1] != packed.num_features:  # no names to look the columns up by
+        raise ValueError(
+            f"{what} has {X.shape[1]} features but the model expects {packed.num_features}: "
+            "pass the columns the model was trained on, in the same order"
+        )
     names = packed.feature_names
-    return pd.DataFrame(X, columns=list(names) if names and len(names) == X.shape[1] else None)
+    return pd.DataFrame(X, columns=list(names) if names else None)
 
 
 def _categorize(encoding: Any) -> Any:

@@ -85,6 +85,8 @@ def test_numpy_rows_hold_values_not_codes(model_and_frame):
     np.testing.assert_array_equal(ex2.shap_values(A[5]), phi[5])
     objects = X.to_numpy(dtype=object)  # text labels in a NumPy array, as sklearn takes them
     np.testing.assert_array_equal(explainer.shap_values(objects), explainer.shap_values(X))
+    with pytest.raises(ValueError, match="X has 3 features but the model expects 4"):
+        explainer.shap_values(objects[:, :3])
 
 
 def test_sparse_rows_refused_in_one_line(model_and_frame):
