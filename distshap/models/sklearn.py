@@ -222,27 +222,30 @@ def _hgb_feature_map(model: Any, n_features: int) -> tuple[np.ndarray, list | No
 
 
 def _integer_values(cats: Any) -> np.ndarray | None:
-    """The encoder's categories as int32 when all are non-negative integers (NaN, the missing
-    category, aside), else None. Text categories are labels even where they read as numbers
-    (``"01"`` and ``"1"`` are two categories)."""
+    """The encoder's categories (a feature's, or None) as float64, by code, when all are
+    non-negative integers (NaN, the missing category, aside), else None. Text categories are
+    labels even where they read as numbers (``"01"`` and ``"1"`` are two categories)."""
+    if cats is None:
+        return None
     if any(isinstance(c, (str, bytes)) for c in np.asarray(cats, dtype=object).tolist()):
         return None
     try:
         values = np.asarray(cats).astype(np.float64)
     except (TypeError, ValueError):
         return None
-    values = values[~np.isnan(values)]
-    if np.any(values < 0) or np.any(values != np.floor(values)) or np.any(values >= 2**31):
+    known = values[~np.isnan(values)]
+    if np.any(known < 0) or np.any(known != np.floor(known)) or np.any(known >= 2**31):
         return None
-    return values.astype(np.int32)
+    return values
 
 
-def _split_categories(cats: Any, codes: np.ndarray) -> np.ndarray:
+def _split_categories(values: np.ndarray | None, codes: np.ndarray) -> np.ndarray:
     """The category values a split lists: the raw values of encoder codes where the encoder's
-    categories are non-negative integers, else the codes (the feature then keeps its labels)."""
-    if cats is None or _integer_values(cats) is None:
+    categories are non-negative integers (``values``: :func:`_integer_values`), else the codes
+    (the feature then keeps its labels)."""
+    if values is None:
         return codes.astype(np.int32)
-    return np.asarray(cats, dtype=np.float64)[codes].astype(np.int32)
+    return values[codes].astype(np.int32)
 
 
 def _hist_gradient_boosting(model: Any) -> Ensemble:
@@ -264,6 +267,7 @@ def _hist_gradient_boosting(model: Any) -> Ensemble:
     parts = []
     groups = []
     raw_value_features: set[int] = set()  # splits list category values, not encoder codes
+    integer = [_integer_values(c) for c in categories or ()]  # once a feature, not a split
     for stage in predictors:
         for g, pred in enumerate(stage):
             nodes = pred.nodes
@@ -298,9 +302,8 @@ def _hist_gradient_boosting(model: Any) -> Ensemble:
                     codes = np.flatnonzero(left_bits)
                     left[j], right[j] = right[j], left[j]
                 dl[j] = True
-                cats = categories[f] if categories else None
-                cat_lists[j] = np.sort(_split_categories(cats, codes))
-                if cats is not None:
+                cat_lists[j] = np.sort(_split_categories(integer[f] if integer else None, codes))
+                if categories and categories[f] is not None:
                     raw_value_features.add(int(perm[f]))
             parts.append(
                 {
@@ -329,21 +332,23 @@ def _hist_gradient_boosting(model: Any) -> Ensemble:
         types = tuple("c" if c else "q" for c in np.asarray(is_cat_in, dtype=bool))
     ens = _finish(model, parts, groups, k, baseline, f"sklearn:{name}", types)
     ens.extra["iteration_indptr"] = iterations_indptr(len(parts), k)  # k trees per iteration
-    stored = _stored_categories(perm, categories, raw_value_features)
+    stored = _stored_categories(perm, categories, integer, raw_value_features)
     if stored:
         ens.extra["category_values"] = stored
     return ens
 
 
-def _stored_categories(perm: np.ndarray, categories: list | None, split: set[int]) -> dict:
+def _stored_categories(perm: np.ndarray, categories: list | None, integer: list,
+                       split: set[int]) -> dict:  # fmt: skip
     """Input column -> ``"values"`` (a DataFrame category column enters as its values, which
     the splits list) or the training labels (text or other categories: a column is coded by
-    them, as the encoder codes it; see :func:`distshap.frames.frame_to_matrix`)."""
+    them, as the encoder codes it; see :func:`distshap.frames.frame_to_matrix`); ``integer``:
+    :func:`_integer_values` of each feature's categories."""
     stored: dict[int, Any] = {}
     for f, cats in enumerate(categories or ()):
         if cats is None:
             continue
-        if _integer_values(cats) is None:
+        if integer[f] is None:
             stored[int(perm[f])] = tuple(c for c in np.asarray(cats, dtype=object).tolist()
                                          if not (isinstance(c, float) and np.isnan(c)))  # fmt: skip
         elif int(perm[f]) in split:
