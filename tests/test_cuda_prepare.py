@@ -50,7 +50,7 @@ def device_model(packed):
 def fake_work(monkeypatch):
     """The stages run this module's functions above instead of the CUDA work."""
     monkeypatch.setattr(prepare, "_WORK", __name__)
-    monkeypatch.setattr(prepare, "_driver_context", lambda backend: None)
+    monkeypatch.setattr(prepare, "_driver_context", lambda: None)
     _RUNS.clear()
     yield _RUNS
     prepare.wait()

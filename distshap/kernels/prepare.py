@@ -112,8 +112,7 @@ class Preparation:
         t0 = time.perf_counter()
         try:
             if stage == "context":  # the driver makes it while this thread imports the backend
-                threading.Thread(target=_driver_context, args=(self.backend,),
-                                 name="distshap-gpu-driver").start()  # fmt: skip
+                threading.Thread(target=_driver_context, name="distshap-gpu-driver").start()
             work = getattr(importlib.import_module(_WORK), stage)
             self._context.copy().run(work, *args)
         except Exception as exc:  # noqa: BLE001 - the call makes it again and raises there
@@ -123,7 +122,7 @@ class Preparation:
             self.seconds[stage] = time.perf_counter() - t0
 
 
-def _driver_context(backend: str) -> None:
+def _driver_context() -> None:
     """The CUDA context, made through Numba's driver alone (the first stage then finds it).
     Whatever fails here the first stage meets again, and keeps."""
     try:

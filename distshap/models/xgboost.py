@@ -35,7 +35,6 @@ a truncated or edited file is refused with what disagrees. Refused with
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import threading
@@ -225,16 +224,20 @@ def load_xgboost(model: Any, *, iteration_range: tuple[int, int] | None = None) 
 
 
 def _save_on_one_thread(booster: Any, xgboost: Any) -> bytearray:
-    """``booster.save_raw("ubj")`` under :func:`_calling_thread`, in a thread of its own: XGBoost's
-    setting and OpenMP's thread count are per thread, and leaving the context does not give an
-    unset ``nthread`` back (the thread keeps one OpenMP thread), so the caller's stay as they
-    were. The caller's other XGBoost settings (its verbosity) hold there too."""
+    """``booster.save_raw("ubj")`` with XGBoost on one thread (its global ``nthread``, which is
+    per thread and outranks the booster's): a child forked from a process whose OpenMP threads
+    ran (training, loading, predicting) waits for ever on those threads. Run in a thread of its
+    own: XGBoost's settings and OpenMP's thread count are per thread, and leaving the context
+    does not give an unset ``nthread`` back, so the caller's stay as they were; the caller's
+    other XGBoost settings (its verbosity) hold there too."""
     config = xgboost.get_config()
+    if "nthread" in config:  # XGBoost < 2 has no such setting
+        config = {**config, "nthread": 1}
     out: dict[str, Any] = {}
 
     def save() -> None:
         try:
-            with xgboost.config_context(**config), _calling_thread(xgboost):
+            with xgboost.config_context(**config):
                 out["raw"] = booster.save_raw(raw_format="ubj")
         except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
             out["error"] = exc
@@ -245,15 +248,6 @@ def _save_on_one_thread(booster: Any, xgboost: Any) -> bytearray:
     if "error" in out:
         raise out["error"]
     return out["raw"]
-
-
-def _calling_thread(xgboost: Any) -> Any:
-    """A context in which XGBoost runs on the calling thread only (its global ``nthread``,
-    which is per thread and outranks the booster's): a child forked from a process whose
-    OpenMP threads ran (training, loading, predicting) waits for ever on those threads."""
-    if "nthread" not in xgboost.get_config():  # XGBoost < 2: no such setting
-        return contextlib.nullcontext()
-    return xgboost.config_context(nthread=1)
 
 
 def _estimator_missing(model: Any) -> float:
