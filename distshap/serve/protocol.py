@@ -186,15 +186,16 @@ def _input_rows(spec: dict, binary: bytes | memoryview) -> np.ndarray:
         raise bad_request("inputs[0].data holds an integer beyond FP64's range") from None
     except (TypeError, ValueError):
         raise bad_request("inputs[0].data must hold numbers only (NaN for missing)") from None
-    if dtype == np.float32:  # a finite number FP32 cannot hold would become infinite
-        with np.errstate(over="ignore"):  # a number that rounds to FP32's largest is held
-            over = np.isfinite(rows) & np.isinf(rows.astype(np.float32))
+    with np.errstate(over="ignore"):  # a number that rounds to FP32's largest is held
+        out = rows.astype(dtype)
+    if dtype == np.float32:  # a finite number FP32 cannot hold became infinite
+        over = np.isfinite(rows) & np.isinf(out)
         if over.any():
             raise bad_request(
                 f"inputs[0].data holds {float(rows[over][0])!r}, beyond FP32's range: send the "
                 "rows as FP64, or values within +-3.4e38"
             )
-    return rows.astype(dtype).reshape(n, F)
+    return out.reshape(n, F)
 
 
 def _output_specs(obj: dict, binary_default: bool) -> tuple[OutputSpec, ...]:
