@@ -386,6 +386,19 @@ def _post(url: str, obj: dict, token: str) -> tuple[int, dict | bytes]:
         return err.code, err.read()
 
 
+def _answer_matches(url: str, X, want: dict, a: int, n: int, extra: tuple = ()) -> bool:
+    """One JSON request of the rows ``X[a:a + n]`` (outputs: ``want``'s and ``extra``): each of
+    ``want``'s outputs holds its rows' values bit for bit."""
+    obj = {"inputs": [{"name": "rows", "shape": [n, X.shape[1]], "datatype": "FP32",
+                       "data": X[a : a + n].astype(np.float64).ravel().tolist()}],
+           "outputs": [{"name": k} for k in (*want, *extra)]}  # fmt: skip
+    status, answer = _post(url, obj, "t")
+    assert status == 200, answer
+    got = {o["name"]: np.array(o["data"], np.float32).reshape(o["shape"])
+           for o in answer["outputs"]}  # fmt: skip
+    return all(same_bits(got[k], want[k][a : a + n]) for k in want)
+
+
 def test_group_with_a_device_process_then_the_device_killed(files):
     X = files["X"]
     group = serve([f"bin={files['bin']}"], port=0, processes=2, backend="cpu", token="t",
@@ -396,17 +409,8 @@ def test_group_with_a_device_process_then_the_device_killed(files):
     want = {"shap_values": ex.shap_values(X), "interaction_values": ex.shap_interaction_values(X)}
 
     def run(i):
-        a, n = (i * 11) % 250, 1 + i % 40
-        rows = X[a : a + n]
-        obj = {"inputs": [{"name": "rows", "shape": list(rows.shape), "datatype": "FP32",
-                           "data": rows.astype(np.float64).ravel().tolist()}],
-               "outputs": [{"name": "shap_values"}, {"name": "interaction_values"},
-                           {"name": "margin"}]}  # fmt: skip
-        status, answer = _post(group.url, obj, "t")
-        assert status == 200, answer
-        got = {o["name"]: np.array(o["data"], np.float32).reshape(o["shape"])
-               for o in answer["outputs"]}  # fmt: skip
-        return all(same_bits(got[k], want[k][a : a + n]) for k in want)
+        a = (i * 11) % 250
+        return _answer_matches(group.url, X, want, a, min(1 + i % 40, len(X) - a), ("margin",))
 
     try:
         assert group.ready() and len(group.pids) == 2 and len(group.device_pids) == 1
@@ -491,14 +495,7 @@ def test_gpu_group_a_device_process_a_gpu_and_fronts_without_a_context(files):
 
     def run(i):
         a, n = (i * 13) % 250, 1 + i % 50
-        obj = {"inputs": [{"name": "rows", "shape": [n, X.shape[1]], "datatype": "FP32",
-                           "data": X[a : a + n].astype(np.float64).ravel().tolist()}],
-               "outputs": [{"name": "shap_values"}, {"name": "interaction_values"}]}  # fmt: skip
-        status, answer = _post(group.url, obj, "t")
-        assert status == 200, answer
-        got = {o["name"]: np.array(o["data"], np.float32).reshape(o["shape"])
-               for o in answer["outputs"]}  # fmt: skip
-        return all(same_bits(got[k], want[k][a : a + n]) for k in want)
+        return _answer_matches(group.url, X, want, a, n)
 
     try:
         assert len(group.device_pids) == max(1, count_gpus())
