@@ -181,7 +181,7 @@ def launch(dispatcher, key, grid: int | tuple, block: int, shared: int, args, st
     ``shared`` bytes of dynamic shared memory and ``args`` on the CuPy ``stream``; ``False``
     (nothing launched) where it must go through Numba (the simulator, a layout that does not
     match). ``key`` names the argument types: every call with one key
-    passes arrays of the same dtypes, dimensions and C-contiguity, and scalars of the same
+    passes arrays of the same dtypes, dimensions and layout, and scalars of the same
     types, on each device (the caller's promise; the first call's types are compiled).
     ``constants`` (a flag an argument): the arrays that stay the same object for life (a
     model's), whose fields are written again only when another object comes; the others are
