@@ -108,6 +108,9 @@ def warm_up(backend: str = "cpu", kinds: tuple[str, ...] = KINDS) -> None:
         X = np.full((2, depth), 0.25, np.float32)
         if "shap" in kinds:
             kernels.shap_values(packed, X)
+            if backend == "cuda":  # more rows than path_thread_rows: the row kernels
+                rows = int(get_config().path_thread_rows) + 1
+                kernels.shap_values(packed, np.full((rows, depth), 0.25, np.float32))
         if "interactions" in kinds:
             kernels.interaction_values(packed, X)
         if backend == "cpu":

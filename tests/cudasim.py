@@ -15,9 +15,18 @@ __all__ = ["assert_simulator_ok", "nvvm_available"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def assert_simulator_ok(script: str, timeout: float) -> None:
+#: Prepended to a script: SHAP calls of few rows take the row kernels, which the scripts (a few
+#: rows each, the simulator being slow) were written to exercise.
+ROW_KERNELS = "from distshap.plan.config import set_config\nset_config(path_thread_rows=0)\n"
+
+
+def assert_simulator_ok(script: str, timeout: float, row_kernels: bool = True) -> None:
     """Runs ``script`` with ``NUMBA_ENABLE_CUDASIM=1``; it must exit 0 and print
-    ``SIMULATOR-OK`` (the end of its stderr is the failure message)."""
+    ``SIMULATOR-OK`` (the end of its stderr is the failure message). ``row_kernels``: with
+    :data:`ROW_KERNELS` first (else the default configuration, where calls of few rows run a
+    thread a path)."""
+    if row_kernels:
+        script = ROW_KERNELS + script
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     env["PYTHONPATH"] = os.pathsep.join([HERE, os.path.dirname(HERE), env.get("PYTHONPATH", "")])
     proc = subprocess.run(

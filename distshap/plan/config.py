@@ -42,6 +42,11 @@ class Config:
         ``few_rows_chunk_paths`` paths: each block's thread has few rows to share its paths
         with, so shorter chunks spread a call over more blocks. The sums are integers: the bits
         do not depend on the chunks.
+    path_thread_rows : int
+        SHAP calls (a batch) of at most this many rows (at most 65,535) run the thread-a-path
+        quadrature kernel (:mod:`distshap.kernels.cuda.path_threads`): a block a row and
+        chunk, its threads over the chunk's paths, where the row kernels would keep one thread
+        of each block busy. 0: never. The bits do not depend on it.
     quadrature_shared_bytes : int
         Shared memory of a quadrature kernel's block at most (its per-row accumulators).
     quadrature_tile_features : int
@@ -130,6 +135,7 @@ interventional_interaction_table_budget_bytes : int
     quadrature_chunk_paths: int = 256
     few_rows: int = 512
     few_rows_chunk_paths: int = 32
+    path_thread_rows: int = 16
     quadrature_shared_bytes: int = 48 * 1024
     quadrature_tile_features: int = 0
     quadrature_tile_window: int = 256

@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, types
 
+from distshap.kernels.cuda.path_threads import launch_path_threads
 from distshap.kernels.cuda.runtime.args import launch as launch_kernel
 from distshap.kernels.cuda.runtime.args import view
 from distshap.kernels.cuda.runtime.device import (
@@ -388,9 +389,14 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream) -> None:
     transposed rows are one Numba view (:func:`~.runtime.args.view`) where three or more
     launches read them (for fewer the view costs more than the CuPy arguments it saves); the
     model's and plan's arrays are passed as read-only hints kept with the model
-    (:func:`_kept_arrays`)."""
+    (:func:`_kept_arrays`). Calls of at most ``path_thread_rows`` rows run a thread a path
+    instead (:mod:`.path_threads`)."""
     nb = int(Xb.shape[0])
     XT = xp().ascontiguousarray(Xb.T)  # (features, rows): a warp reads 32 rows of a feature
+    if nb <= min(int(get_config().path_thread_rows), 65535):
+        launch_path_threads(model, plan, XT, acc, scale, F1, stream,
+                            lambda launch, local: _kept_arrays(model, plan, launch, 2, local))
+        return
     n_features = F1 - 1
     rows = 2
     if quadrature_warps(n_features, 2) == 0 < quadrature_warps(n_features):

@@ -24,6 +24,7 @@ from numba import cuda
 from distshap.kernels.cuda.fallback import oversize_kernel
 from distshap.kernels.cuda.interaction_quadrature import interaction_kernel
 from distshap.kernels.cuda.launch import finish_kernel
+from distshap.kernels.cuda.path_threads import path_thread_kernel
 from distshap.kernels.cuda.runtime.device import SIM
 from distshap.kernels.cuda.runtime.upload import LANE_FILL_SIGNATURE, lane_fill_kernel
 from distshap.kernels.cuda.shap_quadrature import quadrature_kernel
@@ -104,6 +105,10 @@ def _kernels() -> dict:
             kernels[f"shap_quadrature_kernel_{n_nodes}_local{'_2rows' if rows == 2 else ''}"] = (
                 quadrature_kernel(n_nodes, True, local=True, rows=rows), _LOCAL_QUADRATURE_SIG,
             )  # fmt: skip
+        for mode in ("local", "shared", "global"):  # calls of few rows: a thread a path
+            sig = _LOCAL_QUADRATURE_SIG if mode == "local" else _TWO_ROW_QUADRATURE_SIG
+            name = f"shap_quadrature_kernel_{n_nodes}_{mode}_path_threads"
+            kernels[name] = (path_thread_kernel(n_nodes, mode), sig)
     return kernels
 
 

@@ -1,0 +1,81 @@
+"""Calls of few rows on the GPU: the thread-a-path kernel against the row kernels, beside XGBoost.
+
+For each shape and row count, the median wall time of ``TreeExplainer.shap_values`` on NumPy
+rows (values back in host memory, as a server's batch) under each ``path_thread_rows`` setting
+(0: the row kernels only), its values' bits compared with the row kernels', and XGBoost's
+``predict(DMatrix(rows), pred_contribs=True)`` on the GPU in the same process::
+
+    DISTSHAP_BENCH_DEVICE=cuda python3 -m benchmarks.few_rows --shapes cal_housing-med \\
+        --rows 1,4,16,64 --settings 0,16,64 --calls 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from benchmarks.shapes import make_data, train_model
+
+__all__ = ["main", "median_us"]
+
+
+def median_us(fn, calls: int) -> float:
+    """Median wall time of ``fn()`` in microseconds over ``calls`` calls, after three."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1e6 * statistics.median(times)
+
+
+def _shape(shape: str, rows: list[int], settings: list[int], calls: int) -> None:
+    import xgboost as xgb
+
+    from distshap import TreeExplainer
+    from distshap.plan.config import config_context
+
+    name, size = shape.rsplit("-", 1)
+    booster = train_model(name, size)
+    booster.set_param({"device": "cuda"})
+    X, _ = make_data(name, max(rows), seed=1)
+    X = np.ascontiguousarray(X, np.float32)
+    explainer = TreeExplainer(booster, layout="xgboost", backend="cuda")
+    head = "".join(f"{f'threads<={s} us':>16}" for s in settings)
+    print(f"\n== {shape}: {explainer.packed.num_features} features")
+    print(f"{'rows':>6}{head}{'XGBoost us':>13}{'best vs XGBoost':>17}  bits")
+    for n in rows:
+        Xn = X[:n]
+        times, values = [], []
+        for s in settings:
+            with config_context(path_thread_rows=s):
+                times.append(median_us(lambda Xn=Xn: explainer.shap_values(Xn), calls))
+                values.append(np.asarray(explainer.shap_values(Xn)))
+        same = all(np.array_equal(v.view(np.uint32), values[0].view(np.uint32)) for v in values)
+        peer = median_us(lambda Xn=Xn: booster.predict(xgb.DMatrix(Xn), pred_contribs=True), calls)
+        cells = "".join(f"{t:16.0f}" for t in times)
+        print(f"{n:6d}{cells}{peer:13.0f}{peer / min(times):16.1f}x  "
+              f"{'equal' if same else 'DIFFER'}")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line (module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shapes", default="cal_housing-med")
+    parser.add_argument("--rows", default="1,2,4,8,16,32,64,128")
+    parser.add_argument("--settings", default="0,16,64")
+    parser.add_argument("--calls", type=int, default=50)
+    args = parser.parse_args(argv)
+    rows = [int(v) for v in args.rows.split(",")]
+    settings = [int(v) for v in args.settings.split(",")]
+    for shape in args.shapes.split(","):
+        _shape(shape, rows, settings, args.calls)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""The SHAP quadrature kernel for calls of few rows: a thread a path.
+
+The row kernels of :mod:`.shap_quadrature` give each thread a row and walk a chunk's paths one
+after another, so a call of one row keeps one thread of each block busy for the whole chunk.
+Here a block runs one row on one chunk and its threads take the chunk's paths (thread ``t``
+paths ``t``, ``t + blockDim``, ...). Each (row, path) contribution is the same float32
+operations in the same order as the row kernels' (:func:`~.shap_quadrature._make_shap_kernel`),
+truncated to int64 on its own; the block sums them in shared memory with integer atomics
+(one int64 a column: a feature, or a chunk-local tile's column) and adds the nonzero sums to
+the accumulator. Integer addition is associative: the same bits as every other SHAP kernel.
+
+Calls of at most ``path_thread_rows`` rows (:class:`~distshap.plan.config.Config`) take it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda, types
+
+from distshap.kernels.cuda.runtime.args import launch as launch_kernel
+from distshap.kernels.cuda.runtime.device import (
+    LF_VALUE,
+    LF_ZERO,
+    LI_FEATURE,
+    add_quotient,
+    lane_follows,
+)
+from distshap.plan.config import get_config
+from distshap.plan.geometry import gauss_legendre, local_tiles
+
+__all__ = ["launch_path_threads", "path_thread_kernel"]
+
+_KERNELS: dict = {}
+
+
+def path_thread_kernel(n_nodes: int, mode: str):
+    """The thread-a-path SHAP kernel of ``n_nodes`` nodes (built on first use, compiled at
+    launch); ``mode``: ``"local"`` (sums in the chunk's tile columns), ``"shared"`` (a column
+    per feature) or ``"global"`` (integer atomics on the accumulator)."""
+    key = (n_nodes, mode)
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        kernel = _KERNELS[key] = _make_kernel(n_nodes, mode)
+    return kernel
+
+
+def _make_kernel(n_nodes: int, mode: str):
+    nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
+    local = mode == "local"
+    shared = mode != "global"
+
+    @cuda.jit(cache=True)
+    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
+               chunk_group, lane_column, features, feature_offsets, XT, acc, scale, n_cols,
+               row0):  # fmt: skip
+        tid = cuda.threadIdx.x
+        stride = cuda.blockDim.x
+        r = row0 + cuda.blockIdx.y  # the grid has a row of blocks for each row
+        ch = cuda.blockIdx.x
+        base = chunk_group[ch] * n_cols
+        if local:
+            f0 = feature_offsets[ch]
+            width = feature_offsets[ch + 1] - f0
+        else:
+            f0 = 0
+            width = n_cols - 1
+        scale32 = np.float32(scale)
+        one = np.float32(1.0)
+        if shared:
+            tile = cuda.shared.array(0, types.int64)  # [column]
+            for c in range(tid, width, stride):
+                tile[c] = 0
+            cuda.syncthreads()
+        prod = cuda.local.array(n_nodes, np.float32)
+        for j in range(chunk_offsets[ch] + tid, chunk_offsets[ch + 1], stride):
+            p = chunk_paths[j]
+            s0 = path_offsets[p] + 1  # first feature element (after the bias lane)
+            s1 = path_offsets[p + 1]
+            value = lane_f[s0 - 1, LF_VALUE]
+            for m in range(n_nodes):
+                prod[m] = value * weights[m]
+            bits = np.uint32(0)
+            for li in range(s0, s1):
+                z = lane_f[li, LF_ZERO]
+                d = -z
+                if lane_follows(XT[lane_i[li, LI_FEATURE], r], lane_f, lane_i, lane_cat,
+                                cat_words, li):  # fmt: skip
+                    d = one - z
+                    bits |= np.uint32(1) << np.uint32(li - s0)
+                for m in range(n_nodes):
+                    prod[m] *= z + nodes[m] * d
+            for li in range(s0, s1):
+                z = lane_f[li, LF_ZERO]
+                d = -z
+                if (bits >> np.uint32(li - s0)) & np.uint32(1):
+                    d = one - z
+                if d != 0:  # else the element's factor may be 0 and its value is 0
+                    total = np.float32(0.0)
+                    for m in range(n_nodes):
+                        total = add_quotient(total, prod[m], z + nodes[m] * d)
+                    iv = np.int64(total * d * scale32)
+                    if iv != 0:
+                        if local:
+                            cuda.atomic.add(tile, np.int32(lane_column[li]), iv)
+                        elif shared:
+                            cuda.atomic.add(tile, lane_i[li, LI_FEATURE], iv)
+                        else:
+                            cuda.atomic.add(acc, (r, base + lane_i[li, LI_FEATURE]), iv)
+        if shared:
+            cuda.syncthreads()
+            for c in range(tid, width, stride):
+                iv = tile[c]
+                if iv != 0:
+                    col = features[f0 + c] if local else c
+                    cuda.atomic.add(acc, (r, base + col), iv)
+
+    return kernel
+
+
+def launch_path_threads(model, plan, XT, acc, scale, F1, stream, kept_arrays) -> None:
+    """Run the SHAP quadrature launches of ``plan`` on the transposed rows ``XT`` (features x
+    rows, at most 65,535 rows) a thread a path, adding to ``acc``. ``kept_arrays(launch,
+    local)`` gives a launch's model and plan arrays in the row kernels' order
+    (:func:`~.shap_quadrature._kept_arrays` with two rows a thread)."""
+    nb = int(XT.shape[1])
+    limit = int(get_config().quadrature_shared_bytes)
+    local = local_tiles(plan)
+    tpb = min(256, 32 * -(-max(1, int(get_config().few_rows_chunk_paths)) // 32))
+    for launch in plan.quadrature:
+        columns = launch.local_columns if local else F1 - 1
+        mode = ("local" if local else "shared") if 8 * columns <= limit else "global"
+        if mode == "global" and local:
+            kept = kept_arrays(launch, False)  # a column per feature of the model
+            chunks = launch.n_chunks
+        else:
+            kept = kept_arrays(launch, local)
+            chunks = launch.n_local if local else launch.n_chunks
+        shared_bytes = 8 * columns if mode != "global" else 0
+        kernel = path_thread_kernel(launch.n_nodes, mode)
+        launch_kernel(kernel, (chunks, nb), tpb, stream, shared_bytes,
+                      (*kept, XT, acc, scale, F1, 0))  # fmt: skip

@@ -1,0 +1,124 @@
+"""The thread-a-path SHAP kernel of calls of few rows (:mod:`distshap.kernels.cuda.path_threads`).
+
+Calls of at most ``path_thread_rows`` rows run a block a row and chunk, its threads over the
+chunk's paths; its values must be the row kernels' bit for bit (each contribution truncated to
+int64 on its own, integer sums), with a column per feature in shared memory, chunk-local tiles
+and global atomics alike, and close to the CPU kernel and the float64 oracle.
+
+* a CUDA-simulator run (no GPU needed);
+* ``gpu``-marked tests of the same on a real GPU, and against XGBoost's ``pred_contribs``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from distshap.kernels import cuda_available
+from distshap.packed import build_packed_model
+from distshap.paths import extract_paths
+from distshap.plan.config import config_context
+
+import tiny
+from conftest import to_host
+from cudasim import assert_simulator_ok
+
+needs_gpu = pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (GPU host)")
+
+_SIM_SCRIPT = r"""
+import numpy as np
+import tiny
+import naive
+from distshap.kernels import cpu
+from distshap.kernels import cuda as kc
+from distshap.kernels.cuda import path_threads
+from distshap.packed import build_packed_model
+from distshap.paths import extract_paths
+from distshap.plan.config import config_context
+
+def packed_of(ens, budget=0):
+    return build_packed_model(extract_paths(ens), table_budget_bytes=budget)
+
+def both(packed, X, **config):
+    path_threads._KERNELS.clear()
+    with config_context(**config):
+        got = kc.shap_values(packed, X)
+        modes = sorted({mode for _, mode in path_threads._KERNELS})
+        with config_context(path_thread_rows=0):
+            want = kc.shap_values(packed, X)
+    assert modes, "no thread-a-path launch"
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (config, modes)
+    return got, modes
+
+def close(got, ref, tol=2e-6):
+    err = float(np.abs(got.astype(np.float64) - ref.reshape(got.shape)).max())
+    assert err <= tol * max(1.0, float(np.abs(ref).max())), err
+
+# a wide multi-class model: categorical splits, missing values; chunk-local tiles, a column
+# per feature, global atomics
+wide = tiny.random_ensemble(71, n_features=40, n_trees=5, depth=5, n_groups=3, n_categorical=3)
+X = tiny.random_rows(72, wide, 3, 0.15)
+packed = packed_of(wide)
+seen = set()
+for config in (dict(quadrature_tile_features=8), dict(quadrature_tile_features=64),
+               dict(quadrature_tile_features=64, quadrature_shared_bytes=8 * 39)):
+    got, modes = both(packed, X, small_max_paths=0, **config)
+    seen.update(modes)
+    close(got, cpu.shap_values(packed, X))
+assert seen == {"global", "local", "shared"}, seen
+close(got, naive.treeshap_recursive_rows(wide, X))
+# one row; a thread taking several paths of a chunk (chunks longer than the block)
+got, _ = both(packed, X[:1], small_max_paths=0, few_rows_chunk_paths=64, few_rows=0)
+# beside SHAP tables (only the quadrature launches change)
+deep = tiny.random_ensemble(73, n_features=8, n_trees=2, depth=7, n_groups=2, n_categorical=1)
+Xd = tiny.random_rows(74, deep, 2, 0.2)
+packed = packed_of(deep, budget=6000)
+got, _ = both(packed, Xd, small_max_paths=0)
+close(got, naive.treeshap_recursive_rows(deep, Xd))
+print("SIMULATOR-OK")
+"""
+
+
+def test_path_threads_under_cuda_simulator():
+    assert_simulator_ok(_SIM_SCRIPT, timeout=900, row_kernels=False)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("tile_features", [0, 8])
+def test_gpu_path_threads_keep_the_bits(tile_features):
+    from distshap.kernels import cuda as kc
+    from distshap.kernels.cuda import path_threads
+
+    wide = tiny.random_ensemble(75, n_features=150, n_trees=60, depth=8, n_groups=2,
+                                n_categorical=4)  # fmt: skip
+    narrow = tiny.random_ensemble(76, n_features=8, n_trees=200, depth=8)
+    for ensemble in (wide, narrow):
+        X = tiny.random_rows(77, ensemble, 40, 0.1)
+        packed = build_packed_model(extract_paths(ensemble), table_budget_bytes=0)
+        with config_context(small_max_paths=0, quadrature_tile_features=tile_features):
+            for n in (1, 2, 16, 33):
+                path_threads._KERNELS.clear()
+                with config_context(path_thread_rows=max(n, 16)):
+                    got = to_host(kc.shap_values(packed, X[:n]))
+                assert path_threads._KERNELS, n
+                with config_context(path_thread_rows=0):
+                    want = to_host(kc.shap_values(packed, X[:n]))
+                assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), n
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("kind", ["multiclass", "missing", "categorical"])
+def test_gpu_path_threads_match_pred_contribs(kind):
+    import distshap
+
+    import xgb_models
+
+    booster, X = xgb_models.MODEL_KINDS[kind]()
+    X = X[:5]
+    ref = booster.predict(xgb_models.dmatrix(X), pred_contribs=True)
+    explainer = distshap.TreeExplainer(booster, backend="cuda", layout="xgboost")
+    with config_context(small_max_paths=0):
+        got = to_host(explainer.shap_values(X)).reshape(ref.shape)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-4 * max(1.0, np.abs(ref).max()))
