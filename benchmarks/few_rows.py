@@ -1,9 +1,11 @@
 """Calls of few rows on the GPU: the thread-a-path kernel against the row kernels, beside XGBoost.
 
-For each shape and row count, the median wall time of ``TreeExplainer.shap_values`` on NumPy
-rows (values back in host memory, as a server's batch) under each ``path_thread_rows`` setting
-(0: the row kernels only), its values' bits compared with the row kernels', and XGBoost's
-``predict(DMatrix(rows), pred_contribs=True)`` on the GPU in the same process::
+For each shape and row count, under each ``path_thread_rows`` setting (0: the row kernels
+only): the median wall time of ``TreeExplainer.shap_values`` on NumPy rows (values back in
+host memory, as a server's batch) and the GPU time a call of the kernels alone
+(:func:`benchmarks.call_profile.kernel_split`: what a busy device spends a call), the values'
+bits compared with the row kernels'; and XGBoost's ``predict(DMatrix(rows),
+pred_contribs=True)`` on the GPU in the same process::
 
     DISTSHAP_BENCH_DEVICE=cuda python3 -m benchmarks.few_rows --shapes cal_housing-med \\
         --rows 1,4,16,64 --settings 0,16,64 --calls 50
@@ -17,6 +19,7 @@ import time
 
 import numpy as np
 
+from benchmarks.call_profile import kernel_split
 from benchmarks.shapes import make_data, train_model
 
 __all__ = ["main", "median_us"]
@@ -35,6 +38,7 @@ def median_us(fn, calls: int) -> float:
 
 
 def _shape(shape: str, rows: list[int], settings: list[int], calls: int) -> None:
+    import cupy
     import xgboost as xgb
 
     from distshap import TreeExplainer
@@ -46,19 +50,20 @@ def _shape(shape: str, rows: list[int], settings: list[int], calls: int) -> None
     X, _ = make_data(name, max(rows), seed=1)
     X = np.ascontiguousarray(X, np.float32)
     explainer = TreeExplainer(booster, layout="xgboost", backend="cuda")
-    head = "".join(f"{f'threads<={s} us':>16}" for s in settings)
+    head = "".join(f"{f'<={s}: wall/GPU us':>20}" for s in settings)
     print(f"\n== {shape}: {explainer.packed.num_features} features")
     print(f"{'rows':>6}{head}{'XGBoost us':>13}{'best vs XGBoost':>17}  bits")
     for n in rows:
         Xn = X[:n]
-        times, values = [], []
+        times, gpu, values = [], [], []
         for s in settings:
             with config_context(path_thread_rows=s):
                 times.append(median_us(lambda Xn=Xn: explainer.shap_values(Xn), calls))
                 values.append(np.asarray(explainer.shap_values(Xn)))
+                gpu.append(kernel_split(explainer.packed, cupy.asarray(Xn), "shap", calls)[1])
         same = all(np.array_equal(v.view(np.uint32), values[0].view(np.uint32)) for v in values)
         peer = median_us(lambda Xn=Xn: booster.predict(xgb.DMatrix(Xn), pred_contribs=True), calls)
-        cells = "".join(f"{t:16.0f}" for t in times)
+        cells = "".join(f"{f'{t:.0f} / {g:.0f}':>20}" for t, g in zip(times, gpu, strict=True))
         print(f"{n:6d}{cells}{peer:13.0f}{peer / min(times):16.1f}x  "
               f"{'equal' if same else 'DIFFER'}")  # fmt: skip
 
