@@ -105,13 +105,18 @@ def run_request(packed: Any, raw: Any, request: Request, y: Any = None, first_ro
     if backend == "auto":  # a Dask worker with NumPy chunks: its own device decides
         backend = kernels.resolve_backend(backend, cupy_data=is_cupy(rows))
     module = kernels.get_backend(backend)
+    on_host = not is_cupy(rows)
     if request.method == "banzhaf":
         out = _banzhaf(backend, packed, rows, request)
     elif request.background is not None:
         out = _interventional(module, packed, raw, rows, request, y, first_row)
     else:
+        if backend == "cuda" and on_host and rows is raw:  # one copy for the kernels and check
+            import cupy
+
+            rows = raw = cupy.asarray(rows)
         out = _path_dependent(module, packed, raw, rows, request, first_row)
-    if is_cupy(out) and not is_cupy(rows):
+    if is_cupy(out) and on_host:
         out = out.get()
     return out
 
