@@ -12,10 +12,12 @@ of:
   four processes sharing the port, each with its own copy of the model, or client;
   ``distshap/4+1dev``: four front processes whose batches run on one device process, the
   default for several processes on a GPU: ``--device-processes`` sets how many, 0 for none);
-  ``--slots 1,2``, ``--max-wait-ms 2,0``, ``--in-flight 2,4`` (batches a front keeps in
-  flight on each device process) and ``--overlap-rows 0,2048`` (rows that wait before a device
-  process starts a call beside a running one) add a server for each value (``distshap/4+1dev
-  s2 f4 o0``); each server runs alone, started before its cells and drained after them;
+  ``--slots 1,2``, ``--max-wait-ms 2,0``, ``--inline-rows 0,64`` (batches of at most that
+  many rows run on the server's loop when nothing else runs; 0: on the executor's thread),
+  ``--in-flight 2,4`` (batches a front keeps in flight on each device process) and
+  ``--overlap-rows 0,2048`` (rows that wait before a device process starts a call beside a
+  running one) add a server for each value (``distshap/4+1dev s2 f4 o0``, ``distshap i0``);
+  each server runs alone, started before its cells and drained after them;
 * ``baseline``: the same server (the same HTTP front, one request a batch) calling XGBoost's
   ``Booster.predict(DMatrix, pred_contribs=True)`` once per request, 8 requests at a time;
 * the floor (unless ``--no-floor``): ``floor/infer``, the same front in this process whose
@@ -285,8 +287,8 @@ class _XGBoostExecutor:
 def _variants(args) -> list[tuple[str, dict]]:
     """Each distshap server of the run: its label and its arguments of ``serve`` (one for
     each number of ``--processes``, of ``--device-processes``, of ``--slots``, of
-    ``--max-wait-ms`` and, with device processes, of ``--in-flight`` and ``--overlap-rows``;
-    the label names each setting given as a list of several)."""
+    ``--max-wait-ms``, of ``--inline-rows`` and, with device processes, of ``--in-flight`` and
+    ``--overlap-rows``; the label names each setting given as a list of several)."""
     import itertools
 
     from distshap.serve.group import device_plan
@@ -306,19 +308,25 @@ def _variants(args) -> list[tuple[str, dict]]:
                 label += f"+{count}dev" if count else ""
             device = (args.in_flight, args.overlap_rows) if count else ([None], [None])
             waits = args.max_wait_ms[:1] if count else args.max_wait_ms  # merged there
-            for slots, wait, in_flight, overlap in itertools.product(args.slots, waits, *device):
+            inlines = args.inline_rows
+            for slots, wait, inline, in_flight, overlap in itertools.product(
+                args.slots, waits, inlines, *device
+            ):
                 if slots == 1 and overlap is not None:  # one call at a time: no overlap
                     overlap = None
                 name = label + ("" if slots is None else f" s{slots}")
                 name += "" if in_flight is None else f" f{in_flight}"
                 name += "" if overlap is None else f" o{overlap}"
                 name += f" w{wait:g}" if len(waits) > 1 else ""
+                name += f" i{inline}" if len(inlines) > 1 else ""
                 if name not in seen:  # not the same server as one before
                     seen.add(name)
                     out.append((name, {"processes": processes, "slots": slots,
                                        "device_processes": devices, "in_flight": in_flight,
                                        "overlap_rows": overlap,
                                        "max_wait": wait / 1e3}))  # fmt: skip
+                    if inline is not None:
+                        out[-1][1]["inline_rows"] = inline
     return out
 
 
@@ -396,6 +404,10 @@ def main(argv: list[str] | None = None) -> None:
                         default=[2.0], help="ms a request waits for a batch to fill while "
                         "one runs (default 2; not with device processes: they merge what "
                         "waits); 2,0: a server each")  # fmt: skip
+    parser.add_argument("--inline-rows", type=_optional_ints, default=[None],
+                        help="batches of at most this many rows run on a server's loop when "
+                        "nothing else runs (default: the server's, 64; 0: every batch on the "
+                        "executor's thread); 0,64: a server each")  # fmt: skip
     parser.add_argument("--slots", type=_optional_ints, default=[None],
                         help="--backend local: batches run at once in each process that runs "
                         "them (default 1; 2 in a device process on a GPU); 1,2,3: a server "

@@ -1,10 +1,11 @@
 """The batch queue: while a batch runs, a request waits for ``max_wait`` to join others, unless
 the executor merges the batches waiting for it itself (device processes): then it goes as soon
-as a slot is free."""
+as a slot is free. A small batch runs on the loop, with every request queued in its turn."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from concurrent.futures import Future
 
 import numpy as np
@@ -58,3 +59,53 @@ def test_a_merging_executor_gets_each_batch_when_a_slot_is_free_without_the_wait
         assert [err for _, err in got] == [None] * 3
         values = sorted((v["shap_values"] for v, _ in got), key=len)
         assert [v.tolist() for v in values] == [[[2, 2]], [[4, 4]] * 2, [[6, 6]] * 3]
+
+
+class _Here:
+    """A one-slot executor that can run a batch on the calling thread; it notes the thread and
+    rows of every batch, and whether it went to ``submit`` or ``run_here``."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[str, int, int]] = []
+        self.busy = 0
+
+    def slots(self) -> int:
+        return 1
+
+    def idle(self) -> bool:
+        return not self.busy
+
+    def run_here(self, resident, rows, output, k) -> dict:
+        self.batches.append(("here", threading.get_ident(), len(rows)))
+        return {"shap_values": rows * 2}
+
+    def submit(self, resident, rows, output, k) -> Future:
+        self.batches.append(("submit", threading.get_ident(), len(rows)))
+        future: Future = Future()
+        future.set_result({"shap_values": rows * 2})
+        return future
+
+
+async def _inline_scenario(executor, sizes, inline_rows: int) -> list:
+    queue = BatchQueue(None, "shap_values", 0, executor, max_rows=100, max_wait=60.0,
+                       max_queue_rows=1000, inline_rows=inline_rows)  # fmt: skip
+    answers: list = []
+    for n in sizes:  # in one turn of the loop
+        queue.put(np.full((n, 2), n, dtype=np.float32), lambda v, e: answers.append((v, e)))
+    await asyncio.sleep(0.05)
+    return answers
+
+
+def test_a_small_batch_runs_on_the_loop_with_every_request_of_its_turn():
+    executor = _Here()
+    answers = asyncio.run(_inline_scenario(executor, (1, 3, 2), inline_rows=6))
+    ((where, thread, rows),) = executor.batches
+    assert (where, rows) == ("here", 6) and thread == threading.get_ident()  # asyncio.run's
+    values = sorted((v["shap_values"] for v, e in answers if e is None), key=len)
+    assert [v.tolist() for v in values] == [[[2, 2]], [[4, 4]] * 2, [[6, 6]] * 3]
+    # more rows than inline_rows, no inline_rows, or a busy executor: the executor's thread
+    for sizes, inline_rows, busy in (((4, 3), 6, 0), ((1,), 0, 0), ((1,), 6, 1)):
+        executor = _Here()
+        executor.busy = busy
+        answers = asyncio.run(_inline_scenario(executor, sizes, inline_rows))
+        assert [b[0] for b in executor.batches] == ["submit"] and len(answers) == len(sizes)

@@ -148,7 +148,7 @@ def test_concurrent_clients_across_batch_boundaries(server, files):
     batches = sum(h.counts and sum(h.counts) for h in server.metrics.batch_rows.values())
     earlier = sum(sum(h.counts) for h in before.values())
     assert batches - earlier < len(jobs)  # some requests shared a batch
-    assert not server._deadlines  # answered requests keep no deadline timer
+    assert not server.deadlines  # answered requests keep no deadline timer
 
 
 def test_tritonclient_json_and_binary(server, files):
@@ -209,11 +209,11 @@ class _SlowExecutor(InProcessExecutor):
         self.delay = delay
 
     def submit(self, resident, rows, output, k):
-        def slow():
-            time.sleep(self.delay)
-            return explain_block(resident, rows, output, k)
+        return self._pool.submit(self.run_here, resident, rows, output, k)
 
-        return self._pool.submit(slow)
+    def run_here(self, resident, rows, output, k):
+        time.sleep(self.delay)
+        return explain_block(resident, rows, output, k)
 
 
 def _slow_server(files, delay, **options):
@@ -223,7 +223,9 @@ def _slow_server(files, delay, **options):
 
 
 def test_back_pressure_503_with_retry_after(files):
-    srv = _slow_server(files, 0.3, max_batch_rows=10, max_queue_rows=10, max_wait=0.0)
+    # batches on the executor's thread: the loop queues requests while one runs
+    srv = _slow_server(files, 0.3, max_batch_rows=10, max_queue_rows=10, max_wait=0.0,
+                       inline_rows=0)  # fmt: skip
     rows = files["X"][:5]
     ref = TreeExplainer(files["bin"], layout="xgboost").shap_values(rows)
     try:
@@ -241,12 +243,15 @@ def test_back_pressure_503_with_retry_after(files):
         srv.drain()
 
 
-def test_request_timeout_504(files):
-    srv = _slow_server(files, 1.0, request_timeout=0.2)
+@pytest.mark.parametrize("inline_rows", [0, 64])
+def test_request_timeout_504(files, inline_rows):
+    """The deadline's timer answers 504 (a batch on the executor's thread), or values that come
+    after it are (a batch run on the loop, which held the timer back)."""
+    srv = _slow_server(files, 1.0, request_timeout=0.2, inline_rows=inline_rows)
     try:
         status, _, body = infer(srv.url, "bin", files["X"][:2])
         assert status == 504 and "timeout of 0.2 s" in json.loads(body)["error"]
-        assert not srv._deadlines  # the expired request's bucket is gone
+        assert not srv.deadlines  # the expired request's bucket is gone
     finally:
         srv.drain()
 

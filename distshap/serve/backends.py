@@ -92,6 +92,8 @@ class InProcessExecutor:
             raise ValueError(f"slots={slots!r}: give the number of batches run at once, >= 1")
         self._slots = slots
         self._pool = ThreadPoolExecutor(slots, thread_name_prefix="distshap-serve-run")
+        self._lock = threading.Lock()
+        self._busy = 0  # batches submitted and not yet done
 
     def slots(self) -> int:
         """Batches that may run at once."""
@@ -103,9 +105,30 @@ class InProcessExecutor:
     def workers(self) -> int:
         return 1
 
+    def idle(self) -> bool:
+        """Whether no submitted batch is running or waiting for a thread."""
+        return not self._busy
+
     def submit(self, resident: Resident, rows: np.ndarray, output: str, k: int) -> Future:
-        """Run :func:`explain_block` -> a Future of its dict."""
-        return self._pool.submit(explain_block, resident, rows, output, k)
+        """Run :func:`explain_block` on the executor's threads -> a Future of its dict."""
+        with self._lock:
+            self._busy += 1
+        try:
+            future = self._pool.submit(explain_block, resident, rows, output, k)
+        except BaseException:
+            self._one_done(None)
+            raise
+        future.add_done_callback(self._one_done)
+        return future
+
+    def _one_done(self, _future: Future | None) -> None:
+        with self._lock:
+            self._busy -= 1
+
+    def run_here(self, resident: Resident, rows: np.ndarray, output: str, k: int) -> dict:
+        """:func:`explain_block` on the calling thread (a batch queue's small batches, run on
+        the server's loop)."""
+        return explain_block(resident, rows, output, k)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

@@ -15,6 +15,13 @@ its rows run alone. The queue is bounded in rows: a request that does not fit is
 once (:class:`QueueFull`, the server's 503 + Retry-After). A request's answer is a callback
 called on the loop (no Future, no extra turn of the loop per request); its handle's ``cancel``
 drops its rows from batches not yet sent.
+
+Small batches run on the loop itself (``inline_rows``): with an executor that can run a batch
+on the calling thread (``run_here``) and runs nothing now (``idle()``, one slot), a batch of at
+most ``inline_rows`` rows is run there at the end of the loop's turn (every request read in
+that turn joins it) instead of being handed to the executor's thread and its answer handed
+back: two thread wake-ups less a batch. A larger batch still goes to the executor's thread, so
+that the loop reads and answers other requests while it runs.
 """
 
 from __future__ import annotations
@@ -81,6 +88,9 @@ class BatchQueue:
         Called with the seconds each batch took on the executor (metrics).
     loop : asyncio.AbstractEventLoop, optional
         The loop the queue lives on (default: the running one).
+    inline_rows : int
+        Batches of at most this many rows run on the loop when the executor can (see the
+        module's text); 0: every batch on the executor's threads.
     """
 
     def __init__(
@@ -95,6 +105,7 @@ class BatchQueue:
         on_batch: Callable | None = None,
         on_run: Callable | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        inline_rows: int = 0,
     ) -> None:
         self.resident, self.output, self.k = resident, output, k
         self.executor = executor
@@ -108,6 +119,9 @@ class BatchQueue:
         self._running = 0
         self._closed = False
         self._timer: asyncio.TimerHandle | None = None
+        here = callable(getattr(executor, "run_here", None)) and executor.slots() == 1
+        self.inline_rows = inline_rows if here else 0
+        self._kick: asyncio.Handle | None = None  # the inline batch of this turn, to come
 
     @property
     def queued_rows(self) -> int:
@@ -137,6 +151,10 @@ class BatchQueue:
 
     def _schedule(self) -> None:
         """Send the next batches that may go now; else wake up when the oldest must go."""
+        if self.inline_rows and not self._running:
+            if self._items and self._kick is None:  # the turn's other requests join first
+                self._kick = self.loop.call_soon(self._run_here)
+            return
         while self._items and self._running < self.executor.slots():
             if self._running and self._queued_rows < self.max_rows:
                 left = self._items[0].queued + self.max_wait - time.monotonic()
@@ -150,8 +168,32 @@ class BatchQueue:
         self._timer = None
         self._schedule()
 
-    def _send(self) -> None:
-        """Take the oldest requests (``max_rows`` rows at most) and run them as one batch."""
+    def _run_here(self) -> None:
+        """The batch of this turn: on the loop when small and the executor idle, else sent."""
+        self._kick = None
+        if self._running or not self._items:
+            return
+        if self._queued_rows > self.inline_rows or not self.executor.idle():
+            self._send()
+            self._schedule()
+            return
+        taken = self._take()
+        if taken is None:
+            return
+        live, batch = taken
+        self._running += 1
+        started = time.perf_counter()
+        try:
+            values = self.executor.run_here(self.resident, batch, self.output, self.k)
+        except BaseException as err:  # the requests' answer, as an executor's thread gives it
+            self._finish(None, err, live, started)
+            if not isinstance(err, Exception):
+                raise
+            return
+        self._finish(values, None, live, started)
+
+    def _take(self) -> tuple[list[_Pending], np.ndarray] | None:
+        """The oldest live requests (``max_rows`` rows at most) and their rows as one batch."""
         t0 = time.perf_counter()
         live: list[_Pending] = []
         rows = 0
@@ -162,13 +204,22 @@ class BatchQueue:
                 live.append(item)
                 rows += len(item.rows)
         if not live:
-            return
+            return None
         parts = [p.rows for p in live]
         batch = parts[0] if len(parts) == 1 else np.concatenate(parts, dtype=np.result_type(*parts))
         if self.on_batch is not None:
             now = time.monotonic()
             waited = sum(now - p.queued for p in live)
             self.on_batch(rows, len(live), time.perf_counter() - t0, waited)
+        return live, batch
+
+    def _send(self) -> None:
+        """Take the oldest requests (``max_rows`` rows at most) and run them as one batch on
+        the executor."""
+        taken = self._take()
+        if taken is None:
+            return
+        live, batch = taken
         self._running += 1
         started = time.perf_counter()
         try:

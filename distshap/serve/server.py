@@ -29,6 +29,7 @@ from typing import Any
 
 from distshap.serve.backends import NoWorkerError
 from distshap.serve.batching import BatchQueue, QueueClosed, QueueFull
+from distshap.serve.calls import Call, Deadlines
 from distshap.serve.connection import Connection, Reply, Request, sweep
 from distshap.serve.metrics import Metrics
 from distshap.serve.protocol import (
@@ -69,6 +70,10 @@ class ServeOptions:
         Rows of a batch at most.
     max_wait : float
         Seconds a request waits for others to join its batch at most.
+    inline_rows : int
+        Batches of at most this many rows, when nothing else runs, run on the event loop's
+        thread itself instead of an executor thread (in-process, one slot: see
+        :mod:`~distshap.serve.batching`); 0: every batch on the executor's threads.
     max_queue_rows : int
         Rows waiting per model and output at most (then 503 + Retry-After).
     max_request_rows, max_body_bytes : int
@@ -90,6 +95,7 @@ class ServeOptions:
     insecure: bool = False
     max_batch_rows: int = 16384
     max_wait: float = 0.002
+    inline_rows: int = 64
     max_queue_rows: int = 262144
     max_request_rows: int = 100_000
     max_body_bytes: int = 256 << 20
@@ -161,9 +167,6 @@ class ExplanationServer:
         self.draining = False
         self.closing_connections = False
         self._queues: dict[tuple, BatchQueue] = {}
-        # deadline bucket -> the calls whose deadline falls in it (one timer a bucket, not a
-        # timer a request)
-        self._deadlines: dict[int, _Bucket] = {}
         self._checked: dict[tuple, tuple] = {}
         self._connections: set[Connection] = set()
         self._active = 0
@@ -175,6 +178,8 @@ class ExplanationServer:
         self._sock = _listen(options.host, options.port, options.reuse_port)
         self.address: tuple[str, int] = self._sock.getsockname()[:2]
         self.loop = _new_loop()
+        #: The infer calls waiting for their answer, by deadline (one timer a tick of them).
+        self.deadlines = Deadlines(self.loop, _TICK)
         self._thread: threading.Thread | None = None
         self._drained = threading.Event()
         self._launched = False
@@ -454,7 +459,7 @@ class ExplanationServer:
         self.metrics.stage("decode", time.perf_counter() - t0)
         if not self.executor.ready():
             raise _error(503, "no worker is connected to run the request", self._retry())
-        call = _Call(self, request, deliver, specs, (model, parsed.id))
+        call = Call(self, request, deliver, specs, (model, parsed.id))
         try:
             for i, (spec, k) in enumerate(zip(specs, ks, strict=True)):
                 done = call.part_done if len(specs) == 1 else partial(call.part_of, i)
@@ -468,28 +473,11 @@ class ExplanationServer:
                 else (f"the queue of {model.name!r} is full ({err}): retry after a second")
             )
             raise _error(503, what, self._retry()) from None
-        if call.left:  # not answered at once
-            self._watch(call)
+        if call.left:  # not answered at once: answered 504 at its deadline
+            self.deadlines.watch(call, request.received + self.options.request_timeout)
         return None
 
-    def _watch(self, call: _Call) -> None:
-        """Put ``call`` in its deadline's bucket (the bucket's timer answers it 504)."""
-        deadline = call.request.received + self.options.request_timeout
-        key = int(deadline / _TICK) + 1
-        bucket = self._deadlines.get(key)
-        if bucket is None:
-            bucket = self._deadlines[key] = _Bucket()
-            bucket.key = key
-            left = max(0.0, key * _TICK - time.perf_counter())
-            bucket.timer = self.loop.call_later(left, self._expire, key)
-        bucket.add(call)
-        call.bucket = bucket
-
-    def _expire(self, key: int) -> None:
-        for call in list(self._deadlines.pop(key, ())):
-            call.expire()
-
-    def _outputs(self, call: _Call) -> Reply:
+    def outputs(self, call: Call) -> Reply:
         """The answer to an infer call whose outputs are all in."""
         outputs = []
         for (values, err), spec in zip(call.results, call.specs, strict=True):
@@ -506,7 +494,8 @@ class ExplanationServer:
         self.metrics.stage("encode", time.perf_counter() - t0)
         return Reply(200, body, headers)
 
-    def _timeout(self) -> Reply:
+    def timeout(self) -> Reply:
+        """The answer to a request past its ``request_timeout``."""
         return _error(
             504,
             f"the request took longer than the server's timeout of "
@@ -527,6 +516,7 @@ class ExplanationServer:
                 on_batch=lambda rows, _n, s, w, m=model.name, o=output:
                     metrics.batch(m, o, rows, s, w),
                 on_run=lambda seconds: metrics.stage("run", seconds), loop=self.loop,
+                inline_rows=opts.inline_rows,
             )  # fmt: skip
         return queue
 
@@ -536,59 +526,6 @@ class ExplanationServer:
             key = (("model", name), ("output", output))
             out[key] = out.get(key, 0) + queue.queued_rows
         return out
-
-
-class _Bucket(set):
-    """The calls whose deadline falls in one tick, with the tick (``key``) and its timer."""
-
-    __slots__ = ("key", "timer")
-
-
-class _Call:
-    """An infer request waiting for its outputs (one queue handle per output) or its deadline
-    (``bucket``: its deadline's bucket, None once answered)."""
-
-    __slots__ = ("bucket", "deliver", "handles", "left", "request", "results", "server", "specs",
-                 "what")  # fmt: skip
-
-    def __init__(self, server: ExplanationServer, request: Request, deliver: Any, specs: tuple,
-                 what: tuple) -> None:  # fmt: skip
-        self.server, self.request, self.deliver = server, request, deliver
-        self.specs, self.what = specs, what
-        self.handles: list = []
-        self.results: list = [None] * len(specs)
-        self.left = len(specs)
-        self.bucket: Any = None
-
-    def part_done(self, values: dict | None, err: BaseException | None) -> None:
-        """The one output's values (or error)."""
-        self.part_of(0, values, err)
-
-    def part_of(self, index: int, values: dict | None, err: BaseException | None) -> None:
-        """Output ``index``'s values (or error); the answer once all are in."""
-        self.results[index] = (values, err)
-        self.left -= 1
-        if self.left:  # more to come, or expired (negative: what still arrives is dropped)
-            return
-        bucket = self.bucket
-        if bucket is not None:
-            self.bucket = None
-            bucket.discard(self)
-            if not bucket:  # its timer is not needed any more
-                bucket.timer.cancel()
-                self.server._deadlines.pop(bucket.key, None)
-        try:
-            reply = self.server._outputs(self)
-        except Exception as err:  # an answer for every request, whatever went wrong
-            reply = _error(500, f"{type(err).__name__}: {str(err)[:200]}")
-        self.deliver(self.request, reply)
-
-    def expire(self) -> None:
-        self.bucket = None
-        self.left = -1  # what still arrives is dropped
-        for handle in self.handles:
-            handle.cancel()
-        self.deliver(self.request, self.server._timeout())
 
 
 def _version() -> str:
