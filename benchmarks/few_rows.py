@@ -1,14 +1,15 @@
-"""Calls of few rows on the GPU: the thread-a-path kernel against the row kernels, beside XGBoost.
+"""Calls of few rows on the GPU: a thread a path, graphs replayed, beside XGBoost.
 
-For each shape and row count, under each ``path_thread_rows`` setting (0: the row kernels
-only): the median wall time of ``TreeExplainer.shap_values`` on NumPy rows (values back in
-host memory, as a server's batch) and the GPU time a call of the kernels alone
+For each shape and row count, under each setting ``P:R`` (``path_thread_rows`` P, 0: the row
+kernels only; ``replay_rows`` R, 0: the launches one by one, no CUDA graph): the median wall
+time of ``TreeExplainer.shap_values`` on NumPy rows (values back in host memory, as a server's
+batch) and the GPU time a call of the kernels alone
 (:func:`benchmarks.call_profile.kernel_split`: what a busy device spends a call), the values'
-bits compared with the row kernels'; and XGBoost's ``predict(DMatrix(rows),
+bits compared with the first setting's; and XGBoost's ``predict(DMatrix(rows),
 pred_contribs=True)`` on the GPU in the same process::
 
     DISTSHAP_BENCH_DEVICE=cuda python3 -m benchmarks.few_rows --shapes cal_housing-med \\
-        --rows 1,4,16,64 --settings 0,16,64 --calls 50
+        --rows 1,4,16,64 --settings 0:0,16:0,16:16 --calls 50
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def median_us(fn, calls: int) -> float:
     return 1e6 * statistics.median(times)
 
 
-def _shape(shape: str, rows: list[int], settings: list[int], calls: int) -> None:
+def _shape(shape: str, rows: list[int], settings: list[tuple], calls: int) -> None:
     import cupy
     import xgboost as xgb
 
@@ -50,14 +51,14 @@ def _shape(shape: str, rows: list[int], settings: list[int], calls: int) -> None
     X, _ = make_data(name, max(rows), seed=1)
     X = np.ascontiguousarray(X, np.float32)
     explainer = TreeExplainer(booster, layout="xgboost", backend="cuda")
-    head = "".join(f"{f'<={s}: wall/GPU us':>20}" for s in settings)
+    head = "".join(f"{f'{p}:{r} wall/GPU us':>20}" for p, r in settings)
     print(f"\n== {shape}: {explainer.packed.num_features} features")
     print(f"{'rows':>6}{head}{'XGBoost us':>13}{'best vs XGBoost':>17}  bits")
     for n in rows:
         Xn = X[:n]
         times, gpu, values = [], [], []
-        for s in settings:
-            with config_context(path_thread_rows=s):
+        for p, r in settings:
+            with config_context(path_thread_rows=p, replay_rows=r):
                 times.append(median_us(lambda Xn=Xn: explainer.shap_values(Xn), calls))
                 values.append(np.asarray(explainer.shap_values(Xn)))
                 gpu.append(kernel_split(explainer.packed, cupy.asarray(Xn), "shap", calls)[1])
@@ -73,11 +74,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shapes", default="cal_housing-med")
     parser.add_argument("--rows", default="1,2,4,8,16,32,64,128")
-    parser.add_argument("--settings", default="0,16,64")
+    parser.add_argument("--settings", default="0:0,16:0,16:16")
     parser.add_argument("--calls", type=int, default=50)
     args = parser.parse_args(argv)
     rows = [int(v) for v in args.rows.split(",")]
-    settings = [int(v) for v in args.settings.split(",")]
+    settings = [tuple(int(v) for v in (s + ":0").split(":")[:2]) for s in args.settings.split(",")]
     for shape in args.shapes.split(","):
         _shape(shape, rows, settings, args.calls)
 

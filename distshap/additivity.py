@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from distshap.additivity_rule import RTOL, AdditivityError
+from distshap.additivity_rule import KERNEL_RTOL, RTOL, AdditivityError
 from distshap.inputs import array_module
 
 __all__ = ["check_additivity", "check_margin"]
@@ -87,7 +87,7 @@ def check_margin(
     check_additivity(values, predict_margin(packed, raw), what, first_row)
 
 
-_TIGHT = 0.5 * RTOL  # the kernel's tolerance: every row the full check fails is flagged
+_TIGHT = KERNEL_RTOL  # the kernel's tolerance: every row the full check fails is flagged
 
 
 def _traversal():

@@ -111,11 +111,7 @@ def run_request(packed: Any, raw: Any, request: Request, y: Any = None, first_ro
     elif request.background is not None:
         out = _interventional(module, packed, raw, rows, request, y, first_row)
     else:
-        if backend == "cuda" and on_host and rows is raw:  # one copy for the kernels and check
-            import cupy
-
-            rows = raw = cupy.asarray(rows)
-        out = _path_dependent(module, packed, raw, rows, request, first_row)
+        out = _path_dependent(module, packed, raw, rows, request, first_row, backend)
     if is_cupy(out) and on_host:
         out = out.get()
     return out
@@ -135,14 +131,24 @@ def _banzhaf(backend: str, packed: Any, rows: Any, request: Request) -> Any:
 
 
 def _path_dependent(
-    module: Any, packed: Any, raw: Any, rows: Any, request: Request, first_row: int
+    module: Any,
+    packed: Any,
+    raw: Any,
+    rows: Any,
+    request: Request,
+    first_row: int,
+    backend: str,
 ) -> Any:
     """Tree-path-dependent values, checked against the margin."""
     interactions, check = request.interactions, request.check
     fused = check and packed.margin is not None and hasattr(module, "checked_values")
-    # the backend may run the same check inside its kernel (None: not for this model)
+    # the backend may run the same check inside its kernel or graph (None: not for this call)
     fused = module.checked_values(packed, rows, raw, interactions) if fused else None
     if fused is None:
+        if backend == "cuda" and rows is raw and not is_cupy(rows):
+            import cupy
+
+            rows = raw = cupy.asarray(rows)  # one copy for the kernels and the check
         out = (module.interaction_values if interactions else module.shap_values)(packed, rows)
     else:
         out, check = fused  # a flagged row: the full check decides, with its message

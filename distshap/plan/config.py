@@ -47,6 +47,11 @@ class Config:
         quadrature kernel (:mod:`distshap.kernels.cuda.path_threads`): a block a row and
         chunk, its threads over the chunk's paths, where the row kernels would keep one thread
         of each block busy. 0: never. The bits do not depend on it.
+    replay_rows : int
+        GPU SHAP calls of at most this many NumPy float32 rows, checked, replay a CUDA graph of
+        the whole call (:mod:`distshap.kernels.cuda.replay`: captured on the first call of
+        that many rows, kept with the device model), for a fraction of the host's time a call.
+        0: never. The bits do not depend on it.
     quadrature_shared_bytes : int
         Shared memory of a quadrature kernel's block at most (its per-row accumulators).
     quadrature_tile_features : int
@@ -136,6 +141,7 @@ interventional_interaction_table_budget_bytes : int
     few_rows: int = 512
     few_rows_chunk_paths: int = 32
     path_thread_rows: int = 16
+    replay_rows: int = 16
     quadrature_shared_bytes: int = 48 * 1024
     quadrature_tile_features: int = 0
     quadrature_tile_window: int = 256

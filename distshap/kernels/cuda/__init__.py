@@ -18,8 +18,8 @@ Kernel families, each module its jit code beside its launcher (routes chosen by
 * small models in one launch, the check inside: :mod:`.small`;
 * paths longer than a warp (every output): :mod:`.fallback`;
 * the margin and the fused additivity check: :mod:`.traversal`;
-* row batches, the finish pass and the entry points: :mod:`.launch`; kernel cost constants:
-  :mod:`.calibrate`;
+* row batches, the finish pass and the entry points: :mod:`.launch`; checked calls of few rows
+  replayed as CUDA graphs: :mod:`.replay`; kernel cost constants: :mod:`.calibrate`;
 * the shared runtime (device helpers, arguments, driver launches, upload, the one
   ``DeviceModel`` and its bounded cache, PTX checks): :mod:`.runtime`.
 """
@@ -28,11 +28,11 @@ from __future__ import annotations
 
 from distshap.kernels.cuda.interventional import interventional_values
 from distshap.kernels.cuda.launch import (
-    checked_values,
     default_batch_rows,
     interaction_values,
     shap_values,
 )
+from distshap.kernels.cuda.replay import checked_values
 from distshap.kernels.cuda.runtime.caches import clear_cache
 from distshap.kernels.cuda.runtime.model import (
     DeviceModel,

@@ -378,7 +378,7 @@ def quadrature_kernel(n_nodes: int, shared: bool, local: bool = False, rows: int
     return kernel
 
 
-def launch_quadrature(model, plan, Xb, acc, scale, F1, stream) -> None:
+def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, XT=None) -> None:
     """Run the SHAP quadrature launches of ``plan`` on the row batch ``Xb`` (adding to
     ``acc``): chunk-local feature tiles where :func:`local_tiles` (per launch, where its
     widest tile fits ``quadrature_shared_bytes``), else a column per feature. Interaction
@@ -390,9 +390,10 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream) -> None:
     launches read them (for fewer the view costs more than the CuPy arguments it saves); the
     model's and plan's arrays are passed as read-only hints kept with the model
     (:func:`_kept_arrays`). Calls of at most ``path_thread_rows`` rows run a thread a path
-    instead (:mod:`.path_threads`)."""
+    instead (:mod:`.path_threads`). ``XT``: the rows transposed already (C-contiguous)."""
     nb = int(Xb.shape[0])
-    XT = xp().ascontiguousarray(Xb.T)  # (features, rows): a warp reads 32 rows of a feature
+    if XT is None:  # (features, rows): a warp reads 32 rows of a feature
+        XT = xp().ascontiguousarray(Xb.T)
     if nb <= min(int(get_config().path_thread_rows), 65535):
         launch_path_threads(model, plan, XT, acc, scale, F1, stream,
                             lambda launch, local: _kept_arrays(model, plan, launch, 2, local))

@@ -316,13 +316,15 @@ def gpu_margin(packed: PackedModel, X: Any, out: Any) -> None:
         args.launch(rows_kernel, -(-n // threads), threads, s, 0, (X, *arrays, out))
 
 
-def check_rows(packed: PackedModel, X: Any, values: Any, rtol: float):
+def check_rows(packed: PackedModel, X: Any, values: Any, rtol: float, flag: Any = None):
     """Launch the traversal of ``packed.margin`` for the device rows ``X`` with the additivity
     check of ``values`` (C-contiguous float32 ``(n, G, W)``) against it, on CuPy's current
     stream; returns ``(flag, stream)`` for :func:`distshap.kernels.cuda.small.model.read_flag`
     (set where a row misses by more than ``rtol`` of its scale), or ``None`` where the model
     has more groups than the block has threads, or for more rows than :data:`BLOCK_ROWS_MAX`
-    (the caller then runs :func:`gpu_margin`, thread per row, and :func:`check_values`)."""
+    (the caller then runs :func:`gpu_margin`, thread per row, and :func:`check_values`).
+    ``flag``: a mapped int32 array of one to set instead of this thread's
+    (:func:`~distshap.kernels.cuda.small.model.check_flag`)."""
     from distshap.kernels.cuda.runtime import args
     from distshap.kernels.cuda.small.model import check_flag
 
@@ -332,7 +334,7 @@ def check_rows(packed: PackedModel, X: Any, values: Any, rtol: float):
         return None  # many rows: the thread-per-row traversal, then the check
     check_kernel = _kernels()[2]
     s = args.current_stream()
-    flag = check_flag()
+    flag = check_flag() if flag is None else flag
     if n:
         arguments = (values, X, *_kept_arrays(packed), flag, float(rtol))
         args.launch(check_kernel, _block_grid(n), _THREADS, s, 0, arguments)

@@ -1,0 +1,138 @@
+"""Checked GPU SHAP calls of few rows replayed as CUDA graphs (:mod:`distshap.kernels.cuda.replay`).
+
+A graph must give the launches' values bit for bit (first call: eager, later calls: the graph),
+with SHAP tables, quadrature, oversize paths and several groups; flag a row that misses its
+margin as the launches' check does; serve one call at a time (others take the launches) and
+never serve what it does not take (CuPy rows, float64 rows, rows that are not ``raw``).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from distshap.kernels import cuda_available
+from distshap.kernels.margin import margin_model
+from distshap.packed import build_packed_model
+from distshap.paths import extract_paths
+from distshap.plan.config import config_context
+from distshap.warmup import chain_ensemble
+
+import tiny
+from conftest import to_host
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (GPU host)"),
+]
+
+
+def _packed(ens, budget=0):
+    return build_packed_model(extract_paths(ens), margin=margin_model(ens),
+                              table_budget_bytes=budget)  # fmt: skip
+
+
+def _launched(packed, rows):
+    from distshap.kernels import cuda as kc
+
+    with config_context(replay_rows=0):
+        return to_host(kc.shap_values(packed, rows))
+
+
+def _models():
+    wide = tiny.random_ensemble(81, n_features=40, n_trees=30, depth=6, n_groups=3,
+                                n_categorical=3)  # fmt: skip
+    narrow = tiny.random_ensemble(82, n_features=8, n_trees=80, depth=7)
+    yield "wide", _packed(wide), wide
+    yield "tables", _packed(narrow, budget=1 << 20), narrow
+    yield "oversize", _packed(chain_ensemble(33, 33)), chain_ensemble(33, 33)
+
+
+def test_gpu_replay_keeps_the_bits():
+    from distshap.kernels.cuda import device_model
+    from distshap.kernels.cuda.replay import replayed_values
+
+    for name, packed, ens in _models():
+        X = np.ascontiguousarray(tiny.random_rows(83, ens, 16, 0.1), np.float32)
+        with config_context(small_max_paths=0, replay_rows=16):
+            for n in (1, 3, 16):
+                rows = np.ascontiguousarray(X[:n])
+                want = _launched(packed, rows)
+                for call in ("eager", "graph", "graph again"):
+                    got, flagged = replayed_values(packed, rows, rows)
+                    assert not flagged, (name, n, call)
+                    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (name, n)
+                slot = device_model(packed)._forms[("replay", n)]
+                assert slot.graph is not None and not slot.failed, (name, n)
+            other = np.ascontiguousarray(X[5:8])  # new rows through the graph of 3 rows
+            got, _ = replayed_values(packed, other, other)
+            assert np.array_equal(got.view(np.uint32), _launched(packed, other).view(np.uint32))
+
+
+def test_gpu_replay_flags_a_row_that_misses_its_margin():
+    from distshap.kernels.cuda.replay import replayed_values
+
+    ens = tiny.random_ensemble(84, n_features=8, n_trees=40, depth=6)
+    packed = _packed(ens)
+    packed.margin["base_score"] = packed.margin["base_score"] + 1.0  # a margin the values miss
+    rows = np.ascontiguousarray(tiny.random_rows(85, ens, 4, 0.1), np.float32)
+    with config_context(small_max_paths=0):
+        assert replayed_values(packed, rows, rows)[1]  # eager
+        assert replayed_values(packed, rows, rows)[1]  # graph
+
+
+def test_gpu_replay_through_the_explainer_and_from_threads():
+    import distshap
+
+    import xgb_models
+
+    booster, X = xgb_models.MODEL_KINDS["multiclass"]()
+    X = np.ascontiguousarray(X[:6], np.float32)
+    explainer = distshap.TreeExplainer(booster, backend="cuda", layout="xgboost")
+    previous = distshap.set_config(small_max_paths=0)  # the threads' configuration: lanes
+    try:
+        with config_context(replay_rows=0):
+            want = explainer.shap_values(X)
+        _from_threads(explainer, X, want)
+        from distshap.kernels.cuda import device_model
+
+        assert device_model(explainer.packed)._forms[("replay", 6)].graph is not None
+    finally:
+        distshap.set_config(**{"small_max_paths": previous.small_max_paths})
+
+
+def _from_threads(explainer, X, want):
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(20):
+                results.append(explainer.shap_values(X))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 80
+    for got in results:
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_gpu_replay_serves_only_what_it_takes():
+    import cupy
+
+    from distshap.kernels.cuda.replay import replayed_values
+
+    ens = tiny.random_ensemble(86, n_features=8, n_trees=40, depth=6)
+    packed = _packed(ens)
+    rows = np.ascontiguousarray(tiny.random_rows(87, ens, 4, 0.1), np.float32)
+    assert replayed_values(packed, cupy.asarray(rows), cupy.asarray(rows)) is None
+    assert replayed_values(packed, rows.astype(np.float64), rows.astype(np.float64)) is None
+    assert replayed_values(packed, rows, rows.copy()) is None
+    with config_context(replay_rows=3):
+        assert replayed_values(packed, rows, rows) is None  # 4 rows
