@@ -26,7 +26,9 @@ of:
   row a concurrency): what the load generator and the HTTP front cost before any explaining;
 
 and, in the same run, the in-process batch throughput of ``TreeExplainer.shap_values``
-(``--inproc-rows`` rows at once, median of 3 calls). The load generator runs in
+(``--inproc-rows`` rows at once, median of 3 calls) and, for each request size of the cells up
+to 1,000 rows, one warm call's microseconds on the calling thread and through a pool thread
+(what a server's call costs before any HTTP). The load generator runs in
 ``--client-procs`` child processes (asyncio, one keep-alive connection per concurrent client),
 so that neither its interpreter nor the server's limits the other. After each distshap cell,
 the server's own per-stage seconds (``/metrics``: decode, queue wait, batch assembly, run,
@@ -377,6 +379,29 @@ def _in_process(path: str, X: np.ndarray, n: int, backend: str) -> float:
     return n / statistics.median(times)
 
 
+def _call_us(path: str, X: np.ndarray, n: int, backend: str) -> tuple[float, float]:
+    """Microseconds of one warm ``TreeExplainer.shap_values`` call on ``n`` rows, median of
+    31: on this thread, and handed to a pool thread and back (``submit(...).result()``), as a
+    server's executor runs it."""
+    from distshap import TreeExplainer
+
+    explainer = TreeExplainer(path, layout="xgboost", backend=backend)
+    rows = np.ascontiguousarray(X[np.arange(n) % len(X)])
+    out = []
+    with ThreadPoolExecutor(1) as pool:
+        for call in (lambda: explainer.shap_values(rows),
+                     lambda: pool.submit(explainer.shap_values, rows).result()):  # fmt: skip
+            call()
+            call()  # compiled, uploaded, the pool's thread started
+            times = []
+            for _ in range(31):
+                t0 = time.perf_counter()
+                call()
+                times.append(time.perf_counter() - t0)
+            out.append(1e6 * statistics.median(times))
+    return out[0], out[1]
+
+
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
@@ -494,6 +519,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"# {args.shape}, backend {args.backend}, kernels {args.kernel_backend}, "
           f"{args.client_procs} client process(es); in-process TreeExplainer.shap_values "
           f"({args.inproc_rows} rows): {inproc:,.0f} rows/s", flush=True)  # fmt: skip
+    for n in [] if args.front_only else sorted({n for _, n in cells if n <= 1000}):
+        here, pooled = _call_us(path, X, n, args.kernel_backend)
+        print(f"# in-process call of {n} row(s): {here:,.0f} us on the calling thread, "
+              f"{pooled:,.0f} us through a pool thread", flush=True)  # fmt: skip
     print(f"{'server':<24} {'conc':>5} {'rows':>6} {'requests':>9} {'errors':>6} {'p50 ms':>8} "
           f"{'p99 ms':>8} {'rows/s':>11} {'of in-proc':>10}", flush=True)  # fmt: skip
     results = []

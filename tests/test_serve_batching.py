@@ -109,3 +109,12 @@ def test_a_small_batch_runs_on_the_loop_with_every_request_of_its_turn():
         executor.busy = busy
         answers = asyncio.run(_inline_scenario(executor, sizes, inline_rows))
         assert [b[0] for b in executor.batches] == ["submit"] and len(answers) == len(sizes)
+
+
+def test_a_batch_run_on_the_loop_that_fails_answers_each_request_with_its_error():
+    class Failing(_Here):
+        def run_here(self, resident, rows, output, k):
+            raise ValueError("no values")
+
+    answers = asyncio.run(_inline_scenario(Failing(), (1, 2), inline_rows=6))
+    assert [(v, str(e)) for v, e in answers] == [(None, "no values")] * 2

@@ -342,5 +342,7 @@ def test_two_slots_run_batches_side_by_side_with_the_same_bits(files):
         srv.drain()
     with pytest.raises(ValueError, match="slots=0"):
         InProcessExecutor(0)
+    with pytest.raises(ValueError, match="inline_rows=-1"):
+        ServeOptions(inline_rows=-1)
     with pytest.raises(ValueError, match="slots=0"):  # refused, not taken as the default
         serve([f"mc={files['mc']}"], port=0, slots=0, start=False)

@@ -169,6 +169,7 @@ def add_parser(sub: Any) -> None:
     for flag, kind, default, text in (
         ("--max-batch-rows", int, d.max_batch_rows, "rows of a batch at most"),
         ("--max-wait-ms", float, d.max_wait * 1e3, "ms a request waits for a batch to fill"),
+        ("--inline-rows", int, d.inline_rows, "rows of a batch run on the event loop (0: none)"),
         ("--max-queue-rows", int, d.max_queue_rows, "rows queued per model and output (then 503)"),
         ("--max-request-rows", int, d.max_request_rows, "rows of one request (then 413)"),
         ("--max-body-mb", float, d.max_body_bytes / 2**20, "MiB of one request body (then 413)"),
@@ -189,6 +190,7 @@ def _options(args: argparse.Namespace) -> dict:
         "insecure": args.insecure,
         "max_batch_rows": args.max_batch_rows,
         "max_wait": args.max_wait_ms / 1e3,
+        "inline_rows": args.inline_rows,
         "max_queue_rows": args.max_queue_rows,
         "max_request_rows": args.max_request_rows,
         "max_body_bytes": int(args.max_body_mb * 2**20),

@@ -104,6 +104,14 @@ class ServeOptions:
     retry_after: int = 1
     reuse_port: bool = False
 
+    def __post_init__(self) -> None:
+        rows = self.inline_rows
+        if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
+            raise ValueError(
+                f"inline_rows={rows!r}: give the rows of a batch run on the event loop at most, "
+                ">= 0 (0: every batch on the executor's threads)"
+            )
+
 
 def check_access(options: ServeOptions) -> None:
     """Refuse a non-loopback host without a token or ``insecure`` (before any model loads)."""
