@@ -97,6 +97,7 @@ class _Graph:
 
     def eager(self, rows: np.ndarray) -> tuple[np.ndarray, bool]:
         """Run the call's launches one by one on ``rows``: ``(values, flagged)``."""
+        self.stream.synchronize()  # nothing of an interrupted call still reads the input
         np.copyto(self.host_in, rows)
         with self.stream, warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*under-utilization.*")
@@ -116,6 +117,7 @@ class _Graph:
 
     def replay(self, rows: np.ndarray) -> tuple[np.ndarray, bool]:
         """The call on ``rows`` through the graph: ``(values, flagged)``."""
+        self.stream.synchronize()  # nothing of an interrupted call still reads the input
         np.copyto(self.host_in, rows)
         self.graph.launch(self.stream)
         return self._read()
