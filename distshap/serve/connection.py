@@ -54,6 +54,8 @@ class Request:
     body: bytes = b""
     #: what the application keeps between ``begin`` and ``respond``
     state: Any = None
+    #: the application's seconds spent on the request by stage (metrics)
+    spent: Any = (0.0, 0.0)
 
 
 class _Malformed(Exception):

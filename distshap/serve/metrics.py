@@ -29,6 +29,7 @@ _COUNTERS = (
     ("stages", "distshap_serve_stage_seconds_total", "seconds spent per stage: decode, queue "
      "(summed over requests), assemble, run (batches), encode"),
 )  # fmt: skip
+_DECODE, _ENCODE = (("stage", "decode"),), (("stage", "encode"),)
 _HISTOGRAMS = (
     ("latency", "distshap_serve_request_seconds", "infer request latency", _LATENCY_BUCKETS),
     ("batch_rows", "distshap_serve_batch_rows", "rows per batch", _ROW_BUCKETS),
@@ -78,10 +79,16 @@ class Metrics:
         #: This process's index in a server of several processes (None: the only one).
         self.process: int | None = None
 
-    def request(self, model: str, output: str, status: int, rows: int, seconds: float) -> None:
-        """One answered request (``output``: the outputs asked for, comma-separated)."""
+    def request(self, model: str, output: str, status: int, rows: int, seconds: float,
+                decode: float = 0.0, encode: float = 0.0) -> None:  # fmt: skip
+        """One answered request (``output``: the outputs asked for, comma-separated), with the
+        seconds its decoding and encoding took (0: not done), as :meth:`stage` adds them."""
         key = (("model", model), ("output", output))
         with self._lock:
+            if decode:
+                self.stages[_DECODE] += decode
+            if encode:
+                self.stages[_ENCODE] += encode
             self.requests[(*key, ("status", str(status)))] += 1
             if status == 200:
                 self.rows[key] += rows

@@ -11,8 +11,9 @@ a :class:`ProtocolError`: an HTTP status and one line naming the field and the f
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -67,15 +68,15 @@ class OutputSpec:
     binary: bool = False
 
 
-@dataclass(frozen=True)
-class InferRequest:
-    """A parsed infer request: its id, the rows ``(n, F)`` and the outputs asked for."""
+class InferRequest(NamedTuple):
+    """A parsed infer request: its id, the rows ``(n, F)``, the outputs asked for, whether
+    outputs come back binary by default, and the request's parameters."""
 
     id: str | None
     rows: np.ndarray
     outputs: tuple[OutputSpec, ...]
     binary_default: bool
-    parameters: dict = field(default_factory=dict)
+    parameters: dict
 
 
 #: Request parameters of the protocol (and Triton) that do not change the values: ignored.
@@ -237,9 +238,9 @@ def parse_infer(body: bytes, header_length: str | None = None) -> InferRequest:
         n = int(header_length)
         known = _HEADERS.get(body[:n]) if 0 < n <= len(body) else None
         if known is not None and known[0] == len(body) - n:
-            size, dtype, shape, *rest = known
-            rows = np.frombuffer(memoryview(body)[n:], dtype=dtype).reshape(shape)
-            return InferRequest(rest[0], rows, *rest[1:])
+            _, dtype, shape, request_id, outputs, binary_default, parameters = known
+            rows = np.frombuffer(body, dtype=dtype, offset=n).reshape(shape)
+            return InferRequest(request_id, rows, outputs, binary_default, parameters)
     request, binary_input = _parse_infer(body, header_length)
     if binary_input and header_length is not None:
         if len(_HEADERS) >= _HEADERS_KEPT:
@@ -297,6 +298,14 @@ def _dumps_head(head: dict) -> bytes:
     return json.dumps(head, separators=(",", ":"), default=lambda a: a.tolist()).encode()
 
 
+def _little_bytes(a: np.ndarray) -> bytes:
+    """``a``'s values as little-endian bytes, row-major."""
+    order = a.dtype.byteorder
+    if order == ">" or (order == "=" and sys.byteorder == "big"):
+        a = a.astype(a.dtype.newbyteorder("<"))
+    return a.tobytes()
+
+
 def encode_response(
     model: str,
     version: str,
@@ -309,12 +318,10 @@ def encode_response(
     """
     binary = all(b for _, _, b in outputs)
     if binary:  # the JSON header of answers of one shape is made once
-        key = (model, version, request_id, tuple((n, a.dtype.str, a.shape) for n, a, _ in outputs))
+        key = (model, version, request_id, tuple((n, a.dtype, a.shape) for n, a, _ in outputs))
         known = _RESPONSE_HEADS.get(key)
         if known is not None:
-            blobs = [np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()
-                     for _, a, _ in outputs]  # fmt: skip
-            return known[0] + b"".join(blobs), known[1]
+            return known[0] + b"".join(map(_little_bytes, (a for _, a, _ in outputs))), known[1]
     tensors, blobs = [], []
     for name, array, as_binary in outputs:
         array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))

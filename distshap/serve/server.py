@@ -343,8 +343,9 @@ class ExplanationServer:
         seconds = time.perf_counter() - request.received
         path = request.path.rstrip("/") or "/"
         if path.endswith("/infer"):
+            spent = request.spent  # decoding and encoding seconds, in one locked update
             self.metrics.request(info["model"], info["output"], reply.status, info["rows"],
-                                 seconds)  # fmt: skip
+                                 seconds, spent[0], spent[1])  # fmt: skip
         if log.isEnabledFor(logging.DEBUG):  # one structured line per request
             line = {"method": request.method, "path": path, "status": reply.status, **info}
             log.debug(json.dumps({**line, "ms": round(seconds * 1e3, 3)}))
@@ -464,7 +465,7 @@ class ExplanationServer:
         model = request.state.pop("registered")
         t0 = time.perf_counter()
         parsed, specs, ks = self._decode(request, model)
-        self.metrics.stage("decode", time.perf_counter() - t0)
+        request.spent = [time.perf_counter() - t0, 0.0]  # decode; encode (metrics, answered)
         if not self.executor.ready():
             raise _error(503, "no worker is connected to run the request", self._retry())
         call = Call(self, request, deliver, specs, (model, parsed.id))
@@ -499,7 +500,7 @@ class ExplanationServer:
         t0 = time.perf_counter()
         (model, request_id) = call.what
         body, headers = encode_response(model.name, model.version, request_id, outputs)
-        self.metrics.stage("encode", time.perf_counter() - t0)
+        call.request.spent[1] = time.perf_counter() - t0
         return Reply(200, body, headers)
 
     def timeout(self) -> Reply:
