@@ -83,6 +83,8 @@ class InProcessExecutor:
 
     One at a time suits the CPU (each kernel call uses every core); on a GPU a second slot
     lets one batch's host work (conversion, copies, checks) overlap the other's kernels.
+    :meth:`run_here` runs a batch on the calling thread instead: a batch queue's small
+    batches, on the server's event loop, while :meth:`idle` (no submitted batch unfinished).
     """
 
     name = "in-process"
