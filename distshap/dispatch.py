@@ -145,10 +145,10 @@ def _path_dependent(
     # the backend may run the same check inside its kernel or graph (None: not for this call)
     fused = module.checked_values(packed, rows, raw, interactions) if fused else None
     if fused is None:
-        if backend == "cuda" and rows is raw and not is_cupy(rows):
-            import cupy
+        if backend == "cuda" and check and packed.margin is not None and rows is raw:
+            from distshap.kernels.cuda.runtime.device import xp
 
-            rows = raw = cupy.asarray(rows)  # one copy for the kernels and the check
+            rows = raw = xp().asarray(rows)  # one copy for the kernels and the check
         out = (module.interaction_values if interactions else module.shap_values)(packed, rows)
     else:
         out, check = fused  # a flagged row: the full check decides, with its message
