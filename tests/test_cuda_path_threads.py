@@ -61,14 +61,18 @@ X = tiny.random_rows(72, wide, 3, 0.15)
 packed = packed_of(wide)
 seen = set()
 for config in (dict(quadrature_tile_features=8), dict(quadrature_tile_features=64),
-               dict(quadrature_tile_features=64, quadrature_shared_bytes=8 * 39)):
+               dict(quadrature_tile_features=64, quadrature_shared_bytes=8 * 39),
+               dict(quadrature_tile_features=8, quadrature_shared_bytes=16)):  # local plan
     got, modes = both(packed, X, small_max_paths=0, **config)
     seen.update(modes)
     close(got, cpu.shap_values(packed, X))
 assert seen == {"global", "local", "shared"}, seen
 close(got, naive.treeshap_recursive_rows(wide, X))
-# one row; a thread taking several paths of a chunk (chunks longer than the block)
-got, _ = both(packed, X[:1], small_max_paths=0, few_rows_chunk_paths=64, few_rows=0)
+# one row; a thread taking several paths of a chunk (512-path chunks, 256 threads a block)
+many = tiny.random_ensemble(78, n_features=12, n_trees=20, depth=5)
+Xm = tiny.random_rows(79, many, 1, 0.1)
+got, _ = both(packed_of(many), Xm, small_max_paths=0, few_rows=0, quadrature_chunk_paths=512)
+close(got, naive.treeshap_recursive_rows(many, Xm))
 # beside SHAP tables (only the quadrature launches change)
 deep = tiny.random_ensemble(73, n_features=8, n_trees=2, depth=7, n_groups=2, n_categorical=1)
 Xd = tiny.random_rows(74, deep, 2, 0.2)

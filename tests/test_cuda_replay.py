@@ -53,22 +53,25 @@ def _models():
 def test_gpu_replay_keeps_the_bits():
     from distshap.kernels.cuda import device_model
     from distshap.kernels.cuda.replay import replayed_values
+    from distshap.plan.costs import forced_costs
 
     for name, packed, ens in _models():
-        X = np.ascontiguousarray(tiny.random_rows(83, ens, 16, 0.1), np.float32)
-        with config_context(small_max_paths=0, replay_rows=16):
-            for n in (1, 3, 16):
+        X = np.ascontiguousarray(tiny.random_rows(83, ens, 48, 0.1), np.float32)
+        # 24 rows: a graph over the row kernels (more rows than path_thread_rows)
+        with config_context(small_max_paths=0, replay_rows=24):
+            for n in (1, 3, 16, 24):
                 rows = np.ascontiguousarray(X[:n])
                 want = _launched(packed, rows)
                 for call in ("eager", "graph", "graph again"):
                     got, flagged = replayed_values(packed, rows, rows)
                     assert not flagged, (name, n, call)
                     assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (name, n)
-                slot = device_model(packed)._forms[("replay", n)]
+                slot = device_model(packed)._forms[("replay", n, forced_costs())]
                 assert slot.graph is not None and not slot.failed, (name, n)
-            other = np.ascontiguousarray(X[5:8])  # new rows through the graph of 3 rows
-            got, _ = replayed_values(packed, other, other)
-            assert np.array_equal(got.view(np.uint32), _launched(packed, other).view(np.uint32))
+                other = np.ascontiguousarray(X[24 : 24 + n])  # new rows through the graph
+                got, _ = replayed_values(packed, other, other)
+                want = _launched(packed, other)
+                assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (name, n)
 
 
 def test_gpu_replay_flags_a_row_that_misses_its_margin():
@@ -97,8 +100,10 @@ def test_gpu_replay_through_the_explainer_and_from_threads():
             want = explainer.shap_values(X)
         _from_threads(explainer, X, want)
         from distshap.kernels.cuda import device_model
+        from distshap.plan.costs import forced_costs
 
-        assert device_model(explainer.packed)._forms[("replay", 6)].graph is not None
+        slot = device_model(explainer.packed)._forms[("replay", 6, forced_costs())]
+        assert slot.graph is not None
     finally:
         distshap.set_config(**{"small_max_paths": previous.small_max_paths})
 
@@ -136,3 +141,6 @@ def test_gpu_replay_serves_only_what_it_takes():
     assert replayed_values(packed, rows, rows.copy()) is None
     with config_context(replay_rows=3):
         assert replayed_values(packed, rows, rows) is None  # 4 rows
+    many = np.zeros((4097, 8), np.float32)  # more than the check's block traversal takes
+    with config_context(replay_rows=5000):
+        assert replayed_values(packed, many, many) is None

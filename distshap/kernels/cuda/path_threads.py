@@ -124,8 +124,12 @@ def launch_path_threads(model, plan, XT, acc, scale, F1, stream, kept_arrays) ->
     (:func:`~.shap_quadrature._kept_arrays` with two rows a thread)."""
     nb = int(XT.shape[1])
     limit = int(get_config().quadrature_shared_bytes)
+    if nb == 0:
+        return
     local = local_tiles(plan)
-    tpb = min(256, 32 * -(-max(1, int(get_config().few_rows_chunk_paths)) // 32))
+    config = get_config()  # the plan's chunks: shorter ones for few rows (as launch._run picks)
+    chunk = config.few_rows_chunk_paths if nb <= config.few_rows else config.quadrature_chunk_paths
+    tpb = min(256, 32 * -(-max(1, int(chunk)) // 32))
     for launch in plan.quadrature:
         columns = launch.local_columns if local else F1 - 1
         mode = ("local" if local else "shared") if 8 * columns <= limit else "global"

@@ -34,6 +34,7 @@ from distshap.kernels.cuda.shap_quadrature import launch_quadrature
 from distshap.kernels.cuda.tables import launch_tables
 from distshap.packed import PackedModel
 from distshap.plan.config import get_config
+from distshap.plan.costs import forced_costs
 
 __all__ = ["checked_values", "replayed_values"]
 
@@ -48,72 +49,91 @@ class _Slot:
 
 
 class _Graph:
-    """The buffers, stream and CUDA graph of one call of ``n`` rows of a device model."""
+    """The buffers, stream and CUDA graph of one call of ``n`` rows of a device model. It keeps
+    no reference to the model (whose forms keep it): the launches are handed the model."""
 
     def __init__(self, packed: PackedModel, model, n: int) -> None:
         import cupy
         import cupyx
 
-        F, F1 = packed.num_features, packed.num_features + 1
-        plan = few_rows_shap_plan(packed, model) if n <= get_config().few_rows else model.shap
+        self.packed = packed
+        self.plan = few_rows_shap_plan(packed, model) if n <= get_config().few_rows else model.shap
         self.stream = cupy.cuda.Stream(non_blocking=True)
-        self.host_in = cupyx.empty_pinned((n, F), np.float32)
-        self.X = cupy.zeros((n, F), np.float32)
-        self.XT = cupy.zeros((F, n), np.float32)
-        out, out2, group_size, bias_offset = launch.new_output(packed, n, False)
-        self.out = out
-        self.host_out = cupyx.empty_pinned(out.shape, np.float32)
-        self.acc = cupy.zeros(out2.shape, np.int64)  # the finish kernel leaves it zeroed
+        self.host_in = cupyx.empty_pinned((n, packed.num_features), np.float32)
         self.flag = cuda.mapped_array(1, np.int32)
         self.flag[0] = 0
-        self.graph = None
-        scale = 2.0**model.shap_shift
-        expected = model.read_only("expected_value", lambda: (model.expected_value,))[0]
+        with self.stream:  # made on the stream that uses them: no other stream's pool blocks
+            self.X = cupy.empty((n, packed.num_features), np.float32)
+            self.XT = cupy.empty((packed.num_features, n), np.float32)
+            out, out2, self.group_size, self.bias_offset = launch.new_output(packed, n, False)
+            self.acc = cupy.zeros(out2.shape, np.int64)  # the finish kernel leaves it zeroed
+        self.out = out
+        self.host_out = cupyx.empty_pinned(out.shape, np.float32)
+        self.scale = 2.0**model.shap_shift
+        self.expected = model.read_only("expected_value", lambda: (model.expected_value,))[0]
+        self.margin = traversal._kept_arrays(packed, model)
         # Numba views made once: a launch then synchronises no stream (not allowed in a capture)
-        X, XT, acc, out_rows, values = (
-            args.view(a) for a in (self.X, self.XT, self.acc, out2, out)
-        )  # fmt: skip
+        self.views = tuple(args.view(a) for a in (self.X, self.XT, self.acc, out2, out))
+        self.graph = None
+        cupy.cuda.Device().synchronize()  # the model's copies and these buffers are done
+
+    def _sequence(self, model) -> None:
+        import cupy
+
         runtime = cupy.cuda.runtime
+        X, XT, acc, out_rows, values = self.views
+        plan, scale, F1 = self.plan, self.scale, self.packed.num_features + 1
+        s = args.current_stream()
+        runtime.memcpyAsync(self.X.data.ptr, self.host_in.ctypes.data, self.X.nbytes,
+                            runtime.memcpyHostToDevice, self.stream.ptr)  # fmt: skip
+        if plan.n_table_bins:
+            launch_tables(model, plan, X, acc, scale, F1, s)
+        if plan.quadrature:
+            cupy.copyto(self.XT, self.X.T)
+            launch_quadrature(model, plan, X, acc, scale, F1, s, XT=XT)
+        if model.n_oversize:
+            launch_fallback(model, X, acc, scale, F1, s, False)
+        launch.launch_finish(launch.finish_kernel, acc, out_rows, 1.0 / scale, self.expected,
+                             self.group_size, self.bias_offset, s)  # fmt: skip
+        checked = traversal.check_rows(self.packed, X, values, KERNEL_RTOL, flag=self.flag,
+                                       arrays=self.margin)  # fmt: skip
+        if checked is None:
+            raise RuntimeError("the additivity check's block traversal does not take these rows")
+        runtime.memcpyAsync(self.host_out.ctypes.data, self.out.data.ptr, self.out.nbytes,
+                            runtime.memcpyDeviceToHost, self.stream.ptr)  # fmt: skip
 
-        def sequence() -> None:
-            s = args.current_stream()
-            ptr = self.stream.ptr
-            runtime.memcpyAsync(self.X.data.ptr, self.host_in.ctypes.data, self.X.nbytes,
-                                runtime.memcpyHostToDevice, ptr)  # fmt: skip
-            if plan.n_table_bins:
-                launch_tables(model, plan, X, acc, scale, F1, s)
-            if plan.quadrature:
-                cupy.copyto(self.XT, self.X.T)
-                launch_quadrature(model, plan, X, acc, scale, F1, s, XT=XT)
-            if model.n_oversize:
-                launch_fallback(model, X, acc, scale, F1, s, False)
-            launch.launch_finish(launch.finish_kernel, acc, out_rows, 1.0 / scale, expected,
-                                 group_size, bias_offset, s)  # fmt: skip
-            traversal.check_rows(packed, X, values, KERNEL_RTOL, flag=self.flag)
-            runtime.memcpyAsync(self.host_out.ctypes.data, self.out.data.ptr, self.out.nbytes,
-                                runtime.memcpyDeviceToHost, ptr)  # fmt: skip
-
-        self._sequence = sequence
-
-    def eager(self, rows: np.ndarray) -> tuple[np.ndarray, bool]:
+    def eager(self, rows: np.ndarray, model) -> tuple[np.ndarray, bool]:
         """Run the call's launches one by one on ``rows``: ``(values, flagged)``."""
         self.stream.synchronize()  # nothing of an interrupted call still reads the input
         np.copyto(self.host_in, rows)
         with self.stream, warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*under-utilization.*")
-            self._sequence()
+            self._sequence(model)
         return self._read()
 
-    def capture(self) -> None:
+    def capture(self, model) -> None:
         """Capture the call's launches into a CUDA graph (on its own stream)."""
         with self.stream:
             self.stream.begin_capture()
             try:
-                self._sequence()
+                self._sequence(model)
             finally:
                 graph = self.stream.end_capture()
         graph.upload(self.stream)
         self.graph = graph
+
+    def verified(self, rows: np.ndarray, values: np.ndarray, flagged: bool, model) -> bool:
+        """Whether the graph gives the launches' bits and flag: on other rows (the input
+        reversed), then on ``rows`` (the eager run's ``values``), the output poisoned with NaN
+        before each replay, so a graph that copies or computes nothing fails."""
+        other = np.ascontiguousarray(rows[::-1, ::-1])
+        for x, want, want_flag in ((other, *self.eager(other, model)), (rows, values, flagged)):
+            self.host_out.fill(np.nan)
+            got, got_flag = self.replay(x)
+            if got_flag != want_flag or not np.array_equal(got.view(np.uint32),
+                                                           want.view(np.uint32)):  # fmt: skip
+                return False
+        return True
 
     def replay(self, rows: np.ndarray) -> tuple[np.ndarray, bool]:
         """The call on ``rows`` through the graph: ``(values, flagged)``."""
@@ -127,6 +147,19 @@ class _Graph:
         flagged = bool(self.flag[0] != 0)
         self.flag[0] = 0
         return self.host_out.copy(), flagged
+
+
+def _notice(what: str) -> None:
+    """One warning a process where a graph could not serve (the launches do, more slowly)."""
+    global _NOTICED
+    if not _NOTICED:
+        _NOTICED = True
+        message = (f"distshap: {what}; SHAP calls of few rows take the launches one by one "
+                   "(the same values, more host time a call)")  # fmt: skip
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+_NOTICED = False
 
 
 def checked_values(packed: PackedModel, rows, raw, interactions: bool):
@@ -147,7 +180,8 @@ def replayed_values(packed: PackedModel, rows, raw) -> tuple[np.ndarray, bool] |
     C-contiguous float32 NumPy array or not the same array as ``raw``, a model without a
     digest or margin, a graph busy with another call or known not to work."""
     n = int(rows.shape[0]) if isinstance(rows, np.ndarray) and rows.ndim == 2 else 0
-    if not 1 <= n <= int(get_config().replay_rows) or SIM or raw is not rows:
+    most = min(int(get_config().replay_rows), traversal.BLOCK_ROWS_MAX)
+    if not 1 <= n <= most or SIM or raw is not rows:
         return None
     if rows.dtype != np.float32 or not rows.flags.c_contiguous or not packed.digest:
         return None
@@ -156,7 +190,7 @@ def replayed_values(packed: PackedModel, rows, raw) -> tuple[np.ndarray, bool] |
     if int(packed.margin["base_score"].shape[0]) > traversal._THREADS:
         return None  # the check's block traversal does not take so many groups
     model = device_model(packed)
-    slot = model.form(("replay", n), _Slot)
+    slot = model.form(("replay", n, forced_costs()), _Slot)  # the plans are keyed by costs too
     if not slot.lock.acquire(blocking=False):
         return None
     try:
@@ -164,17 +198,28 @@ def replayed_values(packed: PackedModel, rows, raw) -> tuple[np.ndarray, bool] |
             return slot.graph.replay(rows)
         if slot.failed:
             return None
-        graph = _Graph(packed, model, n)
-        values, flagged = graph.eager(rows)
-        slot.failed = True  # unless the replay below gives the eager run's bits
-        try:
-            graph.capture()
-            again, flagged_again = graph.replay(rows)
-        except Exception:  # noqa: BLE001 - a launch the capture does not take: no graph
-            return values, flagged
-        if flagged_again == flagged and np.array_equal(again.view(np.uint32),
-                                                       values.view(np.uint32)):  # fmt: skip
-            slot.graph, slot.failed = graph, False
-        return values, flagged
+        return _first_call(slot, packed, model, rows)
     finally:
         slot.lock.release()
+
+
+def _first_call(slot: _Slot, packed: PackedModel, model, rows: np.ndarray):
+    """The first call of its row count: the launches one by one (the answer), then the graph,
+    kept where :meth:`_Graph.verified`; ``None`` where the buffers or the eager run fail (the
+    caller's launches then run the call)."""
+    slot.failed = True  # unless the graph is kept below
+    try:
+        graph = _Graph(packed, model, int(rows.shape[0]))
+        values, flagged = graph.eager(rows, model)
+    except Exception as e:  # noqa: BLE001 - the launches serve the call, as without graphs
+        _notice(f"a call's launches failed on the graph's stream ({type(e).__name__}: {e})")
+        return None
+    try:
+        graph.capture(model)
+        if graph.verified(rows, values, flagged, model):
+            slot.graph, slot.failed = graph, False
+        else:
+            _notice("a captured CUDA graph gave other values than its launches")
+    except Exception as e:  # noqa: BLE001 - a launch the capture does not take: no graph
+        _notice(f"a call could not be captured into a CUDA graph ({type(e).__name__}: {e})")
+    return values, flagged

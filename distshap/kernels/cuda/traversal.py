@@ -86,11 +86,12 @@ def device_arrays(packed: PackedModel, model: Any = None) -> tuple:
     return model.form("margin", lambda: _copied(packed.margin))
 
 
-def _kept_arrays(packed: PackedModel) -> tuple:
+def _kept_arrays(packed: PackedModel, model: Any = None) -> tuple:
     """:func:`device_arrays` of ``packed`` as read-only hints kept with its device model
-    (:meth:`~distshap.kernels.cuda.runtime.model.DeviceModel.read_only`): a launch hands them
-    on as they are."""
-    model = device_model(packed)  # one model: a model without a digest is made at each call
+    (:meth:`~distshap.kernels.cuda.runtime.model.DeviceModel.read_only`; ``model``: that
+    model, else looked up): a launch hands them on as they are."""
+    if model is None:
+        model = device_model(packed)  # one model: one without a digest is made at each call
     return model.read_only("margin", lambda: device_arrays(packed, model))
 
 
@@ -316,7 +317,14 @@ def gpu_margin(packed: PackedModel, X: Any, out: Any) -> None:
         args.launch(rows_kernel, -(-n // threads), threads, s, 0, (X, *arrays, out))
 
 
-def check_rows(packed: PackedModel, X: Any, values: Any, rtol: float, flag: Any = None):
+def check_rows(
+    packed: PackedModel,
+    X: Any,
+    values: Any,
+    rtol: float,
+    flag: Any = None,
+    arrays: tuple | None = None,
+):
     """Launch the traversal of ``packed.margin`` for the device rows ``X`` with the additivity
     check of ``values`` (C-contiguous float32 ``(n, G, W)``) against it, on CuPy's current
     stream; returns ``(flag, stream)`` for :func:`distshap.kernels.cuda.small.model.read_flag`
@@ -324,7 +332,8 @@ def check_rows(packed: PackedModel, X: Any, values: Any, rtol: float, flag: Any 
     has more groups than the block has threads, or for more rows than :data:`BLOCK_ROWS_MAX`
     (the caller then runs :func:`gpu_margin`, thread per row, and :func:`check_values`).
     ``flag``: a mapped int32 array of one to set instead of this thread's
-    (:func:`~distshap.kernels.cuda.small.model.check_flag`)."""
+    (:func:`~distshap.kernels.cuda.small.model.check_flag`); ``arrays``: the margin arrays
+    as :func:`_kept_arrays` gives them, looked up once by the caller."""
     from distshap.kernels.cuda.runtime import args
     from distshap.kernels.cuda.small.model import check_flag
 
@@ -336,7 +345,8 @@ def check_rows(packed: PackedModel, X: Any, values: Any, rtol: float, flag: Any 
     s = args.current_stream()
     flag = check_flag() if flag is None else flag
     if n:
-        arguments = (values, X, *_kept_arrays(packed), flag, float(rtol))
+        arrays = _kept_arrays(packed) if arrays is None else arrays
+        arguments = (values, X, *arrays, flag, float(rtol))
         args.launch(check_kernel, _block_grid(n), _THREADS, s, 0, arguments)
     return flag, s
 
