@@ -189,7 +189,7 @@ def _input_rows(spec: dict, binary: bytes | memoryview) -> np.ndarray:
         raise bad_request("inputs[0].data must hold numbers only (NaN for missing)") from None
     with np.errstate(over="ignore"):  # a number that rounds to FP32's largest is held
         out = rows.astype(dtype)
-    if dtype == np.float32:  # a finite number FP32 cannot hold became infinite
+    if dtype == np.float32 and np.isinf(out).any():  # a finite number FP32 cannot hold?
         over = np.isfinite(rows) & np.isinf(out)
         if over.any():
             raise bad_request(
