@@ -10,9 +10,10 @@ output and the check's flag.
 
 The graph runs the kernels :func:`.launch.shap_values` runs, on the same arrays, so its values
 are the same bits. It is built on the first call of ``n`` rows: that call runs the sequence
-eagerly (its values are the call's answer), captures it, replays it on the same rows and keeps
-the graph only if the replay's bits and flag equal the eager run's; otherwise, or where the
-capture fails, calls of ``n`` rows take the launches as before. One call at a time uses a
+eagerly (its values are the call's answer), captures it, and keeps the graph only if its
+replays give the eager runs' bits and flags on other rows and on the call's own, the output
+poisoned before each (:meth:`_Graph.verified`); otherwise, or where the capture fails, calls of
+``n`` rows take the launches as before, and one warning says so. One call at a time uses a
 graph; a call that finds it busy takes the launches.
 """
 
