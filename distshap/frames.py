@@ -171,10 +171,11 @@ def frame_to_matrix(
         is_category = isinstance(kind, pd.CategoricalDtype)
         if is_category and allowed is not None and j not in allowed:
             raise TypeError(
-                f"column {name!r} is a pandas 'category' column but the model splits feature "
-                f"{j} numerically: its category codes are not the values the model was trained "
-                f"on. Pass the numeric values (df[{name!r}].astype(float)) or a model trained "
-                "with this column as categorical"
+                f"column {name!r} is a category column (pandas 'category', polars Categorical "
+                f"or Enum) but the model splits feature {j} numerically: its category codes are "
+                "not the values the model was trained on. Pass the numeric values (pandas "
+                f"df[{name!r}].astype(float), polars pl.col({name!r}).cast(pl.Float64)) or a "
+                "model trained with this column as categorical"
             )
         if is_category and _as_values(categories, j):
             values = column.astype(np.float64).to_numpy(dtype=dtype, na_value=np.nan)
@@ -195,15 +196,17 @@ def frame_to_matrix(
             values[codes < 0] = np.nan
         elif (is_numeric_dtype(kind) or is_bool_dtype(kind)) and _has_labels(categories, j):
             raise TypeError(
-                f"column {name!r} is numeric but the model was trained on it as a pandas "
-                "'category' column: its numbers are not the model's category codes. Pass it as "
-                f"a category column with the training labels (df[{name!r}].astype('category'))"
+                f"column {name!r} is numeric but the model was trained on it as a category "
+                "column: its numbers are not the model's category codes. Pass it as a category "
+                f"column with the training labels (pandas df[{name!r}].astype('category'), "
+                f"polars pl.col({name!r}).cast(pl.Categorical))"
             )
         elif is_numeric_dtype(kind) or is_bool_dtype(kind):
             values = column.to_numpy(dtype=dtype, na_value=np.nan)
         else:
+            _refuse_decimals(name, column)
             what = (
-                "'category' column (df[col].astype('category'))"
+                "category column (pandas astype('category'), polars cast(pl.Categorical))"
                 if allowed is None or j in allowed
                 else "numeric column (the model splits this feature numerically)"
             )
@@ -213,6 +216,20 @@ def frame_to_matrix(
             )
         out[:, j] = values
     return out
+
+
+def _refuse_decimals(name: Any, column: Any) -> None:
+    """Raise for an object column of ``decimal.Decimal`` values (a polars or pyarrow Decimal
+    column, which pandas holds as objects): say what it is and how to convert it."""
+    from decimal import Decimal
+
+    first = column.dropna().head(1).tolist()
+    if column.dtype == object and first and isinstance(first[0], Decimal):
+        raise TypeError(
+            f"column {name!r} holds decimal.Decimal values (a Decimal column): distshap needs "
+            f"numbers; convert it to float first (pandas df[{name!r}].astype(float), polars "
+            f"pl.col({name!r}).cast(pl.Float64))"
+        )
 
 
 def _has_labels(categories: dict[int, Any] | None, j: int) -> bool:
@@ -252,7 +269,7 @@ def model_frame_matrix(frame: Any, packed: Any, what: str = "X") -> np.ndarray:
         ]
         if len(positions) != len(encoding.category_lists):
             raise TypeError(
-                f"{what} has {len(positions)} pandas 'category' column(s) but the LightGBM model "
+                f"{what} has {len(positions)} category column(s) but the LightGBM model "
                 f"was trained on a frame with {len(encoding.category_lists)}: give the columns the "
                 "dtypes of the training frame (LightGBM refuses this frame too)"
             )

@@ -67,6 +67,25 @@ def test_polars_and_arrow_frames_equal_pandas(frame, xgb_explainer):
         xgb_explainer.shap_values(as_polars.lazy())
 
 
+def test_polars_columns_refused_in_polars_words(frame, xgb_explainer):
+    from decimal import Decimal
+
+    pl = pytest.importorskip("polars")
+    as_polars = pl.from_pandas(frame)
+    on_numeric = as_polars.with_columns(pl.col("b").cast(pl.String).cast(pl.Categorical))
+    with pytest.raises(
+        TypeError,
+        match=r"'b' is a category column \(pandas 'category', "
+        r"polars Categorical or Enum\).*pl\.col\('b'\)\.cast\(pl\.Float64\)",
+    ):
+        xgb_explainer.shap_values(on_numeric)
+    decimals = as_polars.with_columns(
+        pl.Series("a", [Decimal("1.25")] * N, dtype=pl.Decimal(10, 2))
+    )
+    with pytest.raises(TypeError, match=r"'a' holds decimal\.Decimal values.*pl\.col\('a'\)"):
+        xgb_explainer.shap_values(decimals)
+
+
 def test_polars_background(frame, xgb_explainer):
     pl = pytest.importorskip("polars")
     model = xgb_explainer.ensemble
