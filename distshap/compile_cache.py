@@ -113,18 +113,32 @@ def read_only(a: Any) -> Any:
     return view
 
 
-def _notice(py_func: Any) -> None:
+def _where(path: str | None = None) -> str:
+    """Where a compiled kernel goes, for the compile line: ``path`` (the directory Numba chose
+    for the function), else :func:`cache_dir`; "not cached" where it cannot be written."""
+    path = path or cache_dir()
+    if path is None:
+        return "cached in __pycache__ beside distshap's modules"
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)  # the directory Numba would create it under
+    if os.path.isdir(existing) and os.access(existing, os.W_OK):
+        return f"cached in {path}"
+    return (f"not cached: {path} cannot be written (set NUMBA_CACHE_DIR to a writable "
+            "directory)")  # fmt: skip
+
+
+def _notice(py_func: Any, path: str | None = None) -> None:
     with _LOCK:
         entry = _ANNOUNCED.get(py_func)
         if entry is None or py_func in _SAID:
             return
         _SAID.add(py_func)
     what, seconds = entry
-    where = cache_dir() or "__pycache__ beside distshap's modules"
     logger.warning(
         "distshap: compiling %s for this machine, about %.0f s once (more on a busy CPU); "
-        "cached in %s (`distshap compile` compiles every kernel ahead)",
-        what, seconds, where,
+        "%s (`distshap compile` compiles every kernel ahead)",
+        what, seconds, _where(path),
     )  # fmt: skip
 
 
@@ -136,8 +150,9 @@ def _listen() -> None:
     class _Listener(event.Listener):
         def on_start(self, ev: Any) -> None:
             dispatcher = (ev.data or {}).get("dispatcher")
-            if dispatcher is not None:
-                _notice(getattr(dispatcher, "py_func", None))
+            if dispatcher is not None:  # the directory Numba caches this function in
+                path = getattr(getattr(dispatcher, "stats", None), "cache_path", None)
+                _notice(getattr(dispatcher, "py_func", None), path)
 
         def on_end(self, ev: Any) -> None:
             pass
@@ -178,12 +193,11 @@ def cuda_compiling(module: str | None) -> bool:
         if _CUDA_SAID in _SAID:
             return False
         _SAID.add(_CUDA_SAID)
-    where = cache_dir() or "__pycache__ beside distshap's modules"
     logger.warning(
         "distshap: compiling the CUDA kernels for this GPU, about 1 s each (5 to 10 s for the "
-        "first call, more on a busy CPU); cached in %s (`distshap compile --backend cuda` "
+        "first call, more on a busy CPU); %s (`distshap compile --backend cuda` "
         "compiles them ahead)",
-        where,
+        _where(),
     )
     return True
 

@@ -281,3 +281,17 @@ def test_cuda_helpers_start_only_on_a_gpu_in_the_default_compute_mode() -> None:
         assert not helpers_may_share_gpu(mode)
     mode = gpu_compute_mode()
     assert mode is None or mode in (0, 1, 2, 3)
+
+
+def test_the_compile_line_says_where_a_kernel_is_cached_or_that_it_is_not(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from distshap.compile_cache import _where
+
+    (tmp_path / "a-file").write_text("")
+    assert _where(str(tmp_path / "new" / "dir")) == f"cached in {tmp_path / 'new' / 'dir'}"
+    under_a_file = str(tmp_path / "a-file" / "numba")
+    assert _where(under_a_file).startswith(f"not cached: {under_a_file} cannot be written")
+    assert "NUMBA_CACHE_DIR" in _where(under_a_file)
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    assert _where() == "cached in __pycache__ beside distshap's modules"
