@@ -105,14 +105,13 @@ def run_request(packed: Any, raw: Any, request: Request, y: Any = None, first_ro
     if backend == "auto":  # a Dask worker with NumPy chunks: its own device decides
         backend = kernels.resolve_backend(backend, cupy_data=is_cupy(rows))
     module = kernels.get_backend(backend)
-    on_host = not is_cupy(rows)
     if request.method == "banzhaf":
         out = _banzhaf(backend, packed, rows, request)
     elif request.background is not None:
         out = _interventional(module, packed, raw, rows, request, y, first_row)
     else:
         out = _path_dependent(module, packed, raw, rows, request, first_row, backend)
-    if is_cupy(out) and on_host:
+    if is_cupy(out) and not is_cupy(rows):
         out = out.get()
     return out
 

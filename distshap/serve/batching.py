@@ -177,12 +177,10 @@ class BatchQueue:
             self._send()
             self._schedule()
             return
-        taken = self._take()
-        if taken is None:
+        begun = self._begin()
+        if begun is None:
             return
-        live, batch = taken
-        self._running += 1
-        started = time.perf_counter()
+        live, batch, started = begun
         try:
             values = self.executor.run_here(self.resident, batch, self.output, self.k)
         except BaseException as err:  # the requests' answer, as an executor's thread gives it
@@ -213,15 +211,21 @@ class BatchQueue:
             self.on_batch(rows, len(live), time.perf_counter() - t0, waited)
         return live, batch
 
+    def _begin(self) -> tuple[list[_Pending], np.ndarray, float] | None:
+        """:meth:`_take` counted as a running batch, with its start time."""
+        taken = self._take()
+        if taken is None:
+            return None
+        self._running += 1
+        return (*taken, time.perf_counter())
+
     def _send(self) -> None:
         """Take the oldest requests (``max_rows`` rows at most) and run them as one batch on
         the executor."""
-        taken = self._take()
-        if taken is None:
+        begun = self._begin()
+        if begun is None:
             return
-        live, batch = taken
-        self._running += 1
-        started = time.perf_counter()
+        live, batch, started = begun
         try:
             future = self.executor.submit(self.resident, batch, self.output, self.k)
         except BaseException as err:

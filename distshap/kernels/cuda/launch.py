@@ -41,8 +41,8 @@ from distshap.kernels.cuda.runtime.caches import KEPT_ACC_BYTES, give_back, kept
 from distshap.kernels.cuda.runtime.device import SIM, xp
 from distshap.kernels.cuda.runtime.model import (
     device_model,
-    few_rows_shap_plan,
     interaction_plan,
+    shap_plan_of_rows,
     slot_arrays,
 )
 from distshap.kernels.cuda.shap_quadrature import launch_quadrature
@@ -261,10 +261,8 @@ def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool):
     n = int(X.shape[0])
     if interactions:
         plan = interaction_plan(packed, model)
-    elif n <= get_config().few_rows:  # the same bits through shorter chunks
-        plan = few_rows_shap_plan(packed, model)
-    else:
-        plan = model.shap
+    else:  # few rows: the same bits through shorter chunks
+        plan = shap_plan_of_rows(packed, model, n)
     F1 = packed.num_features + 1
     out, out2, group_size, bias_offset = new_output(packed, n, interactions)
     if n == 0:

@@ -123,11 +123,12 @@ def launch_path_threads(model, plan, XT, acc, scale, F1, stream, kept_arrays) ->
     local)`` gives a launch's model and plan arrays in the row kernels' order
     (:func:`~.shap_quadrature._kept_arrays` with two rows a thread)."""
     nb = int(XT.shape[1])
-    limit = int(get_config().quadrature_shared_bytes)
     if nb == 0:
         return
+    config = get_config()
+    limit = int(config.quadrature_shared_bytes)
     local = local_tiles(plan)
-    config = get_config()  # the plan's chunks: shorter ones for few rows (as launch._run picks)
+    # the plan's chunks: shorter ones for few rows (runtime.model.shap_plan_of_rows)
     chunk = config.few_rows_chunk_paths if nb <= config.few_rows else config.quadrature_chunk_paths
     tpb = min(256, 32 * -(-max(1, int(chunk)) // 32))
     for launch in plan.quadrature:

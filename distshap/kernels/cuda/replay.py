@@ -30,7 +30,7 @@ from distshap.kernels.cuda import launch, traversal
 from distshap.kernels.cuda.fallback import launch_fallback
 from distshap.kernels.cuda.runtime import args
 from distshap.kernels.cuda.runtime.device import SIM
-from distshap.kernels.cuda.runtime.model import device_model, few_rows_shap_plan
+from distshap.kernels.cuda.runtime.model import device_model, shap_plan_of_rows
 from distshap.kernels.cuda.shap_quadrature import launch_quadrature
 from distshap.kernels.cuda.tables import launch_tables
 from distshap.packed import PackedModel
@@ -58,7 +58,7 @@ class _Graph:
         import cupyx
 
         self.packed = packed
-        self.plan = few_rows_shap_plan(packed, model) if n <= get_config().few_rows else model.shap
+        self.plan = shap_plan_of_rows(packed, model, n)  # the plan launch._run takes
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.host_in = cupyx.empty_pinned((n, packed.num_features), np.float32)
         self.flag = cuda.mapped_array(1, np.int32)

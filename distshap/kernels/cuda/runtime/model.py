@@ -7,7 +7,8 @@ oversize bins and the fixed-point shifts. The two :class:`Plan` s are built on t
 that needs them, tables filled on the device:
 
 * SHAP values (:func:`shap_plan`, ``model.shap``; for calls of few rows
-  :func:`few_rows_shap_plan`, the same paths in shorter quadrature chunks) and interaction values
+  :func:`few_rows_shap_plan`, the same paths in shorter quadrature chunks; a call's choice:
+  :func:`shap_plan_of_rows`) and interaction values
   (:func:`interaction_plan`): which path runs on the table, quadrature or fallback kernel is
   host policy (:mod:`distshap.plan.gpu`, which also reports it without a GPU:
   :func:`~distshap.plan.gpu.strategy_stats`); this module fills the tables and copies the plan.
@@ -66,7 +67,7 @@ from distshap.plan.tables import path_features
 __all__ = [
     "DeviceModel", "Plan", "QuadratureLaunch", "SlotArrays", "device_model",
     "interaction_plan", "lane_arrays", "lane_host", "saved_inputs", "shap_plan",
-    "shap_plan_host", "slot_arrays",
+    "shap_plan_host", "shap_plan_of_rows", "slot_arrays",
 ]  # fmt: skip
 
 
@@ -443,6 +444,12 @@ def few_rows_shap_plan(packed: PackedModel, model: DeviceModel) -> Plan:
         return replace(plan, quadrature=quadrature, lane_column=column)
 
     return model.form(("shap few rows", forced_costs()), build)
+
+
+def shap_plan_of_rows(packed: PackedModel, model: DeviceModel, n: int) -> Plan:
+    """The SHAP :class:`Plan` a call of ``n`` rows runs: :func:`few_rows_shap_plan` for at most
+    ``few_rows`` rows, else :func:`shap_plan` (the same bits either way)."""
+    return few_rows_shap_plan(packed, model) if n <= get_config().few_rows else model.shap
 
 
 def interaction_plan(packed: PackedModel, model: DeviceModel) -> Plan:
