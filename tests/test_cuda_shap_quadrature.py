@@ -25,7 +25,7 @@ from distshap.paths import extract_paths
 from distshap.plan import gpu as plan_gpu
 from distshap.plan import launches as plan_launches
 from distshap.plan import tables as plan_tables
-from distshap.plan.config import config_context
+from distshap.plan.config import config_context, get_config
 
 import tiny
 from conftest import to_host
@@ -45,7 +45,8 @@ def _km():
 
 
 def _check_local_plan(packed, plan, max_features, chunk_paths):
-    """Every property the local kernel relies on; returns (local chunks, old chunks)."""
+    """Every property the local kernel relies on (``max_features``: one bound, or a bound a
+    launch by its node count); returns (local chunks, old chunks)."""
     po = packed.path_offsets
     feature = packed.feature
     group = packed.path_group
@@ -55,6 +56,7 @@ def _check_local_plan(packed, plan, max_features, chunk_paths):
     n_local = n_old = 0
     for q in plan["quadrature"]:
         paths, off = q["paths"], q["local_offsets"]
+        bound = max_features[q["n_nodes"]] if isinstance(max_features, dict) else max_features
         fo, feats = q["local_feature_offsets"], q["local_features"]
         assert q["n_local"] == off.size - 1 == fo.size - 1 == q["local_group"][: q["n_local"]].size
         assert off[0] == 0 and off[-1] == paths.size and np.all(np.diff(off) >= 1)
@@ -66,7 +68,7 @@ def _check_local_plan(packed, plan, max_features, chunk_paths):
             lanes = np.concatenate([np.arange(po[p] + 1, po[p + 1]) for p in ps])
             mine = feats[fo[c] : fo[c + 1]]
             assert np.array_equal(mine, np.unique(feature[lanes]))  # distinct, increasing
-            assert mine.size <= max_features or ps.size == 1  # a long path: a chunk of its own
+            assert mine.size <= bound or ps.size == 1  # a long path: a chunk of its own
             assert np.array_equal(mine[lane_column[lanes]], feature[lanes])  # columns name them
             assert not covered[lanes].any()
             covered[lanes] = True
@@ -75,7 +77,7 @@ def _check_local_plan(packed, plan, max_features, chunk_paths):
                 nxt = paths[off[c + 1]]
                 more = np.union1d(mine, feature[po[nxt] + 1 : po[nxt + 1]]).size
                 assert (group[nxt] != group[ps[0]] or ps.size == chunk_paths
-                        or more > max_features)  # fmt: skip
+                        or more > bound)  # fmt: skip
         assert q["local_columns"] == widest
         n_local += q["n_local"]
         n_old += q["n_chunks"]
@@ -119,6 +121,31 @@ def test_paths_longer_than_the_bound_get_a_chunk_of_their_own():
     assert max(q["local_columns"] for q in plan["quadrature"]) == 9
 
 
+def test_each_launch_gets_tiles_as_narrow_as_its_own_paths():
+    ens = tiny.random_ensemble(17, n_features=60, n_trees=6, depth=14)
+    packed = _packed(ens)
+    none = np.full(packed.num_paths, -1, np.int64)
+    k = plan_tables.path_features(packed.path_offsets)
+    plan = plan_gpu.plan_arrays(packed, none, local=True)
+    assert plan["lane_column"] is not None
+    bounds = {}
+    for q in plan["quadrature"]:
+        longest = int(k[q["paths"]].max())
+        bounds[q["n_nodes"]] = min(16, max(8, longest))  # the default tile_bound of the launch
+        assert q["local_columns"] <= bounds[q["n_nodes"]]
+    assert min(bounds.values()) < max(bounds.values()) == 14  # short paths, narrower tiles
+    narrow = [q for q in plan["quadrature"] if bounds[q["n_nodes"]] < 14]
+    assert narrow and max(q["local_columns"] for q in narrow) < 14
+    n_local, _ = _check_local_plan(packed, plan, bounds, get_config().quadrature_chunk_paths)
+    with config_context(quadrature_tile_features=14):  # one width set: every launch takes it
+        wide = plan_gpu.plan_arrays(packed, none, local=True)
+    n_wide, _ = _check_local_plan(packed, wide, 14, get_config().quadrature_chunk_paths)
+    assert n_local > n_wide  # narrower tiles close more chunks
+    for q in narrow:  # the same paths, in the order the window chose for the tile
+        same = next(w for w in wide["quadrature"] if w["n_nodes"] == q["n_nodes"])
+        assert np.array_equal(np.sort(q["paths"]), np.sort(same["paths"]))
+
+
 def test_narrow_models_keep_the_all_features_tile_and_bad_settings_are_refused():
     packed = _packed(tiny.random_ensemble(2, n_features=8, n_trees=5, depth=4))
     none = np.full(packed.num_paths, -1, np.int64)
@@ -152,7 +179,7 @@ from distshap.kernels import cuda as kc
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 
-from distshap.plan.config import config_context, set_config
+from distshap.plan.config import config_context, get_config, set_config
 
 set_config(small_max_paths=0)  # the plans' kernels, not the one-launch route of small models
 ALL = 1 << 20  # quadrature_tile_features: no chunk-local tiles (a column per feature)
@@ -282,7 +309,7 @@ from distshap.kernels import cuda as kc
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 
-from distshap.plan.config import config_context, set_config
+from distshap.plan.config import config_context, get_config, set_config
 
 set_config(small_max_paths=0)  # the plans' kernels, not the one-launch route of small models
 ALL = 1 << 20  # quadrature_tile_features: no chunk-local tiles (a column per feature)

@@ -57,7 +57,7 @@ class Config:
     quadrature_tile_features : int
         Distinct features of one chunk of the SHAP quadrature kernel at most (its shared tile's
         columns); models with at most this many features keep one column per feature. 0 (the
-        default): chosen per model (:func:`~distshap.plan.geometry.tile_bound`).
+        default): chosen per model and launch (:func:`~distshap.plan.geometry.tile_bound`).
     quadrature_tile_window : int
         Paths a chunk looks ahead to find the one adding the fewest new features (0: greedy in
         plan order). Moves only which chunk sums a contribution, never a bit.

@@ -73,10 +73,12 @@ def quadrature_warps(num_features: int, rows: int = 1) -> int:
 
 def tile_bound(longest: int = AUTO_TILE_MAX) -> int:
     """Features of a chunk-local tile at most: ``quadrature_tile_features``, or for its default
-    0 the longest quadrature path's features ``longest`` within ``AUTO_TILE_MIN`` and
-    ``AUTO_TILE_MAX``. A narrower tile leaves room for more blocks an SM; a path of more
-    features than the tile gets a chunk of its own, so the tile is never below a model's
-    usual path."""
+    0 the longest path's features ``longest`` within ``AUTO_TILE_MIN`` and ``AUTO_TILE_MAX``.
+    Asked of a model's longest quadrature path, it decides whether the model gets tiles
+    (:func:`local_tile_model`); asked of each quadrature launch's longest path, it bounds that
+    launch's tiles, so a launch of short paths gets narrow tiles (more blocks an SM) beside
+    a launch of long ones. A path of more features than the tile gets a chunk of its own, so
+    the tile is never below a launch's usual path."""
     bound = int(get_config().quadrature_tile_features)
     return bound if bound != 0 else min(AUTO_TILE_MAX, max(AUTO_TILE_MIN, int(longest)))
 

@@ -202,11 +202,11 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
     lane_column = None
     is_q = ~has_table & regular
     longest = int(k[is_q].max()) if is_q.any() else 0
-    max_features = tile_bound(longest)
     if local and local_tile_model(packed.num_features, longest) and launches:
         lane_column = np.full(max(int(packed.feature.shape[0]), 1), -1, np.int16)
-        for launch in launches:
-            launch.update(local_chunks(packed, launch["paths"], max_features,
+        for launch in launches:  # each launch's tiles as narrow as its own paths allow
+            bound = tile_bound(int(k[launch["paths"]].max(initial=0)))
+            launch.update(local_chunks(packed, launch["paths"], bound,
                                        config.quadrature_chunk_paths, lane_column,
                                        config.quadrature_tile_window))  # fmt: skip
     return dict(

@@ -206,8 +206,8 @@ def _local_sums(shape: ModelShape, is_q: np.ndarray, nodes: tuple[int, ...], chu
     column = np.full(max(lanes.feature.size, 1), -1, np.int16)  # scratch
     window = int(config.quadrature_tile_window)  # as plan_arrays chunks them
     global_lanes = tile_columns = 0.0
-    bound = tile_bound(int(shape.k[is_q].max()) if is_q.any() else 0)  # as plan_arrays
     for launch in quadrature_launches(shape.k, shape.group, is_q, nodes, chunk_paths):
+        bound = tile_bound(int(shape.k[launch["paths"]].max(initial=0)))  # as plan_arrays
         tiles = local_chunks(lanes, launch["paths"], bound, chunk_paths, column, window)
         if quadrature_warps(tiles["local_columns"]) > 0:
             tile_columns += float(tiles["local_feature_offsets"][-1])
