@@ -61,10 +61,10 @@ _KINDS = ("float", "int", "cmpsel", "load", "store", "cvt", "move", "branch", "o
 
 def two_row_kernel(n_nodes: int = 8, mode: str = "local"):
     """The two-row SHAP kernel for ``n_nodes`` nodes in ``mode`` (``"local"``, ``"shared"``,
-    ``"global"``)."""
+    ``"global"``), as the launches take it under the current configuration."""
     from distshap.kernels.cuda import shap_quadrature as quadrature
 
-    return quadrature._make_two_row_shap_kernel(n_nodes, mode)
+    return quadrature.quadrature_kernel(n_nodes, mode != "global", local=mode == "local", rows=2)
 
 
 def slot_kernel(n_nodes: int = 4, rows: int = 2, cache_x: bool = True):
