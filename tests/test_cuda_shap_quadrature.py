@@ -383,45 +383,6 @@ def test_two_rows_windows_and_warps_under_cuda_simulator(part):
     assert_simulator_ok(f"PART = {part}\n" + _SIM_VARIANTS, timeout=900)
 
 
-_SIM_PREFETCH = r"""
-import numpy as np
-import tiny
-import naive
-from distshap.kernels import cuda as kc
-from distshap.packed import build_packed_model
-from distshap.paths import extract_paths
-from distshap.plan.config import config_context, set_config
-
-set_config(small_max_paths=0)
-ens = tiny.random_ensemble(71, n_features=30, n_trees=3, depth=6, n_groups=2, n_categorical=3)
-X = tiny.random_rows(72, ens, 40, 0.15)
-packed = build_packed_model(extract_paths(ens), table_budget_bytes=0)
-ref = None
-for kw in (dict(quadrature_tile_features=1 << 20, shap_quadrature_warps=1),  # a column a feature
-           dict(quadrature_tile_features=1 << 20, shap_quadrature_warps=1,
-                quadrature_shared_bytes=8 * 32 * 10),                        # global atomics
-           dict(quadrature_tile_features=6, shap_quadrature_warps=1)):        # local tiles
-    outs = []
-    for first in (0, 1):  # never ahead, ahead at every node count
-        with config_context(quadrature_prefetch_nodes=first, **kw):
-            outs.append(kc.shap_values(packed, X))
-    assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32)), kw
-    ref = outs[0] if ref is None else ref
-    assert np.array_equal(ref.view(np.uint32), outs[1].view(np.uint32)), kw
-oracle = naive.treeshap_recursive_rows(ens, X).reshape(ref.shape)
-err = float(np.abs(ref.astype(np.float64) - oracle).max())
-assert err <= 2e-6 * max(1.0, float(np.abs(ref).max())), err
-print("SIMULATOR-OK")
-"""
-
-
-def test_loads_one_element_ahead_keep_the_bits_under_cuda_simulator():
-    """The two-row kernels that load a path element's lane and row values one element ahead
-    (``quadrature_prefetch_nodes``) give the bits of those that do not, in every mode (CUDA
-    simulator, categorical splits and missing values), and the float64 oracle's values."""
-    assert_simulator_ok(_SIM_PREFETCH, timeout=900)
-
-
 # ------------------------------------------------------------------------------------------
 # GPU
 # ------------------------------------------------------------------------------------------

@@ -61,11 +61,6 @@ class Config:
     quadrature_tile_window : int
         Paths a chunk looks ahead to find the one adding the fewest new features (0: greedy in
         plan order). Moves only which chunk sums a contribution, never a bit.
-    quadrature_prefetch_nodes : int
-        The two-row SHAP quadrature kernels of at least this many nodes load a path element's
-        lane and row values one element ahead, so the loads overlap the products (long paths
-        with few blocks an SM wait on them); shorter paths' kernels are issue-bound and skip
-        the extra instructions. 0: never. The bits do not depend on it.
     shap_quadrature_warps : int
         Warps a block of the SHAP quadrature kernel at most.
     slot_quadrature_rows : int
@@ -150,7 +145,6 @@ interventional_interaction_table_budget_bytes : int
     quadrature_shared_bytes: int = 48 * 1024
     quadrature_tile_features: int = 0
     quadrature_tile_window: int = 256
-    quadrature_prefetch_nodes: int = 6
     shap_quadrature_warps: int = 4
     slot_quadrature_rows: int = 2
     interaction_table_max_features: int = 10

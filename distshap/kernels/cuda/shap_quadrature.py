@@ -188,7 +188,7 @@ def _make_local_shap_kernel(n_nodes: int):
     return kernel
 
 
-def _make_two_row_shap_kernel(n_nodes: int, mode: str, prefetch: bool = False):
+def _make_two_row_shap_kernel(n_nodes: int, mode: str):
     """The SHAP kernel with two rows a thread (the default route): thread
     ``t`` of a block runs rows ``t`` and ``t + blockDim`` of its row tile, each path's lane
     data loaded once for both, two independent products in flight. ``mode``: ``"local"``
@@ -210,11 +210,6 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str, prefetch: bool = False):
       for both rows; the element is the same for the whole warp);
     * the one-fractions' bits set and tested with a shifted 32-bit mask (no variable shifts
       of 64-bit values), the tile index in 32 bits.
-
-    ``prefetch`` (kernels of at least ``quadrature_prefetch_nodes`` nodes): element ``e + 1``'s
-    lane fields and the rows' values of its feature are loaded while element ``e`` computes,
-    so a warp of a long path does not wait on the dependent loads (lane, then row value) at
-    each element; a dozen more instructions an element, worth it where few blocks fit an SM.
     """
     from distshap.kernels.cuda.runtime.device import LI_COLUMNS
 
@@ -274,56 +269,21 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str, prefetch: bool = False):
             bits_b = np.uint32(0)
             mask = m1  # bit e: element e (0-based) of the path
             e = np.uint32(0)
-            if prefetch:  # element e + 1's lane and row values load while e computes
-                nz = nlower = nupper = value  # (typed; read only where k > 0 set them)
-                nflags = nnbits = np.int32(0)
-                ncat = np.int64(0)
-                nx_a = nx_b = xa[0]
-                if k > 0:
-                    nz = lane_f[s0, LF_ZERO]
-                    nlower = lane_f[s0, LF_LOWER]
-                    nupper = lane_f[s0, LF_UPPER]
-                    nflags = lane_i[s0, LI_FLAGS]
-                    nnbits = lane_i[s0, LI_NBITS]
-                    ncat = lane_cat[s0]
-                    nf = np.uint64(np.uint32(lane_i[s0, LI_FEATURE]))
-                    nx_a = xa[nf]
-                    nx_b = xb[nf]
             while e < k:
-                if prefetch:
-                    z = nz
-                    lower = nlower
-                    upper = nupper
-                    flags = nflags
-                    nbits = nnbits
-                    cat = ncat
-                    x_a = nx_a
-                    x_b = nx_b
-                    nli = s0 + np.uint64(e + m1) if e + m1 < k else s0 + np.uint64(e)
-                    nz = lane_f[nli, LF_ZERO]
-                    nlower = lane_f[nli, LF_LOWER]
-                    nupper = lane_f[nli, LF_UPPER]
-                    nf = np.uint64(np.uint32(lane_i[nli, LI_FEATURE]))
-                    nflags = lane_i[nli, LI_FLAGS]
-                    nnbits = lane_i[nli, LI_NBITS]
-                    ncat = lane_cat[nli]
-                    nx_a = xa[nf]
-                    nx_b = xb[nf]
-                else:
-                    li = s0 + np.uint64(e)
-                    z = lane_f[li, LF_ZERO]
-                    lower = lane_f[li, LF_LOWER]
-                    upper = lane_f[li, LF_UPPER]
-                    f = np.uint64(np.uint32(lane_i[li, LI_FEATURE]))
-                    flags = lane_i[li, LI_FLAGS]
-                    nbits = lane_i[li, LI_NBITS]
-                    cat = lane_cat[li]
-                    x_a = xa[f]
-                    x_b = xb[f]
+                li = s0 + np.uint64(e)
+                z = lane_f[li, LF_ZERO]
+                lower = lane_f[li, LF_LOWER]
+                upper = lane_f[li, LF_UPPER]
+                f = np.uint64(np.uint32(lane_i[li, LI_FEATURE]))
+                flags = lane_i[li, LI_FLAGS]
+                nbits = lane_i[li, LI_NBITS]
+                cat = lane_cat[li]
                 missing = (flags & MISSING_FLAG) != 0
                 other = (flags & CAT_OTHER_FLAG) != 0
                 da = -z
                 db = -z
+                x_a = xa[f]
+                x_b = xb[f]
                 if cat < 0:  # numeric: the compiler drops follows' categorical branch here
                     fa = follows(x_a, lower, upper, missing, other, cat, nbits, cat_words)
                     fb = follows(x_b, lower, upper, missing, other, cat, nbits, cat_words)
@@ -404,14 +364,12 @@ def quadrature_kernel(n_nodes: int, shared: bool, local: bool = False, rows: int
     launch); ``local``: with chunk-local feature tiles (``shared`` ignored); ``rows`` 2: two
     rows a thread (:func:`_make_two_row_shap_kernel`). Interaction values:
     :mod:`.interaction_quadrature`."""
-    first = int(get_config().quadrature_prefetch_nodes)
-    prefetch = rows == 2 and 0 < first <= n_nodes
-    key = (n_nodes, shared, local, rows, prefetch)
+    key = (n_nodes, shared, local, rows)
     kernel = _KERNELS.get(key)
     if kernel is None:
         if rows == 2:
             mode = "local" if local else ("shared" if shared else "global")
-            kernel = _make_two_row_shap_kernel(n_nodes, mode, prefetch)
+            kernel = _make_two_row_shap_kernel(n_nodes, mode)
         elif local:
             kernel = _make_local_shap_kernel(n_nodes)
         else:
