@@ -15,9 +15,13 @@ __all__ = ["assert_simulator_ok", "nvvm_available"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-#: Prepended to a script: SHAP calls of few rows take the row kernels, which the scripts (a few
+#: Prepended to a script: SHAP calls of few rows take the row kernels and the usual plan's
+#: chunks (for more than ``few_rows`` rows, whatever the model's size), which the scripts (a few
 #: rows each, the simulator being slow) were written to exercise.
-ROW_KERNELS = "from distshap.plan.config import set_config\nset_config(path_thread_rows=0)\n"
+ROW_KERNELS = (
+    "from distshap.plan.config import set_config\n"
+    "set_config(path_thread_rows=0, few_rows_blocks=0)\n"
+)
 
 
 def assert_simulator_ok(script: str, timeout: float, row_kernels: bool = True) -> None:

@@ -176,6 +176,7 @@ import distshap
 from distshap.inputs import prepare_rows
 from distshap.kernels import cpu
 from distshap.kernels import cuda as kc
+from distshap.kernels.cuda.runtime.model import shap_plan_of_rows
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 
@@ -215,8 +216,13 @@ with config_context(quadrature_tile_features=16):  # a few rows' shorter chunks:
     few = kc.few_rows_shap_plan(packed, model)
     assert sum(q.n_chunks for q in few.quadrature) > sum(q.n_chunks for q in model.shap.quadrature)
     with config_context(few_rows=0):
-        whole = kc.shap_values(packed, X)
+        whole = kc.shap_values(packed, X)  # (the script runs with few_rows_blocks=0)
     assert np.array_equal(got.view(np.uint32), whole.view(np.uint32)), "few-rows chunks"
+    with config_context(few_rows=0, few_rows_blocks=1 << 20):  # too few blocks: shorter chunks
+        assert shap_plan_of_rows(packed, model, 5000) is few
+        assert np.array_equal(whole.view(np.uint32), kc.shap_values(packed, X).view(np.uint32))
+    with config_context(few_rows=0):
+        assert shap_plan_of_rows(packed, model, 5) is model.shap
 close(got, cpu.shap_values(packed, X))
 close(got, naive.treeshap_recursive_rows(wide, X))
 # too wide for a column per feature (global atomics), a 1-warp local tile (16 columns)
@@ -441,7 +447,7 @@ def test_gpu_few_rows_take_shorter_chunks_and_keep_the_bits():
             assert chunks[0] > chunks[1]
             for n in (1, 7, 512, 513):
                 got = to_host(kc.shap_values(packed, X[:n]))
-                with config_context(few_rows=0):
+                with config_context(few_rows=0, few_rows_blocks=0):
                     want = to_host(kc.shap_values(packed, X[:n]))
                 assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), n
 

@@ -37,11 +37,13 @@ class Config:
         of ``k`` features needs ``ceil(k / 2)`` nodes and runs in the smallest kernel with enough.
     quadrature_chunk_paths : int
         Paths per chunk of the quadrature kernels (one thread block runs one chunk on its rows).
-    few_rows, few_rows_chunk_paths : int
+    few_rows, few_rows_chunk_paths, few_rows_blocks : int
         SHAP calls (a batch) of at most ``few_rows`` rows run quadrature chunks of
         ``few_rows_chunk_paths`` paths: each block's thread has few rows to share its paths
-        with, so shorter chunks spread a call over more blocks. The sums are integers: the bits
-        do not depend on the chunks.
+        with, so shorter chunks spread a call over more blocks. So do calls whose usual chunks
+        would make fewer than ``few_rows_blocks`` thread blocks (models of few paths, calls of
+        thousands of rows: the last wave of blocks would leave most of the GPU idle; 0: only
+        ``few_rows``). The sums are integers: the bits do not depend on the chunks.
     path_thread_rows : int
         SHAP calls (a batch) of at most this many rows (at most 65,535) run the thread-a-path
         quadrature kernel (:mod:`distshap.kernels.cuda.path_threads`): a block a row and
@@ -140,6 +142,7 @@ interventional_interaction_table_budget_bytes : int
     quadrature_chunk_paths: int = 256
     few_rows: int = 512
     few_rows_chunk_paths: int = 32
+    few_rows_blocks: int = 8192
     path_thread_rows: int = 16
     replay_rows: int = 16
     quadrature_shared_bytes: int = 48 * 1024

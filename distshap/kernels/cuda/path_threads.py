@@ -128,8 +128,10 @@ def launch_path_threads(model, plan, XT, acc, scale, F1, stream, kept_arrays) ->
     config = get_config()
     limit = int(config.quadrature_shared_bytes)
     local = local_tiles(plan)
-    # the plan's chunks: shorter ones for few rows (runtime.model.shap_plan_of_rows)
-    chunk = config.few_rows_chunk_paths if nb <= config.few_rows else config.quadrature_chunk_paths
+    # the plan's chunks: the usual ones, or the few-rows plan's shorter ones
+    # (runtime.model.shap_plan_of_rows)
+    usual = plan is model.shap
+    chunk = config.quadrature_chunk_paths if usual else config.few_rows_chunk_paths
     tpb = min(256, 32 * -(-max(1, int(chunk)) // 32))
     for launch in plan.quadrature:
         columns = launch.local_columns if local else F1 - 1

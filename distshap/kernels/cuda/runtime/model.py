@@ -448,8 +448,21 @@ def few_rows_shap_plan(packed: PackedModel, model: DeviceModel) -> Plan:
 
 def shap_plan_of_rows(packed: PackedModel, model: DeviceModel, n: int) -> Plan:
     """The SHAP :class:`Plan` a call of ``n`` rows runs: :func:`few_rows_shap_plan` for at most
-    ``few_rows`` rows, else :func:`shap_plan` (the same bits either way)."""
-    return few_rows_shap_plan(packed, model) if n <= get_config().few_rows else model.shap
+    ``few_rows`` rows, or where :func:`shap_plan`'s quadrature chunks would give the call fewer
+    than ``few_rows_blocks`` thread blocks (a model of few paths: too few waves to fill the
+    GPU evenly), else :func:`shap_plan` (the same bits either way)."""
+    config = get_config()
+    if n <= config.few_rows:
+        return few_rows_shap_plan(packed, model)
+    plan = model.shap
+    least = int(config.few_rows_blocks)
+    if least > 0:
+        chunks = sum(q.n_local if plan.lane_column is not None else q.n_chunks
+                     for q in plan.quadrature)  # fmt: skip
+        block_rows = 64 * int(config.shap_quadrature_warps)  # two rows a thread
+        if 0 < chunks * -(-int(n) // block_rows) < least:
+            return few_rows_shap_plan(packed, model)
+    return plan
 
 
 def interaction_plan(packed: PackedModel, model: DeviceModel) -> Plan:
