@@ -31,6 +31,7 @@ import numpy as np
 
 from distshap.packed import PackedModel, build_packed_model
 from distshap.paths import Paths
+from distshap.plan.config import config_context
 from distshap.plan.costs import (
     COST_FIELDS,
     SHIPPED,
@@ -322,7 +323,9 @@ def _measure(e: Experiment, i: int, scale: float, repeats: int, forced: KernelCo
     n2 = 4 * n1
     X = _device_rows(n2, e.num_features, seed=1000 + i)
     clear_cache()
-    with use_costs(forced):
+    # the usual plan at both row counts (the cost model's chunks), not the few-rows plan a
+    # call of a model this small would take where its usual chunks make few blocks
+    with use_costs(forced), config_context(few_rows_blocks=0):
         _time_call(packed, X[:n1], 1)  # warm-up: compile, upload, fill the tables
         offsets = _plan_offsets(packed)
         if e.variant == "tables" and not (offsets >= 0).any():
