@@ -61,7 +61,7 @@ _KINDS = ("float", "int", "cmpsel", "load", "store", "cvt", "move", "branch", "o
 
 def two_row_kernel(n_nodes: int = 8, mode: str = "local"):
     """The two-row SHAP kernel for ``n_nodes`` nodes in ``mode`` (``"local"``, ``"shared"``,
-    ``"global"``), as the launches take it under the current configuration."""
+    ``"global"``), the kernel object the launches take."""
     from distshap.kernels.cuda import shap_quadrature as quadrature
 
     return quadrature.quadrature_kernel(n_nodes, mode != "global", local=mode == "local", rows=2)

@@ -221,8 +221,11 @@ with config_context(quadrature_tile_features=16):  # a few rows' shorter chunks:
     with config_context(few_rows=0, few_rows_blocks=1 << 20):  # too few blocks: shorter chunks
         assert shap_plan_of_rows(packed, model, 5000) is few
         assert np.array_equal(whole.view(np.uint32), kc.shap_values(packed, X).view(np.uint32))
-    with config_context(few_rows=0):
+    usual = sum(q.n_local for q in model.shap.quadrature)  # blocks of a call of 5 rows
+    with config_context(few_rows=0, few_rows_blocks=usual):  # as many as wanted: usual plan
         assert shap_plan_of_rows(packed, model, 5) is model.shap
+    with config_context(few_rows=0, few_rows_blocks=usual + 1):
+        assert shap_plan_of_rows(packed, model, 5) is few
 close(got, cpu.shap_values(packed, X))
 close(got, naive.treeshap_recursive_rows(wide, X))
 # too wide for a column per feature (global atomics), a 1-warp local tile (16 columns)

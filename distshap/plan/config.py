@@ -142,7 +142,7 @@ interventional_interaction_table_budget_bytes : int
     quadrature_chunk_paths: int = 256
     few_rows: int = 512
     few_rows_chunk_paths: int = 32
-    few_rows_blocks: int = 32768
+    few_rows_blocks: int = 8192
     path_thread_rows: int = 16
     replay_rows: int = 16
     quadrature_shared_bytes: int = 48 * 1024

@@ -34,8 +34,8 @@ __all__ = [
 #: Most features of a path in a regular bin (one warp of 32 lanes, the bias lane included).
 REGULAR_MAX_K = 31
 #: The default chunk-local tile (``quadrature_tile_features=0``): models of more features than
-#: their longest quadrature path has get tiles of that path's features, at least
-#: ``AUTO_TILE_MIN`` and at most ``AUTO_TILE_MAX``.
+#: their longest quadrature path has get tiles, each launch's of its own longest path's
+#: features, at least ``AUTO_TILE_MIN`` and at most ``AUTO_TILE_MAX`` (:func:`tile_bound`).
 AUTO_TILE_MIN, AUTO_TILE_MAX = 8, 16
 #: Longest path with a SHAP pattern table (the table fill kernel's local arrays have this size).
 SHAP_TABLE_MAX_FEATURES = MAX_TABLE_FEATURES_LIMIT

@@ -182,7 +182,8 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
     a table go to the quadrature kernels (an oversize path's offset is ignored: the fallback
     kernel runs it).
     ``local``: with chunk-local feature tiles (:func:`~distshap.plan.launches.local_chunks`,
-    of at most ``quadrature_tile_features`` features) where the model has more features."""
+    each launch's of at most :func:`~distshap.plan.geometry.tile_bound` of its longest path)
+    where the model has more features than that bound of its longest path."""
     config = get_config()
     k, path_bin, regular = path_info(packed)
     has_table = path_table >= 0

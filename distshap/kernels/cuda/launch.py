@@ -28,6 +28,7 @@ and the output is not sliced when one batch covers it; results do not depend on 
 
 from __future__ import annotations
 
+import numbers
 import warnings
 
 import numpy as np
@@ -261,8 +262,11 @@ def _run(packed: PackedModel, X, batch_rows: int | None, interactions: bool):
     n = int(X.shape[0])
     if interactions:
         plan = interaction_plan(packed, model)
-    else:  # few rows: the same bits through shorter chunks
-        plan = shap_plan_of_rows(packed, model, n)
+    else:  # few rows (a batch's): the same bits through shorter chunks
+        per_batch = n  # (a bad batch_rows is refused by run_batches, with its message)
+        if isinstance(batch_rows, numbers.Integral) and not isinstance(batch_rows, bool):
+            per_batch = min(n, max(1, int(batch_rows)))
+        plan = shap_plan_of_rows(packed, model, per_batch)
     F1 = packed.num_features + 1
     out, out2, group_size, bias_offset = new_output(packed, n, interactions)
     if n == 0:

@@ -265,7 +265,7 @@ def lane_arrays(packed: PackedModel, columns: bool = True) -> dict:
 #: still finds the arrays kept with a saved build.
 NOT_SHAPING = frozenset((
     "batch_budget_bytes", "cache_size", "compile_ahead_processes", "saved_build_bytes",
-    "gpu_preparation", "loader_threaded_min_nodes", "large_model_file_bytes",
+    "gpu_preparation", "loader_threaded_min_nodes", "large_model_file_bytes", "few_rows_blocks",
     "loader_cold_max_nodes", "packing_numpy_max_items", "packing_cold_max_items",
 ))  # fmt: skip
 
@@ -447,16 +447,18 @@ def few_rows_shap_plan(packed: PackedModel, model: DeviceModel) -> Plan:
 
 
 def shap_plan_of_rows(packed: PackedModel, model: DeviceModel, n: int) -> Plan:
-    """The SHAP :class:`Plan` a call of ``n`` rows runs: :func:`few_rows_shap_plan` for at most
-    ``few_rows`` rows, or where :func:`shap_plan`'s quadrature chunks would give the call fewer
-    than ``few_rows_blocks`` thread blocks (a model of few paths: too few waves to fill the
-    GPU evenly), else :func:`shap_plan` (the same bits either way)."""
+    """The SHAP :class:`Plan` a batch of ``n`` rows runs: :func:`few_rows_shap_plan` for at
+    most ``few_rows`` rows, or where :func:`shap_plan`'s quadrature chunks would give the batch
+    fewer than ``few_rows_blocks`` thread blocks (a model of few paths: too few waves to fill
+    the GPU evenly; counted over all its quadrature launches, at two rows a thread and
+    ``shap_quadrature_warps`` warps a block, an estimate of how the launches size their
+    blocks), else :func:`shap_plan` (the same bits either way)."""
     config = get_config()
     if n <= config.few_rows:
         return few_rows_shap_plan(packed, model)
     plan = model.shap
     least = int(config.few_rows_blocks)
-    if least > 0:
+    if least > 0 and config.few_rows_chunk_paths < config.quadrature_chunk_paths:
         chunks = sum(q.n_local if plan.lane_column is not None else q.n_chunks
                      for q in plan.quadrature)  # fmt: skip
         block_rows = 64 * int(config.shap_quadrature_warps)  # two rows a thread
