@@ -52,6 +52,7 @@ from distshap.kernels.cuda.table_fill import fill_interaction_tables, fill_shap_
 from distshap.packed import PackedModel
 from distshap.plan.config import Config, config_context, get_config
 from distshap.plan.costs import device_costs, forced_costs
+from distshap.plan.geometry import local_tiles
 from distshap.plan.gpu import (
     fixed_point_shift,
     interaction_table_offsets,
@@ -459,8 +460,8 @@ def shap_plan_of_rows(packed: PackedModel, model: DeviceModel, n: int) -> Plan:
     plan = model.shap
     least = int(config.few_rows_blocks)
     if least > 0 and config.few_rows_chunk_paths < config.quadrature_chunk_paths:
-        chunks = sum(q.n_local if plan.lane_column is not None else q.n_chunks
-                     for q in plan.quadrature)  # fmt: skip
+        local = local_tiles(plan)
+        chunks = sum(q.n_local if local else q.n_chunks for q in plan.quadrature)
         block_rows = 64 * int(config.shap_quadrature_warps)  # two rows a thread
         if 0 < chunks * -(-int(n) // block_rows) < least:
             return few_rows_shap_plan(packed, model)
