@@ -30,6 +30,7 @@ __all__ = [
     "explanation",
     "explanation_names",
     "import_shap",
+    "layout_block",
     "layout_values",
     "shap_layout",
 ]
@@ -46,12 +47,58 @@ DEFAULT_LAYOUT = "shap"
 
 def layout_values(out: Any, one_row: bool, layout: str, interactions: bool) -> Any:
     """``(n, G, F+1[, F+1])`` -> the arrays ``shap_values`` / ``shap_interaction_values``
-    return in ``layout``."""
+    return in ``layout``.
+
+    A lazy result of :func:`distshap.cluster.explain_dask` gets its layout inside the tasks
+    that compute its blocks (:func:`_dask_layout`), not from a Dask operation on top.
+    """
+    if is_dask(out) and not one_row:
+        fused = _dask_layout(out, layout, interactions)
+        if fused is not None:
+            return fused
     if layout == "xgboost":
         out = out[:, 0] if out.shape[1] == 1 else out
         return out[0] if one_row else out
     values, _ = shap_layout(out, interactions)
     return values[0] if one_row else values
+
+
+def layout_block(block: Any, layout: str, interactions: bool) -> Any:
+    """A block ``(n, G, F+1[, F+1])`` -> the same rows in ``layout`` (views: no copy).
+
+    XGBoost's: the groups axis dropped for one group. shap's: no bias column (nor row), groups
+    last; for interactions ``[n, j, i, g]`` = ``block[n, g, i, j]``, shap's XGBoost layout.
+    NumPy, CuPy or Dask.
+    """
+    groups = block.shape[1]
+    if layout == "xgboost":
+        return block[:, 0] if groups == 1 else block
+    F = block.shape[2] - 1
+    if interactions:
+        values = block[:, :, :F, :F]
+        return values[:, 0] if groups == 1 else values.swapaxes(1, 3)
+    values = block[:, :, :F]
+    return values[:, 0] if groups == 1 else values.transpose(0, 2, 1)
+
+
+def _dask_layout(out: Any, layout: str, interactions: bool) -> Any:
+    """:func:`layout_block` of each block of a lazy result, inside the task computing it
+    (:func:`~distshap.cluster.graph.then_blocks`); None where that cannot be done."""
+    groups, width = out.shape[1], out.shape[2]
+    if layout == "xgboost" and groups > 1:
+        return out
+    import functools
+
+    from dask.array.utils import meta_from_array
+
+    from distshap.cluster.graph import then_blocks
+
+    columns = width if layout == "xgboost" else width - 1
+    tail = ((columns,),) * (2 if interactions else 1)
+    tail += ((groups,),) if groups > 1 else ()
+    then = functools.partial(layout_block, layout=layout, interactions=interactions)
+    meta = meta_from_array(out._meta, ndim=len(tail) + 1, dtype=out.dtype)
+    return then_blocks(out, then, tail, meta, layout)
 
 
 def explanation(
@@ -256,15 +303,8 @@ def shap_layout(out: Any, interactions: bool) -> tuple[Any, Any]:
     """``(n, G, F+1[, F+1])`` -> shap's ``values`` and ``base_values`` (NumPy, CuPy or Dask)."""
     F = out.shape[2] - 1
     groups = out.shape[1]
-    if interactions:
-        base = out[:, :, F, F]
-        values = out[:, :, :F, :F]
-        # shap's XGBoost layout: [n, j, i, g] = pred_interactions[n, g, i, j]
-        values = values[:, 0] if groups == 1 else values.swapaxes(1, 3)
-    else:
-        base = out[:, :, F]
-        values = out[:, :, :F]
-        values = values[:, 0] if groups == 1 else values.transpose(0, 2, 1)
+    base = out[:, :, F, F] if interactions else out[:, :, F]
+    values = layout_block(out, "shap", interactions)
     base = base[:, 0] if groups == 1 else base
     if not is_dask(values):
         xp = np if not is_cupy(values) else __import__("cupy")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-import uuid
 from typing import Any
 
 import dask.array as da
@@ -26,7 +25,7 @@ import numpy as np
 from dask.array.utils import meta_from_array
 
 from distshap import kernels
-from distshap.cluster.graph import InConfig, map_rows
+from distshap.cluster.graph import InConfig, map_rows, unique_name
 from distshap.cluster.shipping import _get_client, model_future
 from distshap.cluster.staging import run_host_rows, staged_blocks
 from distshap.cluster.watch import result_of, wait_for
@@ -86,7 +85,7 @@ def _frame_rows(X: Any, packed: Any, model: Any, client: Any) -> da.Array:
         model,
         meta=meta,
         enforce_metadata=False,
-        token=f"distshap-rows-{uuid.uuid4().hex}",
+        token=unique_name("distshap-rows"),
     )
     return da.Array(values.dask, values.name, (lengths, (F,)), meta=meta)
 
@@ -336,7 +335,7 @@ def explain_dask(
     travelling = dataclasses.replace(request, background=None)  # the background is `shipped`
     return map_rows(
         client, X, _block_values, (model, travelling, shipped, converted),
-        tail, meta, f"distshap-{label}-{uuid.uuid4().hex}", balance,
+        tail, meta, unique_name(f"distshap-{label}"), balance,
         labels=labels, split_rows=split_rows,
     )  # fmt: skip
 

@@ -16,7 +16,6 @@ with the additivity check.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import dask.array as da
@@ -25,6 +24,7 @@ from dask.array.utils import meta_from_array
 
 from distshap.cluster.dask_explain import _check_backend, _rows_array
 from distshap.cluster.graph import map_rows as _map_rows
+from distshap.cluster.graph import unique_name
 from distshap.cluster.shipping import _get_client, model_future
 from distshap.inputs import is_cupy
 from distshap.pair_rows import finish_summary, summary_partial, top_interactions_rows
@@ -110,7 +110,7 @@ def top_interactions_dask(
     both = _map_rows(
         client, X, _block_top, (model, k, backend, check_additivity, batch_rows),
         ((G,), (k,), (3,)), meta,
-        f"distshap-top-pairs-{uuid.uuid4().hex}", balance,
+        unique_name("distshap-top-pairs"), balance,
     )  # fmt: skip
     pairs = both.map_blocks(
         _as_pairs, chunks=both.chunks[:3] + ((2,),), dtype=np.int32,
@@ -178,12 +178,12 @@ def interaction_summary_dask(
     parts = _map_rows(
         client, X, _block_partial, (model, bool(signed), backend, check_additivity, batch_rows),
         ((2,), (width,)), np.empty((0, 0, 0), np.int64),
-        f"distshap-pair-sums-{uuid.uuid4().hex}", balance, per_chunk=(1,),
+        unique_name("distshap-pair-sums"), balance, per_chunk=(1,),
     )  # fmt: skip
     total = parts.sum(axis=0, split_every=split_every, dtype=np.int64)
     G, F1 = packed.num_groups, packed.num_features + 1
     return da.map_blocks(
         _finish, total, model, bool(signed), chunks=((G,), (F1,), (F1,)), new_axis=[0],
         dtype=np.float64, meta=np.empty((0, 0, 0), np.float64),
-        name=f"distshap-pair-summary-{uuid.uuid4().hex}",
+        name=unique_name("distshap-pair-summary"),
     )  # fmt: skip

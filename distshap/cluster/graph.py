@@ -5,12 +5,16 @@ or, for rows already in the cluster's memory, the pieces of :func:`balance_plan`
 every worker an equal share whatever the chunks' placement (only surplus rows travel). Every
 task runs inside the configuration the client had when the graph was built
 (:func:`distshap.plan.config.get_config`, applied with ``config_context`` on the worker), so a
-setting changed on the client changes the workers' computation.
+setting changed on the client changes the workers' computation. :func:`then_blocks` moves a
+per-block step (e.g. an output layout) into the tasks of a :func:`map_rows` result, so that it
+adds no layer, and :func:`unique_name` names each call's graph.
 """
 
 from __future__ import annotations
 
 import inspect
+import itertools
+import os
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -27,7 +31,27 @@ try:  # the task spec of dask >= 2024.12
 except ImportError:  # older dask: tuples, literals and keys as they are
     DataNode = Task = TaskRef = None
 
-__all__ = ["InConfig", "balance_plan", "map_rows"]
+__all__ = ["InConfig", "balance_plan", "map_rows", "then_blocks", "unique_name"]
+
+_NAME_COUNTER = itertools.count()
+_PROCESS_TOKEN = uuid.uuid4().hex
+
+
+def _new_process_token() -> None:
+    global _PROCESS_TOKEN
+    _PROCESS_TOKEN = uuid.uuid4().hex
+
+
+os.register_at_fork(after_in_child=_new_process_token)  # a forked child draws its own
+
+
+def unique_name(prefix: str) -> str:
+    """``prefix-<token>-<n>``: a graph name no other call makes, in this process or another.
+
+    The token is drawn at random once a process (again in a forked child), ``n`` counts this
+    process's names: one draw of the system's random source a process, not one a call.
+    """
+    return f"{prefix}-{_PROCESS_TOKEN}-{next(_NAME_COUNTER)}"
 
 
 class InConfig:
@@ -182,6 +206,17 @@ def _piece_values(
     if labels is not None:
         return func(source, *args, labels, row_offset=row_offset)
     return func(source, *args, row_offset=row_offset)
+
+
+class _Then:
+    """``first(*args, **kwargs)``, then ``then`` of its result: one picklable task function."""
+
+    def __init__(self, first: Any, then: Any) -> None:
+        self.first = first
+        self.then = then
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.then(self.first(*args, **kwargs))
 
 
 def _task(key: Any, func: Any, *args: Any) -> Any:
@@ -345,3 +380,52 @@ def map_rows(
     if per_chunk is None and sizes != target.chunks[0]:
         out = out.rechunk({0: target.chunks[0]})
     return out
+
+
+def then_blocks(values: da.Array, then: Any, tail_chunks: tuple, meta: Any, suffix: str) -> Any:
+    """``values`` (a :func:`map_rows` result) with ``then`` applied to each block in its task.
+
+    The task that computes a block returns ``then(block)`` instead: no layer (and no task) on
+    top of the kernels', as a Dask operation on ``values`` would add.
+
+    Parameters
+    ----------
+    values : dask.array.Array
+        As :func:`map_rows` returns it.
+    then : callable
+        A block -> the new block, the same rows (a picklable function).
+    tail_chunks : tuple
+        Chunks of the new blocks' axes after the rows.
+    meta : array
+        The new array's meta.
+    suffix : str
+        Names the new array, ``values``' name + ``"-" + suffix``: one suffix per ``then``.
+
+    Returns
+    -------
+    dask.array.Array or None
+        Chunked like ``values``' rows. None where ``values`` is not one layer of
+        :func:`map_rows` tasks (e.g. pieces merged back to the row chunks, or an older dask):
+        the caller applies ``then`` with Dask's operations instead.
+    """
+    from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+    graph = values.dask
+    mapping = getattr(graph.layers.get(values.name), "mapping", None)
+    if Task is None or not isinstance(mapping, Mapping):
+        return None
+    name = f"{values.name}-{suffix}"
+    tail_index = (0,) * len(tail_chunks)
+    dsk = {}
+    for key, node in mapping.items():
+        if not (isinstance(node, Task) and node.func is _piece_values and not node.kwargs):
+            return None
+        func, *rest = node.args
+        new_key = (name, key[1]) + tail_index
+        dsk[new_key] = Task(new_key, _piece_values, _Then(func, then), *rest)
+    layers = {k: v for k, v in graph.layers.items() if k != values.name}
+    dependencies = {k: v for k, v in graph.dependencies.items() if k != values.name}
+    layers[name] = MaterializedLayer(dsk)
+    dependencies[name] = graph.dependencies.get(values.name, set())
+    out_graph = HighLevelGraph(layers, dependencies)
+    return da.Array(out_graph, name, (values.chunks[0],) + tuple(tail_chunks), meta=meta)
