@@ -15,13 +15,17 @@ median milliseconds of ``--calls`` calls of:
 * ``same bits``: the ``dask`` call's values equal the ``in-process`` call's, bit for bit;
 * ``tasks``: tasks the worker ran a ``dask`` call (each a hand-over by the scheduler, which
   batches its messages to a worker for the stream's interval), a count that a busy machine
-  does not blur.
+  does not blur;
+* ``over array`` (``--paired``): the median of ``dask`` minus ``dask array`` over ``--calls``
+  pairs of the two calls made one right after the other, so that both see the same load: what
+  distshap adds to Dask's floor for an array, which a shared machine blurs less than the two
+  medians apart.
 
 for each ``--rows`` count, after a line with the batching interval of each message stream of
 the cluster (``--batch-interval``: :func:`distshap.start_cluster`'s argument, ``none`` for
 distributed's own: 10 ms client to scheduler, 5 ms scheduler to worker, 2 ms worker to
 scheduler and scheduler to client). The explainer is the public one, additivity check on,
-XGBoost's layout. ``dask - in-process`` is the fixed cost per call that the issue is about
+in ``--layout`` (XGBoost's by default). ``dask - in-process`` is the fixed cost per call
 (``min``: the same of the fastest calls, which a loaded machine blurs less than medians).
 ``--interleave R`` adds, per case, round trips and ``dask`` calls timed in ``R`` rounds that
 switch the streams between distributed's intervals and the cluster's own every 5 calls, so that
@@ -200,6 +204,21 @@ def _interleaved_lines(label: str, times: dict) -> list[str]:
     return lines
 
 
+def _paired_ms(call, floor, calls: int, warm: int = 3) -> float:
+    """Median milliseconds of ``call`` minus ``floor`` over ``calls`` pairs made back to back."""
+    for _ in range(warm):
+        call()
+        floor()
+    differences = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        call()
+        middle = time.perf_counter()
+        floor()
+        differences.append(1e3 * ((middle - started) - (time.perf_counter() - middle)))
+    return statistics.median(differences)
+
+
 def _profile(call, calls: int, top: int) -> str:
     profiler = cProfile.Profile()
     profiler.enable()
@@ -245,7 +264,7 @@ def run(args: argparse.Namespace) -> dict:
     with _client(gpu, args.batch_interval) as client:
         report["intervals_ms"] = stream_intervals(client)
         print(f"stream batching intervals (ms): {report['intervals_ms']}", flush=True)
-        explainer = TreeExplainer(booster, backend=backend, client=client, layout="xgboost")
+        explainer = TreeExplainer(booster, backend=backend, client=client, layout=args.layout)
         trips = timings_ms(lambda: client.submit(_one, pure=False).result(), args.calls)
         report["round_trip_ms"], report["round_trip_min_ms"] = statistics.median(trips), min(trips)
         print(
@@ -277,6 +296,12 @@ def run(args: argparse.Namespace) -> dict:
                 case["tasks"] = tasks_per_call(
                     client, lambda d=dX: explainer.shap_values(d).compute()
                 )
+                if args.paired:
+                    case["over_array_ms"] = _paired_ms(
+                        lambda d=dX: explainer.shap_values(d).compute(),
+                        lambda d=dX: (d + 1).compute(),
+                        args.calls,
+                    )
                 report["cases"].append(case)
                 print(
                     f"{n:>6} rows {kind:>5}: in-process {case['in_process_ms']:7.2f} ms, "
@@ -286,6 +311,9 @@ def run(args: argparse.Namespace) -> dict:
                     f"dask array {case['dask_array_ms']:.2f}; same bits {case['same_bits']}",
                     flush=True,
                 )
+                if args.paired:
+                    print(f"{n:>6} rows {kind:>5}: over array {case['over_array_ms']:.2f} ms "
+                          f"(median of {args.calls} pairs)", flush=True)  # fmt: skip
                 if args.interleave:
                     times = interleaved(
                         client,
@@ -327,6 +355,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="also time round trips and dask calls in this many rounds of 5 calls each under "
         "distributed's intervals and under the cluster's own, alternately (same load)",
     )
+    parser.add_argument("--layout", choices=["xgboost", "shap"], default="xgboost",
+                        help="the explainer's layout (default xgboost)")  # fmt: skip
+    parser.add_argument("--paired", action="store_true",
+                        help="also time dask and dask array calls back to back")  # fmt: skip
     parser.add_argument("--out", type=Path, help="write the numbers as JSON here")
     return parser.parse_args(argv)
 
