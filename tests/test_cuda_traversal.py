@@ -21,6 +21,7 @@ from distshap.kernels.cuda.traversal import packed_arrays
 from distshap.kernels.margin import margin_model, predict_margin
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
+from distshap.plan.config import config_context
 
 import naive
 import tiny
@@ -100,6 +101,7 @@ from distshap.kernels.cuda import traversal as T
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 from distshap.kernels.cuda.small.model import read_flag
+from distshap.plan.config import set_config
 sys.setswitchinterval(1e-4)
 
 def same(a, b, what):
@@ -112,12 +114,12 @@ cpu = predict_margin(model, X)
 same(cpu, naive.predict_margin(ens, X), "cpu")
 T._TILE = 4  # three tiles: both buffers, a partial last tile (the kernels are keyed by it)
 for rows_max in (4096, 0):  # the block traversal, then a thread per row
-    T.BLOCK_ROWS_MAX = rows_max
+    set_config(margin_block_rows=rows_max)
     out = np.full_like(cpu, np.nan)
     T.gpu_margin(model, X, out)
     same(out, cpu, rows_max)
 T._MAX_BLOCKS = 2  # two blocks loop over the five rows
-T.BLOCK_ROWS_MAX = 4096
+set_config(margin_block_rows=4096)
 out = np.full_like(cpu, np.nan)
 T.gpu_margin(model, X, out)
 same(out, cpu, "grid-stride")
@@ -150,7 +152,6 @@ def test_gpu_margin_bits_and_checks():
 
     from distshap.additivity import check_additivity, check_margin
     from distshap.additivity_rule import AdditivityError
-    from distshap.kernels.cuda import traversal
 
     ens = tiny.random_ensemble(11, n_features=8, n_trees=700, depth=6, n_groups=3,
                                n_categorical=2)  # fmt: skip
@@ -159,9 +160,9 @@ def test_gpu_margin_bits_and_checks():
         X = tiny.random_rows(5, ens, n, 0.1)
         cpu = predict_margin(model, X)
         Xd = cupy.asarray(X)
-        for rows_max in (0, 1 << 30, 1 << 12):  # a thread per row, the block traversal, auto
-            traversal.BLOCK_ROWS_MAX = rows_max
-            assert _same(cupy.asnumpy(predict_margin(model, Xd)), cpu), (n, rows_max)
+        for rows_max in (0, 1 << 30, 1 << 12):  # a thread per row, the block traversal, either
+            with config_context(margin_block_rows=rows_max):
+                assert _same(cupy.asnumpy(predict_margin(model, Xd)), cpu), (n, rows_max)
         vals = np.zeros((n, 3, 5), np.float32)
         vals[:, :, 0] = cpu.astype(np.float32)
         vals[:, :, 1] = (cpu - vals[:, :, 0]).astype(np.float32)
@@ -183,7 +184,6 @@ def test_gpu_public_call_bits_do_not_depend_on_the_traversal():
     import xgboost as xgb
 
     from distshap import TreeExplainer
-    from distshap.kernels.cuda import traversal
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 6)).astype(np.float32)
@@ -193,9 +193,9 @@ def test_gpu_public_call_bits_do_not_depend_on_the_traversal():
     Xd = cupy.asarray(X[:200])
     outs = []
     for on in (False, True):
-        traversal.BLOCK_ROWS_MAX = 1 << 12 if on else 0
-        outs.append((cupy.asnumpy(explainer.shap_values(Xd)),
-                     cupy.asnumpy(explainer.shap_interaction_values(Xd))))  # fmt: skip
+        with config_context(margin_block_rows=1 << 12 if on else 0):
+            outs.append((cupy.asnumpy(explainer.shap_values(Xd)),
+                         cupy.asnumpy(explainer.shap_interaction_values(Xd))))  # fmt: skip
     for a, b in zip(*outs, strict=True):
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
 

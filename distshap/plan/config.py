@@ -54,6 +54,11 @@ class Config:
         the whole call (:mod:`distshap.kernels.cuda.replay`: captured on the first call of
         that many rows, kept with the device model), for a fraction of the host's time a call.
         0: never. The bits do not depend on it.
+    margin_block_rows : int
+        The additivity check's margin traversal on the GPU: calls (a batch) of at most this
+        many rows walk a block a row, its threads over the trees (each row's trees in
+        parallel), more rows a thread a row (enough rows to fill the GPU by themselves, and
+        each warp's rows in the same tree). 0: a thread a row always. The same bits either way.
     quadrature_shared_bytes : int
         Shared memory of a quadrature kernel's block at most (its per-row accumulators).
     quadrature_tile_features : int
@@ -145,6 +150,7 @@ interventional_interaction_table_budget_bytes : int
     few_rows_blocks: int = 8192
     path_thread_rows: int = 16
     replay_rows: int = 16
+    margin_block_rows: int = 1 << 17
     quadrature_shared_bytes: int = 48 * 1024
     quadrature_tile_features: int = 0
     quadrature_tile_window: int = 256

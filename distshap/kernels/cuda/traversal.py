@@ -5,11 +5,14 @@ Kernels (a row's margin of group ``g``: ``base_score[g]`` plus the group's leaf 
 by one in tree order in float64, as the CPU adds them, so every kernel here gives the CPU's
 bits):
 
-* :func:`gpu_margin` with few rows (:data:`BLOCK_ROWS_MAX`): a block of :data:`_THREADS` threads
+* :func:`gpu_margin` with up to :func:`block_rows_max` rows: a block of :data:`_THREADS` threads
   per row walks the trees a tile (:data:`_TILE` trees) at a time, one tree a thread, into shared
   memory, where thread ``g`` adds group ``g``'s leaves in tree order while the block walks the
-  next tile (two buffers). Many rows: one thread per row walking every tree. The same bits.
-* :func:`check_rows` (up to :data:`BLOCK_ROWS_MAX` rows): the block traversal, then the row's
+  next tile (two buffers). A thread per row walking every tree would run each row's trees one
+  after another, on too few threads to hide the memory latency until the rows fill the GPU.
+  More rows: one thread per row walking every tree (a warp's rows start in the same tree).
+  The same bits.
+* :func:`check_rows` (up to :func:`block_rows_max` rows): the block traversal, then the row's
   values of each group summed by the block in float64 (a fixed reduction tree) and compared
   with its margin with the tolerance of :func:`distshap.additivity.check_additivity` (its
   caller passes half of it); a row that misses
@@ -32,11 +35,10 @@ from numba import cuda
 from distshap.kernels.cuda.runtime.model import device_model
 from distshap.kernels.treeshap import leaf
 from distshap.packed import PackedModel
+from distshap.plan.config import get_config
 
-__all__ = ["BLOCK_ROWS_MAX", "check_rows", "check_values", "gpu_margin"]
+__all__ = ["block_rows_max", "check_rows", "check_values", "gpu_margin"]
 
-#: Above this many rows the GPU walks one thread per row (they fill the GPU by themselves).
-BLOCK_ROWS_MAX = 1 << 12
 _THREADS = 128  # threads of the block traversal; at most this many groups take it
 _TILE = 512  # trees a tile (two tiles of leaf values and groups in shared memory: 12 KiB)
 _MAX_BLOCKS = 1 << 15  # grid cap of the block traversal (more rows loop; same bits)
@@ -294,6 +296,12 @@ def _check_kernels(threads: int, tile: int):
     return check_kernel, values_kernel
 
 
+def block_rows_max() -> int:
+    """Rows of a call the traversal walks a block a row at most (``margin_block_rows`` of the
+    configuration); more rows, a thread a row."""
+    return int(get_config().margin_block_rows)
+
+
 def _block_grid(n: int) -> int:
     return max(1, min(n, _MAX_BLOCKS))
 
@@ -310,7 +318,7 @@ def gpu_margin(packed: PackedModel, X: Any, out: Any) -> None:
     arrays = _kept_arrays(packed)
     s = args.current_stream()
     groups = int(packed.margin["base_score"].shape[0])
-    if n <= BLOCK_ROWS_MAX and groups <= _THREADS:
+    if n <= block_rows_max() and groups <= _THREADS:
         args.launch(block_kernel, _block_grid(n), _THREADS, s, 0, (X, *arrays, out))
     else:
         threads = 128
@@ -329,7 +337,7 @@ def check_rows(
     check of ``values`` (C-contiguous float32 ``(n, G, W)``) against it, on CuPy's current
     stream; returns ``(flag, stream)`` for :func:`distshap.kernels.cuda.small.model.read_flag`
     (set where a row misses by more than ``rtol`` of its scale), or ``None`` where the model
-    has more groups than the block has threads, or for more rows than :data:`BLOCK_ROWS_MAX`
+    has more groups than the block has threads, or for more rows than :func:`block_rows_max`
     (the caller then runs :func:`gpu_margin`, thread per row, and :func:`check_values`).
     ``flag``: a mapped int32 array of one to set instead of this thread's
     (:func:`~distshap.kernels.cuda.small.model.check_flag`); ``arrays``: the margin arrays
@@ -339,7 +347,7 @@ def check_rows(
 
     groups = int(packed.margin["base_score"].shape[0])
     n = int(X.shape[0])
-    if groups > _THREADS or n > BLOCK_ROWS_MAX:
+    if groups > _THREADS or n > block_rows_max():
         return None  # many rows: the thread-per-row traversal, then the check
     check_kernel = _kernels()[2]
     s = args.current_stream()

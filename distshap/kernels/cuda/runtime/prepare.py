@@ -119,7 +119,7 @@ def _meanwhile(function: Any, *args: Any) -> Future:
 
 
 #: Kernels loaded where Numba's disk cache has them, never compiled here: the additivity
-#: check's kernel of calls of up to :data:`~distshap.kernels.cuda.traversal.BLOCK_ROWS_MAX`
+#: check's kernel of calls of up to :func:`~distshap.kernels.cuda.traversal.block_rows_max`
 #: rows (the others of the check serve larger calls), which a call of more rows never
 #: launches and which compiles longest of them.
 ONLY_CACHED = ("margin_check_kernel",)

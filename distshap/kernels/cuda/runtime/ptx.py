@@ -183,7 +183,7 @@ def shap_kernel_names(num_features: int, num_groups: int, longest_path: int) -> 
 _TRAVERSAL = "int32[::1], int64[::1], float64[::1], boolean[::1]"  # the margin model's arrays
 
 #: The additivity check's kernels (float32 rows, as XGBoost's): up to
-#: :data:`~distshap.kernels.cuda.traversal.BLOCK_ROWS_MAX` rows the block traversal with the
+#: :func:`~distshap.kernels.cuda.traversal.block_rows_max` rows the block traversal with the
 #: check, more rows the thread-per-row traversal and the check against its margins.
 MARGIN_KERNELS = ("margin_check_kernel", "margin_rows_kernel", "margin_values_kernel")
 
