@@ -92,6 +92,16 @@ def test_layout_in_the_kernels_tasks(client, models, rows, layout, groups, backg
         np.testing.assert_array_equal(lazy.compute(), call(rows), err_msg=kind)
 
 
+def test_rows_from_a_computation_keep_their_layers(client, models, rows):
+    """Rows that are a Dask computation's output: its layers stay below the one layer."""
+    explainer = TreeExplainer(models["many"], backend="cpu", client=client)
+    dX = da.from_array(rows, chunks=(CHUNKS, -1)) * 1
+    lazy = explainer.shap_values(dX)
+    assert set(lazy.dask.layers) == set(dX.dask.layers) | {lazy.name}
+    assert lazy.dask.dependencies[lazy.name] == {dX.name}
+    np.testing.assert_array_equal(lazy.compute(), explainer.shap_values(rows))
+
+
 def test_other_arrays_get_the_layout_from_dask(client, models, rows):
     """A result with a layer on top of the kernels' (here a rechunk) is sliced by Dask."""
     explainer = TreeExplainer(models["many"], backend="cpu", client=client)
