@@ -141,6 +141,6 @@ def test_gpu_replay_serves_only_what_it_takes():
     assert replayed_values(packed, rows, rows.copy()) is None
     with config_context(replay_rows=3):
         assert replayed_values(packed, rows, rows) is None  # 4 rows
-    many = np.zeros((4097, 8), np.float32)  # more than the check's block traversal takes
-    with config_context(replay_rows=5000):
+    many = np.zeros((65, 8), np.float32)  # more than the check's block traversal takes
+    with config_context(replay_rows=100, margin_block_rows=64):
         assert replayed_values(packed, many, many) is None

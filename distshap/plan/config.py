@@ -150,7 +150,7 @@ interventional_interaction_table_budget_bytes : int
     few_rows_blocks: int = 8192
     path_thread_rows: int = 16
     replay_rows: int = 16
-    margin_block_rows: int = 1 << 17
+    margin_block_rows: int = 1 << 15
     quadrature_shared_bytes: int = 48 * 1024
     quadrature_tile_features: int = 0
     quadrature_tile_window: int = 256
