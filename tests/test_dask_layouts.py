@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import distshap.cluster.graph as graph
-from distshap import TreeExplainer
+from distshap import TreeExplainer, kernels
 from distshap.cluster import explain_dask, start_cluster
 from distshap.layouts import layout_block, layout_values
 
@@ -121,3 +121,20 @@ def test_unique_names():
     token = first.split("-")[2]
     graph._new_process_token()  # as in a forked child
     assert graph.unique_name("distshap-x").split("-")[2] != token
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not kernels.cuda_available(), reason="no CUDA GPU visible")
+@pytest.mark.parametrize("layout", ["xgboost", "shap"])
+def test_cupy_chunks_in_either_layout(client, models, rows, layout):
+    """CuPy chunks: CuPy blocks in the layout, the bits of the in-memory CuPy call."""
+    cupy = pytest.importorskip("cupy")
+    explainer = TreeExplainer(models["many"], backend="cuda", client=client, layout=layout)
+    dX = da.from_array(cupy.asarray(rows), chunks=(CHUNKS, -1))
+    for call in _calls(explainer).values():
+        lazy = call(dX)
+        assert len(lazy.dask.layers) == 1
+        assert type(lazy._meta).__module__.split(".")[0] == "cupy"
+        out = lazy.compute()
+        assert isinstance(out, cupy.ndarray)
+        np.testing.assert_array_equal(out.get(), call(cupy.asarray(rows)).get())
