@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_LAYOUT",
     "LAYOUTS",
     "DaskExplanation",
+    "base_block",
     "check_layout",
     "check_output_fits",
     "distinct_names",
@@ -50,7 +51,7 @@ def layout_values(out: Any, one_row: bool, layout: str, interactions: bool) -> A
     return in ``layout``.
 
     A lazy result of :func:`distshap.cluster.explain_dask` gets its layout inside the tasks
-    that compute its blocks (:func:`_dask_layout`), not from a Dask operation on top.
+    that compute its blocks (:func:`_dask_layout`), not from Dask operations on top.
     """
     if is_dask(out) and not one_row:
         fused = _dask_layout(out, layout, interactions)
@@ -83,7 +84,8 @@ def layout_block(block: Any, layout: str, interactions: bool) -> Any:
 
 def _dask_layout(out: Any, layout: str, interactions: bool) -> Any:
     """:func:`layout_block` of each block of a lazy result, inside the task computing it
-    (:func:`~distshap.cluster.graph.then_blocks`); None where that cannot be done."""
+    (:func:`~distshap.cluster.graph.then_blocks`), else in a layer on top
+    (:func:`~distshap.cluster.graph.blocks_then`); None where neither can be done."""
     groups, width = out.shape[1], out.shape[2]
     if layout == "xgboost" and groups > 1:
         return out
@@ -91,14 +93,15 @@ def _dask_layout(out: Any, layout: str, interactions: bool) -> Any:
 
     from dask.array.utils import meta_from_array
 
-    from distshap.cluster.graph import then_blocks
+    from distshap.cluster.graph import blocks_then, then_blocks
 
     columns = width if layout == "xgboost" else width - 1
     tail = ((columns,),) * (2 if interactions else 1)
     tail += ((groups,),) if groups > 1 else ()
     then = functools.partial(layout_block, layout=layout, interactions=interactions)
     meta = meta_from_array(out._meta, ndim=len(tail) + 1, dtype=out.dtype)
-    return then_blocks(out, then, tail, meta, layout)
+    fused = then_blocks(out, then, tail, meta, layout)
+    return blocks_then(out, then, tail, meta, layout) if fused is None else fused
 
 
 def explanation(
@@ -106,9 +109,10 @@ def explanation(
 ) -> Any:
     """Values ``(n, G, F+1[, F+1])`` -> a ``shap.Explanation`` in shap's layouts (a
     :class:`DaskExplanation` for Dask input); ``start``: ``time.perf_counter()`` of the call."""
-    values, base = shap_layout(out, interactions)
     if is_dask(inp.rows):
+        values, base = _dask_shap_layout(out, interactions)
         return DaskExplanation(values, base, dask_data(inp.rows, packed), names)
+    values, base = shap_layout(out, interactions)
     if is_cupy(values):
         values, base = values.get(), base.get()
     data = explanation_data(inp, packed)
@@ -312,6 +316,39 @@ def shap_layout(out: Any, interactions: bool) -> tuple[Any, Any]:
         base = xp.ascontiguousarray(base, dtype=xp.float64)
     else:
         base = base.astype(np.float64)
+    return values, base
+
+
+def base_block(block: Any, interactions: bool) -> Any:
+    """A block ``(n, G, F+1[, F+1])`` -> its rows' bias, float64 ``(n,)`` / ``(n, G)``."""
+    F = block.shape[2] - 1
+    base = block[:, :, F, F] if interactions else block[:, :, F]
+    return (base[:, 0] if block.shape[1] == 1 else base).astype(np.float64)
+
+
+def _dask_shap_layout(out: Any, interactions: bool) -> tuple[Any, Any]:
+    """:func:`shap_layout` of a lazy result: two layers on top of it, a task a block each
+    (:func:`~distshap.cluster.graph.blocks_then`), or Dask's operations where they cannot be."""
+    import functools
+
+    from dask.array.utils import meta_from_array
+
+    from distshap.cluster.graph import blocks_then
+
+    groups, F = out.shape[1], out.shape[2] - 1
+    group_tail = ((groups,),) if groups > 1 else ()
+    tail = ((F,),) * (2 if interactions else 1) + group_tail
+    values = blocks_then(
+        out, functools.partial(layout_block, layout="shap", interactions=interactions), tail,
+        meta_from_array(out._meta, ndim=len(tail) + 1, dtype=out.dtype), "explanation-values",
+    )  # fmt: skip
+    base = blocks_then(
+        out, functools.partial(base_block, interactions=interactions), group_tail,
+        meta_from_array(out._meta, ndim=len(group_tail) + 1, dtype=np.float64),
+        "explanation-base",
+    )  # fmt: skip
+    if values is None or base is None:
+        return shap_layout(out, interactions)
     return values, base
 
 

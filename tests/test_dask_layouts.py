@@ -16,7 +16,7 @@ import pytest
 import distshap.cluster.graph as graph
 from distshap import TreeExplainer, kernels
 from distshap.cluster import explain_dask, start_cluster
-from distshap.layouts import layout_block, layout_values
+from distshap.layouts import layout_block, layout_values, shap_layout
 
 xgb = pytest.importorskip("xgboost")
 
@@ -103,7 +103,7 @@ def test_rows_from_a_computation_keep_their_layers(client, models, rows):
 
 
 def test_other_arrays_get_the_layout_from_dask(client, models, rows):
-    """A result with a layer on top of the kernels' (here a rechunk) is sliced by Dask."""
+    """A result with a layer on top of the kernels' (here a rechunk) gets one more layer."""
     explainer = TreeExplainer(models["many"], backend="cpu", client=client)
     dX = da.from_array(rows, chunks=(CHUNKS, -1))
     raw = explain_dask(explainer.packed, dX, client=client, interactions=True)
@@ -111,8 +111,32 @@ def test_other_arrays_get_the_layout_from_dask(client, models, rows):
     assert graph.then_blocks(merged, np.negative, raw.chunks[1:], raw._meta, "x") is None
     values = layout_values(merged, False, "shap", True)
     assert values.chunks == ((10, 50), (N_FEATURES,), (N_FEATURES,), (3,))
-    assert len(values.dask.layers) > 2
+    assert set(values.dask.layers) == set(merged.dask.layers) | {values.name}
     np.testing.assert_array_equal(values.compute(), explainer.shap_interaction_values(rows))
+
+
+@pytest.mark.parametrize("interactions", [False, True])
+@pytest.mark.parametrize("groups", ["one", "many"])
+def test_explanation_values_and_base_on_one_kernel_task(client, models, rows, groups,
+                                                        interactions):  # fmt: skip
+    """``explainer(dask_X)``: values and base values, a layer each on top of the kernels'
+    (one kernel task a chunk feeds both), structured as Dask's slicing gives them, with the
+    in-memory explanation's bits."""
+    explainer = TreeExplainer(models[groups], backend="cpu", client=client)
+    dX = da.from_array(rows, chunks=(CHUNKS, -1))
+    lazy = explainer(dX, interactions=interactions)
+    kernel_layers = set(lazy.values.dask.layers) - {lazy.values.name}
+    assert len(kernel_layers) == 1
+    assert set(lazy.base_values.dask.layers) == kernel_layers | {lazy.base_values.name}
+    raw = explain_dask(explainer.packed, dX, client=client, interactions=interactions)
+    sliced_values, sliced_base = shap_layout(raw, interactions)
+    assert _structure(lazy.values) == _structure(sliced_values)
+    assert _structure(lazy.base_values) == _structure(sliced_base)
+    expected = explainer(rows, interactions=interactions)
+    got = lazy.compute()
+    np.testing.assert_array_equal(got.values, expected.values)
+    np.testing.assert_array_equal(got.base_values, expected.base_values)
+    assert got.base_values.dtype == expected.base_values.dtype == np.float64
 
 
 def test_unique_names():

@@ -7,7 +7,8 @@ task runs inside the configuration the client had when the graph was built
 (:func:`distshap.plan.config.get_config`, applied with ``config_context`` on the worker), so a
 setting changed on the client changes the workers' computation. :func:`then_blocks` moves a
 per-block step (e.g. an output layout) into the tasks of a :func:`map_rows` result, so that it
-adds no layer, and :func:`unique_name` names each call's graph.
+adds no layer (:func:`blocks_then`: one layer on top, built by hand), and :func:`unique_name`
+names each call's graph.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ try:  # the task spec of dask >= 2024.12
 except ImportError:  # older dask: tuples, literals and keys as they are
     DataNode = Task = TaskRef = None
 
-__all__ = ["InConfig", "balance_plan", "map_rows", "then_blocks", "unique_name"]
+__all__ = ["InConfig", "balance_plan", "blocks_then", "map_rows", "then_blocks", "unique_name"]
 
 _NAME_COUNTER = itertools.count()
 _PROCESS_TOKEN = uuid.uuid4().hex
@@ -429,3 +430,36 @@ def then_blocks(values: da.Array, then: Any, tail_chunks: tuple, meta: Any, suff
     dependencies[name] = graph.dependencies.get(values.name, set())
     out_graph = HighLevelGraph(layers, dependencies)
     return da.Array(out_graph, name, (values.chunks[0],) + tuple(tail_chunks), meta=meta)
+
+
+def blocks_then(values: da.Array, then: Any, tail_chunks: tuple, meta: Any, suffix: str) -> Any:
+    """A layer on top of ``values``: a task a row chunk, ``then`` of its block.
+
+    For blocks that feed more than one array (e.g. an explanation's values and base values),
+    or arrays :func:`then_blocks` cannot change: one layer made here, without the tokenizing
+    and index handling of a Dask operation.
+
+    Parameters
+    ----------
+    values : dask.array.Array
+        One chunk on every axis after the rows.
+    then, tail_chunks, meta, suffix
+        As for :func:`then_blocks`.
+
+    Returns
+    -------
+    dask.array.Array or None
+        Chunked like ``values``' rows; None where ``values`` has several chunks on another axis.
+    """
+    from dask.highlevelgraph import HighLevelGraph
+
+    if Task is None or any(len(c) != 1 for c in values.chunks[1:]):
+        return None
+    name = f"{values.name}-{suffix}"
+    inner, tail_index = (0,) * (values.ndim - 1), (0,) * len(tail_chunks)
+    dsk = {}
+    for i in range(values.numblocks[0]):
+        key = (name, i) + tail_index
+        dsk[key] = Task(key, then, TaskRef((values.name, i) + inner))
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=[values])
+    return da.Array(graph, name, (values.chunks[0],) + tuple(tail_chunks), meta=meta)
