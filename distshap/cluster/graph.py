@@ -407,7 +407,7 @@ def then_blocks(values: da.Array, then: Any, tail_chunks: tuple, meta: Any, suff
     dask.array.Array or None
         Chunked like ``values``' rows. None where ``values`` is not one layer of
         :func:`map_rows` tasks (e.g. pieces merged back to the row chunks, or an older dask):
-        the caller applies ``then`` with Dask's operations instead.
+        the caller then puts ``then`` in a layer on top (:func:`blocks_then`).
     """
     from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
