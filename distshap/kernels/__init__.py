@@ -17,17 +17,24 @@ is the independent traversal behind the additivity check.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+
 __all__ = ["BACKENDS", "cuda_available", "get_backend", "resolve_backend"]
 
 #: Backend names a user may ask for.
 BACKENDS = ("auto", "cpu", "cuda")
 
 
+@functools.cache
+def _cupy_installed() -> bool:
+    """Whether CuPy can be imported (looked up once a process: the lookup scans ``sys.path``)."""
+    return importlib.util.find_spec("cupy") is not None
+
+
 def cuda_available() -> bool:
     """Whether a CUDA GPU can be used (imports numba.cuda only when called)."""
-    import importlib.util
-
-    if importlib.util.find_spec("cupy") is None:  # the CUDA backend returns CuPy arrays
+    if not _cupy_installed():  # the CUDA backend returns CuPy arrays
         return False
     try:
         from numba import cuda
