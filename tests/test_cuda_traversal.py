@@ -101,7 +101,7 @@ from distshap.kernels.cuda import traversal as T
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
 from distshap.kernels.cuda.small.model import read_flag
-from distshap.plan.config import set_config
+from distshap.plan.config import config_context
 sys.setswitchinterval(1e-4)
 
 def same(a, b, what):
@@ -114,12 +114,11 @@ cpu = predict_margin(model, X)
 same(cpu, naive.predict_margin(ens, X), "cpu")
 T._TILE = 4  # three tiles: both buffers, a partial last tile (the kernels are keyed by it)
 for rows_max in (4096, 0):  # the block traversal, then a thread per row
-    set_config(margin_block_rows=rows_max)
-    out = np.full_like(cpu, np.nan)
-    T.gpu_margin(model, X, out)
+    with config_context(margin_block_rows=rows_max):
+        out = np.full_like(cpu, np.nan)
+        T.gpu_margin(model, X, out)
     same(out, cpu, rows_max)
-T._MAX_BLOCKS = 2  # two blocks loop over the five rows
-set_config(margin_block_rows=4096)
+T._MAX_BLOCKS = 2  # two blocks loop over the five rows (the default setting: a block a row)
 out = np.full_like(cpu, np.nan)
 T.gpu_margin(model, X, out)
 same(out, cpu, "grid-stride")
