@@ -140,6 +140,21 @@ print("SIMULATOR-OK")
 """
 
 
+def test_block_traversal_rows_bounded_by_the_setting_and_the_trees():
+    from distshap.kernels.cuda.traversal import block_rows_max
+
+    ens = tiny.random_ensemble(4, n_features=5, n_trees=7, depth=3)
+    model = _packed(ens)
+    assert model.margin["roots"].shape[0] == 7
+    with config_context(margin_block_rows=5000, margin_block_rows_per_tree=400):
+        assert block_rows_max() == 5000  # no model: the setting alone
+        assert block_rows_max(model) == 2800  # 7 trees: 400 rows each
+    with config_context(margin_block_rows=1000, margin_block_rows_per_tree=400):
+        assert block_rows_max(model) == 1000
+    with config_context(margin_block_rows=5000, margin_block_rows_per_tree=0):
+        assert block_rows_max(model) == 5000  # no bound a tree
+
+
 def test_traversal_and_check_under_cuda_simulator():
     assert_simulator_ok(_SIM_SCRIPT, timeout=600)
 
@@ -159,7 +174,7 @@ def test_gpu_margin_bits_and_checks():
         X = tiny.random_rows(5, ens, n, 0.1)
         cpu = predict_margin(model, X)
         Xd = cupy.asarray(X)
-        for rows_max in (0, 1 << 30, 1 << 12):  # a thread per row, the block traversal, either
+        for rows_max in (0, 1 << 30, 100):  # a thread per row, the block traversal, either
             with config_context(margin_block_rows=rows_max):
                 assert _same(cupy.asnumpy(predict_margin(model, Xd)), cpu), (n, rows_max)
         vals = np.zeros((n, 3, 5), np.float32)
@@ -171,6 +186,10 @@ def test_gpu_margin_bits_and_checks():
         vals[n // 2, 1, 3] += 0.5
         with pytest.raises(AdditivityError, match=f"rows \\[{n // 2}\\]"):
             check_margin(cupy.asarray(vals), model, Xd)
+        with config_context(margin_block_rows=0):  # a thread per row, then the check alone
+            check_margin(v, model, Xd)
+            with pytest.raises(AdditivityError, match=f"rows \\[{n // 2}\\]"):
+                check_margin(cupy.asarray(vals), model, Xd)
         with pytest.raises(AdditivityError, match=f"rows \\[{n // 2}\\]"):
             check_additivity(cupy.asarray(vals), cupy.asarray(cpu))
         check_margin(v, model, Xd)  # the flag was cleared

@@ -59,6 +59,11 @@ class Config:
         many rows walk a block a row, its threads over the trees (each row's trees in
         parallel), more rows a thread a row (enough rows to fill the GPU by themselves, and
         each warp's rows in the same tree). 0: a thread a row always. The same bits either way.
+    margin_block_rows_per_tree : int
+        And at most this many rows a tree of the model (0: no such bound): a thread a row
+        takes about as long as its trees' walk whatever the rows, a block a row grows with the
+        rows, so the fewer the trees the sooner a thread a row is faster (and a block's threads
+        beyond the trees sit idle).
     quadrature_shared_bytes : int
         Shared memory of a quadrature kernel's block at most (its per-row accumulators).
     quadrature_tile_features : int
@@ -151,6 +156,7 @@ interventional_interaction_table_budget_bytes : int
     path_thread_rows: int = 16
     replay_rows: int = 16
     margin_block_rows: int = 1 << 15
+    margin_block_rows_per_tree: int = 400
     quadrature_shared_bytes: int = 48 * 1024
     quadrature_tile_features: int = 0
     quadrature_tile_window: int = 256

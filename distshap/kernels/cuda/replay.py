@@ -181,7 +181,7 @@ def replayed_values(packed: PackedModel, rows, raw) -> tuple[np.ndarray, bool] |
     C-contiguous float32 NumPy array or not the same array as ``raw``, a model without a
     digest or margin, a graph busy with another call or known not to work."""
     n = int(rows.shape[0]) if isinstance(rows, np.ndarray) and rows.ndim == 2 else 0
-    most = min(int(get_config().replay_rows), traversal.block_rows_max())
+    most = min(int(get_config().replay_rows), traversal.block_rows_max(packed))
     if not 1 <= n <= most or SIM or raw is not rows:
         return None
     if rows.dtype != np.float32 or not rows.flags.c_contiguous or not packed.digest:

@@ -296,10 +296,16 @@ def _check_kernels(threads: int, tile: int):
     return check_kernel, values_kernel
 
 
-def block_rows_max() -> int:
-    """Rows of a call the traversal walks a block a row at most (``margin_block_rows`` of the
-    configuration); more rows, a thread a row."""
-    return int(get_config().margin_block_rows)
+def block_rows_max(packed: PackedModel | None = None) -> int:
+    """Rows of a call the traversal walks a block a row at most: ``margin_block_rows`` of the
+    configuration and, for the model ``packed``, ``margin_block_rows_per_tree`` rows a tree
+    where that is fewer; more rows, a thread a row."""
+    config = get_config()
+    most = int(config.margin_block_rows)
+    per_tree = int(config.margin_block_rows_per_tree)
+    if packed is None or per_tree == 0 or packed.margin is None:
+        return most
+    return min(most, per_tree * int(packed.margin["roots"].shape[0]))
 
 
 def _block_grid(n: int) -> int:
@@ -318,7 +324,7 @@ def gpu_margin(packed: PackedModel, X: Any, out: Any) -> None:
     arrays = _kept_arrays(packed)
     s = args.current_stream()
     groups = int(packed.margin["base_score"].shape[0])
-    if n <= block_rows_max() and groups <= _THREADS:
+    if n <= block_rows_max(packed) and groups <= _THREADS:
         args.launch(block_kernel, _block_grid(n), _THREADS, s, 0, (X, *arrays, out))
     else:
         threads = 128
@@ -347,7 +353,7 @@ def check_rows(
 
     groups = int(packed.margin["base_score"].shape[0])
     n = int(X.shape[0])
-    if groups > _THREADS or n > block_rows_max():
+    if groups > _THREADS or n > block_rows_max(packed):
         return None  # many rows: the thread-per-row traversal, then the check
     check_kernel = _kernels()[2]
     s = args.current_stream()

@@ -268,7 +268,7 @@ NOT_SHAPING = frozenset((
     "batch_budget_bytes", "cache_size", "compile_ahead_processes", "saved_build_bytes",
     "gpu_preparation", "loader_threaded_min_nodes", "large_model_file_bytes", "few_rows_blocks",
     "loader_cold_max_nodes", "packing_numpy_max_items", "packing_cold_max_items",
-    "margin_block_rows",
+    "margin_block_rows", "margin_block_rows_per_tree",
 ))  # fmt: skip
 
 
