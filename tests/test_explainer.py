@@ -85,6 +85,23 @@ def test_unknown_backend(regression):
         TreeExplainer(booster, backend="tpu")
 
 
+def test_cupy_is_looked_up_once_a_process(monkeypatch):
+    import importlib.util
+
+    import distshap.kernels as kernels
+
+    calls = []
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: calls.append(name) or real(name, *a))  # fmt: skip
+    kernels._cupy_installed.cache_clear()
+    try:
+        first = kernels.cuda_available()
+        assert kernels.cuda_available() == first and calls.count("cupy") == 1
+    finally:
+        kernels._cupy_installed.cache_clear()  # the next lookup unpatched
+
+
 def test_missing_model_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         TreeExplainer(str(tmp_path / "nope.json"))
