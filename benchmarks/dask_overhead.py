@@ -205,17 +205,20 @@ def _interleaved_lines(label: str, times: dict) -> list[str]:
 
 
 def _paired_ms(call, floor, calls: int, warm: int = 3) -> float:
-    """Median milliseconds of ``call`` minus ``floor`` over ``calls`` pairs made back to back."""
+    """Median milliseconds of ``call`` minus ``floor`` over ``calls`` pairs made back to back,
+    every other pair in the other order (whatever going first or second costs cancels)."""
     for _ in range(warm):
         call()
         floor()
     differences = []
-    for _ in range(calls):
+    for i in range(calls):
+        first, second = (call, floor) if i % 2 == 0 else (floor, call)
         started = time.perf_counter()
-        call()
+        first()
         middle = time.perf_counter()
-        floor()
-        differences.append(1e3 * ((middle - started) - (time.perf_counter() - middle)))
+        second()
+        ms = 1e3 * ((middle - started) - (time.perf_counter() - middle))
+        differences.append(ms if i % 2 == 0 else -ms)
     return statistics.median(differences)
 
 
