@@ -10,6 +10,7 @@ shap's feature names and ``data``.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Any
@@ -82,24 +83,28 @@ def layout_block(block: Any, layout: str, interactions: bool) -> Any:
     return values[:, 0] if groups == 1 else values.transpose(0, 2, 1)
 
 
-def _dask_layout(out: Any, layout: str, interactions: bool) -> Any:
-    """:func:`layout_block` of each block of a lazy result, inside the task computing it
-    (:func:`~distshap.cluster.graph.then_blocks`), else in a layer on top
-    (:func:`~distshap.cluster.graph.blocks_then`); None where neither can be done."""
-    groups, width = out.shape[1], out.shape[2]
-    if layout == "xgboost" and groups > 1:
-        return out
-    import functools
-
+def _layout_step(out: Any, layout: str, interactions: bool) -> tuple[Any, tuple, Any]:
+    """:func:`layout_block` as a per-block step of a lazy result ``out``: the step, the chunks
+    of its blocks' axes after the rows, and its meta."""
     from dask.array.utils import meta_from_array
 
-    from distshap.cluster.graph import blocks_then, then_blocks
-
+    groups, width = out.shape[1], out.shape[2]
     columns = width if layout == "xgboost" else width - 1
     tail = ((columns,),) * (2 if interactions else 1)
     tail += ((groups,),) if groups > 1 else ()
     then = functools.partial(layout_block, layout=layout, interactions=interactions)
-    meta = meta_from_array(out._meta, ndim=len(tail) + 1, dtype=out.dtype)
+    return then, tail, meta_from_array(out._meta, ndim=len(tail) + 1, dtype=out.dtype)
+
+
+def _dask_layout(out: Any, layout: str, interactions: bool) -> Any:
+    """:func:`layout_block` of each block of a lazy result, inside the task computing it
+    (:func:`~distshap.cluster.graph.then_blocks`), else in a layer on top
+    (:func:`~distshap.cluster.graph.blocks_then`); None where neither can be done."""
+    if layout == "xgboost" and out.shape[1] > 1:
+        return out
+    from distshap.cluster.graph import blocks_then, then_blocks
+
+    then, tail, meta = _layout_step(out, layout, interactions)
     fused = then_blocks(out, then, tail, meta, layout)
     return blocks_then(out, then, tail, meta, layout) if fused is None else fused
 
@@ -305,17 +310,12 @@ def host(a: Any) -> np.ndarray:
 
 def shap_layout(out: Any, interactions: bool) -> tuple[Any, Any]:
     """``(n, G, F+1[, F+1])`` -> shap's ``values`` and ``base_values`` (NumPy, CuPy or Dask)."""
-    F = out.shape[2] - 1
-    groups = out.shape[1]
-    base = out[:, :, F, F] if interactions else out[:, :, F]
     values = layout_block(out, "shap", interactions)
-    base = base[:, 0] if groups == 1 else base
+    base = base_block(out, interactions)
     if not is_dask(values):
         xp = np if not is_cupy(values) else __import__("cupy")
         values = xp.ascontiguousarray(values)
-        base = xp.ascontiguousarray(base, dtype=xp.float64)
-    else:
-        base = base.astype(np.float64)
+        base = xp.ascontiguousarray(base)
     return values, base
 
 
@@ -329,19 +329,13 @@ def base_block(block: Any, interactions: bool) -> Any:
 def _dask_shap_layout(out: Any, interactions: bool) -> tuple[Any, Any]:
     """:func:`shap_layout` of a lazy result: two layers on top of it, a task a block each
     (:func:`~distshap.cluster.graph.blocks_then`), or Dask's operations where they cannot be."""
-    import functools
-
     from dask.array.utils import meta_from_array
 
     from distshap.cluster.graph import blocks_then
 
-    groups, F = out.shape[1], out.shape[2] - 1
+    groups = out.shape[1]
     group_tail = ((groups,),) if groups > 1 else ()
-    tail = ((F,),) * (2 if interactions else 1) + group_tail
-    values = blocks_then(
-        out, functools.partial(layout_block, layout="shap", interactions=interactions), tail,
-        meta_from_array(out._meta, ndim=len(tail) + 1, dtype=out.dtype), "explanation-values",
-    )  # fmt: skip
+    values = blocks_then(out, *_layout_step(out, "shap", interactions), "explanation-values")
     base = blocks_then(
         out, functools.partial(base_block, interactions=interactions), group_tail,
         meta_from_array(out._meta, ndim=len(group_tail) + 1, dtype=np.float64),
