@@ -21,28 +21,12 @@ cross. Needs a GPU::
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
 
 __all__ = ["main", "measure"]
 
 _ALL_ROWS = 1 << 30  # margin_block_rows: every call a block a row
-
-
-def _median_ms(fn, repeats: int) -> float:
-    import cupy
-
-    fn()
-    cupy.cuda.Device().synchronize()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        cupy.cuda.Device().synchronize()
-        times.append(1e3 * (time.perf_counter() - started))
-    return statistics.median(times)
 
 
 def measure(shape: str, rows: list[int], repeats: int) -> list[dict]:
@@ -64,6 +48,7 @@ def _row_count(explainer, Xd, repeats: int) -> dict:
     """The timings of one row count (module docstring) on the CuPy rows ``Xd``."""
     import cupy
 
+    from benchmarks.kernel_limits import _median
     from distshap.kernels.margin import predict_margin
     from distshap.plan.config import config_context
 
@@ -71,12 +56,12 @@ def _row_count(explainer, Xd, repeats: int) -> dict:
     record, margins = {}, {}
     for name, setting in (("thread", 0), ("block", _ALL_ROWS)):
         with config_context(margin_block_rows=setting):
-            record[f"{name}_ms"] = _median_ms(lambda: predict_margin(packed, Xd), repeats)
+            record[f"{name}_ms"] = 1e3 * _median(lambda: predict_margin(packed, Xd), repeats)
             margins[name] = cupy.asnumpy(predict_margin(packed, Xd))
-            record[f"call_{name}_ms"] = _median_ms(lambda: explainer.shap_values(Xd), repeats)
+            record[f"call_{name}_ms"] = 1e3 * _median(lambda: explainer.shap_values(Xd), repeats)
     record["same_bits"] = bool(np.array_equal(margins["thread"].view(np.uint64),
                                               margins["block"].view(np.uint64)))  # fmt: skip
-    record["call_unchecked_ms"] = _median_ms(
+    record["call_unchecked_ms"] = 1e3 * _median(
         lambda: explainer.shap_values(Xd, check_additivity=False), repeats
     )
     return record
