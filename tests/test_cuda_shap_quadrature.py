@@ -211,7 +211,7 @@ X = tiny.random_rows(42, wide, 5, 0.15)
 packed = build_packed_model(extract_paths(wide), table_budget_bytes=0)
 got, plan = variants(packed, X, 16, batch=True)
 assert max(q.local_columns for q in plan.quadrature) <= 16
-with config_context(quadrature_tile_features=16):  # a few rows' shorter chunks: the same bits
+with config_context(quadrature_tile_features=16, few_rows_chunk_paths=16):  # shorter chunks
     model = kc.device_model(packed)
     few = kc.few_rows_shap_plan(packed, model)
     assert sum(q.n_chunks for q in few.quadrature) > sum(q.n_chunks for q in model.shap.quadrature)

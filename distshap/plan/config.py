@@ -37,6 +37,11 @@ class Config:
         of ``k`` features needs ``ceil(k / 2)`` nodes and runs in the smallest kernel with enough.
     quadrature_chunk_paths : int
         Paths per chunk of the quadrature kernels (one thread block runs one chunk on its rows).
+    quadrature_pairs : int
+        1: the SHAP quadrature kernels run sibling paths (two paths differing in one element
+        of one feature) as one (:mod:`distshap.plan.pairs`), about half the work on deep
+        trees; 0: every path apart. A pair's contributions are rounded once, not once a path,
+        so their last bits differ between the two; every GPU route runs the same pairs.
     few_rows, few_rows_chunk_paths, few_rows_blocks : int
         SHAP calls (a batch) of at most ``few_rows`` rows run quadrature chunks of
         ``few_rows_chunk_paths`` paths: each block's thread has few rows to share its paths
@@ -150,6 +155,7 @@ interventional_interaction_table_budget_bytes : int
 
     quadrature_nodes: tuple[int, ...] = (2, 4, 6, 8, 12, 16)
     quadrature_chunk_paths: int = 256
+    quadrature_pairs: int = 1
     few_rows: int = 512
     few_rows_chunk_paths: int = 32
     few_rows_blocks: int = 8192

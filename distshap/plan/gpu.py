@@ -40,6 +40,7 @@ from distshap.plan.geometry import (
     tile_bound,
 )
 from distshap.plan.launches import local_chunks, nonempty, quadrature_launches
+from distshap.plan.pairs import sibling_pairs
 
 __all__ = [
     "fixed_point_shift",
@@ -176,21 +177,32 @@ def interaction_table_offsets(packed: PackedModel) -> np.ndarray:
     )  # fmt: skip
 
 
-def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False) -> dict:
+def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False,
+                pairs: bool = False) -> dict:  # fmt: skip
     """Host arrays of a :class:`~.runtime.model.Plan` (tables, ``table_bytes`` and
     ``per_pattern`` aside) for per-path table offsets ``path_table``: the regular paths without
     a table go to the quadrature kernels (an oversize path's offset is ignored: the fallback
     kernel runs it).
     ``local``: with chunk-local feature tiles (:func:`~distshap.plan.launches.local_chunks`,
     each launch's of at most :func:`~distshap.plan.geometry.tile_bound` of its longest path)
-    where the model has more features than that bound of its longest path."""
+    where the model has more features than that bound of its longest path.
+    ``pairs`` (SHAP plans): quadrature paths run as sibling pairs
+    (:func:`~distshap.plan.pairs.sibling_pairs`, ``pair_lane``), each pair's second path left
+    out of the launches; else ``pair_lane`` is all -1."""
     config = get_config()
     k, path_bin, regular = path_info(packed)
     has_table = path_table >= 0
     is_t = has_table & regular
+    is_q = ~has_table & regular
+    n_paths = int(packed.path_value.shape[0])
+    pair_lane = np.full(max(n_paths, 1), -1, np.int32)
+    if pairs and config.quadrature_pairs:
+        pair_lane = sibling_pairs(packed, is_q)
+        heads = pair_lane[:n_paths] >= 0
+        is_q = is_q.copy()
+        is_q[packed.lane_path[pair_lane[:n_paths][heads]]] = False  # the partners
     launches = quadrature_launches(
-        k, packed.path_group, ~has_table & regular, config.quadrature_nodes,
-        config.quadrature_chunk_paths,
+        k, packed.path_group, is_q, config.quadrature_nodes, config.quadrature_chunk_paths,
     )  # fmt: skip
     table_maxk = _table_maxk(max(packed.num_bins, 1), path_bin, k, is_t)
     table_bins = np.flatnonzero(table_maxk > 0).astype(np.int32)
@@ -201,7 +213,6 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
     else:
         lane_table = path_table[packed.lane_path]
     lane_column = None
-    is_q = ~has_table & regular
     longest = int(k[is_q].max()) if is_q.any() else 0
     if local and local_tile_model(packed.num_features, longest) and launches:
         lane_column = np.full(max(int(packed.feature.shape[0]), 1), -1, np.int16)
@@ -218,6 +229,7 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
         table_paths=int(is_t.sum()),
         quadrature=launches,
         lane_column=lane_column,
+        pair_lane=pair_lane,
     )
 
 
@@ -304,7 +316,7 @@ def _shap_tiles(packed: PackedModel, shap_offsets: np.ndarray) -> dict:
     :func:`distshap.kernels.cuda.shap_quadrature.launch_quadrature` runs them (host arithmetic): a
     launch takes chunk-local feature tiles where the plan has them and its widest tile fits
     shared memory, else a column per feature (or global atomics)."""
-    plan = plan_arrays(packed, shap_offsets, local=True)
+    plan = plan_arrays(packed, shap_offsets, local=True, pairs=True)
     local = plan["lane_column"] is not None
     n_features = int(packed.num_features)
     kinds, chunks, columns, warps = set(), 0, 0, []
@@ -326,4 +338,5 @@ def _shap_tiles(packed: PackedModel, shap_offsets: np.ndarray) -> dict:
         "quadrature_chunks": chunks,
         "quadrature_tile_columns": columns,
         "quadrature_warps": min(warps) if warps else 0,
+        "quadrature_pairs": int((plan["pair_lane"] >= 0).sum()),
     }

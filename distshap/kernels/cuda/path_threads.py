@@ -17,11 +17,13 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, types
 
+from distshap.kernels.cuda.pair_fold import fold_pair
 from distshap.kernels.cuda.runtime.args import launch as launch_kernel
 from distshap.kernels.cuda.runtime.device import (
     LF_VALUE,
     LF_ZERO,
     LI_FEATURE,
+    LI_POSITION,
     add_quotient,
     lane_follows,
 )
@@ -50,9 +52,9 @@ def _make_kernel(n_nodes: int, mode: str):
     shared = mode != "global"
 
     @cuda.jit(cache=True)
-    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
-               chunk_group, lane_column, features, feature_offsets, XT, acc, scale, n_cols,
-               row0):  # fmt: skip
+    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, pair_lane,
+               chunk_offsets, chunk_group, lane_column, features, feature_offsets, XT, acc, scale,
+               n_cols, row0):  # fmt: skip
         tid = cuda.threadIdx.x
         stride = cuda.blockDim.x
         r = row0 + cuda.blockIdx.y  # the grid has a row of blocks for each row
@@ -77,6 +79,11 @@ def _make_kernel(n_nodes: int, mode: str):
             s0 = path_offsets[p] + 1  # first feature element (after the bias lane)
             s1 = path_offsets[p + 1]
             value = lane_f[s0 - 1, LF_VALUE]
+            q = pair_lane[p]  # a sibling pair's second differing lane, or -1 (plan.pairs)
+            lp = s1  # the pair's differing lane on this path (s1: no pair)
+            if q >= 0:
+                lp = s0 + lane_i[q, LI_POSITION] - 1
+                value = one  # the leaf values come in with fold_pair
             for m in range(n_nodes):
                 prod[m] = value * weights[m]
             bits = np.uint32(0)
@@ -87,25 +94,34 @@ def _make_kernel(n_nodes: int, mode: str):
                                 cat_words, li):  # fmt: skip
                     d = one - z
                     bits |= np.uint32(1) << np.uint32(li - s0)
-                for m in range(n_nodes):
-                    prod[m] *= z + nodes[m] * d
+                if li != lp:
+                    for m in range(n_nodes):
+                        prod[m] *= z + nodes[m] * d
+            iv_pair = np.int64(0)
+            if q >= 0:
+                iv_pair = fold_pair(prod, nodes, lane_f, lane_i, lane_cat, cat_words, lp, q,
+                                    (bits >> np.uint32(lp - s0)) & np.uint32(1),
+                                    XT[lane_i[q, LI_FEATURE], r], scale32)  # fmt: skip
             for li in range(s0, s1):
                 z = lane_f[li, LF_ZERO]
                 d = -z
                 if (bits >> np.uint32(li - s0)) & np.uint32(1):
                     d = one - z
-                if d != 0:  # else the element's factor may be 0 and its value is 0
-                    total = np.float32(0.0)
-                    for m in range(n_nodes):
-                        total = add_quotient(total, prod[m], z + nodes[m] * d)
-                    iv = np.int64(total * d * scale32)
-                    if iv != 0:
-                        if local:
-                            cuda.atomic.add(tile, np.int32(lane_column[li]), iv)
-                        elif shared:
-                            cuda.atomic.add(tile, lane_i[li, LI_FEATURE], iv)
-                        else:
-                            cuda.atomic.add(acc, (r, base + lane_i[li, LI_FEATURE]), iv)
+                iv = iv_pair
+                if li != lp:
+                    iv = np.int64(0)
+                    if d != 0:  # else the element's factor may be 0 and its value is 0
+                        total = np.float32(0.0)
+                        for m in range(n_nodes):
+                            total = add_quotient(total, prod[m], z + nodes[m] * d)
+                        iv = np.int64(total * d * scale32)
+                if iv != 0:
+                    if local:
+                        cuda.atomic.add(tile, np.int32(lane_column[li]), iv)
+                    elif shared:
+                        cuda.atomic.add(tile, lane_i[li, LI_FEATURE], iv)
+                    else:
+                        cuda.atomic.add(acc, (r, base + lane_i[li, LI_FEATURE]), iv)
         if shared:
             cuda.syncthreads()
             for c in range(tid, width, stride):

@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, types
 
+from distshap.kernels.cuda.pair_fold import fold_pair
 from distshap.kernels.cuda.path_threads import launch_path_threads
 from distshap.kernels.cuda.runtime.args import launch as launch_kernel
 from distshap.kernels.cuda.runtime.args import view
@@ -43,6 +44,7 @@ from distshap.kernels.cuda.runtime.device import (
     LI_FEATURE,
     LI_FLAGS,
     LI_NBITS,
+    LI_POSITION,
     MISSING_FLAG,
     add_quotient,
     follows,
@@ -66,8 +68,8 @@ def _make_shap_kernel(n_nodes: int, shared: bool):
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
 
     @cuda.jit(cache=True)
-    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
-               chunk_group, XT, acc, scale, n_cols, row0):  # fmt: skip
+    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, pair_lane,
+               chunk_offsets, chunk_group, XT, acc, scale, n_cols, row0):  # fmt: skip
         tid = cuda.threadIdx.x
         r = row0 + cuda.blockIdx.y * cuda.blockDim.x + tid
         if r >= XT.shape[1]:
@@ -87,6 +89,11 @@ def _make_shap_kernel(n_nodes: int, shared: bool):
             s0 = path_offsets[p] + 1  # first feature element (after the bias lane)
             s1 = path_offsets[p + 1]
             value = lane_f[s0 - 1, LF_VALUE]
+            q = pair_lane[p]  # a sibling pair's second differing lane, or -1 (plan.pairs)
+            lp = s1  # the pair's differing lane on this path (s1: no pair)
+            if q >= 0:
+                lp = s0 + lane_i[q, LI_POSITION] - 1
+                value = one  # the leaf values come in with fold_pair
             for m in range(n_nodes):
                 prod[m] = value * weights[m]
             bits = np.uint32(0)
@@ -97,24 +104,33 @@ def _make_shap_kernel(n_nodes: int, shared: bool):
                                 cat_words, li):  # fmt: skip
                     d = one - z
                     bits |= np.uint32(1) << np.uint32(li - s0)
-                for m in range(n_nodes):
-                    prod[m] *= z + nodes[m] * d
+                if li != lp:
+                    for m in range(n_nodes):
+                        prod[m] *= z + nodes[m] * d
+            iv_pair = np.int64(0)
+            if q >= 0:
+                iv_pair = fold_pair(prod, nodes, lane_f, lane_i, lane_cat, cat_words, lp, q,
+                                    (bits >> np.uint32(lp - s0)) & np.uint32(1),
+                                    XT[lane_i[q, LI_FEATURE], r], scale32)  # fmt: skip
             for li in range(s0, s1):
                 z = lane_f[li, LF_ZERO]
                 d = -z
                 if (bits >> np.uint32(li - s0)) & np.uint32(1):
                     d = one - z
-                if d != 0:  # else the element's factor may be 0 and its value is 0
-                    total = np.float32(0.0)
-                    for m in range(n_nodes):
-                        total = add_quotient(total, prod[m], z + nodes[m] * d)
-                    iv = np.int64(total * d * scale32)
-                    if iv != 0:
-                        col = lane_i[li, LI_FEATURE]
-                        if shared:
-                            tile[col * stride + tid] += iv
-                        else:
-                            cuda.atomic.add(acc, (r, base + col), iv)
+                iv = iv_pair
+                if li != lp:
+                    iv = np.int64(0)
+                    if d != 0:  # else the element's factor may be 0 and its value is 0
+                        total = np.float32(0.0)
+                        for m in range(n_nodes):
+                            total = add_quotient(total, prod[m], z + nodes[m] * d)
+                        iv = np.int64(total * d * scale32)
+                if iv != 0:
+                    col = lane_i[li, LI_FEATURE]
+                    if shared:
+                        tile[col * stride + tid] += iv
+                    else:
+                        cuda.atomic.add(acc, (r, base + col), iv)
         if shared:
             for f in range(n_cols - 1):
                 iv = tile[f * stride + tid]
@@ -133,9 +149,9 @@ def _make_local_shap_kernel(n_nodes: int):
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
 
     @cuda.jit(cache=True)
-    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
-               chunk_group, lane_column, features, feature_offsets, XT, acc, scale, n_cols,
-               row0):  # fmt: skip
+    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, pair_lane,
+               chunk_offsets, chunk_group, lane_column, features, feature_offsets, XT, acc, scale,
+               n_cols, row0):  # fmt: skip
         tid = cuda.threadIdx.x
         r = row0 + cuda.blockIdx.y * cuda.blockDim.x + tid
         if r >= XT.shape[1]:
@@ -156,6 +172,11 @@ def _make_local_shap_kernel(n_nodes: int):
             s0 = path_offsets[p] + 1  # first feature element (after the bias lane)
             s1 = path_offsets[p + 1]
             value = lane_f[s0 - 1, LF_VALUE]
+            q = pair_lane[p]  # a sibling pair's second differing lane, or -1 (plan.pairs)
+            lp = s1  # the pair's differing lane on this path (s1: no pair)
+            if q >= 0:
+                lp = s0 + lane_i[q, LI_POSITION] - 1
+                value = one  # the leaf values come in with fold_pair
             for m in range(n_nodes):
                 prod[m] = value * weights[m]
             bits = np.uint32(0)
@@ -166,20 +187,29 @@ def _make_local_shap_kernel(n_nodes: int):
                                 cat_words, li):  # fmt: skip
                     d = one - z
                     bits |= np.uint32(1) << np.uint32(li - s0)
-                for m in range(n_nodes):
-                    prod[m] *= z + nodes[m] * d
+                if li != lp:
+                    for m in range(n_nodes):
+                        prod[m] *= z + nodes[m] * d
+            iv_pair = np.int64(0)
+            if q >= 0:
+                iv_pair = fold_pair(prod, nodes, lane_f, lane_i, lane_cat, cat_words, lp, q,
+                                    (bits >> np.uint32(lp - s0)) & np.uint32(1),
+                                    XT[lane_i[q, LI_FEATURE], r], scale32)  # fmt: skip
             for li in range(s0, s1):
                 z = lane_f[li, LF_ZERO]
                 d = -z
                 if (bits >> np.uint32(li - s0)) & np.uint32(1):
                     d = one - z
-                if d != 0:  # else the element's factor may be 0 and its value is 0
-                    total = np.float32(0.0)
-                    for m in range(n_nodes):
-                        total = add_quotient(total, prod[m], z + nodes[m] * d)
-                    iv = np.int64(total * d * scale32)
-                    if iv != 0:
-                        tile[np.int32(lane_column[li]) * stride + tid] += iv
+                iv = iv_pair
+                if li != lp:
+                    iv = np.int64(0)
+                    if d != 0:  # else the element's factor may be 0 and its value is 0
+                        total = np.float32(0.0)
+                        for m in range(n_nodes):
+                            total = add_quotient(total, prod[m], z + nodes[m] * d)
+                        iv = np.int64(total * d * scale32)
+                if iv != 0:
+                    tile[np.int32(lane_column[li]) * stride + tid] += iv
         for c in range(width):
             iv = tile[c * stride + tid]
             if iv != 0:
@@ -219,9 +249,9 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
     lf_columns = LF_VALUE + 1
 
     @cuda.jit(cache=True)
-    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, chunk_offsets,
-               chunk_group, lane_column, features, feature_offsets, XT, acc, scale, n_cols,
-               row0):  # fmt: skip
+    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, pair_lane,
+               chunk_offsets, chunk_group, lane_column, features, feature_offsets, XT, acc, scale,
+               n_cols, row0):  # fmt: skip
         tid = cuda.threadIdx.x
         stride = cuda.blockDim.x
         n_rows = XT.shape[1]
@@ -262,6 +292,11 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
             s0 = np.uint64(path_offsets[p] + 1)  # first feature element (after the bias lane)
             k = np.uint32(path_offsets[p + 1] - path_offsets[p] - 1)
             value = lane_f[s0 - u1, LF_VALUE]
+            q = pair_lane[p]  # a sibling pair's second differing lane, or -1 (plan.pairs)
+            ep = k  # the pair's differing element on this path (k: no pair)
+            if q >= 0:
+                ep = np.uint32(lane_i[q, LI_POSITION] - 1)
+                value = one  # the leaf values come in with fold_pair
             for m in range(n_nodes):
                 pa[m] = value * weights[m]
                 pb[m] = value * weights[m]
@@ -298,11 +333,22 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
                 if fb:
                     db = one - z
                     bits_b = np.uint32(bits_b | mask)
-                for m in range(n_nodes):
-                    pa[m] *= z + nodes[m] * da
-                    pb[m] *= z + nodes[m] * db
+                if e != ep:
+                    for m in range(n_nodes):
+                        pa[m] *= z + nodes[m] * da
+                        pb[m] *= z + nodes[m] * db
                 mask = np.uint32(mask << m1)
                 e = np.uint32(e + m1)
+            iv_pa = np.int64(0)
+            iv_pb = np.int64(0)
+            if q >= 0:
+                lp = s0 + np.uint64(ep)
+                fq = np.uint64(np.uint32(lane_i[q, LI_FEATURE]))
+                mp = np.uint32(m1 << ep)
+                iv_pa = fold_pair(pa, nodes, lane_f, lane_i, lane_cat, cat_words, lp, q,
+                                  (bits_a & mp) != 0, xa[fq], scale32)  # fmt: skip
+                iv_pb = fold_pair(pb, nodes, lane_f, lane_i, lane_cat, cat_words, lp, q,
+                                  (bits_b & mp) != 0, xb[fq], scale32)  # fmt: skip
             mask = m1
             e = np.uint32(0)
             while e < k:
@@ -318,26 +364,31 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
                 db = -z
                 if bits_b & mask:
                     db = one - z
-                if da != 0:  # else the element's factor may be 0 and its value is 0
-                    total = np.float32(0.0)
-                    for m in range(n_nodes):
-                        total = add_quotient(total, pa[m], z + nodes[m] * da)
-                    iv = np.int64(total * da * scale32)
-                    if iv != 0:
-                        if shared:
-                            tile[np.uint32(col * urs + ta)] += iv
-                        else:
-                            cuda.atomic.add(acc, (ra, base + col), iv)
-                if db != 0:
-                    total = np.float32(0.0)
-                    for m in range(n_nodes):
-                        total = add_quotient(total, pb[m], z + nodes[m] * db)
-                    iv = np.int64(total * db * scale32)
-                    if iv != 0:
-                        if shared:
-                            tile[np.uint32(col * urs + tb)] += iv
-                        elif has_b:
-                            cuda.atomic.add(acc, (rb, base + col), iv)
+                iva = iv_pa
+                ivb = iv_pb
+                if e != ep:
+                    iva = np.int64(0)
+                    ivb = np.int64(0)
+                    if da != 0:  # else the element's factor may be 0 and its value is 0
+                        total = np.float32(0.0)
+                        for m in range(n_nodes):
+                            total = add_quotient(total, pa[m], z + nodes[m] * da)
+                        iva = np.int64(total * da * scale32)
+                    if db != 0:
+                        total = np.float32(0.0)
+                        for m in range(n_nodes):
+                            total = add_quotient(total, pb[m], z + nodes[m] * db)
+                        ivb = np.int64(total * db * scale32)
+                if iva != 0:
+                    if shared:
+                        tile[np.uint32(col * urs + ta)] += iva
+                    else:
+                        cuda.atomic.add(acc, (ra, base + col), iva)
+                if ivb != 0:
+                    if shared:
+                        tile[np.uint32(col * urs + tb)] += ivb
+                    elif has_b:
+                        cuda.atomic.add(acc, (rb, base + col), ivb)
                 mask = np.uint32(mask << m1)
                 e = np.uint32(e + m1)
         if shared:
@@ -437,7 +488,7 @@ def _kept_arrays(model, plan, launch, rows: int, local: bool) -> tuple:
 
     def arrays() -> tuple:
         model_arrays = (model.lane_f, model.lane_i, model.lane_cat, model.cat_words,
-                        model.path_offsets, launch.paths)  # fmt: skip
+                        model.path_offsets, launch.paths, plan.pair_lane)  # fmt: skip
         if local:
             return model_arrays + (launch.local_offsets, launch.local_group, plan.lane_column,
                                    launch.local_features, launch.local_feature_offsets)  # fmt: skip

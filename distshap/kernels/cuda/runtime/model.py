@@ -113,6 +113,8 @@ class Plan:
     ``"k"`` SHAP values, ``"k*k"`` interaction values. ``lane_column`` (int16 per lane, SHAP
     plans with chunk-local feature tiles, else ``None``): the column of a quadrature lane's
     feature in its local chunk's tile (:class:`QuadratureLaunch`), -1 for other lanes.
+    ``pair_lane`` (int32 per path): a sibling pair's second path's differing lane at its
+    first path (:func:`~distshap.plan.pairs.sibling_pairs`), -1 elsewhere.
     """
 
     lane_table: object
@@ -125,6 +127,7 @@ class Plan:
     quadrature: tuple = ()
     per_pattern: str = "k*k"
     lane_column: object = None
+    pair_lane: object = None
 
 
 @dataclass(eq=False)
@@ -393,7 +396,7 @@ def _filled_plan(packed: PackedModel, model: DeviceModel, offsets, fill, per_pat
     plans, ``per_pattern`` ``"k"``, with chunk-local feature tiles: :func:`plan_arrays`, or
     ``host``, made by it before)."""
     local = per_pattern == "k"
-    plan = plan_arrays(packed, offsets, local=local) if host is None else dict(host)
+    plan = plan_arrays(packed, offsets, local=local, pairs=local) if host is None else dict(host)
     tables, total = fill(
         model.lane_d, model.path_offsets, path_features(packed.path_offsets), offsets,
         stream(),
@@ -413,7 +416,7 @@ def shap_plan_host(packed: PackedModel) -> tuple:
 
 def _shap_plan_host(packed: PackedModel) -> tuple:
     offsets = shap_table_offsets(packed)
-    return offsets, plan_arrays(packed, offsets, local=True)
+    return offsets, plan_arrays(packed, offsets, local=True, pairs=True)
 
 
 def shap_plan(packed: PackedModel, model: DeviceModel, host: tuple | None = None) -> Plan:

@@ -54,13 +54,17 @@ _QUADRATURE_SIG = (  # the interaction kernel takes X, the SHAP kernel its trans
     "void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], int32[::1], "
     f"int64[::1], int32[::1], {_X_ACC}, int64)"
 )
+_SHAP_QUADRATURE_SIG = (  # the one-row SHAP kernel: the paths' pair lanes after the paths
+    "void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], int32[::1], "
+    f"int32[::1], int64[::1], int32[::1], {_X_ACC}, int64)"
+)
 _TWO_ROW_QUADRATURE_SIG = (  # the two-row SHAP kernel without local tiles: three unused arrays
     "void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], int32[::1], "
-    f"int64[::1], int32[::1], int64[::1], int64[::1], int64[::1], {_X_ACC}, int64)"
+    f"int32[::1], int64[::1], int32[::1], int64[::1], int64[::1], int64[::1], {_X_ACC}, int64)"
 )
 _LOCAL_QUADRATURE_SIG = (  # the SHAP kernel with chunk-local feature tiles: XT, lane_column...
     "void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], int32[::1], "
-    f"int64[::1], int32[::1], int16[::1], int32[::1], int64[::1], {_X_ACC}, int64)"
+    f"int32[::1], int64[::1], int32[::1], int16[::1], int32[::1], int64[::1], {_X_ACC}, int64)"
 )
 
 
@@ -99,7 +103,7 @@ def _kernels() -> dict:
                 quadrature_kernel(n_nodes, shared, rows=2), _TWO_ROW_QUADRATURE_SIG,
             )  # fmt: skip
         kernels[f"shap_quadrature_kernel_{n_nodes}_shared"] = (
-            quadrature_kernel(n_nodes, True), _QUADRATURE_SIG,
+            quadrature_kernel(n_nodes, True), _SHAP_QUADRATURE_SIG,
         )  # fmt: skip
         for rows in (1, 2):
             kernels[f"shap_quadrature_kernel_{n_nodes}_local{'_2rows' if rows == 2 else ''}"] = (
