@@ -188,14 +188,14 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
     where the model has more features than that bound of its longest path.
     ``pairs`` (SHAP plans): quadrature paths run as sibling pairs
     (:func:`~distshap.plan.pairs.sibling_pairs`, ``pair_lane``), each pair's second path left
-    out of the launches; else ``pair_lane`` is all -1."""
+    out of the launches (all -1 under ``quadrature_pairs=0``); else ``pair_lane`` is None."""
     config = get_config()
     k, path_bin, regular = path_info(packed)
     has_table = path_table >= 0
     is_t = has_table & regular
     is_q = ~has_table & regular
     n_paths = int(packed.path_value.shape[0])
-    pair_lane = np.full(max(n_paths, 1), -1, np.int32)
+    pair_lane = np.full(max(n_paths, 1), -1, np.int32) if pairs else None
     if pairs and config.quadrature_pairs:
         pair_lane = sibling_pairs(packed, is_q)
         heads = pair_lane[:n_paths] >= 0
@@ -338,5 +338,5 @@ def _shap_tiles(packed: PackedModel, shap_offsets: np.ndarray) -> dict:
         "quadrature_chunks": chunks,
         "quadrature_tile_columns": columns,
         "quadrature_warps": min(warps) if warps else 0,
-        "quadrature_pairs": int((plan["pair_lane"] >= 0).sum()),
+        "quadrature_pairs": int((plan["pair_lane"] >= 0).sum()),  # (a SHAP plan's: an array)
     }

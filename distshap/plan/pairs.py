@@ -20,20 +20,27 @@ way; siblings are the ones that do.
 
 from __future__ import annotations
 
+import threading
+import weakref
+
 import numpy as np
 from numba import njit
 
 from distshap.packed import PackedModel
+from distshap.parallel import run_ranges
 
 __all__ = ["sibling_pairs"]
 
+_KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # packed -> (selected, pairs)
+_KEPT_LOCK = threading.Lock()
 #: Paths of one feature list compared with each other at most this far apart in the sorted
 #: order (siblings sit next to each other; paths of one list from many trees form long runs).
 _WINDOW = 8
 
 
 def sibling_pairs(packed: PackedModel, selected: np.ndarray) -> np.ndarray:
-    """The second path's differing lane of each pair's head, -1 for every other path.
+    """The second path's differing lane of each pair's head, -1 for every other path (kept
+    with ``packed`` for the last ``selected``: a model's plans share it; read-only).
 
     Parameters
     ----------
@@ -51,9 +58,22 @@ def sibling_pairs(packed: PackedModel, selected: np.ndarray) -> np.ndarray:
         paths hold -1; the partners are the paths named by a head's lane
         (``packed.lane_path[pair_lane[pair_lane >= 0]]``).
     """
+    selected = np.asarray(selected, bool)
+    with _KEPT_LOCK:
+        kept = _KEPT.get(packed)
+    if kept is not None and np.array_equal(kept[0], selected):
+        return kept[1]
+    pair_lane = _sibling_pairs(packed, selected)
+    pair_lane.flags.writeable = False
+    with _KEPT_LOCK:
+        _KEPT[packed] = (selected.copy(), pair_lane)
+    return pair_lane
+
+
+def _sibling_pairs(packed: PackedModel, selected: np.ndarray) -> np.ndarray:
     n_paths = int(packed.path_value.shape[0])
     pair_lane = np.full(max(n_paths, 1), -1, np.int32)
-    ids = np.flatnonzero(np.asarray(selected, bool)[:n_paths])
+    ids = np.flatnonzero(selected[:n_paths])
     if ids.size < 2:
         return pair_lane
     offsets = np.asarray(packed.path_offsets, np.int64)
@@ -62,8 +82,11 @@ def sibling_pairs(packed: PackedModel, selected: np.ndarray) -> np.ndarray:
     start = offsets[ids] + 1
     k = offsets[ids + 1] - start
     key = _feature_keys(start, k, feature, np.asarray(packed.path_group, np.int64)[ids])
-    perm = np.lexsort((ids, key))
-    _pair_runs(ids[perm], key[perm], offsets, feature,
+    perm = np.argsort(key, kind="stable")  # by key, then path (ids increase)
+    key = key[perm]
+    run_starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1], True]).astype(np.int64)
+    n_runs = run_starts.size - 1
+    run_ranges(_pair_runs, n_runs, min(n_runs, 64), ids[perm], run_starts, offsets, feature,
                np.asarray(packed.lower), np.asarray(packed.upper),
                np.asarray(packed.zero_fraction), np.asarray(packed.missing),
                np.asarray(packed.cat_other), np.asarray(packed.cat_offsets, np.int64),
@@ -105,36 +128,37 @@ def _same_lane(a, b, feature, lower, upper, zero, missing, other, cat_offsets, c
 
 
 @njit(nogil=True, cache=True)
-def _pair_runs(order, key, offsets, feature, lower, upper, zero, missing, other, cat_offsets,
-               cat_nbits, cat_words, pair_lane):  # fmt: skip
-    """Pair the paths of ``order`` (sorted by ``key``, the keys in that order): each path not
-    yet taken with the first later one of its key within ``_WINDOW`` that differs from it in
-    exactly one lane, written into ``pair_lane``."""
-    n = order.size
-    taken = np.zeros(n, np.bool_)
-    for i in range(n):
-        if taken[i]:
-            continue
-        p = order[i]
-        s = offsets[p] + 1
-        k = offsets[p + 1] - s
-        for j in range(i + 1, min(n, i + 1 + _WINDOW)):
-            if key[j] != key[i]:
-                break
-            if taken[j]:
+def _pair_runs(order, run_starts, offsets, feature, lower, upper, zero, missing, other,
+               cat_offsets, cat_nbits, cat_words, pair_lane, lo, hi):  # fmt: skip
+    """Pair the paths of runs ``lo .. hi - 1`` of ``order`` (run ``r``: the paths
+    ``order[run_starts[r]:run_starts[r + 1]]``, one key): each path not yet taken with the first
+    later one of its run within ``_WINDOW`` that differs from it in exactly one lane, written
+    into ``pair_lane``. Runs are independent (:func:`~distshap.parallel.run_ranges`)."""
+    taken = np.zeros(_WINDOW + 1, np.bool_)  # the run's next paths, relative to the first
+    for r in range(lo, hi):
+        a = run_starts[r]
+        b = run_starts[r + 1]
+        for i in range(a, b):
+            if taken[(i - a) % (_WINDOW + 1)]:
+                taken[(i - a) % (_WINDOW + 1)] = False
                 continue
-            q = order[j]
-            t = offsets[q] + 1
-            differ = -1
-            for e in range(k):
-                if not _same_lane(s + e, t + e, feature, lower, upper, zero, missing, other,
-                                  cat_offsets, cat_nbits, cat_words):  # fmt: skip
-                    if differ >= 0 or feature[s + e] != feature[t + e]:
-                        differ = -2
-                        break
-                    differ = e
-            if differ >= 0:
-                pair_lane[p] = t + differ
-                taken[i] = True
-                taken[j] = True
-                break
+            p = order[i]
+            s = offsets[p] + 1
+            k = offsets[p + 1] - s
+            for j in range(i + 1, min(b, i + 1 + _WINDOW)):
+                if taken[(j - a) % (_WINDOW + 1)]:
+                    continue
+                t = offsets[order[j]] + 1
+                differ = -1
+                for e in range(k):
+                    if not _same_lane(s + e, t + e, feature, lower, upper, zero, missing, other,
+                                      cat_offsets, cat_nbits, cat_words):  # fmt: skip
+                        if differ >= 0 or feature[s + e] != feature[t + e]:
+                            differ = -2
+                            break
+                        differ = e
+                if differ >= 0:
+                    pair_lane[p] = t + differ
+                    taken[(j - a) % (_WINDOW + 1)] = True
+                    break
+        taken[:] = False
