@@ -136,6 +136,7 @@ def _check_model(packed, costs_by_name: dict) -> int:
         chosen += int((offsets >= 0).any())
         plan = gpu.plan_arrays(packed, offsets)
         assert plan.pop("lane_column") is None
+        assert plan.pop("pair_lane") is None  # interaction plans: every path apart
         _same(plan, ref.plan_core(packed, offsets))
     stats = gpu.strategy_stats(packed, cost_model.tables_everywhere())
     assert stats["shap_table_paths"] + stats["quadrature_paths"] + stats["oversize_paths"] == (
