@@ -223,9 +223,20 @@ def _pair_shap(z, o, v, e, z2, o2, v2) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("name", ["categorical", "merged"])
+def _zero_covers():
+    """Leaves of zero cover beside others: a pair's element of zero fraction."""
+    L, S = tiny.Leaf, tiny.Split
+    trees = [
+        S(0, 0.5, S(1, 0.5, L(5.0, 0.0), L(-1.0, 10.0)), S(2, 0.3, L(0.5, 6.0), L(2.0, 0.0))),
+        S(1, 0.4, S(0, 0.5, S(2, 0.6, L(1.0, 0.0), L(-2.0, 3.0)), L(3.0, 4.0)),
+          S(2, 0.5, L(-1.0, 2.0), L(4.0, 0.0))),
+    ]  # fmt: skip
+    return tiny.build_ensemble(trees, num_features=3)
+
+
+@pytest.mark.parametrize("name", ["categorical", "merged", "zero_covers"])
 def test_a_pair_gives_the_sum_of_its_two_paths(name):
-    ens = _MODELS[name]()
+    ens = _zero_covers() if name == "zero_covers" else _MODELS[name]()
     packed = _packed(ens)
     X = tiny.random_rows(11, ens, 6, 0.15)
     rows = prepare_rows(X, packed)
@@ -253,6 +264,11 @@ def test_a_pair_gives_the_sum_of_its_two_paths(name):
             np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
             checked += abs(want).max() > 0
     assert checked > 0
+    if name == "zero_covers":  # both differing lanes of each pair
+        heads = [p for p, _, _ in pairs]
+        lanes = [_lanes(packed, p)[e] for p, _, e in pairs]
+        lanes += sibling_pairs(packed, everything)[heads].tolist()
+        assert (packed.zero_fraction[lanes] == 0).any()
 
 
 def _deep_xgboost(n_features: int = 10):
