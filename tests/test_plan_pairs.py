@@ -39,7 +39,7 @@ _MODELS = {
     "numeric": lambda: tiny.random_ensemble(3, n_features=6, n_trees=4, depth=5),
     "categorical": lambda: tiny.random_ensemble(
         4, n_features=6, n_trees=4, depth=5, n_groups=3, n_categorical=2
-    ),  # fmt: skip
+    ),
     "merged": lambda: tiny.random_ensemble(5, n_features=3, n_trees=3, depth=7),
 }
 
@@ -96,7 +96,9 @@ def _check_pairs(packed, selected, pair_lane) -> list[tuple[int, int, int]]:
 
 
 def _quadrature_paths(plan) -> np.ndarray:
-    return np.concatenate([launch["paths"] for launch in plan["quadrature"]] or [np.empty(0)])
+    return np.concatenate(
+        [launch["paths"] for launch in plan["quadrature"]] or [np.empty(0, np.int32)]
+    )
 
 
 @pytest.mark.parametrize("name", sorted(_MODELS))
