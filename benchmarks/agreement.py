@@ -2,8 +2,9 @@
 
 For each ``--shapes`` entry (``name-size`` of :mod:`benchmarks.shapes`), SHAP values of
 ``--rows`` rows: distshap on the GPU and on the CPU, XGBoost ``pred_contribs`` on the GPU and
-on the CPU; prints the largest difference of each pair over the largest |value| of XGBoost's
-CPU output. Needs a GPU::
+on the CPU, and distshap on the GPU with every path apart (``quadrature_pairs=0``: no sibling
+pairs, :mod:`distshap.plan.pairs`); prints the largest difference of each pair over the
+largest |value| of XGBoost's CPU output. Needs a GPU::
 
     DISTSHAP_BENCH_DEVICE=cuda python3 -m benchmarks.agreement --shapes cal_housing-large
 """
@@ -32,6 +33,7 @@ def agreement(shape: str, rows: int) -> dict:
     import xgboost as xgb
 
     from distshap import TreeExplainer
+    from distshap.plan.config import config_context
 
     name, size = shape.rsplit("-", 1)
     booster = train_model(name, size)
@@ -41,6 +43,9 @@ def agreement(shape: str, rows: int) -> dict:
     ours_gpu = cp.asnumpy(
         TreeExplainer(booster, layout="xgboost", backend="cuda").shap_values(cp.asarray(X))
     )
+    with config_context(quadrature_pairs=0):
+        apart = TreeExplainer(booster, layout="xgboost", backend="cuda")
+        ours_apart = cp.asnumpy(apart.shap_values(cp.asarray(X)))
     booster.set_param({"device": "cuda"})
     xgb_gpu = booster.predict(xgb.DMatrix(X), pred_contribs=True)
     booster.set_param({"device": "cpu"})
@@ -52,6 +57,8 @@ def agreement(shape: str, rows: int) -> dict:
         "ours GPU vs XGBoost CPU": _diff(ours_gpu, xgb_cpu, scale),
         "XGBoost GPU vs XGBoost CPU": _diff(xgb_gpu, xgb_cpu, scale),
         "ours GPU vs XGBoost GPU": _diff(ours_gpu, xgb_gpu, scale),
+        "ours GPU vs ours GPU paths apart": _diff(ours_gpu, ours_apart, scale),
+        "ours GPU paths apart vs XGBoost GPU": _diff(ours_apart, xgb_gpu, scale),
     }
 
 
