@@ -580,7 +580,7 @@ def host_plan(packed, interactions: bool, device_plan=None) -> dict:
 
         offsets = (gpu.interaction_table_offsets(packed) if interactions
                    else gpu.shap_table_offsets(packed, costs_for("NVIDIA H200")))  # fmt: skip
-        plan = gpu.plan_arrays(packed, offsets, local=not interactions)
+        plan = gpu.plan_arrays(packed, offsets, local=not interactions, pairs=not interactions)
         plan["table_bytes"] = 4 * table_values(k, offsets, "k*k" if interactions else "k")
     else:
         host = lambda a: a.copy_to_host() if hasattr(a, "copy_to_host") else np.asarray(a)  # noqa: E731

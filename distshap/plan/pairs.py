@@ -86,7 +86,8 @@ def _sibling_pairs(packed: PackedModel, selected: np.ndarray) -> np.ndarray:
     key = key[perm]
     run_starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1], True]).astype(np.int64)
     n_runs = run_starts.size - 1
-    run_ranges(_pair_runs, n_runs, min(n_runs, 64), ids[perm], run_starts, offsets, feature,
+    group = np.asarray(packed.path_group, np.int64)
+    run_ranges(_pair_runs, n_runs, min(n_runs, 64), ids[perm], run_starts, offsets, group, feature,
                np.asarray(packed.lower), np.asarray(packed.upper),
                np.asarray(packed.zero_fraction), np.asarray(packed.missing),
                np.asarray(packed.cat_other), np.asarray(packed.cat_offsets, np.int64),
@@ -128,7 +129,7 @@ def _same_lane(a, b, feature, lower, upper, zero, missing, other, cat_offsets, c
 
 
 @njit(nogil=True, cache=True)
-def _pair_runs(order, run_starts, offsets, feature, lower, upper, zero, missing, other,
+def _pair_runs(order, run_starts, offsets, group, feature, lower, upper, zero, missing, other,
                cat_offsets, cat_nbits, cat_words, pair_lane, lo, hi):  # fmt: skip
     """Pair the paths of runs ``lo .. hi - 1`` of ``order`` (run ``r``: the paths
     ``order[run_starts[r]:run_starts[r + 1]]``, one key): each path not yet taken with the first
@@ -148,7 +149,10 @@ def _pair_runs(order, run_starts, offsets, feature, lower, upper, zero, missing,
             for j in range(i + 1, min(b, i + 1 + _WINDOW)):
                 if taken[(j - a) % (_WINDOW + 1)]:
                     continue
-                t = offsets[order[j]] + 1
+                q = order[j]
+                t = offsets[q] + 1
+                if group[q] != group[p] or offsets[q + 1] - t != k:  # a key collision
+                    continue
                 differ = -1
                 for e in range(k):
                     if not _same_lane(s + e, t + e, feature, lower, upper, zero, missing, other,
