@@ -38,10 +38,11 @@ class Config:
     quadrature_chunk_paths : int
         Paths per chunk of the quadrature kernels (one thread block runs one chunk on its rows).
     quadrature_pairs : int
-        1: the SHAP quadrature kernels run sibling paths (two paths differing in one element
-        of one feature) as one (:mod:`distshap.plan.pairs`), about half the work on deep
-        trees; 0: every path apart. A pair's contributions are rounded once, not once a path,
-        so their last bits differ between the two; every GPU route runs the same pairs.
+        Nonzero: the SHAP quadrature kernels run sibling paths (two paths differing in one
+        element of one feature) as one (:mod:`distshap.plan.pairs`), a pair at about the cost
+        of one path; 0: every path apart. A pair's contributions are rounded once, not once a
+        path, so their last bits differ between the two; every route of the SHAP plan runs the
+        same pairs.
     few_rows, few_rows_chunk_paths, few_rows_blocks : int
         SHAP calls (a batch) of at most ``few_rows`` rows run quadrature chunks of
         ``few_rows_chunk_paths`` paths: each block's thread has few rows to share its paths

@@ -275,7 +275,9 @@ def strategy_stats(packed: PackedModel, costs: KernelCosts | None = None) -> dic
     (blocks of a row tile, over the launches: local chunks where they run),
     ``quadrature_tile_columns`` (int64 sums a thread in the widest tile, 0 where every launch adds
     to global memory), ``quadrature_warps`` (the fewest warps a block over the launches, 0: a launch
-    adds to global memory), and
+    adds to global memory), ``quadrature_pairs`` (sibling pairs run as one path,
+    :mod:`~distshap.plan.pairs`; ``quadrature_paths`` counts both of a pair's paths,
+    ``quadrature_chunks`` the launched ones), and
     ``fixed_point_shift`` (SHAP, interactions).
     """
     lanes = np.diff(packed.path_offsets)

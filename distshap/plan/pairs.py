@@ -12,8 +12,10 @@ With ``A`` the common elements, ``g_L(t) = z_L + t (o_L - z_L)`` the left leaf's
 
 So a pair costs about one path: the kernels run the first path of a pair (its *head*) with the
 second's differing lane (:func:`sibling_pairs`), and the second path is left out of the
-launches. Which paths pair depends on the model alone, so every SHAP route of the GPU (row
-kernels, a thread a path, any chunking) runs the same pairs and gives the same bits. Any two
+launches. Which paths pair depends on the model and on which of its paths the plan runs in
+the quadrature kernels (not on tables), never on rows or chunks, so every route of the SHAP
+plan (row kernels, a thread a path, the few-rows chunks, any batch) runs the same pairs and
+gives the same bits. Any two
 paths of one output group that differ in exactly one element of the same feature pair this
 way; siblings are the ones that do.
 """

@@ -113,8 +113,9 @@ class Plan:
     ``"k"`` SHAP values, ``"k*k"`` interaction values. ``lane_column`` (int16 per lane, SHAP
     plans with chunk-local feature tiles, else ``None``): the column of a quadrature lane's
     feature in its local chunk's tile (:class:`QuadratureLaunch`), -1 for other lanes.
-    ``pair_lane`` (int32 per path): a sibling pair's second path's differing lane at its
-    first path (:func:`~distshap.plan.pairs.sibling_pairs`), -1 elsewhere.
+    ``pair_lane`` (int32 per path, SHAP plans): a sibling pair's second path's differing lane
+    at its first path (:func:`~distshap.plan.pairs.sibling_pairs`), -1 elsewhere; None in
+    interaction plans.
     """
 
     lane_table: object
@@ -446,7 +447,10 @@ def few_rows_shap_plan(packed: PackedModel, model: DeviceModel) -> Plan:
         quadrature = _to_device({"quadrature": host["quadrature"]})["quadrature"]
         column = host["lane_column"]
         column = None if column is None else cuda.to_device(column)
-        return replace(plan, quadrature=quadrature, lane_column=column)
+        pairs = plan.pair_lane  # the launches left out the partners of these pairs
+        if not np.array_equal(host["pair_lane"], plan.pair_lane.copy_to_host()):
+            pairs = cuda.to_device(host["pair_lane"])
+        return replace(plan, quadrature=quadrature, lane_column=column, pair_lane=pairs)
 
     return model.form(("shap few rows", forced_costs()), build)
 
