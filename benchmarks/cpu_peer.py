@@ -92,6 +92,14 @@ def measure(shape: str, kind: str, args: argparse.Namespace) -> dict:
     n_theirs, _ = _rows_for(theirs, probe, args.seconds, cap)
     t_ours, c_ours, v_ours = _median(lambda: ours(n_ours), args.repeats)
     t_theirs, c_theirs, v_theirs = _median(lambda: theirs(n_theirs), args.repeats)
+    apart = None
+    if args.apart and not interactions:  # the same call with every path apart
+        from distshap.plan.config import config_context
+
+        with config_context(quadrature_pairs=0):
+            ours(probe)
+            t_apart, _, v_apart = _median(lambda: ours(n_ours), args.repeats)
+        apart = (n_ours / t_apart, np.asarray(v_apart).astype(np.float64))
     common = min(n_ours, n_theirs)
     a = np.asarray(v_ours)[:common].reshape(common, -1).astype(np.float64)
     b = np.asarray(v_theirs)[:common].reshape(common, -1).astype(np.float64)
@@ -114,6 +122,18 @@ def measure(shape: str, kind: str, args: argparse.Namespace) -> dict:
         "cpu_ratio": (n_ours / c_ours) / (n_theirs / c_theirs),
         "max_abs_diff_over_scale": float(np.abs(a - b).max()) / scale,
     }
+    if apart is not None:
+        ours_all = np.asarray(v_ours).astype(np.float64)
+        record["distshap_apart_rows_per_s"] = apart[0]
+        record["pairs_vs_apart_max_abs_diff_over_scale"] = (
+            float(np.abs(ours_all - apart[1]).max()) / scale
+        )
+        record["pairs_vs_apart_bits_differ"] = int(
+            (
+                np.asarray(v_ours).view(np.uint32)
+                != np.asarray(apart[1], np.float32).view(np.uint32)
+            ).sum()
+        )
     return record
 
 
@@ -127,6 +147,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-rows", type=int, default=200_000)
     parser.add_argument("--interaction-rows", type=int, default=1_000, help="row cap")
     parser.add_argument("--json", help="write the records to this file")
+    parser.add_argument(
+        "--apart",
+        action="store_true",
+        help="also time distshap's SHAP with every path apart (quadrature_pairs=0)",
+    )
     parser.add_argument("--allow-old-xgboost", action="store_true")
     args = parser.parse_args(argv)
     os.environ["NUMBA_NUM_THREADS"] = str(args.threads)  # before Numba is imported
@@ -172,6 +197,14 @@ def main(argv: list[str] | None = None) -> None:
                 f"{r['cpu_ratio']:8.2f}x",
                 flush=True,
             )
+            if "distshap_apart_rows_per_s" in r:
+                print(
+                    f"{'':16s} {'  apart':12s} {'':13s} {r['distshap_apart_rows_per_s']:9,.0f}  "
+                    f"(pairs {r['distshap_rows_per_s'] / r['distshap_apart_rows_per_s']:.2f}x; "
+                    f"difference {r['pairs_vs_apart_max_abs_diff_over_scale']:.1e} of the scale, "
+                    f"{r['pairs_vs_apart_bits_differ']:,d} values' bits)",
+                    flush=True,
+                )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(records, fh, indent=1)

@@ -8,6 +8,8 @@
   ``quadrature_pairs=0`` and interaction plans (``pairs=False``) run every path alone;
 * the math of the module docstring in float64: the pair's quadrature (the leaf values folded
   into the common product) equals the two paths' SHAP values computed apart;
+* the CPU SHAP kernel with pairs and without them against the float64 oracle, partners skipped
+  and sabotaged partner values noticed;
 * a ``gpu``-marked test: a deep XGBoost model's values with pairs and without them against
   ``pred_contribs``, the same bits with pairs a row at a time, 16 rows and 3,000 rows.
 
@@ -289,6 +291,34 @@ def _deep_xgboost(n_features: int = 10):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("budget", [0, 6000])
+def test_cpu_kernel_runs_pairs_as_the_paths_apart(budget):
+    from distshap.kernels import cpu, quadrature_cpu
+
+    ens = tiny.random_ensemble(6, n_features=8, n_trees=4, depth=7, n_groups=2, n_categorical=2)
+    packed = _packed(ens, budget)
+    X = prepare_rows(tiny.random_rows(7, ens, 60, 0.15), packed)
+    table_offsets, tables = cpu.shap_tables(packed)
+    pair_lane, pair_pos, pair_value = quadrature_cpu._pair_arrays(packed, table_offsets)
+    heads = np.flatnonzero(pair_pos >= 0)
+    assert heads.size > 5 and (pair_pos == -2).sum() == heads.size
+    assert np.all(table_offsets[heads] < 0)  # only paths without a table pair
+    ref = naive.treeshap_recursive_rows(ens, X)
+    scale = max(1.0, float(np.abs(ref).max()))
+    paired = cpu.shap_values(packed, X)
+    with config_context(quadrature_pairs=0):
+        apart = cpu.shap_values(packed, X)
+    for got in (paired, apart):
+        assert np.abs(got.astype(np.float64) - ref.reshape(got.shape)).max() <= 1e-6 * scale
+    lanes = (packed.feature, packed.lower, packed.upper, packed.missing, packed.zero_fraction,
+             packed.cat_offsets, packed.cat_nbits, packed.cat_other, packed.cat_words)  # fmt: skip
+    wrong = np.empty_like(paired)
+    quadrature_cpu._run(X, lanes, packed.path_offsets, packed.path_value, packed.path_group,
+                        table_offsets, tables, packed.expected_value, wrong,
+                        (pair_lane, pair_pos, pair_value * 2))  # fmt: skip
+    assert np.abs(wrong - paired).max() > 1e-3 * scale  # the partners' values are used
+
+
 @needs_gpu
 def test_gpu_pairs_match_pred_contribs_on_a_deep_model():
     import distshap

@@ -13,6 +13,12 @@ backwards, so every ``prod_{j != i}`` costs two multiplications, no division, an
 weight is non-negative and the sums are float64, so nothing cancels and the result keeps its
 accuracy at any path length, where the EXTEND / UNWOUND_SUM dynamic program loses it.
 
+*Pairs.* Two quadrature paths that differ in one element of one feature (sibling leaves,
+:mod:`distshap.plan.pairs`) run as one: the first path's element there becomes the linear
+factor ``v_1 (z_1 + t d_1) + v_2 (z_2 + t d_2)`` (the leaf values folded in), its feature's
+value ``(v_1 d_1 + v_2 d_2)`` times the product of the others, and the second path is skipped;
+the sums are float64, so the values are those of the two paths apart to float64 rounding.
+
 *Tables.* A path with a SHAP pattern table (:func:`distshap.plan.tables.choose_tables`: the short
 paths, within a memory budget) costs one interval test per element and one table row per row.
 The table of a path of ``k`` features is its SHAP values at the ``2**k`` corners of its pattern
@@ -46,6 +52,8 @@ from distshap.compile_cache import announce, read_only
 from distshap.kernels import treeshap
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
 from distshap.parallel import run_ranges
+from distshap.plan.config import get_config
+from distshap.plan.pairs import sibling_pairs
 
 __all__ = [
     "block_rows",
@@ -87,8 +95,12 @@ def element_ones(oi, col, n, e, lower, upper, missing, cat_offsets, cat_nbits, c
 @njit(nogil=True, cache=True)
 def _shap_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, cat_nbits,
                cat_other, cat_words, path_offsets, path_value, path_group, table_offsets,
-               tables, gl_t, gl_w, expected_value, max_k, block_rows, out, lo, hi):  # fmt: skip
-    """SHAP values of rows ``lo .. hi - 1`` of ``X`` into ``out``, ``block_rows`` at a time."""
+               tables, pair_lane, pair_pos, pair_value, gl_t, gl_w, expected_value, max_k,
+               block_rows, out, lo, hi):  # fmt: skip
+    """SHAP values of rows ``lo .. hi - 1`` of ``X`` into ``out``, ``block_rows`` at a time.
+    Sibling pairs (:mod:`distshap.plan.pairs`): path ``p`` with ``pair_pos[p] >= 0`` runs with
+    its partner, whose differing lane is ``pair_lane[p]`` and value ``pair_value[p]``; a
+    partner has ``pair_pos`` -2 and is skipped."""
     n_features = X.shape[1]
     n_paths = path_offsets.shape[0] - 1
     n_groups = out.shape[1]
@@ -102,6 +114,8 @@ def _shap_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, ca
     pre = np.empty((max_k, size), np.float64)
     phi = np.empty((max_k, size), np.float64)
     suf = np.empty(size, np.float64)
+    ones2 = np.empty(size, np.bool_)  # a pair: does row r follow the partner's element
+    d2 = np.empty(size, np.float64)
     for r0 in range(lo, hi, size):
         n = min(hi, r0 + size) - r0
         for r in range(n):
@@ -109,6 +123,9 @@ def _shap_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, ca
                 XT[f, r] = X[r0 + r, f]
         acc[:] = 0.0
         for p in range(n_paths):
+            ep = pair_pos[p]  # a pair's differing element; -1 none; -2 a partner (run by its head)
+            if ep == -2:
+                continue
             start = path_offsets[p] + 1  # the first feature element (after the bias lane)
             k = path_offsets[p + 1] - start
             base = path_group[p] * n_cols
@@ -140,6 +157,15 @@ def _shap_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, ca
                     phi[i, r] = 0.0
             m = (k + 1) // 2  # nodes: the rule of m nodes sits at m (m - 1) / 2
             v = path_value[p]
+            v1 = v2 = z2 = 0.0
+            if ep >= 0:  # the pair's factor at ep: h(t) = v1 (z + t d) + v2 (z2 + t d2)
+                ql = pair_lane[p]
+                element_ones(ones2, XT[feature[ql]], n, ql, lower, upper, missing, cat_offsets,
+                             cat_nbits, cat_other, cat_words)  # fmt: skip
+                z2 = zero_fraction[ql]
+                for r in range(n):
+                    d2[r] = (1.0 if ones2[r] else 0.0) - z2
+                v1, v2, v = v, pair_value[p], 1.0
             for q in range(m * (m - 1) // 2, m * (m + 1) // 2):
                 t = gl_t[q]
                 wv = gl_w[q] * v
@@ -147,19 +173,33 @@ def _shap_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, ca
                     pre[0, r] = wv
                 for i in range(1, k):  # pre[i] = w v prod_{j < i} (z_j + t d_j)
                     z = zero_fraction[start + i - 1]
-                    for r in range(n):
-                        pre[i, r] = pre[i - 1, r] * (z + t * d[i - 1, r])
+                    if i - 1 == ep:
+                        for r in range(n):
+                            pre[i, r] = pre[i - 1, r] * (v1 * (z + t * d[i - 1, r])
+                                                         + v2 * (z2 + t * d2[r]))  # fmt: skip
+                    else:
+                        for r in range(n):
+                            pre[i, r] = pre[i - 1, r] * (z + t * d[i - 1, r])
                 for r in range(n):
                     suf[r] = 1.0
                 for i in range(k - 1, -1, -1):  # suf = prod_{j > i} (z_j + t d_j)
                     z = zero_fraction[start + i]
                     for r in range(n):
                         phi[i, r] += pre[i, r] * suf[r]
-                        suf[r] *= z + t * d[i, r]
+                    if i == ep:
+                        for r in range(n):
+                            suf[r] *= v1 * (z + t * d[i, r]) + v2 * (z2 + t * d2[r])
+                    else:
+                        for r in range(n):
+                            suf[r] *= z + t * d[i, r]
             for i in range(k):
                 a = acc[base + feature[start + i]]
-                for r in range(n):
-                    a[r] += phi[i, r] * d[i, r]
+                if i == ep:  # the split feature: (v1 d1 + v2 d2) integral prod_{j != ep}
+                    for r in range(n):
+                        a[r] += phi[i, r] * (v1 * d[i, r] + v2 * d2[r])
+                else:
+                    for r in range(n):
+                        a[r] += phi[i, r] * d[i, r]
         for r in range(n):
             for g in range(n_groups):
                 for c in range(n_cols - 1):
@@ -177,17 +217,43 @@ def _run(
     tables: np.ndarray,
     expected_value: np.ndarray,
     out: np.ndarray,
+    pairs: tuple | None = None,
 ) -> None:
-    """:func:`_shap_rows` over every row of ``X``, in threads."""
+    """:func:`_shap_rows` over every row of ``X``, in threads; ``pairs``: its
+    ``(pair_lane, pair_pos, pair_value)`` (:func:`_pair_arrays`), none by default."""
     k = np.diff(path_offsets) - 1
     max_k = max(int(k.max()), 1) if k.size else 1
     gl_t, gl_w = gauss_legendre_table(node_count(max_k))
     rows = block_rows(out.shape[1], out.shape[2] - 1)
     threads = numba.get_num_threads()  # ranges of whole blocks, a few per thread when many
     pieces = max(threads, min(4 * threads, -(-X.shape[0] // rows)))
+    if pairs is None:
+        none = np.full(max(path_offsets.shape[0] - 1, 1), -1, np.int64)
+        pairs = (none, none, np.zeros(none.shape, np.float64))
     run_ranges(_shap_rows, X.shape[0], pieces, read_only(X), *lanes, path_offsets,
-               path_value, path_group, table_offsets, tables, gl_t, gl_w, expected_value,
-               max_k, rows, out)  # fmt: skip
+               path_value, path_group, table_offsets, tables, *pairs, gl_t, gl_w,
+               expected_value, max_k, rows, out)  # fmt: skip
+
+
+def _pair_arrays(packed, table_offsets: np.ndarray) -> tuple:
+    """The sibling pairs (:func:`~distshap.plan.pairs.sibling_pairs`) of the paths without a
+    table as :func:`_shap_rows` takes them: ``pair_lane`` (the partner's differing lane),
+    ``pair_pos`` (its position: -1 no pair, -2 a partner) and ``pair_value`` (the partner's
+    leaf value), int64 / int64 / float64 per path; none under ``quadrature_pairs=0``."""
+    n_paths = int(packed.path_value.shape[0])
+    pair_pos = np.full(max(n_paths, 1), -1, np.int64)
+    pair_lane = np.full(max(n_paths, 1), -1, np.int64)
+    pair_value = np.zeros(max(n_paths, 1), np.float64)
+    if n_paths and get_config().quadrature_pairs:
+        found = sibling_pairs(packed, np.asarray(table_offsets) < 0)[:n_paths]
+        heads = np.flatnonzero(found >= 0)
+        lanes = found[heads].astype(np.int64)
+        partners = np.asarray(packed.lane_path)[lanes].astype(np.int64)
+        pair_lane[heads] = lanes
+        pair_pos[heads] = lanes - np.asarray(packed.path_offsets)[partners] - 1
+        pair_value[heads] = np.asarray(packed.path_value)[partners]
+        pair_pos[partners] = -2
+    return pair_lane, pair_pos, pair_value
 
 
 def block_rows(num_groups: int, num_features: int) -> int:
@@ -282,5 +348,5 @@ def shap_values(packed, X: np.ndarray, table_offsets: np.ndarray, tables: np.nda
             packed.cat_offsets, packed.cat_nbits, packed.cat_other, packed.cat_words,
         )  # fmt: skip
         _run(X, lanes, packed.path_offsets, packed.path_value, packed.path_group, table_offsets,
-             tables, packed.expected_value, out)  # fmt: skip
+             tables, packed.expected_value, out, _pair_arrays(packed, table_offsets))  # fmt: skip
     return out
