@@ -33,8 +33,9 @@ from distshap.parallel import run_ranges
 
 __all__ = ["sibling_pairs"]
 
-_KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # packed -> (selected, pairs)
+_KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # packed -> [(selected, pairs)]
 _KEPT_LOCK = threading.Lock()
+_KEEP = 4  # selections kept a model (the plans of a few cost models, e.g. ``distshap info``)
 #: Paths of one feature list compared with each other at most this far apart in the sorted
 #: order (siblings sit next to each other; paths of one list from many trees form long runs).
 _WINDOW = 8
@@ -42,7 +43,7 @@ _WINDOW = 8
 
 def sibling_pairs(packed: PackedModel, selected: np.ndarray) -> np.ndarray:
     """The second path's differing lane of each pair's head, -1 for every other path (kept
-    with ``packed`` for the last ``selected``: a model's plans share it; read-only).
+    with ``packed`` for its last few ``selected``: a model's plans share it; read-only).
 
     Parameters
     ----------
@@ -62,13 +63,14 @@ def sibling_pairs(packed: PackedModel, selected: np.ndarray) -> np.ndarray:
     """
     selected = np.asarray(selected, bool)
     with _KEPT_LOCK:
-        kept = _KEPT.get(packed)
-    if kept is not None and np.array_equal(kept[0], selected):
-        return kept[1]
+        kept = list(_KEPT.get(packed, ()))
+    for was, pair_lane in kept:
+        if np.array_equal(was, selected):
+            return pair_lane
     pair_lane = _sibling_pairs(packed, selected)
     pair_lane.flags.writeable = False
     with _KEPT_LOCK:
-        _KEPT[packed] = (selected.copy(), pair_lane)
+        _KEPT[packed] = [*_KEPT.get(packed, ())[-(_KEEP - 1) :], (selected.copy(), pair_lane)]
     return pair_lane
 
 
