@@ -299,7 +299,7 @@ def test_cpu_kernel_runs_pairs_as_the_paths_apart(budget):
     packed = _packed(ens, budget)
     X = prepare_rows(tiny.random_rows(7, ens, 60, 0.15), packed)
     table_offsets, tables = cpu.shap_tables(packed)
-    pair_lane, pair_pos, pair_value = quadrature_cpu._pair_arrays(packed, table_offsets)
+    pair_lane, pair_pos, pair_value = cpu.shap_pairs(packed)
     heads = np.flatnonzero(pair_pos >= 0)
     assert heads.size > 5 and (pair_pos == -2).sum() == heads.size
     assert np.all(table_offsets[heads] < 0)  # only paths without a table pair

@@ -21,6 +21,7 @@ import numpy as np
 from distshap.kernels import interactions_cpu, quadrature_cpu
 from distshap.kernels.interventional_cpu import interventional_values
 from distshap.packed import PackedModel, clear_host_forms, host_form
+from distshap.plan.config import get_config
 from distshap.plan.tables import choose_tables, path_features, table_values
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "interaction_slot_values",
     "interaction_values",
     "interventional_values",
+    "shap_pairs",
     "shap_tables",
     "shap_values",
 ]
@@ -59,9 +61,17 @@ def _shap_tables(packed: PackedModel) -> tuple[np.ndarray, np.ndarray]:
     return offsets, tables
 
 
+def shap_pairs(packed: PackedModel) -> tuple:
+    """The sibling pairs of ``packed``'s paths without a SHAP table, as the kernel takes them
+    (:func:`~distshap.kernels.quadrature_cpu.pair_arrays`), kept beside its tables."""
+    return host_form(packed, "shap pairs",
+                     lambda: quadrature_cpu.pair_arrays(packed, shap_tables(packed)[0]),
+                     TABLE_CACHE_SIZE)  # fmt: skip
+
+
 def clear_cache() -> None:
-    """Drop every cached SHAP and interaction table."""
-    clear_host_forms("shap tables", "interaction tables")
+    """Drop every cached SHAP and interaction table and the SHAP pairs."""
+    clear_host_forms("shap tables", "shap pairs", "interaction tables")
 
 
 def _as_rows(X: np.ndarray, packed: PackedModel) -> np.ndarray:
@@ -84,7 +94,8 @@ def shap_values(packed: PackedModel, X: np.ndarray) -> np.ndarray:
     """
     X = _as_rows(X, packed)
     table_offsets, tables = shap_tables(packed)  # paths without a table: quadrature
-    return quadrature_cpu.shap_values(packed, X, table_offsets, tables)
+    pairs = shap_pairs(packed) if get_config().quadrature_pairs else None
+    return quadrature_cpu.shap_values(packed, X, table_offsets, tables, pairs)
 
 
 def interaction_values(packed: PackedModel, X: np.ndarray) -> np.ndarray:

@@ -52,13 +52,13 @@ from distshap.compile_cache import announce, read_only
 from distshap.kernels import treeshap
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
 from distshap.parallel import run_ranges
-from distshap.plan.config import get_config
 from distshap.plan.pairs import sibling_pairs
 
 __all__ = [
     "block_rows",
     "element_ones",
     "fill_tables",
+    "pair_arrays",
     "pattern_model",
     "pattern_rows",
     "shap_values",
@@ -220,7 +220,7 @@ def _run(
     pairs: tuple | None = None,
 ) -> None:
     """:func:`_shap_rows` over every row of ``X``, in threads; ``pairs``: its
-    ``(pair_lane, pair_pos, pair_value)`` (:func:`_pair_arrays`), none by default."""
+    ``(pair_lane, pair_pos, pair_value)`` (:func:`pair_arrays`), none by default."""
     k = np.diff(path_offsets) - 1
     max_k = max(int(k.max()), 1) if k.size else 1
     gl_t, gl_w = gauss_legendre_table(node_count(max_k))
@@ -235,16 +235,16 @@ def _run(
                expected_value, max_k, rows, out)  # fmt: skip
 
 
-def _pair_arrays(packed, table_offsets: np.ndarray) -> tuple:
+def pair_arrays(packed, table_offsets: np.ndarray) -> tuple:
     """The sibling pairs (:func:`~distshap.plan.pairs.sibling_pairs`) of the paths without a
     table as :func:`_shap_rows` takes them: ``pair_lane`` (the partner's differing lane),
     ``pair_pos`` (its position: -1 no pair, -2 a partner) and ``pair_value`` (the partner's
-    leaf value), int64 / int64 / float64 per path; none under ``quadrature_pairs=0``."""
+    leaf value), int64 / int64 / float64 per path."""
     n_paths = int(packed.path_value.shape[0])
     pair_pos = np.full(max(n_paths, 1), -1, np.int64)
     pair_lane = np.full(max(n_paths, 1), -1, np.int64)
     pair_value = np.zeros(max(n_paths, 1), np.float64)
-    if n_paths and get_config().quadrature_pairs:
+    if n_paths:
         found = sibling_pairs(packed, np.asarray(table_offsets) < 0)[:n_paths]
         heads = np.flatnonzero(found >= 0)
         lanes = found[heads].astype(np.int64)
@@ -328,7 +328,8 @@ def fill_tables(
     return tables
 
 
-def shap_values(packed, X: np.ndarray, table_offsets: np.ndarray, tables: np.ndarray) -> np.ndarray:
+def shap_values(packed, X: np.ndarray, table_offsets: np.ndarray, tables: np.ndarray,
+                pairs: tuple | None = None) -> np.ndarray:  # fmt: skip
     """SHAP values of the rows of ``X``: float32 ``(n, G, F + 1)``, bias last.
 
     Parameters
@@ -340,6 +341,9 @@ def shap_values(packed, X: np.ndarray, table_offsets: np.ndarray, tables: np.nda
         Start of each path's table in ``tables``, -1 where the path has none (quadrature).
     tables : float32 array
         The tables (:func:`fill_tables`).
+    pairs : tuple, optional
+        The sibling pairs of the paths without a table (:func:`pair_arrays`); none: every
+        path apart.
     """
     out = np.empty((X.shape[0], packed.num_groups, packed.num_features + 1), np.float32)
     if X.shape[0]:
@@ -348,5 +352,5 @@ def shap_values(packed, X: np.ndarray, table_offsets: np.ndarray, tables: np.nda
             packed.cat_offsets, packed.cat_nbits, packed.cat_other, packed.cat_words,
         )  # fmt: skip
         _run(X, lanes, packed.path_offsets, packed.path_value, packed.path_group, table_offsets,
-             tables, packed.expected_value, out, _pair_arrays(packed, table_offsets))  # fmt: skip
+             tables, packed.expected_value, out, pairs)  # fmt: skip
     return out
