@@ -37,12 +37,12 @@ class Config:
         of ``k`` features needs ``ceil(k / 2)`` nodes and runs in the smallest kernel with enough.
     quadrature_chunk_paths : int
         Paths per chunk of the quadrature kernels (one thread block runs one chunk on its rows).
-    quadrature_pairs : int
-        Nonzero: the SHAP quadrature kernels run sibling paths (two paths differing in one
-        element of one feature) as one (:mod:`distshap.plan.pairs`), a pair at about the cost
-        of one path; 0: every path apart. A pair's contributions are rounded once, not once a
-        path, so their last bits differ between the two; every route of the SHAP plan runs the
-        same pairs.
+    quadrature_unit_levels : int
+        0 to 3: the SHAP quadrature kernels run sibling units (up to ``2**L`` paths sharing
+        all elements but ``L`` of each, the leaves of a small subtree) as one path
+        (:mod:`distshap.plan.units`); 1: pairs only; 0: every path apart. A unit's common
+        contributions are rounded once, not once a path, so their last bits differ between
+        levels; every route of the SHAP plan runs the same units.
     few_rows, few_rows_chunk_paths, few_rows_blocks : int
         SHAP calls (a batch) of at most ``few_rows`` rows run quadrature chunks of
         ``few_rows_chunk_paths`` paths: each block's thread has few rows to share its paths
@@ -156,7 +156,7 @@ interventional_interaction_table_budget_bytes : int
 
     quadrature_nodes: tuple[int, ...] = (2, 4, 6, 8, 12, 16)
     quadrature_chunk_paths: int = 256
-    quadrature_pairs: int = 1
+    quadrature_unit_levels: int = 3
     few_rows: int = 512
     few_rows_chunk_paths: int = 32
     few_rows_blocks: int = 8192

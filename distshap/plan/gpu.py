@@ -40,7 +40,7 @@ from distshap.plan.geometry import (
     tile_bound,
 )
 from distshap.plan.launches import local_chunks, nonempty, quadrature_launches
-from distshap.plan.pairs import sibling_pairs
+from distshap.plan.units import sibling_units, tail_columns, tail_lanes
 
 __all__ = [
     "fixed_point_shift",
@@ -178,29 +178,28 @@ def interaction_table_offsets(packed: PackedModel) -> np.ndarray:
 
 
 def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False,
-                pairs: bool = False) -> dict:  # fmt: skip
+                units: bool = False) -> dict:  # fmt: skip
     """Host arrays of a :class:`~.runtime.model.Plan` (tables, ``table_bytes`` and
     ``per_pattern`` aside) for per-path table offsets ``path_table``: the regular paths without
     a table go to the quadrature kernels (an oversize path's offset is ignored: the fallback
     kernel runs it).
     ``local``: with chunk-local feature tiles (:func:`~distshap.plan.launches.local_chunks`,
     each launch's of at most :func:`~distshap.plan.geometry.tile_bound` of its longest path)
-    where the model has more features than that bound of its longest path.
-    ``pairs`` (SHAP plans): quadrature paths run as sibling pairs
-    (:func:`~distshap.plan.pairs.sibling_pairs`, ``pair_lane``), each pair's second path left
-    out of the launches (all -1 under ``quadrature_pairs=0``); else ``pair_lane`` is None."""
+    where the model has more features than that bound of its longest path; a head's tile
+    holds its unit's tail features too.
+    ``units`` (SHAP plans): quadrature paths run as sibling units
+    (:func:`~distshap.plan.units.sibling_units` of ``quadrature_unit_levels``: ``unit_offsets``,
+    ``unit_value`` float32, ``unit_lanes``), the members left out of the launches; else those
+    three are None."""
     config = get_config()
     k, path_bin, regular = path_info(packed)
     has_table = path_table >= 0
     is_t = has_table & regular
     is_q = ~has_table & regular
-    n_paths = int(packed.path_value.shape[0])
-    pair_lane = np.full(max(n_paths, 1), -1, np.int32) if pairs else None
-    if pairs and config.quadrature_pairs:
-        pair_lane = sibling_pairs(packed, is_q)
-        heads = pair_lane[:n_paths] >= 0
-        is_q = is_q.copy()
-        is_q[packed.lane_path[pair_lane[:n_paths][heads]]] = False  # the partners
+    found = None
+    if units:
+        found = sibling_units(packed, is_q, config.quadrature_unit_levels)
+        is_q = is_q & ~found.members
     launches = quadrature_launches(
         k, packed.path_group, is_q, config.quadrature_nodes, config.quadrature_chunk_paths,
     )  # fmt: skip
@@ -215,12 +214,7 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
     lane_column = None
     longest = int(k[is_q].max()) if is_q.any() else 0
     if local and local_tile_model(packed.num_features, longest) and launches:
-        lane_column = np.full(max(int(packed.feature.shape[0]), 1), -1, np.int16)
-        for launch in launches:  # each launch's tiles as narrow as its own paths allow
-            bound = tile_bound(int(k[launch["paths"]].max(initial=0)))
-            launch.update(local_chunks(packed, launch["paths"], bound,
-                                       config.quadrature_chunk_paths, lane_column,
-                                       config.quadrature_tile_window))  # fmt: skip
+        lane_column = _local_tiles(packed, launches, k, found, config)
     return dict(
         lane_table=np.ascontiguousarray(lane_table, np.int64),
         table_bins=nonempty(table_bins, np.int32),
@@ -229,8 +223,30 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
         table_paths=int(is_t.sum()),
         quadrature=launches,
         lane_column=lane_column,
-        pair_lane=pair_lane,
+        unit_offsets=None if found is None else found.offsets,
+        unit_value=None if found is None else found.value.astype(np.float32),
+        unit_lanes=None if found is None else found.lanes,
     )
+
+
+def _local_tiles(packed: PackedModel, launches: list, k: np.ndarray, found, config) -> np.ndarray:
+    """Chunk-local tiles of every launch (written into each launch) and ``lane_column``: each
+    launch's tiles as narrow as its own paths allow, a head's holding its tail features."""
+    n_lanes = max(int(packed.feature.shape[0]), 1)
+    lane_column = np.full(n_lanes, -1, np.int16)
+    tails = None
+    if found is not None and found.num_units:
+        tails = tail_lanes(packed, found)
+        v_column = np.full(max(int(tails.real.size), 1), -1, np.int16)
+    for launch in launches:
+        bound = tile_bound(int(k[launch["paths"]].max(initial=0)))
+        launch.update(local_chunks(packed if tails is None else tails, launch["paths"], bound,
+                                   config.quadrature_chunk_paths,
+                                   lane_column if tails is None else v_column,
+                                   config.quadrature_tile_window))  # fmt: skip
+    if tails is not None:
+        tail_columns(packed, tails, found, v_column, lane_column)
+    return lane_column
 
 
 def _table_maxk(n_bins: int, path_bin: np.ndarray, k: np.ndarray, is_t: np.ndarray) -> np.ndarray:
@@ -275,9 +291,9 @@ def strategy_stats(packed: PackedModel, costs: KernelCosts | None = None) -> dic
     (blocks of a row tile, over the launches: local chunks where they run),
     ``quadrature_tile_columns`` (int64 sums a thread in the widest tile, 0 where every launch adds
     to global memory), ``quadrature_warps`` (the fewest warps a block over the launches, 0: a launch
-    adds to global memory), ``quadrature_pairs`` (sibling pairs run as one path,
-    :mod:`~distshap.plan.pairs`; ``quadrature_paths`` counts both of a pair's paths,
-    ``quadrature_chunks`` the launched ones), and
+    adds to global memory), ``quadrature_units`` (sibling units run as one path,
+    :mod:`~distshap.plan.units`), ``quadrature_unit_members`` (their paths left out of the
+    launches; ``quadrature_paths`` counts them, ``quadrature_chunks`` only the launched ones), and
     ``fixed_point_shift`` (SHAP, interactions).
     """
     lanes = np.diff(packed.path_offsets)
@@ -318,7 +334,7 @@ def _shap_tiles(packed: PackedModel, shap_offsets: np.ndarray) -> dict:
     :func:`distshap.kernels.cuda.shap_quadrature.launch_quadrature` runs them (host arithmetic): a
     launch takes chunk-local feature tiles where the plan has them and its widest tile fits
     shared memory, else a column per feature (or global atomics)."""
-    plan = plan_arrays(packed, shap_offsets, local=True, pairs=True)
+    plan = plan_arrays(packed, shap_offsets, local=True, units=True)
     local = plan["lane_column"] is not None
     n_features = int(packed.num_features)
     kinds, chunks, columns, warps = set(), 0, 0, []
@@ -340,5 +356,7 @@ def _shap_tiles(packed: PackedModel, shap_offsets: np.ndarray) -> dict:
         "quadrature_chunks": chunks,
         "quadrature_tile_columns": columns,
         "quadrature_warps": min(warps) if warps else 0,
-        "quadrature_pairs": int((plan["pair_lane"] >= 0).sum()),  # (a SHAP plan's: an array)
+        "quadrature_units": int(np.count_nonzero(np.diff(plan["unit_offsets"]))),
+        "quadrature_unit_members": int(np.diff(plan["unit_offsets"]).sum())
+        - int(np.count_nonzero(np.diff(plan["unit_offsets"]))),
     }

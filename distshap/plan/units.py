@@ -33,7 +33,14 @@ from numba import njit
 from distshap.packed import PackedModel
 from distshap.parallel import run_ranges
 
-__all__ = ["UNIT_LEVELS", "SiblingUnits", "sibling_units"]
+__all__ = [
+    "UNIT_LEVELS",
+    "SiblingUnits",
+    "TailLanes",
+    "sibling_units",
+    "tail_columns",
+    "tail_lanes",
+]
 
 #: Tail elements a member has at most (the kernels pad every tail to this many factors).
 UNIT_LEVELS = 3
@@ -328,3 +335,90 @@ def _member_lists(heads, nxt, counts):
                 m = nxt[m]
             counts[p] = c
     return out
+
+
+@dataclass(frozen=True)
+class TailLanes:
+    """Each path's feature lanes followed, on a head, by one lane of each tail feature of its
+    unit that its own path lacks: what a chunk-local feature tile of the head must hold
+    (:func:`tail_lanes`; duck-types a packed model for
+    :func:`~distshap.plan.launches.local_chunks`)."""
+
+    path_offsets: np.ndarray
+    feature: np.ndarray
+    path_group: np.ndarray
+    num_features: int
+    real: np.ndarray  # int64: the packed model's lane of each lane here
+
+
+def tail_lanes(packed: PackedModel, units: SiblingUnits) -> TailLanes:
+    """The :class:`TailLanes` of ``packed`` with ``units``."""
+    offsets = np.asarray(packed.path_offsets, np.int64)
+    feature = np.asarray(packed.feature, np.int64)
+    n_paths = int(packed.path_value.shape[0])
+    stamp = np.full(max(int(packed.num_features), 1), -1, np.int64)
+    extra = np.zeros(max(n_paths, 1), np.int64)
+    _tail_extras(offsets, feature, units.offsets, units.lanes, stamp, extra, None)
+    v_offsets = offsets.copy()
+    v_offsets[1:] += np.cumsum(extra[:n_paths])
+    real = np.empty(int(v_offsets[-1]), np.int64)
+    stamp[:] = -1
+    _tail_extras(offsets, feature, units.offsets, units.lanes, stamp, v_offsets, real)
+    return TailLanes(v_offsets, feature[real].astype(np.int32), np.asarray(packed.path_group),
+                     int(packed.num_features), real)  # fmt: skip
+
+
+@njit(nogil=True, cache=True)
+def _tail_extras(offsets, feature, unit_offsets, unit_lanes, stamp, out, real):
+    """Without ``real``: each head's count of tail features its path lacks into ``out``; with
+    it: ``real`` of every lane of :class:`TailLanes` (``out``: its offsets)."""
+    n_paths = offsets.size - 1
+    for p in range(n_paths):
+        if real is not None:
+            at = out[p]
+            for li in range(offsets[p], offsets[p + 1]):
+                real[at] = li
+                at += 1
+        if unit_offsets[p + 1] == unit_offsets[p]:
+            continue
+        for li in range(offsets[p] + 1, offsets[p + 1]):
+            stamp[feature[li]] = p
+        count = 0
+        for e in range(unit_offsets[p], unit_offsets[p + 1]):
+            for i in range(unit_lanes.shape[1]):
+                lane = unit_lanes[e, i]
+                if lane >= 0 and stamp[feature[lane]] != p:
+                    stamp[feature[lane]] = p
+                    if real is not None:
+                        real[at] = lane
+                        at += 1
+                    count += 1
+        if real is None:
+            out[p] = count
+
+
+def tail_columns(packed: PackedModel, tails: TailLanes, units: SiblingUnits,
+                 v_column: np.ndarray, lane_column: np.ndarray) -> None:  # fmt: skip
+    """Write into ``lane_column`` (per lane of the packed model) each launched lane's column
+    and each tail lane's: its feature's column in its head's tile (``v_column``: the columns
+    :func:`~distshap.plan.launches.local_chunks` wrote for the lanes of ``tails``)."""
+    _tail_columns(tails.path_offsets, tails.feature, tails.real, np.asarray(packed.feature),
+                  units.offsets, units.lanes, np.asarray(v_column), lane_column)  # fmt: skip
+
+
+@njit(nogil=True, cache=True)
+def _tail_columns(v_offsets, v_feature, real, feature, unit_offsets, unit_lanes, v_column,
+                  lane_column):  # fmt: skip
+    for v in range(real.size):
+        if v_column[v] >= 0:
+            lane_column[real[v]] = v_column[v]
+    for p in range(v_offsets.size - 1):
+        for e in range(unit_offsets[p], unit_offsets[p + 1]):
+            for i in range(unit_lanes.shape[1]):
+                lane = unit_lanes[e, i]
+                if lane < 0:
+                    continue
+                for v in range(v_offsets[p] + 1, v_offsets[p + 1]):
+                    if v_feature[v] == feature[lane]:
+                        lane_column[lane] = v_column[v]
+                        break
