@@ -2,8 +2,8 @@
 
 For each ``--shapes`` entry (``name-size`` of :mod:`benchmarks.shapes`), SHAP values of
 ``--rows`` rows: distshap on the GPU and on the CPU, XGBoost ``pred_contribs`` on the GPU and
-on the CPU, and distshap on the GPU with every path apart (``quadrature_pairs=0``: no sibling
-pairs, :mod:`distshap.plan.pairs`); prints the largest difference of each pair over the
+on the CPU, and distshap on the GPU with every path apart (``quadrature_unit_levels=0``: no
+sibling units, :mod:`distshap.plan.units`); prints the largest difference of each pair over the
 largest |value| of XGBoost's CPU output. Needs a GPU::
 
     DISTSHAP_BENCH_DEVICE=cuda python3 -m benchmarks.agreement --shapes cal_housing-large
@@ -43,7 +43,7 @@ def agreement(shape: str, rows: int) -> dict:
     ours_gpu = cp.asnumpy(
         TreeExplainer(booster, layout="xgboost", backend="cuda").shap_values(cp.asarray(X))
     )
-    with config_context(quadrature_pairs=0):
+    with config_context(quadrature_unit_levels=0):
         apart = TreeExplainer(booster, layout="xgboost", backend="cuda")
         ours_apart = cp.asnumpy(apart.shap_values(cp.asarray(X)))
     booster.set_param({"device": "cuda"})

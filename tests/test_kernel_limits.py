@@ -96,7 +96,7 @@ def test_plan_work_of_a_small_model():
     quad = [w for w in work if w.label.startswith("quadrature")]
     assert quad and [w.label for w in work][-2:] == ["rows transposed (CuPy)", "finish"]
     launched = np.concatenate([q["paths"] for q in plan["quadrature"]])
-    assert launched.size < int((k > 0).sum())  # sibling pairs: a launch runs the first path
+    assert launched.size < int((k > 0).sum())  # sibling units: a launch runs the head
     assert sum(w.elements for w in quad) == int(k[launched].sum()) * rows
     for w in quad:
         assert w.level == "ptx" and w.counts["issue"] > 0, w

@@ -136,7 +136,8 @@ def _check_model(packed, costs_by_name: dict) -> int:
         chosen += int((offsets >= 0).any())
         plan = gpu.plan_arrays(packed, offsets)
         assert plan.pop("lane_column") is None
-        assert plan.pop("pair_lane") is None  # interaction plans: every path apart
+        for name in ("unit_offsets", "unit_value", "unit_lanes"):  # interaction plans: no units
+            assert plan.pop(name) is None
         _same(plan, ref.plan_core(packed, offsets))
     stats = gpu.strategy_stats(packed, cost_model.tables_everywhere())
     assert stats["shap_table_paths"] + stats["quadrature_paths"] + stats["oversize_paths"] == (

@@ -13,8 +13,9 @@
 * the fold of the interface (moments of the common product, ``h``, tail contributions) in
   float64: a unit's values equal the sum of its members' SHAP values apart (random units and
   the units of real models, elements of zero fraction among them);
-* the CPU SHAP kernel at every level against the float64 oracle (``tests/naive.py``), the
-  units it runs with members for two and three levels;
+* the CPU SHAP kernel at every level against the float64 oracle (``tests/naive.py``), with
+  members for two and three levels, beside pattern tables too; sabotaged members' values and
+  tails noticed;
 * a ``gpu`` test: a depth-10 XGBoost model at three levels against ``pred_contribs`` and
   every path apart, the same bits a row at a time, 16 rows and 3,000 rows.
 
@@ -23,6 +24,7 @@ The CUDA-simulator run of the kernels with units is ``tests/test_cuda_path_threa
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import Counter
 
@@ -38,14 +40,13 @@ from distshap.paths import extract_paths
 from distshap.plan import gpu as plan_gpu
 from distshap.plan.config import config_context
 from distshap.plan.geometry import gauss_legendre
+from distshap.plan.units import UNIT_LEVELS, sibling_units
 
 import naive
 import tiny
 from conftest import to_host
 from tiny import Leaf, Split
 
-units_module = pytest.importorskip("distshap.plan.units")  # lands with the kernels' units
-UNIT_LEVELS, sibling_units = units_module.UNIT_LEVELS, units_module.sibling_units
 needs_gpu = pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (GPU host)")
 
 _KINDS = ("regression", "binary", "multiclass", "categorical")
@@ -303,17 +304,18 @@ def test_shap_plans_launch_heads_and_no_members(budget):
         assert stats["quadrature_units"] == len(found)
         assert stats["quadrature_unit_members"] == members.size
         if plan["lane_column"] is not None:
-            _check_tail_columns(packed, plan, units)
+            assert (_check_tail_columns(packed, plan, units) > 0) == (levels >= 2)
     interaction = plan_gpu.plan_arrays(packed, offsets, local=False)
     assert interaction["unit_offsets"] is None and interaction["unit_lanes"] is None
     assert np.array_equal(np.sort(_quadrature_paths(interaction)), np.flatnonzero(is_q))
 
 
-def _check_tail_columns(packed, plan, units) -> None:
+def _check_tail_columns(packed, plan, units) -> int:
     """In chunk-local tiles, every launched path's lanes and its unit's tail lanes have their
-    feature's column in the path's chunk."""
+    feature's column in the path's chunk; returns the count of tail lanes of a feature their
+    head's path lacks."""
     column = plan["lane_column"]
-    checked = 0
+    checked = foreign = 0
     for launch in plan["quadrature"]:
         if "local_offsets" not in launch:
             continue
@@ -323,11 +325,15 @@ def _check_tail_columns(packed, plan, units) -> None:
             tile = features[f_offsets[c] : f_offsets[c + 1]]
             for p in launch["paths"][chunk_of[c] : chunk_of[c + 1]].tolist():
                 tails = units.lanes[units.offsets[p] : units.offsets[p + 1]].ravel()
-                for li in [*_lanes(packed, p), *tails[tails >= 0].tolist()]:
+                tails = tails[tails >= 0].tolist()
+                for li in [*_lanes(packed, p), *tails]:
                     assert 0 <= column[li] < tile.size, (p, li)
                     assert tile[column[li]] == packed.feature[li], (p, li)
                     checked += 1
+                foreign += len(set(packed.feature[tails].tolist())
+                               - set(packed.feature[list(_lanes(packed, p))].tolist()))  # fmt: skip
     assert checked > 0
+    return foreign
 
 
 def _ones(packed, lanes, x) -> np.ndarray:
@@ -503,6 +509,40 @@ def test_cpu_kernel_at_every_level_against_the_oracle(kind):
                 assert stats["quadrature_units"] > 0 if levels else stats["quadrature_units"] == 0
                 if levels >= 2:
                     assert stats["quadrature_unit_members"] > stats["quadrature_units"]
+
+
+@pytest.mark.parametrize("budget", [0, 6000])
+def test_cpu_kernel_runs_the_members_inside_their_heads(budget):
+    from distshap.kernels import cpu, quadrature_cpu
+
+    ens = tiny.random_ensemble(6, n_features=8, n_trees=4, depth=7, n_groups=2, n_categorical=2)
+    packed = _packed(ens, budget)
+    X = prepare_rows(tiny.random_rows(7, ens, 40, 0.15), packed)
+    table_offsets, tables = cpu.shap_tables(packed)
+    assert (table_offsets >= 0).any() == bool(budget)
+    units = sibling_units(packed, table_offsets < 0, UNIT_LEVELS)
+    _check_units(packed, table_offsets < 0, units, UNIT_LEVELS)
+    assert units.members.sum() > units.num_units > 5
+    with config_context(quadrature_unit_levels=UNIT_LEVELS):
+        got = cpu.shap_values(packed, X)
+    ref = naive.treeshap_recursive_rows(ens, X)
+    scale = max(1.0, float(np.abs(ref).max()))
+    assert np.abs(got.astype(np.float64) - ref.reshape(got.shape)).max() <= 1e-6 * scale
+
+    def run(**change) -> np.ndarray:
+        arrays = quadrature_cpu.unit_arrays(dataclasses.replace(units, **change))
+        return quadrature_cpu.shap_values(packed, X, table_offsets, tables, arrays)
+
+    assert np.array_equal(run().view(np.uint32), got.view(np.uint32))
+    heads = units.offsets[np.flatnonzero(np.diff(units.offsets))]
+    member = np.ones(units.value.shape[0], bool)
+    member[heads] = False
+    value = np.where(member, 2 * units.value, units.value)  # the members' values are used
+    assert np.abs(run(value=value) - got).max() > 1e-3 * scale
+    lanes = units.lanes.copy()  # and their tails
+    lanes[member, 1:] = -1
+    assert (lanes != units.lanes).any()
+    assert np.abs(run(lanes=lanes) - got).max() > 1e-3 * scale
 
 
 def _deep_xgboost(n_features: int = 10):
