@@ -47,6 +47,9 @@ UNIT_LEVELS = 3
 #: Items of one feature list compared with each other at most this far apart in the sorted
 #: order (siblings sit next to each other; items of one list from many trees form long runs).
 _WINDOW = 8
+#: Runs of one key are matched in segments of at most this many items, in threads (a fixed
+#: cut: the same units on any thread count).
+_SEGMENT = 4096
 _KEEP = 4  # selections kept a model (the plans of a few cost models, e.g. ``distshap info``)
 _KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # packed -> [(key, units)]
 _KEPT_LOCK = threading.Lock()
@@ -138,21 +141,73 @@ def _sibling_units(packed: PackedModel, selected: np.ndarray, levels: int) -> Si
     nxt = np.full(max(n_paths, 1), -1, np.int64)  # members of a unit, a linked list from its head
     last = np.arange(max(n_paths, 1), dtype=np.int64)
     lanes = _lane_arrays(packed)
+    lane_hash = np.zeros(max(int(packed.feature.shape[0]), 1), np.uint64)
+    if heads.size >= 2 and levels > 0:
+        bits = [np.ascontiguousarray(a).view(np.uint32 if a.itemsize == 4 else np.uint64)
+                for a in lanes[1:4]]  # fmt: skip
+        run_ranges(_hash_lanes, heads.size, min(heads.size // 4096 + 1, 64), heads, offsets,
+                   lanes[0], *bits, *lanes[4:], lane_hash)  # fmt: skip
     for _ in range(levels if heads.size >= 2 else 0):
         key = _item_keys(heads, mask, offsets, lanes[0], group)
         perm = np.argsort(key, kind="stable")  # by key, then head (heads increase)
         key = key[perm]
-        run_starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1], True]).astype(np.int64)
+        cut = np.r_[True, key[1:] != key[:-1]]
+        cut[::_SEGMENT] = True
+        run_starts = np.flatnonzero(np.r_[cut, True]).astype(np.int64)
         n_runs = run_starts.size - 1
         order = heads[perm]
         partner = np.full(order.size, -1, np.int64)
         diff = np.full((order.size, 2), -1, np.int64)
         run_ranges(_match_runs, n_runs, min(n_runs, 64), order, run_starts, mask, offsets, group,
-                   *lanes, partner, diff)  # fmt: skip
+                   lane_hash, *lanes, partner, diff)  # fmt: skip
         if not (partner >= 0).any():
             break
         heads = _merge(order, partner, diff, offsets, mask, tail, ntail, nxt, last)
     return _units(n_paths, heads, nxt, tail, np.asarray(packed.path_value, np.float64))
+
+
+@njit(nogil=True, cache=True)
+def _hash_lanes(heads, offsets, feature, lower, upper, zero, missing, other, cat_offsets, cat_nbits,
+                cat_words, out, lo, hi):  # fmt: skip
+    """A 64-bit hash (FNV-1a) of the contents of each feature lane of the paths
+    ``heads[lo:hi]`` (``lower``, ``upper``, ``zero``: the bits of those lane arrays)."""
+    prime = np.uint64(1099511628211)
+    for i in range(lo, hi):
+        p = heads[i]
+        for li in range(offsets[p] + 1, offsets[p + 1]):
+            h = (np.uint64(14695981039346656037) ^ np.uint64(feature[li] + 7)) * prime
+            h = (h ^ np.uint64(lower[li])) * prime
+            h = (h ^ np.uint64(upper[li])) * prime
+            h = (h ^ np.uint64(zero[li])) * prime
+            h = (h ^ np.uint64(2 * np.int64(missing[li]) + np.int64(other[li]))) * prime
+            if cat_offsets[li] >= 0:
+                for w in range((cat_nbits[li] + 31) // 32):
+                    h = (h ^ np.uint64(cat_words[cat_offsets[li] + w])) * prime
+            out[li] = h
+
+
+@njit(nogil=True, cache=True)
+def _one_hash_apart(p, q, mask, offsets, lane_hash):
+    """Whether items ``p`` and ``q`` (of one key) differ in exactly one lane's hash, their
+    unmasked lanes taken in order (a quick test before :func:`_differ`)."""
+    s = offsets[p] + 1
+    t = offsets[q] + 1
+    a = s
+    b = t
+    found = 0
+    while True:
+        while a < offsets[p + 1] and (mask[p] >> np.uint32(a - s)) & np.uint32(1):
+            a += 1
+        while b < offsets[q + 1] and (mask[q] >> np.uint32(b - t)) & np.uint32(1):
+            b += 1
+        if a >= offsets[p + 1] or b >= offsets[q + 1]:
+            return found == 1
+        if lane_hash[a] != lane_hash[b]:
+            found += 1
+            if found > 1:
+                return False
+        a += 1
+        b += 1
 
 
 @njit(nogil=True, cache=True)
@@ -223,11 +278,13 @@ def _differ(p, q, mask, offsets, feature, lower, upper, zero, missing, other, ca
 
 
 @njit(nogil=True, cache=True)
-def _match_runs(order, run_starts, mask, offsets, group, feature, lower, upper, zero, missing,
-                other, cat_offsets, cat_nbits, cat_words, partner, diff, lo, hi):  # fmt: skip
-    """Match the items of runs ``lo .. hi - 1`` of ``order`` (one ``key1`` a run): each item not
-    yet taken with the first later one of its run within ``_WINDOW`` that differs from it in
-    exactly one lane (:func:`_differ`); ``partner[i] = j`` and ``diff[i]`` the two lanes.
+def _match_runs(order, run_starts, mask, offsets, group, lane_hash, feature, lower, upper, zero,
+                missing, other, cat_offsets, cat_nbits, cat_words, partner, diff, lo,
+                hi):  # fmt: skip
+    """Match the items of runs ``lo .. hi - 1`` of ``order`` (one key a run, or a segment of
+    one): each item not yet taken with the first later one of its run within ``_WINDOW`` that
+    differs from it in exactly one lane (:func:`_one_hash_apart`, then :func:`_differ`);
+    ``partner[i] = j`` (``partner[j] = -2``) and ``diff[i]`` the two lanes.
     Runs are independent (:func:`~distshap.parallel.run_ranges`)."""
     for r in range(lo, hi):
         a = run_starts[r]
@@ -240,7 +297,7 @@ def _match_runs(order, run_starts, mask, offsets, group, feature, lower, upper, 
                 if partner[j] != -1:
                     continue
                 q = order[j]
-                if group[q] != group[p]:
+                if group[q] != group[p] or not _one_hash_apart(p, q, mask, offsets, lane_hash):
                     continue
                 la, lb = _differ(p, q, mask, offsets, feature, lower, upper, zero, missing,
                                  other, cat_offsets, cat_nbits, cat_words)  # fmt: skip
