@@ -276,6 +276,19 @@ def test_hand_built_paths_unite_only_by_the_rules():
     assert units_of([29, 30, 31], 2) == {frozenset((29, 30, 31))}  # head: 29 or 30
 
 
+@pytest.mark.parametrize("levels", [-1, UNIT_LEVELS + 1])
+def test_levels_out_of_range_are_refused(levels):
+    ens = tiny.random_ensemble(2, n_features=4, n_trees=2, depth=4)
+    packed = _packed(ens)
+    named = rf"quadrature_unit_levels.*{levels}"
+    with pytest.raises(ValueError, match=named):
+        sibling_units(packed, np.ones(packed.num_paths, bool), levels)
+    explainer = TreeExplainer(ens, backend="cpu", table_budget_bytes=0)
+    with pytest.raises(ValueError, match=named):  # by the configuration or before the kernel
+        with config_context(quadrature_unit_levels=levels):
+            explainer.shap_values(tiny.random_rows(1, ens, 3))
+
+
 @pytest.mark.parametrize("budget", [0, 6000])
 def test_shap_plans_launch_heads_and_no_members(budget):
     ens = tiny.random_ensemble(6, n_features=12, n_trees=3, depth=7, n_groups=2, n_categorical=1)
