@@ -4,9 +4,10 @@ Each row is processed on its own, paths in packed order, contributions accumulat
 and stored as float32: results do not depend on the thread count, the batch or the chunking.
 SHAP values (:mod:`distshap.kernels.quadrature_cpu`): paths with a SHAP pattern table cost an
 interval test per element and one table row; the others are integrated exactly by
-Gauss-Legendre quadrature. The tables are this backend's own: which paths get one is the packed
-model's policy (:func:`distshap.plan.tables.choose_tables`), and they are filled in float64 on the
-first SHAP call and kept per model digest (:func:`shap_tables`). Interaction values
+Gauss-Legendre quadrature, sibling units (:mod:`distshap.plan.units`) each as one path. The
+tables are this backend's own: which paths get one is the packed model's policy
+(:func:`distshap.plan.tables.choose_tables`), and they are filled in float64 on the first SHAP
+call and kept per model digest (:func:`shap_tables`). Interaction values
 (:mod:`distshap.kernels.interactions_cpu`) the same way: interaction pattern tables for short
 paths, the quadrature of the pair integrands (degree ``k - 2``, the SHAP value's nodes) for the
 others, each pair once and mirrored, the diagonal ``phi_i - sum_{j != i} phi_ij``. Both run
@@ -23,14 +24,15 @@ from distshap.kernels.interventional_cpu import interventional_values
 from distshap.packed import PackedModel, clear_host_forms, host_form
 from distshap.plan.config import get_config
 from distshap.plan.tables import choose_tables, path_features, table_values
+from distshap.plan.units import UNIT_LEVELS, sibling_units
 
 __all__ = [
     "clear_cache",
     "interaction_slot_values",
     "interaction_values",
     "interventional_values",
-    "shap_pairs",
     "shap_tables",
+    "shap_units",
     "shap_values",
 ]
 
@@ -61,17 +63,20 @@ def _shap_tables(packed: PackedModel) -> tuple[np.ndarray, np.ndarray]:
     return offsets, tables
 
 
-def shap_pairs(packed: PackedModel) -> tuple:
-    """The sibling pairs of ``packed``'s paths without a SHAP table, as the kernel takes them
-    (:func:`~distshap.kernels.quadrature_cpu.pair_arrays`), kept beside its tables."""
-    return host_form(packed, "shap pairs",
-                     lambda: quadrature_cpu.pair_arrays(packed, shap_tables(packed)[0]),
+def shap_units(packed: PackedModel, levels: int) -> tuple:
+    """The sibling units of ``levels`` levels (1 to 3) of ``packed``'s paths without a SHAP
+    table, as the kernel takes them (:func:`~distshap.kernels.quadrature_cpu.unit_arrays`),
+    kept beside its tables."""
+    selected = shap_tables(packed)[0] < 0
+    return host_form(packed, f"shap units {int(levels)}",
+                     lambda: quadrature_cpu.unit_arrays(sibling_units(packed, selected, levels)),
                      TABLE_CACHE_SIZE)  # fmt: skip
 
 
 def clear_cache() -> None:
-    """Drop every cached SHAP and interaction table and the SHAP pairs."""
-    clear_host_forms("shap tables", "shap pairs", "interaction tables")
+    """Drop every cached SHAP and interaction table and the SHAP units."""
+    units = (f"shap units {levels}" for levels in range(1, UNIT_LEVELS + 1))
+    clear_host_forms("shap tables", *units, "interaction tables")
 
 
 def _as_rows(X: np.ndarray, packed: PackedModel) -> np.ndarray:
@@ -94,8 +99,9 @@ def shap_values(packed: PackedModel, X: np.ndarray) -> np.ndarray:
     """
     X = _as_rows(X, packed)
     table_offsets, tables = shap_tables(packed)  # paths without a table: quadrature
-    pairs = shap_pairs(packed) if get_config().quadrature_pairs else None
-    return quadrature_cpu.shap_values(packed, X, table_offsets, tables, pairs)
+    levels = get_config().quadrature_unit_levels
+    units = shap_units(packed, levels) if levels else None
+    return quadrature_cpu.shap_values(packed, X, table_offsets, tables, units)
 
 
 def interaction_values(packed: PackedModel, X: np.ndarray) -> np.ndarray:

@@ -13,11 +13,14 @@ backwards, so every ``prod_{j != i}`` costs two multiplications, no division, an
 weight is non-negative and the sums are float64, so nothing cancels and the result keeps its
 accuracy at any path length, where the EXTEND / UNWOUND_SUM dynamic program loses it.
 
-*Pairs.* Two quadrature paths that differ in one element of one feature (sibling leaves,
-:mod:`distshap.plan.pairs`) run as one: the first path's element there becomes the linear
-factor ``v_1 (z_1 + t d_1) + v_2 (z_2 + t d_2)`` (the leaf values folded in), its feature's
-value ``(v_1 d_1 + v_2 d_2)`` times the product of the others, and the second path is skipped;
-the sums are float64, so the values are those of the two paths apart to float64 rounding.
+*Units.* Quadrature paths of one group that share a set ``C`` of elements lane for lane, each
+with at most three elements of its own, its tail (:mod:`distshap.plan.units`), run as one: the
+head walks ``C`` with ``h(t) = sum_m v_m prod_{e in T_m} (z_e + t d_e)`` (the members' values
+and tails, tails padded to three factors ``a (1 - t) + b t`` with ``a = b = 1``) in the common
+product in place of its own value, and each tail element's value comes from three moments of
+the common product, ``sum_q w_q P(t_q) (1 - t_q)^(2 - s) t_q^s``; the members are skipped. The
+head has the most elements, so its nodes stay exact; the sums are float64 of non-negative
+factors, so the values are those of the paths apart to float64 rounding.
 
 *Tables.* A path with a SHAP pattern table (:func:`distshap.plan.tables.choose_tables`: the short
 paths, within a memory budget) costs one interval test per element and one table row per row.
@@ -52,16 +55,17 @@ from distshap.compile_cache import announce, read_only
 from distshap.kernels import treeshap
 from distshap.kernels.taylor_cpu import gauss_legendre_table, node_count
 from distshap.parallel import run_ranges
-from distshap.plan.pairs import sibling_pairs
+from distshap.plan.units import UNIT_LEVELS
 
 __all__ = [
     "block_rows",
     "element_ones",
     "fill_tables",
-    "pair_arrays",
+    "no_units",
     "pattern_model",
     "pattern_rows",
     "shap_values",
+    "unit_arrays",
 ]
 
 #: Float64 sums of one row block: about 2 MiB, and at most 1,024 rows (larger blocks read each
@@ -91,16 +95,78 @@ def element_ones(oi, col, n, e, lower, upper, missing, cat_offsets, cat_nbits, c
             oi[r] = _follows(col[r], lo_, hi_, miss, other, co, nbits, cat_words)
 
 
+@njit(inline="always", nogil=True, cache=True)
+def _unit_factors(tb, ta, hc, tone, ones, XT, n, u0, u1, start, k, unit_value, unit_lanes, feature,
+                  lower, upper, missing, zero_fraction, cat_offsets, cat_nbits, cat_other,
+                  cat_words):  # fmt: skip
+    """The tail factors ``a (1 - t) + b t`` of the entries ``u0 .. u1 - 1`` of a unit (entry
+    ``j``, factor ``i``: ``a`` in ``ta[3 j + i]``, each row's ``b`` in ``tb[3 j + i]``; padding
+    ``a = b = 1``) and ``h`` in the basis ``(1 - t)^(3 - s) t^s``: ``hc[s]`` per row for
+    ``s = 1, 2, 3``; the constant ``H_0`` is returned."""
+    h0 = 0.0
+    for s in range(3):
+        for r in range(n):
+            hc[s, r] = 0.0
+    for j in range(u1 - u0):
+        for i in range(UNIT_LEVELS):
+            ln = unit_lanes[u0 + j, i]
+            b = tb[UNIT_LEVELS * j + i]
+            if ln < 0:
+                ta[UNIT_LEVELS * j + i] = 1.0
+                for r in range(n):
+                    b[r] = 1.0
+                continue
+            ta[UNIT_LEVELS * j + i] = zero_fraction[ln]
+            if j == 0 and start <= ln < start + k:  # the head's own lane: tested already
+                oi = ones[ln - start]
+            else:
+                element_ones(tone, XT[feature[ln]], n, ln, lower, upper, missing, cat_offsets,
+                             cat_nbits, cat_other, cat_words)  # fmt: skip
+                oi = tone
+            for r in range(n):
+                b[r] = 1.0 if oi[r] else 0.0
+        v = unit_value[u0 + j]
+        a0, a1, a2 = ta[3 * j], ta[3 * j + 1], ta[3 * j + 2]
+        b0, b1, b2 = tb[3 * j], tb[3 * j + 1], tb[3 * j + 2]
+        h0 += v * (a0 * a1 * a2)
+        for r in range(n):
+            hc[0, r] += v * (b0[r] * a1 * a2 + a0 * b1[r] * a2 + a0 * a1 * b2[r])
+            hc[1, r] += v * (a0 * b1[r] * b2[r] + b0[r] * a1 * b2[r] + b0[r] * b1[r] * a2)
+            hc[2, r] += v * (b0[r] * b1[r] * b2[r])
+    return h0
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _unit_tails(acc, base, tb, ta, mom, n, u0, u1, unit_value, unit_lanes, feature):
+    """Each real tail factor's contribution from the moments ``mom[s] = sum w P(t)
+    (1 - t)^(2 - s) t^s``: ``v (b_i - a_i) (a_p a_q M_0 + (a_p b_q + b_p a_q) M_1 + b_p b_q M_2)``
+    over the other two factors ``p``, ``q`` of its entry."""
+    for j in range(u1 - u0):
+        v = unit_value[u0 + j]
+        for i in range(UNIT_LEVELS):
+            ln = unit_lanes[u0 + j, i]
+            if ln < 0:
+                continue
+            p = UNIT_LEVELS * j + (i + 1) % 3
+            q = UNIT_LEVELS * j + (i + 2) % 3
+            ai, ap, aq = ta[UNIT_LEVELS * j + i], ta[p], ta[q]
+            bi, bp, bq = tb[UNIT_LEVELS * j + i], tb[p], tb[q]
+            a = acc[base + feature[ln]]
+            for r in range(n):
+                a[r] += (v * (bi[r] - ai)) * (ap * aq * mom[0, r] + (ap * bq[r] + bp[r] * aq)
+                                              * mom[1, r] + bp[r] * bq[r] * mom[2, r])  # fmt: skip
+
+
 @announce("the CPU SHAP kernel", 2)
 @njit(nogil=True, cache=True)
 def _shap_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, cat_nbits,
                cat_other, cat_words, path_offsets, path_value, path_group, table_offsets,
-               tables, pair_lane, pair_pos, pair_value, gl_t, gl_w, expected_value, max_k,
-               block_rows, out, lo, hi):  # fmt: skip
+               tables, unit_offsets, unit_value, unit_lanes, members, gl_t, gl_w,
+               expected_value, max_k, max_entries, block_rows, out, lo, hi):  # fmt: skip
     """SHAP values of rows ``lo .. hi - 1`` of ``X`` into ``out``, ``block_rows`` at a time.
-    Sibling pairs (:mod:`distshap.plan.pairs`): path ``p`` with ``pair_pos[p] >= 0`` runs with
-    its partner, whose differing lane is ``pair_lane[p]`` and value ``pair_value[p]``; a
-    partner has ``pair_pos`` -2 and is skipped."""
+    Sibling units (:mod:`distshap.plan.units`): a head ``p`` (``unit_offsets[p + 1] >
+    unit_offsets[p]``) runs its unit's entries, at most ``max_entries``, with its own path; a
+    member (``members[p]``) is skipped."""
     n_features = X.shape[1]
     n_paths = path_offsets.shape[0] - 1
     n_groups = out.shape[1]
@@ -114,8 +180,13 @@ def _shap_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, ca
     pre = np.empty((max_k, size), np.float64)
     phi = np.empty((max_k, size), np.float64)
     suf = np.empty(size, np.float64)
-    ones2 = np.empty(size, np.bool_)  # a pair: does row r follow the partner's element
-    d2 = np.empty(size, np.float64)
+    pos = np.empty(max_k, np.int64)  # the positions of the common elements
+    tail = np.zeros(max_k, np.bool_)  # a head's own tail positions
+    tone = np.empty(size, np.bool_)  # does row r follow a member's tail lane
+    ta = np.empty(UNIT_LEVELS * max_entries, np.float64)  # tail factors a (1 - t) + b t
+    tb = np.empty((UNIT_LEVELS * max_entries, size), np.float64)
+    hc = np.empty((3, size), np.float64)  # h = H_0 (1 - t)^3 + hc[0] t (1 - t)^2 + ...
+    mom = np.empty((3, size), np.float64)  # sum w P(t) (1 - t)^(2 - s) t^s
     for r0 in range(lo, hi, size):
         n = min(hi, r0 + size) - r0
         for r in range(n):
@@ -123,8 +194,7 @@ def _shap_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, ca
                 XT[f, r] = X[r0 + r, f]
         acc[:] = 0.0
         for p in range(n_paths):
-            ep = pair_pos[p]  # a pair's differing element; -1 none; -2 a partner (run by its head)
-            if ep == -2:
+            if members[p]:  # run inside its head's unit
                 continue
             start = path_offsets[p] + 1  # the first feature element (after the bias lane)
             k = path_offsets[p + 1] - start
@@ -149,57 +219,75 @@ def _shap_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, ca
                         a[r] += tables[index[r] + i]
                 continue
             # quadrature: phi_i = v d_i sum_q w_q prod_{j < i} f_j(t_q) prod_{j > i} f_j(t_q)
+            u0, u1 = unit_offsets[p], unit_offsets[p + 1]
+            unit = u1 > u0
+            h0 = 0.0
+            if unit:  # the head's tail positions leave the common product; h(t) enters it
+                for i in range(UNIT_LEVELS):
+                    if unit_lanes[u0, i] >= 0:
+                        tail[unit_lanes[u0, i] - start] = True
+                h0 = _unit_factors(tb, ta, hc, tone, ones, XT, n, u0, u1, start, k, unit_value,
+                                   unit_lanes, feature, lower, upper, missing, zero_fraction,
+                                   cat_offsets, cat_nbits, cat_other, cat_words)  # fmt: skip
+                for s in range(3):
+                    for r in range(n):
+                        mom[s, r] = 0.0
+            nc = 0
             for i in range(k):
+                if not tail[i]:
+                    pos[nc] = i
+                    nc += 1
+                tail[i] = False
+            for c in range(nc):
+                i = pos[c]
                 z = zero_fraction[start + i]
                 oi = ones[i]
                 for r in range(n):
                     d[i, r] = (1.0 if oi[r] else 0.0) - z
-                    phi[i, r] = 0.0
+                    phi[c, r] = 0.0
             m = (k + 1) // 2  # nodes: the rule of m nodes sits at m (m - 1) / 2
-            v = path_value[p]
-            v1 = v2 = z2 = 0.0
-            if ep >= 0:  # the pair's factor at ep: h(t) = v1 (z + t d) + v2 (z2 + t d2)
-                ql = pair_lane[p]
-                element_ones(ones2, XT[feature[ql]], n, ql, lower, upper, missing, cat_offsets,
-                             cat_nbits, cat_other, cat_words)  # fmt: skip
-                z2 = zero_fraction[ql]
-                for r in range(n):
-                    d2[r] = (1.0 if ones2[r] else 0.0) - z2
-                v1, v2, v = v, pair_value[p], 1.0
+            wv = path_value[p]
             for q in range(m * (m - 1) // 2, m * (m + 1) // 2):
                 t = gl_t[q]
-                wv = gl_w[q] * v
+                if unit:  # pre[0] = w; suf starts at h(t); pre[nc] = w P(t)
+                    s1 = 1.0 - t
+                    wv = gl_w[q]
+                    c1, c2, c3 = t * s1 * s1, t * t * s1, t * t * t
+                    h0t = h0 * (s1 * s1 * s1)
+                    for r in range(n):
+                        suf[r] = h0t + hc[0, r] * c1 + hc[1, r] * c2 + hc[2, r] * c3
+                else:
+                    wv = gl_w[q] * path_value[p]
+                    for r in range(n):
+                        suf[r] = 1.0
                 for r in range(n):
                     pre[0, r] = wv
-                for i in range(1, k):  # pre[i] = w v prod_{j < i} (z_j + t d_j)
-                    z = zero_fraction[start + i - 1]
-                    if i - 1 == ep:
-                        for r in range(n):
-                            pre[i, r] = pre[i - 1, r] * (v1 * (z + t * d[i - 1, r])
-                                                         + v2 * (z2 + t * d2[r]))  # fmt: skip
-                    else:
-                        for r in range(n):
-                            pre[i, r] = pre[i - 1, r] * (z + t * d[i - 1, r])
-                for r in range(n):
-                    suf[r] = 1.0
-                for i in range(k - 1, -1, -1):  # suf = prod_{j > i} (z_j + t d_j)
+                last = nc + 1 if unit else nc
+                for c in range(1, last):  # pre[c] = w v prod_{j < c} (z_j + t d_j)
+                    i = pos[c - 1]
                     z = zero_fraction[start + i]
                     for r in range(n):
-                        phi[i, r] += pre[i, r] * suf[r]
-                    if i == ep:
-                        for r in range(n):
-                            suf[r] *= v1 * (z + t * d[i, r]) + v2 * (z2 + t * d2[r])
-                    else:
-                        for r in range(n):
-                            suf[r] *= z + t * d[i, r]
-            for i in range(k):
+                        pre[c, r] = pre[c - 1, r] * (z + t * d[i, r])
+                for c in range(nc - 1, -1, -1):  # suf = prod_{j > c} (z_j + t d_j)
+                    i = pos[c]
+                    z = zero_fraction[start + i]
+                    for r in range(n):
+                        phi[c, r] += pre[c, r] * suf[r]
+                    for r in range(n):
+                        suf[r] *= z + t * d[i, r]
+                if unit:
+                    c0, c1, c2 = s1 * s1, t * s1, t * t
+                    for r in range(n):
+                        mom[0, r] += pre[nc, r] * c0
+                        mom[1, r] += pre[nc, r] * c1
+                        mom[2, r] += pre[nc, r] * c2
+            for c in range(nc):
+                i = pos[c]
                 a = acc[base + feature[start + i]]
-                if i == ep:  # the split feature: (v1 d1 + v2 d2) integral prod_{j != ep}
-                    for r in range(n):
-                        a[r] += phi[i, r] * (v1 * d[i, r] + v2 * d2[r])
-                else:
-                    for r in range(n):
-                        a[r] += phi[i, r] * d[i, r]
+                for r in range(n):
+                    a[r] += phi[c, r] * d[i, r]
+            if unit:
+                _unit_tails(acc, base, tb, ta, mom, n, u0, u1, unit_value, unit_lanes, feature)
         for r in range(n):
             for g in range(n_groups):
                 for c in range(n_cols - 1):
@@ -217,43 +305,48 @@ def _run(
     tables: np.ndarray,
     expected_value: np.ndarray,
     out: np.ndarray,
-    pairs: tuple | None = None,
+    units: tuple | None = None,
 ) -> None:
-    """:func:`_shap_rows` over every row of ``X``, in threads; ``pairs``: its
-    ``(pair_lane, pair_pos, pair_value)`` (:func:`pair_arrays`), none by default."""
+    """:func:`_shap_rows` over every row of ``X``, in threads; ``units``: its
+    ``(unit_offsets, unit_value, unit_lanes, members)`` (:func:`unit_arrays`), none by
+    default."""
     k = np.diff(path_offsets) - 1
     max_k = max(int(k.max()), 1) if k.size else 1
     gl_t, gl_w = gauss_legendre_table(node_count(max_k))
     rows = block_rows(out.shape[1], out.shape[2] - 1)
     threads = numba.get_num_threads()  # ranges of whole blocks, a few per thread when many
     pieces = max(threads, min(4 * threads, -(-X.shape[0] // rows)))
-    if pairs is None:
-        none = np.full(max(path_offsets.shape[0] - 1, 1), -1, np.int64)
-        pairs = (none, none, np.zeros(none.shape, np.float64))
+    if units is None:
+        units = no_units(path_offsets.shape[0] - 1)
+    units = tuple(read_only(a) for a in units)  # one specialisation, cached or built here
+    max_entries = max(int(np.diff(units[0]).max()), 1)
     run_ranges(_shap_rows, X.shape[0], pieces, read_only(X), *lanes, path_offsets,
-               path_value, path_group, table_offsets, tables, *pairs, gl_t, gl_w,
-               expected_value, max_k, rows, out)  # fmt: skip
+               path_value, path_group, table_offsets, tables, *units, gl_t, gl_w,
+               expected_value, max_k, max_entries, rows, out)  # fmt: skip
 
 
-def pair_arrays(packed, table_offsets: np.ndarray) -> tuple:
-    """The sibling pairs (:func:`~distshap.plan.pairs.sibling_pairs`) of the paths without a
-    table as :func:`_shap_rows` takes them: ``pair_lane`` (the partner's differing lane),
-    ``pair_pos`` (its position: -1 no pair, -2 a partner) and ``pair_value`` (the partner's
-    leaf value), int64 / int64 / float64 per path."""
-    n_paths = int(packed.path_value.shape[0])
-    pair_pos = np.full(max(n_paths, 1), -1, np.int64)
-    pair_lane = np.full(max(n_paths, 1), -1, np.int64)
-    pair_value = np.zeros(max(n_paths, 1), np.float64)
-    if n_paths:
-        found = sibling_pairs(packed, np.asarray(table_offsets) < 0)[:n_paths]
-        heads = np.flatnonzero(found >= 0)
-        lanes = found[heads].astype(np.int64)
-        partners = np.asarray(packed.lane_path)[lanes].astype(np.int64)
-        pair_lane[heads] = lanes
-        pair_pos[heads] = lanes - np.asarray(packed.path_offsets)[partners] - 1
-        pair_value[heads] = np.asarray(packed.path_value)[partners]
-        pair_pos[partners] = -2
-    return pair_lane, pair_pos, pair_value
+def no_units(n_paths: int) -> tuple:
+    """:func:`unit_arrays` of ``n_paths`` paths that all run apart."""
+    return (
+        np.zeros(max(n_paths, 1) + 1, np.int64),
+        np.zeros(1, np.float64),
+        np.full((1, UNIT_LEVELS), -1, np.int64),
+        np.zeros(max(n_paths, 1), np.bool_),
+    )
+
+
+def unit_arrays(units) -> tuple:
+    """Sibling units (:class:`~distshap.plan.units.SiblingUnits`) as :func:`_shap_rows` takes
+    them: ``(unit_offsets, unit_value, unit_lanes, members)``, int64 / float64 / int64
+    ``(E, 3)`` / bool."""
+    members = np.zeros(max(units.members.shape[0], 1), np.bool_)
+    members[: units.members.shape[0]] = units.members
+    return (
+        np.ascontiguousarray(units.offsets, np.int64),
+        np.ascontiguousarray(units.value, np.float64),
+        np.ascontiguousarray(units.lanes, np.int64),
+        members,
+    )
 
 
 def block_rows(num_groups: int, num_features: int) -> int:
@@ -329,7 +422,7 @@ def fill_tables(
 
 
 def shap_values(packed, X: np.ndarray, table_offsets: np.ndarray, tables: np.ndarray,
-                pairs: tuple | None = None) -> np.ndarray:  # fmt: skip
+                units: tuple | None = None) -> np.ndarray:  # fmt: skip
     """SHAP values of the rows of ``X``: float32 ``(n, G, F + 1)``, bias last.
 
     Parameters
@@ -341,8 +434,8 @@ def shap_values(packed, X: np.ndarray, table_offsets: np.ndarray, tables: np.nda
         Start of each path's table in ``tables``, -1 where the path has none (quadrature).
     tables : float32 array
         The tables (:func:`fill_tables`).
-    pairs : tuple, optional
-        The sibling pairs of the paths without a table (:func:`pair_arrays`); none: every
+    units : tuple, optional
+        The sibling units of the paths without a table (:func:`unit_arrays`); none: every
         path apart.
     """
     out = np.empty((X.shape[0], packed.num_groups, packed.num_features + 1), np.float32)
@@ -352,5 +445,5 @@ def shap_values(packed, X: np.ndarray, table_offsets: np.ndarray, tables: np.nda
             packed.cat_offsets, packed.cat_nbits, packed.cat_other, packed.cat_words,
         )  # fmt: skip
         _run(X, lanes, packed.path_offsets, packed.path_value, packed.path_group, table_offsets,
-             tables, packed.expected_value, out, pairs)  # fmt: skip
+             tables, packed.expected_value, out, units)  # fmt: skip
     return out
