@@ -156,6 +156,7 @@ def _check_units(packed, selected, units, levels: int) -> list[tuple[int, list, 
             m = int(path[e])
             tail = lanes[e][lanes[e] >= 0].tolist()
             assert 1 <= len(tail) <= levels and np.all(lanes[e][len(tail) :] == -1), (p, e)
+            assert int(packed.lane_path[tail[0]]) == m  # the first: a lane of its own path
             t_keys = [_lane_key(packed, li) for li in tail]
             features = [key[0] for key in t_keys]
             assert len(set(features)) == len(features) and not set(features) & c_features
