@@ -219,11 +219,15 @@ interventional_interaction_table_budget_bytes : int
                 changes[name] = tuple(int(v) for v in value)
             elif isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
                 raise ValueError(f"{name}={value!r}: pass a non-negative int")
+            elif name in _MAXIMA and value > _MAXIMA[name]:
+                raise ValueError(f"{name}={value!r}: pass at most {_MAXIMA[name]}")
             else:
                 changes[name] = int(value)
         return dataclasses.replace(self, **changes)
 
 
+#: Settings with an upper bound (the kernels' fixed sizes).
+_MAXIMA = {"quadrature_unit_levels": 3}
 _DEFAULTS = Config()
 _process = _DEFAULTS
 _current: contextvars.ContextVar[Config | None] = contextvars.ContextVar(
