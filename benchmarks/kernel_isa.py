@@ -19,8 +19,9 @@ inlined device function's instructions carry the line of its call); ``hot`` = ``
 cold``: about the instructions a numeric element runs (a branch over a ``d != 0`` or
 ``iv != 0`` test counts as taken).
 
-The two-row SHAP kernel has four innermost loops (in order): the tile zeroing, pass 1 (the
-products, the follows tests: ``products``), pass 2 (the quotients, the tile adds:
+The two-row SHAP kernel has six innermost loops (in order): the tile zeroing, pass 1 (the
+products, the follows tests: ``products``), a sibling unit's entries for row a and for row b
+(``units#0``, ``units#1``: run once a unit's head), pass 2 (the quotients, the tile adds:
 ``quotients``) and the flush; the tool names the loops with floating-point work.
 
 Usage::
@@ -46,8 +47,8 @@ __all__ = [
 
 _LOCAL_SIG = (  # the SHAP kernels with chunk-local feature tiles (and the two-row kernel)
     "void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], int32[::1], "
-    "int32[::1], int64[::1], int32[::1], int16[::1], int32[::1], int64[::1], float32[:, ::1], "
-    "int64[:, ::1], float64, int64, int64)"
+    "int32[::1], float32[::1], int32[:, ::1], int64[::1], int32[::1], int16[::1], int32[::1], "
+    "int64[::1], float32[:, ::1], int64[:, ::1], float64, int64, int64)"
 )
 #: :func:`slot_kernel`'s signature: the gathered arrays as flat views
 #: (:func:`distshap.kernels.cuda.slot_quadrature.slot_kernel_arrays`).
@@ -292,17 +293,28 @@ def count_loops(lines: list[str], sass: bool, source: dict | None = None,
                 elif sass and o.startswith("U") and k != "move":
                     uniform += 1
         hot = static - cold
+        rcp = sum(1 for at in range(start, stop + 1)
+                  if _op(lines[at], sass).startswith("MUFU.RCP" if sass else "rcp."))  # fmt: skip
         out.append({"first": start, "last": stop, "static": dict(static), "cold": dict(cold),
                     "hot": {k: hot.get(k, 0) for k in _KINDS}, "hot_total": sum(hot.values()),
-                    "static_total": sum(static.values()), "uniform_hot": uniform})  # fmt: skip
+                    "static_total": sum(static.values()), "uniform_hot": uniform,
+                    "rcp": rcp})  # fmt: skip
     return out
 
 
 def _named(loops: list[dict], min_float: int = 1) -> dict[str, dict]:
+    """The loops by name: ``products`` (the first with floating-point work), ``units#i`` (a
+    sibling unit's entries, a row each: floating-point work without reciprocals after the
+    products), ``quotients`` (the next), ``loop<i>`` the others."""
     fp = [lp for lp in loops if lp["hot"]["float"] >= min_float]
     names = {}
     if len(fp) >= 2:
-        names["products"], names["quotients"] = fp[0], fp[1]
+        units = [lp for lp in fp[1:] if lp["rcp"] == 0]
+        rest = [lp for lp in fp[1:] if lp["rcp"] > 0]
+        names["products"] = fp[0]
+        names.update((f"units#{i}", lp) for i, lp in enumerate(units))
+        if rest:
+            names["quotients"] = rest[0]
     for i, lp in enumerate(loops):
         if lp not in names.values():
             names[f"loop{i}"] = lp
@@ -367,14 +379,16 @@ def _print(name: str, result: dict) -> None:
             continue
         per = 0
         for loop_name, lp in result[level].items():
-            if not loop_name.startswith(("products", "quotients")):
+            if not loop_name.startswith(("products", "quotients", "units")):
                 continue
-            per += lp["hot_total"]
+            if not loop_name.startswith("units"):
+                per += lp["hot_total"]
             kinds = " ".join(f"{k} {lp['hot'][k]}" for k in _KINDS if lp["hot"][k])
             extra = f" (uniform {lp['uniform_hot']})" if level == "sass" else ""
             print(f"  {level:4s} {loop_name:9s} hot {lp['hot_total']:4d}{extra}  static "
                   f"{lp['static_total']:4d}  |  {kinds}")  # fmt: skip
-        print(f"  {level:4s} per element (2 rows): {per}, per (element, row): {per / 2:.1f}")
+        print(f"  {level:4s} per element (2 rows): {per}, per (element, row): {per / 2:.1f}"
+              "; units#i: a unit entry, one row each")  # fmt: skip
 
 
 def _print_slot(kernel, sig: str, sass: bool, nvdisasm: str | None, arch: str) -> None:

@@ -5,8 +5,8 @@ chunk's paths; its values must be the row kernels' bit for bit (each contributio
 int64 on its own, integer sums), with a column per feature in shared memory, chunk-local tiles
 and global atomics alike, and close to the CPU kernel and the float64 oracle.
 
-* a CUDA-simulator run (no GPU needed), with sibling pairs (:mod:`distshap.plan.pairs`) and
-  without them;
+* a CUDA-simulator run (no GPU needed), with sibling units (:mod:`distshap.plan.units`) of
+  every level and without them;
 * ``gpu``-marked tests of the same on a real GPU, and against XGBoost's ``pred_contribs``.
 """
 
@@ -81,18 +81,22 @@ Xd = tiny.random_rows(74, deep, 2, 0.2)
 packed = packed_of(deep, budget=6000)
 got, _ = both(packed, Xd, small_max_paths=0)
 close(got, naive.treeshap_recursive_rows(deep, Xd))
-# sibling pairs (plan.pairs): the plan runs some; the usual plan's row kernels (batches of a row,
-# two rows a thread; one row a thread) give the thread-a-path bits; without pairs close too
+# sibling units (plan.units): the plan runs some of more than two paths; the usual plan's row
+# kernels (batches of a row, two rows a thread; one row a thread) give the thread-a-path bits;
+# at every level close to the oracle
 with config_context(small_max_paths=0):
-    assert (kc.device_model(packed).shap.pair_lane.copy_to_host() >= 0).sum() > 10
+    offsets = np.diff(kc.device_model(packed).shap.unit_offsets.copy_to_host())
+    assert (offsets > 0).sum() > 5 and offsets.max() > 2, offsets
     with config_context(path_thread_rows=0, few_rows=0, few_rows_blocks=0):
         for shared_bytes, rows in ((48 * 1024, 1), (3000, None)):  # 3000: one row's tile fits
             with config_context(quadrature_shared_bytes=shared_bytes):
                 again = kc.shap_values(packed, Xd, batch_rows=rows)
             assert np.array_equal(got.view(np.uint32), again.view(np.uint32)), shared_bytes
-    with config_context(quadrature_pairs=0):
-        assert (kc.device_model(packed).shap.pair_lane.copy_to_host() < 0).all()
-        close(kc.shap_values(packed, Xd), naive.treeshap_recursive_rows(deep, Xd))
+    for levels in (0, 1, 2):
+        with config_context(quadrature_unit_levels=levels):
+            offsets = np.diff(kc.device_model(packed).shap.unit_offsets.copy_to_host())
+            assert offsets.max() <= (2**levels if levels else 0), (levels, offsets.max())
+            close(kc.shap_values(packed, Xd), naive.treeshap_recursive_rows(deep, Xd))
 print("SIMULATOR-OK")
 """
 

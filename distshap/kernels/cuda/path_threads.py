@@ -17,7 +17,6 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, types
 
-from distshap.kernels.cuda.pair_fold import fold_pair
 from distshap.kernels.cuda.runtime.args import launch as launch_kernel
 from distshap.kernels.cuda.runtime.device import (
     LF_VALUE,
@@ -27,6 +26,7 @@ from distshap.kernels.cuda.runtime.device import (
     add_quotient,
     lane_follows,
 )
+from distshap.kernels.cuda.unit_fold import unit_bases, unit_entry, unit_moments, unit_scale
 from distshap.plan.config import get_config
 from distshap.plan.geometry import gauss_legendre, local_tiles
 
@@ -48,13 +48,14 @@ def path_thread_kernel(n_nodes: int, mode: str):
 
 def _make_kernel(n_nodes: int, mode: str):
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
+    basis2, basis3 = unit_bases(n_nodes)
     local = mode == "local"
     shared = mode != "global"
 
     @cuda.jit(cache=True)
-    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, pair_lane,
-               chunk_offsets, chunk_group, lane_column, features, feature_offsets, XT, acc, scale,
-               n_cols, row0):  # fmt: skip
+    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, unit_offsets,
+               unit_value, unit_lanes, chunk_offsets, chunk_group, lane_column, features,
+               feature_offsets, XT, acc, scale, n_cols, row0):  # fmt: skip
         tid = cuda.threadIdx.x
         stride = cuda.blockDim.x
         r = row0 + cuda.blockIdx.y  # the grid has a row of blocks for each row
@@ -74,47 +75,67 @@ def _make_kernel(n_nodes: int, mode: str):
                 tile[c] = 0
             cuda.syncthreads()
         prod = cuda.local.array(n_nodes, np.float32)
+        x = XT[:, r]  # the row's values by feature
         for j in range(chunk_offsets[ch] + tid, chunk_offsets[ch + 1], stride):
             p = chunk_paths[j]
             s0 = path_offsets[p] + 1  # first feature element (after the bias lane)
             s1 = path_offsets[p + 1]
             value = lane_f[s0 - 1, LF_VALUE]
-            q = pair_lane[p]  # a sibling pair's second differing lane, or -1 (plan.pairs)
-            lp = s1  # the pair's differing lane on this path (s1: no pair)
-            if q >= 0:
-                lp = s0 + lane_i[q, LI_POSITION] - 1
-                value = one  # the leaf values come in with fold_pair
+            e0 = unit_offsets[p]  # a sibling unit's entries (plan.units): p is its head
+            e1 = unit_offsets[p + 1]
+            skip = np.uint32(0)  # the head's own tail elements, by element
+            if e1 > e0:
+                value = one  # the leaf values come in with h (unit_fold)
+                for i in range(3):
+                    lt = unit_lanes[e0, i]
+                    if lt >= 0:
+                        skip |= np.uint32(1) << np.uint32(lane_i[lt, LI_POSITION] - 1)
             for m in range(n_nodes):
                 prod[m] = value * weights[m]
             bits = np.uint32(0)
             for li in range(s0, s1):
                 z = lane_f[li, LF_ZERO]
                 d = -z
-                if lane_follows(XT[lane_i[li, LI_FEATURE], r], lane_f, lane_i, lane_cat,
-                                cat_words, li):  # fmt: skip
+                if lane_follows(x[lane_i[li, LI_FEATURE]], lane_f, lane_i, lane_cat, cat_words,
+                                li):  # fmt: skip
                     d = one - z
                     bits |= np.uint32(1) << np.uint32(li - s0)
-                if li != lp:
+                if not (skip >> np.uint32(li - s0)) & np.uint32(1):
                     for m in range(n_nodes):
                         prod[m] *= z + nodes[m] * d
-            iv_pair = np.int64(0)
-            if q >= 0:
-                iv_pair = fold_pair(prod, nodes, lane_f, lane_i, lane_cat, cat_words, lp, q,
-                                    (bits >> np.uint32(lp - s0)) & np.uint32(1),
-                                    XT[lane_i[q, LI_FEATURE], r], scale32)  # fmt: skip
+            if e1 > e0:
+                m0, m1, m2 = unit_moments(prod, basis2)
+                h0 = h1 = h2 = h3 = np.float32(0.0)
+                for e in range(e0, e1):
+                    c, h = unit_entry(lane_f, lane_i, lane_cat, cat_words, unit_value, unit_lanes,
+                                      e, x, m0, m1, m2, scale32)  # fmt: skip
+                    h0 += h[0]
+                    h1 += h[1]
+                    h2 += h[2]
+                    h3 += h[3]
+                    for i in range(3):
+                        if c[i] != 0:  # a real tail slot
+                            lt = unit_lanes[e, i]
+                            if local:
+                                cuda.atomic.add(tile, np.int32(lane_column[lt]), c[i])
+                            elif shared:
+                                cuda.atomic.add(tile, lane_i[lt, LI_FEATURE], c[i])
+                            else:
+                                cuda.atomic.add(acc, (r, base + lane_i[lt, LI_FEATURE]), c[i])
+                unit_scale(prod, h0, h1, h2, h3, basis3)
             for li in range(s0, s1):
+                if (skip >> np.uint32(li - s0)) & np.uint32(1):
+                    continue  # a tail element: added by the unit's entries
                 z = lane_f[li, LF_ZERO]
                 d = -z
                 if (bits >> np.uint32(li - s0)) & np.uint32(1):
                     d = one - z
-                iv = iv_pair
-                if li != lp:
-                    iv = np.int64(0)
-                    if d != 0:  # else the element's factor may be 0 and its value is 0
-                        total = np.float32(0.0)
-                        for m in range(n_nodes):
-                            total = add_quotient(total, prod[m], z + nodes[m] * d)
-                        iv = np.int64(total * d * scale32)
+                iv = np.int64(0)
+                if d != 0:  # else the element's factor may be 0 and its value is 0
+                    total = np.float32(0.0)
+                    for m in range(n_nodes):
+                        total = add_quotient(total, prod[m], z + nodes[m] * d)
+                    iv = np.int64(total * d * scale32)
                 if iv != 0:
                     if local:
                         cuda.atomic.add(tile, np.int32(lane_column[li]), iv)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, types
 
-from distshap.kernels.cuda.pair_fold import fold_pair
 from distshap.kernels.cuda.path_threads import launch_path_threads
 from distshap.kernels.cuda.runtime.args import launch as launch_kernel
 from distshap.kernels.cuda.runtime.args import view
@@ -51,6 +50,7 @@ from distshap.kernels.cuda.runtime.device import (
     lane_follows,
     xp,
 )  # fmt: skip
+from distshap.kernels.cuda.unit_fold import unit_bases, unit_entry, unit_moments, unit_scale
 from distshap.plan.config import get_config
 from distshap.plan.geometry import (
     gauss_legendre,
@@ -66,10 +66,12 @@ def _make_shap_kernel(n_nodes: int, shared: bool):
     row sums of every feature in shared memory (``shared``) or added to global memory
     directly (see :func:`_make_local_shap_kernel` for chunk-local tiles)."""
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
+    basis2, basis3 = unit_bases(n_nodes)
 
     @cuda.jit(cache=True)
-    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, pair_lane,
-               chunk_offsets, chunk_group, XT, acc, scale, n_cols, row0):  # fmt: skip
+    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, unit_offsets,
+               unit_value, unit_lanes, chunk_offsets, chunk_group, XT, acc, scale, n_cols,
+               row0):  # fmt: skip
         tid = cuda.threadIdx.x
         r = row0 + cuda.blockIdx.y * cuda.blockDim.x + tid
         if r >= XT.shape[1]:
@@ -84,47 +86,65 @@ def _make_shap_kernel(n_nodes: int, shared: bool):
             for f in range(n_cols - 1):
                 tile[f * stride + tid] = 0
         prod = cuda.local.array(n_nodes, np.float32)
+        x = XT[:, r]  # the row's values by feature
         for j in range(chunk_offsets[ch], chunk_offsets[ch + 1]):
             p = chunk_paths[j]
             s0 = path_offsets[p] + 1  # first feature element (after the bias lane)
             s1 = path_offsets[p + 1]
             value = lane_f[s0 - 1, LF_VALUE]
-            q = pair_lane[p]  # a sibling pair's second differing lane, or -1 (plan.pairs)
-            lp = s1  # the pair's differing lane on this path (s1: no pair)
-            if q >= 0:
-                lp = s0 + lane_i[q, LI_POSITION] - 1
-                value = one  # the leaf values come in with fold_pair
+            e0 = unit_offsets[p]  # a sibling unit's entries (plan.units): p is its head
+            e1 = unit_offsets[p + 1]
+            skip = np.uint32(0)  # the head's own tail elements, by element
+            if e1 > e0:
+                value = one  # the leaf values come in with h (unit_fold)
+                for i in range(3):
+                    lt = unit_lanes[e0, i]
+                    if lt >= 0:
+                        skip |= np.uint32(1) << np.uint32(lane_i[lt, LI_POSITION] - 1)
             for m in range(n_nodes):
                 prod[m] = value * weights[m]
             bits = np.uint32(0)
             for li in range(s0, s1):
                 z = lane_f[li, LF_ZERO]
                 d = -z
-                if lane_follows(XT[lane_i[li, LI_FEATURE], r], lane_f, lane_i, lane_cat,
-                                cat_words, li):  # fmt: skip
+                if lane_follows(x[lane_i[li, LI_FEATURE]], lane_f, lane_i, lane_cat, cat_words,
+                                li):  # fmt: skip
                     d = one - z
                     bits |= np.uint32(1) << np.uint32(li - s0)
-                if li != lp:
+                if not (skip >> np.uint32(li - s0)) & np.uint32(1):
                     for m in range(n_nodes):
                         prod[m] *= z + nodes[m] * d
-            iv_pair = np.int64(0)
-            if q >= 0:
-                iv_pair = fold_pair(prod, nodes, lane_f, lane_i, lane_cat, cat_words, lp, q,
-                                    (bits >> np.uint32(lp - s0)) & np.uint32(1),
-                                    XT[lane_i[q, LI_FEATURE], r], scale32)  # fmt: skip
+            if e1 > e0:
+                m0, m1, m2 = unit_moments(prod, basis2)
+                h0 = h1 = h2 = h3 = np.float32(0.0)
+                for e in range(e0, e1):
+                    c, h = unit_entry(lane_f, lane_i, lane_cat, cat_words, unit_value, unit_lanes,
+                                      e, x, m0, m1, m2, scale32)  # fmt: skip
+                    h0 += h[0]
+                    h1 += h[1]
+                    h2 += h[2]
+                    h3 += h[3]
+                    for i in range(3):
+                        if c[i] != 0:  # a real tail slot
+                            col = lane_i[unit_lanes[e, i], LI_FEATURE]
+                            if shared:
+                                tile[col * stride + tid] += c[i]
+                            else:
+                                cuda.atomic.add(acc, (r, base + col), c[i])
+                unit_scale(prod, h0, h1, h2, h3, basis3)
             for li in range(s0, s1):
+                if (skip >> np.uint32(li - s0)) & np.uint32(1):
+                    continue  # a tail element: added by the unit's entries
                 z = lane_f[li, LF_ZERO]
                 d = -z
                 if (bits >> np.uint32(li - s0)) & np.uint32(1):
                     d = one - z
-                iv = iv_pair
-                if li != lp:
-                    iv = np.int64(0)
-                    if d != 0:  # else the element's factor may be 0 and its value is 0
-                        total = np.float32(0.0)
-                        for m in range(n_nodes):
-                            total = add_quotient(total, prod[m], z + nodes[m] * d)
-                        iv = np.int64(total * d * scale32)
+                iv = np.int64(0)
+                if d != 0:  # else the element's factor may be 0 and its value is 0
+                    total = np.float32(0.0)
+                    for m in range(n_nodes):
+                        total = add_quotient(total, prod[m], z + nodes[m] * d)
+                    iv = np.int64(total * d * scale32)
                 if iv != 0:
                     col = lane_i[li, LI_FEATURE]
                     if shared:
@@ -147,11 +167,12 @@ def _make_local_shap_kernel(n_nodes: int):
     its ``lane_column``); the same float32 operations in the same order, so the same int64
     contributions."""
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
+    basis2, basis3 = unit_bases(n_nodes)
 
     @cuda.jit(cache=True)
-    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, pair_lane,
-               chunk_offsets, chunk_group, lane_column, features, feature_offsets, XT, acc, scale,
-               n_cols, row0):  # fmt: skip
+    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, unit_offsets,
+               unit_value, unit_lanes, chunk_offsets, chunk_group, lane_column, features,
+               feature_offsets, XT, acc, scale, n_cols, row0):  # fmt: skip
         tid = cuda.threadIdx.x
         r = row0 + cuda.blockIdx.y * cuda.blockDim.x + tid
         if r >= XT.shape[1]:
@@ -167,47 +188,61 @@ def _make_local_shap_kernel(n_nodes: int):
         for c in range(width):
             tile[c * stride + tid] = 0
         prod = cuda.local.array(n_nodes, np.float32)
+        x = XT[:, r]  # the row's values by feature
         for j in range(chunk_offsets[ch], chunk_offsets[ch + 1]):
             p = chunk_paths[j]
             s0 = path_offsets[p] + 1  # first feature element (after the bias lane)
             s1 = path_offsets[p + 1]
             value = lane_f[s0 - 1, LF_VALUE]
-            q = pair_lane[p]  # a sibling pair's second differing lane, or -1 (plan.pairs)
-            lp = s1  # the pair's differing lane on this path (s1: no pair)
-            if q >= 0:
-                lp = s0 + lane_i[q, LI_POSITION] - 1
-                value = one  # the leaf values come in with fold_pair
+            e0 = unit_offsets[p]  # a sibling unit's entries (plan.units): p is its head
+            e1 = unit_offsets[p + 1]
+            skip = np.uint32(0)  # the head's own tail elements, by element
+            if e1 > e0:
+                value = one  # the leaf values come in with h (unit_fold)
+                for i in range(3):
+                    lt = unit_lanes[e0, i]
+                    if lt >= 0:
+                        skip |= np.uint32(1) << np.uint32(lane_i[lt, LI_POSITION] - 1)
             for m in range(n_nodes):
                 prod[m] = value * weights[m]
             bits = np.uint32(0)
             for li in range(s0, s1):
                 z = lane_f[li, LF_ZERO]
                 d = -z
-                if lane_follows(XT[lane_i[li, LI_FEATURE], r], lane_f, lane_i, lane_cat,
-                                cat_words, li):  # fmt: skip
+                if lane_follows(x[lane_i[li, LI_FEATURE]], lane_f, lane_i, lane_cat, cat_words,
+                                li):  # fmt: skip
                     d = one - z
                     bits |= np.uint32(1) << np.uint32(li - s0)
-                if li != lp:
+                if not (skip >> np.uint32(li - s0)) & np.uint32(1):
                     for m in range(n_nodes):
                         prod[m] *= z + nodes[m] * d
-            iv_pair = np.int64(0)
-            if q >= 0:
-                iv_pair = fold_pair(prod, nodes, lane_f, lane_i, lane_cat, cat_words, lp, q,
-                                    (bits >> np.uint32(lp - s0)) & np.uint32(1),
-                                    XT[lane_i[q, LI_FEATURE], r], scale32)  # fmt: skip
+            if e1 > e0:
+                m0, m1, m2 = unit_moments(prod, basis2)
+                h0 = h1 = h2 = h3 = np.float32(0.0)
+                for e in range(e0, e1):
+                    c, h = unit_entry(lane_f, lane_i, lane_cat, cat_words, unit_value, unit_lanes,
+                                      e, x, m0, m1, m2, scale32)  # fmt: skip
+                    h0 += h[0]
+                    h1 += h[1]
+                    h2 += h[2]
+                    h3 += h[3]
+                    for i in range(3):
+                        if c[i] != 0:  # a real tail slot
+                            tile[np.int32(lane_column[unit_lanes[e, i]]) * stride + tid] += c[i]
+                unit_scale(prod, h0, h1, h2, h3, basis3)
             for li in range(s0, s1):
+                if (skip >> np.uint32(li - s0)) & np.uint32(1):
+                    continue  # a tail element: added by the unit's entries
                 z = lane_f[li, LF_ZERO]
                 d = -z
                 if (bits >> np.uint32(li - s0)) & np.uint32(1):
                     d = one - z
-                iv = iv_pair
-                if li != lp:
-                    iv = np.int64(0)
-                    if d != 0:  # else the element's factor may be 0 and its value is 0
-                        total = np.float32(0.0)
-                        for m in range(n_nodes):
-                            total = add_quotient(total, prod[m], z + nodes[m] * d)
-                        iv = np.int64(total * d * scale32)
+                iv = np.int64(0)
+                if d != 0:  # else the element's factor may be 0 and its value is 0
+                    total = np.float32(0.0)
+                    for m in range(n_nodes):
+                        total = add_quotient(total, prod[m], z + nodes[m] * d)
+                    iv = np.int64(total * d * scale32)
                 if iv != 0:
                     tile[np.int32(lane_column[li]) * stride + tid] += iv
         for c in range(width):
@@ -244,14 +279,15 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
     from distshap.kernels.cuda.runtime.device import LI_COLUMNS
 
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
+    basis2, basis3 = unit_bases(n_nodes)
     local = mode == "local"
     shared = mode != "global"
     lf_columns = LF_VALUE + 1
 
     @cuda.jit(cache=True)
-    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, pair_lane,
-               chunk_offsets, chunk_group, lane_column, features, feature_offsets, XT, acc, scale,
-               n_cols, row0):  # fmt: skip
+    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, unit_offsets,
+               unit_value, unit_lanes, chunk_offsets, chunk_group, lane_column, features,
+               feature_offsets, XT, acc, scale, n_cols, row0):  # fmt: skip
         tid = cuda.threadIdx.x
         stride = cuda.blockDim.x
         n_rows = XT.shape[1]
@@ -273,6 +309,7 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
         rs = 2 * stride
         scale32 = np.float32(scale)
         one = np.float32(1.0)
+        zero = np.float32(0.0)
         if shared:
             tile = cuda.shared.array(0, types.int64)  # [column * rs + (row b) * stride + tid]
             for c in range(width):
@@ -292,11 +329,16 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
             s0 = np.uint64(path_offsets[p] + 1)  # first feature element (after the bias lane)
             k = np.uint32(path_offsets[p + 1] - path_offsets[p] - 1)
             value = lane_f[s0 - u1, LF_VALUE]
-            q = pair_lane[p]  # a sibling pair's second differing lane, or -1 (plan.pairs)
-            ep = k  # the pair's differing element on this path (k: no pair)
-            if q >= 0:
-                ep = np.uint32(lane_i[q, LI_POSITION] - 1)
-                value = one  # the leaf values come in with fold_pair
+            e0 = unit_offsets[p]  # a sibling unit's entries (plan.units): p is its head
+            e1 = unit_offsets[p + 1]
+            skip = np.uint32(0)  # the head's own tail elements, by element
+            if e1 > e0:
+                value = one  # the leaf values come in with h (unit_fold)
+                for i in range(3):
+                    lt = unit_lanes[e0, i]
+                    if lt >= 0:
+                        pos = np.uint32(lane_i[lt, LI_POSITION] - 1)
+                        skip = np.uint32(skip | (m1 << pos))
             for m in range(n_nodes):
                 pa[m] = value * weights[m]
                 pb[m] = value * weights[m]
@@ -333,22 +375,43 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
                 if fb:
                     db = one - z
                     bits_b = np.uint32(bits_b | mask)
-                if e != ep:
+                if (skip & mask) == 0:
                     for m in range(n_nodes):
                         pa[m] *= z + nodes[m] * da
                         pb[m] *= z + nodes[m] * db
                 mask = np.uint32(mask << m1)
                 e = np.uint32(e + m1)
-            iv_pa = np.int64(0)
-            iv_pb = np.int64(0)
-            if q >= 0:
-                lp = s0 + np.uint64(ep)
-                fq = np.uint64(np.uint32(lane_i[q, LI_FEATURE]))
-                mp = np.uint32(m1 << ep)
-                iv_pa = fold_pair(pa, nodes, lane_f, lane_i, lane_cat, cat_words, lp, q,
-                                  (bits_a & mp) != 0, xa[fq], scale32)  # fmt: skip
-                iv_pb = fold_pair(pb, nodes, lane_f, lane_i, lane_cat, cat_words, lp, q,
-                                  (bits_b & mp) != 0, xb[fq], scale32)  # fmt: skip
+            if e1 > e0:  # the unit's fold: row a's, then row b's (fewer values live)
+                q0, q1, q2 = unit_moments(pa, basis2)
+                h = (zero, zero, zero, zero)
+                for u in range(e0, e1):
+                    c, t = unit_entry(lane_f, lane_i, lane_cat, cat_words, unit_value,
+                                      unit_lanes, u, xa, q0, q1, q2, scale32)  # fmt: skip
+                    h = (h[0] + t[0], h[1] + t[1], h[2] + t[2], h[3] + t[3])
+                    for i in range(3):
+                        if c[i] != 0:  # a real tail slot
+                            lt = np.uint64(np.uint32(unit_lanes[u, i]))
+                            col = np.uint32(lane_column[lt] if local else lane_i[lt, LI_FEATURE])
+                            if shared:
+                                tile[np.uint32(col * urs + ta)] += c[i]
+                            else:
+                                cuda.atomic.add(acc, (ra, base + col), c[i])
+                unit_scale(pa, h[0], h[1], h[2], h[3], basis3)
+                q0, q1, q2 = unit_moments(pb, basis2)
+                h = (zero, zero, zero, zero)
+                for u in range(e0, e1):
+                    c, t = unit_entry(lane_f, lane_i, lane_cat, cat_words, unit_value,
+                                      unit_lanes, u, xb, q0, q1, q2, scale32)  # fmt: skip
+                    h = (h[0] + t[0], h[1] + t[1], h[2] + t[2], h[3] + t[3])
+                    for i in range(3):
+                        if c[i] != 0:
+                            lt = np.uint64(np.uint32(unit_lanes[u, i]))
+                            col = np.uint32(lane_column[lt] if local else lane_i[lt, LI_FEATURE])
+                            if shared:
+                                tile[np.uint32(col * urs + tb)] += c[i]
+                            elif has_b:
+                                cuda.atomic.add(acc, (rb, base + col), c[i])
+                unit_scale(pb, h[0], h[1], h[2], h[3], basis3)
             mask = m1
             e = np.uint32(0)
             while e < k:
@@ -364,11 +427,9 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
                 db = -z
                 if bits_b & mask:
                     db = one - z
-                iva = iv_pa
-                ivb = iv_pb
-                if e != ep:
-                    iva = np.int64(0)
-                    ivb = np.int64(0)
+                iva = np.int64(0)
+                ivb = np.int64(0)
+                if (skip & mask) == 0:  # else a tail element: added by the unit's entries
                     if da != 0:  # else the element's factor may be 0 and its value is 0
                         total = np.float32(0.0)
                         for m in range(n_nodes):
@@ -446,8 +507,8 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, XT=None) -> None:
     if XT is None:  # (features, rows): a warp reads 32 rows of a feature
         XT = xp().ascontiguousarray(Xb.T)
     if nb <= min(int(get_config().path_thread_rows), 65535):
-        launch_path_threads(model, plan, XT, acc, scale, F1, stream,
-                            lambda launch, local: _kept_arrays(model, plan, launch, 2, local))
+        kept = lambda launch, local: _kept_arrays(model, plan, launch, 2, local)  # noqa: E731
+        launch_path_threads(model, plan, XT, acc, scale, F1, stream, kept)
         return
     n_features = F1 - 1
     rows = 2
@@ -488,7 +549,8 @@ def _kept_arrays(model, plan, launch, rows: int, local: bool) -> tuple:
 
     def arrays() -> tuple:
         model_arrays = (model.lane_f, model.lane_i, model.lane_cat, model.cat_words,
-                        model.path_offsets, launch.paths, plan.pair_lane)  # fmt: skip
+                        model.path_offsets, launch.paths, plan.unit_offsets, plan.unit_value,
+                        plan.unit_lanes)  # fmt: skip
         if local:
             return model_arrays + (launch.local_offsets, launch.local_group, plan.lane_column,
                                    launch.local_features, launch.local_feature_offsets)  # fmt: skip

@@ -113,9 +113,10 @@ class Plan:
     ``"k"`` SHAP values, ``"k*k"`` interaction values. ``lane_column`` (int16 per lane, SHAP
     plans with chunk-local feature tiles, else ``None``): the column of a quadrature lane's
     feature in its local chunk's tile (:class:`QuadratureLaunch`), -1 for other lanes.
-    ``pair_lane`` (int32 per path, SHAP plans): a sibling pair's second path's differing lane
-    at its first path (:func:`~distshap.plan.pairs.sibling_pairs`), -1 elsewhere; None in
-    interaction plans.
+    ``unit_offsets`` (int32, one more than paths), ``unit_value`` (float32 per entry) and
+    ``unit_lanes`` (int32, three tail lanes an entry), SHAP plans: the sibling units the
+    quadrature kernels run (:func:`~distshap.plan.units.sibling_units`; a head's entries are
+    ``unit_offsets[p]:unit_offsets[p + 1]``); None in interaction plans.
     """
 
     lane_table: object
@@ -128,7 +129,9 @@ class Plan:
     quadrature: tuple = ()
     per_pattern: str = "k*k"
     lane_column: object = None
-    pair_lane: object = None
+    unit_offsets: object = None
+    unit_value: object = None
+    unit_lanes: object = None
 
 
 @dataclass(eq=False)
@@ -397,7 +400,7 @@ def _filled_plan(packed: PackedModel, model: DeviceModel, offsets, fill, per_pat
     plans, ``per_pattern`` ``"k"``, with chunk-local feature tiles: :func:`plan_arrays`, or
     ``host``, made by it before)."""
     local = per_pattern == "k"
-    plan = plan_arrays(packed, offsets, local=local, pairs=local) if host is None else dict(host)
+    plan = plan_arrays(packed, offsets, local=local, units=local) if host is None else dict(host)
     tables, total = fill(
         model.lane_d, model.path_offsets, path_features(packed.path_offsets), offsets,
         stream(),
@@ -417,7 +420,7 @@ def shap_plan_host(packed: PackedModel) -> tuple:
 
 def _shap_plan_host(packed: PackedModel) -> tuple:
     offsets = shap_table_offsets(packed)
-    return offsets, plan_arrays(packed, offsets, local=True, pairs=True)
+    return offsets, plan_arrays(packed, offsets, local=True, units=True)
 
 
 def shap_plan(packed: PackedModel, model: DeviceModel, host: tuple | None = None) -> Plan:
@@ -447,10 +450,11 @@ def few_rows_shap_plan(packed: PackedModel, model: DeviceModel) -> Plan:
         quadrature = _to_device({"quadrature": host["quadrature"]})["quadrature"]
         column = host["lane_column"]
         column = None if column is None else cuda.to_device(column)
-        pairs = plan.pair_lane  # the launches left out the partners of these pairs
-        if not np.array_equal(host["pair_lane"], plan.pair_lane.copy_to_host()):
-            pairs = cuda.to_device(host["pair_lane"])
-        return replace(plan, quadrature=quadrature, lane_column=column, pair_lane=pairs)
+        names = ("unit_offsets", "unit_value", "unit_lanes")
+        units = {}  # the usual plan's units, unless the launches left out other members
+        if any(not np.array_equal(host[n], getattr(plan, n).copy_to_host()) for n in names):
+            units = {n: cuda.to_device(host[n]) for n in names}
+        return replace(plan, quadrature=quadrature, lane_column=column, **units)
 
     return model.form(("shap few rows", forced_costs()), build)
 

@@ -54,17 +54,18 @@ _QUADRATURE_SIG = (  # the interaction kernel takes X, the SHAP kernel its trans
     "void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], int32[::1], "
     f"int64[::1], int32[::1], {_X_ACC}, int64)"
 )
-_SHAP_QUADRATURE_SIG = (  # the one-row SHAP kernel: the paths' pair lanes after the paths
+_UNITS = "int32[::1], float32[::1], int32[:, ::1]"  # unit_offsets, unit_value, unit_lanes
+_SHAP_QUADRATURE_SIG = (  # the one-row SHAP kernel: the paths' sibling units after the paths
     "void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], int32[::1], "
-    f"int32[::1], int64[::1], int32[::1], {_X_ACC}, int64)"
+    f"{_UNITS}, int64[::1], int32[::1], {_X_ACC}, int64)"
 )
 _TWO_ROW_QUADRATURE_SIG = (  # the two-row SHAP kernel without local tiles: three unused arrays
     "void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], int32[::1], "
-    f"int32[::1], int64[::1], int32[::1], int64[::1], int64[::1], int64[::1], {_X_ACC}, int64)"
+    f"{_UNITS}, int64[::1], int32[::1], int64[::1], int64[::1], int64[::1], {_X_ACC}, int64)"
 )
 _LOCAL_QUADRATURE_SIG = (  # the SHAP kernel with chunk-local feature tiles: XT, lane_column...
     "void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], int32[::1], "
-    f"int32[::1], int64[::1], int32[::1], int16[::1], int32[::1], int64[::1], {_X_ACC}, int64)"
+    f"{_UNITS}, int64[::1], int32[::1], int16[::1], int32[::1], int64[::1], {_X_ACC}, int64)"
 )
 
 

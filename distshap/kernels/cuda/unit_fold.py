@@ -1,0 +1,128 @@
+"""The SHAP quadrature kernels' step for a sibling unit (:mod:`distshap.plan.units`).
+
+A unit is up to ``2**L`` paths of one output group that share a set ``C`` of elements, each
+member ``m`` (value ``v_m``) with at most ``L`` elements of its own, its tail ``T_m``, padded to
+three factors with the identity factor. A kernel runs the unit's head with its leaf value left
+out and its own tail positions skipped, so that ``prod[n]`` holds ``w_n P(t_n)``, the common
+product at node ``n``. Writing each factor as ``a (1 - t) + b t`` (``a`` the zero fraction,
+``b`` whether the row follows the element; padding ``a = b = 1``):
+
+* :func:`unit_moments` gives ``M_j = sum_n prod[n] (1 - t_n)^(2 - j) t_n^j``;
+* :func:`unit_entry` gives one member's three tail contributions, ``v (b_i - a_i) (a_p a_q M_0
+  + (a_p b_q + b_p a_q) M_1 + b_p b_q M_2)`` with ``p``, ``q`` its other two factors (zero for a
+  padding factor), as int64 fixed point, and its terms of ``h(t) = sum_m v_m prod_{T_m} g(t)``
+  in the degree-3 basis ``(1 - t)^(3 - j) t^j``;
+* :func:`unit_scale` multiplies ``prod[n]`` by ``h(t_n)``, after which every common element's
+  contribution is the same quotient sum as a single path's.
+
+Every sum is of non-negative terms but for the signs of ``v`` and ``b - a``. One set of device
+functions for every SHAP quadrature kernel: the same float32 operations in the same order, so
+the same bits on every route.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from distshap.kernels.cuda.runtime.device import (
+    CAT_OTHER_FLAG,
+    LF_LOWER,
+    LF_UPPER,
+    LF_ZERO,
+    LI_FEATURE,
+    LI_FLAGS,
+    LI_NBITS,
+    MISSING_FLAG,
+    follows,
+)
+from distshap.plan.geometry import gauss_legendre
+
+__all__ = ["unit_bases", "unit_entry", "unit_moments", "unit_scale"]
+
+
+def unit_bases(n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The Bernstein-like bases at the ``n_nodes`` Gauss-Legendre nodes, float32:
+    ``basis2[j, n] = (1 - t_n)^(2 - j) t_n^j`` (3, n_nodes) and ``basis3[j, n] = (1 - t_n)^(3 -
+    j) t_n^j`` (4, n_nodes), formed in float64 and rounded once."""
+    t = gauss_legendre(n_nodes)[0]
+    basis2 = np.stack([(1.0 - t) ** (2 - j) * t**j for j in range(3)])
+    basis3 = np.stack([(1.0 - t) ** (3 - j) * t**j for j in range(4)])
+    return (np.ascontiguousarray(basis2, np.float32), np.ascontiguousarray(basis3, np.float32))
+
+
+@cuda.jit(device=True)
+def unit_moments(prod, basis2):
+    """``(M_0, M_1, M_2)``: the moments of the common product ``prod`` (float32, one a node,
+    the weights in) against ``basis2`` (:func:`unit_bases`)."""
+    m0 = np.float32(0.0)
+    m1 = np.float32(0.0)
+    m2 = np.float32(0.0)
+    for n in range(basis2.shape[1]):
+        m0 += prod[n] * basis2[0, n]
+        m1 += prod[n] * basis2[1, n]
+        m2 += prod[n] * basis2[2, n]
+    return m0, m1, m2
+
+
+@cuda.jit(device=True)
+def _factor(lane_f, lane_i, lane_cat, cat_words, lane, x):
+    """``(a, b)`` of a tail slot: the zero fraction of lane ``lane`` and whether the row ``x``
+    (its values by feature) follows it; ``(1, 1)`` for padding (``lane < 0``)."""
+    one = np.float32(1.0)
+    a = one
+    b = one
+    if lane >= 0:
+        li = np.uint64(lane)  # unsigned indices: no negative-index wraparound
+        a = lane_f[li, LF_ZERO]
+        lower = lane_f[li, LF_LOWER]
+        upper = lane_f[li, LF_UPPER]
+        flags = lane_i[li, LI_FLAGS]
+        missing = (flags & MISSING_FLAG) != 0
+        other = (flags & CAT_OTHER_FLAG) != 0
+        nbits = lane_i[li, LI_NBITS]
+        cat = lane_cat[li]
+        v = x[np.uint64(np.uint32(lane_i[li, LI_FEATURE]))]
+        if cat < 0:  # numeric: the compiler drops follows' categorical branch here
+            on = follows(v, lower, upper, missing, other, cat, nbits, cat_words)
+        else:
+            on = follows(v, lower, upper, missing, other, cat, nbits, cat_words)
+        if not on:
+            b = np.float32(0.0)
+    return a, b
+
+
+@cuda.jit(device=True)
+def _tail(v, a, b, ap, bp, aq, bq, m0, m1, m2, scale32):
+    """One tail factor's contribution (int64 fixed point); 0 for padding (``b - a == 0``)."""
+    s = ap * aq * m0 + (ap * bq + bp * aq) * m1 + bp * bq * m2
+    return np.int64(v * (b - a) * s * scale32)
+
+
+@cuda.jit(device=True)
+def unit_entry(lane_f, lane_i, lane_cat, cat_words, unit_value, unit_lanes, e, x, m0, m1, m2,
+               scale32):  # fmt: skip
+    """Entry ``e`` of a unit on the row ``x`` (float32 values by feature): ``((c_0, c_1, c_2),
+    (h_0, h_1, h_2, h_3))``, the contributions of its three tail slots (int64 fixed point at
+    ``scale32``, to be added at each real slot's feature; 0 for padding) and its terms of
+    ``h`` in the degree-3 basis. ``m0``, ``m1``, ``m2``: :func:`unit_moments`."""
+    ue = np.uint64(e)
+    v = unit_value[ue]
+    a0, b0 = _factor(lane_f, lane_i, lane_cat, cat_words, unit_lanes[ue, 0], x)
+    a1, b1 = _factor(lane_f, lane_i, lane_cat, cat_words, unit_lanes[ue, 1], x)
+    a2, b2 = _factor(lane_f, lane_i, lane_cat, cat_words, unit_lanes[ue, 2], x)
+    c0 = _tail(v, a0, b0, a1, b1, a2, b2, m0, m1, m2, scale32)
+    c1 = _tail(v, a1, b1, a0, b0, a2, b2, m0, m1, m2, scale32)
+    c2 = _tail(v, a2, b2, a0, b0, a1, b1, m0, m1, m2, scale32)
+    h0 = v * (a0 * a1 * a2)
+    h1 = v * (b0 * a1 * a2 + a0 * b1 * a2 + a0 * a1 * b2)
+    h2 = v * (a0 * b1 * b2 + b0 * a1 * b2 + b0 * b1 * a2)
+    h3 = v * (b0 * b1 * b2)
+    return (c0, c1, c2), (h0, h1, h2, h3)
+
+
+@cuda.jit(device=True)
+def unit_scale(prod, h0, h1, h2, h3, basis3):
+    """``prod[n] *= h(t_n)``, ``h = sum_j h_j basis3[j]`` (:func:`unit_bases`), in place."""
+    for n in range(basis3.shape[1]):
+        prod[n] *= h0 * basis3[0, n] + h1 * basis3[1, n] + h2 * basis3[2, n] + h3 * basis3[3, n]
