@@ -6,7 +6,8 @@ filled by the same quadrature. Checked against the float64 oracles of ``tests/na
 for paths far too long for those (the recursive oracle loses accuracy and the brute force
 would need ``2**k`` subsets), against the Shapley (interaction) formula of one path evaluated
 in exact rational arithmetic; interaction values also against XGBoost's ``pred_interactions``.
-Also: zero fractions of 0, bits independent of threads and chunks, pair slots with the bits of
+Also: zero fractions of 0, bits independent of threads and chunks (sibling units among the
+paths), pair slots with the bits of
 the matrix entries, and the cold-start shape of a first call (one compiled kernel, one
 specialisation).
 """
@@ -27,6 +28,7 @@ from distshap import TreeExplainer
 from distshap.kernels import cpu, interactions_cpu, quadrature_cpu
 from distshap.packed import build_packed_model
 from distshap.paths import extract_paths
+from distshap.plan.config import get_config
 
 import naive
 import tiny
@@ -177,6 +179,8 @@ def test_bits_do_not_depend_on_threads_blocks_or_chunks(monkeypatch):
     X = tiny.random_rows(7, ens, 300, 0.1)
     packed = build_packed_model(extract_paths(ens), table_budget_bytes=20_000)
     assert 0 < packed.stats["table_paths"] < packed.stats["paths"]
+    levels = get_config().quadrature_unit_levels  # members run inside their units
+    assert levels >= 2 and cpu.shap_units(packed, levels)[3].sum() > 10
     whole = cpu.shap_values(packed, X)
     parts = np.concatenate([cpu.shap_values(packed, X[:37]), cpu.shap_values(packed, X[37:])])
     assert np.array_equal(whole, parts)
