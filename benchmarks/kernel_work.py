@@ -248,7 +248,8 @@ def _roles(loops: list[dict], kind: str, n_nodes: int = 0) -> dict[str, Counter]
     path, pre / post: tile zeroing / flush per column), ``interaction`` (forward: an element,
     step: two elements' diagonals, pair: a later element against two, path, pre / post),
     ``table_shap`` (rows: four rows, tile, pre / post), ``table_int`` (cond: a conditioned
-    element, row, tile, pre / post); ``top``: once a warp."""
+    element, row, tile, pre / post); ``top``: once a warp; SHAP ``unit``: a sibling unit's entry
+    (loops without reciprocals, a row each; a head's moments and scaling count in ``path``)."""
     body = loops[:-1]
     fp = [
         j
@@ -259,16 +260,19 @@ def _roles(loops: list[dict], kind: str, n_nodes: int = 0) -> dict[str, Counter]
     roles = {"top": loops[-1]["own"]}
     try:
         if kind == "shap":
-            p, q = fp[:2]
+            p = fp[0]
+            units = [j for j in fp[1:] if not body[j]["own"].get("rcp")]
+            q = next(j for j in fp[1:] if body[j]["own"].get("rcp"))
             main = parent(p)
-            if main < 0 or parent(q) != main:
+            if main < 0 or any(parent(j) != main for j in (q, *units)):
                 return None
             products = body[p]["own"]
             unroll = max(1, round(products.get("fp32", 0) / (4 * n_nodes)))  # 2 a node and row
             products = Counter({k: v / unroll for k, v in products.items()})
             quotients = _per_iteration(body[q]["own"], "rcp", 2 * n_nodes)
             path = _without(body[main]["own"], quotients, "rcp", 2 * n_nodes)
-            roles.update(element=products + quotients, path=path)
+            unit = sum((_per_iteration(body[j]["own"], "cvt64", 3) for j in units), Counter())
+            roles.update(element=products + quotients, path=path, unit=unit)
         elif kind == "interaction":
             fwd, pair = fp[:2]
             step = parent(pair)
@@ -297,7 +301,7 @@ def _roles(loops: list[dict], kind: str, n_nodes: int = 0) -> dict[str, Counter]
             pre, post = _around(loops, inner_main)
             roles.update(pre=pre, post=post)
             return roles
-    except (IndexError, ValueError):
+    except (IndexError, ValueError, StopIteration):
         return None
     pre, post = _around(loops, main)
     roles.update(pre=pre, post=post)
@@ -337,11 +341,7 @@ def save_counts(path: str, nvdisasm: str | None = None) -> None:
     for kind, n, mode in VARIANTS:
         c = kernel_counts(kind, n, mode, True, nvdisasm)
         roles = {r: dict(v) for r, v in (c["roles"] or {}).items()}
-        out[f"{kind}/{n}/{mode}"] = {
-            "level": c["level"],
-            "registers": c["registers"],
-            "roles": roles,
-        }
+        out[f"{kind}/{n}/{mode}"] = dict(level=c["level"], registers=c["registers"], roles=roles)
     with open(path, "w") as fh:
         json.dump(out, fh, indent=0, sort_keys=True)
 
@@ -394,9 +394,7 @@ def kernel_counts(kind: str, n_nodes: int = 0, mode: str = "shared", sass: bool 
     return result
 
 
-# --------------------------------------------------------------------------------------------
-# Work of a plan: trip counts x instructions per iteration
-# --------------------------------------------------------------------------------------------
+# ---- Work of a plan: trip counts x instructions per iteration ----------------------------
 
 
 @dataclasses.dataclass
@@ -437,9 +435,9 @@ def _npairs(k: np.ndarray) -> np.ndarray:
     return np.maximum(k[:, None] - a[None, :] - 2, 0).sum(axis=1)
 
 
-def _shap_launch(q: dict, k: np.ndarray, F: int, G: int, nb: int, local: bool,
-                 opts: dict) -> KernelWork:  # fmt: skip
-    """The two-row SHAP quadrature launch ``q`` (host arrays) on ``nb`` rows."""
+def _shap_launch(q: dict, k: np.ndarray, F: int, G: int, nb: int, local: bool, opts: dict,
+                 entries: np.ndarray | None = None) -> KernelWork:  # fmt: skip
+    """The two-row SHAP quadrature launch ``q`` on ``nb`` rows (``entries``: each path's units)."""
     from distshap.plan.geometry import quadrature_warps
 
     rows = 2
@@ -459,13 +457,13 @@ def _shap_launch(q: dict, k: np.ndarray, F: int, G: int, nb: int, local: bool,
     groups = len(np.unique(q["group"])) if len(q["group"]) else 0
     hbm = nb * F * 4.0 + (kk + 1).sum() * _LANE_BYTES + _acc_bytes(nb, groups * (F + 1))
     elements = int(kk.sum()) * nb
-    if rows != 2:  # the one-row kernels are not counted here
-        return KernelWork(label + ", one row a thread", Counter(), hbm, elements)
-    c = kernel_counts("shap", q["n_nodes"], mode, **opts)
-    if c["roles"] is None:
-        return KernelWork(label, Counter(), hbm, elements)
+    c = kernel_counts("shap", q["n_nodes"], mode, **opts) if rows == 2 else {"roles": None}
+    if c["roles"] is None:  # (the one-row kernels are not counted here)
+        return KernelWork(label + ("" if rows == 2 else ", one row a thread"), Counter(), hbm,
+                          elements)  # fmt: skip
     warps = -(-nb // 64)  # 32 threads x 2 rows a warp, per chunk
-    trips = {"element": kk.sum(), "path": kk.size, "top": chunks, "pre": widths, "post": widths}
+    trips = {"element": kk.sum(), "path": kk.size, "top": chunks, "pre": widths, "post": widths,
+             "unit": 0 if entries is None else int(entries[paths].sum())}  # fmt: skip
     counts = _scaled(c["roles"], {r: warps * n for r, n in trips.items()})
     return KernelWork(label, counts, hbm, elements, c["level"], c["registers"])
 
@@ -554,11 +552,12 @@ def plan_work(packed, plan: dict, nb: int, interactions: bool, sass: bool = True
     if plan["n_table_bins"]:
         out.append(_table_launch(plan, k, F, width, nb, not interactions, opts))
     local = plan["lane_column"] is not None
+    entries = None if plan.get("unit_offsets") is None else np.diff(plan["unit_offsets"])
     for q in plan["quadrature"]:
         if interactions:
             out.append(_interaction_launch(q, k, F, nb, opts))
         else:
-            out.append(_shap_launch(q, k, F, G, nb, local, opts))
+            out.append(_shap_launch(q, k, F, G, nb, local, opts, entries))
     if plan["quadrature"] and not interactions:
         out.append(KernelWork("rows transposed (CuPy)", Counter(), 8.0 * nb * F))
     if plan.get("n_oversize"):
@@ -580,13 +579,14 @@ def host_plan(packed, interactions: bool, device_plan=None) -> dict:
 
         offsets = (gpu.interaction_table_offsets(packed) if interactions
                    else gpu.shap_table_offsets(packed, costs_for("NVIDIA H200")))  # fmt: skip
-        plan = gpu.plan_arrays(packed, offsets, local=not interactions, pairs=not interactions)
+        plan = gpu.plan_arrays(packed, offsets, local=not interactions, units=not interactions)
         plan["table_bytes"] = 4 * table_values(k, offsets, "k*k" if interactions else "k")
     else:
         host = lambda a: a.copy_to_host() if hasattr(a, "copy_to_host") else np.asarray(a)  # noqa: E731
         plan = {name: getattr(device_plan, name) for name in ("n_table_bins", "table_bytes")}
         plan["table_maxk"] = host(device_plan.table_maxk)
         plan["lane_column"] = device_plan.lane_column
+        plan["unit_offsets"] = None if (u := device_plan.unit_offsets) is None else host(u)
         plan["quadrature"] = [{f.name: (host(v) if hasattr(v, "copy_to_host") else v)
                                for f in dataclasses.fields(q) for v in [getattr(q, f.name)]}
                               for q in device_plan.quadrature]  # fmt: skip
