@@ -15,13 +15,19 @@ the values' scale.
 Interaction values are timed on at most ``--interaction-rows`` rows (their output is
 ``(F + 1)**2`` values a row and group). ``first s`` is distshap's first call in the process
 (on the probe's rows: compilation, or loading it from Numba's cache, and the pattern tables
-of that kind), which the warm timings leave out.
+of that kind), which the warm timings leave out. ``--unit-levels`` runs distshap's SHAP
+quadrature with sibling units of that many levels (``quadrature_unit_levels``; default the
+configuration's), ``--apart`` also times it with every path apart and compares the values;
+``--table-budget 0`` runs every path by quadrature (no SHAP pattern tables, so every path can
+join a unit).
 
 Usage (Python 3.12 with XGBoost >= 3.3)::
 
     python -m benchmarks.cpu_peer                                  # 3 shapes, SHAP + interactions
     python -m benchmarks.cpu_peer --shapes cal_housing-med --kinds shap --seconds 2
     python -m benchmarks.cpu_peer --kinds interactions --interaction-rows 1000
+    python -m benchmarks.cpu_peer --kinds shap --unit-levels 1 --apart   # pairs, and apart
+    python -m benchmarks.cpu_peer --kinds shap --table-budget 0 --apart  # quadrature only
 """
 
 from __future__ import annotations
@@ -66,18 +72,23 @@ def measure(shape: str, kind: str, args: argparse.Namespace) -> dict:
 
     from benchmarks.shapes import make_data, train_model
     from distshap import TreeExplainer
+    from distshap.plan.config import config_context, get_config
 
     name, size = shape.rsplit("-", 1)
     booster = train_model(name, size)
     booster.set_param({"nthread": args.threads})
-    explainer = TreeExplainer(booster, layout="xgboost", backend="cpu")
+    budget = {} if args.table_budget is None else {"table_budget_bytes": args.table_budget}
+    explainer = TreeExplainer(booster, layout="xgboost", backend="cpu", **budget)
     interactions = kind == "interactions"
     cap = min(args.max_rows, args.interaction_rows) if interactions else args.max_rows
     X, _ = make_data(name, cap, seed=1)
 
+    levels = get_config().quadrature_unit_levels if args.unit_levels is None else args.unit_levels
+
     def ours(n: int):
         fn = explainer.shap_interaction_values if interactions else explainer.shap_values
-        return fn(X[:n])
+        with config_context(quadrature_unit_levels=levels):
+            return fn(X[:n])
 
     matrices: dict[int, xgb.DMatrix] = {}
 
@@ -94,9 +105,7 @@ def measure(shape: str, kind: str, args: argparse.Namespace) -> dict:
     t_theirs, c_theirs, v_theirs = _median(lambda: theirs(n_theirs), args.repeats)
     apart = None
     if args.apart and not interactions:  # the same call with every path apart
-        from distshap.plan.config import config_context
-
-        with config_context(quadrature_pairs=0):
+        with config_context(quadrature_unit_levels=0):
             ours(probe)
             t_apart, _, v_apart = _median(lambda: ours(n_ours), args.repeats)
         apart = (n_ours / t_apart, np.asarray(v_apart).astype(np.float64))
@@ -109,6 +118,8 @@ def measure(shape: str, kind: str, args: argparse.Namespace) -> dict:
         "kind": kind,
         "threads": args.threads,
         "paths": explainer.packed.num_paths,
+        "unit_levels": levels,
+        "table_paths": int(explainer.packed.stats["table_paths"]),
         "distshap_first_call_s": first_ours,
         "distshap_rows": n_ours,
         "distshap_s": t_ours,
@@ -125,10 +136,10 @@ def measure(shape: str, kind: str, args: argparse.Namespace) -> dict:
     if apart is not None:
         ours_all = np.asarray(v_ours).astype(np.float64)
         record["distshap_apart_rows_per_s"] = apart[0]
-        record["pairs_vs_apart_max_abs_diff_over_scale"] = (
+        record["units_vs_apart_max_abs_diff_over_scale"] = (
             float(np.abs(ours_all - apart[1]).max()) / scale
         )
-        record["pairs_vs_apart_bits_differ"] = int(
+        record["units_vs_apart_bits_differ"] = int(
             (
                 np.asarray(v_ours).view(np.uint32)
                 != np.asarray(apart[1], np.float32).view(np.uint32)
@@ -150,7 +161,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--apart",
         action="store_true",
-        help="also time distshap's SHAP with every path apart (quadrature_pairs=0)",
+        help="also time distshap's SHAP with every path apart (quadrature_unit_levels=0)",
+    )
+    parser.add_argument(
+        "--unit-levels",
+        type=int,
+        choices=range(4),
+        help="distshap's quadrature_unit_levels (sibling units; default: the configuration's)",
+    )
+    parser.add_argument(
+        "--table-budget",
+        type=int,
+        help="distshap's table_budget_bytes (0: every path by quadrature; default the library's)",
     )
     parser.add_argument("--allow-old-xgboost", action="store_true")
     args = parser.parse_args(argv)
@@ -200,9 +222,11 @@ def main(argv: list[str] | None = None) -> None:
             if "distshap_apart_rows_per_s" in r:
                 print(
                     f"{'':16s} {'  apart':12s} {'':13s} {r['distshap_apart_rows_per_s']:9,.0f}  "
-                    f"(pairs {r['distshap_rows_per_s'] / r['distshap_apart_rows_per_s']:.2f}x; "
-                    f"difference {r['pairs_vs_apart_max_abs_diff_over_scale']:.1e} of the scale, "
-                    f"{r['pairs_vs_apart_bits_differ']:,d} values' bits)",
+                    f"(levels {r['unit_levels']} "
+                    f"{r['distshap_rows_per_s'] / r['distshap_apart_rows_per_s']:.2f}x, "
+                    f"{r['table_paths']:,d} of {r['paths']:,d} paths with tables; "
+                    f"difference {r['units_vs_apart_max_abs_diff_over_scale']:.1e} of the scale, "
+                    f"{r['units_vs_apart_bits_differ']:,d} values' bits)",
                     flush=True,
                 )
     if args.json:
