@@ -224,7 +224,7 @@ def _shap_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, ca
             h0 = 0.0
             if unit:  # the head's tail positions leave the common product; h(t) enters it
                 for i in range(UNIT_LEVELS):
-                    if unit_lanes[u0, i] >= 0:
+                    if start <= unit_lanes[u0, i] < start + k:  # lanes of the head's own path
                         tail[unit_lanes[u0, i] - start] = True
                 h0 = _unit_factors(tb, ta, hc, tone, ones, XT, n, u0, u1, start, k, unit_value,
                                    unit_lanes, feature, lower, upper, missing, zero_fraction,
