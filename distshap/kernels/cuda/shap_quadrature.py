@@ -50,7 +50,14 @@ from distshap.kernels.cuda.runtime.device import (
     lane_follows,
     xp,
 )  # fmt: skip
-from distshap.kernels.cuda.unit_fold import unit_bases, unit_entry, unit_moments, unit_scale
+from distshap.kernels.cuda.unit_fold import (
+    unit_bases,
+    unit_entry,
+    unit_factors,
+    unit_moments,
+    unit_scale,
+    unit_terms,
+)
 from distshap.plan.config import get_config
 from distshap.plan.geometry import (
     gauss_legendre,
@@ -381,37 +388,40 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
                         pb[m] *= z + nodes[m] * db
                 mask = np.uint32(mask << m1)
                 e = np.uint32(e + m1)
-            if e1 > e0:  # the unit's fold: row a's, then row b's (fewer values live)
-                q0, q1, q2 = unit_moments(pa, basis2)
-                h = (zero, zero, zero, zero)
+            if e1 > e0:  # the unit's fold (unit_fold), both rows
+                qa0, qa1, qa2 = unit_moments(pa, basis2)
+                qb0, qb1, qb2 = unit_moments(pb, basis2)
+                ha = (zero, zero, zero, zero)
+                hb = (zero, zero, zero, zero)
                 for u in range(e0, e1):
-                    c, t = unit_entry(lane_f, lane_i, lane_cat, cat_words, unit_value,
-                                      unit_lanes, u, xa, q0, q1, q2, scale32)  # fmt: skip
-                    h = (h[0] + t[0], h[1] + t[1], h[2] + t[2], h[3] + t[3])
+                    ue = np.uint64(u)
+                    l0 = unit_lanes[ue, 0]
+                    l1 = unit_lanes[ue, 1]
+                    l2 = unit_lanes[ue, 2]
+                    a0, ba0, bb0 = unit_factors(lane_f, lane_i, lane_cat, cat_words, l0, xa, xb)
+                    a1, ba1, bb1 = unit_factors(lane_f, lane_i, lane_cat, cat_words, l1, xa, xb)
+                    a2, ba2, bb2 = unit_factors(lane_f, lane_i, lane_cat, cat_words, l2, xa, xb)
+                    v = unit_value[ue]
+                    ca, t = unit_terms(v, a0, ba0, a1, ba1, a2, ba2, qa0, qa1, qa2, scale32)
+                    ha = (ha[0] + t[0], ha[1] + t[1], ha[2] + t[2], ha[3] + t[3])
+                    cb, t = unit_terms(v, a0, bb0, a1, bb1, a2, bb2, qb0, qb1, qb2, scale32)
+                    hb = (hb[0] + t[0], hb[1] + t[1], hb[2] + t[2], hb[3] + t[3])
                     for i in range(3):
-                        if c[i] != 0:  # a real tail slot
-                            lt = np.uint64(np.uint32(unit_lanes[u, i]))
+                        if ca[i] != 0 or cb[i] != 0:  # a real tail slot
+                            lt = np.uint64(np.uint32(unit_lanes[ue, i]))
                             col = np.uint32(lane_column[lt] if local else lane_i[lt, LI_FEATURE])
-                            if shared:
-                                tile[np.uint32(col * urs + ta)] += c[i]
-                            else:
-                                cuda.atomic.add(acc, (ra, base + col), c[i])
-                unit_scale(pa, h[0], h[1], h[2], h[3], basis3)
-                q0, q1, q2 = unit_moments(pb, basis2)
-                h = (zero, zero, zero, zero)
-                for u in range(e0, e1):
-                    c, t = unit_entry(lane_f, lane_i, lane_cat, cat_words, unit_value,
-                                      unit_lanes, u, xb, q0, q1, q2, scale32)  # fmt: skip
-                    h = (h[0] + t[0], h[1] + t[1], h[2] + t[2], h[3] + t[3])
-                    for i in range(3):
-                        if c[i] != 0:
-                            lt = np.uint64(np.uint32(unit_lanes[u, i]))
-                            col = np.uint32(lane_column[lt] if local else lane_i[lt, LI_FEATURE])
-                            if shared:
-                                tile[np.uint32(col * urs + tb)] += c[i]
-                            elif has_b:
-                                cuda.atomic.add(acc, (rb, base + col), c[i])
-                unit_scale(pb, h[0], h[1], h[2], h[3], basis3)
+                            if ca[i] != 0:
+                                if shared:
+                                    tile[np.uint32(col * urs + ta)] += ca[i]
+                                else:
+                                    cuda.atomic.add(acc, (ra, base + col), ca[i])
+                            if cb[i] != 0:
+                                if shared:
+                                    tile[np.uint32(col * urs + tb)] += cb[i]
+                                elif has_b:
+                                    cuda.atomic.add(acc, (rb, base + col), cb[i])
+                unit_scale(pa, ha[0], ha[1], ha[2], ha[3], basis3)
+                unit_scale(pb, hb[0], hb[1], hb[2], hb[3], basis3)
             mask = m1
             e = np.uint32(0)
             while e < k:

@@ -38,7 +38,9 @@ from distshap.kernels.cuda.runtime.device import (
 )
 from distshap.plan.geometry import gauss_legendre
 
-__all__ = ["unit_bases", "unit_entry", "unit_moments", "unit_scale"]
+__all__ = [
+    "unit_bases", "unit_entry", "unit_factors", "unit_moments", "unit_scale", "unit_terms",
+]  # fmt: skip
 
 
 def unit_bases(n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -66,12 +68,13 @@ def unit_moments(prod, basis2):
 
 
 @cuda.jit(device=True)
-def _factor(lane_f, lane_i, lane_cat, cat_words, lane, x):
-    """``(a, b)`` of a tail slot: the zero fraction of lane ``lane`` and whether the row ``x``
-    (its values by feature) follows it; ``(1, 1)`` for padding (``lane < 0``)."""
+def unit_factors(lane_f, lane_i, lane_cat, cat_words, lane, xa, xb):
+    """``(a, b_a, b_b)`` of a tail slot: the zero fraction of lane ``lane`` and whether rows
+    ``xa`` and ``xb`` (values by feature) follow it; ``(1, 1, 1)`` for padding (``lane < 0``)."""
     one = np.float32(1.0)
     a = one
-    b = one
+    ba = one
+    bb = one
     if lane >= 0:
         li = np.uint64(lane)  # unsigned indices: no negative-index wraparound
         a = lane_f[li, LF_ZERO]
@@ -82,14 +85,12 @@ def _factor(lane_f, lane_i, lane_cat, cat_words, lane, x):
         other = (flags & CAT_OTHER_FLAG) != 0
         nbits = lane_i[li, LI_NBITS]
         cat = lane_cat[li]
-        v = x[np.uint64(np.uint32(lane_i[li, LI_FEATURE]))]
-        if cat < 0:  # numeric: the compiler drops follows' categorical branch here
-            on = follows(v, lower, upper, missing, other, cat, nbits, cat_words)
-        else:
-            on = follows(v, lower, upper, missing, other, cat, nbits, cat_words)
-        if not on:
-            b = np.float32(0.0)
-    return a, b
+        f = np.uint64(np.uint32(lane_i[li, LI_FEATURE]))
+        if not follows(xa[f], lower, upper, missing, other, cat, nbits, cat_words):
+            ba = np.float32(0.0)
+        if not follows(xb[f], lower, upper, missing, other, cat, nbits, cat_words):
+            bb = np.float32(0.0)
+    return a, ba, bb
 
 
 @cuda.jit(device=True)
@@ -100,17 +101,10 @@ def _tail(v, a, b, ap, bp, aq, bq, m0, m1, m2, scale32):
 
 
 @cuda.jit(device=True)
-def unit_entry(lane_f, lane_i, lane_cat, cat_words, unit_value, unit_lanes, e, x, m0, m1, m2,
-               scale32):  # fmt: skip
-    """Entry ``e`` of a unit on the row ``x`` (float32 values by feature): ``((c_0, c_1, c_2),
-    (h_0, h_1, h_2, h_3))``, the contributions of its three tail slots (int64 fixed point at
-    ``scale32``, to be added at each real slot's feature; 0 for padding) and its terms of
-    ``h`` in the degree-3 basis. ``m0``, ``m1``, ``m2``: :func:`unit_moments`."""
-    ue = np.uint64(e)
-    v = unit_value[ue]
-    a0, b0 = _factor(lane_f, lane_i, lane_cat, cat_words, unit_lanes[ue, 0], x)
-    a1, b1 = _factor(lane_f, lane_i, lane_cat, cat_words, unit_lanes[ue, 1], x)
-    a2, b2 = _factor(lane_f, lane_i, lane_cat, cat_words, unit_lanes[ue, 2], x)
+def unit_terms(v, a0, b0, a1, b1, a2, b2, m0, m1, m2, scale32):
+    """An entry's float32 math: ``((c_0, c_1, c_2), (h_0, h_1, h_2, h_3))``, the contributions
+    of its three tail slots (int64 fixed point at ``scale32``; 0 for padding) and its terms of
+    ``h`` in the degree-3 basis, for its value ``v`` and slots ``(a_i, b_i)``."""
     c0 = _tail(v, a0, b0, a1, b1, a2, b2, m0, m1, m2, scale32)
     c1 = _tail(v, a1, b1, a0, b0, a2, b2, m0, m1, m2, scale32)
     c2 = _tail(v, a2, b2, a0, b0, a1, b1, m0, m1, m2, scale32)
@@ -119,6 +113,19 @@ def unit_entry(lane_f, lane_i, lane_cat, cat_words, unit_value, unit_lanes, e, x
     h2 = v * (a0 * b1 * b2 + b0 * a1 * b2 + b0 * b1 * a2)
     h3 = v * (b0 * b1 * b2)
     return (c0, c1, c2), (h0, h1, h2, h3)
+
+
+@cuda.jit(device=True)
+def unit_entry(lane_f, lane_i, lane_cat, cat_words, unit_value, unit_lanes, e, x, m0, m1, m2,
+               scale32):  # fmt: skip
+    """Entry ``e`` of a unit on the row ``x`` (float32 values by feature): :func:`unit_terms`
+    of its value and tail slots (``m0``, ``m1``, ``m2``: :func:`unit_moments`); the
+    contributions go to each real slot's feature."""
+    ue = np.uint64(e)
+    a0, b0, _ = unit_factors(lane_f, lane_i, lane_cat, cat_words, unit_lanes[ue, 0], x, x)
+    a1, b1, _ = unit_factors(lane_f, lane_i, lane_cat, cat_words, unit_lanes[ue, 1], x, x)
+    a2, b2, _ = unit_factors(lane_f, lane_i, lane_cat, cat_words, unit_lanes[ue, 2], x, x)
+    return unit_terms(unit_value[ue], a0, b0, a1, b1, a2, b2, m0, m1, m2, scale32)
 
 
 @cuda.jit(device=True)
