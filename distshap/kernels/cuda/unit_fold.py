@@ -86,9 +86,15 @@ def unit_factors(lane_f, lane_i, lane_cat, cat_words, lane, xa, xb):
         nbits = lane_i[li, LI_NBITS]
         cat = lane_cat[li]
         f = np.uint64(np.uint32(lane_i[li, LI_FEATURE]))
-        if not follows(xa[f], lower, upper, missing, other, cat, nbits, cat_words):
+        if cat < 0:  # numeric: the compiler drops follows' categorical branch here
+            on_a = follows(xa[f], lower, upper, missing, other, cat, nbits, cat_words)
+            on_b = follows(xb[f], lower, upper, missing, other, cat, nbits, cat_words)
+        else:
+            on_a = follows(xa[f], lower, upper, missing, other, cat, nbits, cat_words)
+            on_b = follows(xb[f], lower, upper, missing, other, cat, nbits, cat_words)
+        if not on_a:
             ba = np.float32(0.0)
-        if not follows(xb[f], lower, upper, missing, other, cat, nbits, cat_words):
+        if not on_b:
             bb = np.float32(0.0)
     return a, ba, bb
 
