@@ -107,8 +107,9 @@ def test_path_threads_under_cuda_simulator():
 
 @pytest.mark.gpu
 @needs_gpu
+@pytest.mark.parametrize("levels", [1, 3])
 @pytest.mark.parametrize("tile_features", [0, 8])
-def test_gpu_path_threads_keep_the_bits(tile_features):
+def test_gpu_path_threads_keep_the_bits(tile_features, levels):
     from distshap.kernels import cuda as kc
     from distshap.kernels.cuda import path_threads
 
@@ -118,7 +119,10 @@ def test_gpu_path_threads_keep_the_bits(tile_features):
     for ensemble in (wide, narrow):
         X = tiny.random_rows(77, ensemble, 40, 0.1)
         packed = build_packed_model(extract_paths(ensemble), table_budget_bytes=0)
-        with config_context(small_max_paths=0, quadrature_tile_features=tile_features):
+        with config_context(small_max_paths=0, quadrature_tile_features=tile_features,
+                            quadrature_unit_levels=levels):  # fmt: skip
+            units = np.diff(kc.device_model(packed).shap.unit_offsets.copy_to_host())
+            assert units.max() == 2**levels, units.max()  # sibling units run
             for n in (1, 2, 16, 33):
                 path_threads._KERNELS.clear()
                 with config_context(path_thread_rows=max(n, 16)):
@@ -127,6 +131,10 @@ def test_gpu_path_threads_keep_the_bits(tile_features):
                 with config_context(path_thread_rows=0):
                     want = to_host(kc.shap_values(packed, X[:n]))
                 assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), n
+            with config_context(quadrature_unit_levels=0):  # every path apart: close
+                apart = to_host(kc.shap_values(packed, X[:33]))
+            scale = max(1.0, float(np.abs(apart).max()))
+            np.testing.assert_allclose(want, apart, rtol=0, atol=2e-6 * scale)
 
 
 @pytest.mark.gpu
