@@ -17,10 +17,11 @@ accuracy at any path length, where the EXTEND / UNWOUND_SUM dynamic program lose
 with at most three elements of its own, its tail (:mod:`distshap.plan.units`), run as one: the
 head walks ``C`` with ``h(t) = sum_m v_m prod_{e in T_m} (z_e + t d_e)`` (the members' values
 and tails, tails padded to three factors ``a (1 - t) + b t`` with ``a = b = 1``) in the common
-product in place of its own value, and each tail element's value comes from three moments of
-the common product, ``sum_q w_q P(t_q) (1 - t_q)^(2 - s) t_q^s``; the members are skipped. The
-head has the most elements, so its nodes stay exact; the sums are float64 of non-negative
-factors, so the values are those of the paths apart to float64 rounding.
+product in place of its own value, and each tail element's value comes from moments of the
+common product, ``sum_q w_q P(t_q) (1 - t_q)^(D - 1 - s) t_q^s`` (``D``: the unit's longest
+tail); the members are skipped. The head has the most elements, so its nodes stay exact; the
+sums are float64 of non-negative factors (only values and ``o - z`` carry signs), so the values
+are those of the paths apart to float64 rounding.
 
 *Tables.* A path with a SHAP pattern table (:func:`distshap.plan.tables.choose_tables`: the short
 paths, within a memory budget) costs one interval test per element and one table row per row.
@@ -96,65 +97,113 @@ def element_ones(oi, col, n, e, lower, upper, missing, cat_offsets, cat_nbits, c
 
 
 @njit(inline="always", nogil=True, cache=True)
-def _unit_factors(tb, ta, hc, tone, ones, XT, n, u0, u1, start, k, unit_value, unit_lanes, feature,
-                  lower, upper, missing, zero_fraction, cat_offsets, cat_nbits, cat_other,
+def _unit_factors(tb, ta, tl, nt, hc, XT, n, u0, u1, unit_value, unit_lanes, feature, lower,
+                  upper, missing, zero_fraction, cat_offsets, cat_nbits, cat_other,
                   cat_words):  # fmt: skip
-    """The tail factors ``a (1 - t) + b t`` of the entries ``u0 .. u1 - 1`` of a unit (entry
-    ``j``, factor ``i``: ``a`` in ``ta[3 j + i]``, each row's ``b`` in ``tb[3 j + i]``; padding
-    ``a = b = 1``) and ``h`` in the basis ``(1 - t)^(3 - s) t^s``: ``hc[s]`` per row for
-    ``s = 1, 2, 3``; the constant ``H_0`` is returned."""
+    """The real tail factors ``a (1 - t) + b t`` of the entries ``u0 .. u1 - 1`` of a unit:
+    entry ``j`` has ``nt[j]`` of them, factor ``i`` of lane ``tl[3 j + i]`` with ``a`` in
+    ``ta[3 j + i]`` and each row's ``b`` (does it follow the lane) in ``tb[3 j + i]``; and ``h``
+    in the basis ``(1 - t)^(3 - s) t^s`` (the padding factors ``(1 - t) + t`` multiplied out):
+    ``hc[s - 1]`` per row for ``s = 1, 2, 3``. Returns the constant ``H_0`` and the most real
+    factors of an entry."""
     h0 = 0.0
+    deg = 1
     for s in range(3):
         for r in range(n):
             hc[s, r] = 0.0
     for j in range(u1 - u0):
+        f = UNIT_LEVELS * j
+        c = 0
         for i in range(UNIT_LEVELS):
             ln = unit_lanes[u0 + j, i]
-            b = tb[UNIT_LEVELS * j + i]
-            if ln < 0:
-                ta[UNIT_LEVELS * j + i] = 1.0
-                for r in range(n):
-                    b[r] = 1.0
-                continue
-            ta[UNIT_LEVELS * j + i] = zero_fraction[ln]
-            if j == 0 and start <= ln < start + k:  # the head's own lane: tested already
-                oi = ones[ln - start]
-            else:
-                element_ones(tone, XT[feature[ln]], n, ln, lower, upper, missing, cat_offsets,
-                             cat_nbits, cat_other, cat_words)  # fmt: skip
-                oi = tone
-            for r in range(n):
-                b[r] = 1.0 if oi[r] else 0.0
+            if ln >= 0:
+                tl[f + c] = ln
+                ta[f + c] = zero_fraction[ln]
+                element_ones(tb[f + c], XT[feature[ln]], n, ln, lower, upper, missing,
+                             cat_offsets, cat_nbits, cat_other, cat_words)  # fmt: skip
+                c += 1
+        nt[j] = c
+        deg = max(deg, c)
         v = unit_value[u0 + j]
-        a0, a1, a2 = ta[3 * j], ta[3 * j + 1], ta[3 * j + 2]
-        b0, b1, b2 = tb[3 * j], tb[3 * j + 1], tb[3 * j + 2]
-        h0 += v * (a0 * a1 * a2)
-        for r in range(n):
-            hc[0, r] += v * (b0[r] * a1 * a2 + a0 * b1[r] * a2 + a0 * a1 * b2[r])
-            hc[1, r] += v * (a0 * b1[r] * b2[r] + b0[r] * a1 * b2[r] + b0[r] * b1[r] * a2)
-            hc[2, r] += v * (b0[r] * b1[r] * b2[r])
-    return h0
+        a0, a1, a2 = ta[f], ta[f + 1], ta[f + 2]
+        o0, o1, o2 = tb[f], tb[f + 1], tb[f + 2]
+        if c == 1:  # v (a0 (1 - t) + b0 t) ((1 - t) + t)^2
+            h0 += v * a0
+            for r in range(n):
+                b0 = v if o0[r] else 0.0
+                hc[0, r] += v * (2.0 * a0) + b0
+                hc[1, r] += v * a0 + 2.0 * b0
+                hc[2, r] += b0
+        elif c == 2:  # v (a0 a1 (1 - t)^2 + m t (1 - t) + b0 b1 t^2) ((1 - t) + t)
+            aa = a0 * a1
+            h0 += v * aa
+            for r in range(n):
+                b0 = 1.0 if o0[r] else 0.0
+                b1 = 1.0 if o1[r] else 0.0
+                m = a0 * b1 + b0 * a1
+                bb = b0 * b1
+                hc[0, r] += v * (aa + m)
+                hc[1, r] += v * (m + bb)
+                hc[2, r] += v * bb
+        else:
+            h0 += v * (a0 * a1 * a2)
+            for r in range(n):
+                b0 = 1.0 if o0[r] else 0.0
+                b1 = 1.0 if o1[r] else 0.0
+                b2 = 1.0 if o2[r] else 0.0
+                hc[0, r] += v * (b0 * a1 * a2 + a0 * b1 * a2 + a0 * a1 * b2)
+                hc[1, r] += v * (a0 * b1 * b2 + b0 * a1 * b2 + b0 * b1 * a2)
+                hc[2, r] += v * (b0 * b1 * b2)
+    return h0, deg
 
 
 @njit(inline="always", nogil=True, cache=True)
-def _unit_tails(acc, base, tb, ta, mom, n, u0, u1, unit_value, unit_lanes, feature):
-    """Each real tail factor's contribution from the moments ``mom[s] = sum w P(t)
-    (1 - t)^(2 - s) t^s``: ``v (b_i - a_i) (a_p a_q M_0 + (a_p b_q + b_p a_q) M_1 + b_p b_q M_2)``
-    over the other two factors ``p``, ``q`` of its entry."""
+def _unit_tails(acc, base, tb, ta, tl, nt, mom, deg, n, u0, u1, unit_value, feature):
+    """Each real tail factor's contribution ``v (b_i - a_i) integral P(t) prod_{f != i} (a_f
+    (1 - t) + b_f t) dt`` from the moments ``mom[s] = sum w P(t) (1 - t)^(deg - 1 - s) t^s``,
+    ``s < deg`` (``deg``: the most real factors of an entry); an entry of fewer factors takes
+    the moments of its own degree, sums of these (``(1 - t) + t = 1``)."""
+    low = False
+    for j in range(u1 - u0):
+        low = low or nt[j] < deg
+    ia, ib, i1 = 0, 1, 0  # rows of the degree-1 moments (1 - t, t) and of the degree-0 one
+    if low and deg == 3:
+        for r in range(n):
+            mom[3, r] = mom[0, r] + mom[1, r]
+            mom[4, r] = mom[1, r] + mom[2, r]
+        ia, ib = 3, 4
+    if low and deg >= 2:
+        for r in range(n):
+            mom[5, r] = mom[ia, r] + mom[ib, r]
+        i1 = 5
     for j in range(u1 - u0):
         v = unit_value[u0 + j]
-        for i in range(UNIT_LEVELS):
-            ln = unit_lanes[u0 + j, i]
-            if ln < 0:
-                continue
-            p = UNIT_LEVELS * j + (i + 1) % 3
-            q = UNIT_LEVELS * j + (i + 2) % 3
-            ai, ap, aq = ta[UNIT_LEVELS * j + i], ta[p], ta[q]
-            bi, bp, bq = tb[UNIT_LEVELS * j + i], tb[p], tb[q]
-            a = acc[base + feature[ln]]
-            for r in range(n):
-                a[r] += (v * (bi[r] - ai)) * (ap * aq * mom[0, r] + (ap * bq[r] + bp[r] * aq)
-                                              * mom[1, r] + bp[r] * bq[r] * mom[2, r])  # fmt: skip
+        f = UNIT_LEVELS * j
+        c = nt[j]
+        for i in range(c):
+            ai = ta[f + i]
+            oi = tb[f + i]
+            a = acc[base + feature[tl[f + i]]]
+            if c == 1:
+                for r in range(n):
+                    a[r] += (v * ((1.0 if oi[r] else 0.0) - ai)) * mom[i1, r]
+            elif c == 2:  # the other factor p
+                ap = ta[f + 1 - i]
+                op = tb[f + 1 - i]
+                for r in range(n):
+                    d = (1.0 if oi[r] else 0.0) - ai
+                    a[r] += (v * d) * (ap * mom[ia, r] + (1.0 if op[r] else 0.0) * mom[ib, r])
+            else:  # the other two p, q: a_p a_q M_0 + (a_p b_q + b_p a_q) M_1 + b_p b_q M_2
+                p = f + (i + 1) % 3
+                q = f + (i + 2) % 3
+                ap, aq = ta[p], ta[q]
+                op, oq = tb[p], tb[q]
+                for r in range(n):
+                    d = (1.0 if oi[r] else 0.0) - ai
+                    bp = 1.0 if op[r] else 0.0
+                    bq = 1.0 if oq[r] else 0.0
+                    a[r] += (v * d) * (ap * aq * mom[0, r] + (ap * bq + bp * aq) * mom[1, r]
+                                       + bp * bq * mom[2, r])  # fmt: skip
 
 
 @announce("the CPU SHAP kernel", 2)
@@ -182,11 +231,12 @@ def _shap_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, ca
     suf = np.empty(size, np.float64)
     pos = np.empty(max_k, np.int64)  # the positions of the common elements
     tail = np.zeros(max_k, np.bool_)  # a head's own tail positions
-    tone = np.empty(size, np.bool_)  # does row r follow a member's tail lane
     ta = np.empty(UNIT_LEVELS * max_entries, np.float64)  # tail factors a (1 - t) + b t
-    tb = np.empty((UNIT_LEVELS * max_entries, size), np.float64)
+    tb = np.empty((UNIT_LEVELS * max_entries, size), np.bool_)  # b: does row r follow it
+    tl = np.empty(UNIT_LEVELS * max_entries, np.int64)  # their lanes
+    nt = np.empty(max_entries, np.int64)  # real tail factors of each entry
     hc = np.empty((3, size), np.float64)  # h = H_0 (1 - t)^3 + hc[0] t (1 - t)^2 + ...
-    mom = np.empty((3, size), np.float64)  # sum w P(t) (1 - t)^(2 - s) t^s
+    mom = np.empty((6, size), np.float64)  # sum w P(t) (1 - t)^(deg - 1 - s) t^s, and lower
     for r0 in range(lo, hi, size):
         n = min(hi, r0 + size) - r0
         for r in range(n):
@@ -222,14 +272,15 @@ def _shap_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, ca
             u0, u1 = unit_offsets[p], unit_offsets[p + 1]
             unit = u1 > u0
             h0 = 0.0
+            deg = 0
             if unit:  # the head's tail positions leave the common product; h(t) enters it
                 for i in range(UNIT_LEVELS):
                     if start <= unit_lanes[u0, i] < start + k:  # lanes of the head's own path
                         tail[unit_lanes[u0, i] - start] = True
-                h0 = _unit_factors(tb, ta, hc, tone, ones, XT, n, u0, u1, start, k, unit_value,
-                                   unit_lanes, feature, lower, upper, missing, zero_fraction,
-                                   cat_offsets, cat_nbits, cat_other, cat_words)  # fmt: skip
-                for s in range(3):
+                h0, deg = _unit_factors(tb, ta, tl, nt, hc, XT, n, u0, u1, unit_value, unit_lanes,
+                                   feature, lower, upper, missing, zero_fraction, cat_offsets,
+                                   cat_nbits, cat_other, cat_words)  # fmt: skip
+                for s in range(deg):
                     for r in range(n):
                         mom[s, r] = 0.0
             nc = 0
@@ -275,7 +326,14 @@ def _shap_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, ca
                         phi[c, r] += pre[c, r] * suf[r]
                     for r in range(n):
                         suf[r] *= z + t * d[i, r]
-                if unit:
+                if deg == 1:  # the moments of the unit's degree
+                    for r in range(n):
+                        mom[0, r] += pre[nc, r]
+                elif deg == 2:
+                    for r in range(n):
+                        mom[0, r] += pre[nc, r] * s1
+                        mom[1, r] += pre[nc, r] * t
+                elif deg == 3:
                     c0, c1, c2 = s1 * s1, t * s1, t * t
                     for r in range(n):
                         mom[0, r] += pre[nc, r] * c0
@@ -287,7 +345,7 @@ def _shap_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, ca
                 for r in range(n):
                     a[r] += phi[c, r] * d[i, r]
             if unit:
-                _unit_tails(acc, base, tb, ta, mom, n, u0, u1, unit_value, unit_lanes, feature)
+                _unit_tails(acc, base, tb, ta, tl, nt, mom, deg, n, u0, u1, unit_value, feature)
         for r in range(n):
             for g in range(n_groups):
                 for c in range(n_cols - 1):
