@@ -8,6 +8,7 @@ operations in the same order as the row kernels' (:func:`~.shap_quadrature._make
 truncated to int64 on its own; the block sums them in shared memory with integer atomics
 (one int64 a column: a feature, or a chunk-local tile's column) and adds the nonzero sums to
 the accumulator. Integer addition is associative: the same bits as every other SHAP kernel.
+A sibling unit's head folds its members in with :mod:`.unit_fold`, as the row kernels do.
 
 Calls of at most ``path_thread_rows`` rows (:class:`~distshap.plan.config.Config`) take it.
 """

@@ -18,6 +18,10 @@ length (unlike the DP's UNWOUND_SUM, which cancels).
   memory where one row's do runs the one-row kernels (:func:`_make_shap_kernel`,
   :func:`_make_local_shap_kernel`). Every contribution is truncated to int64 on its own and
   integer addition is associative: the same bits in every kernel.
+* Sibling units (:mod:`distshap.plan.units`, the plan's ``unit_offsets``, ``unit_value``,
+  ``unit_lanes``): a unit's head runs with its own tail elements skipped and its leaf value
+  left out; :mod:`.unit_fold` then adds every member's tail contributions and multiplies the
+  common product by ``h(t)``, and the common elements' quotients give the whole unit's values.
 
 Interaction values (the same integrals with each element's ratio):
 :mod:`.interaction_quadrature` (full matrices) and :mod:`.slot_quadrature` (pair slots).
@@ -281,7 +285,8 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
     * ``follows`` of a numeric element without its categorical branch (``cat < 0`` tested once
       for both rows; the element is the same for the whole warp);
     * the one-fractions' bits set and tested with a shifted 32-bit mask (no variable shifts
-      of 64-bit values), the tile index in 32 bits.
+      of 64-bit values), the tile index in 32 bits;
+    * a sibling unit entry's tail lanes read once for both rows (:func:`.unit_fold.unit_factors`).
     """
     from distshap.kernels.cuda.runtime.device import LI_COLUMNS
 
