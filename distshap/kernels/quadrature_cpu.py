@@ -97,12 +97,13 @@ def element_ones(oi, col, n, e, lower, upper, missing, cat_offsets, cat_nbits, c
 
 
 @njit(inline="always", nogil=True, cache=True)
-def _unit_factors(tb, ta, tl, nt, hc, XT, n, u0, u1, unit_value, unit_lanes, feature, lower,
-                  upper, missing, zero_fraction, cat_offsets, cat_nbits, cat_other,
+def _unit_factors(tb, ta, tl, tr, nt, hc, XT, n, u0, u1, unit_value, unit_lanes, feature,
+                  lower, upper, missing, zero_fraction, cat_offsets, cat_nbits, cat_other,
                   cat_words):  # fmt: skip
     """The real tail factors ``a (1 - t) + b t`` of the entries ``u0 .. u1 - 1`` of a unit:
     entry ``j`` has ``nt[j]`` of them, factor ``i`` of lane ``tl[3 j + i]`` with ``a`` in
-    ``ta[3 j + i]`` and each row's ``b`` (does it follow the lane) in ``tb[3 j + i]``; and ``h``
+    ``ta[3 j + i]`` and each row's ``b`` (does it follow the lane) in ``tb[tr[3 j + i]]`` (a
+    lane of several entries is tested once); and ``h``
     in the basis ``(1 - t)^(3 - s) t^s`` (the padding factors ``(1 - t) + t`` multiplied out):
     ``hc[s - 1]`` per row for ``s = 1, 2, 3``. Returns the constant ``H_0`` and the most real
     factors of an entry."""
@@ -119,14 +120,20 @@ def _unit_factors(tb, ta, tl, nt, hc, XT, n, u0, u1, unit_value, unit_lanes, fea
             if ln >= 0:
                 tl[f + c] = ln
                 ta[f + c] = zero_fraction[ln]
-                element_ones(tb[f + c], XT[feature[ln]], n, ln, lower, upper, missing,
-                             cat_offsets, cat_nbits, cat_other, cat_words)  # fmt: skip
+                tr[f + c] = f + c
+                for g in range(f):  # the earlier entries' factors
+                    if g % UNIT_LEVELS < nt[g // UNIT_LEVELS] and tl[g] == ln:
+                        tr[f + c] = tr[g]
+                        break
+                if tr[f + c] == f + c:
+                    element_ones(tb[f + c], XT[feature[ln]], n, ln, lower, upper, missing,
+                                 cat_offsets, cat_nbits, cat_other, cat_words)  # fmt: skip
                 c += 1
         nt[j] = c
         deg = max(deg, c)
         v = unit_value[u0 + j]
         a0, a1, a2 = ta[f], ta[f + 1], ta[f + 2]
-        o0, o1, o2 = tb[f], tb[f + 1], tb[f + 2]
+        o0, o1, o2 = tb[tr[f]], tb[tr[f + 1]], tb[tr[f + 2]]
         if c == 1:  # v (a0 (1 - t) + b0 t) ((1 - t) + t)^2
             h0 += v * a0
             for r in range(n):
@@ -158,7 +165,7 @@ def _unit_factors(tb, ta, tl, nt, hc, XT, n, u0, u1, unit_value, unit_lanes, fea
 
 
 @njit(inline="always", nogil=True, cache=True)
-def _unit_tails(acc, base, tb, ta, tl, nt, mom, deg, n, u0, u1, unit_value, feature):
+def _unit_tails(acc, base, tb, ta, tl, tr, nt, mom, deg, n, u0, u1, unit_value, feature):
     """Each real tail factor's contribution ``v (b_i - a_i) integral P(t) prod_{f != i} (a_f
     (1 - t) + b_f t) dt`` from the moments ``mom[s] = sum w P(t) (1 - t)^(deg - 1 - s) t^s``,
     ``s < deg`` (``deg``: the most real factors of an entry); an entry of fewer factors takes
@@ -182,14 +189,14 @@ def _unit_tails(acc, base, tb, ta, tl, nt, mom, deg, n, u0, u1, unit_value, feat
         c = nt[j]
         for i in range(c):
             ai = ta[f + i]
-            oi = tb[f + i]
+            oi = tb[tr[f + i]]
             a = acc[base + feature[tl[f + i]]]
             if c == 1:
                 for r in range(n):
                     a[r] += (v * ((1.0 if oi[r] else 0.0) - ai)) * mom[i1, r]
             elif c == 2:  # the other factor p
                 ap = ta[f + 1 - i]
-                op = tb[f + 1 - i]
+                op = tb[tr[f + 1 - i]]
                 for r in range(n):
                     d = (1.0 if oi[r] else 0.0) - ai
                     a[r] += (v * d) * (ap * mom[ia, r] + (1.0 if op[r] else 0.0) * mom[ib, r])
@@ -197,7 +204,7 @@ def _unit_tails(acc, base, tb, ta, tl, nt, mom, deg, n, u0, u1, unit_value, feat
                 p = f + (i + 1) % 3
                 q = f + (i + 2) % 3
                 ap, aq = ta[p], ta[q]
-                op, oq = tb[p], tb[q]
+                op, oq = tb[tr[p]], tb[tr[q]]
                 for r in range(n):
                     d = (1.0 if oi[r] else 0.0) - ai
                     bp = 1.0 if op[r] else 0.0
@@ -234,6 +241,7 @@ def _shap_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, ca
     ta = np.empty(UNIT_LEVELS * max_entries, np.float64)  # tail factors a (1 - t) + b t
     tb = np.empty((UNIT_LEVELS * max_entries, size), np.bool_)  # b: does row r follow it
     tl = np.empty(UNIT_LEVELS * max_entries, np.int64)  # their lanes
+    tr = np.zeros(UNIT_LEVELS * max_entries, np.int64)  # their rows of tb
     nt = np.empty(max_entries, np.int64)  # real tail factors of each entry
     hc = np.empty((3, size), np.float64)  # h = H_0 (1 - t)^3 + hc[0] t (1 - t)^2 + ...
     mom = np.empty((6, size), np.float64)  # sum w P(t) (1 - t)^(deg - 1 - s) t^s, and lower
@@ -249,11 +257,18 @@ def _shap_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, ca
             start = path_offsets[p] + 1  # the first feature element (after the bias lane)
             k = path_offsets[p + 1] - start
             base = path_group[p] * n_cols
+            off = table_offsets[p]
+            u0, u1 = unit_offsets[p], unit_offsets[p + 1]
+            unit = off < 0 and u1 > u0
+            if unit:  # the head's tail positions leave the common product (h(t) takes them)
+                for i in range(UNIT_LEVELS):
+                    if start <= unit_lanes[u0, i] < start + k:  # lanes of the head's own path
+                        tail[unit_lanes[u0, i] - start] = True
             for i in range(k):
                 e = start + i
-                element_ones(ones[i], XT[feature[e]], n, e, lower, upper, missing, cat_offsets,
-                             cat_nbits, cat_other, cat_words)  # fmt: skip
-            off = table_offsets[p]
+                if not tail[i]:
+                    element_ones(ones[i], XT[feature[e]], n, e, lower, upper, missing,
+                                 cat_offsets, cat_nbits, cat_other, cat_words)  # fmt: skip
             if off >= 0:  # k <= 24 (choose_tables): the pattern is an int64 bit mask
                 for r in range(n):
                     index[r] = 0
@@ -269,17 +284,13 @@ def _shap_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, ca
                         a[r] += tables[index[r] + i]
                 continue
             # quadrature: phi_i = v d_i sum_q w_q prod_{j < i} f_j(t_q) prod_{j > i} f_j(t_q)
-            u0, u1 = unit_offsets[p], unit_offsets[p + 1]
-            unit = u1 > u0
             h0 = 0.0
             deg = 0
-            if unit:  # the head's tail positions leave the common product; h(t) enters it
-                for i in range(UNIT_LEVELS):
-                    if start <= unit_lanes[u0, i] < start + k:  # lanes of the head's own path
-                        tail[unit_lanes[u0, i] - start] = True
-                h0, deg = _unit_factors(tb, ta, tl, nt, hc, XT, n, u0, u1, unit_value, unit_lanes,
-                                   feature, lower, upper, missing, zero_fraction, cat_offsets,
-                                   cat_nbits, cat_other, cat_words)  # fmt: skip
+            if unit:  # h(t) enters the common product in place of the head's value
+                h0, deg = _unit_factors(tb, ta, tl, tr, nt, hc, XT, n, u0, u1, unit_value,
+                                        unit_lanes, feature, lower, upper, missing,
+                                        zero_fraction, cat_offsets, cat_nbits, cat_other,
+                                        cat_words)  # fmt: skip
                 for s in range(deg):
                     for r in range(n):
                         mom[s, r] = 0.0
@@ -345,7 +356,8 @@ def _shap_rows(X, feature, lower, upper, missing, zero_fraction, cat_offsets, ca
                 for r in range(n):
                     a[r] += phi[c, r] * d[i, r]
             if unit:
-                _unit_tails(acc, base, tb, ta, tl, nt, mom, deg, n, u0, u1, unit_value, feature)
+                _unit_tails(acc, base, tb, ta, tl, tr, nt, mom, deg, n, u0, u1, unit_value,
+                            feature)  # fmt: skip
         for r in range(n):
             for g in range(n_groups):
                 for c in range(n_cols - 1):
