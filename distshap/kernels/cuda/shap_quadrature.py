@@ -407,9 +407,12 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
                     a1, ba1, bb1 = unit_factors(lane_f, lane_i, lane_cat, cat_words, l1, xa, xb)
                     a2, ba2, bb2 = unit_factors(lane_f, lane_i, lane_cat, cat_words, l2, xa, xb)
                     v = unit_value[ue]
-                    ca, t = unit_terms(v, a0, ba0, a1, ba1, a2, ba2, qa0, qa1, qa2, scale32)
+                    one_slot = l1 < 0 and l2 < 0
+                    ca, t = unit_terms(v, a0, ba0, a1, ba1, a2, ba2, qa0, qa1, qa2, scale32,
+                                       one_slot)  # fmt: skip
                     ha = (ha[0] + t[0], ha[1] + t[1], ha[2] + t[2], ha[3] + t[3])
-                    cb, t = unit_terms(v, a0, bb0, a1, bb1, a2, bb2, qb0, qb1, qb2, scale32)
+                    cb, t = unit_terms(v, a0, bb0, a1, bb1, a2, bb2, qb0, qb1, qb2, scale32,
+                                       one_slot)  # fmt: skip
                     hb = (hb[0] + t[0], hb[1] + t[1], hb[2] + t[2], hb[3] + t[3])
                     for i in range(3):
                         if ca[i] != 0 or cb[i] != 0:  # a real tail slot

@@ -107,10 +107,17 @@ def _tail(v, a, b, ap, bp, aq, bq, m0, m1, m2, scale32):
 
 
 @cuda.jit(device=True)
-def unit_terms(v, a0, b0, a1, b1, a2, b2, m0, m1, m2, scale32):
+def unit_terms(v, a0, b0, a1, b1, a2, b2, m0, m1, m2, scale32, single):
     """An entry's float32 math: ``((c_0, c_1, c_2), (h_0, h_1, h_2, h_3))``, the contributions
     of its three tail slots (int64 fixed point at ``scale32``; 0 for padding) and its terms of
-    ``h`` in the degree-3 basis, for its value ``v`` and slots ``(a_i, b_i)``."""
+    ``h`` in the degree-3 basis, for its value ``v`` and slots ``(a_i, b_i)``. ``single``: slots
+    1 and 2 are padding; the same sums then without their factors of one (every product they
+    drop is exact: the same bits)."""
+    if single:
+        s = m0 + np.float32(2.0) * m1 + m2
+        zero = np.int64(0)
+        c = (np.int64(v * (b0 - a0) * s * scale32), zero, zero)
+        return c, (v * a0, v * (b0 + a0 + a0), v * (a0 + b0 + b0), v * b0)
     c0 = _tail(v, a0, b0, a1, b1, a2, b2, m0, m1, m2, scale32)
     c1 = _tail(v, a1, b1, a0, b0, a2, b2, m0, m1, m2, scale32)
     c2 = _tail(v, a2, b2, a0, b0, a1, b1, m0, m1, m2, scale32)
@@ -128,10 +135,13 @@ def unit_entry(lane_f, lane_i, lane_cat, cat_words, unit_value, unit_lanes, e, x
     of its value and tail slots (``m0``, ``m1``, ``m2``: :func:`unit_moments`); the
     contributions go to each real slot's feature."""
     ue = np.uint64(e)
+    l1 = unit_lanes[ue, 1]
+    l2 = unit_lanes[ue, 2]
     a0, b0, _ = unit_factors(lane_f, lane_i, lane_cat, cat_words, unit_lanes[ue, 0], x, x)
-    a1, b1, _ = unit_factors(lane_f, lane_i, lane_cat, cat_words, unit_lanes[ue, 1], x, x)
-    a2, b2, _ = unit_factors(lane_f, lane_i, lane_cat, cat_words, unit_lanes[ue, 2], x, x)
-    return unit_terms(unit_value[ue], a0, b0, a1, b1, a2, b2, m0, m1, m2, scale32)
+    a1, b1, _ = unit_factors(lane_f, lane_i, lane_cat, cat_words, l1, x, x)
+    a2, b2, _ = unit_factors(lane_f, lane_i, lane_cat, cat_words, l2, x, x)
+    single = l1 < 0 and l2 < 0
+    return unit_terms(unit_value[ue], a0, b0, a1, b1, a2, b2, m0, m1, m2, scale32, single)
 
 
 @cuda.jit(device=True)
