@@ -162,7 +162,7 @@ def _sibling_units(packed: PackedModel, selected: np.ndarray, levels: int) -> Si
                    lane_hash, *lanes, partner, diff)  # fmt: skip
         if not (partner >= 0).any():
             break
-        heads = _merge(order, partner, diff, offsets, mask, tail, ntail, nxt, last)
+        heads = _merge(order, partner, diff, offsets, lanes[0], mask, tail, ntail, nxt, last)
     return _units(n_paths, heads, nxt, tail, np.asarray(packed.path_value, np.float64))
 
 
@@ -310,10 +310,12 @@ def _match_runs(order, run_starts, mask, offsets, group, lane_hash, feature, low
 
 
 @njit(nogil=True, cache=True)
-def _merge(order, partner, diff, offsets, mask, tail, ntail, nxt, last):
+def _merge(order, partner, diff, offsets, feature, mask, tail, ntail, nxt, last):
     """Merge every matched pair of items into one (in place); returns the next level's heads
     (in path order). The head of a merged item is the longer of the two heads (the first on a
-    tie), and every member of each side gets that side's differing lane as a tail lane."""
+    tie), and every member of each side gets that side's differing lane as a tail lane. A pair
+    whose other side has a tail feature the head's path lacks stays apart (the head's feature
+    tile, :func:`tail_lanes`, keeps its width: wider tiles leave fewer blocks an SM)."""
     keep = np.ones(order.size, np.bool_)
     for i in range(order.size):
         j = partner[i]
@@ -323,6 +325,11 @@ def _merge(order, partner, diff, offsets, mask, tail, ntail, nxt, last):
         q = order[j]
         lp = diff[i, 0]
         lq = diff[i, 1]
+        if offsets[q + 1] - offsets[q] > offsets[p + 1] - offsets[p]:
+            if not _tails_within(q, p, offsets, feature, tail, ntail, nxt):
+                continue
+        elif not _tails_within(p, q, offsets, feature, tail, ntail, nxt):
+            continue
         m = p
         while m >= 0:
             tail[m, ntail[m]] = lp
@@ -345,6 +352,25 @@ def _merge(order, partner, diff, offsets, mask, tail, ntail, nxt, last):
     heads = order[keep]
     heads.sort()
     return heads
+
+
+@njit(nogil=True, cache=True)
+def _tails_within(head, other, offsets, feature, tail, ntail, nxt):
+    """Whether every tail lane of the members of item ``other`` has a feature of ``head``'s
+    path."""
+    m = other
+    while m >= 0:
+        for i in range(ntail[m]):
+            f = feature[tail[m, i]]
+            found = False
+            for li in range(offsets[head] + 1, offsets[head + 1]):
+                if feature[li] == f:
+                    found = True
+                    break
+            if not found:
+                return False
+        m = nxt[m]
+    return True
 
 
 def _units(n_paths: int, heads: np.ndarray, nxt: np.ndarray, tail: np.ndarray,
