@@ -248,8 +248,8 @@ def _roles(loops: list[dict], kind: str, n_nodes: int = 0) -> dict[str, Counter]
     path, pre / post: tile zeroing / flush per column), ``interaction`` (forward: an element,
     step: two elements' diagonals, pair: a later element against two, path, pre / post),
     ``table_shap`` (rows: four rows, tile, pre / post), ``table_int`` (cond: a conditioned
-    element, row, tile, pre / post); ``top``: once a warp; SHAP ``unit``: a sibling unit's entry
-    (loops without reciprocals, a row each; a head's moments and scaling count in ``path``)."""
+    element, row, tile, pre / post); ``top``: once a warp; SHAP ``unit``: a sibling unit's entry,
+    both rows (loops without reciprocals; a head's moments and scaling count in ``path``)."""
     body = loops[:-1]
     fp = [
         j
@@ -271,7 +271,7 @@ def _roles(loops: list[dict], kind: str, n_nodes: int = 0) -> dict[str, Counter]
             products = Counter({k: v / unroll for k, v in products.items()})
             quotients = _per_iteration(body[q]["own"], "rcp", 2 * n_nodes)
             path = _without(body[main]["own"], quotients, "rcp", 2 * n_nodes)
-            unit = sum((_per_iteration(body[j]["own"], "cvt64", 3) for j in units), Counter())
+            unit = _per_iteration(sum((body[j]["own"] for j in units), Counter()), "cvt64", 6)
             roles.update(element=products + quotients, path=path, unit=unit)
         elif kind == "interaction":
             fwd, pair = fp[:2]
