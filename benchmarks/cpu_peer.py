@@ -17,7 +17,8 @@ Interaction values are timed on at most ``--interaction-rows`` rows (their outpu
 (on the probe's rows: compilation, or loading it from Numba's cache, and the pattern tables
 of that kind), which the warm timings leave out. ``--unit-levels`` runs distshap's SHAP
 quadrature with sibling units of that many levels (``quadrature_unit_levels``; default the
-configuration's), ``--apart`` also times it with every path apart and compares the values;
+configuration's), ``--apart`` also times it with every path apart and compares the values,
+``--levels 0,1,3`` times it at each of those levels in turn (one round of levels a repeat);
 ``--table-budget 0`` runs every path by quadrature (no SHAP pattern tables, so every path can
 join a unit).
 
@@ -65,6 +66,20 @@ def _rows_for(fn, probe_rows: int, seconds: float, cap: int) -> tuple[int, float
     return int(min(cap, max(probe_rows, rate * seconds))), first
 
 
+def _levels(ours, rows: int, probe: int, args: argparse.Namespace) -> dict:
+    """``{levels: (rows/s, values)}`` of distshap's SHAP call at each of ``args.levels``, the
+    levels taken in turn within each of ``args.repeats`` rounds (median seconds)."""
+    chosen = [int(x) for x in args.levels.split(",")]
+    times: dict[int, list[float]] = {at: [] for at in chosen}
+    values = {at: ours(probe, at) for at in chosen}  # warm-up: each level's units
+    for _ in range(args.repeats):
+        for at in chosen:
+            t0 = time.perf_counter()
+            values[at] = ours(rows, at)
+            times[at].append(time.perf_counter() - t0)
+    return {at: (rows / statistics.median(times[at]), values[at]) for at in chosen}
+
+
 def measure(shape: str, kind: str, args: argparse.Namespace) -> dict:
     """One shape and kind: rows, seconds and rows/s of both, their ratio and the difference."""
     import numpy as np
@@ -85,9 +100,9 @@ def measure(shape: str, kind: str, args: argparse.Namespace) -> dict:
 
     levels = get_config().quadrature_unit_levels if args.unit_levels is None else args.unit_levels
 
-    def ours(n: int):
+    def ours(n: int, at: int = levels):
         fn = explainer.shap_interaction_values if interactions else explainer.shap_values
-        with config_context(quadrature_unit_levels=levels):
+        with config_context(quadrature_unit_levels=at):
             return fn(X[:n])
 
     matrices: dict[int, xgb.DMatrix] = {}
@@ -105,10 +120,10 @@ def measure(shape: str, kind: str, args: argparse.Namespace) -> dict:
     t_theirs, c_theirs, v_theirs = _median(lambda: theirs(n_theirs), args.repeats)
     apart = None
     if args.apart and not interactions:  # the same call with every path apart
-        with config_context(quadrature_unit_levels=0):
-            ours(probe)
-            t_apart, _, v_apart = _median(lambda: ours(n_ours), args.repeats)
+        ours(probe, 0)
+        t_apart, _, v_apart = _median(lambda: ours(n_ours, 0), args.repeats)
         apart = (n_ours / t_apart, np.asarray(v_apart).astype(np.float64))
+    by_level = _levels(ours, n_ours, probe, args) if args.levels and not interactions else {}
     common = min(n_ours, n_theirs)
     a = np.asarray(v_ours)[:common].reshape(common, -1).astype(np.float64)
     b = np.asarray(v_theirs)[:common].reshape(common, -1).astype(np.float64)
@@ -133,6 +148,13 @@ def measure(shape: str, kind: str, args: argparse.Namespace) -> dict:
         "cpu_ratio": (n_ours / c_ours) / (n_theirs / c_theirs),
         "max_abs_diff_over_scale": float(np.abs(a - b).max()) / scale,
     }
+    if by_level:
+        ours_all = np.asarray(v_ours).astype(np.float64)
+        record["distshap_levels_rows_per_s"] = {str(k): r for k, (r, _) in by_level.items()}
+        record["levels_max_abs_diff_over_scale"] = {
+            str(k): float(np.abs(np.asarray(v, np.float64) - ours_all).max()) / scale
+            for k, (_, v) in by_level.items()
+        }
     if apart is not None:
         ours_all = np.asarray(v_ours).astype(np.float64)
         record["distshap_apart_rows_per_s"] = apart[0]
@@ -168,6 +190,11 @@ def main(argv: list[str] | None = None) -> None:
         type=int,
         choices=range(4),
         help="distshap's quadrature_unit_levels (sibling units; default: the configuration's)",
+    )
+    parser.add_argument(
+        "--levels",
+        help="also time distshap's SHAP at each of these quadrature_unit_levels (e.g. 0,1,2,3), "
+        "in turn within each repeat",
     )
     parser.add_argument(
         "--table-budget",
@@ -219,6 +246,13 @@ def main(argv: list[str] | None = None) -> None:
                 f"{r['cpu_ratio']:8.2f}x",
                 flush=True,
             )
+            for at, rate in r.get("distshap_levels_rows_per_s", {}).items():
+                diff = r["levels_max_abs_diff_over_scale"][at]
+                print(
+                    f"{'':16s} {'  levels ' + at:12s} {'':13s} {rate:9,.0f}  "
+                    f"(difference to levels {r['unit_levels']}: {diff:.1e} of the scale)",
+                    flush=True,
+                )
             if "distshap_apart_rows_per_s" in r:
                 print(
                     f"{'':16s} {'  apart':12s} {'':13s} {r['distshap_apart_rows_per_s']:9,.0f}  "
