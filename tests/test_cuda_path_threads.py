@@ -122,7 +122,7 @@ def test_gpu_path_threads_keep_the_bits(tile_features, levels):
         with config_context(small_max_paths=0, quadrature_tile_features=tile_features,
                             quadrature_unit_levels=levels):  # fmt: skip
             units = np.diff(kc.device_model(packed).shap.unit_offsets.copy_to_host())
-            assert units.max() == 2**levels, units.max()  # sibling units run
+            assert 2 ** (levels - 1) < units.max() <= 2**levels, units.max()  # units run
             for n in (1, 2, 16, 33):
                 path_threads._KERNELS.clear()
                 with config_context(path_thread_rows=max(n, 16)):
