@@ -603,3 +603,36 @@ def test_gpu_units_match_pred_contribs_on_a_deep_model():
             assert np.array_equal(few.view(np.uint32), bits)
             assert np.array_equal(one.view(np.uint32), bits)
     np.testing.assert_allclose(got[UNIT_LEVELS], got[0], rtol=0, atol=tol)
+
+
+def _chain(depth: int, threshold: float, v0: float, i: int = 0):
+    """A chain of splits on features ``0 .. depth - 1`` (each with a leaf on its right) that
+    ends in a split on feature ``depth``: a path of ``depth + 1`` features whose last split
+    sits at its last lane."""
+    if i == depth:
+        return Split(depth, threshold, Leaf(v0, 3.0), Leaf(v0 + 1.0, 5.0))
+    return Split(i, 0.5, _chain(depth, threshold, v0, i + 1), Leaf(100.0 + i + v0, 8.0))
+
+
+@pytest.mark.parametrize("depth", [31, 34])
+def test_units_of_paths_longer_than_32_features(depth):
+    """Tails at lane positions past 32 stay masked at later levels (two chains whose last
+    splits differ form one unit; every member keeps distinct tail features), and the CPU
+    kernel's values equal the oracle's at every level."""
+    from distshap.kernels import cpu
+
+    ens = tiny.build_ensemble([_chain(depth, 0.5, 1.0), _chain(depth, 0.25, 3.0)],
+                              num_features=depth + 1)  # fmt: skip
+    packed = build_packed_model(extract_paths(ens), table_budget_bytes=0)
+    selected = np.ones(packed.num_paths, bool)
+    rng = np.random.default_rng(depth)
+    X = (rng.random((6, depth + 1)) * 0.5).astype(np.float32)  # down the chains
+    X[:, depth] = rng.random(6).astype(np.float32)
+    want = naive.treeshap_recursive_rows(ens, X)
+    for levels in range(UNIT_LEVELS + 1):
+        units = sibling_units(packed, selected, levels)
+        _check_units(packed, selected, units, levels)
+        assert (levels < 2) or np.diff(units.offsets).max() >= 3, levels
+        with config_context(quadrature_unit_levels=levels):
+            got = cpu.shap_values(packed, prepare_rows(X, packed))
+        assert np.abs(np.asarray(got, np.float64).reshape(want.shape) - want).max() < 1e-5

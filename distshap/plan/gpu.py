@@ -40,7 +40,7 @@ from distshap.plan.geometry import (
     tile_bound,
 )
 from distshap.plan.launches import local_chunks, nonempty, quadrature_launches
-from distshap.plan.units import sibling_units, tail_columns, tail_lanes
+from distshap.plan.units import sibling_units, tail_columns
 
 __all__ = [
     "fixed_point_shift",
@@ -185,8 +185,8 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
     kernel runs it).
     ``local``: with chunk-local feature tiles (:func:`~distshap.plan.launches.local_chunks`,
     each launch's of at most :func:`~distshap.plan.geometry.tile_bound` of its longest path)
-    where the model has more features than that bound of its longest path; a head's tile
-    holds its unit's tail features too.
+    where the model has more features than that bound of its longest path (a unit's head
+    holds its tail features).
     ``units`` (SHAP plans): quadrature paths run as sibling units
     (:func:`~distshap.plan.units.sibling_units` of ``quadrature_unit_levels``: ``unit_offsets``,
     ``unit_value`` float32, ``unit_lanes``), the members left out of the launches; else those
@@ -231,21 +231,15 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
 
 def _local_tiles(packed: PackedModel, launches: list, k: np.ndarray, found, config) -> np.ndarray:
     """Chunk-local tiles of every launch (written into each launch) and ``lane_column``: each
-    launch's tiles as narrow as its own paths allow, a head's holding its tail features."""
-    n_lanes = max(int(packed.feature.shape[0]), 1)
-    lane_column = np.full(n_lanes, -1, np.int16)
-    tails = None
-    if found is not None and found.num_units:
-        tails = tail_lanes(packed, found)
-        v_column = np.full(max(int(tails.real.size), 1), -1, np.int16)
+    launch's tiles as narrow as its own paths allow; a unit's tail lanes take the columns of
+    their head's lanes of the same features."""
+    lane_column = np.full(max(int(packed.feature.shape[0]), 1), -1, np.int16)
     for launch in launches:
         bound = tile_bound(int(k[launch["paths"]].max(initial=0)))
-        launch.update(local_chunks(packed if tails is None else tails, launch["paths"], bound,
-                                   config.quadrature_chunk_paths,
-                                   lane_column if tails is None else v_column,
-                                   config.quadrature_tile_window))  # fmt: skip
-    if tails is not None:
-        tail_columns(packed, tails, found, v_column, lane_column)
+        launch.update(local_chunks(packed, launch["paths"], bound, config.quadrature_chunk_paths,
+                                   lane_column, config.quadrature_tile_window))  # fmt: skip
+    if found is not None and found.num_units:
+        tail_columns(packed, found, lane_column)
     return lane_column
 
 

@@ -15,7 +15,10 @@ So a unit costs about one path of ``|C|`` elements: the kernels run its *head* (
 member) with the tails folded in, and the other members are left out of the launches. Units
 are built level by level: a level merges two *items* (paths, or units of the level before)
 whose common elements have the same features in the same order and differ in exactly one
-element, so sibling subtrees join: a pair at level one, a subtree of height two at level two.
+element, so sibling subtrees join: a pair at level one, a leaf beside a pair at level two. Two
+items join only where the head's path holds every tail feature of the other's members (so the
+head's chunk-local feature tile keeps its width): a subtree of height two joins whole where its
+two children split on one feature, else as a pair and a leaf, or two pairs.
 Which paths join depends on the model and on which of its paths the plan runs in the
 quadrature kernels (not on rows or chunks), so every route of the SHAP plan runs the same units
 and gives the same bits. Any members sharing ``C`` this way are exact, siblings or not.
@@ -36,10 +39,8 @@ from distshap.parallel import run_ranges
 __all__ = [
     "UNIT_LEVELS",
     "SiblingUnits",
-    "TailLanes",
     "sibling_units",
     "tail_columns",
-    "tail_lanes",
 ]
 
 #: Tail elements a member has at most (the kernels pad every tail to this many factors).
@@ -135,7 +136,7 @@ def _sibling_units(packed: PackedModel, selected: np.ndarray, levels: int) -> Si
     offsets = np.asarray(packed.path_offsets, np.int64)
     group = np.asarray(packed.path_group, np.int64)
     heads = np.flatnonzero(selected[:n_paths]).astype(np.int64)
-    mask = np.zeros(max(n_paths, 1), np.uint32)  # a head's masked (tail) positions
+    masked = np.zeros(max(int(packed.feature.shape[0]), 1), np.bool_)  # heads' tail lanes
     tail = np.full((max(n_paths, 1), UNIT_LEVELS), -1, np.int32)
     ntail = np.zeros(max(n_paths, 1), np.int32)
     nxt = np.full(max(n_paths, 1), -1, np.int64)  # members of a unit, a linked list from its head
@@ -148,7 +149,7 @@ def _sibling_units(packed: PackedModel, selected: np.ndarray, levels: int) -> Si
         run_ranges(_hash_lanes, heads.size, min(heads.size // 4096 + 1, 64), heads, offsets,
                    lanes[0], *bits, *lanes[4:], lane_hash)  # fmt: skip
     for _ in range(levels if heads.size >= 2 else 0):
-        key = _item_keys(heads, mask, offsets, lanes[0], group)
+        key = _item_keys(heads, masked, offsets, lanes[0], group)
         perm = np.argsort(key, kind="stable")  # by key, then head (heads increase)
         key = key[perm]
         cut = np.r_[True, key[1:] != key[:-1]]
@@ -158,11 +159,11 @@ def _sibling_units(packed: PackedModel, selected: np.ndarray, levels: int) -> Si
         order = heads[perm]
         partner = np.full(order.size, -1, np.int64)
         diff = np.full((order.size, 2), -1, np.int64)
-        run_ranges(_match_runs, n_runs, min(n_runs, 64), order, run_starts, mask, offsets, group,
+        run_ranges(_match_runs, n_runs, min(n_runs, 64), order, run_starts, masked, offsets, group,
                    lane_hash, *lanes, partner, diff)  # fmt: skip
         if not (partner >= 0).any():
             break
-        heads = _merge(order, partner, diff, offsets, lanes[0], mask, tail, ntail, nxt, last)
+        heads = _merge(order, partner, diff, offsets, lanes[0], masked, tail, ntail, nxt, last)
     return _units(n_paths, heads, nxt, tail, np.asarray(packed.path_value, np.float64))
 
 
@@ -187,7 +188,7 @@ def _hash_lanes(heads, offsets, feature, lower, upper, zero, missing, other, cat
 
 
 @njit(nogil=True, cache=True)
-def _one_hash_apart(p, q, mask, offsets, lane_hash):
+def _one_hash_apart(p, q, masked, offsets, lane_hash):
     """Whether items ``p`` and ``q`` (of one key) differ in exactly one lane's hash, their
     unmasked lanes taken in order (a quick test before :func:`_differ`)."""
     s = offsets[p] + 1
@@ -196,9 +197,9 @@ def _one_hash_apart(p, q, mask, offsets, lane_hash):
     b = t
     found = 0
     while True:
-        while a < offsets[p + 1] and (mask[p] >> np.uint32(a - s)) & np.uint32(1):
+        while a < offsets[p + 1] and masked[a]:
             a += 1
-        while b < offsets[q + 1] and (mask[q] >> np.uint32(b - t)) & np.uint32(1):
+        while b < offsets[q + 1] and masked[b]:
             b += 1
         if a >= offsets[p + 1] or b >= offsets[q + 1]:
             return found == 1
@@ -211,8 +212,8 @@ def _one_hash_apart(p, q, mask, offsets, lane_hash):
 
 
 @njit(nogil=True, cache=True)
-def _item_keys(heads, mask, offsets, feature, group):
-    """A 64-bit hash of each item (a head and its masked positions): its group and the
+def _item_keys(heads, masked, offsets, feature, group):
+    """A 64-bit hash of each item (a head and its masked lanes): its group and the
     features of its unmasked lanes in order (FNV-1a; items that may merge share it)."""
     prime = np.uint64(1099511628211)
     out = np.empty(heads.size, np.uint64)
@@ -222,7 +223,7 @@ def _item_keys(heads, mask, offsets, feature, group):
         h = (np.uint64(14695981039346656037) ^ np.uint64(group[p] + 1)) * prime
         count = 0
         for li in range(s, offsets[p + 1]):
-            if not (mask[p] >> np.uint32(li - s)) & np.uint32(1):
+            if not masked[li]:
                 h = (h ^ np.uint64(feature[li] + 7)) * prime
                 count += 1
         out[i] = (h ^ np.uint64(count)) * prime
@@ -247,7 +248,7 @@ def _same_lane(a, b, feature, lower, upper, zero, missing, other, cat_offsets, c
 
 
 @njit(nogil=True, cache=True)
-def _differ(p, q, mask, offsets, feature, lower, upper, zero, missing, other, cat_offsets,
+def _differ(p, q, masked, offsets, feature, lower, upper, zero, missing, other, cat_offsets,
             cat_nbits, cat_words):  # fmt: skip
     """The lanes ``(of p, of q)`` where items ``p`` and ``q`` (heads) differ, their unmasked
     lanes taken in order, if they differ in exactly one lane of one feature; else ``(-1, -1)``."""
@@ -258,9 +259,9 @@ def _differ(p, q, mask, offsets, feature, lower, upper, zero, missing, other, ca
     found_a = -1
     found_b = -1
     while True:
-        while a < offsets[p + 1] and (mask[p] >> np.uint32(a - s)) & np.uint32(1):
+        while a < offsets[p + 1] and masked[a]:
             a += 1
-        while b < offsets[q + 1] and (mask[q] >> np.uint32(b - t)) & np.uint32(1):
+        while b < offsets[q + 1] and masked[b]:
             b += 1
         if a >= offsets[p + 1] or b >= offsets[q + 1]:
             break
@@ -278,7 +279,7 @@ def _differ(p, q, mask, offsets, feature, lower, upper, zero, missing, other, ca
 
 
 @njit(nogil=True, cache=True)
-def _match_runs(order, run_starts, mask, offsets, group, lane_hash, feature, lower, upper, zero,
+def _match_runs(order, run_starts, masked, offsets, group, lane_hash, feature, lower, upper, zero,
                 missing, other, cat_offsets, cat_nbits, cat_words, partner, diff, lo,
                 hi):  # fmt: skip
     """Match the items of runs ``lo .. hi - 1`` of ``order`` (one key a run, or a segment of
@@ -297,9 +298,9 @@ def _match_runs(order, run_starts, mask, offsets, group, lane_hash, feature, low
                 if partner[j] != -1:
                     continue
                 q = order[j]
-                if group[q] != group[p] or not _one_hash_apart(p, q, mask, offsets, lane_hash):
+                if group[q] != group[p] or not _one_hash_apart(p, q, masked, offsets, lane_hash):
                     continue
-                la, lb = _differ(p, q, mask, offsets, feature, lower, upper, zero, missing,
+                la, lb = _differ(p, q, masked, offsets, feature, lower, upper, zero, missing,
                                  other, cat_offsets, cat_nbits, cat_words)  # fmt: skip
                 if la >= 0:
                     partner[i] = j
@@ -310,7 +311,7 @@ def _match_runs(order, run_starts, mask, offsets, group, lane_hash, feature, low
 
 
 @njit(nogil=True, cache=True)
-def _merge(order, partner, diff, offsets, feature, mask, tail, ntail, nxt, last):
+def _merge(order, partner, diff, offsets, feature, masked, tail, ntail, nxt, last):
     """Merge every matched pair of items into one (in place); returns the next level's heads
     (in path order). The head of a merged item is the longer of the two heads (the first on a
     tie), and every member of each side gets that side's differing lane as a tail lane. A pair
@@ -346,7 +347,7 @@ def _merge(order, partner, diff, offsets, feature, mask, tail, ntail, nxt, last)
             keep[i] = False
         else:
             keep[j] = False
-        mask[p] |= np.uint32(1) << np.uint32(lp - offsets[p] - 1)
+        masked[lp] = True
         nxt[last[p]] = q  # the head's members first
         last[p] = last[q]
     heads = order[keep]
@@ -357,7 +358,7 @@ def _merge(order, partner, diff, offsets, feature, mask, tail, ntail, nxt, last)
 @njit(nogil=True, cache=True)
 def _tails_within(head, other, offsets, feature, tail, ntail, nxt):
     """Whether every tail lane of the members of item ``other`` has a feature of ``head``'s
-    path."""
+    path (so a head's chunk-local tile holds its unit's tail features)."""
     m = other
     while m >= 0:
         for i in range(ntail[m]):
@@ -420,88 +421,23 @@ def _member_lists(heads, nxt, counts):
     return out
 
 
-@dataclass(frozen=True)
-class TailLanes:
-    """Each path's feature lanes followed, on a head, by one lane of each tail feature of its
-    unit that its own path lacks: what a chunk-local feature tile of the head must hold
-    (:func:`tail_lanes`; duck-types a packed model for
-    :func:`~distshap.plan.launches.local_chunks`)."""
-
-    path_offsets: np.ndarray
-    feature: np.ndarray
-    path_group: np.ndarray
-    num_features: int
-    real: np.ndarray  # int64: the packed model's lane of each lane here
-
-
-def tail_lanes(packed: PackedModel, units: SiblingUnits) -> TailLanes:
-    """The :class:`TailLanes` of ``packed`` with ``units``."""
-    offsets = np.asarray(packed.path_offsets, np.int64)
-    feature = np.asarray(packed.feature, np.int64)
-    n_paths = int(packed.path_value.shape[0])
-    stamp = np.full(max(int(packed.num_features), 1), -1, np.int64)
-    extra = np.zeros(max(n_paths, 1), np.int64)
-    _tail_extras(offsets, feature, units.offsets, units.lanes, stamp, extra, None)
-    v_offsets = offsets.copy()
-    v_offsets[1:] += np.cumsum(extra[:n_paths])
-    real = np.empty(int(v_offsets[-1]), np.int64)
-    stamp[:] = -1
-    _tail_extras(offsets, feature, units.offsets, units.lanes, stamp, v_offsets, real)
-    return TailLanes(v_offsets, feature[real].astype(np.int32), np.asarray(packed.path_group),
-                     int(packed.num_features), real)  # fmt: skip
+def tail_columns(packed: PackedModel, units: SiblingUnits, lane_column: np.ndarray) -> None:
+    """Write into ``lane_column`` (int16 a lane, the launched lanes' columns in their chunk-local
+    tiles written) each tail lane's column: that of its head's lane of the same feature (a
+    head's path holds every tail feature of its unit, :func:`_tails_within`)."""
+    _tail_columns(np.asarray(packed.path_offsets, np.int64), np.asarray(packed.feature),
+                  units.offsets, units.lanes, lane_column)  # fmt: skip
 
 
 @njit(nogil=True, cache=True)
-def _tail_extras(offsets, feature, unit_offsets, unit_lanes, stamp, out, real):
-    """Without ``real``: each head's count of tail features its path lacks into ``out``; with
-    it: ``real`` of every lane of :class:`TailLanes` (``out``: its offsets)."""
-    n_paths = offsets.size - 1
-    for p in range(n_paths):
-        if real is not None:
-            at = out[p]
-            for li in range(offsets[p], offsets[p + 1]):
-                real[at] = li
-                at += 1
-        if unit_offsets[p + 1] == unit_offsets[p]:
-            continue
-        for li in range(offsets[p] + 1, offsets[p + 1]):
-            stamp[feature[li]] = p
-        count = 0
-        for e in range(unit_offsets[p], unit_offsets[p + 1]):
-            for i in range(unit_lanes.shape[1]):
-                lane = unit_lanes[e, i]
-                if lane >= 0 and stamp[feature[lane]] != p:
-                    stamp[feature[lane]] = p
-                    if real is not None:
-                        real[at] = lane
-                        at += 1
-                    count += 1
-        if real is None:
-            out[p] = count
-
-
-def tail_columns(packed: PackedModel, tails: TailLanes, units: SiblingUnits,
-                 v_column: np.ndarray, lane_column: np.ndarray) -> None:  # fmt: skip
-    """Write into ``lane_column`` (per lane of the packed model) each launched lane's column
-    and each tail lane's: its feature's column in its head's tile (``v_column``: the columns
-    :func:`~distshap.plan.launches.local_chunks` wrote for the lanes of ``tails``)."""
-    _tail_columns(tails.path_offsets, tails.feature, tails.real, np.asarray(packed.feature),
-                  units.offsets, units.lanes, np.asarray(v_column), lane_column)  # fmt: skip
-
-
-@njit(nogil=True, cache=True)
-def _tail_columns(v_offsets, v_feature, real, feature, unit_offsets, unit_lanes, v_column,
-                  lane_column):  # fmt: skip
-    for v in range(real.size):
-        if v_column[v] >= 0:
-            lane_column[real[v]] = v_column[v]
-    for p in range(v_offsets.size - 1):
+def _tail_columns(offsets, feature, unit_offsets, unit_lanes, lane_column):
+    for p in range(offsets.size - 1):
         for e in range(unit_offsets[p], unit_offsets[p + 1]):
             for i in range(unit_lanes.shape[1]):
                 lane = unit_lanes[e, i]
                 if lane < 0:
                     continue
-                for v in range(v_offsets[p] + 1, v_offsets[p + 1]):
-                    if v_feature[v] == feature[lane]:
-                        lane_column[lane] = v_column[v]
+                for li in range(offsets[p] + 1, offsets[p + 1]):
+                    if feature[li] == feature[lane]:
+                        lane_column[lane] = lane_column[li]
                         break
