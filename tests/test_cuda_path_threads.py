@@ -81,22 +81,29 @@ Xd = tiny.random_rows(74, deep, 2, 0.2)
 packed = packed_of(deep, budget=6000)
 got, _ = both(packed, Xd, small_max_paths=0)
 close(got, naive.treeshap_recursive_rows(deep, Xd))
-# sibling units (plan.units): the plan runs some of more than two paths; the usual plan's row
-# kernels (batches of a row, two rows a thread; one row a thread) give the thread-a-path bits;
-# at every level close to the oracle
+# sibling units (plan.units): two chains of nine splits that end in a subtree whose children
+# split on one feature (a unit of four) and in a leaf beside a pair (a unit of three); the
+# thread-a-path kernel, the usual plan's row kernels (batches of a row, two rows a thread; one
+# row a thread) give the same bits; at every level close to the oracle
+chains = tiny.chain_units_ensemble()
+Xu = (np.random.default_rng(78).random((3, 12)) * 0.6).astype(np.float32)
+Xu[:, 9:] = np.random.default_rng(79).random((3, 3)).astype(np.float32)
+pu = packed_of(chains)
+got, _ = both(pu, Xu, small_max_paths=0)
+close(got, naive.treeshap_recursive_rows(chains, Xu))
 with config_context(small_max_paths=0):
-    offsets = np.diff(kc.device_model(packed).shap.unit_offsets.copy_to_host())
-    assert (offsets > 0).sum() > 5 and offsets.max() > 2, offsets
+    offsets = np.diff(kc.device_model(pu).shap.unit_offsets.copy_to_host())
+    assert offsets.max() >= 4, offsets  # units of more than a pair run
     with config_context(path_thread_rows=0, few_rows=0, few_rows_blocks=0):
         for shared_bytes, rows in ((48 * 1024, 1), (3000, None)):  # 3000: one row's tile fits
             with config_context(quadrature_shared_bytes=shared_bytes):
-                again = kc.shap_values(packed, Xd, batch_rows=rows)
+                again = kc.shap_values(pu, Xu, batch_rows=rows)
             assert np.array_equal(got.view(np.uint32), again.view(np.uint32)), shared_bytes
     for levels in (0, 1, 2):
         with config_context(quadrature_unit_levels=levels):
-            offsets = np.diff(kc.device_model(packed).shap.unit_offsets.copy_to_host())
+            offsets = np.diff(kc.device_model(pu).shap.unit_offsets.copy_to_host())
             assert offsets.max() <= (2**levels if levels else 0), (levels, offsets.max())
-            close(kc.shap_values(packed, Xd), naive.treeshap_recursive_rows(deep, Xd))
+            close(kc.shap_values(pu, Xu), naive.treeshap_recursive_rows(chains, Xu))
 print("SIMULATOR-OK")
 """
 
@@ -116,13 +123,15 @@ def test_gpu_path_threads_keep_the_bits(tile_features, levels):
     wide = tiny.random_ensemble(75, n_features=150, n_trees=60, depth=8, n_groups=2,
                                 n_categorical=4)  # fmt: skip
     narrow = tiny.random_ensemble(76, n_features=8, n_trees=200, depth=8)
-    for ensemble in (wide, narrow):
+    for ensemble in (wide, narrow, tiny.chain_units_ensemble()):
         X = tiny.random_rows(77, ensemble, 40, 0.1)
         packed = build_packed_model(extract_paths(ensemble), table_budget_bytes=0)
         with config_context(small_max_paths=0, quadrature_tile_features=tile_features,
                             quadrature_unit_levels=levels):  # fmt: skip
             units = np.diff(kc.device_model(packed).shap.unit_offsets.copy_to_host())
-            assert 2 ** (levels - 1) < units.max() <= 2**levels, units.max()  # units run
+            assert 2 <= units.max() <= 2**levels, units.max()  # units run
+            if ensemble.num_features == 12 and levels > 1:  # the chains: more than pairs
+                assert units.max() >= 4, units.max()
             for n in (1, 2, 16, 33):
                 path_threads._KERNELS.clear()
                 with config_context(path_thread_rows=max(n, 16)):

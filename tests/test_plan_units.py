@@ -605,6 +605,29 @@ def test_gpu_units_match_pred_contribs_on_a_deep_model():
     np.testing.assert_allclose(got[UNIT_LEVELS], got[0], rtol=0, atol=tol)
 
 
+@pytest.fixture(autouse=True)
+def _units_at_any_length():
+    """GPU plans here take units of more than two paths at any length, as the finder's default
+    does (the test models' paths are short; ``quadrature_unit_min_features`` has its own
+    test)."""
+    with config_context(quadrature_unit_min_features=0):
+        yield
+
+
+def test_gpu_plans_take_more_than_pairs_only_on_long_paths():
+    """``quadrature_unit_min_features``: a GPU plan's units of more than two paths have heads
+    of at least that many features; above the longest path, only pairs."""
+    packed = build_packed_model(extract_paths(tiny.chain_units_ensemble()), table_budget_bytes=0)
+    k = np.diff(packed.path_offsets) - 1
+    offsets = np.full(packed.num_paths, -1, np.int64)
+    for least, most in ((9, 5), (12, 2)):
+        with config_context(quadrature_unit_min_features=least):
+            plan = plan_gpu.plan_arrays(packed, offsets, local=False, units=True)
+        size = np.diff(plan["unit_offsets"])[: packed.num_paths]
+        assert size.max() == most, (least, size.max())
+        assert (k[size > 2] >= least).all()
+
+
 def _chain(depth: int, threshold: float, v0: float, i: int = 0):
     """A chain of splits on features ``0 .. depth - 1`` (each with a leaf on its right) that
     ends in a split on feature ``depth``: a path of ``depth + 1`` features whose last split

@@ -35,6 +35,7 @@ __all__ = [
     "Split",
     "build_ensemble",
     "categorical_tree",
+    "chain_units_ensemble",
     "multiclass_ensemble",
     "nan_default_tree",
     "random_ensemble",
@@ -247,6 +248,20 @@ def zero_cover_subtree() -> Ensemble:
         Split(1, 0.25, Leaf(0.5, 6.0), Leaf(1.5, 2.0)),
     )
     return build_ensemble([tree], num_features=2)
+
+
+def chain_units_ensemble() -> Ensemble:
+    """Two chains of nine splits (features 0 to 8, a leaf on each right) ending in a subtree
+    whose children split on one feature and in a leaf beside a pair: paths of 11 features whose
+    sibling units (:mod:`distshap.plan.units`) are more than pairs."""
+
+    def chain(i: int, end: Split, v: float) -> Split:
+        return end if i == 9 else Split(i, 0.5, chain(i + 1, end, v), Leaf(v + i, 4.0))
+
+    full = Split(9, 0.4, Split(10, 0.3, Leaf(1.0, 2.0), Leaf(2.0, 3.0)),
+                 Split(10, 0.6, Leaf(3.0, 1.0), Leaf(4.0, 5.0)))  # fmt: skip
+    side = Split(9, 0.6, Leaf(5.0, 2.0), Split(11, 0.5, Leaf(6.0, 1.0), Leaf(7.0, 3.0)))
+    return build_ensemble([chain(0, full, 10.0), chain(0, side, 20.0)], num_features=12)
 
 
 def tiny_ensembles() -> dict[str, Ensemble]:

@@ -43,6 +43,11 @@ class Config:
         (:mod:`distshap.plan.units`); 1: pairs only; 0: every path apart. A unit's common
         contributions are rounded once, not once a path, so their last bits differ between
         levels; every route of the SHAP plan runs the same units.
+    quadrature_unit_min_features : int
+        GPU SHAP plans: units of more than two paths only where the longest path has at least
+        this many features; shorter ones run as pairs, whose fold costs a few operations a
+        node where the general fold's moments, entries and degree-3 ``h`` cost more than the
+        elements they save (the CPU kernel takes units at any length).
     few_rows, few_rows_chunk_paths, few_rows_blocks : int
         SHAP calls (a batch) of at most ``few_rows`` rows run quadrature chunks of
         ``few_rows_chunk_paths`` paths: each block's thread has few rows to share its paths
@@ -157,6 +162,7 @@ interventional_interaction_table_budget_bytes : int
     quadrature_nodes: tuple[int, ...] = (2, 4, 6, 8, 12, 16)
     quadrature_chunk_paths: int = 256
     quadrature_unit_levels: int = 3
+    quadrature_unit_min_features: int = 9
     few_rows: int = 512
     few_rows_chunk_paths: int = 32
     few_rows_blocks: int = 8192

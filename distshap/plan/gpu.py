@@ -188,7 +188,8 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
     where the model has more features than that bound of its longest path (a unit's head
     holds its tail features).
     ``units`` (SHAP plans): quadrature paths run as sibling units
-    (:func:`~distshap.plan.units.sibling_units` of ``quadrature_unit_levels``: ``unit_offsets``,
+    (:func:`~distshap.plan.units.sibling_units` of ``quadrature_unit_levels`` and
+    ``quadrature_unit_min_features``: ``unit_offsets``,
     ``unit_value`` float32, ``unit_lanes``), the members left out of the launches; else those
     three are None."""
     config = get_config()
@@ -198,7 +199,8 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
     is_q = ~has_table & regular
     found = None
     if units:
-        found = sibling_units(packed, is_q, config.quadrature_unit_levels)
+        found = sibling_units(packed, is_q, config.quadrature_unit_levels,
+                              config.quadrature_unit_min_features)  # fmt: skip
         is_q = is_q & ~found.members
     launches = quadrature_launches(
         k, packed.path_group, is_q, config.quadrature_nodes, config.quadrature_chunk_paths,

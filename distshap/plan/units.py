@@ -88,9 +88,11 @@ class SiblingUnits:
         return int(np.count_nonzero(np.diff(self.offsets)))
 
 
-def sibling_units(packed: PackedModel, selected: np.ndarray, levels: int) -> SiblingUnits:
+def sibling_units(packed: PackedModel, selected: np.ndarray, levels: int,
+                  min_features: int = 0) -> SiblingUnits:  # fmt: skip
     """The sibling units of ``packed``'s ``selected`` paths, of at most ``levels`` levels
-    (0: none; 1: pairs), kept with ``packed`` for its last few selections.
+    (0: none; 1: pairs), units of more than two paths only where the head has at least
+    ``min_features`` features; kept with ``packed`` for its last few selections.
 
     Parameters
     ----------
@@ -100,6 +102,9 @@ def sibling_units(packed: PackedModel, selected: np.ndarray, levels: int) -> Sib
         The paths that may join (the quadrature paths of a plan); every member is selected.
     levels : int
         0 to :data:`UNIT_LEVELS`.
+    min_features : int
+        The fewest features of a head of more than two members (the GPU kernels run a pair's
+        fold faster than the general fold: ``quadrature_unit_min_features``).
     """
     levels = int(levels)
     if not 0 <= levels <= UNIT_LEVELS:
@@ -109,15 +114,16 @@ def sibling_units(packed: PackedModel, selected: np.ndarray, levels: int) -> Sib
     selected = np.asarray(selected, bool)
     with _KEPT_LOCK:
         kept = list(_KEPT.get(packed, ()))
-    for was, was_levels, units in kept:
-        if was_levels == levels and np.array_equal(was, selected):
+    key = (levels, int(min_features))
+    for was, was_key, units in kept:
+        if was_key == key and np.array_equal(was, selected):
             return units
-    units = _sibling_units(packed, selected, levels)
+    units = _sibling_units(packed, selected, levels, int(min_features))
     for a in (units.offsets, units.value, units.lanes, units.path, units.members):
         a.flags.writeable = False
     with _KEPT_LOCK:
         old = _KEPT.get(packed, ())[-(_KEEP - 1) :]
-        _KEPT[packed] = [*old, (selected.copy(), levels, units)]
+        _KEPT[packed] = [*old, (selected.copy(), key, units)]
     return units
 
 
@@ -131,7 +137,8 @@ def _lane_arrays(packed: PackedModel) -> tuple:
     )  # fmt: skip
 
 
-def _sibling_units(packed: PackedModel, selected: np.ndarray, levels: int) -> SiblingUnits:
+def _sibling_units(packed: PackedModel, selected: np.ndarray, levels: int,
+                   min_features: int) -> SiblingUnits:  # fmt: skip
     n_paths = int(packed.path_value.shape[0])
     offsets = np.asarray(packed.path_offsets, np.int64)
     group = np.asarray(packed.path_group, np.int64)
@@ -163,7 +170,8 @@ def _sibling_units(packed: PackedModel, selected: np.ndarray, levels: int) -> Si
                    lane_hash, *lanes, partner, diff)  # fmt: skip
         if not (partner >= 0).any():
             break
-        heads = _merge(order, partner, diff, offsets, lanes[0], masked, tail, ntail, nxt, last)
+        heads = _merge(order, partner, diff, offsets, lanes[0], masked, tail, ntail, nxt, last,
+                       min_features)  # fmt: skip
     return _units(n_paths, heads, nxt, tail, np.asarray(packed.path_value, np.float64))
 
 
@@ -311,12 +319,13 @@ def _match_runs(order, run_starts, masked, offsets, group, lane_hash, feature, l
 
 
 @njit(nogil=True, cache=True)
-def _merge(order, partner, diff, offsets, feature, masked, tail, ntail, nxt, last):
+def _merge(order, partner, diff, offsets, feature, masked, tail, ntail, nxt, last, min_features):
     """Merge every matched pair of items into one (in place); returns the next level's heads
     (in path order). The head of a merged item is the longer of the two heads (the first on a
-    tie), and every member of each side gets that side's differing lane as a tail lane. A pair
-    whose other side has a tail feature the head's path lacks stays apart (the head's feature
-    tile, :func:`tail_lanes`, keeps its width: wider tiles leave fewer blocks an SM)."""
+    tie), and every member of each side gets that side's differing lane as a tail lane. Two
+    items stay apart where the other side has a tail feature the head's path lacks (the head's
+    feature tile keeps its width: wider tiles leave fewer blocks an SM) and where the unit
+    would be more than a pair of a head of fewer than ``min_features`` features."""
     keep = np.ones(order.size, np.bool_)
     for i in range(order.size):
         j = partner[i]
@@ -326,10 +335,12 @@ def _merge(order, partner, diff, offsets, feature, masked, tail, ntail, nxt, las
         q = order[j]
         lp = diff[i, 0]
         lq = diff[i, 1]
+        head, other = p, q
         if offsets[q + 1] - offsets[q] > offsets[p + 1] - offsets[p]:
-            if not _tails_within(q, p, offsets, feature, tail, ntail, nxt):
-                continue
-        elif not _tails_within(p, q, offsets, feature, tail, ntail, nxt):
+            head, other = q, p
+        if (nxt[p] >= 0 or nxt[q] >= 0) and offsets[head + 1] - offsets[head] - 1 < min_features:
+            continue  # more than a pair: only on long paths
+        if not _tails_within(head, other, offsets, feature, tail, ntail, nxt):
             continue
         m = p
         while m >= 0:

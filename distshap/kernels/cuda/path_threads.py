@@ -4,7 +4,7 @@ The row kernels of :mod:`.shap_quadrature` give each thread a row and walk a chu
 after another, so a call of one row keeps one thread of each block busy for the whole chunk.
 Here a block runs one row on one chunk and its threads take the chunk's paths (thread ``t``
 paths ``t``, ``t + blockDim``, ...). Each (row, path) contribution is the same float32
-operations in the same order as the row kernels' (:func:`~.shap_quadrature._make_shap_kernel`),
+operations in the same order as the row kernels' (:func:`~.one_row_shap.make_shap_kernel`),
 truncated to int64 on its own; the block sums them in shared memory with integer atomics
 (one int64 a column: a feature, or a chunk-local tile's column) and adds the nonzero sums to
 the accumulator. Integer addition is associative: the same bits as every other SHAP kernel.
@@ -27,7 +27,14 @@ from distshap.kernels.cuda.runtime.device import (
     add_quotient,
     lane_follows,
 )
-from distshap.kernels.cuda.unit_fold import unit_bases, unit_entry, unit_moments, unit_scale
+from distshap.kernels.cuda.unit_fold import (
+    fold_pair,
+    unit_bases,
+    unit_entry,
+    unit_is_pair,
+    unit_moments,
+    unit_scale,
+)
 from distshap.plan.config import get_config
 from distshap.plan.geometry import gauss_legendre, local_tiles
 
@@ -104,7 +111,20 @@ def _make_kernel(n_nodes: int, mode: str):
                 if not (skip >> np.uint32(li - s0)) & np.uint32(1):
                     for m in range(n_nodes):
                         prod[m] *= z + nodes[m] * d
-            if e1 > e0:
+            if e1 > e0 and unit_is_pair(unit_lanes, e0, e1):  # a sibling pair
+                lp = unit_lanes[e0, 0]
+                q = unit_lanes[e0 + 1, 0]
+                iv = fold_pair(prod, nodes, lane_f, lane_i, lane_cat, cat_words, lp, q,
+                               (bits >> np.uint32(lane_i[lp, LI_POSITION] - 1)) & np.uint32(1),
+                               x[lane_i[q, LI_FEATURE]], scale32)  # fmt: skip
+                if iv != 0:
+                    if local:
+                        cuda.atomic.add(tile, np.int32(lane_column[lp]), iv)
+                    elif shared:
+                        cuda.atomic.add(tile, lane_i[lp, LI_FEATURE], iv)
+                    else:
+                        cuda.atomic.add(acc, (r, base + lane_i[lp, LI_FEATURE]), iv)
+            elif e1 > e0:
                 m0, m1, m2 = unit_moments(prod, basis2)
                 h0 = h1 = h2 = h3 = np.float32(0.0)
                 for e in range(e0, e1):

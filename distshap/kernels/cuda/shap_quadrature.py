@@ -15,9 +15,9 @@ length (unlike the DP's UNWOUND_SUM, which cancels).
   ``lane_column``): each chunk touches at most that many distinct features, so a thread's sums
   take that many int64 columns instead of one per feature of the model. Column ``c`` is
   flushed to the chunk's ``c``-th feature. A model whose two rows' sums do not fit shared
-  memory where one row's do runs the one-row kernels (:func:`_make_shap_kernel`,
-  :func:`_make_local_shap_kernel`). Every contribution is truncated to int64 on its own and
-  integer addition is associative: the same bits in every kernel.
+  memory where one row's do runs the one-row kernels (:mod:`.one_row_shap`). Every
+  contribution is truncated to int64 on its own and integer addition is associative: the same
+  bits in every kernel.
 * Sibling units (:mod:`distshap.plan.units`, the plan's ``unit_offsets``, ``unit_value``,
   ``unit_lanes``): a unit's head runs with its own tail elements skipped and its leaf value
   left out; :mod:`.unit_fold` then adds every member's tail contributions and multiplies the
@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, types
 
+from distshap.kernels.cuda.one_row_shap import make_local_shap_kernel, make_shap_kernel
 from distshap.kernels.cuda.path_threads import launch_path_threads
 from distshap.kernels.cuda.runtime.args import launch as launch_kernel
 from distshap.kernels.cuda.runtime.args import view
@@ -51,13 +52,13 @@ from distshap.kernels.cuda.runtime.device import (
     MISSING_FLAG,
     add_quotient,
     follows,
-    lane_follows,
     xp,
 )  # fmt: skip
 from distshap.kernels.cuda.unit_fold import (
+    fold_pair,
     unit_bases,
-    unit_entry,
     unit_factors,
+    unit_is_pair,
     unit_moments,
     unit_scale,
     unit_terms,
@@ -72,204 +73,13 @@ from distshap.plan.geometry import (
 __all__ = ["launch_quadrature", "quadrature_kernel"]
 
 
-def _make_shap_kernel(n_nodes: int, shared: bool):
-    """The SHAP kernel: one thread per row of ``XT`` (features x rows), ``n_nodes`` nodes;
-    row sums of every feature in shared memory (``shared``) or added to global memory
-    directly (see :func:`_make_local_shap_kernel` for chunk-local tiles)."""
-    nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
-    basis2, basis3 = unit_bases(n_nodes)
-
-    @cuda.jit(cache=True)
-    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, unit_offsets,
-               unit_value, unit_lanes, chunk_offsets, chunk_group, XT, acc, scale, n_cols,
-               row0):  # fmt: skip
-        tid = cuda.threadIdx.x
-        r = row0 + cuda.blockIdx.y * cuda.blockDim.x + tid
-        if r >= XT.shape[1]:
-            return  # nothing below synchronises threads
-        ch = cuda.blockIdx.x  # chunks vary fastest: blocks running together share rows (L2)
-        base = chunk_group[ch] * n_cols
-        stride = cuda.blockDim.x
-        scale32 = np.float32(scale)
-        one = np.float32(1.0)
-        if shared:
-            tile = cuda.shared.array(0, types.int64)  # [feature * stride + thread]
-            for f in range(n_cols - 1):
-                tile[f * stride + tid] = 0
-        prod = cuda.local.array(n_nodes, np.float32)
-        x = XT[:, r]  # the row's values by feature
-        for j in range(chunk_offsets[ch], chunk_offsets[ch + 1]):
-            p = chunk_paths[j]
-            s0 = path_offsets[p] + 1  # first feature element (after the bias lane)
-            s1 = path_offsets[p + 1]
-            value = lane_f[s0 - 1, LF_VALUE]
-            e0 = unit_offsets[p]  # a sibling unit's entries (plan.units): p is its head
-            e1 = unit_offsets[p + 1]
-            skip = np.uint32(0)  # the head's own tail elements, by element
-            if e1 > e0:
-                value = one  # the leaf values come in with h (unit_fold)
-                for i in range(3):
-                    lt = unit_lanes[e0, i]
-                    if lt >= 0:
-                        skip |= np.uint32(1) << np.uint32(lane_i[lt, LI_POSITION] - 1)
-            for m in range(n_nodes):
-                prod[m] = value * weights[m]
-            bits = np.uint32(0)
-            for li in range(s0, s1):
-                z = lane_f[li, LF_ZERO]
-                d = -z
-                if lane_follows(x[lane_i[li, LI_FEATURE]], lane_f, lane_i, lane_cat, cat_words,
-                                li):  # fmt: skip
-                    d = one - z
-                    bits |= np.uint32(1) << np.uint32(li - s0)
-                if not (skip >> np.uint32(li - s0)) & np.uint32(1):
-                    for m in range(n_nodes):
-                        prod[m] *= z + nodes[m] * d
-            if e1 > e0:
-                m0, m1, m2 = unit_moments(prod, basis2)
-                h0 = h1 = h2 = h3 = np.float32(0.0)
-                for e in range(e0, e1):
-                    c, h = unit_entry(lane_f, lane_i, lane_cat, cat_words, unit_value, unit_lanes,
-                                      e, x, m0, m1, m2, scale32)  # fmt: skip
-                    h0 += h[0]
-                    h1 += h[1]
-                    h2 += h[2]
-                    h3 += h[3]
-                    for i in range(3):
-                        if c[i] != 0:  # a real tail slot
-                            col = lane_i[unit_lanes[e, i], LI_FEATURE]
-                            if shared:
-                                tile[col * stride + tid] += c[i]
-                            else:
-                                cuda.atomic.add(acc, (r, base + col), c[i])
-                unit_scale(prod, h0, h1, h2, h3, basis3)
-            for li in range(s0, s1):
-                if (skip >> np.uint32(li - s0)) & np.uint32(1):
-                    continue  # a tail element: added by the unit's entries
-                z = lane_f[li, LF_ZERO]
-                d = -z
-                if (bits >> np.uint32(li - s0)) & np.uint32(1):
-                    d = one - z
-                iv = np.int64(0)
-                if d != 0:  # else the element's factor may be 0 and its value is 0
-                    total = np.float32(0.0)
-                    for m in range(n_nodes):
-                        total = add_quotient(total, prod[m], z + nodes[m] * d)
-                    iv = np.int64(total * d * scale32)
-                if iv != 0:
-                    col = lane_i[li, LI_FEATURE]
-                    if shared:
-                        tile[col * stride + tid] += iv
-                    else:
-                        cuda.atomic.add(acc, (r, base + col), iv)
-        if shared:
-            for f in range(n_cols - 1):
-                iv = tile[f * stride + tid]
-                if iv != 0:
-                    cuda.atomic.add(acc, (r, base + f), iv)
-
-    return kernel
-
-
-def _make_local_shap_kernel(n_nodes: int):
-    """The SHAP kernel with chunk-local feature tiles: as :func:`_make_shap_kernel` with
-    ``shared``, a thread's row sums in shared memory, one int64 column per feature of the
-    block's chunk (``features[feature_offsets[ch]:feature_offsets[ch + 1]]``; a lane adds at
-    its ``lane_column``); the same float32 operations in the same order, so the same int64
-    contributions."""
-    nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
-    basis2, basis3 = unit_bases(n_nodes)
-
-    @cuda.jit(cache=True)
-    def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, unit_offsets,
-               unit_value, unit_lanes, chunk_offsets, chunk_group, lane_column, features,
-               feature_offsets, XT, acc, scale, n_cols, row0):  # fmt: skip
-        tid = cuda.threadIdx.x
-        r = row0 + cuda.blockIdx.y * cuda.blockDim.x + tid
-        if r >= XT.shape[1]:
-            return  # nothing below synchronises threads
-        ch = cuda.blockIdx.x  # chunks vary fastest: blocks running together share rows (L2)
-        base = chunk_group[ch] * n_cols
-        f0 = feature_offsets[ch]
-        width = feature_offsets[ch + 1] - f0
-        stride = cuda.blockDim.x
-        scale32 = np.float32(scale)
-        one = np.float32(1.0)
-        tile = cuda.shared.array(0, types.int64)  # [column * stride + thread]
-        for c in range(width):
-            tile[c * stride + tid] = 0
-        prod = cuda.local.array(n_nodes, np.float32)
-        x = XT[:, r]  # the row's values by feature
-        for j in range(chunk_offsets[ch], chunk_offsets[ch + 1]):
-            p = chunk_paths[j]
-            s0 = path_offsets[p] + 1  # first feature element (after the bias lane)
-            s1 = path_offsets[p + 1]
-            value = lane_f[s0 - 1, LF_VALUE]
-            e0 = unit_offsets[p]  # a sibling unit's entries (plan.units): p is its head
-            e1 = unit_offsets[p + 1]
-            skip = np.uint32(0)  # the head's own tail elements, by element
-            if e1 > e0:
-                value = one  # the leaf values come in with h (unit_fold)
-                for i in range(3):
-                    lt = unit_lanes[e0, i]
-                    if lt >= 0:
-                        skip |= np.uint32(1) << np.uint32(lane_i[lt, LI_POSITION] - 1)
-            for m in range(n_nodes):
-                prod[m] = value * weights[m]
-            bits = np.uint32(0)
-            for li in range(s0, s1):
-                z = lane_f[li, LF_ZERO]
-                d = -z
-                if lane_follows(x[lane_i[li, LI_FEATURE]], lane_f, lane_i, lane_cat, cat_words,
-                                li):  # fmt: skip
-                    d = one - z
-                    bits |= np.uint32(1) << np.uint32(li - s0)
-                if not (skip >> np.uint32(li - s0)) & np.uint32(1):
-                    for m in range(n_nodes):
-                        prod[m] *= z + nodes[m] * d
-            if e1 > e0:
-                m0, m1, m2 = unit_moments(prod, basis2)
-                h0 = h1 = h2 = h3 = np.float32(0.0)
-                for e in range(e0, e1):
-                    c, h = unit_entry(lane_f, lane_i, lane_cat, cat_words, unit_value, unit_lanes,
-                                      e, x, m0, m1, m2, scale32)  # fmt: skip
-                    h0 += h[0]
-                    h1 += h[1]
-                    h2 += h[2]
-                    h3 += h[3]
-                    for i in range(3):
-                        if c[i] != 0:  # a real tail slot
-                            tile[np.int32(lane_column[unit_lanes[e, i]]) * stride + tid] += c[i]
-                unit_scale(prod, h0, h1, h2, h3, basis3)
-            for li in range(s0, s1):
-                if (skip >> np.uint32(li - s0)) & np.uint32(1):
-                    continue  # a tail element: added by the unit's entries
-                z = lane_f[li, LF_ZERO]
-                d = -z
-                if (bits >> np.uint32(li - s0)) & np.uint32(1):
-                    d = one - z
-                iv = np.int64(0)
-                if d != 0:  # else the element's factor may be 0 and its value is 0
-                    total = np.float32(0.0)
-                    for m in range(n_nodes):
-                        total = add_quotient(total, prod[m], z + nodes[m] * d)
-                    iv = np.int64(total * d * scale32)
-                if iv != 0:
-                    tile[np.int32(lane_column[li]) * stride + tid] += iv
-        for c in range(width):
-            iv = tile[c * stride + tid]
-            if iv != 0:
-                cuda.atomic.add(acc, (r, base + features[f0 + c]), iv)
-
-    return kernel
-
-
 def _make_two_row_shap_kernel(n_nodes: int, mode: str):
     """The SHAP kernel with two rows a thread (the default route): thread
     ``t`` of a block runs rows ``t`` and ``t + blockDim`` of its row tile, each path's lane
     data loaded once for both, two independent products in flight. ``mode``: ``"local"``
-    (chunk-local tiles, as :func:`_make_local_shap_kernel`), ``"shared"`` (a column per
-    feature, as :func:`_make_shap_kernel` with ``shared``) or ``"global"`` (global atomics).
+    (chunk-local tiles, as :func:`.one_row_shap.make_local_shap_kernel`), ``"shared"`` (a
+    column per feature, as :func:`.one_row_shap.make_shap_kernel` with ``shared``) or
+    ``"global"`` (global atomics).
     Each row's contributions are the same float32 operations in the same order as the
     one-row kernels', so the same int64 values; a row sums in its own columns of shared
     memory (``[column * 2 blockDim + t]`` and ``[... + blockDim + t]``).
@@ -393,7 +203,27 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
                         pb[m] *= z + nodes[m] * db
                 mask = np.uint32(mask << m1)
                 e = np.uint32(e + m1)
-            if e1 > e0:  # the unit's fold (unit_fold), both rows
+            if e1 > e0 and unit_is_pair(unit_lanes, e0, e1):  # a sibling pair, both rows
+                lp = np.uint64(np.uint32(unit_lanes[e0, 0]))
+                q = np.uint64(np.uint32(unit_lanes[e0 + 1, 0]))
+                fq = np.uint64(np.uint32(lane_i[q, LI_FEATURE]))
+                mp = np.uint32(m1 << np.uint32(lane_i[lp, LI_POSITION] - 1))
+                iva = fold_pair(pa, nodes, lane_f, lane_i, lane_cat, cat_words, lp, q,
+                                (bits_a & mp) != 0, xa[fq], scale32)  # fmt: skip
+                ivb = fold_pair(pb, nodes, lane_f, lane_i, lane_cat, cat_words, lp, q,
+                                (bits_b & mp) != 0, xb[fq], scale32)  # fmt: skip
+                col = np.uint32(lane_column[lp] if local else lane_i[lp, LI_FEATURE])
+                if iva != 0:
+                    if shared:
+                        tile[np.uint32(col * urs + ta)] += iva
+                    else:
+                        cuda.atomic.add(acc, (ra, base + col), iva)
+                if ivb != 0:
+                    if shared:
+                        tile[np.uint32(col * urs + tb)] += ivb
+                    elif has_b:
+                        cuda.atomic.add(acc, (rb, base + col), ivb)
+            elif e1 > e0:  # the unit's fold (unit_fold), both rows
                 qa0, qa1, qa2 = unit_moments(pa, basis2)
                 qb0, qb1, qb2 = unit_moments(pb, basis2)
                 ha = (zero, zero, zero, zero)
@@ -501,9 +331,9 @@ def quadrature_kernel(n_nodes: int, shared: bool, local: bool = False, rows: int
             mode = "local" if local else ("shared" if shared else "global")
             kernel = _make_two_row_shap_kernel(n_nodes, mode)
         elif local:
-            kernel = _make_local_shap_kernel(n_nodes)
+            kernel = make_local_shap_kernel(n_nodes)
         else:
-            kernel = _make_shap_kernel(n_nodes, shared)
+            kernel = make_shap_kernel(n_nodes, shared)
         _KERNELS[key] = kernel
     return kernel
 

@@ -15,6 +15,11 @@ product at node ``n``. Writing each factor as ``a (1 - t) + b t`` (``a`` the zer
 * :func:`unit_scale` multiplies ``prod[n]`` by ``h(t_n)``, after which every common element's
   contribution is the same quotient sum as a single path's.
 
+A unit of two paths with one tail element each (a sibling pair, :func:`unit_is_pair`) takes the
+shorter :func:`fold_pair` instead: the split feature's contribution ``(v_1 d_1 + v_2 d_2) sum_n
+prod[n]`` and ``prod[n] *= v_1 g_1(t_n) + v_2 g_2(t_n)``, a few operations a node where the
+general fold's moments, entries and degree-3 ``h`` cost more than a short path's elements.
+
 Every sum is of non-negative terms but for the signs of ``v`` and ``b - a``. One set of device
 functions for every SHAP quadrature kernel: the same float32 operations in the same order, so
 the same bits on every route.
@@ -29,17 +34,20 @@ from distshap.kernels.cuda.runtime.device import (
     CAT_OTHER_FLAG,
     LF_LOWER,
     LF_UPPER,
+    LF_VALUE,
     LF_ZERO,
     LI_FEATURE,
     LI_FLAGS,
     LI_NBITS,
     MISSING_FLAG,
     follows,
+    lane_follows,
 )
 from distshap.plan.geometry import gauss_legendre
 
 __all__ = [
-    "unit_bases", "unit_entry", "unit_factors", "unit_moments", "unit_scale", "unit_terms",
+    "fold_pair", "unit_bases", "unit_entry", "unit_factors", "unit_is_pair", "unit_moments",
+    "unit_scale", "unit_terms",
 ]  # fmt: skip
 
 
@@ -149,3 +157,38 @@ def unit_scale(prod, h0, h1, h2, h3, basis3):
     """``prod[n] *= h(t_n)``, ``h = sum_j h_j basis3[j]`` (:func:`unit_bases`), in place."""
     for n in range(basis3.shape[1]):
         prod[n] *= h0 * basis3[0, n] + h1 * basis3[1, n] + h2 * basis3[2, n] + h3 * basis3[3, n]
+
+
+@cuda.jit(device=True)
+def unit_is_pair(unit_lanes, e0, e1):
+    """Whether the unit of entries ``e0 .. e1 - 1`` is a sibling pair: two entries of one tail
+    element each (run by :func:`fold_pair`)."""
+    return e1 - e0 == 2 and unit_lanes[e0, 1] < 0 and unit_lanes[e0 + 1, 1] < 0
+
+
+@cuda.jit(device=True)
+def fold_pair(prod, nodes, lane_f, lane_i, lane_cat, cat_words, head, other, head_follows, x,
+              scale32):  # fmt: skip
+    """Fold a pair's split element into ``prod`` (in place); returns its contribution (int64
+    fixed point at ``scale32``). ``head``: the head's tail lane, ``head_follows`` whether the
+    row follows it; ``other``: the other path's tail lane (the same feature), ``x`` the row's
+    value of that feature; ``nodes``: the kernel's Gauss-Legendre nodes (one a ``prod`` entry).
+    The leaf values are the lanes' own (every lane holds its path's)."""
+    one = np.float32(1.0)
+    z1 = lane_f[head, LF_ZERO]
+    d1 = -z1
+    if head_follows:
+        d1 = one - z1
+    z2 = lane_f[other, LF_ZERO]
+    d2 = -z2
+    if lane_follows(x, lane_f, lane_i, lane_cat, cat_words, other):
+        d2 = one - z2
+    v1 = lane_f[head, LF_VALUE]
+    v2 = lane_f[other, LF_VALUE]
+    common = np.float32(0.0)
+    for m in range(nodes.shape[0]):
+        common += prod[m]
+    iv = np.int64((v1 * d1 + v2 * d2) * common * scale32)
+    for m in range(nodes.shape[0]):
+        prod[m] *= v1 * (z1 + nodes[m] * d1) + v2 * (z2 + nodes[m] * d2)
+    return iv
