@@ -167,11 +167,10 @@ def _sibling_units(packed: PackedModel, selected: np.ndarray, levels: int,
         partner = np.full(order.size, -1, np.int64)
         diff = np.full((order.size, 2), -1, np.int64)
         run_ranges(_match_runs, n_runs, min(n_runs, 64), order, run_starts, masked, offsets, group,
-                   lane_hash, *lanes, partner, diff)  # fmt: skip
+                   lane_hash, tail, ntail, nxt, min_features, *lanes, partner, diff)  # fmt: skip
         if not (partner >= 0).any():
             break
-        heads = _merge(order, partner, diff, offsets, lanes[0], masked, tail, ntail, nxt, last,
-                       min_features)  # fmt: skip
+        heads = _merge(order, partner, diff, offsets, masked, tail, ntail, nxt, last)
     return _units(n_paths, heads, nxt, tail, np.asarray(packed.path_value, np.float64))
 
 
@@ -287,13 +286,14 @@ def _differ(p, q, masked, offsets, feature, lower, upper, zero, missing, other, 
 
 
 @njit(nogil=True, cache=True)
-def _match_runs(order, run_starts, masked, offsets, group, lane_hash, feature, lower, upper, zero,
-                missing, other, cat_offsets, cat_nbits, cat_words, partner, diff, lo,
-                hi):  # fmt: skip
+def _match_runs(order, run_starts, masked, offsets, group, lane_hash, tail, ntail, nxt,
+                min_features, feature, lower, upper, zero, missing, other, cat_offsets,
+                cat_nbits, cat_words, partner, diff, lo, hi):  # fmt: skip
     """Match the items of runs ``lo .. hi - 1`` of ``order`` (one key a run, or a segment of
     one): each item not yet taken with the first later one of its run within ``_WINDOW`` that
-    differs from it in exactly one lane (:func:`_one_hash_apart`, then :func:`_differ`);
-    ``partner[i] = j`` (``partner[j] = -2``) and ``diff[i]`` the two lanes.
+    may join it (:func:`_may_join`) and differs from it in exactly one lane
+    (:func:`_one_hash_apart`, then :func:`_differ`); ``partner[i] = j`` (``partner[j] = -2``)
+    and ``diff[i]`` the two lanes.
     Runs are independent (:func:`~distshap.parallel.run_ranges`)."""
     for r in range(lo, hi):
         a = run_starts[r]
@@ -308,6 +308,8 @@ def _match_runs(order, run_starts, masked, offsets, group, lane_hash, feature, l
                 q = order[j]
                 if group[q] != group[p] or not _one_hash_apart(p, q, masked, offsets, lane_hash):
                     continue
+                if not _may_join(p, q, offsets, feature, tail, ntail, nxt, min_features):
+                    continue
                 la, lb = _differ(p, q, masked, offsets, feature, lower, upper, zero, missing,
                                  other, cat_offsets, cat_nbits, cat_words)  # fmt: skip
                 if la >= 0:
@@ -319,13 +321,10 @@ def _match_runs(order, run_starts, masked, offsets, group, lane_hash, feature, l
 
 
 @njit(nogil=True, cache=True)
-def _merge(order, partner, diff, offsets, feature, masked, tail, ntail, nxt, last, min_features):
+def _merge(order, partner, diff, offsets, masked, tail, ntail, nxt, last):
     """Merge every matched pair of items into one (in place); returns the next level's heads
     (in path order). The head of a merged item is the longer of the two heads (the first on a
-    tie), and every member of each side gets that side's differing lane as a tail lane. Two
-    items stay apart where the other side has a tail feature the head's path lacks (the head's
-    feature tile keeps its width: wider tiles leave fewer blocks an SM) and where the unit
-    would be more than a pair of a head of fewer than ``min_features`` features."""
+    tie), and every member of each side gets that side's differing lane as a tail lane."""
     keep = np.ones(order.size, np.bool_)
     for i in range(order.size):
         j = partner[i]
@@ -335,13 +334,6 @@ def _merge(order, partner, diff, offsets, feature, masked, tail, ntail, nxt, las
         q = order[j]
         lp = diff[i, 0]
         lq = diff[i, 1]
-        head, other = p, q
-        if offsets[q + 1] - offsets[q] > offsets[p + 1] - offsets[p]:
-            head, other = q, p
-        if (nxt[p] >= 0 or nxt[q] >= 0) and offsets[head + 1] - offsets[head] - 1 < min_features:
-            continue  # more than a pair: only on long paths
-        if not _tails_within(head, other, offsets, feature, tail, ntail, nxt):
-            continue
         m = p
         while m >= 0:
             tail[m, ntail[m]] = lp
@@ -364,6 +356,20 @@ def _merge(order, partner, diff, offsets, feature, masked, tail, ntail, nxt, las
     heads = order[keep]
     heads.sort()
     return heads
+
+
+@njit(nogil=True, cache=True)
+def _may_join(p, q, offsets, feature, tail, ntail, nxt, min_features):
+    """Whether items ``p`` and ``q`` may form one unit: the head (the longer) has at least
+    ``min_features`` features where the unit would be more than a pair, and its path holds
+    every tail feature of the other's members (so its chunk-local feature tile keeps its width:
+    wider tiles leave fewer blocks an SM)."""
+    head, other = p, q
+    if offsets[q + 1] - offsets[q] > offsets[p + 1] - offsets[p]:
+        head, other = q, p
+    if (nxt[p] >= 0 or nxt[q] >= 0) and offsets[head + 1] - offsets[head] - 1 < min_features:
+        return False
+    return _tails_within(head, other, offsets, feature, tail, ntail, nxt)
 
 
 @njit(nogil=True, cache=True)
