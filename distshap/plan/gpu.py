@@ -331,6 +331,7 @@ def _shap_tiles(packed: PackedModel, shap_offsets: np.ndarray) -> dict:
     launch takes chunk-local feature tiles where the plan has them and its widest tile fits
     shared memory, else a column per feature (or global atomics)."""
     plan = plan_arrays(packed, shap_offsets, local=True, units=True)
+    entries = np.diff(plan["unit_offsets"])  # a unit's head: its members, itself first
     local = plan["lane_column"] is not None
     n_features = int(packed.num_features)
     kinds, chunks, columns, warps = set(), 0, 0, []
@@ -352,7 +353,6 @@ def _shap_tiles(packed: PackedModel, shap_offsets: np.ndarray) -> dict:
         "quadrature_chunks": chunks,
         "quadrature_tile_columns": columns,
         "quadrature_warps": min(warps) if warps else 0,
-        "quadrature_units": int(np.count_nonzero(np.diff(plan["unit_offsets"]))),
-        "quadrature_unit_members": int(np.diff(plan["unit_offsets"]).sum())
-        - int(np.count_nonzero(np.diff(plan["unit_offsets"]))),
+        "quadrature_units": int(np.count_nonzero(entries)),
+        "quadrature_unit_members": int(entries.sum()) - int(np.count_nonzero(entries)),
     }

@@ -34,6 +34,7 @@ from distshap.kernels.cuda.unit_fold import (
     unit_is_pair,
     unit_moments,
     unit_scale,
+    unit_skip,
 )
 from distshap.plan.config import get_config
 from distshap.plan.geometry import gauss_legendre, local_tiles
@@ -91,13 +92,9 @@ def _make_kernel(n_nodes: int, mode: str):
             value = lane_f[s0 - 1, LF_VALUE]
             e0 = unit_offsets[p]  # a sibling unit's entries (plan.units): p is its head
             e1 = unit_offsets[p + 1]
-            skip = np.uint32(0)  # the head's own tail elements, by element
+            skip = unit_skip(unit_lanes, lane_i, e0, e1)  # the head's own tail elements
             if e1 > e0:
                 value = one  # the leaf values come in with h (unit_fold)
-                for i in range(3):
-                    lt = unit_lanes[e0, i]
-                    if lt >= 0:
-                        skip |= np.uint32(1) << np.uint32(lane_i[lt, LI_POSITION] - 1)
             for m in range(n_nodes):
                 prod[m] = value * weights[m]
             bits = np.uint32(0)

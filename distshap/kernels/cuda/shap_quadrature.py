@@ -153,7 +153,7 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
             value = lane_f[s0 - u1, LF_VALUE]
             e0 = unit_offsets[p]  # a sibling unit's entries (plan.units): p is its head
             e1 = unit_offsets[p + 1]
-            skip = np.uint32(0)  # the head's own tail elements, by element
+            skip = np.uint32(0)  # unit_fold.unit_skip, written out: the call takes registers here
             if e1 > e0:
                 value = one  # the leaf values come in with h (unit_fold)
                 for i in range(3):

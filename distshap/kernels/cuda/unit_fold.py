@@ -39,6 +39,7 @@ from distshap.kernels.cuda.runtime.device import (
     LI_FEATURE,
     LI_FLAGS,
     LI_NBITS,
+    LI_POSITION,
     MISSING_FLAG,
     follows,
     lane_follows,
@@ -47,7 +48,7 @@ from distshap.plan.geometry import gauss_legendre
 
 __all__ = [
     "fold_pair", "unit_bases", "unit_entry", "unit_factors", "unit_is_pair", "unit_moments",
-    "unit_scale", "unit_terms",
+    "unit_scale", "unit_skip", "unit_terms",
 ]  # fmt: skip
 
 
@@ -59,6 +60,20 @@ def unit_bases(n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     basis2 = np.stack([(1.0 - t) ** (2 - j) * t**j for j in range(3)])
     basis3 = np.stack([(1.0 - t) ** (3 - j) * t**j for j in range(4)])
     return (np.ascontiguousarray(basis2, np.float32), np.ascontiguousarray(basis3, np.float32))
+
+
+@cuda.jit(device=True)
+def unit_skip(unit_lanes, lane_i, e0, e1):
+    """The elements a kernel skips in a path's common product and quotients, a bit an element
+    (bit ``e``: element ``e``, from 0): a unit head's own tail elements (entries ``e0 ..
+    e1 - 1``; the first is the head's); 0 for a path that heads no unit."""
+    skip = np.uint32(0)
+    if e1 > e0:
+        for i in range(3):
+            lt = unit_lanes[e0, i]
+            if lt >= 0:
+                skip = np.uint32(skip | (np.uint32(1) << np.uint32(lane_i[lt, LI_POSITION] - 1)))
+    return skip
 
 
 @cuda.jit(device=True)
