@@ -60,12 +60,14 @@ _SLOT_SIG = (
 _KINDS = ("float", "int", "cmpsel", "load", "store", "cvt", "move", "branch", "other")
 
 
-def two_row_kernel(n_nodes: int = 8, mode: str = "local"):
+def two_row_kernel(n_nodes: int = 8, mode: str = "local", general: bool = True):
     """The two-row SHAP kernel for ``n_nodes`` nodes in ``mode`` (``"local"``, ``"shared"``,
-    ``"global"``), the kernel object the launches take."""
+    ``"global"``), the kernel object the launches take; without ``general``: the one of
+    launches whose sibling units are all pairs."""
     from distshap.kernels.cuda import shap_quadrature as quadrature
 
-    return quadrature.quadrature_kernel(n_nodes, mode != "global", local=mode == "local", rows=2)
+    return quadrature.quadrature_kernel(n_nodes, mode != "global", local=mode == "local", rows=2,
+                                        general=general)  # fmt: skip
 
 
 def slot_kernel(n_nodes: int = 4, rows: int = 2, cache_x: bool = True):
@@ -423,15 +425,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--kernel", default="two_row", choices=("two_row", "slot"),
                         help="slot: the split slot kernel (4 nodes by default)")  # fmt: skip
+    parser.add_argument("--pairs", action="store_true",
+                        help="the two-row kernel without the general unit fold")  # fmt: skip
     args = parser.parse_args(argv)
     if args.kernel == "slot":
         kernel, sig = slot_kernel(args.nodes or 4, 2, True)
         _print_slot(kernel, sig, args.sass, args.nvdisasm, args.arch)
         return
     nodes = args.nodes or 8
-    kernel = two_row_kernel(nodes, args.mode)
+    kernel = two_row_kernel(nodes, args.mode, not args.pairs)
     result = report(kernel, sass=args.sass, nvdisasm=args.nvdisasm, arch=args.arch)
-    _print(f"two-row SHAP kernel, {nodes} nodes, {args.mode}", result)
+    pairs = ", pairs only" if args.pairs else ""
+    _print(f"two-row SHAP kernel, {nodes} nodes, {args.mode}{pairs}", result)
 
 
 if __name__ == "__main__":

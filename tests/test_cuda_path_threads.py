@@ -44,7 +44,7 @@ def both(packed, X, **config):
     path_threads._KERNELS.clear()
     with config_context(**config):
         got = kc.shap_values(packed, X)
-        modes = sorted({mode for _, mode in path_threads._KERNELS})
+        modes = sorted({key[1] for key in path_threads._KERNELS})
         with config_context(path_thread_rows=0):
             want = kc.shap_values(packed, X)
     assert modes, "no thread-a-path launch"
@@ -137,6 +137,8 @@ def test_gpu_path_threads_keep_the_bits(tile_features, levels):
                 with config_context(path_thread_rows=max(n, 16)):
                     got = to_host(kc.shap_values(packed, X[:n]))
                 assert path_threads._KERNELS, n
+                general = {key[2] for key in path_threads._KERNELS}  # built with the fold
+                assert (True in general) == bool(units.max() > 2), general
                 with config_context(path_thread_rows=0):
                     want = to_host(kc.shap_values(packed, X[:n]))
                 assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), n

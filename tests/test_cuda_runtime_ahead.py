@@ -16,8 +16,8 @@ def test_a_narrow_deep_model_gets_its_node_counts_and_no_fallback() -> None:
     assert names[:2] == ["lane_fill_kernel", "fill_shap_tables_kernel"]
     assert names[-4:] == ["finish_kernel", *ptx.MARGIN_KERNELS]
     quadrature = [n for n in names if n.startswith("shap_quadrature")]
-    assert quadrature == ["shap_quadrature_kernel_2_2rows_shared",
-                          "shap_quadrature_kernel_4_2rows_shared"]  # fmt: skip
+    assert quadrature == ["shap_quadrature_kernel_2_2rows_shared_pairs",
+                          "shap_quadrature_kernel_4_2rows_shared_pairs"]  # fmt: skip
     assert "oversize_kernel" not in names
     assert set(names) <= set(ptx._kernels()) | set(ptx.MARGIN_KERNELS)
 
@@ -26,12 +26,15 @@ def test_wide_models_get_local_tiles_and_long_paths_the_fallback() -> None:
     names = ptx.shap_kernel_names(784, 10, 40)
     assert "oversize_kernel" in names
     quadrature = [n for n in names if n.startswith("shap_quadrature")]
-    assert quadrature and all(n.endswith("_local_2rows") for n in quadrature)
+    assert quadrature and all("_local_2rows" in n for n in quadrature)
     assert len(quadrature) == len(ptx.get_config().quadrature_nodes)
+    # the launches that can head sibling units of more than two paths: the general fold
+    general = [n for n in quadrature if not n.endswith("_pairs")]
+    assert general and all(2 * int(n.split("_")[3]) >= 9 for n in general)
     with config_context(quadrature_nodes=(4, 16)):
         names = ptx.shap_kernel_names(6, 1, 6)
     assert [n for n in names if n.startswith("shap_quadrature")] == [
-        "shap_quadrature_kernel_4_2rows_shared"
+        "shap_quadrature_kernel_4_2rows_shared_pairs"
     ]
 
 

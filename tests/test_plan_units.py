@@ -315,6 +315,13 @@ def test_shap_plans_launch_heads_and_no_members(budget):
         members = np.flatnonzero(units.members)
         assert not set(members.tolist()) & set(launched.tolist())
         assert set(launched.tolist()) | set(members.tolist()) == set(np.flatnonzero(is_q).tolist())
+        for launch in plan["quadrature"]:  # the general fold only where a unit needs it
+            heads = [p for p in launch["paths"] if units.offsets[p + 1] > units.offsets[p]]
+            tails = [int((units.lanes[units.offsets[p] : units.offsets[p + 1]] >= 0).sum())
+                     for p in heads]  # fmt: skip
+            sizes = [int(units.offsets[p + 1] - units.offsets[p]) for p in heads]
+            general = any(t != 2 or n != 2 for t, n in zip(tails, sizes, strict=True))
+            assert launch["general_units"] is general
         assert stats["quadrature_units"] == len(found)
         assert stats["quadrature_unit_members"] == members.size
         if plan["lane_column"] is not None:
@@ -626,6 +633,9 @@ def test_gpu_plans_take_more_than_pairs_only_on_long_paths():
         size = np.diff(plan["unit_offsets"])[: packed.num_paths]
         assert size.max() == most, (least, size.max())
         assert (k[size > 2] >= least).all()
+        # pairs only: every launch runs the kernels without the general fold
+        flags = [launch["general_units"] for launch in plan["quadrature"]]
+        assert any(flags) == (most > 2), flags
 
 
 def _chain(depth: int, threshold: float, v0: float, i: int = 0):

@@ -44,6 +44,7 @@ from distshap.plan.units import sibling_units, tail_columns
 
 __all__ = [
     "fixed_point_shift",
+    "general_heads",
     "interaction_table_offsets",
     "interaction_tables_too_wide",
     "keep_path_info",
@@ -191,7 +192,9 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
     (:func:`~distshap.plan.units.sibling_units` of ``quadrature_unit_levels`` and
     ``quadrature_unit_min_features``: ``unit_offsets``,
     ``unit_value`` float32, ``unit_lanes``), the members left out of the launches; else those
-    three are None."""
+    three are None. Each launch's ``general_units``: whether one of its paths heads a unit
+    other than a sibling pair (:func:`general_heads`; a kernel without the general fold runs
+    the others)."""
     config = get_config()
     k, path_bin, regular = path_info(packed)
     has_table = path_table >= 0
@@ -205,6 +208,9 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
     launches = quadrature_launches(
         k, packed.path_group, is_q, config.quadrature_nodes, config.quadrature_chunk_paths,
     )  # fmt: skip
+    general = None if found is None else general_heads(found.offsets, found.lanes)
+    for launch in launches:
+        launch["general_units"] = general is not None and bool(general[launch["paths"]].any())
     table_maxk = _table_maxk(max(packed.num_bins, 1), path_bin, k, is_t)
     table_bins = np.flatnonzero(table_maxk > 0).astype(np.int32)
     if not packed.num_paths:
@@ -229,6 +235,18 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
         unit_value=None if found is None else found.value.astype(np.float32),
         unit_lanes=None if found is None else found.lanes,
     )
+
+
+def general_heads(unit_offsets: np.ndarray, unit_lanes: np.ndarray) -> np.ndarray:
+    """Per path: whether it heads a sibling unit other than a pair (two entries of one tail
+    lane each, which the kernels fold by the pair's own step,
+    :func:`~distshap.kernels.cuda.unit_fold.unit_is_pair`)."""
+    entries = np.diff(unit_offsets)
+    if unit_lanes.shape[0] < 2:
+        return entries > 0
+    first = np.minimum(unit_offsets[:-1], unit_lanes.shape[0] - 2)  # a pair's first entry
+    pair = (entries == 2) & (unit_lanes[first, 1] < 0) & (unit_lanes[first + 1, 1] < 0)
+    return (entries > 0) & ~pair
 
 
 def _local_tiles(packed: PackedModel, launches: list, k: np.ndarray, found, config) -> np.ndarray:

@@ -44,18 +44,19 @@ __all__ = ["launch_path_threads", "path_thread_kernel"]
 _KERNELS: dict = {}
 
 
-def path_thread_kernel(n_nodes: int, mode: str):
+def path_thread_kernel(n_nodes: int, mode: str, general: bool = True):
     """The thread-a-path SHAP kernel of ``n_nodes`` nodes (built on first use, compiled at
     launch); ``mode``: ``"local"`` (sums in the chunk's tile columns), ``"shared"`` (a column
-    per feature) or ``"global"`` (integer atomics on the accumulator)."""
-    key = (n_nodes, mode)
+    per feature) or ``"global"`` (integer atomics on the accumulator); without ``general``
+    only sibling pairs' fold is compiled in (a launch whose units are all pairs)."""
+    key = (n_nodes, mode, general)
     kernel = _KERNELS.get(key)
     if kernel is None:
-        kernel = _KERNELS[key] = _make_kernel(n_nodes, mode)
+        kernel = _KERNELS[key] = _make_kernel(n_nodes, mode, general)
     return kernel
 
 
-def _make_kernel(n_nodes: int, mode: str):
+def _make_kernel(n_nodes: int, mode: str, general: bool):
     nodes, weights = (a.astype(np.float32) for a in gauss_legendre(n_nodes))
     basis2, basis3 = unit_bases(n_nodes)
     local = mode == "local"
@@ -121,7 +122,7 @@ def _make_kernel(n_nodes: int, mode: str):
                         cuda.atomic.add(tile, lane_i[lp, LI_FEATURE], iv)
                     else:
                         cuda.atomic.add(acc, (r, base + lane_i[lp, LI_FEATURE]), iv)
-            elif e1 > e0:
+            elif general and e1 > e0:
                 m0, m1, m2 = unit_moments(prod, basis2)
                 h0 = h1 = h2 = h3 = np.float32(0.0)
                 for e in range(e0, e1):
@@ -198,6 +199,6 @@ def launch_path_threads(model, plan, XT, acc, scale, F1, stream, kept_arrays) ->
             kept = kept_arrays(launch, local)
             chunks = launch.n_local if local else launch.n_chunks
         shared_bytes = 8 * columns if mode != "global" else 0
-        kernel = path_thread_kernel(launch.n_nodes, mode)
+        kernel = path_thread_kernel(launch.n_nodes, mode, launch.general_units)
         launch_kernel(kernel, (chunks, nb), tpb, stream, shared_bytes,
                       (*kept, XT, acc, scale, F1, 0))  # fmt: skip

@@ -73,7 +73,7 @@ from distshap.plan.geometry import (
 __all__ = ["launch_quadrature", "quadrature_kernel"]
 
 
-def _make_two_row_shap_kernel(n_nodes: int, mode: str):
+def _make_two_row_shap_kernel(n_nodes: int, mode: str, general: bool = True):
     """The SHAP kernel with two rows a thread (the default route): thread
     ``t`` of a block runs rows ``t`` and ``t + blockDim`` of its row tile, each path's lane
     data loaded once for both, two independent products in flight. ``mode``: ``"local"``
@@ -96,7 +96,10 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
       for both rows; the element is the same for the whole warp);
     * the one-fractions' bits set and tested with a shifted 32-bit mask (no variable shifts
       of 64-bit values), the tile index in 32 bits;
-    * a sibling unit entry's tail lanes read once for both rows (:func:`.unit_fold.unit_factors`).
+    * a sibling unit entry's tail lanes read once for both rows (:func:`.unit_fold.unit_factors`);
+    * without ``general`` only sibling pairs' fold is compiled in (a launch whose units are all
+      pairs, :func:`~distshap.plan.gpu.general_heads`): the general fold's registers then
+      weigh on no other path.
     """
     from distshap.kernels.cuda.runtime.device import LI_COLUMNS
 
@@ -223,7 +226,7 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
                         tile[np.uint32(col * urs + tb)] += ivb
                     elif has_b:
                         cuda.atomic.add(acc, (rb, base + col), ivb)
-            elif e1 > e0:  # the unit's fold (unit_fold), both rows
+            elif general and e1 > e0:  # the unit's fold (unit_fold), both rows
                 qa0, qa1, qa2 = unit_moments(pa, basis2)
                 qb0, qb1, qb2 = unit_moments(pb, basis2)
                 ha = (zero, zero, zero, zero)
@@ -319,17 +322,19 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str):
 _KERNELS: dict = {}
 
 
-def quadrature_kernel(n_nodes: int, shared: bool, local: bool = False, rows: int = 1):
+def quadrature_kernel(n_nodes: int, shared: bool, local: bool = False, rows: int = 1,
+                      general: bool = True):  # fmt: skip
     """The SHAP quadrature kernel for ``n_nodes`` nodes (built on first use, compiled at
     launch); ``local``: with chunk-local feature tiles (``shared`` ignored); ``rows`` 2: two
-    rows a thread (:func:`_make_two_row_shap_kernel`). Interaction values:
-    :mod:`.interaction_quadrature`."""
-    key = (n_nodes, shared, local, rows)
+    rows a thread (:func:`_make_two_row_shap_kernel`), and without ``general`` for launches
+    whose sibling units are all pairs. Interaction values: :mod:`.interaction_quadrature`."""
+    general = general or rows != 2  # the one-row kernels fold every unit
+    key = (n_nodes, shared, local, rows, general)
     kernel = _KERNELS.get(key)
     if kernel is None:
         if rows == 2:
             mode = "local" if local else ("shared" if shared else "global")
-            kernel = _make_two_row_shap_kernel(n_nodes, mode)
+            kernel = _make_two_row_shap_kernel(n_nodes, mode, general)
         elif local:
             kernel = make_local_shap_kernel(n_nodes)
         else:
@@ -380,7 +385,7 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, XT=None) -> None:
                 _launch_local(model, plan, launch, XT, acc, scale, F1, stream, local_warps,
                               local_rows)  # fmt: skip
                 continue
-        kernel = quadrature_kernel(launch.n_nodes, shared, rows=rows)
+        kernel = quadrature_kernel(launch.n_nodes, shared, rows=rows, general=launch.general_units)
         kept = _kept_arrays(model, plan, launch, rows, False)
         for row0 in range(0, nb, rows_per_launch):
             grid = (launch.n_chunks, -(-min(nb - row0, rows_per_launch) // (tpb * rows)))
@@ -416,7 +421,8 @@ def _launch_local(model, plan, launch, XT, acc, scale, F1, stream, warps: int,
     tpb = 32 * warps
     shared_bytes = tpb * launch.local_columns * 8 * rows
     rows_per_launch = 65535 * tpb * rows  # grid.y (row tiles) is at most 65535
-    kernel = quadrature_kernel(launch.n_nodes, True, local=True, rows=rows)
+    kernel = quadrature_kernel(launch.n_nodes, True, local=True, rows=rows,
+                               general=launch.general_units)  # fmt: skip
     kept = _kept_arrays(model, plan, launch, rows, True)
     for row0 in range(0, nb, rows_per_launch):
         grid = (launch.n_local, -(-min(nb - row0, rows_per_launch) // (tpb * rows)))

@@ -86,6 +86,8 @@ class QuadratureLaunch:
     ``local_features[local_feature_offsets[c]:local_feature_offsets[c + 1]]`` (increasing);
     ``local_columns`` is the most features of one local chunk (the tile's columns) and the
     plan's ``lane_column`` gives each lane its feature's position in its chunk's list.
+    ``general_units`` (SHAP plans): whether a path heads a sibling unit other than a pair; if
+    not, the kernels built without the general fold run the launch.
     """
 
     n_nodes: int
@@ -99,6 +101,7 @@ class QuadratureLaunch:
     local_feature_offsets: object = None
     n_local: int = 0
     local_columns: int = 0
+    general_units: bool = True
 
 
 @dataclass(eq=False)

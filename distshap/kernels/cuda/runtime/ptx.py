@@ -42,7 +42,7 @@ from distshap.plan.geometry import (
 
 __all__ = [
     "MARGIN_KERNELS", "ahead_compile", "ahead_groups", "ahead_prepare", "compile_check",
-    "kernel_ptx", "shap_kernel_names",
+    "kernel_ptx", "pairs_only", "shap_kernel_names",
 ]  # fmt: skip
 
 _X_ACC = "float32[:, ::1], int64[:, ::1], float64, int64"
@@ -100,20 +100,43 @@ def _kernels() -> dict:
         for shared in (False, True):
             name = f"interaction_quadrature_kernel_{n_nodes}{'_shared' if shared else ''}"
             kernels[name] = (interaction_kernel(n_nodes, shared), _QUADRATURE_SIG)
-            kernels[f"shap_quadrature_kernel_{n_nodes}_2rows{'_shared' if shared else ''}"] = (
-                quadrature_kernel(n_nodes, shared, rows=2), _TWO_ROW_QUADRATURE_SIG,
-            )  # fmt: skip
         kernels[f"shap_quadrature_kernel_{n_nodes}_shared"] = (
             quadrature_kernel(n_nodes, True), _SHAP_QUADRATURE_SIG,
         )  # fmt: skip
-        for rows in (1, 2):
-            kernels[f"shap_quadrature_kernel_{n_nodes}_local{'_2rows' if rows == 2 else ''}"] = (
-                quadrature_kernel(n_nodes, True, local=True, rows=rows), _LOCAL_QUADRATURE_SIG,
-            )  # fmt: skip
-        for mode in ("local", "shared", "global"):  # calls of few rows: a thread a path
-            sig = _LOCAL_QUADRATURE_SIG if mode == "local" else _TWO_ROW_QUADRATURE_SIG
-            name = f"shap_quadrature_kernel_{n_nodes}_{mode}_path_threads"
-            kernels[name] = (path_thread_kernel(n_nodes, mode), sig)
+        kernels[f"shap_quadrature_kernel_{n_nodes}_local"] = (
+            quadrature_kernel(n_nodes, True, local=True), _LOCAL_QUADRATURE_SIG,
+        )  # fmt: skip
+        for general in (True, False) if pairs_only(n_nodes) else (True,):
+            kernels.update(_unit_kernels(n_nodes, general))
+    return kernels
+
+
+def pairs_only(n_nodes: int) -> bool:
+    """Whether the SHAP plans' launches of ``n_nodes`` nodes can head only sibling pairs
+    under the configuration in force: their paths have at most ``2 n_nodes`` features, fewer
+    than ``quadrature_unit_min_features``. Their kernels built without the general fold (names
+    ending ``_pairs``) are the ones compiled ahead."""
+    return 2 * int(n_nodes) < int(get_config().quadrature_unit_min_features)
+
+
+def _unit_kernels(n_nodes: int, general: bool) -> dict:
+    """The SHAP kernels of ``n_nodes`` nodes built with or without the general unit fold
+    (:func:`~distshap.kernels.cuda.shap_quadrature.quadrature_kernel`) that a call may compile
+    ahead: two rows a thread in every mode; and with it, a thread a path."""
+    end = "" if general else "_pairs"
+    kernels = {}
+    for shared in (False, True):
+        kernels[f"shap_quadrature_kernel_{n_nodes}_2rows{'_shared' if shared else ''}{end}"] = (
+            quadrature_kernel(n_nodes, shared, rows=2, general=general), _TWO_ROW_QUADRATURE_SIG,
+        )  # fmt: skip
+    kernels[f"shap_quadrature_kernel_{n_nodes}_local_2rows{end}"] = (
+        quadrature_kernel(n_nodes, True, local=True, rows=2, general=general),
+        _LOCAL_QUADRATURE_SIG,
+    )  # fmt: skip
+    for mode in ("local", "shared", "global") if general else ():  # few rows: a thread a path
+        sig = _LOCAL_QUADRATURE_SIG if mode == "local" else _TWO_ROW_QUADRATURE_SIG
+        name = f"shap_quadrature_kernel_{n_nodes}_{mode}_path_threads"
+        kernels[name] = (path_thread_kernel(n_nodes, mode), sig)
     return kernels
 
 
@@ -177,7 +200,8 @@ def shap_kernel_names(num_features: int, num_groups: int, longest_path: int) -> 
     nodes = config.quadrature_nodes
     used = np.unique(quadrature_node_index(np.arange(1, min(longest, REGULAR_MAX_K) + 1), nodes))
     nodes = [nodes[q] for q in used if q < len(nodes)]
-    names += [f"shap_quadrature_kernel_{n}{suffix}" for n in nodes]
+    names += [f"shap_quadrature_kernel_{n}{suffix}{'_pairs' if pairs_only(n) else ''}"
+              for n in nodes]  # fmt: skip
     if longest > REGULAR_MAX_K:
         names.append("oversize_kernel")
     names += ["finish_kernel", *MARGIN_KERNELS]
