@@ -104,6 +104,20 @@ with config_context(small_max_paths=0):
             offsets = np.diff(kc.device_model(pu).shap.unit_offsets.copy_to_host())
             assert offsets.max() <= (2**levels if levels else 0), (levels, offsets.max())
             close(kc.shap_values(pu, Xu), naive.treeshap_recursive_rows(chains, Xu))
+    # pairs only: the kernels without the general fold give the general kernels' bits (a thread
+    # a path; two rows a thread)
+    with config_context(quadrature_unit_levels=1):
+        launches = kc.device_model(pu).shap.quadrature
+        assert not any(launch.general_units for launch in launches)
+        for config in (dict(), dict(path_thread_rows=0, few_rows=0, few_rows_blocks=0)):
+            with config_context(**config):
+                lean = kc.shap_values(pu, Xu)
+                for launch in launches:
+                    launch.general_units = True
+                full = kc.shap_values(pu, Xu)
+                for launch in launches:
+                    launch.general_units = False
+            assert np.array_equal(lean.view(np.uint32), full.view(np.uint32)), config
 print("SIMULATOR-OK")
 """
 

@@ -156,14 +156,17 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str, general: bool = True):
             value = lane_f[s0 - u1, LF_VALUE]
             e0 = unit_offsets[p]  # a sibling unit's entries (plan.units): p is its head
             e1 = unit_offsets[p + 1]
-            skip = np.uint32(0)  # unit_fold.unit_skip, written out: the call takes registers here
+            skip = np.uint32(0)  # the head's own tail elements, a bit each (unit_fold.unit_skip)
             if e1 > e0:
-                value = one  # the leaf values come in with h (unit_fold)
-                for i in range(3):
-                    lt = unit_lanes[e0, i]
-                    if lt >= 0:
-                        pos = np.uint32(lane_i[lt, LI_POSITION] - 1)
-                        skip = np.uint32(skip | (m1 << pos))
+                value = one  # the leaf values come in with the fold (unit_fold)
+                if general:  # written out: the call takes registers here
+                    for i in range(3):
+                        lt = unit_lanes[e0, i]
+                        if lt >= 0:
+                            pos = np.uint32(lane_i[lt, LI_POSITION] - 1)
+                            skip = np.uint32(skip | (m1 << pos))
+                else:  # a sibling pair: one element of its own
+                    skip = np.uint32(m1 << np.uint32(lane_i[unit_lanes[e0, 0], LI_POSITION] - 1))
             for m in range(n_nodes):
                 pa[m] = value * weights[m]
                 pb[m] = value * weights[m]
@@ -206,15 +209,24 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str, general: bool = True):
                         pb[m] *= z + nodes[m] * db
                 mask = np.uint32(mask << m1)
                 e = np.uint32(e + m1)
-            if e1 > e0 and unit_is_pair(unit_lanes, e0, e1):  # a sibling pair, both rows
+            pair_a = np.int64(0)  # without ``general``: a pair's split element's contributions,
+            pair_b = np.int64(0)  # added in the quotient loop below
+            if not general and e1 > e0:  # a sibling pair, both rows
                 lp = np.uint64(np.uint32(unit_lanes[e0, 0]))
                 q = np.uint64(np.uint32(unit_lanes[e0 + 1, 0]))
                 fq = np.uint64(np.uint32(lane_i[q, LI_FEATURE]))
-                mp = np.uint32(m1 << np.uint32(lane_i[lp, LI_POSITION] - 1))
+                pair_a = fold_pair(pa, nodes, lane_f, lane_i, lane_cat, cat_words, lp, q,
+                                   (bits_a & skip) != 0, xa[fq], scale32)  # fmt: skip
+                pair_b = fold_pair(pb, nodes, lane_f, lane_i, lane_cat, cat_words, lp, q,
+                                   (bits_b & skip) != 0, xb[fq], scale32)  # fmt: skip
+            elif e1 > e0 and unit_is_pair(unit_lanes, e0, e1):  # as above, added at once
+                lp = np.uint64(np.uint32(unit_lanes[e0, 0]))
+                q = np.uint64(np.uint32(unit_lanes[e0 + 1, 0]))
+                fq = np.uint64(np.uint32(lane_i[q, LI_FEATURE]))
                 iva = fold_pair(pa, nodes, lane_f, lane_i, lane_cat, cat_words, lp, q,
-                                (bits_a & mp) != 0, xa[fq], scale32)  # fmt: skip
+                                (bits_a & skip) != 0, xa[fq], scale32)  # fmt: skip
                 ivb = fold_pair(pb, nodes, lane_f, lane_i, lane_cat, cat_words, lp, q,
-                                (bits_b & mp) != 0, xb[fq], scale32)  # fmt: skip
+                                (bits_b & skip) != 0, xb[fq], scale32)  # fmt: skip
                 col = np.uint32(lane_column[lp] if local else lane_i[lp, LI_FEATURE])
                 if iva != 0:
                     if shared:
@@ -278,9 +290,11 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str, general: bool = True):
                 db = -z
                 if bits_b & mask:
                     db = one - z
-                iva = np.int64(0)
-                ivb = np.int64(0)
-                if (skip & mask) == 0:  # else a tail element: added by the unit's entries
+                iva = pair_a  # a pair's split element; another tail element: its entries add
+                ivb = pair_b
+                if (skip & mask) == 0:
+                    iva = np.int64(0)
+                    ivb = np.int64(0)
                     if da != 0:  # else the element's factor may be 0 and its value is 0
                         total = np.float32(0.0)
                         for m in range(n_nodes):
