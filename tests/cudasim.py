@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-__all__ = ["assert_simulator_ok", "nvvm_available"]
+__all__ = ["assert_simulator_ok", "nvvm_available", "poll_blocks_gently"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -24,6 +24,59 @@ ROW_KERNELS = (
 )
 
 
+#: Prepended to every script: the simulator's blocks polled by :func:`poll_blocks_gently`.
+GENTLE_POLLS = "import cudasim\ncudasim.poll_blocks_gently()\n"
+
+#: Seconds the host thread sleeps between two looks at a simulated block's threads.
+POLL_SECONDS = 1e-4
+
+
+def poll_blocks_gently() -> None:
+    """Run the simulator's blocks with a host thread that sleeps between its looks.
+
+    Numba's simulator runs each thread of a block as a Python thread, and the host thread
+    waits for them by looking at every thread's state again and again without a pause (to
+    release a barrier once every live thread has reached it): it holds the interpreter lock
+    the threads it waits for need. Here the host thread does the same checks, in the same
+    order of consequences (a thread's exception stops the block and is raised; a barrier is
+    released when every live thread waits at it), then sleeps :data:`POLL_SECONDS`, handing
+    the lock to the simulated threads. The threads and their barriers are the simulator's.
+    """
+    import time
+
+    import numpy as np
+    from numba.cuda.simulator import kernel as sim_kernel
+
+    def run_block(manager, grid_point, *args) -> None:
+        def body():
+            manager._f(*args)
+
+        threads = [
+            sim_kernel.BlockThread(body, manager, grid_point, point, manager._debug)
+            for point in np.ndindex(*manager._block_dim)
+        ]
+        for thread in threads:
+            thread.start()
+        while True:
+            failed = next((t for t in threads if t.exception), None)
+            if failed is not None:
+                for thread in threads:  # wake the others out of their barriers, to stop
+                    thread.abort = True
+                    thread.syncthreads_blocked = False
+                    thread.syncthreads_event.set()
+                raise failed.exception[0].with_traceback(failed.exception[1])
+            live = [t for t in threads if t.is_alive()]
+            if not live:
+                return
+            if all(t.syncthreads_blocked for t in live):  # every live thread at the barrier
+                for thread in live:
+                    thread.syncthreads_blocked = False
+                    thread.syncthreads_event.set()
+            time.sleep(POLL_SECONDS)
+
+    sim_kernel.BlockManager.run = run_block
+
+
 def assert_simulator_ok(script: str, timeout: float, row_kernels: bool = True) -> None:
     """Runs ``script`` with ``NUMBA_ENABLE_CUDASIM=1``; it must exit 0 and print
     ``SIMULATOR-OK`` (the end of its stderr is the failure message). ``row_kernels``: with
@@ -31,6 +84,7 @@ def assert_simulator_ok(script: str, timeout: float, row_kernels: bool = True) -
     thread a path)."""
     if row_kernels:
         script = ROW_KERNELS + script
+    script = GENTLE_POLLS + script
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     env["PYTHONPATH"] = os.pathsep.join([HERE, os.path.dirname(HERE), env.get("PYTHONPATH", "")])
     proc = subprocess.run(
