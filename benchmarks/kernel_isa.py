@@ -47,8 +47,8 @@ __all__ = [
 
 _LOCAL_SIG = (  # the SHAP kernels with chunk-local feature tiles (and the two-row kernel)
     "void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], int32[::1], "
-    "int32[::1], float32[::1], int32[:, ::1], int64[::1], int32[::1], int16[::1], int32[::1], "
-    "int64[::1], float32[:, ::1], int64[:, ::1], float64, int64, int64)"
+    "int32[::1], float32[::1], int32[:, ::1], int32[::1], int64[::1], int32[::1], int16[::1], "
+    "int32[::1], int64[::1], float32[:, ::1], int64[:, ::1], float64, int64, int64)"
 )
 #: :func:`slot_kernel`'s signature: the gathered arrays as flat views
 #: (:func:`distshap.kernels.cuda.slot_quadrature.slot_kernel_arrays`).

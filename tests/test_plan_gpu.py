@@ -136,7 +136,7 @@ def _check_model(packed, costs_by_name: dict) -> int:
         chosen += int((offsets >= 0).any())
         plan = gpu.plan_arrays(packed, offsets)
         assert plan.pop("lane_column") is None
-        for name in ("unit_offsets", "unit_value", "unit_lanes"):  # interaction plans: no units
+        for name in ("unit_offsets", "unit_value", "unit_lanes", "unit_pair"):  # no units
             assert plan.pop(name) is None
         _same(plan, ref.plan_core(packed, offsets))
     stats = gpu.strategy_stats(packed, cost_model.tables_everywhere())

@@ -315,6 +315,15 @@ def test_shap_plans_launch_heads_and_no_members(budget):
         members = np.flatnonzero(units.members)
         assert not set(members.tolist()) & set(launched.tolist())
         assert set(launched.tolist()) | set(members.tolist()) == set(np.flatnonzero(is_q).tolist())
+        # a pair's head: the other path's split lane, at the position of the head's own
+        pair = plan["unit_pair"]
+        assert pair.dtype == np.int32 and pair.size == max(packed.num_paths, 1)
+        position = np.arange(packed.lane_path.size) - packed.path_offsets[packed.lane_path]
+        for p in np.flatnonzero(pair >= 0):
+            e0 = units.offsets[p]
+            assert units.offsets[p + 1] - e0 == 2 and (units.lanes[e0 : e0 + 2, 1:] < 0).all()
+            assert pair[p] == units.lanes[e0 + 1, 0] and packed.lane_path[pair[p]] != p
+            assert position[pair[p]] == position[units.lanes[e0, 0]]
         for launch in plan["quadrature"]:  # the general fold only where a unit needs it
             heads = [p for p in launch["paths"] if units.offsets[p + 1] > units.offsets[p]]
             tails = [int((units.lanes[units.offsets[p] : units.offsets[p + 1]] >= 0).sum())
@@ -322,6 +331,7 @@ def test_shap_plans_launch_heads_and_no_members(budget):
             sizes = [int(units.offsets[p + 1] - units.offsets[p]) for p in heads]
             general = any(t != 2 or n != 2 for t, n in zip(tails, sizes, strict=True))
             assert launch["general_units"] is general
+            assert general or all(pair[p] >= 0 for p in heads)  # pairs: the kernels read it
         assert stats["quadrature_units"] == len(found)
         assert stats["quadrature_unit_members"] == members.size
         if plan["lane_column"] is not None:

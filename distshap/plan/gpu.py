@@ -48,6 +48,7 @@ __all__ = [
     "interaction_table_offsets",
     "interaction_tables_too_wide",
     "keep_path_info",
+    "pair_partners",
     "path_bounds",
     "path_info",
     "plan_arrays",
@@ -191,10 +192,10 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
     ``units`` (SHAP plans): quadrature paths run as sibling units
     (:func:`~distshap.plan.units.sibling_units` of ``quadrature_unit_levels`` and
     ``quadrature_unit_min_features``: ``unit_offsets``,
-    ``unit_value`` float32, ``unit_lanes``), the members left out of the launches; else those
-    three are None. Each launch's ``general_units``: whether one of its paths heads a unit
-    other than a sibling pair (:func:`general_heads`; a kernel without the general fold runs
-    the others)."""
+    ``unit_value`` float32, ``unit_lanes``; ``unit_pair``, :func:`pair_partners`), the members
+    left out of the launches; else those four are None. Each launch's ``general_units``:
+    whether one of its paths heads a unit other than a sibling pair (:func:`general_heads`; a
+    kernel without the general fold runs the others)."""
     config = get_config()
     k, path_bin, regular = path_info(packed)
     has_table = path_table >= 0
@@ -208,9 +209,12 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
     launches = quadrature_launches(
         k, packed.path_group, is_q, config.quadrature_nodes, config.quadrature_chunk_paths,
     )  # fmt: skip
-    general = None if found is None else general_heads(found.offsets, found.lanes)
-    for launch in launches:
-        launch["general_units"] = general is not None and bool(general[launch["paths"]].any())
+    unit_pair = None
+    if found is not None:
+        general = general_heads(found.offsets, found.lanes)
+        unit_pair = pair_partners(found.offsets, found.lanes, general)
+        for launch in launches:
+            launch["general_units"] = bool(general[launch["paths"]].any())
     table_maxk = _table_maxk(max(packed.num_bins, 1), path_bin, k, is_t)
     table_bins = np.flatnonzero(table_maxk > 0).astype(np.int32)
     if not packed.num_paths:
@@ -234,6 +238,7 @@ def plan_arrays(packed: PackedModel, path_table: np.ndarray, local: bool = False
         unit_offsets=None if found is None else found.offsets,
         unit_value=None if found is None else found.value.astype(np.float32),
         unit_lanes=None if found is None else found.lanes,
+        unit_pair=unit_pair,
     )
 
 
@@ -247,6 +252,18 @@ def general_heads(unit_offsets: np.ndarray, unit_lanes: np.ndarray) -> np.ndarra
     first = np.minimum(unit_offsets[:-1], unit_lanes.shape[0] - 2)  # a pair's first entry
     pair = (entries == 2) & (unit_lanes[first, 1] < 0) & (unit_lanes[first + 1, 1] < 0)
     return (entries > 0) & ~pair
+
+
+def pair_partners(unit_offsets: np.ndarray, unit_lanes: np.ndarray,
+                  general: np.ndarray) -> np.ndarray:  # fmt: skip
+    """Per path (int32, at least one): where it heads a sibling pair, the other path's tail
+    lane (of the same position as the head's own, the pair's split element), else -1; the
+    kernels built without the general fold read it instead of the unit's entries (``general``:
+    :func:`general_heads`)."""
+    heads = np.flatnonzero((np.diff(unit_offsets) > 0) & ~general)
+    out = np.full(max(int(general.size), 1), -1, np.int32)
+    out[heads] = unit_lanes[unit_offsets[heads] + 1, 0]
+    return out
 
 
 def _local_tiles(packed: PackedModel, launches: list, k: np.ndarray, found, config) -> np.ndarray:

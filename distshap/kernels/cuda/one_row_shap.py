@@ -40,8 +40,8 @@ def make_shap_kernel(n_nodes: int, shared: bool):
 
     @cuda.jit(cache=True)
     def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, unit_offsets,
-               unit_value, unit_lanes, chunk_offsets, chunk_group, XT, acc, scale, n_cols,
-               row0):  # fmt: skip
+               unit_value, unit_lanes, unit_pair, chunk_offsets, chunk_group, XT, acc, scale,
+               n_cols, row0):  # fmt: skip
         tid = cuda.threadIdx.x
         r = row0 + cuda.blockIdx.y * cuda.blockDim.x + tid
         if r >= XT.shape[1]:
@@ -149,8 +149,8 @@ def make_local_shap_kernel(n_nodes: int):
 
     @cuda.jit(cache=True)
     def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, unit_offsets,
-               unit_value, unit_lanes, chunk_offsets, chunk_group, lane_column, features,
-               feature_offsets, XT, acc, scale, n_cols, row0):  # fmt: skip
+               unit_value, unit_lanes, unit_pair, chunk_offsets, chunk_group, lane_column,
+               features, feature_offsets, XT, acc, scale, n_cols, row0):  # fmt: skip
         tid = cuda.threadIdx.x
         r = row0 + cuda.blockIdx.y * cuda.blockDim.x + tid
         if r >= XT.shape[1]:

@@ -64,8 +64,8 @@ def _make_kernel(n_nodes: int, mode: str, general: bool):
 
     @cuda.jit(cache=True)
     def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, unit_offsets,
-               unit_value, unit_lanes, chunk_offsets, chunk_group, lane_column, features,
-               feature_offsets, XT, acc, scale, n_cols, row0):  # fmt: skip
+               unit_value, unit_lanes, unit_pair, chunk_offsets, chunk_group, lane_column,
+               features, feature_offsets, XT, acc, scale, n_cols, row0):  # fmt: skip
         tid = cuda.threadIdx.x
         stride = cuda.blockDim.x
         r = row0 + cuda.blockIdx.y  # the grid has a row of blocks for each row

@@ -111,8 +111,8 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str, general: bool = True):
 
     @cuda.jit(cache=True)
     def kernel(lane_f, lane_i, lane_cat, cat_words, path_offsets, chunk_paths, unit_offsets,
-               unit_value, unit_lanes, chunk_offsets, chunk_group, lane_column, features,
-               feature_offsets, XT, acc, scale, n_cols, row0):  # fmt: skip
+               unit_value, unit_lanes, unit_pair, chunk_offsets, chunk_group, lane_column,
+               features, feature_offsets, XT, acc, scale, n_cols, row0):  # fmt: skip
         tid = cuda.threadIdx.x
         stride = cuda.blockDim.x
         n_rows = XT.shape[1]
@@ -154,19 +154,24 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str, general: bool = True):
             s0 = np.uint64(path_offsets[p] + 1)  # first feature element (after the bias lane)
             k = np.uint32(path_offsets[p + 1] - path_offsets[p] - 1)
             value = lane_f[s0 - u1, LF_VALUE]
-            e0 = unit_offsets[p]  # a sibling unit's entries (plan.units): p is its head
-            e1 = unit_offsets[p + 1]
             skip = np.uint32(0)  # the head's own tail elements, a bit each (unit_fold.unit_skip)
-            if e1 > e0:
-                value = one  # the leaf values come in with the fold (unit_fold)
-                if general:  # written out: the call takes registers here
-                    for i in range(3):
+            e0 = e1 = np.int32(0)
+            q = np.int32(-1)
+            if general:
+                e0 = unit_offsets[p]  # a sibling unit's entries (plan.units): p is its head
+                e1 = unit_offsets[p + 1]
+                if e1 > e0:
+                    value = one  # the leaf values come in with the fold (unit_fold)
+                    for i in range(3):  # unit_fold.unit_skip, written out: a call takes registers
                         lt = unit_lanes[e0, i]
                         if lt >= 0:
                             pos = np.uint32(lane_i[lt, LI_POSITION] - 1)
                             skip = np.uint32(skip | (m1 << pos))
-                else:  # a sibling pair: one element of its own
-                    skip = np.uint32(m1 << np.uint32(lane_i[unit_lanes[e0, 0], LI_POSITION] - 1))
+            else:  # every unit a sibling pair: the other path's split lane, or -1
+                q = unit_pair[p]
+                if q >= 0:
+                    value = one  # the leaf values come in with fold_pair
+                    skip = np.uint32(m1 << np.uint32(lane_i[q, LI_POSITION] - 1))
             for m in range(n_nodes):
                 pa[m] = value * weights[m]
                 pb[m] = value * weights[m]
@@ -211,15 +216,15 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str, general: bool = True):
                 e = np.uint32(e + m1)
             pair_a = np.int64(0)  # without ``general``: a pair's split element's contributions,
             pair_b = np.int64(0)  # added in the quotient loop below
-            if not general and e1 > e0:  # a sibling pair, both rows
-                lp = np.uint64(np.uint32(unit_lanes[e0, 0]))
-                q = np.uint64(np.uint32(unit_lanes[e0 + 1, 0]))
-                fq = np.uint64(np.uint32(lane_i[q, LI_FEATURE]))
-                pair_a = fold_pair(pa, nodes, lane_f, lane_i, lane_cat, cat_words, lp, q,
+            if not general and q >= 0:  # a sibling pair, both rows
+                lp = s0 + np.uint64(np.uint32(lane_i[q, LI_POSITION] - 1))  # the head's split lane
+                uq = np.uint64(np.uint32(q))
+                fq = np.uint64(np.uint32(lane_i[uq, LI_FEATURE]))
+                pair_a = fold_pair(pa, nodes, lane_f, lane_i, lane_cat, cat_words, lp, uq,
                                    (bits_a & skip) != 0, xa[fq], scale32)  # fmt: skip
-                pair_b = fold_pair(pb, nodes, lane_f, lane_i, lane_cat, cat_words, lp, q,
+                pair_b = fold_pair(pb, nodes, lane_f, lane_i, lane_cat, cat_words, lp, uq,
                                    (bits_b & skip) != 0, xb[fq], scale32)  # fmt: skip
-            elif e1 > e0 and unit_is_pair(unit_lanes, e0, e1):  # as above, added at once
+            elif general and e1 > e0 and unit_is_pair(unit_lanes, e0, e1):  # added at once
                 lp = np.uint64(np.uint32(unit_lanes[e0, 0]))
                 q = np.uint64(np.uint32(unit_lanes[e0 + 1, 0]))
                 fq = np.uint64(np.uint32(lane_i[q, LI_FEATURE]))
@@ -417,7 +422,7 @@ def _kept_arrays(model, plan, launch, rows: int, local: bool) -> tuple:
     def arrays() -> tuple:
         model_arrays = (model.lane_f, model.lane_i, model.lane_cat, model.cat_words,
                         model.path_offsets, launch.paths, plan.unit_offsets, plan.unit_value,
-                        plan.unit_lanes)  # fmt: skip
+                        plan.unit_lanes, plan.unit_pair)  # fmt: skip
         if local:
             return model_arrays + (launch.local_offsets, launch.local_group, plan.lane_column,
                                    launch.local_features, launch.local_feature_offsets)  # fmt: skip

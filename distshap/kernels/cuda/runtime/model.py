@@ -119,7 +119,9 @@ class Plan:
     ``unit_offsets`` (int32, one more than paths), ``unit_value`` (float32 per entry) and
     ``unit_lanes`` (int32, three tail lanes an entry), SHAP plans: the sibling units the
     quadrature kernels run (:func:`~distshap.plan.units.sibling_units`; a head's entries are
-    ``unit_offsets[p]:unit_offsets[p + 1]``); None in interaction plans.
+    ``unit_offsets[p]:unit_offsets[p + 1]``) and ``unit_pair`` (int32 per path: a sibling
+    pair's other tail lane, :func:`~distshap.plan.gpu.pair_partners`); None in interaction
+    plans.
     """
 
     lane_table: object
@@ -135,6 +137,7 @@ class Plan:
     unit_offsets: object = None
     unit_value: object = None
     unit_lanes: object = None
+    unit_pair: object = None
 
 
 @dataclass(eq=False)
@@ -453,7 +456,7 @@ def few_rows_shap_plan(packed: PackedModel, model: DeviceModel) -> Plan:
         quadrature = _to_device({"quadrature": host["quadrature"]})["quadrature"]
         column = host["lane_column"]
         column = None if column is None else cuda.to_device(column)
-        names = ("unit_offsets", "unit_value", "unit_lanes")
+        names = ("unit_offsets", "unit_value", "unit_lanes", "unit_pair")
         units = {}  # the usual plan's units, unless the launches left out other members
         if any(not np.array_equal(host[n], getattr(plan, n).copy_to_host()) for n in names):
             units = {n: cuda.to_device(host[n]) for n in names}

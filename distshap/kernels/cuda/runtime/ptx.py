@@ -54,7 +54,7 @@ _QUADRATURE_SIG = (  # the interaction kernel takes X, the SHAP kernel its trans
     "void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], int32[::1], "
     f"int64[::1], int32[::1], {_X_ACC}, int64)"
 )
-_UNITS = "int32[::1], float32[::1], int32[:, ::1]"  # unit_offsets, unit_value, unit_lanes
+_UNITS = "int32[::1], float32[::1], int32[:, ::1], int32[::1]"  # unit_offsets ... unit_pair
 _SHAP_QUADRATURE_SIG = (  # the one-row SHAP kernel: the paths' sibling units after the paths
     "void(float32[:, ::1], int32[:, ::1], int64[::1], uint32[::1], int64[::1], int32[::1], "
     f"{_UNITS}, int64[::1], int32[::1], {_X_ACC}, int64)"
