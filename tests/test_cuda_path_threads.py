@@ -105,19 +105,31 @@ with config_context(small_max_paths=0):
             assert offsets.max() <= (2**levels if levels else 0), (levels, offsets.max())
             close(kc.shap_values(pu, Xu), naive.treeshap_recursive_rows(chains, Xu))
     # pairs only: the kernels without the general fold give the general kernels' bits (a thread
-    # a path; two rows a thread)
-    with config_context(quadrature_unit_levels=1):
-        launches = kc.device_model(pu).shap.quadrature
-        assert not any(launch.general_units for launch in launches)
-        for config in (dict(), dict(path_thread_rows=0, few_rows=0, few_rows_blocks=0)):
-            with config_context(**config):
-                lean = kc.shap_values(pu, Xu)
-                for launch in launches:
-                    launch.general_units = True
-                full = kc.shap_values(pu, Xu)
-                for launch in launches:
-                    launch.general_units = False
-            assert np.array_equal(lean.view(np.uint32), full.view(np.uint32)), config
+    # a path; two rows a thread); every launch of the plans the calls run is switched
+    from distshap.kernels.cuda import shap_quadrature
+
+    def built():
+        keys = [*path_threads._KERNELS, *shap_quadrature._KERNELS]
+        path_threads._KERNELS.clear()
+        shap_quadrature._KERNELS.clear()
+        return {key[-1] for key in keys}  # each kernel's general flag
+
+    for config in (dict(), dict(path_thread_rows=0, few_rows=0, few_rows_blocks=0)):
+        with config_context(quadrature_unit_levels=1, **config):
+            model = kc.device_model(pu)
+            launches = [*model.shap.quadrature, *kc.few_rows_shap_plan(pu, model).quadrature]
+            assert not any(launch.general_units for launch in launches)
+            built()
+            lean = kc.shap_values(pu, Xu)
+            assert built() == {False}, config
+            for launch in launches:
+                launch.general_units = True
+            full = kc.shap_values(pu, Xu)
+            assert built() == {True}, config
+            for launch in launches:
+                launch.general_units = False
+        assert np.array_equal(lean.view(np.uint32), full.view(np.uint32)), config
+        close(lean, naive.treeshap_recursive_rows(chains, Xu))
 print("SIMULATOR-OK")
 """
 

@@ -45,3 +45,19 @@ def test_kernels_sharing_a_cache_index_go_to_one_helper() -> None:
     quadrature = [g for g in groups if g[0].startswith("shap_quadrature")]
     assert len(quadrature) == 1 and len(quadrature[0]) == 4  # one factory's closures
     assert ("finish_kernel",) in groups
+
+
+def test_only_two_row_kernels_have_builds_without_the_general_fold() -> None:
+    """A node count whose launches can only head pairs gets the two-row kernels' lean builds
+    (``_pairs``); the one-row kernels have one build; with units of two paths at most every
+    node count's two-row kernels are lean, and all are known to the helpers."""
+    with config_context(quadrature_tile_features=512):  # one row a thread: no lean build
+        names = ptx.shap_kernel_names(150, 1, 8)
+    quadrature = [n for n in names if n.startswith("shap_quadrature")]
+    assert quadrature == ["shap_quadrature_kernel_2_shared", "shap_quadrature_kernel_4_shared"]
+    with config_context(quadrature_unit_levels=1):
+        names = ptx.shap_kernel_names(54, 8, 16)
+        known = ptx._ahead_kernels()
+    quadrature = [n for n in names if n.startswith("shap_quadrature")]
+    assert len(quadrature) == 4 and all(n.endswith("_pairs") for n in quadrature), quadrature
+    assert set(quadrature) <= set(known)

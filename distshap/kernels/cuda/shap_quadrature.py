@@ -22,6 +22,9 @@ length (unlike the DP's UNWOUND_SUM, which cancels).
   ``unit_lanes``): a unit's head runs with its own tail elements skipped and its leaf value
   left out; :mod:`.unit_fold` then adds every member's tail contributions and multiplies the
   common product by ``h(t)``, and the common elements' quotients give the whole unit's values.
+  A launch whose units are all sibling pairs runs a build without that general fold: a pair
+  head reads its partner's split lane from ``unit_pair``, folds it by
+  :func:`.unit_fold.fold_pair` and adds its value at its own split element.
 
 Interaction values (the same integrals with each element's ratio):
 :mod:`.interaction_quadrature` (full matrices) and :mod:`.slot_quadrature` (pair slots).
@@ -98,8 +101,9 @@ def _make_two_row_shap_kernel(n_nodes: int, mode: str, general: bool = True):
       of 64-bit values), the tile index in 32 bits;
     * a sibling unit entry's tail lanes read once for both rows (:func:`.unit_fold.unit_factors`);
     * without ``general`` only sibling pairs' fold is compiled in (a launch whose units are all
-      pairs, :func:`~distshap.plan.gpu.general_heads`): the general fold's registers then
-      weigh on no other path.
+      pairs, :func:`~distshap.plan.gpu.general_heads`): a pair is read from ``unit_pair[p]``
+      (its split lane's position from the partner lane), and its value is added in the
+      quotient loop at that element; the general fold's registers and loads weigh on no path.
     """
     from distshap.kernels.cuda.runtime.device import LI_COLUMNS
 

@@ -113,10 +113,13 @@ def _kernels() -> dict:
 
 def pairs_only(n_nodes: int) -> bool:
     """Whether the SHAP plans' launches of ``n_nodes`` nodes can head only sibling pairs
-    under the configuration in force: their paths have at most ``2 n_nodes`` features, fewer
-    than ``quadrature_unit_min_features``. Their kernels built without the general fold (names
-    ending ``_pairs``) are the ones compiled ahead."""
-    return 2 * int(n_nodes) < int(get_config().quadrature_unit_min_features)
+    under the configuration in force: units of at most two paths (``quadrature_unit_levels``
+    at most 1), or paths of at most ``2 n_nodes`` features, fewer than
+    ``quadrature_unit_min_features``. Their two-row kernels built without the general fold
+    (names ending ``_pairs``) are the ones compiled ahead."""
+    config = get_config()
+    return (int(config.quadrature_unit_levels) <= 1
+            or 2 * int(n_nodes) < int(config.quadrature_unit_min_features))  # fmt: skip
 
 
 def _unit_kernels(n_nodes: int, general: bool) -> dict:
@@ -200,8 +203,8 @@ def shap_kernel_names(num_features: int, num_groups: int, longest_path: int) -> 
     nodes = config.quadrature_nodes
     used = np.unique(quadrature_node_index(np.arange(1, min(longest, REGULAR_MAX_K) + 1), nodes))
     nodes = [nodes[q] for q in used if q < len(nodes)]
-    names += [f"shap_quadrature_kernel_{n}{suffix}{'_pairs' if pairs_only(n) else ''}"
-              for n in nodes]  # fmt: skip
+    lean = lambda n: "_pairs" if "2rows" in suffix and pairs_only(n) else ""  # noqa: E731
+    names += [f"shap_quadrature_kernel_{n}{suffix}{lean(n)}" for n in nodes]
     if longest > REGULAR_MAX_K:
         names.append("oversize_kernel")
     names += ["finish_kernel", *MARGIN_KERNELS]
@@ -217,9 +220,17 @@ _TRAVERSAL = "int32[::1], int64[::1], float64[::1], boolean[::1]"  # the margin 
 MARGIN_KERNELS = ("margin_check_kernel", "margin_rows_kernel", "margin_values_kernel")
 
 
-@cache
 def _ahead_kernels() -> dict:
-    """:func:`_kernels` and the additivity check's kernels (:data:`MARGIN_KERNELS`)."""
+    """:func:`_kernels` and the additivity check's kernels (:data:`MARGIN_KERNELS`), made
+    once for each set of node counts and of those built without the general fold
+    (:func:`pairs_only`)."""
+    nodes = tuple(get_config().quadrature_nodes)
+    return _ahead_kernels_of(nodes, tuple(pairs_only(n) for n in nodes))
+
+
+@cache
+def _ahead_kernels_of(nodes: tuple, lean: tuple) -> dict:
+    """:func:`_ahead_kernels` of the configuration in force, which ``nodes`` and ``lean`` key."""
     from distshap.kernels.cuda import traversal
 
     rows_kernel, _, check_kernel, values_kernel = traversal._kernels()
