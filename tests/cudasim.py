@@ -58,6 +58,8 @@ def poll_blocks_gently() -> None:
         for thread in threads:
             thread.start()
         while True:
+            live = [t for t in threads if t.is_alive()]
+            # (after the look at who lives: a thread that failed and ended meanwhile is seen)
             failed = next((t for t in threads if t.exception), None)
             if failed is not None:
                 for thread in threads:  # wake the others out of their barriers, to stop
@@ -65,7 +67,6 @@ def poll_blocks_gently() -> None:
                     thread.syncthreads_blocked = False
                     thread.syncthreads_event.set()
                 raise failed.exception[0].with_traceback(failed.exception[1])
-            live = [t for t in threads if t.is_alive()]
             if not live:
                 return
             if all(t.syncthreads_blocked for t in live):  # every live thread at the barrier
