@@ -244,22 +244,20 @@ def _without(own: Counter, per_iteration: Counter, marker: str, per: float,
 
 def _roles(loops: list[dict], kind: str, n_nodes: int = 0) -> dict[str, Counter] | None:
     """A kernel's loops by role (per iteration), or ``None`` where its loops are not as
-    expected. ``kind``: ``shap`` (element: the products and quotients loops of an element,
+    expected. ``kind``: ``shap`` and ``shap_pairs`` (the two-row kernel's build without the
+    general unit fold; element: the products and quotients loops of an element,
     path, pre / post: tile zeroing / flush per column), ``interaction`` (forward: an element,
     step: two elements' diagonals, pair: a later element against two, path, pre / post),
     ``table_shap`` (rows: four rows, tile, pre / post), ``table_int`` (cond: a conditioned
     element, row, tile, pre / post); ``top``: once a warp; SHAP ``unit``: a sibling unit's entry,
     both rows (loops without reciprocals; a head's moments and scaling count in ``path``)."""
     body = loops[:-1]
-    fp = [
-        j
-        for j, lp in enumerate(body)
-        if lp["inner"] and lp["float"] >= (4 if kind in ("shap", "interaction") else 1)
-    ]
+    least = 4 if kind in ("shap", "shap_pairs", "interaction") else 1  # float ops of a hot loop
+    fp = [j for j, lp in enumerate(body) if lp["inner"] and lp["float"] >= least]
     parent = lambda j: body[j]["parent"] if j >= 0 else -1  # noqa: E731
     roles = {"top": loops[-1]["own"]}
     try:
-        if kind == "shap":
+        if kind in ("shap", "shap_pairs"):
             p = fp[0]
             units = [j for j in fp[1:] if not body[j]["own"].get("rcp")]
             q = next(j for j in fp[1:] if body[j]["own"].get("rcp"))
@@ -310,8 +308,8 @@ def _roles(loops: list[dict], kind: str, n_nodes: int = 0) -> dict[str, Counter]
 
 def _kernel(kind: str, n_nodes: int, mode: str):
     """``(kernel, signature)`` of one kernel variant (built, not compiled; no GPU needed)."""
-    if kind == "shap":
-        return kernel_isa.two_row_kernel(n_nodes, mode), kernel_isa._LOCAL_SIG
+    if kind in ("shap", "shap_pairs"):  # shap_pairs: the build without the general unit fold
+        return kernel_isa.two_row_kernel(n_nodes, mode, kind == "shap"), kernel_isa._LOCAL_SIG
     if kind == "interaction":
         from distshap.kernels.cuda.interaction_quadrature import interaction_kernel
 
@@ -328,6 +326,7 @@ _SAVED: dict = {}
 #: Every kernel variant a plan may launch (:func:`save_counts`).
 VARIANTS: tuple = (
     *((k, n, m) for k, modes in (("shap", ("local", "shared", "global")),
+                                 ("shap_pairs", ("local", "shared", "global")),
                                  ("interaction", ("shared", "global")))
       for n in (2, 4, 6, 8, 12, 16) for m in modes),
     *((k, 0, m) for k in ("table_shap", "table_int") for m in ("shared", "global")),
@@ -457,7 +456,8 @@ def _shap_launch(q: dict, k: np.ndarray, F: int, G: int, nb: int, local: bool, o
     groups = len(np.unique(q["group"])) if len(q["group"]) else 0
     hbm = nb * F * 4.0 + (kk + 1).sum() * _LANE_BYTES + _acc_bytes(nb, groups * (F + 1))
     elements = int(kk.sum()) * nb
-    c = kernel_counts("shap", q["n_nodes"], mode, **opts) if rows == 2 else {"roles": None}
+    kind = "shap" if q.get("general_units", True) else "shap_pairs"  # the build it launches
+    c = kernel_counts(kind, q["n_nodes"], mode, **opts) if rows == 2 else {"roles": None}
     if c["roles"] is None:  # (the one-row kernels are not counted here)
         return KernelWork(label + ("" if rows == 2 else ", one row a thread"), Counter(), hbm,
                           elements)  # fmt: skip

@@ -106,6 +106,16 @@ def test_plan_work_of_a_small_model():
         assert w.counts["xu"] >= 4 * w.elements / 64, w
         assert w.counts["issue"] > w.counts["fp32"] > 0, w
     assert work[-1].hbm_bytes == 20.0 * rows * (packed.num_features + 1)
+    # its units are all pairs: counted as the build without the general fold (no unit entries),
+    # which issues less than the general build counted for the same launches
+    assert not any(q["general_units"] for q in plan["quadrature"])
+    assert all(w.counts["issue:unit"] == 0 for w in quad)
+    for q in plan["quadrature"]:
+        q["general_units"] = True
+    general = plan_work(packed, plan, rows, interactions=False, sass=False)
+    general = [w for w in general if w.label.startswith("quadrature")]
+    assert all(w.counts["issue:unit"] > 0 for w in general)
+    assert sum(w.counts["issue"] for w in quad) < sum(w.counts["issue"] for w in general)
 
 
 def test_saved_counts_stand_in_for_missing_tools(tmp_path):
