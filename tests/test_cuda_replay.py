@@ -1,9 +1,11 @@
-"""Checked GPU SHAP calls of few rows replayed as CUDA graphs (:mod:`distshap.kernels.cuda.replay`).
+"""Checked GPU SHAP calls replayed as CUDA graphs (:mod:`distshap.kernels.cuda.replay`).
 
 A graph must give the launches' values bit for bit (first call: eager, later calls: the graph),
-with SHAP tables, quadrature, oversize paths and several groups; flag a row that misses its
-margin as the launches' check does; serve one call at a time (others take the launches) and
-never serve what it does not take (CuPy rows, float64 rows, rows that are not ``raw``).
+with SHAP tables, quadrature, oversize paths and several groups, for its own row count and for
+the fewer rows of its bucket (zero rows beside them); flag a row that misses its margin as the
+launches' check does; serve one call at a time (others take the launches) and never serve what
+it does not take (CuPy rows, float64 rows, rows that are not ``raw``, buckets beyond
+``replay_rows`` or ``replay_graph_bytes``).
 """
 
 from __future__ import annotations
@@ -74,6 +76,36 @@ def test_gpu_replay_keeps_the_bits():
                 assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (name, n)
 
 
+def test_gpu_replay_buckets_keep_the_bits():
+    from distshap.kernels.cuda import device_model
+    from distshap.kernels.cuda.replay import replay_bucket, replayed_values
+    from distshap.kernels.cuda.traversal import block_rows_max
+    from distshap.plan.costs import forced_costs
+
+    for name, packed, ens in _models():
+        X = np.ascontiguousarray(tiny.random_rows(88, ens, 6000, 0.1), np.float32)
+        with config_context(replay_graph_bytes=1 << 30):
+            # 1,000 and 1,020 rows share the graph of 1,024; 3,000 rows: the usual plan's kernels
+            for n, at in ((17, 0), (1020, 0), (1000, 2000), (3000, 3000)):
+                rows = np.ascontiguousarray(X[at : at + n])
+                if replay_bucket(n) > block_rows_max(packed):  # the one-tree model's check
+                    assert replayed_values(packed, rows, rows) is None, (name, n)
+                    continue
+                want = _launched(packed, rows)
+                got, flagged = replayed_values(packed, rows, rows)
+                assert not flagged, (name, n)
+                assert got.shape == want.shape
+                assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (name, n)
+                slot = device_model(packed)._forms[("replay", replay_bucket(n), forced_costs())]
+                assert slot.graph is not None and not slot.failed, (name, n)
+            rows = np.ascontiguousarray(X[5000:5999])  # 999 rows through the graph of 1,024
+            if replay_bucket(999) > block_rows_max(packed):
+                continue
+            got, _ = replayed_values(packed, rows, rows)
+            want = _launched(packed, rows)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), name
+
+
 def test_gpu_replay_flags_a_row_that_misses_its_margin():
     from distshap.kernels.cuda.replay import replayed_values
 
@@ -84,6 +116,9 @@ def test_gpu_replay_flags_a_row_that_misses_its_margin():
     with config_context(small_max_paths=0):
         assert replayed_values(packed, rows, rows)[1]  # eager
         assert replayed_values(packed, rows, rows)[1]  # graph
+    many = np.ascontiguousarray(tiny.random_rows(85, ens, 1000, 0.1), np.float32)
+    assert replayed_values(packed, many, many)[1]  # eager, 1,024 rows
+    assert replayed_values(packed, many, many)[1]  # graph
 
 
 def test_gpu_replay_through_the_explainer_and_from_threads():
@@ -144,3 +179,10 @@ def test_gpu_replay_serves_only_what_it_takes():
     many = np.zeros((65, 8), np.float32)  # more than the check's block traversal takes
     with config_context(replay_rows=100, margin_block_rows=64):
         assert replayed_values(packed, many, many) is None
+    with config_context(replay_rows=1000):
+        assert replayed_values(packed, many[:60], many[:60]) is not None
+        over = np.zeros((1000, 8), np.float32)  # its bucket: 1,024 rows
+        assert replayed_values(packed, over, over) is None
+    with config_context(replay_graph_bytes=64 * (12 * 8 + 16 * 9) - 1):
+        assert replayed_values(packed, many[:64], many[:64]) is None  # 64 rows' buffers
+        assert replayed_values(packed, many[:60], many[:60]) is not None  # 60: less

@@ -61,10 +61,14 @@ class Config:
         chunk, its threads over the chunk's paths, where the row kernels would keep one thread
         of each block busy. 0: never. The bits do not depend on it.
     replay_rows : int
-        GPU SHAP calls of at most this many NumPy float32 rows, checked, replay a CUDA graph of
-        the whole call (:mod:`distshap.kernels.cuda.replay`: captured on the first call of
-        that many rows, kept with the device model), for a fraction of the host's time a call.
-        0: never. The bits do not depend on it.
+        GPU SHAP calls of NumPy float32 rows, checked, whose row count's bucket (at most an
+        eighth more rows) is at most this many rows replay a CUDA graph of the whole call
+        (:mod:`distshap.kernels.cuda.replay`: captured on the first call of that bucket, kept
+        with the device model), for a fraction of the host's time a call. 0: never. The bits
+        do not depend on it.
+    replay_graph_bytes : int
+        And whose graph's buffers (rows and values, on the device and pinned) take at most
+        this many bytes: wide models replay fewer rows.
     margin_block_rows : int
         The additivity check's margin traversal on the GPU: calls (a batch) of at most this
         many rows walk a block a row, its threads over the trees (each row's trees in
@@ -167,7 +171,8 @@ interventional_interaction_table_budget_bytes : int
     few_rows_chunk_paths: int = 32
     few_rows_blocks: int = 8192
     path_thread_rows: int = 16
-    replay_rows: int = 16
+    replay_rows: int = 16384
+    replay_graph_bytes: int = 4 << 20
     margin_block_rows: int = 1 << 15
     margin_block_rows_per_tree: int = 400
     quadrature_shared_bytes: int = 48 * 1024

@@ -1,12 +1,17 @@
-"""GPU SHAP calls of few rows replayed as CUDA graphs.
+"""GPU SHAP calls of up to thousands of rows replayed as CUDA graphs.
 
 A call of a few rows spends most of its time on the host: copies, a dozen launches, the
-additivity check's launch, the copy back, each with Python around it. Here the whole call for
-``n`` rows of a model (the rows' copy to the device, their transpose, the table, quadrature,
-fallback and finish kernels, the check's traversal and the values' copy back) is captured
-once into a CUDA graph whose buffers are kept with the device model; a later call of ``n``
-rows copies them into the graph's pinned input, launches the graph, waits and reads the pinned
-output and the check's flag.
+additivity check's launch, the copy back, each with Python around it; a call of thousands
+spends about as much host time beside its kernels (in a server, host time the next call
+waits for). Here the whole call for ``b`` rows of a model (the rows' copy to the device, their
+transpose, the table, quadrature, fallback and finish kernels, the check's traversal and the
+values' copy back) is captured once into a CUDA graph whose buffers are kept with the device
+model; a later call of ``n`` rows whose bucket (:func:`replay_bucket`) is ``b`` copies them
+into the graph's pinned input, zeroes the input's ``b - n`` rows beyond them, launches the
+graph, waits and reads its first ``n`` pinned output rows and the check's flag. A row's values
+do not depend on the rows beside it or on the plan of the call's row count, so the zero rows
+change no bit of the others; they are checked too (a flag sends the call to the full check,
+which looks at its own rows only).
 
 The graph runs the kernels :func:`.launch.shap_values` runs, on the same arrays, so its values
 are the same bits. It is built on the first call of ``n`` rows: that call runs the sequence
@@ -37,7 +42,23 @@ from distshap.packed import PackedModel
 from distshap.plan.config import get_config
 from distshap.plan.costs import forced_costs
 
-__all__ = ["checked_values", "replayed_values"]
+__all__ = ["checked_values", "replay_bucket", "replayed_values"]
+
+
+def replay_bucket(n: int) -> int:
+    """The rows of the graph a call of ``n`` rows replays: ``n`` up to 15, else ``n`` rounded
+    up to a multiple of ``2 ** (bits of n - 4)``: at most an eighth more rows (zeros), eight
+    graphs an octave of row counts."""
+    step = 1 << max(0, int(n).bit_length() - 4)
+    return -(-int(n) // step) * step
+
+
+def graph_bytes(packed: PackedModel, rows: int) -> int:
+    """Device and pinned host bytes of the buffers of a graph of ``rows`` rows: the rows (pinned,
+    on the device, transposed) and the values (the int64 sums, float32 on the device and
+    pinned)."""
+    columns = packed.num_groups * (packed.num_features + 1)
+    return int(rows) * (12 * packed.num_features + 16 * columns)
 
 
 class _Slot:
@@ -106,11 +127,11 @@ class _Graph:
     def eager(self, rows: np.ndarray, model) -> tuple[np.ndarray, bool]:
         """Run the call's launches one by one on ``rows``: ``(values, flagged)``."""
         self.stream.synchronize()  # nothing of an interrupted call still reads the input
-        np.copyto(self.host_in, rows)
+        self._fill(rows)
         with self.stream, warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*under-utilization.*")
             self._sequence(model)
-        return self._read()
+        return self._read(len(rows))
 
     def capture(self, model) -> None:
         """Capture the call's launches into a CUDA graph (on its own stream)."""
@@ -139,15 +160,21 @@ class _Graph:
     def replay(self, rows: np.ndarray) -> tuple[np.ndarray, bool]:
         """The call on ``rows`` through the graph: ``(values, flagged)``."""
         self.stream.synchronize()  # nothing of an interrupted call still reads the input
-        np.copyto(self.host_in, rows)
+        self._fill(rows)
         self.graph.launch(self.stream)
-        return self._read()
+        return self._read(len(rows))
 
-    def _read(self) -> tuple[np.ndarray, bool]:
+    def _fill(self, rows: np.ndarray) -> None:
+        """``rows`` into the pinned input, zeros in its rows beyond them."""
+        n = len(rows)
+        np.copyto(self.host_in[:n], rows)
+        self.host_in[n:] = 0
+
+    def _read(self, n: int) -> tuple[np.ndarray, bool]:
         self.stream.synchronize()
         flagged = bool(self.flag[0] != 0)
         self.flag[0] = 0
-        return self.host_out.copy(), flagged
+        return self.host_out[:n].copy(), flagged
 
 
 def _notice(what: str) -> None:
@@ -155,7 +182,7 @@ def _notice(what: str) -> None:
     global _NOTICED
     if not _NOTICED:
         _NOTICED = True
-        message = (f"distshap: {what}; SHAP calls of few rows take the launches one by one "
+        message = (f"distshap: {what}; SHAP calls of that many rows take the launches one by one "
                    "(the same values, more host time a call)")  # fmt: skip
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
@@ -175,14 +202,19 @@ def checked_values(packed: PackedModel, rows, raw, interactions: bool):
 
 def replayed_values(packed: PackedModel, rows, raw) -> tuple[np.ndarray, bool] | None:
     """SHAP values of the NumPy rows ``rows`` with the additivity check, through the model's
-    CUDA graph for their row count (module docstring): ``(values, flagged)`` as
+    CUDA graph for their row count's bucket (module docstring): ``(values, flagged)`` as
     :func:`.launch.checked_values` returns them (NumPy values ``(n, G, F + 1)``), or ``None``
-    where no graph serves the call: more than ``replay_rows`` rows, rows that are not a
-    C-contiguous float32 NumPy array or not the same array as ``raw``, a model without a
-    digest or margin, a graph busy with another call or known not to work."""
+    where no graph serves the call: a bucket of more than ``replay_rows`` rows or of buffers
+    of more than ``replay_graph_bytes``, rows that are not a C-contiguous float32 NumPy array
+    or not the same array as ``raw``, a model without a digest or margin, a graph busy with
+    another call or known not to work."""
     n = int(rows.shape[0]) if isinstance(rows, np.ndarray) and rows.ndim == 2 else 0
-    most = min(int(get_config().replay_rows), traversal.block_rows_max(packed))
-    if not 1 <= n <= most or SIM or raw is not rows:
+    config = get_config()
+    most = min(int(config.replay_rows), traversal.block_rows_max(packed))
+    bucket = replay_bucket(n)
+    if not 1 <= n <= bucket <= most or SIM or raw is not rows:
+        return None
+    if graph_bytes(packed, bucket) > int(config.replay_graph_bytes):
         return None
     if rows.dtype != np.float32 or not rows.flags.c_contiguous or not packed.digest:
         return None
@@ -191,7 +223,7 @@ def replayed_values(packed: PackedModel, rows, raw) -> tuple[np.ndarray, bool] |
     if int(packed.margin["base_score"].shape[0]) > traversal._THREADS:
         return None  # the check's block traversal does not take so many groups
     model = device_model(packed)
-    slot = model.form(("replay", n, forced_costs()), _Slot)  # the plans are keyed by costs too
+    slot = model.form(("replay", bucket, forced_costs()), _Slot)  # plans are keyed by costs too
     if not slot.lock.acquire(blocking=False):
         return None
     try:
@@ -199,18 +231,18 @@ def replayed_values(packed: PackedModel, rows, raw) -> tuple[np.ndarray, bool] |
             return slot.graph.replay(rows)
         if slot.failed:
             return None
-        return _first_call(slot, packed, model, rows)
+        return _first_call(slot, packed, model, rows, bucket)
     finally:
         slot.lock.release()
 
 
-def _first_call(slot: _Slot, packed: PackedModel, model, rows: np.ndarray):
-    """The first call of its row count: the launches one by one (the answer), then the graph,
-    kept where :meth:`_Graph.verified`; ``None`` where the buffers or the eager run fail (the
-    caller's launches then run the call)."""
+def _first_call(slot: _Slot, packed: PackedModel, model, rows: np.ndarray, bucket: int):
+    """The first call of its row count's ``bucket``: the launches one by one (the answer),
+    then the graph, kept where :meth:`_Graph.verified`; ``None`` where the buffers or the eager
+    run fail (the caller's launches then run the call)."""
     slot.failed = True  # unless the graph is kept below
     try:
-        graph = _Graph(packed, model, int(rows.shape[0]))
+        graph = _Graph(packed, model, bucket)
         values, flagged = graph.eager(rows, model)
     except Exception as e:  # noqa: BLE001 - the launches serve the call, as without graphs
         _notice(f"a call's launches failed on the graph's stream ({type(e).__name__}: {e})")
