@@ -179,10 +179,11 @@ def test_gpu_replay_serves_only_what_it_takes():
     many = np.zeros((65, 8), np.float32)  # more than the check's block traversal takes
     with config_context(replay_rows=100, margin_block_rows=64):
         assert replayed_values(packed, many, many) is None
+    sixty, sixty_four = many[:60], many[:64]  # one object each: the rows are their raw values
     with config_context(replay_rows=1000):
-        assert replayed_values(packed, many[:60], many[:60]) is not None
+        assert replayed_values(packed, sixty, sixty) is not None
         over = np.zeros((1000, 8), np.float32)  # its bucket: 1,024 rows
         assert replayed_values(packed, over, over) is None
     with config_context(replay_graph_bytes=64 * (12 * 8 + 16 * 9) - 1):
-        assert replayed_values(packed, many[:64], many[:64]) is None  # 64 rows' buffers
-        assert replayed_values(packed, many[:60], many[:60]) is not None  # 60: less
+        assert replayed_values(packed, sixty_four, sixty_four) is None  # 64 rows' buffers
+        assert replayed_values(packed, sixty, sixty) is not None  # 60: fewer bytes
