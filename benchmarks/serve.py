@@ -42,9 +42,10 @@ pipe to a device process whose values are zeros (the front's CPU and wall micros
 trip: what the device-process route adds to a batch; ``benchmarks.serve_hop`` splits such a
 round trip into its steps). ``--cells 1x1,256x100`` runs those cells only; otherwise cells
 with more than ``--max-inflight-rows`` rows in flight (concurrency x rows) are skipped. Each
-distshap cell runs its load for ``--warm`` seconds before the measured ``--duration`` (the
-server's batches and device buffers at their steady size). A table of every server's rows/s
-(p99) by cell, and its ratio to the baseline's, ends the run.
+distshap cell runs its load for ``--warm`` seconds (3 by default) before the measured
+``--duration`` (the server's batches, device buffers and the CUDA graphs of its call sizes at
+their steady state: a GPU server's first call of each row bucket captures its graph). A table
+of every server's rows/s (p99) by cell, and its ratio to the baseline's, ends the run.
 
 Usage::
 
@@ -462,7 +463,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--processes", type=_ints, default=[1],
                         help="server processes of the distshap server; several (1,4): one "
                         "server for each, in the same run")  # fmt: skip
-    parser.add_argument("--warm", type=float, default=0.3,
+    parser.add_argument("--warm", type=float, default=3.0,
                         help="seconds of a distshap cell's load before it is measured")  # fmt: skip
     parser.add_argument("--max-inflight-rows", type=int, default=1 << 20)
     parser.add_argument("--inproc-rows", type=int, default=100_000)
