@@ -76,21 +76,30 @@ def test_gpu_replay_keeps_the_bits():
                 assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (name, n)
 
 
+#: (settings, rows, first row) of calls through their bucket's graph: the call's own plan and
+#: the bucket's (the graph's) may differ, the bits may not
+_BUCKET_CALLS = (
+    ({}, 19, 0),  # row kernels, both (a graph of 20 rows)
+    ({}, 1020, 0),  # the few-rows plan, both (a graph of 1,024 rows) ...
+    ({}, 1000, 2000),  # ... which a call of 1,000 rows replays
+    ({"few_rows_blocks": 0}, 3000, 3000),  # the usual plan, both (3,072 rows)
+    ({"few_rows": 1120, "few_rows_blocks": 0}, 1100, 0),  # few-rows plan; its bucket's: usual
+    ({"path_thread_rows": 17}, 17, 0),  # a thread a path; its bucket's (18 rows): row kernels
+)
+
+
 def test_gpu_replay_buckets_keep_the_bits():
     from distshap.kernels.cuda import device_model
     from distshap.kernels.cuda.replay import replay_bucket, replayed_values
-    from distshap.kernels.cuda.traversal import block_rows_max
     from distshap.plan.costs import forced_costs
 
+    # every size through the block traversal, the one-tree model's too
+    wide_open = {"replay_graph_bytes": 1 << 30, "margin_block_rows_per_tree": 0}
     for name, packed, ens in _models():
         X = np.ascontiguousarray(tiny.random_rows(88, ens, 6000, 0.1), np.float32)
-        with config_context(replay_graph_bytes=1 << 30):
-            # 1,000 and 1,020 rows share the graph of 1,024; 3,000 rows: the usual plan's kernels
-            for n, at in ((17, 0), (1020, 0), (1000, 2000), (3000, 3000)):
+        for settings, n, at in _BUCKET_CALLS:
+            with config_context(**wide_open, **settings):
                 rows = np.ascontiguousarray(X[at : at + n])
-                if replay_bucket(n) > block_rows_max(packed):  # the one-tree model's check
-                    assert replayed_values(packed, rows, rows) is None, (name, n)
-                    continue
                 want = _launched(packed, rows)
                 got, flagged = replayed_values(packed, rows, rows)
                 assert not flagged, (name, n)
@@ -98,12 +107,13 @@ def test_gpu_replay_buckets_keep_the_bits():
                 assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (name, n)
                 slot = device_model(packed)._forms[("replay", replay_bucket(n), forced_costs())]
                 assert slot.graph is not None and not slot.failed, (name, n)
+        with config_context(**wide_open):
             rows = np.ascontiguousarray(X[5000:5999])  # 999 rows through the graph of 1,024
-            if replay_bucket(999) > block_rows_max(packed):
-                continue
             got, _ = replayed_values(packed, rows, rows)
             want = _launched(packed, rows)
             assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), name
+            graph = device_model(packed)._forms[("replay", 1024, forced_costs())].graph
+            assert not graph.host_in[999:].any(), name  # the rows beyond the call's: zeros
 
 
 def test_gpu_replay_flags_a_row_that_misses_its_margin():
@@ -166,7 +176,9 @@ def _from_threads(explainer, X, want):
 def test_gpu_replay_serves_only_what_it_takes():
     import cupy
 
-    from distshap.kernels.cuda.replay import replayed_values
+    from distshap.kernels.cuda import device_model
+    from distshap.kernels.cuda.replay import graph_bytes, replayed_values
+    from distshap.plan.costs import forced_costs
 
     ens = tiny.random_ensemble(86, n_features=8, n_trees=40, depth=6)
     packed = _packed(ens)
@@ -182,8 +194,11 @@ def test_gpu_replay_serves_only_what_it_takes():
     sixty, sixty_four = many[:60], many[:64]  # one object each: the rows are their raw values
     with config_context(replay_rows=1000):
         assert replayed_values(packed, sixty, sixty) is not None
-        over = np.zeros((1000, 8), np.float32)  # its bucket: 1,024 rows
+        whole = np.zeros((1000, 8), np.float32)  # its bucket, 1,024 rows, cut to 1,000
+        assert replayed_values(packed, whole, whole) is not None
+        assert device_model(packed)._forms[("replay", 1000, forced_costs())].graph is not None
+        over = np.zeros((1001, 8), np.float32)
         assert replayed_values(packed, over, over) is None
-    with config_context(replay_graph_bytes=64 * (12 * 8 + 16 * 9) - 1):
+    with config_context(replay_graph_bytes=graph_bytes(packed, 64) - 1):
         assert replayed_values(packed, sixty_four, sixty_four) is None  # 64 rows' buffers
         assert replayed_values(packed, sixty, sixty) is not None  # 60: fewer bytes

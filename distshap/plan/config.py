@@ -61,14 +61,18 @@ class Config:
         chunk, its threads over the chunk's paths, where the row kernels would keep one thread
         of each block busy. 0: never. The bits do not depend on it.
     replay_rows : int
-        GPU SHAP calls of NumPy float32 rows, checked, whose row count's bucket (at most an
-        eighth more rows) is at most this many rows replay a CUDA graph of the whole call
-        (:mod:`distshap.kernels.cuda.replay`: captured on the first call of that bucket, kept
-        with the device model), for a fraction of the host's time a call. 0: never. The bits
-        do not depend on it.
+        GPU SHAP calls of at most this many NumPy float32 rows, checked, replay a CUDA graph of
+        the whole call (:mod:`distshap.kernels.cuda.replay`): one graph a row bucket (at most
+        an eighth more rows than the call's, zeros; eight buckets an octave), captured on the
+        first call of that bucket and kept with the device model, for a fraction of the host's
+        time a call. Also at most the rows the check's block traversal takes
+        (``margin_block_rows``, ``margin_block_rows_per_tree``). 0: never. The bits do not
+        depend on it. A model's graphs together hold about twelve times its largest one's
+        buffers (about half of it pinned host memory), and a graph serves one call at a time
+        (a call that finds it busy takes the launches).
     replay_graph_bytes : int
-        And whose graph's buffers (rows and values, on the device and pinned) take at most
-        this many bytes: wide models replay fewer rows.
+        A graph's buffers (rows and values, on the device and pinned) at most: calls of more
+        rows than fit take the launches, so wide models replay fewer rows.
     margin_block_rows : int
         The additivity check's margin traversal on the GPU: calls (a batch) of at most this
         many rows walk a block a row, its threads over the trees (each row's trees in

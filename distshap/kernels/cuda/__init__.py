@@ -18,8 +18,9 @@ Kernel families, each module its jit code beside its launcher (routes chosen by
 * small models in one launch, the check inside: :mod:`.small`;
 * paths longer than a warp (every output): :mod:`.fallback`;
 * the margin and the fused additivity check: :mod:`.traversal`;
-* row batches, the finish pass and the entry points: :mod:`.launch`; checked calls of few rows
-  replayed as CUDA graphs: :mod:`.replay`; kernel cost constants: :mod:`.calibrate`;
+* row batches, the finish pass and the entry points: :mod:`.launch`; checked calls of up to
+  thousands of rows replayed as CUDA graphs: :mod:`.replay`; kernel cost constants:
+  :mod:`.calibrate`;
 * the shared runtime (device helpers, arguments, driver launches, upload, the one
   ``DeviceModel`` and its bounded cache, PTX checks): :mod:`.runtime`.
 """

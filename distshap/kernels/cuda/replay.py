@@ -14,12 +14,14 @@ change no bit of the others; they are checked too (a flag sends the call to the 
 which looks at its own rows only).
 
 The graph runs the kernels :func:`.launch.shap_values` runs, on the same arrays, so its values
-are the same bits. It is built on the first call of ``n`` rows: that call runs the sequence
-eagerly (its values are the call's answer), captures it, and keeps the graph only if its
-replays give the eager runs' bits and flags on other rows and on the call's own, the output
+are the same bits. It is built on the first call of its bucket ``b``: that call runs the
+sequence eagerly (its values are the call's answer), captures it, and keeps the graph only if
+its replays give the eager runs' bits and flags on other rows and on the call's own, the output
 poisoned before each (:meth:`_Graph.verified`); otherwise, or where the capture fails, calls of
-``n`` rows take the launches as before, and one warning says so. One call at a time uses a
-graph; a call that finds it busy takes the launches.
+that bucket take the launches as before, and one warning says so. One call at a time uses a
+graph; a call that finds it busy takes the launches. A bucket beyond the rows the check's
+block traversal takes, or beyond the rows whose buffers fit ``replay_graph_bytes``, is cut to
+that many rows where the call's own rows fit.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def graph_bytes(packed: PackedModel, rows: int) -> int:
 
 
 class _Slot:
-    """A model's graph for one row count: built on first use, or known not to work."""
+    """A model's graph for one row bucket: built on first use, or known not to work."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -71,8 +73,9 @@ class _Slot:
 
 
 class _Graph:
-    """The buffers, stream and CUDA graph of one call of ``n`` rows of a device model. It keeps
-    no reference to the model (whose forms keep it): the launches are handed the model."""
+    """The buffers, stream and CUDA graph of one call of ``n`` rows of a device model (a
+    bucket: calls of fewer rows fill the rest with zeros). It keeps no reference to the model
+    (whose forms keep it): the launches are handed the model."""
 
     def __init__(self, packed: PackedModel, model, n: int) -> None:
         import cupy
@@ -182,7 +185,7 @@ def _notice(what: str) -> None:
     global _NOTICED
     if not _NOTICED:
         _NOTICED = True
-        message = (f"distshap: {what}; SHAP calls of that many rows take the launches one by one "
+        message = (f"distshap: {what}; SHAP calls of that row bucket take the launches one by one "
                    "(the same values, more host time a call)")  # fmt: skip
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
@@ -204,18 +207,17 @@ def replayed_values(packed: PackedModel, rows, raw) -> tuple[np.ndarray, bool] |
     """SHAP values of the NumPy rows ``rows`` with the additivity check, through the model's
     CUDA graph for their row count's bucket (module docstring): ``(values, flagged)`` as
     :func:`.launch.checked_values` returns them (NumPy values ``(n, G, F + 1)``), or ``None``
-    where no graph serves the call: a bucket of more than ``replay_rows`` rows or of buffers
-    of more than ``replay_graph_bytes``, rows that are not a C-contiguous float32 NumPy array
-    or not the same array as ``raw``, a model without a digest or margin, a graph busy with
-    another call or known not to work."""
+    where no graph serves the call: more rows than ``replay_rows``, than the check's block
+    traversal takes or than fit buffers of ``replay_graph_bytes``, rows that are not a
+    C-contiguous float32 NumPy array or not the same array as ``raw``, a model without a digest
+    or margin, a graph busy with another call or known not to work."""
     n = int(rows.shape[0]) if isinstance(rows, np.ndarray) and rows.ndim == 2 else 0
     config = get_config()
-    most = min(int(config.replay_rows), traversal.block_rows_max(packed))
-    bucket = replay_bucket(n)
-    if not 1 <= n <= bucket <= most or SIM or raw is not rows:
+    fit = int(config.replay_graph_bytes) // max(1, graph_bytes(packed, 1))
+    most = min(int(config.replay_rows), traversal.block_rows_max(packed), fit)
+    if not 1 <= n <= most or SIM or raw is not rows:
         return None
-    if graph_bytes(packed, bucket) > int(config.replay_graph_bytes):
-        return None
+    bucket = min(replay_bucket(n), most)
     if rows.dtype != np.float32 or not rows.flags.c_contiguous or not packed.digest:
         return None
     if packed.margin is None or rows.shape[1] != packed.num_features:
