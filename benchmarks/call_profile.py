@@ -44,7 +44,7 @@ import numpy as np
 
 from benchmarks.shapes import make_data, train_model
 
-__all__ = ["kernel_split", "launch_micro", "profile_case"]
+__all__ = ["kernel_split", "launch_micro", "profile_case", "sleep_kernel"]
 
 
 def _median_us(fn, repeats: int, sync, sync_first: bool) -> float:
@@ -114,7 +114,7 @@ def profile_case(
               f"{ncalls / calls:10.1f}  {func} ({where}:{line})")  # fmt: skip
 
 
-def _sleep_kernel():
+def sleep_kernel():
     from numba import cuda
 
     @cuda.jit(cache=False)
@@ -146,7 +146,7 @@ def kernel_split(packed, Xd, kind: str, calls: int) -> tuple[float, float, bool]
     for _ in range(3):
         fn(packed, rows)
     host = _median_us(lambda: fn(packed, rows), calls, sync, sync_first=True)
-    sleep = _sleep_kernel()
+    sleep = sleep_kernel()
     ptr = cupy.cuda.get_current_stream().ptr
     s = cuda.external_stream(ptr) if ptr else cuda.default_stream()
     sleep[1, 1, s](1000)  # compiled before the measurement

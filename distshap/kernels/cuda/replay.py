@@ -102,30 +102,41 @@ class _Graph:
         self.graph = None
         cupy.cuda.Device().synchronize()  # the model's copies and these buffers are done
 
-    def _sequence(self, model) -> None:
+    def _sequence(self, model, mark=None) -> None:
+        """Queue the call's steps on the current stream; ``mark(step)`` after each, where
+        given (``benchmarks.call_stages`` records an event there)."""
         import cupy
 
         runtime = cupy.cuda.runtime
         X, XT, acc, out_rows, values = self.views
         plan, scale, F1 = self.plan, self.scale, self.packed.num_features + 1
         s = args.current_stream()
+        done = mark or (lambda step: None)
         runtime.memcpyAsync(self.X.data.ptr, self.host_in.ctypes.data, self.X.nbytes,
                             runtime.memcpyHostToDevice, self.stream.ptr)  # fmt: skip
+        done("rows to the device")
         if plan.n_table_bins:
             launch_tables(model, plan, X, acc, scale, F1, s)
+            done("tables")
         if plan.quadrature:
             cupy.copyto(self.XT, self.X.T)
+            done("transpose")
             launch_quadrature(model, plan, X, acc, scale, F1, s, XT=XT)
+            done("quadrature")
         if model.n_oversize:
             launch_fallback(model, X, acc, scale, F1, s, False)
+            done("oversize paths")
         launch.launch_finish(launch.finish_kernel, acc, out_rows, 1.0 / scale, self.expected,
                              self.group_size, self.bias_offset, s)  # fmt: skip
+        done("finish")
         checked = traversal.check_rows(self.packed, X, values, KERNEL_RTOL, flag=self.flag,
                                        arrays=self.margin)  # fmt: skip
         if checked is None:
             raise RuntimeError("the additivity check's block traversal does not take these rows")
+        done("check")
         runtime.memcpyAsync(self.host_out.ctypes.data, self.out.data.ptr, self.out.nbytes,
                             runtime.memcpyDeviceToHost, self.stream.ptr)  # fmt: skip
+        done("values to the host")
 
     def eager(self, rows: np.ndarray, model) -> tuple[np.ndarray, bool]:
         """Run the call's launches one by one on ``rows``: ``(values, flagged)``."""
