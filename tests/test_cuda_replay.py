@@ -202,3 +202,7 @@ def test_gpu_replay_serves_only_what_it_takes():
     with config_context(replay_graph_bytes=graph_bytes(packed, 64) - 1):
         assert replayed_values(packed, sixty_four, sixty_four) is None  # 64 rows' buffers
         assert replayed_values(packed, sixty, sixty) is not None  # 60: fewer bytes
+    sixteen, seventeen = many[:16], many[:17]
+    with config_context(replay_graph_bytes=1):  # up to 16 rows, whatever their bytes
+        assert replayed_values(packed, sixteen, sixteen) is not None
+        assert replayed_values(packed, seventeen, seventeen) is None

@@ -72,7 +72,7 @@ class Config:
         (a call that finds it busy takes the launches).
     replay_graph_bytes : int
         A graph's buffers (rows and values, on the device and pinned) at most: calls of more
-        rows than fit take the launches, so wide models replay fewer rows.
+        rows than fit (and more than 16) take the launches, so wide models replay fewer rows.
     margin_block_rows : int
         The additivity check's margin traversal on the GPU: calls (a batch) of at most this
         many rows walk a block a row, its threads over the trees (each row's trees in

@@ -47,6 +47,10 @@ from distshap.plan.costs import forced_costs
 __all__ = ["checked_values", "replay_bucket", "replayed_values"]
 
 
+#: Calls of at most this many rows replay their graph whatever its buffers' bytes.
+_ANY_BYTES_ROWS = 16
+
+
 def replay_bucket(n: int) -> int:
     """The rows of the graph a call of ``n`` rows replays: ``n`` up to 15, else ``n`` rounded
     up to a multiple of ``2 ** (bits of n - 4)``: at most an eighth more rows (zeros), eight
@@ -219,12 +223,12 @@ def replayed_values(packed: PackedModel, rows, raw) -> tuple[np.ndarray, bool] |
     CUDA graph for their row count's bucket (module docstring): ``(values, flagged)`` as
     :func:`.launch.checked_values` returns them (NumPy values ``(n, G, F + 1)``), or ``None``
     where no graph serves the call: more rows than ``replay_rows``, than the check's block
-    traversal takes or than fit buffers of ``replay_graph_bytes``, rows that are not a
-    C-contiguous float32 NumPy array or not the same array as ``raw``, a model without a digest
-    or margin, a graph busy with another call or known not to work."""
+    traversal takes or than fit buffers of ``replay_graph_bytes`` (beyond 16 rows), rows that
+    are not a C-contiguous float32 NumPy array or not the same array as ``raw``, a model
+    without a digest or margin, a graph busy with another call or known not to work."""
     n = int(rows.shape[0]) if isinstance(rows, np.ndarray) and rows.ndim == 2 else 0
     config = get_config()
-    fit = int(config.replay_graph_bytes) // max(1, graph_bytes(packed, 1))
+    fit = max(_ANY_BYTES_ROWS, int(config.replay_graph_bytes) // max(1, graph_bytes(packed, 1)))
     most = min(int(config.replay_rows), traversal.block_rows_max(packed), fit)
     if not 1 <= n <= most or SIM or raw is not rows:
         return None
