@@ -93,8 +93,9 @@ def test_gpu_replay_buckets_keep_the_bits():
     from distshap.kernels.cuda.replay import replay_bucket, replayed_values
     from distshap.plan.costs import forced_costs
 
-    # every size through the block traversal, the one-tree model's too
-    wide_open = {"replay_graph_bytes": 1 << 30, "margin_block_rows_per_tree": 0}
+    # every size through the block traversal (the one-tree model's too), no one-launch route
+    wide_open = {"replay_graph_bytes": 1 << 30, "margin_block_rows_per_tree": 0,
+                 "small_max_paths": 0}  # fmt: skip
     for name, packed, ens in _models():
         X = np.ascontiguousarray(tiny.random_rows(88, ens, 6000, 0.1), np.float32)
         for settings, n, at in _BUCKET_CALLS:
