@@ -20,25 +20,14 @@ from __future__ import annotations
 import argparse
 import itertools
 import statistics
-import time
 
 import numpy as np
 
 from benchmarks.call_profile import sleep_kernel
+from benchmarks.few_rows import median_us
 from benchmarks.shapes import make_data, train_model
 
 __all__ = ["call_stages", "main"]
-
-
-def _median_wall_us(fn, calls: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e6 * statistics.median(times)
 
 
 def call_stages(explainer, rows: np.ndarray, calls: int) -> tuple[dict[str, float], float]:
@@ -57,7 +46,7 @@ def call_stages(explainer, rows: np.ndarray, calls: int) -> tuple[dict[str, floa
                          "replay_graph_bytes and the check's block traversal")  # fmt: skip
     model = device_model(packed)
     graph = model._forms[("replay", replay_bucket(len(rows)), forced_costs())].graph
-    replay = _median_wall_us(lambda: graph.replay(rows), calls)
+    replay = median_us(lambda: graph.replay(rows), calls)
     sleep = sleep_kernel()
     steps: dict[str, list[float]] = {}
     marks: list[tuple[str, object]] = []
@@ -102,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
             rows = np.ascontiguousarray(X[:n], np.float32)
             steps, replay = call_stages(explainer, rows, args.calls)
             call = explainer.shap_values
-            public = _median_wall_us(lambda call=call, rows=rows: call(rows), args.calls)
+            public = median_us(lambda call=call, rows=rows: call(rows), args.calls)
             parts = ", ".join(f"{step} {us:.0f}" for step, us in steps.items())
             print(f"{n:>7} rows: {parts}; sum {sum(steps.values()):.0f}; "
                   f"graph {replay:.0f}; call {public:.0f}")  # fmt: skip
