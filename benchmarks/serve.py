@@ -171,13 +171,15 @@ def _group_stages(group) -> dict:
     # through front 0's)
     time.sleep(1.1 if group.device_pids else 0.6)
     text = urllib.request.urlopen(group.url + "/metrics", timeout=30).read().decode()
-    out: dict = {"requests": 0, "latency": 0.0, "batches": 0, "batch_rows": 0.0}
+    out: dict = {"requests": 0, "latency": 0.0, "batches": 0, "batch_rows": 0.0,
+                 "wall": time.monotonic(), "devices": len(group.device_pids)}  # fmt: skip
     names = {"distshap_serve_request_seconds_count": "requests",
              "distshap_serve_request_seconds_sum": "latency",
              "distshap_serve_batch_rows_count": "batches",
              "distshap_serve_batch_rows_sum": "batch_rows",
              "distshap_serve_device_calls": "device_calls",
-             "distshap_serve_device_rows": "device_rows"}  # fmt: skip
+             "distshap_serve_device_rows": "device_rows",
+             "distshap_serve_device_busy": "device_busy"}  # fmt: skip
     for name, labels, value in _SERIES.findall(text):
         if name in names:
             out[names[name]] = out.get(names[name], 0) + float(value)
@@ -222,6 +224,8 @@ def _stage_line(before: dict, after: dict) -> dict:
     per.update({f"{k}/batch": 1e6 * d.get(k, 0) / batches for k in ("assemble", "run")})
     if d.get("device_calls"):
         per["rows_per_call"] = d["device_rows"] / d["device_calls"]
+    if d.get("device_busy") and d.get("wall"):
+        per["device_busy_share"] = d["device_busy"] / d["wall"] / max(1, after["devices"])
     per["rows_per_batch"] = d["batch_rows"] / batches
     per["requests_per_batch"] = n / batches
     return per
@@ -587,11 +591,13 @@ def _row(args, pool, label: str, server, X, concurrency: int, n: int, inproc: fl
           f"{r['of_in_process']:>10.1%}", flush=True)  # fmt: skip
     if "stages_us" in r:
         print("#   us: " + ", ".join(f"{k} {v:,.0f}" for k, v in r["stages_us"].items()
-                                    if not k.endswith(("_batch", "_call")))
+                                    if not k.endswith(("_batch", "_call", "_share")))
               + f"; {r['stages_us']['rows_per_batch']:,.0f} rows "
               f"({r['stages_us']['requests_per_batch']:.1f} requests) a batch"
               + (f", {r['stages_us']['rows_per_call']:,.0f} rows a device call"
-                 if "rows_per_call" in r["stages_us"] else ""),
+                 if "rows_per_call" in r["stages_us"] else "")
+              + (f", device processes busy {r['stages_us']['device_busy_share']:.0%}"
+                 if "device_busy_share" in r["stages_us"] else ""),
               flush=True)  # fmt: skip
     return r
 

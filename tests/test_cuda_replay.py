@@ -3,7 +3,8 @@
 A graph must give the launches' values bit for bit (first call: eager, later calls: the graph),
 with SHAP tables, quadrature, oversize paths and several groups, for its own row count and for
 the fewer rows of its bucket (zero rows beside them); flag a row that misses its margin as the
-launches' check does; serve one call at a time (others take the launches) and never serve what
+launches' check does; serve one call at a time, a bucket keeping up to ``replay_graphs`` of
+them (a call that finds them all busy takes the launches), and never serve what
 it does not take (CuPy rows, float64 rows, rows that are not ``raw``, buckets beyond
 ``replay_rows`` or ``replay_graph_bytes``).
 """
@@ -69,7 +70,7 @@ def test_gpu_replay_keeps_the_bits():
                     assert not flagged, (name, n, call)
                     assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (name, n)
                 slot = device_model(packed)._forms[("replay", n, forced_costs())]
-                assert slot.graph is not None and not slot.failed, (name, n)
+                assert slot.graphs and not slot.failed, (name, n)
                 other = np.ascontiguousarray(X[24 : 24 + n])  # new rows through the graph
                 got, _ = replayed_values(packed, other, other)
                 want = _launched(packed, other)
@@ -107,13 +108,13 @@ def test_gpu_replay_buckets_keep_the_bits():
                 assert got.shape == want.shape
                 assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (name, n)
                 slot = device_model(packed)._forms[("replay", replay_bucket(n), forced_costs())]
-                assert slot.graph is not None and not slot.failed, (name, n)
+                assert slot.graphs and not slot.failed, (name, n)
         with config_context(**wide_open):
             rows = np.ascontiguousarray(X[5000:5999])  # 999 rows through the graph of 1,024
             got, _ = replayed_values(packed, rows, rows)
             want = _launched(packed, rows)
             assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), name
-            graph = device_model(packed)._forms[("replay", 1024, forced_costs())].graph
+            graph = device_model(packed)._forms[("replay", 1024, forced_costs())].graphs[0]
             assert not graph.host_in[999:].any(), name  # the rows beyond the call's: zeros
 
 
@@ -149,7 +150,7 @@ def test_gpu_replay_through_the_explainer_and_from_threads():
         from distshap.plan.costs import forced_costs
 
         slot = device_model(explainer.packed)._forms[("replay", 6, forced_costs())]
-        assert slot.graph is not None
+        assert 1 <= len(slot.graphs) <= 2 and not slot.failed  # replay_graphs
     finally:
         distshap.set_config(**{"small_max_paths": previous.small_max_paths})
 
@@ -197,7 +198,7 @@ def test_gpu_replay_serves_only_what_it_takes():
         assert replayed_values(packed, sixty, sixty) is not None
         whole = np.zeros((1000, 8), np.float32)  # its bucket, 1,024 rows, cut to 1,000
         assert replayed_values(packed, whole, whole) is not None
-        assert device_model(packed)._forms[("replay", 1000, forced_costs())].graph is not None
+        assert device_model(packed)._forms[("replay", 1000, forced_costs())].graphs
         over = np.zeros((1001, 8), np.float32)
         assert replayed_values(packed, over, over) is None
     with config_context(replay_graph_bytes=graph_bytes(packed, 64) - 1):
@@ -207,3 +208,34 @@ def test_gpu_replay_serves_only_what_it_takes():
     with config_context(replay_graph_bytes=1):  # up to 16 rows, whatever their bytes
         assert replayed_values(packed, sixteen, sixteen) is not None
         assert replayed_values(packed, seventeen, seventeen) is None
+
+
+def test_gpu_replay_keeps_graphs_for_calls_side_by_side():
+    from distshap.kernels.cuda import device_model
+    from distshap.kernels.cuda.replay import replayed_values
+    from distshap.plan.costs import forced_costs
+
+    ens = tiny.random_ensemble(88, n_features=9, n_trees=30, depth=6, n_groups=2)
+    packed = _packed(ens)
+    rows = np.ascontiguousarray(tiny.random_rows(89, ens, 40, 0.1), np.float32)
+    want = _launched(packed, rows)
+    with config_context(replay_graphs=2):
+        assert np.array_equal(replayed_values(packed, rows, rows)[0], want)  # builds graph 1
+        slot = device_model(packed)._forms[("replay", 40, forced_costs())]
+        held, build = slot.take(2)  # a call holds graph 1 ...
+        assert held is slot.graphs[0] and not build
+        got, _ = replayed_values(packed, rows, rows)  # ... so this one builds graph 2
+        assert len(slot.graphs) == 2 and np.array_equal(got.view(np.uint32), want.view(np.uint32))
+        got, _ = replayed_values(packed, rows, rows)  # graph 2, replayed
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+        other, _ = slot.take(2)  # both held: the launches serve
+        assert other is slot.graphs[1] and replayed_values(packed, rows, rows) is None
+        slot.give(held, False)
+        slot.give(other, False)
+        got, _ = replayed_values(packed, rows, rows)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+        assert len(slot.graphs) == 2 and len(slot.free) == 2
+    with config_context(replay_graphs=1):  # one graph: a second call beside it is not served
+        held, _ = slot.take(1)
+        assert replayed_values(packed, rows, rows) is None
+        slot.give(held, False)

@@ -283,7 +283,9 @@ def test_a_calls_answers_to_one_front_go_together_however_many(files):
         for i, future in enumerate(futures):
             assert same_bits(future.result(30)["shap_values"], rows[i : i + 1] * 2)
         assert busy.result(30)["shap_values"].shape == (1, 2)
-        assert loops[0].stats == {"calls": 2, "rows": 601, "merged": 1, "batches": 601}
+        stats = dict(loops[0].stats)
+        assert stats.pop("busy") > 0
+        assert stats == {"calls": 2, "rows": 601, "merged": 1, "batches": 601}
     finally:
         gate.open.set()
         front.close()
@@ -309,8 +311,9 @@ def test_a_call_starts_beside_a_running_one_once_overlap_rows_wait(files, reside
         want = explain_block(held[0], X[:55], "shap_values", 0)["shap_values"]
         assert same_bits(few.result(30)["shap_values"], want[:10])
         assert same_bits(more.result(30)["shap_values"], want[10:55])
-        assert not busy.done() and loop.stats == {"calls": 1, "rows": 55, "merged": 1,
-                                                  "batches": 2}  # fmt: skip
+        stats = dict(loop.stats)
+        assert not busy.done() and stats.pop("busy") >= 0.3  # the gate's call ran all along
+        assert stats == {"calls": 1, "rows": 55, "merged": 1, "batches": 2}
         gate.open.set()
         assert busy.result(30)["shap_values"].shape == (1, 2)
     finally:

@@ -68,8 +68,12 @@ class Config:
         time a call. Also at most the rows the check's block traversal takes
         (``margin_block_rows``, ``margin_block_rows_per_tree``). 0: never. The bits do not
         depend on it. A model's graphs together hold about twelve times its largest one's
-        buffers (about half of it pinned host memory), and a graph serves one call at a time
-        (a call that finds it busy takes the launches).
+        buffers (about half of it pinned host memory) for each of ``replay_graphs``.
+    replay_graphs : int
+        Graphs a row bucket keeps at most: each serves one call at a time, so this many calls
+        (from as many threads, e.g. a server's device process) replay side by side on the GPU;
+        a call that finds them all busy takes the launches. Each costs its buffers and one
+        capture, made by the first call that finds the others busy (0 counts as 1).
     replay_graph_bytes : int
         A graph's buffers (rows and values, on the device and pinned) at most: calls of more
         rows than fit (and more than 16) take the launches, so wide models replay fewer rows.
@@ -177,6 +181,7 @@ interventional_interaction_table_budget_bytes : int
     path_thread_rows: int = 16
     replay_rows: int = 16384
     replay_graph_bytes: int = 4 << 20
+    replay_graphs: int = 2
     margin_block_rows: int = 1 << 15
     margin_block_rows_per_tree: int = 400
     quadrature_shared_bytes: int = 48 * 1024

@@ -40,6 +40,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future
 from multiprocessing.connection import Connection, wait
@@ -134,8 +135,10 @@ class DeviceLoop:
         self._receiving = True
         self._stop = threading.Event()
         self._stats_lock = threading.Lock()
-        #: Calls run, rows they held, calls that merged several batches, batches received.
-        self.stats = {"calls": 0, "rows": 0, "merged": 0, "batches": 0}
+        #: Calls run, rows they held, calls that merged several batches, batches received,
+        #: seconds during which at least one call ran.
+        self.stats = {"calls": 0, "rows": 0, "merged": 0, "batches": 0, "busy": 0.0}
+        self._active, self._since = 0, 0.0
 
     def stop(self) -> None:
         """Read no more batches; those received still run (safe from a signal handler)."""
@@ -234,11 +237,13 @@ class DeviceLoop:
         parts = [item.rows for item in items]
         model, output, k, _ = items[0].key
         values, err = None, None
+        self._busy(1)
         try:  # rows put together inside: a failure answers the batches, the slot runs on
             batch = parts[0] if len(parts) == 1 else np.concatenate(parts)
             values = explain_block(self.residents[model], batch, OUTPUT_NAMES[output], k)
         except Exception as error:  # every front hears of it
             err = error
+        self._busy(-1)
         with self._stats_lock:
             self.stats["calls"] += 1
             self.stats["rows"] += sum(len(part) for part in parts)
@@ -256,6 +261,14 @@ class DeviceLoop:
         for conn, messages in answers.items():
             self._send(conn, messages)
 
+    def _busy(self, change: int) -> None:
+        """A call starts (``1``) or ends (``-1``): the busy seconds counted to now."""
+        now = time.perf_counter()
+        with self._stats_lock:
+            if self._active:
+                self.stats["busy"] += now - self._since
+            self._since, self._active = now, self._active + change
+
     def write_stats(self, path: str) -> None:
         """The counters as JSON at ``path`` (replaced whole: readers never see half a file)."""
         with self._stats_lock:
@@ -268,7 +281,7 @@ class DeviceLoop:
 def read_device_stats(folder: str, devices: int) -> dict:
     """``{counter: {(("device", "i"),): value}}`` of the device processes' counters in
     ``folder`` (those not written yet left out): the fronts' ``/metrics`` gauges."""
-    out: dict = {"calls": {}, "rows": {}, "merged": {}}
+    out: dict = {"calls": {}, "rows": {}, "merged": {}, "busy": {}}
     for index in range(devices):
         try:
             with open(os.path.join(folder, f"device-{index}.json")) as f:

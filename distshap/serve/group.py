@@ -512,5 +512,6 @@ def _device_gauges(server: ExplanationServer, folder: str, devices: int) -> None
     read = lambda name: lambda: read_device_stats(folder, devices)[name]  # noqa: E731
     for name, what in (("calls", "calls run on each device process (merged batches)"),
                        ("rows", "rows of those calls"),
-                       ("merged", "calls that merged several batches")):  # fmt: skip
+                       ("merged", "calls that merged several batches"),
+                       ("busy", "seconds during which the device process ran a call")):  # fmt: skip
         server.metrics.gauge(f"distshap_serve_device_{name}", what, read(name))

@@ -18,8 +18,10 @@ are the same bits. It is built on the first call of its bucket ``b``: that call 
 sequence eagerly (its values are the call's answer), captures it, and keeps the graph only if
 its replays give the eager runs' bits and flags on other rows and on the call's own, the output
 poisoned before each (:meth:`_Graph.verified`); otherwise, or where the capture fails, calls of
-that bucket take the launches as before, and one warning says so. One call at a time uses a
-graph; a call that finds it busy takes the launches. A bucket beyond the rows the check's
+that bucket take the launches as before, and one warning says so. A graph serves one call at a
+time: a bucket keeps up to ``replay_graphs`` of them (each its own buffers and stream, built by
+the first call that finds the others busy), so calls from several threads run side by side on
+the GPU; a call that finds them all busy takes the launches. A bucket beyond the rows the check's
 block traversal takes, or beyond the rows whose buffers fit ``replay_graph_bytes``, is cut to
 that many rows where the call's own rows fit.
 """
@@ -68,12 +70,41 @@ def graph_bytes(packed: PackedModel, rows: int) -> int:
 
 
 class _Slot:
-    """A model's graph for one row bucket: built on first use, or known not to work."""
+    """A model's graphs for one row bucket (up to ``replay_graphs``, each serving one call at a
+    time), built on first use, or known not to work."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.graph: _Graph | None = None
+        self.graphs: list[_Graph] = []  # built, verified
+        self.free: list[_Graph] = []  # of those, the ones no call holds
+        self.building = 0
         self.failed = False
+
+    def take(self, most: int) -> tuple[_Graph | None, bool]:
+        """``(a free graph, False)``; else ``(None, True)`` where the caller is to build one
+        more (fewer than ``most`` built or being built); else ``(None, False)``: none serves."""
+        with self.lock:
+            if self.failed:
+                return None, False
+            if self.free:
+                return self.free.pop(), False
+            if len(self.graphs) + self.building < most:
+                self.building += 1
+                return None, True
+            return None, False
+
+    def give(self, graph: _Graph | None, built: bool) -> None:
+        """``graph`` back (free); ``built``: the caller's build ended (``graph`` new, or None
+        where it failed: no graph of this bucket is tried again)."""
+        with self.lock:
+            if built:
+                self.building -= 1
+                if graph is None:
+                    self.failed = True
+                else:
+                    self.graphs.append(graph)
+            if graph is not None:
+                self.free.append(graph)
 
 
 class _Graph:
@@ -225,7 +256,7 @@ def replayed_values(packed: PackedModel, rows, raw) -> tuple[np.ndarray, bool] |
     where no graph serves the call: more rows than ``replay_rows``, than the check's block
     traversal takes or than fit buffers of ``replay_graph_bytes`` (beyond 16 rows), rows that
     are not a C-contiguous float32 NumPy array or not the same array as ``raw``, a model
-    without a digest or margin, a graph busy with another call or known not to work."""
+    without a digest or margin, graphs all busy with other calls or known not to work."""
     n = int(rows.shape[0]) if isinstance(rows, np.ndarray) and rows.ndim == 2 else 0
     config = get_config()
     fit = max(_ANY_BYTES_ROWS, int(config.replay_graph_bytes) // max(1, graph_bytes(packed, 1)))
@@ -241,35 +272,38 @@ def replayed_values(packed: PackedModel, rows, raw) -> tuple[np.ndarray, bool] |
         return None  # the check's block traversal does not take so many groups
     model = device_model(packed)
     slot = model.form(("replay", bucket, forced_costs()), _Slot)  # plans are keyed by costs too
-    if not slot.lock.acquire(blocking=False):
+    graph, build = slot.take(max(1, int(config.replay_graphs)))
+    if graph is not None:
+        try:
+            return graph.replay(rows)
+        finally:
+            slot.give(graph, False)
+    if not build:
         return None
+    graph, answer = None, None
     try:
-        if slot.graph is not None:
-            return slot.graph.replay(rows)
-        if slot.failed:
-            return None
-        return _first_call(slot, packed, model, rows, bucket)
+        graph, answer = _first_call(packed, model, rows, bucket)
     finally:
-        slot.lock.release()
+        slot.give(graph, True)
+    return answer
 
 
-def _first_call(slot: _Slot, packed: PackedModel, model, rows: np.ndarray, bucket: int):
-    """The first call of its row count's ``bucket``: the launches one by one (the answer),
-    then the graph, kept where :meth:`_Graph.verified`; ``None`` where the buffers or the eager
-    run fail (the caller's launches then run the call)."""
-    slot.failed = True  # unless the graph is kept below
+def _first_call(packed: PackedModel, model, rows: np.ndarray, bucket: int):
+    """A call that builds a graph of its row count's ``bucket``: the launches one by one (the
+    answer), then the graph, kept where :meth:`_Graph.verified`: ``(graph or None, answer)``;
+    the answer is ``None`` where the buffers or the eager run fail (the caller's launches then
+    run the call)."""
     try:
         graph = _Graph(packed, model, bucket)
         values, flagged = graph.eager(rows, model)
     except Exception as e:  # noqa: BLE001 - the launches serve the call, as without graphs
         _notice(f"a call's launches failed on the graph's stream ({type(e).__name__}: {e})")
-        return None
+        return None, None
     try:
         graph.capture(model)
         if graph.verified(rows, values, flagged, model):
-            slot.graph, slot.failed = graph, False
-        else:
-            _notice("a captured CUDA graph gave other values than its launches")
+            return graph, (values, flagged)
+        _notice("a captured CUDA graph gave other values than its launches")
     except Exception as e:  # noqa: BLE001 - a launch the capture does not take: no graph
         _notice(f"a call could not be captured into a CUDA graph ({type(e).__name__}: {e})")
-    return values, flagged
+    return None, (values, flagged)
