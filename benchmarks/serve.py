@@ -179,7 +179,9 @@ def _group_stages(group) -> dict:
              "distshap_serve_batch_rows_sum": "batch_rows",
              "distshap_serve_device_calls": "device_calls",
              "distshap_serve_device_rows": "device_rows",
-             "distshap_serve_device_busy": "device_busy"}  # fmt: skip
+             "distshap_serve_device_busy": "device_busy",
+             "distshap_serve_device_ran": "device_ran",
+             "distshap_serve_device_waited": "device_waited"}  # fmt: skip
     for name, labels, value in _SERIES.findall(text):
         if name in names:
             out[names[name]] = out.get(names[name], 0) + float(value)
@@ -224,6 +226,8 @@ def _stage_line(before: dict, after: dict) -> dict:
     per.update({f"{k}/batch": 1e6 * d.get(k, 0) / batches for k in ("assemble", "run")})
     if d.get("device_calls"):
         per["rows_per_call"] = d["device_rows"] / d["device_calls"]
+        per["device_run/call"] = 1e6 * d.get("device_ran", 0) / d["device_calls"]
+        per["device_wait/batch"] = 1e6 * d.get("device_waited", 0) / batches
     if d.get("device_busy") and d.get("wall"):
         per["device_busy_share"] = d["device_busy"] / d["wall"] / max(1, after["devices"])
     per["rows_per_batch"] = d["batch_rows"] / batches

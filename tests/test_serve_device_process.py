@@ -284,7 +284,7 @@ def test_a_calls_answers_to_one_front_go_together_however_many(files):
             assert same_bits(future.result(30)["shap_values"], rows[i : i + 1] * 2)
         assert busy.result(30)["shap_values"].shape == (1, 2)
         stats = dict(loops[0].stats)
-        assert stats.pop("busy") > 0
+        assert stats.pop("busy") > 0 and stats.pop("ran") > 0 and stats.pop("waited") > 0
         assert stats == {"calls": 2, "rows": 601, "merged": 1, "batches": 601}
     finally:
         gate.open.set()
@@ -313,6 +313,7 @@ def test_a_call_starts_beside_a_running_one_once_overlap_rows_wait(files, reside
         assert same_bits(more.result(30)["shap_values"], want[10:55])
         stats = dict(loop.stats)
         assert not busy.done() and stats.pop("busy") >= 0.3  # the gate's call ran all along
+        assert stats.pop("ran") > 0 and stats.pop("waited") >= 0.3  # 10 rows waited 0.3 s
         assert stats == {"calls": 1, "rows": 55, "merged": 1, "batches": 2}
         gate.open.set()
         assert busy.result(30)["shap_values"].shape == (1, 2)

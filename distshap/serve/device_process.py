@@ -93,10 +93,11 @@ _CLOSE_SECONDS = 10.0
 class _Item:
     """A batch received from a front, waiting to run."""
 
-    __slots__ = ("conn", "ident", "key", "rows")
+    __slots__ = ("conn", "ident", "key", "rows", "since")
 
     def __init__(self, conn: Connection, ident: int, key: tuple, rows: np.ndarray) -> None:
         self.conn, self.ident, self.key, self.rows = conn, ident, key, rows
+        self.since = time.perf_counter()  # read whole
 
 
 class DeviceLoop:
@@ -135,9 +136,11 @@ class DeviceLoop:
         self._receiving = True
         self._stop = threading.Event()
         self._stats_lock = threading.Lock()
-        #: Calls run, rows they held, calls that merged several batches, batches received,
-        #: seconds during which at least one call ran.
-        self.stats = {"calls": 0, "rows": 0, "merged": 0, "batches": 0, "busy": 0.0}
+        #: Calls run, rows they held, calls that merged several batches, batches received;
+        #: seconds during which at least one call ran, of the calls summed, and of the
+        #: batches' waits (read whole to their call's start) summed.
+        self.stats = {"calls": 0, "rows": 0, "merged": 0, "batches": 0, "busy": 0.0,
+                      "ran": 0.0, "waited": 0.0}  # fmt: skip
         self._active, self._since = 0, 0.0
 
     def stop(self) -> None:
@@ -237,14 +240,16 @@ class DeviceLoop:
         parts = [item.rows for item in items]
         model, output, k, _ = items[0].key
         values, err = None, None
-        self._busy(1)
+        start = self._busy(1)
         try:  # rows put together inside: a failure answers the batches, the slot runs on
             batch = parts[0] if len(parts) == 1 else np.concatenate(parts)
             values = explain_block(self.residents[model], batch, OUTPUT_NAMES[output], k)
         except Exception as error:  # every front hears of it
             err = error
-        self._busy(-1)
+        end = self._busy(-1)
         with self._stats_lock:
+            self.stats["ran"] += end - start
+            self.stats["waited"] += sum(start - item.since for item in items)
             self.stats["calls"] += 1
             self.stats["rows"] += sum(len(part) for part in parts)
             self.stats["merged"] += len(items) > 1
@@ -261,13 +266,14 @@ class DeviceLoop:
         for conn, messages in answers.items():
             self._send(conn, messages)
 
-    def _busy(self, change: int) -> None:
-        """A call starts (``1``) or ends (``-1``): the busy seconds counted to now."""
+    def _busy(self, change: int) -> float:
+        """A call starts (``1``) or ends (``-1``): the busy seconds counted to now (returned)."""
         now = time.perf_counter()
         with self._stats_lock:
             if self._active:
                 self.stats["busy"] += now - self._since
             self._since, self._active = now, self._active + change
+        return now
 
     def write_stats(self, path: str) -> None:
         """The counters as JSON at ``path`` (replaced whole: readers never see half a file)."""
@@ -281,7 +287,7 @@ class DeviceLoop:
 def read_device_stats(folder: str, devices: int) -> dict:
     """``{counter: {(("device", "i"),): value}}`` of the device processes' counters in
     ``folder`` (those not written yet left out): the fronts' ``/metrics`` gauges."""
-    out: dict = {"calls": {}, "rows": {}, "merged": {}, "busy": {}}
+    out: dict = {"calls": {}, "rows": {}, "merged": {}, "busy": {}, "ran": {}, "waited": {}}
     for index in range(devices):
         try:
             with open(os.path.join(folder, f"device-{index}.json")) as f:

@@ -513,5 +513,7 @@ def _device_gauges(server: ExplanationServer, folder: str, devices: int) -> None
     for name, what in (("calls", "calls run on each device process (merged batches)"),
                        ("rows", "rows of those calls"),
                        ("merged", "calls that merged several batches"),
-                       ("busy", "seconds during which the device process ran a call")):  # fmt: skip
+                       ("busy", "seconds during which the device process ran a call"),
+                       ("ran", "seconds of its calls, summed"),
+                       ("waited", "seconds its batches waited for a call, summed")):  # fmt: skip
         server.metrics.gauge(f"distshap_serve_device_{name}", what, read(name))
