@@ -1,5 +1,8 @@
 """Kernels launched through the driver (``runtime.args.launch``) give the Numba launch's bits.
 
+Setting such a launch up reads the kernel's parameters from the driver, without NVVM: each
+kernel's sizes there equal its PTX's parameter list and Numba's layout.
+
 The quadrature, table, finish and additivity-check launches of a call go through
 :func:`distshap.kernels.cuda.runtime.rawlaunch.launch` where they can; the same compiled
 kernels run, so every output must equal a call whose launches all go through Numba.
@@ -68,3 +71,40 @@ def test_gpu_driver_launches_give_numba_bits(monkeypatch):
     for a, b in zip(with_driver, with_numba, strict=True):
         assert a.dtype == b.dtype and a.shape == b.shape
         assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible (run on the GPU host)")
+def test_gpu_driver_reports_each_kernels_ptx_parameters(monkeypatch):
+    import xgboost as xgb
+    from numba import cuda
+    from numba.cuda.dispatcher import _Kernel
+
+    from distshap import TreeExplainer
+    from distshap.kernels.cuda.runtime import rawlaunch
+
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(3000, 9)).astype(np.float32)
+    y = X[:, 0] * X[:, 4] + np.sin(X[:, 2])
+    booster = xgb.train({"max_depth": 6, "eta": 0.1}, xgb.DMatrix(X, label=y),
+                        num_boost_round=80)  # fmt: skip
+    explainer = TreeExplainer(booster, backend="cuda", layout="xgboost")
+    rawlaunch.clear()
+    asked = []
+    kernel_asm = _Kernel.inspect_asm
+    monkeypatch.setattr(
+        _Kernel, "inspect_asm", lambda *a, **k: asked.append(a) or kernel_asm(*a, **k)
+    )
+    for n in (1, 40, 3000):  # NumPy rows: the graphs' first calls launch one by one
+        explainer.shap_values(X[:n])
+        explainer.shap_values(X[:n] + 1)
+    hits = [hit for hit in rawlaunch._KERNELS.values() if hit is not None]
+    assert hits and not asked, "setting up a driver launch compiled PTX"
+    cc = cuda.get_current_device().compute_capability
+    for dispatcher, handle, layout in hits:
+        widths = rawlaunch.driver_param_widths(handle)
+        assert widths == rawlaunch._widths(layout), dispatcher
+        (kernel,) = [k for k in dispatcher.overloads.values()
+                     if int(getattr(k.library.get_cufunc().handle, "value", None)
+                            or k.library.get_cufunc().handle) == handle]  # fmt: skip
+        assert rawlaunch.ptx_param_widths(kernel_asm(kernel, cc), kernel.entry_name) == widths

@@ -12,9 +12,12 @@ one int64 slot a parameter in a per-thread block whose pointers are made once. A
 writes the arrays' pointers, shapes and strides into the block and launches with
 :func:`cupy.cuda.driver.launchKernel` on CuPy's current stream.
 
-The layout is checked once per compiled kernel against the parameter list of its PTX
-(count and widths); a kernel whose PTX does not match, or any failure while setting it up,
-is launched by Numba from then on (:func:`launch` returns ``False``), with a warning. The
+The layout is checked once per compiled kernel against its parameters' sizes as the driver
+reports them for the loaded kernel (:func:`driver_param_widths`), or, where the driver cannot
+say, as its PTX lists them (a kernel read from Numba's disk cache keeps no PTX: NVVM makes it
+again, a fraction of a second a kernel in every new process, which the driver's answer
+avoids); a kernel whose parameters do not match, or any failure while setting it up, is
+launched by Numba from then on (:func:`launch` returns ``False``), with a warning. The
 arithmetic is the kernel's own, so the results are those of a Numba launch, bit for bit
 (``tests/test_cuda_small.py`` compares them on a GPU).
 
@@ -31,7 +34,14 @@ import numpy as np
 
 from distshap.kernels.cuda.runtime.device import SIM
 
-__all__ = ["clear", "current_stream", "flat_layout", "launch", "ptx_param_widths"]
+__all__ = [
+    "clear",
+    "current_stream",
+    "driver_param_widths",
+    "flat_layout",
+    "launch",
+    "ptx_param_widths",
+]
 
 _LOCK = threading.Lock()
 _KERNELS: dict = {}  # (id(dispatcher), key, device) -> (dispatcher, handle, layout) or None
@@ -96,6 +106,32 @@ def ptx_param_widths(ptx: str, name: str | None = None) -> list[int]:
     return [int(bits) // 8 for _, bits in _PARAM.findall(params)]
 
 
+def driver_param_widths(handle: int) -> list[int] | None:
+    """Bytes of each parameter of the loaded kernel ``handle`` (a ``CUfunction`` or
+    ``CUkernel``), as the driver reports them (``cuFuncGetParamInfo``, else
+    ``cuKernelGetParamInfo``; CUDA 12.4 and later), or ``None`` where it cannot say."""
+    import ctypes
+
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    size, offset = ctypes.c_size_t(), ctypes.c_size_t()
+    for name in ("cuFuncGetParamInfo", "cuKernelGetParamInfo"):
+        query = getattr(driver, name, None)
+        if query is None:
+            continue
+        query.restype = ctypes.c_int
+        query.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t),
+                          ctypes.POINTER(ctypes.c_size_t)]  # fmt: skip
+        widths: list[int] = []
+        while query(ctypes.c_void_p(handle), len(widths), offset, size) == 0:
+            widths.append(int(size.value))
+        if widths:  # past the last parameter the driver answers CUDA_ERROR_INVALID_VALUE
+            return widths
+    return None
+
+
 class _Block:
     """One thread's parameters of one kernel: an int64 slot each, their pointers made once,
     and the last array written at each argument (kept, so its id stays its own)."""
@@ -138,15 +174,6 @@ def _setup(dispatcher, args, device: int):
     kernel = dispatcher.compile(argtypes)
     kernel.bind()
     layout = flat_layout(argtypes)
-    cc = cuda.get_current_device().compute_capability
-    try:  # a kernel read from Numba's disk cache may not keep its PTX: then Numba's layout
-        ptx = kernel.inspect_asm(cc)
-    except Exception:  # noqa: BLE001
-        ptx = None
-    found = _widths(layout) if ptx is None else ptx_param_widths(ptx, kernel.entry_name)
-    if found != _widths(layout):
-        raise RuntimeError(f"rawlaunch: PTX parameters {found} are not Numba's layout "
-                           f"{_widths(layout)}")  # fmt: skip
     handle = kernel.library.get_cufunc().handle  # a CUfunction or CUkernel (both launch)
     try:
         handle = int(handle)  # cuda-python handles
@@ -154,6 +181,16 @@ def _setup(dispatcher, args, device: int):
         handle = int(handle.value or 0)  # ctypes handles
     if not handle:
         raise RuntimeError("rawlaunch: no function handle")
+    found = driver_param_widths(handle)
+    if found is None:  # an older driver: the PTX's list (NVVM makes it again if need be)
+        try:
+            ptx = kernel.inspect_asm(cuda.get_current_device().compute_capability)
+        except Exception:  # noqa: BLE001 - no PTX at all: Numba's layout
+            ptx = None
+        found = _widths(layout) if ptx is None else ptx_param_widths(ptx, kernel.entry_name)
+    if found != _widths(layout):
+        raise RuntimeError(f"rawlaunch: kernel parameters {found} are not Numba's layout "
+                           f"{_widths(layout)}")  # fmt: skip
     return handle, layout
 
 
