@@ -552,11 +552,19 @@ class DeviceExecutor:
             self._lost(link, EOFError("closed"))
 
 
-def _warm(residents: list[Resident]) -> None:
-    """Compile each model's SHAP kernel (and make this device's copy) before serving."""
+#: Row counts of the warm-up calls of a GPU device process: one call of each plan a call's row
+#: count picks (one row, a thread a path, few rows, the usual), so that no kernel is read from
+#: the disk cache or set up while the first requests wait.
+_GPU_WARM_ROWS = (1, 16, 512, 1024)
+
+
+def _warm(residents: list[Resident], rows: tuple[int, ...] = (1,)) -> None:
+    """Compile each model's SHAP kernels for calls of ``rows`` rows (and make this device's
+    copy) before serving."""
     for resident in residents:
         features = resident.explainer.num_features
-        explain_block(resident, np.zeros((1, features), dtype=np.float32), "shap_values", 0)
+        for n in rows:
+            explain_block(resident, np.zeros((n, features), dtype=np.float32), "shap_values", 0)
 
 
 def _write_stats(loop: DeviceLoop, path: str, done: threading.Event) -> None:
@@ -581,7 +589,7 @@ def device_main(index: int, specs: list, backend: str, gpu: str | None, conns: l
     try:
         registry = Registry.from_specs(specs, backend=backend)
         residents = [model.resident for model in registry.models.values()]
-        _warm(residents)
+        _warm(residents, (1,) if gpu is None else _GPU_WARM_ROWS)
         loop = DeviceLoop(residents, conns, slots, overlap_rows=overlap_rows)
     except BaseException as err:
         pipe.send(("error", f"{type(err).__name__}: {str(err).strip()[:300]}"))
