@@ -235,7 +235,11 @@ def test_gpu_replay_keeps_graphs_for_calls_side_by_side():
         got, _ = replayed_values(packed, rows, rows)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
         assert len(slot.graphs) == 2 and len(slot.free) == 2
-    with config_context(replay_graphs=1):  # one graph: a second call beside it is not served
-        held, _ = slot.take(1)
-        assert replayed_values(packed, rows, rows) is None
+    fewer = np.ascontiguousarray(rows[:36])  # a bucket of its own (36 rows)
+    with config_context(replay_graphs=1):  # one graph: a call beside it takes the launches
+        assert replayed_values(packed, fewer, fewer) is not None
+        slot = device_model(packed)._forms[("replay", 36, forced_costs())]
+        held, build = slot.take(1)
+        assert held is slot.graphs[0] and not build
+        assert replayed_values(packed, fewer, fewer) is None and len(slot.graphs) == 1
         slot.give(held, False)
