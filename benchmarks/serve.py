@@ -158,6 +158,7 @@ def _cell(pool, procs: int, url: str, request: bytes, n: int, concurrency: int, 
         "p50_ms": 1e3 * statistics.median(ok) if ok else float("nan"),
         "p99_ms": 1e3 * ok[min(len(ok) - 1, int(0.99 * len(ok)))] if ok else float("nan"),
         "rows_per_s": len(ok) * n / elapsed,
+        "seconds": elapsed,
     }
 
 
@@ -172,7 +173,7 @@ def _group_stages(group) -> dict:
     time.sleep(1.1 if group.device_pids else 0.6)
     text = urllib.request.urlopen(group.url + "/metrics", timeout=30).read().decode()
     out: dict = {"requests": 0, "latency": 0.0, "batches": 0, "batch_rows": 0.0,
-                 "wall": time.monotonic(), "devices": len(group.device_pids)}  # fmt: skip
+                 "devices": len(group.device_pids)}  # fmt: skip
     names = {"distshap_serve_request_seconds_count": "requests",
              "distshap_serve_request_seconds_sum": "latency",
              "distshap_serve_batch_rows_count": "batches",
@@ -214,11 +215,12 @@ def _stages(server) -> dict:
     return out
 
 
-def _stage_line(before: dict, after: dict) -> dict:
-    """Between two readings: microseconds a request of the server processes' CPU time (all
-    their threads; the device processes' apart), latency, decoding, queue wait and encoding;
-    a batch's assembly and run; the mean batch (rows and requests) and a device process's
-    mean call (rows)."""
+def _stage_line(before: dict, after: dict, seconds: float) -> dict:
+    """Between two readings around ``seconds`` of load: microseconds a request of the server
+    processes' CPU time (all their threads; the device processes' apart), latency, decoding,
+    queue wait and encoding; a batch's assembly and run; the mean batch (rows and requests); a
+    device process's mean call (rows and microseconds), a batch's wait there, and the share of
+    the load's seconds during which a device process ran a call."""
     d = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     n, batches = max(1, d["requests"]), max(1, d["batches"])
     keys = ("cpu", "device_cpu", "latency", "decode", "queue", "encode")
@@ -228,8 +230,8 @@ def _stage_line(before: dict, after: dict) -> dict:
         per["rows_per_call"] = d["device_rows"] / d["device_calls"]
         per["device_run/call"] = 1e6 * d.get("device_ran", 0) / d["device_calls"]
         per["device_wait/batch"] = 1e6 * d.get("device_waited", 0) / batches
-    if d.get("device_busy") and d.get("wall"):
-        per["device_busy_share"] = d["device_busy"] / d["wall"] / max(1, after["devices"])
+    if d.get("device_busy"):
+        per["device_busy_share"] = d["device_busy"] / seconds / max(1, after["devices"])
     per["rows_per_batch"] = d["batch_rows"] / batches
     per["requests_per_batch"] = n / batches
     return per
@@ -586,7 +588,7 @@ def _row(args, pool, label: str, server, X, concurrency: int, n: int, inproc: fl
     r = {"server": label, "concurrency": concurrency, "rows": n, **cell}
     r["of_in_process"] = r["rows_per_s"] / inproc
     if label not in ("baseline", "floor/ready"):
-        r["stages_us"] = _stage_line(before, _stages(server))
+        r["stages_us"] = _stage_line(before, _stages(server), cell["seconds"])
     if args.json:
         print(json.dumps(r), flush=True)
         return r

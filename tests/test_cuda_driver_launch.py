@@ -99,7 +99,10 @@ def test_gpu_driver_reports_each_kernels_ptx_parameters(monkeypatch):
         explainer.shap_values(X[:n])
         explainer.shap_values(X[:n] + 1)
     hits = [hit for hit in rawlaunch._KERNELS.values() if hit is not None]
-    assert hits and not asked, "setting up a driver launch compiled PTX"
+    assert hits
+    if rawlaunch.driver_param_widths(hits[0][1]) is None:
+        pytest.skip("the driver does not report kernel parameters (before CUDA 12.4)")
+    assert not asked, "setting up a driver launch compiled PTX"
     cc = cuda.get_current_device().compute_capability
     for dispatcher, handle, layout in hits:
         widths = rawlaunch.driver_param_widths(handle)

@@ -313,7 +313,7 @@ def test_a_call_starts_beside_a_running_one_once_overlap_rows_wait(files, reside
         assert same_bits(more.result(30)["shap_values"], want[10:55])
         stats = dict(loop.stats)
         assert not busy.done() and stats.pop("busy") >= 0.3  # the gate's call ran all along
-        assert stats.pop("ran") > 0 and stats.pop("waited") >= 0.3  # 10 rows waited 0.3 s
+        assert stats.pop("ran") > 0 and stats.pop("waited") >= 0.25  # 10 rows waited ~0.3 s
         assert stats == {"calls": 1, "rows": 55, "merged": 1, "batches": 2}
         gate.open.set()
         assert busy.result(30)["shap_values"].shape == (1, 2)

@@ -31,7 +31,6 @@ every new one.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import multiprocessing
 import os
@@ -49,6 +48,7 @@ import numpy as np
 
 from distshap.parallel import THREADS_VARIABLE
 from distshap.serve.backends import NoWorkerError, explain_block
+from distshap.serve.device_stats import DeviceCounters
 from distshap.serve.registry import Registry, Resident
 from distshap.serve.wire import (
     ANSWER,
@@ -73,7 +73,6 @@ __all__ = [
     "check_in_flight",
     "check_overlap_rows",
     "device_main",
-    "read_device_stats",
 ]
 
 log = logging.getLogger("distshap.serve")
@@ -135,13 +134,9 @@ class DeviceLoop:
         self._cond = threading.Condition()
         self._receiving = True
         self._stop = threading.Event()
-        self._stats_lock = threading.Lock()
-        #: Calls run, rows they held, calls that merged several batches, batches received;
-        #: seconds during which at least one call ran, of the calls summed, and of the
-        #: batches' waits (read whole to their call's start) summed.
-        self.stats = {"calls": 0, "rows": 0, "merged": 0, "batches": 0, "busy": 0.0,
-                      "ran": 0.0, "waited": 0.0}  # fmt: skip
-        self._active, self._since = 0, 0.0
+        self.counters = DeviceCounters()
+        #: The counters' values (:class:`~distshap.serve.device_stats.DeviceCounters`).
+        self.stats = self.counters.values
 
     def stop(self) -> None:
         """Read no more batches; those received still run (safe from a signal handler)."""
@@ -240,20 +235,14 @@ class DeviceLoop:
         parts = [item.rows for item in items]
         model, output, k, _ = items[0].key
         values, err = None, None
-        start = self._busy(1)
+        start = self.counters.start()
         try:  # rows put together inside: a failure answers the batches, the slot runs on
             batch = parts[0] if len(parts) == 1 else np.concatenate(parts)
             values = explain_block(self.residents[model], batch, OUTPUT_NAMES[output], k)
         except Exception as error:  # every front hears of it
             err = error
-        end = self._busy(-1)
-        with self._stats_lock:
-            self.stats["ran"] += end - start
-            self.stats["waited"] += sum(start - item.since for item in items)
-            self.stats["calls"] += 1
-            self.stats["rows"] += sum(len(part) for part in parts)
-            self.stats["merged"] += len(items) > 1
-            self.stats["batches"] += len(items)
+        finally:
+            self.counters.end(start, [item.since for item in items], sum(map(len, parts)))
         start, answers = 0, {}  # each front's answers, written together
         for item in items:
             stop = start + len(item.rows)
@@ -266,37 +255,9 @@ class DeviceLoop:
         for conn, messages in answers.items():
             self._send(conn, messages)
 
-    def _busy(self, change: int) -> float:
-        """A call starts (``1``) or ends (``-1``): the busy seconds counted to now (returned)."""
-        now = time.perf_counter()
-        with self._stats_lock:
-            if self._active:
-                self.stats["busy"] += now - self._since
-            self._since, self._active = now, self._active + change
-        return now
-
     def write_stats(self, path: str) -> None:
-        """The counters as JSON at ``path`` (replaced whole: readers never see half a file)."""
-        with self._stats_lock:
-            text = json.dumps(self.stats)
-        with open(path + ".tmp", "w") as f:
-            f.write(text)
-        os.replace(path + ".tmp", path)
-
-
-def read_device_stats(folder: str, devices: int) -> dict:
-    """``{counter: {(("device", "i"),): value}}`` of the device processes' counters in
-    ``folder`` (those not written yet left out): the fronts' ``/metrics`` gauges."""
-    out: dict = {"calls": {}, "rows": {}, "merged": {}, "busy": {}, "ran": {}, "waited": {}}
-    for index in range(devices):
-        try:
-            with open(os.path.join(folder, f"device-{index}.json")) as f:
-                stats = json.load(f)
-        except (OSError, ValueError):
-            continue
-        for name, series in out.items():
-            series[(("device", str(index)),)] = stats.get(name, 0)
-    return out
+        """The counters as JSON at ``path`` (:meth:`DeviceCounters.write`)."""
+        self.counters.write(path)
 
 
 def check_overlap_rows(overlap_rows: object) -> None:
@@ -554,7 +515,8 @@ class DeviceExecutor:
 
 #: Row counts of the warm-up calls of a GPU device process: one call of each plan a call's row
 #: count picks (one row, a thread a path, few rows, the usual), so that no kernel is read from
-#: the disk cache or set up while the first requests wait.
+#: the disk cache or set up while the first requests wait (graphs of other row buckets are
+#: still captured while serving, by their first batches).
 _GPU_WARM_ROWS = (1, 16, 512, 1024)
 
 
@@ -563,8 +525,9 @@ def _warm(residents: list[Resident], rows: tuple[int, ...] = (1,)) -> None:
     copy) before serving."""
     for resident in residents:
         features = resident.explainer.num_features
-        for n in rows:
-            explain_block(resident, np.zeros((n, features), dtype=np.float32), "shap_values", 0)
+        for n in rows:  # rows that differ (a graph built here is checked on other rows), small
+            X = np.random.default_rng(n).integers(0, 4, (n, features)).astype(np.float32)
+            explain_block(resident, X, "shap_values", 0)  # ints: valid category codes too
 
 
 def _write_stats(loop: DeviceLoop, path: str, done: threading.Event) -> None:

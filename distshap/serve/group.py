@@ -57,8 +57,8 @@ from distshap.serve.device_process import (
     check_in_flight,
     check_overlap_rows,
     device_main,
-    read_device_stats,
 )
+from distshap.serve.device_stats import read_device_stats
 from distshap.serve.registry import ModelSpec, Registry, check_files
 from distshap.serve.server import ExplanationServer, ServeOptions, check_access
 

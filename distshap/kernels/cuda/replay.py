@@ -14,16 +14,17 @@ change no bit of the others; they are checked too (a flag sends the call to the 
 which looks at its own rows only).
 
 The graph runs the kernels :func:`.launch.shap_values` runs, on the same arrays, so its values
-are the same bits. It is built on the first call of its bucket ``b``: that call runs the
-sequence eagerly (its values are the call's answer), captures it, and keeps the graph only if
-its replays give the eager runs' bits and flags on other rows and on the call's own, the output
-poisoned before each (:meth:`_Graph.verified`); otherwise, or where the capture fails, calls of
-that bucket take the launches as before, and one warning says so. A graph serves one call at a
-time: a bucket keeps up to ``replay_graphs`` of them (each its own buffers and stream, built by
-the first call that finds the others busy), so calls from several threads run side by side on
-the GPU; a call that finds them all busy takes the launches. A bucket beyond the rows the check's
-block traversal takes, or beyond the rows whose buffers fit ``replay_graph_bytes``, is cut to
-that many rows where the call's own rows fit.
+are the same bits. A graph serves one call at a time: a bucket keeps up to ``replay_graphs`` of
+them (each its own buffers and stream), so calls from several threads run side by side on the
+GPU. A graph is built by a call of its bucket ``b`` that finds no graph free (the first call of
+the bucket, then one that finds the others busy; one build at a time in a process): that call
+runs the sequence eagerly (its values are the call's answer), captures it, and keeps the graph
+only if its replays give the eager runs' bits and flags on other rows and on the call's own, the
+output poisoned before each (:meth:`_Graph.verified`); otherwise, or where the capture fails,
+no more graphs are built for that bucket (where it was the first, its calls take the launches),
+and one warning says so. A call that finds no graph free and none to build takes the launches.
+A bucket beyond the rows the check's block traversal takes, or beyond the rows whose buffers
+fit ``replay_graph_bytes``, is cut to that many rows where the call's own rows fit.
 """
 
 from __future__ import annotations
@@ -69,38 +70,50 @@ def graph_bytes(packed: PackedModel, rows: int) -> int:
     return int(rows) * (12 * packed.num_features + 16 * columns)
 
 
+#: One graph is built at a time in a process: a build's capture must meet no other build's
+#: device-wide synchronisation (which ends the making of a graph's buffers).
+_BUILDING = threading.Lock()
+
+
 class _Slot:
     """A model's graphs for one row bucket (up to ``replay_graphs``, each serving one call at a
-    time), built on first use, or known not to work."""
+    time), each built by a call that finds the others busy; where a build fails, no more are
+    tried (none at all where the first one failed)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.graphs: list[_Graph] = []  # built, verified
         self.free: list[_Graph] = []  # of those, the ones no call holds
-        self.building = 0
-        self.failed = False
+        self.building = False
+        self.most: int | None = None  # the graphs built when a build failed
+
+    @property
+    def failed(self) -> bool:
+        """Whether no graph serves this bucket: its first build failed."""
+        return self.most == 0
 
     def take(self, most: int) -> tuple[_Graph | None, bool]:
         """``(a free graph, False)``; else ``(None, True)`` where the caller is to build one
-        more (fewer than ``most`` built or being built); else ``(None, False)``: none serves."""
+        more (fewer than ``most`` built, no build running in the process); else
+        ``(None, False)``: none serves."""
         with self.lock:
-            if self.failed:
-                return None, False
             if self.free:
                 return self.free.pop(), False
-            if len(self.graphs) + self.building < most:
-                self.building += 1
+            most = most if self.most is None else min(most, self.most)
+            if len(self.graphs) < most and not self.building and _BUILDING.acquire(False):
+                self.building = True
                 return None, True
             return None, False
 
     def give(self, graph: _Graph | None, built: bool) -> None:
         """``graph`` back (free); ``built``: the caller's build ended (``graph`` new, or None
-        where it failed: no graph of this bucket is tried again)."""
+        where it failed: no more graphs are built for this bucket)."""
         with self.lock:
             if built:
-                self.building -= 1
+                self.building = False
+                _BUILDING.release()
                 if graph is None:
-                    self.failed = True
+                    self.most = len(self.graphs)
                 else:
                     self.graphs.append(graph)
             if graph is not None:

@@ -26,6 +26,7 @@ Nothing here touches CUDA at import time; under the CUDA simulator nothing is la
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import warnings
@@ -106,29 +107,40 @@ def ptx_param_widths(ptx: str, name: str | None = None) -> list[int]:
     return [int(bits) // 8 for _, bits in _PARAM.findall(params)]
 
 
-def driver_param_widths(handle: int) -> list[int] | None:
-    """Bytes of each parameter of the loaded kernel ``handle`` (a ``CUfunction`` or
-    ``CUkernel``), as the driver reports them (``cuFuncGetParamInfo``, else
-    ``cuKernelGetParamInfo``; CUDA 12.4 and later), or ``None`` where it cannot say."""
+#: More parameters than any kernel has: where the driver's answers would run past it, they are
+#: not believed.
+_MAX_PARAMS = 4096
+
+
+@functools.cache
+def _param_info():
+    """The driver's ``cuFuncGetParamInfo`` (CUDA 12.4 and later) with its prototype, or None."""
     import ctypes
 
     try:
-        driver = ctypes.CDLL("libcuda.so.1")
-    except OSError:
+        query = ctypes.CDLL("libcuda.so.1").cuFuncGetParamInfo
+    except (OSError, AttributeError):
+        return None
+    size_p = ctypes.POINTER(ctypes.c_size_t)
+    query.restype = ctypes.c_int
+    query.argtypes = [ctypes.c_void_p, ctypes.c_size_t, size_p, size_p]
+    return query
+
+
+def driver_param_widths(handle: int) -> list[int] | None:
+    """Bytes of each parameter of the loaded kernel ``handle`` as the driver reports them
+    (``cuFuncGetParamInfo``, CUDA 12.4 and later), or ``None`` where it cannot say."""
+    import ctypes
+
+    query = _param_info()
+    if query is None:
         return None
     size, offset = ctypes.c_size_t(), ctypes.c_size_t()
-    for name in ("cuFuncGetParamInfo", "cuKernelGetParamInfo"):
-        query = getattr(driver, name, None)
-        if query is None:
-            continue
-        query.restype = ctypes.c_int
-        query.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t),
-                          ctypes.POINTER(ctypes.c_size_t)]  # fmt: skip
-        widths: list[int] = []
-        while query(ctypes.c_void_p(handle), len(widths), offset, size) == 0:
-            widths.append(int(size.value))
-        if widths:  # past the last parameter the driver answers CUDA_ERROR_INVALID_VALUE
-            return widths
+    widths: list[int] = []
+    while len(widths) <= _MAX_PARAMS:  # past the last one: CUDA_ERROR_INVALID_VALUE
+        if query(ctypes.c_void_p(handle), len(widths), offset, size) != 0:
+            return widths or None
+        widths.append(int(size.value))
     return None
 
 
