@@ -13,12 +13,11 @@ have several batches in flight on one pipe (the ids pair them with their answers
 A device process (:class:`DeviceLoop`) reads each pipe on a thread of its own and runs
 batches on ``slots`` others: each takes the oldest batch waiting and every other waiting batch
 of the same model, output, ``k`` and dtype, up to ``merge_rows`` rows, runs them as ONE call of
-:func:`~distshap.serve.backends.explain_block` (rows concatenated) and hands the values to an
-answering thread, which sends each front its rows' part while the next call runs. While a
-call runs, another starts only once ``overlap_rows`` rows wait: a call's host work holds the
-interpreter, so two small calls side by side take turns on it (each lasts about as long as
-both), where their rows wait for the running call to end and then run as one merged call; a
-large call's host work overlaps the other's kernels. A row's values do not
+:func:`~distshap.serve.backends.explain_block` (rows concatenated) and sends each front its
+rows' part. While a call runs, another starts only once ``overlap_rows`` rows wait: a call's
+host work holds the interpreter, so two small calls side by side take turns on it (each lasts
+about as long as both), where their rows wait for the running call to end and then run as one
+merged call; a large call's host work overlaps the other's kernels. A row's values do not
 depend on the rows beside it, so every answer equals its rows run alone, bit for bit. While
 one batch runs, the next is read and joined.
 
@@ -135,8 +134,6 @@ class DeviceLoop:
         self._cond = threading.Condition()
         self._receiving = True
         self._stop = threading.Event()
-        self._answers: deque = deque()  # (items, values, error) of calls ended, None: the end
-        self._answered = threading.Condition()
         self.counters = DeviceCounters()
         #: The counters' values (:class:`~distshap.serve.device_stats.DeviceCounters`).
         self.stats = self.counters.values
@@ -153,9 +150,7 @@ class DeviceLoop:
         readers = [threading.Thread(target=self._receive, args=(conn,), daemon=True,
                                     name=f"distshap-device-read-{i}")
                    for i, conn in enumerate(self._conns)]  # fmt: skip
-        answerer = threading.Thread(target=self._answerer, name="distshap-device-answer",
-                                    daemon=True)  # fmt: skip
-        for thread in [*runners, *readers, answerer]:
+        for thread in [*runners, *readers]:
             thread.start()
         try:
             while not self._stop.is_set() and any(t.is_alive() for t in readers):
@@ -170,8 +165,6 @@ class DeviceLoop:
                 self._cond.notify_all()
             for thread in runners:
                 thread.join()
-            self._hand_over(None)
-            answerer.join()
 
     def _receive(self, conn: Connection) -> None:
         """A reader thread: the batches of one front until its goodbye or its exit."""
@@ -250,36 +243,17 @@ class DeviceLoop:
             err = error
         finally:
             self.counters.end(start, [item.since for item in items], sum(map(len, parts)))
-        self._hand_over((items, values, err))
-
-    def _hand_over(self, answer: tuple | None) -> None:
-        """A call's answers to the answering thread (None: no more come)."""
-        with self._answered:
-            self._answers.append(answer)
-            self._answered.notify()
-
-    def _answerer(self) -> None:
-        """The answering thread: each ended call's answers, in order, while the next call
-        runs; each front's answers of a call in one write."""
-        while True:
-            with self._answered:
-                while not self._answers:
-                    self._answered.wait()
-                answer = self._answers.popleft()
-            if answer is None:
-                return
-            items, values, err = answer
-            start, answers = 0, {}
-            for item in items:
-                stop = start + len(item.rows)
-                try:
-                    messages = answer_parts(item.ident, values, err, start, stop)
-                except Exception as error:  # a tensor the header cannot name
-                    messages = answer_parts(item.ident, None, error, start, stop)
-                answers.setdefault(item.conn, []).extend(messages)
-                start = stop
-            for conn, messages in answers.items():
-                self._send(conn, messages)
+        start, answers = 0, {}  # each front's answers, written together
+        for item in items:
+            stop = start + len(item.rows)
+            try:
+                messages = answer_parts(item.ident, values, err, start, stop)
+            except Exception as error:  # a tensor the header cannot name
+                messages = answer_parts(item.ident, None, error, start, stop)
+            answers.setdefault(item.conn, []).extend(messages)
+            start = stop
+        for conn, messages in answers.items():
+            self._send(conn, messages)
 
     def write_stats(self, path: str) -> None:
         """The counters as JSON at ``path`` (:meth:`DeviceCounters.write`)."""
