@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-__all__ = ["assert_simulator_ok", "nvvm_available", "poll_blocks_gently"]
+__all__ = ["assert_simulator_ok", "nvvm_available", "run_blocks_by_events"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -24,56 +24,129 @@ ROW_KERNELS = (
 )
 
 
-#: Prepended to every script: the simulator's blocks polled by :func:`poll_blocks_gently`.
-GENTLE_POLLS = "import cudasim\ncudasim.poll_blocks_gently()\n"
-
-#: Seconds the host thread sleeps between two looks at a simulated block's threads.
-POLL_SECONDS = 1e-4
+#: Prepended to every script: the simulator's blocks run by :func:`run_blocks_by_events`.
+BLOCKS_BY_EVENTS = "import cudasim\ncudasim.run_blocks_by_events()\n"
 
 
-def poll_blocks_gently() -> None:
-    """Run the simulator's blocks with a host thread that sleeps between its looks.
+def run_blocks_by_events() -> None:
+    """Run the simulator's blocks on kept threads whose barriers release themselves.
 
-    Numba's simulator runs each thread of a block as a Python thread, and the host thread
-    waits for them by looking at every thread's state again and again without a pause (to
-    release a barrier once every live thread has reached it): it holds the interpreter lock
-    the threads it waits for need. Here the host thread does the same checks, in the same
-    order of consequences (a thread's exception stops the block and is raised; a barrier is
-    released when every live thread waits at it), then sleeps :data:`POLL_SECONDS`, handing
-    the lock to the simulated threads. The threads and their barriers are the simulator's.
+    Numba's simulator starts a Python thread for each thread of each block, and the host thread
+    waits for them by looking at every thread's state again and again (to release a barrier
+    once every live thread has reached it), holding the interpreter lock the threads need.
+    Here the threads of a block shape are started once and given block after block, and the
+    last live thread to reach a barrier (or to end while the others wait at one) releases it;
+    the host thread sleeps until the block's threads have ended or one has failed. The
+    consequences are the simulator's: a thread's exception stops the block and is raised (the
+    others, aborted, raise at their next barrier); a barrier is released when every live
+    thread waits at it; ``syncthreads_count``, ``_and`` and ``_or`` are its own, on these
+    barriers.
     """
-    import time
+    import queue
+    import threading
 
     import numpy as np
     from numba.cuda.simulator import kernel as sim_kernel
 
-    def run_block(manager, grid_point, *args) -> None:
-        def body():
-            manager._f(*args)
+    class Block:
+        """One block's run: its threads still live, those waiting at the barrier, the first
+        thread that failed."""
 
-        threads = [
-            sim_kernel.BlockThread(body, manager, grid_point, point, manager._debug)
-            for point in np.ndindex(*manager._block_dim)
-        ]
+        def __init__(self, manager, threads: list) -> None:
+            self.manager = manager
+            self.threads = threads
+            self.lock = threading.Lock()
+            self.released = threading.Condition(self.lock)
+            self.ended = threading.Condition(self.lock)
+            self.live = len(threads)
+            self.waiting = 0
+            self.generation = 0
+            self.failed = None
+
+        def release_if_all_wait(self) -> None:  # under self.lock
+            if self.waiting and self.waiting == self.live:
+                self.waiting = 0
+                self.generation += 1
+                self.released.notify_all()
+
+    class KeptThread(sim_kernel.BlockThread):
+        """A simulated thread of one position in blocks of one shape, run block after block."""
+
+        def __init__(self, manager, thread_point) -> None:
+            super().__init__(None, manager, (0, 0, 0), thread_point, False)
+            self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+            self.block = None
+
+        def run(self) -> None:
+            while True:
+                job = self.jobs.get()
+                if job is None:
+                    return
+                self.block, grid_point, args = job
+                self._manager = self.block.manager
+                self.blockIdx = sim_kernel.Dim3(*grid_point)
+                self.exception, self.abort = None, False
+                self.run_block(args)
+
+        def run_block(self, args) -> None:
+            block = self.block
+            try:
+                if block.manager._debug:
+                    with np.errstate(divide="raise"):
+                        block.manager._f(*args)
+                else:
+                    block.manager._f(*args)
+            except Exception as e:  # worded as BlockThread.run words it
+                tid, ctaid = f"tid={list(self.threadIdx)}", f"ctaid={list(self.blockIdx)}"
+                msg = f"{tid} {ctaid}" if str(e) == "" else f"{tid} {ctaid}: {e}"
+                self.exception = (type(e)(msg), sys.exc_info()[2])
+                with block.lock:
+                    if block.failed is None:
+                        block.failed = self
+                        for thread in block.threads:
+                            thread.abort = True
+                        block.released.notify_all()
+            finally:
+                with block.lock:
+                    block.live -= 1
+                    block.release_if_all_wait()
+                    if block.live == 0 or block.failed is not None:
+                        block.ended.notify_all()
+
+        def syncthreads(self) -> None:
+            if self.abort:
+                raise RuntimeError("abort flag set on syncthreads call")
+            block = self.block
+            with block.lock:
+                block.waiting += 1
+                generation = block.generation
+                block.release_if_all_wait()
+                while generation == block.generation and not self.abort:
+                    block.released.wait()
+            if self.abort:
+                raise RuntimeError("abort flag set on syncthreads clear")
+
+    kept: dict[tuple, list] = {}  # block shape -> its threads, idle between blocks
+
+    def run_block(manager, grid_point, *args) -> None:
+        shape = tuple(manager._block_dim)
+        threads = kept.pop(shape, None)
+        if threads is None:
+            threads = [KeptThread(manager, point) for point in np.ndindex(*shape)]
+            for thread in threads:
+                thread.start()
+        block = Block(manager, threads)
         for thread in threads:
-            thread.start()
-        while True:
-            live = [t for t in threads if t.is_alive()]
-            # (after the look at who lives: a thread that failed and ended meanwhile is seen)
-            failed = next((t for t in threads if t.exception), None)
-            if failed is not None:
-                for thread in threads:  # wake the others out of their barriers, to stop
-                    thread.abort = True
-                    thread.syncthreads_blocked = False
-                    thread.syncthreads_event.set()
-                raise failed.exception[0].with_traceback(failed.exception[1])
-            if not live:
-                return
-            if all(t.syncthreads_blocked for t in live):  # every live thread at the barrier
-                for thread in live:
-                    thread.syncthreads_blocked = False
-                    thread.syncthreads_event.set()
-            time.sleep(POLL_SECONDS)
+            thread.jobs.put((block, grid_point, args))
+        with block.lock:
+            while block.live and block.failed is None:
+                block.ended.wait()
+        failed = block.failed
+        if failed is not None:  # the aborted threads end on their own: these are not kept
+            for thread in threads:
+                thread.jobs.put(None)
+            raise failed.exception[0].with_traceback(failed.exception[1])
+        kept[shape] = threads
 
     sim_kernel.BlockManager.run = run_block
 
@@ -85,7 +158,7 @@ def assert_simulator_ok(script: str, timeout: float, row_kernels: bool = True) -
     thread a path)."""
     if row_kernels:
         script = ROW_KERNELS + script
-    script = GENTLE_POLLS + script
+    script = BLOCKS_BY_EVENTS + script
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     env["PYTHONPATH"] = os.pathsep.join([HERE, os.path.dirname(HERE), env.get("PYTHONPATH", "")])
     proc = subprocess.run(
