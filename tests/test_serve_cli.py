@@ -56,7 +56,8 @@ def test_sigterm_drains_and_exits_0(tmp_path):
     path = str(tmp_path / "m.json")
     booster.save_model(path)
     rows = np.asarray(X[:5], dtype=np.float32)
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    env = dict(os.environ)  # the tree first, the environment's own paths kept
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
     proc = subprocess.Popen(
         [sys.executable, "-m", "distshap.cli", "serve", "--local", "--port", "0",
          "--model", f"m={path}"],

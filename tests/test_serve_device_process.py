@@ -436,7 +436,8 @@ def test_group_with_a_device_process_then_the_device_killed(files):
 
 def test_cli_sigterm_drains_fronts_then_the_device_process_exit_0(files):
     rows = files["X"][:5]
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    env = dict(os.environ)  # the tree first, the environment's own paths kept
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
     proc = subprocess.Popen(
         [sys.executable, "-m", "distshap.cli", "serve", "--local", "--port", "0",
          "--backend", "cpu", "--processes", "2", "--device-processes", "1",

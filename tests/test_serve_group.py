@@ -125,7 +125,8 @@ def test_two_processes_bit_identical_then_a_killed_one_stops_the_group(model):
 def test_cli_sigterm_drains_every_process_and_exits_0(model):
     path, X = model
     rows = X[:5]
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    env = dict(os.environ)  # the tree first, the environment's own paths kept
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
     proc = subprocess.Popen(
         [sys.executable, "-m", "distshap.cli", "serve", "--local", "--port", "0",
          "--processes", "2", "--model", f"m={path}"],
