@@ -82,6 +82,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from benchmarks.serve_executors import NullExecutor, XGBoostExecutor
 from benchmarks.serve_hop import front_cpu, pipe_cpu
 
 
@@ -237,73 +238,6 @@ def _stage_line(before: dict, after: dict, seconds: float) -> dict:
     return per
 
 
-class _NullExecutor:
-    """Values without work (zeros of the right shape, at once): the front's own ceiling."""
-
-    name = "null"
-
-    def __init__(self, features: int) -> None:
-        self.features = features
-
-    def slots(self) -> int:
-        return 1
-
-    def ready(self) -> bool:
-        return True
-
-    def workers(self) -> int:
-        return 1
-
-    def idle(self) -> bool:
-        return True
-
-    def run_here(self, resident, rows, output, k):
-        """The values of a batch run on the server's loop (small ones, as distshap's)."""
-        return {output: np.zeros((len(rows), self.features + 1), np.float32)}
-
-    def submit(self, resident, rows, output, k):
-        from concurrent.futures import Future
-
-        future: Future = Future()
-        future.set_result(self.run_here(resident, rows, output, k))
-        return future
-
-    def close(self) -> None:
-        pass
-
-
-class _XGBoostExecutor:
-    """The baseline: XGBoost's pred_contribs on each request as it comes (no batching)."""
-
-    name = "xgboost"
-
-    def __init__(self, booster, threads: int) -> None:
-        self.booster = booster
-        self._pool = ThreadPoolExecutor(threads)
-        self._threads = threads
-
-    def slots(self) -> int:
-        return self._threads
-
-    def ready(self) -> bool:
-        return True
-
-    def workers(self) -> int:
-        return 1
-
-    def submit(self, resident, rows, output, k):
-        import xgboost as xgb
-
-        def run():
-            values = self.booster.predict(xgb.DMatrix(rows), pred_contribs=True)
-            return {output: values}
-
-        return self._pool.submit(run)
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
-
-
 def _variants(args) -> list[tuple[str, dict]]:
     """Each distshap server of the run: its label and its arguments of ``serve`` (one for
     each number of ``--processes``, of ``--device-processes``, of ``--slots``, of
@@ -370,13 +304,13 @@ def _peers(args, path: str, booster) -> list[tuple[str, object]]:
         registry = Registry.from_specs([parse_model_spec(f"m={path}")])
         opts = ServeOptions(port=0, max_batch_rows=1, max_wait=0.0, max_queue_rows=1 << 24,
                             request_timeout=600)  # fmt: skip
-        out.append(("baseline", ExplanationServer(registry, _XGBoostExecutor(booster, 8), opts)))
+        out.append(("baseline", ExplanationServer(registry, XGBoostExecutor(booster, 8), opts)))
     if not args.no_floor:
         registry = Registry.from_specs([parse_model_spec(f"m={path}")], backend="cpu")
         features = next(iter(registry.models.values())).num_features
         opts = ServeOptions(port=0, max_batch_rows=args.max_batch_rows, max_queue_rows=1 << 24,
                             max_wait=args.max_wait_ms[0] / 1e3, request_timeout=600)  # fmt: skip
-        floor = ExplanationServer(registry, _NullExecutor(features), opts)
+        floor = ExplanationServer(registry, NullExecutor(features), opts)
         out += [("floor/infer", floor), ("floor/ready", floor)]
     for server in {id(server): server for _, server in out}.values():
         server.start()
@@ -517,7 +451,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.front_cpu:
         for n in args.rows:
             request = _request(X[np.arange(n) % len(X)], "localhost")
-            us = sorted(front_cpu(path, request, _NullExecutor(X.shape[1]), args.front_cpu)
+            us = sorted(front_cpu(path, request, NullExecutor(X.shape[1]), args.front_cpu)
                         for _ in range(3))  # fmt: skip
             print(f"front CPU, {n}-row binary requests: {us[1]:.1f} us a request "
                   f"(median of {', '.join(f'{u:.1f}' for u in us)})", flush=True)  # fmt: skip
