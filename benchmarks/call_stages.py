@@ -45,7 +45,7 @@ def call_stages(explainer, rows: np.ndarray, calls: int) -> tuple[dict[str, floa
         raise SystemExit(f"{len(rows)} rows take no graph here: see replay_rows, "
                          "replay_graph_bytes and the check's block traversal")  # fmt: skip
     model = device_model(packed)
-    graph = model._forms[("replay", replay_bucket(len(rows)), forced_costs())].graph
+    graph = model._forms[("replay", replay_bucket(len(rows)), forced_costs())].graphs[0]
     replay = median_us(lambda: graph.replay(rows), calls)
     sleep = sleep_kernel()
     steps: dict[str, list[float]] = {}

@@ -14,7 +14,11 @@ import os
 import threading
 import time
 
-__all__ = ["DeviceCounters", "read_device_stats"]
+__all__ = ["COUNTERS", "DeviceCounters", "read_device_stats"]
+
+#: The counters a device process writes (:class:`DeviceCounters`), seconds among them.
+COUNTERS = ("calls", "rows", "merged", "batches", "busy", "ran", "waited")
+_SECONDS = ("busy", "ran", "waited")
 
 
 class DeviceCounters:
@@ -23,29 +27,29 @@ class DeviceCounters:
     waits from being read whole to their call's start, summed (``waited``)."""
 
     def __init__(self) -> None:
-        self.values = {"calls": 0, "rows": 0, "merged": 0, "batches": 0, "busy": 0.0,
-                       "ran": 0.0, "waited": 0.0}  # fmt: skip
+        self.values: dict = {name: 0.0 if name in _SECONDS else 0 for name in COUNTERS}
         self._lock = threading.Lock()
         self._active, self._since = 0, 0.0
 
     def _step(self, change: int) -> float:
-        """A call starts (``1``) or ends (``-1``): the busy seconds counted to now (returned)."""
-        with self._lock:
-            now = time.perf_counter()
-            if self._active:
-                self.values["busy"] += now - self._since
-            self._since, self._active = now, self._active + change
+        """A call starts (``1``) or ends (``-1``), the lock held: the busy seconds counted to
+        now (returned)."""
+        now = time.perf_counter()
+        if self._active:
+            self.values["busy"] += now - self._since
+        self._since, self._active = now, self._active + change
         return now
 
     def start(self) -> float:
         """A call starts: its start (``time.perf_counter``)."""
-        return self._step(1)
+        with self._lock:
+            return self._step(1)
 
     def end(self, start: float, read: list[float], rows: int) -> None:
         """The call begun at ``start`` ended, having held ``rows`` rows of batches read whole
         at ``read`` (``time.perf_counter``), one a batch."""
-        end = self._step(-1)
         with self._lock:
+            end = self._step(-1)
             v = self.values
             v["ran"] += end - start
             v["waited"] += sum(start - at for at in read)
@@ -69,8 +73,7 @@ class DeviceCounters:
 def read_device_stats(folder: str, devices: int) -> dict:
     """``{counter: {(("device", "i"),): value}}`` of the device processes' counters in
     ``folder`` (those not written yet left out): the fronts' ``/metrics`` gauges."""
-    names = ("calls", "rows", "merged", "busy", "ran", "waited")
-    out: dict = {name: {} for name in names}
+    out: dict = {name: {} for name in COUNTERS}
     for index in range(devices):
         try:
             with open(os.path.join(folder, f"device-{index}.json")) as f:

@@ -42,6 +42,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import replace
 from multiprocessing.connection import wait
 from typing import Any
@@ -509,7 +510,17 @@ def _process_main(index: int, processes: int, specs: list, options: ServeOptions
 
 def _device_gauges(server: ExplanationServer, folder: str, devices: int) -> None:
     """The device processes' counters as gauges of ``server``'s ``/metrics``."""
-    read = lambda name: lambda: read_device_stats(folder, devices)[name]  # noqa: E731
+    latest: dict = {"at": -1.0, "stats": {}}
+
+    def read(name: str):
+        def series() -> dict:
+            now = time.monotonic()
+            if now - latest["at"] > 0.1:  # one reading of the files serves a scrape's gauges
+                latest["stats"], latest["at"] = read_device_stats(folder, devices), now
+            return latest["stats"][name]
+
+        return series
+
     for name, what in (("calls", "calls run on each device process (merged batches)"),
                        ("rows", "rows of those calls"),
                        ("merged", "calls that merged several batches"),

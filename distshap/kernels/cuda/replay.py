@@ -244,8 +244,9 @@ def _notice(what: str) -> None:
     global _NOTICED
     if not _NOTICED:
         _NOTICED = True
-        message = (f"distshap: {what}; SHAP calls of that row bucket take the launches one by one "
-                   "(the same values, more host time a call)")  # fmt: skip
+        message = (f"distshap: {what}; that row bucket builds no more graphs, and its calls that "
+                   "find none free take the launches one by one (the same values, more host "
+                   "time a call)")  # fmt: skip
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
