@@ -14,9 +14,8 @@ of:
   default for several processes on a GPU: ``--device-processes`` sets how many, 0 for none);
   ``--slots 1,2``, ``--max-wait-ms 2,0``, ``--inline-rows 0,64`` (batches of at most that
   many rows run on the server's loop when nothing else runs; 0: on the executor's thread),
-  ``--in-flight 2,4`` (batches a front keeps in flight on each device process) and
-  ``--overlap-rows 0,2048`` (rows that wait before a device process starts a call beside a
-  running one) add a server for each value (``distshap/4+1dev s2 f4 o0``, ``distshap i0``);
+  and ``--in-flight 2,4`` (batches a front keeps in flight on each device process) add a
+  server for each value (``distshap/4+1dev f4``, ``distshap/4+0dev s2``, ``distshap i0``);
   each server runs alone, started before its cells and drained after them;
 * ``baseline``: the same server (the same HTTP front, one request a batch) calling XGBoost's
   ``Booster.predict(DMatrix, pred_contribs=True)`` once per request, 8 requests at a time;
@@ -58,7 +57,7 @@ Usage::
     python -m benchmarks.serve --kernel-backend cuda --concurrency 1,16,256 --rows 1,100 \\
         --processes 1,4 --client-procs 6 --max-inflight-rows 400000       # one GPU, 1 and 4 fronts
     python -m benchmarks.serve --kernel-backend cuda --cells 1x1,16x1,256x100 --processes 4,8 \
-        --slots 1,2 --in-flight 2,4 --overlap-rows 0,2048 --duration 1 \
+        --in-flight 2,4 --duration 1 \
         --client-procs 6                        # one GPU: the device route's settings side by side
     python -m benchmarks.serve --kernel-backend cpu --concurrency 16 --rows 100 \
         --processes 2 --device-processes 0,1                   # CPU: each front runs its batches,
@@ -240,9 +239,9 @@ def _stage_line(before: dict, after: dict, seconds: float) -> dict:
 
 def _variants(args) -> list[tuple[str, dict]]:
     """Each distshap server of the run: its label and its arguments of ``serve`` (one for
-    each number of ``--processes``, of ``--device-processes``, of ``--slots``, of
-    ``--max-wait-ms``, of ``--inline-rows`` and, with device processes, of ``--in-flight`` and
-    ``--overlap-rows``; the label names each setting given as a list of several)."""
+    each number of ``--processes``, of ``--device-processes``, of ``--max-wait-ms``, of
+    ``--inline-rows`` and, without device processes, of ``--slots``, with them of
+    ``--in-flight``; the label names each setting given as a list of several)."""
     import itertools
 
     from distshap.serve.group import device_plan
@@ -260,24 +259,20 @@ def _variants(args) -> list[tuple[str, dict]]:
                     print(f"# {label} (device processes {devices}) not run: {err}", flush=True)
                     continue
                 label += f"+{count}dev" if count else ""
-            device = (args.in_flight, args.overlap_rows) if count else ([None], [None])
+            flights, slotting = (args.in_flight, [None]) if count else ([None], args.slots)
             waits = args.max_wait_ms[:1] if count else args.max_wait_ms  # merged there
             inlines = args.inline_rows
-            for slots, wait, inline, in_flight, overlap in itertools.product(
-                args.slots, waits, inlines, *device
+            for slots, wait, inline, in_flight in itertools.product(
+                slotting, waits, inlines, flights
             ):
-                if slots == 1 and overlap is not None:  # one call at a time: no overlap
-                    overlap = None
                 name = label + ("" if slots is None else f" s{slots}")
                 name += "" if in_flight is None else f" f{in_flight}"
-                name += "" if overlap is None else f" o{overlap}"
                 name += f" w{wait:g}" if len(waits) > 1 else ""
                 name += f" i{inline}" if len(inlines) > 1 else ""
                 if name not in seen:  # not the same server as one before
                     seen.add(name)
                     out.append((name, {"processes": processes, "slots": slots,
                                        "device_processes": devices, "in_flight": in_flight,
-                                       "overlap_rows": overlap,
                                        "max_wait": wait / 1e3}))  # fmt: skip
                     if inline is not None:
                         out[-1][1]["inline_rows"] = inline
@@ -386,16 +381,12 @@ def main(argv: list[str] | None = None) -> None:
                         "nothing else runs (default: the server's, 64; 0: every batch on the "
                         "executor's thread); 0,64: a server each")  # fmt: skip
     parser.add_argument("--slots", type=_optional_ints, default=[None],
-                        help="--backend local: batches run at once in each process that runs "
-                        "them (default 1; 2 in a device process on a GPU); 1,2,3: a server "
+                        help="--backend local, without device processes: batches run at once "
+                        "in each process that runs them (default 1); 1,2,3: a server "
                         "each")  # fmt: skip
     parser.add_argument("--in-flight", type=_optional_ints, default=[None],
                         help="with device processes: batches each front keeps in flight on "
                         "each device process (default 4); 2,4: a server each")  # fmt: skip
-    parser.add_argument("--overlap-rows", type=_optional_ints, default=[None],
-                        help="with device processes: rows that wait before a device process "
-                        "starts a call beside a running one (default 2048; 0: at once); "
-                        "0,2048: a server each")  # fmt: skip
     parser.add_argument("--cells", type=_cells, default=None,
                         help="CxN,...: only these concurrency x rows cells (instead of the "
                         "grid of --concurrency and --rows)")  # fmt: skip

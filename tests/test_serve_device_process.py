@@ -28,6 +28,7 @@ from distshap.serve.backends import NoWorkerError, explain_block
 from distshap.serve.device_process import DeviceExecutor, DeviceLoop
 from distshap.serve.group import device_plan
 from distshap.serve.registry import Registry, Resident, parse_model_spec
+from distshap.waiting import wait_for_stream
 
 pytest.importorskip("xgboost")
 from xgb_models import build_binary, build_multiclass  # noqa: E402
@@ -54,8 +55,23 @@ def residents(files):
     return [m.resident for m in registry.models.values()]
 
 
+class _Stream:
+    """A stand-in GPU stream whose work is done once ``event`` is set."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    @property
+    def done(self) -> bool:
+        return self.event.is_set()
+
+    def synchronize(self) -> None:
+        assert self.event.wait(30)
+
+
 class _Gate:
-    """An explainer whose call waits for ``open`` (the device process kept busy)."""
+    """An explainer whose call waits for ``open`` as a GPU call waits for its stream (the
+    device process kept busy, reading its pipes meanwhile)."""
 
     def __init__(self) -> None:
         self.open = threading.Event()
@@ -63,16 +79,16 @@ class _Gate:
 
     def shap_values(self, rows):
         self.entered.set()
-        assert self.open.wait(30)
+        wait_for_stream(_Stream(self.open))
         return np.zeros((len(rows), 2), dtype=np.float32)
 
 
-def _wire(fronts: int, device_residents: list, slots: int = 1, in_flight=None) -> tuple:
+def _wire(fronts: int, device_residents: list, in_flight=None) -> tuple:
     """Device loops (not started) joined to ``fronts`` executors by pipes of this process."""
     ctx = multiprocessing.get_context("spawn")
     links = [[ctx.Pipe(duplex=True) for _ in device_residents] for _ in range(fronts)]
     loops = [
-        DeviceLoop(res, [links[f][d][1] for f in range(fronts)], slots)
+        DeviceLoop(res, [links[f][d][1] for f in range(fronts)])
         for d, res in enumerate(device_residents)
     ]
     executors = [
@@ -233,14 +249,14 @@ def test_in_flight_sets_a_fronts_batches_on_each_device_and_settings_are_checked
     model = f"bin={files['bin']}"  # refused before any process starts
     with pytest.raises(ValueError, match="in_flight=0: give the batches a front keeps"):
         serve([model], port=0, processes=2, backend="cpu", device_processes=1, in_flight=0)
-    with pytest.raises(ValueError, match="overlap_rows=-1: give the rows that wait before"):
-        serve([model], port=0, processes=2, backend="cpu", device_processes=1, overlap_rows=-1)
-    for name in ("in_flight", "overlap_rows"):
-        with pytest.raises(ValueError, match=f"{name}=3: a setting of device processes, and "
-                           "this group has none; leave it out"):  # fmt: skip
-            serve([model], port=0, processes=2, backend="cpu", **{name: 3})
-        with pytest.raises(ValueError, match=f"{name}=3: .* one process has none"):
-            serve([model], port=0, backend="cpu", **{name: 3})
+    with pytest.raises(ValueError, match="in_flight=3: a setting of device processes, and "
+                       "this group has none; leave it out"):  # fmt: skip
+        serve([model], port=0, processes=2, backend="cpu", in_flight=3)
+    with pytest.raises(ValueError, match="in_flight=3: .* one process has none"):
+        serve([model], port=0, backend="cpu", in_flight=3)
+    with pytest.raises(ValueError, match="slots=2: a setting of fronts that run their own "
+                       "batches; a device process runs one call at a time"):  # fmt: skip
+        serve([model], port=0, processes=2, backend="cpu", device_processes=1, slots=2)
 
 
 class _Echo:
@@ -292,37 +308,45 @@ def test_a_calls_answers_to_one_front_go_together_however_many(files):
     thread.join(10)
 
 
-def test_a_call_starts_beside_a_running_one_once_overlap_rows_wait(files, residents):
-    gate = _Gate()
-    held = [*residents, Resident("gate", gate)]
-    ctx = multiprocessing.get_context("spawn")
-    ours, theirs = ctx.Pipe(duplex=True)
-    loop = DeviceLoop(held, [theirs], slots=2, overlap_rows=50)
-    front = DeviceExecutor([ours], held, in_flight=4)
-    thread = _start(loop)
-    X = files["X"]
+class _Turns:
+    """An explainer whose calls each wait, as for a GPU stream, for their own event."""
+
+    def __init__(self, calls: int) -> None:
+        self.events = [threading.Event() for _ in range(calls)]
+        self.entered = [threading.Event() for _ in range(calls)]
+        self.calls = 0
+
+    def shap_values(self, rows):
+        turn, self.calls = self.calls, self.calls + 1
+        self.entered[turn].set()
+        wait_for_stream(_Stream(self.events[turn]))
+        return rows * 3
+
+
+def test_a_calls_answers_are_written_while_the_next_call_waits_for_its_gpu():
+    turns = _Turns(3)
+    held = [Resident("turns", turns)]
+    loops, (front,), _ = _wire(1, [held])
+    thread = _start(loops[0])
+    rows = np.arange(12, dtype=np.float32).reshape(3, 4)
     try:
-        busy = front.submit(held[2], X[:1], "shap_values", 0)
-        assert gate.entered.wait(30)
-        few = front.submit(held[0], X[:10], "shap_values", 0)
-        time.sleep(0.3)  # 10 rows wait: no call beside the running one
-        assert not few.done() and loop.stats["batches"] == 0
-        more = front.submit(held[0], X[10:55], "shap_values", 0)  # 55 rows wait: a call starts
-        want = explain_block(held[0], X[:55], "shap_values", 0)["shap_values"]
-        assert same_bits(few.result(30)["shap_values"], want[:10])
-        assert same_bits(more.result(30)["shap_values"], want[10:55])
-        stats = dict(loop.stats)
-        assert not busy.done() and stats.pop("busy") >= 0.3  # the gate's call ran all along
-        assert stats.pop("ran") > 0 and stats.pop("waited") >= 0.25  # 10 rows waited ~0.3 s
-        assert stats == {"calls": 1, "rows": 55, "merged": 1, "batches": 2}
-        gate.open.set()
-        assert busy.result(30)["shap_values"].shape == (1, 2)
+        first = front.submit(held[0], rows[:1], "shap_values", 0)
+        assert turns.entered[0].wait(30)
+        second = front.submit(held[0], rows[1:2], "shap_values", 0)  # read during the wait
+        _until(lambda: len(loops[0]._pending) == 1)
+        turns.events[0].set()  # the first call ends; the second starts and waits
+        assert turns.entered[1].wait(30)
+        assert same_bits(first.result(30)["shap_values"], rows[:1] * 3)  # written meanwhile
+        assert not second.done()
+        turns.events[1].set()
+        assert same_bits(second.result(30)["shap_values"], rows[1:2] * 3)  # nothing after it
+        assert loops[0].stats["calls"] == 2 and not turns.entered[2].is_set()
     finally:
-        gate.open.set()
+        for event in turns.events:
+            event.set()
         front.close()
     thread.join(10)
-    with pytest.raises(ValueError, match="overlap_rows=1.5: give the rows that wait before"):
-        DeviceLoop(held, [], overlap_rows=1.5)
+    assert not thread.is_alive()
 
 
 def test_a_device_that_dies_fails_its_batches_and_new_ones_with_503(files, residents):

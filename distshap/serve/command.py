@@ -40,7 +40,6 @@ def serve(
     processes: int = 1,
     device_processes: int | None = None,
     in_flight: int | None = None,
-    overlap_rows: int | None = None,
     **options: Any,
 ) -> ExplanationServer | ServerGroup:
     """Start an explanation server (in a background thread) over ``models``.
@@ -57,9 +56,10 @@ def serve(
     start : bool
         Serve in a background thread now (else call ``serve_forever``).
     slots : int, optional
-        Batches run at once in each process that runs them (without ``client``; default 1):
-        2 lets a GPU's kernels overlap the host work of the next batch, 1 merges more of the
-        waiting batches into each call.
+        Batches run at once in each server process that runs its own (without ``client`` or
+        device processes; default 1): 2 lets a GPU's kernels overlap the host work of the next
+        batch, 1 merges more of the waiting batches into each call. A device process runs one
+        call at a time.
     processes : int
         Server processes sharing the port (> 1: a :class:`~distshap.serve.group.ServerGroup`
         of front processes; ``start`` then starts the processes).
@@ -71,10 +71,6 @@ def serve(
     in_flight : int, optional
         With device processes: batches each front keeps in flight on each device process
         (default 4; more lets a device process merge more of them into one call).
-    overlap_rows : int, optional
-        With device processes: rows that wait before a device process starts a call beside
-        one that runs (default 2048; 0: as soon as one of its ``slots`` is free; fewer rows
-        wait for the running call and run merged after it).
     **options
         Fields of :class:`~distshap.serve.server.ServeOptions` (``port=0``: any free port).
 
@@ -87,7 +83,7 @@ def serve(
     ------
     ValueError
         ``processes`` < 1, or > 1 with a cluster other processes cannot reach;
-        ``in_flight`` or ``overlap_rows`` without device processes.
+        ``in_flight`` without device processes, ``slots`` with them.
     """
     specs = [parse_model_spec(m) if isinstance(m, str) else m for m in models]
     if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
@@ -101,14 +97,13 @@ def serve(
             )
         group = ServerGroup(specs, processes, ServeOptions(**options), backend=backend,
                             slots=slots, scheduler=scheduler,
-                            device_processes=device_processes, in_flight=in_flight,
-                            overlap_rows=overlap_rows)  # fmt: skip
+                            device_processes=device_processes,
+                            in_flight=in_flight)  # fmt: skip
         return group.start() if start else group
-    for name, value in (("in_flight", in_flight), ("overlap_rows", overlap_rows)):
-        if value is not None:
-            raise ValueError(f"{name}={value!r}: a setting of device processes, and one process "
-                             "has none; give device_processes >= 1 (or processes > 1 on a GPU), "
-                             "or leave it out")  # fmt: skip
+    if in_flight is not None:
+        raise ValueError(f"in_flight={in_flight!r}: a setting of device processes, and one "
+                         "process has none; give device_processes >= 1 (or processes > 1 on a "
+                         "GPU), or leave it out")  # fmt: skip
     server = build_server(specs, ServeOptions(**options), client=client, backend=backend,
                           slots=1 if slots is None else slots)  # fmt: skip
     return server.start() if start else server
@@ -154,17 +149,14 @@ def add_parser(sub: Any) -> None:
                    "one per visible GPU on a GPU backend when --processes > 1, none on CPU; "
                    "0: each server process runs its own batches)")  # fmt: skip
     p.add_argument("--slots", type=int,
-                   help="with --local: batches run at once in each process that runs them (2 "
-                   "overlaps a GPU's kernels with the next batch's host work, 1 merges more "
-                   "batches a call; default 1)")  # fmt: skip
+                   help="with --local, without device processes: batches run at once in each "
+                   "server process (2 overlaps a GPU's kernels with the next batch's host work, "
+                   "1 merges more batches a call; default 1); a device process runs one call "
+                   "at a time")  # fmt: skip
     p.add_argument("--in-flight", type=int, metavar="N",
                    help="with device processes: batches each server process keeps in flight on "
                    "each device process (default 4; more lets a device process merge more of "
                    "them into one call)")  # fmt: skip
-    p.add_argument("--overlap-rows", type=int, metavar="N",
-                   help="with device processes: rows that wait before a device process starts a "
-                   "call beside one that runs (default 2048; 0: as soon as a slot is free; "
-                   "fewer wait for the running call and run merged after it)")  # fmt: skip
     d = ServeOptions()
     for flag, kind, default, text in (
         ("--max-batch-rows", int, d.max_batch_rows, "rows of a batch at most"),
@@ -227,7 +219,7 @@ def run_command(args: argparse.Namespace) -> int:
         server = serve(specs, client=client, backend=args.backend, start=grouped,
                        slots=args.slots, processes=args.processes,
                        device_processes=args.device_processes, in_flight=args.in_flight,
-                       overlap_rows=args.overlap_rows, **options)  # fmt: skip
+                       **options)  # fmt: skip
         stop = lambda *_: threading.Thread(target=server.drain, daemon=True).start()  # noqa: E731
         previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
         print(f"distshap serve: {_where(server, specs, client)}", file=sys.stderr, flush=True)

@@ -10,16 +10,15 @@ naming its tensors (name, dtype, shape) then each tensor's raw bytes, or an erro
 message (:mod:`~distshap.serve.wire`): no array is pickled or copied on the way. A front may
 have several batches in flight on one pipe (the ids pair them with their answers).
 
-A device process (:class:`DeviceLoop`) reads each pipe on a thread of its own and runs
-batches on ``slots`` others: each takes the oldest batch waiting and every other waiting batch
-of the same model, output, ``k`` and dtype, up to ``merge_rows`` rows, runs them as ONE call of
-:func:`~distshap.serve.backends.explain_block` (rows concatenated) and sends each front its
-rows' part. While a call runs, another starts only once ``overlap_rows`` rows wait: a call's
-host work holds the interpreter, so two small calls side by side take turns on it (each lasts
-about as long as both), where their rows wait for the running call to end and then run as one
-merged call; a large call's host work overlaps the other's kernels. A row's values do not
-depend on the rows beside it, so every answer equals its rows run alone, bit for bit. While
-one batch runs, the next is read and joined.
+A device process (:class:`DeviceLoop`) does everything on one thread, so no thread of its own
+waits for the interpreter: it reads whatever batches its pipes hold, then runs the oldest
+batch waiting and every other waiting batch of the same model, output, ``k`` and dtype, up to
+``merge_rows`` rows, as ONE call of :func:`~distshap.serve.backends.explain_block` (rows
+concatenated), and sends each front its rows' part. While a call waits for its GPU (a replayed
+CUDA graph, :func:`distshap.waiting.while_waiting`), the loop writes the previous call's
+answers and reads the batches that arrive, so the next call starts as soon as this one ends,
+with every batch that came meanwhile. A row's values do not depend on the rows beside it, so
+every answer equals its rows run alone, bit for bit.
 
 A front's :class:`DeviceExecutor` sends each batch to the live device process with the fewest
 rows in flight, written by the thread that submits it when the pipe takes it at once (a sender
@@ -34,6 +33,7 @@ import itertools
 import logging
 import multiprocessing
 import os
+import selectors
 import signal
 import socket
 import struct
@@ -42,7 +42,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 
 import numpy as np
 
@@ -64,14 +64,13 @@ from distshap.serve.wire import (
     read_bytes,
     write_parts,
 )
+from distshap.waiting import while_waiting
 
 __all__ = [
     "IN_FLIGHT",
-    "OVERLAP_ROWS",
     "DeviceExecutor",
     "DeviceLoop",
     "check_in_flight",
-    "check_overlap_rows",
     "device_main",
 ]
 
@@ -81,8 +80,6 @@ log = logging.getLogger("distshap.serve")
 MERGE_ROWS = 1 << 17
 #: Batches a front keeps in flight on each device process.
 IN_FLIGHT = 4
-#: Rows that wait before a call starts beside one that runs.
-OVERLAP_ROWS = 2048
 #: Seconds between two writes of a device process's counters.
 _STATS_SECONDS = 0.5
 #: Seconds :meth:`DeviceExecutor.close` waits for answers still due, then for its threads.
@@ -100,7 +97,8 @@ class _Item:
 
 
 class DeviceLoop:
-    """A device process's work: read batches from the fronts' pipes, run them merged, answer.
+    """A device process's work, on one thread: read batches from the fronts' pipes, run them
+    merged, answer.
 
     Parameters
     ----------
@@ -109,30 +107,23 @@ class DeviceLoop:
         that index).
     conns : list of multiprocessing Connection
         One duplex pipe per front.
-    slots : int
-        Batches run at once (2 on a GPU: one batch's host work overlaps the other's kernels).
     merge_rows : int
         Rows of a merged call at most.
-    overlap_rows : int
-        Rows that wait before a call starts while another runs (0: as soon as a slot is
-        free); with fewer, they wait for the running call to end and run merged.
     """
 
-    def __init__(self, residents: list[Resident], conns: list[Connection], slots: int = 1,
-                 merge_rows: int = MERGE_ROWS,
-                 overlap_rows: int = OVERLAP_ROWS) -> None:  # fmt: skip
-        if not isinstance(slots, int) or slots < 1:
-            raise ValueError(f"slots={slots!r}: give the number of batches run at once, >= 1")
-        check_overlap_rows(overlap_rows)
-        self.residents, self.slots, self.merge_rows = residents, slots, merge_rows
-        self.overlap_rows = overlap_rows
-        self._waiting_rows = 0
-        self._running = 0
-        self._conns = list(conns)
-        self._send_locks = {conn: threading.Lock() for conn in self._conns}
+    def __init__(self, residents: list[Resident], conns: list[Connection],
+                 merge_rows: int = MERGE_ROWS) -> None:  # fmt: skip
+        self.residents, self.merge_rows = residents, merge_rows
+        self._selector = selectors.DefaultSelector()
+        for conn in conns:
+            self._selector.register(conn.fileno(), selectors.EVENT_READ, conn)
+        self._open = len(conns)
         self._pending: deque[_Item] = deque()
-        self._cond = threading.Condition()
-        self._receiving = True
+        self._waiting_rows = 0
+        self._due: dict[Connection, list] = {}  # answers made, not written yet
+        self._key: tuple | None = None  # the last call's
+        self._waited = False  # whether the running call waited for its GPU in _meanwhile
+        self._orphaned = False  # a watched process exited
         self._stop = threading.Event()
         self.counters = DeviceCounters()
         #: The counters' values (:class:`~distshap.serve.device_stats.DeviceCounters`).
@@ -145,79 +136,125 @@ class DeviceLoop:
     def run(self, watch: tuple = ()) -> None:
         """Serve until every front has closed its pipe, :meth:`stop`, or one of ``watch``
         (sentinels, e.g. the parent process's) is ready; the batches received run first."""
-        runners = [threading.Thread(target=self._runner, name=f"distshap-device-run-{i}",
-                                    daemon=True) for i in range(self.slots)]  # fmt: skip
-        readers = [threading.Thread(target=self._receive, args=(conn,), daemon=True,
-                                    name=f"distshap-device-read-{i}")
-                   for i, conn in enumerate(self._conns)]  # fmt: skip
-        for thread in [*runners, *readers]:
-            thread.start()
+        for sentinel in watch:
+            self._selector.register(sentinel, selectors.EVENT_READ, None)
         try:
-            while not self._stop.is_set() and any(t.is_alive() for t in readers):
-                if watch and wait(list(watch), timeout=0.25):
+            while self._open and not self._stop.is_set():
+                self._poll(0.0 if self._pending or self._due else 0.25)
+                if self._orphaned:
                     log.warning("the parent process exited: the device process stops")
                     return
-                if not watch:
-                    self._stop.wait(0.25)
+                if self._pending:
+                    self._call()
+                else:
+                    self._flush()
+            while self._pending:
+                self._call()
+            self._flush()
         finally:
-            with self._cond:
-                self._receiving = False
-                self._cond.notify_all()
-            for thread in runners:
-                thread.join()
+            self._selector.close()
 
-    def _receive(self, conn: Connection) -> None:
-        """A reader thread: the batches of one front until its goodbye or its exit."""
+    def _poll(self, timeout: float) -> None:
+        """Read every batch the pipes hold (waiting up to ``timeout`` seconds for one), until
+        ``merge_rows`` rows wait."""
+        while self._waiting_rows < self.merge_rows and not self._stop.is_set():
+            events = self._selector.select(timeout)
+            for key, _ in events:
+                if key.data is None:
+                    self._orphaned = True
+                    return
+                self._read(key.data)
+            if not events:
+                return
+            timeout = 0.0
+
+    def _read(self, conn: Connection) -> None:
+        """One batch of ``conn`` (or its goodbye) read whole."""
         fd = conn.fileno()
         try:
-            while not self._stop.is_set():
-                head = read_bytes(fd, BATCH.size)
-                ident, model, output, dtype, k, n, features = BATCH.unpack(head)
-                if ident == BYE:
-                    self._send(conn, [ANSWER.pack(BYE, 0, 0, 0)])
-                    return
-                rows = read_array(fd, (n, features), DTYPES[dtype])
-                with self._cond:
-                    self._pending.append(_Item(conn, ident, (model, output, k, dtype), rows))
-                    self._waiting_rows += n
-                    self._cond.notify()
+            ident, model, output, dtype, k, n, features = BATCH.unpack(read_bytes(fd, BATCH.size))
+            if ident == BYE:
+                self._flush(conn)  # its answers first
+                self._send(conn, [ANSWER.pack(BYE, 0, 0, 0)])
+                self._drop(conn)
+                return
+            rows = read_array(fd, (n, features), DTYPES[dtype])
         except (EOFError, OSError):  # the front exited
+            self._drop(conn)
             return
         except Exception as err:  # noqa: BLE001 - a batch not read: the front sees the pipe close
             log.error("a front's batch could not be read (%s): its pipe is closed",
                       type(err).__name__)  # fmt: skip
+            self._drop(conn)
             conn.close()
+            return
+        self._pending.append(_Item(conn, ident, (model, output, k, dtype), rows))
+        self._waiting_rows += n
+
+    def _drop(self, conn: Connection) -> None:
+        """Read ``conn`` no more: its front said goodbye or is gone."""
+        self._selector.unregister(conn.fileno())
+        self._due.pop(conn, None)
+        self._open -= 1
 
     def _send(self, conn: Connection, parts: list) -> None:
         try:
-            with self._send_locks[conn]:
-                write_parts(conn.fileno(), parts)
+            write_parts(conn.fileno(), parts)
         except (OSError, ValueError):  # the front exited: nobody waits for the answer
             pass
 
-    def _may_start(self) -> bool:
-        """Whether a call may start now (the condition's lock held)."""
-        if not self._pending:
-            return False
-        return not self._running or self._waiting_rows >= self.overlap_rows or not self._receiving
+    def _flush(self, conn: Connection | None = None) -> None:
+        """Write the answers due (to ``conn`` only, where given)."""
+        for to in [conn] if conn is not None else list(self._due):
+            messages = self._due.pop(to, None)
+            if messages:
+                self._send(to, messages)
 
-    def _runner(self) -> None:
-        ran = 0  # calls this runner has ended since it last held the lock
-        while True:
-            with self._cond:
-                self._running -= ran
-                while not self._may_start() and self._receiving:
-                    self._cond.wait(0.5)
-                if not self._pending:
-                    return
-                items = self._next_call()
-                self._running += 1
-            ran = 1
-            self._run(items)
+    def _meanwhile(self) -> None:
+        """While a call waits for its GPU: the last call's answers written, batches read."""
+        self._waited = True
+        try:
+            self._flush()
+            self._poll(0.0)
+        except Exception as err:  # noqa: BLE001 - the call that waits must not fail for it
+            log.error("reading the fronts' pipes failed (%s)", type(err).__name__)
+
+    def _call(self) -> None:
+        """One call for the next batches (rows concatenated); each front gets its rows'
+        values. After a call that waited for its GPU, its answers are written while the next
+        call of the same kind waits for its own (else at once)."""
+        items = self._next_call()
+        if items[0].key != self._key:
+            self._flush()  # the next call may not wait for a GPU: answer before it
+        self._key, self._waited = items[0].key, False
+        parts = [item.rows for item in items]
+        model, output, k, _ = items[0].key
+        values, err = None, None
+        start = self.counters.start()
+        try:  # rows put together inside: a failure answers the batches, the loop runs on
+            batch = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            with while_waiting(self._meanwhile):
+                values = explain_block(self.residents[model], batch, OUTPUT_NAMES[output], k)
+        except Exception as error:  # every front hears of it
+            err = error
+        finally:
+            self.counters.end(start, [item.since for item in items], sum(map(len, parts)))
+        self._flush()  # the answers of before, where this call did not wait to write them
+        start = 0
+        for item in items:
+            stop = start + len(item.rows)
+            try:
+                messages = answer_parts(item.ident, values, err, start, stop)
+            except Exception as error:  # a tensor the header cannot name
+                messages = answer_parts(item.ident, None, error, start, stop)
+            self._due.setdefault(item.conn, []).extend(messages)
+            start = stop
+        if not self._waited:
+            self._flush()
 
     def _next_call(self) -> list[_Item]:
         """The oldest batch and every other waiting batch of its key (``merge_rows`` at most),
-        taken from the waiting ones (the condition's lock held)."""
+        taken from the waiting ones."""
         first = self._pending.popleft()
         items, rows, kept = [first], len(first.rows), deque()
         for item in self._pending:
@@ -230,41 +267,9 @@ class DeviceLoop:
         self._waiting_rows -= rows
         return items
 
-    def _run(self, items: list[_Item]) -> None:
-        """One call for ``items`` (rows concatenated); each front gets its rows' values."""
-        parts = [item.rows for item in items]
-        model, output, k, _ = items[0].key
-        values, err = None, None
-        start = self.counters.start()
-        try:  # rows put together inside: a failure answers the batches, the slot runs on
-            batch = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            values = explain_block(self.residents[model], batch, OUTPUT_NAMES[output], k)
-        except Exception as error:  # every front hears of it
-            err = error
-        finally:
-            self.counters.end(start, [item.since for item in items], sum(map(len, parts)))
-        start, answers = 0, {}  # each front's answers, written together
-        for item in items:
-            stop = start + len(item.rows)
-            try:
-                messages = answer_parts(item.ident, values, err, start, stop)
-            except Exception as error:  # a tensor the header cannot name
-                messages = answer_parts(item.ident, None, error, start, stop)
-            answers.setdefault(item.conn, []).extend(messages)
-            start = stop
-        for conn, messages in answers.items():
-            self._send(conn, messages)
-
     def write_stats(self, path: str) -> None:
         """The counters as JSON at ``path`` (:meth:`DeviceCounters.write`)."""
         self.counters.write(path)
-
-
-def check_overlap_rows(overlap_rows: object) -> None:
-    """ValueError unless ``overlap_rows`` is an int >= 0."""
-    if type(overlap_rows) is not int or overlap_rows < 0:
-        raise ValueError(f"overlap_rows={overlap_rows!r}: give the rows that wait before a call "
-                         "starts beside a running one, an int >= 0 (0: at once)")  # fmt: skip
 
 
 def check_in_flight(in_flight: object) -> None:
@@ -539,8 +544,7 @@ def _write_stats(loop: DeviceLoop, path: str, done: threading.Event) -> None:
 
 
 def device_main(index: int, specs: list, backend: str, gpu: str | None, conns: list,
-                pipe: Connection, slots: int, folder: str, level: int, threads: int,
-                overlap_rows: int = OVERLAP_ROWS) -> None:  # fmt: skip
+                pipe: Connection, folder: str, level: int, threads: int) -> None:  # fmt: skip
     """One device process of a group: load the models (on GPU ``gpu``: the only one this
     process sees; CPU kernels on ``threads`` threads unless ``DISTSHAP_NUM_THREADS`` is set),
     compile, serve the fronts' pipes until they close or SIGTERM, exit 0."""
@@ -553,7 +557,7 @@ def device_main(index: int, specs: list, backend: str, gpu: str | None, conns: l
         registry = Registry.from_specs(specs, backend=backend)
         residents = [model.resident for model in registry.models.values()]
         _warm(residents, (1,) if gpu is None else _GPU_WARM_ROWS)
-        loop = DeviceLoop(residents, conns, slots, overlap_rows=overlap_rows)
+        loop = DeviceLoop(residents, conns)
     except BaseException as err:
         pipe.send(("error", f"{type(err).__name__}: {str(err).strip()[:300]}"))
         sys.exit(1)

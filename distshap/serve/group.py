@@ -53,10 +53,8 @@ from distshap.parallel import THREADS_VARIABLE
 from distshap.serve.backends import DaskExecutor, InProcessExecutor
 from distshap.serve.device_process import (
     IN_FLIGHT,
-    OVERLAP_ROWS,
     DeviceExecutor,
     check_in_flight,
-    check_overlap_rows,
     device_main,
 )
 from distshap.serve.device_stats import read_device_stats
@@ -172,8 +170,8 @@ class ServerGroup:
     backend : {"auto", "cpu", "cuda"}
         Kernel backend of the explainers.
     slots : int, optional
-        Batches run at once in each process that runs them: each front without device
-        processes (default 1), each device process (default 2 on a GPU, 1 on CPU).
+        Without device processes: batches each front runs at once (default 1). A device
+        process runs one call at a time.
     scheduler : str, optional
         Address of a Dask scheduler: each process connects its own client there.
     device_processes : int, optional
@@ -184,16 +182,12 @@ class ServerGroup:
         With device processes: batches each front keeps in flight on each device process
         (default :data:`~distshap.serve.device_process.IN_FLIGHT`). More lets a device process
         merge more batches into one call; each front's batches then wait less for a free one.
-    overlap_rows : int, optional
-        With device processes: rows that wait before a device process starts a call beside
-        one that runs (default :data:`~distshap.serve.device_process.OVERLAP_ROWS`; 0: as soon
-        as one of its ``slots`` is free).
 
     Raises
     ------
     ValueError
-        Too few ``processes``, ``slots`` or ``in_flight`` not an int >= 1, ``overlap_rows`` not
-        an int >= 0, either without device processes, a platform without ``SO_REUSEPORT``,
+        Too few ``processes``, ``slots`` or ``in_flight`` not an int >= 1, ``in_flight``
+        without device processes or ``slots`` with them, a platform without ``SO_REUSEPORT``,
         device processes with a scheduler, or batches in every front on a GPU whose compute
         mode admits one process.
     FileNotFoundError
@@ -211,7 +205,6 @@ class ServerGroup:
         scheduler: str | None = None,
         device_processes: int | None = None,
         in_flight: int | None = None,
-        overlap_rows: int | None = None,
     ) -> None:
         if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
             raise ValueError(f"processes={processes!r}: give the number of front processes")
@@ -224,17 +217,16 @@ class ServerGroup:
             check_files(spec)
         #: The GPU of each device process (None: as this process sees them, e.g. on CPU).
         self.gpus = device_plan(backend, scheduler, device_processes)
-        for name, value, check in (("in_flight", in_flight, check_in_flight),
-                                   ("overlap_rows", overlap_rows, check_overlap_rows)):  # fmt: skip
-            if value is not None:
-                check(value)
-                if not self.gpus:
-                    raise ValueError(f"{name}={value}: a setting of device processes, and this "
-                                     "group has none; leave it out")  # fmt: skip
+        if in_flight is not None:
+            check_in_flight(in_flight)
+            if not self.gpus:
+                raise ValueError(f"in_flight={in_flight}: a setting of device processes, and "
+                                 "this group has none; leave it out")  # fmt: skip
+        if slots is not None and self.gpus:
+            raise ValueError(f"slots={slots}: a setting of fronts that run their own batches; "
+                             "a device process runs one call at a time; leave it out")  # fmt: skip
         #: Batches each front keeps in flight on each device process.
         self.in_flight = IN_FLIGHT if in_flight is None else in_flight
-        #: Rows that wait before a device process starts a call beside a running one.
-        self.overlap_rows = OVERLAP_ROWS if overlap_rows is None else overlap_rows
         if processes < 2 and not self.gpus:
             raise ValueError(f"processes={processes!r}: a group has 2 or more (or device "
                              "processes); use 1 otherwise")  # fmt: skip
@@ -294,8 +286,7 @@ class ServerGroup:
             conns = [links[front][index][1] for front in range(self.processes)]
             args = (index, self.specs, self.backend, gpu, conns)
             waiting.append(self._launch(device_main, f"distshap-device-{index}", args,
-                                        (self.slots, self._dir, level, threads,
-                                         self.overlap_rows), conns,
+                                        (self._dir, level, threads), conns,
                                         self._devices))  # fmt: skip
         for index in range(self.processes):
             conns = [links[index][device][0] for device in range(len(self.gpus))] or None

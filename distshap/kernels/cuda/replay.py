@@ -25,6 +25,9 @@ no more graphs are built for that bucket (where it was the first, its calls take
 and one warning says so. A call that finds no graph free and none to build takes the launches.
 A bucket beyond the rows the check's block traversal takes, or beyond the rows whose buffers
 fit ``replay_graph_bytes``, is cut to that many rows where the call's own rows fit.
+
+A call waits for its graph through :func:`distshap.waiting.wait_for_stream`: a thread that
+gave work to do meanwhile (:func:`distshap.waiting.while_waiting`) does it while the GPU runs.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from distshap.kernels.cuda.tables import launch_tables
 from distshap.packed import PackedModel
 from distshap.plan.config import get_config
 from distshap.plan.costs import forced_costs
+from distshap.waiting import wait_for_stream
 
 __all__ = ["checked_values", "replay_bucket", "replayed_values"]
 
@@ -233,7 +237,7 @@ class _Graph:
         self.host_in[n:] = 0
 
     def _read(self, n: int) -> tuple[np.ndarray, bool]:
-        self.stream.synchronize()
+        wait_for_stream(self.stream)
         flagged = bool(self.flag[0] != 0)
         self.flag[0] = 0
         return self.host_out[:n].copy(), flagged
