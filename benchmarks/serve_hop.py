@@ -306,7 +306,7 @@ def _zero_device(conn) -> None:
 def pipe_cpu(n: int, batches: int) -> tuple[float, float]:
     """A front's CPU and wall microseconds a round trip of an ``n``-row batch (8 FP32
     features) to a device process of :class:`_Zeros`, ``batches`` one after the other."""
-    from distshap.serve.device_process import DeviceExecutor
+    from distshap.serve.device_link import DeviceExecutor
     from distshap.serve.registry import Resident
 
     ctx = multiprocessing.get_context("spawn")

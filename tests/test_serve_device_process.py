@@ -25,7 +25,8 @@ from distshap import TreeExplainer
 from distshap.kernels import cuda_available
 from distshap.serve import ExplanationServer, ServeOptions, serve
 from distshap.serve.backends import NoWorkerError, explain_block
-from distshap.serve.device_process import DeviceExecutor, DeviceLoop
+from distshap.serve.device_link import DeviceExecutor
+from distshap.serve.device_process import DeviceLoop
 from distshap.serve.group import device_plan
 from distshap.serve.registry import Registry, Resident, parse_model_spec
 from distshap.waiting import wait_for_stream

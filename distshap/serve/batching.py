@@ -234,9 +234,17 @@ class BatchQueue:
         future.add_done_callback(lambda f: self._done_elsewhere(f, live, started))
 
     def _done_elsewhere(self, future: Future, live: list[_Pending], started: float) -> None:
-        """The executor's callback (any thread): hand the result to the loop."""
+        """The executor's callback (any thread): hand the result to the loop (at once where
+        the loop itself settled the Future: an executor that reads its answers there)."""
         err = future.exception()
         values = None if err is not None else future.result()
+        try:
+            here = asyncio.get_running_loop() is self.loop
+        except RuntimeError:  # no loop runs on this thread
+            here = False
+        if here:
+            self._finish(values, err, live, started)
+            return
         try:
             self.loop.call_soon_threadsafe(self._finish, values, err, live, started)
         except RuntimeError:  # the loop is closed: nobody waits for the answers

@@ -20,45 +20,34 @@ answers and reads the batches that arrive, so the next call starts as soon as th
 with every batch that came meanwhile. A row's values do not depend on the rows beside it, so
 every answer equals its rows run alone, bit for bit.
 
-A front's :class:`DeviceExecutor` sends each batch to the live device process with the fewest
-rows in flight, written by the thread that submits it when the pipe takes it at once (a sender
-thread writes what it does not take). When a device process exits, its batches in flight fail
-at once with :class:`~distshap.serve.backends.NoWorkerError` (the server's 503), and so does
-every new one.
+A front's side of the pipes is :mod:`~distshap.serve.device_link`.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import multiprocessing
 import os
 import selectors
 import signal
-import socket
-import struct
 import sys
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
 from multiprocessing.connection import Connection
 
 import numpy as np
 
 from distshap.parallel import THREADS_VARIABLE
-from distshap.serve.backends import NoWorkerError, explain_block
+from distshap.serve.backends import explain_block
 from distshap.serve.device_stats import DeviceCounters
 from distshap.serve.registry import Registry, Resident
 from distshap.serve.wire import (
     ANSWER,
     BATCH,
     BYE,
-    DTYPE_CODE,
     DTYPES,
     OUTPUT_NAMES,
-    TENSOR,
-    TENSOR_NAMES,
     answer_parts,
     read_array,
     read_bytes,
@@ -66,24 +55,14 @@ from distshap.serve.wire import (
 )
 from distshap.waiting import while_waiting
 
-__all__ = [
-    "IN_FLIGHT",
-    "DeviceExecutor",
-    "DeviceLoop",
-    "check_in_flight",
-    "device_main",
-]
+__all__ = ["DeviceLoop", "device_main"]
 
 log = logging.getLogger("distshap.serve")
 
 #: Rows a merged call holds at most.
 MERGE_ROWS = 1 << 17
-#: Batches a front keeps in flight on each device process.
-IN_FLIGHT = 4
 #: Seconds between two writes of a device process's counters.
 _STATS_SECONDS = 0.5
-#: Seconds :meth:`DeviceExecutor.close` waits for answers still due, then for its threads.
-_CLOSE_SECONDS = 10.0
 
 
 class _Item:
@@ -270,252 +249,6 @@ class DeviceLoop:
     def write_stats(self, path: str) -> None:
         """The counters as JSON at ``path`` (:meth:`DeviceCounters.write`)."""
         self.counters.write(path)
-
-
-def check_in_flight(in_flight: object) -> None:
-    """ValueError unless ``in_flight`` (a front's batches in flight on each device process) is
-    an int >= 1."""
-    if type(in_flight) is not int or in_flight < 1:
-        raise ValueError(f"in_flight={in_flight!r}: give the batches a front keeps in flight on "
-                         "each device process, an int >= 1")  # fmt: skip
-
-
-class _Link:
-    """A front's view of one device process: its pipe, the batches in flight on it (id ->
-    (Future, rows)) and the threads that send batches and read answers.
-
-    A batch is written by the thread that submits it when nothing waits to be written before
-    it and the pipe takes it without blocking (no other thread woken); otherwise, or for the
-    rest of it, the sender thread writes it (``outbox``, in order; ``sending`` while it
-    writes one)."""
-
-    def __init__(self, index: int, conn: Connection) -> None:
-        self.index, self.conn = index, conn
-        self.alive = True
-        self.rows = 0
-        self.in_flight: dict[int, tuple[Future, int]] = {}
-        self.outbox: deque = deque()
-        self.sending = False
-        self.cond = threading.Condition()
-        self.sock = socket.socket(fileno=os.dup(conn.fileno()))
-        self.sender: threading.Thread | None = None
-        self.reader: threading.Thread | None = None
-
-    def put(self, job: tuple | list | None) -> None:
-        """Hand ``job`` (the parts of a message; None: the sender's end) to the sender."""
-        with self.cond:
-            self.outbox.append(job)
-            self.cond.notify()
-
-    def write(self, parts: tuple) -> None:
-        """Write ``parts`` now if nothing is ahead of them and the pipe takes them without
-        blocking; what is left goes to the sender. OSError: the device process is gone."""
-        with self.cond:
-            if not self.outbox and not self.sending:
-                views = [memoryview(p).cast("B") for p in parts if len(p) and getattr(p, "size", 1)]
-                try:
-                    sent = self.sock.sendmsg(views, [], socket.MSG_DONTWAIT)
-                except BlockingIOError:
-                    sent = 0
-                while views and sent >= len(views[0]):
-                    sent -= len(views.pop(0))
-                if not views:
-                    return
-                views[0] = views[0][sent:]
-                parts = views
-            self.outbox.append(parts)
-            self.cond.notify()
-
-    def take(self) -> tuple | list | None:
-        """The sender's next job (waits for one); marks the link as writing it."""
-        with self.cond:
-            self.sending = False
-            while not self.outbox:
-                self.cond.wait()
-            self.sending = True
-            return self.outbox.popleft()
-
-
-_REMOTE_ERRORS: dict[str, type] = {}
-
-
-def _remote_error(text: str) -> BaseException:
-    """An exception of the type a device process raised (by name), with its message."""
-    name, _, message = text.partition("\n")
-    cls = _REMOTE_ERRORS.get(name)
-    if cls is None:
-        cls = _REMOTE_ERRORS[name] = type(name, (RuntimeError,), {"__module__": __name__})
-    return cls(message)
-
-
-class DeviceExecutor:
-    """A front's executor: batches run on the group's device processes (see the module).
-
-    The interface of :class:`~distshap.serve.backends.InProcessExecutor`.
-
-    Parameters
-    ----------
-    conns : list of multiprocessing Connection
-        One duplex pipe per device process.
-    residents : list of Resident
-        This process's registered models in the order of the group's specs: a batch names its
-        model by its index there.
-    in_flight : int
-        Batches this front keeps in flight on each device process.
-    """
-
-    name = "device-process"
-    #: A device process merges the batches that wait for it: a front's queue sends each batch
-    #: as soon as one of its ``in_flight`` is free.
-    merges = True
-
-    def __init__(self, conns: list[Connection], residents: list[Resident],
-                 in_flight: int = IN_FLIGHT) -> None:  # fmt: skip
-        check_in_flight(in_flight)
-        self._index = {resident: i for i, resident in enumerate(residents)}
-        self._in_flight = in_flight
-        self._ids = itertools.count(1)
-        self._lock = threading.Lock()
-        self._closed = False
-        self._links = [_Link(i, conn) for i, conn in enumerate(conns)]
-        for link in self._links:
-            link.sender = threading.Thread(target=self._send_loop, args=(link,), daemon=True,
-                                           name=f"distshap-device-send-{link.index}")  # fmt: skip
-            link.reader = threading.Thread(target=self._read_loop, args=(link,), daemon=True,
-                                           name=f"distshap-device-read-{link.index}")  # fmt: skip
-            link.sender.start()
-            link.reader.start()
-
-    def workers(self) -> int:
-        """Device processes alive."""
-        return sum(link.alive for link in self._links)
-
-    def slots(self) -> int:
-        """Batches in flight at once: ``in_flight`` on each device process alive."""
-        return self._in_flight * max(1, self.workers())
-
-    def ready(self) -> bool:
-        """Whether every device process is alive (the group stops when one is not)."""
-        return not self._closed and all(link.alive for link in self._links)
-
-    def loads(self) -> list[int]:
-        """Rows in flight on each device process (-1: gone)."""
-        return [link.rows if link.alive else -1 for link in self._links]
-
-    def _pick(self) -> _Link:
-        """The live device process with the fewest rows in flight (the lock held)."""
-        live = [link for link in self._links if link.alive]
-        if not live or self._closed:
-            raise NoWorkerError("no device process is running: the server is stopping")
-        return min(live, key=lambda link: (link.rows, len(link.in_flight), link.index))
-
-    def submit(self, resident: Resident, rows: np.ndarray, output: str, k: int) -> Future:
-        """Send a batch to the least loaded device process -> a Future of its dict.
-
-        Raises
-        ------
-        NoWorkerError
-            No device process is alive.
-        """
-        rows = np.ascontiguousarray(rows)
-        dtype = DTYPE_CODE.get(rows.dtype)
-        if dtype is None:
-            raise TypeError(f"rows of dtype {rows.dtype}: send FP32, FP64, INT32 or INT64")
-        n, features = rows.shape
-        ident = next(self._ids)
-        head = BATCH.pack(ident, self._index[resident], OUTPUT_NAMES.index(output), dtype, k, n,
-                           features)  # fmt: skip
-        future: Future = Future()
-        with self._lock:
-            link = self._pick()
-            link.in_flight[ident] = (future, n)
-            link.rows += n
-        try:
-            link.write((head, rows))
-        except OSError as err:  # the device process is gone: this batch fails with the others
-            self._lost(link, err)
-        return future
-
-    def _send_loop(self, link: _Link) -> None:
-        while True:
-            job = link.take()
-            if job is None:
-                return
-            try:
-                write_parts(link.conn.fileno(), job)
-            except Exception as err:  # noqa: BLE001 - any failure: the link's batches fail now
-                self._lost(link, err)
-                return
-
-    def _read_loop(self, link: _Link) -> None:
-        try:
-            while self._read_one(link):
-                pass
-        except Exception as err:  # noqa: BLE001 - any failure: the link's batches fail now
-            self._lost(link, err)
-
-    def _read_one(self, link: _Link) -> bool:
-        """Read one answer and settle its Future; False on the goodbye's answer."""
-        fd = link.conn.fileno()
-        ident, status, count, size = ANSWER.unpack(read_bytes(fd, ANSWER.size))
-        if ident == BYE:
-            return False
-        described = read_bytes(fd, size)
-        values, err = {}, None
-        if status:
-            err = _remote_error(described.decode("utf-8", "replace"))
-        else:
-            at = 0
-            for _ in range(count):
-                name, dtype, ndim = TENSOR.unpack_from(described, at)
-                shape = struct.unpack_from(f"<{ndim}I", described, at + TENSOR.size)
-                at += TENSOR.size + 4 * ndim
-                values[TENSOR_NAMES[name]] = read_array(fd, shape, DTYPES[dtype])
-        with self._lock:
-            future, n = link.in_flight.pop(ident)
-            link.rows -= n
-        if err is not None:
-            future.set_exception(err)
-        else:
-            future.set_result(values)
-        return True
-
-    def _lost(self, link: _Link, err: BaseException) -> None:
-        """The device process behind ``link`` is gone: its batches in flight fail now."""
-        with self._lock:
-            if not link.alive:
-                return
-            link.alive = False
-            failed = list(link.in_flight.values())
-            link.in_flight.clear()
-            link.rows = 0
-        link.put(None)
-        if not self._closed:
-            log.error("device process %d is gone (%s): its batches fail", link.index,
-                      type(err).__name__)  # fmt: skip
-        why = f"device process {link.index} exited: the server is stopping, retry later"
-        for future, _ in failed:
-            future.set_exception(NoWorkerError(why))
-
-    def close(self) -> None:
-        """Wait for the answers still due (bounded), say goodbye to each device process and
-        close the pipes."""
-        deadline = threading.Event()
-        for _ in range(int(_CLOSE_SECONDS / 0.05)):
-            with self._lock:
-                if not any(link.in_flight for link in self._links if link.alive):
-                    break
-            deadline.wait(0.05)
-        self._closed = True
-        for link in self._links:
-            link.put((BATCH.pack(BYE, 0, 0, 0, 0, 0, 0),))
-            link.put(None)
-        for link in self._links:
-            link.sender.join(_CLOSE_SECONDS)
-            link.reader.join(_CLOSE_SECONDS)
-            link.conn.close()
-            link.sock.close()
-            self._lost(link, EOFError("closed"))
 
 
 #: Row counts of the warm-up calls of a GPU device process: one call of each plan a call's row

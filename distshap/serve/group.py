@@ -51,15 +51,11 @@ import numpy as np
 
 from distshap.parallel import THREADS_VARIABLE
 from distshap.serve.backends import DaskExecutor, InProcessExecutor
-from distshap.serve.device_process import (
-    IN_FLIGHT,
-    DeviceExecutor,
-    check_in_flight,
-    device_main,
-)
+from distshap.serve.device_link import IN_FLIGHT, DeviceExecutor, check_in_flight
+from distshap.serve.device_process import device_main
 from distshap.serve.device_stats import read_device_stats
 from distshap.serve.registry import ModelSpec, Registry, check_files
-from distshap.serve.server import ExplanationServer, ServeOptions, check_access
+from distshap.serve.server import ExplanationServer, ServeOptions, check_access, new_event_loop
 
 __all__ = ["ServerGroup", "build_server"]
 
@@ -103,7 +99,9 @@ def build_front(specs: list[ModelSpec], options: ServeOptions, conns: list,
     check_access(options)
     registry = Registry.from_specs(specs, backend="cpu")
     residents = [model.resident for model in registry.models.values()]
-    return ExplanationServer(registry, DeviceExecutor(conns, residents, in_flight), options)
+    loop = new_event_loop()  # the answers are read on the loop the server runs
+    executor = DeviceExecutor(conns, residents, in_flight, loop=loop)
+    return ExplanationServer(registry, executor, options, loop=loop)
 
 
 def device_plan(backend: str, scheduler: str | None, device_processes: int | None) -> list:
@@ -180,7 +178,7 @@ class ServerGroup:
         without ``scheduler``, else 0.
     in_flight : int, optional
         With device processes: batches each front keeps in flight on each device process
-        (default :data:`~distshap.serve.device_process.IN_FLIGHT`). More lets a device process
+        (default :data:`~distshap.serve.device_link.IN_FLIGHT`). More lets a device process
         merge more batches into one call; each front's batches then wait less for a free one.
 
     Raises

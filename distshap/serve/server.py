@@ -42,7 +42,7 @@ from distshap.serve.protocol import (
 )
 from distshap.serve.registry import Registry, output_ks
 
-__all__ = ["ExplanationServer", "ServeOptions", "check_access"]
+__all__ = ["ExplanationServer", "ServeOptions", "check_access", "new_event_loop"]
 
 log = logging.getLogger("distshap.serve")
 
@@ -131,7 +131,7 @@ def _error(status: int, message: str, headers: dict | None = None) -> Reply:
     return Reply(status, dumps({"error": message}), {**_JSON, **(headers or {})})
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
+def new_event_loop() -> asyncio.AbstractEventLoop:
     """uvloop's event loop where installed (the ``serve`` extra: the same API, less time in the
     loop a request), else asyncio's own."""
     try:
@@ -159,8 +159,11 @@ class ExplanationServer:
     Parameters
     ----------
     registry : Registry
-    executor : InProcessExecutor or DaskExecutor
+    executor : InProcessExecutor, DaskExecutor or DeviceExecutor
     options : ServeOptions
+    loop : asyncio event loop, optional
+        The loop to serve on (not running yet; one of :func:`new_event_loop` by default), e.g.
+        the one an executor already reads its answers on.
 
     Raises
     ------
@@ -168,7 +171,8 @@ class ExplanationServer:
         A non-loopback host without a token or ``insecure``.
     """
 
-    def __init__(self, registry: Registry, executor: Any, options: ServeOptions) -> None:
+    def __init__(self, registry: Registry, executor: Any, options: ServeOptions,
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:  # fmt: skip
         check_access(options)
         self.registry, self.executor, self.options = registry, executor, options
         self.metrics = Metrics()
@@ -185,7 +189,7 @@ class ExplanationServer:
         self.peer_metrics: Any = list
         self._sock = _listen(options.host, options.port, options.reuse_port)
         self.address: tuple[str, int] = self._sock.getsockname()[:2]
-        self.loop = _new_loop()
+        self.loop = new_event_loop() if loop is None else loop
         #: The infer calls waiting for their answer, by deadline (one timer a tick of them).
         self.deadlines = Deadlines(self.loop, _TICK)
         self._thread: threading.Thread | None = None
