@@ -33,18 +33,17 @@ so that neither its interpreter nor the server's limits the other. After each di
 the server's own per-stage seconds (``/metrics``: decode, queue wait, batch assembly, run,
 encode; summed over a group's processes, CPU time of all of them) are printed, with the mean
 batch size (and, with device processes, their CPU time a request and rows a merged call);
-``--front-only`` runs the floor alone; ``--front-cpu N`` feeds N
-binary requests of each ``--rows`` straight into 64 connection objects of such a server (no
-sockets, no load generator: the front's own CPU microseconds a request, median of 3);
-``--pipe-cpu N`` sends N batches of each ``--rows`` one after the other through a front's
-pipe to a device process whose values are zeros (the front's CPU and wall microseconds a round
-trip: what the device-process route adds to a batch; ``benchmarks.serve_hop`` splits such a
-round trip into its steps). ``--cells 1x1,256x100`` runs those cells only; otherwise cells
-with more than ``--max-inflight-rows`` rows in flight (concurrency x rows) are skipped. Each
-distshap cell runs its load for ``--warm`` seconds (3 by default) before the measured
-``--duration`` (the server's batches, device buffers and the CUDA graphs of its call sizes at
-their steady state: a GPU server's first call of each row bucket captures its graph). A table
-of every server's rows/s (p99) by cell, and its ratio to the baseline's, ends the run.
+``--front-only`` runs the floor alone; ``--front-cpu N`` feeds N binary requests of each
+``--rows`` straight into 64 connection objects of such a server (no sockets, no load generator:
+the front's own CPU microseconds a request, median of 3); ``--pipe-cpu N`` sends N batches of
+each ``--rows`` one after the other through a front's pipe to a device process whose values are
+zeros (the front's CPU and wall microseconds a round trip: what the device-process route adds
+to a batch). ``--cells 1x1,256x100`` runs those cells only; otherwise cells with more than
+``--max-inflight-rows`` rows in flight (concurrency x rows) are skipped. Each distshap cell
+runs its load for ``--warm`` seconds (3 by default) before the measured ``--duration`` (the
+server's batches, device buffers and the CUDA graphs of its call sizes at their steady state: a
+GPU server's first call of each row bucket captures its graph). A table of every server's
+rows/s (p99) by cell, and its ratio to the baseline's, ends the run.
 
 Usage::
 
@@ -81,8 +80,8 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from benchmarks.serve_cpu import front_cpu, pipe_cpu
 from benchmarks.serve_executors import NullExecutor, XGBoostExecutor
-from benchmarks.serve_hop import front_cpu, pipe_cpu
 
 
 def _request(rows: np.ndarray, host: str) -> bytes:
