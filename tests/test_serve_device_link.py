@@ -1,11 +1,14 @@
 """A front's side of the device processes: answers parsed whole from bytes that come a piece
 at a time; answers read and their Futures settled on the server's event loop (no reader
-thread); a device process that exits fails its batches there at once."""
+thread); batches larger than the pipe holds written whole also on a pipe the loop made
+non-blocking (uvloop's); a device process that exits fails its batches there at once."""
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
+import socket
 import threading
 import time
 
@@ -16,7 +19,7 @@ from distshap.serve.backends import NoWorkerError
 from distshap.serve.device_link import DeviceExecutor, _Answers
 from distshap.serve.device_process import DeviceLoop
 from distshap.serve.registry import Resident
-from distshap.serve.wire import ANSWER, BYE, answer_parts
+from distshap.serve.wire import ANSWER, BYE, answer_parts, write_parts
 
 
 class _Echo:
@@ -115,3 +118,63 @@ def test_on_a_loop_a_device_that_exits_fails_its_batches_at_once():
         thread.join(10)
         front.close()
         loop.close()
+
+
+def test_a_non_blocking_pipe_that_fills_is_written_whole():
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)  # as uvloop leaves a description it watches
+    data = np.arange(4 << 20, dtype=np.float32)  # 16 MiB: far more than the pipe holds
+    got = bytearray()
+
+    def drain() -> None:
+        while len(got) < data.nbytes:
+            time.sleep(0.001)  # a slow reader: the pipe is full most of the time
+            got.extend(theirs.recv(1 << 16))
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    write_parts(ours.fileno(), [b"head", data])
+    reader.join(60)
+    assert bytes(got) == b"head" + data.tobytes()
+    ours.close()
+    theirs.close()
+
+
+def _event_loops() -> list:
+    loops = [("asyncio", asyncio.new_event_loop)]
+    try:
+        import uvloop
+    except ImportError:
+        return loops
+    return [*loops, ("uvloop", uvloop.new_event_loop)]
+
+
+@pytest.mark.parametrize("name,make", _event_loops(), ids=[n for n, _ in _event_loops()])
+def test_on_a_loop_batches_larger_than_the_pipe_holds_arrive_whole(name, make):
+    """The sender thread writes what the pipe does not take at once, also where the loop made
+    the pipe non-blocking (uvloop does for what it watches)."""
+    echo = [Resident("echo", _Echo())]
+    ctx = multiprocessing.get_context("spawn")
+    ours, theirs = ctx.Pipe(duplex=True)
+    loop = make()
+    front = DeviceExecutor([ours], echo, loop=loop)
+    if name == "asyncio":
+        os.set_blocking(ours.fileno(), False)  # what uvloop does, on asyncio's loop too
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    device = DeviceLoop(echo, [theirs])
+    big = np.arange(4 << 20, dtype=np.float32).reshape(-1, 4)  # 16 MiB
+    try:
+        futures = [front.submit(echo[0], part, "shap_values", 0) for part in (big, big[:5], big)]
+        runner = threading.Thread(target=device.run, daemon=True)
+        runner.start()  # the device reads only now: the batches wait in the pipe
+        for future, part in zip(futures, (big, big[:5], big), strict=True):
+            assert np.array_equal(future.result(60)["shap_values"], part * 2)
+        assert front.ready() and front.workers() == 1
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        front.close()
+        loop.close()
+    runner.join(10)
+    assert not runner.is_alive()

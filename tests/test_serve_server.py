@@ -4,6 +4,7 @@ back-pressure, the timeout, the token and the metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -346,3 +347,21 @@ def test_two_slots_run_batches_side_by_side_with_the_same_bits(files):
         ServeOptions(inline_rows=-1)
     with pytest.raises(ValueError, match="slots=0"):  # refused, not taken as the default
         serve([f"mc={files['mc']}"], port=0, slots=0, start=False)
+
+
+def test_asyncios_own_loop_serves_the_same_bits(files):
+    """Without the serve extra (no uvloop) the server runs on asyncio's own loop."""
+    registry = Registry.from_specs([parse_model_spec(s) for s in _specs(files)])
+    srv = ExplanationServer(registry, InProcessExecutor(), ServeOptions(port=0, max_wait=0.005),
+                            loop=asyncio.new_event_loop()).start()  # fmt: skip
+    try:
+        assert type(srv.loop).__module__.startswith("asyncio")
+        ex = TreeExplainer(files["bin"], layout="xgboost")
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda i: infer(srv.url, "bin", files["X"][i : i + 3]),
+                                    range(0, 48, 3)))  # fmt: skip
+        for i, (status, _, body) in zip(range(0, 48, 3), answers, strict=True):
+            assert status == 200, body
+            assert same_bits(tensors(body)["shap_values"], ex.shap_values(files["X"][i : i + 3]))
+    finally:
+        srv.drain()

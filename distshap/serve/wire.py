@@ -10,6 +10,7 @@ pickled or copied on the way.
 from __future__ import annotations
 
 import os
+import select
 import struct
 
 import numpy as np
@@ -56,16 +57,28 @@ BYE = 0
 
 def write_parts(fd: int, parts: list) -> None:
     """Write every byte of ``parts`` (bytes, or C-contiguous arrays) to ``fd``, at most
-    :data:`IOV_PARTS` of them a ``writev``."""
+    :data:`IOV_PARTS` of them a ``writev``; on a non-blocking ``fd`` (one an event loop also
+    watches: uvloop makes the descriptions it watches non-blocking), waiting whenever it is full."""
     views = [memoryview(p).cast("B") for p in parts if len(p) and getattr(p, "size", 1)]
     at = 0
     while at < len(views):
-        sent = os.writev(fd, views[at : at + IOV_PARTS])
+        try:
+            sent = os.writev(fd, views[at : at + IOV_PARTS])
+        except BlockingIOError:
+            _wait_writable(fd)
+            continue
         while at < len(views) and sent >= len(views[at]):
             sent -= len(views[at])
             at += 1
         if sent:
             views[at] = views[at][sent:]
+
+
+def _wait_writable(fd: int) -> None:
+    """Until ``fd`` takes more bytes (or reports an error, which the next write raises)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    poller.poll()
 
 
 def read_into(fd: int, view: memoryview) -> None:
