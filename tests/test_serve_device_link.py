@@ -63,6 +63,17 @@ def _loop_thread() -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
     return loop, thread
 
 
+def _close(loop, thread, front, runner=None) -> None:
+    """Stop the loop, close the front (its goodbye ends the device loop) and join them."""
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+    front.close()
+    loop.close()
+    if runner is not None:
+        runner.join(10)
+        assert not runner.is_alive()  # the goodbye reached the device loop
+
+
 def test_a_loop_reads_the_answers_and_settles_them_on_its_thread():
     echo = [Resident("echo", _Echo())]
     ctx = multiprocessing.get_context("spawn")
@@ -89,12 +100,7 @@ def test_a_loop_reads_the_answers_and_settles_them_on_its_thread():
             time.sleep(0.01)
         assert settled_on == [thread.ident] * 3  # on the loop's thread
     finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        front.close()
-        loop.close()
-    runner.join(10)
-    assert not runner.is_alive()  # the goodbye reached the device loop
+        _close(loop, thread, front, runner)
 
 
 def test_on_a_loop_a_device_that_exits_fails_its_batches_at_once():
@@ -114,10 +120,7 @@ def test_on_a_loop_a_device_that_exits_fails_its_batches_at_once():
         with pytest.raises(NoWorkerError, match="no device process is running"):
             front.submit(echo[0], np.ones((1, 4), np.float32), "shap_values", 0)
     finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        front.close()
-        loop.close()
+        _close(loop, thread, front)
 
 
 def test_a_non_blocking_pipe_that_fills_is_written_whole():
@@ -164,17 +167,12 @@ def test_on_a_loop_batches_larger_than_the_pipe_holds_arrive_whole(name, make):
     thread.start()
     device = DeviceLoop(echo, [theirs])
     big = np.arange(4 << 20, dtype=np.float32).reshape(-1, 4)  # 16 MiB
+    runner = threading.Thread(target=device.run, daemon=True)
     try:
         futures = [front.submit(echo[0], part, "shap_values", 0) for part in (big, big[:5], big)]
-        runner = threading.Thread(target=device.run, daemon=True)
         runner.start()  # the device reads only now: the batches wait in the pipe
         for future, part in zip(futures, (big, big[:5], big), strict=True):
             assert np.array_equal(future.result(60)["shap_values"], part * 2)
         assert front.ready() and front.workers() == 1
     finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        front.close()
-        loop.close()
-    runner.join(10)
-    assert not runner.is_alive()
+        _close(loop, thread, front, runner)
