@@ -68,6 +68,7 @@ def _close(loop, thread, front, runner=None) -> None:
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
     front.close()
+    assert all(link.watched == -1 for link in front._links)  # unwatched before closed
     loop.close()
     if runner is not None:
         runner.join(10)

@@ -350,6 +350,49 @@ def test_a_calls_answers_are_written_while_the_next_call_waits_for_its_gpu():
     assert not thread.is_alive()
 
 
+class _Mixed:
+    """An explainer whose calls of at most 10 rows wait for ``small`` as a GPU call waits for
+    its stream, and whose larger calls block on ``large`` without looking at a stream (the
+    launches of a call beyond every graph)."""
+
+    def __init__(self) -> None:
+        self.small, self.large = threading.Event(), threading.Event()
+        self.entered_small, self.entered_large = threading.Event(), threading.Event()
+
+    def shap_values(self, rows):
+        if len(rows) <= 10:
+            self.entered_small.set()
+            wait_for_stream(_Stream(self.small))
+        else:
+            self.entered_large.set()
+            assert self.large.wait(30)
+        return rows * 5
+
+
+def test_answers_are_not_held_behind_a_call_that_will_not_wait_for_a_gpu():
+    mixed = _Mixed()
+    held = [Resident("mixed", mixed)]
+    loops, (front,), _ = _wire(1, [held])
+    thread = _start(loops[0])
+    rows = np.arange(4 * 110, dtype=np.float32).reshape(110, 4)
+    try:
+        small = front.submit(held[0], rows[:2], "shap_values", 0)
+        assert mixed.entered_small.wait(30)
+        large = front.submit(held[0], rows[10:], "shap_values", 0)  # read while the first waits
+        _until(lambda: len(loops[0]._pending) == 1)
+        mixed.small.set()  # the small call ends; the large one (100 rows) starts and blocks
+        assert mixed.entered_large.wait(30)
+        assert same_bits(small.result(30)["shap_values"], rows[:2] * 5)  # not behind it
+        assert not large.done()
+        mixed.large.set()
+        assert same_bits(large.result(30)["shap_values"], rows[10:] * 5)
+    finally:
+        mixed.small.set()
+        mixed.large.set()
+        front.close()
+    thread.join(10)
+
+
 def test_a_device_that_dies_fails_its_batches_and_new_ones_with_503(files, residents):
     registry = Registry.from_specs(
         [parse_model_spec(f"bin={files['bin']},background={files['bg']},output=probability"),

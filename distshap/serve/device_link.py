@@ -50,6 +50,8 @@ IN_FLIGHT = 4
 _CLOSE_SECONDS = 10.0
 #: Bytes one read of a pipe takes at most.
 _READ_BYTES = 1 << 16
+#: Reads of one pipe in one turn of the loop at most.
+_READS_A_TURN = 16
 
 
 def check_in_flight(in_flight: object) -> None:
@@ -135,6 +137,7 @@ class _Link:
         self.sock = socket.socket(fileno=os.dup(conn.fileno()))
         self.answers = _Answers()
         self.chunk = bytearray(_READ_BYTES)
+        self.watched = -1  # the descriptor an event loop reads, where one does
         self.sender: threading.Thread | None = None
         self.reader: threading.Thread | None = None
 
@@ -225,7 +228,8 @@ class DeviceExecutor:
                                            name=f"distshap-device-send-{link.index}")  # fmt: skip
             link.sender.start()
             if loop is not None:
-                loop.add_reader(link.sock.fileno(), self._readable, link)
+                link.watched = link.sock.fileno()
+                loop.add_reader(link.watched, self._readable, link)
             else:
                 name = f"distshap-device-read-{link.index}"
                 link.reader = threading.Thread(target=self._read_loop, args=(link,),
@@ -294,10 +298,13 @@ class DeviceExecutor:
                 return
 
     def _readable(self, link: _Link) -> None:
-        """The loop's callback: ``link``'s pipe holds bytes; settle the answers now whole."""
+        """The loop's callback: ``link``'s pipe holds bytes; settle the answers now whole
+        (at most :data:`_READS_A_TURN` reads, then the loop's other work: a large answer
+        comes over several turns)."""
         try:
-            while link.receive(socket.MSG_DONTWAIT):
-                pass
+            for _ in range(_READS_A_TURN):
+                if not link.receive(socket.MSG_DONTWAIT):
+                    break
             self._settle(link)
         except Exception as err:  # noqa: BLE001 - any failure: the link's batches fail now
             self._lost(link, err)
@@ -324,10 +331,13 @@ class DeviceExecutor:
         return True
 
     def _unwatch(self, link: _Link) -> None:
-        """The loop reads ``link`` no more (on the loop's thread)."""
+        """The loop reads ``link`` no more (on the loop's thread, or with the loop stopped)."""
+        fd, link.watched = link.watched, -1
+        if fd < 0:
+            return
         try:
-            self._loop.remove_reader(link.sock.fileno())
-        except (OSError, ValueError, RuntimeError):  # closed already
+            self._loop.remove_reader(fd)
+        except (OSError, ValueError, RuntimeError):  # the loop is closed: it reads nothing
             pass
 
     def _lost(self, link: _Link, err: BaseException) -> None:
@@ -353,11 +363,12 @@ class DeviceExecutor:
             future.set_exception(NoWorkerError(why))
 
     def close(self) -> None:
-        """Wait for the answers still due (bounded; not once the loop that reads them has
-        stopped), say goodbye to each device process and close the pipes."""
+        """Say goodbye to each device process and close the pipes; without a loop, after
+        the answers still due (bounded). With one, the server has answered its requests on
+        the loop before it stopped it; a batch still in flight fails (as the server's 503).
+        The loop must not be running on another thread (its own, or stopped)."""
         deadline = threading.Event()
-        reading = self._loop is None or self._loop.is_running()
-        for _ in range(int(_CLOSE_SECONDS / 0.05) if reading else 0):
+        for _ in range(int(_CLOSE_SECONDS / 0.05) if self._loop is None else 0):
             with self._lock:
                 if not any(link.in_flight for link in self._links if link.alive):
                     break
@@ -370,6 +381,8 @@ class DeviceExecutor:
             link.sender.join(_CLOSE_SECONDS)
             if link.reader is not None:
                 link.reader.join(_CLOSE_SECONDS)
+            if self._loop is not None:
+                self._unwatch(link)  # before its descriptor is closed (and its number reused)
             link.conn.close()
             link.sock.close()
             self._lost(link, EOFError("closed"))

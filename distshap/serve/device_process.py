@@ -7,8 +7,8 @@ is joined to each device process by one duplex pipe (a socket pair). A batch tra
 small fixed header (id, model, output, dtype, ``k``, shape) then its rows' raw bytes, written
 with one ``writev`` and read straight into the array that holds them; an answer as a header
 naming its tensors (name, dtype, shape) then each tensor's raw bytes, or an error's type and
-message (:mod:`~distshap.serve.wire`): no array is pickled or copied on the way. A front may
-have several batches in flight on one pipe (the ids pair them with their answers).
+message (:mod:`~distshap.serve.wire`): no array is pickled. A front may have several batches in
+flight on one pipe (the ids pair them with their answers).
 
 A device process (:class:`DeviceLoop`) does everything on one thread, so no thread of its own
 waits for the interpreter: it reads whatever batches its pipes hold, then runs the oldest
@@ -100,7 +100,7 @@ class DeviceLoop:
         self._pending: deque[_Item] = deque()
         self._waiting_rows = 0
         self._due: dict[Connection, list] = {}  # answers made, not written yet
-        self._key: tuple | None = None  # the last call's
+        self._waits: dict[tuple, int] = {}  # key -> most rows of a call that waited for a GPU
         self._waited = False  # whether the running call waited for its GPU in _meanwhile
         self._orphaned = False  # a watched process exited
         self._stop = threading.Event()
@@ -201,13 +201,15 @@ class DeviceLoop:
     def _call(self) -> None:
         """One call for the next batches (rows concatenated); each front gets its rows'
         values. After a call that waited for its GPU, its answers are written while the next
-        call of the same kind waits for its own (else at once)."""
+        call waits for its own, where that one will wait too: a call of a key and at most as
+        many rows as one that waited (else they are written before it starts)."""
         items = self._next_call()
-        if items[0].key != self._key:
-            self._flush()  # the next call may not wait for a GPU: answer before it
-        self._key, self._waited = items[0].key, False
+        key, rows = items[0].key, sum(len(item.rows) for item in items)
+        if rows > self._waits.get(key, -1):
+            self._flush()  # this call may not wait for its GPU: answer before it
+        self._waited = False
         parts = [item.rows for item in items]
-        model, output, k, _ = items[0].key
+        model, output, k, _ = key
         values, err = None, None
         start = self.counters.start()
         try:  # rows put together inside: a failure answers the batches, the loop runs on
@@ -217,8 +219,10 @@ class DeviceLoop:
         except Exception as error:  # every front hears of it
             err = error
         finally:
-            self.counters.end(start, [item.since for item in items], sum(map(len, parts)))
+            self.counters.end(start, [item.since for item in items], rows)
         self._flush()  # the answers of before, where this call did not wait to write them
+        if self._waited:
+            self._waits[key] = max(rows, self._waits.get(key, 0))
         start = 0
         for item in items:
             stop = start + len(item.rows)

@@ -270,8 +270,8 @@ class ExplanationServer:
         self._serving.wait()
         log.info("draining: %d request(s) in flight", self._active)
         asyncio.run_coroutine_threadsafe(self._drain(), self.loop).result()
+        self._stopped.wait(10)  # the loop closed: an executor that reads on it may close now
         self.executor.close()
-        self._stopped.wait(10)
         self._drained.set()
 
     def _close_unstarted(self) -> None:

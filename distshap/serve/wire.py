@@ -4,7 +4,7 @@ A batch travels as a small fixed header (:data:`BATCH`: id, model, output, dtype
 shape) then its rows' raw bytes, written with one ``writev`` and read straight into the array
 that holds them; an answer as a header (:data:`ANSWER`) naming its tensors (:data:`TENSOR`:
 name, dtype, shape) then each tensor's raw bytes, or an error's type and message. No array is
-pickled or copied on the way.
+pickled; a front copies an answer's tensors once, out of the bytes it reads.
 """
 
 from __future__ import annotations
