@@ -30,6 +30,7 @@ import multiprocessing
 import os
 import selectors
 import signal
+import socket
 import sys
 import threading
 import time
@@ -49,8 +50,6 @@ from distshap.serve.wire import (
     DTYPES,
     OUTPUT_NAMES,
     answer_parts,
-    read_array,
-    read_bytes,
     write_parts,
 )
 from distshap.waiting import while_waiting
@@ -75,6 +74,26 @@ class _Item:
         self.since = time.perf_counter()  # read whole
 
 
+class _Partial:
+    """What a front's pipe has given of its next batch: the header, then the rows (read in
+    place), however many reads it takes."""
+
+    __slots__ = ("got", "head", "ident", "key", "rows", "sock")
+
+    def __init__(self, conn: Connection) -> None:
+        self.sock = socket.socket(fileno=os.dup(conn.fileno()))  # reads that never wait
+        self.head = bytearray(BATCH.size)
+        self.reset()
+
+    def reset(self) -> None:
+        self.got, self.ident, self.key, self.rows = 0, 0, None, None
+
+    def view(self) -> memoryview:
+        """The bytes still to read of the current piece (header or rows)."""
+        whole = memoryview(self.head if self.rows is None else self.rows.reshape(-1)).cast("B")
+        return whole[self.got :]
+
+
 class DeviceLoop:
     """A device process's work, on one thread: read batches from the fronts' pipes, run them
     merged, answer.
@@ -94,6 +113,7 @@ class DeviceLoop:
                  merge_rows: int = MERGE_ROWS) -> None:  # fmt: skip
         self.residents, self.merge_rows = residents, merge_rows
         self._selector = selectors.DefaultSelector()
+        self._partial = {conn: _Partial(conn) for conn in conns}
         for conn in conns:
             self._selector.register(conn.fileno(), selectors.EVENT_READ, conn)
         self._open = len(conns)
@@ -132,6 +152,8 @@ class DeviceLoop:
             self._flush()
         finally:
             self._selector.close()
+            for partial in self._partial.values():
+                partial.sock.close()
 
     def _poll(self, timeout: float) -> None:
         """Read every batch the pipes hold (waiting up to ``timeout`` seconds for one), until
@@ -148,31 +170,48 @@ class DeviceLoop:
             timeout = 0.0
 
     def _read(self, conn: Connection) -> None:
-        """One batch of ``conn`` (or its goodbye) read whole."""
-        fd = conn.fileno()
+        """What ``conn`` holds of its next batch, without waiting for the rest (a front slow
+        to write a large batch holds up no other): a batch read whole joins the waiting ones;
+        a goodbye is answered (after the answers due to that front)."""
+        partial = self._partial[conn]
         try:
-            ident, model, output, dtype, k, n, features = BATCH.unpack(read_bytes(fd, BATCH.size))
-            if ident == BYE:
-                self._flush(conn)  # its answers first
-                self._send(conn, [ANSWER.pack(BYE, 0, 0, 0)])
-                self._drop(conn)
+            while True:
+                view = partial.view()
+                if len(view):
+                    got = partial.sock.recv_into(view, len(view), socket.MSG_DONTWAIT)
+                    if got == 0:
+                        raise EOFError("the front closed its pipe")
+                    partial.got += got
+                    continue
+                if partial.rows is None:  # the header is whole
+                    ident, model, output, dtype, k, n, features = BATCH.unpack(partial.head)
+                    if ident == BYE:
+                        self._flush(conn)
+                        self._send(conn, [ANSWER.pack(BYE, 0, 0, 0)])
+                        self._drop(conn)
+                        return
+                    partial.got, partial.ident = 0, ident
+                    partial.key = (model, output, k, dtype)
+                    partial.rows = np.empty((n, features), DTYPES[dtype])
+                    continue
+                self._pending.append(_Item(conn, partial.ident, partial.key, partial.rows))
+                self._waiting_rows += len(partial.rows)
+                partial.reset()
                 return
-            rows = read_array(fd, (n, features), DTYPES[dtype])
+        except BlockingIOError:  # the rest comes later
+            return
         except (EOFError, OSError):  # the front exited
             self._drop(conn)
-            return
         except Exception as err:  # noqa: BLE001 - a batch not read: the front sees the pipe close
             log.error("a front's batch could not be read (%s): its pipe is closed",
                       type(err).__name__)  # fmt: skip
             self._drop(conn)
             conn.close()
-            return
-        self._pending.append(_Item(conn, ident, (model, output, k, dtype), rows))
-        self._waiting_rows += n
 
     def _drop(self, conn: Connection) -> None:
         """Read ``conn`` no more: its front said goodbye or is gone."""
         self._selector.unregister(conn.fileno())
+        self._partial.pop(conn).sock.close()
         self._due.pop(conn, None)
         self._open -= 1
 

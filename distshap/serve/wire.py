@@ -2,9 +2,10 @@
 
 A batch travels as a small fixed header (:data:`BATCH`: id, model, output, dtype, ``k``,
 shape) then its rows' raw bytes, written with one ``writev`` and read straight into the array
-that holds them; an answer as a header (:data:`ANSWER`) naming its tensors (:data:`TENSOR`:
-name, dtype, shape) then each tensor's raw bytes, or an error's type and message. No array is
-pickled; a front copies an answer's tensors once, out of the bytes it reads.
+that holds them (however many reads that takes); an answer as a header (:data:`ANSWER`)
+naming its tensors (:data:`TENSOR`: name, dtype, shape) then each tensor's raw bytes, or an
+error's type and message. No array is pickled; a front copies an answer's tensors once, out of
+the bytes it reads.
 """
 
 from __future__ import annotations
@@ -28,9 +29,6 @@ __all__ = [
     "TENSOR",
     "TENSOR_NAMES",
     "answer_parts",
-    "read_array",
-    "read_bytes",
-    "read_into",
     "write_parts",
 ]
 
@@ -79,31 +77,6 @@ def _wait_writable(fd: int) -> None:
     poller = select.poll()
     poller.register(fd, select.POLLOUT)
     poller.poll()
-
-
-def read_into(fd: int, view: memoryview) -> None:
-    """Fill ``view`` (bytes) from ``fd``; EOFError when the other end is closed first."""
-    got, size = 0, len(view)
-    while got < size:
-        n = os.readv(fd, [view[got:]])
-        if n == 0:
-            raise EOFError("the other end of the pipe is closed")
-        got += n
-
-
-def read_bytes(fd: int, size: int) -> bytearray:
-    """``size`` bytes read from ``fd``."""
-    out = bytearray(size)
-    read_into(fd, memoryview(out))
-    return out
-
-
-def read_array(fd: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
-    """An array of ``shape`` read from ``fd`` (its raw bytes)."""
-    out = np.empty(shape, dtype=dtype)
-    if out.size:
-        read_into(fd, memoryview(out).cast("B"))
-    return out
 
 
 def answer_parts(

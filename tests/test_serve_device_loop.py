@@ -1,0 +1,131 @@
+"""A device process's one thread: a call's answers written while the next call waits for its
+GPU, never held behind a call that will not wait, and a front that stops mid-batch holding up
+no other front."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+
+import numpy as np
+from test_serve_device_process import _Echo, _start, _Stream, _until, _wire, same_bits
+
+from distshap.serve.device_link import DeviceExecutor, _Answers
+from distshap.serve.device_process import DeviceLoop
+from distshap.serve.registry import Resident
+from distshap.serve.wire import BATCH
+from distshap.waiting import wait_for_stream
+
+
+class _Turns:
+    """An explainer whose calls each wait, as for a GPU stream, for their own event."""
+
+    def __init__(self, calls: int) -> None:
+        self.events = [threading.Event() for _ in range(calls)]
+        self.entered = [threading.Event() for _ in range(calls)]
+        self.calls = 0
+
+    def shap_values(self, rows):
+        turn, self.calls = self.calls, self.calls + 1
+        self.entered[turn].set()
+        wait_for_stream(_Stream(self.events[turn]))
+        return rows * 3
+
+
+def test_a_calls_answers_are_written_while_the_next_call_waits_for_its_gpu():
+    turns = _Turns(3)
+    held = [Resident("turns", turns)]
+    loops, (front,), _ = _wire(1, [held])
+    thread = _start(loops[0])
+    rows = np.arange(12, dtype=np.float32).reshape(3, 4)
+    try:
+        first = front.submit(held[0], rows[:1], "shap_values", 0)
+        assert turns.entered[0].wait(30)
+        second = front.submit(held[0], rows[1:2], "shap_values", 0)  # read during the wait
+        _until(lambda: len(loops[0]._pending) == 1)
+        turns.events[0].set()  # the first call ends; the second starts and waits
+        assert turns.entered[1].wait(30)
+        assert same_bits(first.result(30)["shap_values"], rows[:1] * 3)  # written meanwhile
+        assert not second.done()
+        turns.events[1].set()
+        assert same_bits(second.result(30)["shap_values"], rows[1:2] * 3)  # nothing after it
+        assert loops[0].stats["calls"] == 2 and not turns.entered[2].is_set()
+    finally:
+        for event in turns.events:
+            event.set()
+        front.close()
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+class _Mixed:
+    """An explainer whose calls of at most 10 rows wait for ``small`` as a GPU call waits for
+    its stream, and whose larger calls block on ``large`` without looking at a stream (the
+    launches of a call beyond every graph)."""
+
+    def __init__(self) -> None:
+        self.small, self.large = threading.Event(), threading.Event()
+        self.entered_small, self.entered_large = threading.Event(), threading.Event()
+
+    def shap_values(self, rows):
+        if len(rows) <= 10:
+            self.entered_small.set()
+            wait_for_stream(_Stream(self.small))
+        else:
+            self.entered_large.set()
+            assert self.large.wait(30)
+        return rows * 5
+
+
+def test_answers_are_not_held_behind_a_call_that_will_not_wait_for_a_gpu():
+    mixed = _Mixed()
+    held = [Resident("mixed", mixed)]
+    loops, (front,), _ = _wire(1, [held])
+    thread = _start(loops[0])
+    rows = np.arange(4 * 110, dtype=np.float32).reshape(110, 4)
+    try:
+        small = front.submit(held[0], rows[:2], "shap_values", 0)
+        assert mixed.entered_small.wait(30)
+        large = front.submit(held[0], rows[10:], "shap_values", 0)  # read while the first waits
+        _until(lambda: len(loops[0]._pending) == 1)
+        mixed.small.set()  # the small call ends; the large one (100 rows) starts and blocks
+        assert mixed.entered_large.wait(30)
+        assert same_bits(small.result(30)["shap_values"], rows[:2] * 5)  # not behind it
+        assert not large.done()
+        mixed.large.set()
+        assert same_bits(large.result(30)["shap_values"], rows[10:] * 5)
+    finally:
+        mixed.small.set()
+        mixed.large.set()
+        front.close()
+    thread.join(10)
+
+
+def test_a_front_that_stops_mid_batch_holds_up_no_other():
+    echo = [Resident("echo", _Echo())]
+    ctx = multiprocessing.get_context("spawn")
+    (slow, slow_end), (ours, theirs) = ctx.Pipe(duplex=True), ctx.Pipe(duplex=True)
+    loop = DeviceLoop(echo, [slow_end, theirs])
+    front = DeviceExecutor([ours], echo)
+    thread = _start(loop)
+    rows = np.arange(1000 * 4, dtype=np.float32).reshape(1000, 4)
+    message = BATCH.pack(7, 0, 0, 0, 0, 1000, 4) + rows.tobytes()
+    try:
+        os.write(slow.fileno(), message[:5])  # part of the header
+        os.write(slow.fileno(), message[5:2000])  # and part of the rows: then it stops
+        quick = front.submit(echo[0], rows[:3], "shap_values", 0)
+        assert same_bits(quick.result(30)["shap_values"], rows[:3] * 2)  # not held up
+        os.write(slow.fileno(), message[2000:])  # the rest of it
+        answers, got = _Answers(), []
+        while not got:  # the slow front's answer, read from its pipe
+            answers.buffer += os.read(slow.fileno(), 1 << 16)
+            got = answers.take()
+        [(ident, values, err)] = got
+        assert ident == 7 and err is None and same_bits(values["shap_values"], rows * 2)
+        assert loop.stats["calls"] == 2
+    finally:
+        front.close()
+        slow.close()
+    thread.join(10)
+    assert not thread.is_alive()
