@@ -1,6 +1,6 @@
 """A device process's one thread: a call's answers written while the next call waits for its
-GPU, never held behind a call that will not wait, and a front that stops mid-batch holding up
-no other front."""
+GPU, never held behind a call that will not wait; a front that stops mid-batch holds up no
+other front; a goodbye drops that front's batches not yet run."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import os
 import threading
 
 import numpy as np
-from test_serve_device_process import _Echo, _start, _Stream, _until, _wire, same_bits
+from test_serve_device_process import _Echo, _Gate, _start, _Stream, _until, _wire, same_bits
 
 from distshap.serve.device_link import DeviceExecutor, _Answers
 from distshap.serve.device_process import DeviceLoop
 from distshap.serve.registry import Resident
-from distshap.serve.wire import BATCH
+from distshap.serve.wire import BATCH, BYE
 from distshap.waiting import wait_for_stream
 
 
@@ -127,5 +127,35 @@ def test_a_front_that_stops_mid_batch_holds_up_no_other():
     finally:
         front.close()
         slow.close()
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+def test_a_goodbye_drops_the_fronts_batches_not_yet_run():
+    gate = _Gate()
+    held = [Resident("echo", _Echo()), Resident("gate", gate)]
+    ctx = multiprocessing.get_context("spawn")
+    (raw, raw_end), (ours, theirs) = ctx.Pipe(duplex=True), ctx.Pipe(duplex=True)
+    loop = DeviceLoop(held, [raw_end, theirs])
+    front = DeviceExecutor([ours], held)
+    thread = _start(loop)
+    rows = np.ones((3, 4), np.float32)
+    try:
+        busy = front.submit(held[1], rows[:1], "shap_values", 0)
+        assert gate.entered.wait(30)  # the device waits for its "GPU", reading meanwhile
+        os.write(raw.fileno(), BATCH.pack(5, 0, 0, 0, 0, 3, 4) + rows.tobytes())
+        os.write(raw.fileno(), BATCH.pack(BYE, 0, 0, 0, 0, 0, 0))
+        answers, got = _Answers(), []
+        while not got:
+            answers.buffer += os.read(raw.fileno(), 1 << 16)
+            got = answers.take()
+        assert [ident for ident, _, _ in got] == [BYE] and not loop._pending
+        gate.open.set()
+        assert busy.result(30)["shap_values"].shape == (1, 2)
+        assert loop.stats["calls"] == 1  # the raw front's batch never ran
+    finally:
+        gate.open.set()
+        front.close()
+        raw.close()
     thread.join(10)
     assert not thread.is_alive()

@@ -381,7 +381,9 @@ class DeviceExecutor:
             link.sender.join(_CLOSE_SECONDS)
             if link.reader is not None:
                 link.reader.join(_CLOSE_SECONDS)
-            if self._loop is not None:
+            if self._loop is not None and self._loop.is_running():  # not stopped in time
+                self._loop.call_soon_threadsafe(self._unwatch, link)
+            elif self._loop is not None:
                 self._unwatch(link)  # before its descriptor is closed (and its number reused)
             link.conn.close()
             link.sock.close()

@@ -113,14 +113,15 @@ class DeviceLoop:
                  merge_rows: int = MERGE_ROWS) -> None:  # fmt: skip
         self.residents, self.merge_rows = residents, merge_rows
         self._selector = selectors.DefaultSelector()
-        self._partial = {conn: _Partial(conn) for conn in conns}
+        self._conns = list(conns)
+        self._partial: dict[Connection, _Partial] = {}  # the fronts read, made by run
         for conn in conns:
             self._selector.register(conn.fileno(), selectors.EVENT_READ, conn)
         self._open = len(conns)
         self._pending: deque[_Item] = deque()
         self._waiting_rows = 0
         self._due: dict[Connection, list] = {}  # answers made, not written yet
-        self._waits: dict[tuple, int] = {}  # key -> most rows of a call that waited for a GPU
+        self._waits: set[tuple] = set()  # (key, rows' octave) of calls that waited for a GPU
         self._waited = False  # whether the running call waited for its GPU in _meanwhile
         self._orphaned = False  # a watched process exited
         self._stop = threading.Event()
@@ -137,6 +138,7 @@ class DeviceLoop:
         (sentinels, e.g. the parent process's) is ready; the batches received run first."""
         for sentinel in watch:
             self._selector.register(sentinel, selectors.EVENT_READ, None)
+        self._partial = {conn: _Partial(conn) for conn in self._conns}
         try:
             while self._open and not self._stop.is_set():
                 self._poll(0.0 if self._pending or self._due else 0.25)
@@ -172,7 +174,8 @@ class DeviceLoop:
     def _read(self, conn: Connection) -> None:
         """What ``conn`` holds of its next batch, without waiting for the rest (a front slow
         to write a large batch holds up no other): a batch read whole joins the waiting ones;
-        a goodbye is answered (after the answers due to that front)."""
+        a goodbye is answered after the answers made for that front, and its batches not yet
+        run are dropped."""
         partial = self._partial[conn]
         try:
             while True:
@@ -185,10 +188,10 @@ class DeviceLoop:
                     continue
                 if partial.rows is None:  # the header is whole
                     ident, model, output, dtype, k, n, features = BATCH.unpack(partial.head)
-                    if ident == BYE:
+                    if ident == BYE:  # its answers made are written first; the rest dropped
                         self._flush(conn)
-                        self._send(conn, [ANSWER.pack(BYE, 0, 0, 0)])
                         self._drop(conn)
+                        self._send(conn, [ANSWER.pack(BYE, 0, 0, 0)])
                         return
                     partial.got, partial.ident = 0, ident
                     partial.key = (model, output, k, dtype)
@@ -209,11 +212,15 @@ class DeviceLoop:
             conn.close()
 
     def _drop(self, conn: Connection) -> None:
-        """Read ``conn`` no more: its front said goodbye or is gone."""
+        """Read ``conn`` no more, nor run or answer its batches: its front said goodbye or is
+        gone."""
         self._selector.unregister(conn.fileno())
         self._partial.pop(conn).sock.close()
         self._due.pop(conn, None)
         self._open -= 1
+        kept = deque(item for item in self._pending if item.conn is not conn)
+        self._waiting_rows -= sum(len(item.rows) for item in self._pending if item.conn is conn)
+        self._pending = kept
 
     def _send(self, conn: Connection, parts: list) -> None:
         try:
@@ -240,11 +247,12 @@ class DeviceLoop:
     def _call(self) -> None:
         """One call for the next batches (rows concatenated); each front gets its rows'
         values. After a call that waited for its GPU, its answers are written while the next
-        call waits for its own, where that one will wait too: a call of a key and at most as
-        many rows as one that waited (else they are written before it starts)."""
+        call waits for its own, where that one will wait too: the last call of its key and
+        octave of rows waited (else they are written before it starts)."""
         items = self._next_call()
         key, rows = items[0].key, sum(len(item.rows) for item in items)
-        if rows > self._waits.get(key, -1):
+        kind = (key, rows.bit_length())
+        if kind not in self._waits:
             self._flush()  # this call may not wait for its GPU: answer before it
         self._waited = False
         parts = [item.rows for item in items]
@@ -261,10 +269,15 @@ class DeviceLoop:
             self.counters.end(start, [item.since for item in items], rows)
         self._flush()  # the answers of before, where this call did not wait to write them
         if self._waited:
-            self._waits[key] = max(rows, self._waits.get(key, 0))
+            self._waits.add(kind)
+        else:
+            self._waits.discard(kind)  # e.g. a row bucket whose graph could not be built
         start = 0
         for item in items:
             stop = start + len(item.rows)
+            if item.conn not in self._partial:  # the front said goodbye or is gone
+                start = stop
+                continue
             try:
                 messages = answer_parts(item.ident, values, err, start, stop)
             except Exception as error:  # a tensor the header cannot name

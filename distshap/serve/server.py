@@ -240,9 +240,11 @@ class ExplanationServer:
         try:
             loop.run_forever()
         finally:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-            self._stopped.set()
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.close()
+            finally:
+                self._stopped.set()
 
     def _sweep(self) -> None:
         sweep(self._connections, _IDLE_SECONDS)
@@ -270,7 +272,8 @@ class ExplanationServer:
         self._serving.wait()
         log.info("draining: %d request(s) in flight", self._active)
         asyncio.run_coroutine_threadsafe(self._drain(), self.loop).result()
-        self._stopped.wait(10)  # the loop closed: an executor that reads on it may close now
+        if not self._stopped.wait(10):  # the loop closed: an executor that reads on it may close
+            log.warning("drain: the event loop did not stop within 10 s")
         self.executor.close()
         self._drained.set()
 
