@@ -159,3 +159,32 @@ def test_a_goodbye_drops_the_fronts_batches_not_yet_run():
         raw.close()
     thread.join(10)
     assert not thread.is_alive()
+
+
+def test_a_front_that_stops_reading_its_answers_holds_up_no_other():
+    echo = [Resident("echo", _Echo())]
+    ctx = multiprocessing.get_context("spawn")
+    (raw, raw_end), (ours, theirs) = ctx.Pipe(duplex=True), ctx.Pipe(duplex=True)
+    loop = DeviceLoop(echo, [raw_end, theirs])
+    front = DeviceExecutor([ours], echo)
+    thread = _start(loop)
+    rows = np.arange(400_000 * 4, dtype=np.float32).reshape(-1, 4)  # a 6.4 MB answer
+    message = BATCH.pack(9, 0, 0, 0, 0, *rows.shape) + rows.tobytes()
+    try:
+        writer = threading.Thread(target=os.write, args=(raw.fileno(), message), daemon=True)
+        writer.start()  # the raw front reads none of its answer
+        _until(lambda: loop.stats["calls"] == 1)
+        for n in (1, 2, 3):  # the answers of another front come through meanwhile
+            quick = front.submit(echo[0], rows[:n], "shap_values", 0)
+            assert same_bits(quick.result(30)["shap_values"], rows[:n] * 2)
+        answers, got = _Answers(), []
+        while not got:  # now the raw front takes its answer, every byte of it
+            answers.buffer += os.read(raw.fileno(), 1 << 20)
+            got = answers.take()
+        [(ident, values, err)] = got
+        assert ident == 9 and err is None and same_bits(values["shap_values"], rows * 2)
+    finally:
+        front.close()
+        raw.close()
+    thread.join(10)
+    assert not thread.is_alive()

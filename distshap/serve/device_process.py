@@ -17,14 +17,17 @@ batch waiting and every other waiting batch of the same model, output, ``k`` and
 concatenated), and sends each front its rows' part. While a call waits for its GPU (a replayed
 CUDA graph, :func:`distshap.waiting.while_waiting`), the loop writes the previous call's
 answers and reads the batches that arrive, so the next call starts as soon as this one ends,
-with every batch that came meanwhile. A row's values do not depend on the rows beside it, so
-every answer equals its rows run alone, bit for bit.
+with every batch that came meanwhile. Its pipes never make it wait: a batch is read as its
+bytes come and answers are written as a front takes them, so a front slow to write or to read
+holds up no other. A row's values do not depend on the rows beside it, so every answer equals
+its rows run alone, bit for bit.
 
 A front's side of the pipes is :mod:`~distshap.serve.device_link`.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import multiprocessing
 import os
@@ -48,9 +51,9 @@ from distshap.serve.wire import (
     BATCH,
     BYE,
     DTYPES,
+    IOV_PARTS,
     OUTPUT_NAMES,
     answer_parts,
-    write_parts,
 )
 from distshap.waiting import while_waiting
 
@@ -62,6 +65,8 @@ log = logging.getLogger("distshap.serve")
 MERGE_ROWS = 1 << 17
 #: Seconds between two writes of a device process's counters.
 _STATS_SECONDS = 0.5
+#: Seconds a device process that stops keeps writing answers its fronts have not taken.
+_CLOSE_SECONDS = 10.0
 
 
 class _Item:
@@ -74,15 +79,18 @@ class _Item:
         self.since = time.perf_counter()  # read whole
 
 
-class _Partial:
-    """What a front's pipe has given of its next batch: the header, then the rows (read in
-    place), however many reads it takes."""
+class _Front:
+    """A front's pipe as its device process sees it: what it has given of its next batch (the
+    header, then the rows, read in place however many reads it takes) and the answers' bytes
+    it has not taken yet."""
 
-    __slots__ = ("got", "head", "ident", "key", "rows", "sock")
+    __slots__ = ("events", "got", "head", "ident", "key", "out", "reading", "rows", "sock")
 
     def __init__(self, conn: Connection) -> None:
-        self.sock = socket.socket(fileno=os.dup(conn.fileno()))  # reads that never wait
+        self.sock = socket.socket(fileno=os.dup(conn.fileno()))  # reads and writes that never wait
         self.head = bytearray(BATCH.size)
+        self.out: deque[memoryview] = deque()
+        self.reading, self.events = True, selectors.EVENT_READ
         self.reset()
 
     def reset(self) -> None:
@@ -114,7 +122,7 @@ class DeviceLoop:
         self.residents, self.merge_rows = residents, merge_rows
         self._selector = selectors.DefaultSelector()
         self._conns = list(conns)
-        self._partial: dict[Connection, _Partial] = {}  # the fronts read, made by run
+        self._fronts: dict[Connection, _Front] = {}  # the fronts not gone, made by run
         for conn in conns:
             self._selector.register(conn.fileno(), selectors.EVENT_READ, conn)
         self._open = len(conns)
@@ -138,7 +146,7 @@ class DeviceLoop:
         (sentinels, e.g. the parent process's) is ready; the batches received run first."""
         for sentinel in watch:
             self._selector.register(sentinel, selectors.EVENT_READ, None)
-        self._partial = {conn: _Partial(conn) for conn in self._conns}
+        self._fronts = {conn: _Front(conn) for conn in self._conns}
         try:
             while self._open and not self._stop.is_set():
                 self._poll(0.0 if self._pending or self._due else 0.25)
@@ -152,54 +160,69 @@ class DeviceLoop:
             while self._pending:
                 self._call()
             self._flush()
+            self._write_out()
         finally:
             self._selector.close()
-            for partial in self._partial.values():
-                partial.sock.close()
+            for front in self._fronts.values():
+                front.sock.close()
 
     def _poll(self, timeout: float) -> None:
         """Read every batch the pipes hold (waiting up to ``timeout`` seconds for one), until
         ``merge_rows`` rows wait."""
         while self._waiting_rows < self.merge_rows and not self._stop.is_set():
             events = self._selector.select(timeout)
-            for key, _ in events:
+            for key, mask in events:
                 if key.data is None:
                     self._orphaned = True
                     return
-                self._read(key.data)
+                if mask & selectors.EVENT_WRITE and key.data in self._fronts:
+                    self._write(key.data)
+                front = self._fronts.get(key.data)
+                if mask & selectors.EVENT_READ and front is not None and front.reading:
+                    self._read(key.data)
             if not events:
                 return
             timeout = 0.0
+
+    def _write_out(self) -> None:
+        """Once serving ends: write what the fronts have not taken yet, as they take it
+        (:data:`_CLOSE_SECONDS` at most)."""
+        deadline = time.monotonic() + _CLOSE_SECONDS
+        for conn, front in list(self._fronts.items()):
+            front.reading = False  # watched for room only (or done)
+            self._write(conn)
+        while any(front.out for front in self._fronts.values()) and time.monotonic() < deadline:
+            for key, mask in self._selector.select(0.1):
+                if key.data is not None and mask & selectors.EVENT_WRITE:
+                    self._write(key.data)
 
     def _read(self, conn: Connection) -> None:
         """What ``conn`` holds of its next batch, without waiting for the rest (a front slow
         to write a large batch holds up no other): a batch read whole joins the waiting ones;
         a goodbye is answered after the answers made for that front, and its batches not yet
         run are dropped."""
-        partial = self._partial[conn]
+        front = self._fronts[conn]
         try:
             while True:
-                view = partial.view()
+                view = front.view()
                 if len(view):
-                    got = partial.sock.recv_into(view, len(view), socket.MSG_DONTWAIT)
+                    got = front.sock.recv_into(view, len(view), socket.MSG_DONTWAIT)
                     if got == 0:
                         raise EOFError("the front closed its pipe")
-                    partial.got += got
+                    front.got += got
                     continue
-                if partial.rows is None:  # the header is whole
-                    ident, model, output, dtype, k, n, features = BATCH.unpack(partial.head)
+                if front.rows is None:  # the header is whole
+                    ident, model, output, dtype, k, n, features = BATCH.unpack(front.head)
                     if ident == BYE:  # its answers made are written first; the rest dropped
-                        self._flush(conn)
-                        self._drop(conn)
-                        self._send(conn, [ANSWER.pack(BYE, 0, 0, 0)])
+                        self._goodbye(conn)
                         return
-                    partial.got, partial.ident = 0, ident
-                    partial.key = (model, output, k, dtype)
-                    partial.rows = np.empty((n, features), DTYPES[dtype])
+                    front.got, front.ident = 0, ident
+                    front.key = (model, output, k, dtype)
+                    front.rows = np.empty((n, features), DTYPES[dtype])
                     continue
-                self._pending.append(_Item(conn, partial.ident, partial.key, partial.rows))
-                self._waiting_rows += len(partial.rows)
-                partial.reset()
+                self._pending.append(_Item(conn, front.ident, front.key, front.rows))
+                self._waiting_rows += len(front.rows)
+                front.reset()
                 return
         except BlockingIOError:  # the rest comes later
             return
@@ -211,22 +234,70 @@ class DeviceLoop:
             self._drop(conn)
             conn.close()
 
-    def _drop(self, conn: Connection) -> None:
-        """Read ``conn`` no more, nor run or answer its batches: its front said goodbye or is
-        gone."""
-        self._selector.unregister(conn.fileno())
-        self._partial.pop(conn).sock.close()
-        self._due.pop(conn, None)
+    def _goodbye(self, conn: Connection) -> None:
+        """``conn``'s front says goodbye: its batches not yet run dropped, its answers made
+        then the goodbye's own written (as it takes them), its pipe read no more."""
+        self._flush(conn)
+        self._forget(conn)
+        self._fronts[conn].reading = False
+        self._send(conn, [ANSWER.pack(BYE, 0, 0, 0)])
+
+    def _forget(self, conn: Connection) -> None:
+        """No more reads of ``conn``, nor calls of its batches waiting."""
         self._open -= 1
         kept = deque(item for item in self._pending if item.conn is not conn)
         self._waiting_rows -= sum(len(item.rows) for item in self._pending if item.conn is conn)
         self._pending = kept
 
+    def _drop(self, conn: Connection) -> None:
+        """``conn``'s front is gone (or its pipe broken): nothing more is read, run, answered
+        or written for it."""
+        front = self._fronts.pop(conn, None)
+        if front is None:
+            return
+        if front.reading:
+            self._forget(conn)
+        self._selector.unregister(conn.fileno())
+        front.sock.close()
+        self._due.pop(conn, None)
+
     def _send(self, conn: Connection, parts: list) -> None:
+        """Queue ``parts`` (bytes, or C-contiguous arrays) for ``conn`` and write what its
+        pipe takes now: a front slow to read its answers holds up no other."""
+        front = self._fronts.get(conn)
+        if front is None:  # gone: nobody waits for the answer
+            return
+        front.out.extend(memoryview(p).cast("B") for p in parts if len(p) and getattr(p, "size", 1))
+        self._write(conn)
+
+    def _write(self, conn: Connection) -> None:
+        """Write what ``conn``'s pipe takes of its queued bytes; watch it for room while some
+        are left (once none are left and it is read no more, it is done)."""
+        front = self._fronts[conn]
         try:
-            write_parts(conn.fileno(), parts)
-        except (OSError, ValueError):  # the front exited: nobody waits for the answer
+            while front.out:
+                sent = front.sock.sendmsg(list(itertools.islice(front.out, IOV_PARTS)), [],
+                                          socket.MSG_DONTWAIT)  # fmt: skip
+                while sent:
+                    head = front.out[0]
+                    if sent < len(head):
+                        front.out[0], sent = head[sent:], 0
+                    else:
+                        sent -= len(head)
+                        front.out.popleft()
+        except BlockingIOError:  # the rest when the pipe has room
             pass
+        except OSError:  # the front exited
+            self._drop(conn)
+            return
+        events = (selectors.EVENT_READ if front.reading else 0) | (
+            selectors.EVENT_WRITE if front.out else 0
+        )
+        if not events:
+            self._drop(conn)  # said goodbye and took every answer
+        elif events != front.events:
+            front.events = events
+            self._selector.modify(conn.fileno(), events, conn)
 
     def _flush(self, conn: Connection | None = None) -> None:
         """Write the answers due (to ``conn`` only, where given)."""
@@ -275,7 +346,8 @@ class DeviceLoop:
         start = 0
         for item in items:
             stop = start + len(item.rows)
-            if item.conn not in self._partial:  # the front said goodbye or is gone
+            front = self._fronts.get(item.conn)
+            if front is None or not front.reading:  # the front said goodbye or is gone
                 start = stop
                 continue
             try:
