@@ -188,3 +188,57 @@ def test_a_front_that_stops_reading_its_answers_holds_up_no_other():
         raw.close()
     thread.join(10)
     assert not thread.is_alive()
+
+
+class _ByeAtTheEnd:
+    """An explainer whose first call waits, as for a GPU stream, until ``release``; at the
+    stream's last look its front says goodbye and closes its pipe (the goodbye then waits to
+    be read beside that call's answers, due but not written)."""
+
+    def __init__(self, raw) -> None:
+        self.raw, self.release, self.entered = raw, threading.Event(), threading.Event()
+        self.calls = 0
+
+    @property
+    def done(self) -> bool:
+        if not self.release.is_set():
+            return False
+        if not self.raw.closed:
+            os.write(self.raw.fileno(), BATCH.pack(BYE, 0, 0, 0, 0, 0, 0))
+            self.raw.close()
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def shap_values(self, rows):
+        self.calls += 1
+        if self.calls == 1:
+            self.entered.set()
+            wait_for_stream(self)
+        return rows * 3
+
+
+def test_a_front_gone_with_answers_due_leaves_the_others_served():
+    """A front says goodbye and closes its pipe while its answers wait to be written: the
+    device process serves the other fronts on, and ends when they have said goodbye."""
+    ctx = multiprocessing.get_context("spawn")
+    (raw, raw_end), (ours, theirs) = ctx.Pipe(duplex=True), ctx.Pipe(duplex=True)
+    bye = _ByeAtTheEnd(raw)
+    held = [Resident("bye", bye)]
+    loop = DeviceLoop(held, [raw_end, theirs])
+    front = DeviceExecutor([ours], held)
+    thread = _start(loop)
+    rows = np.ones((2, 4), np.float32)
+    try:
+        os.write(raw.fileno(), BATCH.pack(3, 0, 0, 0, 0, 2, 4) + rows.tobytes())
+        assert bye.entered.wait(30)  # its call waits for its "GPU"
+        bye.release.set()
+        _until(lambda: raw.closed and loop.stats["calls"] == 1)
+        answer = front.submit(held[0], rows, "shap_values", 0).result(30)["shap_values"]
+        assert same_bits(answer, rows * 3) and thread.is_alive()
+    finally:
+        bye.release.set()
+        front.close()
+    thread.join(10)
+    assert not thread.is_alive()  # both goodbyes counted once each

@@ -168,9 +168,11 @@ class DeviceLoop:
 
     def _poll(self, timeout: float) -> None:
         """Read every batch the pipes hold (waiting up to ``timeout`` seconds for one), until
-        ``merge_rows`` rows wait."""
-        while self._waiting_rows < self.merge_rows and not self._stop.is_set():
-            events = self._selector.select(timeout)
+        ``merge_rows`` rows wait, and write what the pipes take of the answers queued (those
+        also once ``merge_rows`` rows wait)."""
+        while not self._stop.is_set():
+            full = self._waiting_rows >= self.merge_rows
+            events = self._selector.select(0.0 if full else timeout)
             for key, mask in events:
                 if key.data is None:
                     self._orphaned = True
@@ -178,9 +180,9 @@ class DeviceLoop:
                 if mask & selectors.EVENT_WRITE and key.data in self._fronts:
                     self._write(key.data)
                 front = self._fronts.get(key.data)
-                if mask & selectors.EVENT_READ and front is not None and front.reading:
+                if mask & selectors.EVENT_READ and front is not None and front.reading and not full:
                     self._read(key.data)
-            if not events:
+            if not events or full:
                 return
             timeout = 0.0
 
@@ -193,7 +195,9 @@ class DeviceLoop:
             self._write(conn)
         while any(front.out for front in self._fronts.values()) and time.monotonic() < deadline:
             for key, mask in self._selector.select(0.1):
-                if key.data is not None and mask & selectors.EVENT_WRITE:
+                if key.data is None:  # a watched process exited: nobody to write for
+                    return
+                if mask & selectors.EVENT_WRITE:
                     self._write(key.data)
 
     def _read(self, conn: Connection) -> None:
@@ -237,10 +241,9 @@ class DeviceLoop:
     def _goodbye(self, conn: Connection) -> None:
         """``conn``'s front says goodbye: its batches not yet run dropped, its answers made
         then the goodbye's own written (as it takes them), its pipe read no more."""
-        self._flush(conn)
         self._forget(conn)
         self._fronts[conn].reading = False
-        self._send(conn, [ANSWER.pack(BYE, 0, 0, 0)])
+        self._send(conn, [*self._due.pop(conn, []), ANSWER.pack(BYE, 0, 0, 0)])
 
     def _forget(self, conn: Connection) -> None:
         """No more reads of ``conn``, nor calls of its batches waiting."""
