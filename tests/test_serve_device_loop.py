@@ -102,13 +102,18 @@ def test_answers_are_not_held_behind_a_call_that_will_not_wait_for_a_gpu():
     thread.join(10)
 
 
+def _beside_a_raw_front(held: list) -> tuple:
+    """A device loop of ``held`` (running) with two fronts: a raw pipe, whose bytes the test
+    writes and reads itself, and an executor -> (raw pipe, loop, executor, loop's thread)."""
+    ctx = multiprocessing.get_context("spawn")
+    (raw, raw_end), (ours, theirs) = ctx.Pipe(duplex=True), ctx.Pipe(duplex=True)
+    loop = DeviceLoop(held, [raw_end, theirs])
+    return raw, loop, DeviceExecutor([ours], held), _start(loop)
+
+
 def test_a_front_that_stops_mid_batch_holds_up_no_other():
     echo = [Resident("echo", _Echo())]
-    ctx = multiprocessing.get_context("spawn")
-    (slow, slow_end), (ours, theirs) = ctx.Pipe(duplex=True), ctx.Pipe(duplex=True)
-    loop = DeviceLoop(echo, [slow_end, theirs])
-    front = DeviceExecutor([ours], echo)
-    thread = _start(loop)
+    slow, loop, front, thread = _beside_a_raw_front(echo)
     rows = np.arange(1000 * 4, dtype=np.float32).reshape(1000, 4)
     message = BATCH.pack(7, 0, 0, 0, 0, 1000, 4) + rows.tobytes()
     try:
@@ -134,11 +139,7 @@ def test_a_front_that_stops_mid_batch_holds_up_no_other():
 def test_a_goodbye_drops_the_fronts_batches_not_yet_run():
     gate = _Gate()
     held = [Resident("echo", _Echo()), Resident("gate", gate)]
-    ctx = multiprocessing.get_context("spawn")
-    (raw, raw_end), (ours, theirs) = ctx.Pipe(duplex=True), ctx.Pipe(duplex=True)
-    loop = DeviceLoop(held, [raw_end, theirs])
-    front = DeviceExecutor([ours], held)
-    thread = _start(loop)
+    raw, loop, front, thread = _beside_a_raw_front(held)
     rows = np.ones((3, 4), np.float32)
     try:
         busy = front.submit(held[1], rows[:1], "shap_values", 0)
@@ -163,11 +164,7 @@ def test_a_goodbye_drops_the_fronts_batches_not_yet_run():
 
 def test_a_front_that_stops_reading_its_answers_holds_up_no_other():
     echo = [Resident("echo", _Echo())]
-    ctx = multiprocessing.get_context("spawn")
-    (raw, raw_end), (ours, theirs) = ctx.Pipe(duplex=True), ctx.Pipe(duplex=True)
-    loop = DeviceLoop(echo, [raw_end, theirs])
-    front = DeviceExecutor([ours], echo)
-    thread = _start(loop)
+    raw, loop, front, thread = _beside_a_raw_front(echo)
     rows = np.arange(400_000 * 4, dtype=np.float32).reshape(-1, 4)  # a 6.4 MB answer
     message = BATCH.pack(9, 0, 0, 0, 0, *rows.shape) + rows.tobytes()
     try:
@@ -195,8 +192,8 @@ class _ByeAtTheEnd:
     stream's last look its front says goodbye and closes its pipe (the goodbye then waits to
     be read beside that call's answers, due but not written)."""
 
-    def __init__(self, raw) -> None:
-        self.raw, self.release, self.entered = raw, threading.Event(), threading.Event()
+    def __init__(self) -> None:
+        self.raw, self.release, self.entered = None, threading.Event(), threading.Event()
         self.calls = 0
 
     @property
@@ -222,13 +219,10 @@ class _ByeAtTheEnd:
 def test_a_front_gone_with_answers_due_leaves_the_others_served():
     """A front says goodbye and closes its pipe while its answers wait to be written: the
     device process serves the other fronts on, and ends when they have said goodbye."""
-    ctx = multiprocessing.get_context("spawn")
-    (raw, raw_end), (ours, theirs) = ctx.Pipe(duplex=True), ctx.Pipe(duplex=True)
-    bye = _ByeAtTheEnd(raw)
+    bye = _ByeAtTheEnd()
     held = [Resident("bye", bye)]
-    loop = DeviceLoop(held, [raw_end, theirs])
-    front = DeviceExecutor([ours], held)
-    thread = _start(loop)
+    bye.raw, loop, front, thread = _beside_a_raw_front(held)
+    raw = bye.raw
     rows = np.ones((2, 4), np.float32)
     try:
         os.write(raw.fileno(), BATCH.pack(3, 0, 0, 0, 0, 2, 4) + rows.tobytes())
