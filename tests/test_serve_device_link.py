@@ -137,7 +137,7 @@ def test_a_non_blocking_pipe_that_fills_is_written_whole():
 
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
-    write_parts(ours.fileno(), [b"head", data])
+    write_parts(ours, [b"head", data])
     reader.join(60)
     assert bytes(got) == b"head" + data.tobytes()
     ours.close()

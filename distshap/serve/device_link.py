@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import os
 import socket
 import struct
@@ -37,6 +38,8 @@ from distshap.serve.wire import (
     OUTPUT_NAMES,
     TENSOR,
     TENSOR_NAMES,
+    byte_views,
+    send_some,
     write_parts,
 )
 
@@ -101,12 +104,11 @@ class _Answers:
                 seen += TENSOR.size + 4 * ndim
                 tensors.append((TENSOR_NAMES[name], DTYPES[dtype], shape))
             end = body + size
-            need = sum(dt.itemsize * int(np.prod(shape)) for _, dt, shape in tensors)
-            if len(buf) < end + need:
+            if len(buf) < end + sum(dt.itemsize * math.prod(shape) for _, dt, shape in tensors):
                 break
             values = {}
             for name, dtype, shape in tensors:
-                count = int(np.prod(shape))
+                count = math.prod(shape)
                 values[name] = np.frombuffer(buf, dtype, count, end).reshape(shape).copy()
                 end += count * dtype.itemsize
             out.append((ident, values, None))
@@ -152,16 +154,10 @@ class _Link:
         blocking; what is left goes to the sender. OSError: the device process is gone."""
         with self.cond:
             if not self.outbox and not self.sending:
-                views = [memoryview(p).cast("B") for p in parts if len(p) and getattr(p, "size", 1)]
-                try:
-                    sent = self.sock.sendmsg(views, [], socket.MSG_DONTWAIT)
-                except BlockingIOError:
-                    sent = 0
-                while views and sent >= len(views[0]):
-                    sent -= len(views.pop(0))
+                views = deque(byte_views(parts))
+                send_some(self.sock, views)
                 if not views:
                     return
-                views[0] = views[0][sent:]
                 parts = views
             self.outbox.append(parts)
             self.cond.notify()
@@ -292,7 +288,7 @@ class DeviceExecutor:
             if job is None:
                 return
             try:
-                write_parts(link.conn.fileno(), job)
+                write_parts(link.sock, job)
             except Exception as err:  # noqa: BLE001 - any failure: the link's batches fail now
                 self._lost(link, err)
                 return

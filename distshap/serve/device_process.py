@@ -27,7 +27,6 @@ A front's side of the pipes is :mod:`~distshap.serve.device_link`.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import multiprocessing
 import os
@@ -51,9 +50,10 @@ from distshap.serve.wire import (
     BATCH,
     BYE,
     DTYPES,
-    IOV_PARTS,
     OUTPUT_NAMES,
     answer_parts,
+    byte_views,
+    send_some,
 )
 from distshap.waiting import while_waiting
 
@@ -270,7 +270,7 @@ class DeviceLoop:
         front = self._fronts.get(conn)
         if front is None:  # gone: nobody waits for the answer
             return
-        front.out.extend(memoryview(p).cast("B") for p in parts if len(p) and getattr(p, "size", 1))
+        front.out.extend(byte_views(parts))
         self._write(conn)
 
     def _write(self, conn: Connection) -> None:
@@ -278,18 +278,7 @@ class DeviceLoop:
         are left (once none are left and it is read no more, it is done)."""
         front = self._fronts[conn]
         try:
-            while front.out:
-                sent = front.sock.sendmsg(list(itertools.islice(front.out, IOV_PARTS)), [],
-                                          socket.MSG_DONTWAIT)  # fmt: skip
-                while sent:
-                    head = front.out[0]
-                    if sent < len(head):
-                        front.out[0], sent = head[sent:], 0
-                    else:
-                        sent -= len(head)
-                        front.out.popleft()
-        except BlockingIOError:  # the rest when the pipe has room
-            pass
+            send_some(front.sock, front.out)  # the rest when the pipe has room
         except OSError:  # the front exited
             self._drop(conn)
             return

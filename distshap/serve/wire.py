@@ -1,8 +1,9 @@
 """The wire format between a server group's fronts and its device processes.
 
 A batch travels as a small fixed header (:data:`BATCH`: id, model, output, dtype, ``k``,
-shape) then its rows' raw bytes, written with one ``writev`` and read straight into the array
-that holds them (however many reads that takes); an answer as a header (:data:`ANSWER`)
+shape) then its rows' raw bytes, sent from the arrays that hold them (:func:`send_some`, one
+``sendmsg`` of every part, never waiting) and read straight into the array that will hold them
+(however many reads that takes); an answer as a header (:data:`ANSWER`)
 naming its tensors (:data:`TENSOR`: name, dtype, shape) then each tensor's raw bytes, or an
 error's type and message. No array is pickled; a front copies an answer's tensors once, out of
 the bytes it reads.
@@ -10,9 +11,11 @@ the bytes it reads.
 
 from __future__ import annotations
 
-import os
+import itertools
 import select
+import socket
 import struct
+from collections import deque
 
 import numpy as np
 
@@ -29,6 +32,8 @@ __all__ = [
     "TENSOR",
     "TENSOR_NAMES",
     "answer_parts",
+    "byte_views",
+    "send_some",
     "write_parts",
 ]
 
@@ -46,30 +51,45 @@ BATCH = struct.Struct("<QHBBIII")
 ANSWER = struct.Struct("<QBBI")
 #: A tensor of an answer: name, dtype, dimensions (then one uint32 a dimension).
 TENSOR = struct.Struct("<BBB")
-#: Parts a ``writev`` takes at most (systems allow 1024 or more).
+#: Parts a ``sendmsg`` takes at most (systems allow 1024 or more).
 IOV_PARTS = 512
 #: The id of the goodbye a front sends on closing (the device process answers it and drops
 #: the pipe); batch ids start at 1.
 BYE = 0
 
 
-def write_parts(fd: int, parts: list) -> None:
-    """Write every byte of ``parts`` (bytes, or C-contiguous arrays) to ``fd``, at most
-    :data:`IOV_PARTS` of them a ``writev``; on a non-blocking ``fd`` (one an event loop also
-    watches: uvloop makes the descriptions it watches non-blocking), waiting whenever it is full."""
-    views = [memoryview(p).cast("B") for p in parts if len(p) and getattr(p, "size", 1)]
-    at = 0
-    while at < len(views):
-        try:
-            sent = os.writev(fd, views[at : at + IOV_PARTS])
-        except BlockingIOError:
-            _wait_writable(fd)
-            continue
-        while at < len(views) and sent >= len(views[at]):
-            sent -= len(views[at])
-            at += 1
-        if sent:
-            views[at] = views[at][sent:]
+def byte_views(parts) -> list[memoryview]:
+    """Byte views of ``parts`` (bytes, or C-contiguous arrays), the empty ones left out."""
+    return [memoryview(p).cast("B") for p in parts if len(p) and getattr(p, "size", 1)]
+
+
+def send_some(sock: socket.socket, views: deque) -> None:
+    """Send what ``sock`` takes now of ``views`` (byte views, :data:`IOV_PARTS` a ``sendmsg``),
+    never waiting: the views sent leave the deque, one sent in part is cut to its rest.
+    OSError: the other end is gone."""
+    try:
+        while views:
+            sent = sock.sendmsg(list(itertools.islice(views, IOV_PARTS)), [], socket.MSG_DONTWAIT)
+            while sent:
+                head = views[0]
+                if sent < len(head):
+                    views[0], sent = head[sent:], 0
+                else:
+                    sent -= len(head)
+                    views.popleft()
+    except BlockingIOError:  # full: the rest later
+        pass
+
+
+def write_parts(sock: socket.socket, parts) -> None:
+    """Send every byte of ``parts`` (bytes, or C-contiguous arrays) on ``sock``, waiting for
+    room whenever it is full (whether it blocks or not: an event loop that also watches it may
+    have made it non-blocking, as uvloop does)."""
+    views = deque(byte_views(parts))
+    send_some(sock, views)
+    while views:
+        _wait_writable(sock.fileno())
+        send_some(sock, views)
 
 
 def _wait_writable(fd: int) -> None:
