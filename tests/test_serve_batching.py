@@ -1,6 +1,7 @@
 """The batch queue: while a batch runs, a request waits for ``max_wait`` to join others, unless
 the executor merges the batches waiting for it itself (device processes): then it goes as soon
-as a slot is free. A small batch runs on the loop, with every request queued in its turn."""
+as a slot is free, with the other requests of its turn of the loop. A small batch runs on the
+loop, with every request queued in its turn."""
 
 from __future__ import annotations
 
@@ -29,8 +30,9 @@ class _Held:
         return future
 
 
-async def _scenario(merges: bool) -> tuple[list[int], list[int], list]:
-    """Rows of the batches sent before the first ends, then of all; each request's answer."""
+async def _scenario(merges: bool, one_turn: bool = False) -> tuple[list[int], list[int], list]:
+    """Rows of the batches sent before the first ends, then of all; each request's answer
+    (requests of 1, 3 and 2 rows, each in its own turn of the loop unless ``one_turn``)."""
     executor = _Held(merges)
     queue = BatchQueue(None, "shap_values", 0, executor, max_rows=100, max_wait=60.0,
                        max_queue_rows=1000)  # fmt: skip
@@ -38,6 +40,8 @@ async def _scenario(merges: bool) -> tuple[list[int], list[int], list]:
     for n in (1, 3, 2):
         rows = np.full((n, 2), n, dtype=np.float32)
         queue.put(rows, lambda values, err: answers.append((values, err)))
+        if not one_turn:
+            await asyncio.sleep(0)
     await asyncio.sleep(0.05)
     early = [len(rows) for _, rows in executor.batches]
     while len(answers) < 3:
@@ -55,7 +59,9 @@ def test_a_merging_executor_gets_each_batch_when_a_slot_is_free_without_the_wait
     early, sent, answers_waited = asyncio.run(_scenario(merges=False))
     assert early == [1]  # the others wait up to max_wait while the first runs
     assert sent == [1, 5]  # then go together
-    for got in (answers, answers_waited):
+    early, sent, answers_turn = asyncio.run(_scenario(merges=True, one_turn=True))
+    assert early == sent == [6]  # the requests of one turn: one batch, though slots were free
+    for got in (answers, answers_waited, answers_turn):
         assert [err for _, err in got] == [None] * 3
         values = sorted((v["shap_values"] for v, _ in got), key=len)
         assert [v.tolist() for v in values] == [[[2, 2]], [[4, 4]] * 2, [[6, 6]] * 3]

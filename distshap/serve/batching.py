@@ -6,7 +6,9 @@ that finds the queue idle is sent at once; while batches run, requests pile up, 
 executor slot takes the next batch when it holds ``max_rows`` rows or its oldest request has
 waited ``max_wait`` seconds (with one slot, as soon as the running batch ends; with an executor
 that merges the batches waiting for it itself, ``merges``, as a device process does, as soon
-as a slot is free: it does not wait there as well). A batch
+as a slot is free, with every request read in the same turn of the loop: it does not wait
+there as well, and a front pays its costs of a batch once for all the requests of a turn).
+A batch
 concatenates its requests' rows (as float64 when any request sent FP64: widening is exact,
 and the model converts each value as it would alone), runs on the executor (up to
 ``executor.slots()`` batches at once) and, when its values come back, is split by the requests'
@@ -109,7 +111,8 @@ class BatchQueue:
     ) -> None:
         self.resident, self.output, self.k = resident, output, k
         self.executor = executor
-        if getattr(executor, "merges", False):  # it merges what waits for it: no wait here too
+        merges = getattr(executor, "merges", False)
+        if merges:  # it merges what waits for it: no wait here too
             max_wait = 0.0
         self.max_rows, self.max_wait, self.max_queue_rows = max_rows, max_wait, max_queue_rows
         self.on_batch, self.on_run = on_batch, on_run
@@ -121,7 +124,8 @@ class BatchQueue:
         self._timer: asyncio.TimerHandle | None = None
         here = callable(getattr(executor, "run_here", None)) and executor.slots() == 1
         self.inline_rows = inline_rows if here else 0
-        self._kick: asyncio.Handle | None = None  # the inline batch of this turn, to come
+        self._merges = merges and not self.inline_rows
+        self._kick: asyncio.Handle | None = None  # the batch of this turn, to come
 
     @property
     def queued_rows(self) -> int:
@@ -155,6 +159,10 @@ class BatchQueue:
             if self._items and self._kick is None:  # the turn's other requests join first
                 self._kick = self.loop.call_soon(self._run_here)
             return
+        if self._merges:  # the requests read in this turn leave together, at its end
+            if self._items and self._kick is None and self._running < self.executor.slots():
+                self._kick = self.loop.call_soon(self._send_turn)
+            return
         while self._items and self._running < self.executor.slots():
             if self._running and self._queued_rows < self.max_rows:
                 left = self._items[0].queued + self.max_wait - time.monotonic()
@@ -162,6 +170,12 @@ class BatchQueue:
                     if self._timer is None:
                         self._timer = self.loop.call_later(left, self._wake)
                     return
+            self._send()
+
+    def _send_turn(self) -> None:
+        """The batches of this turn's requests, while slots are free (a merging executor)."""
+        self._kick = None
+        while self._items and self._running < self.executor.slots():
             self._send()
 
     def _wake(self) -> None:
