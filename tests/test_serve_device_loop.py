@@ -1,6 +1,7 @@
-"""A device process's one thread: a call's answers written while the next call waits for its
-GPU, never held behind a call that will not wait; a front that stops mid-batch holds up no
-other front; a goodbye drops that front's batches not yet run."""
+"""A device process's loop: a call's answers written while the next call waits for its GPU,
+never held behind a call that will not wait; the next call started while the running one's
+GPU work is due to end; a front that stops mid-batch holds up no other front; a goodbye drops
+that front's batches not yet run."""
 
 from __future__ import annotations
 
@@ -51,6 +52,41 @@ def test_a_calls_answers_are_written_while_the_next_call_waits_for_its_gpu():
         turns.events[1].set()
         assert same_bits(second.result(30)["shap_values"], rows[1:2] * 3)  # nothing after it
         assert loops[0].stats["calls"] == 2 and not turns.entered[2].is_set()
+    finally:
+        for event in turns.events:
+            event.set()
+        front.close()
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+def test_the_next_call_starts_while_the_running_call_is_due_to_end_on_its_gpu():
+    """Once a kind of call is known to wait for its GPU for about so long, the next call starts
+    (its host work and launch) before the running call's GPU is done; the calls are answered
+    in the order they ran, each with its own rows' values."""
+    turns = _Turns(3)
+    held = [Resident("turns", turns)]
+    loops, (front,), _ = _wire(1, [held])
+    loop = loops[0]
+    thread = _start(loop)
+    rows = np.arange(24, dtype=np.float32).reshape(6, 4)
+    try:
+        turns.events[0].set()
+        first = front.submit(held[0], rows[:2], "shap_values", 0)
+        assert same_bits(first.result(30)["shap_values"], rows[:2] * 3)
+        (kind,) = loop._waits  # calls of two rows wait for their GPU
+        loop._gpu_seconds[kind], loop._launch_seconds = 0.025, 0.04  # due 25 ms after a launch
+        second = front.submit(held[0], rows[2:4], "shap_values", 0)
+        assert turns.entered[1].wait(30)
+        third = front.submit(held[0], rows[4:], "shap_values", 0)
+        assert turns.entered[2].wait(30)  # started though the second's GPU work goes on
+        assert not turns.events[1].is_set() and not second.done()
+        turns.events[2].set()  # the third's GPU is done first: it is answered after the second
+        assert not third.done()
+        turns.events[1].set()
+        assert same_bits(second.result(30)["shap_values"], rows[2:4] * 3)
+        assert same_bits(third.result(30)["shap_values"], rows[4:] * 3)
+        assert loop.stats["calls"] == 3
     finally:
         for event in turns.events:
             event.set()

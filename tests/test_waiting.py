@@ -1,53 +1,91 @@
-"""While a GPU call waits for its stream, the work of ``while_waiting`` runs, on the waiting
-thread only, until the stream is done; without it the call blocks in ``synchronize``."""
+"""A call run by a handoff parks while it waits for its GPU stream: its starter runs, and
+resumes it once the stream is done; the two threads take turns, never run together. Outside a
+handoff the wait blocks in ``synchronize``."""
 
 from __future__ import annotations
 
 import threading
 
-from distshap.waiting import wait_for_stream, while_waiting
+import pytest
+
+from distshap.waiting import Handoff, wait_for_stream
 
 
 class _Stream:
-    """A stream that is done after ``polls`` looks at ``done``; counts its synchronisations."""
+    """A stream that is done once ``finished`` is set; counts its synchronisations."""
 
-    def __init__(self, polls: int) -> None:
-        self.polls, self.synced = polls, 0
+    def __init__(self) -> None:
+        self.finished, self.synced = False, 0
 
     @property
     def done(self) -> bool:
-        self.polls -= 1
-        return self.polls < 0
+        return self.finished
 
     def synchronize(self) -> None:
+        assert self.finished, "synchronized before the stream was done"
         self.synced += 1
 
 
-def test_the_work_runs_until_the_stream_is_done_then_it_synchronises():
-    stream, ran = _Stream(5), []
-    with while_waiting(lambda: ran.append(1)):
+def test_a_call_parks_at_its_wait_and_ends_when_resumed():
+    stream, steps = _Stream(), []
+
+    def job():
+        steps.append(("launch", threading.current_thread().name))
         wait_for_stream(stream)
-    assert len(ran) == 5 and stream.synced == 1
+        steps.append(("read", threading.current_thread().name))
+        return 42
+
+    helper = Handoff("helper")
+    helper.start(job)
+    assert steps == [("launch", "helper")] and helper.parked_once and not helper.ended
+    assert not helper.ready()  # its stream is not done
+    stream.finished = True
+    assert helper.ready()
+    helper.resume()
+    assert steps[-1] == ("read", "helper") and helper.ended and stream.synced == 1
+    assert helper.result() == 42 and not helper.busy
+    helper.close()
 
 
-def test_without_work_the_wait_blocks_in_synchronize_and_blocks_nest():
-    stream = _Stream(5)
+def test_two_calls_take_turns_with_their_starter_and_errors_reach_it():
+    first, second, order = _Stream(), _Stream(), []
+
+    def job(name, stream, fail=False):
+        def run():
+            order.append(f"{name} launched")
+            wait_for_stream(stream)
+            order.append(f"{name} read")
+            if fail:
+                raise ValueError(f"{name} failed")
+            return name
+
+        return run
+
+    a, b = Handoff("a"), Handoff("b")
+    a.start(job("a", first))
+    order.append("starter")
+    b.start(job("b", second, fail=True))  # started while a is parked
+    second.finished = first.finished = True
+    b.resume()
+    a.resume()
+    assert order == ["a launched", "starter", "b launched", "b read", "a read"]
+    assert a.result() == "a"
+    with pytest.raises(ValueError, match="b failed"):
+        b.result()
+    a.start(lambda: "no wait")  # a call that never waits ends at its start
+    assert a.ended and not a.parked_once and a.result() == "no wait"
+    a.close()
+    b.close()
+
+
+def test_outside_a_handoff_the_wait_blocks_in_synchronize():
+    stream = _Stream()
+    stream.finished = True
     wait_for_stream(stream)
-    assert stream.polls == 5 and stream.synced == 1  # done never asked
-    outer, inner = [], []
-    with while_waiting(lambda: outer.append(1)):
-        with while_waiting(lambda: inner.append(1)):
-            wait_for_stream(_Stream(2))
-        wait_for_stream(_Stream(3))
-    wait_for_stream(_Stream(4))
-    assert (len(inner), len(outer)) == (2, 3)
-
-
-def test_the_work_is_the_waiting_threads_own():
-    ran = []
-    other = _Stream(4)
-    with while_waiting(lambda: ran.append(1)):
-        thread = threading.Thread(target=wait_for_stream, args=(other,))
-        thread.start()
-        thread.join(10)
-    assert not ran and other.synced == 1 and other.polls == 4
+    assert stream.synced == 1
+    helper = Handoff("h")
+    with pytest.raises(RuntimeError, match="resume it first"):
+        helper.start(lambda: wait_for_stream(_Stream()))
+        helper.result()
+    with pytest.raises(RuntimeError, match="runs a job already"):
+        helper.start(lambda: None)

@@ -10,14 +10,19 @@ naming its tensors (name, dtype, shape) then each tensor's raw bytes, or an erro
 message (:mod:`~distshap.serve.wire`): no array is pickled. A front may have several batches in
 flight on one pipe (the ids pair them with their answers).
 
-A device process (:class:`DeviceLoop`) does everything on one thread, so no thread of its own
-waits for the interpreter: it reads whatever batches its pipes hold, then runs the oldest
-batch waiting and every other waiting batch of the same model, output, ``k`` and dtype, up to
-``merge_rows`` rows, as ONE call of :func:`~distshap.serve.backends.explain_block` (rows
-concatenated), and sends each front its rows' part. While a call waits for its GPU (a replayed
-CUDA graph, :func:`distshap.waiting.while_waiting`), the loop writes the previous call's
-answers and reads the batches that arrive, so the next call starts as soon as this one ends,
-with every batch that came meanwhile. Its pipes never make it wait: a batch is read as its
+A device process (:class:`DeviceLoop`) reads whatever batches its pipes hold, then runs the
+oldest batch waiting and every other waiting batch of the same model, output, ``k`` and dtype,
+up to ``merge_rows`` rows, as ONE call of :func:`~distshap.serve.backends.explain_block` (rows
+concatenated), and sends each front its rows' part. A call runs on one of two helper threads
+(:class:`distshap.waiting.Handoff`) in turns with the loop's thread, never beside it: when it
+waits for its GPU (a replayed CUDA graph) it hands the turn back, and the loop reads the
+batches that arrive and writes answers meanwhile. When the running call's GPU work is about to
+end (its expected GPU time, learned from the calls before it, less the host time a launch
+takes), or has ended, the next call is started, so that its host work and launch overlap the
+running call's GPU work, and only then the running call's values are read and answered: the
+GPU does not wait for the host between calls. A call whose kind (model, output, rows' octave)
+did not wait for its GPU last time is not started before the running call is answered (its
+host work would hold the answers up). Its pipes never make it wait: a batch is read as its
 bytes come and answers are written as a front takes them, so a front slow to write or to read
 holds up no other. A row's values do not depend on the rows beside it, so every answer equals
 its rows run alone, bit for bit.
@@ -55,7 +60,7 @@ from distshap.serve.wire import (
     byte_views,
     send_some,
 )
-from distshap.waiting import while_waiting
+from distshap.waiting import Handoff
 
 __all__ = ["DeviceLoop", "device_main"]
 
@@ -67,6 +72,23 @@ MERGE_ROWS = 1 << 17
 _STATS_SECONDS = 0.5
 #: Seconds a device process that stops keeps writing answers its fronts have not taken.
 _CLOSE_SECONDS = 10.0
+#: Weight of the newest call in the running means of a call's GPU and launch seconds.
+_LEARN = 0.2
+#: Seconds a call's start is first supposed to take on the host before its launch; a start
+#: more than four times the mean (a graph's first build) is left out of it.
+_LAUNCH_PRIOR = 1e-4
+
+
+class _Call:
+    """A call started on a helper: its batches, rows, kind and when it started and parked."""
+
+    __slots__ = ("helper", "items", "kind", "launched", "rows", "start")
+
+    def __init__(self, items: list[_Item], helper: Handoff, start: float) -> None:
+        self.items, self.helper, self.start = items, helper, start
+        self.rows = sum(len(item.rows) for item in items)
+        self.kind = (items[0].key, self.rows.bit_length())
+        self.launched = 0.0  # when its start handed the turn back
 
 
 class _Item:
@@ -129,8 +151,11 @@ class DeviceLoop:
         self._pending: deque[_Item] = deque()
         self._waiting_rows = 0
         self._due: dict[Connection, list] = {}  # answers made, not written yet
-        self._waits: set[tuple] = set()  # (key, rows' octave) of calls that waited for a GPU
-        self._waited = False  # whether the running call waited for its GPU in _meanwhile
+        self._waits: set[tuple] = set()  # kinds of calls whose last one waited for its GPU
+        self._helpers = [Handoff(f"distshap-device-call-{i}") for i in range(2)]
+        self._running: deque[_Call] = deque()  # started, oldest first (two at most)
+        self._gpu_seconds: dict[tuple, float] = {}  # a kind's mean seconds a row, launch to ready
+        self._launch_seconds = _LAUNCH_PRIOR  # running mean of a start's host seconds
         self._orphaned = False  # a watched process exited
         self._stop = threading.Event()
         self.counters = DeviceCounters()
@@ -149,22 +174,21 @@ class DeviceLoop:
         self._fronts = {conn: _Front(conn) for conn in self._conns}
         try:
             while self._open and not self._stop.is_set():
-                self._poll(0.0 if self._pending or self._due else 0.25)
+                self._poll(0.0 if self._pending or self._due or self._running else 0.25)
                 if self._orphaned:
                     log.warning("the parent process exited: the device process stops")
                     return
-                if self._pending:
-                    self._call()
-                else:
-                    self._flush()
-            while self._pending:
-                self._call()
+                self._advance()
+            while self._pending or self._running:
+                self._advance()
             self._flush()
             self._write_out()
         finally:
             self._selector.close()
             for front in self._fronts.values():
                 front.sock.close()
+            for helper in self._helpers:
+                helper.close()
 
     def _poll(self, timeout: float) -> None:
         """Read every batch the pipes hold (waiting up to ``timeout`` seconds for one), until
@@ -298,45 +322,91 @@ class DeviceLoop:
             if messages:
                 self._send(to, messages)
 
-    def _meanwhile(self) -> None:
-        """While a call waits for its GPU: the last call's answers written, batches read."""
-        self._waited = True
-        try:
-            self._flush()
-            self._poll(0.0)
-        except Exception as err:  # noqa: BLE001 - the call that waits must not fail for it
-            log.error("reading the fronts' pipes failed (%s)", type(err).__name__)
+    def _advance(self) -> None:
+        """One step: end the oldest call if its GPU is done (the next call started first,
+        where it will wait for its GPU too), else start the next call if it is due, else
+        write the answers due."""
+        running = self._running
+        if running and running[0].helper.ready():
+            call = running[0]
+            if call.helper.ended:
+                running.popleft()
+                self._end(call)
+                return
+            if call.launched:
+                self._learn(call)
+            if len(running) == 1 and self._pending and self._next_waits():
+                self._start()  # its launch before this call's host work
+            call.helper.resume()
+            return
+        if self._pending and (not running or self._due_to_start(running)):
+            self._start()
+            return
+        self._flush()
 
-    def _call(self) -> None:
-        """One call for the next batches (rows concatenated); each front gets its rows'
-        values. After a call that waited for its GPU, its answers are written while the next
-        call waits for its own, where that one will wait too: the last call of its key and
-        octave of rows waited (else they are written before it starts)."""
+    def _next_waits(self) -> bool:
+        """Whether the last call of the next call's kind waited for its GPU."""
+        first = self._pending[0]
+        rows = sum(len(item.rows) for item in self._pending if item.key == first.key)
+        return (first.key, min(rows, self.merge_rows).bit_length()) in self._waits
+
+    def _due_to_start(self, running: deque[_Call]) -> bool:
+        """Whether the next call starts now, beside the running one: that one waits for its
+        GPU and is expected to end within a launch's host time (at most half its GPU time),
+        and the next call will wait for its GPU too."""
+        call = running[0]
+        per_row = self._gpu_seconds.get(call.kind)
+        if len(running) > 1 or not call.launched or per_row is None:
+            return False
+        gpu = per_row * call.rows
+        lead = min(self._launch_seconds, gpu / 2)
+        return time.perf_counter() >= call.launched + gpu - lead and self._next_waits()
+
+    def _learn(self, call: _Call) -> None:
+        """``call``'s GPU work is done: its seconds a row from launch to now join its kind's
+        mean."""
+        per_row = (time.perf_counter() - call.launched) / call.rows
+        mean = self._gpu_seconds.get(call.kind)
+        self._gpu_seconds[call.kind] = per_row if mean is None else mean + _LEARN * (per_row - mean)
+        call.launched = 0.0  # learnt once
+
+    def _start(self) -> None:
+        """Start the next call (the oldest batch and the others of its key) on a free helper;
+        it runs until it waits for its GPU or ends."""
         items = self._next_call()
-        key, rows = items[0].key, sum(len(item.rows) for item in items)
-        kind = (key, rows.bit_length())
-        if kind not in self._waits:
-            self._flush()  # this call may not wait for its GPU: answer before it
-        self._waited = False
+        model, output, k, _ = items[0].key
+        resident, name = self.residents[model], OUTPUT_NAMES[output]
         parts = [item.rows for item in items]
-        model, output, k, _ = key
-        values, err = None, None
-        start = self.counters.start()
-        try:  # rows put together inside: a failure answers the batches, the loop runs on
+
+        def job() -> dict:  # rows put together inside: a failure answers the batches
             batch = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            with while_waiting(self._meanwhile):
-                values = explain_block(self.residents[model], batch, OUTPUT_NAMES[output], k)
-        except Exception as error:  # every front hears of it
+            return explain_block(resident, batch, name, k)
+
+        helper = next(h for h in self._helpers if not h.busy)
+        call = _Call(items, helper, self.counters.start())
+        self._running.append(call)
+        helper.start(job)
+        if not helper.ended:  # it waits for its GPU
+            call.launched = time.perf_counter()
+            seconds = call.launched - call.start
+            if seconds < 4 * self._launch_seconds:
+                self._launch_seconds += _LEARN * (seconds - self._launch_seconds)
+
+    def _end(self, call: _Call) -> None:
+        """``call`` ended: each front gets its rows' values (or the error), written now."""
+        values, err = None, None
+        try:
+            values = call.helper.result()
+        except Exception as error:  # every front of the call hears of it
             err = error
         finally:
-            self.counters.end(start, [item.since for item in items], rows)
-        self._flush()  # the answers of before, where this call did not wait to write them
-        if self._waited:
-            self._waits.add(kind)
+            self.counters.end(call.start, [item.since for item in call.items], call.rows)
+        if call.helper.parked_once:
+            self._waits.add(call.kind)
         else:
-            self._waits.discard(kind)  # e.g. a row bucket whose graph could not be built
+            self._waits.discard(call.kind)  # e.g. a row bucket whose graph could not be built
         start = 0
-        for item in items:
+        for item in call.items:
             stop = start + len(item.rows)
             front = self._fronts.get(item.conn)
             if front is None or not front.reading:  # the front said goodbye or is gone
@@ -348,8 +418,7 @@ class DeviceLoop:
                 messages = answer_parts(item.ident, None, error, start, stop)
             self._due.setdefault(item.conn, []).extend(messages)
             start = stop
-        if not self._waited:
-            self._flush()
+        self._flush()
 
     def _next_call(self) -> list[_Item]:
         """The oldest batch and every other waiting batch of its key (``merge_rows`` at most),

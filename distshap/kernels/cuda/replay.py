@@ -26,8 +26,8 @@ and one warning says so. A call that finds no graph free and none to build takes
 A bucket beyond the rows the check's block traversal takes, or beyond the rows whose buffers
 fit ``replay_graph_bytes``, is cut to that many rows where the call's own rows fit.
 
-A call waits for its graph through :func:`distshap.waiting.wait_for_stream`: a thread that
-gave work to do meanwhile (:func:`distshap.waiting.while_waiting`) does it while the GPU runs.
+A call waits for its graph through :func:`distshap.waiting.wait_for_stream`: a call run by a
+:class:`distshap.waiting.Handoff` hands its thread's turn back while the GPU runs.
 """
 
 from __future__ import annotations
