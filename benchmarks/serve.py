@@ -115,12 +115,15 @@ async def _connection(host: str, port: int, request: bytes, stop: float, out: li
 
 def _generate(url: str, request: bytes, connections: int, begin: float, seconds: float):
     """Child process: ``connections`` clients from wall time ``begin`` for ``seconds`` (then
-    until each has its last answer) -> all latencies, first start and last answer (wall)."""
+    until each has its last answer) -> all latencies, first start and last answer (wall), and
+    this process's CPU seconds meanwhile."""
     where = urlparse(url)
     out: list[float] = []
+    cpu = [0.0]
 
     async def run() -> tuple[float, float]:
         await asyncio.sleep(max(0.0, begin - time.time()))
+        cpu[0] = time.process_time()
         start = time.time()
         stop = time.perf_counter() + seconds
         await asyncio.gather(*(_connection(where.hostname, where.port, request, stop, out)
@@ -137,18 +140,19 @@ def _generate(url: str, request: bytes, connections: int, begin: float, seconds:
         start, end = loop.run_until_complete(run())
     finally:
         loop.close()
-    return out, start, end
+    return out, start, end, time.process_time() - cpu[0]
 
 
 def _cell(pool, procs: int, url: str, request: bytes, n: int, concurrency: int, seconds: float):
     """One load of ``concurrency`` clients over ``procs`` processes sending ``request`` (of
-    ``n`` rows) -> latencies, rows/s."""
+    ``n`` rows) -> latencies, rows/s, the load generator's CPU microseconds a request and the
+    busiest load process's share of a core (near 100%: the load generator bounds the cell)."""
     shares = [concurrency // procs + (i < concurrency % procs) for i in range(procs)]
     begin = time.time() + 0.3  # every process connects at once
     jobs = [(url, request, c, begin, seconds) for c in shares if c]
     parts = pool.starmap(_generate, jobs)
-    samples = [x for out, _, _ in parts for x in out]
-    elapsed = max(end for _, _, end in parts) - min(start for _, start, _ in parts)
+    samples = [x for out, _, _, _ in parts for x in out]
+    elapsed = max(end for _, _, end, _ in parts) - min(start for _, start, _, _ in parts)
     ok = sorted(s for s in samples if s >= 0)
     errors = len(samples) - len(ok)
     return {
@@ -158,6 +162,8 @@ def _cell(pool, procs: int, url: str, request: bytes, n: int, concurrency: int, 
         "p99_ms": 1e3 * ok[min(len(ok) - 1, int(0.99 * len(ok)))] if ok else float("nan"),
         "rows_per_s": len(ok) * n / elapsed,
         "seconds": elapsed,
+        "client_cpu_us": 1e6 * sum(cpu for *_, cpu in parts) / max(1, len(samples)),
+        "client_busiest": max(cpu / max(1e-9, end - start) for _, start, end, cpu in parts),
     }
 
 
@@ -527,7 +533,9 @@ def _row(args, pool, label: str, server, X, concurrency: int, n: int, inproc: fl
               + (f", {r['stages_us']['rows_per_call']:,.0f} rows a device call"
                  if "rows_per_call" in r["stages_us"] else "")
               + (f", device processes busy {r['stages_us']['device_busy_share']:.0%}"
-                 if "device_busy_share" in r["stages_us"] else ""),
+                 if "device_busy_share" in r["stages_us"] else "")
+              + f"; load generator {r['client_cpu_us']:,.0f} us a request, busiest load "
+              f"process {r['client_busiest']:.0%} of a core",
               flush=True)  # fmt: skip
     return r
 
