@@ -128,6 +128,7 @@ def _generate(url: str, request: bytes, connections: int, begin: float, seconds:
         stop = time.perf_counter() + seconds
         await asyncio.gather(*(_connection(where.hostname, where.port, request, stop, out)
                                for _ in range(connections)))  # fmt: skip
+        cpu[0] = time.process_time() - cpu[0]  # before the connections close
         return start, time.time()
 
     try:
@@ -140,7 +141,7 @@ def _generate(url: str, request: bytes, connections: int, begin: float, seconds:
         start, end = loop.run_until_complete(run())
     finally:
         loop.close()
-    return out, start, end, time.process_time() - cpu[0]
+    return out, start, end, cpu[0]
 
 
 def _cell(pool, procs: int, url: str, request: bytes, n: int, concurrency: int, seconds: float):

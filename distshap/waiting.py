@@ -52,8 +52,8 @@ class Handoff:
         self._job: Callable[[], Any] | None = None
         self._outcome: tuple | None = None  # (value, error) once the job ended
         self._stream: Any = None  # what the parked job waits for
-        #: Whether the running job parked at least once.
-        self.parked_once = False
+        #: Times the running (or ended) job parked: 0 for a job that never waited for a GPU.
+        self.parks = 0
         self._closed = False
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
@@ -72,12 +72,18 @@ class Handoff:
         """Run ``job()`` on the helper until it parks or ends (this thread waits)."""
         if self._job is not None or self._closed:
             raise RuntimeError("the handoff runs a job already, or is closed")
-        self._job, self._outcome, self.parked_once = job, None, False
+        self._job, self._outcome, self.parks = job, None, 0
         self._turn()
 
     def ready(self) -> bool:
-        """Whether :meth:`resume` (or :meth:`result`) would not wait for the GPU."""
-        return self._outcome is not None or bool(self._stream.done)
+        """Whether :meth:`resume` (or :meth:`result`) would not wait for the GPU (also where
+        asking the stream fails: the job's own wait then raises the error, inside the job)."""
+        if self._outcome is not None:
+            return True
+        try:
+            return bool(self._stream.done)
+        except Exception:  # noqa: BLE001 - the job's synchronize() raises it where it belongs
+            return True
 
     def resume(self) -> None:
         """Let the parked job run on until it ends or parks again (this thread waits)."""
@@ -94,7 +100,8 @@ class Handoff:
         return value
 
     def close(self) -> None:
-        """End the helper thread once it is free (a parked job keeps it: daemon)."""
+        """End the helper thread if it is free; one with a job not taken (parked, or its result
+        not taken) is left to the process's exit (a daemon thread)."""
         self._closed = True
         if self._job is None:
             self._go.release()
@@ -118,7 +125,8 @@ class Handoff:
             self._back.release()
 
     def _park(self, stream: Any) -> None:
-        self._stream, self.parked_once = stream, True
+        self._stream = stream
+        self.parks += 1
         self._back.release()
         self._go.acquire()
         self._stream = None

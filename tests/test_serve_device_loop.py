@@ -8,8 +8,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+import time
 
 import numpy as np
+import pytest
 from test_serve_device_process import _Echo, _Gate, _start, _Stream, _until, _wire, same_bits
 
 from distshap.serve.device_link import DeviceExecutor, _Answers
@@ -82,6 +84,7 @@ def test_the_next_call_starts_while_the_running_call_is_due_to_end_on_its_gpu():
         assert turns.entered[2].wait(30)  # started though the second's GPU work goes on
         assert not turns.events[1].is_set() and not second.done()
         turns.events[2].set()  # the third's GPU is done first: it is answered after the second
+        time.sleep(0.05)
         assert not third.done()
         turns.events[1].set()
         assert same_bits(second.result(30)["shap_values"], rows[2:4] * 3)
@@ -93,6 +96,127 @@ def test_the_next_call_starts_while_the_running_call_is_due_to_end_on_its_gpu():
         front.close()
     thread.join(10)
     assert not thread.is_alive()
+
+
+def test_the_next_call_does_not_start_before_the_running_call_is_due_to_end():
+    turns = _Turns(3)
+    held = [Resident("turns", turns)]
+    loops, (front,), _ = _wire(1, [held])
+    loop = loops[0]
+    thread = _start(loop)
+    rows = np.arange(24, dtype=np.float32).reshape(6, 4)
+    try:
+        turns.events[0].set()
+        front.submit(held[0], rows[:2], "shap_values", 0).result(30)
+        (kind,) = loop._waits
+        loop._gpu_seconds[kind] = 600.0  # ten minutes a row: not due within the test
+        second = front.submit(held[0], rows[2:4], "shap_values", 0)
+        assert turns.entered[1].wait(30)
+        third = front.submit(held[0], rows[4:], "shap_values", 0)
+        _until(lambda: len(loop._pending) == 1)
+        time.sleep(0.1)
+        assert not turns.entered[2].is_set()  # it waits for the second's GPU
+        turns.events[1].set()
+        assert turns.entered[2].wait(30)  # then starts, before the second is answered
+        turns.events[2].set()
+        assert same_bits(second.result(30)["shap_values"], rows[2:4] * 3)
+        assert same_bits(third.result(30)["shap_values"], rows[4:] * 3)
+    finally:
+        for event in turns.events:
+            event.set()
+        front.close()
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+class _Waits:
+    """An explainer whose calls wait ``waits`` times for a stream that is done at once; its
+    first call waits twice (as a graph's first build does)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def shap_values(self, rows):
+        self.calls += 1
+        for _ in range(2 if self.calls == 1 else 1):
+            done = threading.Event()
+            done.set()
+            wait_for_stream(_Stream(done))
+        return rows + 1
+
+
+def test_the_gpu_and_start_seconds_are_learnt_from_calls_that_waited_once():
+    held = [Resident("waits", _Waits())]
+    loops, (front,), _ = _wire(1, [held])
+    loop = loops[0]
+    thread = _start(loop)
+    rows = np.arange(8, dtype=np.float32).reshape(2, 4)
+    try:
+        front.submit(held[0], rows, "shap_values", 0).result(30)
+        assert loop._waits and not loop._gpu_seconds and loop._launch_seconds is None
+        for _ in range(3):
+            got = front.submit(held[0], rows, "shap_values", 0).result(30)["shap_values"]
+            assert same_bits(got, rows + 1)
+        ((kind, per_row),) = loop._gpu_seconds.items()
+        assert kind in loop._waits and 0 < per_row < 30 and 0 < loop._launch_seconds < 30
+    finally:
+        front.close()
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+class _Failing:
+    """An explainer whose calls wait for their GPU, then fail."""
+
+    def shap_values(self, rows):
+        done = threading.Event()
+        done.set()
+        wait_for_stream(_Stream(done))
+        raise ArithmeticError("no values for these rows")
+
+
+def test_a_failing_call_and_a_batch_of_no_known_model_are_answered_and_the_loop_serves_on():
+    held = [Resident("echo", _Echo()), Resident("failing", _Failing())]
+    raw, loop, front, thread = _beside_a_raw_front(held)
+    rows = np.ones((2, 4), np.float32)
+    try:
+        failed = front.submit(held[1], rows, "shap_values", 0)
+        with pytest.raises(RuntimeError, match="no values for these rows"):
+            failed.result(30)
+        os.write(raw.fileno(), BATCH.pack(5, 7, 0, 0, 0, 2, 4) + rows.tobytes())  # model 7
+        answers, got = _Answers(), []
+        while not got:
+            answers.buffer += os.read(raw.fileno(), 1 << 16)
+            got = answers.take()
+        [(ident, values, err)] = got
+        assert ident == 5 and values is None and type(err).__name__ == "IndexError"
+        answer = front.submit(held[0], rows, "shap_values", 0).result(30)["shap_values"]
+        assert same_bits(answer, rows * 2) and thread.is_alive()
+    finally:
+        front.close()
+        raw.close()
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+def test_stop_while_a_call_waits_for_its_gpu_answers_it_then_ends():
+    gate = _Gate()
+    held = [Resident("gate", gate)]
+    loops, (front,), _ = _wire(1, [held])
+    thread = _start(loops[0])
+    try:
+        pending = front.submit(held[0], np.ones((1, 4), np.float32), "shap_values", 0)
+        assert gate.entered.wait(30)
+        loops[0].stop()
+        time.sleep(0.05)
+        assert thread.is_alive() and not pending.done()  # it waits for the call's GPU
+        gate.open.set()
+        assert pending.result(30)["shap_values"].shape == (1, 2)
+        thread.join(10)
+        assert not thread.is_alive()
+    finally:
+        gate.open.set()
+        front.close()
 
 
 class _Mixed:

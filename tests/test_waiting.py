@@ -37,7 +37,7 @@ def test_a_call_parks_at_its_wait_and_ends_when_resumed():
 
     helper = Handoff("helper")
     helper.start(job)
-    assert steps == [("launch", "helper")] and helper.parked_once and not helper.ended
+    assert steps == [("launch", "helper")] and helper.parks == 1 and not helper.ended
     assert not helper.ready()  # its stream is not done
     stream.finished = True
     assert helper.ready()
@@ -73,7 +73,7 @@ def test_two_calls_take_turns_with_their_starter_and_errors_reach_it():
     with pytest.raises(ValueError, match="b failed"):
         b.result()
     a.start(lambda: "no wait")  # a call that never waits ends at its start
-    assert a.ended and not a.parked_once and a.result() == "no wait"
+    assert a.ended and a.parks == 0 and a.result() == "no wait"
     a.close()
     b.close()
 
@@ -83,9 +83,36 @@ def test_outside_a_handoff_the_wait_blocks_in_synchronize():
     stream.finished = True
     wait_for_stream(stream)
     assert stream.synced == 1
-    helper = Handoff("h")
+
+
+class _Broken:
+    """A stream whose ``done`` fails (a CUDA error) and whose ``synchronize`` raises it."""
+
+    @property
+    def done(self) -> bool:
+        raise OSError("the device fell off the bus")
+
+    def synchronize(self) -> None:
+        raise OSError("the device fell off the bus")
+
+
+def test_misuse_errors_a_failing_stream_and_close():
+    helper, stream = Handoff("h"), _Stream()
     with pytest.raises(RuntimeError, match="resume it first"):
-        helper.start(lambda: wait_for_stream(_Stream()))
+        helper.start(lambda: wait_for_stream(stream))
         helper.result()
     with pytest.raises(RuntimeError, match="runs a job already"):
         helper.start(lambda: None)
+    stream.finished = True
+    helper.resume()
+    helper.result()
+    helper.start(lambda: wait_for_stream(_Broken()))  # its stream's error is the job's own
+    assert helper.ready()
+    helper.resume()
+    with pytest.raises(OSError, match="fell off the bus"):
+        helper.result()
+    helper.start(lambda: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        helper.result()
+    helper.close()  # free: its thread ends
+    assert not helper._thread.is_alive()

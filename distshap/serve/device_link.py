@@ -204,8 +204,9 @@ class DeviceExecutor:
     """
 
     name = "device-process"
-    #: A device process merges the batches that wait for it: a front's queue sends each batch
-    #: as soon as one of its ``in_flight`` is free.
+    #: A device process merges the batches that wait for it: a front's queue sends the
+    #: requests of each turn of its loop as one batch as soon as one of its ``in_flight`` is
+    #: free, without waiting for more.
     merges = True
 
     def __init__(self, conns: list[Connection], residents: list[Resident],

@@ -32,6 +32,7 @@ A front's side of the pipes is :mod:`~distshap.serve.device_link`.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import multiprocessing
 import os
@@ -72,23 +73,24 @@ MERGE_ROWS = 1 << 17
 _STATS_SECONDS = 0.5
 #: Seconds a device process that stops keeps writing answers its fronts have not taken.
 _CLOSE_SECONDS = 10.0
-#: Weight of the newest call in the running means of a call's GPU and launch seconds.
+#: Weight of the newest call in the running means of a call's GPU and launch seconds (learnt
+#: from calls that waited for their GPU once: a replayed graph, not a graph's first build).
 _LEARN = 0.2
-#: Seconds a call's start is first supposed to take on the host before its launch; a start
-#: more than four times the mean (a graph's first build) is left out of it.
-_LAUNCH_PRIOR = 1e-4
 
 
 class _Call:
-    """A call started on a helper: its batches, rows, kind and when it started and parked."""
+    """A call started on a helper: its batches, rows and kind, when it started, when its
+    start handed the turn back (waiting for its GPU) and the seconds until its GPU was seen
+    done."""
 
-    __slots__ = ("helper", "items", "kind", "launched", "rows", "start")
+    __slots__ = ("gpu", "helper", "items", "kind", "launched", "rows", "start")
 
     def __init__(self, items: list[_Item], helper: Handoff, start: float) -> None:
         self.items, self.helper, self.start = items, helper, start
         self.rows = sum(len(item.rows) for item in items)
         self.kind = (items[0].key, self.rows.bit_length())
-        self.launched = 0.0  # when its start handed the turn back
+        self.launched = 0.0  # 0: it has not waited for its GPU (yet)
+        self.gpu: float | None = None
 
 
 class _Item:
@@ -125,8 +127,8 @@ class _Front:
 
 
 class DeviceLoop:
-    """A device process's work, on one thread: read batches from the fronts' pipes, run them
-    merged, answer.
+    """A device process's work: read batches from the fronts' pipes, run them merged (on two
+    helper threads in turns with the loop's), answer.
 
     Parameters
     ----------
@@ -152,10 +154,10 @@ class DeviceLoop:
         self._waiting_rows = 0
         self._due: dict[Connection, list] = {}  # answers made, not written yet
         self._waits: set[tuple] = set()  # kinds of calls whose last one waited for its GPU
-        self._helpers = [Handoff(f"distshap-device-call-{i}") for i in range(2)]
+        self._helpers: list[Handoff] = []  # made by run
         self._running: deque[_Call] = deque()  # started, oldest first (two at most)
         self._gpu_seconds: dict[tuple, float] = {}  # a kind's mean seconds a row, launch to ready
-        self._launch_seconds = _LAUNCH_PRIOR  # running mean of a start's host seconds
+        self._launch_seconds: float | None = None  # mean host seconds of a start to its launch
         self._orphaned = False  # a watched process exited
         self._stop = threading.Event()
         self.counters = DeviceCounters()
@@ -172,6 +174,7 @@ class DeviceLoop:
         for sentinel in watch:
             self._selector.register(sentinel, selectors.EVENT_READ, None)
         self._fronts = {conn: _Front(conn) for conn in self._conns}
+        self._helpers = [Handoff(f"distshap-device-call-{i}") for i in range(2)]
         try:
             while self._open and not self._stop.is_set():
                 self._poll(0.0 if self._pending or self._due or self._running else 0.25)
@@ -333,8 +336,8 @@ class DeviceLoop:
                 running.popleft()
                 self._end(call)
                 return
-            if call.launched:
-                self._learn(call)
+            if call.launched and call.gpu is None:
+                call.gpu = time.perf_counter() - call.launched
             if len(running) == 1 and self._pending and self._next_waits():
                 self._start()  # its launch before this call's host work
             call.helper.resume()
@@ -346,41 +349,42 @@ class DeviceLoop:
 
     def _next_waits(self) -> bool:
         """Whether the last call of the next call's kind waited for its GPU."""
-        first = self._pending[0]
-        rows = sum(len(item.rows) for item in self._pending if item.key == first.key)
-        return (first.key, min(rows, self.merge_rows).bit_length()) in self._waits
+        items, rows = self._peek_next()
+        return (items[0].key, rows.bit_length()) in self._waits
 
     def _due_to_start(self, running: deque[_Call]) -> bool:
         """Whether the next call starts now, beside the running one: that one waits for its
-        GPU and is expected to end within a launch's host time (at most half its GPU time),
+        GPU and is expected to end within a start's host time (at most half its GPU time),
         and the next call will wait for its GPU too."""
         call = running[0]
         per_row = self._gpu_seconds.get(call.kind)
-        if len(running) > 1 or not call.launched or per_row is None:
+        if len(running) > 1 or not call.launched or call.gpu is not None or per_row is None:
             return False
         gpu = per_row * call.rows
-        lead = min(self._launch_seconds, gpu / 2)
+        lead = min(self._launch_seconds or 0.0, gpu / 2)
         return time.perf_counter() >= call.launched + gpu - lead and self._next_waits()
 
     def _learn(self, call: _Call) -> None:
-        """``call``'s GPU work is done: its seconds a row from launch to now join its kind's
-        mean."""
-        per_row = (time.perf_counter() - call.launched) / call.rows
+        """A call that waited for its GPU once (a replayed graph) ended: its GPU seconds a row
+        join its kind's mean, its start's host seconds the starts' mean."""
+        if call.helper.parks != 1 or call.gpu is None:
+            return
+        per_row = call.gpu / call.rows
         mean = self._gpu_seconds.get(call.kind)
         self._gpu_seconds[call.kind] = per_row if mean is None else mean + _LEARN * (per_row - mean)
-        call.launched = 0.0  # learnt once
+        host, mean = call.launched - call.start, self._launch_seconds
+        self._launch_seconds = host if mean is None else mean + _LEARN * (host - mean)
 
     def _start(self) -> None:
         """Start the next call (the oldest batch and the others of its key) on a free helper;
         it runs until it waits for its GPU or ends."""
         items = self._next_call()
         model, output, k, _ = items[0].key
-        resident, name = self.residents[model], OUTPUT_NAMES[output]
         parts = [item.rows for item in items]
 
-        def job() -> dict:  # rows put together inside: a failure answers the batches
+        def job() -> dict:  # everything inside: a failure (a bad model index too) answers
             batch = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            return explain_block(resident, batch, name, k)
+            return explain_block(self.residents[model], batch, OUTPUT_NAMES[output], k)
 
         helper = next(h for h in self._helpers if not h.busy)
         call = _Call(items, helper, self.counters.start())
@@ -388,9 +392,6 @@ class DeviceLoop:
         helper.start(job)
         if not helper.ended:  # it waits for its GPU
             call.launched = time.perf_counter()
-            seconds = call.launched - call.start
-            if seconds < 4 * self._launch_seconds:
-                self._launch_seconds += _LEARN * (seconds - self._launch_seconds)
 
     def _end(self, call: _Call) -> None:
         """``call`` ended: each front gets its rows' values (or the error), written now."""
@@ -401,7 +402,8 @@ class DeviceLoop:
             err = error
         finally:
             self.counters.end(call.start, [item.since for item in call.items], call.rows)
-        if call.helper.parked_once:
+        self._learn(call)
+        if call.helper.parks:
             self._waits.add(call.kind)
         else:
             self._waits.discard(call.kind)  # e.g. a row bucket whose graph could not be built
@@ -420,18 +422,22 @@ class DeviceLoop:
             start = stop
         self._flush()
 
-    def _next_call(self) -> list[_Item]:
-        """The oldest batch and every other waiting batch of its key (``merge_rows`` at most),
-        taken from the waiting ones."""
-        first = self._pending.popleft()
-        items, rows, kept = [first], len(first.rows), deque()
-        for item in self._pending:
+    def _peek_next(self) -> tuple[list[_Item], int]:
+        """The next call's batches (the oldest and every other waiting batch of its key,
+        ``merge_rows`` rows at most) and rows, left waiting."""
+        first = self._pending[0]
+        items, rows = [first], len(first.rows)
+        for item in itertools.islice(self._pending, 1, None):
             if item.key == first.key and rows + len(item.rows) <= self.merge_rows:
                 items.append(item)
                 rows += len(item.rows)
-            else:
-                kept.append(item)
-        self._pending = kept
+        return items, rows
+
+    def _next_call(self) -> list[_Item]:
+        """The next call's batches (:meth:`_peek_next`), taken from the waiting ones."""
+        items, rows = self._peek_next()
+        taken = {id(item) for item in items}
+        self._pending = deque(item for item in self._pending if id(item) not in taken)
         self._waiting_rows -= rows
         return items
 
