@@ -5,6 +5,7 @@ that front's batches not yet run."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import threading
@@ -62,10 +63,12 @@ def test_a_calls_answers_are_written_while_the_next_call_waits_for_its_gpu():
     assert not thread.is_alive()
 
 
-def test_the_next_call_starts_while_the_running_call_is_due_to_end_on_its_gpu():
-    """Once a kind of call is known to wait for its GPU for about so long, the next call starts
-    (its host work and launch) before the running call's GPU is done; the calls are answered
-    in the order they ran, each with its own rows' values."""
+@contextlib.contextmanager
+def _second_and_third(per_row: float, launch: float):
+    """A device loop whose first call of two rows has waited for its "GPU" and ended, its
+    kind's GPU seconds a row and a start's seconds then set; a second call of two rows waits
+    for its GPU and a third batch of two rows has arrived -> (turns, loop, second, third,
+    rows)."""
     turns = _Turns(3)
     held = [Resident("turns", turns)]
     loops, (front,), _ = _wire(1, [held])
@@ -77,16 +80,11 @@ def test_the_next_call_starts_while_the_running_call_is_due_to_end_on_its_gpu():
         first = front.submit(held[0], rows[:2], "shap_values", 0)
         assert same_bits(first.result(30)["shap_values"], rows[:2] * 3)
         (kind,) = loop._waits  # calls of two rows wait for their GPU
-        loop._gpu_seconds[kind], loop._launch_seconds = 0.025, 0.04  # due 25 ms after a launch
+        loop._gpu_seconds[kind], loop._launch_seconds = per_row, launch
         second = front.submit(held[0], rows[2:4], "shap_values", 0)
         assert turns.entered[1].wait(30)
         third = front.submit(held[0], rows[4:], "shap_values", 0)
-        assert turns.entered[2].wait(30)  # started though the second's GPU work goes on
-        assert not turns.events[1].is_set() and not second.done()
-        turns.events[2].set()  # the third's GPU is done first: it is answered after the second
-        time.sleep(0.05)
-        assert not third.done()
-        turns.events[1].set()
+        yield turns, loop, second, third, rows
         assert same_bits(second.result(30)["shap_values"], rows[2:4] * 3)
         assert same_bits(third.result(30)["shap_values"], rows[4:] * 3)
         assert loop.stats["calls"] == 3
@@ -98,35 +96,27 @@ def test_the_next_call_starts_while_the_running_call_is_due_to_end_on_its_gpu():
     assert not thread.is_alive()
 
 
+def test_the_next_call_starts_while_the_running_call_is_due_to_end_on_its_gpu():
+    """Once a kind of call is known to wait for its GPU for about so long, the next call starts
+    (its host work and launch) before the running call's GPU is done; the calls are answered
+    in the order they ran, each with its own rows' values."""
+    with _second_and_third(0.025, 0.04) as (turns, _, second, third, _):  # due 25 ms in
+        assert turns.entered[2].wait(30)  # started though the second's GPU work goes on
+        assert not turns.events[1].is_set() and not second.done()
+        turns.events[2].set()  # the third's GPU is done first: it is answered after the second
+        time.sleep(0.05)
+        assert not third.done()
+        turns.events[1].set()
+
+
 def test_the_next_call_does_not_start_before_the_running_call_is_due_to_end():
-    turns = _Turns(3)
-    held = [Resident("turns", turns)]
-    loops, (front,), _ = _wire(1, [held])
-    loop = loops[0]
-    thread = _start(loop)
-    rows = np.arange(24, dtype=np.float32).reshape(6, 4)
-    try:
-        turns.events[0].set()
-        front.submit(held[0], rows[:2], "shap_values", 0).result(30)
-        (kind,) = loop._waits
-        loop._gpu_seconds[kind] = 600.0  # ten minutes a row: not due within the test
-        second = front.submit(held[0], rows[2:4], "shap_values", 0)
-        assert turns.entered[1].wait(30)
-        third = front.submit(held[0], rows[4:], "shap_values", 0)
+    with _second_and_third(600.0, 0.04) as (turns, loop, _, _, _):  # not due within the test
         _until(lambda: len(loop._pending) == 1)
         time.sleep(0.1)
         assert not turns.entered[2].is_set()  # it waits for the second's GPU
         turns.events[1].set()
         assert turns.entered[2].wait(30)  # then starts, before the second is answered
         turns.events[2].set()
-        assert same_bits(second.result(30)["shap_values"], rows[2:4] * 3)
-        assert same_bits(third.result(30)["shap_values"], rows[4:] * 3)
-    finally:
-        for event in turns.events:
-            event.set()
-        front.close()
-    thread.join(10)
-    assert not thread.is_alive()
 
 
 class _Waits:
@@ -184,10 +174,7 @@ def test_a_failing_call_and_a_batch_of_no_known_model_are_answered_and_the_loop_
         with pytest.raises(RuntimeError, match="no values for these rows"):
             failed.result(30)
         os.write(raw.fileno(), BATCH.pack(5, 7, 0, 0, 0, 2, 4) + rows.tobytes())  # model 7
-        answers, got = _Answers(), []
-        while not got:
-            answers.buffer += os.read(raw.fileno(), 1 << 16)
-            got = answers.take()
+        got = _read_answers(raw)
         [(ident, values, err)] = got
         assert ident == 5 and values is None and type(err).__name__ == "IndexError"
         answer = front.submit(held[0], rows, "shap_values", 0).result(30)["shap_values"]
@@ -262,6 +249,15 @@ def test_answers_are_not_held_behind_a_call_that_will_not_wait_for_a_gpu():
     thread.join(10)
 
 
+def _read_answers(pipe) -> list:
+    """The whole answers a raw front's pipe gives at its next reads (at least one)."""
+    answers, got = _Answers(), []
+    while not got:
+        answers.buffer += os.read(pipe.fileno(), 1 << 20)
+        got = answers.take()
+    return got
+
+
 def _beside_a_raw_front(held: list) -> tuple:
     """A device loop of ``held`` (running) with two fronts: a raw pipe, whose bytes the test
     writes and reads itself, and an executor -> (raw pipe, loop, executor, loop's thread)."""
@@ -282,10 +278,7 @@ def test_a_front_that_stops_mid_batch_holds_up_no_other():
         quick = front.submit(echo[0], rows[:3], "shap_values", 0)
         assert same_bits(quick.result(30)["shap_values"], rows[:3] * 2)  # not held up
         os.write(slow.fileno(), message[2000:])  # the rest of it
-        answers, got = _Answers(), []
-        while not got:  # the slow front's answer, read from its pipe
-            answers.buffer += os.read(slow.fileno(), 1 << 16)
-            got = answers.take()
+        got = _read_answers(slow)  # the slow front's answer, read from its pipe
         [(ident, values, err)] = got
         assert ident == 7 and err is None and same_bits(values["shap_values"], rows * 2)
         assert loop.stats["calls"] == 2
@@ -306,10 +299,7 @@ def test_a_goodbye_drops_the_fronts_batches_not_yet_run():
         assert gate.entered.wait(30)  # the device waits for its "GPU", reading meanwhile
         os.write(raw.fileno(), BATCH.pack(5, 0, 0, 0, 0, 3, 4) + rows.tobytes())
         os.write(raw.fileno(), BATCH.pack(BYE, 0, 0, 0, 0, 0, 0))
-        answers, got = _Answers(), []
-        while not got:
-            answers.buffer += os.read(raw.fileno(), 1 << 16)
-            got = answers.take()
+        got = _read_answers(raw)
         assert [ident for ident, _, _ in got] == [BYE] and not loop._pending
         gate.open.set()
         assert busy.result(30)["shap_values"].shape == (1, 2)
@@ -334,10 +324,7 @@ def test_a_front_that_stops_reading_its_answers_holds_up_no_other():
         for n in (1, 2, 3):  # the answers of another front come through meanwhile
             quick = front.submit(echo[0], rows[:n], "shap_values", 0)
             assert same_bits(quick.result(30)["shap_values"], rows[:n] * 2)
-        answers, got = _Answers(), []
-        while not got:  # now the raw front takes its answer, every byte of it
-            answers.buffer += os.read(raw.fileno(), 1 << 20)
-            got = answers.take()
+        got = _read_answers(raw)  # now the raw front takes its answer, every byte of it
         [(ident, values, err)] = got
         assert ident == 9 and err is None and same_bits(values["shap_values"], rows * 2)
     finally:
