@@ -10,7 +10,10 @@ import os
 import subprocess
 import sys
 
-__all__ = ["assert_simulator_ok", "nvvm_available", "run_blocks_by_events"]
+__all__ = [
+    "assert_simulator_ok", "nvvm_available", "run_blocks", "run_blocks_by_events",
+    "run_blocks_by_greenlets",
+]  # fmt: skip
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -24,8 +27,109 @@ ROW_KERNELS = (
 )
 
 
-#: Prepended to every script: the simulator's blocks run by :func:`run_blocks_by_events`.
-BLOCKS_BY_EVENTS = "import cudasim\ncudasim.run_blocks_by_events()\n"
+#: Prepended to a script: the simulator's blocks run by :func:`run_blocks` (or, for the
+#: scripts that ask for threads, by :func:`run_blocks_by_events`).
+RUN_BLOCKS = "import cudasim\ncudasim.run_blocks()\n"
+THREAD_BLOCKS = "import cudasim\ncudasim.run_blocks_by_events()\n"
+
+
+def run_blocks() -> None:
+    """Run the simulator's blocks by :func:`run_blocks_by_greenlets` where ``greenlet`` is
+    installed, else by :func:`run_blocks_by_events`."""
+    try:
+        import greenlet  # noqa: F401
+    except ImportError:
+        run_blocks_by_events()
+    else:
+        run_blocks_by_greenlets()
+
+
+def run_blocks_by_greenlets() -> None:
+    """Run each simulated block's threads as greenlets of the launching thread.
+
+    The threads of a block run one after another, each until it waits at a barrier or ends;
+    once every live thread waits, the barrier is released and they run again in the order
+    they reached it (the order of :func:`run_blocks_by_events` where no thread is preempted),
+    without an operating-system thread switch for each thread at each barrier. The
+    consequences are the simulator's: a thread's exception stops the block and is raised (the
+    others, aborted, raise at their barrier); ``syncthreads_count``, ``_and`` and ``_or`` are
+    its own, on these barriers. ``threading.current_thread()`` is the simulated thread inside
+    a block (the simulator and distshap's simulator code ask it which thread runs).
+    """
+    import threading
+
+    import greenlet
+    import numpy as np
+    from numba.cuda.simulator import kernel as sim_kernel
+
+    real_current_thread = threading.current_thread
+
+    def current_thread():
+        return getattr(greenlet.getcurrent(), "sim_thread", None) or real_current_thread()
+
+    threading.current_thread = current_thread
+
+    class SimThread(sim_kernel.BlockThread):
+        """A simulated thread of one position in blocks of one shape, never started: each
+        block runs it in a new greenlet."""
+
+        def __init__(self, manager, thread_point) -> None:
+            super().__init__(None, manager, (0, 0, 0), thread_point, False)
+            self.glet = None
+
+        def run_block(self, args) -> None:
+            manager = self._manager
+            try:
+                if manager._debug:
+                    with np.errstate(divide="raise"):
+                        manager._f(*args)
+                else:
+                    manager._f(*args)
+            except Exception as e:  # worded as BlockThread.run words it
+                tid, ctaid = f"tid={list(self.threadIdx)}", f"ctaid={list(self.blockIdx)}"
+                msg = f"{tid} {ctaid}" if str(e) == "" else f"{tid} {ctaid}: {e}"
+                self.exception = (type(e)(msg), sys.exc_info()[2])
+
+        def syncthreads(self) -> None:
+            if self.abort:
+                raise RuntimeError("abort flag set on syncthreads call")
+            self.glet.parent.switch()
+            if self.abort:
+                raise RuntimeError("abort flag set on syncthreads clear")
+
+    kept: dict[tuple, list] = {}  # block shape -> its threads
+
+    def run_block(manager, grid_point, *args) -> None:
+        shape = tuple(manager._block_dim)
+        threads = kept.get(shape)
+        if threads is None:
+            threads = kept[shape] = [SimThread(manager, p) for p in np.ndindex(*shape)]
+        block_idx = sim_kernel.Dim3(*grid_point)
+        for thread in threads:
+            thread._manager, thread.blockIdx = manager, block_idx
+            thread.exception, thread.abort = None, False
+            thread.glet = greenlet.greenlet(thread.run_block)
+            thread.glet.sim_thread = thread
+        ready, failed = threads, None
+        while ready and failed is None:
+            waiting = []  # in the order they reach the barrier
+            for thread in ready:
+                thread.glet.switch(args)
+                if thread.exception is not None:
+                    failed = thread
+                    break
+                if not thread.glet.dead:
+                    waiting.append(thread)
+            ready = waiting
+        if failed is not None:
+            for thread in threads:
+                thread.abort = True
+            for thread in threads:  # those waiting at a barrier raise there and end
+                while thread.glet.gr_frame is not None:
+                    thread.glet.switch()
+            raise failed.exception[0].with_traceback(failed.exception[1])
+
+    sim_kernel.BlockManager.run = run_block
 
 
 def run_blocks_by_events() -> None:
@@ -151,14 +255,18 @@ def run_blocks_by_events() -> None:
     sim_kernel.BlockManager.run = run_block
 
 
-def assert_simulator_ok(script: str, timeout: float, row_kernels: bool = True) -> None:
+def assert_simulator_ok(
+    script: str, timeout: float, row_kernels: bool = True, threads: bool = False
+) -> None:
     """Runs ``script`` with ``NUMBA_ENABLE_CUDASIM=1``; it must exit 0 and print
     ``SIMULATOR-OK`` (the end of its stderr is the failure message). ``row_kernels``: with
     :data:`ROW_KERNELS` first (else the default configuration, where calls of few rows run a
-    thread a path)."""
+    thread a path). ``threads``: the blocks on operating-system threads, which the interpreter
+    may switch at any point (:func:`run_blocks_by_events`), for scripts that test the
+    simulator's own thread safety."""
     if row_kernels:
         script = ROW_KERNELS + script
-    script = BLOCKS_BY_EVENTS + script
+    script = (THREAD_BLOCKS if threads else RUN_BLOCKS) + script
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     env["PYTHONPATH"] = os.pathsep.join([HERE, os.path.dirname(HERE), env.get("PYTHONPATH", "")])
     proc = subprocess.run(
