@@ -80,6 +80,8 @@ class Handoff:
         asking the stream fails: the job's own wait then raises the error, inside the job)."""
         if self._outcome is not None:
             return True
+        if self._stream is None:
+            raise RuntimeError("no job waits for its GPU: start one first")
         try:
             return bool(self._stream.done)
         except Exception:  # noqa: BLE001 - the job's synchronize() raises it where it belongs

@@ -23,15 +23,19 @@ from distshap.waiting import wait_for_stream
 
 
 class _Turns:
-    """An explainer whose calls each wait, as for a GPU stream, for their own event."""
+    """An explainer whose calls each wait, as for a GPU stream, for their own event; each
+    notes how many calls ``loop`` had ended when it started (where ``loop`` is set)."""
 
     def __init__(self, calls: int) -> None:
         self.events = [threading.Event() for _ in range(calls)]
         self.entered = [threading.Event() for _ in range(calls)]
         self.calls = 0
+        self.loop, self.ended_before = None, []
 
     def shap_values(self, rows):
         turn, self.calls = self.calls, self.calls + 1
+        if self.loop is not None:
+            self.ended_before.append(self.loop.stats["calls"])
         self.entered[turn].set()
         wait_for_stream(_Stream(self.events[turn]))
         return rows * 3
@@ -72,7 +76,7 @@ def _second_and_third(per_row: float, launch: float):
     turns = _Turns(3)
     held = [Resident("turns", turns)]
     loops, (front,), _ = _wire(1, [held])
-    loop = loops[0]
+    loop = turns.loop = loops[0]
     thread = _start(loop)
     rows = np.arange(24, dtype=np.float32).reshape(6, 4)
     try:
@@ -107,6 +111,7 @@ def test_the_next_call_starts_while_the_running_call_is_due_to_end_on_its_gpu():
         time.sleep(0.05)
         assert not third.done()
         turns.events[1].set()
+    assert turns.ended_before == [0, 1, 1]
 
 
 def test_the_next_call_does_not_start_before_the_running_call_is_due_to_end():
@@ -116,12 +121,13 @@ def test_the_next_call_does_not_start_before_the_running_call_is_due_to_end():
         assert not turns.entered[2].is_set()  # it waits for the second's GPU
         turns.events[1].set()
         assert turns.entered[2].wait(30)  # then starts, before the second is answered
+        assert turns.ended_before == [0, 1, 1]
         turns.events[2].set()
 
 
 class _Waits:
-    """An explainer whose calls wait ``waits`` times for a stream that is done at once; its
-    first call waits twice (as a graph's first build does)."""
+    """An explainer whose calls wait for a stream done 50 ms after it is made; its first
+    call waits twice (as a graph's first build does)."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -130,7 +136,7 @@ class _Waits:
         self.calls += 1
         for _ in range(2 if self.calls == 1 else 1):
             done = threading.Event()
-            done.set()
+            threading.Timer(0.05, done.set).start()
             wait_for_stream(_Stream(done))
         return rows + 1
 
@@ -147,8 +153,8 @@ def test_the_gpu_and_start_seconds_are_learnt_from_calls_that_waited_once():
         for _ in range(3):
             got = front.submit(held[0], rows, "shap_values", 0).result(30)["shap_values"]
             assert same_bits(got, rows + 1)
-        ((kind, per_row),) = loop._gpu_seconds.items()
-        assert kind in loop._waits and 0 < per_row < 30 and 0 < loop._launch_seconds < 30
+        ((kind, per_row),) = loop._gpu_seconds.items()  # two rows a call: 25 ms a row at least
+        assert kind in loop._waits and 0.025 <= per_row < 5 and 0 < loop._launch_seconds < 5
     finally:
         front.close()
     thread.join(10)
@@ -206,6 +212,53 @@ def test_stop_while_a_call_waits_for_its_gpu_answers_it_then_ends():
         front.close()
 
 
+class _Sizes:
+    """An explainer that notes each call's rows in ``log`` (shared); its first call waits for
+    ``gate``."""
+
+    def __init__(self, log: list) -> None:
+        self.log, self.calls = log, 0
+        self.gate, self.entered = threading.Event(), threading.Event()
+
+    def shap_values(self, rows):
+        self.log.append(rows[:, 0].tolist())
+        self.calls += 1
+        if self.calls == 1:
+            self.entered.set()
+            wait_for_stream(_Stream(self.gate))
+        return rows * 2
+
+
+def test_a_call_takes_the_oldest_batch_and_the_later_ones_of_its_key_that_fit():
+    log: list = []
+    sizes, other = _Sizes(log), _Sizes(log)
+    other.gate.set()
+    held = [Resident("sizes", sizes), Resident("other", other)]
+    loops, (front,), _ = _wire(1, [held])
+    loop = loops[0]
+    thread = _start(loop)
+    try:
+        busy = front.submit(held[0], np.zeros((1, 4), np.float32), "shap_values", 0)
+        assert sizes.entered.wait(30)
+        batches = [(held[0], 2, 1), (held[1], 2, 2), (held[0], 2, 3), (held[0], 2, 4),
+                   (held[0], 1, 5)]  # fmt: skip
+        futures = [front.submit(r, np.full((n, 4), v, np.float32), "shap_values", 0)
+                   for r, n, v in batches]  # fmt: skip
+        _until(lambda: len(loop._pending) == 5)
+        loop.merge_rows = 5  # once they are all read
+        sizes.gate.set()
+        for future, (_, n, v) in zip(futures, batches, strict=True):
+            assert same_bits(future.result(30)["shap_values"], np.full((n, 4), 2 * v, np.float32))
+        busy.result(30)
+        # 1, 3 and 5 fit in five rows; then the oldest left, 2 (another model), then 4
+        assert log == [[0], [1, 1, 3, 3, 5], [2, 2], [4, 4]]
+    finally:
+        sizes.gate.set()
+        front.close()
+    thread.join(10)
+    assert not thread.is_alive()
+
+
 class _Mixed:
     """An explainer whose calls of at most 10 rows wait for ``small`` as a GPU call waits for
     its stream, and whose larger calls block on ``large`` without looking at a stream (the
@@ -253,7 +306,10 @@ def _read_answers(pipe) -> list:
     """The whole answers a raw front's pipe gives at its next reads (at least one)."""
     answers, got = _Answers(), []
     while not got:
-        answers.buffer += os.read(pipe.fileno(), 1 << 20)
+        data = os.read(pipe.fileno(), 1 << 20)
+        if not data:
+            raise EOFError("the device loop closed the pipe before answering")
+        answers.buffer += data
         got = answers.take()
     return got
 

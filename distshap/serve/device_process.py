@@ -402,7 +402,8 @@ class DeviceLoop:
             err = error
         finally:
             self.counters.end(call.start, [item.since for item in call.items], call.rows)
-        self._learn(call)
+        if err is None:  # a failed call's seconds say nothing of the next ones
+            self._learn(call)
         if call.helper.parks:
             self._waits.add(call.kind)
         else:
