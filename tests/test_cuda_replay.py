@@ -118,6 +118,31 @@ def test_gpu_replay_buckets_keep_the_bits():
             assert not graph.host_in[999:].any(), name  # the rows beyond the call's: zeros
 
 
+def test_gpu_replay_branches_keep_the_bits_and_the_flag():
+    """A graph whose quadrature launches are dealt over several streams beside the check's
+    traversal gives the one-stream launches' bits; a margin its values miss still flags."""
+    from distshap.kernels.cuda import device_model
+    from distshap.kernels.cuda.replay import replayed_values
+    from distshap.plan.costs import forced_costs
+
+    ens = tiny.random_ensemble(90, n_features=12, n_trees=60, depth=8)
+    packed = _packed(ens)
+    rows = np.ascontiguousarray(tiny.random_rows(91, ens, 3072, 0.1), np.float32)
+    with config_context(few_rows_blocks=0, replay_graph_bytes=1 << 30):
+        want = _launched(packed, rows)
+        for call in ("eager", "graph"):
+            got, flagged = replayed_values(packed, rows, rows)
+            assert not flagged and np.array_equal(got.view(np.uint32), want.view(np.uint32)), call
+        graph = device_model(packed)._forms[("replay", 3072, forced_costs())].graphs[0]
+        launches = len(graph.plan.quadrature)  # on the graph's stream and a side at least
+        assert launches >= 2, launches
+        other = tiny.random_ensemble(92, n_features=12, n_trees=60, depth=8)
+        missed = _packed(other)
+        missed.margin["base_score"] = missed.margin["base_score"] + 1.0  # values miss it
+        assert replayed_values(missed, rows, rows)[1]  # eager
+        assert replayed_values(missed, rows, rows)[1]  # graph
+
+
 def test_gpu_replay_flags_a_row_that_misses_its_margin():
     from distshap.kernels.cuda.replay import replayed_values
 

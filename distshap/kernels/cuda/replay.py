@@ -74,6 +74,10 @@ def graph_bytes(packed: PackedModel, rows: int) -> int:
     return int(rows) * (12 * packed.num_features + 16 * columns)
 
 
+#: Streams beside a graph's own: the check's traversal, then the quadrature launches dealt
+#: over the graph's stream and the rest (``_Graph._sequence``).
+_BRANCHES = 3
+
 #: One graph is built at a time in a process: a build's capture must meet no other build's
 #: device-wide synchronisation (which ends the making of a graph's buffers).
 _BUILDING = threading.Lock()
@@ -144,51 +148,84 @@ class _Graph:
             self.XT = cupy.empty((packed.num_features, n), np.float32)
             out, out2, self.group_size, self.bias_offset = launch.new_output(packed, n, False)
             self.acc = cupy.zeros(out2.shape, np.int64)  # the finish kernel leaves it zeroed
+            groups = int(packed.margin["base_score"].shape[0])
+            self.margins = cupy.empty((n, groups), np.float64)
         self.out = out
+        # branches beside the main stream: the check's traversal, then the quadrature launches
+        self.sides = [cupy.cuda.Stream(non_blocking=True) for _ in range(_BRANCHES)]
+        self.forks = [cupy.cuda.Event(disable_timing=True) for _ in range(_BRANCHES + 2)]
         self.host_out = cupyx.empty_pinned(out.shape, np.float32)
         self.scale = 2.0**model.shap_shift
         self.expected = model.read_only("expected_value", lambda: (model.expected_value,))[0]
         self.margin = traversal._kept_arrays(packed, model)
         # Numba views made once: a launch then synchronises no stream (not allowed in a capture)
-        self.views = tuple(args.view(a) for a in (self.X, self.XT, self.acc, out2, out))
+        self.views = tuple(args.view(a) for a in (self.X, self.XT, self.acc, out2, out,
+                                                  self.margins))  # fmt: skip
         self.graph = None
         cupy.cuda.Device().synchronize()  # the model's copies and these buffers are done
 
     def _sequence(self, model, mark=None) -> None:
-        """Queue the call's steps on the current stream; ``mark(step)`` after each, where
-        given (``benchmarks.call_stages`` records an event there)."""
+        """Queue the call's steps on the current stream. The check's traversal (the rows'
+        margins, on a branch forked after the rows' copy) and the quadrature launches (dealt
+        over the stream and branches forked after the transpose) run beside each other,
+        joined before the finish kernel; the sums are integer atomics, so the bits are the
+        same as one stream's. ``mark(step)`` after each step, where given (``benchmarks.call_stages``
+        records an event there): then every step runs on the one stream, in order."""
         import cupy
 
         runtime = cupy.cuda.runtime
-        X, XT, acc, out_rows, values = self.views
+        X, XT, acc, out_rows, values, margins = self.views
         plan, scale, F1 = self.plan, self.scale, self.packed.num_features + 1
         s = args.current_stream()
         done = mark or (lambda step: None)
         runtime.memcpyAsync(self.X.data.ptr, self.host_in.ctypes.data, self.X.nbytes,
                             runtime.memcpyHostToDevice, self.stream.ptr)  # fmt: skip
         done("rows to the device")
+        sides, forked = ([] if mark else self.sides), []
+        if sides:  # the margins need the rows only
+            forked += self._fork(sides[:1], self.forks[-2])
+            with sides[0]:
+                traversal.gpu_margin(self.packed, X, margins)
         if plan.n_table_bins:
             launch_tables(model, plan, X, acc, scale, F1, s)
             done("tables")
         if plan.quadrature:
             cupy.copyto(self.XT, self.X.T)
             done("transpose")
-            launch_quadrature(model, plan, X, acc, scale, F1, s, XT=XT)
+            streams = [s]
+            if sides:  # the quadrature launches read the transposed rows
+                forked += self._fork(sides[1:], self.forks[-1])
+                for side in sides[1:]:
+                    with side:
+                        streams.append(args.current_stream())
+            launch_quadrature(model, plan, X, acc, scale, F1, s, XT=XT, streams=streams)
             done("quadrature")
         if model.n_oversize:
             launch_fallback(model, X, acc, scale, F1, s, False)
             done("oversize paths")
+        for side, join in zip(forked, self.forks[: len(forked)], strict=True):
+            join.record(side)
+            self.stream.wait_event(join)
         launch.launch_finish(launch.finish_kernel, acc, out_rows, 1.0 / scale, self.expected,
                              self.group_size, self.bias_offset, s)  # fmt: skip
         done("finish")
-        checked = traversal.check_rows(self.packed, X, values, KERNEL_RTOL, flag=self.flag,
-                                       arrays=self.margin)  # fmt: skip
-        if checked is None:
+        if forked:
+            traversal.check_values(values, margins, KERNEL_RTOL, flag=self.flag)
+        elif traversal.check_rows(self.packed, X, values, KERNEL_RTOL, flag=self.flag,
+                                  arrays=self.margin) is None:  # fmt: skip
             raise RuntimeError("the additivity check's block traversal does not take these rows")
         done("check")
         runtime.memcpyAsync(self.host_out.ctypes.data, self.out.data.ptr, self.out.nbytes,
                             runtime.memcpyDeviceToHost, self.stream.ptr)  # fmt: skip
         done("values to the host")
+
+    def _fork(self, sides: list, fork) -> list:
+        """``sides``, made to wait for what is queued on the graph's stream so far (``fork``:
+        an event); each is to be joined back before the stream goes on past the branches."""
+        fork.record(self.stream)
+        for side in sides:
+            side.wait_event(fork)
+        return sides
 
     def eager(self, rows: np.ndarray, model) -> tuple[np.ndarray, bool]:
         """Run the call's launches one by one on ``rows``: ``(values, flagged)``."""

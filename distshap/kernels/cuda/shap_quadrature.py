@@ -366,7 +366,7 @@ def quadrature_kernel(n_nodes: int, shared: bool, local: bool = False, rows: int
     return kernel
 
 
-def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, XT=None) -> None:
+def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, XT=None, streams=None) -> None:
     """Run the SHAP quadrature launches of ``plan`` on the row batch ``Xb`` (adding to
     ``acc``): chunk-local feature tiles where :func:`local_tiles` (per launch, where its
     widest tile fits ``quadrature_shared_bytes``), else a column per feature. Interaction
@@ -378,7 +378,10 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, XT=None) -> None:
     launches read them (for fewer the view costs more than the CuPy arguments it saves); the
     model's and plan's arrays are passed as read-only hints kept with the model
     (:func:`_kept_arrays`). Calls of at most ``path_thread_rows`` rows run a thread a path
-    instead (:mod:`.path_threads`). ``XT``: the rows transposed already (C-contiguous)."""
+    instead (:mod:`.path_threads`). ``XT``: the rows transposed already (C-contiguous).
+    ``streams``: Numba streams to deal the launches over in turn (the caller orders them after
+    the rows and joins them after); the sums are integer atomics, so the bits do not depend on
+    how the launches overlap. Without them every launch goes on ``stream``."""
     nb = int(Xb.shape[0])
     if XT is None:  # (features, rows): a warp reads 32 rows of a feature
         XT = xp().ascontiguousarray(Xb.T)
@@ -398,7 +401,9 @@ def launch_quadrature(model, plan, Xb, acc, scale, F1, stream, XT=None) -> None:
     if len(plan.quadrature) * -(-nb // rows_per_launch) >= 3:
         XT = view(XT)
     local = local_tiles(plan)
-    for launch in plan.quadrature:
+    streams = list(streams or (stream,))
+    for i, launch in enumerate(plan.quadrature):
+        stream = streams[i % len(streams)]
         if local:
             local_rows = 2
             local_warps = quadrature_warps(launch.local_columns, local_rows)

@@ -365,16 +365,16 @@ def check_rows(
     return flag, s
 
 
-def check_values(values: Any, margin: Any, rtol: float):
+def check_values(values: Any, margin: Any, rtol: float, flag: Any = None):
     """Launch the additivity check of ``values`` (C-contiguous float32 ``(n, G, W)``, on the
     device) against ``margin`` (C-contiguous float64 ``(n, G)``) on CuPy's current stream;
-    returns ``(flag, stream)`` as :func:`check_rows` does."""
+    returns ``(flag, stream)`` as :func:`check_rows` does (``flag`` as there)."""
     from distshap.kernels.cuda.runtime import args
     from distshap.kernels.cuda.small.model import check_flag
 
     values_kernel = _kernels()[3]
     s = args.current_stream()
-    flag = check_flag()
+    flag = check_flag() if flag is None else flag
     n = int(values.shape[0])
     if n:
         arguments = (values, margin, flag, float(rtol))
