@@ -1,4 +1,4 @@
-"""A checked GPU SHAP call's steps on the GPU, as its CUDA graph runs them.
+"""A checked GPU SHAP call's steps on the GPU, one after the other on one stream.
 
 For each ``--shapes`` entry and each ``--rows`` count, on NumPy float32 rows through the
 model's graph for that row count's bucket (:mod:`distshap.kernels.cuda.replay`): the median
@@ -7,7 +7,9 @@ oversize paths, finish, the check's traversal, values to the host), queued one b
 sleeping kernel with a CUDA event after each, so that no host gap falls between them; their
 sum; the graph's replay (median wall microseconds, the host's part included); and the public
 call (``TreeExplainer.shap_values``, median wall microseconds). The steps beside the quadrature
-are what a call of that many rows pays beyond its kernels, one after the other.
+are what a call of that many rows pays beyond its kernels, one after the other. The graph
+itself runs the check's traversal and the quadrature launches on branches beside each other
+(``_Graph._sequence``), so its replay can take less than the steps' sum.
 
 Needs a GPU::
 

@@ -5,10 +5,11 @@ additivity check's launch, the copy back, each with Python around it; a call of 
 spends about as much host time beside its kernels (in a server, host time the next call
 waits for). Here the whole call for ``b`` rows of a model (the rows' copy to the device, their
 transpose, the table, quadrature, fallback and finish kernels, the check's traversal and the
-values' copy back) is captured once into a CUDA graph whose buffers are kept with the device
-model; a later call of ``n`` rows whose bucket (:func:`replay_bucket`) is ``b`` copies them
-into the graph's pinned input, zeroes the input's ``b - n`` rows beyond them, launches the
-graph, waits and reads its first ``n`` pinned output rows and the check's flag. A row's values
+values' copy back; the traversal and the quadrature launches on branches beside each other)
+is captured once into a CUDA graph whose buffers are kept with the device model; a later call
+of ``n`` rows whose bucket (:func:`replay_bucket`) is ``b`` copies them into the graph's
+pinned input, zeroes the input's ``b - n`` rows beyond them, launches the graph, waits and
+reads its first ``n`` pinned output rows and the check's flag. A row's values
 do not depend on the rows beside it or on the plan of the call's row count, so the zero rows
 change no bit of the others; they are checked too (a flag sends the call to the full check,
 which looks at its own rows only).
@@ -69,18 +70,34 @@ def replay_bucket(n: int) -> int:
 def graph_bytes(packed: PackedModel, rows: int) -> int:
     """Device and pinned host bytes of the buffers of a graph of ``rows`` rows: the rows (pinned,
     on the device, transposed) and the values (the int64 sums, float32 on the device and
-    pinned)."""
+    pinned, the check's margins)."""
     columns = packed.num_groups * (packed.num_features + 1)
-    return int(rows) * (12 * packed.num_features + 16 * columns)
+    return int(rows) * (12 * packed.num_features + 16 * columns + 8 * packed.num_groups)
 
-
-#: Streams beside a graph's own: the check's traversal, then the quadrature launches dealt
-#: over the graph's stream and the rest (``_Graph._sequence``).
-_BRANCHES = 3
 
 #: One graph is built at a time in a process: a build's capture must meet no other build's
 #: device-wide synchronisation (which ends the making of a graph's buffers).
 _BUILDING = threading.Lock()
+
+#: Streams beside a graph's own while it is built: the check's traversal, then the quadrature
+#: launches dealt over the graph's stream and the others (``_Graph._sequence``).
+_BRANCHES = 3
+_SIDES: dict[int, tuple[list, list]] = {}  # device -> (streams, events)
+
+
+def _branches() -> tuple[list, list]:
+    """The streams of the branches and the events that fork and join them, one set a device:
+    only builds use them (eager runs and captures, one at a time in a process: ``_BUILDING``);
+    a captured graph keeps its branches as its own nodes."""
+    import cupy
+
+    device = int(cupy.cuda.runtime.getDevice())
+    kept = _SIDES.get(device)
+    if kept is None:
+        sides = [cupy.cuda.Stream(non_blocking=True) for _ in range(_BRANCHES)]
+        events = [cupy.cuda.Event(disable_timing=True) for _ in range(_BRANCHES + 2)]
+        kept = _SIDES[device] = (sides, events)
+    return kept
 
 
 class _Slot:
@@ -131,7 +148,8 @@ class _Slot:
 class _Graph:
     """The buffers, stream and CUDA graph of one call of ``n`` rows of a device model (a
     bucket: calls of fewer rows fill the rest with zeros). It keeps no reference to the model
-    (whose forms keep it): the launches are handed the model."""
+    (whose forms keep it): the launches are handed the model. Its branches' streams are the
+    process's (:func:`_branches`), used only while it is built."""
 
     def __init__(self, packed: PackedModel, model, n: int) -> None:
         import cupy
@@ -151,9 +169,6 @@ class _Graph:
             groups = int(packed.margin["base_score"].shape[0])
             self.margins = cupy.empty((n, groups), np.float64)
         self.out = out
-        # branches beside the main stream: the check's traversal, then the quadrature launches
-        self.sides = [cupy.cuda.Stream(non_blocking=True) for _ in range(_BRANCHES)]
-        self.forks = [cupy.cuda.Event(disable_timing=True) for _ in range(_BRANCHES + 2)]
         self.host_out = cupyx.empty_pinned(out.shape, np.float32)
         self.scale = 2.0**model.shap_shift
         self.expected = model.read_only("expected_value", lambda: (model.expected_value,))[0]
@@ -165,12 +180,13 @@ class _Graph:
         cupy.cuda.Device().synchronize()  # the model's copies and these buffers are done
 
     def _sequence(self, model, mark=None) -> None:
-        """Queue the call's steps on the current stream. The check's traversal (the rows'
-        margins, on a branch forked after the rows' copy) and the quadrature launches (dealt
-        over the stream and branches forked after the transpose) run beside each other,
-        joined before the finish kernel; the sums are integer atomics, so the bits are the
-        same as one stream's. ``mark(step)`` after each step, where given (``benchmarks.call_stages``
-        records an event there): then every step runs on the one stream, in order."""
+        """Queue the call's steps on the graph's stream. Without ``mark``, the check's traversal
+        (the rows' margins; a branch forked after the rows' copy) and the quadrature launches
+        (dealt over the stream and branches forked after the transpose) run beside each
+        other, joined before the finish kernel; their sums are integer atomics, so the bits are
+        one stream's. ``mark(step)`` after each step, where given (``benchmarks.call_stages``
+        records an event there): then every step runs on the one stream, in order, and the
+        check traverses the trees in its own kernel."""
         import cupy
 
         runtime = cupy.cuda.runtime
@@ -181,31 +197,34 @@ class _Graph:
         runtime.memcpyAsync(self.X.data.ptr, self.host_in.ctypes.data, self.X.nbytes,
                             runtime.memcpyHostToDevice, self.stream.ptr)  # fmt: skip
         done("rows to the device")
-        sides, forked = ([] if mark else self.sides), []
-        if sides:  # the margins need the rows only
-            forked += self._fork(sides[:1], self.forks[-2])
-            with sides[0]:
-                traversal.gpu_margin(self.packed, X, margins)
-        if plan.n_table_bins:
-            launch_tables(model, plan, X, acc, scale, F1, s)
-            done("tables")
-        if plan.quadrature:
-            cupy.copyto(self.XT, self.X.T)
-            done("transpose")
-            streams = [s]
-            if sides:  # the quadrature launches read the transposed rows
-                forked += self._fork(sides[1:], self.forks[-1])
-                for side in sides[1:]:
+        sides, events = ([], []) if mark else _branches()
+        forked: list = []
+        try:  # every branch forked is joined, whatever fails (a capture ends joined)
+            if sides:  # the margins need the rows only
+                forked += self._fork(sides[:1], events[-2])
+                with sides[0]:
+                    traversal.gpu_margin(self.packed, X, margins, arrays=self.margin)
+            if plan.n_table_bins:
+                launch_tables(model, plan, X, acc, scale, F1, s)
+                done("tables")
+            if plan.quadrature:
+                cupy.copyto(self.XT, self.X.T)
+                done("transpose")
+                spread = sides[1 : len(plan.quadrature)]  # the launches read the transpose
+                forked += self._fork(spread, events[-1])
+                streams = [s]
+                for side in spread:
                     with side:
                         streams.append(args.current_stream())
-            launch_quadrature(model, plan, X, acc, scale, F1, s, XT=XT, streams=streams)
-            done("quadrature")
-        if model.n_oversize:
-            launch_fallback(model, X, acc, scale, F1, s, False)
-            done("oversize paths")
-        for side, join in zip(forked, self.forks[: len(forked)], strict=True):
-            join.record(side)
-            self.stream.wait_event(join)
+                launch_quadrature(model, plan, X, acc, scale, F1, s, XT=XT, streams=streams)
+                done("quadrature")
+            if model.n_oversize:
+                launch_fallback(model, X, acc, scale, F1, s, False)
+                done("oversize paths")
+        finally:
+            for side, join in zip(forked, events, strict=False):  # events[:3]: the joins
+                join.record(side)
+                self.stream.wait_event(join)
         launch.launch_finish(launch.finish_kernel, acc, out_rows, 1.0 / scale, self.expected,
                              self.group_size, self.bias_offset, s)  # fmt: skip
         done("finish")
@@ -221,8 +240,10 @@ class _Graph:
 
     def _fork(self, sides: list, fork) -> list:
         """``sides``, made to wait for what is queued on the graph's stream so far (``fork``:
-        an event); each is to be joined back before the stream goes on past the branches."""
-        fork.record(self.stream)
+        an event, recorded where there are sides); each is to be joined back before the stream
+        goes on past the branches."""
+        if sides:
+            fork.record(self.stream)
         for side in sides:
             side.wait_event(fork)
         return sides

@@ -312,16 +312,17 @@ def _block_grid(n: int) -> int:
     return max(1, min(n, _MAX_BLOCKS))
 
 
-def gpu_margin(packed: PackedModel, X: Any, out: Any) -> None:
+def gpu_margin(packed: PackedModel, X: Any, out: Any, arrays: tuple | None = None) -> None:
     """The GPU traversal of ``packed.margin`` for the device rows ``X`` (C-contiguous; NumPy
-    under the simulator) into ``out`` ``(n, G)`` float64, on CuPy's current stream."""
+    under the simulator) into ``out`` ``(n, G)`` float64, on CuPy's current stream;
+    ``arrays`` as :func:`check_rows` takes them."""
     from distshap.kernels.cuda.runtime import args
 
     n = int(X.shape[0])
     if n == 0:
         return
     rows_kernel, block_kernel, _, _ = _kernels()
-    arrays = _kept_arrays(packed)
+    arrays = _kept_arrays(packed) if arrays is None else arrays
     s = args.current_stream()
     groups = int(packed.margin["base_score"].shape[0])
     if n <= block_rows_max(packed) and groups <= _THREADS:
