@@ -82,13 +82,14 @@ _BUILDING = threading.Lock()
 #: Streams beside a graph's own while it is built: the check's traversal, then the quadrature
 #: launches dealt over the graph's stream and the others (``_Graph._sequence``).
 _BRANCHES = 3
-_SIDES: dict[int, tuple[list, list]] = {}  # device -> (streams, events)
+_SIDES: dict[int, tuple[list, list, list]] = {}  # device -> (streams, joins, forks)
 
 
-def _branches() -> tuple[list, list]:
-    """The streams of the branches and the events that fork and join them, one set a device:
-    only builds use them (eager runs and captures, one at a time in a process: ``_BUILDING``);
-    a captured graph keeps its branches as its own nodes."""
+def _branches() -> tuple[list, list, list]:
+    """The streams of the branches, an event to join each back and the two events that fork
+    them (after the rows' copy, after the transpose), one set a device: only builds use them
+    (eager runs and captures, one at a time in a process: ``_BUILDING``); a captured graph
+    keeps its branches as its own nodes."""
     import cupy
 
     device = int(cupy.cuda.runtime.getDevice())
@@ -96,7 +97,7 @@ def _branches() -> tuple[list, list]:
     if kept is None:
         sides = [cupy.cuda.Stream(non_blocking=True) for _ in range(_BRANCHES)]
         events = [cupy.cuda.Event(disable_timing=True) for _ in range(_BRANCHES + 2)]
-        kept = _SIDES[device] = (sides, events)
+        kept = _SIDES[device] = (sides, events[:_BRANCHES], events[_BRANCHES:])
     return kept
 
 
@@ -167,15 +168,15 @@ class _Graph:
             out, out2, self.group_size, self.bias_offset = launch.new_output(packed, n, False)
             self.acc = cupy.zeros(out2.shape, np.int64)  # the finish kernel leaves it zeroed
             groups = int(packed.margin["base_score"].shape[0])
-            self.margins = cupy.empty((n, groups), np.float64)
+            self.row_margins = cupy.empty((n, groups), np.float64)  # the check's branch
         self.out = out
         self.host_out = cupyx.empty_pinned(out.shape, np.float32)
         self.scale = 2.0**model.shap_shift
         self.expected = model.read_only("expected_value", lambda: (model.expected_value,))[0]
-        self.margin = traversal._kept_arrays(packed, model)
+        self.margin_arrays = traversal._kept_arrays(packed, model)
         # Numba views made once: a launch then synchronises no stream (not allowed in a capture)
         self.views = tuple(args.view(a) for a in (self.X, self.XT, self.acc, out2, out,
-                                                  self.margins))  # fmt: skip
+                                                  self.row_margins))  # fmt: skip
         self.graph = None
         cupy.cuda.Device().synchronize()  # the model's copies and these buffers are done
 
@@ -197,13 +198,13 @@ class _Graph:
         runtime.memcpyAsync(self.X.data.ptr, self.host_in.ctypes.data, self.X.nbytes,
                             runtime.memcpyHostToDevice, self.stream.ptr)  # fmt: skip
         done("rows to the device")
-        sides, events = ([], []) if mark else _branches()
+        sides, joins, forks = ([], [], []) if mark else _branches()
         forked: list = []
         try:  # every branch forked is joined, whatever fails (a capture ends joined)
             if sides:  # the margins need the rows only
-                forked += self._fork(sides[:1], events[-2])
+                forked += self._fork(sides[:1], forks[0])
                 with sides[0]:
-                    traversal.gpu_margin(self.packed, X, margins, arrays=self.margin)
+                    traversal.gpu_margin(self.packed, X, margins, arrays=self.margin_arrays)
             if plan.n_table_bins:
                 launch_tables(model, plan, X, acc, scale, F1, s)
                 done("tables")
@@ -211,7 +212,7 @@ class _Graph:
                 cupy.copyto(self.XT, self.X.T)
                 done("transpose")
                 spread = sides[1 : len(plan.quadrature)]  # the launches read the transpose
-                forked += self._fork(spread, events[-1])
+                forked += self._fork(spread, forks[1])
                 streams = [s]
                 for side in spread:
                     with side:
@@ -222,7 +223,7 @@ class _Graph:
                 launch_fallback(model, X, acc, scale, F1, s, False)
                 done("oversize paths")
         finally:
-            for side, join in zip(forked, events, strict=False):  # events[:3]: the joins
+            for side, join in zip(forked, joins, strict=False):
                 join.record(side)
                 self.stream.wait_event(join)
         launch.launch_finish(launch.finish_kernel, acc, out_rows, 1.0 / scale, self.expected,
@@ -231,7 +232,7 @@ class _Graph:
         if forked:
             traversal.check_values(values, margins, KERNEL_RTOL, flag=self.flag)
         elif traversal.check_rows(self.packed, X, values, KERNEL_RTOL, flag=self.flag,
-                                  arrays=self.margin) is None:  # fmt: skip
+                                  arrays=self.margin_arrays) is None:  # fmt: skip
             raise RuntimeError("the additivity check's block traversal does not take these rows")
         done("check")
         runtime.memcpyAsync(self.host_out.ctypes.data, self.out.data.ptr, self.out.nbytes,
