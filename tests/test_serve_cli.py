@@ -28,7 +28,7 @@ def test_help_lists_every_option(capsys):
     text = capsys.readouterr().out
     for flag in ("--model", "--host", "--token", "--insecure", "--local", "--scheduler",
                  "--max-batch-rows", "--max-wait-ms", "--request-timeout",
-                 "--processes", "--slots", "--in-flight"):  # fmt: skip
+                 "--processes", "--slots", "--in-flight", "--grpc-port"):  # fmt: skip
         assert flag in text
 
 

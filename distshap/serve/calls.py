@@ -14,6 +14,8 @@ import asyncio
 import time
 from typing import Any
 
+from distshap.serve.backends import NoWorkerError
+
 __all__ = ["Call", "Deadlines"]
 
 
@@ -103,6 +105,17 @@ class Call:
         except Exception as err:  # an answer for every request, whatever went wrong
             reply = self.server.error(500, f"{type(err).__name__}: {str(err)[:200]}")
         self.deliver(self.request, reply)
+
+    def failure(self) -> tuple[int, str] | None:
+        """The status and one-line message of a call whose outputs are all in, where one of
+        them failed (503: no worker left to run it; 500: another error); None otherwise."""
+        for _, err in self.results:
+            if isinstance(err, NoWorkerError):
+                return 503, str(err)
+            if err is not None:
+                first = (str(err).strip().splitlines() or [""])[0]
+                return 500, f"{type(err).__name__}: {first}"
+        return None
 
     def expire(self) -> None:
         """The deadline passed: the request is answered with the server's timeout."""

@@ -113,9 +113,11 @@ def add_parser(sub: Any) -> None:
     """Register the ``serve`` subcommand on the CLI's subparsers."""
     p = sub.add_parser(
         "serve",
-        help="serve explanations over HTTP (the Open Inference Protocol, KServe v2 / Triton)",
-        description="Serve SHAP values of registered models over HTTP: the Open Inference "
-        "Protocol (KServe v2 / Triton; JSON and binary tensors) with dynamic batching. Batches "
+        help="serve explanations over HTTP and gRPC (the Open Inference Protocol, KServe v2 / "
+        "Triton)",
+        description="Serve SHAP values of registered models over HTTP (and gRPC with "
+        "--grpc-port): the Open Inference Protocol (KServe v2 / Triton; JSON and binary "
+        "tensors) with dynamic batching. Batches "
         "run on a Dask cluster with every model resident on every worker (GPU workers when GPUs "
         "are visible, CPU workers otherwise; --scheduler for a running cluster), or in this "
         "process with --local. SIGTERM drains: requests in flight are answered, then exit 0.",
@@ -128,6 +130,9 @@ def add_parser(sub: Any) -> None:
     )  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
     p.add_argument("--port", type=int, default=8000, help="port (0: any free one; default 8000)")
+    p.add_argument("--grpc-port", type=int, metavar="PORT",
+                   help="also serve the protocol over gRPC on this port (KServe v2 / Triton "
+                   "gRPC clients; 0: any free port; default: HTTP only)")  # fmt: skip
     p.add_argument("--token", help=f"bearer token callers must send (default ${TOKEN_VARIABLE})")
     p.add_argument("--insecure", action="store_true",
                    help="allow a non-loopback --host without a token")  # fmt: skip
@@ -178,6 +183,7 @@ def _options(args: argparse.Namespace) -> dict:
     return {
         "host": args.host,
         "port": args.port,
+        "grpc_port": args.grpc_port,
         "token": args.token or os.environ.get(TOKEN_VARIABLE) or None,
         "insecure": args.insecure,
         "max_batch_rows": args.max_batch_rows,
@@ -243,12 +249,14 @@ def run_command(args: argparse.Namespace) -> int:
 def _where(server: Any, specs: list[ModelSpec], client: Any) -> str:
     """The line saying what serves where."""
     names = ", ".join(s.name for s in specs)
+    grpc = server.grpc_address
+    grpc = "" if grpc is None else f"; gRPC at {grpc}"
     if isinstance(server, ServerGroup):
         runs = "each in its own process" if client is None else "on the cluster's workers"
         if server.device_pids:
             devices = ", ".join(str(p) for p in server.device_pids)
             runs = f"batches on {len(server.device_pids)} device process(es), pids {devices}"
         pids = ", ".join(str(p) for p in server.pids)
-        return f"{names} at {server.url} ({server.processes} processes, pids {pids}; {runs})"
+        return f"{names} at {server.url} ({server.processes} processes, pids {pids}; {runs}){grpc}"
     where = "in this process" if client is None else f"on {server.executor.workers()} worker(s)"
-    return f"{names} at {server.url} ({where})"
+    return f"{names} at {server.url} ({where}){grpc}"

@@ -54,6 +54,7 @@ from distshap.serve.backends import DaskExecutor, InProcessExecutor
 from distshap.serve.device_link import IN_FLIGHT, DeviceExecutor, check_in_flight
 from distshap.serve.device_process import device_main
 from distshap.serve.device_stats import read_device_stats
+from distshap.serve.options import reserve_port
 from distshap.serve.registry import ModelSpec, Registry, check_files
 from distshap.serve.server import ExplanationServer, ServeOptions, check_access, new_event_loop
 
@@ -137,23 +138,6 @@ def device_plan(backend: str, scheduler: str | None, device_processes: int | Non
     return [gpus[i % len(gpus)] if gpus else None for i in range(device_processes)]
 
 
-def _reserve(host: str, port: int) -> socket.socket:
-    """A socket bound to the address with ``SO_REUSEPORT``, not listening: it holds the port
-    while the processes listen on it. The port is first bound without ``SO_REUSEPORT`` (and
-    picked, for port 0), so that a port another server holds is refused as for one process,
-    not shared with it."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        probe.bind((host, port))  # OSError when the port is taken
-        port = probe.getsockname()[1]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
-    return sock
-
-
 class ServerGroup:
     """``processes`` explanation servers on one address (see the module's description).
 
@@ -230,9 +214,22 @@ class ServerGroup:
                              "processes); use 1 otherwise")  # fmt: skip
         if scheduler is None and backend != "cpu" and not self.gpus:
             _check_gpu_shared(processes)
-        self._reserved = _reserve(options.host, options.port)
+        self._reserved = reserve_port(options.host, options.port)
         self.address: tuple[str, int] = self._reserved.getsockname()[:2]
         self.options = replace(options, port=self.address[1], reuse_port=True)
+        #: ``host:port`` of the gRPC endpoint every process serves too (None: HTTP only).
+        self.grpc_address: str | None = None
+        self._reserved_grpc = None
+        if options.grpc_port is not None:
+            try:
+                self._reserved_grpc = reserve_port(options.host, options.grpc_port)
+            except OSError:
+                self._reserved.close()
+                raise
+            port = self._reserved_grpc.getsockname()[1]
+            self.options = replace(self.options, grpc_port=port)
+            host = options.host
+            self.grpc_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self.specs, self.processes = list(specs), processes
         if slots is None:
             slots = 1  # one call at a time merges the most batches a call
@@ -378,6 +375,8 @@ class ServerGroup:
         self._stop(self._procs, 0.0)  # the fronts' requests answered first
         self._stop(self._devices, _DEVICE_EXIT_SECONDS)  # they stop once no front is left
         self._reserved.close()
+        if self._reserved_grpc is not None:
+            self._reserved_grpc.close()
         shutil.rmtree(self._dir, ignore_errors=True)
         self._drained.set()
 

@@ -23,12 +23,16 @@ except ImportError:  # pragma: no cover - exercised where orjson is missing
     orjson = None
 
 __all__ = [
+    "DATATYPE_OF",
     "HEADER_LENGTH",
+    "IGNORED_PARAMETERS",
     "InferRequest",
     "OutputSpec",
     "ProtocolError",
     "dumps",
     "encode_response",
+    "input_rows",
+    "little_bytes",
     "parse_infer",
 ]
 
@@ -43,7 +47,8 @@ DTYPES = {
     "INT64": np.dtype("<i8"),
 }
 _INPUT_TYPES = ("FP32", "FP64")
-_DATATYPE_OF = {dtype: name for name, dtype in DTYPES.items()}
+#: NumPy dtype -> protocol datatype, for outputs.
+DATATYPE_OF = {dtype: name for name, dtype in DTYPES.items()}
 
 
 class ProtocolError(ValueError):
@@ -80,7 +85,7 @@ class InferRequest(NamedTuple):
 
 
 #: Request parameters of the protocol (and Triton) that do not change the values: ignored.
-_IGNORED_PARAMETERS = ("priority", "timeout", "sequence_id", "sequence_start", "sequence_end")
+IGNORED_PARAMETERS = ("priority", "timeout", "sequence_id", "sequence_start", "sequence_end")
 
 
 def dumps(obj: Any) -> bytes:
@@ -154,8 +159,9 @@ def _flat_data(data: Any, count: int) -> list:
     return data
 
 
-def _input_rows(spec: dict, binary: bytes | memoryview) -> np.ndarray:
-    """The rows of the one input tensor, as its datatype says."""
+def input_rows(spec: dict, binary: bytes | memoryview) -> np.ndarray:
+    """The rows of the one input tensor, as its datatype says (``spec``: the tensor's JSON
+    object, or one built from a gRPC request's tensor; ``binary``: its raw bytes)."""
     datatype = spec.get("datatype")
     if datatype not in _INPUT_TYPES:
         raise bad_request(
@@ -269,12 +275,12 @@ def _parse_infer(body: bytes, header_length: str | None) -> tuple[InferRequest, 
     params = {
         key: value
         for key, value in params.items()
-        if key != "binary_data_output" and key not in _IGNORED_PARAMETERS
+        if key != "binary_data_output" and key not in IGNORED_PARAMETERS
     }
     request_id = obj.get("id")
     request = InferRequest(
         None if request_id is None else str(request_id),
-        _input_rows(inputs[0], binary),
+        input_rows(inputs[0], binary),
         _output_specs(obj, binary_default),
         binary_default,
         params,
@@ -298,7 +304,7 @@ def _dumps_head(head: dict) -> bytes:
     return json.dumps(head, separators=(",", ":"), default=lambda a: a.tolist()).encode()
 
 
-def _little_bytes(a: np.ndarray) -> bytes:
+def little_bytes(a: np.ndarray) -> bytes:
     """``a``'s values as little-endian bytes, row-major."""
     order = a.dtype.byteorder
     if order == ">" or (order == "=" and sys.byteorder == "big"):
@@ -321,13 +327,13 @@ def encode_response(
         key = (model, version, request_id, tuple((n, a.dtype, a.shape) for n, a, _ in outputs))
         known = _RESPONSE_HEADS.get(key)
         if known is not None:
-            return known[0] + b"".join(map(_little_bytes, (a for _, a, _ in outputs))), known[1]
+            return known[0] + b"".join(map(little_bytes, (a for _, a, _ in outputs))), known[1]
     tensors, blobs = [], []
     for name, array, as_binary in outputs:
         array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
         tensor: dict[str, Any] = {
             "name": name,
-            "datatype": _DATATYPE_OF[np.dtype(array.dtype)],
+            "datatype": DATATYPE_OF[np.dtype(array.dtype)],
             "shape": list(array.shape),
         }
         if as_binary:

@@ -16,22 +16,20 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import json
 import logging
 import re
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from distshap.serve.backends import NoWorkerError
 from distshap.serve.batching import BatchQueue, QueueClosed, QueueFull
 from distshap.serve.calls import Call, Deadlines
 from distshap.serve.connection import Connection, Reply, Request, sweep
 from distshap.serve.metrics import Metrics
+from distshap.serve.options import ServeOptions, check_access
 from distshap.serve.protocol import (
     HEADER_LENGTH,
     OutputSpec,
@@ -42,7 +40,7 @@ from distshap.serve.protocol import (
 )
 from distshap.serve.registry import Registry, output_ks
 
-__all__ = ["ExplanationServer", "ServeOptions", "check_access", "new_event_loop"]
+__all__ = ["ExplanationServer", "ServeOptions", "check_access", "new_event_loop", "server_version"]
 
 log = logging.getLogger("distshap.serve")
 
@@ -52,78 +50,6 @@ _JSON = {"Content-Type": "application/json"}
 _IDLE_SECONDS = 60.0
 #: Seconds of one deadline bucket: a request past its timeout is answered 504 within this.
 _TICK = 0.05
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    """Where the server listens, who may call it, and its limits.
-
-    Attributes
-    ----------
-    host, port : str, int
-        Address to listen on (port 0: any free port). Loopback by default.
-    token : str or None
-        Bearer token every request but the health checks must carry.
-    insecure : bool
-        Allow a non-loopback ``host`` without a token.
-    max_batch_rows : int
-        Rows of a batch at most.
-    max_wait : float
-        Seconds a request waits for others to join its batch at most.
-    inline_rows : int
-        Batches of at most this many rows, when nothing else runs, run on the event loop's
-        thread itself instead of an executor thread (in-process, one slot: see
-        :mod:`~distshap.serve.batching`); 0: every batch on the executor's threads.
-    max_queue_rows : int
-        Rows waiting per model and output at most (then 503 + Retry-After).
-    max_request_rows, max_body_bytes : int
-        Rows and body bytes of one request at most (then 413).
-    request_timeout : float
-        Seconds from receipt to answer at most (then 504).
-    drain_timeout : float
-        Seconds :meth:`ExplanationServer.drain` waits for requests in flight.
-    retry_after : int
-        The ``Retry-After`` seconds of a 503.
-    reuse_port : bool
-        Listen with ``SO_REUSEPORT`` (the processes of a
-        :class:`~distshap.serve.group.ServerGroup` share the port).
-    """
-
-    host: str = "127.0.0.1"
-    port: int = 8000
-    token: str | None = None
-    insecure: bool = False
-    max_batch_rows: int = 16384
-    max_wait: float = 0.002
-    inline_rows: int = 64
-    max_queue_rows: int = 262144
-    max_request_rows: int = 100_000
-    max_body_bytes: int = 256 << 20
-    request_timeout: float = 30.0
-    drain_timeout: float = 30.0
-    retry_after: int = 1
-    reuse_port: bool = False
-
-    def __post_init__(self) -> None:
-        rows = self.inline_rows
-        if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
-            raise ValueError(
-                f"inline_rows={rows!r}: give the rows of a batch run on the event loop at most, "
-                ">= 0 (0: every batch on the executor's threads)"
-            )
-
-
-def check_access(options: ServeOptions) -> None:
-    """Refuse a non-loopback host without a token or ``insecure`` (before any model loads)."""
-    try:
-        loopback = options.host == "localhost" or ipaddress.ip_address(options.host).is_loopback
-    except ValueError:
-        loopback = False
-    if not (loopback or options.token or options.insecure):
-        raise ValueError(
-            f"listening on {options.host!r} (not loopback) needs a token: pass --token "
-            "(or set DISTSHAP_SERVE_TOKEN), or --insecure to allow anyone on the network"
-        )
 
 
 def _error(status: int, message: str, headers: dict | None = None) -> Reply:
@@ -197,6 +123,14 @@ class ExplanationServer:
         self._launched = False
         self._serving = threading.Event()
         self._stopped = threading.Event()
+        #: The gRPC endpoint (``options.grpc_port``), started with the server; or None.
+        self.grpc: Any = None
+        #: Why the server could not start serving (raised by start / serve_forever), or None.
+        self.start_error: OSError | None = None
+        if options.grpc_port is not None:
+            from distshap.serve.grpc_front import GrpcFront
+
+            self.grpc = GrpcFront(self)
         self.metrics.gauge("distshap_serve_queue_rows", "rows waiting for a batch", self._depths)
         self.metrics.gauge("distshap_serve_workers", "workers connected",
                            lambda: {(): self.executor.workers()})  # fmt: skip
@@ -211,6 +145,11 @@ class ExplanationServer:
         host, port = self.address
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
+    @property
+    def grpc_address(self) -> str | None:
+        """``host:port`` of the gRPC endpoint (None: HTTP only)."""
+        return None if self.grpc is None else self.grpc.address
+
     def start(self) -> ExplanationServer:
         """Serve in a background thread; returns ``self`` once it serves."""
         self._launched = True
@@ -218,6 +157,8 @@ class ExplanationServer:
         self._thread.start()
         while not self._serving.wait(0.1):
             if not self._thread.is_alive():
+                if self.start_error is not None:
+                    raise self.start_error
                 raise RuntimeError("the server stopped before it served: see the log above")
         return self
 
@@ -225,6 +166,8 @@ class ExplanationServer:
         """Serve in this thread until :meth:`drain` (from another thread) stops it."""
         self._launched = True
         self._run()
+        if self.start_error is not None:
+            raise self.start_error
         self._drained.wait()
 
     def _run(self) -> None:
@@ -236,6 +179,15 @@ class ExplanationServer:
             loop.create_server(lambda: Connection(self), sock=self._sock)
         )
         self._sweeper = loop.call_later(5.0, self._sweep)
+        if self.grpc is not None:
+            try:
+                loop.run_until_complete(self.grpc.start())
+            except OSError as err:  # raised again by start() / serve_forever()
+                self.start_error = err
+                self._server.close()
+                loop.close()
+                self._stopped.set()
+                return
         loop.call_soon(self._serving.set)
         try:
             loop.run_forever()
@@ -266,7 +218,7 @@ class ExplanationServer:
             self._drained.wait()
             return
         self.draining = True
-        if not self._launched:
+        if not self._launched or self.start_error is not None:
             self._close_unstarted()
             return
         self._serving.wait()
@@ -279,6 +231,8 @@ class ExplanationServer:
 
     def _close_unstarted(self) -> None:
         self._sock.close()
+        if self.grpc is not None:
+            self.grpc.close()
         self.executor.close()
         self._drained.set()
 
@@ -289,6 +243,8 @@ class ExplanationServer:
         except asyncio.TimeoutError:
             log.warning("drain: %d request(s) still in flight after %s s", self._active,
                         self.options.drain_timeout)  # fmt: skip
+        if self.grpc is not None:  # its new calls were refused meanwhile (503: UNAVAILABLE)
+            await self.grpc.stop(1.0)
         for queue in self._queues.values():
             queue.close()
         self.closing_connections = True
@@ -312,8 +268,7 @@ class ExplanationServer:
 
     def begin(self, request: Request) -> Reply | None:
         """Route a request from its head: an answer now, or None to read its body first."""
-        self._active += 1
-        self._no_active.clear()
+        self.hold()
         request.state = {"model": "", "output": "", "rows": 0}
         try:
             return self._route(request)
@@ -335,15 +290,22 @@ class ExplanationServer:
 
     def abandoned(self, request: Request) -> None:
         """A request whose client left before its body arrived."""
+        self.release()
+
+    def hold(self) -> None:
+        """A request begins: :meth:`drain` waits for it."""
+        self._active += 1
+        self._no_active.clear()
+
+    def release(self) -> None:
+        """A request held by :meth:`hold` is answered (or abandoned)."""
         self._active -= 1
         if not self._active:
             self._no_active.set()
 
     def answered(self, request: Request, reply: Reply) -> None:
         """Metrics and the debug line of one answer (before it is written)."""
-        self._active -= 1
-        if not self._active:
-            self._no_active.set()
+        self.release()
         info = request.state
         if info is None:
             return
@@ -382,7 +344,8 @@ class ExplanationServer:
         if method == "GET" and path == "/v2/health/ready":
             return self._ready_reply()
         if method == "GET" and path == "/v2":
-            meta = {"name": "distshap", "version": _version(), "extensions": ["binary_tensor_data"]}
+            meta = {"name": "distshap", "version": server_version(),
+                    "extensions": ["binary_tensor_data"]}  # fmt: skip
             return Reply(200, dumps(meta), _JSON)
         if method == "GET" and path == "/metrics":
             return Reply(200, self.metrics.render(self.peer_metrics()).encode(),
@@ -431,27 +394,35 @@ class ExplanationServer:
 
     def _decode(self, request: Request, model: Any) -> tuple:
         """The rows, the outputs asked for and their ``k`` of an infer body (400 / 413)."""
-        opts, info = self.options, request.state
+        info = request.state
         try:
             parsed = parse_infer(request.body, request.headers.get(HEADER_LENGTH.lower()))
             specs, ks = self._outputs_of(model, parsed)
         except ProtocolError as err:
             raise _error(err.status, str(err)) from None
-        n, F = parsed.rows.shape
-        info.update(rows=n, output=",".join(s.name for s in specs))
-        if n > opts.max_request_rows:
-            raise _error(
+        info.update(rows=parsed.rows.shape[0], output=",".join(s.name for s in specs))
+        try:
+            self.check_rows(model, parsed.rows)
+        except ProtocolError as err:
+            raise _error(err.status, str(err)) from None
+        return parsed, specs, ks
+
+    def check_rows(self, model: Any, rows: Any) -> None:
+        """:class:`ProtocolError` for rows beyond the request limit (413) or of another
+        feature count than ``model``'s (400)."""
+        n, F = rows.shape
+        if n > self.options.max_request_rows:
+            raise ProtocolError(
                 413,
                 f"inputs[0] has {n} rows, more than the server's limit of "
-                f"{opts.max_request_rows}: split them over several requests",
+                f"{self.options.max_request_rows}: split them over several requests",
             )
         if F != model.num_features:
-            raise _error(
+            raise ProtocolError(
                 400,
                 f"inputs[0].shape: {F} features but model {model.name!r} expects "
                 f"{model.num_features}: send the columns it was trained on, in order",
             )
-        return parsed, specs, ks
 
     def _outputs_of(self, model: Any, parsed: Any) -> tuple:
         """The outputs a request asks for and their ``k``, checked once per parsed header (a
@@ -473,13 +444,26 @@ class ExplanationServer:
         t0 = time.perf_counter()
         parsed, specs, ks = self._decode(request, model)
         request.spent = [time.perf_counter() - t0, 0.0]  # decode; encode (metrics, answered)
-        if not self.executor.ready():
-            raise _error(503, "no worker is connected to run the request", self._retry())
         call = Call(self, request, deliver, specs, (model, parsed.id))
+        try:
+            self.enqueue(call, model, parsed.rows, ks)
+        except ProtocolError as err:
+            raise _error(err.status, str(err), self._retry()) from None
+        if call.left:  # not answered at once: answered 504 at its deadline
+            self.deadlines.watch(call, request.received + self.options.request_timeout)
+        return None
+
+    def enqueue(self, call: Call, model: Any, rows: Any, ks: list) -> None:
+        """Queue ``rows`` for each output of ``call`` (``ks``: their ``k``); a 503
+        :class:`ProtocolError` (nothing queued) without a worker or with a full or closing
+        queue."""
+        if not self.executor.ready():
+            raise ProtocolError(503, "no worker is connected to run the request")
+        specs = call.specs
         try:
             for i, (spec, k) in enumerate(zip(specs, ks, strict=True)):
                 done = call.part_done if len(specs) == 1 else partial(call.part_of, i)
-                call.handles.append(self._queue(model, spec.name, k).put(parsed.rows, done))
+                call.handles.append(self._queue(model, spec.name, k).put(rows, done))
         except (QueueFull, QueueClosed) as err:
             for handle in call.handles:
                 handle.cancel()
@@ -488,22 +472,19 @@ class ExplanationServer:
                 if isinstance(err, QueueClosed)
                 else (f"the queue of {model.name!r} is full ({err}): retry after a second")
             )
-            raise _error(503, what, self._retry()) from None
-        if call.left:  # not answered at once: answered 504 at its deadline
-            self.deadlines.watch(call, request.received + self.options.request_timeout)
-        return None
+            raise ProtocolError(503, what) from None
 
     def outputs(self, call: Call) -> Reply:
         """The answer to an infer call whose outputs are all in."""
-        outputs = []
-        for (values, err), spec in zip(call.results, call.specs, strict=True):
-            if isinstance(err, NoWorkerError):
-                return _error(503, str(err), self._retry())
-            if err is not None:
-                first = (str(err).strip().splitlines() or [""])[0]
-                return _error(500, f"{type(err).__name__}: {first}")
-            for name, array in values.items():
-                outputs.append((name, array, spec.binary))
+        failure = call.failure()
+        if failure is not None:
+            status, message = failure
+            return _error(status, message, self._retry() if status == 503 else None)
+        outputs = [
+            (name, array, spec.binary)
+            for (values, _), spec in zip(call.results, call.specs, strict=True)
+            for name, array in values.items()
+        ]
         t0 = time.perf_counter()
         (model, request_id) = call.what
         body, headers = encode_response(model.name, model.version, request_id, outputs)
@@ -512,10 +493,13 @@ class ExplanationServer:
 
     def timeout(self) -> Reply:
         """The answer to a request past its ``request_timeout``."""
-        return _error(
-            504,
+        return _error(504, self.timeout_message())
+
+    def timeout_message(self) -> str:
+        """The one line of a request past its ``request_timeout``."""
+        return (
             f"the request took longer than the server's timeout of "
-            f"{self.options.request_timeout} s: send fewer rows, or retry",
+            f"{self.options.request_timeout} s: send fewer rows, or retry"
         )
 
     def _retry(self) -> dict:
@@ -544,7 +528,8 @@ class ExplanationServer:
         return out
 
 
-def _version() -> str:
+def server_version() -> str:
+    """distshap's version as installed ("unknown" where it is not)."""
     try:
         from importlib.metadata import version
 
