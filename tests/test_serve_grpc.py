@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
@@ -315,7 +316,11 @@ def test_group_serves_grpc_from_every_process(files):
             rows = files["Xm"][start : start + 7]
             got = tensors(rpc(group.grpc_address, "ModelInfer", infer_request("mc", rows)))
             assert same_bits(got["shap_values"], ex.shap_values(rows))
-        text = urllib.request.urlopen(group.url + "/metrics", timeout=30).read().decode()
+        deadline = time.monotonic() + 10  # the other process's counts come within 0.5 s
+        text = ""
+        while 'model="mc"' not in text and time.monotonic() < deadline:
+            text = urllib.request.urlopen(group.url + "/metrics", timeout=30).read().decode()
+            time.sleep(0.1)
         assert 'model="mc"' in text
     finally:
         group.drain()
