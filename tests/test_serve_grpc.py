@@ -155,6 +155,12 @@ def _no_values():
     return request
 
 
+def _two_raw():
+    request = infer_request("bin", np.zeros((2, 6), np.float32))
+    request.raw_input_contents.append(b"\0" * 48)
+    return request
+
+
 def _short_raw():
     request = infer_request("bin", np.zeros((2, 6), np.float32))
     request.raw_input_contents[0] = b"\0" * 40
@@ -177,6 +183,7 @@ def _short_raw():
         (_two_inputs, "INVALID_ARGUMENT", "exactly one tensor"),
         (_no_values, "INVALID_ARGUMENT", "has no values"),
         (_short_raw, "INVALID_ARGUMENT", "raw_input_contents[0] has 40 bytes"),
+        (_two_raw, "INVALID_ARGUMENT", "raw_input_contents has 2 entries"),
         (lambda: infer_request("nope", np.zeros((2, 6), np.float32)), "NOT_FOUND",
          "unknown model 'nope'"),
         (lambda: infer_request("bin", np.zeros((501, 6), np.float32)), "RESOURCE_EXHAUSTED",
@@ -255,15 +262,30 @@ def test_token(files):
         srv.drain()
 
 
+def test_an_unexpected_error_is_internal_and_one_line(server, monkeypatch):
+    def broken(model, rows):
+        raise TypeError("boom\nsecond line")
+
+    monkeypatch.setattr(server, "check_rows", broken)
+    with pytest.raises(grpc.RpcError) as info:
+        rpc(server.grpc_address, "ModelInfer", infer_request("bin", np.zeros((2, 6), np.float32)))
+    assert info.value.code() == grpc.StatusCode.INTERNAL
+    assert info.value.details() == "TypeError: boom"
+
+
 def test_grpc_port_checks(files):
     with pytest.raises(ValueError, match="grpc_port=-1"):
         ServeOptions(grpc_port=-1)
+    with pytest.raises(ValueError, match="grpc_port=8000 is the HTTP port too"):
+        ServeOptions(port=8000, grpc_port=8000)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
+        before = threading.active_count()
         with pytest.raises(OSError, match=f"grpc_port={port}"):
             serve([f"mc:3={files['mc']}"], port=0, grpc_port=port)
+        assert threading.active_count() <= before  # the server's threads given back
 
 
 def test_drain_under_load_answers_or_refuses_never_hangs(files):
@@ -312,16 +334,18 @@ def test_group_serves_grpc_from_every_process(files):
     group = serve([f"mc:3={files['mc']}"], processes=2, port=0, grpc_port=0)
     try:
         ex = TreeExplainer(files["mc"], layout="xgboost")
-        for start in range(0, 60, 10):  # a channel (a connection) each: spread over processes
-            rows = files["Xm"][start : start + 7]
+        for start in range(0, 96, 6):  # a channel (a connection) each: spread over processes
+            rows = files["Xm"][start : start + 5]
             got = tensors(rpc(group.grpc_address, "ModelInfer", infer_request("mc", rows)))
             assert same_bits(got["shap_values"], ex.shap_values(rows))
         deadline = time.monotonic() + 10  # the other process's counts come within 0.5 s
-        text = ""
-        while 'model="mc"' not in text and time.monotonic() < deadline:
+        counts: list[int] = []
+        while sum(counts) < 16 and time.monotonic() < deadline:
             text = urllib.request.urlopen(group.url + "/metrics", timeout=30).read().decode()
+            counts = [int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+                      if line.startswith("distshap_serve_process_requests_total{")]  # fmt: skip
             time.sleep(0.1)
-        assert 'model="mc"' in text
+        assert sum(counts) == 16 and len(counts) == 2 and min(counts) > 0, counts
     finally:
         group.drain()
     assert group.failure is None

@@ -7,7 +7,9 @@ Modules: :mod:`~distshap.serve.protocol` (JSON and binary tensors, validation),
 :mod:`~distshap.serve.registry` (models by name), :mod:`~distshap.serve.batching` (queues),
 :mod:`~distshap.serve.backends` (in-process and Dask executors),
 :mod:`~distshap.serve.connection` (HTTP/1.1 on the event loop),
-:mod:`~distshap.serve.server` (routes, limits, metrics, drain), :mod:`~distshap.serve.group`
+:mod:`~distshap.serve.server` (routes, limits, metrics, drain), :mod:`~distshap.serve.options`
+(address, token, limits), :mod:`~distshap.serve.grpc_front` and
+:mod:`~distshap.serve.grpc_messages` (the protocol over gRPC), :mod:`~distshap.serve.group`
 (several server processes on one port), :mod:`~distshap.serve.command`.
 """
 

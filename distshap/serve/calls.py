@@ -67,9 +67,9 @@ class Call:
     """An infer request waiting for its outputs (one queue handle per output) or its deadline
     (``bucket``: its deadline's bucket, None once answered).
 
-    ``server`` provides ``outputs(call) -> Reply`` (the answer once every output is in),
-    ``timeout() -> Reply``, ``error(status, message) -> Reply`` and ``deadlines``
-    (:class:`Deadlines`).
+    ``server`` provides ``outputs(call)`` (the answer once every output is in: an HTTP reply,
+    or a gRPC response), ``timeout()``, ``error(status, message)`` and ``deadlines``
+    (:class:`Deadlines`); ``deliver(request, answer)`` gets the answer.
     """
 
     __slots__ = ("bucket", "deadline", "deliver", "handles", "left", "request", "results",

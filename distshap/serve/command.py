@@ -84,6 +84,8 @@ def serve(
     ValueError
         ``processes`` < 1, or > 1 with a cluster other processes cannot reach;
         ``in_flight`` without device processes, ``slots`` with them.
+    OSError
+        A port that cannot be listened on (taken, or not this host's address).
     """
     specs = [parse_model_spec(m) if isinstance(m, str) else m for m in models]
     if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
@@ -106,7 +108,13 @@ def serve(
                          "GPU), or leave it out")  # fmt: skip
     server = build_server(specs, ServeOptions(**options), client=client, backend=backend,
                           slots=1 if slots is None else slots)  # fmt: skip
-    return server.start() if start else server
+    if start:
+        try:
+            server.start()
+        except BaseException:
+            server.drain()  # its socket, port and executor given back
+            raise
+    return server
 
 
 def add_parser(sub: Any) -> None:

@@ -89,7 +89,11 @@ def build_server(
         else:  # compile the SHAP kernel before the first request
             warm = np.zeros((1, model.num_features), dtype=np.float32)
             executor.submit(model.resident, warm, "shap_values", 0).result()
-    return ExplanationServer(registry, executor, options)
+    try:
+        return ExplanationServer(registry, executor, options)
+    except BaseException:  # e.g. the port is taken: the executor's threads given back
+        executor.close()
+        raise
 
 
 def build_front(specs: list[ModelSpec], options: ServeOptions, conns: list,

@@ -12,10 +12,12 @@ back as ``raw_output_contents``, in the order of the response's ``outputs``.
 The HTTP endpoint's checks and limits apply, with the same one-line messages; the status is
 gRPC's: 400 INVALID_ARGUMENT, 401 UNAUTHENTICATED, 404 NOT_FOUND, 413 RESOURCE_EXHAUSTED,
 503 UNAVAILABLE (with a ``retry-after`` trailer), 504 DEADLINE_EXCEEDED, 500 INTERNAL. A
-request's deadline is the sooner of the server's ``request_timeout`` and the client's own. The
-bearer token, where the server has one, comes as the ``authorization`` metadata
-(``Bearer <token>``); the health checks need none. Draining refuses new calls and answers
-those in flight.
+message over ``max_body_bytes`` is refused by gRPC itself (RESOURCE_EXHAUSTED, its own
+message, before any of this module's code). A request's deadline is the sooner of the server's
+``request_timeout`` and the client's own; a call its client cancels (or whose client deadline
+passes first) counts in the metrics as status 499. The bearer token, where the server has one,
+comes as the ``authorization`` metadata (``Bearer <token>``); the health checks need none.
+Draining refuses new calls and answers those in flight.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from distshap.serve.protocol import (
     ProtocolError,
     bad_request,
     input_rows,
+    server_version,
 )
 from distshap.serve.registry import output_ks
 
@@ -61,6 +64,8 @@ CODES = {
 #: Methods anyone may call (no token), as the HTTP health routes.
 _OPEN = ("ServerLive", "ServerReady")
 _ITEMSIZE = {"FP32": 4, "FP64": 8}
+#: gRPC's largest message (its limits are C ints).
+_MAX_MESSAGE = 2**31 - 1
 
 
 def _rows(request: Any) -> np.ndarray:
@@ -73,6 +78,11 @@ def _rows(request: Any) -> np.ndarray:
         )
     tensor = request.inputs[0]
     spec: dict[str, Any] = {"datatype": tensor.datatype, "shape": list(tensor.shape)}
+    if len(request.raw_input_contents) > 1:
+        raise bad_request(
+            f"raw_input_contents has {len(request.raw_input_contents)} entries for 1 input: "
+            "send the rows' bytes as its one entry"
+        )
     if request.raw_input_contents:
         raw = request.raw_input_contents[0]
         shape, size = spec["shape"], _ITEMSIZE.get(tensor.datatype)
@@ -127,15 +137,13 @@ class GrpcFront:
         self.server = server
         self.deadlines = server.deadlines
         opts = server.options
-        #: The port it listens on (from its start; held from now).
+        #: The port it listens on (0 until it started, for any free port in a group).
         self.port: int = opts.grpc_port
-        self._held = None  # the port's reservation (a group holds its processes' port itself)
-        if not opts.reuse_port:
-            try:
-                self._held = reserve_port(opts.host, opts.grpc_port)
-            except OSError as err:
-                raise OSError(f"grpc_port={opts.grpc_port}: cannot listen on {opts.host} ({err}): "
-                              "give another port (0: any free one)") from None  # fmt: skip
+        # Any free port for one process: picked and held now (its number known before the
+        # start), then shared with gRPC's listener (SO_REUSEPORT). A group holds its own.
+        self._held = None
+        if opts.grpc_port == 0 and not opts.reuse_port:
+            self._held = reserve_port(opts.host, 0)
             self.port = self._held.getsockname()[1]
         self._grpc: Any = None
 
@@ -148,10 +156,11 @@ class GrpcFront:
     async def start(self) -> None:
         """Listen and serve (on the running loop: the server's)."""
         opts = self.server.options
+        shared = opts.reuse_port or self._held is not None  # beside a reservation
         self._grpc = aio.server(
             options=[
-                ("grpc.so_reuseport", 1),  # beside the port's reservation
-                ("grpc.max_receive_message_length", opts.max_body_bytes),
+                ("grpc.so_reuseport", 1 if shared else 0),
+                ("grpc.max_receive_message_length", min(opts.max_body_bytes, _MAX_MESSAGE)),
                 ("grpc.max_send_message_length", -1),
             ]
         )
@@ -175,12 +184,13 @@ class GrpcFront:
             (grpc.method_handlers_generic_handler(SERVICE, handlers),)
         )
         try:
-            self._grpc.add_insecure_port(self.address)
+            bound = self._grpc.add_insecure_port(self.address)
         except RuntimeError as err:
             raise OSError(
                 f"grpc_port={opts.grpc_port}: cannot listen on {self.address} ({err}): the port "
-                "is taken or the address is not this host's; give another port"
+                "is taken or the address is not this host's; give another port (0: any free one)"
             ) from None
+        self.port = bound or self.port
         await self._grpc.start()
 
     async def stop(self, grace: float) -> None:
@@ -204,16 +214,22 @@ class GrpcFront:
                 if token and name not in _OPEN:
                     given = dict(context.invocation_metadata()).get("authorization", "")
                     if not hmac.compare_digest(str(given).encode(), f"Bearer {token}".encode()):
+                        if name == "ModelInfer":  # counted as HTTP counts its infer 401s
+                            self.server.metrics.request("", "", 401, 0, 0.0)
                         raise ProtocolError(401, "missing or wrong token: send the metadata "
                                             "'authorization: Bearer <token>' with the server's "
                                             "token")  # fmt: skip
                 return await method(request, context)
             except ProtocolError as err:
-                trailer = ()
-                if err.status == 503:
-                    trailer = (("retry-after", str(self.server.options.retry_after)),)
-                await context.abort(CODES.get(err.status, grpc.StatusCode.INTERNAL), str(err),
-                                    trailer)  # fmt: skip
+                status, message = err.status, str(err)
+            except Exception as err:  # an answer for every call, whatever went wrong
+                log.exception("while answering %s", name)
+                first = (str(err).strip().splitlines() or [""])[0]
+                status, message = 500, f"{type(err).__name__}: {first[:200]}"
+            trailer = ()
+            if status == 503:
+                trailer = (("retry-after", str(self.server.options.retry_after)),)
+            await context.abort(CODES.get(status, grpc.StatusCode.INTERNAL), message, trailer)
 
         return handler
 
@@ -232,8 +248,6 @@ class GrpcFront:
         return messages["ModelReadyResponse"](ready=self.server.ready())
 
     async def _server_metadata(self, request: Any, context: Any) -> Any:
-        from distshap.serve.server import server_version
-
         return messages["ServerMetadataResponse"](name="distshap", version=server_version())
 
     async def _model_metadata(self, request: Any, context: Any) -> Any:
@@ -336,7 +350,9 @@ class GrpcFront:
         return response
 
     def timeout(self) -> ProtocolError:
+        """The refusal of a call past its deadline (DEADLINE_EXCEEDED)."""
         return ProtocolError(504, self.server.timeout_message())
 
     def error(self, status: int, message: str) -> ProtocolError:
+        """The refusal of a call that failed while its response was made."""
         return ProtocolError(status, message)

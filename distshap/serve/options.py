@@ -71,6 +71,10 @@ class ServeOptions:
                 f"grpc_port={grpc_port!r}: give a port for the gRPC endpoint (0: any free one), "
                 "or None for HTTP only"
             )
+        if grpc_port and grpc_port == self.port:
+            raise ValueError(
+                f"grpc_port={grpc_port} is the HTTP port too: give gRPC a port of its own"
+            )
         rows = self.inline_rows
         if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
             raise ValueError(

@@ -34,6 +34,7 @@ __all__ = [
     "input_rows",
     "little_bytes",
     "parse_infer",
+    "server_version",
 ]
 
 #: The HTTP header of the binary tensor extension: bytes of the JSON part of the body.
@@ -355,3 +356,13 @@ def encode_response(
             _RESPONSE_HEADS.clear()
         _RESPONSE_HEADS[key] = (header, headers)
     return header + b"".join(blobs), headers
+
+
+def server_version() -> str:
+    """distshap's version as installed ("unknown" where it is not)."""
+    try:
+        from importlib.metadata import version
+
+        return version("distshap")
+    except Exception:
+        return "unknown"

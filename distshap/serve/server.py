@@ -37,10 +37,11 @@ from distshap.serve.protocol import (
     dumps,
     encode_response,
     parse_infer,
+    server_version,
 )
 from distshap.serve.registry import Registry, output_ks
 
-__all__ = ["ExplanationServer", "ServeOptions", "check_access", "new_event_loop", "server_version"]
+__all__ = ["ExplanationServer", "ServeOptions", "check_access", "new_event_loop"]
 
 log = logging.getLogger("distshap.serve")
 
@@ -50,6 +51,18 @@ _JSON = {"Content-Type": "application/json"}
 _IDLE_SECONDS = 60.0
 #: Seconds of one deadline bucket: a request past its timeout is answered 504 within this.
 _TICK = 0.05
+
+
+def _grpc_front() -> Any:
+    """:class:`~distshap.serve.grpc_front.GrpcFront`, or an ImportError naming the extra."""
+    try:
+        from distshap.serve.grpc_front import GrpcFront
+    except ImportError as err:
+        raise ImportError(
+            f"grpc_port: the gRPC endpoint needs grpcio and protobuf ({err}): pip install "
+            "'distshap[serve]'"
+        ) from None
+    return GrpcFront
 
 
 def _error(status: int, message: str, headers: dict | None = None) -> Reply:
@@ -100,6 +113,7 @@ class ExplanationServer:
     def __init__(self, registry: Registry, executor: Any, options: ServeOptions,
                  loop: asyncio.AbstractEventLoop | None = None) -> None:  # fmt: skip
         check_access(options)
+        grpc_front = None if options.grpc_port is None else _grpc_front()
         self.registry, self.executor, self.options = registry, executor, options
         self.metrics = Metrics()
         self.draining = False
@@ -126,11 +140,13 @@ class ExplanationServer:
         #: The gRPC endpoint (``options.grpc_port``), started with the server; or None.
         self.grpc: Any = None
         #: Why the server could not start serving (raised by start / serve_forever), or None.
-        self.start_error: OSError | None = None
-        if options.grpc_port is not None:
-            from distshap.serve.grpc_front import GrpcFront
-
-            self.grpc = GrpcFront(self)
+        self.start_error: Exception | None = None
+        if grpc_front is not None:
+            try:
+                self.grpc = grpc_front(self)
+            except BaseException:
+                self._sock.close()
+                raise
         self.metrics.gauge("distshap_serve_queue_rows", "rows waiting for a batch", self._depths)
         self.metrics.gauge("distshap_serve_workers", "workers connected",
                            lambda: {(): self.executor.workers()})  # fmt: skip
@@ -182,7 +198,7 @@ class ExplanationServer:
         if self.grpc is not None:
             try:
                 loop.run_until_complete(self.grpc.start())
-            except OSError as err:  # raised again by start() / serve_forever()
+            except Exception as err:  # raised again by start() / serve_forever()
                 self.start_error = err
                 self._server.close()
                 loop.close()
@@ -526,13 +542,3 @@ class ExplanationServer:
             key = (("model", name), ("output", output))
             out[key] = out.get(key, 0) + queue.queued_rows
         return out
-
-
-def server_version() -> str:
-    """distshap's version as installed ("unknown" where it is not)."""
-    try:
-        from importlib.metadata import version
-
-        return version("distshap")
-    except Exception:
-        return "unknown"
