@@ -23,34 +23,17 @@ tc = pytest.importorskip("tritonclient.grpc")
 pytest.importorskip("xgboost")
 from distshap.serve.grpc_messages import SERVICE, messages  # noqa: E402
 
-from xgb_models import build_binary, build_multiclass  # noqa: E402
+from xgb_models import serve_files, serve_specs  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("serve_grpc")
-    binary, X = build_binary()
-    multi, Xm = build_multiclass()
-    binary.save_model(str(d / "bin.json"))
-    multi.save_model(str(d / "mc.json"))
-    np.save(d / "bg.npy", np.asarray(X[:40], dtype=np.float32))
-    return {
-        "bin": str(d / "bin.json"),
-        "mc": str(d / "mc.json"),
-        "bg": str(d / "bg.npy"),
-        "X": np.asarray(X, dtype=np.float32),
-        "Xm": np.asarray(Xm, dtype=np.float32),
-    }
-
-
-def _specs(files):
-    return [f"bin={files['bin']},background={files['bg']},output=probability",
-            f"mc:3={files['mc']}"]  # fmt: skip
+    return serve_files(tmp_path_factory.mktemp("serve_grpc"))
 
 
 @pytest.fixture(scope="module")
 def server(files):
-    srv = serve(_specs(files), port=0, grpc_port=0, max_batch_rows=64, max_wait=0.01,
+    srv = serve(serve_specs(files), port=0, grpc_port=0, max_batch_rows=64, max_wait=0.01,
                 max_request_rows=500, max_body_bytes=200_000)  # fmt: skip
     yield srv
     srv.drain()

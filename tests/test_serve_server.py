@@ -21,36 +21,17 @@ from distshap.serve.backends import InProcessExecutor, explain_block
 from distshap.serve.registry import Registry, parse_model_spec
 
 pytest.importorskip("xgboost")
-from xgb_models import build_binary, build_multiclass  # noqa: E402
+from xgb_models import serve_files, serve_specs  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("serve")
-    binary, X = build_binary()
-    multi, Xm = build_multiclass()
-    binary.save_model(str(d / "bin.json"))
-    multi.save_model(str(d / "mc.json"))
-    np.save(d / "bg.npy", np.asarray(X[:40], dtype=np.float32))
-    return {
-        "bin": str(d / "bin.json"),
-        "mc": str(d / "mc.json"),
-        "bg": str(d / "bg.npy"),
-        "X": np.asarray(X, dtype=np.float32),
-        "Xm": np.asarray(Xm, dtype=np.float32),
-    }
-
-
-def _specs(files):
-    return [
-        f"bin={files['bin']},background={files['bg']},output=probability",
-        f"mc:3={files['mc']}",
-    ]
+    return serve_files(tmp_path_factory.mktemp("serve"))
 
 
 @pytest.fixture(scope="module")
 def server(files):
-    srv = serve(_specs(files), port=0, max_batch_rows=64, max_wait=0.01, max_request_rows=500,
+    srv = serve(serve_specs(files), port=0, max_batch_rows=64, max_wait=0.01, max_request_rows=500,
                 max_body_bytes=200_000)  # fmt: skip
     yield srv
     srv.drain()
@@ -351,7 +332,7 @@ def test_two_slots_run_batches_side_by_side_with_the_same_bits(files):
 
 def test_asyncios_own_loop_serves_the_same_bits(files):
     """Without the serve extra (no uvloop) the server runs on asyncio's own loop."""
-    registry = Registry.from_specs([parse_model_spec(s) for s in _specs(files)])
+    registry = Registry.from_specs([parse_model_spec(s) for s in serve_specs(files)])
     srv = ExplanationServer(registry, InProcessExecutor(), ServeOptions(port=0, max_wait=0.005),
                             loop=asyncio.new_event_loop()).start()  # fmt: skip
     try:

@@ -291,3 +291,28 @@ VECTOR_LEAF_KINDS_33: dict[str, Callable[[], tuple[xgb.Booster, Any]]] = {
     "vector_dart": build_vector_leaf_dart,
     "vector_categorical": build_vector_leaf_categorical,
 }
+
+
+def serve_files(folder: Any) -> dict:
+    """The server tests' files in ``folder``: the binary and multiclass models saved as JSON
+    (``"bin"``, ``"mc"``), 40 background rows (``"bg"``, ``.npy``) and their rows (``"X"``,
+    ``"Xm"``, float32)."""
+    binary, X = build_binary()
+    multi, Xm = build_multiclass()
+    binary.save_model(str(folder / "bin.json"))
+    multi.save_model(str(folder / "mc.json"))
+    np.save(folder / "bg.npy", np.asarray(X[:40], dtype=np.float32))
+    return {
+        "bin": str(folder / "bin.json"),
+        "mc": str(folder / "mc.json"),
+        "bg": str(folder / "bg.npy"),
+        "X": np.asarray(X, dtype=np.float32),
+        "Xm": np.asarray(Xm, dtype=np.float32),
+    }
+
+
+def serve_specs(files: dict) -> list[str]:
+    """``--model`` specs of :func:`serve_files`: ``bin`` with its background and probability
+    output, ``mc`` at version 3."""
+    return [f"bin={files['bin']},background={files['bg']},output=probability",
+            f"mc:3={files['mc']}"]  # fmt: skip
