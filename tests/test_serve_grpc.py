@@ -313,8 +313,12 @@ def test_drain_under_load_answers_or_refuses_never_hangs(files):
     assert set(statuses) <= {"200", "503"}, statuses
 
 
-def test_group_serves_grpc_from_every_process(files):
-    group = serve([f"mc:3={files['mc']}"], processes=2, port=0, grpc_port=0)
+@pytest.mark.parametrize("device_processes", [0, 1])
+def test_group_serves_grpc_from_every_process(files, device_processes):
+    """Two fronts answer gRPC calls, running their batches themselves or on a device process
+    (on the CPU here: the route a GPU server takes)."""
+    group = serve([f"mc:3={files['mc']}"], processes=2, port=0, grpc_port=0, backend="cpu",
+                  device_processes=device_processes)  # fmt: skip
     try:
         ex = TreeExplainer(files["mc"], layout="xgboost")
         for start in range(0, 96, 6):  # a channel (a connection) each: spread over processes
