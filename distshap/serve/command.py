@@ -72,7 +72,8 @@ def serve(
         With device processes: batches each front keeps in flight on each device process
         (default 4; more lets a device process merge more of them into one call).
     **options
-        Fields of :class:`~distshap.serve.server.ServeOptions` (``port=0``: any free port).
+        Fields of :class:`~distshap.serve.options.ServeOptions` (``port=0``: any free port;
+        ``grpc_port``: the gRPC endpoint too).
 
     Returns
     -------
