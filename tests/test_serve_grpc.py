@@ -144,6 +144,13 @@ def _two_raw():
     return request
 
 
+def _wrong_field():
+    request = infer_request("bin", np.zeros((2, 6), np.float32), raw=False)
+    request.inputs[0].contents.fp64_contents.extend([0.0] * 12)  # FP32 rows in FP64's field
+    del request.inputs[0].contents.fp32_contents[:]
+    return request
+
+
 def _short_raw():
     request = infer_request("bin", np.zeros((2, 6), np.float32))
     request.raw_input_contents[0] = b"\0" * 40
@@ -167,6 +174,7 @@ def _short_raw():
         (_no_values, "INVALID_ARGUMENT", "has no values"),
         (_short_raw, "INVALID_ARGUMENT", "raw_input_contents[0] has 40 bytes"),
         (_two_raw, "INVALID_ARGUMENT", "raw_input_contents has 2 entries"),
+        (_wrong_field, "INVALID_ARGUMENT", "inputs[0].contents.fp32_contents has 0 values"),
         (lambda: infer_request("nope", np.zeros((2, 6), np.float32)), "NOT_FOUND",
          "unknown model 'nope'"),
         (lambda: infer_request("bin", np.zeros((501, 6), np.float32)), "RESOURCE_EXHAUSTED",

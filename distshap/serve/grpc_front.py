@@ -98,9 +98,16 @@ def _rows(request: Any) -> np.ndarray:
         raise bad_request(
             "inputs[0] has no values: send them as raw_input_contents[0] (or inputs[0].contents)"
         )
-    contents = tensor.contents
-    spec["data"] = list(contents.fp64_contents if tensor.datatype == "FP64" else
-                        contents.fp32_contents)  # fmt: skip
+    field = "fp64_contents" if tensor.datatype == "FP64" else "fp32_contents"
+    values = getattr(tensor.contents, field)
+    shape, size = spec["shape"], _ITEMSIZE.get(tensor.datatype)
+    if size and len(shape) == 2 and min(shape) >= 0 and len(values) != shape[0] * shape[1]:
+        raise bad_request(
+            f"inputs[0].contents.{field} has {len(values)} values but shape {shape} needs "
+            f"{shape[0] * shape[1]}: send n_rows * n_features values, row-major, in the "
+            "field of the tensor's datatype"
+        )
+    spec["data"] = list(values)
     return input_rows(spec, b"")
 
 
