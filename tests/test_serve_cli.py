@@ -1,5 +1,5 @@
-"""``distshap serve`` as a process: its help, a bad model spec, and SIGTERM draining (the request
-in flight is answered, bit for bit, then the process exits 0)."""
+"""``distshap serve`` as a process: its help, a bad model spec, SIGTERM draining (the request
+in flight is answered, bit for bit, then the process exits 0), and its gRPC endpoint."""
 
 from __future__ import annotations
 
@@ -86,6 +86,49 @@ def test_sigterm_drains_and_exits_0(tmp_path):
         out = json.loads(payload)["outputs"][0]
         values = np.array(out["data"], dtype=np.float32).reshape(out["shape"])
         assert values.tobytes() == TreeExplainer(path, layout="xgboost").shap_values(rows).tobytes()
+        assert "drained" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_grpc_port_serves_then_sigterm_exits_0(tmp_path):
+    """``--grpc-port 0``: the line names the gRPC address, a gRPC call there is answered bit
+    for bit, and SIGTERM drains both endpoints (exit 0)."""
+    grpc = pytest.importorskip("grpc")
+    from distshap.serve.grpc_messages import SERVICE, messages
+
+    booster, X = build_binary()
+    path = str(tmp_path / "m.json")
+    booster.save_model(path)
+    rows = np.asarray(X[:5], dtype=np.float32)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distshap.cli", "serve", "--local", "--port", "0",
+         "--grpc-port", "0", "--model", f"m={path}"],
+        stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        line = ""
+        while "gRPC at " not in line and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+        address = line.split("gRPC at ", 1)[1].split()[0]
+        request = messages["ModelInferRequest"](model_name="m")
+        request.inputs.add(name="rows", datatype="FP32", shape=[5, 6])
+        request.raw_input_contents.append(rows.tobytes())
+        with grpc.insecure_channel(address) as channel:
+            infer = channel.unary_unary(
+                f"/{SERVICE}/ModelInfer",
+                request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=messages["ModelInferResponse"].FromString,
+            )
+            answer = infer(request, timeout=30)
+        values = TreeExplainer(path, layout="xgboost").shap_values(rows)
+        assert answer.raw_output_contents[0] == values.tobytes()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
         assert "drained" in proc.stderr.read()
     finally:
         if proc.poll() is None:
