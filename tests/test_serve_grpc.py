@@ -344,3 +344,29 @@ def test_group_serves_grpc_from_every_process(files, device_processes):
     finally:
         group.drain()
     assert group.failure is None
+
+
+def test_a_long_refusal_keeps_its_status(server):
+    request = infer_request("x" * 20_000, np.zeros((2, 6), np.float32))
+    with pytest.raises(grpc.RpcError) as info:
+        rpc(server.grpc_address, "ModelInfer", request)
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    assert len(info.value.details()) <= 1000
+
+
+def test_a_failed_start_raises_and_drain_returns(files):
+    from distshap.serve import ExplanationServer
+    from distshap.serve.backends import InProcessExecutor
+    from distshap.serve.registry import Registry, parse_model_spec
+
+    registry = Registry.from_specs([parse_model_spec(f"mc:3={files['mc']}")])
+    srv = ExplanationServer(registry, InProcessExecutor(1), ServeOptions(port=0, grpc_port=0))
+    srv._sock.close()  # its HTTP listener cannot serve: the start fails
+    with pytest.raises(OSError):
+        srv.start()
+    drained = threading.Thread(target=srv.drain)
+    drained.start()
+    drained.join(10)
+    assert not drained.is_alive() and srv.wait_drained(0)
+    with pytest.raises(RuntimeError, match="build a new one"):
+        srv.start()

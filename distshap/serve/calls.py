@@ -103,7 +103,8 @@ class Call:
         try:
             reply = self.server.outputs(self)
         except Exception as err:  # an answer for every request, whatever went wrong
-            reply = self.server.error(500, f"{type(err).__name__}: {str(err)[:200]}")
+            first = (str(err).strip().splitlines() or [""])[0]
+            reply = self.server.error(500, f"{type(err).__name__}: {first[:200]}")
         self.deliver(self.request, reply)
 
     def failure(self) -> tuple[int, str] | None:

@@ -230,16 +230,15 @@ def run_command(args: argparse.Namespace) -> int:
                          "workers)")  # fmt: skip
     client = _client(args)
     try:
-        grouped = args.processes > 1 or bool(args.device_processes)
-        server = serve(specs, client=client, backend=args.backend, start=grouped,
-                       slots=args.slots, processes=args.processes,
-                       device_processes=args.device_processes, in_flight=args.in_flight,
-                       **options)  # fmt: skip
+        server = serve(specs, client=client, backend=args.backend, slots=args.slots,
+                       processes=args.processes, device_processes=args.device_processes,
+                       in_flight=args.in_flight, **options)  # fmt: skip
         stop = lambda *_: threading.Thread(target=server.drain, daemon=True).start()  # noqa: E731
         previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        # every endpoint listens by now: the line's addresses take calls at once
         print(f"distshap serve: {_where(server, specs, client)}", file=sys.stderr, flush=True)
         try:
-            server.serve_forever()
+            server.serve_forever()  # waits; the main thread stays free for signals
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

@@ -227,9 +227,12 @@ class ServerGroup:
         if options.grpc_port is not None:
             try:
                 self._reserved_grpc = reserve_port(options.host, options.grpc_port)
-            except OSError:
+            except OSError as err:
                 self._reserved.close()
-                raise
+                raise OSError(
+                    f"grpc_port={options.grpc_port}: cannot listen on {options.host} ({err}): "
+                    "give another port (0: any free one)"
+                ) from None
             port = self._reserved_grpc.getsockname()[1]
             self.options = replace(self.options, grpc_port=port)
             host = options.host

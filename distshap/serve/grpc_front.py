@@ -66,6 +66,8 @@ _OPEN = ("ServerLive", "ServerReady")
 _ITEMSIZE = {"FP32": 4, "FP64": 8}
 #: gRPC's largest message (its limits are C ints).
 _MAX_MESSAGE = 2**31 - 1
+#: Characters of a refusal's message at most (a status's details travel as metadata).
+_MAX_DETAILS = 1000
 
 
 def _rows(request: Any) -> np.ndarray:
@@ -233,6 +235,7 @@ class GrpcFront:
                 log.exception("while answering %s", name)
                 first = (str(err).strip().splitlines() or [""])[0]
                 status, message = 500, f"{type(err).__name__}: {first[:200]}"
+            message = message[:_MAX_DETAILS]  # gRPC refuses a status over its metadata limit
             trailer = ()
             if status == 503:
                 trailer = (("retry-after", str(self.server.options.retry_after)),)

@@ -168,6 +168,7 @@ class ExplanationServer:
 
     def start(self) -> ExplanationServer:
         """Serve in a background thread; returns ``self`` once it serves."""
+        self._check_startable()
         self._launched = True
         self._thread = threading.Thread(target=self._run, name="distshap-serve", daemon=True)
         self._thread.start()
@@ -179,31 +180,43 @@ class ExplanationServer:
         return self
 
     def serve_forever(self) -> None:
-        """Serve in this thread until :meth:`drain` (from another thread) stops it."""
+        """Serve until :meth:`drain` (from another thread, or a signal handler) stops it: in
+        this thread, or, once :meth:`start` ran, waiting here with this thread free for
+        signals."""
+        if self._launched:
+            while not self._drained.wait(0.5):
+                pass
+            return
+        self._check_startable()
         self._launched = True
         self._run()
         if self.start_error is not None:
             raise self.start_error
         self._drained.wait()
 
+    def _check_startable(self) -> None:
+        if self.draining or self._launched:
+            raise RuntimeError("the server was started or drained before: build a new one")
+
     def _run(self) -> None:
         loop = self.loop
         asyncio.set_event_loop(loop)
         self._no_active = asyncio.Event()
         self._no_active.set()
-        self._server = loop.run_until_complete(
-            loop.create_server(lambda: Connection(self), sock=self._sock)
-        )
-        self._sweeper = loop.call_later(5.0, self._sweep)
-        if self.grpc is not None:
-            try:
+        try:
+            self._server = loop.run_until_complete(
+                loop.create_server(lambda: Connection(self), sock=self._sock)
+            )
+            if self.grpc is not None:
                 loop.run_until_complete(self.grpc.start())
-            except Exception as err:  # raised again by start() / serve_forever()
-                self.start_error = err
+        except Exception as err:  # raised again by start() / serve_forever()
+            self.start_error = err
+            if getattr(self, "_server", None) is not None:
                 self._server.close()
-                loop.close()
-                self._stopped.set()
-                return
+            loop.close()
+            self._stopped.set()  # drain() gives back the socket, the port and the executor
+            return
+        self._sweeper = loop.call_later(5.0, self._sweep)
         loop.call_soon(self._serving.set)
         try:
             loop.run_forever()
@@ -234,10 +247,12 @@ class ExplanationServer:
             self._drained.wait()
             return
         self.draining = True
-        if not self._launched or self.start_error is not None:
+        while self._launched and not self._serving.wait(0.1):
+            if self._stopped.is_set():  # its start failed
+                break
+        if not self._serving.is_set():
             self._close_unstarted()
             return
-        self._serving.wait()
         log.info("draining: %d request(s) in flight", self._active)
         asyncio.run_coroutine_threadsafe(self._drain(), self.loop).result()
         if not self._stopped.wait(10):  # the loop closed: an executor that reads on it may close
