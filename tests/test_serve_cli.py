@@ -50,24 +50,30 @@ def _refused(host, port, seconds=10.0):
     return False
 
 
+def _serve_process(*flags: str) -> tuple[subprocess.Popen, str]:
+    """``distshap serve --local --port 0 FLAGS`` in a subprocess (this tree first on its path)
+    and its line saying where it serves (read from its stderr, within 60 s)."""
+    env = dict(os.environ)  # the tree first, the environment's own paths kept
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distshap.cli", "serve", "--local", "--port", "0", *flags],
+        stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    line = ""
+    while "http://" not in line and time.monotonic() < deadline and proc.poll() is None:
+        line = proc.stderr.readline()
+    return proc, line
+
+
 def test_sigterm_drains_and_exits_0(tmp_path):
     """A request whose body is still arriving when SIGTERM comes is answered; then exit 0."""
     booster, X = build_binary()
     path = str(tmp_path / "m.json")
     booster.save_model(path)
     rows = np.asarray(X[:5], dtype=np.float32)
-    env = dict(os.environ)  # the tree first, the environment's own paths kept
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "distshap.cli", "serve", "--local", "--port", "0",
-         "--model", f"m={path}"],
-        stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+    proc, line = _serve_process("--model", f"m={path}")
     try:
-        deadline = time.monotonic() + 60
-        line = ""
-        while "http://" not in line and time.monotonic() < deadline:
-            line = proc.stderr.readline()
         host, port = line.split("http://", 1)[1].split()[0].split(":")
         body = json.dumps({"inputs": [{"name": "rows", "shape": [5, 6], "datatype": "FP32",
                                        "data": rows.ravel().tolist()}]}).encode()  # fmt: skip
@@ -102,18 +108,8 @@ def test_grpc_port_serves_then_sigterm_exits_0(tmp_path):
     path = str(tmp_path / "m.json")
     booster.save_model(path)
     rows = np.asarray(X[:5], dtype=np.float32)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "distshap.cli", "serve", "--local", "--port", "0",
-         "--grpc-port", "0", "--model", f"m={path}"],
-        stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+    proc, line = _serve_process("--grpc-port", "0", "--model", f"m={path}")
     try:
-        deadline = time.monotonic() + 60
-        line = ""
-        while "gRPC at " not in line and time.monotonic() < deadline:
-            line = proc.stderr.readline()
         address = line.split("gRPC at ", 1)[1].split()[0]
         request = messages["ModelInferRequest"](model_name="m")
         request.inputs.add(name="rows", datatype="FP32", shape=[5, 6])

@@ -16,7 +16,13 @@ from typing import Any
 
 from distshap.serve.backends import NoWorkerError
 
-__all__ = ["Call", "Deadlines"]
+__all__ = ["Call", "Deadlines", "error_line"]
+
+
+def error_line(err: BaseException) -> str:
+    """``err`` in one line for an answer: its type and the first line of its message."""
+    first = (str(err).strip().splitlines() or [""])[0]
+    return f"{type(err).__name__}: {first[:200]}"
 
 
 class _Bucket(set):
@@ -103,8 +109,7 @@ class Call:
         try:
             reply = self.server.outputs(self)
         except Exception as err:  # an answer for every request, whatever went wrong
-            first = (str(err).strip().splitlines() or [""])[0]
-            reply = self.server.error(500, f"{type(err).__name__}: {first[:200]}")
+            reply = self.server.error(500, error_line(err))
         self.deliver(self.request, reply)
 
     def failure(self) -> tuple[int, str] | None:
@@ -114,8 +119,7 @@ class Call:
             if isinstance(err, NoWorkerError):
                 return 503, str(err)
             if err is not None:
-                first = (str(err).strip().splitlines() or [""])[0]
-                return 500, f"{type(err).__name__}: {first}"
+                return 500, error_line(err)
         return None
 
     def expire(self) -> None:

@@ -54,7 +54,7 @@ from distshap.serve.backends import DaskExecutor, InProcessExecutor
 from distshap.serve.device_link import IN_FLIGHT, DeviceExecutor, check_in_flight
 from distshap.serve.device_process import device_main
 from distshap.serve.device_stats import read_device_stats
-from distshap.serve.options import reserve_port
+from distshap.serve.options import host_port, reserve_port
 from distshap.serve.registry import ModelSpec, Registry, check_files
 from distshap.serve.server import ExplanationServer, ServeOptions, check_access, new_event_loop
 
@@ -235,8 +235,7 @@ class ServerGroup:
                 ) from None
             port = self._reserved_grpc.getsockname()[1]
             self.options = replace(self.options, grpc_port=port)
-            host = options.host
-            self.grpc_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            self.grpc_address = host_port(options.host, port)
         self.specs, self.processes = list(specs), processes
         if slots is None:
             slots = 1  # one call at a time merges the most batches a call
@@ -255,8 +254,7 @@ class ServerGroup:
     @property
     def url(self) -> str:
         """``http://host:port`` the processes listen on."""
-        host, port = self.address
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        return f"http://{host_port(*self.address)}"
 
     @property
     def pids(self) -> list[int]:

@@ -33,9 +33,9 @@ import grpc
 import numpy as np
 from grpc import aio
 
-from distshap.serve.calls import Call
+from distshap.serve.calls import Call, error_line
 from distshap.serve.grpc_messages import SERVICE, messages
-from distshap.serve.options import reserve_port
+from distshap.serve.options import host_port, reserve_port
 from distshap.serve.protocol import (
     DATATYPE_OF,
     IGNORED_PARAMETERS,
@@ -43,6 +43,7 @@ from distshap.serve.protocol import (
     ProtocolError,
     bad_request,
     input_rows,
+    little_bytes,
     server_version,
 )
 from distshap.serve.registry import output_ks
@@ -159,8 +160,7 @@ class GrpcFront:
     @property
     def address(self) -> str:
         """``host:port`` as gRPC clients take it."""
-        host = self.server.options.host
-        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+        return host_port(self.server.options.host, self.port)
 
     async def start(self) -> None:
         """Listen and serve (on the running loop: the server's)."""
@@ -233,8 +233,7 @@ class GrpcFront:
                 status, message = err.status, str(err)
             except Exception as err:  # an answer for every call, whatever went wrong
                 log.exception("while answering %s", name)
-                first = (str(err).strip().splitlines() or [""])[0]
-                status, message = 500, f"{type(err).__name__}: {first[:200]}"
+                status, message = 500, error_line(err)
             message = message[:_MAX_DETAILS]  # gRPC refuses a status over its metadata limit
             trailer = ()
             if status == 503:
@@ -352,10 +351,9 @@ class GrpcFront:
         )
         for values, _ in call.results:
             for name, array in values.items():
-                array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-                response.outputs.add(name=name, datatype=DATATYPE_OF[array.dtype],
-                                     shape=array.shape)  # fmt: skip
-                response.raw_output_contents.append(array.tobytes())
+                datatype = DATATYPE_OF[array.dtype.newbyteorder("<")]
+                response.outputs.add(name=name, datatype=datatype, shape=array.shape)
+                response.raw_output_contents.append(little_bytes(array))
         call.request[1] = time.perf_counter() - t0
         return response
 

@@ -6,7 +6,7 @@ import ipaddress
 import socket
 from dataclasses import dataclass
 
-__all__ = ["ServeOptions", "check_access", "reserve_port"]
+__all__ = ["ServeOptions", "check_access", "host_port", "reserve_port"]
 
 
 @dataclass(frozen=True)
@@ -111,3 +111,8 @@ def reserve_port(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     return sock
+
+
+def host_port(host: str, port: int) -> str:
+    """``host:port`` as clients name an address (an IPv6 host in brackets)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

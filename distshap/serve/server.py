@@ -29,7 +29,7 @@ from distshap.serve.batching import BatchQueue, QueueClosed, QueueFull
 from distshap.serve.calls import Call, Deadlines
 from distshap.serve.connection import Connection, Reply, Request, sweep
 from distshap.serve.metrics import Metrics
-from distshap.serve.options import ServeOptions, check_access
+from distshap.serve.options import ServeOptions, check_access, host_port
 from distshap.serve.protocol import (
     HEADER_LENGTH,
     OutputSpec,
@@ -158,8 +158,7 @@ class ExplanationServer:
     @property
     def url(self) -> str:
         """``http://host:port`` the server listens on."""
-        host, port = self.address
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        return f"http://{host_port(*self.address)}"
 
     @property
     def grpc_address(self) -> str | None:
