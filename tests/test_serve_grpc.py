@@ -166,6 +166,8 @@ def _short_raw():
          "INVALID_ARGUMENT", "inputs[0].datatype"),
         (lambda: infer_request("bin", np.zeros((2, 6), np.float32), ["shapley"]),
          "INVALID_ARGUMENT", "unknown output 'shapley'"),
+        (lambda: infer_request("bin", np.zeros((2, 6), np.float32), ["margin", "margin"]),
+         "INVALID_ARGUMENT", "'margin' is asked for twice"),
         (lambda: infer_request("bin", np.zeros((2, 6), np.float32), (), {"kk": 1}),
          "INVALID_ARGUMENT", "unknown parameter 'kk'"),
         (lambda: infer_request("mc", np.zeros((2, 6), np.float32), ["interventional_values"]),

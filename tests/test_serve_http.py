@@ -1,6 +1,7 @@
 """The server's HTTP/1.1 on raw sockets: keep-alive and pipelined requests answered in order,
-``Expect: 100-continue``, 413 from the head alone, refused framings, and a client that leaves
-mid-body (the request is let go: nothing stays in flight)."""
+``Expect: 100-continue``, 413 from the head alone, refused framings, a client that leaves
+mid-body (the request is let go: nothing stays in flight), and one that closes its side after
+its request (it still gets the answer)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,19 @@ from xgb_models import build_binary  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    booster, X = build_binary()
+def model_path(tmp_path_factory):
+    booster, _ = build_binary()
     path = str(tmp_path_factory.mktemp("serve_http") / "bin.json")
     booster.save_model(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def setup(model_path):
+    _, X = build_binary()
     X = np.asarray(X[:8], dtype=np.float32)
-    srv = serve([f"bin={path}"], port=0, max_body_bytes=10_000)
-    yield srv, X, TreeExplainer(path, layout="xgboost").shap_values(X)
+    srv = serve([f"bin={model_path}"], port=0, max_body_bytes=10_000)
+    yield srv, X, TreeExplainer(model_path, layout="xgboost").shap_values(X)
     srv.drain()
 
 
@@ -121,3 +128,18 @@ def test_client_leaving_mid_body_is_let_go(setup):
     while srv._active and time.monotonic() < deadline:
         time.sleep(0.01)
     assert srv._active == 0
+
+
+def test_a_client_that_closes_its_side_after_its_request_gets_the_answer(setup, model_path):
+    _, X, ref = setup
+    srv = serve([f"bin={model_path}"], port=0, inline_rows=0)
+    try:  # inline_rows=0: the answer comes from the executor, after the client's FIN
+        sock, f = _connect(srv)
+        with sock:
+            sock.sendall(_infer(X[:3]))
+            sock.shutdown(socket.SHUT_WR)
+            status, _, body = _read_answer(f)
+            assert status == 200 and _values(body).tobytes() == ref[:3].tobytes()
+            assert f.read() == b""  # then the server closes
+    finally:
+        srv.drain()

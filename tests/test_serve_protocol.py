@@ -17,6 +17,11 @@ def _body(**fields) -> bytes:
     return json.dumps(obj).encode()
 
 
+def _with(**fields) -> bytes:
+    """A request of :func:`_body`'s rows with top-level ``fields`` added."""
+    return json.dumps({**json.loads(_body()), **fields}).encode()
+
+
 def test_json_rows_flat_and_nested():
     flat = parse_infer(_body())
     nested = parse_infer(_body(data=[[1, 2, 3], [4, 5, 6]]))
@@ -62,8 +67,18 @@ def test_binary_rows_and_request_parameters():
         (_body(), "12x", "Inference-Header-Content-Length"),
         (_body(), "100000", "Inference-Header-Content-Length=100000"),
         (_body(parameters={"binary_data_size": 8}), None, "binary_data_size"),
+        (_body(shape=[1, 2], data=[[1, 2], [3, 4]]), None, "inputs[0].data has 4 values"),
+        (_body(data=[1, [2, 3], 4, 5, 6, 7]), None, "numbers only"),
+        (_body(), "\u00b2", "Inference-Header-Content-Length"),
+        (_body(parameters=5), None, "inputs[0].parameters must be a JSON object"),
+        (_body(parameters="binary_data_size"), None, "inputs[0].parameters must be a JSON"),
+        (_with(outputs=[{"name": "margin", "parameters": 5}]), None,
+         "outputs[0].parameters must be a JSON object"),
+        (_with(outputs=[{"name": "margin", "parameters": "ab"}]), None,
+         "outputs[0].parameters must be a JSON object"),
+        (_with(parameters=[1]), None, "parameters must be a JSON object"),
     ],
-)
+)  # fmt: skip
 def test_bad_requests_name_the_field(body, header, field):
     with pytest.raises(ProtocolError) as info:
         parse_infer(body, header)

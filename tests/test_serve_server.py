@@ -164,6 +164,8 @@ def test_tritonclient_json_and_binary(server, files):
         ("bin", np.zeros((2, 6)), {"outputs": [{"name": "top_interactions",
                                                 "parameters": {"k": 99}}]}, 400, "k must be"),
         ("bin", np.zeros((2, 6)), {"parameters": {"kk": 1}}, 400, "unknown parameter 'kk'"),
+        ("bin", np.zeros((2, 6)), {"outputs": ["margin", "shap_values", "margin"]}, 400,
+         "'margin' is asked for twice"),
         ("nope", np.zeros((2, 6)), {}, 404, "unknown model 'nope'"),
         ("mc/versions/1", np.zeros((2, 6)), {}, 404, "version '1'"),
         ("bin", np.zeros((501, 6)), {}, 413, "501 rows"),
@@ -181,6 +183,11 @@ def test_oversize_body_and_routes(server):
     assert status == 413 and "limit of 200000" in json.loads(body)["error"]
     assert call(server.url, "/v2/models/bin/infer")[0] == 405
     assert call(server.url, "/v3/whatever")[0] == 404
+    # answered from the head while the body still comes, then closed (urllib sends
+    # Connection: close): the client reads its answer, not a reset connection
+    status, headers, body = call(server.url, "/v2/models/nope/infer", b"x" * (4 << 20))
+    assert status == 404 and headers["Connection"] == "close"
+    assert "unknown model 'nope'" in json.loads(body)["error"]
 
 
 class _SlowExecutor(InProcessExecutor):
@@ -242,9 +249,12 @@ def test_token(files):
     registry = Registry.from_specs([parse_model_spec(f"bin={files['bin']}")])
     with pytest.raises(ValueError, match="needs a token"):
         ExplanationServer(registry, InProcessExecutor(), ServeOptions(host="0.0.0.0", port=0))
-    opts = ServeOptions(host="0.0.0.0", port=0, token="s3cret")
+    for token in ("s\u00e9cret", "s3cret ", "s3\ncret"):  # clients could not send it
+        with pytest.raises(ValueError, match="token: give printable ASCII"):
+            ExplanationServer(registry, InProcessExecutor(), ServeOptions(port=0, token=token))
+    opts = ServeOptions(port=0, token="s3cret")  # a token on the loopback address too
     srv = ExplanationServer(registry, InProcessExecutor(), opts).start()
-    url = f"http://127.0.0.1:{srv.address[1]}"
+    url = srv.url
     try:
         assert call(url, "/v2/health/live")[0] == 200  # health checks need no token
         assert call(url, "/v2/models/bin")[0] == 401
@@ -265,6 +275,11 @@ def test_metrics_and_drain_refuses(files):
                  "distshap_serve_queue_rows", "distshap_serve_workers"):  # fmt: skip
         assert name in text
     assert 'distshap_serve_rows_total{model="bin",output="shap_values"} 3' in text
+    assert "distshap_serve_in_flight 0\n" in text  # the scrape itself is not counted
+    for outputs in (["shap_values", "margin"], ["margin", "shap_values"]):  # one series
+        assert infer(srv.url, "bin", files["X"][:2], outputs=outputs)[0] == 200
+    text = call(srv.url, "/metrics")[2].decode()
+    assert 'distshap_serve_rows_total{model="bin",output="margin,shap_values"} 4' in text
     done = threading.Event()
     threading.Thread(target=lambda: (srv.drain(), done.set())).start()
     assert done.wait(10)

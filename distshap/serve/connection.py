@@ -9,6 +9,14 @@ request to the application's ``respond``, whose answer is written as soon as it 
 Requests of one connection are answered in order (pipelined requests wait their turn);
 keep-alive is the default of HTTP/1.1, ``Connection: close`` and HTTP/1.0 close after the
 answer. Bodies need ``Content-Length``: ``Transfer-Encoding`` is refused with 411.
+
+The body of a request answered from its head is dropped as it arrives, never held; one of more
+than :data:`_READ_AHEAD` bytes still to come ends the connection after the answer instead. A
+connection that closes after an answer while the client is still sending sends the answer with
+a FIN and drops what arrives for a while (closing at once would reset the connection before
+the client reads its answer). A client that half-closes its side after its requests gets their
+answers, then the connection closes. A request whose head or body stops arriving for
+``stall_seconds`` (:func:`sweep`) is answered 408 and its connection closed.
 """
 
 from __future__ import annotations
@@ -24,7 +32,8 @@ __all__ = ["Connection", "Reply", "Request"]
 
 #: Bytes of a request's head (request line and headers) at most (then 431).
 MAX_HEAD_BYTES = 64 << 10
-#: Bytes buffered beyond the request being answered before the connection stops reading.
+#: Bytes buffered beyond the request being answered before the connection stops reading; also
+#: the most body bytes a connection drops to stay open after answering a request from its head.
 _READ_AHEAD = 1 << 20
 
 #: Seconds a connection closed after an early answer keeps dropping what the client sends.
@@ -134,9 +143,11 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self._request: Request | None = None  # head read, body awaited
+        self._skip = 0  # body bytes still to drop (a request answered from its head)
         self._busy = False  # an answer is being prepared
         self._paused = False
         self._closing = False
+        self._eof = False  # the client closed its side: answer what was read, then close
         self._linger: asyncio.TimerHandle | None = None
         self.last_active = time.monotonic()
 
@@ -149,7 +160,7 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
         request = self._request
-        if request is not None and request.state is not _SKIP:
+        if request is not None:
             self.app.abandoned(request)  # the client left while sending the body
         self._request = None
         if self._linger is not None:
@@ -167,12 +178,33 @@ class Connection(asyncio.Protocol):
             self._paused = True  # a client that sends faster than it reads waits
             self.transport.pause_reading()
 
+    def eof_received(self) -> bool:
+        """The client closed its side: the requests read whole are still answered (True keeps
+        the transport open to write them), then the connection closes."""
+        self._eof = True
+        if not self._busy:
+            self._advance()
+        return True
+
     # requests -----------------------------------------------------------------------------
 
     @property
     def idle(self) -> bool:
         """No request is being read or answered."""
-        return not self._busy and self._request is None and not self._buf
+        return not self._busy and self._request is None and not self._buf and not self._skip
+
+    def expire(self, idle_limit: float, stall_limit: float) -> None:
+        """Close the connection if nothing arrived since ``idle_limit`` (monotonic seconds)
+        while it waits for a request, or since ``stall_limit`` while a request's head or body
+        is still arriving (answered 408 first); a request being answered is not touched."""
+        if self._busy or self._closing or self._linger is not None:
+            return
+        if self.idle:
+            if self.last_active < idle_limit:
+                self.close()
+        elif self.last_active < stall_limit:
+            self._fail(408, "the request stopped arriving: send its head and body without "
+                            "pausing")  # fmt: skip
 
     def close(self) -> None:
         """Close the connection (what is being written is written first)."""
@@ -182,14 +214,26 @@ class Connection(asyncio.Protocol):
 
     def _advance(self) -> None:
         """Read and answer the requests in the buffer, one at a time; with none being answered,
-        read on (the buffer ends inside a request whose rest is still to come)."""
+        read on (the buffer ends inside a request whose rest is still to come), or close once
+        the client has closed its side."""
         self._read_requests()
-        if self._paused and not self._busy and not self._closing:
+        if self._busy or self._closing:
+            return
+        if self._eof:
+            if self._linger is None:
+                self.close()  # nothing more can arrive
+        elif self._paused:
             self._paused = False
             self.transport.resume_reading()
 
     def _read_requests(self) -> None:
-        while not self._busy and not self._closing:
+        while not self._busy and not self._closing and self._linger is None:
+            if self._skip:
+                dropped = min(self._skip, len(self._buf))
+                del self._buf[:dropped]
+                self._skip -= dropped
+                if self._skip:
+                    return
             request = self._request
             if request is None:
                 end = self._buf.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
@@ -206,11 +250,11 @@ class Connection(asyncio.Protocol):
                     return
                 early = self.app.begin(request)
                 if early is not None:
-                    if early.status == 413:  # the body is not read: the connection ends
-                        request.keep_alive = False
-                        self._write(early, request, linger=True)
-                        return
-                    self._discard(request.length)
+                    if early.status == 413 or request.length - len(self._buf) > _READ_AHEAD:
+                        request.keep_alive = False  # the body is not read: the connection ends
+                    dropped = min(request.length, len(self._buf))
+                    del self._buf[:dropped]
+                    self._skip = request.length - dropped  # dropped as it arrives
                     self._write(early, request)
                     continue
                 self._request = request
@@ -225,17 +269,7 @@ class Connection(asyncio.Protocol):
             self._request = None
             self._answer(request)
 
-    def _discard(self, length: int) -> None:
-        """Skip the body of a request answered from its head (it may still be arriving)."""
-        if length <= len(self._buf):
-            del self._buf[:length]
-            return
-        # the rest arrives later: read it as a request whose answer is already known
-        self._request = Request("", "", {}, length, True, 0.0, state=_SKIP)
-
     def _answer(self, request: Request) -> None:
-        if request.state is _SKIP:
-            return
         self._busy = True
         try:
             answer = self.app.respond(request, self.deliver)
@@ -252,14 +286,15 @@ class Connection(asyncio.Protocol):
         if not self._closing:
             self._advance()
 
-    def _write(self, reply: Reply, request: Request, linger: bool = False) -> None:
+    def _write(self, reply: Reply, request: Request) -> None:
         self.app.answered(request, reply)  # metrics first: a client sees them with its answer
         if self._closing:
             return
+        self.last_active = time.monotonic()
         close = not request.keep_alive or self.app.closing_connections
         self.transport.write(encode_reply(reply.status, reply.body, reply.headers, close))
-        if close and linger:
-            self._linger_close()
+        if close and self._skip:
+            self._linger_close()  # the client is still sending the body
         elif close:
             self.close()
 
@@ -269,6 +304,7 @@ class Connection(asyncio.Protocol):
         once with unread bytes would reset the connection before the client reads the answer).
         """
         self._buf.clear()
+        self._skip = 0
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self._linger = asyncio.get_running_loop().call_later(_LINGER_SECONDS, self.close)
@@ -280,13 +316,11 @@ class Connection(asyncio.Protocol):
         self.close()
 
 
-#: The state of a request whose body is skipped.
-_SKIP = object()
-
-
-def sweep(connections: set, idle_seconds: float, now: Callable[[], float] = time.monotonic):
-    """Close the connections idle for more than ``idle_seconds``."""
-    limit = now() - idle_seconds
+def sweep(connections: set, idle_seconds: float, stall_seconds: float,
+          now: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    """Close the connections that waited for a request more than ``idle_seconds``, and those
+    whose request stopped arriving more than ``stall_seconds`` ago (:meth:`Connection.expire`).
+    """
+    at = now()
     for conn in list(connections):
-        if conn.idle and conn.last_active < limit:
-            conn.close()
+        conn.expire(at - idle_seconds, at - stall_seconds)

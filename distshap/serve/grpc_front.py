@@ -46,7 +46,7 @@ from distshap.serve.protocol import (
     little_bytes,
     server_version,
 )
-from distshap.serve.registry import output_ks
+from distshap.serve.registry import output_ks, output_label
 
 __all__ = ["GrpcFront"]
 
@@ -306,7 +306,7 @@ class GrpcFront:
         t0 = time.perf_counter()
         rows = _rows(request)
         specs, ks = _outputs(model, request)
-        info.update(rows=rows.shape[0], output=",".join(s.name for s in specs))
+        info.update(rows=rows.shape[0], output=output_label(specs))
         server.check_rows(model, rows)
         spent[0] = time.perf_counter() - t0
         answer = server.loop.create_future()

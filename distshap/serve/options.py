@@ -84,11 +84,18 @@ class ServeOptions:
 
 
 def check_access(options: ServeOptions) -> None:
-    """Refuse a non-loopback host without a token or ``insecure`` (before any model loads)."""
+    """Refuse a non-loopback host without a token or ``insecure``, and a token clients cannot
+    send (before any model loads)."""
     try:
         loopback = options.host == "localhost" or ipaddress.ip_address(options.host).is_loopback
     except ValueError:
         loopback = False
+    token = options.token
+    if token and not (token.isascii() and token.isprintable() and token == token.strip()):
+        raise ValueError(
+            "token: give printable ASCII characters without spaces at either end (HTTP "
+            "headers and gRPC metadata carry it as ASCII)"
+        )
     if not (loopback or options.token or options.insecure):
         raise ValueError(
             f"listening on {options.host!r} (not loopback) needs a token: pass --token "

@@ -148,16 +148,28 @@ def _shape(spec: dict) -> tuple[int, int]:
     return shape[0], shape[1]
 
 
-def _flat_data(data: Any, count: int) -> list:
+def _flat_data(data: Any) -> list:
     """A protocol ``data`` field (flat or nested lists) as one flat list."""
     if not isinstance(data, list):
         raise bad_request(
             f"inputs[0].data must be a list of numbers, got {type(data).__name__}: send the "
             "row-major values (flat or nested lists), or use the binary tensor extension"
         )
-    while data and isinstance(data[0], list) and len(data) != count:
+    while data and isinstance(data[0], list):
         data = [x for row in data for x in (row if isinstance(row, list) else [row])]
     return data
+
+
+def _parameters(obj: dict, field: str) -> dict:
+    """The ``parameters`` object (named ``field``) of a request, tensor or output (``{}`` when
+    absent)."""
+    params = obj.get("parameters")
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise bad_request(f'{field} must be a JSON object, e.g. {{"k": 5}}, got '
+                          f"{type(params).__name__}")  # fmt: skip
+    return params
 
 
 def input_rows(spec: dict, binary: bytes | memoryview) -> np.ndarray:
@@ -171,7 +183,7 @@ def input_rows(spec: dict, binary: bytes | memoryview) -> np.ndarray:
         )
     n, F = _shape(spec)
     dtype = DTYPES[datatype]
-    params = spec.get("parameters") or {}
+    params = _parameters(spec, "inputs[0].parameters")
     if "binary_data_size" in params:
         size = params["binary_data_size"]
         if size != n * F * dtype.itemsize or size != len(binary):
@@ -182,7 +194,7 @@ def input_rows(spec: dict, binary: bytes | memoryview) -> np.ndarray:
         return np.frombuffer(binary, dtype=dtype).reshape(n, F)
     if "data" not in spec:
         raise bad_request("inputs[0] has no data: give data, or binary_data_size with bytes")
-    values = _flat_data(spec["data"], n * F)
+    values = _flat_data(spec["data"])
     if len(values) != n * F:
         raise bad_request(
             f"inputs[0].data has {len(values)} values but shape {[n, F]} needs {n * F}: send "
@@ -194,6 +206,8 @@ def input_rows(spec: dict, binary: bytes | memoryview) -> np.ndarray:
         raise bad_request("inputs[0].data holds an integer beyond FP64's range") from None
     except (TypeError, ValueError):
         raise bad_request("inputs[0].data must hold numbers only (NaN for missing)") from None
+    if rows.ndim != 1:
+        raise bad_request("inputs[0].data must hold numbers only (NaN for missing)")
     with np.errstate(over="ignore"):  # a number that rounds to FP32's largest is held
         out = rows.astype(dtype)
     if dtype == np.float32 and np.isinf(out).any():  # a finite number FP32 cannot hold?
@@ -217,7 +231,7 @@ def _output_specs(obj: dict, binary_default: bool) -> tuple[OutputSpec, ...]:
         name = out.get("name")
         if not isinstance(name, str):
             raise bad_request(f"outputs[{i}].name must be a string, got {name!r}")
-        params = dict(out.get("parameters") or {})
+        params = dict(_parameters(out, f"outputs[{i}].parameters"))
         binary = bool(params.pop("binary_data", binary_default))
         specs.append(OutputSpec(name, params, binary))
     return tuple(specs)
@@ -241,7 +255,7 @@ def parse_infer(body: bytes, header_length: str | None = None) -> InferRequest:
         400 with the field at fault: no or several inputs, a shape that is not ``[n, F]``, a
         datatype other than FP32 / FP64, data of the wrong length, malformed outputs.
     """
-    if header_length is not None and header_length.isdigit():
+    if header_length is not None and header_length.isascii() and header_length.isdigit():
         n = int(header_length)
         known = _HEADERS.get(body[:n]) if 0 < n <= len(body) else None
         if known is not None and known[0] == len(body) - n:
@@ -269,9 +283,7 @@ def _parse_infer(body: bytes, header_length: str | None) -> tuple[InferRequest, 
             f"inputs must hold exactly one tensor (the rows, shape [n_rows, n_features]), got "
             f"{count}"
         )
-    params = obj.get("parameters") or {}
-    if not isinstance(params, dict):
-        raise bad_request('parameters must be a JSON object, e.g. {"k": 5}')
+    params = _parameters(obj, "parameters")
     binary_default = bool(params.get("binary_data_output", False))
     params = {
         key: value
@@ -286,7 +298,7 @@ def _parse_infer(body: bytes, header_length: str | None) -> tuple[InferRequest, 
         binary_default,
         params,
     )
-    return request, "binary_data_size" in (inputs[0].get("parameters") or {})
+    return request, "binary_data_size" in _parameters(inputs[0], "inputs[0].parameters")
 
 
 def _json_values(a: np.ndarray) -> Any:

@@ -27,6 +27,7 @@ __all__ = [
     "Resident",
     "check_files",
     "output_ks",
+    "output_label",
     "parse_model_spec",
 ]
 
@@ -254,6 +255,11 @@ def output_ks(model: Any, specs: tuple, parameters: dict) -> list[int]:
         )  # fmt: skip
     if "k" in parameters and not any(s.name == "top_interactions" for s in specs):
         raise ProtocolError(400, "parameters.k applies to top_interactions: ask for that output")
+    names = [spec.name for spec in specs]
+    twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+    if twice is not None:
+        raise ProtocolError(400, f"outputs: {twice[:80]!r} is asked for twice: name each output "
+                                 "once")  # fmt: skip
     ks = []
     for spec in specs:
         params = spec.parameters
@@ -261,3 +267,9 @@ def output_ks(model: Any, specs: tuple, parameters: dict) -> list[int]:
             params = {**parameters, **params}
         ks.append(model.check_output(spec.name, params))
     return ks
+
+
+def output_label(specs: tuple) -> str:
+    """The metrics' ``output`` label of a request: its outputs' names, sorted (one series for
+    the same outputs in any order)."""
+    return ",".join(sorted(spec.name for spec in specs))

@@ -39,7 +39,7 @@ from distshap.serve.protocol import (
     parse_infer,
     server_version,
 )
-from distshap.serve.registry import Registry, output_ks
+from distshap.serve.registry import Registry, output_ks, output_label
 
 __all__ = ["ExplanationServer", "ServeOptions", "check_access", "new_event_loop"]
 
@@ -49,6 +49,8 @@ _MODEL_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?(/ready|/inf
 _JSON = {"Content-Type": "application/json"}
 #: Seconds an idle keep-alive connection is kept.
 _IDLE_SECONDS = 60.0
+#: Seconds a request's head or body may stop arriving before it is answered 408.
+_STALL_SECONDS = 30.0
 #: Seconds of one deadline bucket: a request past its timeout is answered 504 within this.
 _TICK = 0.05
 
@@ -122,6 +124,7 @@ class ExplanationServer:
         self._checked: dict[tuple, tuple] = {}
         self._connections: set[Connection] = set()
         self._active = 0
+        self._scrapes = 0  # /metrics requests being rendered (not counted in flight)
         self._no_active: asyncio.Event | None = None
         #: Whether every process of the group serves (None: a server of one process).
         self.group_ready: Any = None
@@ -151,7 +154,7 @@ class ExplanationServer:
         self.metrics.gauge("distshap_serve_workers", "workers connected",
                            lambda: {(): self.executor.workers()})  # fmt: skip
         self.metrics.gauge("distshap_serve_in_flight", "requests being answered",
-                           lambda: {(): self._active})  # fmt: skip
+                           lambda: {(): self._active - self._scrapes})  # fmt: skip
         self.metrics.gauge("distshap_serve_connections", "open connections",
                            lambda: {(): len(self._connections)})  # fmt: skip
 
@@ -227,7 +230,7 @@ class ExplanationServer:
                 self._stopped.set()
 
     def _sweep(self) -> None:
-        sweep(self._connections, _IDLE_SECONDS)
+        sweep(self._connections, _IDLE_SECONDS, _STALL_SECONDS)
         self._sweeper = self.loop.call_later(5.0, self._sweep)
 
     def ready(self) -> bool:
@@ -378,8 +381,12 @@ class ExplanationServer:
                     "extensions": ["binary_tensor_data"]}  # fmt: skip
             return Reply(200, dumps(meta), _JSON)
         if method == "GET" and path == "/metrics":
-            return Reply(200, self.metrics.render(self.peer_metrics()).encode(),
-                         {"Content-Type": "text/plain; version=0.0.4"})  # fmt: skip
+            self._scrapes += 1  # the scrape itself is not counted in flight
+            try:
+                text = self.metrics.render(self.peer_metrics())
+            finally:
+                self._scrapes -= 1
+            return Reply(200, text.encode(), {"Content-Type": "text/plain; version=0.0.4"})
         match = _MODEL_PATH.match(path)
         if match is None:
             raise _error(404, f"no route {method} {path}: see /v2/models/NAME/infer")
@@ -430,7 +437,7 @@ class ExplanationServer:
             specs, ks = self._outputs_of(model, parsed)
         except ProtocolError as err:
             raise _error(err.status, str(err)) from None
-        info.update(rows=parsed.rows.shape[0], output=",".join(s.name for s in specs))
+        info.update(rows=parsed.rows.shape[0], output=output_label(specs))
         try:
             self.check_rows(model, parsed.rows)
         except ProtocolError as err:
