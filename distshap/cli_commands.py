@@ -259,11 +259,11 @@ def run_explain(args: argparse.Namespace) -> int:
         explainer = _with_background(args, explainer, bg, drop)
     names = explainer.output_feature_names(_Columns(ds.columns))
     if not use_cluster:
-        # compile (JIT) and upload the model on one row first, so the timing is the real work
-        _explain_fn(explainer, args.interactions)(
-            np.zeros((1, explainer.num_features), dtype=np.float32),
-            None if labels is None else np.zeros(1),
-        )
+        # compile (JIT) and upload the model on one row first, so the timing is the real work:
+        # zeros in the model's own values, which every model takes (category columns hold codes)
+        zeros = np.zeros((1, explainer.num_features), explainer.packed.encoding.input_dtype)
+        y = None if labels is None else np.zeros(1)
+        explainer._compute(zeros, y, args.interactions, True, False, None, None, converted=True)
         start = time.perf_counter()
         rows = _run_local(args, explainer, ds, fmt, names, labels)
         where = "in-process"

@@ -400,8 +400,10 @@ class TreeExplainer(PairMethods, BanzhafMethods):
         iteration_range: Any,
         features: str = "all",
         method: str = "shap",
+        converted: bool = False,
     ) -> tuple[Any, ExplainInput, _Model]:
-        """Values (n, G, F+1) / (n, G, F+1, F+1) of ``method`` (lazy for Dask), input, model."""
+        """Values (n, G, F+1) / (n, G, F+1, F+1) of ``method`` (lazy for Dask), input, model
+        (``converted``: in-memory ``X`` holds the model's own values, as ``model_matrix``'s)."""
         check_flags(check_additivity=check_additivity, progress=progress, interactions=interactions)
         inp = explain_input(X, base_margin=self.background is None)
         model = self._model(tree_limit, iteration_range)
@@ -419,7 +421,7 @@ class TreeExplainer(PairMethods, BanzhafMethods):
             return used_columns(out, packed, features, interactions), inp, model
         request = make_request(packed, backend=self.backend, check=check_additivity,
                                cupy_data=on_gpu(inp.rows), **ask)  # fmt: skip
-        raw = model_matrix(inp.rows, packed, blocks=True)  # the rows' one conversion
+        raw = inp.rows if converted else model_matrix(inp.rows, packed, blocks=True)
         n = raw.shape[0]
         labels = label_values(y, inp) if request.needs_labels else None
         labels = check_labels(labels, n, request.transform)

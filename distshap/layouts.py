@@ -386,9 +386,15 @@ def _given_block_values(partition: Any, packed: Any) -> Any:
     return user_values(partition, packed.feature_categories)
 
 
+def _numeric_block_values(partition: Any) -> Any:
+    """A Dask DataFrame partition of numbers only -> its own values (on a worker)."""
+    return partition.to_numpy()
+
+
 def dask_data(X: Any, packed: Any) -> Any:
-    """The lazy ``data`` of a Dask input: an array as given, a frame's model values (for
-    CatBoost categorical features the values given, an object array, as in memory)."""
+    """The lazy ``data`` of a Dask input, as :func:`explanation_data` in memory: an array as
+    given, a frame of numbers its own values, another frame its model values (for CatBoost
+    categorical features the values given, an object array)."""
     import dask.array as da
 
     if isinstance(X, da.Array) and not has_sparse_chunks(X):
@@ -399,6 +405,15 @@ def dask_data(X: Any, packed: Any) -> Any:
     cols = select_model_columns(
         X, packed.num_features, packed.feature_names, packed.encoding.name_style
     )
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    frame = X[cols]._meta
+    if all(is_numeric_dtype(t) and not is_bool_dtype(t) for t in frame.dtypes):
+        dtype = frame.to_numpy().dtype
+        if dtype.kind in "biuf":
+            meta = np.empty((0, packed.num_features), dtype=dtype)
+            return X[cols].map_partitions(_numeric_block_values, meta=meta,
+                                          enforce_metadata=False)  # fmt: skip
     if packed.encoding.library == "catboost" and packed.feature_categories:
         meta = np.empty((0, packed.num_features), dtype=object)
         return X[cols].map_partitions(_given_block_values, packed, meta=meta,

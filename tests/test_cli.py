@@ -303,3 +303,25 @@ def test_categories_coded_by_the_models_training_categories(tmp_path, scheduler)
         assert main(["explain", str(model_path), str(tmp_path / data), "-o", str(out), *args,
                      "--overwrite"]) == 0  # fmt: skip
         np.testing.assert_array_equal(np.load(out), phi)
+
+
+def test_catboost_text_categories_in_process_and_on_cluster(tmp_path, scheduler):
+    """A CatBoost model with a text category column: the warm-up calls run on values the model
+    takes (zeros in its own values), so both routes explain the file."""
+    catboost = pytest.importorskip("catboost")
+    rng = np.random.default_rng(8)
+    frame = pd.DataFrame({"x": rng.normal(size=200), "c": rng.choice(["a", "b", "c"], 200)})
+    y = frame["x"] + (frame["c"] == "a") * 2.0
+    model = catboost.CatBoostRegressor(iterations=10, depth=3, verbose=False, random_seed=0,
+                                       thread_count=1)  # fmt: skip
+    model.fit(frame, y, cat_features=[1])
+    model_path = str(tmp_path / "cat.json")
+    model.save_model(model_path, format="json")
+    frame.to_parquet(tmp_path / "d.parquet")
+    want = TreeExplainer(model_path, layout="xgboost", backend="cpu").shap_values(frame)
+    out = tmp_path / "o.npy"
+    run_cli("explain", model_path, str(tmp_path / "d.parquet"), "-o", str(out))
+    np.testing.assert_array_equal(np.load(out), want)
+    args = ["--scheduler", scheduler, "--no-progress", "--overwrite"]
+    assert main(["explain", model_path, str(tmp_path / "d.parquet"), "-o", str(out), *args]) == 0
+    np.testing.assert_array_equal(np.load(out), want)

@@ -390,11 +390,17 @@ def test_bad_inputs(client, regression, data):
         explain_dask(regression, unknown, client=client)
 
 
-def test_start_cluster_arguments():
+def test_start_cluster_arguments(monkeypatch):
     with pytest.raises(ClusterError, match="n_workers=0"):
         start_cluster(n_workers=0, gpus=False)
     with pytest.raises(ClusterError, match="dask cuda worker"):
         start_cluster("tcp://127.0.0.1:1", n_workers=2)
+    from distshap.cluster import local
+
+    monkeypatch.setattr(local, "count_gpus", lambda: 2)  # more workers than GPUs: refused
+    for gpus, n_workers in (([0, 1], 3), (1, 2), ("0", 2)):
+        with pytest.raises(ClusterError, match=f"n_workers={n_workers} but gpus="):
+            start_cluster(gpus=gpus, n_workers=n_workers)
 
 
 def test_client_closes_its_cluster():

@@ -13,6 +13,7 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
+import distshap.cluster  # noqa: E402
 from distshap.cluster import watch  # noqa: E402
 from distshap.cluster.dask_explain import compute  # noqa: E402
 
@@ -24,9 +25,18 @@ def test_a_job_on_a_cluster_without_workers_fails_after_the_timeout(monkeypatch)
         distributed.Client(cluster) as client,
     ):
         start = time.monotonic()
-        with pytest.raises(watch.ClusterError, match="no worker has been connected"):
-            compute(da.ones((10, 3), chunks=5) * 2, client)
+        with pytest.raises(distshap.cluster.ClusterError, match="no worker has been connected"):
+            compute(da.ones((10, 3), chunks=5) * 2, client)  # the package's one ClusterError
         assert time.monotonic() - start < 30
+
+
+def test_one_cluster_error_a_request_error_is_also_a_value_error():
+    from distshap.cluster.local import ClusterRequestError
+
+    assert watch.ClusterError is distshap.cluster.ClusterError
+    assert issubclass(ClusterRequestError, distshap.cluster.ClusterError)
+    assert issubclass(ClusterRequestError, ValueError)
+    assert not issubclass(watch.ClusterError, ValueError)  # a job's failure: not bad input
 
 
 def _die(block):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 
 import cloudpickle
@@ -21,7 +22,7 @@ import pytest
 from distributed import wait
 
 from distshap import TreeExplainer, kernels
-from distshap.cluster import compute, explain_dask, model_future, start_cluster
+from distshap.cluster import compute, explain_dask, model_future, start_cluster, warm_up
 from distshap.inputs import prepare_rows
 
 xgb = pytest.importorskip("xgboost")
@@ -95,6 +96,26 @@ def test_only_worker_dies_nanny_restarts_it(model_and_rows, tmp_path: Path):
         assert flag.exists(), "no worker was killed"
         assert _times_computed(client, model.key) == 2  # the model task ran again
     np.testing.assert_array_equal(out, _expected(packed, X, False))
+
+
+def test_warm_up_finishes_when_its_worker_dies_and_comes_back(model_and_rows, tmp_path: Path):
+    """The warm-up block's worker dies; its nanny restarts it under another address, where the
+    block runs (a block pinned to the old address would wait for ever)."""
+    packed, _ = model_and_rows
+    flag = tmp_path / "killed"
+    with _cluster(1) as client:
+        client.run(_install_killer, str(flag))
+        before = set(client.ncores())
+        got: dict = {}
+        warming = threading.Thread(  # a hang fails the test instead of holding it
+            target=lambda: got.update(warm_up(client, packed, backend="cpu")), daemon=True
+        )
+        warming.start()
+        warming.join(120)
+        assert not warming.is_alive(), "warm_up still waits for the worker that died"
+        seconds = got
+        assert flag.exists(), "no worker was killed"
+        assert set(seconds) and not set(seconds) & before  # run by the restarted worker
 
 
 def test_model_worker_dies_survivor_finishes(model_and_rows, tmp_path: Path):

@@ -214,17 +214,19 @@ def _check_backend(backend: str, kind: str) -> None:
         kernels.resolve_backend(backend, cupy_data=kind == "cupy")
 
 
-def _labels_array(y: Any, X: da.Array) -> da.Array:
+def _labels_array(y: Any, X: da.Array, transform: int) -> da.Array:
     """``y`` (n,) -> a dask array ``(n, 1)`` chunked like the rows of ``X``.
 
-    In-memory labels become in-memory chunks (no task of their own: each travels inside its
-    rows' task).
+    In-memory labels are checked here (:func:`~distshap.interventional.check_labels`, before
+    any chunk runs) and become in-memory chunks (no task of their own: each travels inside its
+    rows' task); a Dask array's are checked chunk by chunk on the workers.
     """
     if _is_dask_frame(y):
         y = y.to_dask_array(lengths=True)
     elif not isinstance(y, da.Array):
         y = np.asarray(y)
-        if y.ndim == 1 and y.shape[0] == X.shape[0]:
+        if y.ndim == 1 and y.shape[0] == X.shape[0] and not math.isnan(X.shape[0]):
+            y = check_labels(y, X.shape[0], transform)
             return da.from_array(y.reshape(-1, 1), chunks=(X.chunks[0], 1))
     if y.ndim != 1 or (not math.isnan(y.shape[0]) and y.shape[0] != X.shape[0]):
         raise ValueError(
@@ -327,7 +329,7 @@ def explain_dask(
         tail = ((groups,), (width,), (width,))
     else:
         tail = ((groups,), (width,))
-    labels = _labels_array(y, X) if request.needs_labels else None
+    labels = _labels_array(y, X, request.transform) if request.needs_labels else None
     meta = meta_from_array(X._meta, ndim=len(tail) + 1, dtype=np.float32)
     label = ("" if method == "shap" else "banzhaf-") + ("interactions" if interactions else "shap")
     if background is not None:
@@ -377,7 +379,7 @@ def _warm_block(block: np.ndarray, packed: Any, request: Request) -> tuple[str, 
     from distributed import get_worker
 
     start = time.perf_counter()
-    _block_values(block, packed, request)
+    _block_values(block, packed, request, converted=True)  # the model's values: zeros are valid
     return get_worker().address, time.perf_counter() - start
 
 
@@ -386,8 +388,11 @@ def warm_up(
 ) -> dict[str, float]:
     """Compile the kernels and cache the model on every worker of ``client``.
 
-    Runs one tiny NumPy block on each worker (pinned there), inside the client's configuration,
-    so the first real chunks pay no JIT or model-upload time. Call it before timing.
+    Runs one tiny NumPy block of zeros in the model's own values (valid for every model: its
+    category columns hold codes) on each worker, inside the client's configuration, so the first
+    real chunks pay no JIT or model-upload time. Call it before timing. A block whose worker is
+    gone runs on another (a restarted worker has another address); no worker left for
+    ``$DISTSHAP_NO_WORKER_TIMEOUT`` seconds raises :class:`~distshap.cluster.ClusterError`.
 
     Returns
     -------
@@ -396,7 +401,7 @@ def warm_up(
     """
     request = make_request(packed, interactions=interactions, backend=backend, cupy_data=None)
     model = model_future(client, packed)
-    block = np.zeros((rows, packed.num_features), dtype=np.float32)
+    block = np.zeros((rows, packed.num_features), dtype=packed.encoding.input_dtype)
     warm = InConfig(_warm_block, get_config())  # the kernels the client's settings compile
     futures = [
         client.submit(
@@ -405,9 +410,10 @@ def warm_up(
             model,
             request,
             workers=[worker],
-            allow_other_workers=False,
+            allow_other_workers=True,
             pure=False,
         )
         for worker in client.ncores()
     ]
+    wait_for(futures, client)
     return dict(client.gather(futures))

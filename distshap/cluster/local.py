@@ -36,13 +36,15 @@ from typing import Any
 
 from distributed import Client, LocalCluster, SchedulerPlugin, WorkerPlugin
 
+from distshap.cluster.watch import ClusterError
 from distshap.parallel import THREADS_VARIABLE
 
-__all__ = ["ClusterError", "count_gpus", "start_cluster"]
+__all__ = ["ClusterError", "ClusterRequestError", "count_gpus", "start_cluster"]
 
 
-class ClusterError(ValueError):
-    """A cluster request that cannot be met (the message says why and what to do)."""
+class ClusterRequestError(ClusterError, ValueError):
+    """A cluster request that cannot be met (a bad argument, or workers that cannot start as
+    asked): a :class:`~distshap.cluster.ClusterError` and a ``ValueError``."""
 
 
 class _OwningClient(Client):
@@ -124,7 +126,7 @@ def _import_dask_cuda():
     try:
         from dask_cuda import LocalCUDACluster
     except ImportError as err:
-        raise ClusterError(
+        raise ClusterRequestError(
             "GPUs were found (or requested) but dask_cuda is not installed: "
             "`pip install dask-cuda` (or `distshap[gpu]`), or pass gpus=False for a CPU cluster"
         ) from err
@@ -143,7 +145,7 @@ def _check_kwargs(kwargs: dict[str, Any], cluster_class: Any) -> None:
         if name not in known:
             close = difflib.get_close_matches(name, sorted(known) + ["n_workers", "gpus"], n=1)
             hint = f"did you mean {close[0]}=...?" if close else "see distributed.LocalCluster"
-            raise ClusterError(
+            raise ClusterRequestError(
                 f"start_cluster got an unknown argument {name}={value!r}: {hint} (a local "
                 f"cluster takes {cluster_class.__name__}'s, Nanny's and Worker's arguments)"
             )
@@ -174,8 +176,13 @@ def _gpu_cluster(
     if devices is None:
         wanted = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) else n_workers
         wanted = visible if wanted is None else int(wanted)
+        if n_workers is not None and n_workers > wanted:
+            raise ClusterRequestError(
+                f"n_workers={n_workers} but gpus={gpus!r} gives {wanted} GPU(s): a GPU cluster "
+                f"runs one worker a GPU; ask for at most {wanted} workers"
+            )
         if wanted < 1 or wanted > visible:
-            raise ClusterError(
+            raise ClusterRequestError(
                 f"asked for {wanted} GPU(s) but {visible} visible here: ask for at most "
                 f"{visible}, or pass gpus=False for a CPU cluster"
             )
@@ -183,10 +190,15 @@ def _gpu_cluster(
         # the first ``wanted`` of this process's devices (their ids where it is restricted)
         devices = None if wanted == visible else (entries or list(range(visible)))[:wanted]
     elif visible == 0:
-        raise ClusterError(
+        raise ClusterRequestError(
             f"asked for GPUs {devices} but none is visible here: pass gpus=False for a CPU cluster"
         )
-    if n_workers is not None and devices is not None and n_workers != len(devices):
+    if n_workers is not None and devices is not None and n_workers > len(devices):
+        raise ClusterRequestError(
+            f"n_workers={n_workers} but gpus={gpus!r} names {len(devices)} GPU(s): a GPU cluster "
+            f"runs one worker a GPU; ask for at most {len(devices)} workers"
+        )
+    if n_workers is not None and devices is not None:
         devices = devices[:n_workers]
     local_cuda_cluster = _import_dask_cuda()
     cuda_kwargs: dict[str, Any] = {"threads_per_worker": threads}
@@ -333,7 +345,7 @@ def _check_batch_interval(value: Any) -> None:
     if value is not None and (
         isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1
     ):
-        raise ClusterError(
+        raise ClusterRequestError(
             f"batch_interval={value!r} must be seconds between 0 and 1 (e.g. 0.0), "
             "or None for distributed's own intervals"
         )
@@ -406,7 +418,7 @@ def _await_workers(client: Client, cluster: Any, expected: int, timeout: float) 
     except (TimeoutError, asyncio.TimeoutError):  # the latter is another class before 3.11
         started = False
     except Exception as err:  # a nanny that failed to start its worker
-        raise ClusterError(
+        raise ClusterRequestError(
             f"the workers failed to start ({_root_cause(err)}): see the worker log above; a "
             "script that starts a cluster runs it under `if __name__ == '__main__':`"
         ) from err
@@ -416,13 +428,13 @@ def _await_workers(client: Client, cluster: Any, expected: int, timeout: float) 
         except Exception:  # the scheduler itself is gone
             have = "none"
         why = _memory_error(cluster, 0.0)
-        raise ClusterError(
+        raise ClusterRequestError(
             f"{have} of {expected} worker(s) started within start_timeout={timeout:g} s"
             + (f"; {why}" if why else ": see the worker log above, or raise start_timeout")
         )
     why = _memory_error(cluster, 0.5)
     if why is not None:
-        raise ClusterError(why)
+        raise ClusterRequestError(why)
 
 
 def start_cluster(
@@ -485,19 +497,21 @@ def start_cluster(
     """
     if address is not None:
         if n_workers is not None or gpus not in (None, True) or threads_per_worker is not None:
-            raise ClusterError(
+            raise ClusterRequestError(
                 "n_workers, gpus and threads_per_worker configure a local cluster; with "
                 f"address={address!r} start workers with `dask cuda worker {address}` instead"
             )
         return Client(address, **kwargs)
     if n_workers is not None and (isinstance(n_workers, bool) or int(n_workers) < 1):
-        raise ClusterError(f"n_workers={n_workers} must be >= 1 (or None for the default)")
+        raise ClusterRequestError(f"n_workers={n_workers} must be >= 1 (or None for the default)")
     if not start_timeout > 0:
-        raise ClusterError(f"start_timeout={start_timeout!r} must be a positive number of seconds")
+        raise ClusterRequestError(
+            f"start_timeout={start_timeout!r} must be a positive number of seconds"
+        )
     if threads_per_worker is not None and (
         isinstance(threads_per_worker, bool) or int(threads_per_worker) < 1
     ):
-        raise ClusterError(
+        raise ClusterRequestError(
             f"threads_per_worker={threads_per_worker} must be >= 1 (or None for the default 1)"
         )
     _check_batch_interval(batch_interval)

@@ -6,7 +6,9 @@ takes its copy with it, and the scheduler recomputes the model on a survivor (or
 its nanny restarts) like any lost result, so the job finishes. A scattered model would have no
 task to rerun. Every later call reuses the task's Future; each row chunk's task depends on it,
 so a worker gets the model once. The price is one pickled copy of the model on the scheduler
-while its Future is held.
+while its Future is held: once none of the objects shipped under a digest is alive (every
+explainer of that model gone), the next shipment to that client forgets its Future, and the
+cluster frees the model (unless a graph not yet computed still holds it).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ __all__ = ["clear_model_cache", "model_future", "worker_copy"]
 _MODEL_FUTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # client -> {(key of a shipped Future, worker address): Future of its copy pinned there}
 _WORKER_COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# client -> {digest: WeakSet of the objects (packed models, backgrounds) shipped under it}
+_SHIPPED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _CACHE_LOCK = threading.Lock()
 # Future states in which the model is, or is being recomputed, on the cluster
 _LIVE = ("pending", "finished", "lost")
@@ -75,17 +79,19 @@ def model_future(client: Any, packed: Any) -> Any:
         )
     with _CACHE_LOCK:
         # a cached Future holds its client, so closed clients are dropped here explicitly
-        for cache in (_MODEL_FUTURES, _WORKER_COPIES):
+        for cache in (_MODEL_FUTURES, _WORKER_COPIES, _SHIPPED):
             for stale in [c for c in cache if c.status in ("closed", "closing")]:
                 del cache[stale]
         per_client = _MODEL_FUTURES.setdefault(client, {})
+        shipped = _SHIPPED.setdefault(client, {})
+        for gone in [d for d, users in shipped.items() if not users and d != digest]:
+            del shipped[gone]  # nothing shipped under it is alive: the cluster may free it
+            _forget(client, per_client.pop(gone, None))
+        shipped.setdefault(digest, weakref.WeakSet()).add(packed)
         future = per_client.get(digest)
         if future is not None and future.status in _LIVE:
             return future
-        if future is not None:  # its worker copies go with it
-            copies = _WORKER_COPIES.get(client, {})
-            for pair in [pair for pair in copies if pair[0] == future.key]:
-                del copies[pair]
+        _forget(client, future)
         blob = pickle.dumps(packed, protocol=pickle.HIGHEST_PROTOCOL)
         with warnings.catch_warnings():
             # the model is sent once per client and digest, not with every graph
@@ -97,6 +103,14 @@ def model_future(client: Any, packed: Any) -> Any:
         return future
 
 
+def _forget(client: Any, future: Any) -> None:
+    """Drop the worker copies of model ``future`` (None: nothing), the cache lock held."""
+    if future is not None:
+        copies = _WORKER_COPIES.get(client, {})
+        for pair in [pair for pair in copies if pair[0] == future.key]:
+            del copies[pair]
+
+
 def clear_model_cache(client: Any = None) -> None:
     """Forget the model Futures of ``client`` (of every client when ``None``).
 
@@ -104,12 +118,11 @@ def clear_model_cache(client: Any = None) -> None:
     it is held.
     """
     with _CACHE_LOCK:
-        if client is None:
-            _MODEL_FUTURES.clear()
-            _WORKER_COPIES.clear()
-        else:
-            _MODEL_FUTURES.pop(client, None)
-            _WORKER_COPIES.pop(client, None)
+        for cache in (_MODEL_FUTURES, _WORKER_COPIES, _SHIPPED):
+            if client is None:
+                cache.clear()
+            else:
+                cache.pop(client, None)
 
 
 def _identity(value: Any) -> Any:

@@ -21,7 +21,9 @@ _POLL_SECONDS = 1.0
 
 
 class ClusterError(RuntimeError):
-    """The cluster cannot run the job (no workers, or workers that die running it)."""
+    """What was asked of a cluster cannot be done: no worker to run a job, workers that die
+    running it, or (:class:`~distshap.cluster.local.ClusterRequestError`) a cluster that cannot
+    be started as asked. The message says why and what to do."""
 
 
 def no_worker_timeout() -> float:
