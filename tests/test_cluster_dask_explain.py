@@ -401,6 +401,13 @@ def test_start_cluster_arguments(monkeypatch):
     for gpus, n_workers in (([0, 1], 3), (1, 2), ("0", 2)):
         with pytest.raises(ClusterError, match=f"n_workers={n_workers} but gpus="):
             start_cluster(gpus=gpus, n_workers=n_workers)
+    started = []  # fewer: the first n_workers GPUs
+    monkeypatch.setattr(local, "_check_kwargs", lambda kwargs, cls: None)
+    monkeypatch.setattr(local, "_import_dask_cuda", lambda: lambda **kw: started.append(kw))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    for gpus in (2, True, None, [0, 1]):
+        local._gpu_cluster(gpus, 1, 1, {})
+    assert [kw.get("CUDA_VISIBLE_DEVICES") for kw in started] == ["0"] * 4
 
 
 def test_client_closes_its_cluster():

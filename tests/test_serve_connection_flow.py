@@ -36,6 +36,13 @@ class _App:
 
     def __init__(self) -> None:
         self.waiting = []
+        self.abandoned_requests = []
+
+    def abandoned(self, request) -> None:
+        self.abandoned_requests.append(request)
+
+    def closed(self, conn) -> None:
+        pass
 
     def opened(self, conn) -> None:
         pass
@@ -176,23 +183,37 @@ def test_a_client_that_closes_its_side_still_gets_its_answers():
 
 def test_sweep_closes_idle_connections_and_answers_stalled_requests_408():
     class App(_Refusing):
+        def __init__(self) -> None:
+            super().__init__()
+            self.statuses = []
+
         def begin(self, request):
             return None
+
+        def answered(self, request, reply) -> None:
+            self.statuses.append(reply.status)
 
     idle, idle_t = _open(App())
     head, head_t = _open(App())
     head.data_received(b"POST /x HTTP/1.1\r\nContent-")  # half a head
-    body, body_t = _open(App())
+    body_app = App()
+    body, body_t = _open(body_app)
     body.data_received(_post(10) + b"abc")  # half a body
     busy, busy_t = _open(App())
     busy.data_received(_post(1) + b"a")  # being answered
-    everyone = {idle, head, body, busy}
+    refused, refused_t = _open(_Refusing())
+    refused.data_received(_post(100) + b"abc")  # answered 404, the rest of its body to drop
+    everyone = {idle, head, body, busy, refused}
     now = max(c.last_active for c in everyone)
     connection.sweep(everyone, 60.0, 30.0, now=lambda: now + 10)
-    assert not any(t.closed for t in (idle_t, head_t, body_t, busy_t))
+    assert not any(t.closed for t in (idle_t, head_t, body_t, busy_t, refused_t))
     connection.sweep(everyone, 60.0, 30.0, now=lambda: now + 31)
     assert head_t.written.startswith(b"HTTP/1.1 408 ") and head_t.closed
     assert body_t.written.startswith(b"HTTP/1.1 408 ") and body_t.closed
+    assert body_app.statuses == [408]  # the begun request counted as answered, once
+    body.connection_lost(None)
+    assert body_app.abandoned_requests == []  # released by answered(), not again
+    assert refused_t.closed and refused_t.written.count(b"HTTP/1.1") == 1  # no second answer
     assert not idle_t.closed and not busy_t.closed
     connection.sweep(everyone, 60.0, 30.0, now=lambda: now + 61)
     assert idle_t.closed and not busy_t.closed

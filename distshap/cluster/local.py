@@ -181,6 +181,7 @@ def _gpu_cluster(
                 f"n_workers={n_workers} but gpus={gpus!r} gives {wanted} GPU(s): a GPU cluster "
                 f"runs one worker a GPU; ask for at most {wanted} workers"
             )
+        wanted = wanted if n_workers is None else int(n_workers)  # the first n_workers GPUs
         if wanted < 1 or wanted > visible:
             raise ClusterRequestError(
                 f"asked for {wanted} GPU(s) but {visible} visible here: ask for at most "
