@@ -92,6 +92,24 @@ def _space(explainer: Any) -> str:
     return "margin (raw score)"
 
 
+def _explain_in_batches(explain: Any, rows: Any, y: Any, progress: bool) -> Any:
+    """``explain(rows, y)`` a batch of rows at a time, so that Ctrl-C and SIGTERM are acted on
+    between batches (a kernel call is not interrupted), with a progress bar where asked; each
+    row's values do not depend on the others, so the bits are those of one call."""
+    from distshap.explainer import PROGRESS_BATCH_ROWS
+
+    n = len(rows)
+    if progress or n <= PROGRESS_BATCH_ROWS:
+        return explain(rows, y, progress=progress)
+    take = rows.iloc if hasattr(rows, "iloc") else rows
+    parts = [
+        explain(take[start : start + PROGRESS_BATCH_ROWS],
+                None if y is None else y[start : start + PROGRESS_BATCH_ROWS])
+        for start in range(0, n, PROGRESS_BATCH_ROWS)
+    ]  # fmt: skip
+    return np.concatenate(parts)
+
+
 def _run_local(
     args: argparse.Namespace, explainer: Any, ds: Any, fmt: str, names, labels: Any = None
 ) -> int:
@@ -100,8 +118,8 @@ def _run_local(
     with _about(ds):
         rows = io.model_rows(ds, explainer.packed).compute(scheduler="threads")
         y = None if labels is None else labels.compute(scheduler="threads").to_numpy()
-        values = _explain_fn(explainer, args.interactions)(
-            rows, y, progress=_progress_enabled(args)
+        values = _explain_in_batches(
+            _explain_fn(explainer, args.interactions), rows, y, _progress_enabled(args)
         )
     io.write_array(
         values,

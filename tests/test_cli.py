@@ -220,6 +220,29 @@ def test_progress_batches_give_identical_values(files, monkeypatch):
     )
 
 
+def test_cli_without_a_bar_runs_batches_with_the_bits_of_one_call(files, monkeypatch):
+    """Without a progress bar the CLI still explains a batch of rows at a time (a signal is
+    acted on between batches); the file holds the values of one call."""
+    import distshap.explainer as explainer_module
+
+    monkeypatch.setattr(explainer_module, "PROGRESS_BATCH_ROWS", 64)
+    explainer = TreeExplainer(files["mc"], layout="xgboost", backend="cpu")
+    calls = []
+    real = TreeExplainer.shap_values
+
+    def counted(self, X, *args, **kwargs):
+        calls.append(len(X))
+        return real(self, X, *args, **kwargs)
+
+    monkeypatch.setattr(TreeExplainer, "shap_values", counted)
+    out = files["dir"] / "batched.npy"
+    argv = ["explain", files["mc"], files["csv"], "-o", str(out), "--no-progress", "--overwrite"]
+    assert main(argv) == 0
+    n = len(files["X_mc"])
+    assert calls == [64] * (n // 64) + [n % 64] and n % 64  # (the warm-up is no public call)
+    np.testing.assert_array_equal(np.load(out), real(explainer, files["X_mc"]))
+
+
 def test_explain_returns_shap_explanation(files):
     shap = pytest.importorskip("shap")
     explainer = TreeExplainer(files["mc"], backend="cpu")

@@ -210,6 +210,40 @@ def test_csv_labels_of_stored_string_categories_stay_text(tmp_path):
         np.testing.assert_array_equal(np.load(out), want)
 
 
+def test_csv_labels_that_pandas_reads_as_missing_stay_labels(tmp_path):
+    """Labels "NA", "None", "null", "nan" of a stored text category are labels; an empty field
+    is a missing value, and "NA" in a numeric column still is one."""
+    xgb = pytest.importorskip("xgboost")
+    rng = np.random.default_rng(9)
+    labels = ["FR", "NA", "None", "US", "nan", "null"]
+    frame = pd.DataFrame(
+        {
+            "x": rng.normal(size=360),
+            "c": pd.Categorical(rng.choice(labels, 360), categories=labels),
+        }
+    )
+    y = frame["x"] + frame["c"].cat.codes.to_numpy() * 0.5
+    model = xgb.XGBRegressor(n_estimators=8, max_depth=4, enable_categorical=True, n_jobs=1,
+                             max_cat_to_onehot=1)  # fmt: skip
+    model.fit(frame, y)
+    explainer = TreeExplainer(model, layout="xgboost", backend="cpu")
+    if explainer.packed.feature_categories is None:
+        pytest.skip("this XGBoost does not store its training categories")
+    model_path = tmp_path / "m.json"
+    model.save_model(model_path)
+    frame.loc[::7, "c"] = None  # empty fields: missing values
+    frame.loc[::11, "x"] = np.nan
+    data, out = tmp_path / "d.csv", tmp_path / "o.npy"
+    frame.to_csv(data, index=False, na_rep="")
+    text = data.read_text().replace("\n,", "\nNA,", 3)  # numeric "NA": a missing value too
+    data.write_text(text)
+    want = explainer.shap_values(frame)
+    for chunks in ([], ["--chunk-rows", "50"]):
+        argv = ["explain", str(model_path), str(data), "-o", str(out), "--overwrite", *chunks]
+        assert main([*argv, "--no-progress"]) == 0
+        np.testing.assert_array_equal(np.load(out), want)
+
+
 def test_csv_codes_and_labels_of_a_categorical_feature_without_stored_categories(tmp_path, capsys):
     """Codes are read as the codes; text labels cannot be coded and are refused."""
     xgb = pytest.importorskip("xgboost")

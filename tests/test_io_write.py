@@ -236,6 +236,20 @@ def test_npy_writer_failing_in_a_write_keeps_previous_output(model, tmp_path, mo
     assert _staged_names(tmp_path) == []
 
 
+def test_an_error_naming_another_file_is_not_called_a_failed_write(model, tmp_path):
+    """An input a block could not read (e.g. on a worker) is named as it is, not as OUT."""
+    out = str(tmp_path / "shap.npy")
+
+    def blocks():
+        yield model["phi"][:4]
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", "rows-7.csv")
+
+    with pytest.raises(FileNotFoundError) as info:
+        io_write.write_blocks(blocks(), out, "npy", len(model["phi"]), model["phi"].shape[1:])
+    assert info.value.filename == "rows-7.csv" and "writing OUT" not in str(info.value)
+    assert _staged_names(tmp_path) == [] and not (tmp_path / "shap.npy").exists()
+
+
 def test_cli_failure_keeps_previous_output(model, tmp_path, capsys, monkeypatch):
     data = tmp_path / "rows.npy"
     np.save(data, model["X"])

@@ -35,12 +35,15 @@ def _alive(pid: int) -> bool:
 
 
 def _explain_cli(address: str, model: Path, data: Path, out: Path) -> np.ndarray:
+    """The CLI run in ``data``'s folder, naming it relative to there: the workers run in
+    another folder (the repository's), so they must be given where the file is."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    argv = [sys.executable, "-m", "distshap.cli", "explain", str(model), str(data), "-o",
+    argv = [sys.executable, "-m", "distshap.cli", "explain", str(model), data.name, "-o",
             str(out), "--scheduler", address, "--chunk-rows", "70", "--no-progress",
             "--backend", "cpu"]  # fmt: skip
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120,
+                          cwd=data.parent)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "on 1 Dask worker(s)" in proc.stdout
     return np.load(out)

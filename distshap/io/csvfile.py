@@ -100,15 +100,15 @@ def _check_header(path: str, header: bytes, sep: str) -> list[str]:
 
 
 def _csv_meta(
-    path: str, header: bytes, sample: list[bytes], sep: str, width: int, text: list[str]
+    path: str, header: bytes, sample: list[bytes], sep: str, columns: list, text: list[str]
 ) -> Any:
     """Empty DataFrame with the columns and dtypes of the first rows (integers as float64)."""
     import pandas as pd
 
     data = b"".join(sample)
-    _check_fields(data, sep, width, path, -1)  # the sample starts on line 2
+    _check_fields(data, sep, len(columns), path, -1)  # the sample starts on line 2
     try:
-        frame = pd.read_csv(_bytes_io.BytesIO(header + data), sep=sep, dtype=_text(text))
+        frame = pd.read_csv(_bytes_io.BytesIO(header + data), sep=sep, **_text(columns, text))
     except Exception as err:
         raise InputError(
             f"cannot read {path!r} as CSV ({_first_line(err)}): check the file"
@@ -116,8 +116,20 @@ def _csv_meta(
     return _as_float(frame).iloc[:0]
 
 
-def _text(columns: list[str]) -> dict[str, Any] | None:
-    return {c: str for c in columns} or None
+#: Fields a numeric column reads as missing (pandas' defaults). A text column's only missing
+#: field is an empty one, so that category labels such as "NA" or "None" stay labels.
+_NUMERIC_MISSING = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan",
+                    "1.#IND", "1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan",
+                    "null")  # fmt: skip
+
+
+def _text(columns: Iterable[Any], text: list[str]) -> dict[str, Any]:
+    """``pandas.read_csv`` options for a table of ``columns``: the ``text`` ones read as text,
+    missing only where empty; the others as pandas reads them."""
+    if not text:
+        return {}
+    missing = {c: ([""] if str(c) in text else list(_NUMERIC_MISSING)) for c in columns}
+    return {"dtype": {c: str for c in text}, "keep_default_na": False, "na_values": missing}
 
 
 def _as_float(frame: Any) -> Any:
@@ -172,7 +184,7 @@ def read_csv(
                 "the same columns; point DATA at files of one table"
             )
         if any(line.strip() for line in rows) and meta is None:
-            meta = _csv_meta(path, first, rows, sep, len(columns), text)
+            meta = _csv_meta(path, first, rows, sep, columns, text)
         blocks.extend(_blocks(path, len(first), chunk_rows, rows))
     if meta is None:
         where = repr(files[0]) if len(files) == 1 else f"{len(files)} files ({files[0]!r}, ...)"
@@ -307,7 +319,7 @@ def _parse_block(path: str, offset: int, length: int, sep: str, meta: Any, text:
         header=None,
         names=list(meta.columns),
         index_col=False,
-        dtype=_text(text),
+        **_text(meta.columns, text),
     )
     frame = _as_float(frame)
     for name in meta.columns:

@@ -90,7 +90,8 @@ def _format_of(path: str) -> str | None:
 
 
 def resolve(spec: str) -> tuple[str, list[str]]:
-    """``spec`` (file, directory or glob) -> (format, sorted files).
+    """``spec`` (file, directory or glob) -> (format, sorted files, absolute: a worker of a
+    remote cluster, started in another directory, opens the same files).
 
     Raises
     ------
@@ -124,7 +125,7 @@ def resolve(spec: str) -> tuple[str, list[str]]:
             f"{where} mixes formats ({', '.join(known)}): point DATA at files of one format, "
             "e.g. a glob like 'data/*.parquet'"
         )
-    return known[0], [f for f in files if formats[f] is not None]
+    return known[0], [os.path.abspath(f) for f in files if formats[f] is not None]
 
 
 def _first_line(err: BaseException) -> str:

@@ -345,6 +345,13 @@ def _signals_deferred() -> Iterator[None]:
             signal.raise_signal(s)
 
 
+def _is_output(name: str, stem: str, final: str) -> bool:
+    """Whether file ``name`` is the output being written: its temporary (or a file inside it,
+    for Zarr) or its final path."""
+    name = os.path.abspath(name)
+    return name.startswith(stem) or name == os.path.abspath(final)
+
+
 @contextlib.contextmanager
 def staged_output(path: str, fmt: str, overwrite: bool = False) -> Iterator[str]:
     """Yield a temporary path beside ``path``; rename it to ``path`` when the block succeeds.
@@ -388,8 +395,9 @@ def staged_output(path: str, fmt: str, overwrite: bool = False) -> Iterator[str]
         _fsync_directory(directory)
     except OSError as err:
         _remove(tmp)
-        if path in str(err):
-            raise
+        named = getattr(err, "filename", None)
+        if path in str(err) or (named is not None and not _is_output(str(named), stem, final)):
+            raise  # it names its file already (OUT, or another: e.g. an input a worker read)
         raise OSError(
             err.errno,
             f"writing OUT {path!r} failed ({err.strerror or err}); the previous output, if any, "
