@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -194,7 +195,11 @@ def _start_client(args: argparse.Namespace) -> Any:
     gpus: Any = None
     if args.gpus is not None:
         gpus = False if args.gpus == 0 else args.gpus
-    return start_cluster(gpus=gpus, n_workers=args.workers, dashboard_address=None)
+    # the workers' own log lines (a failed task's traceback) only with --verbose: the command
+    # reports the error itself, in one line
+    quiet = logging.WARNING if getattr(args, "verbose", False) else logging.CRITICAL
+    return start_cluster(gpus=gpus, n_workers=args.workers, dashboard_address=None,
+                         silence_logs=quiet)  # fmt: skip
 
 
 def _check_output_options(args: argparse.Namespace) -> None:

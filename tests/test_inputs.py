@@ -127,6 +127,25 @@ def test_non_number_in_a_later_block_names_its_line(models, tmp_path, capsys):
     _refused(capsys, argv, "word.csv", "'s1'", "dtype")
 
 
+def test_a_bad_later_block_on_a_local_cluster_is_one_line_on_stderr(models, tmp_path):
+    """The workers' log of the failed task stays out of the way (``--verbose`` shows it)."""
+    import subprocess
+    import sys
+
+    frame = pd.DataFrame(np.tile(models["X"], (5, 1)), columns=NAMES).astype(object)
+    frame.iloc[1300, 3] = "n/a?"
+    data = tmp_path / "word.csv"
+    frame.to_csv(data, index=False)
+    argv = [sys.executable, "-m", "distshap", "explain", models["named"], str(data), "-o",
+            str(tmp_path / "o.npy"), "--chunk-rows", "40", "--cluster", "--gpus", "0",
+            "--workers", "1", "--backend", "cpu", "--no-progress"]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "line 1302" in lines[0], proc.stderr
+    assert not (tmp_path / "o.npy").exists()
+
+
 def test_csv_empty_fields_are_missing_values(models, tmp_path):
     """``1.5,,2`` is a missing value (NaN), as in the API; blank lines are skipped."""
     X = models["X"].copy()
