@@ -40,7 +40,7 @@ from distshap.dispatch import run_request
 from distshap.encoding import encode_ensemble
 from distshap.explainer_banzhaf import BanzhafMethods
 from distshap.explainer_pairs import PairMethods
-from distshap.frames import select_model_columns
+from distshap.frames import lightgbm_generated_names, select_model_columns
 from distshap.inputs import (
     ExplainInput,
     background_input,
@@ -374,18 +374,18 @@ class TreeExplainer(PairMethods, BanzhafMethods):
         return self.packed.feature_names
 
     def output_feature_names(self, X: Any = None) -> tuple[str, ...]:
-        """Names of the ``F`` feature columns of the outputs (the bias column excluded).
-
-        The model's feature names when it has them; else the columns of ``X`` when ``X`` is a
-        (pandas or Dask) DataFrame with ``F`` columns; else ``("f0", "f1", ...)``; made
-        distinct (:func:`~distshap.layouts.distinct_names`: a repeat gets a ``"_1"`` suffix).
-        """
-        if self.feature_names is not None and len(self.feature_names) == self.num_features:
-            return tuple(distinct_names(self.feature_names))
+        """Names of the ``F`` feature columns of the outputs (the bias column excluded): the
+        model's when it has them (but LightGBM's made-up ``Column_j`` beside a DataFrame ``X``
+        of ``F`` columns), else those columns, else ``("f0", ...)``; made distinct."""
+        names, F = self.feature_names, self.num_features
         columns = getattr(X, "columns", None)
-        if columns is not None and len(columns) == self.num_features:
+        columns = columns if columns is not None and len(columns) == F else None
+        if names is not None and len(names) == F:
+            if columns is None or not lightgbm_generated_names(names, F):
+                return tuple(distinct_names(names))
+        if columns is not None:
             return tuple(distinct_names(columns))
-        return tuple(f"f{j}" for j in range(self.num_features))
+        return tuple(f"f{j}" for j in range(F))
 
     # ---- computing ----
 

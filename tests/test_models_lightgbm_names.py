@@ -113,3 +113,21 @@ def test_files_are_read_by_position_too(tmp_path, data, unnamed):
     with pytest.raises(InputError, match="4 columns"):
         pd.DataFrame(np.c_[X[:5], X[:5, :1]], columns=list("abcd")).to_csv(path, index=False)
         select_features(read_data(str(path)), packed)
+
+
+def test_outputs_are_named_by_the_data_not_by_made_up_names(tmp_path, data, unnamed):
+    """A file's columns name the CLI's output columns, as they name ``Explanation`` features;
+    without data the model's own ``Column_j`` names stay (e.g. a server's metadata)."""
+    from distshap.cli import main
+
+    X, _ = data
+    frame = pd.DataFrame(X[:20], columns=["a", "b", "c"])
+    explainer = TreeExplainer(unnamed, backend="cpu")
+    assert explainer.output_feature_names(frame) == ("a", "b", "c")
+    assert list(explainer(frame).feature_names) == ["a", "b", "c"]
+    assert explainer.output_feature_names() == ("Column_0", "Column_1", "Column_2")
+    model, rows, out = tmp_path / "m.txt", tmp_path / "rows.parquet", tmp_path / "o.parquet"
+    unnamed.booster_.save_model(str(model))
+    frame.to_parquet(rows)
+    assert main(["explain", str(model), str(rows), "-o", str(out), "--no-progress"]) == 0
+    assert list(pd.read_parquet(out).columns) == ["a", "b", "c", "bias"]
