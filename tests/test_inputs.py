@@ -146,6 +146,22 @@ def test_a_bad_later_block_on_a_local_cluster_is_one_line_on_stderr(models, tmp_
     assert not (tmp_path / "o.npy").exists()
 
 
+def test_quoted_fields_with_line_separators_and_line_breaks(models, tmp_path, capsys):
+    """A quoted text field holding U+2028 or U+0085 is one field of its line; one holding a line
+    break is refused, saying so."""
+    frame = pd.DataFrame(models["X"], columns=NAMES)
+    frame.insert(0, "note", [f'row {i}, "q"\u2028\u0085' for i in range(len(frame))])
+    data, out = tmp_path / "notes.csv", tmp_path / "o.npy"
+    frame.to_csv(data, index=False, encoding="utf-8")
+    assert main(["explain", models["named"], str(data), "-o", str(out), "--no-progress"]) == 0
+    want = TreeExplainer(models["named"], layout="xgboost", backend="cpu").shap_values(frame[NAMES])
+    np.testing.assert_array_equal(np.load(out), want)
+    frame.loc[5, "note"] = "two\nlines"
+    frame.to_csv(data, index=False, encoding="utf-8")
+    argv = ["explain", models["named"], str(data), "-o", str(tmp_path / "o2.npy")]
+    _refused(capsys, argv, "notes.csv", "line 7", "line break")
+
+
 def test_csv_empty_fields_are_missing_values(models, tmp_path):
     """``1.5,,2`` is a missing value (NaN), as in the API; blank lines are skipped."""
     X = models["X"].copy()

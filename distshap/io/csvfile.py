@@ -264,14 +264,16 @@ def _field_counts(data: bytes, sep: str) -> tuple[np.ndarray, np.ndarray]:
     """Fields per non-blank line of ``data`` and each line's index in ``data`` (0-based).
 
     Without quote characters, a count of separators per line (vectorised); with them, Python's
-    ``csv`` module, which knows quoted separators.
+    ``csv`` module, which knows quoted separators (a line that leaves a quoted field open, i.e.
+    a line break inside a field, counts -1). Lines end at ``\n`` only, as in the bytes.
     """
     if b'"' in data:
         counts, lines = [], []
-        text = data.decode("utf-8", "replace").splitlines()
+        text = data.decode("utf-8", "replace").split("\n")
         for index, line in enumerate(text):
             if line.strip():
-                counts.append(len(next(csv.reader([line], delimiter=sep), [])))
+                fields = len(next(csv.reader([line.rstrip("\r")], delimiter=sep), []))
+                counts.append(-1 if line.count('"') % 2 else fields)
                 lines.append(index)
         return np.asarray(counts, dtype=np.int64), np.asarray(lines, dtype=np.int64)
     buf = np.frombuffer(data, dtype=np.uint8)
@@ -295,6 +297,11 @@ def _check_fields(data: bytes, sep: str, width: int, path: str, block_start: int
     if bad.size:
         k = int(bad[0])
         line = _line_number(path, block_start, int(lines[k]))
+        if counts[k] < 0:
+            raise InputError(
+                f"{path!r} line {line} opens a quoted field it does not close: a field holds a "
+                "line break, and rows are read one a line; remove line breaks inside fields"
+            )
         what = "fewer" if counts[k] < width else "more"
         raise InputError(
             f"{path!r} line {line} has {int(counts[k])} fields, {what} than the header's "
