@@ -93,15 +93,19 @@ def _space(explainer: Any) -> str:
     return "margin (raw score)"
 
 
-def _explain_in_batches(explain: Any, rows: Any, y: Any, progress: bool) -> Any:
-    """``explain(rows, y)`` a batch of rows at a time, so that Ctrl-C and SIGTERM are acted on
-    between batches (a kernel call is not interrupted), with a progress bar where asked; each
-    row's values do not depend on the others, so the bits are those of one call."""
+def _explain_in_batches(explainer: Any, interactions: bool, rows: Any, y: Any,
+                        progress: bool) -> Any:  # fmt: skip
+    """The explainer's values of ``rows`` a batch of rows at a time, so that Ctrl-C and SIGTERM
+    are acted on between batches (a kernel call is not interrupted), with a progress bar where
+    asked; each row's values do not depend on the others, so the bits are those of one call.
+    An output too large for this machine is refused first, as one call would."""
     from distshap.explainer import PROGRESS_BATCH_ROWS
+    from distshap.layouts import check_output_fits
 
-    n = len(rows)
+    explain, n = _explain_fn(explainer, interactions), len(rows)
     if progress or n <= PROGRESS_BATCH_ROWS:
         return explain(rows, y, progress=progress)
+    check_output_fits(n, explainer.packed, interactions, None)
     take = rows.iloc if hasattr(rows, "iloc") else rows
     parts = [
         explain(take[start : start + PROGRESS_BATCH_ROWS],
@@ -119,9 +123,7 @@ def _run_local(
     with _about(ds):
         rows = io.model_rows(ds, explainer.packed).compute(scheduler="threads")
         y = None if labels is None else labels.compute(scheduler="threads").to_numpy()
-        values = _explain_in_batches(
-            _explain_fn(explainer, args.interactions), rows, y, _progress_enabled(args)
-        )
+        values = _explain_in_batches(explainer, args.interactions, rows, y, _progress_enabled(args))
     io.write_array(
         values,
         args.output,

@@ -379,11 +379,11 @@ class TreeExplainer(PairMethods, BanzhafMethods):
         of ``F`` columns), else those columns, else ``("f0", ...)``; made distinct."""
         names, F = self.feature_names, self.num_features
         columns = getattr(X, "columns", None)
-        columns = columns if columns is not None and len(columns) == F else None
-        if names is not None and len(names) == F:
-            if columns is None or not lightgbm_generated_names(names, F):
-                return tuple(distinct_names(names))
-        if columns is not None:
+        given = None if columns is None or len(columns) != F else [str(c) for c in columns]
+        made_up = lightgbm_generated_names(names, F) and not set(names) <= set(given or names)
+        if names is not None and len(names) == F and not (given and made_up):
+            return tuple(distinct_names(names))  # (a frame of Column_j is matched by name)
+        if given is not None:
             return tuple(distinct_names(columns))
         return tuple(f"f{j}" for j in range(F))
 

@@ -243,6 +243,39 @@ def test_cli_without_a_bar_runs_batches_with_the_bits_of_one_call(files, monkeyp
     np.testing.assert_array_equal(np.load(out), real(explainer, files["X_mc"]))
 
 
+def test_cli_batches_refuse_an_output_too_large_for_memory_first(files, monkeypatch, capsys):
+    """The whole output's size is checked before the batches run (one batch would fit)."""
+    import distshap.explainer as explainer_module
+    from distshap import layouts
+
+    monkeypatch.setattr(explainer_module, "PROGRESS_BATCH_ROWS", 64)
+    real = layouts.check_output_fits
+
+    def small_machine(n_rows, *args, **kwargs):
+        if n_rows > 64:
+            raise ValueError(f"{n_rows} rows need more than half of this machine's memory")
+        return real(n_rows, *args, **kwargs)
+
+    monkeypatch.setattr(layouts, "check_output_fits", small_machine)
+    out = files["dir"] / "too_large.npy"
+    argv = ["explain", files["mc"], files["csv"], "-o", str(out), "--no-progress", "--overwrite"]
+    assert main(argv) == 2
+    assert "more than half of this machine's memory" in capsys.readouterr().err
+
+
+def test_data_paths_keep_what_the_system_opens(tmp_path, monkeypatch):
+    """``link/../rows.npy`` names the file beside the link's target, as the system opens it."""
+    from distshap.io.read import resolve
+
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    np.save(tmp_path / "real" / "rows.npy", np.ones((7, 2)))
+    np.save(tmp_path / "rows.npy", np.ones((3, 2)))
+    (tmp_path / "link").symlink_to(tmp_path / "real" / "sub")
+    monkeypatch.chdir(tmp_path)
+    fmt, [path] = resolve(os.path.join("link", "..", "rows.npy"))
+    assert fmt == "npy" and os.path.isabs(path) and np.load(path).shape == (7, 2)
+
+
 def test_explain_returns_shap_explanation(files):
     shap = pytest.importorskip("shap")
     explainer = TreeExplainer(files["mc"], backend="cpu")

@@ -10,6 +10,7 @@ code 2. The CLI runs in this process (``main``) except where its process is the 
 
 from __future__ import annotations
 
+import csv
 import os
 
 import numpy as np
@@ -157,10 +158,22 @@ def test_quoted_fields_with_line_separators_and_line_breaks(models, tmp_path, ca
     assert main(["explain", models["named"], str(data), "-o", str(out), "--no-progress"]) == 0
     want = TreeExplainer(models["named"], layout="xgboost", backend="cpu").shap_values(frame[NAMES])
     np.testing.assert_array_equal(np.load(out), want)
+    frame["note"] = 'TV 5" screen'  # a quote inside an unquoted field: text, as pandas reads it
+    frame.loc[3, "note"] = 'a "quoted", note'
+    frame.to_csv(data, index=False, encoding="utf-8", quoting=csv.QUOTE_MINIMAL)
+    data.write_text(data.read_text().replace('"TV 5"" screen"', 'TV 5" screen'))
+    assert 'TV 5" screen' in data.read_text()
+    assert main(["explain", models["named"], str(data), "-o", str(out), "--overwrite"]) == 0
+    np.testing.assert_array_equal(np.load(out), want)
     frame.loc[5, "note"] = "two\nlines"
     frame.to_csv(data, index=False, encoding="utf-8")
     argv = ["explain", models["named"], str(data), "-o", str(tmp_path / "o2.npy")]
     _refused(capsys, argv, "notes.csv", "line 7", "line break")
+    lines = data.read_text().split("\n")
+    lines[3] = lines[3].replace('"', "").replace("screen", "scr\ren")  # a lone carriage return
+    del lines[6:8]
+    data.write_text("\n".join(lines))
+    _refused(capsys, argv, "notes.csv", "line 4", "carriage return")
 
 
 def test_csv_empty_fields_are_missing_values(models, tmp_path):

@@ -126,6 +126,8 @@ def test_outputs_are_named_by_the_data_not_by_made_up_names(tmp_path, data, unna
     assert explainer.output_feature_names(frame) == ("a", "b", "c")
     assert list(explainer(frame).feature_names) == ["a", "b", "c"]
     assert explainer.output_feature_names() == ("Column_0", "Column_1", "Column_2")
+    by_name = pd.DataFrame(X[:20], columns=["Column_2", "Column_0", "Column_1"])  # matched by name
+    assert explainer.output_feature_names(by_name) == ("Column_0", "Column_1", "Column_2")
     model, rows, out = tmp_path / "m.txt", tmp_path / "rows.parquet", tmp_path / "o.parquet"
     unnamed.booster_.save_model(str(model))
     frame.to_parquet(rows)

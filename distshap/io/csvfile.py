@@ -264,16 +264,16 @@ def _field_counts(data: bytes, sep: str) -> tuple[np.ndarray, np.ndarray]:
     """Fields per non-blank line of ``data`` and each line's index in ``data`` (0-based).
 
     Without quote characters, a count of separators per line (vectorised); with them, Python's
-    ``csv`` module, which knows quoted separators (a line that leaves a quoted field open, i.e.
-    a line break inside a field, counts -1). Lines end at ``\n`` only, as in the bytes.
+    ``csv`` module, which knows quoted separators. Lines end at ``\n`` only, as in the bytes;
+    a line that leaves a quoted field open (a line break inside a field) counts -1, one the
+    ``csv`` module cannot read (a carriage return inside a field) -2.
     """
     if b'"' in data:
         counts, lines = [], []
         text = data.decode("utf-8", "replace").split("\n")
         for index, line in enumerate(text):
             if line.strip():
-                fields = len(next(csv.reader([line.rstrip("\r")], delimiter=sep), []))
-                counts.append(-1 if line.count('"') % 2 else fields)
+                counts.append(_quoted_fields(line.rstrip("\r"), sep))
                 lines.append(index)
         return np.asarray(counts, dtype=np.int64), np.asarray(lines, dtype=np.int64)
     buf = np.frombuffer(data, dtype=np.uint8)
@@ -290,6 +290,20 @@ def _field_counts(data: bytes, sep: str) -> tuple[np.ndarray, np.ndarray]:
     return counts[index], index
 
 
+#: A line the ``csv`` module reads after a CSV line: found inside a field, that field was open.
+_AFTER = "\ue000distshap"
+
+
+def _quoted_fields(line: str, sep: str) -> int:
+    """Fields of one line with quote characters (-1: it leaves a quoted field open; -2: the
+    ``csv`` module cannot read it)."""
+    try:
+        fields = next(csv.reader([line, _AFTER], delimiter=sep), [])
+    except csv.Error:
+        return -2
+    return -1 if any(_AFTER in field for field in fields) else len(fields)
+
+
 def _check_fields(data: bytes, sep: str, width: int, path: str, block_start: int) -> np.ndarray:
     """Refuse a line of ``data`` without ``width`` fields; return the non-blank lines' indices."""
     counts, lines = _field_counts(data, sep)
@@ -297,10 +311,15 @@ def _check_fields(data: bytes, sep: str, width: int, path: str, block_start: int
     if bad.size:
         k = int(bad[0])
         line = _line_number(path, block_start, int(lines[k]))
-        if counts[k] < 0:
+        if counts[k] == -1:
             raise InputError(
                 f"{path!r} line {line} opens a quoted field it does not close: a field holds a "
                 "line break, and rows are read one a line; remove line breaks inside fields"
+            )
+        if counts[k] < 0:
+            raise InputError(
+                f"{path!r} line {line} cannot be read as CSV (a carriage return inside a field?): "
+                "remove line breaks inside fields"
             )
         what = "fewer" if counts[k] < width else "more"
         raise InputError(

@@ -125,7 +125,8 @@ def resolve(spec: str) -> tuple[str, list[str]]:
             f"{where} mixes formats ({', '.join(known)}): point DATA at files of one format, "
             "e.g. a glob like 'data/*.parquet'"
         )
-    return known[0], [os.path.abspath(f) for f in files if formats[f] is not None]
+    # joined to the working folder, not normalised: "link/../x" stays what the system opens
+    return known[0], [os.path.join(os.getcwd(), f) for f in files if formats[f] is not None]
 
 
 def _first_line(err: BaseException) -> str:
