@@ -19,7 +19,12 @@ import distshap
 from distshap.cli import main
 from distshap.explainer import TreeExplainer
 
-from xgb_models import build_categorical, build_multiclass, build_regression
+from xgb_models import (
+    build_categorical,
+    build_multiclass,
+    build_regression,
+    stored_categories_model,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMES = ["age", "bmi", "bp", "s1", "s2", "s3"]
@@ -326,8 +331,6 @@ def test_first_rows_reads_only_the_chunks_it_needs():
 
 def test_categories_coded_by_the_models_training_categories(tmp_path, scheduler):
     """Categories 10/20/30/40 (not 0..k-1): the model's stored encoder gives the codes."""
-    import xgboost as xgb
-
     rng = np.random.default_rng(5)
     frame = pd.DataFrame(
         {
@@ -336,13 +339,8 @@ def test_categories_coded_by_the_models_training_categories(tmp_path, scheduler)
         }
     )
     y = frame["x"] + frame["c"].astype(float) / 10
-    model = xgb.XGBRegressor(n_estimators=10, max_depth=3, enable_categorical=True, n_jobs=1)
-    model.fit(frame, y)
-    explainer = TreeExplainer(model, layout="xgboost", backend="cpu")
-    if explainer.packed.feature_categories is None:
-        pytest.skip("this XGBoost does not store its training categories")
     model_path = tmp_path / "m.json"
-    model.save_model(model_path)
+    explainer, model = stored_categories_model(frame, y, model_path, n_estimators=10)
     frame.to_parquet(tmp_path / "d.parquet")
     out = tmp_path / "o.npy"
     result = run_cli("explain", str(model_path), str(tmp_path / "d.parquet"), "-o", str(out))

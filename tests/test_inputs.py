@@ -20,7 +20,7 @@ import pytest
 from distshap.cli import main
 from distshap.explainer import TreeExplainer
 
-from xgb_models import build_multiclass, build_regression
+from xgb_models import build_multiclass, build_regression, stored_categories_model
 
 NAMES = ["age", "bmi", "bp", "s1", "s2", "s3"]
 
@@ -222,7 +222,6 @@ def test_category_column_on_numeric_feature_refused_like_the_api(models, tmp_pat
 
 def test_csv_labels_of_stored_string_categories_stay_text(tmp_path):
     """Labels "01", "02", "10" (XGBoost >= 3.1 stores them): read as text, coded by label."""
-    xgb = pytest.importorskip("xgboost")
     rng = np.random.default_rng(7)
     labels = ["01", "02", "10"]
     frame = pd.DataFrame(
@@ -232,13 +231,8 @@ def test_csv_labels_of_stored_string_categories_stay_text(tmp_path):
         }
     )
     y = frame["x"] + frame["c"].cat.codes.to_numpy()
-    model = xgb.XGBRegressor(n_estimators=8, max_depth=3, enable_categorical=True, n_jobs=1)
-    model.fit(frame, y)
-    explainer = TreeExplainer(model, layout="xgboost", backend="cpu")
-    if explainer.packed.feature_categories is None:
-        pytest.skip("this XGBoost does not store its training categories")
     model_path = tmp_path / "m.json"
-    model.save_model(model_path)
+    explainer, _ = stored_categories_model(frame, y, model_path)
     data, out = tmp_path / "d.csv", tmp_path / "o.npy"
     frame.to_csv(data, index=False)
     assert "\n01," in data.read_text() or ",01\n" in data.read_text()
@@ -262,7 +256,6 @@ def test_csv_labels_of_stored_string_categories_stay_text(tmp_path):
 def test_csv_labels_that_pandas_reads_as_missing_stay_labels(tmp_path):
     """Labels "NA", "None", "null", "nan" of a stored text category are labels; an empty field
     is a missing value, and "NA" in a numeric column still is one."""
-    xgb = pytest.importorskip("xgboost")
     rng = np.random.default_rng(9)
     labels = ["FR", "NA", "None", "US", "nan", "null"]
     frame = pd.DataFrame(
@@ -272,14 +265,9 @@ def test_csv_labels_that_pandas_reads_as_missing_stay_labels(tmp_path):
         }
     )
     y = frame["x"] + frame["c"].cat.codes.to_numpy() * 0.5
-    model = xgb.XGBRegressor(n_estimators=8, max_depth=4, enable_categorical=True, n_jobs=1,
-                             max_cat_to_onehot=1)  # fmt: skip
-    model.fit(frame, y)
-    explainer = TreeExplainer(model, layout="xgboost", backend="cpu")
-    if explainer.packed.feature_categories is None:
-        pytest.skip("this XGBoost does not store its training categories")
     model_path = tmp_path / "m.json"
-    model.save_model(model_path)
+    explainer, _ = stored_categories_model(frame, y, model_path, max_depth=4,
+                                           max_cat_to_onehot=1)  # fmt: skip
     frame.loc[::7, "c"] = None  # empty fields: missing values
     frame.loc[::11, "x"] = np.nan
     data, out = tmp_path / "d.csv", tmp_path / "o.npy"

@@ -40,6 +40,7 @@ __all__ = [
     "build_random_forest",
     "build_regression",
     "dmatrix",
+    "stored_categories_model",
 ]
 
 N_ROWS = 300
@@ -291,6 +292,24 @@ VECTOR_LEAF_KINDS_33: dict[str, Callable[[], tuple[xgb.Booster, Any]]] = {
     "vector_dart": build_vector_leaf_dart,
     "vector_categorical": build_vector_leaf_categorical,
 }
+
+
+def stored_categories_model(frame: pd.DataFrame, y: Any, path: Any, **params: Any) -> tuple:
+    """An ``XGBRegressor`` of ``frame`` (its category columns as categories) saved at ``path``
+    -> (its explainer, ``layout="xgboost"`` on the CPU; the model); the test is skipped where
+    this XGBoost stores no training categories."""
+    import pytest
+
+    from distshap import TreeExplainer
+
+    model = xgb.XGBRegressor(**{"n_estimators": 8, "max_depth": 3, **params},
+                             enable_categorical=True, n_jobs=1)  # fmt: skip
+    model.fit(frame, y)
+    explainer = TreeExplainer(model, layout="xgboost", backend="cpu")
+    if explainer.packed.feature_categories is None:
+        pytest.skip("this XGBoost does not store its training categories")
+    model.save_model(path)
+    return explainer, model
 
 
 def serve_files(folder: Any) -> dict:
