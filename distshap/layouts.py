@@ -346,6 +346,18 @@ def _dask_shap_layout(out: Any, interactions: bool) -> tuple[Any, Any]:
     return values, base
 
 
+def _own_numbers(frame: Any) -> np.ndarray | None:
+    """A pandas frame's own values where every column holds numbers (not booleans), else None
+    (for a Dask frame's empty ``_meta``: the values' dtype)."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    if all(is_numeric_dtype(t) and not is_bool_dtype(t) for t in frame.dtypes):
+        values = frame.to_numpy()
+        if values.dtype.kind in "biuf":
+            return values
+    return None
+
+
 def explanation_data(inp: ExplainInput, packed: Any) -> np.ndarray:
     """``Explanation.data``: the input's own values where it is plain numbers, else the values
     the model reads (category codes; NaN for missing, sparse and DMatrix inputs); for CatBoost
@@ -358,12 +370,9 @@ def explanation_data(inp: ExplainInput, packed: Any) -> np.ndarray:
             rows, packed.num_features, packed.feature_names, packed.encoding.name_style
         )
         frame = rows[cols].infer_objects()  # a Series row arrives as an object-typed frame
-        from pandas.api.types import is_bool_dtype, is_numeric_dtype
-
-        if all(is_numeric_dtype(t) and not is_bool_dtype(t) for t in frame.dtypes):
-            values = frame.to_numpy()
-            if values.dtype.kind in "biuf":
-                return values
+        values = _own_numbers(frame)
+        if values is not None:
+            return values
     if packed.encoding.library == "catboost" and packed.feature_categories:
         from distshap.models.catboost_categorical import user_values  # values, not codes
 
@@ -405,15 +414,10 @@ def dask_data(X: Any, packed: Any) -> Any:
     cols = select_model_columns(
         X, packed.num_features, packed.feature_names, packed.encoding.name_style
     )
-    from pandas.api.types import is_bool_dtype, is_numeric_dtype
-
-    frame = X[cols]._meta
-    if all(is_numeric_dtype(t) and not is_bool_dtype(t) for t in frame.dtypes):
-        dtype = frame.to_numpy().dtype
-        if dtype.kind in "biuf":
-            meta = np.empty((0, packed.num_features), dtype=dtype)
-            return X[cols].map_partitions(_numeric_block_values, meta=meta,
-                                          enforce_metadata=False)  # fmt: skip
+    own = _own_numbers(X[cols]._meta)
+    if own is not None:
+        meta = np.empty((0, packed.num_features), dtype=own.dtype)
+        return X[cols].map_partitions(_numeric_block_values, meta=meta, enforce_metadata=False)
     if packed.encoding.library == "catboost" and packed.feature_categories:
         meta = np.empty((0, packed.num_features), dtype=object)
         return X[cols].map_partitions(_given_block_values, packed, meta=meta,

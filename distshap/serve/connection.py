@@ -207,11 +207,8 @@ class Connection(asyncio.Protocol):
             if request is None and not self._buf:  # the body of a request already answered
                 self.close()
                 return
-            reply = self.app.error(408, "the request stopped arriving: send its head and body "
-                                        "without pausing")  # fmt: skip
-            if request is not None:  # begun: counted and let go as answered
-                self.app.answered(request, reply)
-            self._fail(reply)
+            self._fail(408, "the request stopped arriving: send its head and body without "
+                            "pausing", request)  # fmt: skip
 
     def close(self) -> None:
         """Close the connection (what is being written is written first)."""
@@ -246,14 +243,14 @@ class Connection(asyncio.Protocol):
                 end = self._buf.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
                 if end < 0:
                     if len(self._buf) > MAX_HEAD_BYTES:
-                        self._fail(self.app.error(431, "the request's head is larger than 64 KiB"))
+                        self._fail(431, "the request's head is larger than 64 KiB")
                     return
                 head = bytes(self._buf[:end])
                 del self._buf[: end + 4]
                 try:
                     request = _parse_head(head)
                 except _Malformed as bad:
-                    self._fail(self.app.error(bad.status, str(bad)))
+                    self._fail(bad.status, str(bad))
                     return
                 early = self.app.begin(request)
                 if early is not None:
@@ -316,9 +313,12 @@ class Connection(asyncio.Protocol):
             self.transport.write_eof()
         self._linger = asyncio.get_running_loop().call_later(_LINGER_SECONDS, self.close)
 
-    def _fail(self, reply: Reply) -> None:
-        """Answer a request that cannot be read (``reply``: the application's error), then
-        close."""
+    def _fail(self, status: int, message: str, request: Request | None = None) -> None:
+        """Answer a request that cannot be read, or stopped arriving (``request``: one begun,
+        counted and let go as answered), then close."""
+        reply = self.app.error(status, message)
+        if request is not None:
+            self.app.answered(request, reply)
         self.transport.write(encode_reply(reply.status, reply.body, reply.headers, True))
         self.close()
 
